@@ -1,0 +1,45 @@
+"""The interface every compute backend implements.
+
+A backend is chosen once (:func:`solver.backends.get_backend`) and owns the array module, the
+device and the storage precision; nothing outside ``solver/backends`` asks which one it is. The
+state it allocates holds two copies of the populations in the layout
+``f[copy][tile][i][node_in_tile]``; ``state.current`` says which copy holds the latest values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..problem import Problem
+
+__all__ = ["Backend", "DeviceInfo"]
+
+
+class DeviceInfo(dict):
+    """Name, memory (bytes) and peak bandwidth (bytes/s, None if unknown) of a device."""
+
+
+class Backend(Protocol):
+    """A compute backend: allocation, stepping and host read-back."""
+
+    name: str
+
+    def allocate(self, problem: Problem) -> Any:
+        """Allocate and initialise the state of ``problem`` (equilibrium at rest)."""
+
+    def step(self, state: Any, n: int) -> float:
+        """Advance ``state`` by ``n`` time steps; return the elapsed device time in seconds."""
+
+    def populations(self, state: Any) -> np.ndarray:
+        """Latest populations as a host float64 array (n_tiles, q, a**d)."""
+
+    def set_populations(self, state: Any, f: np.ndarray) -> None:
+        """Overwrite the latest populations from a host array (n_tiles, q, a**d)."""
+
+    def device_info(self) -> DeviceInfo:
+        """What the backend runs on."""
+
+    def release(self, state: Any) -> None:
+        """Free the state's memory."""

@@ -1,0 +1,102 @@
+"""``python -m solver bench``: MFLUPS of the chosen backend on standard cases.
+
+Cases: a fully periodic fluid box (dense) and random sphere packs (sparse). Timing excludes
+allocation and the first (warm-up) steps; on the GPU the backend times with CUDA events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import subprocess
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .config import SimulationConfig
+from .simulation import Simulation
+
+__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchCase:
+    """One benchmark geometry (True = solid) with a label."""
+
+    label: str
+    solid: np.ndarray
+
+
+def random_porous_box(n: int, porosity: float, diameter: float, seed: int = 0) -> np.ndarray:
+    """Solid mask of overlapping random spheres at about ``porosity`` (periodic, n^3 nodes)."""
+    from geometries.generators import random_sphere_pack
+
+    return random_sphere_pack((n, n, n), porosity=porosity, diameter=diameter, seed=seed).solid
+
+
+def cpu_cases(n: int = 64) -> list[BenchCase]:
+    """The CPU benchmark set: periodic box and a random porous box, both n^3."""
+    return [
+        BenchCase(f"periodic box {n}^3", np.zeros((n, n, n), dtype=bool)),
+        BenchCase(f"sphere pack {n}^3, porosity 0.7, d={n // 4}",
+                  random_porous_box(n, 0.7, n / 4)),
+    ]
+
+
+def run_case(case: BenchCase, config: SimulationConfig, steps: int, warmup: int = 2) -> dict:
+    """Time ``steps`` steps after ``warmup``; MFLUPS counts fluid nodes only."""
+    sim = Simulation(case.solid, config)
+    sim.step(warmup)
+    seconds = 0.0
+    chunk = max(1, steps // 10)
+    with tqdm(total=steps, desc=case.label, unit="step", leave=False) as bar:
+        done = 0
+        while done < steps:
+            n = min(chunk, steps - done)
+            seconds += sim.backend.step(sim.state, n)
+            done += n
+            bar.update(n)
+    result = {
+        "case": case.label, "backend": sim.backend.name, "lattice": config.lattice,
+        "collision": config.collision, "precision": config.precision,
+        "fluid_nodes": sim.problem.n_fluid, "eta_t": round(sim.tiling.eta_t, 4),
+        "steps": steps, "seconds": seconds,
+        "mflups": sim.problem.n_fluid * steps / seconds / 1e6,
+    }
+    sim.close()
+    return result
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True, timeout=5)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def write_results(results: list[dict], device: str, out_dir: Path, stem: str) -> Path:
+    """Write ``<stem>.json`` and ``<stem>.md`` (device, date, commit, table); return the .md."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"device": device, "date": date.today().isoformat(), "commit": _commit(),
+            "host": platform.node()}
+    (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results},
+                                                     indent=2))
+    lines = [f"# Benchmark: {device}", "",
+             f"Date {meta['date']}, commit {meta['commit']}.", "",
+             "| case | backend | lattice | collision | precision | fluid nodes | eta_t | MFLUPS |",
+             "| --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
+    for r in results:
+        lines.append(f"| {r['case']} | {r['backend']} | {r['lattice']} | {r['collision']} | "
+                     f"{r['precision']} | {r['fluid_nodes']} | {r['eta_t']:.3f} | "
+                     f"{r['mflups']:.2f} |")
+    md = out_dir / f"{stem}.md"
+    md.write_text("\n".join(lines) + "\n")
+    return md
