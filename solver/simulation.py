@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from . import observables
 from .backends import Backend, get_backend
 from .collision import stored_moments
 from .config import ConfigError, SimulationConfig
@@ -53,7 +54,8 @@ class Simulation:
         self.geometry = geometry
         self.config = config if config is not None else SimulationConfig()
         self.solid = solid_mask(geometry)
-        self.problem = Problem.from_config(self.solid, self.config)
+        self.problem = Problem.from_config(self.solid, self.config,
+                                           labels=getattr(geometry, "labels", None))
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
@@ -133,6 +135,21 @@ class Simulation:
         if not 0 <= axis < 3 or not 0 <= index < data.shape[axis]:
             raise ValueError(f"Slice axis {axis} index {index} is outside shape {data.shape}.")
         return np.take(data, index, axis=axis)
+
+    def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
+        """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""
+        return observables.forces(self.problem, self.populations(), self._flow_axis(axis))
+
+    def permeability(self, axis: int | None = None,
+                     voxel_size: float | None = None) -> observables.Permeability:
+        """Darcy permeability (see :func:`solver.observables.permeability`), lattice + SI."""
+        voxel_size = voxel_size if voxel_size is not None else getattr(
+            self.geometry, "voxel_size", None)
+        return observables.permeability(self.problem, self.fields(), self._flow_axis(axis),
+                                        voxel_size)
+
+    def _flow_axis(self, axis: int | None) -> int | None:
+        return axis if axis is not None else getattr(self.geometry, "flow_axis", None)
 
     def close(self) -> None:
         """Free the backend state (device memory)."""
