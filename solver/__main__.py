@@ -32,6 +32,27 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .validation import CASES, run_all, write_report
+
+    unknown = [n for n in args.case or [] if n not in CASES]
+    if unknown:
+        print(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}",
+              file=sys.stderr)
+        return 2
+    backend = get_backend(args.backend)
+    results = run_all(args.size, backend.name, args.case)
+    for r in results:
+        verdict = ("pass" if r.passed else "FAIL") if r.checked else "info"
+        print(f"{verdict:<4} {r.case:<22} {r.quantity:<58} {r.measured:.5g} "
+              f"(ref {r.reference:.5g}, {r.size}, {r.seconds:.0f} s)")
+    path = write_report(results, backend.device_info()["name"], Path(args.out), args.size,
+                        backend.name)
+    print(f"wrote {path}")
+    return 0 if all(r.passed for r in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the ``solver`` command."""
     parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__)
@@ -44,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["float32", "float64"])
     bench.add_argument("--out", default=None, help="folder for the JSON + markdown table")
     bench.set_defaults(func=_bench)
+    validate = sub.add_parser("validate", help="run the physics validation cases and write "
+                              "benchmarks/results/validation-<device>-<date>.md")
+    validate.add_argument("--size", default="ci", choices=["ci", "full"],
+                          help="ci: small CPU sizes; full: GPU sizes with the papers' targets")
+    validate.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    validate.add_argument("--case", nargs="+", default=None, help="case names (default: all)")
+    validate.add_argument("--out", default="benchmarks/results", help="report folder")
+    validate.set_defaults(func=_validate)
     return parser
 
 

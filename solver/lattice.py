@@ -14,7 +14,10 @@ D3Q13 (d'Humieres et al. 2001) keeps the rest and the 12 face-diagonal velocitie
 Tolke & Krafczyk (2008), eq. 1: r, ne, sw, se, nw, te, bw, be, tw, tn, bs, bn, ts. Its weights
 (1/2, 1/24) give the right second moment but not an isotropic fourth moment, so it only runs
 with its own MRT collision (``solver.mrt``). Its nodes form two decoupled sublattices
-(x + y + z even / odd); the tiled layout stores both, i.e. every node of the box.
+(x + y + z even / odd); the tiled layout stores both, i.e. every node of the box: 2 copies x 13
+values = 104 bytes per node in float32 (D3Q19: 152). Tolke & Krafczyk keep one sublattice only
+(52 bytes per node of the box) with a staggered x layout that the cubic tiles do not have; here
+the second sublattice runs the same flow again (a free check: both must agree).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ halfway bounce-back, the post-collision population ``f*_i(x)`` heading into a so
 ``x + c_i`` comes back as ``f*_i(x) - 6 w_i rho_w c_i . u_w``, so the link hands the solid the
 momentum ``c_i (2 f*_i(x) - 6 w_i rho_w c_i . u_w)`` per time step. Summed per label of the
 solid node it gives the force on each object. Links that leave the domain (face walls) are not
-objects and are not counted.
+objects and are not counted. The scheme keeps a tiny period-2 (staggered) oscillation of the
+momentum once excited, so precise balances average the forces of two successive steps.
 """
 
 from __future__ import annotations
@@ -213,12 +214,16 @@ class ConvergenceMonitor:
 
 
 def face_fluxes(problem: Problem, fields: dict[str, np.ndarray]) -> dict[str, float]:
-    """Mass flux (lattice mass / step) out of each non-periodic face; negative = inflow."""
+    """Mass flux (lattice mass / step) out of each open (velocity/pressure) face; < 0 = inflow.
+
+    The flux is summed over the face's node layer, where the Zou-He nodes sit; walls let
+    nothing through and periodic faces have no net flux, so neither is listed.
+    """
     out = {}
-    for name in FACE_NAMES[: 2 * problem.lattice.d]:
-        axis, side = FACE_NAMES.index(name) // 2, FACE_NAMES.index(name) % 2
-        if problem.periodic[axis]:
+    for name, face in problem.faces.items():
+        if face.kind not in ("velocity", "pressure"):
             continue
+        axis, side = FACE_NAMES.index(name) // 2, FACE_NAMES.index(name) % 2
         layer = 0 if side == 0 else fields["rho"].shape[axis] - 1
         rho = np.take(fields["rho"], layer, axis=axis)
         u = np.take(fields["u"][axis], layer, axis=axis)

@@ -78,19 +78,21 @@ class Case:
     run: Callable[[str, str], list[CaseResult]]
     slow: bool
     description: str
+    sizes: tuple[str, ...] = SIZES
 
 
 #: All validation cases by name, in registration order.
 CASES: dict[str, Case] = {}
 
 
-def register(name: str, description: str, slow: bool = False, **params):
-    """Decorator: register ``fn(size, backend, **params)`` as case ``name``."""
+def register(name: str, description: str, slow: bool = False,
+             sizes: tuple[str, ...] = SIZES, **params):
+    """Decorator: register ``fn(size, backend, **params)`` as case ``name`` for ``sizes``."""
     def wrap(fn):
         if name in CASES:
             raise ValueError(f"Validation case {name!r} registered twice.")
         CASES[name] = Case(name, lambda size, backend: fn(size, backend, name=name, **params),
-                           slow, description)
+                           slow, description, tuple(sizes))
         return fn
     return wrap
 
@@ -101,6 +103,9 @@ def run_case(name: str, size: str = "ci", backend: str = "numpy") -> list[CaseRe
         raise ValueError(f"Unknown validation case {name!r}; choose from {', '.join(CASES)}.")
     if size not in SIZES:
         raise ValueError(f"Unknown size {size!r}; use one of {', '.join(SIZES)}.")
+    if size not in CASES[name].sizes:
+        raise ValueError(f"Case {name!r} runs at size {', '.join(CASES[name].sizes)} only "
+                         f"(too long for {size!r}).")
     log.info("validation case %s (%s, %s)", name, size, backend)
     return CASES[name].run(size, backend)
 
