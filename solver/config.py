@@ -116,7 +116,8 @@ class SimulationConfig(param.Parameterized):
     """Physics and numerics of one run, in lattice units."""
 
     lattice = param.Selector(objects=list(LATTICE_NAMES), default="D3Q19",
-                             doc="Velocity set; D2Q9 for 2D geometries, D3Q19/D3Q27 for 3D.")
+                             doc="Velocity set; D2Q9 for 2D geometries, D3Q19/D3Q27 for 3D, "
+                                 "D3Q13 (3D, MRT only, least memory).")
     collision = param.Selector(objects=list(COLLISIONS), default="TRT",
                                doc="BGK (single relaxation time), TRT (two relaxation times) "
                                    "or MRT (moment space; D2Q9, D3Q19, D3Q13).")
@@ -232,7 +233,7 @@ class SimulationConfig(param.Parameterized):
                               f"{self.lattice}: choose BGK or TRT, or another lattice.")
         if self.collision == "MRT":
             try:
-                mrt_rates(self.lattice, self.tau, self.mrt_rates, self.trt_magic)
+                mrt_rates(self.lattice, self.tau, self.mrt_rates)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         elif self.mrt_rates:

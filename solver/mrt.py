@@ -14,22 +14,22 @@ Default rates (1 / time step), overridable per group through ``SimulationConfig.
 =========  ==========================================  =========================================
 lattice    group: rate                                 source
 =========  ==========================================  =========================================
-D2Q9       nu: 1/tau; e: 1.64; eps: 1.54; q: TRT       Lallemand & Luo (2000), s2=1.64, s3=1.54
-D3Q19      nu: 1/tau; e: 1.19; eps: 1.4; pi: 1.4;      d'Humieres et al. (2002), sec. 2
-           q, m: TRT
-D3Q13      nu: 2/(8 nu + 1); nu_off: 2/(4 nu + 1);     Tolke & Krafczyk (2008), eq. 7; e = 1 as
-           e: 1; h: TRT-like (see below)               "a good choice is to set these to one"
+D2Q9       nu: 1/tau; e: 1.64; eps: 1.54; q: 1.2       Lallemand & Luo (2000) for e, eps; q as
+                                                       d'Humieres et al. (2002) give for D3Q19
+D3Q19      nu: 1/tau; e: 1.19; eps: 1.4; q: 1.2;       d'Humieres et al. (2002), sec. 2
+           pi: 1.4; m: 1.98
+D3Q13      nu: 2/(8 nu + 1); nu_off: 2/(4 nu + 1);     Tolke & Krafczyk (2008), eq. 7, and "a
+           e: 1; h: 1                                  good choice is to set these to one"
 =========  ==========================================  =========================================
 
-"TRT" means the odd (energy-flux) rates equal TRT's ``omega_minus`` for the configured magic
-parameter (3/16 by default) instead of the papers' 1.9 / 1.2 / 1.98: it puts halfway
-bounce-back walls where TRT puts them, independent of tau (Ginzburg & d'Humieres 2003). D3Q13
-has no single even rate; its wall position is set by the shear rate ``s'_v`` and the third-order
-rate ``s_h``, and ``(1/s'_v - 1/2)(1/s_h - 1/2) = 4/3 Lambda`` (= 1/4 at the default
-Lambda = 3/16) makes body-force Poiseuille flow exact at every tau (measured; the paper's
-``s_h = 1`` leaves a tau-dependent wall slip of ~0.3 % at 16 nodes).
-Conserved moments (rho, j) get the rate 1/tau; their value drops out of the result because
-``m_j - m_j,eq = -F/2``. So MRT with every rate equal to 1/tau *is* BGK (a test checks it).
+Measured on the Re = 100 cylinder (D2Q9, tau = 0.53, U = 0.1): q = 1.2 runs, q = 1.9 and TRT's
+small odd rate diverge. The odd rates also fix where halfway bounce-back puts a wall; with the
+papers' rates it moves with tau as for BGK. :func:`magic_rates` gives the odd rates that make
+it tau independent (TRT's ``omega_minus`` for q and m; for D3Q13
+``(1/s_nu_off - 1/2)(1/s_h - 1/2) = 4/3 Lambda``, found by measuring plane Poiseuille flow) —
+use them, or TRT, for permeability. Conserved moments (rho, j) get the rate 1/tau; their value
+drops out because ``m_j - m_j,eq = -F/2``. So MRT with every rate equal to 1/tau *is* BGK (a
+test checks it).
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ from .collision import relaxation
 from .lattice import Lattice
 from .moments import MRT_LATTICES, equilibrium_matrix, moment_basis, pair_index
 
-__all__ = ["MRTRates", "mrt_rates", "default_group_rates", "collide", "operator"]
+__all__ = ["MRTRates", "mrt_rates", "default_group_rates", "magic_rates", "collide",
+           "operator"]
 
 _PAPER_RATES = {
-    "D2Q9": {"e": 1.64, "eps": 1.54},
-    "D3Q19": {"e": 1.19, "eps": 1.4, "pi": 1.4},
-    "D3Q13": {"e": 1.0},
+    "D2Q9": {"e": 1.64, "eps": 1.54, "q": 1.2},
+    "D3Q19": {"e": 1.19, "eps": 1.4, "q": 1.2, "pi": 1.4, "m": 1.98},
+    "D3Q13": {"e": 1.0, "h": 1.0},
 }
-_ODD_GROUPS = {"D2Q9": ("q",), "D3Q19": ("q", "m"), "D3Q13": ()}
 
 
 @dataclass(frozen=True)
@@ -61,27 +61,28 @@ class MRTRates:
     s: tuple[float, ...]
 
 
-def default_group_rates(lattice: str, tau: float, magic: float = 3 / 16) -> dict[str, float]:
+def default_group_rates(lattice: str, tau: float) -> dict[str, float]:
     """Default rate of each relaxation group of ``lattice`` at relaxation time ``tau``."""
-    basis = moment_basis(lattice)
     nu = (tau - 0.5) / 3.0
     rates = {"rho": 1.0 / tau, "j": 1.0 / tau}
     rates.update(_PAPER_RATES[lattice])
     if lattice == "D3Q13":
-        s_off = 2.0 / (4.0 * nu + 1.0)
-        rates.update(nu=2.0 / (8.0 * nu + 1.0), nu_off=s_off,
-                     h=1.0 / (4.0 / 3.0 * magic / (1.0 / s_off - 0.5) + 0.5))
+        rates.update(nu=2.0 / (8.0 * nu + 1.0), nu_off=2.0 / (4.0 * nu + 1.0))
     else:
         rates["nu"] = 1.0 / tau
-    odd = relaxation("TRT", tau, magic).omega_minus
-    rates.update({g: odd for g in _ODD_GROUPS[lattice]})
-    missing = set(basis.group_names()) - set(rates)
-    assert not missing, missing
     return rates
 
 
-def mrt_rates(lattice: str, tau: float, overrides: dict[str, float] | None = None,
-              magic: float = 3 / 16) -> MRTRates:
+def magic_rates(lattice: str, tau: float, magic: float = 3 / 16) -> dict[str, float]:
+    """Odd-moment rates that put bounce-back walls where TRT with ``magic`` puts them."""
+    if lattice == "D3Q13":
+        s_off = default_group_rates(lattice, tau)["nu_off"]
+        return {"h": 1.0 / (4.0 / 3.0 * magic / (1.0 / s_off - 0.5) + 0.5)}
+    odd = relaxation("TRT", tau, magic).omega_minus
+    return {g: odd for g in ("q", "m") if g in moment_basis(lattice).group_names()}
+
+
+def mrt_rates(lattice: str, tau: float, overrides: dict[str, float] | None = None) -> MRTRates:
     """Per-row rates for ``lattice``: defaults at ``tau`` updated by ``overrides`` (group: rate).
 
     Raises ValueError for a lattice without MRT, an unknown group or a rate outside (0, 2).
@@ -89,7 +90,7 @@ def mrt_rates(lattice: str, tau: float, overrides: dict[str, float] | None = Non
     if lattice not in MRT_LATTICES:
         raise ValueError(f"MRT is available for {', '.join(MRT_LATTICES)}, not {lattice}; "
                          "choose BGK or TRT.")
-    rates = default_group_rates(lattice, tau, magic)
+    rates = default_group_rates(lattice, tau)
     basis = moment_basis(lattice)
     for group, value in (overrides or {}).items():
         if group not in rates or group in ("rho", "j"):

@@ -66,7 +66,7 @@ class Problem:
         offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
         tiling = Tiling.build(solid, config.tile_edge, offset)
         if config.collision == "MRT":
-            rates = mrt_rates(config.lattice, config.tau, config.mrt_rates, config.trt_magic)
+            rates = mrt_rates(config.lattice, config.tau, config.mrt_rates)
         else:
             rates = relaxation(config.collision, config.tau, config.trt_magic)
         return cls(

@@ -23,7 +23,7 @@ from .shapes import cylinder_2d, equivalent_diameter, pipe_with_sphere
 __all__ = ["sphere_drag_reference", "sphere_pipe", "cylinder_strouhal", "strouhal"]
 
 _PIPE = {"ci": dict(pipe=24, length=96), "full": dict(pipe=64, length=256)}
-_PIPE_TOL = {"ci": 0.06, "full": 0.02}
+_PIPE_TOL = {"ci": 0.04, "full": 0.02}
 _CYLINDER = {"ci": dict(d=10, nx=220, ny=80), "full": dict(d=40, nx=880, ny=320)}
 
 
@@ -39,7 +39,7 @@ def sphere_drag_reference(re: float, ratio: float) -> float:
 @register("sphere_pipe_re1_d3q13", "Same with the paper's D3Q13 MRT (both sublattices)",
           slow=True, lattice="D3Q13", collision="MRT")
 @register("sphere_pipe_re1", "Sphere moving in a pipe at Re = 1, d/D = 0.5, D3Q19 TRT: drag "
-          "vs Schiller-Naumann + Haberman-Sayre (CI 6 %, GPU size 2 %)", slow=True,
+          "vs Schiller-Naumann + Haberman-Sayre (CI 4 %, GPU size 2 %)", slow=True,
           lattice="D3Q19", collision="TRT")
 def sphere_pipe(size: str, backend: str, name: str, lattice: str,
                 collision: str) -> list[CaseResult]:
@@ -52,7 +52,7 @@ def sphere_pipe(size: str, backend: str, name: str, lattice: str,
     nu = (tau - 0.5) / 3.0
     u0 = nu / d  # Re = 1 with the equivalent diameter
     config = SimulationConfig(lattice=lattice, collision=collision, tau=tau,
-                              precision="float64", backend=backend, x_min="velocity",
+                              precision="float32", backend=backend, x_min="velocity",
                               x_min_value=u0, x_max="pressure", y_min="wall", y_max="wall",
                               z_min="wall", z_max="wall", object_velocities={2: (u0, 0, 0)})
     timer = Timer()
@@ -90,6 +90,20 @@ def _steady_drag(sim: Simulation, every: int, tol: float, max_steps: int) -> tup
     return drag, change
 
 
+def _potential_flow(nx: int, ny: int, x0: float, y0: float, d: float, u0: float):
+    """Potential flow (2, nx, ny) past the cylinder plus a cross-flow blob in its wake.
+
+    A smooth start avoids the strong start-up pressure waves that a uniform field or an
+    impulsive inlet send into the (weakly damped, tau ~ 0.53) outlet; the blob breaks the
+    symmetry so that shedding starts at once.
+    """
+    x, y = np.meshgrid(np.arange(nx) - x0, np.arange(ny) - y0, indexing="ij")
+    r2 = (d / 2) ** 2
+    r4 = np.maximum((x * x + y * y) ** 2, r2 * r2)
+    blob = 0.2 * u0 * np.exp(-((x - d) ** 2 + y**2) / d**2)
+    return np.stack([u0 * (1 - r2 * (x * x - y * y) / r4), -2 * u0 * r2 * x * y / r4 + blob])
+
+
 def strouhal(lift: np.ndarray, every: int, diameter: float, speed: float) -> float:
     """Strouhal number from a lift series sampled every ``every`` steps (mean period)."""
     x = lift - lift.mean()
@@ -118,15 +132,12 @@ def cylinder_strouhal(size: str, backend: str, name: str) -> list[CaseResult]:
                               y_max="velocity", y_max_value=(u0, 0.0))
     timer = Timer()
     sim = Simulation(type("Geometry", (), {"solid": solid, "labels": labels})(), config)
-    # A cross-flow blob behind the cylinder breaks the symmetry so shedding starts at once.
-    x, y = np.meshgrid(np.arange(nx), np.arange(ny), indexing="ij")
-    blob = np.exp(-((x - x0 - d) ** 2 + (y - y0) ** 2) / d**2)
-    start_flow(sim, np.stack([np.full((nx, ny), u0), 0.2 * u0 * blob]))
+    start_flow(sim, _potential_flow(nx, ny, x0, y0, d, u0))
     period = d / (0.18 * u0)
     every = max(1, int(period / 40))
-    sim.step(int(12 * period))
+    sim.step(int(8 * period))
     lift = []
-    for _ in range(int(8 * period / every)):
+    for _ in range(int(5 * period / every)):
         sim.step(every)
         lift.append(sim.forces(axis=0)[1].lift)
     lift = np.array(lift)
