@@ -37,7 +37,7 @@ class ChunkBoundary:
     """Boundary work of one chunk: Ladd links (direction, local node, value) and Zou-He nodes."""
 
     ladd: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-    zou_he: list[tuple[ZouHeFace, np.ndarray]] = field(default_factory=list)
+    zou_he: list[tuple[ZouHeFace, np.ndarray | slice]] = field(default_factory=list)
 
 
 @dataclass
@@ -73,7 +73,9 @@ def _chunk_boundaries(problem: Problem, chunks: list[slice]) -> list[ChunkBounda
                            links.value[lo:hi])
         for zf, nodes in zip(faces, zou_nodes, strict=True):
             lo, hi = np.searchsorted(nodes, [chunk.start, chunk.stop])
-            if hi > lo:
+            if hi - lo == chunk.stop - chunk.start:
+                cb.zou_he.append((zf, slice(None)))  # the whole chunk: no index copy
+            elif hi > lo:
                 cb.zou_he.append((zf, nodes[lo:hi] - chunk.start))
         out.append(cb)
     return out
@@ -92,8 +94,13 @@ class NumpyBackend:
         """Initialise both copies at rest equilibrium and build the pull table."""
         f0 = problem.initial_populations().astype(problem.dtype)
         f = np.stack([f0, f0.copy()])
-        n = problem.pull_table.n_fluid
-        chunks = [slice(s, min(s + CHUNK_NODES, n)) for s in range(0, n, CHUNK_NODES)]
+        table = problem.pull_table
+        # Nodes of one type are contiguous (Zou-He faces last): chunks never mix types.
+        types = problem.boundary.node_type[table.tile, table.node]
+        edges = [0, *np.flatnonzero(np.diff(types)) + 1, table.n_fluid]
+        chunks = [slice(s, min(s + CHUNK_NODES, hi))
+                  for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+                  for s in range(lo, hi, CHUNK_NODES)]
         return NumpyState(problem=problem, f=f, chunks=chunks,
                           boundaries=_chunk_boundaries(problem, chunks))
 
