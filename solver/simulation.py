@@ -9,6 +9,7 @@ All quantities are in lattice units.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -133,6 +134,20 @@ class Simulation:
         if not 0 <= axis < 3 or not 0 <= index < data.shape[axis]:
             raise ValueError(f"Slice axis {axis} index {index} is outside shape {data.shape}.")
         return np.take(data, index, axis=axis)
+
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint (populations in the storage dtype, config, mask hash) atomically."""
+        from .io import save_simulation
+
+        return save_simulation(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, geometry: Any, backend: Backend | str | None = None,
+             ) -> Simulation:
+        """Continue from a checkpoint on ``geometry``; refuses another geometry's checkpoint."""
+        from .io import load_simulation
+
+        return load_simulation(path, geometry, backend)
 
     def close(self) -> None:
         """Free the backend state (device memory)."""
