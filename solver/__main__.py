@@ -46,6 +46,9 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, MemoryError, OSError) as exc:  # user errors: case, config, geometry
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("Interrupted before the run started; nothing was written.", file=sys.stderr)
+        return 130
     outcome = run.execute(progress=not args.quiet)
     s = outcome.summary
     print(f"{s['case']}: {outcome.status} after {s['steps']} steps in {s['run_seconds']:.1f} s "
@@ -53,8 +56,9 @@ def _run(args: argparse.Namespace) -> int:
     if s.get("permeability") is not None:
         extra = (f" = {s['permeability_m2']:.4g} m^2 = {s['permeability_mD']:.4g} mD"
                  if s.get("permeability_m2") is not None else "")
+        residual = f"{s['residual']:.3g}" if s.get("residual") is not None else "n/a"
         print(f"permeability k = {s['permeability']:.6g} (lattice units){extra}, "
-              f"residual {s['residual'] if s['residual'] is not None else 'n/a'}")
+              f"residual {residual}")
     print(f"outputs in {run.out}")
     if outcome.exit_code != EXIT_OK:
         print(f"error: {outcome.message}" if outcome.exit_code != 130 else outcome.message,

@@ -99,14 +99,24 @@ def load_case(path: str | Path) -> Case:
         text = path.read_text()
     except OSError as exc:
         raise CaseError(f"Cannot read case file {path}: {exc.strerror}; check the path.") from exc
+    is_json = path.suffix.lower() == ".json"
     try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if is_json else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise CaseError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                        f"{exc}. Fix the syntax at the position shown.") from exc
+        raise CaseError(f"{path} is not valid {'JSON' if is_json else 'YAML'}: "
+                        f"{_syntax_error(exc)}; fix the syntax there.") from exc
     case = parse_case(data, base=path.parent, source=str(path), default_name=path.stem)
     case.path = path
     return case
+
+
+def _syntax_error(exc: Exception) -> str:
+    """One line: where the parser stopped and why."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
 
 
 def parse_case(data: Any, base: Path = Path("."), source: str = "case",
@@ -243,13 +253,23 @@ def _tuples(values: dict) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
 
 
+def _generator_names(module) -> list[str]:
+    """Public functions of ``module`` that return a VoxelGeometry."""
+    names = []
+    for name in getattr(module, "__all__", []):
+        func = getattr(module, name)
+        if callable(func) and "VoxelGeometry" in str(inspect.signature(func).return_annotation):
+            names.append(name)
+    return sorted(names)
+
+
 def load_geometry(spec: GeometrySpec):
     """Build the VoxelGeometry a spec names (loads a file, a sample, or calls a generator)."""
     import geometries
     from geometries import generators, samples
 
     if spec.source == "generator":
-        names = sorted(getattr(generators, "__all__", []))
+        names = _generator_names(generators)
         if spec.target not in names:
             raise CaseError(f"Unknown generator {spec.target!r}; choose one of {names}.")
         func = getattr(generators, spec.target)
@@ -264,10 +284,9 @@ def load_geometry(spec: GeometrySpec):
             valid = list(samples.list_samples())
             if spec.target not in valid:
                 raise CaseError(f"Unknown sample {spec.target!r}; choose one of {valid}.")
-            path = samples.sample_path(spec.target)
+            geometry = samples.load_sample(spec.target, **spec.options)
         else:
-            path = spec.target
-        geometry = geometries.load(path, **spec.options)
+            geometry = geometries.load(spec.target, **spec.options)
     if spec.voxel_size is not None or spec.origin is not None:
         geometry = geometries.VoxelGeometry(
             geometry.solid,

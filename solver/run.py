@@ -100,11 +100,10 @@ class _Interrupt:
         return self
 
     def _handle(self, signum, frame) -> None:
+        # Only set the flag: logging from a signal handler can deadlock on the logging lock.
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        log.warning("Interrupted: writing a checkpoint after the current steps "
-                    "(Ctrl-C again aborts without one).")
 
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
@@ -161,7 +160,10 @@ class HeadlessRun:
             with _Interrupt() as interrupt:
                 status = self._loop(bar, interrupt)
         except DivergenceError as exc:
-            return self._finish("diverged", EXIT_DIVERGED, str(exc), t0, checkpoint=False)
+            kept = (f" The last good checkpoint {self.checkpoint_path} was kept."
+                    if self.checkpoint_path.exists() else "")
+            return self._finish("diverged", EXIT_DIVERGED,
+                                f"Step {self.sim.time_step}: {exc}{kept}", t0, checkpoint=False)
         except KeyboardInterrupt:
             return self._finish("aborted", EXIT_INTERRUPTED, "Aborted by a second Ctrl-C; the "
                                 "last checkpoint was kept.", t0, checkpoint=False)
@@ -182,6 +184,8 @@ class HeadlessRun:
             step = self.sim.time_step
             u = self._observe()  # raises DivergenceError before anything is written
             if interrupt.requested:
+                log.warning("Interrupted at step %d: writing a checkpoint (Ctrl-C again aborts "
+                            "without one).", step)
                 return "interrupted"
             if step % c.output_interval == 0 or step == c.max_steps:
                 if self._output(u, bar):

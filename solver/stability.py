@@ -95,17 +95,23 @@ def assess(
 ) -> StabilityReport:
     """Estimate the peak speed of ``config`` on ``solid`` (True = solid); list refusals/warnings.
 
-    ``steps`` caps the estimate at ``F * steps`` (the flow starts from rest).
+    ``steps`` caps the estimate at ``F * steps`` (the flow starts from rest). Raises
+    ConfigError if the config does not fit the geometry's dimension.
     """
+    config.check(solid.ndim)  # lattice dimension and face pairs first: the rest relies on them
     ndim = solid.ndim
     force = np.asarray(config.body_force[:ndim], dtype=float)
     flow_axis = int(np.argmax(np.abs(force)))
-    size = pore_size(solid, flow_axis, config.periodic_axes()) if ndim > 1 else math.inf
+    size = pore_size(solid, flow_axis, config.periodic_axes())
     magnitude = float(np.linalg.norm(force))
     u = estimate_max_velocity(magnitude, config.tau, size, steps) if magnitude else 0.0
     report = StabilityReport(pore_size=size, u_estimate=u, mach=u / CS)
-    where = (f"estimated peak speed {u:.3g} (Poiseuille F H^2/(8 nu) with |F| = {magnitude:.3g}, "
-             f"pore size H = {size:.3g} nodes, nu = {config.viscosity:.3g})")
+    if steps is not None and u == magnitude * steps:
+        how = f"free acceleration F t over {steps} steps"
+    else:
+        how = f"Poiseuille F H^2/(8 nu), pore size H = {size:.3g} nodes"
+    where = (f"estimated peak speed {u:.3g} ({how}, |F| = {magnitude:.3g}, "
+             f"nu = {config.viscosity:.3g})")
     if report.mach > MAX_MACH:
         report.errors.append(
             f"Lattice Mach number {report.mach:.3g} > {MAX_MACH}: {where}. Reduce the body force "
