@@ -143,6 +143,7 @@ class HeadlessRun:
         restore(self.sim, checkpoint)
         self.u_prev = checkpoint.extra.get("u_prev")
         self.wall = float(checkpoint.extra.get("wall_s", 0.0))
+        self.last = dict(checkpoint.extra.get("last") or {})
         self._interval = (self.sim.time_step, self.sim.metrics.seconds)
         log.info("Resumed %s at step %d.", path, self.sim.time_step)
 
@@ -250,7 +251,7 @@ class HeadlessRun:
         return 0 < self.controls.convergence and residual < self.controls.convergence
 
     def _checkpoint(self) -> None:
-        extra = {"u_prev": self.u_prev, "wall_s": self.wall}
+        extra = {"u_prev": self.u_prev, "wall_s": self.wall, "last": self.last}
         write_checkpoint(self.checkpoint_path, checkpoint_of(self.sim, extra))
         log.debug("Checkpoint at step %d.", self.sim.time_step)
 

@@ -180,3 +180,16 @@ def test_ctrl_c_writes_checkpoint_and_resume_is_bitwise_identical(tmp_path):
     with open(history, newline="") as fh:
         steps = [int(r["step"]) for r in csv.DictReader(fh)]
     assert steps == sorted(set(steps)) and steps[-1] == target
+
+
+def test_resume_at_the_step_limit_adds_no_duplicate_row(tmp_path):
+    path = channel_case(tmp_path, run={"max_steps": 100, "output_interval": 50, "vti": False})
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--output", str(out), "--quiet"]) == 0
+    first = json.loads((out / "summary.json").read_text())
+    assert main(["run", str(path), "--output", str(out), "--resume",
+                 str(out / "checkpoint.npz"), "--quiet"]) == 0
+    with open(out / "history.csv", newline="") as fh:
+        assert [int(r["step"]) for r in csv.DictReader(fh)] == [50, 100]
+    again = json.loads((out / "summary.json").read_text())
+    assert again["steps"] == 100 and again["permeability"] == first["permeability"]
