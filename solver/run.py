@@ -131,6 +131,8 @@ class HeadlessRun:
         self.wall = 0.0
         self.last: dict[str, Any] = {}
         self._interval = (0, 0.0)  # (steps, solver seconds) at the previous output
+        self.check_seconds = 0.0
+        self._slow_warned = False
 
     @property
     def checkpoint_path(self) -> Path:
@@ -212,8 +214,16 @@ class HeadlessRun:
     def _observe(self) -> np.ndarray:
         """Fluid velocities (d, n_fluid) of the current state; DivergenceError if unhealthy."""
         p = self.sim.problem
-        return check_populations(self.sim.populations(), p.tiling.solid, p.lattice, p.force,
-                                 p.incompressible, self.case.config.tau, self.controls.u_limit)
+        tic = time.perf_counter()
+        u = check_populations(self.sim.populations(), p.tiling.solid, p.lattice, p.force,
+                              p.incompressible, self.case.config.tau, self.controls.u_limit)
+        self.check_seconds += time.perf_counter() - tic
+        if not self._slow_warned and self.check_seconds > 0.2 * max(self.wall, 1.0):
+            # A host read-back per check can cost more than the steps on a fast GPU.
+            self._slow_warned = True
+            log.warning("Divergence checks take %.0f s of %.0f s stepping; raise "
+                        "run.check_interval.", self.check_seconds, self.wall)
+        return u
 
     def _output(self, u: np.ndarray, bar: tqdm) -> bool:
         """Write the CSV row (and .vti); return whether the run has converged."""
@@ -269,7 +279,8 @@ class HeadlessRun:
         summary = {
             "case": self.case.name, "status": status, "exit_code": code, "message": message,
             "steps": sim.time_step, "run_seconds": round(seconds, 3),
-            "solver_seconds": round(m.seconds, 3), "mflups": m.mflups_mean,
+            "solver_seconds": round(m.seconds, 3), "check_seconds": round(self.check_seconds, 3),
+            "mflups": m.mflups_mean,
             "eta_t": sim.tiling.eta_t, "fluid_nodes": sim.problem.n_fluid,
             "n_tiles": sim.tiling.n_tiles, "shape": list(sim.solid.shape),
             "porosity": sim.problem.n_fluid / sim.solid.size, "backend": sim.backend.name,
