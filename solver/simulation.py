@@ -135,6 +135,12 @@ class Simulation:
             raise ValueError(f"Slice axis {axis} index {index} is outside shape {data.shape}.")
         return np.take(data, index, axis=axis)
 
+    def close(self) -> None:
+        """Free the backend state (device memory)."""
+        if self.state is not None:
+            self.backend.release(self.state)
+            self.state = None
+
     def save(self, path: str | Path) -> Path:
         """Write a checkpoint (populations in the storage dtype, config, mask hash) atomically."""
         from .io import save_simulation
@@ -148,9 +154,3 @@ class Simulation:
         from .io import load_simulation
 
         return load_simulation(path, geometry, backend)
-
-    def close(self) -> None:
-        """Free the backend state (device memory)."""
-        if self.state is not None:
-            self.backend.release(self.state)
-            self.state = None
