@@ -1,4 +1,4 @@
-"""Command line: ``python -m solver bench``, ``python -m solver run CASE`` (more join later)."""
+"""Command line: ``python -m solver bench`` (more subcommands join as they are built)."""
 
 from __future__ import annotations
 
