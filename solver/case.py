@@ -178,6 +178,8 @@ def _coerce(spec: param.Parameter, value: Any) -> Any:
         if spec.length == 3 and len(items) == 2:
             items.append(0.0)  # 2D cases may give (Fx, Fy)
         return tuple(items)
+    if isinstance(spec, param.Dict) and isinstance(value, dict):  # JSON keys are text: "1" -> 1
+        return {int(k) if str(k).lstrip("-").isdigit() else k: v for k, v in value.items()}
     if isinstance(spec, param.Integer) and isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(spec, param.Number) and not isinstance(spec, param.Integer):

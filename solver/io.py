@@ -27,7 +27,8 @@ import numpy as np
 from .config import SimulationConfig
 
 __all__ = [
-    "CheckpointError", "Checkpoint", "mask_hash", "config_values", "config_differences",
+    "CheckpointError", "Checkpoint", "mask_hash", "config_values", "config_from_values",
+    "config_differences",
     "atomic_write", "write_checkpoint", "read_checkpoint", "checkpoint_of", "restore",
     "save_simulation", "load_simulation", "write_vti", "write_json", "CsvLog",
 ]
@@ -67,9 +68,23 @@ def mask_hash(solid: np.ndarray) -> str:
 
 
 def config_values(config: SimulationConfig) -> dict[str, Any]:
-    """The config's parameter values as JSON-ready data (tuples become lists)."""
-    values = {k: v for k, v in config.param.values().items() if k != "name"}
-    return json.loads(json.dumps(values))
+    """The config's parameter values as JSON-ready data (param's JSON serialisation)."""
+    values = json.loads(config.param.serialize_parameters())
+    values.pop("name", None)
+    return values
+
+
+def config_from_values(values: dict[str, Any]) -> SimulationConfig:
+    """Rebuild a config from :func:`config_values` (JSON object keys "1" become labels 1)."""
+    restored = SimulationConfig.param.deserialize_parameters(json.dumps(values))
+    for key, value in restored.items():
+        if isinstance(value, dict):
+            restored[key] = {_label(k): v for k, v in value.items()}
+    return SimulationConfig(**restored)
+
+
+def _label(key: str) -> int | str:
+    return int(key) if key.lstrip("-").isdigit() else key
 
 
 def config_differences(saved: dict[str, Any], config: SimulationConfig) -> list[str]:
@@ -187,9 +202,8 @@ def load_simulation(path: str | Path, geometry: Any, backend: Any = None):
     from .simulation import Simulation
 
     checkpoint = read_checkpoint(path)
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint.config.items()}
     try:
-        config = SimulationConfig(**values)
+        config = config_from_values(checkpoint.config)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"The configuration in {path} is not valid here: {exc}") from exc
     sim = Simulation(geometry, config, backend)

@@ -4,6 +4,7 @@ export read back by pyvista, CSV history truncation on resume."""
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -160,3 +161,12 @@ def test_csv_log_keeps_rows_up_to_the_resumed_step(tmp_path):
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["step"], r["value"]) for r in rows] == [("10", "1.0"), ("20", "2.0"), ("30", "")]
+
+
+def test_config_survives_json_with_its_types():
+    original = config("float32", tile_edge=2, body_force=(1e-5, -2e-6, 3e-7))
+    back = sio.config_from_values(json.loads(json.dumps(sio.config_values(original))))
+    assert back.param.values().keys() == original.param.values().keys()
+    for key, value in original.param.values().items():
+        if key != "name":
+            assert getattr(back, key) == value and type(getattr(back, key)) is type(value), key
