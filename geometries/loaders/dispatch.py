@@ -12,7 +12,7 @@ import functools
 import inspect
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import PurePath
 
 from ..errors import GeometryError
@@ -71,10 +71,10 @@ def load(
         raise GeometryError("The geometry source is empty (0 bytes). Upload a non-empty file.")
     fmt = _choose_format(payload, format, filename)
     loader = FORMATS[fmt]
-    _check_options(fmt, loader, options)
-    if "name" not in options:
+    params = _check_options(fmt, loader, options)
+    if "name" not in options and params["name"].default == "":
         options["name"] = _default_name(payload, filename, fmt)
-    logger.info("loading %s geometry %r", fmt, options["name"])
+    logger.info("loading %s geometry from %s", fmt, filename or payload.path or "bytes")
     return loader(payload, **options)
 
 
@@ -106,8 +106,10 @@ def _normalise(name: str) -> str:
     return _ALIASES.get(key, key)
 
 
-def _check_options(fmt: str, loader: Loader, options: dict[str, object]) -> None:
-    """Refuse options the chosen loader does not take."""
+def _check_options(
+    fmt: str, loader: Loader, options: dict[str, object]
+) -> Mapping[str, inspect.Parameter]:
+    """Return the loader's parameters; refuse options the chosen loader does not take."""
     params = inspect.signature(loader).parameters
     allowed = sorted(
         p for p, spec in params.items() if spec.kind is inspect.Parameter.KEYWORD_ONLY
@@ -118,6 +120,7 @@ def _check_options(fmt: str, loader: Loader, options: dict[str, object]) -> None
         raise GeometryError(
             f"Option(s) {unknown} do not apply to {fmt} files; valid options: {allowed}."
         )
+    return params
 
 
 def _default_name(payload: Payload, filename: str | None, fmt: str) -> str:

@@ -75,12 +75,23 @@ def load_vtk_image(
 def _read_image(payload: Payload, format: str) -> pv.ImageData:
     """Read the file with VTK, turning VTK errors into GeometryError."""
     with parse_errors(format.upper()):
-        with pv.VtkErrorCatcher(raise_errors=True, send_to_logging=False):
+        # VTK reports bad files on stderr and through its output window; both become the
+        # GeometryError raised here instead.
+        with (
+            pv.vtk_verbosity("off"),
+            pv.VtkErrorCatcher(raise_errors=True, send_to_logging=False) as catcher,
+        ):
             if payload.path is not None and payload.path.suffix.lower() == f".{format}":
                 image = pv.get_reader(str(payload.path)).read()
             else:
                 with temporary_copy(payload.data, f".{format}") as path:
                     image = pv.get_reader(str(path)).read()
+    if catcher.warning_events:
+        # Readers only warn about, e.g., binary data cut short; the image would be wrong.
+        raise GeometryError(
+            f"VTK could not read the {format} file cleanly ({catcher.warning_events[0].alert}). "
+            "Check that the file is complete and valid."
+        )
     if not isinstance(image, pv.ImageData):
         raise GeometryError(
             f"The {format} file holds a {type(image).__name__}, not an image. "
@@ -137,6 +148,12 @@ def _check_header(head: bytes, format: str, max_voxels: int, *, uploaded: bool) 
         dims = _numbers(_field(text, r"^DIMENSIONS[ \t]+([^\r\n]*)", "DIMENSIONS", format))
     elif format == "nrrd":
         dims = _numbers(_field(text, r"^sizes:[ \t]*([^\r\n]*)", "sizes", format))
+        if len(dims) > 3 or (dims and dims[0] <= 9):
+            # VTK's NRRD reader guesses that such a first axis holds vector components.
+            raise GeometryError(
+                f"The NRRD image has sizes {dims}; VTK reads a first axis of 9 or fewer samples "
+                "(or a 4th axis) as colour/vector components. Save it as .mha, .vti or .tif."
+            )
         if uploaded and re.search(r"^data ?file:", text, re.MULTILINE | re.IGNORECASE):
             raise GeometryError(
                 "The uploaded NRRD header refers to a separate data file, which cannot be "

@@ -31,7 +31,7 @@ def npy_bytes(array: np.ndarray) -> bytes:
 def tiff_bytes(zyx: np.ndarray) -> bytes:
     """Return a (z, y, x) or (y, x) array as TIFF bytes."""
     buffer = io.BytesIO()
-    tifffile.imwrite(buffer, zyx)
+    tifffile.imwrite(buffer, zyx, photometric="minisblack")
     return buffer.getvalue()
 
 
