@@ -83,8 +83,10 @@ def test_errors_say_what_to_do(call, fragment):
 
 def test_truncated_files_raise_geometry_error(tmp_path):
     for fmt, data in _samples(tmp_path).items():
-        # (A TIFF cut inside its final next-page pointer still holds the whole image.)
-        for cut in (1, len(data) // 2, len(data) - 13):
+        cuts = [1, len(data) // 4, len(data) // 2]
+        if fmt != "tiff":  # a TIFF ends in optional tags; cutting those loses no voxel
+            cuts.append(len(data) - 13)
+        for cut in cuts:
             with pytest.raises(GeometryError):
                 geometries.load(data[:cut], format=fmt.split("-")[0])
 
