@@ -1,0 +1,212 @@
+"""CuPy backend: the tiled stream-collide kernel of the paper on an NVIDIA GPU.
+
+The only module that imports CuPy. Kernels come from :mod:`solver.backends.gpu_kernels` as
+CUDA C++ text, are compiled by NVRTC through ``cupy.RawModule`` once per variant (and cached on
+disk by CuPy), and run on two device copies ``f[copy][tile][i][slot]`` whose in-tile slots follow
+the configured layout; :meth:`CupyBackend.populations` returns them in XYZ order like every
+backend. Step times are CUDA-event times. :meth:`CupyBackend.probe` runs the paper's
+read/write-only and propagation-only kernels (section 4.1) on the same state for the benchmark.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from functools import cache
+
+import cupy as cp
+import numpy as np
+
+from ..collision import equilibrium
+from ..problem import Problem
+from .base import DeviceInfo
+from .gpu_kernels import KernelVariant, kernel_source
+from .gpu_tables import (
+    check_tile_shape,
+    device_tables,
+    geometry_args,
+    launch_shape,
+    physics_args,
+    slot_table,
+)
+
+__all__ = ["CupyBackend", "CupyState", "probe_device", "compile_kernel", "copy_bandwidth"]
+
+log = logging.getLogger(__name__)
+
+#: cudaDeviceAttr values (CUDA 13 dropped the matching cudaDeviceProp fields).
+_ATTR_MEMORY_CLOCK_KHZ, _ATTR_BUS_WIDTH_BITS = 36, 37
+_NVRTC_OPTIONS = ("-std=c++17",)
+
+
+def probe_device() -> tuple[bool, str]:
+    """Whether a CUDA device is usable through CuPy, and a reason or its name."""
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+        if count < 1:
+            return False, "no CUDA device was found"
+        cp.zeros(1, dtype=np.float32).sum().get()
+        return True, _device_name()
+    except Exception as exc:  # a missing driver surfaces as several CUDA/CuPy error types
+        return False, f"CUDA is not usable ({exc.__class__.__name__}: {exc})"
+
+
+def _device_name() -> str:
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+@cache
+def _compiled(variant: KernelVariant, device: int):
+    module = cp.RawModule(code=kernel_source(variant), options=_NVRTC_OPTIONS)
+    return module.get_function(variant.name)
+
+
+def compile_kernel(variant: KernelVariant):
+    """The compiled kernel of ``variant`` on the current device (compiled once, cached)."""
+    return _compiled(variant.canonical(), cp.cuda.Device().id)
+
+
+@cache
+def copy_bandwidth(device: int = 0, nbytes: int = 1 << 30, repeats: int = 10) -> float:
+    """Measured device-to-device copy bandwidth, bytes read + written per second (cached)."""
+    with cp.cuda.Device(device):
+        free = cp.cuda.runtime.memGetInfo()[0]
+        nbytes = int(min(nbytes, free // 8)) // 1024 * 1024
+        src = cp.full(nbytes // 4, 1.5, dtype=np.float32)
+        dst = cp.empty_like(src)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        times = []
+        for k in range(repeats + 2):
+            start.record()
+            dst[...] = src
+            end.record()
+            end.synchronize()
+            if k >= 2:  # warm-up copies stay out of the numbers
+                times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+        del src, dst
+        return 2.0 * nbytes / float(np.median(times))
+
+
+@dataclass
+class CupyState:
+    """Device arrays of one run; ``current`` is the copy holding the latest populations."""
+
+    problem: Problem
+    f: cp.ndarray = field(repr=False)
+    tables: dict = field(repr=False)
+    slots: cp.ndarray = field(repr=False)
+    int_args: list = field(repr=False)
+    real_args: list = field(repr=False)
+    current: int = 0
+    launches: dict = field(default_factory=dict, repr=False)
+    views: tuple = field(default=(), repr=False)
+
+    def copies(self) -> tuple[cp.ndarray, cp.ndarray]:
+        """(source, destination) copies of the next step."""
+        if not self.views:  # two fixed views: slicing on every launch costs host time
+            self.views = (self.f[0], self.f[1])
+        return self.views[self.current], self.views[1 - self.current]
+
+
+class CupyBackend:
+    """Tiled fused stream-collide on the GPU (float32 or float64 storage and arithmetic)."""
+
+    name = "cupy"
+
+    def allocate(self, problem: Problem) -> CupyState:
+        """Upload the tiling tables and set both copies to the rest equilibrium."""
+        lat, tiling = problem.lattice, problem.tiling
+        check_tile_shape(lat.name, tiling.a, problem.tiles_per_block)
+        tables = {k: cp.asarray(v) for k, v in device_tables(problem).items()}
+        # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
+        feq = equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)), lat,
+                          problem.incompressible)[:, 0].astype(problem.dtype)
+        f = cp.empty((2, tiling.n_tiles, lat.q, tiling.nodes_per_tile), dtype=problem.dtype)
+        f[...] = cp.asarray(feq)[None, None, :, None]
+        slots = cp.asarray(slot_table(lat.name, problem.layout, tiling.a))
+        return CupyState(problem=problem, f=f, tables=tables, slots=slots,
+                         int_args=geometry_args(problem), real_args=physics_args(problem))
+
+    def _launch(self, state: CupyState, mode: str, tiles_per_block: int) -> None:
+        key = (mode, tiles_per_block)
+        if key not in state.launches:  # resolve once: launches must stay cheap on the host
+            kernel = compile_kernel(KernelVariant.for_problem(state.problem, mode))
+            blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode)
+            t = state.tables
+            tail = (t["types"], t["tiles"], t["tile_map"], *state.int_args, *state.real_args)
+            state.launches[key] = (kernel, (blocks,), (threads,), tail, smem)
+        kernel, grid, block, tail, smem = state.launches[key]
+        kernel(grid, block, (*state.copies(), *tail), shared_mem=smem)
+        state.current = 1 - state.current
+
+    def _timed(self, state: CupyState, n: int, mode: str, tiles_per_block: int) -> float:
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(n):
+            self._launch(state, mode, tiles_per_block)
+        end.record()
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / 1e3
+
+    def step(self, state: CupyState, n: int = 1) -> float:
+        """Advance ``n`` steps; return their CUDA-event time in seconds."""
+        return self._timed(state, n, "full", state.problem.tiles_per_block)
+
+    def probe(self, state: CupyState, mode: str, n: int = 1,
+              tiles_per_block: int | None = None) -> float:
+        """Run ``n`` launches of a probe ('readwrite', 'propagate') or 'full'; event seconds.
+
+        The probes move the same bytes as a step but skip collision ('propagate') or also the
+        neighbour access ('readwrite'); they change the state, so use them for timing only.
+        """
+        if mode not in ("full", "propagate", "readwrite"):
+            raise ValueError(f"Unknown kernel mode {mode!r}; use 'full', 'propagate' or "
+                             "'readwrite'.")
+        return self._timed(state, n, mode, tiles_per_block or state.problem.tiles_per_block)
+
+    def with_settings(self, state: CupyState, layout: str | None = None,
+                      tiles_per_block: int | None = None) -> CupyState:
+        """The same state viewed with another layout and/or tiles per block (data re-laid)."""
+        problem = replace(state.problem, layout=layout or state.problem.layout,
+                          tiles_per_block=tiles_per_block or state.problem.tiles_per_block)
+        check_tile_shape(problem.lattice.name, problem.tiling.a, problem.tiles_per_block)
+        slots = cp.asarray(slot_table(problem.lattice.name, problem.layout, problem.tiling.a))
+        new = replace(state, problem=problem, slots=slots, launches={})
+        if not bool((slots == state.slots).all()):
+            q = cp.arange(problem.lattice.q)[:, None]
+            for c in (0, 1):
+                xyz = state.f[c][:, q, state.slots]
+                new.f[c][:, q, slots] = xyz
+        return new
+
+    def populations(self, state: CupyState) -> np.ndarray:
+        """Latest populations, host float64 (n_tiles, q, a**d) in XYZ in-tile order."""
+        q = cp.arange(state.problem.lattice.q)[:, None]
+        return cp.asnumpy(state.f[state.current][:, q, state.slots]).astype(np.float64)
+
+    def set_populations(self, state: CupyState, f: np.ndarray) -> None:
+        """Overwrite the latest populations from a host array in XYZ in-tile order."""
+        q = cp.arange(state.problem.lattice.q)[:, None]
+        state.f[state.current][:, q, state.slots] = cp.asarray(f, dtype=state.problem.dtype)
+
+    def device_info(self) -> DeviceInfo:
+        """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""
+        dev = cp.cuda.Device().id
+        free, total = cp.cuda.runtime.memGetInfo()
+        try:
+            clock = cp.cuda.runtime.deviceGetAttribute(_ATTR_MEMORY_CLOCK_KHZ, dev) * 1e3
+            bus = cp.cuda.runtime.deviceGetAttribute(_ATTR_BUS_WIDTH_BITS, dev)
+            peak = 2.0 * clock * bus / 8.0  # double data rate
+        except Exception:  # attribute missing on some drivers: report unknown, not a guess
+            peak = None
+        return DeviceInfo(name=_device_name(), memory=int(total), memory_used=int(total - free),
+                          peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
+
+    def release(self, state: CupyState) -> None:
+        """Free the device arrays."""
+        state.f = cp.empty((2, 0, 0, 0), dtype=state.f.dtype)
+        state.views, state.launches = (), {}
+        state.tables = {}
+        cp.get_default_memory_pool().free_all_blocks()
