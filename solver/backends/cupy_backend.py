@@ -45,7 +45,7 @@ def probe_device() -> tuple[bool, str]:
         count = cp.cuda.runtime.getDeviceCount()
         if count < 1:
             return False, "no CUDA device was found"
-        cp.zeros(1, dtype=np.float32).sum().get()
+        float(cp.ones(4, dtype=np.float32).sum())  # a real allocation and launch
         return True, _device_name()
     except Exception as exc:  # a missing driver surfaces as several CUDA/CuPy error types
         return False, f"CUDA is not usable ({exc.__class__.__name__}: {exc})"
@@ -166,19 +166,26 @@ class CupyBackend:
                              "'readwrite'.")
         return self._timed(state, n, mode, tiles_per_block or state.problem.tiles_per_block)
 
-    def with_settings(self, state: CupyState, layout: str | None = None,
-                      tiles_per_block: int | None = None) -> CupyState:
-        """The same state viewed with another layout and/or tiles per block (data re-laid)."""
-        problem = replace(state.problem, layout=layout or state.problem.layout,
-                          tiles_per_block=tiles_per_block or state.problem.tiles_per_block)
+    def reconfigure(self, state: CupyState, **changes) -> CupyState:
+        """The same device populations under changed problem settings (a new state view).
+
+        ``changes`` are :class:`~solver.problem.Problem` fields other than the tiling and dtype,
+        e.g. ``layout``, ``tiles_per_block``, ``collision``, ``incompressible``, ``rates``; the
+        data are re-laid on the device when the layout changes. The new state shares the
+        device arrays, so keep using only the new one. The benchmark times every kernel variant
+        on one allocation this way.
+        """
+        if {"tiling", "dtype", "lattice"} & changes.keys():
+            raise ValueError("reconfigure() keeps the tiling, lattice and dtype; allocate anew.")
+        problem = replace(state.problem, **changes)
         check_tile_shape(problem.lattice.name, problem.tiling.a, problem.tiles_per_block)
         slots = cp.asarray(slot_table(problem.lattice.name, problem.layout, problem.tiling.a))
-        new = replace(state, problem=problem, slots=slots, launches={})
+        new = replace(state, problem=problem, slots=slots, launches={},
+                      real_args=physics_args(problem))
         if not bool((slots == state.slots).all()):
             q = cp.arange(problem.lattice.q)[:, None]
             for c in (0, 1):
-                xyz = state.f[c][:, q, state.slots]
-                new.f[c][:, q, slots] = xyz
+                new.f[c][:, q, slots] = state.f[c][:, q, state.slots]
         return new
 
     def populations(self, state: CupyState) -> np.ndarray:

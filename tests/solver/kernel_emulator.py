@@ -29,7 +29,7 @@ from solver.backends.gpu_tables import (
 )
 from solver.problem import Problem
 
-__all__ = ["compiler", "EmulatedKernel", "emulate"]
+__all__ = ["compiler", "load", "EmulatedKernel", "emulate"]
 
 _SHIM = r"""
 #include <barrier>
@@ -86,20 +86,28 @@ def compiler() -> str | None:
 
 
 @cache
-def _library(variant: KernelVariant) -> ctypes.CDLL:
-    real = "double" if variant.precision == "float64" else "float"
-    src = (_SHIM + kernel_source(variant)
-           + f"\n#define REAL {real}\n#define KERNEL {variant.name}::{variant.name}\n" + _LAUNCH)
+def load(source: str, name: str, real: str):
+    """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
+
+    The runner takes (blocks, threads, fin, fout, types, tiles, tile_map, ints, reals) with the
+    11 integer and 10 floating arguments of the kernel packed in two arrays.
+    """
+    src = _SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n" + _LAUNCH
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
     folder.mkdir(exist_ok=True)
-    lib = folder / f"{variant.name}_{key}.so"
+    lib = folder / f"{name}_{key}.so"
     if not lib.exists():
-        cpp = folder / f"{variant.name}_{key}.cpp"
+        cpp = folder / f"{name}_{key}.cpp"
         cpp.write_text(src)
         subprocess.run([compiler(), "-O1", "-std=c++20", "-shared", "-fPIC", "-pthread",
                         "-w", "-o", str(lib), str(cpp)], check=True, capture_output=True)
-    return ctypes.CDLL(str(lib))
+    return ctypes.CDLL(str(lib)).emu_run
+
+
+def _runner(variant: KernelVariant):
+    real = "double" if variant.precision == "float64" else "float"
+    return load(kernel_source(variant), variant.name, real)
 
 
 class EmulatedKernel:
@@ -128,7 +136,7 @@ class EmulatedKernel:
     def step(self, n: int = 1, mode: str = "full") -> None:
         """Advance n launches of ``mode``."""
         variant = KernelVariant.for_problem(self.problem, mode)
-        run = _library(variant).emu_run
+        run = _runner(variant)
         blocks, threads, _ = launch_shape(self.problem, self.tpb, mode)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         for _ in range(n):
