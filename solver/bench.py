@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -107,8 +108,8 @@ def run_case(case: BenchCase, config: SimulationConfig, steps: int, warmup: int 
 
 
 def git_commit() -> str:
-    """Short hash of the checked-out commit, or 'unknown'."""
-    return _commit()
+    """Short hash of the checked-out commit (``LBM_COMMIT`` overrides, for copies without .git)."""
+    return os.environ.get("LBM_COMMIT") or _commit()
 
 
 def _commit() -> str:

@@ -98,8 +98,8 @@ def _gather(v: KernelVariant, real: str) -> str:
             f"    real g{i};",
             "    {",
             f"        const int s = s_src[centre - ({shift})];",
-            f"        const size_t at = s >= 0 ? ((size_t)(s / NPT) * Q + {i}) * NPT"
-            f" + slot_{kinds[i]}(s % NPT)",
+            f"        const size_t at = s >= 0 ? ((size_t)((unsigned)s / NPT) * Q + {i}) * NPT"
+            f" + slot_{kinds[i]}((int)((unsigned)s % NPT))",
             f"                                 : base + {opp} * NPT + slot_{kinds[opp]}(n);",
             "        g" + f"{i} = fin[at];",
             "    }",
@@ -137,20 +137,20 @@ def _collide(v: KernelVariant, real: str) -> str:
         rho_mul = " * rho"
     trt = v.collision == "TRT"
     for i, c in enumerate(lat.c.tolist()):
-        w = lit(lat.w[i])
+        k = sum(ci * ci for ci in c)  # weight class: the coefficients arrive per class
         cu = _signed_sum(c, [f"u{ax}" for ax in axes])
         cf = _signed_sum(c, force)
         keep = f"{g[i]} * omp" + (f" - hm * {g[int(lat.opposite[i])]}" if trt else "")
         if not any(c):
-            out.append(_store(i, f"{keep} + r{rho_mul} * (wp * {w})", kinds[i]))
+            out.append(_store(i, f"{keep} + r{rho_mul} * wpw0", kinds[i]))
             continue
         out += [
             "    {",
             f"        const real cu = {cu};",
             f"        const real cF = {cf};",
-            f"        real t = ({lit(4.5)} * cu * cu + r){rho_mul} * (wp * {w});",
-            f"        t += cu * (bf * {w} * cF) + cf * {w} * cF;",
-            f"        t += cu * (wm3 * {w}){rho_mul};",
+            f"        real t = ({lit(4.5)} * cu * cu + r){rho_mul} * wpw{k};",
+            f"        t += cu * (bfw{k} * cF) + cfw{k} * cF;",
+            f"        t += cu * wmw{k}{rho_mul};",
             "    " + _store(i, f"{keep} + t", kinds[i]),
             "    }",
         ]

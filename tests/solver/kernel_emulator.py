@@ -70,7 +70,8 @@ extern "C" void emu_run(int grid, int block, const REAL* fin, REAL* fout,
                 blockIdx.x = b;
                 KERNEL(fin, fout, types, tiles, tile_map, ia[0], ia[1], ia[2], ia[3], ia[4],
                        ia[5], ia[6], ia[7], ia[8], ia[9], ia[10], ra[0], ra[1], ra[2], ra[3],
-                       ra[4], ra[5], ra[6], ra[7], ra[8], ra[9]);
+                       ra[4], ra[5], ra[6], ra[7], ra[8], ra[9], ra[10], ra[11], ra[12],
+                       ra[13], ra[14], ra[15], ra[16], ra[17], ra[18], ra[19], ra[20], ra[21]);
                 end.arrive_and_wait();  // shared memory is reused by the next block
             }
         });
@@ -90,7 +91,7 @@ def load(source: str, name: str, real: str):
     """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
 
     The runner takes (blocks, threads, fin, fout, types, tiles, tile_map, ints, reals) with the
-    11 integer and 10 floating arguments of the kernel packed in two arrays.
+    11 integer and 22 floating arguments of the kernel packed in two arrays.
     """
     src = _SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n" + _LAUNCH
     key = hashlib.sha1(src.encode()).hexdigest()[:16]

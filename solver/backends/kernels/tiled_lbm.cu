@@ -12,10 +12,11 @@
 //
 // One thread per node, blockDim.x / NPT tiles per block (the tiles-per-block setting is a launch
 // parameter). Steps per block: each warp copies the 3^D tile-map neighbourhood of its tile to
-// shared memory (warps never straddle tiles, so __syncwarp suffices); the tile's threads resolve
-// the source of every node of the tile plus a one-node halo (periodic wrap per node, exactly as
-// the NumPy reference, falling back to the global tile map for wrapped nodes); ONE block barrier;
-// solid nodes stop; fluid nodes pull with halfway bounce-back, collide and store coalesced.
+// shared memory (warps never straddle tiles, so __syncwarp suffices); the tile's threads resolve,
+// one x-pencil each, the source of every node of the tile plus a one-node halo (periodic wrap
+// per node, exactly as the NumPy reference, falling back to the global tile map for wrapped
+// nodes); ONE block barrier; solid nodes stop; fluid nodes pull with halfway bounce-back,
+// collide and store coalesced.
 namespace ${namespace} {
 
 typedef ${real} real;
@@ -45,43 +46,72 @@ __device__ __forceinline__ int slot_zigzag(int n)  // defined for A == 4, D == 3
     return 2 * (x + 3 * y + ((x + 1) & 4) * (3 - y)) + (z & 1) + 16 * (z & 2);
 }
 
-// Source of halo node h of the tile at tile-grid coordinates t: the tiled node id
-// (tile * NPT + XYZ index) of the node x - c pulls from, or -1 when that node is solid, in an
-// empty tile or outside a non-periodic face (halfway bounce-back then).
-__device__ __forceinline__ int halo_source(
-    int h, const int (&t)[3], const int* s_nbr, const int* __restrict__ tile_map,
-    const unsigned char* __restrict__ types, const int (&grid)[3], const int (&size)[3],
-    const int (&off)[3], int periodic)
+// Where halo coordinate k (0..HE-1) along axis ax of the tile at tile-grid coordinates t
+// lands after the per-node periodic wrap: tile-grid coordinate tt and in-tile coordinate of the
+// source node; ok is false outside a non-periodic face (halfway bounce-back there).
+struct AxisSource {
+    int tt, local;
+    bool ok;
+};
+
+__device__ __forceinline__ AxisSource axis_source(
+    int ax, int k, const int (&t)[3], const int (&size)[3], const int (&off)[3], int periodic)
 {
-    int node = 0, stride = 1, nbr = 0, nstride = 1, edges = 0, flat = 0, fstride = 1;
-    bool far = false;
+    int x = t[ax] * A - off[ax] + k - 1;
+    bool ok = true;
+    if ((periodic >> ax) & 1) {
+        x += (x < 0) ? size[ax] : 0;
+        x -= (x >= size[ax]) ? size[ax] : 0;
+    } else {
+        ok = x >= 0 && x < size[ax];
+    }
+    const unsigned s = (unsigned)(x + off[ax]);
+    const int tt = (int)(s / A);
+    return {tt, (int)(s - (unsigned)tt * A), ok};
+}
+
+// Sources of one x-pencil of the halo (the HE halo nodes at fixed y, z): the tiled node id
+// (tile * NPT + XYZ index) each node pulls from, or -1 when that node is solid, in an empty
+// tile or outside a non-periodic face. The y, z part is resolved once per pencil; a source
+// tile outside the 3^D neighbourhood (periodic wrap) comes from the global tile map.
+__device__ __forceinline__ void fill_pencil(
+    int pencil, int* s_src, const int (&t)[3], const int* s_nbr,
+    const int* __restrict__ tile_map, const unsigned char* __restrict__ types,
+    const int (&grid)[3], const int (&size)[3], const int (&off)[3], int periodic)
+{
+    bool ok = true, far = false;
+    int node = 0, nbr = 0, flat = 0, edges = 0, stride = A, nstride = 3, fstride = grid[0];
+    int p = pencil;
 #pragma unroll
-    for (int ax = 0; ax < D; ++ax) {
-        const int k = h % HE;
-        h /= HE;
+    for (int ax = 1; ax < D; ++ax) {
+        const int k = p % HE;
+        p /= HE;
         edges += (k == 0 || k == HE - 1) ? 1 : 0;
-        int x = t[ax] * A - off[ax] + k - 1;
-        if ((periodic >> ax) & 1) {
-            x += (x < 0) ? size[ax] : 0;
-            x -= (x >= size[ax]) ? size[ax] : 0;
-        } else if (x < 0 || x >= size[ax]) {
-            return -1;
-        }
-        const int s = x + off[ax];
-        const int tt = s / A;
-        node += (s - tt * A) * stride;
-        stride *= A;
-        const int dt = tt - t[ax];
+        const AxisSource a = axis_source(ax, k, t, size, off, periodic);
+        const int dt = a.tt - t[ax];
+        ok = ok && a.ok;
         far = far || dt < -1 || dt > 1;
+        node += a.local * stride;
         nbr += (dt + 1) * nstride;
+        flat += a.tt * fstride;
+        stride *= A;
         nstride *= 3;
-        flat += tt * fstride;
         fstride *= grid[ax];
     }
-    if (SKIP_HALO_CORNERS && edges == D) return -1;
-    const int tile = far ? tile_map[flat] : s_nbr[nbr];
-    if (tile < 0 || types[tile * NPT + node] != 0) return -1;
-    return tile * NPT + node;
+#pragma unroll
+    for (int k = 0; k < HE; ++k) {
+        const AxisSource a = axis_source(0, k, t, size, off, periodic);
+        const int dt = a.tt - t[0];
+        const bool corner = SKIP_HALO_CORNERS && edges == D - 1 && (k == 0 || k == HE - 1);
+        int src = -1;
+        if (ok && a.ok && !corner) {
+            const bool wrapped = far || dt < -1 || dt > 1;
+            const int tile = wrapped ? tile_map[flat + a.tt] : s_nbr[nbr + dt + 1];
+            const int id = tile * NPT + node + a.local;
+            if (tile >= 0 && types[id] == 0) src = id;
+        }
+        s_src[k + HE * pencil] = src;
+    }
 }
 
 extern "C" __global__ void ${launch_bounds}${kernel}(
@@ -90,8 +120,13 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     const int* __restrict__ tile_map, const int n_tiles,
     const int gx, const int gy, const int gz, const int nx, const int ny, const int nz,
     const int ox, const int oy, const int oz, const int periodic,
-    const real wp, const real wm3, const real omp, const real hm, const real af,
-    const real bf, const real cf, const real fx, const real fy, const real fz)
+    const real omp, const real hm, const real af, const real fx, const real fy, const real fz,
+    // Per weight class k = |c|^2: wp w_k, 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k and 3 wm w_k,
+    // each rounded once from double on the host exactly as solver.collision folds them.
+    const real wpw0, const real wpw1, const real wpw2, const real wpw3,
+    const real bfw0, const real bfw1, const real bfw2, const real bfw3,
+    const real cfw0, const real cfw1, const real cfw2, const real cfw3,
+    const real wmw0, const real wmw1, const real wmw2, const real wmw3)
 {
     extern __shared__ int lbm_smem[];
     const int n = threadIdx.x % NPT;
@@ -130,8 +165,13 @@ ${readwrite}
             s_nbr[lane] = inside ? tile_map[flat] : -1;
         }
         __syncwarp();
-        for (int h = n; h < HN; h += NPT)
-            s_src[h] = halo_source(h, t, s_nbr, tile_map, types, grid, size, off, periodic);
+        // Pencils spread evenly over the tile's warps: fewer idle lanes than one per thread.
+        constexpr int PENCILS = HN / HE, WARPS = NPT / 32;
+        constexpr int PER_WARP = (PENCILS + WARPS - 1) / WARPS;
+        static_assert(PER_WARP <= 32, "a warp fills at most 32 halo pencils");
+        const int pencil = (n / 32) * PER_WARP + lane;
+        if (lane < PER_WARP && pencil < PENCILS)
+            fill_pencil(pencil, s_src, t, s_nbr, tile_map, types, grid, size, off, periodic);
     }
     __syncthreads();  // the one block barrier: halo sources are read across warps below
     if (!active) return;
