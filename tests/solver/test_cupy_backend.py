@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from porous_cases import make_problem, noisy_start, reference
+
+from .porous_cases import make_problem, noisy_start, reference
 
 pytestmark = pytest.mark.gpu
 

@@ -48,7 +48,9 @@ __device__ __forceinline__ int slot_zigzag(int n)  // defined for A == 4, D == 3
 
 // Where halo coordinate k (0..HE-1) along axis ax of the tile at tile-grid coordinates t
 // lands after the per-node periodic wrap: tile-grid coordinate tt and in-tile coordinate of the
-// source node; ok is false outside a non-periodic face (halfway bounce-back there).
+// source node; ok is false outside a non-periodic face (halfway bounce-back there). One wrap
+// covers every source of a fluid node (x +- 1); positions still outside after it only neighbour
+// tile padding (domains narrower than a tile) and are marked not ok, never read.
 struct AxisSource {
     int tt, local;
     bool ok;
@@ -58,13 +60,11 @@ __device__ __forceinline__ AxisSource axis_source(
     int ax, int k, const int (&t)[3], const int (&size)[3], const int (&off)[3], int periodic)
 {
     int x = t[ax] * A - off[ax] + k - 1;
-    bool ok = true;
     if ((periodic >> ax) & 1) {
         x += (x < 0) ? size[ax] : 0;
         x -= (x >= size[ax]) ? size[ax] : 0;
-    } else {
-        ok = x >= 0 && x < size[ax];
     }
+    const bool ok = x >= 0 && x < size[ax];
     const unsigned s = (unsigned)(x + off[ax]);
     const int tt = (int)(s / A);
     return {tt, (int)(s - (unsigned)tt * A), ok};
