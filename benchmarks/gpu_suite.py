@@ -1,7 +1,8 @@
 """Everything the GPU needs checked and measured, in one call on the GPU machine.
 
 1. Compiles every kernel variant once (threads; CuPy's disk cache then serves the rest).
-2. Runs ``pytest -m gpu`` (CuPy against the NumPy reference, probes, counters).
+2. Runs ``pytest -m gpu`` (CuPy against the NumPy reference, probes, counters), then
+   compute-sanitizer memcheck and racecheck on a few small GPU tests.
 3. Cross-checks a 64^3 sphere pack against NumPy (float64 and float32, 20 steps).
 4. Runs the benchmark suite of ``python -m solver bench`` (cavity3D and sphere packs).
 5. Writes ``<gpu>-<date>.json`` / ``.md`` and logs to ``--out``, and prints the table last.
@@ -15,6 +16,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -67,6 +69,26 @@ def run_pytest(out: Path) -> dict:
             "failed": failed[:20], "seconds": round(time.perf_counter() - start, 1)}
 
 
+def sanitize(out: Path) -> dict:
+    """compute-sanitizer memcheck and racecheck on a few small GPU tests, where installed."""
+    tool = shutil.which("compute-sanitizer")
+    if tool is None:
+        return {"summary": "compute-sanitizer not found"}
+    tests = "tests/solver/test_cupy_backend.py"
+    runs = {"memcheck": "narrower or forced_tile_offsets or probes",
+            "racecheck": "narrower and shape0"}
+    lines, codes = [], []
+    for check, select in runs.items():
+        cmd = [tool, "--tool", check, "--error-exitcode", "9", sys.executable, "-m", "pytest",
+               "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", select, tests]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        codes.append(proc.returncode)
+        lines += [f"== {check}: exit {proc.returncode}", proc.stdout[-6000:], proc.stderr[-3000:]]
+    (out / "sanitizer.log").write_text("\n".join(lines))
+    return {"summary": f"memcheck exit {codes[0]}, racecheck exit {codes[1]}",
+            "returncode": max(codes)}
+
+
 def numpy_check(n: int = 64, steps: int = 20) -> list[dict]:
     """Relative max deviation of CuPy from NumPy on an n^3 periodic sphere pack with force."""
     solid = sphere_pack((n, n, n), 0.6, n / 4, seed=3)
@@ -111,6 +133,8 @@ def main() -> int:
         log.error("compile error: %s", err)
     tests = {"summary": "skipped", "returncode": 0} if args.skip_tests else run_pytest(out)
     log.info("pytest -m gpu: %s", tests["summary"])
+    sanitizer = {"summary": "skipped"} if args.skip_tests else sanitize(out)
+    log.info("compute-sanitizer: %s", sanitizer["summary"])
     check = numpy_check(args.check_size)
     log.info("NumPy cross-check: %s", check)
     suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),
@@ -118,17 +142,19 @@ def main() -> int:
     report = run_gpu_suite(get_backend("cupy"), suite)
     report["meta"]["pytest_gpu"] = tests
     report["meta"]["numpy_check"] = check
+    report["meta"]["compute_sanitizer"] = sanitizer
     js, md = write_report(report, out)
     (out / "suite-meta.json").write_text(json.dumps(report["meta"], indent=1))
     print(f"\nwrote {js} and {md}")
     print(f"pytest -m gpu: {tests['summary']} {tests.get('failed', '')}")
+    print(f"compute-sanitizer: {sanitizer['summary']}")
     for c in check:
         print(f"NumPy check {c['precision']}: max relative deviation "
               f"{c['max_relative_deviation']:.2e}")
     print(summary(report))
     tol = {"float64": 1e-12, "float32": 1e-5}
     bad = any(c["max_relative_deviation"] > tol[c["precision"]] for c in check)
-    return 1 if tests["returncode"] or bad else 0
+    return 1 if tests["returncode"] or sanitizer.get("returncode") or bad else 0
 
 
 if __name__ == "__main__":

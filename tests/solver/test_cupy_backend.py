@@ -131,3 +131,20 @@ def test_device_info_and_simulation_counters(backend):
     ux = sim.fields()["u"][0]
     assert np.nanmin(ux) > 0  # the force accelerates the whole periodic box along x
     sim.close()
+
+
+@pytest.mark.parametrize("shape", [(1, 9, 2), (3, 6, 5)])
+def test_domains_narrower_than_a_tile(backend, shape):
+    from solver.config import SimulationConfig
+    from solver.problem import Problem
+
+    config = SimulationConfig(lattice="D3Q19", precision="float64", collision="TRT",
+                              fluid_model="quasi-compressible", body_force=(1e-5, 0.0, 2e-6),
+                              y_min="wall", y_max="wall", tile_offset="origin")
+    problem = Problem.from_config(np.zeros(shape, dtype=bool), config)
+    f0 = noisy_start(problem)
+    state = backend.allocate(problem)
+    backend.set_populations(state, f0)
+    backend.step(state, 100)
+    ref = reference(problem, f0, 100)
+    assert np.abs(backend.populations(state) - ref).max() <= 1e-12 * np.abs(ref).max()
