@@ -148,3 +148,18 @@ def test_domains_narrower_than_a_tile(backend, shape):
     backend.step(state, 100)
     ref = reference(problem, f0, 100)
     assert np.abs(backend.populations(state) - ref).max() <= 1e-12 * np.abs(ref).max()
+
+
+def test_graph_replays_from_either_copy(backend):
+    from solver.backends.cupy_backend import GRAPH_STEPS
+
+    problem = make_problem("D3Q19", "float64", "BGK", "incompressible", "paper", 2)
+    f0 = noisy_start(problem)
+    state = backend.allocate(problem)
+    backend.set_populations(state, f0)
+    steps = [1, 2 * GRAPH_STEPS + 3, GRAPH_STEPS, 5]  # graphs from both copies, and plain tails
+    for n in steps:
+        backend.step(state, n)
+    ref = reference(problem, f0, sum(steps))
+    assert len(state.graphs) == 2
+    assert np.abs(backend.populations(state) - ref).max() <= 1e-12 * np.abs(ref).max()
