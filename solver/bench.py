@@ -23,7 +23,8 @@ from tqdm import tqdm
 from .config import SimulationConfig
 from .simulation import Simulation
 
-__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit"]
+__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit",
+           "pack_generator"]
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,19 @@ def sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float = 40.0,
     """Solid mask of random overlapping periodic spheres with fluid fraction ~ ``porosity``."""
     try:
         from geometries.generators import random_sphere_pack
-    except ImportError:  # the geometry layer's generator is not merged yet
+    except ImportError:  # e.g. GPU machines without trimesh/pyvista, which geometries imports
         return _sphere_pack(tuple(shape), porosity, diameter, seed)
     return random_sphere_pack(tuple(shape), porosity=porosity, diameter=diameter,
                               seed=seed).solid
+
+
+def pack_generator() -> str:
+    """Which generator :func:`sphere_pack` uses here (the stand-in where geometries fails)."""
+    try:
+        from geometries.generators import random_sphere_pack  # noqa: F401
+    except ImportError as exc:
+        return f"solver.bench stand-in (geometries not importable: {exc})"
+    return "geometries.generators.random_sphere_pack"
 
 
 def _sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float,
