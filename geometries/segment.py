@@ -40,7 +40,9 @@ def segment(
     if pore_value is not None:
         values = np.atleast_1d(np.asarray(pore_value, dtype=np.float64))
         if values.ndim != 1 or not np.all(np.isfinite(values)):
-            raise GeometryError(f"pore_value must be a number or a list of numbers, got {pore_value!r}.")
+            raise GeometryError(
+                f"pore_value must be a number or a list of numbers, got {pore_value!r}."
+            )
         if values.size == 1:
             return image != values[0]
         return ~np.isin(image, values)

@@ -18,11 +18,12 @@ from pathlib import PurePath
 from ..errors import GeometryError
 from ..voxel import VoxelGeometry
 from .arrays import load_npy, load_npz, load_raw
+from .nrrd import load_nrrd
 from .sniff import sniff_format
 from .source import Payload, Source
 from .stl import load_stl
 from .tiff import load_tiff
-from .vtkimage import load_vtk_image
+from .vtkimage import VTK_FORMATS, load_vtk_image
 
 __all__ = ["FORMATS", "load"]
 
@@ -37,11 +38,11 @@ FORMATS: dict[str, Loader] = {
     "npz": load_npz,
     "raw": load_raw,
     "tiff": load_tiff,
-    **{fmt: functools.partial(load_vtk_image, format=fmt) for fmt in ("vti", "vtk", "mha", "mhd")},
-    "nrrd": functools.partial(load_vtk_image, format="nrrd"),
+    "nrrd": load_nrrd,
+    **{fmt: functools.partial(load_vtk_image, format=fmt) for fmt in VTK_FORMATS},
 }
 
-_ALIASES = {"tif": "tiff", "stla": "stl", "stlb": "stl"}
+_ALIASES = {"tif": "tiff", "nhdr": "nrrd"}
 
 
 def load(
@@ -112,8 +113,9 @@ def _check_options(
     """Return the loader's parameters; refuse options the chosen loader does not take."""
     params = inspect.signature(loader).parameters
     allowed = sorted(
-        p for p, spec in params.items() if spec.kind is inspect.Parameter.KEYWORD_ONLY
-        and p != "format"
+        p
+        for p, spec in params.items()
+        if spec.kind is inspect.Parameter.KEYWORD_ONLY and p != "format"
     )
     unknown = sorted(set(options) - set(allowed))
     if unknown:

@@ -23,6 +23,7 @@ __all__ = [
     "Source",
     "build_geometry",
     "check_voxel_count",
+    "cubic_voxel_size",
     "parse_errors",
     "temporary_copy",
 ]
@@ -137,3 +138,17 @@ def build_geometry(
             "(pore_value=, threshold=, pore_below=) or, for STL, inside= and resolution=."
         )
     return geometry
+
+
+def cubic_voxel_size(spacing: np.ndarray) -> float:
+    """Return the common grid spacing (metres) of an image, refusing non-cubic voxels."""
+    if not np.all(np.isfinite(spacing)) or not np.all(spacing > 0):
+        raise GeometryError(
+            f"The image spacing {tuple(spacing)} is not positive. Pass voxel_size= (metres)."
+        )
+    if not np.allclose(spacing, spacing[0], rtol=1e-6):
+        raise GeometryError(
+            f"The image spacing {tuple(spacing)} is not the same along every axis, but the "
+            "lattice needs cubic voxels. Resample the image, or pass voxel_size= to override."
+        )
+    return float(spacing[0])

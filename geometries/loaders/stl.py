@@ -135,7 +135,9 @@ def _mesh_voxel(
         )
     if voxel_size is not None:
         return _positive(voxel_size, "voxel_size") / unit
-    steps = _DEFAULT_RESOLUTION if resolution is None else _non_negative_int(resolution, "resolution")
+    steps = (
+        _DEFAULT_RESOLUTION if resolution is None else _non_negative_int(resolution, "resolution")
+    )
     if steps < 1:
         raise GeometryError("resolution must be at least 1 voxel along the longest axis.")
     return longest / steps

@@ -70,8 +70,10 @@ def test_path_extension_chooses_the_loader(tmp_path):
         (lambda: geometries.load(b""), "empty"),
         (lambda: geometries.load(b"\x01\x02garbage"), "Could not recognise"),
         (lambda: geometries.load(b"x", format="gif"), "Unknown format 'gif'; choose one of"),
-        (lambda: geometries.load(b"x", format="raw", shape=(1, 1), resolution=3),
-         r"\['resolution'\] do not apply to raw files; valid options"),
+        (
+            lambda: geometries.load(b"x", format="raw", shape=(1, 1), resolution=3),
+            r"\['resolution'\] do not apply to raw files; valid options",
+        ),
         (lambda: geometries.load(12345), "path or bytes"),
         (lambda: geometries.load("/nonexistent/file.stl"), "No such file"),
     ],
