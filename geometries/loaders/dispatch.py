@@ -65,7 +65,11 @@ def load(
     **options
         Loader options, e.g. ``resolution=``, ``inside=`` (STL); ``shape=``, ``dtype=`` (raw);
         ``pore_value=``, ``threshold=`` (images); ``voxel_size=`` (metres), ``flow_axis=``,
-        ``max_voxels=`` (all). See each loader in :mod:`geometries.loaders`.
+        ``max_voxels=`` (all, default 512³). See each loader in :mod:`geometries.loaders`.
+
+    Images are segmented by :func:`geometries.segment.segment`: bool True = solid; integers
+    0 = pore, anything else solid; grey-scale floats need ``threshold=``.
+    Raises GeometryError for anything wrong with the source or the options.
     """
     payload = Payload(source)
     if payload.size() == 0:
@@ -73,6 +77,9 @@ def load(
     fmt = _choose_format(payload, format, filename)
     loader = FORMATS[fmt]
     params = _check_options(fmt, loader, options)
+    limit = options.get("max_voxels", 1)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise GeometryError(f"max_voxels must be a positive integer, got {limit!r}.")
     if "name" not in options and params["name"].default == "":
         options["name"] = _default_name(payload, filename, fmt)
     logger.info("loading %s geometry from %s", fmt, filename or payload.path or "bytes")

@@ -25,6 +25,7 @@ from .source import (
     build_geometry,
     check_voxel_count,
     cubic_voxel_size,
+    positive_number,
 )
 
 __all__ = ["load_nrrd"]
@@ -68,6 +69,7 @@ def load_nrrd(
     body = _detached_body(payload, fields) if _data_file(fields) else body
     flat = _decode(body, fields, dtype, int(np.prod(dims)))
     image = flat.reshape(dims, order="F")
+    unit = positive_number(unit, "unit")
     spacing = _spacing(fields, len(dims)) * unit
     size = cubic_voxel_size(spacing) if voxel_size is None else voxel_size
     origin = _origin(fields, len(dims)) * unit - spacing / 2

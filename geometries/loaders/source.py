@@ -25,6 +25,7 @@ __all__ = [
     "check_voxel_count",
     "cubic_voxel_size",
     "parse_errors",
+    "positive_number",
     "temporary_copy",
 ]
 
@@ -152,3 +153,14 @@ def cubic_voxel_size(spacing: np.ndarray) -> float:
             "lattice needs cubic voxels. Resample the image, or pass voxel_size= to override."
         )
     return float(spacing[0])
+
+
+def positive_number(value: object, what: str) -> float:
+    """Return a loader option as a positive finite float or raise GeometryError."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise GeometryError(f"{what} must be a positive number, got {value!r}.") from exc
+    if not np.isfinite(number) or number <= 0:
+        raise GeometryError(f"{what} must be a positive number, got {value!r}.")
+    return number

@@ -26,7 +26,14 @@ import trimesh
 from ..errors import GeometryError, GeometryWarning
 from ..voxel import VoxelGeometry
 from ..voxelize import voxelize_triangles
-from .source import DEFAULT_MAX_VOXELS, Payload, build_geometry, check_voxel_count, parse_errors
+from .source import (
+    DEFAULT_MAX_VOXELS,
+    Payload,
+    build_geometry,
+    check_voxel_count,
+    parse_errors,
+    positive_number,
+)
 
 __all__ = ["load_stl"]
 
@@ -52,14 +59,16 @@ def load_stl(
     if inside not in _INSIDE:
         raise GeometryError(f"inside must be 'solid' or 'fluid', got {inside!r}.")
     padding = _non_negative_int(padding, "padding")
-    unit = _positive(unit, "unit")
+    if isinstance(flow_axis, bool) or flow_axis not in (0, 1, 2):
+        raise GeometryError(f"flow_axis must be 0, 1 or 2 for an STL geometry, got {flow_axis!r}.")
+    unit = positive_number(unit, "unit")
     mesh = _read_mesh(payload.data)
     lo, hi = mesh.bounds
     h = _mesh_voxel(hi - lo, resolution, voxel_size, unit)
     counts = np.maximum(np.ceil((hi - lo) / h - 1e-6), 1).astype(int)
     corner = lo + ((hi - lo) - counts * h) / 2
     pad = np.full(3, padding)
-    if inside == "fluid" and 0 <= flow_axis < 3:
+    if inside == "fluid":
         pad[flow_axis] = 0
     shape = tuple(int(n) for n in counts + 2 * pad)
     check_voxel_count(shape, max_voxels)
@@ -134,7 +143,7 @@ def _mesh_voxel(
             "The STL surface has no extent (all vertices coincide). Export the surface again."
         )
     if voxel_size is not None:
-        return _positive(voxel_size, "voxel_size") / unit
+        return positive_number(voxel_size, "voxel_size") / unit
     steps = (
         _DEFAULT_RESOLUTION if resolution is None else _non_negative_int(resolution, "resolution")
     )
@@ -159,14 +168,3 @@ def _non_negative_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
         raise GeometryError(f"{what} must be a non-negative integer (voxels), got {value!r}.")
     return int(value)
-
-
-def _positive(value: object, what: str) -> float:
-    """Return ``value`` as a positive finite float or raise GeometryError."""
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise GeometryError(f"{what} must be a positive number, got {value!r}.") from exc
-    if not np.isfinite(number) or number <= 0:
-        raise GeometryError(f"{what} must be a positive number, got {value!r}.")
-    return number

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyvista as pv
 
 from ..errors import GeometryError
 from ..segment import segment
@@ -31,8 +31,12 @@ from .source import (
     build_geometry,
     cubic_voxel_size,
     parse_errors,
+    positive_number,
     temporary_copy,
 )
+
+if TYPE_CHECKING:
+    import pyvista as pv
 
 __all__ = ["VTK_FORMATS", "load_vtk_image"]
 
@@ -57,6 +61,7 @@ def load_vtk_image(
     """Load an image array of a VTK-readable file as an (x, y[, z]) geometry."""
     if format not in VTK_FORMATS:
         raise GeometryError(f"format must be one of {VTK_FORMATS}, got {format!r}.")
+    unit = positive_number(unit, "unit")
     _check_header(payload.head(_HEADER_BYTES), format, max_voxels, uploaded=payload.path is None)
     image = _read_image(payload, format)
     with parse_errors(format.upper()):
@@ -64,7 +69,9 @@ def load_vtk_image(
     volume = values.reshape(dims, order="F")
     if volume.ndim == 3 and volume.shape[2] == 1:
         volume = volume[:, :, 0]
-    spacing = np.asarray(image.spacing, dtype=np.float64)[: volume.ndim] * unit
+    spacing = np.asarray(image.spacing, dtype=np.float64)[: volume.ndim] * positive_number(
+        unit, "unit"
+    )
     size = cubic_voxel_size(spacing) if voxel_size is None else voxel_size
     # Point data sits on voxel centres, cell data fills cells: the box corner differs by h/2.
     origin = np.asarray(image.origin, dtype=np.float64)[: volume.ndim] * unit
@@ -83,6 +90,8 @@ def load_vtk_image(
 
 def _read_image(payload: Payload, format: str) -> pv.ImageData:
     """Read the file with VTK, turning VTK errors into GeometryError."""
+    import pyvista as pv  # VTK takes seconds to import; only image files need it.
+
     with parse_errors(format.upper()):
         # VTK reports bad files on stderr and through its output window; both become the
         # GeometryError raised here instead.
