@@ -63,16 +63,12 @@ def load_stl(
         raise GeometryError(f"flow_axis must be 0, 1 or 2 for an STL geometry, got {flow_axis!r}.")
     unit = positive_number(unit, "unit")
     mesh = _read_mesh(payload.data)
-    lo, hi = mesh.bounds
-    h = _mesh_voxel(hi - lo, resolution, voxel_size, unit)
-    counts = np.maximum(np.ceil((hi - lo) / h - 1e-6), 1).astype(int)
-    corner = lo + ((hi - lo) - counts * h) / 2
+    h = _mesh_voxel(mesh.extents, resolution, voxel_size, unit)
     pad = np.full(3, padding)
     if inside == "fluid":
         pad[flow_axis] = 0
-    shape = tuple(int(n) for n in counts + 2 * pad)
+    shape, corner = _grid(mesh.bounds, h, pad)
     check_voxel_count(shape, max_voxels)
-    corner = corner - pad * h
     directions = 1 if mesh.is_watertight else 3
     if directions == 3:
         _warn_open(mesh)
@@ -129,6 +125,14 @@ def _read_mesh(data: bytes) -> trimesh.Trimesh:
             # Patches holes of one missing triangle or quad, which are common export slips.
             trimesh.repair.fill_holes(mesh)
     return mesh
+
+
+def _grid(bounds: np.ndarray, h: float, pad: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+    """Return (shape, lower corner in STL units) of a grid of voxel ``h`` centred on ``bounds``."""
+    lo, hi = bounds
+    counts = np.maximum(np.ceil((hi - lo) / h - 1e-6), 1).astype(int)
+    corner = lo + ((hi - lo) - counts * h) / 2 - pad * h
+    return tuple(int(n) for n in counts + 2 * pad), corner
 
 
 def _mesh_voxel(
