@@ -17,14 +17,16 @@ from __future__ import annotations
 import io
 import logging
 import warnings
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import scipy.ndimage as ndi
-import trimesh
 
 from ..errors import GeometryError, GeometryWarning
 from ..voxel import VoxelGeometry
+
+if TYPE_CHECKING:  # trimesh is imported where STL is read: `import geometries` stays light
+    import trimesh
 from ..voxelize import voxelize_triangles
 from .source import (
     DEFAULT_MAX_VOXELS,
@@ -96,6 +98,8 @@ def load_stl(
 
 def _read_mesh(data: bytes) -> trimesh.Trimesh:
     """Parse STL bytes into a processed mesh; refuse empty, NaN or zero-area surfaces."""
+    import trimesh
+
     if not data:
         raise GeometryError("The STL data is empty. Upload a non-empty .stl file.")
     with parse_errors("STL"):
@@ -158,6 +162,8 @@ def _mesh_voxel(
 
 def _warn_open(mesh: trimesh.Trimesh) -> None:
     """Warn that the surface is not watertight and how it is handled."""
+    import trimesh
+
     edges = trimesh.grouping.group_rows(mesh.edges_sorted, require_count=1)
     warnings.warn(
         f"The STL surface is not watertight ({len(edges)} open edges); voxels are classified by "

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from geometry_builders import asymmetric_volume, npy_bytes
 
 import geometries
 from geometries import GeometryError, VoxelGeometry
+
+from .geometry_builders import asymmetric_volume, npy_bytes
 
 
 def test_npy_bool_true_is_solid():

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from geometry_builders import (
+
+import geometries
+from geometries import GeometryError
+from geometries.loaders.sniff import sniff_format
+
+from .geometry_builders import (
     asymmetric_volume,
     mha_bytes,
     npy_bytes,
@@ -13,10 +18,6 @@ from geometry_builders import (
     tiff_bytes,
     vtk_bytes,
 )
-
-import geometries
-from geometries import GeometryError
-from geometries.loaders.sniff import sniff_format
 
 _NPY = npy_bytes(np.eye(3, dtype=bool))
 _STL = stl_bytes(sphere_mesh(subdivisions=1))

@@ -11,7 +11,13 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from geometry_builders import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import geometries
+from geometries import GeometryError, VoxelGeometry
+
+from .geometry_builders import (
     asymmetric_volume,
     mha_bytes,
     npy_bytes,
@@ -21,11 +27,6 @@ from geometry_builders import (
     tiff_bytes,
     vtk_bytes,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-import geometries
-from geometries import GeometryError, VoxelGeometry
 
 # Small grids keep every example cheap; the limit also caps what a mutated header can claim.
 _OPTIONS = {"max_voxels": 20_000}

@@ -8,7 +8,11 @@ import io
 import numpy as np
 import pytest
 import tifffile
-from geometry_builders import (
+
+import geometries
+from geometries import GeometryError
+
+from .geometry_builders import (
     asymmetric_volume,
     image_data,
     mha_bytes,
@@ -16,9 +20,6 @@ from geometry_builders import (
     tiff_bytes,
     vtk_bytes,
 )
-
-import geometries
-from geometries import GeometryError
 
 
 def test_tiff_stack_zyx_is_transposed_to_xyz():
