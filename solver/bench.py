@@ -1,13 +1,16 @@
 """``python -m solver bench``: MFLUPS of the chosen backend on standard cases.
 
 Cases: a fully periodic fluid box (dense) and random sphere packs (sparse). Timing excludes
-allocation and the first (warm-up) steps; on the GPU the backend times with CUDA events.
+allocation and the first (warm-up) steps; on the GPU the backend times with CUDA events. The GPU
+suite (paper Tables 3 and 6: cavities and sphere packs, probe and collision kernels) lives in
+:mod:`solver.gpu_bench`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -20,24 +23,34 @@ from tqdm import tqdm
 from .config import SimulationConfig
 from .simulation import Simulation
 
-__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results"]
+__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class BenchCase:
-    """One benchmark geometry (True = solid) with a label."""
+    """One benchmark geometry (True = solid) with a label, its faces and tile placement."""
 
     label: str
     solid: np.ndarray
+    faces: str = "periodic"
+    tile_offset: str = "best"
+    porosity: float | None = None
+
+
+def sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float = 40.0,
+                seed: int = 0) -> np.ndarray:
+    """Solid mask of random overlapping periodic spheres with fluid fraction ~ ``porosity``."""
+    from geometries.generators import random_sphere_pack
+
+    return random_sphere_pack(tuple(shape), porosity=porosity, diameter=diameter,
+                              seed=seed).solid
 
 
 def random_porous_box(n: int, porosity: float, diameter: float, seed: int = 0) -> np.ndarray:
     """Solid mask of overlapping random spheres at about ``porosity`` (periodic, n^3 nodes)."""
-    from geometries.generators import random_sphere_pack
-
-    return random_sphere_pack((n, n, n), porosity=porosity, diameter=diameter, seed=seed).solid
+    return sphere_pack((n, n, n), porosity, diameter, seed)
 
 
 def cpu_cases(n: int = 64) -> list[BenchCase]:
@@ -71,6 +84,11 @@ def run_case(case: BenchCase, config: SimulationConfig, steps: int, warmup: int 
     }
     sim.close()
     return result
+
+
+def git_commit() -> str:
+    """Short hash of the checked-out commit (``LBM_COMMIT`` overrides, for copies without .git)."""
+    return os.environ.get("LBM_COMMIT") or _commit()
 
 
 def _commit() -> str:

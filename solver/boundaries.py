@@ -79,6 +79,11 @@ class BoundaryTables:
         """Whether any link needs Ladd's term."""
         return bool(np.any(self.wall_velocity != 0) or np.any(self.face_velocity != 0))
 
+    @property
+    def needs_boundary_kernel(self) -> bool:
+        """Whether a run needs more than fluid/solid bounce-back (Zou-He nodes or Ladd)."""
+        return bool(np.any(self.node_type > NodeType.FLUID) or self.has_moving_walls)
+
 
 def face_ranks(faces: dict[str, FaceCondition]) -> np.ndarray:
     """Rank (6,) of each face; higher wins where faces meet, -1 for absent faces."""

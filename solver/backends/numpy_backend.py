@@ -32,6 +32,31 @@ __all__ = ["NumpyBackend", "NumpyState"]
 CHUNK_NODES = 4096
 
 
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cgroup_headroom() -> int | None:
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as fh:
+            used = int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(0, int(limit) - used)
+
+
 @dataclass
 class ChunkBoundary:
     """Boundary work of one chunk: Ladd links (direction, local node, value) and Zou-He nodes."""
@@ -85,6 +110,7 @@ class NumpyBackend:
     """Vectorised CPU backend (float32 or float64 storage and arithmetic)."""
 
     name = "numpy"
+    xp = np
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads or min(4, os.cpu_count() or 1)
@@ -139,6 +165,14 @@ class NumpyBackend:
         """Latest populations, float64 (n_tiles, q, a**d)."""
         return state.f[state.current].astype(np.float64)
 
+    def device_populations(self, state: NumpyState) -> np.ndarray:
+        """Latest populations in storage precision (a view, no copy)."""
+        return state.f[state.current]
+
+    def to_host(self, array: np.ndarray) -> np.ndarray:
+        """Already on the host."""
+        return np.asarray(array)
+
     def set_populations(self, state: NumpyState, f: np.ndarray) -> None:
         """Overwrite the latest populations."""
         state.f[state.current] = f
@@ -147,6 +181,15 @@ class NumpyBackend:
         """The host CPU."""
         return DeviceInfo(name=f"CPU ({os.cpu_count()} cores, NumPy)", memory=None,
                           peak_bandwidth=None)
+
+    def free_memory(self) -> int | None:
+        """Host memory a new allocation can use, bytes (None if the OS does not say).
+
+        MemAvailable of /proc/meminfo (sysconf's free pages elsewhere), lowered to the headroom
+        of a cgroup-v2 memory limit when the process runs in a container that has one.
+        """
+        known = [v for v in (_available_memory(), _cgroup_headroom()) if v is not None]
+        return min(known) if known else None
 
     def release(self, state: NumpyState) -> None:
         """Drop the arrays."""
