@@ -6,6 +6,9 @@ disk by CuPy), and run on two device copies ``f[copy][tile][i][slot]`` whose in-
 the configured layout; :meth:`CupyBackend.populations` returns them in XYZ order like every
 backend. Step times are CUDA-event times. :meth:`CupyBackend.probe` runs the paper's
 read/write-only and propagation-only kernels (section 4.1) on the same state for the benchmark.
+Everything the NumPy reference does runs here: BGK, TRT and MRT (D2Q9, D3Q19, D3Q13) with Guo
+forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving walls and
+objects (``kernels/PHYSICS_FOR_GPU.md``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 from ..collision import equilibrium
 from ..problem import Problem
 from .base import DeviceInfo
+from .gpu_boundary import boundary_values
 from .gpu_kernels import KernelVariant, kernel_source
 from .gpu_tables import (
     check_tile_shape,
@@ -128,11 +132,10 @@ class CupyBackend:
         """Upload the tiling tables and set both copies to the rest equilibrium."""
         lat, tiling = problem.lattice, problem.tiling
         check_tile_shape(lat.name, tiling.a, problem.tiles_per_block)
-        if problem.collision == "MRT" or problem.boundary.needs_boundary_kernel:
-            # Not ported yet (kernels/PHYSICS_FOR_GPU.md): refuse rather than run other physics.
-            raise ValueError("MRT, velocity/pressure faces and moving walls run on the NumPy "
-                             "backend only for now; use backend='numpy'.")
-        tables = {k: cp.asarray(v) for k, v in device_tables(problem).items()}
+        variant = KernelVariant.for_problem(problem)
+        kernel_source(variant)  # unsupported physics is refused here, before any allocation
+        real_args = physics_args(problem)
+        tables = {k: cp.asarray(v) for k, v in device_tables(problem, variant.boundary).items()}
         # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
         feq = equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)), lat,
                           problem.incompressible)[:, 0].astype(problem.dtype)
@@ -140,7 +143,7 @@ class CupyBackend:
         f[...] = cp.asarray(feq)[None, None, :, None]
         slots = cp.asarray(slot_table(lat.name, problem.layout, tiling.a))
         return CupyState(problem=problem, f=f, tables=tables, slots=slots,
-                         int_args=geometry_args(problem), real_args=physics_args(problem),
+                         int_args=geometry_args(problem), real_args=real_args,
                          stream=cp.cuda.Stream(non_blocking=True))
 
     def _entry(self, state: CupyState, mode: str, tiles_per_block: int) -> tuple:
@@ -149,8 +152,7 @@ class CupyBackend:
         if key not in state.launches:  # launches must stay cheap on the host
             kernel = compile_kernel(KernelVariant.for_problem(state.problem, mode))
             blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode)
-            t = state.tables
-            tail = (t["types"], t["tiles"], t["tile_map"], *state.int_args, *state.real_args)
+            tail = (*state.tables.values(), *state.int_args, *state.real_args)
             state.launches[key] = (kernel, (blocks,), (threads,), tail, smem)
         return state.launches[key]
 
@@ -225,19 +227,29 @@ class CupyBackend:
     def reconfigure(self, state: CupyState, **changes) -> CupyState:
         """The same device populations under changed problem settings (a new state view).
 
-        ``changes`` are :class:`~solver.problem.Problem` fields other than the tiling and dtype,
-        e.g. ``layout``, ``tiles_per_block``, ``collision``, ``incompressible``, ``rates``; the
-        data are re-laid on the device when the layout changes. The new state shares the
-        device arrays, so keep using only the new one. The benchmark times every kernel variant
-        on one allocation this way.
+        ``changes`` are :class:`~solver.problem.Problem` fields other than the geometry, its
+        boundary conditions and the dtype, e.g. ``layout``, ``tiles_per_block``, ``collision``,
+        ``incompressible``, ``rates`` (MRT needs ``solver.mrt.MRTRates``); the data are re-laid
+        on the device when the layout changes. The new state shares the device arrays, so keep
+        using only the new one. The benchmark times every kernel variant on one allocation
+        this way.
         """
-        if {"tiling", "dtype", "lattice"} & changes.keys():
-            raise ValueError("reconfigure() keeps the tiling, lattice and dtype; allocate anew.")
+        fixed = {"tiling", "dtype", "lattice", "faces", "objects", "labels", "periodic"}
+        if fixed & changes.keys():
+            raise ValueError(f"reconfigure() keeps {', '.join(sorted(fixed))}; allocate anew.")
         problem = replace(state.problem, **changes)
+        cached = state.problem.__dict__.get("boundary")  # functools.cached_property storage
+        if cached is not None:  # same geometry and faces: only Ladd's density may change
+            problem.__dict__["boundary"] = replace(
+                cached, rho_wall=1.0 if problem.incompressible else problem.rho0)
         check_tile_shape(problem.lattice.name, problem.tiling.a, problem.tiles_per_block)
+        kernel_source(KernelVariant.for_problem(problem))  # refuses what the kernel lacks
         slots = cp.asarray(slot_table(problem.lattice.name, problem.layout, problem.tiling.a))
+        tables = dict(state.tables)
+        if tables["bc"].size > 1:
+            tables["bc"] = cp.asarray(boundary_values(problem).astype(problem.dtype))
         new = replace(state, problem=problem, slots=slots, launches={}, graphs={},
-                      real_args=physics_args(problem), identity_slots=None)
+                      real_args=physics_args(problem), identity_slots=None, tables=tables)
         if not bool((slots == state.slots).all()):
             q = cp.arange(problem.lattice.q)[:, None]
             for c in (0, 1):

@@ -1,12 +1,16 @@
 """CUDA source of the tiled stream-collide kernels, one variant at a time (no CuPy needed).
 
 A :class:`KernelVariant` names everything fixed at compile time: lattice, precision, collision
-(BGK/TRT), fluid model, in-tile layout, kernel mode (full step or one of the paper's section 4.1
-probes) and tile edge. :func:`kernel_source` fills ``kernels/tiled_lbm.cu`` with straight-line
-code for that variant's velocity set: the pull of every direction, the moments and the closed
-form BGK/TRT collision with Guo forcing of :mod:`solver.collision`, and coalesced stores.
-Relaxation rates and the body force stay kernel arguments, so changing them never recompiles;
-tiles per block is a launch parameter for the same reason.
+(BGK/TRT/MRT), fluid model, in-tile layout, kernel mode (full step or one of the paper's section
+4.1 probes), tile edge and whether the boundary code (Zou-He faces, Ladd's moving walls) is in.
+:func:`kernel_source` fills ``kernels/tiled_lbm.cu`` with straight-line code for that variant's
+velocity set: the pull of every direction, the boundary code of
+:mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
+:mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.gpu_mrt`, and
+coalesced stores. Relaxation rates, the body force and the boundary values stay kernel
+arguments or tables, so changing them never recompiles; tiles per block is a launch parameter
+for the same reason. Runs without inlets, outlets or moving walls use the kernel without the
+boundary code, so they pay nothing for it.
 
 The in-tile layouts and the arrays and arguments the kernel is given live in
 :mod:`solver.backends.gpu_tables`.
@@ -23,13 +27,23 @@ from string import Template
 import numpy as np
 
 from ..lattice import get_lattice
+from ..moments import MRT_LATTICES
 from ..problem import Problem
+from .gpu_boundary import ladd_term, needs_boundary_kernel, zou_he_code
+from .gpu_mrt import mrt_collide_code, mrt_param_names
 from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
 
-__all__ = ["KernelVariant", "MODES", "kernel_source", "all_variants"]
+__all__ = ["KernelVariant", "MODES", "COLLISIONS", "kernel_source", "all_variants",
+           "collision_param_names"]
 
 #: Kernel modes: the full step and the paper's probes (section 4.1).
 MODES = {"full": 0, "propagate": 1, "readwrite": 2}
+#: Collision operators the kernel implements.
+COLLISIONS = ("BGK", "TRT", "MRT")
+#: BGK/TRT constants (see gpu_tables.physics_args): per weight class k = |c|^2, wp w_k,
+#: 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k and 3 wm w_k.
+_TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "bfw", "cfw", "wmw")
+                                     for k in range(4)]
 _TEMPLATE = Path(__file__).with_name("kernels") / "tiled_lbm.cu"
 
 
@@ -44,19 +58,21 @@ class KernelVariant:
     layout: str = "paper"
     mode: str = "full"
     tile_edge: int = 4
+    boundary: bool = False
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge))
-        if v.mode != "full":
-            v = replace(v, collision="BGK", incompressible=True)
+        if v.mode != "full":  # the probes neither collide nor apply boundary conditions
+            v = replace(v, collision="BGK", incompressible=True, boundary=False)
         return v
 
     @classmethod
     def for_problem(cls, problem: Problem, mode: str = "full") -> KernelVariant:
         """The variant that steps ``problem`` in ``mode`` (canonical)."""
         return cls(problem.lattice.name, problem.dtype.name, problem.collision,
-                   problem.incompressible, problem.layout, mode, problem.tiling.a).canonical()
+                   problem.incompressible, problem.layout, mode, problem.tiling.a,
+                   mode == "full" and needs_boundary_kernel(problem)).canonical()
 
     @property
     def name(self) -> str:
@@ -64,7 +80,9 @@ class KernelVariant:
         v = self.canonical()
         fluid = "inc" if v.incompressible else "qc"
         prec = "f64" if v.precision == "float64" else "f32"
-        return f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}_a{v.tile_edge}"
+        bc = "_bc" if v.boundary else ""
+        return (f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}"
+                f"_a{v.tile_edge}{bc}")
 
 
 def _lit(x: float, real: str) -> str:
@@ -102,8 +120,11 @@ def _gather(v: KernelVariant, real: str) -> str:
             f" + slot_{kinds[i]}((int)((unsigned)s % NPT))",
             f"                                 : base + {opp} * NPT + slot_{kinds[opp]}(n);",
             "        g" + f"{i} = fin[at];",
+            *([ladd_term(i)] if v.boundary else []),
             "    }",
         ]
+    if v.boundary:  # the wall group of this node's solid neighbours (Ladd's row 27 + group)
+        lines.insert(0, "    const int wrow = WALL_ROWS + wall_group[tile * NPT + n];")
     return "\n".join(lines)
 
 
@@ -118,6 +139,9 @@ def _collide(v: KernelVariant, real: str) -> str:
     if v.mode == "propagate":
         return "\n".join(_store(i, g[i], kinds[i]) for i in range(lat.q))
     lit = lambda x: _lit(x, real)  # noqa: E731
+    if v.collision == "MRT":
+        return mrt_collide_code(v.lattice, v.incompressible, lit,
+                                lambda i, value: _store(i, value, kinds[i]))
     axes = "xyz"[: lat.d]
     force = [f"f{ax}" for ax in axes]
     out = [f"    const real rho = {' + '.join(g)};"]
@@ -172,6 +196,12 @@ def _template() -> Template:
     return Template(_TEMPLATE.read_text())
 
 
+def collision_param_names(v: KernelVariant) -> list[str]:
+    """Names of the collision constants the kernel takes after the body force."""
+    v = v.canonical()
+    return mrt_param_names(v.lattice) if v.collision == "MRT" else list(_TRT_PARAMS)
+
+
 @cache
 def kernel_source(variant: KernelVariant) -> str:
     """Complete CUDA C++ source of one variant; its kernel is ``extern "C"`` ``variant.name``."""
@@ -180,12 +210,16 @@ def kernel_source(variant: KernelVariant) -> str:
         raise ValueError(f"Unknown kernel mode {v.mode!r}; use one of {tuple(MODES)}.")
     if v.precision not in ("float32", "float64"):
         raise ValueError(f"Unknown precision {v.precision!r}; use 'float32' or 'float64'.")
-    if v.collision not in ("BGK", "TRT"):
-        raise ValueError(f"Unknown collision {v.collision!r}; use 'BGK' or 'TRT'.")
+    if v.collision not in COLLISIONS:
+        raise ValueError(f"Unknown collision {v.collision!r}; use one of {COLLISIONS}.")
+    if v.collision == "MRT" and v.lattice not in MRT_LATTICES:
+        raise ValueError(f"MRT is implemented for {', '.join(MRT_LATTICES)}, not {v.lattice}.")
     lat = get_lattice(v.lattice)
     check_tile_shape(v.lattice, v.tile_edge, 1)
     real = "double" if v.precision == "float64" else "float"
     a, d = v.tile_edge, lat.d
+    params = ",\n".join(f"    const real {p}" for p in collision_param_names(v))
+    full = v.mode == "full"
     return _template().substitute(
         namespace=v.name, kernel=v.name, real=real, d=d, q=lat.q, a=a, npt=a**d,
         halo_nodes=(a + 2) ** d, neighbours=3**d, mode=MODES[v.mode],
@@ -196,17 +230,23 @@ def kernel_source(variant: KernelVariant) -> str:
         readwrite=_readwrite(v) if v.mode == "readwrite" else "",
         gather=_gather(v, real) if v.mode != "readwrite" else "",
         collide=_collide(v, real) if v.mode != "readwrite" else "",
+        collision_params=params,
+        zou_he=zou_he_code(v.lattice, v.incompressible, lambda x: _lit(x, real))
+        if full and v.boundary else "",
     )
 
 
 def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None) -> list[KernelVariant]:
     """Every distinct kernel variant (canonical) for the given tile edges per lattice."""
-    edges = tile_edges or {"D2Q9": (8,), "D3Q19": (4,), "D3Q27": (4,)}
+    edges = tile_edges or {"D2Q9": (8,), "D3Q19": (4,), "D3Q27": (4,), "D3Q13": (4,)}
     seen: dict[str, KernelVariant] = {}
     for lattice, a_values in edges.items():
-        for a, prec, coll, inc, layout, mode in itertools.product(
-            a_values, ("float32", "float64"), ("BGK", "TRT"), (True, False), LAYOUTS, MODES
+        collisions = ("MRT",) if lattice == "D3Q13" else (
+            ("BGK", "TRT", "MRT") if lattice in MRT_LATTICES else ("BGK", "TRT"))
+        for a, prec, coll, inc, layout, mode, bc in itertools.product(
+            a_values, ("float32", "float64"), collisions, (True, False), LAYOUTS, MODES,
+            (False, True),
         ):
-            v = KernelVariant(lattice, prec, coll, inc, layout, mode, a).canonical()
+            v = KernelVariant(lattice, prec, coll, inc, layout, mode, a, bc).canonical()
             seen.setdefault(v.name, v)
     return list(seen.values())

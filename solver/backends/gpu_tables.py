@@ -16,7 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..lattice import get_lattice
+from ..mrt import MRTRates
 from ..problem import Problem
+from .gpu_boundary import boundary_values, needs_boundary_kernel
+from .gpu_mrt import mrt_params
 
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
@@ -86,17 +89,35 @@ def shared_bytes(lattice: str, a: int, tiles_per_block: int, mode: str = "full")
     return 4 * (warps * 3**d + tiles_per_block * (a + 2) ** d)
 
 
-def device_tables(problem: Problem) -> dict[str, np.ndarray]:
-    """Arrays the kernel reads: node types (uint8, 1 = solid), tile coords, flat tile map."""
+def device_tables(problem: Problem, boundary: bool | None = None) -> dict[str, np.ndarray]:
+    """Arrays the kernel reads, in kernel-argument order.
+
+    ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
+    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``wall_group`` (uint8 per
+    node) and ``bc`` (storage precision, :func:`~solver.backends.gpu_boundary.boundary_values`)
+    for the ``boundary`` kernel (default: when the problem needs it), one-element placeholders
+    otherwise.
+    """
     tiling = problem.tiling
+    if boundary is None:
+        boundary = needs_boundary_kernel(problem)
     if tiling.n_tiles * tiling.nodes_per_tile >= 2**31:
         raise ValueError(f"{tiling.n_tiles} tiles exceed the kernel's 32-bit node ids; split "
                          "the geometry or use a coarser voxel size.")
+    if boundary:
+        types = problem.boundary.node_type
+        wall_group = np.ascontiguousarray(problem.boundary.wall_group, dtype=np.uint8).ravel()
+        bc = boundary_values(problem).astype(problem.dtype)
+    else:  # FLUID = 1, SOLID = 0, without building the per-node boundary tables
+        types = ~tiling.solid
+        wall_group, bc = np.zeros(1, np.uint8), np.zeros(1, problem.dtype)
     return {
-        "types": np.ascontiguousarray(tiling.solid, dtype=np.uint8).ravel(),
+        "types": np.ascontiguousarray(types, dtype=np.uint8).ravel(),
         "tiles": np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel(),
         # x fastest, the order the kernel flattens tile-grid coordinates in.
         "tile_map": np.ascontiguousarray(tiling.tile_map.transpose(), dtype=np.int32).ravel(),
+        "wall_group": wall_group,
+        "bc": bc,
     }
 
 
@@ -115,17 +136,24 @@ def geometry_args(problem: Problem) -> list[np.int32]:
 def physics_args(problem: Problem) -> list:
     """Floating kernel arguments (storage precision), folded in double as solver.collision does.
 
-    omp = 1 - (wp + wm)/2, hm = (wp - wm)/2, af = -3 (1/wp - 1/2), the force, then per weight
-    class k = |c|^2 (0..3): wp w_k, 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k, 3 wm w_k. Rounding each
-    product once keeps the float32 kernel's mass drift at the NumPy reference's level.
+    The force (fx, fy, fz), then the collision constants. BGK/TRT: omp = 1 - (wp + wm)/2,
+    hm = (wp - wm)/2, af = -3 (1/wp - 1/2), then per weight class k = |c|^2 (0..3): wp w_k,
+    9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k, 3 wm w_k. Rounding each product once keeps the float32
+    kernel's mass drift at the NumPy reference's level. MRT: A_k, B_k, C_k per relaxed moment
+    row (:func:`solver.backends.gpu_mrt.mrt_params`).
     """
     lat = problem.lattice
-    wp, wm = problem.rates.omega_plus, problem.rates.omega_minus
     force = list(problem.force) + [0.0] * (3 - len(problem.force))
+    if problem.collision == "MRT":
+        if not isinstance(problem.rates, MRTRates) or problem.rates.lattice != lat.name:
+            raise ValueError(f"MRT needs MRT rates for {lat.name} (solver.mrt.mrt_rates), got "
+                             f"{problem.rates!r}.")
+        return [problem.dtype.type(v) for v in force + mrt_params(problem.rates)]
+    wp, wm = problem.rates.omega_plus, problem.rates.omega_minus
     w = [0.0] * 4
     for c, weight in zip(lat.c.tolist(), lat.w.tolist(), strict=True):
         w[sum(ci * ci for ci in c)] = weight
-    values = [1.0 - 0.5 * (wp + wm), 0.5 * (wp - wm), -3.0 * (1.0 / wp - 0.5), *force]
+    values = [*force, 1.0 - 0.5 * (wp + wm), 0.5 * (wp - wm), -3.0 * (1.0 / wp - 0.5)]
     for factor in (wp, 9.0 * (1.0 - 0.5 * wp), 3.0 * (1.0 - 0.5 * wm), 3.0 * wm):
         values += [factor * wk for wk in w]
     return [problem.dtype.type(v) for v in values]

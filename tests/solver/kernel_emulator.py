@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.gpu_kernels import KernelVariant, kernel_source
+from solver.backends.gpu_kernels import KernelVariant, collision_param_names, kernel_source
 from solver.backends.gpu_tables import (
     device_tables,
     geometry_args,
@@ -54,8 +54,8 @@ extern "C" { alignas(16) int lbm_smem[1 << 16]; }
 
 _LAUNCH = r"""
 extern "C" void emu_run(int grid, int block, const REAL* fin, REAL* fout,
-    const unsigned char* types, const int* tiles, const int* tile_map, const int* ia,
-    const REAL* ra)
+    const unsigned char* types, const int* tiles, const int* tile_map,
+    const unsigned char* wall_group, const REAL* bc, const int* ia, const REAL* ra)
 {
     blockDim.x = block;
     std::barrier<> bar(block), end(block);
@@ -68,10 +68,7 @@ extern "C" void emu_run(int grid, int block, const REAL* fin, REAL* fout,
             threadIdx.x = t;
             for (int b = 0; b < grid; ++b) {
                 blockIdx.x = b;
-                KERNEL(fin, fout, types, tiles, tile_map, ia[0], ia[1], ia[2], ia[3], ia[4],
-                       ia[5], ia[6], ia[7], ia[8], ia[9], ia[10], ra[0], ra[1], ra[2], ra[3],
-                       ra[4], ra[5], ra[6], ra[7], ra[8], ra[9], ra[10], ra[11], ra[12],
-                       ra[13], ra[14], ra[15], ra[16], ra[17], ra[18], ra[19], ra[20], ra[21]);
+                KERNEL(fin, fout, types, tiles, tile_map, wall_group, bc, ARGS);
                 end.arrive_and_wait();  // shared memory is reused by the next block
             }
         });
@@ -87,13 +84,16 @@ def compiler() -> str | None:
 
 
 @cache
-def load(source: str, name: str, real: str):
+def load(source: str, name: str, real: str, n_reals: int):
     """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
 
-    The runner takes (blocks, threads, fin, fout, types, tiles, tile_map, ints, reals) with the
-    11 integer and 22 floating arguments of the kernel packed in two arrays.
+    The runner takes (blocks, threads, fin, fout, types, tiles, tile_map, wall_group, bc, ints,
+    reals) with the 11 integer and ``n_reals`` floating arguments of the kernel packed in two
+    arrays.
     """
-    src = _SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n" + _LAUNCH
+    args = ", ".join([f"ia[{k}]" for k in range(11)] + [f"ra[{k}]" for k in range(n_reals)])
+    src = (_SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n"
+           f"#define ARGS {args}\n" + _LAUNCH)
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
     folder.mkdir(exist_ok=True)
@@ -108,7 +108,8 @@ def load(source: str, name: str, real: str):
 
 def _runner(variant: KernelVariant):
     real = "double" if variant.precision == "float64" else "float"
-    return load(kernel_source(variant), variant.name, real)
+    return load(kernel_source(variant), variant.name, real,
+                3 + len(collision_param_names(variant)))
 
 
 class EmulatedKernel:
@@ -143,8 +144,7 @@ class EmulatedKernel:
         for _ in range(n):
             src, dst = self.f[self.current], self.f[1 - self.current]
             run(ctypes.c_int(blocks), ctypes.c_int(threads), ptr(src), ptr(dst),
-                ptr(self.tables["types"]), ptr(self.tables["tiles"]),
-                ptr(self.tables["tile_map"]), ptr(self.ints), ptr(self.reals))
+                *(ptr(t) for t in self.tables.values()), ptr(self.ints), ptr(self.reals))
             self.current = 1 - self.current
 
 

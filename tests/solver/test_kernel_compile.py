@@ -3,7 +3,9 @@
 * Every variant is compiled with the local ``nvcc`` for sm_80 and sm_90 (many variants per
   translation unit, each in its own namespace), so template and syntax errors show without a GPU.
 * A few variants run through the g++ emulation of :mod:`kernel_emulator` and must match the NumPy
-  reference on porous geometries with periodic wrap, walls, empty tiles and a body force.
+  reference on porous geometries with periodic wrap, walls, empty tiles and a body force, and on
+  the boundary and MRT cases of :mod:`physics_cases` (Zou-He faces, moving walls and objects,
+  MRT on D2Q9, D3Q19 and D3Q13).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from solver.backends.gpu_tables import direction_layouts, slot_table
 from solver.lattice import get_lattice
 
 from .kernel_emulator import EmulatedKernel, compiler, emulate
+from .physics_cases import physics_problem
 from .porous_cases import make_problem, noisy_start, reference
 
 NVCC = shutil.which("nvcc") or next(
@@ -48,14 +51,27 @@ def test_every_kernel_variant_compiles(arch: str, tmp_path: Path) -> None:
         sources[-1].write_text("\n".join(kernel_source(v) for v in batch))
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda s: _nvcc(s, arch), sources))
-    assert len({v.name for v in VARIANTS}) == len(VARIANTS) >= 60
+    assert len({v.name for v in VARIANTS}) == len(VARIANTS) >= 140
+    names = {v.name for v in VARIANTS}
+    for lattice in ("D2Q9", "D3Q19", "D3Q13"):  # MRT and the boundary kernels are in the set
+        assert any(f"_{lattice}_" in n and "_MRT_" in n and n.endswith("_bc") for n in names)
 
 
-@pytest.mark.parametrize("variant", VARIANTS[:1] + VARIANTS[-1:], ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", VARIANTS[:1] + VARIANTS[-1:] + [
+    KernelVariant("D3Q13", "float32", "MRT", False, "paper", "full", 4, True)],
+    ids=lambda v: v.name)
 def test_kernel_has_one_block_barrier_and_no_headers(variant: KernelVariant) -> None:
     src = kernel_source(variant)
     assert src.count("__syncthreads()") == 1
     assert "#include" not in src and f" {variant.name}(" in src and 'extern "C"' in src
+    assert ("switch (face)" in src) == variant.boundary
+
+
+def test_kernel_refuses_what_it_does_not_implement() -> None:
+    with pytest.raises(ValueError, match="MRT is implemented for"):
+        kernel_source(KernelVariant("D3Q27", "float64", "MRT"))
+    with pytest.raises(ValueError, match="Unknown collision"):
+        kernel_source(KernelVariant("D3Q19", "float64", "KBC"))
 
 
 def test_paper_layout_assignment() -> None:
@@ -84,6 +100,27 @@ needs_gxx = pytest.mark.skipif(compiler() is None, reason="g++ is not installed"
 def test_emulated_kernel_matches_numpy(lattice, precision, collision, fluid, layout, tpb,
                                        offset) -> None:
     problem = make_problem(lattice, precision, collision, fluid, layout, tpb, offset)
+    f0 = noisy_start(problem)
+    got = emulate(problem, f0, 12, tpb)
+    ref = reference(problem, f0, 12)
+    tol = 1e-12 if precision == "float64" else 1e-5
+    assert np.abs(got - ref).max() <= tol * np.abs(ref).max()
+
+
+@needs_gxx
+@pytest.mark.parametrize("case, lattice, precision, collision, fluid, layout, tpb", [
+    ("zou_he", "D3Q19", "float64", "TRT", "quasi-compressible", "paper", 2),
+    ("zou_he", "D2Q9", "float32", "BGK", "incompressible", "xyz", 1),
+    ("zou_he", "D3Q13", "float64", "MRT", "incompressible", "xyz", 2),
+    ("cavity", "D3Q19", "float64", "MRT", "incompressible", "xyz", 4),
+    ("cavity", "D2Q9", "float64", "TRT", "quasi-compressible", "xyz", 2),
+    ("objects", "D3Q19", "float64", "BGK", "quasi-compressible", "paper", 1),
+    ("mrt", "D2Q9", "float32", "MRT", "quasi-compressible", "xyz", 1),
+    ("mrt", "D3Q13", "float64", "MRT", "quasi-compressible", "paper", 2),
+])
+def test_emulated_boundaries_and_mrt_match_numpy(case, lattice, precision, collision, fluid,
+                                                 layout, tpb) -> None:
+    problem = physics_problem(case, lattice, precision, collision, fluid, layout, tpb)
     f0 = noisy_start(problem)
     got = emulate(problem, f0, 12, tpb)
     ref = reference(problem, f0, 12)

@@ -8,15 +8,20 @@
 //
 // Layout: f[copy][tile][i][slot], one data block of NPT values per (tile, direction). Node n of a
 // tile (XYZ order, n = x + A*y + A*A*z) stores direction i at slot_i(n); slot_i is XYZ, YXZ or
-// zigzagNE (paper eq. 11-13) per direction. Node types are one byte per node in XYZ order.
+// zigzagNE (paper eq. 11-13) per direction. Per node, in XYZ order, one byte of node type
+// (solver.node_types: 0 solid, 1 fluid, 2 + face velocity, 8 + face pressure) and, in boundary
+// kernels, one byte of wall-velocity group; everything else of the boundary conditions sits in
+// the small table bc (gpu_boundary.py): per face (ux, uy, uz, rho), then Ladd's term per
+// direction for each way a link can hit a wall (27 out-of-domain codes, then one row per group).
 //
 // One thread per node, blockDim.x / NPT tiles per block (the tiles-per-block setting is a launch
 // parameter). Steps per block: each warp copies the 3^D tile-map neighbourhood of its tile to
 // shared memory (warps never straddle tiles, so __syncwarp suffices); the tile's threads resolve,
 // one x-pencil each, the source of every node of the tile plus a one-node halo (periodic wrap
 // per node, exactly as the NumPy reference, falling back to the global tile map for wrapped
-// nodes); ONE block barrier; solid nodes stop; fluid nodes pull with halfway bounce-back,
-// collide and store coalesced.
+// nodes); ONE block barrier; solid nodes stop; fluid nodes pull with halfway bounce-back (plus
+// Ladd's moving-wall term and the Zou-He reconstruction in boundary kernels), collide (BGK, TRT
+// or MRT) and store coalesced.
 namespace ${namespace} {
 
 typedef ${real} real;
@@ -30,6 +35,10 @@ constexpr int HN = ${halo_nodes};  // nodes of the tile with halo, HE^D
 constexpr int NB = ${neighbours};  // tiles in the 3^D neighbourhood
 constexpr int MODE = ${mode};      // 0 full step, 1 propagation only, 2 read/write only
 constexpr bool SKIP_HALO_CORNERS = ${skip_corners};  // no velocity reaches the halo corners
+enum : int {  // bc table (boundary kernels): an enum, so that other kernels need not use them
+    FACE_PARAMS = 24,  // bc[4 f + k]: (ux, uy, uz, rho) of face f
+    WALL_ROWS = 27,    // Ladd rows 0..26: out-of-domain codes; 27 + g: wall group g
+};
 
 // Slot of XYZ node n inside a direction's data block (paper eq. 11-13).
 __device__ __forceinline__ int slot_xyz(int n) { return n; }
@@ -48,12 +57,14 @@ __device__ __forceinline__ int slot_zigzag(int n)  // defined for A == 4, D == 3
 
 // Where halo coordinate k (0..HE-1) along axis ax of the tile at tile-grid coordinates t
 // lands after the per-node periodic wrap: tile-grid coordinate tt and in-tile coordinate of the
-// source node; ok is false outside a non-periodic face (halfway bounce-back there). One wrap
-// covers every source of a fluid node (x +- 1); positions still outside after it only neighbour
-// tile padding (domains narrower than a tile) and are marked not ok, never read.
+// source node; ok is false outside a non-periodic face (halfway bounce-back there), and side
+// says which face: 1 below (min face), 2 above (max face). One wrap covers every source of a
+// fluid node (x +- 1); positions still outside after it only neighbour tile padding (domains
+// narrower than a tile) and are marked not ok, never read.
 struct AxisSource {
     int tt, local;
     bool ok;
+    int side;
 };
 
 __device__ __forceinline__ AxisSource axis_source(
@@ -67,13 +78,14 @@ __device__ __forceinline__ AxisSource axis_source(
     const bool ok = x >= 0 && x < size[ax];
     const unsigned s = (unsigned)(x + off[ax]);
     const int tt = (int)(s / A);
-    return {tt, (int)(s - (unsigned)tt * A), ok};
+    return {tt, (int)(s - (unsigned)tt * A), ok, x < 0 ? 1 : (x >= size[ax] ? 2 : 0)};
 }
 
 // Sources of one x-pencil of the halo (the HE halo nodes at fixed y, z): the tiled node id
-// (tile * NPT + XYZ index) each node pulls from, or -1 when that node is solid, in an empty
-// tile or outside a non-periodic face. The y, z part is resolved once per pencil; a source
-// tile outside the 3^D neighbourhood (periodic wrap) comes from the global tile map.
+// (tile * NPT + XYZ index) each node pulls from, -1 when that node is solid or in an empty
+// tile, or -2 - code outside a non-periodic face, code = sum over axes of side * 3^axis (the
+// faces the link crosses, for Ladd's term). The y, z part is resolved once per pencil; a
+// source tile outside the 3^D neighbourhood (periodic wrap) comes from the global tile map.
 __device__ __forceinline__ void fill_pencil(
     int pencil, int* s_src, const int (&t)[3], const int* s_nbr,
     const int* __restrict__ tile_map, const unsigned char* __restrict__ types,
@@ -81,7 +93,7 @@ __device__ __forceinline__ void fill_pencil(
 {
     bool ok = true, far = false;
     int node = 0, nbr = 0, flat = 0, edges = 0, stride = A, nstride = 3, fstride = grid[0];
-    int p = pencil;
+    int p = pencil, code = 0, cstride = 3;
 #pragma unroll
     for (int ax = 1; ax < D; ++ax) {
         const int k = p % HE;
@@ -94,6 +106,8 @@ __device__ __forceinline__ void fill_pencil(
         node += a.local * stride;
         nbr += (dt + 1) * nstride;
         flat += a.tt * fstride;
+        code += a.side * cstride;
+        cstride *= 3;
         stride *= A;
         nstride *= 3;
         fstride *= grid[ax];
@@ -104,11 +118,13 @@ __device__ __forceinline__ void fill_pencil(
         const int dt = a.tt - t[0];
         const bool corner = SKIP_HALO_CORNERS && edges == D - 1 && (k == 0 || k == HE - 1);
         int src = -1;
-        if (ok && a.ok && !corner) {
+        if (!corner && !(ok && a.ok)) {
+            src = -2 - (code + a.side);
+        } else if (!corner) {
             const bool wrapped = far || dt < -1 || dt > 1;
             const int tile = wrapped ? tile_map[flat + a.tt] : s_nbr[nbr + dt + 1];
             const int id = tile * NPT + node + a.local;
-            if (tile >= 0 && types[id] == 0) src = id;
+            if (tile >= 0 && types[id] != 0) src = id;
         }
         s_src[k + HE * pencil] = src;
     }
@@ -117,16 +133,13 @@ __device__ __forceinline__ void fill_pencil(
 extern "C" __global__ void ${launch_bounds}${kernel}(
     const real* __restrict__ fin, real* __restrict__ fout,
     const unsigned char* __restrict__ types, const int* __restrict__ tiles,
-    const int* __restrict__ tile_map, const int n_tiles,
+    const int* __restrict__ tile_map, const unsigned char* __restrict__ wall_group,
+    const real* __restrict__ bc, const int n_tiles,
     const int gx, const int gy, const int gz, const int nx, const int ny, const int nz,
     const int ox, const int oy, const int oz, const int periodic,
-    const real omp, const real hm, const real af, const real fx, const real fy, const real fz,
-    // Per weight class k = |c|^2: wp w_k, 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k and 3 wm w_k,
-    // each rounded once from double on the host exactly as solver.collision folds them.
-    const real wpw0, const real wpw1, const real wpw2, const real wpw3,
-    const real bfw0, const real bfw1, const real bfw2, const real bfw3,
-    const real cfw0, const real cfw1, const real cfw2, const real cfw3,
-    const real wmw0, const real wmw1, const real wmw2, const real wmw3)
+    const real fx, const real fy, const real fz,
+    // Collision constants, each rounded once from double on the host (gpu_tables.physics_args).
+${collision_params})
 {
     extern __shared__ int lbm_smem[];
     const int n = threadIdx.x % NPT;
@@ -135,7 +148,7 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     const size_t base = (size_t)tile * (Q * NPT);
 
     if (MODE == 2) {  // read/write only: same node, same slot, no neighbour access
-        if (tile >= n_tiles || types[tile * NPT + n] != 0) return;
+        if (tile >= n_tiles || types[tile * NPT + n] == 0) return;
 ${readwrite}
         return;
     }
@@ -188,11 +201,13 @@ ${readwrite}
     }
     // Solid node (tile padding included): no work, nothing stored. The node's own halo entry
     // cannot tell: with periodic wrap, padding just past the last node is a valid source.
-    if (types[tile * NPT + n] != 0) return;
+    const int type = types[tile * NPT + n];
+    if (type == 0) return;
 
     // Pull: f_i from x - c_i, or f_opp(i) of this node (halfway bounce-back). Only integer
     // indices depend on the branch; every thread then issues the same loads.
 ${gather}
+${zou_he}
 ${collide}
 }
 

@@ -1,0 +1,155 @@
+"""Boundary conditions in the tiled GPU kernel: Ladd's moving walls and Zou-He faces.
+
+The CUDA port of :mod:`solver.boundaries` (``kernels/PHYSICS_FOR_GPU.md``, section 2). Per node
+the kernel reads two bytes, the node type and the wall-velocity group; everything else lives in
+one small table ``bc`` of the storage precision, built here on the host:
+
+- ``bc[4 f + k]``, f = 0..5: face f's (ux, uy, uz, rho) -- inlet velocity, outlet density.
+- ``bc[24 + row * q + i]``: Ladd's term ``6 w_i rho_w c_i . U`` added to a bounced population
+  ``i``. Rows 0..26 are the ways a link can leave the domain: ``code = sum_axis side * 3^axis``
+  (side 1 below the min face, 2 above the max face), and the row holds the velocity of the
+  highest-ranked face among those crossed (:func:`solver.boundaries.crossed_face`); row
+  ``27 + g`` holds wall group ``g`` (a solid source inside the domain, with the group stored
+  at the pulling fluid node).
+
+The kernel's halo resolution (``tiled_lbm.cu``, ``fill_pencil``) encodes a bounced source as -1
+(solid inside the domain) or ``-2 - code``; :func:`ladd_term` turns that into a table row.
+:func:`zou_he_code` emits the reconstruction of PHYSICS_FOR_GPU.md 2b as one straight-line block
+per face (direction sets fixed at compile time), chosen by a switch on the node's face.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..boundaries import crossed_face
+from ..lattice import get_lattice
+from ..problem import Problem
+
+__all__ = ["WALL_ROWS", "FACE_PARAMS", "needs_boundary_kernel", "boundary_values",
+           "ladd_term", "zou_he_code"]
+
+#: Ladd rows for out-of-domain links (3^3 side codes); wall group g is row WALL_ROWS + g.
+WALL_ROWS = 27
+#: Per-face parameters at the start of ``bc``: (ux, uy, uz, rho) for each of the 6 faces.
+FACE_PARAMS = 24
+_BOUNDARY_KINDS = ("velocity", "pressure", "moving_wall")
+
+
+def needs_boundary_kernel(problem: Problem) -> bool:
+    """Whether ``problem`` needs the boundary kernel (Zou-He nodes or a moving wall/object).
+
+    Decided from the face kinds and object velocities first, so that plain runs (periodic and
+    resting walls only) never build the per-node boundary tables.
+    """
+    kinds = {fc.kind for fc in problem.faces.values()}
+    moving = any(any(v) for v in problem.objects.values())
+    if not (kinds & set(_BOUNDARY_KINDS)) and not moving:
+        return False
+    return problem.boundary.needs_boundary_kernel
+
+
+def boundary_values(problem: Problem) -> np.ndarray:
+    """The kernel's ``bc`` table, float64 (24 + (27 + n_groups) * q,), lattice units."""
+    lattice, tables = problem.lattice, problem.boundary
+    faces = np.zeros((6, 4))
+    faces[:, :3] = tables.face_velocity
+    faces[:, 3] = np.nan_to_num(tables.face_density, nan=0.0)
+    shape = np.array(problem.tiling.shape)
+    codes = np.arange(WALL_ROWS)
+    sides = np.stack([(codes // 3**ax) % 3 for ax in range(lattice.d)], axis=1)
+    # A representative source node for each code: -1 below, n above, 0 inside.
+    source = np.where(sides == 1, -1, np.where(sides == 2, shape, 0))
+    face = crossed_face(source, problem.tiling.shape, problem.periodic, tables.face_rank)
+    rows = np.where((face >= 0)[:, None], tables.face_velocity[face], 0.0)
+    rows = np.concatenate([rows, tables.wall_velocity])[:, : lattice.d]
+    c = lattice.c.astype(np.float64)
+    # Same expression and order as solver.boundaries.ladd_links.
+    ladd = np.stack([6.0 * lattice.w[i] * tables.rho_wall * (rows @ c[i])
+                     for i in range(lattice.q)], axis=1)
+    return np.concatenate([faces.ravel(), ladd.ravel()])
+
+
+def ladd_term(i: int) -> str:
+    """CUDA statement adding Ladd's term to bounced population ``g{i}`` (source index ``s``)."""
+    return (f"        if (s < 0) g{i} += bc[FACE_PARAMS + (s == -1 ? wrow : -2 - s) * Q + {i}];")
+
+
+def _sum(names: list[str]) -> str:
+    return " + ".join(names) if names else "0"
+
+
+def _face_block(lattice, face: int, incompressible: bool, lit) -> list[str]:
+    """Straight-line Zou-He reconstruction for nodes of ``face`` (axis face//2)."""
+    d, axis = lattice.d, face // 2
+    sign = 1 if face % 2 == 0 else -1
+    c = lattice.c
+    cn = c[:, axis] * sign
+    unknown = np.flatnonzero(cn > 0)
+    tangential = [f"g{i}" for i in np.flatnonzero(cn == 0)]
+    outgoing = [f"g{i}" for i in np.flatnonzero(cn < 0)]
+    neg = "" if sign > 0 else "-"
+    ax = "xyz"[axis]
+    out = [f"            const real k = ({_sum(tangential)}) + {lit(2.0)} * "
+           f"({_sum(outgoing)});",
+           f"            const real hn = {neg}h{ax};",
+           "            real rho"]
+    out[-1] += ", " + ", ".join(f"j{b}" for b in range(d)) + ";"
+    out.append("            if (pressure) {")
+    out.append("                rho = fp[3];")
+    if incompressible:
+        out.append("                const real jn = rho - k + hn;")
+    else:
+        out.append(f"                const real jn = rho * ({lit(1.0)} - (k - hn) / rho);")
+    for b in range(d):
+        value = f"{neg}jn - h{'xyz'[b]}" if b == axis else f"-h{'xyz'[b]}"
+        out.append(f"                j{b} = {value};")
+    out.append("            } else {")
+    out.append(f"                const real un = {neg}fp[{axis}];")
+    if incompressible:
+        out.append("                rho = k + (un - hn);")
+    else:
+        out.append(f"                rho = (k - hn) / ({lit(1.0)} - un);")
+    for b in range(d):
+        value = f"fp[{b}]" if incompressible else f"rho * fp[{b}]"
+        out.append(f"                j{b} = {value} - h{'xyz'[b]};")
+    out.append("            }")
+    # Unknowns: non-equilibrium bounce-back g_i = g_opp + 6 w_i c_i . j'.
+    for i in unknown:
+        terms = [f"{lit(6.0 * lattice.w[i] * c[i, b])} * j{b}" for b in range(d) if c[i, b]]
+        out.append(f"            g{i} = g{lattice.opposite[i]} + ({' + '.join(terms)});")
+    # Tangential momentum: spread the remainder over the unknowns with c_t != 0.
+    for t in range(d):
+        if t == axis:
+            continue
+        col = c[:, t]
+        moment = " + ".join(f"{'-' if col[i] < 0 else ''}g{i}" for i in np.flatnonzero(col))
+        denom = float((c[unknown, t] ** 2).sum())
+        out.append("            {")
+        out.append(f"                const real delta = j{t} - ({moment.replace('+ -', '- ')});")
+        for i in unknown:
+            if col[i]:
+                out.append(f"                g{i} += {lit(col[i] / denom)} * delta;")
+        out.append("            }")
+    return out
+
+
+def zou_he_code(lattice_name: str, incompressible: bool, lit) -> str:
+    """CUDA block overwriting the unknown populations of Zou-He nodes (PHYSICS_FOR_GPU 2b)."""
+    lattice = get_lattice(lattice_name)
+    d = lattice.d
+    lines = [
+        "    if (type > 1) {  // Zou-He node: 2 + face (velocity) or 8 + face (pressure)",
+        "        const bool pressure = type >= 8;",
+        "        const int face = pressure ? type - 8 : type - 2;",
+        "        const real* fp = bc + 4 * face;  // (ux, uy, uz, rho) of the face",
+    ]
+    lines += [f"        const real h{ax} = f{ax} * {lit(0.5)};" for ax in "xyz"[:d]]
+    lines.append("        switch (face) {")
+    for face in range(2 * d):
+        lines.append(f"        case {face}: {{")
+        lines += _face_block(lattice, face, incompressible, lit)
+        lines.append("            break;")
+        lines.append("        }")
+    lines += ["        default: break;", "        }", "    }"]
+    return "\n".join(lines)
