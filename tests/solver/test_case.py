@@ -88,7 +88,7 @@ def test_unknown_top_level_key(tmp_path):
 
 
 @pytest.mark.parametrize("section,key,value,fix", [
-    ("config", "lattice", "D3Q15", "use one of ['D2Q9', 'D3Q19', 'D3Q27']"),
+    ("config", "lattice", "D3Q15", "use one of ['D2Q9', 'D3Q13', 'D3Q19', 'D3Q27']"),
     ("config", "tau", 0.4, "use a number"),
     ("config", "tau", "fast", "use a number"),
     ("config", "body_force", [1, 2, 3, 4], "use a list of 3 numbers"),
