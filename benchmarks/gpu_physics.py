@@ -84,7 +84,7 @@ def _dense_problem(precision: str, boundary: bool):
     return Problem.from_config(np.zeros((256, 256, 256), dtype=bool), config)
 
 
-def timing(steps: int = 64, repeats: int = 5) -> list[dict]:
+def timing(steps: int = 64, repeats: int = 7) -> list[dict]:
     """MFLUPS of BGK/TRT/MRT, plain and boundary kernels, on the dense 256^3 box."""
     from solver.backends import get_backend
     from solver.collision import relaxation
@@ -129,7 +129,7 @@ def timing_markdown(rows: list[dict], device: str, commit: str) -> str:
     lines = [f"# BGK, TRT and MRT on the GPU: {device}", "",
              f"Date {time.strftime('%Y-%m-%d')}, commit {commit}. Dense 256^3 D3Q19 box "
              "(cavity3D, all faces walls; 'boundary kernel': x faces a Zou-He velocity inlet "
-             "and pressure outlet), MFLUPS over fluid nodes, CUDA events, median of 5 x 64 "
+             "and pressure outlet), MFLUPS over fluid nodes, CUDA events, median of 7 x 64 "
              "steps after warm-up; best of xyz with 1/2/4 tiles per block and paper with 1.",
              "", "| precision | kernel | collision | MFLUPS | of copy bandwidth | layout | t/b |",
              "| --- | --- | --- | ---: | ---: | --- | ---: |"]
@@ -160,7 +160,10 @@ def validation(out: Path, size: str, cases: list[str] | None, deadline: float) -
             lines.append(f"ERROR {name}: {exc.__class__.__name__}: {exc}")
             continue
         results.extend(rows)
-        write_report(results, device, out, size, "cupy")
+        path = write_report(results, device, out, size, "cupy")
+        commit = os.environ.get("LBM_COMMIT")  # the copy on the GPU machine has no .git
+        if commit:
+            path.write_text(path.read_text().replace("Commit: unknown", f"Commit: {commit}"))
         for r in rows:
             verdict = ("pass" if r.passed else "FAIL") if r.checked else "info"
             lines.append(f"{verdict} {name}: {r.quantity} = {r.measured:.5g} (ref "

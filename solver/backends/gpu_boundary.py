@@ -26,13 +26,15 @@ from ..boundaries import crossed_face
 from ..lattice import get_lattice
 from ..problem import Problem
 
-__all__ = ["WALL_ROWS", "FACE_PARAMS", "needs_boundary_kernel", "boundary_values",
-           "ladd_term", "zou_he_code"]
+__all__ = ["WALL_ROWS", "FACE_PARAMS", "NO_WALL", "needs_boundary_kernel", "boundary_values",
+           "wall_groups", "ladd_code", "zou_he_code"]
 
 #: Ladd rows for out-of-domain links (3^3 side codes); wall group g is row WALL_ROWS + g.
 WALL_ROWS = 27
 #: Per-face parameters at the start of ``bc``: (ux, uy, uz, rho) for each of the 6 faces.
 FACE_PARAMS = 24
+#: Kernel wall group of nodes without a moving wall next to them (groups go up to 254).
+NO_WALL = 255
 _BOUNDARY_KINDS = ("velocity", "pressure", "moving_wall")
 
 
@@ -70,9 +72,50 @@ def boundary_values(problem: Problem) -> np.ndarray:
     return np.concatenate([faces.ravel(), ladd.ravel()])
 
 
-def ladd_term(i: int) -> str:
-    """CUDA statement adding Ladd's term to bounced population ``g{i}`` (source index ``s``)."""
-    return (f"        if (s < 0) g{i} += bc[FACE_PARAMS + (s == -1 ? wrow : -2 - s) * Q + {i}];")
+def wall_groups(problem: Problem) -> np.ndarray:
+    """Per-node wall group for the kernel, uint8 (n_tiles * a**d,); NO_WALL where Ladd is moot.
+
+    A node needs Ladd's term only next to a moving object (group > 0) or on a boundary layer
+    of a non-periodic axis when a face moves (a superset: the table rows of resting faces are
+    zero). Every other node gets :data:`NO_WALL`, so the kernel skips the term in one uniform
+    branch for whole warps away from moving walls.
+    """
+    tables, tiling = problem.boundary, problem.tiling
+    group = tables.wall_group
+    needs = group > 0
+    if np.any(tables.face_velocity != 0.0):
+        coords = tiling.node_coordinates()
+        for ax, periodic in enumerate(problem.periodic):
+            if not periodic:
+                needs |= (coords[..., ax] == 0) | (coords[..., ax] == tiling.shape[ax] - 1)
+    return np.ascontiguousarray(np.where(needs, group, NO_WALL), dtype=np.uint8).ravel()
+
+
+def ladd_code(lattice_name: str, halo_edge: int) -> str:
+    """CUDA block adding Ladd's term to every bounced population of a node next to a moving wall.
+
+    The halo source ``s`` of each direction is read again from shared memory (tiles with halo of
+    edge ``halo_edge``): -1 is a solid inside the domain (the node's wall group), ``-2 - code``
+    a link through the faces ``code``.
+    """
+    lat = get_lattice(lattice_name)
+    lines = ["    if (wgroup != NO_WALL) {  // next to a moving wall: Ladd's term on bounced links",
+             "        const int wrow = WALL_ROWS + wgroup;",
+             # volatile: reload rather than keep every source index live through the gather
+             "        const volatile int* src = s_src;"]
+    for i, c in enumerate(lat.c.tolist()):
+        if not any(c):
+            continue
+        shift = sum(ci * halo_edge**ax for ax, ci in enumerate(c))
+        lines += [
+            "        {",
+            f"            const int s = src[centre - ({shift})];",
+            f"            if (s < 0) g{i} += bc[FACE_PARAMS + (s == -1 ? wrow : -2 - s) * Q"
+            f" + {i}];",
+            "        }",
+        ]
+    lines.append("    }")
+    return "\n".join(lines)
 
 
 def _sum(names: list[str]) -> str:

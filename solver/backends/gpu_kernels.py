@@ -29,7 +29,7 @@ import numpy as np
 from ..lattice import get_lattice
 from ..moments import MRT_LATTICES
 from ..problem import Problem
-from .gpu_boundary import ladd_term, needs_boundary_kernel, zou_he_code
+from .gpu_boundary import ladd_code, needs_boundary_kernel, zou_he_code
 from .gpu_mrt import mrt_collide_code, mrt_param_names
 from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
 
@@ -120,11 +120,11 @@ def _gather(v: KernelVariant, real: str) -> str:
             f" + slot_{kinds[i]}((int)((unsigned)s % NPT))",
             f"                                 : base + {opp} * NPT + slot_{kinds[opp]}(n);",
             "        g" + f"{i} = fin[at];",
-            *([ladd_term(i)] if v.boundary else []),
             "    }",
         ]
-    if v.boundary:  # the wall group of this node's solid neighbours (Ladd's row 27 + group)
-        lines.insert(0, "    const int wrow = WALL_ROWS + wall_group[tile * NPT + n];")
+    if v.boundary:  # wall group of this node's solid neighbours, NO_WALL if none moves
+        lines.insert(0, "    const int wgroup = wall_group[tile * NPT + n];")
+        lines.append(ladd_code(v.lattice, he))
     return "\n".join(lines)
 
 

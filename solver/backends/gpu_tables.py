@@ -18,7 +18,7 @@ import numpy as np
 from ..lattice import get_lattice
 from ..mrt import MRTRates
 from ..problem import Problem
-from .gpu_boundary import boundary_values, needs_boundary_kernel
+from .gpu_boundary import boundary_values, needs_boundary_kernel, wall_groups
 from .gpu_mrt import mrt_params
 
 __all__ = [
@@ -93,10 +93,10 @@ def device_tables(problem: Problem, boundary: bool | None = None) -> dict[str, n
     """Arrays the kernel reads, in kernel-argument order.
 
     ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
-    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``wall_group`` (uint8 per
-    node) and ``bc`` (storage precision, :func:`~solver.backends.gpu_boundary.boundary_values`)
-    for the ``boundary`` kernel (default: when the problem needs it), one-element placeholders
-    otherwise.
+    ``tiles``, ``tile_map``: tile coordinates and the flat tile map. For the ``boundary``
+    kernel (default: when the problem needs it) ``wall_group``, uint8 per node
+    (:func:`~solver.backends.gpu_boundary.wall_groups`), and ``bc``, storage precision
+    (:func:`~solver.backends.gpu_boundary.boundary_values`); one-element placeholders otherwise.
     """
     tiling = problem.tiling
     if boundary is None:
@@ -106,7 +106,7 @@ def device_tables(problem: Problem, boundary: bool | None = None) -> dict[str, n
                          "the geometry or use a coarser voxel size.")
     if boundary:
         types = problem.boundary.node_type
-        wall_group = np.ascontiguousarray(problem.boundary.wall_group, dtype=np.uint8).ravel()
+        wall_group = wall_groups(problem)
         bc = boundary_values(problem).astype(problem.dtype)
     else:  # FLUID = 1, SOLID = 0, without building the per-node boundary tables
         types = ~tiling.solid

@@ -38,6 +38,7 @@ constexpr bool SKIP_HALO_CORNERS = ${skip_corners};  // no velocity reaches the 
 enum : int {  // bc table (boundary kernels): an enum, so that other kernels need not use them
     FACE_PARAMS = 24,  // bc[4 f + k]: (ux, uy, uz, rho) of face f
     WALL_ROWS = 27,    // Ladd rows 0..26: out-of-domain codes; 27 + g: wall group g
+    NO_WALL = 255,     // wall group of nodes with no moving wall next to them
 };
 
 // Slot of XYZ node n inside a direction's data block (paper eq. 11-13).
