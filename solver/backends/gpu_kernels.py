@@ -2,7 +2,8 @@
 
 A :class:`KernelVariant` names everything fixed at compile time: lattice, precision, collision
 (BGK/TRT/MRT), fluid model, in-tile layout, kernel mode (full step or one of the paper's section
-4.1 probes), tile edge and whether the boundary code (Zou-He faces, Ladd's moving walls) is in.
+4.1 probes), tile edge and the boundary code in it (none, Zou-He faces, or Zou-He faces and
+Ladd's moving walls).
 :func:`kernel_source` fills ``kernels/tiled_lbm.cu`` with straight-line code for that variant's
 velocity set: the pull of every direction, the boundary code of
 :mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
@@ -10,7 +11,8 @@ velocity set: the pull of every direction, the boundary code of
 coalesced stores. Relaxation rates, the body force and the boundary values stay kernel
 arguments or tables, so changing them never recompiles; tiles per block is a launch parameter
 for the same reason. Runs without inlets, outlets or moving walls use the kernel without the
-boundary code, so they pay nothing for it.
+boundary code, and runs whose walls rest the one without Ladd's term, so each pays only for
+what it uses.
 
 The in-tile layouts and the arrays and arguments the kernel is given live in
 :mod:`solver.backends.gpu_tables`.
@@ -29,7 +31,7 @@ import numpy as np
 from ..lattice import get_lattice
 from ..moments import MRT_LATTICES
 from ..problem import Problem
-from .gpu_boundary import ladd_code, needs_boundary_kernel, zou_he_code
+from .gpu_boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .gpu_mrt import mrt_collide_code, mrt_param_names
 from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
 
@@ -58,13 +60,13 @@ class KernelVariant:
     layout: str = "paper"
     mode: str = "full"
     tile_edge: int = 4
-    boundary: bool = False
+    boundary: str = "none"
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge))
         if v.mode != "full":  # the probes neither collide nor apply boundary conditions
-            v = replace(v, collision="BGK", incompressible=True, boundary=False)
+            v = replace(v, collision="BGK", incompressible=True, boundary="none")
         return v
 
     @classmethod
@@ -72,7 +74,7 @@ class KernelVariant:
         """The variant that steps ``problem`` in ``mode`` (canonical)."""
         return cls(problem.lattice.name, problem.dtype.name, problem.collision,
                    problem.incompressible, problem.layout, mode, problem.tiling.a,
-                   mode == "full" and needs_boundary_kernel(problem)).canonical()
+                   boundary_kind(problem) if mode == "full" else "none").canonical()
 
     @property
     def name(self) -> str:
@@ -80,7 +82,7 @@ class KernelVariant:
         v = self.canonical()
         fluid = "inc" if v.incompressible else "qc"
         prec = "f64" if v.precision == "float64" else "f32"
-        bc = "_bc" if v.boundary else ""
+        bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
         return (f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}"
                 f"_a{v.tile_edge}{bc}")
 
@@ -122,7 +124,7 @@ def _gather(v: KernelVariant, real: str) -> str:
             "        g" + f"{i} = fin[at];",
             "    }",
         ]
-    if v.boundary:  # wall group of this node's solid neighbours, NO_WALL if none moves
+    if v.boundary == "moving":  # group of this node's solid neighbours, NO_WALL if none moves
         lines.insert(0, "    const int wgroup = wall_group[tile * NPT + n];")
         lines.append(ladd_code(v.lattice, he))
     return "\n".join(lines)
@@ -212,6 +214,8 @@ def kernel_source(variant: KernelVariant) -> str:
         raise ValueError(f"Unknown precision {v.precision!r}; use 'float32' or 'float64'.")
     if v.collision not in COLLISIONS:
         raise ValueError(f"Unknown collision {v.collision!r}; use one of {COLLISIONS}.")
+    if v.boundary not in BOUNDARY_KINDS:
+        raise ValueError(f"Unknown boundary code {v.boundary!r}; use one of {BOUNDARY_KINDS}.")
     if v.collision == "MRT" and v.lattice not in MRT_LATTICES:
         raise ValueError(f"MRT is implemented for {', '.join(MRT_LATTICES)}, not {v.lattice}.")
     lat = get_lattice(v.lattice)
@@ -232,7 +236,7 @@ def kernel_source(variant: KernelVariant) -> str:
         collide=_collide(v, real) if v.mode != "readwrite" else "",
         collision_params=params,
         zou_he=zou_he_code(v.lattice, v.incompressible, lambda x: _lit(x, real))
-        if full and v.boundary else "",
+        if full and v.boundary != "none" else "",
     )
 
 
@@ -245,7 +249,7 @@ def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None) -> list[K
             ("BGK", "TRT", "MRT") if lattice in MRT_LATTICES else ("BGK", "TRT"))
         for a, prec, coll, inc, layout, mode, bc in itertools.product(
             a_values, ("float32", "float64"), collisions, (True, False), LAYOUTS, MODES,
-            (False, True),
+            BOUNDARY_KINDS,
         ):
             v = KernelVariant(lattice, prec, coll, inc, layout, mode, a, bc).canonical()
             seen.setdefault(v.name, v)

@@ -18,7 +18,7 @@ import numpy as np
 from ..lattice import get_lattice
 from ..mrt import MRTRates
 from ..problem import Problem
-from .gpu_boundary import boundary_values, needs_boundary_kernel, wall_groups
+from .gpu_boundary import boundary_kind, boundary_values, wall_groups
 from .gpu_mrt import mrt_params
 
 __all__ = [
@@ -89,28 +89,30 @@ def shared_bytes(lattice: str, a: int, tiles_per_block: int, mode: str = "full")
     return 4 * (warps * 3**d + tiles_per_block * (a + 2) ** d)
 
 
-def device_tables(problem: Problem, boundary: bool | None = None) -> dict[str, np.ndarray]:
+def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np.ndarray]:
     """Arrays the kernel reads, in kernel-argument order.
 
     ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
-    ``tiles``, ``tile_map``: tile coordinates and the flat tile map. For the ``boundary``
-    kernel (default: when the problem needs it) ``wall_group``, uint8 per node
-    (:func:`~solver.backends.gpu_boundary.wall_groups`), and ``bc``, storage precision
-    (:func:`~solver.backends.gpu_boundary.boundary_values`); one-element placeholders otherwise.
+    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``wall_group``, uint8 per
+    node (:func:`~solver.backends.gpu_boundary.wall_groups`), for kernels with ``boundary``
+    'moving', and ``bc``, storage precision
+    (:func:`~solver.backends.gpu_boundary.boundary_values`), for 'zou_he' and 'moving';
+    one-element placeholders otherwise. ``boundary`` defaults to what the problem needs.
     """
     tiling = problem.tiling
     if boundary is None:
-        boundary = needs_boundary_kernel(problem)
+        boundary = boundary_kind(problem)
     if tiling.n_tiles * tiling.nodes_per_tile >= 2**31:
         raise ValueError(f"{tiling.n_tiles} tiles exceed the kernel's 32-bit node ids; split "
                          "the geometry or use a coarser voxel size.")
-    if boundary:
-        types = problem.boundary.node_type
-        wall_group = wall_groups(problem)
-        bc = boundary_values(problem).astype(problem.dtype)
-    else:  # FLUID = 1, SOLID = 0, without building the per-node boundary tables
+    wall_group, bc = np.zeros(1, np.uint8), np.zeros(1, problem.dtype)
+    if boundary == "none":  # FLUID = 1, SOLID = 0, without building the per-node tables
         types = ~tiling.solid
-        wall_group, bc = np.zeros(1, np.uint8), np.zeros(1, problem.dtype)
+    else:
+        types = problem.boundary.node_type
+        bc = boundary_values(problem).astype(problem.dtype)
+        if boundary == "moving":
+            wall_group = wall_groups(problem)
     return {
         "types": np.ascontiguousarray(types, dtype=np.uint8).ravel(),
         "tiles": np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel(),

@@ -1,10 +1,12 @@
 """CuPy kernel against the NumPy reference for boundaries and MRT (``pytest -m gpu``).
 
 The cases of :mod:`physics_cases` (``kernels/PHYSICS_FOR_GPU.md`` section 4): Zou-He velocity
-inlet and pressure outlet on a porous box with solids through both faces, the lid cavity
-(moving-wall face and the corner rule), labelled objects sliding at their own velocities and
-MRT with a body force, for every lattice with MRT (D2Q9, D3Q19, D3Q13), collision, precision
-and fluid model; layouts and tiles per block rotate over the matrix so each combination runs.
+inlet and pressure outlet on a porous box with solids through both faces (with resting walls,
+and with a moving wall meeting them), the lid cavity (moving-wall face and the corner rule),
+labelled objects sliding at their own velocities, velocity faces meeting at edges (far field)
+and MRT with a body force, for every lattice with MRT (D2Q9, D3Q19, D3Q13), collision,
+precision and fluid model; layouts and tiles per block rotate over the matrix so each
+combination runs.
 
 Populations after 200 steps (float64) agree to 1e-12 relative. float32 runs 100 steps against
 1e-5: NumPy's float32 MRT rounds the entries of its dense ``I - A`` matrix once, a systematic
@@ -30,7 +32,8 @@ pytestmark = pytest.mark.gpu
 
 STEPS = {"float64": 200, "float32": 100}
 TOL = {"float64": 1e-12, "float32": 1e-5}
-LATTICES = {"zou_he": ("D2Q9", "D3Q19", "D3Q13"), "cavity": ("D2Q9", "D3Q19"),
+LATTICES = {"zou_he": ("D2Q9", "D3Q19", "D3Q13"), "zou_he_moving": ("D2Q9", "D3Q19"),
+            "cavity": ("D2Q9", "D3Q19"), "far_field": ("D2Q9", "D3Q19"),
             "objects": ("D2Q9", "D3Q19", "D3Q13"), "mrt": ("D2Q9", "D3Q19", "D3Q13")}
 _LAUNCH = [("paper", 1), ("xyz", 2), ("paper", 4), ("xyz", 1), ("paper", 2), ("xyz", 4)]
 _REFERENCES: dict[tuple, tuple] = {}
@@ -87,7 +90,8 @@ def test_physics_matches_numpy(backend, case, lattice, precision, collision, flu
     problem = physics_problem(case, lattice, precision, collision, fluid, layout, tpb)
     from solver.backends.gpu_kernels import KernelVariant
 
-    assert KernelVariant.for_problem(problem).boundary == (case != "mrt")
+    kind = {"mrt": "none", "zou_he": "zou_he"}.get(case, "moving")
+    assert KernelVariant.for_problem(problem).boundary == kind
     got = _run(backend, problem, f0, STEPS[precision])
     error = _deviation(got, ref)
     assert error <= TOL[precision], f"max relative deviation {error:.3g}"
@@ -104,7 +108,7 @@ def test_float32_mrt_is_closer_to_float64_than_numpy_float32(backend, case):
 
 
 def test_reconfigure_to_mrt_keeps_boundaries(backend):
-    problem = physics_problem("zou_he", "D3Q19", "float64", "TRT", "quasi-compressible")
+    problem = physics_problem("zou_he_moving", "D3Q19", "float64", "TRT", "quasi-compressible")
     f0 = noisy_start(problem)
     state = backend.allocate(problem)
     backend.set_populations(state, f0)

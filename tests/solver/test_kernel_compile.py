@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -53,18 +54,20 @@ def test_every_kernel_variant_compiles(arch: str, tmp_path: Path) -> None:
         list(pool.map(lambda s: _nvcc(s, arch), sources))
     assert len({v.name for v in VARIANTS}) == len(VARIANTS) >= 140
     names = {v.name for v in VARIANTS}
-    for lattice in ("D2Q9", "D3Q19", "D3Q13"):  # MRT and the boundary kernels are in the set
-        assert any(f"_{lattice}_" in n and "_MRT_" in n and n.endswith("_bc") for n in names)
+    for lattice, suffix in itertools.product(("D2Q9", "D3Q19", "D3Q13"), ("_zh", "_mw")):
+        assert any(f"_{lattice}_" in n and "_MRT_" in n and n.endswith(suffix) for n in names)
 
 
 @pytest.mark.parametrize("variant", VARIANTS[:1] + VARIANTS[-1:] + [
-    KernelVariant("D3Q13", "float32", "MRT", False, "paper", "full", 4, True)],
+    KernelVariant("D3Q13", "float32", "MRT", False, "paper", "full", 4, "moving"),
+    KernelVariant("D2Q9", "float64", "TRT", True, "xyz", "full", 8, "zou_he")],
     ids=lambda v: v.name)
 def test_kernel_has_one_block_barrier_and_no_headers(variant: KernelVariant) -> None:
     src = kernel_source(variant)
     assert src.count("__syncthreads()") == 1
     assert "#include" not in src and f" {variant.name}(" in src and 'extern "C"' in src
-    assert ("switch (face)" in src) == variant.boundary
+    assert ("switch (face)" in src) == (variant.boundary != "none")
+    assert ("NO_WALL) {" in src) == (variant.boundary == "moving")
 
 
 def test_kernel_refuses_what_it_does_not_implement() -> None:
@@ -72,6 +75,8 @@ def test_kernel_refuses_what_it_does_not_implement() -> None:
         kernel_source(KernelVariant("D3Q27", "float64", "MRT"))
     with pytest.raises(ValueError, match="Unknown collision"):
         kernel_source(KernelVariant("D3Q19", "float64", "KBC"))
+    with pytest.raises(ValueError, match="Unknown boundary"):
+        kernel_source(KernelVariant("D3Q19", "float64", boundary="slip"))
 
 
 def test_paper_layout_assignment() -> None:
@@ -110,11 +115,13 @@ def test_emulated_kernel_matches_numpy(lattice, precision, collision, fluid, lay
 @needs_gxx
 @pytest.mark.parametrize("case, lattice, precision, collision, fluid, layout, tpb", [
     ("zou_he", "D3Q19", "float64", "TRT", "quasi-compressible", "paper", 2),
-    ("zou_he", "D2Q9", "float32", "BGK", "incompressible", "xyz", 1),
+    ("zou_he_moving", "D3Q19", "float64", "MRT", "incompressible", "xyz", 1),
+    ("zou_he_moving", "D2Q9", "float32", "BGK", "incompressible", "xyz", 1),
     ("zou_he", "D3Q13", "float64", "MRT", "incompressible", "xyz", 2),
     ("cavity", "D3Q19", "float64", "MRT", "incompressible", "xyz", 4),
     ("cavity", "D2Q9", "float64", "TRT", "quasi-compressible", "xyz", 2),
     ("objects", "D3Q19", "float64", "BGK", "quasi-compressible", "paper", 1),
+    ("far_field", "D2Q9", "float64", "MRT", "quasi-compressible", "xyz", 2),
     ("mrt", "D2Q9", "float32", "MRT", "quasi-compressible", "xyz", 1),
     ("mrt", "D3Q13", "float64", "MRT", "quasi-compressible", "paper", 2),
 ])
@@ -126,6 +133,20 @@ def test_emulated_boundaries_and_mrt_match_numpy(case, lattice, precision, colli
     ref = reference(problem, f0, 12)
     tol = 1e-12 if precision == "float64" else 1e-5
     assert np.abs(got - ref).max() <= tol * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("case", ["zou_he", "far_field", "objects", "mrt"])
+def test_kernel_without_ladd_only_where_no_link_needs_it(case) -> None:
+    """The 'zou_he' kernel has no Ladd term: the reference must then have no such link."""
+    from solver.backends.gpu_boundary import boundary_kind
+    from solver.boundaries import ladd_links
+
+    problem = physics_problem(case, "D3Q19")
+    kind = boundary_kind(problem)
+    assert kind == {"zou_he": "zou_he", "mrt": "none"}.get(case, "moving")
+    links = ladd_links(problem.pull_table, problem.tiling, problem.lattice, problem.boundary,
+                       problem.periodic)
+    assert (links.node.size == 0) == (kind != "moving")
 
 
 @needs_gxx
