@@ -153,11 +153,16 @@ def test_zou_he_leaves_the_known_populations_alone():
     np.testing.assert_array_equal(g[known], before[known])
 
 
-@pytest.mark.parametrize("fluid_model", ["incompressible", "quasi-compressible"])
-def test_inlet_and_outlet_nodes_hold_their_values_in_a_porous_run(fluid_model):
+@pytest.mark.parametrize("lattice, collision, fluid_model", [
+    ("D3Q19", "TRT", "incompressible"), ("D3Q19", "MRT", "quasi-compressible"),
+    ("D3Q13", "MRT", "incompressible"), ("D3Q27", "BGK", "quasi-compressible"),
+])
+def test_inlet_and_outlet_nodes_hold_their_values_in_a_porous_run(lattice, collision,
+                                                                  fluid_model):
     rng = np.random.default_rng(3)
     solid = rng.random((12, 9, 8)) < 0.25  # solids on the inlet and outlet faces too
-    cfg = config(lattice="D3Q19", x_min="velocity", x_min_value=(0.01, 0.002, 0.0),
+    cfg = config(lattice=lattice, collision=collision, x_min="velocity",
+                 x_min_value=(0.01, 0.002, 0.0),
                  x_max="pressure", x_max_value=0.998, y_min="wall", y_max="wall",
                  fluid_model=fluid_model)
     sim = Simulation(solid, cfg)
