@@ -141,9 +141,9 @@ def cylinder_strouhal(size: str, backend: str, name: str) -> list[CaseResult]:
     start_flow(sim, _potential_flow(nx, ny, x0, y0, d, u0))
     period = d / (0.18 * u0)
     every = max(1, int(period / 40))
-    sim.step(int(8 * period))
+    sim.step(int(6 * period))  # the blob starts shedding at once: periodic after ~5 periods
     lift = []
-    for _ in range(int(5 * period / every)):
+    for _ in range(int(4 * period / every)):
         sim.step(every)
         lift.append(sim.forces(axis=0)[1].lift)
     lift = np.array(lift)
