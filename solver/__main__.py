@@ -34,6 +34,27 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .validation import CASES, run_all, write_report
+
+    unknown = [n for n in args.case or [] if n not in CASES]
+    if unknown:
+        print(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}",
+              file=sys.stderr)
+        return 2
+    backend = get_backend(args.backend)
+    results = run_all(args.size, backend.name, args.case)
+    for r in results:
+        verdict = ("pass" if r.passed else "FAIL") if r.checked else "info"
+        print(f"{verdict:<4} {r.case:<22} {r.quantity:<58} {r.measured:.5g} "
+              f"(ref {r.reference:.5g}, {r.size}, {r.seconds:.0f} s)")
+    path = write_report(results, backend.device_info()["name"], Path(args.out), args.size,
+                        backend.name)
+    print(f"wrote {path}")
+    return 0 if all(r.passed for r in results) else 1
+
+
 def _run(args: argparse.Namespace) -> int:
     from .case import load_case
     from .run import EXIT_INVALID, EXIT_OK, HeadlessRun
@@ -111,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--tpb", type=int, nargs="+", default=[1, 2, 4], choices=[1, 2, 4],
                        help="GPU suite: tiles per block")
     bench.set_defaults(func=_bench)
+    validate = sub.add_parser("validate", help="run the physics validation cases and write "
+                              "benchmarks/results/validation-<device>-<date>.md")
+    validate.add_argument("--size", default="ci", choices=["ci", "full"],
+                          help="ci: small CPU sizes; full: GPU sizes with the papers' targets")
+    validate.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    validate.add_argument("--case", nargs="+", default=None, help="case names (default: all)")
+    validate.add_argument("--out", default="benchmarks/results", help="report folder")
+    validate.set_defaults(func=_validate)
     run = sub.add_parser("run", help="run a case file (YAML/JSON) headless",
                          description="Run a case headless. Exit codes: 0 done, 2 invalid case "
                                      "or refused (stability, memory, checkpoint mismatch), "

@@ -4,26 +4,44 @@
 and the CLI reads case files into it. Every value is in lattice units (node spacing 1, time step
 1); conversion from physical units happens at the edges (app, case files). Cross-field checks
 that need the geometry (lattice dimension against the geometry's) live in :meth:`check`.
+
+Domain faces: each of ``x_min`` ... ``z_max`` is one of :data:`FACE_TYPES`; the face's number is
+``<face>_value``:
+
+- ``periodic``, ``wall``: no value (ignored).
+- ``velocity`` (Zou-He inlet/outlet): the velocity vector ``(ux, uy[, uz])``, or one number,
+  the velocity component along the face's axis (positive = towards +axis, so an inlet at
+  ``x_min`` and an outlet at ``x_max`` of the same flow take the same number). Required.
+- ``pressure`` (Zou-He density outlet): the density; default ``initial_density``.
+- ``moving_wall``: the wall velocity ``(ux, uy[, uz])``, tangential to the face. Required.
+
+Labelled solid objects (``VoxelGeometry.labels``) move with ``object_velocities[label]``
+(bounce-back with Ladd's correction); unlisted objects are at rest.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import numbers
+from dataclasses import dataclass
 
 import param
 
-from .lattice import LATTICE_NAMES, get_lattice
+from .lattice import CS2, LATTICE_NAMES, MRT_ONLY, get_lattice
+from .moments import MRT_LATTICES
+from .mrt import mrt_rates
+from .node_types import FACE_NAMES
 
 __all__ = [
-    "ConfigError", "SimulationConfig", "FACE_NAMES", "FACE_TYPES", "COLLISIONS", "FLUID_MODELS",
-    "PRECISIONS", "BACKENDS",
+    "ConfigError", "SimulationConfig", "FaceCondition", "FACE_NAMES", "FACE_TYPES",
+    "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "BACKENDS",
 ]
 
 log = logging.getLogger(__name__)
 
-FACE_NAMES = ("x_min", "x_max", "y_min", "y_max", "z_min", "z_max")
-FACE_TYPES = ("periodic", "wall")
-COLLISIONS = ("BGK", "TRT")
+FACE_TYPES = ("periodic", "wall", "velocity", "pressure", "moving_wall")
+COLLISIONS = ("BGK", "TRT", "MRT")
 FLUID_MODELS = ("incompressible", "quasi-compressible")
 PRECISIONS = ("float32", "float64")
 BACKENDS = ("auto", "numpy", "cupy")
@@ -35,6 +53,19 @@ MAX_MACH = 0.3
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message says which and what to use instead."""
+
+
+@dataclass(frozen=True)
+class FaceCondition:
+    """Validated boundary of one domain face: its type, velocity (3,) and density, lattice units.
+
+    ``velocity`` is the inlet velocity (``velocity``) or wall velocity (``moving_wall``) and
+    zero otherwise; ``density`` is the outlet density of a ``pressure`` face, else None.
+    """
+
+    kind: str
+    velocity: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    density: float | None = None
 
 
 class _Tau(param.Number):
@@ -53,13 +84,43 @@ def _face(doc: str) -> param.Selector:
     return param.Selector(objects=list(FACE_TYPES), default="periodic", doc=doc)
 
 
+def _face_value(face: str) -> param.Parameter:
+    return param.Parameter(default=None, doc=f"Value of the {face} boundary (lattice units): "
+                           "inlet velocity (vector, or the component along the face axis), "
+                           "outlet density, or tangential wall velocity (vector).")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _vector(value, ndim: int, what: str) -> tuple[float, float, float]:
+    """A velocity given as (ux, uy[, uz]) padded to 3 components; ConfigError otherwise."""
+    try:
+        vec = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a velocity tuple (ux, uy{', uz' * (ndim == 3)}) in "
+                          f"lattice units, got {value!r}.") from None
+    if len(vec) not in (ndim, 3) or (len(vec) == 3 and ndim == 2 and vec[2] != 0.0):
+        raise ConfigError(f"{what} needs {ndim} components for a {ndim}D lattice, got {value!r}.")
+    vec = (vec + [0.0, 0.0])[:3]
+    speed = math.sqrt(sum(v * v for v in vec))
+    if not math.isfinite(speed) or speed > MAX_MACH * math.sqrt(CS2):
+        raise ConfigError(f"{what} = {value!r} has |u| = {speed:.3g}, above Mach {MAX_MACH} "
+                          f"(|u| <= {MAX_MACH * math.sqrt(CS2):.3f} in lattice units); lower "
+                          "the velocity and raise the resolution or tau instead.")
+    return (vec[0], vec[1], vec[2])
+
+
 class SimulationConfig(param.Parameterized):
     """Physics and numerics of one run, in lattice units."""
 
     lattice = param.Selector(objects=list(LATTICE_NAMES), default="D3Q19",
-                             doc="Velocity set; D2Q9 for 2D geometries, D3Q19/D3Q27 for 3D.")
+                             doc="Velocity set; D2Q9 for 2D geometries, D3Q19/D3Q27 for 3D, "
+                                 "D3Q13 (3D, MRT only, least memory).")
     collision = param.Selector(objects=list(COLLISIONS), default="TRT",
-                               doc="BGK (single relaxation time) or TRT (two relaxation times).")
+                               doc="BGK (single relaxation time), TRT (two relaxation times) "
+                                   "or MRT (moment space; D2Q9, D3Q19, D3Q13).")
     fluid_model = param.Selector(objects=list(FLUID_MODELS), default="incompressible",
                                  doc="Equilibrium: incompressible (He-Luo) or quasi-compressible.")
     precision = param.Selector(objects=list(PRECISIONS), default="float32",
@@ -81,6 +142,18 @@ class SimulationConfig(param.Parameterized):
     y_max = _face("Boundary at the y = ny-1 face.")
     z_min = _face("Boundary at the z = 0 face (3D only).")
     z_max = _face("Boundary at the z = nz-1 face (3D only).")
+    x_min_value = _face_value("x_min")
+    x_max_value = _face_value("x_max")
+    y_min_value = _face_value("y_min")
+    y_max_value = _face_value("y_max")
+    z_min_value = _face_value("z_min")
+    z_max_value = _face_value("z_max")
+    object_velocities = param.Dict(default={},
+                                   doc="Wall velocity (lattice units) of labelled solid objects, "
+                                       "{label: (ux, uy[, uz])}; unlisted objects are at rest.")
+    mrt_rates = param.Dict(default={},
+                           doc="MRT relaxation rates overriding the defaults, {group: rate}; "
+                               "groups: e, eps, q, pi, m (D2Q9/D3Q19), e, h (D3Q13).")
     tile_edge = param.Integer(default=None, allow_None=True, bounds=(1, 16),
                               doc="Tile edge in nodes; default 4 in 3D and 8 in 2D.")
     tile_offset = param.Selector(objects=["best", "origin"], default="best",
@@ -110,6 +183,65 @@ class SimulationConfig(param.Parameterized):
         """Boundary type per domain face, for the faces of this lattice's dimension."""
         return {name: getattr(self, name) for name in FACE_NAMES[: 2 * self.ndim]}
 
+    def face_conditions(self) -> dict[str, FaceCondition]:
+        """Validated boundary (type, velocity, density) of every face of this dimension."""
+        return {name: self._face_condition(name) for name in self.faces()}
+
+    def _face_condition(self, name: str) -> FaceCondition:
+        kind, value, ndim = getattr(self, name), getattr(self, f"{name}_value"), self.ndim
+        axis = "xyz".index(name[0])
+        what = f"{name}_value ({name} is {kind!r})"
+        if kind == "velocity":
+            if value is None:
+                raise ConfigError(f"{name} is a velocity inlet/outlet: set {name}_value to the "
+                                  "velocity (a number along the face axis, or a vector).")
+            if _is_number(value):
+                value = [float(value) if a == axis else 0.0 for a in range(ndim)]
+            return FaceCondition(kind, velocity=_vector(value, ndim, what))
+        if kind == "moving_wall":
+            if value is None or _is_number(value):
+                raise ConfigError(f"{name} is a moving wall: set {name}_value to its velocity "
+                                  f"vector, tangential to the face (component {axis} zero).")
+            velocity = _vector(value, ndim, what)
+            if velocity[axis] != 0.0:
+                raise ConfigError(f"{what} = {value!r} moves through the face; a moving wall "
+                                  f"slides along it: set component {axis} to 0.")
+            return FaceCondition(kind, velocity=velocity)
+        if kind == "pressure":
+            density = self.initial_density if value is None else value
+            if not _is_number(density) or not 0.0 < density < math.inf:
+                raise ConfigError(f"{what} must be a positive density (lattice units), "
+                                  f"got {value!r}.")
+            return FaceCondition(kind, density=float(density))
+        return FaceCondition(kind)
+
+    def check_objects(self) -> dict[int, tuple[float, float, float]]:
+        """Validated object velocities {label: (ux, uy, uz)}, lattice units."""
+        out = {}
+        for label, value in self.object_velocities.items():
+            if isinstance(label, bool) or not isinstance(label, int) or label < 1:
+                raise ConfigError(f"object_velocities keys are object labels (integers >= 1, "
+                                  f"0 means no object), got {label!r}.")
+            out[label] = _vector(value, self.ndim, f"object_velocities[{label}]")
+        return out
+
+    def _check_collision(self) -> None:
+        if self.lattice in MRT_ONLY and self.collision != "MRT":
+            raise ConfigError(f"{self.lattice} runs only with its MRT collision (its fourth "
+                              "velocity moment is not isotropic): set collision='MRT', or "
+                              "choose D3Q19 for BGK/TRT.")
+        if self.collision == "MRT" and self.lattice not in MRT_LATTICES:
+            raise ConfigError(f"MRT is implemented for {', '.join(MRT_LATTICES)}, not "
+                              f"{self.lattice}: choose BGK or TRT, or another lattice.")
+        if self.collision == "MRT":
+            try:
+                mrt_rates(self.lattice, self.tau, self.mrt_rates)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        elif self.mrt_rates:
+            raise ConfigError("mrt_rates only apply to collision='MRT'; clear them or switch "
+                              "to MRT.")
+
     def periodic_axes(self) -> tuple[bool, ...]:
         """Per axis, whether both faces are periodic."""
         faces = self.faces()
@@ -129,7 +261,11 @@ class SimulationConfig(param.Parameterized):
             if (lo == "periodic") != (hi == "periodic"):
                 raise ConfigError(
                     f"Periodic boundaries come in pairs: {ax}_min is {lo!r} but {ax}_max is "
-                    f"{hi!r}; make both periodic or neither."
+                    f"{hi!r}; make both periodic or neither (an axis with an inlet, outlet or "
+                    "wall is not periodic)."
                 )
         if self.ndim == 2 and self.body_force[2] != 0.0:
             raise ConfigError("A 2D lattice has no z axis: set body_force[2] to 0.")
+        self._check_collision()
+        self.face_conditions()
+        self.check_objects()

@@ -1,8 +1,10 @@
 """Host-side description of one run, built once per geometry and configuration.
 
-A :class:`Problem` gathers what every backend needs — the lattice, the tiling, relaxation rates,
-the body force, the periodic axes and the storage dtype — so that backends only allocate and
-step. Large derived tables (the NumPy pull table) are built on first use only.
+A :class:`Problem` gathers what every backend needs — the lattice, the tiling, relaxation rates
+(``Relaxation`` for BGK/TRT, ``MRTRates`` for MRT), the body force, the periodic axes, the
+boundary conditions of the domain faces and moving objects, and the storage dtype — so that
+backends only allocate and step. Large derived tables (the NumPy pull table, the boundary
+tables of ``solver.boundaries``) are built on first use only.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from functools import cached_property
 
 import numpy as np
 
+from .boundaries import BoundaryTables, build_tables
 from .collision import Relaxation, equilibrium, relaxation
-from .config import SimulationConfig
+from .config import ConfigError, FaceCondition, SimulationConfig
 from .lattice import Lattice, get_lattice
+from .mrt import MRTRates, mrt_rates
+from .node_types import NodeType
 from .streaming import PullTable, build_pull_table
 from .tiling import Tiling
 
@@ -27,7 +32,7 @@ class Problem:
 
     lattice: Lattice
     tiling: Tiling
-    rates: Relaxation
+    rates: Relaxation | MRTRates
     force: np.ndarray
     incompressible: bool
     rho0: float
@@ -37,18 +42,38 @@ class Problem:
     layout: str = "paper"
     tiles_per_block: int = 1
     extras: dict = field(default_factory=dict)
+    faces: dict[str, FaceCondition] = field(default_factory=dict)
+    objects: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    labels: np.ndarray | None = field(default=None, repr=False)
+    viscosity: float | None = None
 
     @classmethod
-    def from_config(cls, solid: np.ndarray, config: SimulationConfig) -> Problem:
-        """Tile ``solid`` (True = solid, axes (x, y[, z])) and derive the run's constants."""
+    def from_config(cls, solid: np.ndarray, config: SimulationConfig,
+                    labels: np.ndarray | None = None) -> Problem:
+        """Tile ``solid`` (True = solid, axes (x, y[, z])) and derive the run's constants.
+
+        ``labels`` (int, same shape, 0 = no object) names the solid objects that
+        ``config.object_velocities`` moves and that :mod:`solver.observables` reports on.
+        """
         config.check(solid.ndim)
+        if labels is not None and np.shape(labels) != solid.shape:
+            raise ValueError(f"labels shape {np.shape(labels)} differs from the geometry's "
+                             f"{solid.shape}.")
+        objects = config.check_objects()
+        if labels is None and any(any(v) for v in objects.values()):
+            raise ConfigError("object_velocities moves labelled objects but the geometry has "
+                              "no labels; use a VoxelGeometry with `labels` or drop them.")
         lattice = get_lattice(config.lattice)
         offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
         tiling = Tiling.build(solid, config.tile_edge, offset)
+        if config.collision == "MRT":
+            rates = mrt_rates(config.lattice, config.tau, config.mrt_rates)
+        else:
+            rates = relaxation(config.collision, config.tau, config.trt_magic)
         return cls(
             lattice=lattice,
             tiling=tiling,
-            rates=relaxation(config.collision, config.tau, config.trt_magic),
+            rates=rates,
             force=np.asarray(config.body_force[: lattice.d], dtype=np.float64),
             incompressible=config.fluid_model == "incompressible",
             rho0=float(config.initial_density),
@@ -57,7 +82,18 @@ class Problem:
             collision=config.collision,
             layout=config.gpu_layout,
             tiles_per_block=int(config.tiles_per_block),
+            faces=config.face_conditions(),
+            objects=objects,
+            labels=None if labels is None else np.asarray(labels),
+            viscosity=config.viscosity,
         )
+
+    @property
+    def kinematic_viscosity(self) -> float:
+        """Kinematic viscosity, lattice units: (tau - 1/2)/3."""
+        if self.viscosity is not None:
+            return float(self.viscosity)
+        return (1.0 / self.rates.omega_plus - 0.5) / 3.0
 
     @property
     def n_fluid(self) -> int:
@@ -66,8 +102,22 @@ class Problem:
 
     @cached_property
     def pull_table(self) -> PullTable:
-        """Gather/scatter tables of the NumPy reference (built on first use)."""
-        return build_pull_table(self.tiling, self.lattice, self.periodic)
+        """Gather/scatter tables of the NumPy reference (built on first use).
+
+        Fluid nodes are in tile order, except that Zou-He nodes come last, grouped by node
+        type, so that the NumPy backend treats each face in whole chunks.
+        """
+        table = build_pull_table(self.tiling, self.lattice, self.periodic)
+        types = self.boundary.node_type[table.tile, table.node]
+        if np.any(types > NodeType.FLUID):
+            table = table.take(np.argsort(types, kind="stable"))
+        return table
+
+    @cached_property
+    def boundary(self) -> BoundaryTables:
+        """Node types and boundary tables (built on first use, host side)."""
+        return build_tables(self.tiling, self.lattice, self.faces, self.periodic, self.labels,
+                            self.objects, 1.0 if self.incompressible else self.rho0)
 
     def initial_populations(self) -> np.ndarray:
         """Equilibrium at rest with density rho0 on every tile node, float64 (n_tiles, q, a**d)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
 from .fields import slice_indices, speed, tile_moments
@@ -54,7 +55,8 @@ class Simulation:
         self.geometry = geometry
         self.config = config if config is not None else SimulationConfig()
         self.solid = solid_mask(geometry)
-        self.problem = Problem.from_config(self.solid, self.config)
+        self.problem = Problem.from_config(self.solid, self.config,
+                                           labels=getattr(geometry, "labels", None))
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
@@ -167,6 +169,21 @@ class Simulation:
         volume = float(np.prod(self.solid.shape))
         return {"finite": True, "max_speed": float(speed(u_fluid, xp).max()),
                 "mean_velocity": self.backend.to_host(u_fluid.sum(axis=1)) / volume}
+
+    def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
+        """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""
+        return observables.forces(self.problem, self.populations(), self._flow_axis(axis))
+
+    def permeability(self, axis: int | None = None,
+                     voxel_size: float | None = None) -> observables.Permeability:
+        """Darcy permeability (see :func:`solver.observables.permeability`), lattice + SI."""
+        voxel_size = voxel_size if voxel_size is not None else getattr(
+            self.geometry, "voxel_size", None)
+        return observables.permeability(self.problem, self.fields(), self._flow_axis(axis),
+                                        voxel_size)
+
+    def _flow_axis(self, axis: int | None) -> int | None:
+        return axis if axis is not None else getattr(self.geometry, "flow_axis", None)
 
     def close(self) -> None:
         """Free the backend state (device memory)."""

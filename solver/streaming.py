@@ -41,6 +41,12 @@ class PullTable:
         """Number of fluid nodes."""
         return int(self.tile.size)
 
+    def take(self, order: np.ndarray) -> PullTable:
+        """The same table with its fluid nodes (columns) in ``order``."""
+        return PullTable(src=self.src[:, order], dst=self.dst[:, order],
+                         bounce=self.bounce[:, order], tile=self.tile[order],
+                         node=self.node[order])
+
 
 def _index_dtype(size: int) -> type:
     return np.int32 if size < np.iinfo(np.int32).max else np.int64

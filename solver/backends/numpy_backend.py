@@ -5,6 +5,10 @@ populations of all fluid nodes through the precomputed pull table, collides them
 the result into the other copy. Work is split into chunks of fluid nodes so that the
 temporaries of the collision stay in cache, and chunks run on a thread pool (NumPy releases the
 GIL inside its kernels), which matters on the small CPU machines this backend serves.
+
+Boundary conditions (``solver.boundaries``) act on the gathered chunk before collision: Ladd's
+moving-wall term on the bounced links that carry one, then the Zou-He reconstruction of the
+velocity/pressure nodes. Both use per-chunk index lists built once at allocation.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..collision import collide
+from .. import collision, mrt
+from ..boundaries import ZouHeFace, ladd_links, zou_he, zou_he_faces
+from ..node_types import NodeType
 from ..problem import Problem
 from .base import DeviceInfo
 
@@ -52,6 +58,14 @@ def _cgroup_headroom() -> int | None:
 
 
 @dataclass
+class ChunkBoundary:
+    """Boundary work of one chunk: Ladd links (direction, local node, value) and Zou-He nodes."""
+
+    ladd: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    zou_he: list[tuple[ZouHeFace, np.ndarray | slice]] = field(default_factory=list)
+
+
+@dataclass
 class NumpyState:
     """Two copies of the populations and the tables that step them."""
 
@@ -59,6 +73,37 @@ class NumpyState:
     f: np.ndarray = field(repr=False)
     current: int = 0
     chunks: list[slice] = field(default_factory=list, repr=False)
+    boundaries: list[ChunkBoundary] = field(default_factory=list, repr=False)
+
+
+def _chunk_boundaries(problem: Problem, chunks: list[slice]) -> list[ChunkBoundary]:
+    """Split the run's Ladd links and Zou-He nodes by chunk (fluid nodes in pull-table order)."""
+    table, tables = problem.pull_table, problem.boundary
+    faces = zou_he_faces(tables, problem.lattice)
+    links = None
+    if tables.has_moving_walls:
+        links = ladd_links(table, problem.tiling, problem.lattice, tables, problem.periodic)
+    node_type = tables.node_type[table.tile, table.node]
+    zou_nodes = []
+    for zf in faces:
+        kind = NodeType.VELOCITY_X_MIN if zf.kind == "velocity" else NodeType.PRESSURE_X_MIN
+        zou_nodes.append(np.flatnonzero(node_type == kind + zf.face))
+    out = []
+    for chunk in chunks:
+        cb = ChunkBoundary()
+        if links is not None and links.node.size:
+            lo, hi = np.searchsorted(links.node, [chunk.start, chunk.stop])
+            if hi > lo:
+                cb.ladd = (links.direction[lo:hi], links.node[lo:hi] - chunk.start,
+                           links.value[lo:hi])
+        for zf, nodes in zip(faces, zou_nodes, strict=True):
+            lo, hi = np.searchsorted(nodes, [chunk.start, chunk.stop])
+            if hi - lo == chunk.stop - chunk.start:
+                cb.zou_he.append((zf, slice(None)))  # the whole chunk: no index copy
+            elif hi > lo:
+                cb.zou_he.append((zf, nodes[lo:hi] - chunk.start))
+        out.append(cb)
+    return out
 
 
 class NumpyBackend:
@@ -75,9 +120,15 @@ class NumpyBackend:
         """Initialise both copies at rest equilibrium and build the pull table."""
         f0 = problem.initial_populations().astype(problem.dtype)
         f = np.stack([f0, f0.copy()])
-        n = problem.pull_table.n_fluid
-        chunks = [slice(s, min(s + CHUNK_NODES, n)) for s in range(0, n, CHUNK_NODES)]
-        return NumpyState(problem=problem, f=f, chunks=chunks)
+        table = problem.pull_table
+        # Nodes of one type are contiguous (Zou-He faces last): chunks never mix types.
+        types = problem.boundary.node_type[table.tile, table.node]
+        edges = [0, *np.flatnonzero(np.diff(types)) + 1, table.n_fluid]
+        chunks = [slice(s, min(s + CHUNK_NODES, hi))
+                  for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+                  for s in range(lo, hi, CHUNK_NODES)]
+        return NumpyState(problem=problem, f=f, chunks=chunks,
+                          boundaries=_chunk_boundaries(problem, chunks))
 
     def step(self, state: NumpyState, n: int = 1) -> float:
         """Advance by ``n`` steps; return wall time in seconds."""
@@ -85,7 +136,8 @@ class NumpyBackend:
         for _ in range(n):
             src = state.f[state.current].reshape(-1)
             dst = state.f[1 - state.current].reshape(-1)
-            work = [(src, dst, chunk) for chunk in state.chunks]
+            work = list(zip([src] * len(state.chunks), [dst] * len(state.chunks), state.chunks,
+                            state.boundaries, strict=True))
             if self._pool is None or len(work) == 1:
                 for item in work:
                     self._chunk(state.problem, *item)
@@ -95,9 +147,17 @@ class NumpyBackend:
         return time.perf_counter() - start
 
     @staticmethod
-    def _chunk(problem: Problem, src: np.ndarray, dst: np.ndarray, chunk: slice) -> None:
+    def _chunk(problem: Problem, src: np.ndarray, dst: np.ndarray, chunk: slice,
+               bc: ChunkBoundary) -> None:
         table = problem.pull_table
         g = src[table.src[:, chunk]]
+        if bc.ladd is not None:
+            direction, node, value = bc.ladd
+            g[direction, node] += value
+        for zf, nodes in bc.zou_he:
+            g[:, nodes] = zou_he(g[:, nodes], zf, problem.lattice, problem.force,
+                                 problem.incompressible)
+        collide = mrt.collide if problem.collision == "MRT" else collision.collide
         out = collide(g, problem.lattice, problem.rates, problem.force, problem.incompressible)
         dst[table.dst[:, chunk]] = out
 

@@ -1,0 +1,232 @@
+"""What users measure: forces on objects, permeability, porosity, tortuosity, convergence, fluxes.
+
+Everything here works on host arrays (the stored post-collision populations or the fields of
+:meth:`solver.simulation.Simulation.fields`) and a :class:`~solver.problem.Problem`, so it is
+the same for every backend. Results are in lattice units unless a name says otherwise.
+
+Momentum exchange (Ladd 1994; Tolke & Krafczyk 2008, eqs. 10-11): with pull streaming and
+halfway bounce-back, the post-collision population ``f*_i(x)`` heading into a solid node
+``x + c_i`` comes back as ``f*_i(x) - 6 w_i rho_w c_i . u_w``, so the link hands the solid the
+momentum ``c_i (2 f*_i(x) - 6 w_i rho_w c_i . u_w)`` per time step. Summed per label of the
+solid node it gives the force on each object. Links that leave the domain (face walls) are not
+objects and are not counted. The scheme keeps a tiny period-2 (staggered) oscillation of the
+momentum once excited, so precise balances average the forces of two successive steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .lattice import CS2
+from .node_types import FACE_NAMES
+from .problem import Problem
+
+__all__ = ["ObjectForce", "forces", "Permeability", "permeability", "porosity", "tortuosity",
+           "ConvergenceMonitor", "face_fluxes", "flow_axis", "DARCY_M2"]
+
+#: One darcy in m^2.
+DARCY_M2 = 9.869233e-13
+
+
+@dataclass(frozen=True)
+class ObjectForce:
+    """Force (d,) on one labelled object, its drag along the flow axis and its lift.
+
+    ``lift`` is the signed component along the other axis in 2D and the magnitude of the
+    component normal to the flow axis in 3D; lattice units (mass * node / step^2).
+    """
+
+    label: int
+    force: np.ndarray
+    drag: float
+    lift: float
+
+
+@dataclass(frozen=True)
+class _SolidLinks:
+    """Links from fluid nodes into solid nodes of the domain (flat population index)."""
+
+    index: np.ndarray = field(repr=False)
+    direction: np.ndarray = field(repr=False)
+    label: np.ndarray = field(repr=False)
+    ladd: np.ndarray = field(repr=False)
+
+
+def _solid_links(problem: Problem) -> _SolidLinks:
+    """Build (once per problem) the list of fluid-to-solid links and their object labels."""
+    cached = problem.extras.get("solid_links")
+    if cached is not None:
+        return cached
+    tiling, lattice, tables = problem.tiling, problem.lattice, problem.boundary
+    q, n_node = lattice.q, tiling.nodes_per_tile
+    shape = np.array(tiling.shape)
+    tile, node = np.nonzero(~tiling.solid)
+    x = tiling.node_coordinates()[tile, node]
+    solid_grid = tiling.scatter(tiling.solid[..., None], fill=True)[..., 0]
+    labels = problem.labels
+    wall_u = tables.wall_velocity[tables.wall_group[tile, node], : lattice.d]
+    parts: list[list[np.ndarray]] = [[], [], [], []]
+    for i, c in enumerate(lattice.c):
+        target = x + c
+        ok = np.ones(len(x), dtype=bool)
+        for ax, per in enumerate(problem.periodic):
+            if per:
+                target[:, ax] %= shape[ax]
+            else:
+                ok &= (target[:, ax] >= 0) & (target[:, ax] < shape[ax])
+        target = np.where(ok[:, None], target, x)
+        hit = np.flatnonzero(ok & solid_grid[tuple(target.T)])
+        where = tuple(target[hit].T)
+        parts[0].append((tile[hit].astype(np.int64) * q + i) * n_node + node[hit])
+        parts[1].append(np.full(hit.size, i))
+        parts[2].append(np.zeros(hit.size, np.int64) if labels is None else labels[where])
+        parts[3].append(6.0 * lattice.w[i] * tables.rho_wall * (wall_u[hit] @ c))
+    links = _SolidLinks(*(np.concatenate(p) for p in parts))
+    problem.extras["solid_links"] = links
+    return links
+
+
+def flow_axis(problem: Problem, default: int | None = None) -> int:
+    """Main flow axis: ``default`` if given, else the body force's or the inlet faces' axis."""
+    if default is not None:
+        return int(default)
+    if np.any(problem.force != 0):
+        return int(np.argmax(np.abs(problem.force)))
+    for name, face in problem.faces.items():
+        if face.kind in ("velocity", "pressure"):
+            return FACE_NAMES.index(name) // 2
+    return 0
+
+
+def forces(problem: Problem, f: np.ndarray, axis: int | None = None) -> dict[int, ObjectForce]:
+    """Momentum-exchange force on every solid label (0 = unlabelled solid) from host f.
+
+    ``f`` is the stored post-collision population array (n_tiles, q, a**d); ``axis`` the flow
+    axis (default :func:`flow_axis`).
+    """
+    links = _solid_links(problem)
+    axis = flow_axis(problem, axis)
+    c = problem.lattice.c[links.direction].astype(np.float64)
+    momentum = c * (2.0 * f.reshape(-1)[links.index] - links.ladd)[:, None]
+    out = {}
+    for label in np.unique(links.label):
+        sel = links.label == label
+        total = momentum[sel].sum(axis=0)
+        normal = np.delete(total, axis)
+        lift = float(normal[0]) if normal.size == 1 else float(np.linalg.norm(normal))
+        out[int(label)] = ObjectForce(int(label), total, float(total[axis]), lift)
+    return out
+
+
+@dataclass(frozen=True)
+class Permeability:
+    """Darcy permeability in lattice units (node spacing^2) and, with a voxel size, physical.
+
+    ``gradient`` is the driving force per volume (body force + pressure drop / length) and
+    ``superficial_velocity`` the Darcy velocity, both in lattice units.
+    """
+
+    lattice: float
+    gradient: float
+    superficial_velocity: float
+    m2: float | None = None
+
+    @property
+    def darcy(self) -> float | None:
+        """Permeability in darcy (None without a voxel size)."""
+        return None if self.m2 is None else self.m2 / DARCY_M2
+
+    @property
+    def millidarcy(self) -> float | None:
+        """Permeability in millidarcy (None without a voxel size)."""
+        return None if self.m2 is None else 1e3 * self.m2 / DARCY_M2
+
+
+def permeability(problem: Problem, fields: dict[str, np.ndarray], axis: int | None = None,
+                 voxel_size: float | None = None) -> Permeability:
+    """Darcy permeability ``k = nu <j_axis> / G`` along ``axis`` from steady fields.
+
+    ``<j_axis>`` is the momentum averaged over the whole box (solids count as zero), ``G`` the
+    body force plus, on a non-periodic axis, ``c_s^2 (rho_first - rho_last) / (n - 1)`` from
+    the mean density of the first and last fluid layers (pressure- or inlet-driven runs).
+    ``voxel_size`` in metres converts to m^2 (k is geometric: no physical viscosity needed).
+    """
+    axis = flow_axis(problem, axis)
+    rho, u = fields["rho"], fields["u"][axis]
+    j = u if problem.incompressible else rho * u
+    mean_j = float(np.nansum(j) / j.size)
+    gradient = float(problem.force[axis]) if axis < problem.force.size else 0.0
+    if not problem.periodic[axis]:
+        first = np.nanmean(np.take(rho, 0, axis=axis))
+        last = np.nanmean(np.take(rho, rho.shape[axis] - 1, axis=axis))
+        gradient += CS2 * float(first - last) / (rho.shape[axis] - 1)
+    if gradient == 0.0:
+        raise ValueError("No driving force along the flow axis: set a body force or "
+                         "pressure/velocity faces on that axis.")
+    k = problem.kinematic_viscosity * mean_j / gradient
+    return Permeability(k, gradient, mean_j / (1.0 if problem.incompressible else problem.rho0),
+                        None if voxel_size is None else k * float(voxel_size) ** 2)
+
+
+def porosity(solid: np.ndarray) -> float:
+    """Fluid fraction of a solid mask (True = solid)."""
+    return float(1.0 - np.count_nonzero(solid) / np.size(solid))
+
+
+def tortuosity(fields: dict[str, np.ndarray], axis: int = 0) -> float:
+    """Mean |u| over mean u_axis over fluid nodes (>= 1; 1 for straight flow)."""
+    u = fields["u"]
+    speed = np.sqrt(np.nansum(u * u, axis=0))
+    along = np.nanmean(np.where(np.isnan(u[axis]), np.nan, u[axis]))
+    return float(np.nanmean(np.where(np.isnan(u[axis]), np.nan, speed)) / along)
+
+
+class ConvergenceMonitor:
+    """Relative change of the mean velocity between successive checks (steady-state test).
+
+    ``measure='velocity'`` compares the mean velocity vector over fluid nodes (through-flows);
+    ``'speed'`` the mean |u|, for closed flows whose mean velocity vanishes (cavities).
+    """
+
+    def __init__(self, measure: str = "velocity") -> None:
+        if measure not in ("velocity", "speed"):
+            raise ValueError(f"measure must be 'velocity' or 'speed', got {measure!r}.")
+        self.measure = measure
+        self.previous: np.ndarray | None = None
+        self.residual = math.inf
+
+    def update(self, fields: dict[str, np.ndarray]) -> float:
+        """Record the fields of this check; return |<u> - <u>_prev| / |<u>| (inf at first)."""
+        u = fields["u"].reshape(fields["u"].shape[0], -1)
+        if self.measure == "speed":
+            mean = np.atleast_1d(np.nanmean(np.sqrt((u * u).sum(axis=0))))
+        else:
+            mean = np.nanmean(u, axis=1)
+        if self.previous is not None:
+            scale = np.linalg.norm(mean)
+            change = np.linalg.norm(mean - self.previous)
+            self.residual = float(change / scale) if scale > 0 else float(change > 0) * math.inf
+        self.previous = mean
+        return self.residual
+
+
+def face_fluxes(problem: Problem, fields: dict[str, np.ndarray]) -> dict[str, float]:
+    """Mass flux (lattice mass / step) out of each open (velocity/pressure) face; < 0 = inflow.
+
+    The flux is summed over the face's node layer, where the Zou-He nodes sit; walls let
+    nothing through and periodic faces have no net flux, so neither is listed.
+    """
+    out = {}
+    for name, face in problem.faces.items():
+        if face.kind not in ("velocity", "pressure"):
+            continue
+        axis, side = FACE_NAMES.index(name) // 2, FACE_NAMES.index(name) % 2
+        layer = 0 if side == 0 else fields["rho"].shape[axis] - 1
+        rho = np.take(fields["rho"], layer, axis=axis)
+        u = np.take(fields["u"][axis], layer, axis=axis)
+        j = u * (1.0 if problem.incompressible else rho)
+        out[name] = float(np.nansum(j)) * (-1.0 if side == 0 else 1.0)
+    return out

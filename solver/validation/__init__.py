@@ -1,0 +1,20 @@
+"""Validation suite: published and analytic flows the solver must reproduce.
+
+Cases (registered in :data:`CASES`, run by the tests in ``tests/solver/validation`` and by
+``python -m solver validate``):
+
+- ``channel_2d``, ``duct_3d``: Zou-He pressure/velocity faces vs Poiseuille and duct series.
+- ``cavity_re100_bgk``, ``cavity_re100_mrt``, ``cavity_re1000_mrt``: lid-driven cavity vs Ghia.
+- ``sc_array``, ``sc_tau``: simple-cubic sphere arrays vs Zick & Homsy; TRT vs BGK in tau.
+- ``sphere_pipe_re1`` (D3Q19), ``sphere_pipe_re1_d3q13``: sphere moving in a pipe, drag vs
+  Schiller-Naumann + Haberman-Sayre (Tolke & Krafczyk 2008, section 6).
+- ``cylinder_re100``: vortex shedding, Strouhal number.
+"""
+
+from __future__ import annotations
+
+from . import cavity, channels, objects, porous  # noqa: F401  (registers the cases)
+from .core import CASES, SIZES, Case, CaseResult, run_case
+from .report import run_all, write_report
+
+__all__ = ["CASES", "SIZES", "Case", "CaseResult", "run_case", "run_all", "write_report"]
