@@ -37,6 +37,9 @@ class Problem:
     layout: str = "paper"
     tiles_per_block: int = 1
     extras: dict = field(default_factory=dict)
+    #: Tiles this process steps, bool (n_tiles,); None = all. The others are read-only halo
+    #: tiles of a distributed run (:mod:`solver.distributed`).
+    owned: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def from_config(cls, solid: np.ndarray, config: SimulationConfig) -> Problem:
@@ -61,13 +64,15 @@ class Problem:
 
     @property
     def n_fluid(self) -> int:
-        """Fluid nodes in the domain."""
-        return self.tiling.n_fluid
+        """Fluid nodes in the domain (in the owned tiles when ``owned`` is set)."""
+        if self.owned is None:
+            return self.tiling.n_fluid
+        return int((~self.tiling.solid[self.owned]).sum())
 
     @cached_property
     def pull_table(self) -> PullTable:
         """Gather/scatter tables of the NumPy reference (built on first use)."""
-        return build_pull_table(self.tiling, self.lattice, self.periodic)
+        return build_pull_table(self.tiling, self.lattice, self.periodic, self.owned)
 
     def initial_populations(self) -> np.ndarray:
         """Equilibrium at rest with density rho0 on every tile node, float64 (n_tiles, q, a**d)."""

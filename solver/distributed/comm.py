@@ -1,0 +1,70 @@
+"""Access to MPI (mpi4py), with messages that say what to install when it is missing.
+
+mpi4py is optional: the decomposition, halo plan and in-process loopback runs need only NumPy.
+``world()`` is the one place that imports it for a run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError
+
+__all__ = ["mpi_available", "world", "local_rank", "bind_local_gpu"]
+
+#: One entry per NVIDIA GPU the driver sees (Linux); read without initialising CUDA.
+_NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+
+
+def mpi_available() -> tuple[bool, str]:
+    """Whether mpi4py imports (with an MPI library behind it), and why not."""
+    try:
+        from mpi4py import MPI
+
+        return True, MPI.Get_library_version().splitlines()[0].strip()
+    except Exception as exc:  # ImportError, or the MPI shared library failing to load
+        return False, f"mpi4py is not usable ({exc.__class__.__name__}: {exc})"
+
+
+def world() -> Any:
+    """``MPI.COMM_WORLD``; ConfigError saying what to install if mpi4py is missing."""
+    ok, why = mpi_available()
+    if not ok:
+        raise ConfigError(f"Distributed runs need MPI but {why}; install it with "
+                          "`pip install mpi4py mpich` (or mpi4py against the cluster's MPI).")
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def local_rank(comm: Any) -> tuple[int, int]:
+    """This rank's index among the ranks on its node, and their number."""
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return node.Get_rank(), node.Get_size()
+    finally:
+        node.Free()
+
+
+def bind_local_gpu(comm: Any) -> str | None:
+    """Give each rank of a node its own GPU through CUDA_VISIBLE_DEVICES; the chosen id.
+
+    Must run before CUDA is initialised in this process (before the first CuPy call). Leaves
+    the environment alone with one rank per node or when no NVIDIA GPU is listed.
+    """
+    index, ranks = local_rank(comm)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        devices = [d for d in visible.split(",") if d.strip()]
+    else:
+        devices = sorted(p.name for p in _NVIDIA_GPUS.iterdir()) if _NVIDIA_GPUS.is_dir() else []
+        devices = [str(k) for k in range(len(devices))]
+    if ranks <= 1 or len(devices) <= 1:
+        return None
+    chosen = devices[index % len(devices)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = chosen
+    return chosen
