@@ -42,6 +42,9 @@ __all__ = ["DistributedBackend", "DistributedState"]
 
 log = logging.getLogger(__name__)
 
+#: Longest sleep of an idle serving rank between looks for the next command, seconds.
+IDLE_POLL_SECONDS = 0.002
+
 
 @dataclass
 class DistributedState:
@@ -127,7 +130,7 @@ class DistributedBackend:
         """Release the serving ranks (rank 0 only; idempotent)."""
         if self.is_root and not self._stopped and self.size > 1:
             self._stopped = True
-            self.comm.bcast(("stop", None), root=0)
+            self._broadcast(("stop", None))
         self._stopped = True
 
     def __enter__(self) -> DistributedBackend:
@@ -140,16 +143,30 @@ class DistributedBackend:
     def serve(self) -> None:
         """Follow rank 0's commands until it shuts down (ranks other than 0)."""
         while True:
-            command, payload = self.comm.bcast(None, root=0)
+            command, payload = self._receive()
             if command == "stop":
                 return
             self._run(command, payload)
+
+    def _broadcast(self, message: tuple[str, Any]) -> None:
+        self.comm.Ibcast(np.ones(1, np.int8), root=0).Wait()  # wakes the idle workers
+        self.comm.bcast(message, root=0)
+
+    def _receive(self) -> tuple[str, Any]:
+        # Poll with sleeps: a blocking bcast spins a core while rank 0 writes output, and
+        # ranks often share the cores of one node.
+        request = self.comm.Ibcast(np.zeros(1, np.int8), root=0)
+        delay = 1e-4
+        while not request.Test():
+            time.sleep(delay)
+            delay = min(2 * delay, IDLE_POLL_SECONDS)
+        return self.comm.bcast(None, root=0)
 
     def _command(self, command: str, payload: Any) -> None:
         if self._stopped:
             raise RuntimeError("The DistributedBackend was shut down; create a new one.")
         if self.size > 1:
-            self.comm.bcast((command, payload), root=0)
+            self._broadcast((command, payload))
         self._run(command, payload)
 
     def _run(self, command: str, payload: Any) -> None:
