@@ -25,7 +25,7 @@ GEOMETRY.npy --steps 100 --backend numpy`` (see :mod:`solver.distributed.__main_
 """
 
 from .backend import DistributedBackend, DistributedState
-from .comm import bind_local_gpu, mpi_available, world
+from .comm import bind_local_gpu, launched_size, mpi_available, world
 from .decomposition import SlabDecomposition, decompose
 from .exchange import HaloExchange, LoopbackHub, MpiExchange
 from .halo import HaloPlan, RankLayout, build_rank, crossing_directions
@@ -34,7 +34,8 @@ from .rank import RankSolver, step_together
 from .stepper import NumpyPhases, RankStepper
 
 __all__ = [
-    "DistributedBackend", "DistributedState", "bind_local_gpu", "mpi_available", "world",
+    "DistributedBackend", "DistributedState", "bind_local_gpu", "launched_size", "mpi_available",
+    "world",
     "SlabDecomposition", "decompose", "HaloExchange", "LoopbackHub", "MpiExchange", "HaloPlan",
     "RankLayout", "build_rank", "crossing_directions", "launch", "RankSolver", "step_together",
     "NumpyPhases", "RankStepper",

@@ -12,7 +12,11 @@ from typing import Any
 
 from ..config import ConfigError
 
-__all__ = ["mpi_available", "world", "local_rank", "bind_local_gpu"]
+__all__ = ["mpi_available", "world", "launched_size", "local_rank", "bind_local_gpu"]
+
+#: Environment variables in which MPI launchers announce the job size (MPICH/Hydra and PMIx,
+#: Open MPI, Slurm's srun).
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
 
 #: One entry per NVIDIA GPU the driver sees (Linux); read without initialising CUDA.
 _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
@@ -37,6 +41,20 @@ def world() -> Any:
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
+
+
+def launched_size(environ: dict[str, str] | None = None) -> int:
+    """Ranks of the MPI job this process was started in (1 without a launcher); no MPI import.
+
+    Lets a command line choose the distributed path only under ``mpirun`` without
+    initialising MPI in every ordinary run.
+    """
+    env = os.environ if environ is None else environ
+    for name in _SIZE_VARIABLES:
+        value = env.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
 
 
 def local_rank(comm: Any) -> tuple[int, int]:
