@@ -23,8 +23,10 @@ workers are released when rank 0 finishes or fails.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +46,19 @@ log = logging.getLogger(__name__)
 
 #: Longest sleep of an idle serving rank between looks for the next command, seconds.
 IDLE_POLL_SECONDS = 0.002
+
+
+@contextlib.contextmanager
+def _ignore_sigint():
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to change
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 @dataclass
@@ -141,12 +156,17 @@ class DistributedBackend:
 
     # -- every rank --------------------------------------------------------------------------
     def serve(self) -> None:
-        """Follow rank 0's commands until it shuts down (ranks other than 0)."""
-        while True:
-            command, payload = self._receive()
-            if command == "stop":
-                return
-            self._run(command, payload)
+        """Follow rank 0's commands until it shuts down (ranks other than 0).
+
+        Ctrl-C is left to rank 0 (mpirun forwards it to every rank): rank 0 decides, e.g.
+        writes a checkpoint, which needs the serving ranks alive.
+        """
+        with _ignore_sigint():
+            while True:
+                command, payload = self._receive()
+                if command == "stop":
+                    return
+                self._run(command, payload)
 
     def _broadcast(self, message: tuple[str, Any]) -> None:
         self.comm.Ibcast(np.ones(1, np.int8), root=0).Wait()  # wakes the idle workers

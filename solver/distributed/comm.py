@@ -6,6 +6,7 @@ mpi4py is optional: the decomposition, halo plan and in-process loopback runs ne
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -23,23 +24,23 @@ _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
 def mpi_available() -> tuple[bool, str]:
-    """Whether mpi4py imports (with an MPI library behind it), and why not."""
+    """Whether mpi4py is installed, and why not; does not initialise MPI in this process."""
     try:
-        from mpi4py import MPI
-
-        return True, MPI.Get_library_version().splitlines()[0].strip()
-    except Exception as exc:  # ImportError, or the MPI shared library failing to load
+        if importlib.util.find_spec("mpi4py") is not None:
+            return True, "mpi4py is installed"
+    except (ImportError, ValueError) as exc:
         return False, f"mpi4py is not usable ({exc.__class__.__name__}: {exc})"
+    return False, "mpi4py is not installed"
 
 
 def world() -> Any:
     """``MPI.COMM_WORLD``; ConfigError saying what to install if mpi4py is missing."""
-    ok, why = mpi_available()
-    if not ok:
-        raise ConfigError(f"Distributed runs need MPI but {why}; install it with "
-                          "`pip install mpi4py mpich` (or mpi4py against the cluster's MPI).")
-    from mpi4py import MPI
-
+    try:
+        from mpi4py import MPI
+    except Exception as exc:  # ImportError, or the MPI shared library failing to load
+        raise ConfigError(f"Distributed runs need MPI but mpi4py is not usable "
+                          f"({exc.__class__.__name__}: {exc}); install it with `pip install "
+                          "mpi4py mpich` (or mpi4py built against the cluster's MPI).") from exc
     return MPI.COMM_WORLD
 
 
