@@ -1,4 +1,4 @@
-"""Command line: ``python -m solver bench`` (more subcommands join as they are built)."""
+"""Command line: ``python -m solver bench | run | validate`` (see ``--help`` of each)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ def _bench(args: argparse.Namespace) -> int:
     from .config import SimulationConfig
 
     backend = get_backend(args.backend)
+    if args.suite == "gpu" or (args.suite == "auto" and backend.name == "cupy"):
+        return _bench_gpu(args, backend)
     results = []
     for case in cpu_cases(args.size):
         for precision in args.precision:
@@ -32,6 +34,58 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from .case import load_case
+    from .run import EXIT_INVALID, EXIT_OK, HeadlessRun
+
+    try:
+        case = load_case(args.case)
+        if args.max_steps is not None:
+            case.run.max_steps = args.max_steps
+        run = HeadlessRun(case, out=args.output, backend=args.backend)
+        if args.resume:
+            run.resume(args.resume)
+    except (ValueError, MemoryError, OSError) as exc:  # user errors: case, config, geometry
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("Interrupted before the run started; nothing was written.", file=sys.stderr)
+        return 130
+    outcome = run.execute(progress=not args.quiet)
+    s = outcome.summary
+    print(f"{s['case']}: {outcome.status} after {s['steps']} steps in {s['run_seconds']:.1f} s "
+          f"({s['mflups']:.2f} MFLUPS, eta_t = {s['eta_t']:.3f}, {s['backend']})")
+    if s.get("permeability") is not None:
+        extra = (f" = {s['permeability_m2']:.4g} m^2 = {s['permeability_mD']:.4g} mD"
+                 if s.get("permeability_m2") is not None else "")
+        residual = f"{s['residual']:.3g}" if s.get("residual") is not None else "n/a"
+        print(f"permeability k = {s['permeability']:.6g} (lattice units){extra}, "
+              f"residual {residual}")
+    print(f"outputs in {run.out}")
+    if outcome.exit_code != EXIT_OK:
+        print(f"error: {outcome.message}" if outcome.exit_code != 130 else outcome.message,
+              file=sys.stderr)
+    return outcome.exit_code
+
+
+def _bench_gpu(args: argparse.Namespace, backend) -> int:
+    from .gpu_bench import GpuSuite, run_gpu_suite
+    from .gpu_report import summary, write_report
+
+    if backend.name != "cupy":
+        print("The GPU suite needs the CuPy backend (a CUDA GPU); use --suite cpu.",
+              file=sys.stderr)
+        return 2
+    suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),
+                     pack_size=args.pack_size, precisions=tuple(args.precision),
+                     layouts=tuple(args.layouts), tiles_per_block=tuple(args.tpb))
+    report = run_gpu_suite(backend, suite)
+    json_path, md_path = write_report(report, Path(args.out or "benchmarks/results"))
+    print(f"wrote {json_path} and {md_path}")
+    print(summary(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the ``solver`` command."""
     parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__)
@@ -42,8 +96,34 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--steps", type=int, default=20)
     bench.add_argument("--precision", nargs="+", default=["float64", "float32"],
                        choices=["float32", "float64"])
-    bench.add_argument("--out", default=None, help="folder for the JSON + markdown table")
+    bench.add_argument("--out", default=None, help="folder for the JSON + markdown table "
+                       "(GPU suite default: benchmarks/results)")
+    bench.add_argument("--suite", default="auto", choices=["auto", "cpu", "gpu"],
+                       help="auto: the GPU suite when the backend is CuPy")
+    bench.add_argument("--dense", type=int, nargs="+", default=[64, 128, 192, 256],
+                       help="GPU suite: cavity3D box edges (paper Table 3)")
+    bench.add_argument("--porosity", type=float, nargs="*",
+                       default=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1],
+                       help="GPU suite: sphere-pack porosities (paper Table 6)")
+    bench.add_argument("--pack-size", type=int, default=192, help="GPU suite: pack box edge")
+    bench.add_argument("--layouts", nargs="+", default=["paper", "xyz"],
+                       choices=["paper", "xyz"], help="GPU suite: in-tile layouts")
+    bench.add_argument("--tpb", type=int, nargs="+", default=[1, 2, 4], choices=[1, 2, 4],
+                       help="GPU suite: tiles per block")
     bench.set_defaults(func=_bench)
+    run = sub.add_parser("run", help="run a case file (YAML/JSON) headless",
+                         description="Run a case headless. Exit codes: 0 done, 2 invalid case "
+                                     "or refused (stability, memory, checkpoint mismatch), "
+                                     "3 diverged, 130 interrupted (checkpoint written).")
+    run.add_argument("case", help="case file, .yaml/.yml or .json (see solver/case.py)")
+    run.add_argument("--resume", metavar="CHECKPOINT", default=None,
+                     help="continue from a checkpoint.npz of the same geometry and config")
+    run.add_argument("--output", default=None, help="output folder (overrides run.output)")
+    run.add_argument("--max-steps", type=int, default=None, help="override run.max_steps")
+    run.add_argument("--backend", default=None, choices=["auto", "numpy", "cupy"],
+                     help="override config.backend")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=_run)
     return parser
 
 

@@ -1,13 +1,16 @@
 """``python -m solver bench``: MFLUPS of the chosen backend on standard cases.
 
 Cases: a fully periodic fluid box (dense) and random sphere packs (sparse). Timing excludes
-allocation and the first (warm-up) steps; on the GPU the backend times with CUDA events.
+allocation and the first (warm-up) steps; on the GPU the backend times with CUDA events. The GPU
+suite (paper Tables 3 and 6: cavities and sphere packs, probe and collision kernels) lives in
+:mod:`solver.gpu_bench`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -20,24 +23,65 @@ from tqdm import tqdm
 from .config import SimulationConfig
 from .simulation import Simulation
 
-__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results"]
+__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit",
+           "pack_generator"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class BenchCase:
-    """One benchmark geometry (True = solid) with a label."""
+    """One benchmark geometry (True = solid) with a label, its faces and tile placement."""
 
     label: str
     solid: np.ndarray
+    faces: str = "periodic"
+    tile_offset: str = "best"
+    porosity: float | None = None
+
+
+def sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float = 40.0,
+                seed: int = 0) -> np.ndarray:
+    """Solid mask of random overlapping periodic spheres with fluid fraction ~ ``porosity``."""
+    try:
+        from geometries.generators import random_sphere_pack
+    except ImportError:  # e.g. GPU machines without trimesh/pyvista, which geometries imports
+        return _sphere_pack(tuple(shape), porosity, diameter, seed)
+    return random_sphere_pack(tuple(shape), porosity=porosity, diameter=diameter,
+                              seed=seed).solid
+
+
+def pack_generator() -> str:
+    """Which generator :func:`sphere_pack` uses here (the stand-in where geometries fails)."""
+    try:
+        from geometries.generators import random_sphere_pack  # noqa: F401
+    except ImportError as exc:
+        return f"solver.bench stand-in (geometries not importable: {exc})"
+    return "geometries.generators.random_sphere_pack"
+
+
+def _sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float,
+                 seed: int) -> np.ndarray:
+    """Stand-in generator: add random spheres until the solid fraction reaches 1 - porosity."""
+    rng = np.random.default_rng(seed)
+    radius = diameter / 2.0
+    reach = np.arange(-int(np.ceil(radius)), int(np.ceil(radius)) + 1)
+    offsets = np.meshgrid(*[reach] * len(shape), indexing="ij")
+    ball = sum(o.astype(float) ** 2 for o in offsets) <= radius**2
+    solid = np.zeros(shape, dtype=bool)
+    target, count = (1.0 - porosity) * solid.size, 0
+    while count < target:
+        centre = rng.integers(0, shape)
+        window = np.ix_(*[(c + reach) % n for c, n in zip(centre, shape, strict=True)])
+        block = solid[window]
+        count += int((ball & ~block).sum())
+        solid[window] = block | ball
+    return solid
 
 
 def random_porous_box(n: int, porosity: float, diameter: float, seed: int = 0) -> np.ndarray:
     """Solid mask of overlapping random spheres at about ``porosity`` (periodic, n^3 nodes)."""
-    from geometries.generators import random_sphere_pack
-
-    return random_sphere_pack((n, n, n), porosity=porosity, diameter=diameter, seed=seed).solid
+    return sphere_pack((n, n, n), porosity, diameter, seed)
 
 
 def cpu_cases(n: int = 64) -> list[BenchCase]:
@@ -71,6 +115,11 @@ def run_case(case: BenchCase, config: SimulationConfig, steps: int, warmup: int 
     }
     sim.close()
     return result
+
+
+def git_commit() -> str:
+    """Short hash of the checked-out commit (``LBM_COMMIT`` overrides, for copies without .git)."""
+    return os.environ.get("LBM_COMMIT") or _commit()
 
 
 def _commit() -> str:

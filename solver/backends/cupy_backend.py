@@ -1,0 +1,269 @@
+"""CuPy backend: the tiled stream-collide kernel of the paper on an NVIDIA GPU.
+
+The only module that imports CuPy. Kernels come from :mod:`solver.backends.gpu_kernels` as
+CUDA C++ text, are compiled by NVRTC through ``cupy.RawModule`` once per variant (and cached on
+disk by CuPy), and run on two device copies ``f[copy][tile][i][slot]`` whose in-tile slots follow
+the configured layout; :meth:`CupyBackend.populations` returns them in XYZ order like every
+backend. Step times are CUDA-event times. :meth:`CupyBackend.probe` runs the paper's
+read/write-only and propagation-only kernels (section 4.1) on the same state for the benchmark.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from functools import cache
+
+import cupy as cp
+import numpy as np
+
+from ..collision import equilibrium
+from ..problem import Problem
+from .base import DeviceInfo
+from .gpu_kernels import KernelVariant, kernel_source
+from .gpu_tables import (
+    check_tile_shape,
+    device_tables,
+    geometry_args,
+    launch_shape,
+    physics_args,
+    slot_table,
+)
+
+__all__ = ["CupyBackend", "CupyState", "probe_device", "compile_kernel", "copy_bandwidth"]
+
+log = logging.getLogger(__name__)
+
+#: cudaDeviceAttr values (CUDA 13 dropped the matching cudaDeviceProp fields).
+_ATTR_MEMORY_CLOCK_KHZ, _ATTR_BUS_WIDTH_BITS = 36, 37
+_NVRTC_OPTIONS = ("-std=c++17",)
+#: Launches per captured CUDA graph (even, so the two copies end where they began).
+GRAPH_STEPS = 16
+
+
+def probe_device() -> tuple[bool, str]:
+    """Whether a CUDA device is usable through CuPy, and a reason or its name."""
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+        if count < 1:
+            return False, "no CUDA device was found"
+        float(cp.ones(4, dtype=np.float32).sum())  # a real allocation and launch
+        return True, _device_name()
+    except Exception as exc:  # a missing driver surfaces as several CUDA/CuPy error types
+        return False, f"CUDA is not usable ({exc.__class__.__name__}: {exc})"
+
+
+def _device_name() -> str:
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+@cache
+def _compiled(variant: KernelVariant, device: int):
+    module = cp.RawModule(code=kernel_source(variant), options=_NVRTC_OPTIONS)
+    return module.get_function(variant.name)
+
+
+def compile_kernel(variant: KernelVariant):
+    """The compiled kernel of ``variant`` on the current device (compiled once, cached)."""
+    return _compiled(variant.canonical(), cp.cuda.Device().id)
+
+
+@cache
+def copy_bandwidth(device: int = 0, nbytes: int = 1 << 30, repeats: int = 10) -> float:
+    """Measured device-to-device copy bandwidth, bytes read + written per second (cached)."""
+    with cp.cuda.Device(device):
+        free = cp.cuda.runtime.memGetInfo()[0]
+        nbytes = int(min(nbytes, free // 8)) // 1024 * 1024
+        src = cp.full(nbytes // 4, 1.5, dtype=np.float32)
+        dst = cp.empty_like(src)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        times = []
+        for k in range(repeats + 2):
+            start.record()
+            dst[...] = src
+            end.record()
+            end.synchronize()
+            if k >= 2:  # warm-up copies stay out of the numbers
+                times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+        del src, dst
+        return 2.0 * nbytes / float(np.median(times))
+
+
+@dataclass
+class CupyState:
+    """Device arrays of one run; ``current`` is the copy holding the latest populations."""
+
+    problem: Problem
+    f: cp.ndarray = field(repr=False)
+    tables: dict = field(repr=False)
+    slots: cp.ndarray = field(repr=False)
+    int_args: list = field(repr=False)
+    real_args: list = field(repr=False)
+    current: int = 0
+    launches: dict = field(default_factory=dict, repr=False)
+    views: tuple = field(default=(), repr=False)
+    stream: object = None
+    graphs: dict = field(default_factory=dict, repr=False)
+
+    def copies(self) -> tuple[cp.ndarray, cp.ndarray]:
+        """(source, destination) copies of the next step."""
+        if not self.views:  # two fixed views: slicing on every launch costs host time
+            self.views = (self.f[0], self.f[1])
+        return self.views[self.current], self.views[1 - self.current]
+
+
+class CupyBackend:
+    """Tiled fused stream-collide on the GPU (float32 or float64 storage and arithmetic)."""
+
+    name = "cupy"
+
+    def __init__(self) -> None:
+        self._use_graphs = True
+
+    def allocate(self, problem: Problem) -> CupyState:
+        """Upload the tiling tables and set both copies to the rest equilibrium."""
+        lat, tiling = problem.lattice, problem.tiling
+        check_tile_shape(lat.name, tiling.a, problem.tiles_per_block)
+        tables = {k: cp.asarray(v) for k, v in device_tables(problem).items()}
+        # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
+        feq = equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)), lat,
+                          problem.incompressible)[:, 0].astype(problem.dtype)
+        f = cp.empty((2, tiling.n_tiles, lat.q, tiling.nodes_per_tile), dtype=problem.dtype)
+        f[...] = cp.asarray(feq)[None, None, :, None]
+        slots = cp.asarray(slot_table(lat.name, problem.layout, tiling.a))
+        return CupyState(problem=problem, f=f, tables=tables, slots=slots,
+                         int_args=geometry_args(problem), real_args=physics_args(problem),
+                         stream=cp.cuda.Stream(non_blocking=True))
+
+    def _entry(self, state: CupyState, mode: str, tiles_per_block: int) -> tuple:
+        """Kernel, grid, block, trailing arguments and shared bytes of a launch (resolved once)."""
+        key = (mode, tiles_per_block)
+        if key not in state.launches:  # launches must stay cheap on the host
+            kernel = compile_kernel(KernelVariant.for_problem(state.problem, mode))
+            blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode)
+            t = state.tables
+            tail = (t["types"], t["tiles"], t["tile_map"], *state.int_args, *state.real_args)
+            state.launches[key] = (kernel, (blocks,), (threads,), tail, smem)
+        return state.launches[key]
+
+    def _launch(self, state: CupyState, mode: str, tiles_per_block: int) -> None:
+        kernel, grid, block, tail, smem = self._entry(state, mode, tiles_per_block)
+        kernel(grid, block, (*state.copies(), *tail), shared_mem=smem)
+        state.current = 1 - state.current
+
+    def _graph(self, state: CupyState, mode: str, tiles_per_block: int):
+        """A captured CUDA graph of GRAPH_STEPS launches from the current copy, or None.
+
+        Small domains run a step in tens of microseconds, about what one launch from Python
+        costs; replaying a graph removes that host overhead (paper-style back-to-back kernels).
+        """
+        if not self._use_graphs:
+            return None
+        key = (mode, tiles_per_block, state.current)
+        if key not in state.graphs:
+            self._entry(state, mode, tiles_per_block)  # compile and load outside the capture
+            state.copies()
+            current = state.current
+            try:
+                with state.stream:
+                    state.stream.begin_capture()
+                    try:
+                        for _ in range(GRAPH_STEPS):
+                            self._launch(state, mode, tiles_per_block)
+                    finally:
+                        graph = state.stream.end_capture()
+            except Exception as exc:  # capture unsupported here: plain launches from now on
+                log.warning("CUDA graph capture failed (%s); launching kernels one by one.", exc)
+                self._use_graphs = False
+                return None
+            finally:
+                state.current = current  # capturing runs nothing
+            state.graphs[key] = graph
+        return state.graphs[key]
+
+    def _timed(self, state: CupyState, n: int, mode: str, tiles_per_block: int) -> float:
+        cp.cuda.get_current_stream().synchronize()  # uploads queued elsewhere come first
+        stream = state.stream
+        graph = self._graph(state, mode, tiles_per_block) if n >= GRAPH_STEPS else None
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        done = 0
+        with stream:
+            start.record(stream)
+            while graph is not None and n - done >= GRAPH_STEPS:
+                graph.launch(stream)  # an even number of steps: the copies end where they began
+                done += GRAPH_STEPS
+            for _ in range(n - done):
+                self._launch(state, mode, tiles_per_block)
+            end.record(stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / 1e3
+
+    def step(self, state: CupyState, n: int = 1) -> float:
+        """Advance ``n`` steps; return their CUDA-event time in seconds."""
+        return self._timed(state, n, "full", state.problem.tiles_per_block)
+
+    def probe(self, state: CupyState, mode: str, n: int = 1,
+              tiles_per_block: int | None = None) -> float:
+        """Run ``n`` launches of a probe ('readwrite', 'propagate') or 'full'; event seconds.
+
+        The probes move the same bytes as a step but skip collision ('propagate') or also the
+        neighbour access ('readwrite'); they change the state, so use them for timing only.
+        """
+        if mode not in ("full", "propagate", "readwrite"):
+            raise ValueError(f"Unknown kernel mode {mode!r}; use 'full', 'propagate' or "
+                             "'readwrite'.")
+        return self._timed(state, n, mode, tiles_per_block or state.problem.tiles_per_block)
+
+    def reconfigure(self, state: CupyState, **changes) -> CupyState:
+        """The same device populations under changed problem settings (a new state view).
+
+        ``changes`` are :class:`~solver.problem.Problem` fields other than the tiling and dtype,
+        e.g. ``layout``, ``tiles_per_block``, ``collision``, ``incompressible``, ``rates``; the
+        data are re-laid on the device when the layout changes. The new state shares the
+        device arrays, so keep using only the new one. The benchmark times every kernel variant
+        on one allocation this way.
+        """
+        if {"tiling", "dtype", "lattice"} & changes.keys():
+            raise ValueError("reconfigure() keeps the tiling, lattice and dtype; allocate anew.")
+        problem = replace(state.problem, **changes)
+        check_tile_shape(problem.lattice.name, problem.tiling.a, problem.tiles_per_block)
+        slots = cp.asarray(slot_table(problem.lattice.name, problem.layout, problem.tiling.a))
+        new = replace(state, problem=problem, slots=slots, launches={}, graphs={},
+                      real_args=physics_args(problem))
+        if not bool((slots == state.slots).all()):
+            q = cp.arange(problem.lattice.q)[:, None]
+            for c in (0, 1):
+                new.f[c][:, q, slots] = state.f[c][:, q, state.slots]
+        return new
+
+    def populations(self, state: CupyState) -> np.ndarray:
+        """Latest populations, host float64 (n_tiles, q, a**d) in XYZ in-tile order."""
+        q = cp.arange(state.problem.lattice.q)[:, None]
+        return cp.asnumpy(state.f[state.current][:, q, state.slots]).astype(np.float64)
+
+    def set_populations(self, state: CupyState, f: np.ndarray) -> None:
+        """Overwrite the latest populations from a host array in XYZ in-tile order."""
+        q = cp.arange(state.problem.lattice.q)[:, None]
+        state.f[state.current][:, q, state.slots] = cp.asarray(f, dtype=state.problem.dtype)
+
+    def device_info(self) -> DeviceInfo:
+        """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""
+        dev = cp.cuda.Device().id
+        free, total = cp.cuda.runtime.memGetInfo()
+        try:
+            clock = cp.cuda.runtime.deviceGetAttribute(_ATTR_MEMORY_CLOCK_KHZ, dev) * 1e3
+            bus = cp.cuda.runtime.deviceGetAttribute(_ATTR_BUS_WIDTH_BITS, dev)
+            peak = 2.0 * clock * bus / 8.0  # double data rate
+        except Exception:  # attribute missing on some drivers: report unknown, not a guess
+            peak = None
+        return DeviceInfo(name=_device_name(), memory=int(total), memory_used=int(total - free),
+                          peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
+
+    def release(self, state: CupyState) -> None:
+        """Free the device arrays."""
+        state.f = cp.empty((2, 0, 0, 0), dtype=state.f.dtype)
+        state.views, state.launches, state.graphs = (), {}, {}
+        state.tables = {}
+        cp.get_default_memory_pool().free_all_blocks()

@@ -1,0 +1,212 @@
+"""CUDA source of the tiled stream-collide kernels, one variant at a time (no CuPy needed).
+
+A :class:`KernelVariant` names everything fixed at compile time: lattice, precision, collision
+(BGK/TRT), fluid model, in-tile layout, kernel mode (full step or one of the paper's section 4.1
+probes) and tile edge. :func:`kernel_source` fills ``kernels/tiled_lbm.cu`` with straight-line
+code for that variant's velocity set: the pull of every direction, the moments and the closed
+form BGK/TRT collision with Guo forcing of :mod:`solver.collision`, and coalesced stores.
+Relaxation rates and the body force stay kernel arguments, so changing them never recompiles;
+tiles per block is a launch parameter for the same reason.
+
+The in-tile layouts and the arrays and arguments the kernel is given live in
+:mod:`solver.backends.gpu_tables`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from string import Template
+
+import numpy as np
+
+from ..lattice import get_lattice
+from ..problem import Problem
+from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
+
+__all__ = ["KernelVariant", "MODES", "kernel_source", "all_variants"]
+
+#: Kernel modes: the full step and the paper's probes (section 4.1).
+MODES = {"full": 0, "propagate": 1, "readwrite": 2}
+_TEMPLATE = Path(__file__).with_name("kernels") / "tiled_lbm.cu"
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    """Compile-time choices of one kernel; ``layout`` is the effective one ('paper'/'xyz')."""
+
+    lattice: str = "D3Q19"
+    precision: str = "float64"
+    collision: str = "BGK"
+    incompressible: bool = True
+    layout: str = "paper"
+    mode: str = "full"
+    tile_edge: int = 4
+
+    def canonical(self) -> KernelVariant:
+        """Same kernel with the fields that do not change the code normalised (shared cache)."""
+        v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge))
+        if v.mode != "full":
+            v = replace(v, collision="BGK", incompressible=True)
+        return v
+
+    @classmethod
+    def for_problem(cls, problem: Problem, mode: str = "full") -> KernelVariant:
+        """The variant that steps ``problem`` in ``mode`` (canonical)."""
+        return cls(problem.lattice.name, problem.dtype.name, problem.collision,
+                   problem.incompressible, problem.layout, mode, problem.tiling.a).canonical()
+
+    @property
+    def name(self) -> str:
+        """Kernel (and namespace) name, unique per canonical variant."""
+        v = self.canonical()
+        fluid = "inc" if v.incompressible else "qc"
+        prec = "f64" if v.precision == "float64" else "f32"
+        return f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}_a{v.tile_edge}"
+
+
+def _lit(x: float, real: str) -> str:
+    """C literal of x in the kernel's precision (no silent promotion of float to double)."""
+    if real == "float":
+        return f"{float(np.float32(x))!r}f"
+    return repr(float(x))
+
+
+def _signed_sum(coeffs, names) -> str:
+    """C expression sum_k coeffs[k] * names[k] for coefficients in {-1, 0, 1}; '0' if empty."""
+    terms = ""
+    for c, name in zip(coeffs, names, strict=True):
+        if c:
+            terms += (" + " if c > 0 else " - ") + name if terms else ("" if c > 0 else "-") + name
+    return terms or "0"
+
+
+def _gather(v: KernelVariant, real: str) -> str:
+    lat, a = get_lattice(v.lattice), v.tile_edge
+    kinds = direction_layouts(v.lattice, v.layout, a)
+    he = a + 2
+    lines = []
+    for i, c in enumerate(lat.c.tolist()):
+        opp = int(lat.opposite[i])
+        if not any(c):
+            lines.append(f"    const real g{i} = fin[base + {i} * NPT + slot_{kinds[i]}(n)];")
+            continue
+        shift = sum(ci * he**ax for ax, ci in enumerate(c))
+        lines += [
+            f"    real g{i};",
+            "    {",
+            f"        const int s = s_src[centre - ({shift})];",
+            f"        const size_t at = s >= 0 ? ((size_t)((unsigned)s / NPT) * Q + {i}) * NPT"
+            f" + slot_{kinds[i]}((int)((unsigned)s % NPT))",
+            f"                                 : base + {opp} * NPT + slot_{kinds[opp]}(n);",
+            "        g" + f"{i} = fin[at];",
+            "    }",
+        ]
+    return "\n".join(lines)
+
+
+def _store(i: int, value: str, kind: str) -> str:
+    return f"    fout[base + {i} * NPT + slot_{kind}(n)] = {value};"
+
+
+def _collide(v: KernelVariant, real: str) -> str:
+    lat = get_lattice(v.lattice)
+    kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
+    g = [f"g{i}" for i in range(lat.q)]
+    if v.mode == "propagate":
+        return "\n".join(_store(i, g[i], kinds[i]) for i in range(lat.q))
+    lit = lambda x: _lit(x, real)  # noqa: E731
+    axes = "xyz"[: lat.d]
+    force = [f"f{ax}" for ax in axes]
+    out = [f"    const real rho = {' + '.join(g)};"]
+    for ax, col in zip(axes, lat.c.T.tolist(), strict=True):
+        out.append(f"    real u{ax} = ({_signed_sum(col, g)}) + f{ax} * {lit(0.5)};")
+    usq = " + ".join(f"u{ax} * u{ax}" for ax in axes)
+    ufd = " + ".join(f"f{ax} * u{ax}" for ax in axes)
+    if v.incompressible:
+        out += [f"    real r = {lit(-1.5)} * ({usq}) + rho;",
+                f"    r += af * ({ufd});"]
+        rho_mul = ""
+    else:
+        out += [f"    const real inv_rho = {lit(1.0)} / rho;"]
+        out += [f"    u{ax} *= inv_rho;" for ax in axes]
+        out += [f"    real r = {lit(-1.5)} * ({usq}) + {lit(1.0)};",
+                f"    r += af * ({ufd}) * inv_rho;"]
+        rho_mul = " * rho"
+    trt = v.collision == "TRT"
+    for i, c in enumerate(lat.c.tolist()):
+        k = sum(ci * ci for ci in c)  # weight class: the coefficients arrive per class
+        cu = _signed_sum(c, [f"u{ax}" for ax in axes])
+        cf = _signed_sum(c, force)
+        keep = f"{g[i]} * omp" + (f" - hm * {g[int(lat.opposite[i])]}" if trt else "")
+        if not any(c):
+            out.append(_store(i, f"{keep} + r{rho_mul} * wpw0", kinds[i]))
+            continue
+        out += [
+            "    {",
+            f"        const real cu = {cu};",
+            f"        const real cF = {cf};",
+            f"        real t = ({lit(4.5)} * cu * cu + r){rho_mul} * wpw{k};",
+            f"        t += cu * (bfw{k} * cF) + cfw{k} * cF;",
+            f"        t += cu * wmw{k}{rho_mul};",
+            "    " + _store(i, f"{keep} + t", kinds[i]),
+            "    }",
+        ]
+    return "\n".join(out)
+
+
+def _readwrite(v: KernelVariant) -> str:
+    lat = get_lattice(v.lattice)
+    kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
+    lines = []
+    for i in range(lat.q):
+        at = f"base + {i} * NPT + slot_{kinds[i]}(n)"
+        lines.append(f"        fout[{at}] = fin[{at}];")
+    return "\n".join(lines)
+
+
+@cache
+def _template() -> Template:
+    return Template(_TEMPLATE.read_text())
+
+
+@cache
+def kernel_source(variant: KernelVariant) -> str:
+    """Complete CUDA C++ source of one variant; its kernel is ``extern "C"`` ``variant.name``."""
+    v = variant.canonical()
+    if v.mode not in MODES:
+        raise ValueError(f"Unknown kernel mode {v.mode!r}; use one of {tuple(MODES)}.")
+    if v.precision not in ("float32", "float64"):
+        raise ValueError(f"Unknown precision {v.precision!r}; use 'float32' or 'float64'.")
+    if v.collision not in ("BGK", "TRT"):
+        raise ValueError(f"Unknown collision {v.collision!r}; use 'BGK' or 'TRT'.")
+    lat = get_lattice(v.lattice)
+    check_tile_shape(v.lattice, v.tile_edge, 1)
+    real = "double" if v.precision == "float64" else "float"
+    a, d = v.tile_edge, lat.d
+    return _template().substitute(
+        namespace=v.name, kernel=v.name, real=real, d=d, q=lat.q, a=a, npt=a**d,
+        halo_nodes=(a + 2) ** d, neighbours=3**d, mode=MODES[v.mode],
+        skip_corners="true" if int(np.abs(lat.c).sum(axis=1).max()) < d else "false",
+        # Only big tiles need a register cap for their block size; a cap at 256 threads makes
+        # ptxas trade registers for occupancy and spill, which costs more than it gains here.
+        launch_bounds=f"__launch_bounds__({min(1024, 4 * a**d)}) " if a**d > 64 else "",
+        readwrite=_readwrite(v) if v.mode == "readwrite" else "",
+        gather=_gather(v, real) if v.mode != "readwrite" else "",
+        collide=_collide(v, real) if v.mode != "readwrite" else "",
+    )
+
+
+def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None) -> list[KernelVariant]:
+    """Every distinct kernel variant (canonical) for the given tile edges per lattice."""
+    edges = tile_edges or {"D2Q9": (8,), "D3Q19": (4,), "D3Q27": (4,)}
+    seen: dict[str, KernelVariant] = {}
+    for lattice, a_values in edges.items():
+        for a, prec, coll, inc, layout, mode in itertools.product(
+            a_values, ("float32", "float64"), ("BGK", "TRT"), (True, False), LAYOUTS, MODES
+        ):
+            v = KernelVariant(lattice, prec, coll, inc, layout, mode, a).canonical()
+            seen.setdefault(v.name, v)
+    return list(seen.values())

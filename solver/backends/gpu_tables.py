@@ -1,0 +1,141 @@
+"""Host-side data of the tiled GPU kernel: in-tile layouts, tables, arguments, launch shape.
+
+Everything here is plain NumPy so that the CuPy backend, the CPU emulation of the kernel used by
+the tests and the compile checks share one definition of what the kernel is given.
+
+In-tile layouts (paper eq. 11-13, section 3.2), chosen per direction by its (x, y) velocity
+part: ``(0, *)`` XYZ, ``(+-1, 0)`` and ``(-1, +-1)`` YXZ, ``(1, +-1)`` zigzagNE. For D3Q19 this
+is exactly the paper's assignment (XYZ: O N S T B NT NB ST SB; YXZ: E W ET EB NW SW WT WB;
+zigzagNE: NE SE), and D3Q27 extends it by the same rule. The layouts are defined for 4^3 tiles;
+every other tile (the 8^2 tiles of 2D, 3D tiles of another edge) uses XYZ for all directions: in
+2D a row of 8 values already fills whole 32-byte sectors in float64, so there is little to gain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..lattice import get_lattice
+from ..problem import Problem
+
+__all__ = [
+    "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
+    "shared_bytes", "device_tables", "geometry_args", "physics_args", "launch_shape",
+]
+
+#: Layout settings (``SimulationConfig.gpu_layout``).
+LAYOUTS = ("paper", "xyz")
+
+
+def effective_layout(lattice: str, layout: str, a: int) -> str:
+    """Layout actually used: 'paper' only for 3D tiles of edge 4, else 'xyz'."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"Unknown GPU layout {layout!r}; use one of {LAYOUTS}.")
+    return "paper" if layout == "paper" and get_lattice(lattice).d == 3 and a == 4 else "xyz"
+
+
+def direction_layouts(lattice: str, layout: str, a: int) -> tuple[str, ...]:
+    """Per direction 'xyz', 'yxz' or 'zigzag' (the section 3.2 rule of the module doc)."""
+    lat = get_lattice(lattice)
+    if effective_layout(lattice, layout, a) == "xyz":
+        return ("xyz",) * lat.q
+    out = []
+    for cx, cy, *_ in lat.c.tolist():
+        out.append("xyz" if cx == 0 else "zigzag" if cx == 1 and cy != 0 else "yxz")
+    return tuple(out)
+
+
+def _slot(kind: str, n: np.ndarray, a: int) -> np.ndarray:
+    """NumPy twin of the CUDA ``slot_*`` functions: slot of XYZ node index n in a data block."""
+    if kind == "xyz":
+        return n
+    x, y = n % a, (n // a) % a
+    if kind == "yxz":
+        return n - x - a * y + y + a * x
+    z = n >> 4
+    return 2 * (x + 3 * y + ((x + 1) & 4) * (3 - y)) + (z & 1) + 16 * (z & 2)
+
+
+def slot_table(lattice: str, layout: str, a: int) -> np.ndarray:
+    """Slot of every XYZ node per direction, int64 (q, a**d); each row is a permutation."""
+    n = np.arange(a ** get_lattice(lattice).d)
+    return np.stack([_slot(k, n, a) for k in direction_layouts(lattice, layout, a)])
+
+
+def check_tile_shape(lattice: str, a: int, tiles_per_block: int) -> None:
+    """Raise ValueError unless tiles of edge ``a`` fit the kernel's warp and block mapping."""
+    d = get_lattice(lattice).d
+    npt = a**d
+    if npt % 32:
+        edges = "4 or 8" if d == 3 else "8 or 16"
+        raise ValueError(f"The CuPy kernel needs tiles of a multiple of 32 nodes (whole warps); "
+                         f"tile_edge={a} gives {npt} in {d}D. Use tile_edge {edges}, or "
+                         "backend='numpy'.")
+    if tiles_per_block not in (1, 2, 4) or npt * tiles_per_block > 1024:
+        raise ValueError(f"tiles_per_block={tiles_per_block} with {npt} nodes per tile is not "
+                         "possible (1, 2 or 4 tiles, at most 1024 threads per block); use "
+                         "tiles_per_block=1 or a smaller tile_edge.")
+
+
+def shared_bytes(lattice: str, a: int, tiles_per_block: int, mode: str = "full") -> int:
+    """Dynamic shared memory of one block: per-warp tile neighbourhoods and halo sources."""
+    if mode == "readwrite":
+        return 0
+    d = get_lattice(lattice).d
+    warps = tiles_per_block * a**d // 32
+    return 4 * (warps * 3**d + tiles_per_block * (a + 2) ** d)
+
+
+def device_tables(problem: Problem) -> dict[str, np.ndarray]:
+    """Arrays the kernel reads: node types (uint8, 1 = solid), tile coords, flat tile map."""
+    tiling = problem.tiling
+    if tiling.n_tiles * tiling.nodes_per_tile >= 2**31:
+        raise ValueError(f"{tiling.n_tiles} tiles exceed the kernel's 32-bit node ids; split "
+                         "the geometry or use a coarser voxel size.")
+    return {
+        "types": np.ascontiguousarray(tiling.solid, dtype=np.uint8).ravel(),
+        "tiles": np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel(),
+        # x fastest, the order the kernel flattens tile-grid coordinates in.
+        "tile_map": np.ascontiguousarray(tiling.tile_map.transpose(), dtype=np.int32).ravel(),
+    }
+
+
+def geometry_args(problem: Problem) -> list[np.int32]:
+    """Integer kernel arguments: n_tiles, tile grid, domain size, tile offset, periodic mask."""
+    tiling = problem.tiling
+
+    def pad(values, fill):
+        return [np.int32(v) for v in tuple(values) + (fill,) * (3 - len(values))]
+
+    mask = sum(1 << ax for ax, p in enumerate(problem.periodic) if p)
+    return ([np.int32(tiling.n_tiles)] + pad(tiling.tile_map.shape, 1) + pad(tiling.shape, 1)
+            + pad(tiling.offset, 0) + [np.int32(mask)])
+
+
+def physics_args(problem: Problem) -> list:
+    """Floating kernel arguments (storage precision), folded in double as solver.collision does.
+
+    omp = 1 - (wp + wm)/2, hm = (wp - wm)/2, af = -3 (1/wp - 1/2), the force, then per weight
+    class k = |c|^2 (0..3): wp w_k, 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k, 3 wm w_k. Rounding each
+    product once keeps the float32 kernel's mass drift at the NumPy reference's level.
+    """
+    lat = problem.lattice
+    wp, wm = problem.rates.omega_plus, problem.rates.omega_minus
+    force = list(problem.force) + [0.0] * (3 - len(problem.force))
+    w = [0.0] * 4
+    for c, weight in zip(lat.c.tolist(), lat.w.tolist(), strict=True):
+        w[sum(ci * ci for ci in c)] = weight
+    values = [1.0 - 0.5 * (wp + wm), 0.5 * (wp - wm), -3.0 * (1.0 / wp - 0.5), *force]
+    for factor in (wp, 9.0 * (1.0 - 0.5 * wp), 3.0 * (1.0 - 0.5 * wm), 3.0 * wm):
+        values += [factor * wk for wk in w]
+    return [problem.dtype.type(v) for v in values]
+
+
+def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full"
+                 ) -> tuple[int, int, int]:
+    """Blocks, threads per block and dynamic shared bytes for one launch."""
+    lattice, a = problem.lattice.name, problem.tiling.a
+    check_tile_shape(lattice, a, tiles_per_block)
+    blocks = -(-problem.tiling.n_tiles // tiles_per_block)
+    return blocks, tiles_per_block * a**problem.lattice.d, shared_bytes(
+        lattice, a, tiles_per_block, mode)

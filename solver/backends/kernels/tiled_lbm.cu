@@ -1,0 +1,199 @@
+// Tiled sparse lattice-Boltzmann step: Algorithm 2 of Tomczak & Szafran (tiled-sparse-lbm-gpu).
+//
+// This file is a template: solver/backends/gpu_kernels.py fills the template fields for one
+// variant (lattice, precision, collision, fluid model, in-tile layout, kernel mode, tile edge)
+// and wraps everything in a namespace of its own, so that many variants can share one
+// translation unit (the nvcc compile test) while NVRTC compiles just the one a run needs.
+// No headers are included: the source must compile unchanged under NVRTC and nvcc.
+//
+// Layout: f[copy][tile][i][slot], one data block of NPT values per (tile, direction). Node n of a
+// tile (XYZ order, n = x + A*y + A*A*z) stores direction i at slot_i(n); slot_i is XYZ, YXZ or
+// zigzagNE (paper eq. 11-13) per direction. Node types are one byte per node in XYZ order.
+//
+// One thread per node, blockDim.x / NPT tiles per block (the tiles-per-block setting is a launch
+// parameter). Steps per block: each warp copies the 3^D tile-map neighbourhood of its tile to
+// shared memory (warps never straddle tiles, so __syncwarp suffices); the tile's threads resolve,
+// one x-pencil each, the source of every node of the tile plus a one-node halo (periodic wrap
+// per node, exactly as the NumPy reference, falling back to the global tile map for wrapped
+// nodes); ONE block barrier; solid nodes stop; fluid nodes pull with halfway bounce-back,
+// collide and store coalesced.
+namespace ${namespace} {
+
+typedef ${real} real;
+
+constexpr int D = ${d};            // spatial dimensions
+constexpr int Q = ${q};            // discrete velocities
+constexpr int A = ${a};            // tile edge in nodes
+constexpr int NPT = ${npt};        // nodes per tile, A^D
+constexpr int HE = A + 2;          // edge of the tile with its one-node halo
+constexpr int HN = ${halo_nodes};  // nodes of the tile with halo, HE^D
+constexpr int NB = ${neighbours};  // tiles in the 3^D neighbourhood
+constexpr int MODE = ${mode};      // 0 full step, 1 propagation only, 2 read/write only
+constexpr bool SKIP_HALO_CORNERS = ${skip_corners};  // no velocity reaches the halo corners
+
+// Slot of XYZ node n inside a direction's data block (paper eq. 11-13).
+__device__ __forceinline__ int slot_xyz(int n) { return n; }
+
+__device__ __forceinline__ int slot_yxz(int n)
+{
+    const int x = n % A, y = (n / A) % A;
+    return n - x - A * y + y + A * x;
+}
+
+__device__ __forceinline__ int slot_zigzag(int n)  // defined for A == 4, D == 3 only
+{
+    const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
+    return 2 * (x + 3 * y + ((x + 1) & 4) * (3 - y)) + (z & 1) + 16 * (z & 2);
+}
+
+// Where halo coordinate k (0..HE-1) along axis ax of the tile at tile-grid coordinates t
+// lands after the per-node periodic wrap: tile-grid coordinate tt and in-tile coordinate of the
+// source node; ok is false outside a non-periodic face (halfway bounce-back there). One wrap
+// covers every source of a fluid node (x +- 1); positions still outside after it only neighbour
+// tile padding (domains narrower than a tile) and are marked not ok, never read.
+struct AxisSource {
+    int tt, local;
+    bool ok;
+};
+
+__device__ __forceinline__ AxisSource axis_source(
+    int ax, int k, const int (&t)[3], const int (&size)[3], const int (&off)[3], int periodic)
+{
+    int x = t[ax] * A - off[ax] + k - 1;
+    if ((periodic >> ax) & 1) {
+        x += (x < 0) ? size[ax] : 0;
+        x -= (x >= size[ax]) ? size[ax] : 0;
+    }
+    const bool ok = x >= 0 && x < size[ax];
+    const unsigned s = (unsigned)(x + off[ax]);
+    const int tt = (int)(s / A);
+    return {tt, (int)(s - (unsigned)tt * A), ok};
+}
+
+// Sources of one x-pencil of the halo (the HE halo nodes at fixed y, z): the tiled node id
+// (tile * NPT + XYZ index) each node pulls from, or -1 when that node is solid, in an empty
+// tile or outside a non-periodic face. The y, z part is resolved once per pencil; a source
+// tile outside the 3^D neighbourhood (periodic wrap) comes from the global tile map.
+__device__ __forceinline__ void fill_pencil(
+    int pencil, int* s_src, const int (&t)[3], const int* s_nbr,
+    const int* __restrict__ tile_map, const unsigned char* __restrict__ types,
+    const int (&grid)[3], const int (&size)[3], const int (&off)[3], int periodic)
+{
+    bool ok = true, far = false;
+    int node = 0, nbr = 0, flat = 0, edges = 0, stride = A, nstride = 3, fstride = grid[0];
+    int p = pencil;
+#pragma unroll
+    for (int ax = 1; ax < D; ++ax) {
+        const int k = p % HE;
+        p /= HE;
+        edges += (k == 0 || k == HE - 1) ? 1 : 0;
+        const AxisSource a = axis_source(ax, k, t, size, off, periodic);
+        const int dt = a.tt - t[ax];
+        ok = ok && a.ok;
+        far = far || dt < -1 || dt > 1;
+        node += a.local * stride;
+        nbr += (dt + 1) * nstride;
+        flat += a.tt * fstride;
+        stride *= A;
+        nstride *= 3;
+        fstride *= grid[ax];
+    }
+#pragma unroll
+    for (int k = 0; k < HE; ++k) {
+        const AxisSource a = axis_source(0, k, t, size, off, periodic);
+        const int dt = a.tt - t[0];
+        const bool corner = SKIP_HALO_CORNERS && edges == D - 1 && (k == 0 || k == HE - 1);
+        int src = -1;
+        if (ok && a.ok && !corner) {
+            const bool wrapped = far || dt < -1 || dt > 1;
+            const int tile = wrapped ? tile_map[flat + a.tt] : s_nbr[nbr + dt + 1];
+            const int id = tile * NPT + node + a.local;
+            if (tile >= 0 && types[id] == 0) src = id;
+        }
+        s_src[k + HE * pencil] = src;
+    }
+}
+
+extern "C" __global__ void ${launch_bounds}${kernel}(
+    const real* __restrict__ fin, real* __restrict__ fout,
+    const unsigned char* __restrict__ types, const int* __restrict__ tiles,
+    const int* __restrict__ tile_map, const int n_tiles,
+    const int gx, const int gy, const int gz, const int nx, const int ny, const int nz,
+    const int ox, const int oy, const int oz, const int periodic,
+    const real omp, const real hm, const real af, const real fx, const real fy, const real fz,
+    // Per weight class k = |c|^2: wp w_k, 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k and 3 wm w_k,
+    // each rounded once from double on the host exactly as solver.collision folds them.
+    const real wpw0, const real wpw1, const real wpw2, const real wpw3,
+    const real bfw0, const real bfw1, const real bfw2, const real bfw3,
+    const real cfw0, const real cfw1, const real cfw2, const real cfw3,
+    const real wmw0, const real wmw1, const real wmw2, const real wmw3)
+{
+    extern __shared__ int lbm_smem[];
+    const int n = threadIdx.x % NPT;
+    const int local_tile = threadIdx.x / NPT;
+    const int tile = blockIdx.x * (blockDim.x / NPT) + local_tile;
+    const size_t base = (size_t)tile * (Q * NPT);
+
+    if (MODE == 2) {  // read/write only: same node, same slot, no neighbour access
+        if (tile >= n_tiles || types[tile * NPT + n] != 0) return;
+${readwrite}
+        return;
+    }
+
+    int* s_nbr = lbm_smem + (threadIdx.x / 32) * NB;
+    int* s_src = lbm_smem + (blockDim.x / 32) * NB + local_tile * HN;
+    const bool active = tile < n_tiles;
+    if (active) {
+        const int grid[3] = {gx, gy, gz};
+        const int size[3] = {nx, ny, nz};
+        const int off[3] = {ox, oy, oz};
+        int t[3] = {0, 0, 0};
+#pragma unroll
+        for (int ax = 0; ax < D; ++ax) t[ax] = tiles[tile * D + ax];
+        const int lane = threadIdx.x % 32;
+        if (lane < NB) {  // this warp's copy of the 3^D tile-map neighbourhood
+            int k = lane, flat = 0, stride = 1;
+            bool inside = true;
+#pragma unroll
+            for (int ax = 0; ax < D; ++ax) {
+                const int c = t[ax] + k % 3 - 1;
+                k /= 3;
+                inside = inside && c >= 0 && c < grid[ax];
+                flat += c * stride;
+                stride *= grid[ax];
+            }
+            s_nbr[lane] = inside ? tile_map[flat] : -1;
+        }
+        __syncwarp();
+        // Pencils spread evenly over the tile's warps: fewer idle lanes than one per thread.
+        constexpr int PENCILS = HN / HE, WARPS = NPT / 32;
+        constexpr int PER_WARP = (PENCILS + WARPS - 1) / WARPS;
+        static_assert(PER_WARP <= 32, "a warp fills at most 32 halo pencils");
+        const int pencil = (n / 32) * PER_WARP + lane;
+        if (lane < PER_WARP && pencil < PENCILS)
+            fill_pencil(pencil, s_src, t, s_nbr, tile_map, types, grid, size, off, periodic);
+    }
+    __syncthreads();  // the one block barrier: halo sources are read across warps below
+    if (!active) return;
+
+    int centre = 0;
+    {
+        int m = n, stride = 1;
+#pragma unroll
+        for (int ax = 0; ax < D; ++ax) {
+            centre += (m % A + 1) * stride;
+            m /= A;
+            stride *= HE;
+        }
+    }
+    // Solid node (tile padding included): no work, nothing stored. The node's own halo entry
+    // cannot tell: with periodic wrap, padding just past the last node is a valid source.
+    if (types[tile * NPT + n] != 0) return;
+
+    // Pull: f_i from x - c_i, or f_opp(i) of this node (halfway bounce-back). Only integer
+    // indices depend on the branch; every thread then issues the same loads.
+${gather}
+${collide}
+}
+
+}  // namespace ${namespace}

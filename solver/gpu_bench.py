@@ -1,0 +1,159 @@
+"""GPU benchmark suite: the paper's cavity3D (Table 3) and sphere-pack (Table 6) measurements.
+
+Every case is allocated once per precision; the kernel variants (read/write-only and
+propagation-only probes, BGK/TRT collision kernels; both in-tile layouts; 1, 2 and 4 tiles per
+block) are then timed on that allocation with CUDA events after warm-up. MFLUPS counts fluid
+nodes only; the bandwidth is ``MFLUPS * B`` with ``B = 2 q n_d`` bytes per node and step (paper
+eq. 10), given as a fraction of the theoretical peak (device attributes) and of the
+device-to-device copy bandwidth measured in the same process. Sphere packs run with the tiles
+per block that was fastest on the dense box of the same size.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from dataclasses import asdict, dataclass
+from datetime import date
+
+import numpy as np
+from tqdm import tqdm
+
+from .bench import BenchCase, git_commit, pack_generator, sphere_pack
+from .collision import relaxation
+from .config import SimulationConfig
+from .problem import Problem
+
+__all__ = ["KERNELS", "GpuSuite", "dense_cases", "pack_cases", "run_gpu_suite"]
+
+log = logging.getLogger(__name__)
+
+#: Benchmarked kernels: label -> (kernel mode, collision, incompressible).
+KERNELS = {
+    "read/write only": ("readwrite", "BGK", True),
+    "propagation only": ("propagate", "BGK", True),
+    "BGK incompressible": ("full", "BGK", True),
+    "BGK quasi-compressible": ("full", "BGK", False),
+    "TRT incompressible": ("full", "TRT", True),
+}
+
+
+@dataclass
+class GpuSuite:
+    """What to measure (defaults follow the paper's Tables 3 and 6)."""
+
+    dense_sizes: tuple[int, ...] = (64, 128, 192, 256)
+    porosities: tuple[float, ...] = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+    pack_size: int = 192
+    diameter: float = 40.0
+    precisions: tuple[str, ...] = ("float32", "float64")
+    layouts: tuple[str, ...] = ("paper", "xyz")
+    tiles_per_block: tuple[int, ...] = (1, 2, 4)
+    kernels: tuple[str, ...] = tuple(KERNELS)
+    min_seconds: float = 0.03
+    repeats: int = 3
+
+
+def dense_cases(sizes) -> list[BenchCase]:
+    """cavity3D: all-fluid boxes of n^3 nodes closed by walls (bounce-back) on every face."""
+    return [BenchCase(f"cavity3D {n}^3", np.zeros((n, n, n), dtype=bool), faces="wall",
+                      tile_offset="origin") for n in sizes]
+
+
+def pack_cases(size: int, porosities, diameter: float, seed: int = 0) -> list[BenchCase]:
+    """Random periodic sphere packs of ``size``^3 nodes at each porosity (paper Table 6)."""
+    return [BenchCase(f"spheres {size}^3 phi={p:.1f}", sphere_pack((size,) * 3, p, diameter,
+                                                                   seed),
+                      porosity=p) for p in porosities]
+
+
+def _problem(case: BenchCase, precision: str) -> Problem:
+    faces = {f"{ax}_{side}": case.faces for ax in "xyz" for side in ("min", "max")}
+    config = SimulationConfig(lattice="D3Q19", precision=precision, collision="BGK",
+                              tile_offset=case.tile_offset, **faces)
+    return Problem.from_config(case.solid, config)
+
+
+def _time(backend, state, mode: str, tpb: int, suite: GpuSuite) -> tuple[int, float]:
+    """Steps per measurement and the median seconds per step of ``repeats`` measurements."""
+    warm = backend.probe(state, mode, 3, tpb) / 3  # compiles on first use; excluded
+    steps = int(np.clip(np.ceil(suite.min_seconds / max(warm, 1e-6)), 4, 400))
+    times = [backend.probe(state, mode, steps, tpb) / steps for _ in range(suite.repeats)]
+    return steps, float(np.median(times))
+
+
+def _row(case, problem, kernel, layout, tpb, steps, sec, info) -> dict:
+    bytes_node = problem.bytes_per_fluid_node_step()
+    mflups = problem.n_fluid / sec / 1e6
+    bandwidth = mflups * 1e6 * bytes_node
+    peak, copy = info.get("peak_bandwidth"), info["copy_bandwidth"]
+    return {
+        "case": case.label, "porosity": case.porosity, "nodes": int(case.solid.size),
+        "fluid_nodes": problem.n_fluid, "n_tiles": problem.tiling.n_tiles,
+        "eta_t": round(problem.tiling.eta_t, 4), "kernel": kernel,
+        "precision": problem.dtype.name, "layout": layout, "tiles_per_block": tpb,
+        "steps": steps, "seconds_per_step": sec, "mflups": round(mflups, 1),
+        "bytes_per_node": bytes_node, "bandwidth_gbs": round(bandwidth / 1e9, 1),
+        "fraction_peak": round(bandwidth / peak, 4) if peak else None,
+        "fraction_copy": round(bandwidth / copy, 4),
+    }
+
+
+def _measure_case(backend, case, precision, suite, info, tpbs_for, bar) -> list[dict]:
+    problem = _problem(case, precision)
+    base = laid = backend.allocate(problem)
+    rows = []
+    try:
+        for layout in suite.layouts:
+            laid = backend.reconfigure(laid, layout=layout)  # re-lays the data once per layout
+            for kernel in suite.kernels:
+                mode, collision, incompressible = KERNELS[kernel]
+                state = backend.reconfigure(laid, collision=collision,
+                                            incompressible=incompressible,
+                                            rates=relaxation(collision, 0.8))
+                for tpb in tpbs_for(kernel, precision, layout):
+                    steps, sec = _time(backend, state, mode, tpb, suite)
+                    rows.append(_row(case, problem, kernel, layout, tpb, steps, sec, info))
+                    bar.update(1)
+    finally:
+        backend.release(base)
+    return rows
+
+
+def run_gpu_suite(backend, suite: GpuSuite | None = None) -> dict:
+    """Measure the suite on ``backend`` (the CuPy one); return {'meta': ..., 'results': [...]}."""
+    suite = suite or GpuSuite()
+    info = dict(backend.device_info())
+    dense = dense_cases(suite.dense_sizes)
+    packs = pack_cases(suite.pack_size, suite.porosities, suite.diameter) if suite.porosities \
+        else []
+    per_case = len(suite.precisions) * len(suite.layouts) * len(suite.kernels)
+    total = per_case * (len(dense) * len(suite.tiles_per_block) + len(packs))
+    results: list[dict] = []
+    all_tpb = lambda kernel, precision, layout: suite.tiles_per_block  # noqa: E731
+    with tqdm(total=total, desc="GPU benchmark", unit="variant", mininterval=5.0) as bar:
+        for case in dense:
+            for precision in suite.precisions:
+                results += _measure_case(backend, case, precision, suite, info, all_tpb, bar)
+        best = _best_tpb(results, f"cavity3D {suite.pack_size}^3")
+        tpb_for = lambda k, p, lay: (best.get((k, p, lay), suite.tiles_per_block[0]),)  # noqa: E731
+        for case in packs:
+            for precision in suite.precisions:
+                results += _measure_case(backend, case, precision, suite, info, tpb_for, bar)
+    meta = {"device": info["name"], "date": date.today().isoformat(), "commit": git_commit(),
+            "host": platform.node(), "peak_bandwidth": info.get("peak_bandwidth"),
+            "copy_bandwidth": info["copy_bandwidth"], "memory": info.get("memory"),
+            "pack_generator": pack_generator() if packs else None,
+            "suite": asdict(suite)}
+    return {"meta": meta, "results": results}
+
+
+def _best_tpb(results: list[dict], case: str) -> dict:
+    """Fastest tiles per block per (kernel, precision, layout) on ``case``."""
+    best: dict[tuple, tuple[float, int]] = {}
+    for r in results:
+        if r["case"] == case:
+            key = (r["kernel"], r["precision"], r["layout"])
+            if r["mflups"] > best.get(key, (0.0, 0))[0]:
+                best[key] = (r["mflups"], r["tiles_per_block"])
+    return {k: v[1] for k, v in best.items()}

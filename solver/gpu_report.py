@@ -1,0 +1,196 @@
+"""Tables and target checks of the GPU benchmark (:mod:`solver.gpu_bench`) as markdown.
+
+Targets checked (H100 goals of the project): D3Q19 BGK on the dense 256^3 cavity at >= 70 % of
+the copy bandwidth measured in the same run, in float32 and float64; on sphere packs, fluid
+MFLUPS >= eta_t x the dense MFLUPS of the same kernel variant on the box of the same size. The
+paper layout's effect is reported as its MFLUPS over the XYZ layout's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+__all__ = ["targets", "markdown", "summary", "write_report", "results_stem"]
+
+COPY_TARGET = 0.70
+_TARGET_KERNEL = "BGK incompressible"
+
+
+def _best(rows, **match) -> dict | None:
+    """Fastest row whose fields equal ``match``."""
+    hits = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    return max(hits, key=lambda r: r["mflups"]) if hits else None
+
+
+def targets(report: dict) -> list[dict]:
+    """Each target with its measured value and whether it is met."""
+    rows, out = report["results"], []
+    big = max((int(m.group(1)) for r in rows if (m := re.match(r"cavity3D (\d+)\^3", r["case"]))),
+              default=None)
+    for precision in ("float32", "float64"):
+        r = _best(rows, case=f"cavity3D {big}^3", kernel=_TARGET_KERNEL, precision=precision)
+        if r:
+            out.append({"target": f"BGK dense {big}^3 {precision}: fraction of copy bandwidth",
+                        "value": r["fraction_copy"], "goal": f">= {COPY_TARGET:.2f}",
+                        "met": r["fraction_copy"] >= COPY_TARGET,
+                        "detail": f"{r['mflups']:.0f} MFLUPS, {r['layout']}, "
+                                  f"{r['tiles_per_block']} tiles/block"})
+    worst: dict[tuple, dict] = {}
+    for r in _pack_ratios(rows):
+        key = (r["precision"], r["layout"])
+        if key not in worst or r["ratio"] < worst[key]["ratio"]:
+            worst[key] = r
+    for (precision, layout), r in sorted(worst.items()):
+        out.append({"target": f"sphere packs {precision} {layout}: min over porosities of "
+                              "MFLUPS / (eta_t x dense)", "value": r["ratio"], "goal": ">= 1.00",
+                    "met": r["ratio"] >= 1.0, "detail": f"worst at porosity {r['porosity']}"})
+    return out
+
+
+def _pack_ratios(rows) -> list[dict]:
+    """Per pack row of the target kernel: fluid MFLUPS over eta_t x the dense box's MFLUPS."""
+    out = []
+    for r in (r for r in rows if r["porosity"] is not None and r["kernel"] == _TARGET_KERNEL):
+        size = re.match(r"spheres (\d+)", r["case"]).group(1)
+        dense = _best(rows, case=f"cavity3D {size}^3", kernel=r["kernel"],
+                      precision=r["precision"], layout=r["layout"],
+                      tiles_per_block=r["tiles_per_block"])
+        if dense and dense["mflups"] > 0:
+            ratio = round(r["mflups"] / (r["eta_t"] * dense["mflups"]), 3)
+            out.append(dict(r, ratio=ratio, dense_mflups=dense["mflups"]))
+    return out
+
+
+def _ratio_table(rows) -> list[str]:
+    lines = ["| porosity | eta_t | precision | layout | t/b | MFLUPS | dense MFLUPS | "
+             "MFLUPS / (eta_t x dense) |", "| ---: | ---: | --- | --- |" + " ---: |" * 4]
+    for r in _pack_ratios(rows):
+        lines.append(f"| {r['porosity']:.1f} | {r['eta_t']:.3f} | {r['precision']} | "
+                     f"{r['layout']} | {r['tiles_per_block']} | {r['mflups']:.0f} | "
+                     f"{r['dense_mflups']:.0f} | {r['ratio']:.3f} |")
+    return lines
+
+
+def _layout_effect(rows) -> list[str]:
+    lines = ["| case | kernel | precision | paper MFLUPS | xyz MFLUPS | paper / xyz |",
+             "| --- | --- | --- | ---: | ---: | ---: |"]
+    for case in sorted({r["case"] for r in rows if r["porosity"] is None}, key=_size):
+        for kernel in sorted({r["kernel"] for r in rows}):
+            for precision in ("float64", "float32"):
+                p = _best(rows, case=case, kernel=kernel, precision=precision, layout="paper")
+                x = _best(rows, case=case, kernel=kernel, precision=precision, layout="xyz")
+                if p and x and x["mflups"] > 0:
+                    lines.append(f"| {case} | {kernel} | {precision} | {p['mflups']:.0f} | "
+                                 f"{x['mflups']:.0f} | {p['mflups'] / x['mflups']:.3f} |")
+    return lines
+
+
+def _size(label: str) -> int:
+    m = re.search(r"(\d+)\^3", label)
+    return int(m.group(1)) if m else 0
+
+
+def _pack_table(rows, precision: str) -> list[str]:
+    packs = [r for r in rows if r["porosity"] is not None and r["precision"] == precision]
+    phis = sorted({r["porosity"] for r in packs}, reverse=True)
+    if not phis:
+        return []
+    eta = {r["porosity"]: r["eta_t"] for r in packs}
+    lines = [f"| {precision} (best layout) | " + " | ".join(f"{p:.1f}" for p in phis) + " |",
+             "| --- |" + " ---: |" * len(phis),
+             "| eta_t | " + " | ".join(f"{eta[p]:.3f}" for p in phis) + " |"]
+    for kernel in dict.fromkeys(r["kernel"] for r in packs):
+        cells = [_best(packs, kernel=kernel, porosity=p) for p in phis]
+        lines.append(f"| {kernel} | " + " | ".join(f"{c['mflups']:.0f}" if c else "-"
+                                                  for c in cells) + " |")
+    return lines
+
+
+def _detail(rows) -> list[str]:
+    lines = ["| case | kernel | prec | layout | t/b | fluid nodes | eta_t | MFLUPS | B/node | "
+             "GB/s | of peak | of copy |", "| --- |" * 4 + " ---: |" * 8]
+    for r in rows:
+        peak = f"{r['fraction_peak']:.3f}" if r["fraction_peak"] is not None else "-"
+        lines.append(
+            f"| {r['case']} | {r['kernel']} | {r['precision']} | {r['layout']} | "
+            f"{r['tiles_per_block']} | {r['fluid_nodes']} | {r['eta_t']:.3f} | "
+            f"{r['mflups']:.0f} | {r['bytes_per_node']} | {r['bandwidth_gbs']:.0f} | {peak} | "
+            f"{r['fraction_copy']:.3f} |")
+    return lines
+
+
+def _dense_table(rows) -> list[str]:
+    lines = ["| case | kernel | fp64 MFLUPS | fp64 of copy | fp32 MFLUPS | fp32 of copy |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for case in sorted({r["case"] for r in rows if r["porosity"] is None}, key=_size):
+        for kernel in dict.fromkeys(r["kernel"] for r in rows):
+            cells = []
+            for precision in ("float64", "float32"):
+                b = _best(rows, case=case, kernel=kernel, precision=precision)
+                cells += [f"{b['mflups']:.0f}", f"{b['fraction_copy']:.3f}"] if b else ["-"] * 2
+            lines.append(f"| {case} | {kernel} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _header(meta: dict) -> list[str]:
+    peak, copy = meta.get("peak_bandwidth"), meta["copy_bandwidth"]
+    peak_txt = f"{peak / 1e9:.0f} GB/s" if peak else "unknown"
+    return [f"# GPU benchmark: {meta['device']}", "",
+            f"Date {meta['date']}, commit {meta['commit']}. D3Q19, MFLUPS = fluid nodes only, "
+            "CUDA events after warm-up, median of repeats.", "",
+            f"Theoretical peak bandwidth {peak_txt}; measured device-to-device copy "
+            f"{copy / 1e9:.0f} GB/s (read + write)"
+            + (f", {copy / peak:.3f} of peak." if peak else ".")
+            + " Bandwidth = MFLUPS x 2 q n_d (paper eq. 10); cases whose two copies fit in the"
+              " L2 cache (64^3 float32: 40 MB) can exceed the DRAM copy bandwidth.", ""]
+
+
+def _target_lines(report) -> list[str]:
+    lines = ["| target | value | goal | met | detail |", "| --- | ---: | --- | --- | --- |"]
+    for t in targets(report):
+        lines.append(f"| {t['target']} | {t['value']} | {t['goal']} | "
+                     f"{'yes' if t['met'] else 'NO'} | {t['detail']} |")
+    return lines
+
+
+def markdown(report: dict) -> str:
+    """Full markdown report: targets, Table 3 / Table 6 style summaries, layout effect, all."""
+    rows = report["results"]
+    parts = _header(report["meta"]) + ["## Targets", ""] + _target_lines(report)
+    parts += ["", "## Dense cavity3D (best layout and tiles per block)", ""] + _dense_table(rows)
+    for precision in ("float64", "float32"):
+        table = _pack_table(rows, precision)
+        if table:
+            parts += ["", f"## Sphere packs, MFLUPS ({precision})", ""] + table
+    parts += ["", f"## Sphere packs against eta_t x dense ({_TARGET_KERNEL})", ""]
+    parts += _ratio_table(rows)
+    parts += ["", "## Paper layout vs XYZ (best tiles per block)", ""] + _layout_effect(rows)
+    parts += ["", "## All measurements", ""] + _detail(rows)
+    return "\n".join(parts) + "\n"
+
+
+def summary(report: dict) -> str:
+    """Short table for the end of a run's output: targets and the largest dense case."""
+    rows = report["results"]
+    big = max((_size(r["case"]) for r in rows if r["porosity"] is None), default=0)
+    dense = [line for line in _dense_table(rows) if f"{big}^3" in line]
+    return "\n".join(_header(report["meta"])[2:5] + _dense_table(rows)[:2] + dense + [""]
+                     + _pack_table(rows, "float64") + [""] + _pack_table(rows, "float32")
+                     + [""] + _target_lines(report))
+
+
+def results_stem(device: str, day: str) -> str:
+    """File stem ``<gpu>-<date>`` with the GPU name made file-safe."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-").lower() + f"-{day}"
+
+
+def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
+    """Write ``<gpu>-<date>.json`` and ``.md`` into ``out_dir``; return both paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = results_stem(report["meta"]["device"], report["meta"]["date"])
+    js, md = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    js.write_text(json.dumps(report, indent=1))
+    md.write_text(markdown(report))
+    return js, md
