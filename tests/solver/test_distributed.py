@@ -8,6 +8,7 @@ checked in one process through the loopback exchange, which needs no MPI.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -279,3 +280,44 @@ def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis):
     fields = sim.fields()
     assert np.array_equal(out["u"], fields["u"], equal_nan=True)
     assert np.array_equal(out["rho"], fields["rho"], equal_nan=True)
+
+
+@needs_mpi
+def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
+    """``mpirun -n 2 python -m solver run`` to a checkpoint, ``-n 3 --resume`` to the end: the
+    checkpoint, CSV and .vti equal one uninterrupted process's, bit for bit."""
+    pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
+    pv = pytest.importorskip("pyvista")
+    import yaml
+
+    from solver.__main__ import main
+
+    np.save(tmp_path / "pack.npy", porous())
+    case = {"name": "pack", "geometry": {"file": "pack.npy"},
+            "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
+                       "y_min": "wall", "y_max": "wall", "backend": "numpy"},
+            "run": {"max_steps": 40, "output_interval": 20, "check_interval": 10,
+                    "checkpoint_interval": 20, "convergence": 0}}
+    path = tmp_path / "pack.yaml"
+    path.write_text(yaml.safe_dump(case))
+    assert main(["run", str(path), "--output", str(tmp_path / "one"), "--quiet"]) == 0
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    for n, extra in ((2, ["--max-steps", "20"]),
+                     (3, ["--resume", str(tmp_path / "mpi" / "checkpoint.npz")])):
+        cmd = [_mpirun(), "-n", str(n), sys.executable, "-m", "solver", "run", str(path),
+               "--output", str(tmp_path / "mpi"), "--quiet", *extra]
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, mpi = tmp_path / "one", tmp_path / "mpi"
+    a, b = np.load(one / "checkpoint.npz"), np.load(mpi / "checkpoint.npz")
+    assert int(b["step"]) == 40 and np.array_equal(a["populations"], b["populations"])
+    rows = [np.genfromtxt(d / "history.csv", delimiter=",", names=True) for d in (one, mpi)]
+    for column in ("step", "u_mean_x", "u_mean_y", "u_mean_z", "permeability"):
+        assert np.array_equal(rows[0][column], rows[1][column])
+    for name in ("u", "rho"):
+        fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, mpi)]
+        assert np.array_equal(fields[0], fields[1], equal_nan=True)
+    summary = json.loads((mpi / "summary.json").read_text())
+    assert summary["device"].endswith("x 3 MPI ranks")
