@@ -19,7 +19,9 @@ Usage (GPU machine with two GPUs; results go to benchmarks/results/)::
     python benchmarks/scaling.py strong --ranks 1 2 --backend cupy --size 384
     python benchmarks/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5  # CPU
 
-Needs mpi4py and an ``mpirun``; the geometry comes from ``geometries.generators``.
+Needs mpi4py and an ``mpirun``; the geometry comes from ``geometries.generators``; ranks of a node
+get one GPU each (``solver.distributed.bind_local_gpu``). ``LBM_COMMIT`` names the commit when
+the checkout has no ``.git``.
 """
 
 from __future__ import annotations
@@ -147,8 +149,9 @@ def series(args) -> list[dict]:
 def _write(results: list[dict], out: Path, args) -> None:
     device = results[0]["device"]
     stem = f"scaling-{args.case}-{args.backend}-{args.precision}-{date.today().isoformat()}"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                            capture_output=True).stdout.strip() or "unknown"
+    commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
+    ).stdout.strip() or "unknown"
     meta = {"device": device, "date": date.today().isoformat(), "commit": commit}
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     lines = [f"# {args.case.capitalize()} scaling: {device}", "",
