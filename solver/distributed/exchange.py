@@ -16,9 +16,11 @@ Implementations:
   ``__cuda_array_interface__``); the stepper's ``synchronize`` orders packing before sending.
 - GPU alternatives (to be added next to the CuPy backend, same interface): pinned host staging
   (``cudaMemcpyAsync`` of the packed buffer into page-locked host memory on the communication
-  stream, then the same ``Isend``/``Irecv``, for MPI builds that are not CUDA-aware) and NCCL
-  through CuPy within a node (``ncclGroupStart``/``send``/``recv``/``ncclGroupEnd`` on the
-  communication stream; no host round trip, ordering by stream events instead of ``Waitall``).
+  stream, then the same ``Isend``/``Irecv``, for MPI builds that are not CUDA-aware — the
+  ``mpich`` wheel from PyPI is not) and NCCL through CuPy within a node
+  (``ncclGroupStart``/``send``/``recv``/``ncclGroupEnd`` on the communication stream; no host
+  round trip, ordering by stream events instead of ``Waitall``; the NCCL unique id travels
+  once over MPI).
 - :class:`LoopbackHub` — every rank in one process, for tests and debugging without MPI.
 """
 
