@@ -58,7 +58,9 @@ def read_npz(
     """Return the named arrays of ``.npz`` bytes (numbers or short strings, no pickles)."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    # zipfile raises many exception types on malformed archives (BadZipFile, zlib.error,
+    # NotImplementedError, struct.error, ...); for an upload they all mean "broken file".
+    except Exception as exc:  # noqa: BLE001
         raise GeometryError(
             f"The data is not a readable .npz (zip) archive ({exc}). "
             "Use a file written by VoxelGeometry.save."
@@ -85,7 +87,7 @@ def _read_member(archive: zipfile.ZipFile, name: str, max_items: int) -> np.ndar
         )
     try:
         raw = archive.read(info)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - as above: any failure means a corrupted member
         raise GeometryError(
             f"The array {name!r} in the .npz archive is corrupted ({exc}). Save it again."
         ) from exc
@@ -100,7 +102,9 @@ def _read_header(fp: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:
             return np.lib.format.read_array_header_1_0(fp)
         if version == (2, 0):
             return np.lib.format.read_array_header_2_0(fp)
-    except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError) as exc:
+    # The header is a Python literal parsed by numpy (tokenize, ast); malformed headers raise
+    # ValueError, SyntaxError, tokenize.TokenError, ... - all "corrupted" for the user.
+    except Exception as exc:  # noqa: BLE001
         raise GeometryError(
             f"The .npy header is corrupted ({exc}). Save the array again with numpy.save."
         ) from exc

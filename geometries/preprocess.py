@@ -70,9 +70,7 @@ def add_buffer(
     else:
         solid = np.pad(geom.solid, width, mode="edge")
     labels = None if geom.labels is None else np.pad(geom.labels, width, constant_values=0)
-    return dataclasses.replace(
-        geom, solid=solid, labels=labels, origin=_shift(geom, a, -lo)
-    )
+    return dataclasses.replace(geom, solid=solid, labels=labels, origin=_shift(geom, a, -lo))
 
 
 def crop(geom: VoxelGeometry, lo: Sequence[int], hi: Sequence[int]) -> VoxelGeometry:
@@ -133,7 +131,11 @@ def _axis(geom: VoxelGeometry, axis: int | None) -> int:
     """Return ``axis`` (default: the flow axis) validated for ``geom``."""
     if axis is None:
         return geom.flow_axis
-    if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not 0 <= axis < geom.ndim:
+    if (
+        isinstance(axis, bool)
+        or not isinstance(axis, int | np.integer)
+        or not 0 <= axis < geom.ndim
+    ):
         raise GeometryError(f"axis must be 0..{geom.ndim - 1} or None, got {axis!r}.")
     return int(axis)
 
@@ -160,7 +162,9 @@ def _bounds(geom: VoxelGeometry, corner: Sequence[int], what: str) -> tuple[int,
         values = tuple(int(v) for v in corner)
     except (TypeError, ValueError) as exc:
         raise GeometryError(f"{what} must be {geom.ndim} integers, got {corner!r}.") from exc
-    if len(values) != geom.ndim or any(not 0 <= v <= n for v, n in zip(values, geom.shape, strict=True)):
+    if len(values) != geom.ndim or any(
+        not 0 <= v <= n for v, n in zip(values, geom.shape, strict=True)
+    ):
         raise GeometryError(
             f"{what} must be {geom.ndim} integers within the shape {geom.shape}, got {corner!r}."
         )

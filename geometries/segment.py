@@ -38,14 +38,24 @@ def segment(
             "values. Convert it to a single-channel label or grey-scale image."
         )
     if pore_value is not None:
-        values = np.atleast_1d(np.asarray(pore_value, dtype=np.float64))
+        try:
+            values = np.atleast_1d(np.asarray(pore_value, dtype=np.float64))
+        except (TypeError, ValueError) as exc:
+            raise GeometryError(
+                f"pore_value must be a number or numbers, got {pore_value!r}."
+            ) from exc
         if values.ndim != 1 or not np.all(np.isfinite(values)):
-            raise GeometryError(f"pore_value must be a number or a list of numbers, got {pore_value!r}.")
+            raise GeometryError(
+                f"pore_value must be a number or a list of numbers, got {pore_value!r}."
+            )
         if values.size == 1:
             return image != values[0]
         return ~np.isin(image, values)
     if threshold is not None:
-        limit = float(threshold)
+        try:
+            limit = float(threshold)
+        except (TypeError, ValueError) as exc:
+            raise GeometryError(f"threshold must be a number, got {threshold!r}.") from exc
         if not np.isfinite(limit):
             raise GeometryError(f"threshold must be a finite number, got {threshold!r}.")
         # NaN voxels compare False both ways and so end up solid.

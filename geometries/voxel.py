@@ -177,7 +177,9 @@ def _as_origin(origin: object, ndim: int) -> tuple[float, ...]:
 def _as_axis(axis: object, ndim: int) -> int:
     """Return ``axis`` as an int in ``range(ndim)``."""
     if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not 0 <= axis < ndim:
-        raise GeometryError(f"flow_axis must be 0..{ndim - 1} for a {ndim}D geometry, got {axis!r}.")
+        raise GeometryError(
+            f"flow_axis must be 0..{ndim - 1} for a {ndim}D geometry, got {axis!r}."
+        )
     return int(axis)
 
 

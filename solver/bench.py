@@ -23,8 +23,7 @@ from tqdm import tqdm
 from .config import SimulationConfig
 from .simulation import Simulation
 
-__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit",
-           "pack_generator"]
+__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit"]
 
 log = logging.getLogger(__name__)
 
@@ -43,40 +42,10 @@ class BenchCase:
 def sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float = 40.0,
                 seed: int = 0) -> np.ndarray:
     """Solid mask of random overlapping periodic spheres with fluid fraction ~ ``porosity``."""
-    try:
-        from geometries.generators import random_sphere_pack
-    except ImportError:  # e.g. GPU machines without trimesh/pyvista, which geometries imports
-        return _sphere_pack(tuple(shape), porosity, diameter, seed)
+    from geometries.generators import random_sphere_pack
+
     return random_sphere_pack(tuple(shape), porosity=porosity, diameter=diameter,
                               seed=seed).solid
-
-
-def pack_generator() -> str:
-    """Which generator :func:`sphere_pack` uses here (the stand-in where geometries fails)."""
-    try:
-        from geometries.generators import random_sphere_pack  # noqa: F401
-    except ImportError as exc:
-        return f"solver.bench stand-in (geometries not importable: {exc})"
-    return "geometries.generators.random_sphere_pack"
-
-
-def _sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float,
-                 seed: int) -> np.ndarray:
-    """Stand-in generator: add random spheres until the solid fraction reaches 1 - porosity."""
-    rng = np.random.default_rng(seed)
-    radius = diameter / 2.0
-    reach = np.arange(-int(np.ceil(radius)), int(np.ceil(radius)) + 1)
-    offsets = np.meshgrid(*[reach] * len(shape), indexing="ij")
-    ball = sum(o.astype(float) ** 2 for o in offsets) <= radius**2
-    solid = np.zeros(shape, dtype=bool)
-    target, count = (1.0 - porosity) * solid.size, 0
-    while count < target:
-        centre = rng.integers(0, shape)
-        window = np.ix_(*[(c + reach) % n for c, n in zip(centre, shape, strict=True)])
-        block = solid[window]
-        count += int((ball & ~block).sum())
-        solid[window] = block | ball
-    return solid
 
 
 def random_porous_box(n: int, porosity: float, diameter: float, seed: int = 0) -> np.ndarray:

@@ -19,7 +19,7 @@ from datetime import date
 import numpy as np
 from tqdm import tqdm
 
-from .bench import BenchCase, git_commit, pack_generator, sphere_pack
+from .bench import BenchCase, git_commit, sphere_pack
 from .collision import relaxation
 from .config import SimulationConfig
 from .problem import Problem
@@ -143,7 +143,7 @@ def run_gpu_suite(backend, suite: GpuSuite | None = None) -> dict:
     meta = {"device": info["name"], "date": date.today().isoformat(), "commit": git_commit(),
             "host": platform.node(), "peak_bandwidth": info.get("peak_bandwidth"),
             "copy_bandwidth": info["copy_bandwidth"], "memory": info.get("memory"),
-            "pack_generator": pack_generator() if packs else None,
+            "pack_generator": "geometries.generators.random_sphere_pack" if packs else None,
             "suite": asdict(suite)}
     return {"meta": meta, "results": results}
 

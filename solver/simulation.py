@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from .backends import Backend, get_backend
-from .collision import stored_moments
 from .config import ConfigError, SimulationConfig
+from .fields import slice_indices, speed, tile_moments
 from .metrics import Metrics
 from .problem import Problem
 
@@ -59,6 +59,7 @@ class Simulation:
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
         self.state: Any = None
+        self._slice_cache: dict = {}
         self.metrics = Metrics(
             fluid_nodes=self.problem.n_fluid, n_tiles=self.problem.tiling.n_tiles,
             eta_t=self.problem.tiling.eta_t,
@@ -100,40 +101,72 @@ class Simulation:
         self.allocate()
         return self.backend.populations(self.state)
 
+    def _device_moments(self):
+        """Density (T, N) and velocity (d, T, N) as float64 backend arrays."""
+        self.allocate()
+        p = self.problem
+        return tile_moments(self.backend.device_populations(self.state), p.lattice, p.force,
+                            p.incompressible, self.backend.xp)
+
     def fields(self) -> dict[str, np.ndarray]:
         """Density ``rho`` (grid shape) and velocity ``u`` (d + grid shape); NaN in solids."""
-        f = self.populations()
-        t, q, n = f.shape
-        flat = f.transpose(1, 0, 2).reshape(q, t * n)
-        rho, u = stored_moments(flat, self.problem.lattice, self.problem.force,
-                                self.problem.incompressible)
-        solid = self.tiling.solid.reshape(-1)
-        rho = np.where(solid, np.nan, rho).reshape(t, n)
-        u = np.where(solid, np.nan, u).reshape(-1, t, n).transpose(1, 2, 0)
+        rho, u = (self.backend.to_host(a) for a in self._device_moments())
+        solid = self.tiling.solid
+        rho = np.where(solid, np.nan, rho)
+        u = np.where(solid, np.nan, u).transpose(1, 2, 0)
         return {
             "rho": self.tiling.scatter(rho),
             "u": np.moveaxis(self.tiling.scatter(u), -1, 0),
         }
 
     def slice(self, axis: int, index: int, quantity: str = "umag") -> np.ndarray:
-        """2D cut through the fields normal to ``axis`` at ``index`` (3D) or the field (2D)."""
+        """2D cut normal to ``axis`` at ``index`` (3D) or the whole field (2D); NaN in solids.
+
+        Only the slice leaves the device: moments are reduced where the state lives.
+        """
         if quantity not in QUANTITIES:
             raise ValueError(f"Unknown quantity {quantity!r}; choose one of {QUANTITIES}.")
-        fields = self.fields()
+        ndim = self.solid.ndim
+        if quantity in ("ux", "uy", "uz") and "xyz".index(quantity[1]) >= ndim:
+            raise ValueError(f"{quantity} does not exist in a 2D simulation.")
+        if ndim == 3 and (not 0 <= axis < 3 or not 0 <= index < self.solid.shape[axis]):
+            raise ValueError(f"Slice axis {axis} index {index} is outside shape "
+                             f"{self.solid.shape}.")
+        key = (axis, index) if ndim == 3 else (0, 0)
+        if key not in self._slice_cache:
+            if len(self._slice_cache) > 64:
+                self._slice_cache.clear()
+            idx = slice_indices(self.tiling, *key)
+            self._slice_cache[key] = (self.backend.xp.asarray(np.maximum(idx, 0)), idx < 0)
+        index_array, solid = self._slice_cache[key]
+        rho, u = self._device_moments()
         if quantity == "rho":
-            data = fields["rho"]
+            data = rho.reshape(-1)
         elif quantity == "umag":
-            data = np.sqrt((fields["u"] ** 2).sum(axis=0))
+            data = speed(u.reshape(u.shape[0], -1), self.backend.xp)
         else:
-            component = "xyz".index(quantity[1])
-            if component >= self.solid.ndim:
-                raise ValueError(f"{quantity} does not exist in a 2D simulation.")
-            data = fields["u"][component]
-        if data.ndim == 2:
-            return data
-        if not 0 <= axis < 3 or not 0 <= index < data.shape[axis]:
-            raise ValueError(f"Slice axis {axis} index {index} is outside shape {data.shape}.")
-        return np.take(data, index, axis=axis)
+            data = u["xyz".index(quantity[1])].reshape(-1)
+        out = self.backend.to_host(data[index_array])
+        out[solid] = np.nan
+        return out
+
+    def health(self) -> dict:
+        """Cheap run state: ``finite`` (no NaN/Inf in fluid nodes), ``max_speed`` and the
+        superficial ``mean_velocity`` (d,) = sum of u over fluid nodes / all domain nodes.
+
+        A handful of scalars cross from the device, so runs can check every chunk.
+        """
+        xp = self.backend.xp
+        rho, u = self._device_moments()
+        fluid = xp.asarray(~self.tiling.solid)
+        u_fluid = u[:, fluid]
+        finite = bool(xp.isfinite(rho[fluid]).all()) and bool(xp.isfinite(u_fluid).all())
+        if not finite:
+            return {"finite": False, "max_speed": float("inf"),
+                    "mean_velocity": np.full(self.solid.ndim, np.nan)}
+        volume = float(np.prod(self.solid.shape))
+        return {"finite": True, "max_speed": float(speed(u_fluid, xp).max()),
+                "mean_velocity": self.backend.to_host(u_fluid.sum(axis=1)) / volume}
 
     def close(self) -> None:
         """Free the backend state (device memory)."""

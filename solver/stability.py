@@ -6,7 +6,7 @@ plane Poiseuille solution ``u_max = F H^2 / (8 nu)`` with ``H`` the pore size: t
 chord length across the flow (the smallest over the axes perpendicular to the force). For plates
 that is exact; for ducts, pipes and porous media it overestimates the peak a little, which is
 the safe side. A run also cannot exceed ``F t`` after ``t`` steps from rest, so the estimate is
-capped by that. While running, :func:`check_populations` looks for NaN/Inf and an excessive
+capped by that. While running, :func:`check_health` looks for NaN/Inf and an excessive
 maximum speed. All quantities are in lattice units (node spacing 1, time step 1).
 """
 
@@ -17,14 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .collision import stored_moments
 from .config import MAX_MACH, ConfigError, SimulationConfig
-from .lattice import Lattice
 
 __all__ = [
     "CS", "MAX_MACH", "WARN_MACH", "WARN_TAU", "U_LIMIT", "DivergenceError", "MemoryRefused",
     "StabilityReport", "mean_chord_length", "pore_size", "estimate_max_velocity", "assess",
-    "check_stability", "pull_table_bytes", "check_memory", "check_populations",
+    "check_stability", "pull_table_bytes", "check_memory", "check_health",
 ]
 
 #: Lattice speed of sound, 1/sqrt(3).
@@ -155,25 +153,13 @@ def check_memory(required: int, free: int | None, device: str = "device") -> Non
         )
 
 
-def check_populations(
-    f: np.ndarray, solid: np.ndarray, lattice: Lattice, force: np.ndarray, incompressible: bool,
-    tau: float, u_limit: float = U_LIMIT,
-) -> np.ndarray:
-    """Fluid-node velocities (d, n_fluid) of populations ``f``; DivergenceError if unhealthy.
-
-    ``f`` is (n_tiles, q, a**d), ``solid`` the per-tile mask (n_tiles, a**d). NaN/Inf is caught
-    on the cheap total sum before the moments are formed; then max |u| is held to ``u_limit``.
-    """
-    if not np.isfinite(f.sum()):
-        raise DivergenceError(_diverged("NaN or Inf in the populations", tau, force))
-    q = f.shape[1]
-    fluid = ~solid.reshape(-1)
-    flat = f.transpose(1, 0, 2).reshape(q, -1)[:, fluid]
-    _, u = stored_moments(flat, lattice, force, incompressible)
-    speed = float(np.sqrt((u * u).sum(axis=0)).max()) if flat.shape[1] else 0.0
+def check_health(health: dict, tau: float, force: np.ndarray, u_limit: float = U_LIMIT) -> None:
+    """Raise DivergenceError when :meth:`Simulation.health` reports NaN/Inf or max |u| too high."""
+    if not health["finite"]:
+        raise DivergenceError(_diverged("NaN or Inf in the fluid", tau, force))
+    speed = health["max_speed"]
     if not speed <= u_limit:
         raise DivergenceError(_diverged(f"max |u| = {speed:.3g} > limit {u_limit}", tau, force))
-    return u
 
 
 def _diverged(what: str, tau: float, force: np.ndarray) -> str:

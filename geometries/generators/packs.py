@@ -53,7 +53,10 @@ def random_sphere_pack(
     )
     logger.info(
         "sphere pack %s: %d spheres, porosity %.4f (target %.4f)",
-        dims, count, geometry.porosity, target,
+        dims,
+        count,
+        geometry.porosity,
+        target,
     )
     return geometry
 

@@ -94,7 +94,7 @@ def cylinder_in_channel(
 def sphere_in_pipe(
     length: int, pipe_diameter: float, sphere_diameter: float, position: float | None = None
 ) -> VoxelGeometry:
-    """Return a sphere (label id 1) on the axis of a pipe along x; ``position`` = x of its centre."""
+    """Return a sphere (label 1) on the axis of a pipe along x; ``position`` = its x (voxels)."""
     pipe = circular_pipe(length, pipe_diameter)
     d = check_positive(sphere_diameter, "sphere_diameter")
     if d >= pipe_diameter:
@@ -154,5 +154,7 @@ def _center2(center: Sequence[float] | None, default: tuple[float, float]) -> tu
     try:
         cx, cy = (float(c) for c in center)
     except (TypeError, ValueError) as exc:
-        raise GeometryError(f"center must be two numbers (cx, cy) in voxels, got {center!r}.") from exc
+        raise GeometryError(
+            f"center must be two numbers (cx, cy) in voxels, got {center!r}."
+        ) from exc
     return cx, cy

@@ -86,7 +86,9 @@ def load_raw(
     check_voxel_count(dims, max_voxels)
     dt = _raw_dtype(dtype, byte_order)
     if order not in _ORDERS:
-        raise GeometryError(f"order must be 'F' (x fastest) or 'C' (last axis fastest), got {order!r}.")
+        raise GeometryError(
+            f"order must be 'F' (x fastest) or 'C' (last axis fastest), got {order!r}."
+        )
     if isinstance(header_bytes, bool) or not isinstance(header_bytes, int | np.integer):
         raise GeometryError(f"header_bytes must be a non-negative integer, got {header_bytes!r}.")
     if header_bytes < 0:

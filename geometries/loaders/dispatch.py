@@ -18,11 +18,12 @@ from pathlib import PurePath
 from ..errors import GeometryError
 from ..voxel import VoxelGeometry
 from .arrays import load_npy, load_npz, load_raw
+from .nrrd import load_nrrd
 from .sniff import sniff_format
 from .source import Payload, Source
 from .stl import load_stl
 from .tiff import load_tiff
-from .vtkimage import load_vtk_image
+from .vtkimage import VTK_FORMATS, load_vtk_image
 
 __all__ = ["FORMATS", "load"]
 
@@ -37,11 +38,11 @@ FORMATS: dict[str, Loader] = {
     "npz": load_npz,
     "raw": load_raw,
     "tiff": load_tiff,
-    **{fmt: functools.partial(load_vtk_image, format=fmt) for fmt in ("vti", "vtk", "mha", "mhd")},
-    "nrrd": functools.partial(load_vtk_image, format="nrrd"),
+    "nrrd": load_nrrd,
+    **{fmt: functools.partial(load_vtk_image, format=fmt) for fmt in VTK_FORMATS},
 }
 
-_ALIASES = {"tif": "tiff", "stla": "stl", "stlb": "stl"}
+_ALIASES = {"tif": "tiff", "nhdr": "nrrd"}
 
 
 def load(
@@ -64,7 +65,11 @@ def load(
     **options
         Loader options, e.g. ``resolution=``, ``inside=`` (STL); ``shape=``, ``dtype=`` (raw);
         ``pore_value=``, ``threshold=`` (images); ``voxel_size=`` (metres), ``flow_axis=``,
-        ``max_voxels=`` (all). See each loader in :mod:`geometries.loaders`.
+        ``max_voxels=`` (all, default 512³). See each loader in :mod:`geometries.loaders`.
+
+    Images are segmented by :func:`geometries.segment.segment`: bool True = solid; integers
+    0 = pore, anything else solid; grey-scale floats need ``threshold=``.
+    Raises GeometryError for anything wrong with the source or the options.
     """
     payload = Payload(source)
     if payload.size() == 0:
@@ -72,6 +77,9 @@ def load(
     fmt = _choose_format(payload, format, filename)
     loader = FORMATS[fmt]
     params = _check_options(fmt, loader, options)
+    limit = options.get("max_voxels", 1)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise GeometryError(f"max_voxels must be a positive integer, got {limit!r}.")
     if "name" not in options and params["name"].default == "":
         options["name"] = _default_name(payload, filename, fmt)
     logger.info("loading %s geometry from %s", fmt, filename or payload.path or "bytes")
@@ -112,8 +120,9 @@ def _check_options(
     """Return the loader's parameters; refuse options the chosen loader does not take."""
     params = inspect.signature(loader).parameters
     allowed = sorted(
-        p for p, spec in params.items() if spec.kind is inspect.Parameter.KEYWORD_ONLY
-        and p != "format"
+        p
+        for p, spec in params.items()
+        if spec.kind is inspect.Parameter.KEYWORD_ONLY and p != "format"
     )
     unknown = sorted(set(options) - set(allowed))
     if unknown:

@@ -23,7 +23,9 @@ __all__ = [
     "Source",
     "build_geometry",
     "check_voxel_count",
+    "cubic_voxel_size",
     "parse_errors",
+    "positive_number",
     "temporary_copy",
 ]
 
@@ -137,3 +139,28 @@ def build_geometry(
             "(pore_value=, threshold=, pore_below=) or, for STL, inside= and resolution=."
         )
     return geometry
+
+
+def cubic_voxel_size(spacing: np.ndarray) -> float:
+    """Return the common grid spacing (metres) of an image, refusing non-cubic voxels."""
+    if not np.all(np.isfinite(spacing)) or not np.all(spacing > 0):
+        raise GeometryError(
+            f"The image spacing {tuple(spacing)} is not positive. Pass voxel_size= (metres)."
+        )
+    if not np.allclose(spacing, spacing[0], rtol=1e-6):
+        raise GeometryError(
+            f"The image spacing {tuple(spacing)} is not the same along every axis, but the "
+            "lattice needs cubic voxels. Resample the image, or pass voxel_size= to override."
+        )
+    return float(spacing[0])
+
+
+def positive_number(value: object, what: str) -> float:
+    """Return a loader option as a positive finite float or raise GeometryError."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise GeometryError(f"{what} must be a positive number, got {value!r}.") from exc
+    if not np.isfinite(number) or number <= 0:
+        raise GeometryError(f"{what} must be a positive number, got {value!r}.")
+    return number

@@ -17,16 +17,25 @@ from __future__ import annotations
 import io
 import logging
 import warnings
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import scipy.ndimage as ndi
-import trimesh
 
 from ..errors import GeometryError, GeometryWarning
 from ..voxel import VoxelGeometry
+
+if TYPE_CHECKING:  # trimesh is imported where STL is read: `import geometries` stays light
+    import trimesh
 from ..voxelize import voxelize_triangles
-from .source import DEFAULT_MAX_VOXELS, Payload, build_geometry, check_voxel_count, parse_errors
+from .source import (
+    DEFAULT_MAX_VOXELS,
+    Payload,
+    build_geometry,
+    check_voxel_count,
+    parse_errors,
+    positive_number,
+)
 
 __all__ = ["load_stl"]
 
@@ -52,18 +61,16 @@ def load_stl(
     if inside not in _INSIDE:
         raise GeometryError(f"inside must be 'solid' or 'fluid', got {inside!r}.")
     padding = _non_negative_int(padding, "padding")
-    unit = _positive(unit, "unit")
+    if isinstance(flow_axis, bool) or flow_axis not in (0, 1, 2):
+        raise GeometryError(f"flow_axis must be 0, 1 or 2 for an STL geometry, got {flow_axis!r}.")
+    unit = positive_number(unit, "unit")
     mesh = _read_mesh(payload.data)
-    lo, hi = mesh.bounds
-    h = _mesh_voxel(hi - lo, resolution, voxel_size, unit)
-    counts = np.maximum(np.ceil((hi - lo) / h - 1e-6), 1).astype(int)
-    corner = lo + ((hi - lo) - counts * h) / 2
+    h = _mesh_voxel(mesh.extents, resolution, voxel_size, unit)
     pad = np.full(3, padding)
-    if inside == "fluid" and 0 <= flow_axis < 3:
+    if inside == "fluid":
         pad[flow_axis] = 0
-    shape = tuple(int(n) for n in counts + 2 * pad)
+    shape, corner = _grid(mesh.bounds, h, pad)
     check_voxel_count(shape, max_voxels)
-    corner = corner - pad * h
     directions = 1 if mesh.is_watertight else 3
     if directions == 3:
         _warn_open(mesh)
@@ -91,6 +98,8 @@ def load_stl(
 
 def _read_mesh(data: bytes) -> trimesh.Trimesh:
     """Parse STL bytes into a processed mesh; refuse empty, NaN or zero-area surfaces."""
+    import trimesh
+
     if not data:
         raise GeometryError("The STL data is empty. Upload a non-empty .stl file.")
     with parse_errors("STL"):
@@ -122,6 +131,14 @@ def _read_mesh(data: bytes) -> trimesh.Trimesh:
     return mesh
 
 
+def _grid(bounds: np.ndarray, h: float, pad: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+    """Return (shape, lower corner in STL units) of a grid of voxel ``h`` centred on ``bounds``."""
+    lo, hi = bounds
+    counts = np.maximum(np.ceil((hi - lo) / h - 1e-6), 1).astype(int)
+    corner = lo + ((hi - lo) - counts * h) / 2 - pad * h
+    return tuple(int(n) for n in counts + 2 * pad), corner
+
+
 def _mesh_voxel(
     extent: np.ndarray, resolution: int | None, voxel_size: float | None, unit: float
 ) -> float:
@@ -134,8 +151,10 @@ def _mesh_voxel(
             "The STL surface has no extent (all vertices coincide). Export the surface again."
         )
     if voxel_size is not None:
-        return _positive(voxel_size, "voxel_size") / unit
-    steps = _DEFAULT_RESOLUTION if resolution is None else _non_negative_int(resolution, "resolution")
+        return positive_number(voxel_size, "voxel_size") / unit
+    steps = (
+        _DEFAULT_RESOLUTION if resolution is None else _non_negative_int(resolution, "resolution")
+    )
     if steps < 1:
         raise GeometryError("resolution must be at least 1 voxel along the longest axis.")
     return longest / steps
@@ -143,6 +162,8 @@ def _mesh_voxel(
 
 def _warn_open(mesh: trimesh.Trimesh) -> None:
     """Warn that the surface is not watertight and how it is handled."""
+    import trimesh
+
     edges = trimesh.grouping.group_rows(mesh.edges_sorted, require_count=1)
     warnings.warn(
         f"The STL surface is not watertight ({len(edges)} open edges); voxels are classified by "
@@ -157,14 +178,3 @@ def _non_negative_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
         raise GeometryError(f"{what} must be a non-negative integer (voxels), got {value!r}.")
     return int(value)
-
-
-def _positive(value: object, what: str) -> float:
-    """Return ``value`` as a positive finite float or raise GeometryError."""
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise GeometryError(f"{what} must be a positive number, got {value!r}.") from exc
-    if not np.isfinite(number) or number <= 0:
-        raise GeometryError(f"{what} must be a positive number, got {value!r}.")
-    return number

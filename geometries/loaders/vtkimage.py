@@ -1,5 +1,5 @@
-"""Loader for VTK-readable images: ``.vti``, legacy ``.vtk`` (STRUCTURED_POINTS), MetaImage
-``.mha``/``.mhd`` and ``.nrrd``, via pyvista.
+"""Loader for VTK-readable images: ``.vti``, legacy ``.vtk`` (STRUCTURED_POINTS) and MetaImage
+``.mha``/``.mhd``, via pyvista.
 
 VTK stores images x fastest, which maps onto (x, y, z) as a Fortran-ordered view. Point data
 gives one voxel per point, cell data one voxel per cell; ``array_name=`` picks the array, else
@@ -9,26 +9,38 @@ the first point array (or the first cell array when there are no point arrays). 
 
 Before VTK sees a file its header is checked here: the declared size must be within
 ``max_voxels`` (VTK would otherwise allocate whatever a header claims), and an upload's
-MetaImage/NRRD header may not name a separate data file (that name would be a path chosen by the
-uploader). Trusted paths may use detached data files.
+MetaImage header may not name a separate data file (that name would be a path chosen by the
+uploader). Trusted paths may use detached data files. (NRRD has its own reader, :mod:`.nrrd`:
+VTK's NRRD reader hangs on some malformed headers.)
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyvista as pv
 
 from ..errors import GeometryError
 from ..segment import segment
 from ..voxel import VoxelGeometry
-from .source import DEFAULT_MAX_VOXELS, Payload, build_geometry, parse_errors, temporary_copy
+from .source import (
+    DEFAULT_MAX_VOXELS,
+    Payload,
+    build_geometry,
+    cubic_voxel_size,
+    parse_errors,
+    positive_number,
+    temporary_copy,
+)
+
+if TYPE_CHECKING:
+    import pyvista as pv
 
 __all__ = ["VTK_FORMATS", "load_vtk_image"]
 
-VTK_FORMATS = ("vti", "vtk", "mha", "mhd", "nrrd")
+VTK_FORMATS = ("vti", "vtk", "mha", "mhd")
 _HEADER_BYTES = 8192
 
 
@@ -49,14 +61,18 @@ def load_vtk_image(
     """Load an image array of a VTK-readable file as an (x, y[, z]) geometry."""
     if format not in VTK_FORMATS:
         raise GeometryError(f"format must be one of {VTK_FORMATS}, got {format!r}.")
+    unit = positive_number(unit, "unit")
     _check_header(payload.head(_HEADER_BYTES), format, max_voxels, uploaded=payload.path is None)
     image = _read_image(payload, format)
-    values, dims, cell = _pick_array(image, array_name)
+    with parse_errors(format.upper()):
+        values, dims, cell = _pick_array(image, array_name)
     volume = values.reshape(dims, order="F")
     if volume.ndim == 3 and volume.shape[2] == 1:
         volume = volume[:, :, 0]
-    spacing = np.asarray(image.spacing, dtype=np.float64)[: volume.ndim] * unit
-    size = _cubic_voxel(spacing) if voxel_size is None else voxel_size
+    spacing = np.asarray(image.spacing, dtype=np.float64)[: volume.ndim] * positive_number(
+        unit, "unit"
+    )
+    size = cubic_voxel_size(spacing) if voxel_size is None else voxel_size
     # Point data sits on voxel centres, cell data fills cells: the box corner differs by h/2.
     origin = np.asarray(image.origin, dtype=np.float64)[: volume.ndim] * unit
     if not cell:
@@ -74,6 +90,8 @@ def load_vtk_image(
 
 def _read_image(payload: Payload, format: str) -> pv.ImageData:
     """Read the file with VTK, turning VTK errors into GeometryError."""
+    import pyvista as pv  # VTK takes seconds to import; only image files need it.
+
     with parse_errors(format.upper()):
         # VTK reports bad files on stderr and through its output window; both become the
         # GeometryError raised here instead.
@@ -104,7 +122,7 @@ def _pick_array(image: pv.ImageData, array_name: str | None) -> tuple[np.ndarray
     """Return (values, grid dims, is_cell_data) of the requested or first array."""
     point_dims = tuple(int(n) for n in image.dimensions)
     cell_dims = tuple(max(n - 1, 1) for n in point_dims)
-    names = list(image.point_data.keys()) + list(image.cell_data.keys())
+    names = [n for n in [*image.point_data.keys(), *image.cell_data.keys()] if isinstance(n, str)]
     if array_name is None:
         if not names:
             raise GeometryError("The image holds no data arrays. Export it with a label array.")
@@ -123,16 +141,6 @@ def _pick_array(image: pv.ImageData, array_name: str | None) -> tuple[np.ndarray
     return values, dims, cell
 
 
-def _cubic_voxel(spacing: np.ndarray) -> float:
-    """Return the common spacing (metres) or refuse non-cubic voxels."""
-    if not np.allclose(spacing, spacing[0], rtol=1e-6):
-        raise GeometryError(
-            f"The image spacing {tuple(spacing)} is not the same along every axis, but the "
-            "lattice needs cubic voxels. Resample the image, or pass voxel_size= to override."
-        )
-    return float(spacing[0])
-
-
 def _check_header(head: bytes, format: str, max_voxels: int, *, uploaded: bool) -> None:
     """Refuse headers that declare too many voxels or, for uploads, name other files."""
     text = head.decode("latin-1")
@@ -146,19 +154,6 @@ def _check_header(head: bytes, format: str, max_voxels: int, *, uploaded: bool) 
                 "(vtkImageData) or a .vti file."
             )
         dims = _numbers(_field(text, r"^DIMENSIONS[ \t]+([^\r\n]*)", "DIMENSIONS", format))
-    elif format == "nrrd":
-        dims = _numbers(_field(text, r"^sizes:[ \t]*([^\r\n]*)", "sizes", format))
-        if len(dims) > 3 or (dims and dims[0] <= 9):
-            # VTK's NRRD reader guesses that such a first axis holds vector components.
-            raise GeometryError(
-                f"The NRRD image has sizes {dims}; VTK reads a first axis of 9 or fewer samples "
-                "(or a 4th axis) as colour/vector components. Save it as .mha, .vti or .tif."
-            )
-        if uploaded and re.search(r"^data ?file:", text, re.MULTILINE | re.IGNORECASE):
-            raise GeometryError(
-                "The uploaded NRRD header refers to a separate data file, which cannot be "
-                "uploaded with it. Save the NRRD with attached data (one .nrrd file)."
-            )
     else:
         dims = _numbers(_field(text, r"^DimSize[ \t]*=[ \t]*([^\r\n]*)", "DimSize", format))
         data_file = _field(text, r"^ElementDataFile[ \t]*=[ \t]*(\S+)", "ElementDataFile", format)
@@ -199,4 +194,3 @@ def _extent_dims(field: str) -> list[int]:
     if len(values) != 6:
         raise GeometryError(f"The image header has a malformed extent {field!r}.")
     return [values[2 * a + 1] - values[2 * a] + 1 for a in range(3)]
-

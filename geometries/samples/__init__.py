@@ -24,7 +24,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "sphere_pack_48.tif": (
         "48³ random sphere pack (d = 12 voxels, porosity ≈ 0.45), uint8 TIFF stack, 1 = solid.",
-        {"voxel_size": 1e-5},
+        {},
     ),
 }
 

@@ -25,6 +25,8 @@ class Backend(Protocol):
     """A compute backend: allocation, stepping and host read-back."""
 
     name: str
+    #: Array module of the state (``numpy`` or ``cupy``).
+    xp: Any
 
     def allocate(self, problem: Problem) -> Any:
         """Allocate and initialise the state of ``problem`` (equilibrium at rest)."""
@@ -34,6 +36,12 @@ class Backend(Protocol):
 
     def populations(self, state: Any) -> np.ndarray:
         """Latest populations as a host float64 array (n_tiles, q, a**d)."""
+
+    def device_populations(self, state: Any) -> Any:
+        """Latest populations as a backend array (n_tiles, q, a**d), XYZ in-tile order."""
+
+    def to_host(self, array: Any) -> np.ndarray:
+        """Copy a backend array to a host NumPy array."""
 
     def set_populations(self, state: Any, f: np.ndarray) -> None:
         """Overwrite the latest populations from a host array (n_tiles, q, a**d)."""

@@ -106,6 +106,7 @@ class CupyState:
     views: tuple = field(default=(), repr=False)
     stream: object = None
     graphs: dict = field(default_factory=dict, repr=False)
+    identity_slots: bool | None = None
 
     def copies(self) -> tuple[cp.ndarray, cp.ndarray]:
         """(source, destination) copies of the next step."""
@@ -118,6 +119,7 @@ class CupyBackend:
     """Tiled fused stream-collide on the GPU (float32 or float64 storage and arithmetic)."""
 
     name = "cupy"
+    xp = cp
 
     def __init__(self) -> None:
         self._use_graphs = True
@@ -231,7 +233,7 @@ class CupyBackend:
         check_tile_shape(problem.lattice.name, problem.tiling.a, problem.tiles_per_block)
         slots = cp.asarray(slot_table(problem.lattice.name, problem.layout, problem.tiling.a))
         new = replace(state, problem=problem, slots=slots, launches={}, graphs={},
-                      real_args=physics_args(problem))
+                      real_args=physics_args(problem), identity_slots=None)
         if not bool((slots == state.slots).all()):
             q = cp.arange(problem.lattice.q)[:, None]
             for c in (0, 1):
@@ -240,8 +242,21 @@ class CupyBackend:
 
     def populations(self, state: CupyState) -> np.ndarray:
         """Latest populations, host float64 (n_tiles, q, a**d) in XYZ in-tile order."""
+        return cp.asnumpy(self.device_populations(state)).astype(np.float64)
+
+    def device_populations(self, state: CupyState) -> cp.ndarray:
+        """Latest populations on the device in XYZ in-tile order (a view for the XYZ layout)."""
+        current = state.f[state.current]
+        if state.identity_slots is None:
+            state.identity_slots = bool((state.slots == cp.arange(state.slots.shape[1])).all())
+        if state.identity_slots:
+            return current
         q = cp.arange(state.problem.lattice.q)[:, None]
-        return cp.asnumpy(state.f[state.current][:, q, state.slots]).astype(np.float64)
+        return current[:, q, state.slots]
+
+    def to_host(self, array: cp.ndarray) -> np.ndarray:
+        """Copy a device array to the host."""
+        return cp.asnumpy(array)
 
     def set_populations(self, state: CupyState, f: np.ndarray) -> None:
         """Overwrite the latest populations from a host array in XYZ in-tile order."""

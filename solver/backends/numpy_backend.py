@@ -65,6 +65,7 @@ class NumpyBackend:
     """Vectorised CPU backend (float32 or float64 storage and arithmetic)."""
 
     name = "numpy"
+    xp = np
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads or min(4, os.cpu_count() or 1)
@@ -103,6 +104,14 @@ class NumpyBackend:
     def populations(self, state: NumpyState) -> np.ndarray:
         """Latest populations, float64 (n_tiles, q, a**d)."""
         return state.f[state.current].astype(np.float64)
+
+    def device_populations(self, state: NumpyState) -> np.ndarray:
+        """Latest populations in storage precision (a view, no copy)."""
+        return state.f[state.current]
+
+    def to_host(self, array: np.ndarray) -> np.ndarray:
+        """Already on the host."""
+        return np.asarray(array)
 
     def set_populations(self, state: NumpyState, f: np.ndarray) -> None:
         """Overwrite the latest populations."""

@@ -38,9 +38,7 @@ def tiff_bytes(zyx: np.ndarray) -> bytes:
 def image_data(xyz: np.ndarray, spacing=(1.0, 1.0, 1.0), cell: bool = False) -> pv.ImageData:
     """Return a pyvista image holding ``xyz`` as point (or cell) data named 'phase'."""
     dims = xyz.shape + (1,) * (3 - xyz.ndim)
-    grid = pv.ImageData(
-        dimensions=tuple(n + 1 for n in dims) if cell else dims, spacing=spacing
-    )
+    grid = pv.ImageData(dimensions=tuple(n + 1 for n in dims) if cell else dims, spacing=spacing)
     data = grid.cell_data if cell else grid.point_data
     data["phase"] = xyz.ravel(order="F")
     return grid

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from geometry_builders import asymmetric_volume, npy_bytes
 
 import geometries
 from geometries import GeometryError, VoxelGeometry
+
+from .geometry_builders import asymmetric_volume, npy_bytes
 
 
 def test_npy_bool_true_is_solid():
@@ -29,7 +30,9 @@ def test_pore_value_picks_the_pore_labels():
     np.testing.assert_array_equal(geom.solid, [[True, False], [True, False]])
 
 
-@pytest.mark.parametrize(("pore_below", "expected"), [(True, [[0, 0], [1, 1]]), (False, [[1, 1], [0, 0]])])
+@pytest.mark.parametrize(
+    ("pore_below", "expected"), [(True, [[0, 0], [1, 1]]), (False, [[1, 1], [0, 0]])]
+)
 def test_threshold_splits_grey_values(pore_below, expected):
     image = np.array([[0.1, 0.2], [0.8, 0.9]])
     geom = geometries.load(npy_bytes(image), format="npy", threshold=0.5, pore_below=pore_below)
@@ -63,9 +66,7 @@ def test_raw_round_trip_with_header_big_endian_x_fastest(tmp_path):
     volume = asymmetric_volume((5, 6, 7)).astype(np.uint16) * 300
     path = tmp_path / "v.raw"
     path.write_bytes(b"H" * 17 + volume.astype(">u2").tobytes(order="F"))
-    geom = geometries.load(
-        path, shape=(5, 6, 7), dtype="uint16", byte_order="big", header_bytes=17
-    )
+    geom = geometries.load(path, shape=(5, 6, 7), dtype="uint16", byte_order="big", header_bytes=17)
     np.testing.assert_array_equal(geom.solid, volume != 0)
 
 

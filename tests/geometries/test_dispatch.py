@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from geometry_builders import (
+
+import geometries
+from geometries import GeometryError
+from geometries.loaders.sniff import sniff_format
+
+from .geometry_builders import (
     asymmetric_volume,
     mha_bytes,
     npy_bytes,
@@ -14,9 +19,8 @@ from geometry_builders import (
     vtk_bytes,
 )
 
-import geometries
-from geometries import GeometryError
-from geometries.loaders.sniff import sniff_format
+_NPY = npy_bytes(np.eye(3, dtype=bool))
+_STL = stl_bytes(sphere_mesh(subdivisions=1))
 
 
 def _samples(tmp_path) -> dict[str, bytes]:
@@ -70,9 +74,17 @@ def test_path_extension_chooses_the_loader(tmp_path):
         (lambda: geometries.load(b""), "empty"),
         (lambda: geometries.load(b"\x01\x02garbage"), "Could not recognise"),
         (lambda: geometries.load(b"x", format="gif"), "Unknown format 'gif'; choose one of"),
-        (lambda: geometries.load(b"x", format="raw", shape=(1, 1), resolution=3),
-         r"\['resolution'\] do not apply to raw files; valid options"),
+        (
+            lambda: geometries.load(b"x", format="raw", shape=(1, 1), resolution=3),
+            r"\['resolution'\] do not apply to raw files; valid options",
+        ),
         (lambda: geometries.load(12345), "path or bytes"),
+        (lambda: geometries.load(_NPY, pore_value="abc"), "pore_value must be a number"),
+        (lambda: geometries.load(_NPY, threshold="x"), "threshold must be a number"),
+        (lambda: geometries.load(_NPY, max_voxels=0), "max_voxels must be a positive"),
+        (lambda: geometries.load(_NPY, flow_axis=2), "flow_axis must be 0..1"),
+        (lambda: geometries.load(_STL, flow_axis="x"), "flow_axis must be 0, 1 or 2"),
+        (lambda: geometries.load(_STL, unit=-1), "unit must be a positive number"),
         (lambda: geometries.load("/nonexistent/file.stl"), "No such file"),
     ],
 )

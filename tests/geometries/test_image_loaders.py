@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 
 import numpy as np
 import pytest
 import tifffile
-from geometry_builders import (
+
+import geometries
+from geometries import GeometryError
+
+from .geometry_builders import (
     asymmetric_volume,
     image_data,
     mha_bytes,
@@ -15,9 +20,6 @@ from geometry_builders import (
     tiff_bytes,
     vtk_bytes,
 )
-
-import geometries
-from geometries import GeometryError
 
 
 def test_tiff_stack_zyx_is_transposed_to_xyz():
@@ -95,18 +97,45 @@ def test_uploaded_headers_may_not_name_other_files(tmp_path):
     np.testing.assert_array_equal(geometries.load(tmp_path / "vol.mhd").solid, xyz != 0)
 
 
-def test_nrrd_with_attached_data_loads():
-    xyz = asymmetric_volume((10, 5, 6))
-    np.testing.assert_array_equal(geometries.load(nrrd_bytes(xyz)).solid, xyz != 0)
+@pytest.mark.parametrize("encoding", ["raw", "gzip", "ascii"])
+def test_nrrd_encodings_load_first_axis_fastest(encoding):
+    xyz = asymmetric_volume((4, 5, 6))  # a first axis ≤ 9 is data here, not vector components
+    data = nrrd_bytes(xyz)
+    if encoding != "raw":
+        header, body = data.split(b"\n\n", 1)
+        body = gzip.compress(body) if encoding == "gzip" else b" ".join(b"%d" % v for v in body)
+        data = header.replace(b"encoding: raw", b"encoding: " + encoding.encode()) + b"\n\n" + body
+    np.testing.assert_array_equal(geometries.load(data).solid, xyz != 0)
 
 
-def test_nrrd_whose_first_axis_vtk_reads_as_components_is_refused():
-    with pytest.raises(GeometryError, match="Save it as .mha"):
-        geometries.load(nrrd_bytes(asymmetric_volume((4, 5, 6))))
+def test_nrrd_detached_header_from_a_trusted_path(tmp_path):
+    xyz = asymmetric_volume((4, 5, 6))
+    (tmp_path / "vol.raw").write_bytes(xyz.tobytes(order="F"))
+    (tmp_path / "vol.nhdr").write_bytes(nrrd_bytes(xyz, data_file="vol.raw"))
+    np.testing.assert_array_equal(geometries.load(tmp_path / "vol.nhdr").solid, xyz != 0)
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        ((b"sizes: 4 5 6", b"sizes: 4 5"), "one size each"),
+        ((b"type: uint8", b"type: block"), "not supported"),
+        ((b"encoding: raw", b"encoding: hex"), "not supported"),
+        ((b"spacings: 1 1 1", b"spacings: 1 1 2"), "cubic voxels"),
+        ((b"encoding: raw\n\n", b"encoding: raw\n"), "blank line"),
+    ],
+)
+def test_nrrd_header_errors(edit, fragment):
+    data = nrrd_bytes(asymmetric_volume((4, 5, 6))).replace(*edit)
+    with pytest.raises(GeometryError, match=fragment):
+        geometries.load(data, format="nrrd")
 
 
 def test_vtk_header_declaring_huge_image_is_refused_before_reading():
-    data = b"# vtk DataFile Version 3.0\nx\nBINARY\nDATASET STRUCTURED_POINTS\nDIMENSIONS 5000 5000 5000\n"
+    data = (
+        b"# vtk DataFile Version 3.0\nx\nBINARY\n"
+        b"DATASET STRUCTURED_POINTS\nDIMENSIONS 5000 5000 5000\n"
+    )
     with pytest.raises(GeometryError, match="more than the limit"):
         geometries.load(data)
 
@@ -115,3 +144,8 @@ def test_legacy_vtk_of_a_mesh_is_refused():
     data = b"# vtk DataFile Version 3.0\nx\nASCII\nDATASET POLYDATA\nPOINTS 0 float\n"
     with pytest.raises(GeometryError, match="not an image"):
         geometries.load(data)
+
+
+def test_nrrd_cut_inside_its_header_is_truncated():
+    with pytest.raises(GeometryError, match="truncated"):
+        geometries.load(nrrd_bytes(asymmetric_volume((4, 5, 6)))[:40])

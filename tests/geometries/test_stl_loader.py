@@ -7,10 +7,11 @@ import warnings
 import numpy as np
 import pytest
 import trimesh
-from geometry_builders import sphere_mesh, stl_bytes
 
 import geometries
 from geometries import GeometryError, GeometryWarning
+
+from .geometry_builders import sphere_mesh, stl_bytes
 
 
 def test_sphere_volume_and_voxel_size_match_the_mesh():

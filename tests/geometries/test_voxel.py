@@ -35,7 +35,15 @@ def test_defaults_origin_zeros_of_right_length_and_accepts_0_1_integers():
 
 def test_summary_mentions_shape_size_porosity_fluid_and_memory():
     text = _geometry().summary()
-    for part in ("4 × 5 × 6", "2e-06 m", "0.9833", "118 fluid", "KiB", "flow along z", "1 labelled"):
+    for part in (
+        "4 × 5 × 6",
+        "2e-06 m",
+        "0.9833",
+        "118 fluid",
+        "KiB",
+        "flow along z",
+        "1 labelled",
+    ):
         assert part in text
 
 
@@ -68,7 +76,10 @@ def test_save_load_round_trip_keeps_everything(tmp_path):
     np.testing.assert_array_equal(back.labels, geom.labels)
     assert back.labels.dtype == np.int32
     assert (back.voxel_size, back.origin, back.flow_axis, back.name) == (
-        2e-6, (1.0, 2.0, 3.0), 2, "t"
+        2e-6,
+        (1.0, 2.0, 3.0),
+        2,
+        "t",
     )
 
 
@@ -82,7 +93,13 @@ def test_save_load_round_trip_without_size_or_labels(tmp_path):
 
 def test_npz_with_pickled_object_array_is_refused(tmp_path):
     path = tmp_path / "evil.npz"
-    np.savez(path, solid=np.array([object()], dtype=object), voxel_size=1.0, origin=[0.0],
-             flow_axis=0, name="x")
+    np.savez(
+        path,
+        solid=np.array([object()], dtype=object),
+        voxel_size=1.0,
+        origin=[0.0],
+        flow_axis=0,
+        name="x",
+    )
     with pytest.raises(GeometryError, match="never unpickled"):
         VoxelGeometry.load(path)

@@ -105,3 +105,32 @@ def test_metrics_count_fluid_nodes_only():
     assert m.steps == 4 and m.seconds > 0
     assert m.mflups == pytest.approx(m.fluid_nodes * 4 / m.seconds / 1e6)
     assert m.bytes_per_node_step == 2 * 19 * 8
+
+
+@pytest.mark.parametrize("quantity", ["umag", "ux", "uy", "uz", "rho"])
+def test_device_slice_equals_cut_of_full_fields(backend_name, quantity):
+    solid = porous((9, 7, 6), 0.3, seed=9)
+    sim = Simulation(solid, config(backend=backend_name, precision="float32"))
+    sim.step(20)
+    fields = sim.fields()
+    full = (fields["rho"] if quantity == "rho" else
+            np.sqrt((fields["u"] ** 2).sum(0)) if quantity == "umag" else
+            fields["u"]["xyz".index(quantity[1])])
+    for axis, index in [(0, 0), (1, 6), (2, 3)]:
+        np.testing.assert_array_equal(sim.slice(axis, index, quantity),
+                                      np.take(full, index, axis=axis))
+
+
+def test_health_reports_speed_and_catches_nan(backend_name):
+    solid = porous((8, 8, 8), 0.3, seed=10)
+    sim = Simulation(solid, config(backend=backend_name))
+    sim.step(10)
+    health = sim.health()
+    assert health["finite"]
+    assert health["max_speed"] == pytest.approx(np.nanmax(np.sqrt((sim.fields()["u"] ** 2)
+                                                                  .sum(0))))
+    f = sim.populations()
+    tile, node = np.argwhere(~sim.tiling.solid)[0]
+    f[tile, 3, node] = np.nan
+    sim.backend.set_populations(sim.state, f)
+    assert sim.health() == {"finite": False, "max_speed": float("inf")}

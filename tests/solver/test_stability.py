@@ -16,8 +16,8 @@ from solver.stability import (
     DivergenceError,
     MemoryRefused,
     assess,
+    check_health,
     check_memory,
-    check_populations,
     check_stability,
     estimate_max_velocity,
     mean_chord_length,
@@ -150,30 +150,31 @@ def _sim(force=(1e-5, 0, 0)):
     return sim
 
 
-def test_check_populations_returns_fluid_velocity():
+def test_health_gives_superficial_mean_velocity():
     sim = _sim()
-    p = sim.problem
-    u = check_populations(sim.populations(), p.tiling.solid, p.lattice, p.force, True, 0.8)
+    health = sim.health()
     grid = sim.fields()["u"]
     fluid = ~sim.solid
-    assert u.shape == (2, fluid.sum())
-    np.testing.assert_allclose(np.sort(u[0]), np.sort(grid[0][fluid]), rtol=1e-12)
+    expected = np.array([grid[k][fluid].sum() for k in range(2)]) / sim.solid.size
+    np.testing.assert_allclose(health["mean_velocity"], expected, rtol=1e-12)
+    assert health["max_speed"] == pytest.approx(np.sqrt((grid[:, fluid] ** 2).sum(0)).max())
+    check_health(health, 0.8, sim.problem.force)
     sim.close()
 
 
-def test_check_populations_detects_nan_and_overspeed():
+def test_check_health_detects_nan_and_overspeed():
     sim = _sim()
-    p = sim.problem
     f = sim.populations()
-    bad = f.copy()
-    bad[0, 1, 3] = np.nan
-    with pytest.raises(DivergenceError, match="NaN or Inf.*body force"):
-        check_populations(bad, p.tiling.solid, p.lattice, p.force, True, 0.501)
-    u = check_populations(f, p.tiling.solid, p.lattice, p.force, True, 0.8)
-    limit = 0.5 * float(np.sqrt((u * u).sum(axis=0)).max())
+    health = sim.health()
+    limit = 0.5 * health["max_speed"]
     with pytest.raises(DivergenceError, match="max \\|u\\|") as err:
-        check_populations(f, p.tiling.solid, p.lattice, p.force, True, 0.501, u_limit=limit)
+        check_health(health, 0.501, sim.problem.force, u_limit=limit)
     assert "tau = 0.501 is too close to 0.5" in str(err.value)
+    tile, node = np.argwhere(~sim.tiling.solid)[0]
+    f[tile, 1, node] = np.nan
+    sim.backend.set_populations(sim.state, f)
+    with pytest.raises(DivergenceError, match="NaN or Inf.*body force"):
+        check_health(sim.health(), 0.501, sim.problem.force)
     sim.close()
 
 
