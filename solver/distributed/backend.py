@@ -87,6 +87,9 @@ class DistributedBackend:
         if self.is_root:
             atexit.register(self.shutdown)  # never leave workers waiting for a command
 
+    #: Rank 0 sees gathered host arrays, whatever the ranks compute on.
+    xp = np
+
     @property
     def name(self) -> str:
         """Name of the backend each rank runs ('numpy' or 'cupy')."""
@@ -121,6 +124,14 @@ class DistributedBackend:
         out = np.empty_like(self._gathered)
         out[state.order] = self._gathered
         return out
+
+    def device_populations(self, state: DistributedState) -> np.ndarray:
+        """The gathered populations (host float64, global order): fields on rank 0."""
+        return self.populations(state)
+
+    def to_host(self, array: np.ndarray) -> np.ndarray:
+        """Rank 0's arrays are host arrays already."""
+        return np.asarray(array)
 
     def set_populations(self, state: DistributedState, f: np.ndarray) -> None:
         """Scatter global populations (n_tiles, q, a**d) to the owners; refresh halos."""
