@@ -14,7 +14,9 @@ others:
   to a closing barrier, so MFLUPS count the global fluid nodes over the slowest rank.
 - ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
   (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
-  halos.
+  halos. ``device_populations`` is the same gather (``xp`` is NumPy on rank 0), so
+  ``Simulation.fields``/``slice``/``health`` read the whole state once per call; reducing
+  moments on the ranks and sending only slices or scalars is the next step for large GPU runs.
 
 Use :func:`solver.distributed.launch` (or ``with DistributedBackend() as b``) so that the
 workers are released when rank 0 finishes or fails.
