@@ -63,11 +63,6 @@ class RankLayout:
         """Bool (n_local,): the tile is stepped by this rank."""
         return np.arange(len(self.global_tiles)) < self.n_owned
 
-    @property
-    def boundary_fluid_nodes(self) -> int:
-        """Fluid nodes in the boundary tiles (the first part of the owned pull table)."""
-        return int((~self.tiling.solid[: self.n_boundary]).sum())
-
 
 @dataclass(frozen=True)
 class HaloPlan:

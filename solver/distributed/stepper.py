@@ -7,11 +7,10 @@ ready to pack), ``interior(progress)`` (the remaining owned tiles, calling ``pro
 pieces so that MPI can move the messages meanwhile) and ``finish()`` (the written copy becomes
 the current one). The exchange reads and writes the flat copies through :meth:`target`.
 
-:class:`NumpyPhases` runs the NumPy reference on subsets of its pull table: the table lists
-owned fluid nodes tile by tile and the boundary tiles come first, so the boundary phase is the
-node range ``[0, n_b)`` and the interior ``[n_b, n)``. A view of the state with its own chunk
-list runs each range with the backend's own ``step``, so the arithmetic per node is the one of
-a single process, bit for bit.
+:class:`NumpyPhases` runs the NumPy reference on subsets of its pull table: the nodes of the
+boundary tiles (local tiles ``[0, n_b)``, listed first) form the boundary phase, the others
+the interior. A view of the state with its own chunk list runs each phase with the backend's
+own ``step``, so the arithmetic per node is the one of a single process, bit for bit.
 
 Other backends plug in by providing ``phase_stepper(state, n_boundary_tiles, n_owned_tiles)``
 returning an object with this interface. For the CuPy backend: one launch of the tiled kernel
@@ -89,11 +88,15 @@ class NumpyPhases:
         from ..backends.numpy_backend import CHUNK_NODES
 
         self.backend, self.state = backend, state
-        n_b, n = layout.boundary_fluid_nodes, state.problem.pull_table.n_fluid
-        chunks = node_chunks(0, n_b, CHUNK_NODES)
-        inner = node_chunks(n_b, n, CHUNK_NODES)
+        # Phase of every pull-table node; runs of one phase are chunked like the backend does.
+        boundary = state.problem.pull_table.tile < layout.n_boundary
+        edges = [0, *(np.flatnonzero(np.diff(boundary)) + 1), boundary.size]
+        phases: dict[bool, list[slice]] = {True: [], False: []}
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            phases[bool(boundary[lo])] += node_chunks(int(lo), int(hi), CHUNK_NODES)
+        inner = phases[False]
         pieces = np.array_split(np.arange(len(inner)), min(INTERIOR_PIECES, len(inner)) or 1)
-        self._boundary = chunks
+        self._boundary = phases[True]
         self._interior = [[inner[k] for k in piece] for piece in pieces if piece.size]
         self._view = dataclasses.replace(state, chunks=[])  # shares f with the state
 
