@@ -42,11 +42,10 @@ class RankSolver:
         self.problem = dataclasses.replace(problem, tiling=self.layout.tiling,
                                            owned=self.layout.owned)
         self.backend = backend
-        self.state: Any = backend.allocate(self.problem)
-        if backend.name == "numpy":  # its pull table says exactly what a step reads
-            check_plan_covers(self.problem.pull_table, self.plan, self.layout,
-                              problem.lattice.q)
-        self.stepper = stepper_for(backend, self.state, self.layout)
+        self.stepper = stepper_for(backend, self.problem, self.layout)
+        self.state: Any = self.stepper.state
+        for table in getattr(self.stepper, "pull_tables", ()):  # exactly what a step reads
+            check_plan_covers(table, self.plan, self.layout, problem.lattice.q)
         self.exchange = exchange(self.plan, self.stepper)
 
     @property
@@ -92,7 +91,7 @@ class RankSolver:
 
     def release(self) -> None:
         """Free the backend state."""
-        self.backend.release(self.state)
+        self.stepper.release()
 
 
 def step_together(ranks: Sequence[RankSolver], n: int = 1) -> None:

@@ -34,7 +34,7 @@ from solver.distributed import (
 )
 from solver.distributed.decomposition import cut_layers, layer_counts
 from solver.distributed.halo import HaloPlan, check_plan_covers
-from solver.distributed.stepper import node_chunks
+from solver.distributed.stepper import tile_pieces
 from solver.lattice import get_lattice
 from solver.problem import Problem
 from solver.simulation import Simulation
@@ -196,11 +196,17 @@ def test_owned_mask_limits_the_pull_table_and_fluid_count():
     assert np.array_equal(table.src, full.src[:, : table.n_fluid])
 
 
-def test_node_chunks_never_leave_a_single_node():
-    assert node_chunks(0, 9, 4) == [slice(0, 4), slice(4, 9)]
-    assert node_chunks(3, 11, 4) == [slice(3, 7), slice(7, 11)]
-    assert node_chunks(5, 6, 4) == [slice(5, 6)]
-    assert node_chunks(5, 5, 4) == []
+def test_phases_cover_the_owned_tiles_boundary_first():
+    problem = Problem.from_config(porous(), config())
+    layout, _ = build_rank(problem.tiling, decompose(problem.tiling, 2, 0), problem.lattice,
+                           problem.periodic, 0)
+    assert 0 < layout.n_boundary < layout.n_owned
+    ranges = tile_pieces(layout, 4)
+    assert ranges[0] == (0, layout.n_boundary) and ranges[-1][1] == layout.n_owned
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    fluid = (~layout.tiling.solid).sum(axis=1)
+    pieces = [fluid[lo:hi].sum() for lo, hi in ranges[1:]]
+    assert len(pieces) == 4 and max(pieces) - min(pieces) <= 2 * fluid.max()
 
 
 # -- bitwise equality, one process (loopback) -------------------------------------------------
@@ -256,7 +262,7 @@ def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis):
     solid = porous()
     cfg = config()
     problem = Problem.from_config(solid, cfg)
-    assert problem.n_fluid % CHUNK_NODES != 1  # see solver.distributed.stepper.node_chunks
+    assert problem.n_fluid % CHUNK_NODES != 1  # see the solver.distributed.stepper doc
     f0 = noisy_start(problem)
     np.save(tmp_path / "solid.npy", solid)
     np.save(tmp_path / "f0.npy", f0)
