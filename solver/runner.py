@@ -132,6 +132,8 @@ class SimulationRunner:
 
     def set_view(self, view: SliceView) -> None:
         """Choose the quantity and cut that snapshots carry; publishes at once."""
+        if not isinstance(view, SliceView):
+            raise TypeError(f"set_view needs a SliceView, got {view!r}.")
         self._send("view", view)
 
     def submit(self, fn: Callable[[Simulation], Any]) -> Future:
@@ -197,7 +199,11 @@ class SimulationRunner:
             self._running = False
             self._status = "error"
             self._error = str(exc) or exc.__class__.__name__
-            self._publish(check=False)
+            try:
+                self._publish(check=False)
+            except Exception:  # the fields themselves are unreadable: publish the message only
+                log.exception("%s: publishing after an error failed", self._name)
+                self._emit({})
 
     def _handle(self, command: str, payload: Any) -> None:
         if command == "call":
