@@ -15,11 +15,13 @@ All quantities are in lattice units.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 CHUNK_SECONDS = 0.035
 THREAD_PREFIX = "lbm-runner"
 _ids = itertools.count(1)
+_runners: weakref.WeakSet = weakref.WeakSet()
 
 
 def live_runners() -> int:
@@ -64,6 +67,7 @@ class SimulationRunner:
         self._snapshot = Snapshot()
         self._thread: threading.Thread | None = None
         self._name = f"{THREAD_PREFIX}-{next(_ids)}"
+        _runners.add(self)
         # Thread-owned state below: touched only by the runner thread once started.
         self._sim: Simulation | None = None
         self._backends: dict[str, Any] = {}
@@ -385,6 +389,13 @@ class SimulationRunner:
         self._running, self._status, self._message = False, "stopped", "Runner stopped"
         self._emit({"plane": None, "plane_velocity": None})
         log.info("%s stopped", self._name)
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop every runner before the interpreter tears down the thread pools they use."""
+    for runner in list(_runners):
+        runner.stop(timeout=1.0)
 
 
 def _same_tiling(a: Any, b: Any) -> bool:

@@ -1,0 +1,27 @@
+"""Entry point of the served app: ``python -m panel serve app`` runs this file per session.
+
+Each browser session gets its own :class:`~app.dashboard.Dashboard` (and so its own simulation
+thread); when the session ends its runner is stopped and its memory freed. Errors raised by
+widget callbacks are shown in the session's status area instead of as tracebacks.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import panel as pn
+
+# ``panel serve`` runs this file as a script; make the repository importable from anywhere.
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
+
+from app.dashboard import Dashboard  # noqa: E402
+
+pn.extension("vtk", sizing_mode="stretch_width", notifications=False)
+
+dashboard = Dashboard()
+pn.config.exception_handler = dashboard.controller.report  # per session
+pn.state.on_session_destroyed(lambda session_context: dashboard.close())
+dashboard.template().servable()

@@ -1,0 +1,167 @@
+"""Physics in the user's units: voxel size, fluid and pressure gradient next to lattice values.
+
+The user sets SI quantities; the panel shows what they map to with the chosen tau (time step,
+lattice body force) and the expected lattice Mach and pore Reynolds numbers from a
+Kozeny-Carman estimate, warns before likely instability and refuses a Mach number above 0.3.
+Once the run has settled the measured permeability is shown in m^2 and millidarcy with the
+measured pore Reynolds number and whether Darcy's law applies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import panel as pn
+import param
+
+from solver.units import UnitSystem, lattice_viscosity, mach_number, to_millidarcy
+
+from ..controller import Controller
+from ..estimates import darcy_regime, estimate_flow, stability_issues
+
+__all__ = ["PhysicsPanel", "PhysicalSetup"]
+
+
+class PhysicalSetup(param.Parameterized):
+    """The physical problem, SI units."""
+
+    voxel_size_um = param.Number(10.0, bounds=(1e-3, 1e6), label="Voxel size (µm)",
+                                 doc="Edge of one voxel in micrometres.")
+    viscosity = param.Number(1.0e-6, bounds=(1e-9, 1.0), label="Kinematic viscosity (m²/s)",
+                             doc="Fluid kinematic viscosity; water at 20 °C: 1.0e-6 m²/s.")
+    density = param.Number(1000.0, bounds=(1e-3, 1e5), label="Density (kg/m³)",
+                           doc="Fluid density; water: 1000 kg/m³.")
+    pressure_gradient = param.Number(5000.0, bounds=(0.0, None), label="Pressure gradient (Pa/m)",
+                                     doc="Driving pressure drop per metre along the flow axis, "
+                                         "applied as a body force per unit volume.")
+
+
+class PhysicsPanel(pn.viewable.Viewer):
+    """Physical setup, its lattice counterpart and the measured permeability."""
+
+    def __init__(self, controller: Controller, **params) -> None:
+        super().__init__(**params)
+        self.controller = controller
+        self.setup = PhysicalSetup(name="Physical setup")
+        voxel = getattr(controller.geometry, "voxel_size", None)
+        if voxel:
+            self.setup.voxel_size_um = voxel * 1e6
+        self.apply_button = pn.widgets.Button(name="Apply to simulation", button_type="primary")
+        self.apply_button.on_click(self._apply)
+        self.mapping = pn.Column(sizing_mode="stretch_width")
+        self.measured = pn.Column(sizing_mode="stretch_width")
+        self._measured_step = -1
+        controller.param.watch(self._geometry_changed, "geometry")
+        controller.param.watch(self._refresh_mapping, ["surface", "geometry"])
+        controller.config.param.watch(self._refresh_mapping, ["tau", "body_force"])
+        inputs = [p for p in PhysicalSetup.param if p != "name"]
+        self.setup.param.watch(self._refresh_mapping, inputs)
+        self.setup.param.watch(self._refresh_measured, inputs)
+        controller.param.watch(self._refresh_measured, "snapshot")
+        self._refresh_mapping()
+        self._refresh_measured()
+
+    def _geometry_changed(self, event) -> None:
+        voxel = getattr(event.new, "voxel_size", None)
+        if voxel:
+            self.setup.voxel_size_um = voxel * 1e6
+
+    def units(self, tau: float) -> UnitSystem:
+        """Lattice units of the setup at relaxation time ``tau``."""
+        s = self.setup
+        return UnitSystem.from_viscosity(s.voxel_size_um * 1e-6, s.viscosity, s.density, tau)
+
+    def lattice_force(self) -> float:
+        """Body force (lattice units) of the setup's pressure gradient at the pending tau."""
+        return self.units(self.controller.config.tau).force_density_to_lattice(
+            self.setup.pressure_gradient)
+
+    def _apply(self, event) -> None:
+        force = [0.0, 0.0, 0.0]
+        force[self.controller.geometry.flow_axis] = self.lattice_force()
+        try:
+            self.controller.config.body_force = tuple(force)
+        except Exception as exc:
+            self.controller.report(exc)
+            return
+        self.controller.apply_settings()
+
+    def _refresh_mapping(self, *events) -> None:
+        self.mapping.objects = [self._mapping()]
+
+    def _refresh_measured(self, *events) -> None:
+        snap = self.controller.snapshot
+        if events and all(e.name == "snapshot" for e in events) and (
+                snap.step == self._measured_step):
+            return
+        self._measured_step = snap.step
+        self.measured.objects = [self._measured()]
+
+    def _mapping(self) -> pn.viewable.Viewable:
+        c = self.controller
+        tau = c.config.tau
+        units = self.units(tau)
+        force = self.lattice_force()
+        porosity = float(c.geometry.porosity)
+        estimate = estimate_flow(porosity, c.surface, force, lattice_viscosity(tau))
+        mach = estimate.mach if estimate else None
+        issues = stability_issues(tau, mach)
+        self.apply_button.disabled = any(level == "refused" for level, _ in issues)
+        rows = [
+            ("Relaxation time τ", f"{tau:g}", "set in Settings → Numerics"),
+            ("Lattice viscosity ν*", f"{lattice_viscosity(tau):.4g}", "(τ − ½)/3"),
+            ("Time step Δt", f"{units.dt:.3e} s", "ν* Δx² / ν"),
+            ("Body force F*", f"{force:.3e}", f"{self.setup.pressure_gradient:g} Pa/m"),
+        ]
+        if estimate:
+            k_si = units.permeability_to_si(estimate.permeability)
+            rows += [
+                ("Expected permeability", f"{k_si:.3e} m²",
+                 f"{to_millidarcy(k_si):.4g} mD (Kozeny–Carman)"),
+                ("Expected peak speed", f"{estimate.peak_velocity:.3e}",
+                 f"{units.velocity_to_si(estimate.peak_velocity):.3e} m/s"),
+                ("Expected Mach", f"{estimate.mach:.3f}", "limit 0.1 (warn), 0.3 (refuse)"),
+                ("Expected pore Reynolds", f"{estimate.reynolds:.3g}",
+                 f"grain diameter ≈ {estimate.grain_diameter:.3g} voxels"),
+            ]
+        alerts = [pn.pane.Alert(text, alert_type="danger" if level == "refused" else "warning",
+                                sizing_mode="stretch_width") for level, text in issues]
+        return pn.Column(_table(rows), *alerts, sizing_mode="stretch_width")
+
+    def _measured(self) -> pn.viewable.Viewable:
+        snap = self.controller.snapshot
+        tau = snap.config.get("tau", self.controller.config.tau)
+        if snap.permeability is None or not math.isfinite(snap.permeability):
+            return pn.pane.Markdown("*Measured permeability appears once a body force drives "
+                                    "the flow.*")
+        units = self.units(tau)
+        k_si = units.permeability_to_si(snap.permeability)
+        axis = int(max(range(len(snap.mean_velocity)),
+                       key=lambda a: abs(snap.config.get("body_force", (0, 0, 0))[a])))
+        darcy = snap.mean_velocity[axis]
+        estimate = estimate_flow(float(self.controller.geometry.porosity),
+                                 self.controller.surface, 1.0, 1.0)
+        rows = [
+            ("Permeability k", f"{k_si:.4e} m²", f"{to_millidarcy(k_si):.5g} mD"),
+            ("k (lattice)", f"{snap.permeability:.5g} nodes²", f"at step {snap.step:,}"),
+            ("Darcy velocity", f"{units.velocity_to_si(darcy):.3e} m/s", f"{darcy:.3e} lattice"),
+            ("Peak Mach", f"{mach_number(snap.max_speed):.3f}", ""),
+        ]
+        if estimate:
+            reynolds = abs(darcy) * estimate.grain_diameter / lattice_viscosity(tau)
+            rows.append(("Pore Reynolds", f"{reynolds:.3g}", darcy_regime(reynolds)))
+        return _table(rows)
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        inputs = pn.Column(pn.Param(self.setup, show_name=False), self.apply_button, width=320)
+        return pn.Row(
+            inputs,
+            pn.Column("#### Lattice values", self.mapping, sizing_mode="stretch_width"),
+            pn.Column("#### Measured", self.measured, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width",
+        )
+
+
+def _table(rows: list[tuple[str, str, str]]) -> pn.pane.Markdown:
+    lines = ["| | | |", "|---|---|---|"] + [f"| {a} | **{b}** | {c} |" for a, b, c in rows]
+    return pn.pane.Markdown("\n".join(lines), sizing_mode="stretch_width")
