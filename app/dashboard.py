@@ -146,6 +146,8 @@ class Dashboard(pn.viewable.Viewer):
                 self.scene, sizing_mode="stretch_width"))
         tabs = pn.Tabs(("Flow", flow), ("Geometry", self.geometry_panel),
                        ("Physics", self.physics), dynamic=False, sizing_mode="stretch_width")
+        if self.scene is not None:  # a hidden 3D view is not synchronised
+            tabs.param.watch(lambda e: setattr(self.scene, "active", e.new == 0), "active")
         return pn.Column(self.counters.cards, tabs, self.counters.plots,
                          sizing_mode="stretch_width")
 

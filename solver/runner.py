@@ -96,18 +96,14 @@ class SimulationRunner:
         with self._slot:
             return self._snapshot
 
-    def wait_for(
-        self, predicate: Callable[[Snapshot], bool], timeout: float = 30.0
-    ) -> Snapshot:
+    def wait_for(self, predicate: Callable[[Snapshot], bool], timeout: float = 30.0) -> Snapshot:
         """Block until a snapshot satisfies ``predicate``; TimeoutError after ``timeout`` s."""
         self._launch()
         with self._slot:
             if not self._slot.wait_for(lambda: predicate(self._snapshot), timeout):
                 snap = self._snapshot
-                raise TimeoutError(
-                    f"No snapshot matched within {timeout} s (status {snap.status!r}, "
-                    f"step {snap.step}, message {snap.error or snap.message!r})."
-                )
+                raise TimeoutError(f"No snapshot matched within {timeout} s (status "
+                                   f"{snap.status!r}, step {snap.step}, {snap.error or ''}).")
             return self._snapshot
 
     def start(self) -> None:

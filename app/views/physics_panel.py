@@ -9,6 +9,7 @@ measured pore Reynolds number and whether Darcy's law applies.
 
 from __future__ import annotations
 
+import html
 import math
 
 import panel as pn
@@ -132,8 +133,8 @@ class PhysicsPanel(pn.viewable.Viewer):
         snap = self.controller.snapshot
         tau = snap.config.get("tau", self.controller.config.tau)
         if snap.permeability is None or not math.isfinite(snap.permeability):
-            return pn.pane.Markdown("*Measured permeability appears once a body force drives "
-                                    "the flow.*")
+            return pn.pane.Markdown("*The measured permeability appears once a body force "
+                                    "drives the flow.*")
         units = self.units(tau)
         k_si = units.permeability_to_si(snap.permeability)
         axis = int(max(range(len(snap.mean_velocity)),
@@ -153,7 +154,10 @@ class PhysicsPanel(pn.viewable.Viewer):
         return _table(rows)
 
     def __panel__(self) -> pn.viewable.Viewable:
-        inputs = pn.Column(pn.Param(self.setup, show_name=False), self.apply_button, width=320)
+        widgets = {name: {"type": pn.widgets.FloatInput, "format": "0.[000]e+0"}
+                   for name in ("voxel_size_um", "viscosity", "density", "pressure_gradient")}
+        inputs = pn.Column(pn.Param(self.setup, show_name=False, widgets=widgets),
+                           self.apply_button, width=300)
         return pn.Row(
             inputs,
             pn.Column("#### Lattice values", self.mapping, sizing_mode="stretch_width"),
@@ -162,6 +166,16 @@ class PhysicsPanel(pn.viewable.Viewer):
         )
 
 
-def _table(rows: list[tuple[str, str, str]]) -> pn.pane.Markdown:
-    lines = ["| | | |", "|---|---|---|"] + [f"| {a} | **{b}** | {c} |" for a, b, c in rows]
-    return pn.pane.Markdown("\n".join(lines), sizing_mode="stretch_width")
+TABLE_CSS = """
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+td { padding: 5px 8px; border-bottom: 1px solid #e6e9ed; vertical-align: top; }
+td.value { font-weight: 600; white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.note { color: #6b7785; }
+"""
+
+
+def _table(rows: list[tuple[str, str, str]]) -> pn.pane.HTML:
+    body = "".join(f'<tr><td>{html.escape(a)}</td><td class="value">{html.escape(b)}</td>'
+                   f'<td class="note">{html.escape(c)}</td></tr>' for a, b, c in rows)
+    return pn.pane.HTML(f"<table>{body}</table>", stylesheets=[TABLE_CSS],
+                        sizing_mode="stretch_width")

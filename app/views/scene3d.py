@@ -15,6 +15,7 @@ import logging
 
 import numpy as np
 import panel as pn
+import param
 import pyvista as pv
 
 from ..controller import Controller
@@ -62,6 +63,8 @@ def slice_plane(plane: np.ndarray, axis: int, index: int) -> tuple[pv.DataSet, p
 class Scene3D(pn.viewable.Viewer):
     """Cutaway 3D view of the geometry with the live slice plane."""
 
+    active = param.Boolean(default=True, doc="Whether the view is on screen (else not synced).")
+
     def __init__(self, controller: Controller, **params) -> None:
         super().__init__(**params)
         self.controller = controller
@@ -96,7 +99,7 @@ class Scene3D(pn.viewable.Viewer):
         """Bring the browser's scene up to date with the latest snapshot (periodic callback)."""
         snap = self.controller.snapshot
         geometry = self.controller.geometry
-        if geometry is None or geometry.ndim != 3:
+        if not self.active or geometry is None or geometry.ndim != 3:
             return
         key = (id(geometry), snap.view, snap.step, snap.seq)
         if key == self._key:
