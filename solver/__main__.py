@@ -32,6 +32,40 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from .case import load_case
+    from .run import EXIT_INVALID, EXIT_OK, HeadlessRun
+
+    try:
+        case = load_case(args.case)
+        if args.max_steps is not None:
+            case.run.max_steps = args.max_steps
+        run = HeadlessRun(case, out=args.output, backend=args.backend)
+        if args.resume:
+            run.resume(args.resume)
+    except (ValueError, MemoryError, OSError) as exc:  # user errors: case, config, geometry
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("Interrupted before the run started; nothing was written.", file=sys.stderr)
+        return 130
+    outcome = run.execute(progress=not args.quiet)
+    s = outcome.summary
+    print(f"{s['case']}: {outcome.status} after {s['steps']} steps in {s['run_seconds']:.1f} s "
+          f"({s['mflups']:.2f} MFLUPS, eta_t = {s['eta_t']:.3f}, {s['backend']})")
+    if s.get("permeability") is not None:
+        extra = (f" = {s['permeability_m2']:.4g} m^2 = {s['permeability_mD']:.4g} mD"
+                 if s.get("permeability_m2") is not None else "")
+        residual = f"{s['residual']:.3g}" if s.get("residual") is not None else "n/a"
+        print(f"permeability k = {s['permeability']:.6g} (lattice units){extra}, "
+              f"residual {residual}")
+    print(f"outputs in {run.out}")
+    if outcome.exit_code != EXIT_OK:
+        print(f"error: {outcome.message}" if outcome.exit_code != 130 else outcome.message,
+              file=sys.stderr)
+    return outcome.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the ``solver`` command."""
     parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__)
@@ -44,6 +78,19 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["float32", "float64"])
     bench.add_argument("--out", default=None, help="folder for the JSON + markdown table")
     bench.set_defaults(func=_bench)
+    run = sub.add_parser("run", help="run a case file (YAML/JSON) headless",
+                         description="Run a case headless. Exit codes: 0 done, 2 invalid case "
+                                     "or refused (stability, memory, checkpoint mismatch), "
+                                     "3 diverged, 130 interrupted (checkpoint written).")
+    run.add_argument("case", help="case file, .yaml/.yml or .json (see solver/case.py)")
+    run.add_argument("--resume", metavar="CHECKPOINT", default=None,
+                     help="continue from a checkpoint.npz of the same geometry and config")
+    run.add_argument("--output", default=None, help="output folder (overrides run.output)")
+    run.add_argument("--max-steps", type=int, default=None, help="override run.max_steps")
+    run.add_argument("--backend", default=None, choices=["auto", "numpy", "cupy"],
+                     help="override config.backend")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=_run)
     return parser
 
 

@@ -9,6 +9,7 @@ All quantities are in lattice units.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -139,3 +140,17 @@ class Simulation:
         if self.state is not None:
             self.backend.release(self.state)
             self.state = None
+
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint (populations in the storage dtype, config, mask hash) atomically."""
+        from .io import save_simulation
+
+        return save_simulation(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, geometry: Any, backend: Backend | str | None = None,
+             ) -> Simulation:
+        """Continue from a checkpoint on ``geometry``; refuses another geometry's checkpoint."""
+        from .io import load_simulation
+
+        return load_simulation(path, geometry, backend)

@@ -26,6 +26,31 @@ __all__ = ["NumpyBackend", "NumpyState"]
 CHUNK_NODES = 4096
 
 
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cgroup_headroom() -> int | None:
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as fh:
+            used = int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(0, int(limit) - used)
+
+
 @dataclass
 class NumpyState:
     """Two copies of the populations and the tables that step them."""
@@ -87,6 +112,15 @@ class NumpyBackend:
         """The host CPU."""
         return DeviceInfo(name=f"CPU ({os.cpu_count()} cores, NumPy)", memory=None,
                           peak_bandwidth=None)
+
+    def free_memory(self) -> int | None:
+        """Host memory a new allocation can use, bytes (None if the OS does not say).
+
+        MemAvailable of /proc/meminfo (sysconf's free pages elsewhere), lowered to the headroom
+        of a cgroup-v2 memory limit when the process runs in a container that has one.
+        """
+        known = [v for v in (_available_memory(), _cgroup_headroom()) if v is not None]
+        return min(known) if known else None
 
     def release(self, state: NumpyState) -> None:
         """Drop the arrays."""

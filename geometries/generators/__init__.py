@@ -1,0 +1,33 @@
+"""Generated geometries, all returned as VoxelGeometry with sizes in voxels.
+
+Porous media: :func:`random_sphere_pack` (overlapping spheres at a target porosity),
+:func:`sphere_array` (SC/BCC/FCC unit cells). Bounded flows with walls as solid voxels:
+:func:`channel`, :func:`square_duct`, :func:`circular_pipe`, :func:`cylinder_in_channel`,
+:func:`sphere_in_pipe`, :func:`lid_cavity`.
+"""
+
+from __future__ import annotations
+
+from .lattices import MAX_SOLID_FRACTION, sphere_array, sphere_radius
+from .packs import random_sphere_pack
+from .shapes import (
+    channel,
+    circular_pipe,
+    cylinder_in_channel,
+    lid_cavity,
+    sphere_in_pipe,
+    square_duct,
+)
+
+__all__ = [
+    "MAX_SOLID_FRACTION",
+    "channel",
+    "circular_pipe",
+    "cylinder_in_channel",
+    "lid_cavity",
+    "random_sphere_pack",
+    "sphere_array",
+    "sphere_in_pipe",
+    "sphere_radius",
+    "square_duct",
+]

@@ -1,0 +1,110 @@
+"""Safe reading of NumPy ``.npy`` and ``.npz`` data from bytes.
+
+``np.load`` trusts the header: a hostile header can declare a huge array (memory exhaustion) and
+object arrays need pickle. Here the header is parsed first, the dtype must be a plain number
+(or a short string where asked), the declared size is checked against a limit and against the
+bytes actually present, and only then is the data wrapped. Nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+
+from .errors import GeometryError
+
+__all__ = ["NPY_MAGIC", "read_npy", "read_npz"]
+
+NPY_MAGIC = b"\x93NUMPY"
+_NUMBER_KINDS = "biuf"
+
+
+def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.ndarray:
+    """Return the array stored in ``.npy`` bytes, refusing pickles and over-large arrays."""
+    if not data.startswith(NPY_MAGIC):
+        raise GeometryError(
+            "The data is not a .npy file (it lacks the NumPy magic bytes). "
+            "Save arrays with numpy.save, or pass the right format=."
+        )
+    fp = io.BytesIO(data)
+    shape, fortran, dtype = _read_header(fp)
+    if dtype.hasobject or dtype.kind not in kinds or dtype.fields is not None:
+        raise GeometryError(
+            f"The .npy array has dtype {dtype}, which cannot hold a voxel image. "
+            "Save a bool, integer or float array (object arrays are never unpickled)."
+        )
+    count = int(np.prod(shape, dtype=object))
+    if count > max_items:
+        raise GeometryError(
+            f"The .npy array has {count} elements, more than the limit of {max_items}. "
+            "Crop or downsample the image first, or raise max_voxels=."
+        )
+    offset = fp.tell()
+    expected = count * dtype.itemsize
+    if len(data) - offset != expected:
+        raise GeometryError(
+            f"The .npy header promises {expected} bytes of data but {len(data) - offset} "
+            "follow it: the file is truncated or corrupted. Upload it again."
+        )
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    return flat.reshape(shape, order="F" if fortran else "C")
+
+
+def read_npz(
+    data: bytes, *, max_items: int, names: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """Return the named arrays of ``.npz`` bytes (numbers or short strings, no pickles)."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise GeometryError(
+            f"The data is not a readable .npz (zip) archive ({exc}). "
+            "Use a file written by VoxelGeometry.save."
+        ) from exc
+    with archive:
+        present = set(archive.namelist())
+        missing = [n for n in names if f"{n}.npy" not in present]
+        if missing:
+            raise GeometryError(
+                f"The .npz archive lacks the arrays {missing}. "
+                "Use a file written by VoxelGeometry.save (it stores solid, origin, ...)."
+            )
+        wanted = list(names) + [n for n in optional if f"{n}.npy" in present]
+        return {n: _read_member(archive, n, max_items) for n in wanted}
+
+
+def _read_member(archive: zipfile.ZipFile, name: str, max_items: int) -> np.ndarray:
+    """Return one array of an open archive, bounding its uncompressed size first."""
+    info = archive.getinfo(f"{name}.npy")
+    if info.file_size > max_items * 8 + 65536:
+        raise GeometryError(
+            f"The array {name!r} in the .npz archive is {info.file_size} bytes uncompressed, "
+            f"more than {max_items} voxels allow. Raise max_voxels= if the file is trusted."
+        )
+    try:
+        raw = archive.read(info)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError) as exc:
+        raise GeometryError(
+            f"The array {name!r} in the .npz archive is corrupted ({exc}). Save it again."
+        ) from exc
+    return read_npy(raw, max_items=max_items, kinds=_NUMBER_KINDS + "U")
+
+
+def _read_header(fp: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Return (shape, fortran_order, dtype) from an .npy header."""
+    try:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(fp)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(fp)
+    except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError) as exc:
+        raise GeometryError(
+            f"The .npy header is corrupted ({exc}). Save the array again with numpy.save."
+        ) from exc
+    raise GeometryError(
+        f"The .npy format version {version} is not supported. Save with numpy.save "
+        "(version 1.0 or 2.0)."
+    )

@@ -1,0 +1,298 @@
+"""Case files: one YAML or JSON document describing a headless run.
+
+A case has four sections (only ``geometry`` is required)::
+
+    name: sphere-pack                  # optional label, default: the file name
+    geometry:                          # exactly one of sample / file / generator
+      sample: NAME                     # a shipped sample (geometries.samples)
+      file: PATH                       # relative to the case file; loader options in `options`
+      generator: random_sphere_pack    # a function of geometries.generators ...
+      parameters: {shape: [64, 64, 64], porosity: 0.6}   # ... and its keyword arguments
+      options: {}                      # keyword options of geometries.load (file / sample)
+      voxel_size: 1.0e-6               # optional override, metres
+      origin: [0, 0, 0]                # optional override, metres
+    config: {tau: 0.8, body_force: [1.0e-6, 0, 0]}     # SimulationConfig parameters
+    run: {max_steps: 5000, output_interval: 500}       # RunControls parameters
+
+Files are parsed with ``yaml.safe_load`` or ``json`` only. Every section is validated by ``param``;
+an unknown key or a bad value raises :class:`CaseError` naming the key and how to fix it.
+PyYAML reads ``1e-5`` (no dot) as a string, so numeric parameters accept numeric strings.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import param
+import yaml
+
+from .config import SimulationConfig
+
+__all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "load_case", "parse_case",
+           "load_geometry"]
+
+GEOMETRY_SOURCES = ("sample", "file", "generator")
+GEOMETRY_KEYS = (*GEOMETRY_SOURCES, "parameters", "options", "voxel_size", "origin")
+TOP_KEYS = ("name", "description", "geometry", "config", "run")
+
+
+class CaseError(ValueError):
+    """A case file is unreadable or invalid; the message names the key and the fix."""
+
+
+class RunControls(param.Parameterized):
+    """How long a headless run goes, what it writes and when it stops (lattice units)."""
+
+    max_steps = param.Integer(default=10000, bounds=(1, None), doc="Stop after this many steps.")
+    output_interval = param.Integer(default=500, bounds=(1, None),
+                                    doc="Steps between CSV rows and .vti files.")
+    checkpoint_interval = param.Integer(default=5000, bounds=(0, None),
+                                        doc="Steps between checkpoints; 0 = only at the end.")
+    check_interval = param.Integer(default=100, bounds=(1, None),
+                                   doc="Steps between divergence checks (NaN/Inf, max |u|).")
+    convergence = param.Number(default=1e-6, bounds=(0, None),
+                               doc="Stop when the relative change of the mean velocity between "
+                                   "two outputs is below this; 0 = never.")
+    u_limit = param.Number(default=0.3, bounds=(0, 1), inclusive_bounds=(False, True),
+                           doc="Maximum speed |u| (lattice units) before the run counts as "
+                               "diverged.")
+    output = param.String(default="", doc="Output folder (relative to the working directory); "
+                                          "default runs/<case name>.")
+    vti = param.Boolean(default=True, doc="Write rho and u as .vti at every output interval.")
+    viscosity = param.Number(default=None, allow_None=True, bounds=(0, None),
+                             inclusive_bounds=(False, True),
+                             doc="Physical kinematic viscosity (m^2/s), to report the time step "
+                                 "and velocities in SI units when the voxel size is known.")
+
+
+@dataclass
+class GeometrySpec:
+    """Where the geometry comes from: a sample name, a file path or a generator call."""
+
+    source: str
+    target: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    voxel_size: float | None = None
+    origin: tuple[float, ...] | None = None
+
+
+@dataclass
+class Case:
+    """A parsed case: geometry recipe, simulation configuration and run controls."""
+
+    name: str
+    geometry: GeometrySpec
+    config: SimulationConfig
+    run: RunControls
+    path: Path | None = None
+
+
+def load_case(path: str | Path) -> Case:
+    """Read and validate a ``.yaml``/``.yml``/``.json`` case file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CaseError(f"Cannot read case file {path}: {exc.strerror}; check the path.") from exc
+    is_json = path.suffix.lower() == ".json"
+    try:
+        data = json.loads(text) if is_json else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise CaseError(f"{path} is not valid {'JSON' if is_json else 'YAML'}: "
+                        f"{_syntax_error(exc)}; fix the syntax there.") from exc
+    case = parse_case(data, base=path.parent, source=str(path), default_name=path.stem)
+    case.path = path
+    return case
+
+
+def _syntax_error(exc: Exception) -> str:
+    """One line: where the parser stopped and why."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
+
+
+def parse_case(data: Any, base: Path = Path("."), source: str = "case",
+               default_name: str = "case") -> Case:
+    """Validate a case given as a mapping; relative geometry paths are resolved against base."""
+    if not isinstance(data, dict):
+        raise CaseError(f"{source}: a case must be a mapping with the keys {list(TOP_KEYS)}, "
+                        f"got {type(data).__name__}.")
+    _check_keys(data, TOP_KEYS, source, "top level")
+    if "geometry" not in data:
+        raise CaseError(f"{source}: the `geometry` section is missing; add one with one of "
+                        f"{list(GEOMETRY_SOURCES)}.")
+    config = _build(SimulationConfig, _section(data, "config", source), source, "config")
+    try:
+        config.check()
+    except ValueError as exc:
+        raise CaseError(f"{source}: config: {exc}") from exc
+    return Case(
+        name=str(data.get("name") or default_name),
+        geometry=_geometry_spec(data["geometry"], base, source),
+        config=config,
+        run=_build(RunControls, _section(data, "run", source), source, "run"),
+    )
+
+
+def _section(data: dict, key: str, source: str) -> dict:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise CaseError(f"{source}: `{key}` must be a mapping of parameter: value, "
+                        f"got {type(value).__name__}.")
+    return value
+
+
+def _check_keys(data: dict, valid: tuple[str, ...] | list[str], source: str, where: str) -> None:
+    unknown = sorted(str(k) for k in data if k not in valid)
+    if unknown:
+        raise CaseError(f"{source}: unknown key(s) {unknown} in {where}; valid keys are "
+                        f"{sorted(valid)}.")
+
+
+def _build(cls: type[param.Parameterized], values: dict, source: str, section: str):
+    names = [n for n in cls.param if n != "name"]
+    _check_keys(values, names, source, f"`{section}`")
+    obj = cls()
+    for key, value in values.items():
+        spec = cls.param[key]
+        try:
+            setattr(obj, key, _coerce(spec, value))
+        except (ValueError, TypeError) as exc:
+            raise CaseError(f"{source}: `{section}.{key}: {value!r}` is invalid: {exc} "
+                            f"Fix: {_hint(spec)}") from exc
+    return obj
+
+
+def _coerce(spec: param.Parameter, value: Any) -> Any:
+    """Numeric strings to numbers (YAML 1.1 reads 1e-5 as text); lists to tuples."""
+    if isinstance(spec, param.NumericTuple) and isinstance(value, list | tuple):
+        items = [_number(v) for v in value]
+        if spec.length == 3 and len(items) == 2:
+            items.append(0.0)  # 2D cases may give (Fx, Fy)
+        return tuple(items)
+    if isinstance(spec, param.Dict) and isinstance(value, dict):  # JSON keys are text: "1" -> 1
+        return {int(k) if str(k).lstrip("-").isdigit() else k: v for k, v in value.items()}
+    if isinstance(spec, param.Integer) and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(spec, param.Number) and not isinstance(spec, param.Integer):
+        return _number(value)
+    return value
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _hint(spec: param.Parameter) -> str:
+    if isinstance(spec, param.Selector):
+        choice = f"use one of {list(spec.objects)}"
+    elif isinstance(spec, param.NumericTuple):
+        choice = f"use a list of {spec.length} numbers"
+    elif isinstance(spec, param.Boolean):
+        choice = "use true or false"
+    elif isinstance(spec, param.Number):
+        lo, hi = spec.bounds or (None, None)
+        kind = "an integer" if isinstance(spec, param.Integer) else "a number"
+        choice = f"use {kind}" + (f" >= {lo}" if lo is not None else "") + (
+            f" <= {hi}" if hi is not None else "")
+    else:
+        choice = "use a valid value"
+    return f"{choice} ({spec.doc})"
+
+
+def _geometry_spec(data: Any, base: Path, source: str) -> GeometrySpec:
+    if isinstance(data, str):
+        data = {"sample": data}
+    if not isinstance(data, dict):
+        raise CaseError(f"{source}: `geometry` must be a mapping with one of "
+                        f"{list(GEOMETRY_SOURCES)}.")
+    _check_keys(data, GEOMETRY_KEYS, source, "`geometry`")
+    given = [k for k in GEOMETRY_SOURCES if k in data]
+    if len(given) != 1:
+        raise CaseError(f"{source}: `geometry` needs exactly one of {list(GEOMETRY_SOURCES)}, "
+                        f"got {given or 'none'}.")
+    kind = given[0]
+    target = str(data[kind])
+    if kind == "file":
+        target = str((base / target).resolve())
+    for key in ("parameters", "options"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise CaseError(f"{source}: `geometry.{key}` must be a mapping of name: value.")
+    if kind == "generator" and data.get("options"):
+        raise CaseError(f"{source}: `geometry.options` are loader options; a generator takes "
+                        "`geometry.parameters`.")
+    if kind != "generator" and data.get("parameters"):
+        raise CaseError(f"{source}: `geometry.parameters` belong to a generator; for a "
+                        f"{kind} use `geometry.options`.")
+    voxel_size = data.get("voxel_size")
+    origin = data.get("origin")
+    try:
+        voxel_size = None if voxel_size is None else float(voxel_size)
+        origin = None if origin is None else tuple(float(v) for v in origin)
+    except (TypeError, ValueError) as exc:
+        raise CaseError(f"{source}: `geometry.voxel_size` must be a number (metres) and "
+                        f"`geometry.origin` a list of numbers (metres): {exc}") from exc
+    return GeometrySpec(kind, target, _tuples(data.get("parameters") or {}),
+                        data.get("options") or {}, voxel_size, origin)
+
+
+def _tuples(values: dict) -> dict:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def _generator_names(module) -> list[str]:
+    """Public functions of ``module`` that return a VoxelGeometry."""
+    names = []
+    for name in getattr(module, "__all__", []):
+        func = getattr(module, name)
+        if callable(func) and "VoxelGeometry" in str(inspect.signature(func).return_annotation):
+            names.append(name)
+    return sorted(names)
+
+
+def load_geometry(spec: GeometrySpec):
+    """Build the VoxelGeometry a spec names (loads a file, a sample, or calls a generator)."""
+    import geometries
+    from geometries import generators, samples
+
+    if spec.source == "generator":
+        names = _generator_names(generators)
+        if spec.target not in names:
+            raise CaseError(f"Unknown generator {spec.target!r}; choose one of {names}.")
+        func = getattr(generators, spec.target)
+        try:
+            inspect.signature(func).bind(**spec.parameters)
+        except TypeError as exc:
+            raise CaseError(f"Generator {spec.target}: {exc}; its parameters are "
+                            f"{inspect.signature(func)}.") from exc
+        geometry = func(**spec.parameters)
+    else:
+        if spec.source == "sample":
+            valid = list(samples.list_samples())
+            if spec.target not in valid:
+                raise CaseError(f"Unknown sample {spec.target!r}; choose one of {valid}.")
+            geometry = samples.load_sample(spec.target, **spec.options)
+        else:
+            geometry = geometries.load(spec.target, **spec.options)
+    if spec.voxel_size is not None or spec.origin is not None:
+        geometry = geometries.VoxelGeometry(
+            geometry.solid,
+            voxel_size=spec.voxel_size if spec.voxel_size is not None else geometry.voxel_size,
+            origin=spec.origin if spec.origin is not None else geometry.origin,
+            flow_axis=geometry.flow_axis, labels=geometry.labels, name=geometry.name)
+    return geometry

@@ -1,0 +1,281 @@
+"""Files a run writes: checkpoints (``.npz``), fields (``.vti``), counters (``.csv``), JSON.
+
+A checkpoint holds what resuming needs to reproduce an uninterrupted run bit for bit: the latest
+populations in the storage dtype (n_tiles, q, a**d), the step count and metrics, the
+configuration as JSON of its ``param`` values, and a SHA-256 hash of the solid mask and its
+shape so that a checkpoint is never resumed on another geometry. Nothing is pickled; files are
+read with ``allow_pickle=False``. Checkpoints and JSON are written atomically: a temporary file
+in the same folder, fsync, then ``os.replace``, so a crash mid-write leaves the previous file.
+Fields go to ParaView-readable ``.vti`` (VTK ImageData): one cell per voxel, spacing = voxel size
+in metres (1 when unknown, i.e. lattice units), origin = lower corner of voxel (0, 0, 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .config import SimulationConfig
+
+__all__ = [
+    "CheckpointError", "Checkpoint", "mask_hash", "config_values", "config_from_values",
+    "config_differences",
+    "atomic_write", "write_checkpoint", "read_checkpoint", "checkpoint_of", "restore",
+    "save_simulation", "load_simulation", "write_vti", "write_json", "CsvLog",
+]
+
+FORMAT = "porous-lbm checkpoint"
+VERSION = 1
+#: Config parameters that choose how a run executes, not what it computes; a checkpoint may be
+#: resumed with other values (e.g. written on the CPU, resumed on a GPU).
+EXECUTION_ONLY = ("name", "backend", "gpu_layout", "tiles_per_block")
+#: Counters carried over on resume; the others describe the device or follow from the problem.
+RESUMED_METRICS = ("steps", "seconds", "mflups", "mflups_mean")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is unreadable or belongs to another geometry or configuration."""
+
+
+@dataclass
+class Checkpoint:
+    """Contents of a checkpoint file; populations in the storage dtype (n_tiles, q, a**d)."""
+
+    config: dict[str, Any]
+    shape: tuple[int, ...]
+    mask_sha256: str
+    step: int
+    populations: np.ndarray = field(repr=False)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def mask_hash(solid: np.ndarray) -> str:
+    """SHA-256 hex digest of a solid mask's shape and values (independent of memory order)."""
+    solid = np.asarray(solid, dtype=bool)
+    digest = hashlib.sha256(repr(tuple(solid.shape)).encode())
+    digest.update(np.packbits(np.ascontiguousarray(solid).ravel()).tobytes())
+    return digest.hexdigest()
+
+
+def config_values(config: SimulationConfig) -> dict[str, Any]:
+    """The config's parameter values as JSON-ready data (param's JSON serialisation)."""
+    values = json.loads(config.param.serialize_parameters())
+    values.pop("name", None)
+    return values
+
+
+def config_from_values(values: dict[str, Any]) -> SimulationConfig:
+    """Rebuild a config from :func:`config_values` (JSON object keys "1" become labels 1)."""
+    restored = SimulationConfig.param.deserialize_parameters(json.dumps(values))
+    for key, value in restored.items():
+        if isinstance(value, dict):
+            restored[key] = {_label(k): v for k, v in value.items()}
+    return SimulationConfig(**restored)
+
+
+def _label(key: str) -> int | str:
+    return int(key) if key.lstrip("-").isdigit() else key
+
+
+def config_differences(saved: dict[str, Any], config: SimulationConfig) -> list[str]:
+    """``"key: saved -> now"`` for every physics parameter that differs."""
+    now = config_values(config)
+    keys = sorted((set(saved) | set(now)) - set(EXECUTION_ONLY))
+    return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in keys if saved.get(k) != now.get(k)]
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
+    """Write a file through ``write(fh)`` so that readers see the old or the new file only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable where the OS allows it
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return path
+
+
+def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
+    np.savez(fh, **arrays)
+
+
+def write_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
+    """Write ``checkpoint`` atomically as ``.npz`` (no pickles)."""
+    arrays = {
+        "format": np.array(FORMAT), "version": np.array(VERSION),
+        "config": np.array(json.dumps(checkpoint.config)),
+        "shape": np.array(checkpoint.shape, dtype=np.int64),
+        "mask_sha256": np.array(checkpoint.mask_sha256),
+        "step": np.array(checkpoint.step, dtype=np.int64),
+        "metrics": np.array(json.dumps(checkpoint.metrics)),
+        "extra": np.array(json.dumps(checkpoint.extra)),
+        "populations": checkpoint.populations,
+    }
+    return atomic_write(path, lambda fh: _write_npz(fh, arrays))
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint written by :func:`write_checkpoint`."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if str(data["format"]) != FORMAT or int(data["version"]) != VERSION:
+                raise CheckpointError(f"{path} is not a version-{VERSION} porous-lbm checkpoint.")
+            return Checkpoint(
+                config=json.loads(str(data["config"])),
+                shape=tuple(int(n) for n in data["shape"]),
+                mask_sha256=str(data["mask_sha256"]), step=int(data["step"]),
+                populations=data["populations"], metrics=json.loads(str(data["metrics"])),
+                extra=json.loads(str(data["extra"])),
+            )
+    except CheckpointError:
+        raise
+    except (OSError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"Cannot read checkpoint {path} ({exc}); pass a .npz file "
+                              "written by `python -m solver run` or Simulation.save.") from exc
+
+
+def checkpoint_of(sim, extra: dict[str, Any] | None = None) -> Checkpoint:
+    """Snapshot of a Simulation (populations in its storage dtype)."""
+    return Checkpoint(
+        config=config_values(sim.config), shape=tuple(sim.solid.shape),
+        mask_sha256=mask_hash(sim.solid), step=sim.time_step,
+        populations=sim.populations().astype(sim.problem.dtype),
+        metrics=sim.metrics.as_dict(), extra=dict(extra or {}),
+    )
+
+
+def restore(sim, checkpoint: Checkpoint) -> None:
+    """Load ``checkpoint`` into ``sim`` after checking geometry, configuration and layout."""
+    digest = mask_hash(sim.solid)
+    if digest != checkpoint.mask_sha256:
+        raise CheckpointError(
+            f"The checkpoint was written for another geometry (shape {checkpoint.shape}, "
+            f"sha256 {checkpoint.mask_sha256[:12]}...) than this one (shape "
+            f"{tuple(sim.solid.shape)}, sha256 {digest[:12]}...); resume with the geometry it "
+            "was written for, or start a new run without --resume.")
+    changed = config_differences(checkpoint.config, sim.config)
+    if changed:
+        raise CheckpointError(
+            "The checkpoint was written with another configuration (" + "; ".join(changed)
+            + "); resume with the configuration it was written for, or start a new run.")
+    expected = (sim.tiling.n_tiles, sim.problem.lattice.q, sim.tiling.nodes_per_tile)
+    if checkpoint.populations.shape != expected:
+        raise CheckpointError(f"Checkpoint populations have shape {checkpoint.populations.shape}"
+                              f", this run needs {expected}; the tiling code has changed.")
+    sim.allocate()
+    sim.backend.set_populations(sim.state, checkpoint.populations)
+    for key in RESUMED_METRICS:
+        if key in checkpoint.metrics:
+            setattr(sim.metrics, key, checkpoint.metrics[key])
+
+
+def save_simulation(sim, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Write a checkpoint of ``sim`` to ``path`` atomically."""
+    return write_checkpoint(path, checkpoint_of(sim, extra))
+
+
+def load_simulation(path: str | Path, geometry: Any, backend: Any = None):
+    """A Simulation on ``geometry`` continued from the checkpoint at ``path``."""
+    from .simulation import Simulation
+
+    checkpoint = read_checkpoint(path)
+    try:
+        config = config_from_values(checkpoint.config)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"The configuration in {path} is not valid here: {exc}") from exc
+    sim = Simulation(geometry, config, backend)
+    restore(sim, checkpoint)
+    return sim
+
+
+def write_vti(path: str | Path, fields_: dict[str, np.ndarray], voxel_size: float | None = None,
+              origin: tuple[float, ...] | None = None, extra: dict[str, np.ndarray] | None = None,
+              ) -> Path:
+    """Write ``rho`` (grid) and ``u`` ((d,) + grid, padded to 3 components) as cell data."""
+    import pyvista as pv
+
+    rho, u = fields_["rho"], fields_["u"]
+    d = rho.ndim
+    h = float(voxel_size) if voxel_size else 1.0
+    start = tuple(origin or ()) + (0.0,) * (3 - len(origin or ()))
+    grid = pv.ImageData(dimensions=tuple(n + 1 for n in rho.shape) + (1,) * (3 - d),
+                        spacing=(h, h, h), origin=start)
+    grid.cell_data["rho"] = rho.ravel(order="F")
+    vectors = np.zeros((rho.size, 3), dtype=u.dtype)
+    for k in range(d):
+        vectors[:, k] = u[k].ravel(order="F")
+    grid.cell_data["u"] = vectors
+    for name, values in (extra or {}).items():
+        grid.cell_data[name] = np.asarray(values).ravel(order="F")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.vti")
+    grid.save(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write ``data`` as indented JSON, atomically."""
+    text = json.dumps(data, indent=2, default=_json_default) + "\n"
+    return atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+class CsvLog:
+    """Append-only CSV of one row per output interval; a resume keeps rows up to its step."""
+
+    def __init__(self, path: str | Path, columns: list[str], keep_until: int | None = None):
+        self.path = Path(path)
+        self.columns = list(columns)
+        rows = self._rows_until(keep_until) if keep_until is not None else []
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, self.columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def _rows_until(self, step: int) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with open(self.path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            if reader.fieldnames != self.columns:
+                return []
+            return [row for row in reader if row["step"] and int(row["step"]) <= step]
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Write one row (missing or None values are left empty)."""
+        with open(self.path, "a", newline="") as fh:
+            clean = {k: ("" if row.get(k) is None else row[k]) for k in self.columns}
+            csv.DictWriter(fh, self.columns).writerow(clean)

@@ -1,0 +1,317 @@
+"""Headless runs of a case: the loop behind ``python -m solver run CASE``.
+
+:class:`HeadlessRun` refuses a case that cannot be stable or does not fit in memory, then steps
+the simulation in chunks. Every ``check_interval`` steps it reads the populations back and stops
+on NaN/Inf or a speed above ``u_limit`` (:mod:`solver.stability`); every ``output_interval``
+steps it writes a CSV row (MFLUPS, residual, mean velocity, Darcy permeability, eta_t) and a
+``.vti`` of rho and u; every ``checkpoint_interval`` steps, at the end and on Ctrl-C it writes
+``checkpoint.npz``, only ever from a state that passed the divergence check, so the last good
+checkpoint survives a divergence. The residual is the relative change of the (superficial) mean
+velocity between two outputs; the run stops when it falls below ``convergence``.
+Permeability by Darcy's law, k = rho_ref nu <u>.F / |F|^2 with <u> the superficial mean over
+the box (lattice units; times voxel_size^2 for m^2), rho_ref = 1 in the incompressible model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from .case import Case, load_geometry
+from .io import (
+    CsvLog,
+    checkpoint_of,
+    read_checkpoint,
+    restore,
+    write_checkpoint,
+    write_json,
+    write_vti,
+)
+from .simulation import Simulation
+from .stability import (
+    DivergenceError,
+    check_memory,
+    check_populations,
+    check_stability,
+    pull_table_bytes,
+)
+
+__all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
+           "RunOutcome", "HeadlessRun", "darcy_permeability", "memory_required"]
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
+CSV_COLUMNS = ["step", "wall_s", "mflups", "residual", "u_mean_x", "u_mean_y", "u_mean_z",
+               "u_flow", "u_max", "permeability", "permeability_m2", "permeability_mD", "eta_t"]
+MILLIDARCY_M2 = 9.869233e-16
+#: Wall time between looks at the Ctrl-C flag; keeps an interrupt responsive on slow devices.
+PIECE_SECONDS = 0.25
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended: status, process exit code, message and the summary written to JSON."""
+
+    status: str
+    exit_code: int
+    message: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def darcy_permeability(u_mean: np.ndarray, force: np.ndarray, nu: float,
+                       rho_ref: float = 1.0) -> float | None:
+    """k = rho_ref nu (<u>.F)/|F|^2 in lattice units (node spacing^2); None without a force."""
+    force = np.asarray(force, dtype=float)
+    f2 = float(force @ force)
+    return rho_ref * nu * float(np.asarray(u_mean) @ force) / f2 if f2 else None
+
+
+def memory_required(sim: Simulation) -> int:
+    """Bytes the run allocates: tiled state, plus the pull table on the NumPy backend."""
+    required = sim.memory_bytes()
+    if sim.backend.name == "numpy":  # the only backend that keeps per-link index tables
+        t = sim.tiling
+        required += pull_table_bytes(t.n_fluid, sim.problem.lattice.q, t.n_tiles,
+                                     t.nodes_per_tile)
+    return required
+
+
+class _Interrupt:
+    """First Ctrl-C sets a flag (checkpoint, then exit); a second one aborts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _Interrupt:
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: leave SIGINT alone
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        # Only set the flag: logging from a signal handler can deadlock on the logging lock.
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+class HeadlessRun:
+    """One case run to convergence, its step limit, divergence or Ctrl-C, writing to ``out``."""
+
+    def __init__(self, case: Case, out: str | Path | None = None, geometry: Any = None,
+                 backend: Any = None) -> None:
+        self.case = case
+        self.controls = case.run
+        self.out = Path(out or case.run.output or Path("runs") / case.name)
+        self.geometry = geometry if geometry is not None else load_geometry(case.geometry)
+        self.voxel_size = getattr(self.geometry, "voxel_size", None)
+        solid = np.asarray(getattr(self.geometry, "solid", self.geometry))
+        for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
+            log.warning(warning)
+        self.sim = Simulation(self.geometry, case.config, backend)
+        free = getattr(self.sim.backend, "free_memory", None)
+        self.required = memory_required(self.sim)
+        check_memory(self.required, free() if free else None, self.sim.backend.name)
+        self.u_prev: list[float] | None = None
+        self.wall = 0.0
+        self.last: dict[str, Any] = {}
+        self._interval = (0, 0.0)  # (steps, solver seconds) at the previous output
+        self.check_seconds = 0.0
+        self._slow_warned = False
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """Where checkpoints go (one file, replaced atomically)."""
+        return self.out / "checkpoint.npz"
+
+    def resume(self, path: str | Path) -> None:
+        """Continue from a checkpoint of the same geometry and configuration."""
+        checkpoint = read_checkpoint(path)
+        restore(self.sim, checkpoint)
+        self.u_prev = checkpoint.extra.get("u_prev")
+        self.wall = float(checkpoint.extra.get("wall_s", 0.0))
+        self.last = dict(checkpoint.extra.get("last") or {})
+        self._interval = (self.sim.time_step, self.sim.metrics.seconds)
+        log.info("Resumed %s at step %d.", path, self.sim.time_step)
+
+    def execute(self, progress: bool = True) -> RunOutcome:
+        """Step until done; write outputs; return the outcome (never raises for divergence)."""
+        self.sim.allocate()
+        start = self.sim.time_step
+        self.csv = CsvLog(self.out / "history.csv", CSV_COLUMNS,
+                          keep_until=start if start else None)
+        status = "max_steps"
+        bar = tqdm(total=self.controls.max_steps, initial=start, unit="step",
+                   desc=self.case.name, disable=not progress, dynamic_ncols=True)
+        t0 = time.perf_counter()
+        try:
+            with _Interrupt() as interrupt:
+                status = self._loop(bar, interrupt)
+        except DivergenceError as exc:
+            kept = (f" The last good checkpoint {self.checkpoint_path} was kept."
+                    if self.checkpoint_path.exists() else "")
+            return self._finish("diverged", EXIT_DIVERGED,
+                                f"Step {self.sim.time_step}: {exc}{kept}", t0, checkpoint=False)
+        except KeyboardInterrupt:
+            return self._finish("aborted", EXIT_INTERRUPTED, "Aborted by a second Ctrl-C; the "
+                                "last checkpoint was kept.", t0, checkpoint=False)
+        finally:
+            bar.close()
+        if status == "interrupted":
+            return self._finish(status, EXIT_INTERRUPTED, "Interrupted; resume with --resume "
+                                f"{self.checkpoint_path}.", t0)
+        return self._finish(status, EXIT_OK, f"Finished: {status}.", t0)
+
+    def _loop(self, bar: tqdm, interrupt: _Interrupt) -> str:
+        c = self.controls
+        while self.sim.time_step < c.max_steps:
+            step = self.sim.time_step
+            target = min(_next(step, c.check_interval), _next(step, c.output_interval),
+                         _next(step, c.checkpoint_interval), c.max_steps)
+            self._advance(target - step, bar, interrupt)
+            step = self.sim.time_step
+            u = self._observe()  # raises DivergenceError before anything is written
+            if interrupt.requested:
+                log.warning("Interrupted at step %d: writing a checkpoint (Ctrl-C again aborts "
+                            "without one).", step)
+                return "interrupted"
+            if step % c.output_interval == 0 or step == c.max_steps:
+                if self._output(u, bar):
+                    return "converged"
+            if c.checkpoint_interval and step % c.checkpoint_interval == 0:
+                self._checkpoint()
+        if self.last.get("step") != self.sim.time_step:  # e.g. resumed at the step limit
+            self._output(self._observe(), bar)
+        return "max_steps"
+
+    def _advance(self, n: int, bar: tqdm, interrupt: _Interrupt) -> None:
+        piece = 1
+        while n > 0 and not interrupt.requested:
+            k = min(piece, n)
+            tic = time.perf_counter()
+            self.sim.step(k)
+            elapsed = time.perf_counter() - tic
+            self.wall += elapsed
+            n -= k
+            bar.update(k)
+            piece = max(1, int(PIECE_SECONDS * k / elapsed)) if elapsed > 0 else 2 * piece
+
+    def _observe(self) -> np.ndarray:
+        """Fluid velocities (d, n_fluid) of the current state; DivergenceError if unhealthy."""
+        p = self.sim.problem
+        tic = time.perf_counter()
+        u = check_populations(self.sim.populations(), p.tiling.solid, p.lattice, p.force,
+                              p.incompressible, self.case.config.tau, self.controls.u_limit)
+        self.check_seconds += time.perf_counter() - tic
+        if not self._slow_warned and self.check_seconds > 0.2 * max(self.wall, 1.0):
+            # A host read-back per check can cost more than the steps on a fast GPU.
+            self._slow_warned = True
+            log.warning("Divergence checks take %.0f s of %.0f s stepping; raise "
+                        "run.check_interval.", self.check_seconds, self.wall)
+        return u
+
+    def _output(self, u: np.ndarray, bar: tqdm) -> bool:
+        """Write the CSV row (and .vti); return whether the run has converged."""
+        sim, p = self.sim, self.sim.problem
+        step = sim.time_step
+        mean = u.sum(axis=1) / math.prod(sim.solid.shape)
+        residual = _residual(mean, self.u_prev)
+        self.u_prev = [float(x) for x in mean]
+        steps0, seconds0 = self._interval
+        dt = sim.metrics.seconds - seconds0
+        mflups = p.n_fluid * (step - steps0) / dt / 1e6 if dt > 0 else 0.0
+        self._interval = (step, sim.metrics.seconds)
+        rho_ref = 1.0 if p.incompressible else p.rho0
+        k = darcy_permeability(mean, p.force, self.case.config.viscosity, rho_ref)
+        k_m2 = k * self.voxel_size**2 if k is not None and self.voxel_size else None
+        force = np.asarray(p.force)
+        norm = float(np.linalg.norm(force))
+        row = {
+            "step": step, "wall_s": round(self.wall, 4), "mflups": mflups,
+            "residual": residual if math.isfinite(residual) else None,
+            "u_flow": float(mean @ force) / norm if norm else None,
+            "u_max": float(np.sqrt((u * u).sum(axis=0)).max()) if u.size else 0.0,
+            "permeability": k, "permeability_m2": k_m2,
+            "permeability_mD": k_m2 / MILLIDARCY_M2 if k_m2 is not None else None,
+            "eta_t": sim.tiling.eta_t,
+        }
+        row.update({f"u_mean_{ax}": float(v) for ax, v in zip("xyz", mean, strict=False)})
+        self.csv.append(row)
+        self.last = row
+        bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
+        if self.controls.vti:
+            solid = self.sim.solid.astype(np.uint8)
+            write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
+                       getattr(self.geometry, "origin", None), extra={"solid": solid})
+        return 0 < self.controls.convergence and residual < self.controls.convergence
+
+    def _checkpoint(self) -> None:
+        extra = {"u_prev": self.u_prev, "wall_s": self.wall, "last": self.last}
+        write_checkpoint(self.checkpoint_path, checkpoint_of(self.sim, extra))
+        log.debug("Checkpoint at step %d.", self.sim.time_step)
+
+    def _finish(self, status: str, code: int, message: str, t0: float,
+                checkpoint: bool = True) -> RunOutcome:
+        if checkpoint:
+            self._checkpoint()
+        summary = self._summary(status, code, message, time.perf_counter() - t0)
+        write_json(self.out / "summary.json", summary)
+        self.sim.close()
+        return RunOutcome(status, code, message, summary)
+
+    def _summary(self, status: str, code: int, message: str, seconds: float) -> dict[str, Any]:
+        sim, m = self.sim, self.sim.metrics
+        summary = {
+            "case": self.case.name, "status": status, "exit_code": code, "message": message,
+            "steps": sim.time_step, "run_seconds": round(seconds, 3),
+            "solver_seconds": round(m.seconds, 3), "check_seconds": round(self.check_seconds, 3),
+            "mflups": m.mflups_mean,
+            "eta_t": sim.tiling.eta_t, "fluid_nodes": sim.problem.n_fluid,
+            "n_tiles": sim.tiling.n_tiles, "shape": list(sim.solid.shape),
+            "porosity": sim.problem.n_fluid / sim.solid.size, "backend": sim.backend.name,
+            "device": sim.backend.device_info().get("name"), "memory_bytes": self.required,
+            "voxel_size_m": self.voxel_size, "config": {k: v for k, v in
+                                                        sim.config.param.values().items()
+                                                        if k != "name"},
+        }
+        for key in ("residual", "u_mean_x", "u_mean_y", "u_mean_z", "u_flow", "u_max",
+                    "permeability", "permeability_m2", "permeability_mD"):
+            summary[key] = self.last.get(key)
+        nu_phys = self.controls.viscosity
+        if nu_phys and self.voxel_size:
+            dt = self.case.config.viscosity * self.voxel_size**2 / nu_phys
+            summary["time_step_s"] = dt
+            if summary["u_flow"] is not None:
+                summary["u_flow_m_s"] = summary["u_flow"] * self.voxel_size / dt
+        return summary
+
+
+def _next(step: int, interval: int) -> int:
+    """The next multiple of ``interval`` after ``step`` (a large number when interval is 0)."""
+    return (step // interval + 1) * interval if interval else 2**62
+
+
+def _residual(mean: np.ndarray, previous: list[float] | None) -> float:
+    """|<u> - <u>_prev| / |<u>| (inf without a previous value; 0 for a fluid at rest)."""
+    if previous is None:
+        return math.inf
+    now = float(np.linalg.norm(mean))
+    change = float(np.linalg.norm(mean - np.asarray(previous)))
+    if now == 0.0:
+        return 0.0 if change == 0.0 else math.inf
+    return change / now

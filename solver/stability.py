@@ -1,0 +1,185 @@
+"""Checks that a run can work before it starts, and that it still works while it runs.
+
+Before allocating, a case is refused when it cannot be stable or does not fit in memory, and
+warned about when it is borderline. The velocity a body force will drive is estimated from the
+plane Poiseuille solution ``u_max = F H^2 / (8 nu)`` with ``H`` the pore size: the mean fluid
+chord length across the flow (the smallest over the axes perpendicular to the force). For plates
+that is exact; for ducts, pipes and porous media it overestimates the peak a little, which is
+the safe side. A run also cannot exceed ``F t`` after ``t`` steps from rest, so the estimate is
+capped by that. While running, :func:`check_populations` looks for NaN/Inf and an excessive
+maximum speed. All quantities are in lattice units (node spacing 1, time step 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .collision import stored_moments
+from .config import MAX_MACH, ConfigError, SimulationConfig
+from .lattice import Lattice
+
+__all__ = [
+    "CS", "MAX_MACH", "WARN_MACH", "WARN_TAU", "U_LIMIT", "DivergenceError", "MemoryRefused",
+    "StabilityReport", "mean_chord_length", "pore_size", "estimate_max_velocity", "assess",
+    "check_stability", "pull_table_bytes", "check_memory", "check_populations",
+]
+
+#: Lattice speed of sound, 1/sqrt(3).
+CS = 1.0 / math.sqrt(3.0)
+#: Above this lattice Mach number a warning is issued (compressibility error grows as Ma^2).
+WARN_MACH = 0.1
+#: Below this relaxation time a warning is issued (BGK/TRT become fragile close to 1/2).
+WARN_TAU = 0.55
+#: Default limit on the maximum speed |u| while running, lattice units.
+U_LIMIT = 0.3
+
+
+class DivergenceError(RuntimeError):
+    """The populations hold NaN/Inf or a speed above the limit; the message names likely causes."""
+
+
+class MemoryRefused(MemoryError):
+    """The case needs more memory than the device has free; the message gives both numbers."""
+
+
+@dataclass
+class StabilityReport:
+    """Estimated peak speed and Mach number of a case, with refusals and warnings (text)."""
+
+    pore_size: float
+    u_estimate: float
+    mach: float
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def mean_chord_length(solid: np.ndarray, axis: int, periodic: bool) -> float:
+    """Mean length in nodes of the fluid runs along ``axis``; inf if no run ends at a solid.
+
+    A run along a periodic axis that never meets a solid has no end and is left out of the mean.
+    """
+    fluid = ~np.moveaxis(np.asarray(solid, dtype=bool), axis, -1)
+    previous = np.roll(fluid, 1, axis=-1)
+    if not periodic:
+        previous[..., 0] = False
+    starts = fluid & ~previous
+    bounded = starts.any(axis=-1)
+    n_runs = int(starts.sum())
+    if n_runs == 0:
+        return math.inf
+    return float(fluid[bounded].sum()) / n_runs
+
+
+def pore_size(solid: np.ndarray, flow_axis: int, periodic: tuple[bool, ...]) -> float:
+    """Characteristic pore size H (nodes): smallest mean chord length across the flow axis."""
+    others = [ax for ax in range(solid.ndim) if ax != flow_axis]
+    return min(mean_chord_length(solid, ax, periodic[ax]) for ax in others)
+
+
+def estimate_max_velocity(
+    force: float, tau: float, size: float, steps: int | None = None
+) -> float:
+    """Peak speed estimate min(F H^2 / (8 nu), F t), lattice units; ``size`` = H in nodes."""
+    nu = (tau - 0.5) / 3.0
+    u = abs(force) * size * size / (8.0 * nu) if math.isfinite(size) else math.inf
+    if steps is not None:
+        u = min(u, abs(force) * steps)
+    return u
+
+
+def assess(
+    config: SimulationConfig, solid: np.ndarray, steps: int | None = None
+) -> StabilityReport:
+    """Estimate the peak speed of ``config`` on ``solid`` (True = solid); list refusals/warnings.
+
+    ``steps`` caps the estimate at ``F * steps`` (the flow starts from rest). Raises
+    ConfigError if the config does not fit the geometry's dimension.
+    """
+    config.check(solid.ndim)  # lattice dimension and face pairs first: the rest relies on them
+    ndim = solid.ndim
+    force = np.asarray(config.body_force[:ndim], dtype=float)
+    flow_axis = int(np.argmax(np.abs(force)))
+    size = pore_size(solid, flow_axis, config.periodic_axes())
+    magnitude = float(np.linalg.norm(force))
+    u = estimate_max_velocity(magnitude, config.tau, size, steps) if magnitude else 0.0
+    report = StabilityReport(pore_size=size, u_estimate=u, mach=u / CS)
+    if steps is not None and u == magnitude * steps:
+        how = f"free acceleration F t over {steps} steps"
+    else:
+        how = f"Poiseuille F H^2/(8 nu), pore size H = {size:.3g} nodes"
+    where = (f"estimated peak speed {u:.3g} ({how}, |F| = {magnitude:.3g}, "
+             f"nu = {config.viscosity:.3g})")
+    if report.mach > MAX_MACH:
+        report.errors.append(
+            f"Lattice Mach number {report.mach:.3g} > {MAX_MACH}: {where}. Reduce the body force "
+            f"below {magnitude * MAX_MACH / report.mach:.3g} or raise tau."
+        )
+    elif report.mach > WARN_MACH:
+        report.warnings.append(
+            f"Lattice Mach number {report.mach:.3g} > {WARN_MACH}: {where}; compressibility "
+            "errors grow as Ma^2, consider a smaller body force."
+        )
+    if config.tau < WARN_TAU:
+        report.warnings.append(
+            f"tau = {config.tau} is close to 1/2: the run may be unstable; 0.6-1.0 is robust."
+        )
+    return report
+
+
+def check_stability(
+    config: SimulationConfig, solid: np.ndarray, steps: int | None = None
+) -> list[str]:
+    """Raise ConfigError if ``config`` cannot be stable on ``solid``; return warnings."""
+    report = assess(config, solid, steps)
+    if report.errors:
+        raise ConfigError(" ".join(report.errors))
+    return report.warnings
+
+
+def pull_table_bytes(n_fluid: int, q: int, n_tiles: int, nodes_per_tile: int) -> int:
+    """Bytes of the NumPy backend's pull table: src/dst indices, bounce mask, tile/node ids."""
+    index_bytes = 4 if n_tiles * q * nodes_per_tile < np.iinfo(np.int32).max else 8
+    return n_fluid * (q * (2 * index_bytes + 1) + 2 * 8)
+
+
+def check_memory(required: int, free: int | None, device: str = "device") -> None:
+    """Raise MemoryRefused if ``required`` bytes exceed ``free`` bytes (None = unknown, pass)."""
+    if free is not None and required > free:
+        raise MemoryRefused(
+            f"The case needs about {required / 2**20:.1f} MiB ({required} bytes) but the "
+            f"{device} has only {free / 2**20:.1f} MiB ({free} bytes) free; use a smaller or "
+            "cropped geometry, precision float32, or a device with more memory."
+        )
+
+
+def check_populations(
+    f: np.ndarray, solid: np.ndarray, lattice: Lattice, force: np.ndarray, incompressible: bool,
+    tau: float, u_limit: float = U_LIMIT,
+) -> np.ndarray:
+    """Fluid-node velocities (d, n_fluid) of populations ``f``; DivergenceError if unhealthy.
+
+    ``f`` is (n_tiles, q, a**d), ``solid`` the per-tile mask (n_tiles, a**d). NaN/Inf is caught
+    on the cheap total sum before the moments are formed; then max |u| is held to ``u_limit``.
+    """
+    if not np.isfinite(f.sum()):
+        raise DivergenceError(_diverged("NaN or Inf in the populations", tau, force))
+    q = f.shape[1]
+    fluid = ~solid.reshape(-1)
+    flat = f.transpose(1, 0, 2).reshape(q, -1)[:, fluid]
+    _, u = stored_moments(flat, lattice, force, incompressible)
+    speed = float(np.sqrt((u * u).sum(axis=0)).max()) if flat.shape[1] else 0.0
+    if not speed <= u_limit:
+        raise DivergenceError(_diverged(f"max |u| = {speed:.3g} > limit {u_limit}", tau, force))
+    return u
+
+
+def _diverged(what: str, tau: float, force: np.ndarray) -> str:
+    causes = []
+    if tau < WARN_TAU:
+        causes.append(f"tau = {tau} is too close to 0.5 (use 0.6 or more)")
+    causes.append("the lattice Mach number |u|/c_s is too high")
+    causes.append(f"the body force {tuple(float(x) for x in force)} is too large (reduce it)")
+    return f"The simulation diverged: {what}. Likely causes: " + "; ".join(causes) + "."

@@ -1,0 +1,182 @@
+"""Stability and memory checks: chord lengths, the Poiseuille speed estimate, refusals, warnings,
+memory estimates against the real allocations, and divergence detection on populations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from solver.backends.numpy_backend import NumpyBackend
+from solver.config import ConfigError, SimulationConfig
+from solver.simulation import Simulation
+from solver.stability import (
+    CS,
+    DivergenceError,
+    MemoryRefused,
+    assess,
+    check_memory,
+    check_populations,
+    check_stability,
+    estimate_max_velocity,
+    mean_chord_length,
+    pore_size,
+    pull_table_bytes,
+)
+
+
+def plates(nx: int, h: int, ndim: int = 2) -> np.ndarray:
+    """Channel with one solid layer at y = 0 and y = h + 1 (h fluid nodes across)."""
+    shape = (nx, h + 2) + ((3,) if ndim == 3 else ())
+    solid = np.zeros(shape, dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    return solid
+
+
+def brute_chord(solid: np.ndarray, axis: int, periodic: bool) -> float:
+    """Mean run length by walking every line (bounded runs only)."""
+    lines = np.moveaxis(solid, axis, -1).reshape(-1, solid.shape[axis])
+    lengths = []
+    for line in lines:
+        if periodic and line.any():
+            start = int(np.argmax(line))
+            line = np.roll(line, -start)  # begin at a solid: no run crosses the seam
+        elif periodic:
+            continue  # all fluid: unbounded
+        run = 0
+        for s in line:
+            if s:
+                if run:
+                    lengths.append(run)
+                run = 0
+            else:
+                run += 1
+        if run:
+            lengths.append(run)
+    return float(np.mean(lengths)) if lengths else math.inf
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+def test_chord_length_matches_brute_force(periodic):
+    rng = np.random.default_rng(3)
+    solid = rng.random((9, 7, 5)) < 0.35
+    for axis in range(3):
+        assert mean_chord_length(solid, axis, periodic) == pytest.approx(
+            brute_chord(solid, axis, periodic))
+
+
+def test_pore_size_of_plates_is_the_gap_and_open_box_is_unbounded():
+    assert pore_size(plates(8, 12), 0, (True, True)) == 12
+    assert pore_size(plates(8, 12, ndim=3), 0, (True, True, True)) == 12  # z has no wall
+    assert mean_chord_length(np.zeros((6, 6), bool), 0, True) == math.inf
+    assert mean_chord_length(np.zeros((6, 6), bool), 0, False) == 6
+
+
+def test_poiseuille_estimate_matches_a_simulated_channel():
+    """u_max = F H^2/(8 nu) is what the solver reaches between half-way bounce-back walls."""
+    h, force, tau = 12, 1e-6, 0.8
+    config = SimulationConfig(lattice="D2Q9", tau=tau, body_force=(force, 0, 0),
+                              precision="float64")
+    sim = Simulation(plates(4, h), config, backend="numpy")
+    sim.step(3000)
+    u_max = np.nanmax(sim.fields()["u"][0])
+    estimate = estimate_max_velocity(force, tau, pore_size(sim.solid, 0, (True, True)))
+    assert u_max == pytest.approx(estimate, rel=0.01)
+    sim.close()
+
+
+def test_estimate_is_capped_by_free_acceleration():
+    assert estimate_max_velocity(1e-4, 0.8, math.inf, steps=100) == pytest.approx(1e-2)
+    assert estimate_max_velocity(1e-4, 0.8, math.inf) == math.inf
+
+
+def test_high_mach_is_refused_with_a_fix_and_moderate_mach_warned():
+    solid = plates(8, 30)
+    nu = (0.8 - 0.5) / 3
+    force_at = {ma: ma * CS * 8 * nu / 30**2 for ma in (0.05, 0.2, 0.5)}
+    ok = SimulationConfig(lattice="D2Q9", tau=0.8, body_force=(force_at[0.05], 0, 0))
+    assert check_stability(ok, solid) == []
+    warn = SimulationConfig(lattice="D2Q9", tau=0.8, body_force=(force_at[0.2], 0, 0))
+    report = assess(warn, solid)
+    assert report.mach == pytest.approx(0.2) and not report.errors
+    assert any("Mach" in w for w in report.warnings)
+    bad = SimulationConfig(lattice="D2Q9", tau=0.8, body_force=(force_at[0.5], 0, 0))
+    with pytest.raises(ConfigError, match="Reduce the body force below"):
+        check_stability(bad, solid)
+    # A short run cannot reach the Poiseuille speed: F t caps the estimate.
+    assert check_stability(bad, solid, steps=10) == []
+
+
+def test_tau_close_to_half_is_warned():
+    config = SimulationConfig(lattice="D2Q9", tau=0.52)
+    assert any("tau = 0.52" in w for w in check_stability(config, plates(4, 8)))
+
+
+def test_memory_refusal_names_both_numbers():
+    check_memory(100, 200)
+    check_memory(100, None)
+    with pytest.raises(MemoryRefused) as err:
+        check_memory(3 * 2**30, 2**30, "numpy")
+    assert str(3 * 2**30) in str(err.value) and str(2**30) in str(err.value)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_memory_estimate_matches_allocations(precision):
+    rng = np.random.default_rng(0)
+    solid = rng.random((12, 10, 9)) < 0.3
+    sim = Simulation(solid, SimulationConfig(precision=precision), backend="numpy")
+    sim.allocate()
+    table = sim.problem.pull_table
+    real_table = sum(a.nbytes for a in (table.src, table.dst, table.bounce, table.tile,
+                                        table.node))
+    t = sim.tiling
+    assert pull_table_bytes(t.n_fluid, 19, t.n_tiles, t.nodes_per_tile) == real_table
+    assert sim.memory_bytes() >= sim.state.f.nbytes
+    sim.close()
+
+
+def test_numpy_backend_reports_free_host_memory():
+    free = NumpyBackend(threads=1).free_memory()
+    with open("/proc/meminfo") as fh:
+        total = int(fh.readline().split()[1]) * 1024
+    assert free is not None and 0 < free <= total
+
+
+def _sim(force=(1e-5, 0, 0)):
+    config = SimulationConfig(lattice="D2Q9", tau=0.8, body_force=force, precision="float64")
+    sim = Simulation(plates(8, 6), config, backend="numpy")
+    sim.step(50)
+    return sim
+
+
+def test_check_populations_returns_fluid_velocity():
+    sim = _sim()
+    p = sim.problem
+    u = check_populations(sim.populations(), p.tiling.solid, p.lattice, p.force, True, 0.8)
+    grid = sim.fields()["u"]
+    fluid = ~sim.solid
+    assert u.shape == (2, fluid.sum())
+    np.testing.assert_allclose(np.sort(u[0]), np.sort(grid[0][fluid]), rtol=1e-12)
+    sim.close()
+
+
+def test_check_populations_detects_nan_and_overspeed():
+    sim = _sim()
+    p = sim.problem
+    f = sim.populations()
+    bad = f.copy()
+    bad[0, 1, 3] = np.nan
+    with pytest.raises(DivergenceError, match="NaN or Inf.*body force"):
+        check_populations(bad, p.tiling.solid, p.lattice, p.force, True, 0.501)
+    u = check_populations(f, p.tiling.solid, p.lattice, p.force, True, 0.8)
+    limit = 0.5 * float(np.sqrt((u * u).sum(axis=0)).max())
+    with pytest.raises(DivergenceError, match="max \\|u\\|") as err:
+        check_populations(f, p.tiling.solid, p.lattice, p.force, True, 0.501, u_limit=limit)
+    assert "tau = 0.501 is too close to 0.5" in str(err.value)
+    sim.close()
+
+
+def test_lattice_of_another_dimension_is_refused_first():
+    with pytest.raises(ConfigError, match="choose D3Q19 or D3Q27"):
+        assess(SimulationConfig(lattice="D2Q9"), np.zeros((4, 4, 4), bool))
