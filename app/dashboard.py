@@ -68,9 +68,12 @@ class Dashboard(pn.viewable.Viewer):
         self.physics = PhysicsPanel(self.controller)
         self.status = pn.pane.Alert(self.controller.status, alert_type="info",
                                     sizing_mode="stretch_width", css_classes=["run-status"])
-        self.server_info = pn.pane.HTML("", sizing_mode="stretch_width")
+        self.server_info = pn.pane.HTML("", sizing_mode="stretch_width", height=24)
         self.controller.param.watch(self._show_status, ["status", "level"])
+        self.controller.param.watch(self._structure_changed, ["geometry", "axis", "position"])
+        self._scene_stale = False
         self.controller.param.watch(self._show_server_info, "snapshot")
+        self._show_server_info()
         self._callbacks: list = []
         self.sidebar = self._sidebar()
         self.main = self._main()
@@ -83,10 +86,24 @@ class Dashboard(pn.viewable.Viewer):
         if self._callbacks:
             return
         self._callbacks = [
-            pn.state.add_periodic_callback(self.controller.poll, period=self.settings.refresh_ms)]
+            pn.state.add_periodic_callback(self.poll, period=self.settings.refresh_ms)]
         if self.scene is not None:
             self._callbacks.append(pn.state.add_periodic_callback(
                 self.scene.refresh, period=int(self.settings.scene_refresh_s * 1000)))
+
+    def poll(self) -> None:
+        """Publish the latest snapshot; re-sync the 3D view at once after a new geometry or cut."""
+        self.controller.poll()
+        snap = self.controller.snapshot
+        if (self._scene_stale and self.scene is not None and snap.plane is not None
+                and snap.shape == tuple(self.controller.geometry.shape)
+                and (snap.view.axis, snap.view.index) == (self.controller.axis,
+                                                          self.controller.position)):
+            self._scene_stale = False
+            self.scene.refresh()
+
+    def _structure_changed(self, *events) -> None:
+        self._scene_stale = True
 
     def close(self) -> None:
         """Stop refreshing, stop the runner and free the simulation and the 3D scene."""
@@ -167,11 +184,13 @@ class Dashboard(pn.viewable.Viewer):
                                  alert_type=self.controller.level)
 
     def _show_server_info(self, *events) -> None:
-        text = f"Simulations running on this server: {live_runners()}"
-        if text not in self.server_info.object:
-            self.server_info.object = (f'<span class="server-info" data-live-runners='
-                                       f'"{live_runners()}" style="color:#6b7785;'
-                                       f'font-size:12px">{text}</span>')
+        """Live runner threads of this server process (read by the session-leak test)."""
+        runners = live_runners()
+        if f'data-live-runners="{runners}"' not in self.server_info.object:
+            self.server_info.object = (
+                f'<span class="server-info" data-live-runners="{runners}" '
+                f'style="color:#6b7785;font-size:12px">Simulations running on this server: '
+                f"{runners}</span>")
 
     def template(self) -> pn.template.BootstrapTemplate:
         """The served page: this dashboard in a Bootstrap template (no external resources)."""

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import tempfile
+from pathlib import Path
 
+import matplotlib
 import numpy as np
-import pyvista as pv
 from matplotlib.figure import Figure
+
+from solver.io import write_vti
 
 __all__ = ["fields_vti", "slice_png", "history_csv", "QUANTITY_LABELS"]
 
@@ -26,29 +28,16 @@ QUANTITY_LABELS = {
 def fields_vti(
     fields: dict[str, np.ndarray], solid: np.ndarray, voxel_size: float | None = None
 ) -> bytes:
-    """VTK XML image (.vti) with point arrays rho, velocity (3 components) and solid (0/1).
+    """VTK image (.vti) as the command line writes it (:func:`solver.io.write_vti`).
 
-    Point (i, j, k) is voxel (x, y, z); spacing is ``voxel_size`` metres when known, else 1.
-    Velocities and density stay in lattice units; solids hold 0 instead of NaN.
+    One cell per voxel with ``rho``, ``u`` (3 components, lattice units, NaN in solids) and
+    ``solid`` (0/1); spacing is ``voxel_size`` metres when known, else 1.
     """
-    rho, u = fields["rho"], fields["u"]
-    shape = rho.shape + (1,) * (3 - rho.ndim)
-    spacing = (voxel_size or 1.0,) * 3
-    image = pv.ImageData(dimensions=shape, spacing=spacing)
-    velocity = np.zeros((3,) + rho.shape)
-    velocity[: u.shape[0]] = np.nan_to_num(u)
-    image.point_data["rho"] = np.nan_to_num(rho).ravel(order="F")
-    image.point_data["velocity"] = velocity.reshape(3, -1, order="F").T
-    image.point_data["solid"] = np.asarray(solid, dtype=np.uint8).ravel(order="F")
-    # pyvista writes to a path only: use a private temporary file, never a user-given name.
-    handle, path = tempfile.mkstemp(suffix=".vti")
-    os.close(handle)
-    try:
-        image.save(path)
-        with open(path, "rb") as stream:
-            return stream.read()
-    finally:
-        os.unlink(path)
+    extra = {"solid": np.asarray(solid, dtype=np.uint8)}
+    # write_vti writes to a path: use a private temporary folder, never a user-given name.
+    with tempfile.TemporaryDirectory(prefix="porous-lbm-export-") as folder:
+        path = write_vti(Path(folder) / "fields.vti", fields, voxel_size, extra=extra)
+        return path.read_bytes()
 
 
 def slice_png(
@@ -58,8 +47,8 @@ def slice_png(
     figure = Figure(figsize=(6.0, 5.0), dpi=dpi, layout="constrained")
     ax = figure.add_subplot()
     data = np.ma.masked_invalid(np.asarray(plane, dtype=float).T)
-    image = ax.imshow(data, origin="lower", cmap="viridis", interpolation="nearest")
-    image.cmap.set_bad("#4a4a4a")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#4a4a4a")
+    image = ax.imshow(data, origin="lower", cmap=cmap, interpolation="nearest")
     figure.colorbar(image, ax=ax, label=QUANTITY_LABELS.get(quantity, quantity))
     ax.set_xlabel(f"{axes[0]} (nodes)")
     ax.set_ylabel(f"{axes[1]} (nodes)")

@@ -19,6 +19,7 @@ import geometries
 from geometries import GeometryError, VoxelGeometry, generators
 from solver.config import SimulationConfig
 from solver.lattice import get_lattice
+from solver.stability import pull_table_bytes
 from solver.tiling import Tiling, tile_utilisation
 
 from .estimates import specific_surface
@@ -134,15 +135,18 @@ GENERATORS: dict[str, type[GeneratorSpec]] = {
 class UploadOptions(param.Parameterized):
     """How to read an uploaded file; only the options of its format are passed on."""
 
-    stl_resolution = param.Integer(96, bounds=(8, 1024),
+    stl_resolution = param.Integer(96, bounds=(8, 1024), label="STL resolution (voxels)",
                                    doc="STL: voxels along the longest side of the surface.")
     stl_inside = param.Selector(objects=["solid", "fluid"], default="solid",
+                                label="STL surface encloses",
                                 doc="STL: whether the closed surface encloses solid or fluid.")
-    raw_shape = param.String("", doc="RAW: nx, ny[, nz] in voxels (x fastest), e.g. 64,64,64.")
+    raw_shape = param.String("", label="RAW shape (nx, ny, nz)",
+                             doc="RAW: nx, ny[, nz] in voxels (x fastest), e.g. 64,64,64.")
     raw_dtype = param.Selector(objects=["uint8", "uint16", "int16", "int32", "float32", "bool"],
-                               default="uint8", doc="RAW: voxel type.")
-    pore_value = param.String("", doc="Images: label of pore voxels (default: 0 = pore).")
-    voxel_size_um = param.Number(0.0, bounds=(0, None),
+                               default="uint8", label="RAW voxel type", doc="RAW: voxel type.")
+    pore_value = param.String("", label="Pore label (images)",
+                              doc="Images: label of pore voxels (default: 0 = pore).")
+    voxel_size_um = param.Number(0.0, bounds=(0, None), label="Voxel size (µm)",
                                  doc="Voxel size in micrometres (0 = from the file / unknown).")
 
     def options(self, filename: str) -> dict:
@@ -229,6 +233,7 @@ class GeometryPreview:
     eta_t_best: float
     offset: tuple[int, ...]
     memory_bytes: int
+    #: Extra host memory of the NumPy backend's gather tables (not needed on the GPU).
     table_bytes: int
     seconds: float
 
@@ -250,7 +255,7 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
         n_fluid=int(tiling.n_fluid), n_tiles=int(tiling.n_tiles),
         eta_t_origin=tile_utilisation(solid, tiling.a), eta_t_best=float(tiling.eta_t),
         offset=tuple(tiling.offset), memory_bytes=tiling.memory_bytes(lattice.q, itemsize),
-        # The NumPy backend's gather tables: two int32 indices and a flag per link.
-        table_bytes=int(tiling.n_fluid) * lattice.q * 9,
+        table_bytes=pull_table_bytes(int(tiling.n_fluid), lattice.q, int(tiling.n_tiles),
+                                     tiling.nodes_per_tile),
         seconds=time.perf_counter() - start,
     )

@@ -23,5 +23,6 @@ pn.extension("vtk", sizing_mode="stretch_width", notifications=False)
 
 dashboard = Dashboard()
 pn.config.exception_handler = dashboard.controller.report  # per session
-pn.state.on_session_destroyed(lambda session_context: dashboard.close())
+# Bind the dashboard now: bokeh clears this module's globals before destroy callbacks run.
+pn.state.on_session_destroyed(lambda session_context, board=dashboard: board.close())
 dashboard.template().servable()

@@ -25,10 +25,9 @@ __all__ = ["CountersView", "counter_cards", "format_bytes"]
 SERIES = ("step", "mflups", "residual", "permeability")
 CARD_CSS = """
 :host { width: 100%; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(118px, 1fr));
-         gap: 8px; }
-.card.wide .value { font-size: 15px; line-height: 2.1; overflow: hidden; text-overflow: ellipsis;
-                    white-space: nowrap; }
+.cards { display: grid; grid-template-columns: repeat(7, minmax(0, 1fr)); gap: 8px; }
+.card.wide .value { font-size: 13px; line-height: 1.3; white-space: normal; height: 34px;
+                    overflow: hidden; }
 .card { background: var(--panel-surface-color, #fff); border: 1px solid #e3e6ea;
         border-radius: 8px; padding: 8px 12px; box-shadow: 0 1px 2px rgba(0,0,0,.05); }
 .label { font-size: 12px; color: #5f6b7a; letter-spacing: .02em; }
@@ -63,18 +62,18 @@ def counter_cards(snap) -> list[tuple[str, str, str, str]]:
     peak = m.get("bandwidth_fraction_peak")
     copy = m.get("bandwidth_fraction_copy")
     bandwidth = _fraction(peak)
-    detail = (f"of peak · {_fraction(copy)} of measured copy" if peak is not None or copy
-              is not None else "not measured on this backend")
+    detail = (f"of peak · {_fraction(copy)} of copy" if peak is not None or copy is not None
+              else "no device peak (CPU)")
     memory = f"state {format_bytes(snap.memory_bytes)}"
     if device.get("memory"):
         memory += f" of {format_bytes(device['memory'])}"
     return [
         ("status", "Status", snap.status, snap.geometry_name or ""),
         ("mflups", "MFLUPS", f"{m.get('mflups', 0.0):.2f}",
-         f"mean {m.get('mflups_mean', 0.0):.2f} (fluid nodes)"),
+         f"mean {m.get('mflups_mean', 0.0):.2f}"),
         ("steps", "Time steps", f"{snap.step:,}", f"{snap.steps_per_second:.1f} steps/s"),
         ("eta", "Tile utilisation ηt", f"{m.get('eta_t', 0.0):.3f}",
-         f"{m.get('n_tiles', 0):,} tiles · {m.get('fluid_nodes', 0):,} fluid nodes"),
+         f"{m.get('fluid_nodes', 0):,} fluid nodes · {m.get('n_tiles', 0):,} tiles"),
         ("bandwidth", "Bandwidth used", bandwidth, detail),
         ("mach", "Peak speed", f"{snap.max_speed:.2e}" if np.isfinite(snap.max_speed) else "NaN",
          f"Mach {mach_number(snap.max_speed):.3f}" if np.isfinite(snap.max_speed) else ""),
@@ -100,8 +99,11 @@ class CountersView(pn.viewable.Viewer):
     def __init__(self, controller: Controller, **params) -> None:
         super().__init__(**params)
         self.controller = controller
+        # Fixed height: a text change then never re-lays out the page (which would also
+        # re-render the 3D view).
         self.cards = pn.pane.HTML(_cards_html(controller.snapshot), stylesheets=[CARD_CSS],
-                                  sizing_mode="stretch_width", css_classes=["counters"])
+                                  sizing_mode="stretch_width", height=84,
+                                  css_classes=["counters"])
         self.buffer = hv.streams.Buffer(pd.DataFrame({k: [] for k in SERIES}, dtype=float),
                                         length=2000, index=False)
         self._run_id = controller.snapshot.run_id

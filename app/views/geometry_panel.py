@@ -93,7 +93,9 @@ class GeometryPanel(pn.viewable.Viewer):
             pn.pane.Markdown(
                 f"STL, .npy/.npz, .raw, .tif, .vti/.vtk/.mha/.nrrd; at most "
                 f"{self.settings.max_upload_mb:g} MB. The file is read from memory only."),
-            pn.Param(self.upload_options, show_name=False), self.file_input)
+            pn.Param(self.upload_options, show_name=False,
+                     widgets={"stl_resolution": pn.widgets.IntInput}),
+            self.file_input)
 
     def __panel__(self) -> pn.viewable.Viewable:
         chooser = pn.Column(
@@ -132,6 +134,7 @@ class GeometryPanel(pn.viewable.Viewer):
             log.info("geometry preview failed: %s", exc)
             self.preview = None
             self.info.object = ""
+            self.image.object = self._image(None)
             self._show("danger", f"{what.split(' ', 1)[-1]} failed: {exc}")
             self.controller.notify("danger", f"Geometry not loaded: {exc}")
             return

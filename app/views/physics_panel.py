@@ -1,8 +1,9 @@
 """Physics in the user's units: voxel size, fluid and pressure gradient next to lattice values.
 
 The user sets SI quantities; the panel shows what they map to with the chosen tau (time step,
-lattice body force) and the expected lattice Mach and pore Reynolds numbers from a
-Kozeny-Carman estimate, warns before likely instability and refuses a Mach number above 0.3.
+lattice body force), the expected peak speed and lattice Mach number from
+:func:`solver.stability.assess` (warned above 0.1, refused above 0.3; tau below 0.55 warned) and
+Kozeny-Carman estimates of the permeability and pore Reynolds number.
 Once the run has settled the measured permeability is shown in m^2 and millidarcy with the
 measured pore Reynolds number and whether Darcy's law applies.
 """
@@ -12,13 +13,16 @@ from __future__ import annotations
 import html
 import math
 
+import numpy as np
 import panel as pn
 import param
 
+from solver.config import SimulationConfig
+from solver.stability import StabilityReport, assess
 from solver.units import UnitSystem, lattice_viscosity, mach_number, to_millidarcy
 
-from ..controller import Controller
-from ..estimates import darcy_regime, estimate_flow, stability_issues
+from ..controller import Controller, copy_config
+from ..estimates import darcy_regime, estimate_flow
 
 __all__ = ["PhysicsPanel", "PhysicalSetup"]
 
@@ -50,8 +54,13 @@ class PhysicsPanel(pn.viewable.Viewer):
         self.apply_button = pn.widgets.Button(name="Apply to simulation", button_type="primary")
         self.apply_button.on_click(self._apply)
         self.mapping = pn.Column(sizing_mode="stretch_width")
-        self.measured = pn.Column(sizing_mode="stretch_width")
+        # Updated in place with a fixed height: replacing children or changing the size on
+        # every snapshot would re-lay out the page (and re-render the 3D view) several times
+        # a second.
+        self.measured = pn.pane.HTML("", stylesheets=[TABLE_CSS], sizing_mode="stretch_width",
+                                     height=230)
         self._measured_step = -1
+        self._assessed: tuple | None = None
         controller.param.watch(self._geometry_changed, "geometry")
         controller.param.watch(self._refresh_mapping, ["surface", "geometry"])
         controller.config.param.watch(self._refresh_mapping, ["tau", "body_force"])
@@ -78,10 +87,8 @@ class PhysicsPanel(pn.viewable.Viewer):
             self.setup.pressure_gradient)
 
     def _apply(self, event) -> None:
-        force = [0.0, 0.0, 0.0]
-        force[self.controller.geometry.flow_axis] = self.lattice_force()
         try:
-            self.controller.config.body_force = tuple(force)
+            self.controller.config.body_force = self.proposed_config().body_force
         except Exception as exc:
             self.controller.report(exc)
             return
@@ -96,45 +103,67 @@ class PhysicsPanel(pn.viewable.Viewer):
                 snap.step == self._measured_step):
             return
         self._measured_step = snap.step
-        self.measured.objects = [self._measured()]
+        self.measured.object = self._measured()
+
+    def proposed_config(self) -> SimulationConfig:
+        """The pending settings with the setup's body force along the geometry's flow axis."""
+        force = [0.0, 0.0, 0.0]
+        force[self.controller.geometry.flow_axis] = self.lattice_force()
+        config = copy_config(self.controller.config)
+        config.body_force = tuple(force)
+        return config
+
+    def _report(self, config: SimulationConfig) -> StabilityReport:
+        """Pre-run stability verdict (cached per geometry and settings: it scans the mask)."""
+        geometry = self.controller.geometry
+        key = (id(geometry), config.tau, tuple(config.body_force), config.periodic_axes(),
+               config.lattice)
+        if self._assessed is None or self._assessed[0] != key:
+            self._assessed = (key, assess(config, np.asarray(geometry.solid, dtype=bool)))
+        return self._assessed[1]
 
     def _mapping(self) -> pn.viewable.Viewable:
         c = self.controller
         tau = c.config.tau
         units = self.units(tau)
         force = self.lattice_force()
-        porosity = float(c.geometry.porosity)
-        estimate = estimate_flow(porosity, c.surface, force, lattice_viscosity(tau))
-        mach = estimate.mach if estimate else None
-        issues = stability_issues(tau, mach)
-        self.apply_button.disabled = any(level == "refused" for level, _ in issues)
+        try:
+            report = self._report(self.proposed_config())
+        except Exception as exc:  # e.g. settings that do not fit the geometry
+            self.apply_button.disabled = True
+            return pn.pane.Alert(str(exc), alert_type="danger", sizing_mode="stretch_width")
+        self.apply_button.disabled = bool(report.errors)
         rows = [
             ("Relaxation time τ", f"{tau:g}", "set in Settings → Numerics"),
             ("Lattice viscosity ν*", f"{lattice_viscosity(tau):.4g}", "(τ − ½)/3"),
             ("Time step Δt", f"{units.dt:.3e} s", "ν* Δx² / ν"),
             ("Body force F*", f"{force:.3e}", f"{self.setup.pressure_gradient:g} Pa/m"),
+            ("Expected peak speed", f"{report.u_estimate:.3e}",
+             f"{units.velocity_to_si(report.u_estimate):.3e} m/s · pore size "
+             f"{report.pore_size:.3g} voxels"),
+            ("Expected Mach", f"{report.mach:.3f}", "warned above 0.1, refused above 0.3"),
         ]
+        estimate = estimate_flow(float(c.geometry.porosity), c.surface, force,
+                                 lattice_viscosity(tau))
         if estimate:
             k_si = units.permeability_to_si(estimate.permeability)
             rows += [
                 ("Expected permeability", f"{k_si:.3e} m²",
                  f"{to_millidarcy(k_si):.4g} mD (Kozeny–Carman)"),
-                ("Expected peak speed", f"{estimate.peak_velocity:.3e}",
-                 f"{units.velocity_to_si(estimate.peak_velocity):.3e} m/s"),
-                ("Expected Mach", f"{estimate.mach:.3f}", "limit 0.1 (warn), 0.3 (refuse)"),
                 ("Expected pore Reynolds", f"{estimate.reynolds:.3g}",
                  f"grain diameter ≈ {estimate.grain_diameter:.3g} voxels"),
             ]
-        alerts = [pn.pane.Alert(text, alert_type="danger" if level == "refused" else "warning",
-                                sizing_mode="stretch_width") for level, text in issues]
+        alerts = [pn.pane.Alert(text, alert_type=kind, sizing_mode="stretch_width")
+                  for kind, texts in (("danger", report.errors), ("warning", report.warnings))
+                  for text in texts]
         return pn.Column(_table(rows), *alerts, sizing_mode="stretch_width")
 
-    def _measured(self) -> pn.viewable.Viewable:
+    def _measured(self) -> str:
         snap = self.controller.snapshot
         tau = snap.config.get("tau", self.controller.config.tau)
         if snap.permeability is None or not math.isfinite(snap.permeability):
-            return pn.pane.Markdown("*The measured permeability appears once a body force "
-                                    "drives the flow.*")
+            return ("<p><i>The measured permeability appears once a body force drives the "
+                    "flow.</i></p>")
         units = self.units(tau)
         k_si = units.permeability_to_si(snap.permeability)
         axis = int(max(range(len(snap.mean_velocity)),
@@ -151,7 +180,7 @@ class PhysicsPanel(pn.viewable.Viewer):
         if estimate:
             reynolds = abs(darcy) * estimate.grain_diameter / lattice_viscosity(tau)
             rows.append(("Pore Reynolds", f"{reynolds:.3g}", darcy_regime(reynolds)))
-        return _table(rows)
+        return _table_html(rows)
 
     def __panel__(self) -> pn.viewable.Viewable:
         widgets = {name: {"type": pn.widgets.FloatInput, "format": "0.[000]e+0"}
@@ -174,8 +203,11 @@ td.note { color: #6b7785; }
 """
 
 
-def _table(rows: list[tuple[str, str, str]]) -> pn.pane.HTML:
+def _table_html(rows: list[tuple[str, str, str]]) -> str:
     body = "".join(f'<tr><td>{html.escape(a)}</td><td class="value">{html.escape(b)}</td>'
                    f'<td class="note">{html.escape(c)}</td></tr>' for a, b, c in rows)
-    return pn.pane.HTML(f"<table>{body}</table>", stylesheets=[TABLE_CSS],
-                        sizing_mode="stretch_width")
+    return f"<table>{body}</table>"
+
+
+def _table(rows: list[tuple[str, str, str]]) -> pn.pane.HTML:
+    return pn.pane.HTML(_table_html(rows), stylesheets=[TABLE_CSS], sizing_mode="stretch_width")
