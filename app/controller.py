@@ -64,7 +64,7 @@ class Controller(param.Parameterized):
 
     def __init__(
         self, geometry: VoxelGeometry | None = None, config: SimulationConfig | None = None,
-        autostart: bool = True, **params: Any,
+        autostart: bool = True, idle_timeout: float | None = None, **params: Any,
     ) -> None:
         if geometry is None:
             geometry, default = default_case()
@@ -76,7 +76,8 @@ class Controller(param.Parameterized):
         self._applied = copy_config(config)
         self._set_geometry_stats(geometry)
         self._fit_position()
-        self.runner = SimulationRunner(geometry, copy_config(config), view=self._view())
+        self.runner = SimulationRunner(geometry, copy_config(config), view=self._view(),
+                                       idle_timeout=idle_timeout)
         self._last_error: str | None = None
         self._last_state: tuple[str, str] = ("", "")
         self.config.param.watch(self._config_edited, [p for p in config.param if p != "name"])
@@ -146,6 +147,7 @@ class Controller(param.Parameterized):
     # ------------------------------------------------------------------ snapshots
     def poll(self) -> None:
         """Publish the runner's latest snapshot if it changed (periodic callback)."""
+        self.runner.touch()
         snap = self.runner.snapshot()
         if snap.seq == self.snapshot.seq:
             return

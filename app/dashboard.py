@@ -49,18 +49,26 @@ ACCENT = "#0f766e"
 
 
 class Dashboard(pn.viewable.Viewer):
-    """Interactive lattice-Boltzmann run of one geometry (the default sphere pack if None)."""
+    """Interactive lattice-Boltzmann run of one geometry (the default sphere pack if None).
+
+    ``idle_timeout`` (seconds, served sessions only) stops the simulation when the page has not
+    polled for that long; leave it None in a notebook, where a long cell pauses the polling.
+    """
 
     title = param.String(default="Porous-media flow · tiled sparse lattice Boltzmann")
 
     def __init__(
         self, geometry: Any = None, config: SimulationConfig | None = None, *,
-        autostart: bool = True, refresh: bool = True, app_settings: Settings | None = None,
+        autostart: bool | None = None, refresh: bool = True,
+        app_settings: Settings | None = None, idle_timeout: float | None = None,
         **params: Any,
     ) -> None:
         super().__init__(**params)
         self.settings = app_settings or settings
-        self.controller = Controller(geometry, config, autostart=autostart)
+        if autostart is None:
+            autostart = self.settings.autostart
+        self.controller = Controller(geometry, config, autostart=autostart,
+                                     idle_timeout=idle_timeout)
         self.slice = SlicePlot(self.controller)
         self.counters = CountersView(self.controller)
         self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
@@ -106,11 +114,14 @@ class Dashboard(pn.viewable.Viewer):
         self._scene_stale = True
 
     def close(self) -> None:
-        """Stop refreshing, stop the runner and free the simulation and the 3D scene."""
+        """Stop the runner (freeing the simulation), the refresh and the 3D scene."""
+        self.controller.close()  # first: nothing below may keep the memory alive
         for callback in self._callbacks:
-            callback.stop()
+            try:
+                callback.stop()
+            except Exception as exc:  # a destroyed session may have dropped it already
+                log.debug("periodic callback stop failed: %s", exc)
         self._callbacks = []
-        self.controller.close()
         if self.scene is not None:
             self.scene.close()
         log.info("dashboard closed (live runners: %d)", live_runners())

@@ -8,7 +8,11 @@ raised with it: ``panel serve app --websocket-max-message-size BYTES`` with BYTE
 ``POROUS_LBM_REFRESH_MS`` (default 150) is the period of the slice and counter refresh and
 ``POROUS_LBM_SCENE_REFRESH_S`` (default 10) that of the 3D view; ``POROUS_LBM_3D=0`` turns the
 3D view off (it renders with WebGL in the browser and costs the server a scene serialisation
-per refresh).
+per refresh); ``POROUS_LBM_AUTOSTART=0`` opens sessions paused instead of running.
+
+``POROUS_LBM_IDLE_TIMEOUT_S`` (default 60): a served session's simulation stops by itself when
+its page has not read a snapshot for that long. Closed sessions normally stop theirs at once;
+this frees the memory of a session whose server-side document hung.
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ def _env_number(name: str, default: float, low: float, high: float) -> float:
     return value
 
 
+def _env_flag(name: str, default: bool) -> bool:
+    """A yes/no switch from the environment (0/off/false/no turn it off)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() not in ("0", "off", "false", "no")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Upload cap (MB) and refresh periods of one server process."""
@@ -46,6 +58,8 @@ class Settings:
     refresh_ms: int = 150
     scene_refresh_s: float = 10.0
     scene_3d: bool = True
+    autostart: bool = True
+    idle_timeout_s: float = 60.0
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -54,8 +68,9 @@ class Settings:
             max_upload_mb=_env_number("POROUS_LBM_MAX_UPLOAD_MB", 200.0, 0.001, 1e5),
             refresh_ms=int(_env_number("POROUS_LBM_REFRESH_MS", 150, 50, 5000)),
             scene_refresh_s=_env_number("POROUS_LBM_SCENE_REFRESH_S", 10.0, 1.0, 600),
-            scene_3d=os.environ.get("POROUS_LBM_3D", "1").strip().lower()
-            not in ("0", "off", "false", "no"),
+            scene_3d=_env_flag("POROUS_LBM_3D", True),
+            autostart=_env_flag("POROUS_LBM_AUTOSTART", True),
+            idle_timeout_s=_env_number("POROUS_LBM_IDLE_TIMEOUT_S", 60.0, 5.0, 86400.0),
         )
 
     @property

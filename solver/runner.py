@@ -15,13 +15,11 @@ All quantities are in lattice units.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
@@ -42,7 +40,6 @@ log = logging.getLogger(__name__)
 CHUNK_SECONDS = 0.035
 THREAD_PREFIX = "lbm-runner"
 _ids = itertools.count(1)
-_runners: weakref.WeakSet = weakref.WeakSet()
 
 
 def live_runners() -> int:
@@ -56,33 +53,31 @@ class SimulationRunner:
     def __init__(
         self, geometry: Any, config: SimulationConfig | None = None, *,
         view: SliceView | None = None, snapshot_interval: float = 0.2,
+        idle_timeout: float | None = None,
     ) -> None:
+        """``idle_timeout``: stop by itself after that many seconds without :meth:`touch`."""
         self._geometry = geometry
         self._config = config if config is not None else SimulationConfig()
         self._view = view or SliceView()
         self._interval = snapshot_interval
+        self._idle_timeout = idle_timeout
+        self._touched = time.monotonic()
         self._queue: queue.Queue = queue.Queue()
         self._stop_event = threading.Event()
         self._slot = threading.Condition()
         self._snapshot = Snapshot()
         self._thread: threading.Thread | None = None
         self._name = f"{THREAD_PREFIX}-{next(_ids)}"
-        _runners.add(self)
         # Thread-owned state below: touched only by the runner thread once started.
         self._sim: Simulation | None = None
         self._backends: dict[str, Any] = {}
-        self._running = False
-        self._status = "starting"
-        self._message = ""
+        self._running, self._status, self._message = False, "starting", ""
         self._error: str | None = None
-        self._chunk = 1
-        self._seq = 0
-        self._run_id = 0
+        self._chunk, self._seq, self._run_id = 1, 0, 0
         self._history = History()
         self._good: tuple[int, np.ndarray] | None = None
         self._device: dict = {}
-        self._last_publish = 0.0
-        self._publish_cost = 0.0
+        self._last_publish = self._publish_cost = 0.0
         self._rate = (time.perf_counter(), 0, 0.0)
 
     # ----------------------------------------------------------------- caller side
@@ -90,6 +85,10 @@ class SimulationRunner:
     def alive(self) -> bool:
         """Whether the thread is running."""
         return self._thread is not None and self._thread.is_alive()
+
+    def touch(self) -> None:
+        """Tell an ``idle_timeout`` runner that someone still reads its snapshots."""
+        self._touched = time.monotonic()
 
     def snapshot(self) -> Snapshot:
         """The latest published snapshot (never blocks for long)."""
@@ -175,6 +174,12 @@ class SimulationRunner:
             self._drain_commands()
             if self._running and not self._stop_event.is_set():
                 self._guard(self._advance)
+            idle = time.monotonic() - self._touched
+            if self._idle_timeout is not None and idle > self._idle_timeout:
+                # Nobody has read a snapshot for long: the owner is gone or hung. Free the
+                # memory rather than run for nobody.
+                log.warning("%s: no reader for %.0f s, stopping", self._name, idle)
+                self._stop_event.set()
         self._shutdown()
 
     def _drain_commands(self) -> None:
@@ -195,6 +200,9 @@ class SimulationRunner:
         try:
             fn(*args)
         except Exception as exc:  # the thread must survive anything a command does
+            if "interpreter shutdown" in str(exc):  # worker pools are gone: Python is exiting
+                self._stop_event.set()
+                return
             log.exception("%s: %s failed", self._name, getattr(fn, "__name__", fn))
             self._running = False
             self._status = "error"
@@ -348,9 +356,11 @@ class SimulationRunner:
     def _steps_per_second(self, step: int) -> float:
         t0, s0, rate = self._rate
         now = time.perf_counter()
-        if self._running and now - t0 > 0.5:
+        if self._running and now - t0 > 0.5:  # a new window every half second
             rate = (step - s0) / (now - t0)
             self._rate = (now, step, rate)
+        elif self._running and not rate and now > t0:  # first window: provisional value
+            return (step - s0) / (now - t0)
         return rate if self._running else 0.0
 
     def _emit(self, extra: dict[str, Any]) -> None:
@@ -370,11 +380,8 @@ class SimulationRunner:
             self._slot.notify_all()
 
     def _shutdown(self) -> None:
-        while True:  # nobody will answer queued calls any more
-            try:
-                command, payload = self._queue.get_nowait()
-            except queue.Empty:
-                break
+        while not self._queue.empty():  # nobody will answer queued calls any more
+            command, payload = self._queue.get_nowait()
             if command == "call":
                 payload[1].cancel()
         if self._sim is not None:
@@ -385,13 +392,6 @@ class SimulationRunner:
         self._running, self._status, self._message = False, "stopped", "Runner stopped"
         self._emit({"plane": None, "plane_velocity": None})
         log.info("%s stopped", self._name)
-
-
-@atexit.register
-def _stop_all() -> None:
-    """Stop every runner before the interpreter tears down the thread pools they use."""
-    for runner in list(_runners):
-        runner.stop(timeout=1.0)
 
 
 def _same_tiling(a: Any, b: Any) -> bool:

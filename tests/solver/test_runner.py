@@ -210,3 +210,17 @@ def test_runner_thread_is_a_daemon(make_runner):
     runner.wait_for(lambda s: s.step == 1)
     threads = [t for t in threading.enumerate() if t.name == runner._name]
     assert threads and threads[0].daemon
+
+
+def test_idle_timeout_stops_an_unread_runner(make_runner):
+    runner = make_runner(porous(), config(), idle_timeout=1.0)
+    runner.start()
+    runner.wait_for(lambda s: s.step > 0)
+    for _ in range(6):  # a reader keeps it alive
+        runner.touch()
+        time.sleep(0.3)
+    assert runner.alive
+    deadline = time.monotonic() + 10
+    while runner.alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not runner.alive and runner.snapshot().status == "stopped"
