@@ -57,7 +57,13 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from .case import load_case
+    from .distributed import launched_size
     from .run import EXIT_INVALID, EXIT_OK, HeadlessRun
+
+    if launched_size() > 1 and not hasattr(args.backend, "allocate"):  # under mpirun
+        from .distributed.cli import run_under_mpi
+
+        return run_under_mpi(args, _run)
 
     try:
         case = load_case(args.case)

@@ -46,6 +46,9 @@ class Problem:
     objects: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     labels: np.ndarray | None = field(default=None, repr=False)
     viscosity: float | None = None
+    #: Tiles this process steps, bool (n_tiles,); None = all. The others are read-only halo
+    #: tiles of a distributed run (:mod:`solver.distributed`).
+    owned: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def from_config(cls, solid: np.ndarray, config: SimulationConfig,
@@ -97,8 +100,10 @@ class Problem:
 
     @property
     def n_fluid(self) -> int:
-        """Fluid nodes in the domain."""
-        return self.tiling.n_fluid
+        """Fluid nodes in the domain (in the owned tiles when ``owned`` is set)."""
+        if self.owned is None:
+            return self.tiling.n_fluid
+        return int((~self.tiling.solid[self.owned]).sum())
 
     @cached_property
     def pull_table(self) -> PullTable:
@@ -107,7 +112,7 @@ class Problem:
         Fluid nodes are in tile order, except that Zou-He nodes come last, grouped by node
         type, so that the NumPy backend treats each face in whole chunks.
         """
-        table = build_pull_table(self.tiling, self.lattice, self.periodic)
+        table = build_pull_table(self.tiling, self.lattice, self.periodic, self.owned)
         types = self.boundary.node_type[table.tile, table.node]
         if np.any(types > NodeType.FLUID):
             table = table.take(np.argsort(types, kind="stable"))

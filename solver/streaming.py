@@ -43,20 +43,29 @@ class PullTable:
 
     def take(self, order: np.ndarray) -> PullTable:
         """The same table with its fluid nodes (columns) in ``order``."""
-        return PullTable(src=self.src[:, order], dst=self.dst[:, order],
-                         bounce=self.bounce[:, order], tile=self.tile[order],
-                         node=self.node[order])
+        # C order keeps per-chunk arithmetic identical however the table is split (MPI ranks).
+        def rows(a: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(a[:, order])
+
+        return PullTable(src=rows(self.src), dst=rows(self.dst), bounce=rows(self.bounce),
+                         tile=self.tile[order], node=self.node[order])
 
 
 def _index_dtype(size: int) -> type:
     return np.int32 if size < np.iinfo(np.int32).max else np.int64
 
 
-def build_pull_table(tiling: Tiling, lattice: Lattice, periodic: tuple[bool, ...]) -> PullTable:
-    """Source/destination indices for fused pull stream-collide with halfway bounce-back."""
+def build_pull_table(tiling: Tiling, lattice: Lattice, periodic: tuple[bool, ...],
+                     owned: np.ndarray | None = None) -> PullTable:
+    """Source/destination indices for fused pull stream-collide with halfway bounce-back.
+
+    ``owned`` (bool, (n_tiles,)) limits the table to the fluid nodes of those tiles; the other
+    tiles are read-only sources (the halo of one rank of a distributed run).
+    """
     q, n_node = lattice.q, tiling.nodes_per_tile
     shape = np.array(tiling.shape)
-    tile, node = np.nonzero(~tiling.solid)
+    fluid = ~tiling.solid if owned is None else ~tiling.solid & owned[:, None]
+    tile, node = np.nonzero(fluid)
     coords = tiling.node_coordinates()[tile, node]
     solid_grid = tiling.scatter(tiling.solid[..., None], fill=True)[..., 0]
     idx_t = _index_dtype(tiling.n_tiles * q * n_node)

@@ -75,6 +75,6 @@ def cavity(size: str, backend: str, name: str, re: int, collision: str) -> list[
     common = dict(size=f"{n}x{n}", steps=sim.time_step, seconds=timer(), relative=False,
                   note=f"tau = {tau:.4f}, U = {lid}, residual {residual:.1e}")
     return [
-        CaseResult(name, "max |u - u_Ghia| / U on x = 1/2", float(du), 0.0, 0.03, **common),
-        CaseResult(name, "max |v - v_Ghia| / U on y = 1/2", float(dv), 0.0, 0.03, **common),
+        CaseResult(name, "max abs(u - u_Ghia) / U on x = 1/2", float(du), 0.0, 0.03, **common),
+        CaseResult(name, "max abs(v - v_Ghia) / U on y = 1/2", float(dv), 0.0, 0.03, **common),
     ]

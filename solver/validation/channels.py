@@ -53,8 +53,9 @@ def channel_2d(size: str, backend: str, name: str) -> list[CaseResult]:
                               backend=backend, x_min="velocity", x_min_value=u_in,
                               x_max="pressure", **walls)
     sim = Simulation(np.zeros((nx, ny), bool), config)
-    # Sound waves between the velocity inlet and the pressure outlet decay slowly: 1e-7.
-    residual = run_steady(sim, 500, 1e-7, 200 * ny * ny)
+    # Sound waves between the velocity inlet and the pressure outlet decay slowly; the profile
+    # is steady to 1e-4 long before the mean velocity stops wiggling at 1e-6.
+    residual = run_steady(sim, 500, 1e-6, 200 * ny * ny)
     y = np.arange(ny) + 0.5
     exact = 6.0 * u_in * y * (ny - y) / ny**2
     measured = l2_error(sim.fields()["u"][0][3 * nx // 4], exact)

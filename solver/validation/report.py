@@ -37,6 +37,11 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell."""
+    return text.replace("|", "\\|")
+
+
 def report_markdown(results: list[CaseResult], device: str, size: str, backend: str) -> str:
     """The report as markdown: one table row per checked or informational number."""
     lines = [
@@ -53,9 +58,9 @@ def report_markdown(results: list[CaseResult], device: str, size: str, backend: 
         error = f"{100 * r.error:.2f} %" if r.relative else f"{r.error:.4g}"
         tol = "-" if r.tolerance is None else (
             f"{100 * r.tolerance:.1f} %" if r.relative else f"{r.tolerance:.3g}")
-        lines.append(f"| {r.case} | {r.quantity} | {_fmt(r.measured)} | {_fmt(r.reference)} "
-                     f"| {error} | {tol} | {verdict} | {r.size} | {r.steps} "
-                     f"| {r.seconds:.1f} | {r.note} |")
+        lines.append(f"| {r.case} | {_cell(r.quantity)} | {_fmt(r.measured)} "
+                     f"| {_fmt(r.reference)} | {error} | {tol} | {verdict} | {r.size} "
+                     f"| {r.steps} | {r.seconds:.1f} | {_cell(r.note)} |")
     return "\n".join(lines) + "\n"
 
 

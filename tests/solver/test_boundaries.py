@@ -6,6 +6,7 @@ import pytest
 from solver.boundaries import ZouHeFace, zou_he, zou_he_faces
 from solver.collision import equilibrium
 from solver.config import ConfigError, SimulationConfig
+from solver.io import config_from_values, config_values
 from solver.lattice import get_lattice
 from solver.node_types import NodeType, face_of, is_pressure, is_velocity, zou_he_type
 from solver.simulation import Simulation
@@ -153,11 +154,16 @@ def test_zou_he_leaves_the_known_populations_alone():
     np.testing.assert_array_equal(g[known], before[known])
 
 
-@pytest.mark.parametrize("fluid_model", ["incompressible", "quasi-compressible"])
-def test_inlet_and_outlet_nodes_hold_their_values_in_a_porous_run(fluid_model):
+@pytest.mark.parametrize("lattice, collision, fluid_model", [
+    ("D3Q19", "TRT", "incompressible"), ("D3Q19", "MRT", "quasi-compressible"),
+    ("D3Q13", "MRT", "incompressible"), ("D3Q27", "BGK", "quasi-compressible"),
+])
+def test_inlet_and_outlet_nodes_hold_their_values_in_a_porous_run(lattice, collision,
+                                                                  fluid_model):
     rng = np.random.default_rng(3)
     solid = rng.random((12, 9, 8)) < 0.25  # solids on the inlet and outlet faces too
-    cfg = config(lattice="D3Q19", x_min="velocity", x_min_value=(0.01, 0.002, 0.0),
+    cfg = config(lattice=lattice, collision=collision, x_min="velocity",
+                 x_min_value=(0.01, 0.002, 0.0),
                  x_max="pressure", x_max_value=0.998, y_min="wall", y_max="wall",
                  fluid_model=fluid_model)
     sim = Simulation(solid, cfg)
@@ -202,3 +208,13 @@ def test_moving_object_drags_fluid_like_a_moving_face():
     sim.step(4000)
     profile = sim.fields()["u"][0][1, :h]
     np.testing.assert_allclose(profile, speed * (np.arange(h) + 0.5) / h, atol=1e-9 * speed)
+
+
+def test_face_values_survive_checkpoint_serialisation():
+    cfg = config(collision="MRT", x_min="velocity", x_min_value=(0.01, 0.0), x_max="pressure",
+                 x_max_value=0.999, y_min="wall", y_max="moving_wall", y_max_value=(0.02, 0.0),
+                 object_velocities={1: (0.01, 0.0)}, mrt_rates={"e": 1.1})
+    back = config_from_values(config_values(cfg))
+    back.check(2)
+    assert back.face_conditions() == cfg.face_conditions()
+    assert back.check_objects() == cfg.check_objects() and back.mrt_rates == {"e": 1.1}

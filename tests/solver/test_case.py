@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from solver.case import CaseError, GeometrySpec, load_case, load_geometry, parse_case
+from solver.lattice import LATTICE_NAMES
 from solver.stability import check_stability
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.[yj]*"))
@@ -88,7 +89,7 @@ def test_unknown_top_level_key(tmp_path):
 
 
 @pytest.mark.parametrize("section,key,value,fix", [
-    ("config", "lattice", "D3Q15", "use one of ['D2Q9', 'D3Q13', 'D3Q19', 'D3Q27']"),
+    ("config", "lattice", "D3Q15", f"use one of {list(LATTICE_NAMES)}"),
     ("config", "tau", 0.4, "use a number"),
     ("config", "tau", "fast", "use a number"),
     ("config", "body_force", [1, 2, 3, 4], "use a list of 3 numbers"),

@@ -18,7 +18,7 @@ def _params():
         yield pytest.param(name, marks=marks, id=name)
 
 
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", list(_params()))
 def test_case_meets_its_tolerance(name):
     results = run_case(name, "ci", "numpy")
     assert results and any(r.checked for r in results)

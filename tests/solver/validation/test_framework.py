@@ -38,7 +38,7 @@ def test_strouhal_from_a_sine():
 
 
 def test_result_rows_and_report(tmp_path):
-    rows = [CaseResult("a", "k", 1.02, 1.0, 0.03, "8^3", 10, 0.1),
+    rows = [CaseResult("a", "k |x|", 1.02, 1.0, 0.03, "8^3", 10, 0.1),
             CaseResult("b", "dev", 0.05, 0.0, 0.03, "8x8", 10, 0.1, relative=False),
             CaseResult("c", "info", 2.0, 1.0, None, "8x8", 10, 0.1)]
     assert rows[0].passed and rows[0].error == pytest.approx(0.02)
@@ -47,6 +47,7 @@ def test_result_rows_and_report(tmp_path):
     assert path.name.startswith("validation-test-cpu-2-cores-")
     text = path.read_text()
     assert "Passed 1 of 2 checks" in text and "| FAIL |" in text and "| info |" in text
+    assert "k \\|x\\|" in text  # pipes escaped inside cells
 
 
 def test_unknown_case_and_size_are_refused():

@@ -1,0 +1,214 @@
+"""The dashboard: controls, status and views of one simulation, for a server or a notebook.
+
+:class:`Dashboard` wires a :class:`~app.controller.Controller` to its views and starts the
+periodic refresh (slice and counters at ~7 Hz, the 3D view every few seconds). In a notebook it
+displays as is; ``panel serve app`` wraps it in a template (:meth:`Dashboard.template`). The
+sidebar's settings widgets are generated from :class:`~solver.config.SimulationConfig`.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Any
+
+import panel as pn
+import param
+
+from solver.config import SimulationConfig
+from solver.runner import live_runners
+
+from .controller import Controller
+from .settings import Settings, settings
+from .views.counters import CountersView
+from .views.geometry_panel import GeometryPanel
+from .views.physics_panel import PhysicsPanel
+from .views.scene3d import Scene3D
+from .views.slice_view import SlicePlot
+
+__all__ = ["Dashboard", "SETTING_GROUPS"]
+
+log = logging.getLogger(__name__)
+
+#: Sidebar cards: title -> SimulationConfig parameters.
+SETTING_GROUPS = {
+    "Numerics": ["lattice", "collision", "fluid_model", "precision", "tau", "trt_magic",
+                 "body_force", "initial_density"],
+    "Boundaries": ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"],
+    "Tiling and device": ["tile_edge", "tile_offset", "backend", "gpu_layout",
+                          "tiles_per_block"],
+}
+WIDGETS = {
+    "tau": {"type": pn.widgets.FloatInput, "step": 0.01, "start": 0.501},
+    "trt_magic": {"type": pn.widgets.FloatInput, "step": 0.01},
+    "initial_density": {"type": pn.widgets.FloatInput, "step": 0.01},
+    "tile_edge": {"type": pn.widgets.IntInput, "start": 1, "end": 16,
+                  "placeholder": "default (4 in 3D, 8 in 2D)"},
+}
+ACCENT = "#0f766e"
+
+
+class Dashboard(pn.viewable.Viewer):
+    """Interactive lattice-Boltzmann run of one geometry (the default sphere pack if None).
+
+    ``idle_timeout`` (seconds, served sessions only) stops the simulation when the page has not
+    polled for that long; leave it None in a notebook, where a long cell pauses the polling.
+    """
+
+    title = param.String(default="Porous-media flow · tiled sparse lattice Boltzmann")
+
+    def __init__(
+        self, geometry: Any = None, config: SimulationConfig | None = None, *,
+        autostart: bool | None = None, refresh: bool = True,
+        app_settings: Settings | None = None, idle_timeout: float | None = None,
+        **params: Any,
+    ) -> None:
+        super().__init__(**params)
+        self.settings = app_settings or settings
+        if autostart is None:
+            autostart = self.settings.autostart
+        self.controller = Controller(geometry, config, autostart=autostart,
+                                     idle_timeout=idle_timeout)
+        self.slice = SlicePlot(self.controller)
+        self.counters = CountersView(self.controller)
+        self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
+        self.geometry_panel = GeometryPanel(self.controller, self.settings)
+        self.physics = PhysicsPanel(self.controller)
+        self.status = pn.pane.Alert(self.controller.status, alert_type="info",
+                                    sizing_mode="stretch_width", css_classes=["run-status"])
+        self.server_info = pn.pane.HTML("", sizing_mode="stretch_width", height=24)
+        self.controller.param.watch(self._show_status, ["status", "level"])
+        self.controller.param.watch(self._structure_changed, ["geometry", "axis", "position"])
+        self._scene_stale = False
+        self.controller.param.watch(self._show_server_info, "snapshot")
+        self._show_server_info()
+        self._callbacks: list = []
+        self.sidebar = self._sidebar()
+        self.main = self._main()
+        if refresh:
+            self.start_refresh()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start_refresh(self) -> None:
+        """Start the periodic callbacks that move snapshots into the views."""
+        if self._callbacks:
+            return
+        self._callbacks = [
+            pn.state.add_periodic_callback(self.poll, period=self.settings.refresh_ms)]
+        if self.scene is not None:
+            self._callbacks.append(pn.state.add_periodic_callback(
+                self.scene.refresh, period=int(self.settings.scene_refresh_s * 1000)))
+
+    def poll(self) -> None:
+        """Publish the latest snapshot; re-sync the 3D view at once after a new geometry or cut."""
+        self.controller.poll()
+        snap = self.controller.snapshot
+        if (self._scene_stale and self.scene is not None and snap.plane is not None
+                and snap.shape == tuple(self.controller.geometry.shape)
+                and (snap.view.axis, snap.view.index) == (self.controller.axis,
+                                                          self.controller.position)):
+            self._scene_stale = False
+            self.scene.refresh()
+
+    def _structure_changed(self, *events) -> None:
+        self._scene_stale = True
+
+    def close(self) -> None:
+        """Stop the runner (freeing the simulation), the refresh and the 3D scene."""
+        self.controller.close()  # first: nothing below may keep the memory alive
+        for callback in self._callbacks:
+            try:
+                callback.stop()
+            except Exception as exc:  # a destroyed session may have dropped it already
+                log.debug("periodic callback stop failed: %s", exc)
+        self._callbacks = []
+        if self.scene is not None:
+            self.scene.close()
+        log.info("dashboard closed (live runners: %d)", live_runners())
+
+    # ------------------------------------------------------------------ layout
+    def _sidebar(self) -> pn.Column:
+        c = self.controller
+        # Plain labels rather than icon fonts: the page loads nothing from the internet.
+        buttons = [
+            ("Start", "success", c.start),
+            ("Pause", "warning", c.pause),
+            ("Step ×10", "primary", lambda: c.step(10)),
+            ("Reset", "danger", c.reset),
+        ]
+        row = []
+        for name, kind, action in buttons:
+            button = pn.widgets.Button(name=name, button_type=kind, sizing_mode="stretch_width",
+                                       button_style="solid" if kind in ("success", "warning")
+                                       else "outline")
+            button.on_click(lambda event, action=action: action())
+            row.append(button)
+        apply = pn.widgets.Button(name="Apply settings", button_type="primary",
+                                  sizing_mode="stretch_width")
+        apply.on_click(lambda event: c.apply_settings())
+        c.param.watch(lambda e: setattr(apply, "name", "Apply settings  •  changed"
+                                        if e.new else "Apply settings"), "settings_changed")
+        cards = [
+            pn.Card(pn.Param(c.config, parameters=params, widgets=WIDGETS, show_name=False,
+                             sizing_mode="stretch_width"),
+                    title=title, collapsed=True, sizing_mode="stretch_width")
+            for title, params in SETTING_GROUPS.items()
+        ]
+        downloads = [
+            self._download("Fields (.vti)", "fields.vti", c.export_vti),
+            self._download("Slice (.png)", "slice.png", c.export_png),
+            self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
+        ]
+        return pn.Column(
+            pn.GridBox(*row, ncols=2, sizing_mode="stretch_width"), self.status,
+            "### Settings", *cards, apply, "### Export", *downloads, self.server_info,
+            sizing_mode="stretch_width")
+
+    def _main(self) -> pn.Column:
+        flow = pn.Row(pn.Column(self.slice, sizing_mode="stretch_width"),
+                      sizing_mode="stretch_width")
+        if self.scene is not None:
+            flow.append(pn.Column(
+                pn.pane.Markdown("**3D view** · cutaway at the slice, refreshed every "
+                                 f"{self.settings.scene_refresh_s:g} s"),
+                self.scene, sizing_mode="stretch_width"))
+        tabs = pn.Tabs(("Flow", flow), ("Geometry", self.geometry_panel),
+                       ("Physics", self.physics), dynamic=False, sizing_mode="stretch_width")
+        if self.scene is not None:  # a hidden 3D view is not synchronised
+            tabs.param.watch(lambda e: setattr(self.scene, "active", e.new == 0), "active")
+        return pn.Column(self.counters.cards, tabs, self.counters.plots,
+                         sizing_mode="stretch_width")
+
+    def _download(self, label: str, filename: str, make) -> pn.widgets.FileDownload:
+        def callback() -> io.BytesIO:
+            try:
+                return io.BytesIO(make())
+            except Exception as exc:  # shown as a message; the download is then empty
+                self.controller.report(exc)
+                return io.BytesIO(b"")
+        return pn.widgets.FileDownload(callback=callback, filename=filename, label=label,
+                                       button_type="light", embed=False,
+                                       sizing_mode="stretch_width")
+
+    def _show_status(self, *events) -> None:
+        self.status.param.update(object=self.controller.status,
+                                 alert_type=self.controller.level)
+
+    def _show_server_info(self, *events) -> None:
+        """Live runner threads of this server process (read by the session-leak test)."""
+        runners = live_runners()
+        if f'data-live-runners="{runners}"' not in self.server_info.object:
+            self.server_info.object = (
+                f'<span class="server-info" data-live-runners="{runners}" '
+                f'style="color:#6b7785;font-size:12px">Simulations running on this server: '
+                f"{runners}</span>")
+
+    def template(self) -> pn.template.BootstrapTemplate:
+        """The served page: this dashboard in a Bootstrap template (no external resources)."""
+        return pn.template.BootstrapTemplate(
+            title=self.title, sidebar=[self.sidebar], main=[self.main],
+            header_background=ACCENT, sidebar_width=360,
+            meta_description="Interactive lattice-Boltzmann flow through porous media")
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return pn.Row(pn.Column(self.sidebar, width=340), self.main, sizing_mode="stretch_width")

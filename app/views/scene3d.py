@@ -1,0 +1,165 @@
+"""The 3D view: a cutaway of the solid and the current slice plane, rendered by vtk.js.
+
+An off-screen :class:`pyvista.Plotter` holds the scene and :class:`panel.pane.VTK` mirrors it in
+the browser. The solid surface is the marching-cubes contour (pyvista ``contour``) of the
+solid mask at 0.5, halfway between solid and fluid nodes where the bounce-back walls sit,
+computed once per geometry (on a coarsened mask for large domains, decimated if still large)
+and clipped at the slice so the plane is visible. The plane shows the snapshot's quantity in
+the pores and the solid colour in the grains. The browser copy is refreshed every few seconds,
+not every frame: serialising the scene costs the server far more than a 2D image.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import panel as pn
+import param
+import pyvista as pv
+
+from ..controller import Controller
+
+__all__ = ["Scene3D", "solid_surface", "slice_plane"]
+
+log = logging.getLogger(__name__)
+
+pv.OFF_SCREEN = True
+SOLID_RGB = "#c9b28f"
+#: Mask size per axis above which the surface is built from a coarsened mask.
+MAX_SURFACE_EDGE = 96
+#: Triangle count above which the surface is decimated.
+MAX_TRIANGLES = 150_000
+
+
+def solid_surface(solid: np.ndarray) -> pv.PolyData:
+    """Triangulated solid-fluid interface of a 3D mask, node coordinates (lattice units)."""
+    stride = max(1, int(np.ceil(max(solid.shape) / MAX_SURFACE_EDGE)))
+    coarse = solid[::stride, ::stride, ::stride].astype(np.float32)
+    padded = np.pad(coarse, 1)  # close the surface at the box faces
+    image = pv.ImageData(dimensions=padded.shape, spacing=(stride,) * 3,
+                         origin=(-stride,) * 3)
+    image.point_data["solid"] = padded.ravel(order="F")
+    surface = image.contour([0.5], scalars="solid")
+    if surface.n_cells > MAX_TRIANGLES:
+        surface = surface.decimate(1.0 - MAX_TRIANGLES / surface.n_cells)
+    return surface
+
+
+def slice_plane(plane: np.ndarray, axis: int, index: int) -> tuple[pv.DataSet, pv.DataSet]:
+    """(fluid cells with scalar 'q', solid cells) of a cut normal to ``axis`` at ``index``."""
+    dims, origin = [1, 1, 1], [0.0, 0.0, 0.0]
+    in_plane = [a for a in range(3) if a != axis]
+    for a, n in zip(in_plane, plane.shape, strict=True):
+        dims[a], origin[a] = n + 1, -0.5
+    origin[axis] = float(index)
+    grid = pv.ImageData(dimensions=dims, origin=origin)
+    values = np.asarray(plane, dtype=float).ravel(order="F")
+    grid.cell_data["q"] = np.nan_to_num(values)
+    solid = np.isnan(values)
+    return grid.extract_cells(np.flatnonzero(~solid)), grid.extract_cells(np.flatnonzero(solid))
+
+
+class Scene3D(pn.viewable.Viewer):
+    """Cutaway 3D view of the geometry with the live slice plane."""
+
+    active = param.Boolean(default=True, doc="Whether the view is on screen (else not synced).")
+
+    def __init__(self, controller: Controller, **params) -> None:
+        super().__init__(**params)
+        self.controller = controller
+        self.plotter = pv.Plotter(off_screen=True, window_size=(640, 480))
+        self.plotter.set_background("#f4f6f8")
+        self._surface: pv.PolyData | None = None
+        self._meshes = {"solid": pv.PolyData(), "fluid": pv.UnstructuredGrid(),
+                        "grains": pv.UnstructuredGrid(), "outline": pv.PolyData()}
+        self._actors: dict = {}
+        self._key: tuple | None = None
+        self._geometry = None
+        # Build the whole scene before the browser first sees it: vtk.js rebuilds its render
+        # window on every change and a change during its first build loses the renderer.
+        self._initial_scene()
+        # No orientation widget: vtk.js re-creates the render window on every update and its
+        # widget then reads the viewport of the deleted renderer (a console error).
+        self.pane = pn.pane.VTK(self.plotter.ren_win, sizing_mode="stretch_width", height=480,
+                                enable_keybindings=True)
+
+    def _initial_scene(self) -> None:
+        """The geometry with the fluid at rest on the current cut (no snapshot needed)."""
+        geometry = self.controller.geometry
+        if geometry is None or geometry.ndim != 3:
+            return
+        view = self.controller.snapshot.view
+        view = type(view)(view.quantity, self.controller.axis, self.controller.position)
+        solid = np.asarray(geometry.solid, dtype=bool)
+        plane = np.where(np.take(solid, view.index, axis=view.axis), np.nan, 0.0)
+        self._update(geometry, plane, view)
+
+    def refresh(self) -> None:
+        """Bring the browser's scene up to date with the latest snapshot (periodic callback)."""
+        snap = self.controller.snapshot
+        geometry = self.controller.geometry
+        if not self.active or geometry is None or geometry.ndim != 3:
+            return
+        key = (id(geometry), snap.view, snap.step, snap.seq)
+        if key == self._key:
+            return
+        if snap.plane is None or snap.plane.ndim != 2:
+            return
+        try:
+            self._update(geometry, snap.plane, snap.view)
+        except Exception:  # a broken 3D view must not take the dashboard down
+            log.exception("3D view update failed")
+            return
+        self._key = key
+        self.pane.synchronize()
+
+    def _update(self, geometry, plane: np.ndarray, view) -> None:
+        new_geometry = geometry is not self._geometry
+        if new_geometry:
+            self._geometry = geometry
+            self._surface = solid_surface(np.asarray(geometry.solid, dtype=bool))
+            self._meshes["outline"].copy_from(pv.Box(
+                bounds=[v for n in geometry.shape for v in (-0.5, n - 0.5)]).outline())
+        index = view.index or 0
+        # Keep the solid behind the plane (below it along the normal) so the cut is visible.
+        clipped = self._surface.clip(normal=tuple(np.eye(3)[view.axis]),
+                                     origin=_point(view.axis, index), invert=True)
+        self._meshes["solid"].copy_from(clipped)
+        fluid, grains = slice_plane(plane, view.axis, index)
+        self._meshes["fluid"].copy_from(fluid)
+        self._meshes["grains"].copy_from(grains)
+        if not self._actors:
+            self._add_actors()
+            new_geometry = True
+        finite = plane[np.isfinite(plane)]
+        if finite.size:
+            low, high = float(finite.min()), float(finite.max())
+            self._actors["fluid"].mapper.scalar_range = (low, high if high > low else low + 1e-12)
+        if new_geometry:
+            self.plotter.view_isometric()
+            self.plotter.camera.zoom(1.15)
+            if hasattr(self, "pane"):  # the browser already shows an older geometry
+                self.pane.reset_camera()
+
+    def _add_actors(self) -> None:
+        add = self.plotter.add_mesh
+        self._actors["solid"] = add(self._meshes["solid"], color=SOLID_RGB, smooth_shading=True,
+                                    specular=0.2)
+        self._actors["grains"] = add(self._meshes["grains"], color=SOLID_RGB)
+        self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
+                                    show_scalar_bar=False)
+        self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
+
+    def close(self) -> None:
+        """Release the VTK objects of this view."""
+        self.plotter.close()
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return self.pane
+
+
+def _point(axis: int, value: float) -> tuple[float, float, float]:
+    point = [0.0, 0.0, 0.0]
+    point[axis] = value
+    return tuple(point)

@@ -1,0 +1,218 @@
+"""Weak and strong scaling of the distributed solver over MPI ranks (one GPU per rank).
+
+Cases (after Huang et al., ``papers/multi-gpu-porous-media.txt``, section 4.2):
+
+- ``weak``: 192 x 192 x 96 per rank, periodic random sphere pack (porosity 0.8, diameter 40
+  nodes); the same periodic block is repeated ``n`` times along z, so every rank gets the same
+  geometry and the domain is 192 x 192 x (96 n).
+- ``strong``: one 384^3 pack of the same kind on 1, 2, ... ranks.
+
+Each point is one ``mpirun -n N python benchmarks/scaling.py measure ...`` job; rank 0 builds
+the geometry and an ordinary Simulation on a DistributedBackend, runs warm-up steps (kernel
+compilation), then times ``--steps`` steps. MFLUPS count all fluid nodes over rank 0's wall time
+to a closing barrier. Parallel efficiency is MFLUPS(n) / (n MFLUPS(1)) for both cases.
+The one-rank job also times a plain Simulation (no MPI layer) as the baseline.
+
+Usage (GPU machine with two GPUs; results go to benchmarks/results/)::
+
+    python benchmarks/scaling.py weak --ranks 1 2 --backend cupy
+    python benchmarks/scaling.py strong --ranks 1 2 --backend cupy --size 384
+    python benchmarks/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5  # CPU
+
+Needs mpi4py and an ``mpirun``; the geometry comes from ``geometries.generators``; ranks of a node
+get one GPU each (``solver.distributed.bind_local_gpu``). ``LBM_COMMIT`` names the commit when
+the checkout has no ``.git``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+log = logging.getLogger("scaling")
+
+
+def sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float, seed: int):
+    """Periodic random sphere pack, True = solid."""
+    from geometries.generators import random_sphere_pack
+
+    return np.asarray(random_sphere_pack(shape, porosity=porosity, diameter=diameter, seed=seed,
+                                         periodic=True).solid, dtype=bool)
+
+
+def geometry(args, ranks: int) -> np.ndarray:
+    """Solid mask of one scaling point."""
+    if args.case == "weak":
+        block = sphere_pack((args.cross, args.cross, args.size), args.porosity, args.diameter, 0)
+        return np.concatenate([block] * ranks, axis=2)
+    return sphere_pack((args.size,) * 3, args.porosity, args.diameter, 0)
+
+
+def _config(args):
+    from solver.config import SimulationConfig
+
+    return SimulationConfig(lattice="D3Q19", collision=args.collision, precision=args.precision,
+                            tau=0.8, body_force=(1e-6, 0.0, 0.0), backend=args.backend)
+
+
+def _timed(sim, steps: int, warmup: int) -> float:
+    sim.step(warmup)
+    start = time.perf_counter()
+    sim.step(steps)
+    return time.perf_counter() - start
+
+
+def _halo_values(problem, n_ranks: int, axis) -> list[int]:
+    from solver.distributed import build_rank, decompose
+
+    dec = decompose(problem.tiling, n_ranks, axis, problem.force)
+    return [build_rank(problem.tiling, dec, problem.lattice, problem.periodic, r)[1]
+            .values_sent() for r in range(n_ranks)]
+
+
+def measure(args) -> dict:
+    """One scaling point inside an MPI job (rank 0 returns the result, others None)."""
+    from solver.distributed import launch
+    from solver.simulation import Simulation
+
+    def on_root(backend):
+        solid = geometry(args, backend.size)
+        sim = Simulation(solid, _config(args), backend=backend)
+        seconds = _timed(sim, args.steps, args.warmup)
+        p, n = sim.problem, backend.size
+        result = {
+            "case": args.case, "ranks": n, "shape": list(solid.shape),
+            "fluid_nodes": p.n_fluid, "n_tiles": p.tiling.n_tiles, "eta_t": p.tiling.eta_t,
+            "porosity": float(1 - solid.mean()), "backend": backend.name,
+            "precision": args.precision, "collision": args.collision, "steps": args.steps,
+            "seconds": seconds, "mflups": p.n_fluid * args.steps / seconds / 1e6,
+            "tiles_per_rank": sim.state.counts.tolist(),
+            "halo_values_per_step": _halo_values(p, n, args.axis),
+            "device": backend.inner.device_info().get("name"),
+        }
+        sim.close()
+        if n == 1:  # the same run without the distributed layer
+            plain = Simulation(solid, _config(args))
+            plain_seconds = _timed(plain, args.steps, args.warmup)
+            result["mflups_plain"] = p.n_fluid * args.steps / plain_seconds / 1e6
+            plain.close()
+        return result
+
+    return launch(on_root, inner=args.backend, axis=args.axis)
+
+
+def _mpirun() -> str:
+    local = Path(sys.executable).parent / "mpirun"
+    found = str(local) if local.exists() else shutil.which("mpirun")
+    if not found:
+        raise SystemExit("error: no mpirun found; install `pip install mpi4py mpich`.")
+    return found
+
+
+def series(args) -> list[dict]:
+    """Run every point of ``args.ranks`` as its own mpirun job; write JSON and markdown."""
+    results = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for n in args.ranks:
+        point = out / f".scaling-{args.case}-{n}.json"
+        cmd = [_mpirun(), "-n", str(n), sys.executable, str(Path(__file__).resolve()),
+               "measure", args.case, "--json", str(point)]
+        for key in ("backend", "precision", "collision", "size", "cross", "porosity", "diameter",
+                    "steps", "warmup", "axis"):
+            cmd += [f"--{key}", str(getattr(args, key))]
+        log.info("%s", " ".join(cmd))
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        subprocess.run(cmd, check=True, env=dict(os.environ, PYTHONPATH=path))
+        results.append(json.loads(point.read_text()))
+        point.unlink()
+    base = results[0]["mflups"] / results[0]["ranks"]
+    for r in results:
+        r["efficiency"] = r["mflups"] / (r["ranks"] * base)
+    _write(results, out, args)
+    return results
+
+
+def _write(results: list[dict], out: Path, args) -> None:
+    device = results[0]["device"]
+    stem = f"scaling-{args.case}-{args.backend}-{args.precision}-{date.today().isoformat()}"
+    commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
+    ).stdout.strip() or "unknown"
+    meta = {"device": device, "date": date.today().isoformat(), "commit": commit}
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    lines = [f"# {args.case.capitalize()} scaling: {device}", "",
+             f"Date {meta['date']}, commit {commit}; D3Q19 {args.collision} {args.precision}, "
+             f"sphere pack porosity {args.porosity}, diameter {args.diameter}.", "",
+             "| ranks | shape | fluid nodes | tiles per rank | halo values/step | MFLUPS | "
+             "efficiency | plain 1-rank MFLUPS |",
+             "| ---: | --- | ---: | --- | --- | ---: | ---: | ---: |"]
+    for r in results:
+        plain = f"{r['mflups_plain']:.1f}" if "mflups_plain" in r else ""
+        lines.append(f"| {r['ranks']} | {'x'.join(map(str, r['shape']))} | {r['fluid_nodes']} "
+                     f"| {r['tiles_per_rank']} | {r['halo_values_per_step']} | "
+                     f"{r['mflups']:.1f} | {r['efficiency']:.3f} | {plain} |")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of the scaling benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", nargs="?", choices=["weak", "strong", "measure"])
+    parser.add_argument("case", nargs="?", choices=["weak", "strong"],
+                        help="(measure mode only) the case of this point")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--backend", default="cupy", choices=["auto", "numpy", "cupy"])
+    parser.add_argument("--precision", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--collision", default="BGK", choices=["BGK", "TRT"])
+    parser.add_argument("--size", type=int, default=None,
+                        help="strong: box edge (384); weak: z length per rank (96)")
+    parser.add_argument("--cross", type=int, default=192, help="weak: x and y size (192)")
+    parser.add_argument("--porosity", type=float, default=0.8)
+    parser.add_argument("--diameter", type=float, default=40.0)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--axis", default="2", help="decomposition axis (z as in the paper)")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    parser.add_argument("--json", default=None, help="(measure mode) where to write the point")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if args.mode is None:
+        build_parser().print_help()
+        return 2
+    axis = args.axis
+    if args.mode == "measure":
+        args.axis = int(axis) if axis.isdigit() else axis
+        args.size = args.size or (96 if args.case == "weak" else 384)
+        result = measure(args)
+        if result is not None and args.json:
+            Path(args.json).write_text(json.dumps(result))
+        return 0
+    args.case = args.mode
+    args.size = args.size or (96 if args.case == "weak" else 384)
+    series(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

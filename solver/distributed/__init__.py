@@ -1,0 +1,42 @@
+"""Domain decomposition of the tiled lattice over MPI ranks (CPU now, GPU-ready interfaces).
+
+Design (issue 8; see also ``papers/multi-gpu-porous-media.txt``):
+
+1. :mod:`.decomposition` — the non-empty tiles are cut into slabs of whole tile layers along
+   one axis, balanced by the number of non-empty tiles per layer (not by volume).
+2. :mod:`.halo` — each rank holds its owned tiles plus one layer of halo tiles (those its nodes
+   pull from, periodic wrap included), all in GLOBAL coordinates; the halo plan lists exactly
+   the populations that cross a slab face (``c_i`` pointing across it) from the node layer next
+   to it, in an order both ends agree on without communication.
+3. :mod:`.stepper` — a rank steps boundary tiles first, then interior tiles; backends plug in
+   with a ``phase_stepper`` (NumPy: subsets of its pull table; CuPy: tile-range launches on
+   two streams).
+4. :mod:`.exchange` — the per-step exchange behind ``post/start/progress/finish``:
+   non-blocking ``Isend``/``Irecv`` of contiguous buffers (host arrays, or device arrays with a
+   CUDA-aware MPI); pinned staging or NCCL fit the same interface.
+5. :mod:`.rank` — :class:`RankSolver` composes one rank's ``Problem`` (``owned`` mask) with a
+   backend, stepper and exchange; :func:`step_together` runs several ranks in one process.
+6. :mod:`.backend` / :mod:`.launch` — :class:`DistributedBackend` implements the Backend
+   protocol: rank 0 runs an ordinary ``Simulation`` on it (fields, metrics and checkpoints
+   gathered to rank 0 in the single-rank format) while the other ranks serve.
+
+Entry point until ``python -m solver run`` drives it: ``mpirun -n N python -m solver.distributed
+GEOMETRY.npy --steps 100 --backend numpy`` (see :mod:`solver.distributed.__main__`).
+"""
+
+from .backend import DistributedBackend, DistributedState
+from .comm import bind_local_gpu, launched_size, mpi_available, world
+from .decomposition import SlabDecomposition, decompose
+from .exchange import HaloExchange, LoopbackHub, MpiExchange
+from .halo import HaloPlan, RankLayout, build_rank, crossing_directions
+from .launch import launch
+from .rank import RankSolver, step_together
+from .stepper import NumpyPhases, RankStepper
+
+__all__ = [
+    "DistributedBackend", "DistributedState", "bind_local_gpu", "launched_size", "mpi_available",
+    "world",
+    "SlabDecomposition", "decompose", "HaloExchange", "LoopbackHub", "MpiExchange", "HaloPlan",
+    "RankLayout", "build_rank", "crossing_directions", "launch", "RankSolver", "step_together",
+    "NumpyPhases", "RankStepper",
+]

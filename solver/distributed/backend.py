@@ -1,0 +1,274 @@
+"""The Backend protocol over MPI ranks: rank 0 drives an ordinary Simulation, the others serve.
+
+:class:`DistributedBackend` implements :class:`~solver.backends.Backend`, so on rank 0
+``Simulation(geometry, config, backend=DistributedBackend())`` works unchanged — ``fields()``,
+``slice()``, metrics, checkpoints (``solver.io`` reads ``populations()`` and writes the
+single-rank format) — while every other rank runs :meth:`DistributedBackend.serve`. Each call on
+rank 0 broadcasts a small command and then takes part in the same collective work as the
+others:
+
+- ``allocate(problem)``: the global problem is broadcast; every rank decomposes it the same way
+  (:func:`~solver.distributed.decomposition.decompose`) and builds its
+  :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``).
+- ``step(state, n)``: ``n`` overlapped steps on every rank; the time is rank 0's wall time up
+  to a closing barrier, so MFLUPS count the global fluid nodes over the slowest rank.
+- ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
+  (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
+  halos. ``device_populations`` is the same gather (``xp`` is NumPy on rank 0), so
+  ``Simulation.fields``/``slice``/``health`` read the whole state once per call; reducing
+  moments on the ranks and sending only slices or scalars is the next step for large GPU runs.
+
+Use :func:`solver.distributed.launch` (or ``with DistributedBackend() as b``) so that the
+workers are released when rank 0 finishes or fails.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backends import Backend, DeviceInfo, get_backend
+from ..problem import Problem
+from .comm import bind_local_gpu, world
+from .decomposition import decompose
+from .exchange import MpiExchange
+from .rank import RankSolver
+
+__all__ = ["DistributedBackend", "DistributedState"]
+
+log = logging.getLogger(__name__)
+
+#: Longest sleep of an idle serving rank between looks for the next command, seconds.
+IDLE_POLL_SECONDS = 0.002
+
+
+@contextlib.contextmanager
+def _ignore_sigint():
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to change
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+@dataclass
+class DistributedState:
+    """Rank 0's handle: the global problem, its own share, and where every rank's rows go."""
+
+    problem: Problem
+    solver: RankSolver = field(repr=False)
+    order: np.ndarray = field(repr=False)
+    counts: np.ndarray = field(repr=False)
+
+
+class DistributedBackend:
+    """A backend that runs ``inner`` on every rank of ``comm`` (see the module docstring)."""
+
+    def __init__(self, inner: str | Backend = "auto", comm: Any = None,
+                 axis: int | str = "longest") -> None:
+        self.comm = comm if comm is not None else world()
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.axis = axis
+        if inner in ("auto", "cupy"):
+            bind_local_gpu(self.comm)  # before CUDA starts in this process
+        self.inner = get_backend(inner) if isinstance(inner, str) else inner
+        self._solver: RankSolver | None = None
+        self._stopped = False
+        if self.is_root:
+            atexit.register(self.shutdown)  # never leave workers waiting for a command
+
+    #: Rank 0 sees gathered host arrays, whatever the ranks compute on.
+    xp = np
+
+    @property
+    def name(self) -> str:
+        """Name of the backend each rank runs ('numpy' or 'cupy')."""
+        return self.inner.name
+
+    @property
+    def is_root(self) -> bool:
+        """Whether this rank drives the run."""
+        return self.rank == 0
+
+    # -- rank 0: the Backend protocol -------------------------------------------------------
+    def allocate(self, problem: Problem) -> DistributedState:
+        """Decompose ``problem`` over the ranks and allocate every rank's share."""
+        if self._solver is not None:
+            raise RuntimeError("This DistributedBackend already holds a simulation; close it "
+                               "(Simulation.close()) before allocating another.")
+        # A fresh copy: a cached pull table of the global problem must not travel.
+        payload = (dataclasses.replace(problem), self.inner.name, self.axis)
+        self._command("allocate", payload)
+        return DistributedState(problem=problem, solver=self._solver, order=self._order,
+                                counts=self._counts)
+
+    def step(self, state: DistributedState, n: int = 1) -> float:
+        """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s."""
+        start = time.perf_counter()
+        self._command("step", n)
+        return time.perf_counter() - start
+
+    def populations(self, state: DistributedState) -> np.ndarray:
+        """All owned tiles gathered on rank 0, float64 (n_tiles, q, a**d), global order."""
+        self._command("gather", None)
+        out = np.empty_like(self._gathered)
+        out[state.order] = self._gathered
+        return out
+
+    def device_populations(self, state: DistributedState) -> np.ndarray:
+        """The gathered populations (host float64, global order): fields on rank 0."""
+        return self.populations(state)
+
+    def to_host(self, array: np.ndarray) -> np.ndarray:
+        """Rank 0's arrays are host arrays already."""
+        return np.asarray(array)
+
+    def set_populations(self, state: DistributedState, f: np.ndarray) -> None:
+        """Scatter global populations (n_tiles, q, a**d) to the owners; refresh halos."""
+        self._scatter_rows = np.ascontiguousarray(np.asarray(f, dtype=np.float64)[state.order])
+        self._command("scatter", None)
+
+    def device_info(self) -> DeviceInfo:
+        """Rank 0's device; bandwidths summed over ranks (identical devices assumed)."""
+        info = DeviceInfo(self.inner.device_info())
+        info["name"] = f"{info.get('name')} x {self.size} MPI ranks"
+        info["ranks"] = self.size
+        for key in ("peak_bandwidth", "copy_bandwidth"):
+            if info.get(key):
+                info[key] = info[key] * self.size
+        return info
+
+    def release(self, state: DistributedState) -> None:
+        """Free every rank's state (the workers keep serving)."""
+        self._command("release", None)
+
+    def shutdown(self) -> None:
+        """Release the serving ranks (rank 0 only; idempotent)."""
+        if self.is_root and not self._stopped and self.size > 1:
+            self._stopped = True
+            self._broadcast(("stop", None))
+        self._stopped = True
+
+    def __enter__(self) -> DistributedBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- every rank --------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Follow rank 0's commands until it shuts down (ranks other than 0).
+
+        Ctrl-C is left to rank 0 (mpirun forwards it to every rank): rank 0 decides, e.g.
+        writes a checkpoint, which needs the serving ranks alive.
+        """
+        with _ignore_sigint():
+            while True:
+                command, payload = self._receive()
+                if command == "stop":
+                    return
+                self._run(command, payload)
+
+    def _broadcast(self, message: tuple[str, Any]) -> None:
+        self.comm.Ibcast(np.ones(1, np.int8), root=0).Wait()  # wakes the idle workers
+        self.comm.bcast(message, root=0)
+
+    def _receive(self) -> tuple[str, Any]:
+        # Poll with sleeps: a blocking bcast spins a core while rank 0 writes output, and
+        # ranks often share the cores of one node.
+        request = self.comm.Ibcast(np.zeros(1, np.int8), root=0)
+        delay = 1e-4
+        while not request.Test():
+            time.sleep(delay)
+            delay = min(2 * delay, IDLE_POLL_SECONDS)
+        return self.comm.bcast(None, root=0)
+
+    def _command(self, command: str, payload: Any) -> None:
+        if self._stopped:
+            raise RuntimeError("The DistributedBackend was shut down; create a new one.")
+        if self.size > 1:
+            self._broadcast((command, payload))
+        self._run(command, payload)
+
+    def _run(self, command: str, payload: Any) -> None:
+        if command == "allocate":
+            self._allocate(*payload)
+            return
+        try:
+            getattr(self, f"_{command}")(payload)
+        except BaseException:
+            if self.size == 1:
+                raise
+            # A rank failing inside a collective leaves the others blocked in it for good.
+            log.exception("Rank %d failed during %r; aborting all ranks.", self.rank, command)
+            self.comm.Abort(1)
+
+    def _allocate(self, problem: Problem, inner: str, axis: int | str) -> None:
+        error = None
+        try:
+            if self.inner.name != inner:
+                self.inner = get_backend(inner)
+            decomposition = decompose(problem.tiling, self.size, axis, problem.force)
+            self._solver = RankSolver(problem, decomposition, self.rank, self.inner,
+                                      lambda plan, stepper: MpiExchange(self.comm, plan, stepper))
+        except Exception as exc:  # reported to rank 0, which raises it for the user
+            error = exc
+        errors = self.comm.allgather(None if error is None else f"rank {self.rank}: {error}")
+        if any(errors):
+            if self._solver is not None:
+                self._solver.release()
+            self._solver = None
+            if self.is_root:
+                if error is not None:
+                    raise error
+                raise RuntimeError("; ".join(e for e in errors if e))
+            return
+        rows = self.comm.gather(self._solver.layout.global_tiles[: self._solver.n_owned])
+        if self.is_root:  # where each rank's owned rows go in the global tile order
+            self._counts = np.array([len(r) for r in rows], dtype=np.int64)
+            self._order = np.concatenate(rows)
+
+    def _step(self, n: int) -> None:
+        self._solver.step(n)
+        self.comm.Barrier()
+
+    def _gather(self, _: Any) -> None:
+        from mpi4py import MPI
+
+        block = np.ascontiguousarray(self._solver.owned_populations(), dtype=np.float64)
+        q, n_node = block.shape[1:]
+        recv = None
+        if self.is_root:
+            self._gathered = np.empty((int(self._counts.sum()), q, n_node), dtype=np.float64)
+            recv = [self._gathered, self._counts * q * n_node, None, MPI.DOUBLE]
+        self.comm.Gatherv(block, recv, root=0)
+
+    def _scatter(self, _: Any) -> None:
+        from mpi4py import MPI
+
+        solver = self._solver
+        lat, tiling = solver.problem.lattice, solver.problem.tiling
+        block = np.empty((solver.n_owned, lat.q, tiling.nodes_per_tile), dtype=np.float64)
+        send = None
+        if self.is_root:
+            send = [self._scatter_rows, self._counts * lat.q * tiling.nodes_per_tile, None,
+                    MPI.DOUBLE]
+        self.comm.Scatterv(send, block, root=0)
+        solver.set_owned_populations(block)
+
+    def _release(self, _: Any) -> None:
+        if self._solver is not None:
+            self._solver.release()
+        self._solver = None

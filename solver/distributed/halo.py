@@ -1,0 +1,167 @@
+"""What one rank holds and what it exchanges: owned tiles, halo tiles and the halo plan.
+
+A rank steps the fluid nodes of its owned tiles. A fused pull step at node ``x`` reads
+``f_i(x - c_i)``, so the nodes in the first and last owned tile layer read from the
+neighbouring slabs; the tiles they read from (periodic wrap included) are the rank's *halo*,
+held read-only. Everything stays in GLOBAL domain coordinates: a rank's local :class:`Tiling`
+has the global shape, offset and tile grid, and its ``tile_map`` lists only the local tiles
+(every other tile reads as solid, and is never read). Periodic wrap, walls and domain sizes that
+are not multiples of the tile edge therefore behave exactly as in one process.
+
+Local tile order is ``[boundary owned | interior owned | halo]``, each part in global tile order:
+*boundary* tiles hold a node another rank pulls from, so a step computes them first, sends them,
+and computes the interior while the messages travel.
+
+The exchange moves only what is read: the ``f_i`` of fluid nodes ``y`` that a fluid node
+``x = y + c_i`` of another rank pulls. These are the directions that cross the slab face
+(across the face on the ``+axis`` side of a slab only ``f_i`` with ``c_i[axis] > 0`` travel, see
+:func:`crossing_directions`), and only from the node layer next to the face. Sender and
+receiver enumerate the same links from their two ends and sort them by the sender's global
+index, so the plan needs no communication to set up and matching buffers line up element for
+element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..lattice import Lattice
+from ..streaming import PullTable
+from ..tiling import Tiling
+from .decomposition import SlabDecomposition
+
+__all__ = ["crossing_directions", "RankLayout", "HaloPlan", "build_rank", "check_plan_covers"]
+
+
+def crossing_directions(lattice: Lattice, axis: int, side: int) -> np.ndarray:
+    """Directions that leave a slab through its face on ``side`` (+1 or -1) of ``axis``."""
+    if side not in (1, -1):
+        raise ValueError(f"side must be +1 or -1, got {side}.")
+    return np.flatnonzero(lattice.c[:, axis] * side > 0)
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """The tiles of one rank: ``global_tiles`` (int64, n_local) in the order boundary owned,
+    interior owned, halo; ``tiling`` is the local tiling in global coordinates."""
+
+    rank: int
+    global_tiles: np.ndarray
+    n_boundary: int
+    n_owned: int
+    tiling: Tiling
+
+    @property
+    def n_halo(self) -> int:
+        """Read-only neighbour tiles."""
+        return len(self.global_tiles) - self.n_owned
+
+    @property
+    def owned(self) -> np.ndarray:
+        """Bool (n_local,): the tile is stepped by this rank."""
+        return np.arange(len(self.global_tiles)) < self.n_owned
+
+
+@dataclass(frozen=True)
+class HaloPlan:
+    """Per peer rank, flat indices ``(tile * q + i) * a**d + node`` into one local copy of f:
+    ``send`` (owned values to pack) and ``recv`` (halo slots to fill), int64, matched in order."""
+
+    send: dict[int, np.ndarray]
+    recv: dict[int, np.ndarray]
+
+    @property
+    def peers(self) -> tuple[int, ...]:
+        """Ranks this rank exchanges with."""
+        return tuple(sorted(set(self.send) | set(self.recv)))
+
+    def values_sent(self) -> int:
+        """Populations sent per step."""
+        return int(sum(v.size for v in self.send.values()))
+
+
+def _edge_nodes(tiling: Tiling, dec: SlabDecomposition, rank: int):
+    """Global tile and node of the fluid nodes in the first and last owned tile layer."""
+    layer = tiling.tiles[:, dec.axis]
+    lo, hi = dec.bounds[rank], dec.bounds[rank + 1] - 1
+    tiles = np.flatnonzero((dec.owner == rank) & ((layer == lo) | (layer == hi)))
+    t, node = np.nonzero(~tiling.solid[tiles])
+    return tiles[t], node
+
+
+def _links(tiling: Tiling, dec: SlabDecomposition, rank: int, lattice: Lattice,
+           periodic: tuple[bool, ...], sign: int):
+    """Pull links between edge nodes ``y`` of ``rank`` and fluid nodes ``y + sign c_i`` of
+    other ranks: (peer, flat global index of the pulled value, tile of the other node)."""
+    tile, node = _edge_nodes(tiling, dec, rank)
+    q, n_node = lattice.q, tiling.nodes_per_tile
+    corner = tiling.tiles[tile].astype(np.int64) * tiling.a - np.array(tiling.offset)
+    coords = corner + tiling.local_coordinates()[node]
+    shape = np.array(tiling.shape)
+    peers, flats, others = [], [], []
+    for i in range(q):
+        other = coords + sign * lattice.c[i]
+        outside = np.zeros(len(other), dtype=bool)
+        for ax, is_periodic in enumerate(periodic):
+            if is_periodic:
+                other[:, ax] %= shape[ax]
+            else:
+                outside |= (other[:, ax] < 0) | (other[:, ax] >= shape[ax])
+        o_tile, o_node = tiling.locate(np.where(outside[:, None], coords, other))
+        keep = ~outside & (o_tile >= 0)
+        keep[keep] = ~tiling.solid[o_tile[keep], o_node[keep]]
+        keep[keep] = dec.owner[o_tile[keep]] != rank
+        # The pulled value lives at the source end: the other node when sign < 0, else y.
+        src_tile, src_node = (o_tile, o_node) if sign < 0 else (tile, node)
+        peers.append(dec.owner[o_tile[keep]])
+        flats.append((src_tile[keep].astype(np.int64) * q + i) * n_node + src_node[keep])
+        others.append(o_tile[keep])
+    return np.concatenate(peers), np.concatenate(flats), np.concatenate(others)
+
+
+def _local_flat(flat: np.ndarray, local_of: np.ndarray, block: int) -> np.ndarray:
+    """Global flat index -> local flat index, with ``local_of`` mapping global -> local tile."""
+    return local_of[flat // block] * block + flat % block
+
+
+def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
+               periodic: tuple[bool, ...], rank: int) -> tuple[RankLayout, HaloPlan]:
+    """Layout and halo plan of ``rank`` (pure host computation, no communication)."""
+    owned = dec.tiles_of(rank)
+    if dec.n_ranks > 1:
+        in_peer, in_flat, in_tile = _links(tiling, dec, rank, lattice, periodic, -1)
+        out_peer, out_flat, _ = _links(tiling, dec, rank, lattice, periodic, +1)
+    else:
+        in_peer = in_flat = in_tile = out_peer = out_flat = np.empty(0, np.int64)
+    block = lattice.q * tiling.nodes_per_tile
+    boundary = np.unique(out_flat // block)
+    interior = np.setdiff1d(owned, boundary, assume_unique=True)
+    halo = np.unique(in_tile)
+    global_tiles = np.concatenate([boundary, interior, halo]).astype(np.int64)
+    local_of = np.full(tiling.n_tiles, -1, dtype=np.int64)
+    local_of[global_tiles] = np.arange(len(global_tiles))
+    tile_map = np.full(tiling.tile_map.shape, -1, dtype=np.int32)
+    tile_map[tuple(tiling.tiles[global_tiles].T)] = np.arange(len(global_tiles), dtype=np.int32)
+    local = Tiling(tiling.shape, tiling.a, tiling.offset, tile_map,
+                   tiling.tiles[global_tiles], tiling.solid[global_tiles])
+    layout = RankLayout(rank, global_tiles, len(boundary), len(owned), local)
+    send = {int(p): _local_flat(np.unique(out_flat[out_peer == p]), local_of, block)
+            for p in np.unique(out_peer)}
+    recv = {int(p): _local_flat(np.unique(in_flat[in_peer == p]), local_of, block)
+            for p in np.unique(in_peer)}
+    return layout, HaloPlan(send, recv)
+
+
+def check_plan_covers(table: PullTable, plan: HaloPlan, layout: RankLayout, q: int) -> None:
+    """Raise RuntimeError if the pull table reads a halo value that the plan does not fill."""
+    block = q * layout.tiling.nodes_per_tile
+    src = table.src.ravel().astype(np.int64)
+    reads = np.unique(src[src // block >= layout.n_owned])
+    filled = np.concatenate([np.empty(0, np.int64), *plan.recv.values()])
+    missing = np.setdiff1d(reads, filled)
+    if missing.size:
+        raise RuntimeError(f"Rank {layout.rank}: the streaming step reads {missing.size} halo "
+                           "values that no neighbour sends; the halo plan assumes pulls from "
+                           "nearest neighbours only (solver/distributed/halo.py).")

@@ -1,0 +1,30 @@
+"""Running a function on rank 0 of an MPI job while the other ranks serve it.
+
+``launch(main)`` builds one :class:`~solver.distributed.backend.DistributedBackend` per rank,
+calls ``main(backend)`` on rank 0 (which builds its Simulation on that backend) and keeps the
+other ranks in :meth:`~solver.distributed.backend.DistributedBackend.serve` until ``main``
+returns or raises; then every rank returns, so ``mpirun`` ends with rank 0's outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..backends import Backend
+from .backend import DistributedBackend
+
+__all__ = ["launch"]
+
+T = TypeVar("T")
+
+
+def launch(main: Callable[[DistributedBackend], T], inner: str | Backend = "auto",
+           comm: Any = None, axis: int | str = "longest") -> T | None:
+    """``main(backend)``'s result on rank 0, None on the serving ranks."""
+    backend = DistributedBackend(inner, comm=comm, axis=axis)
+    with backend:
+        if backend.is_root:
+            return main(backend)
+        backend.serve()
+    return None

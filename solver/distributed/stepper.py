@@ -1,0 +1,165 @@
+"""Stepping one rank's owned tiles in two phases, boundary first, on a backend state.
+
+A :class:`RankStepper` owns the state a backend allocated for a rank-local
+:class:`~solver.problem.Problem` (owned + halo tiles, ``owned`` mask set). One time step is
+``boundary()`` (stream-collide the owned tiles other ranks read; the copy being written is then
+ready to pack), ``interior(progress)`` (the remaining owned tiles, calling ``progress`` between
+pieces so that MPI can move the messages meanwhile) and ``finish()`` (the written copy becomes
+the current one). The exchange reads and writes the flat copies through :meth:`target`.
+
+:class:`NumpyPhases` allocates one NumPy state per phase — the rank-local problem with
+``owned`` set to the boundary tiles (local tiles ``[0, n_b)``), or to one piece of the
+interior — and lets all of them share one pair of copies. Each phase is then an ordinary
+``backend.step(part, 1)`` on its own pull table, so the arithmetic per node (and whatever the
+backend does per chunk, such as boundary conditions) is the one of a single process. Results are
+bitwise equal to one process as long as the backend's arithmetic does not depend on how nodes
+are grouped into chunks; NumPy's BGK/TRT collision does not, except for a chunk of a single node
+(matrix-vector instead of matrix-matrix product), which a table of ``1 mod CHUNK_NODES`` nodes
+produces, in one process as in a phase.
+
+Other backends plug in by providing ``phase_stepper(problem, n_boundary_tiles, n_owned_tiles)``
+that allocates the rank-local problem and returns an object with this interface. For the CuPy
+backend: one launch of the tiled kernel
+over the tile range ``[0, n_b)`` on a communication stream and one over ``[n_b, n_owned)`` on
+the compute stream (the kernel needs a first-tile argument); ``target`` returns the flat device
+copy, ``device_index`` uploads an index array once and maps XYZ node order to the in-tile slot
+layout (``slot = slots[i, node]``), ``synchronize`` waits for the communication stream before
+the buffers go to MPI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..backends import Backend
+from ..config import ConfigError
+from ..problem import Problem
+from .halo import RankLayout
+
+__all__ = ["RankStepper", "NumpyPhases", "stepper_for", "tile_pieces", "INTERIOR_PIECES"]
+
+#: Interior pieces of the NumPy stepper; MPI requests are polled between pieces.
+INTERIOR_PIECES = 4
+
+
+class RankStepper(Protocol):
+    """Two-phase stepping of one rank (see the module docstring)."""
+
+    overlaps: bool
+    #: The backend state holding the rank's populations (for populations / set_populations).
+    state: Any
+
+    def target(self) -> Any:
+        """Flat view of the copy the running step writes (the next current copy)."""
+
+    def current(self) -> Any:
+        """Flat view of the copy holding the latest populations."""
+
+    def device_index(self, index: np.ndarray) -> Any:
+        """Host XYZ-layout flat indices as indices into the backend's flat copies."""
+
+    def synchronize(self) -> None:
+        """Block until values written so far are visible to the exchange."""
+
+    def boundary(self) -> None:
+        """Stream-collide the owned tiles that other ranks read."""
+
+    def interior(self, progress: Callable[[], None]) -> None:
+        """Stream-collide the other owned tiles, calling ``progress`` between pieces."""
+
+    def finish(self) -> None:
+        """Make the written copy the current one."""
+
+    def release(self) -> None:
+        """Free the state."""
+
+
+def tile_pieces(layout: RankLayout, pieces: int) -> list[tuple[int, int]]:
+    """Local tile ranges: the boundary tiles, then the interior cut into ``pieces`` ranges of
+    about equal fluid nodes (empty ranges dropped)."""
+    fluid = (~layout.tiling.solid[: layout.n_owned]).sum(axis=1)
+    interior = np.cumsum(fluid[layout.n_boundary:])
+    cuts = np.searchsorted(interior, interior[-1] * np.arange(1, pieces) / pieces) \
+        if interior.size else np.empty(0, int)
+    edges = [0, layout.n_boundary, *(layout.n_boundary + cuts + 1), layout.n_owned]
+    ranges = [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    return [ranges[0]] + [r for r in ranges[1:] if r[1] > r[0]]
+
+
+class NumpyPhases:
+    """Boundary / interior phases on the NumPy backend (see the module docstring)."""
+
+    overlaps = True
+
+    def __init__(self, backend: Backend, problem: Problem, layout: RankLayout) -> None:
+        self.backend = backend
+        self._parts = []
+        for lo, hi in tile_pieces(layout, INTERIOR_PIECES):
+            owned = np.zeros(layout.tiling.n_tiles, dtype=bool)
+            owned[lo:hi] = True
+            part = backend.allocate(dataclasses.replace(problem, owned=owned))
+            if self._parts:
+                part.f = self._parts[0].f  # every phase steps the same two copies
+            self._parts.append(part)
+        self.state = self._parts[0]
+        self._current = self.state.current
+
+    @property
+    def pull_tables(self) -> list:
+        """Pull tables of the phases (together: every owned fluid node once)."""
+        return [part.problem.pull_table for part in self._parts]
+
+    def target(self) -> np.ndarray:
+        """Flat view of the copy being written."""
+        return self.state.f[1 - self._current].reshape(-1)
+
+    def current(self) -> np.ndarray:
+        """Flat view of the latest copy."""
+        return self.state.f[self._current].reshape(-1)
+
+    def device_index(self, index: np.ndarray) -> np.ndarray:
+        """Host indices are the backend's indices."""
+        return np.ascontiguousarray(index, dtype=np.intp)
+
+    def synchronize(self) -> None:
+        """NumPy has finished when it returns."""
+
+    def _run(self, part) -> None:
+        part.current = self._current  # step() reads f[current], writes f[1 - current], flips it
+        self.backend.step(part, 1)
+
+    def boundary(self) -> None:
+        """Owned boundary tiles, f[current] -> f[1 - current]."""
+        self._run(self._parts[0])
+
+    def interior(self, progress: Callable[[], None]) -> None:
+        """Owned interior tiles in pieces, polling ``progress`` between them."""
+        for part in self._parts[1:]:
+            self._run(part)
+            progress()
+
+    def finish(self) -> None:
+        """Swap the copies."""
+        self._current = 1 - self._current
+        self.state.current = self._current
+
+    def release(self) -> None:
+        """Free the copies."""
+        for part in self._parts:
+            self.backend.release(part)
+
+
+def stepper_for(backend: Backend, problem: Problem, layout: RankLayout) -> RankStepper:
+    """Allocate ``problem`` (rank-local) on ``backend`` behind its two-phase stepper."""
+    if backend.name == "numpy":
+        return NumpyPhases(backend, problem, layout)
+    factory = getattr(backend, "phase_stepper", None)
+    if factory is None:
+        raise ConfigError(f"The {backend.name} backend cannot run distributed yet (it has no "
+                          "phase_stepper; see solver/distributed/stepper.py); use "
+                          "backend='numpy' under MPI.")
+    return factory(problem, layout.n_boundary, layout.n_owned)

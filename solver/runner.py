@@ -1,0 +1,399 @@
+"""A background thread that owns one Simulation and publishes host-side snapshots.
+
+:class:`SimulationRunner` is the only code that touches its :class:`~solver.simulation.Simulation`
+once started: callers send commands through a queue (run, pause, step, reset, set_config,
+load_geometry, set_view, submit, stop) and read the latest :class:`Snapshot` from a lock-protected
+slot. The thread steps in chunks sized to ~20-50 ms so that commands are answered quickly, and
+publishes snapshots at a rate that keeps their cost (a full read-back of the fields) below about a
+quarter of the wall time. Nothing here knows about a user interface.
+
+Every snapshot checks the fields: a NaN or a speed above :data:`RUNAWAY_SPEED` (lattice units)
+pauses the run, restores the last good populations and says what probably went wrong. Any
+exception in the thread becomes the snapshot's ``error`` and a paused state; the thread survives.
+All quantities are in lattice units.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .backends import get_backend
+from .config import SimulationConfig
+from .simulation import Simulation
+from .snapshot import FlowSummary, History, SliceView, Snapshot, divergence_message
+
+__all__ = ["SimulationRunner", "Snapshot", "SliceView", "live_runners"]
+
+log = logging.getLogger(__name__)
+
+#: Wall time one chunk of steps should take, seconds.
+CHUNK_SECONDS = 0.035
+THREAD_PREFIX = "lbm-runner"
+_ids = itertools.count(1)
+
+
+def live_runners() -> int:
+    """Number of runner threads alive in this process."""
+    return sum(t.name.startswith(THREAD_PREFIX) for t in threading.enumerate())
+
+
+class SimulationRunner:
+    """Runs a Simulation of ``geometry`` with ``config`` in a daemon thread (lattice units)."""
+
+    def __init__(
+        self, geometry: Any, config: SimulationConfig | None = None, *,
+        view: SliceView | None = None, snapshot_interval: float = 0.2,
+        idle_timeout: float | None = None,
+    ) -> None:
+        """``idle_timeout``: stop by itself after that many seconds without :meth:`touch`."""
+        self._geometry = geometry
+        self._config = config if config is not None else SimulationConfig()
+        self._view = view or SliceView()
+        self._interval = snapshot_interval
+        self._idle_timeout = idle_timeout
+        self._touched = time.monotonic()
+        self._queue: queue.Queue = queue.Queue()
+        self._stop_event = threading.Event()
+        self._slot = threading.Condition()
+        self._snapshot = Snapshot()
+        self._thread: threading.Thread | None = None
+        self._name = f"{THREAD_PREFIX}-{next(_ids)}"
+        # Thread-owned state below: touched only by the runner thread once started.
+        self._sim: Simulation | None = None
+        self._backends: dict[str, Any] = {}
+        self._running, self._status, self._message = False, "starting", ""
+        self._error: str | None = None
+        self._chunk, self._seq, self._run_id = 1, 0, 0
+        self._history = History()
+        self._good: tuple[int, np.ndarray] | None = None
+        self._device: dict = {}
+        self._last_publish = self._publish_cost = 0.0
+        self._rate = (time.perf_counter(), 0, 0.0)
+
+    # ----------------------------------------------------------------- caller side
+    @property
+    def alive(self) -> bool:
+        """Whether the thread is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def touch(self) -> None:
+        """Tell an ``idle_timeout`` runner that someone still reads its snapshots."""
+        self._touched = time.monotonic()
+
+    def snapshot(self) -> Snapshot:
+        """The latest published snapshot (never blocks for long)."""
+        with self._slot:
+            return self._snapshot
+
+    def wait_for(self, predicate: Callable[[Snapshot], bool], timeout: float = 30.0) -> Snapshot:
+        """Block until a snapshot satisfies ``predicate``; TimeoutError after ``timeout`` s."""
+        self._launch()
+        with self._slot:
+            if not self._slot.wait_for(lambda: predicate(self._snapshot), timeout):
+                snap = self._snapshot
+                raise TimeoutError(f"No snapshot matched within {timeout} s (status "
+                                   f"{snap.status!r}, step {snap.step}, {snap.error or ''}).")
+            return self._snapshot
+
+    def start(self) -> None:
+        """Run continuously (starts the thread on first use)."""
+        self._send("run")
+
+    def pause(self) -> None:
+        """Stop stepping; the state is kept."""
+        self._send("pause")
+
+    def step(self, n: int = 1) -> None:
+        """Advance ``n`` time steps and publish, then stay paused."""
+        self._send("step", int(n))
+
+    def reset(self) -> None:
+        """Restart the current geometry and configuration from rest (paused)."""
+        self._send("reset")
+
+    def set_config(self, config: SimulationConfig) -> None:
+        """Rebuild with ``config``; the flow carries over when the tiling is unchanged."""
+        self._send("config", config)
+
+    def load_geometry(self, geometry: Any, config: SimulationConfig | None = None) -> None:
+        """Replace the geometry (and optionally the configuration); restarts from rest, paused."""
+        self._send("geometry", (geometry, config))
+
+    def set_view(self, view: SliceView) -> None:
+        """Choose the quantity and cut that snapshots carry; publishes at once."""
+        if not isinstance(view, SliceView):
+            raise TypeError(f"set_view needs a SliceView, got {view!r}.")
+        self._send("view", view)
+
+    def submit(self, fn: Callable[[Simulation], Any]) -> Future:
+        """Run ``fn(simulation)`` on the runner thread; the Future holds its result."""
+        future: Future = Future()
+        self._send("call", (fn, future))
+        return future
+
+    def stop(self, timeout: float = 1.0) -> bool:
+        """End the thread and free the simulation's memory; True if it ended within ``timeout``."""
+        self._stop_event.set()
+        self._queue.put(("stop", None))
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def __enter__(self) -> SimulationRunner:
+        self._launch()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _send(self, command: str, payload: Any = None) -> None:
+        self._queue.put((command, payload))
+        self._launch()
+
+    def _launch(self) -> None:
+        if self._thread is None and not self._stop_event.is_set():
+            self._thread = threading.Thread(target=self._main, name=self._name, daemon=True)
+            self._thread.start()
+
+    # ----------------------------------------------------------------- runner thread
+    def _main(self) -> None:
+        log.info("%s started (live runners: %d)", self._name, live_runners())
+        self._guard(self._install, self._geometry, self._config, False)
+        while not self._stop_event.is_set():
+            self._drain_commands()
+            if self._running and not self._stop_event.is_set():
+                self._guard(self._advance)
+            idle = time.monotonic() - self._touched
+            if self._idle_timeout is not None and idle > self._idle_timeout:
+                # Nobody has read a snapshot for long: the owner is gone or hung. Free the
+                # memory rather than run for nobody.
+                log.warning("%s: no reader for %.0f s, stopping", self._name, idle)
+                self._stop_event.set()
+        self._shutdown()
+
+    def _drain_commands(self) -> None:
+        block = not self._running
+        while True:
+            try:
+                command, payload = self._queue.get(timeout=0.05) if block else \
+                    self._queue.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            if command == "stop":
+                return
+            self._guard(self._handle, command, payload)
+
+    def _guard(self, fn: Callable, *args: Any) -> None:
+        """Run ``fn``; an exception becomes the error message and a paused state."""
+        try:
+            fn(*args)
+        except Exception as exc:  # the thread must survive anything a command does
+            if "interpreter shutdown" in str(exc):  # worker pools are gone: Python is exiting
+                self._stop_event.set()
+                return
+            log.exception("%s: %s failed", self._name, getattr(fn, "__name__", fn))
+            self._running = False
+            self._status = "error"
+            self._error = str(exc) or exc.__class__.__name__
+            try:
+                self._publish(check=False)
+            except Exception:  # the fields themselves are unreadable: publish the message only
+                log.exception("%s: publishing after an error failed", self._name)
+                self._emit({})
+
+    def _handle(self, command: str, payload: Any) -> None:
+        if command == "call":
+            fn, future = payload
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(self._require()))
+                except Exception as exc:
+                    future.set_exception(exc)
+            return
+        if command == "run":
+            self._require()
+            self._running, self._status, self._error = True, "running", None
+            self._rate = (time.perf_counter(), self._sim.time_step, 0.0)
+        elif command == "pause":
+            self._running = False
+            if self._status == "running":
+                self._status = "paused"
+        elif command == "step":
+            self._running = False
+            self._status, self._error = "paused", None
+            self._require().step(payload)
+        elif command == "reset":
+            self._install(self._geometry, self._config, False)
+        elif command == "config":
+            self._install(self._geometry, payload, True)
+        elif command == "geometry":
+            geometry, config = payload
+            self._install(geometry, config or self._config, False)
+        elif command == "view":
+            self._view = payload
+        else:
+            raise ValueError(f"Unknown runner command {command!r}.")
+        self._publish(check=command in ("step", "view"))
+
+    def _require(self) -> Simulation:
+        if self._sim is None:
+            raise RuntimeError("There is no simulation to run: the last geometry or settings "
+                               "failed to build. Load a geometry or apply valid settings.")
+        return self._sim
+
+    def _backend(self, name: str) -> Any:
+        if name not in self._backends:
+            self._backends[name] = get_backend(name)
+        return self._backends[name]
+
+    def _install(self, geometry: Any, config: SimulationConfig, keep_flow: bool) -> None:
+        """Replace the simulation; the old one survives any error raised while building."""
+        old, old_geometry, old_config = self._sim, self._geometry, self._config
+        was_running = self._running and keep_flow
+        self._running, self._status, self._message = False, "starting", "Building the simulation"
+        self._emit({})
+        # Host-side construction validates the configuration and tiles the geometry; a failure
+        # here leaves the current simulation untouched.
+        sim = Simulation(geometry, config, backend=self._backend(config.backend))
+        carry = None
+        if old is not None:
+            if keep_flow and old.state is not None and _same_tiling(old.tiling, sim.tiling):
+                carry = (old.time_step, old.populations())
+            old.close()  # free device memory before the new state is allocated
+            self._sim = None
+        try:
+            sim.allocate()
+        except Exception:
+            if old is not None:  # e.g. out of memory: go back to the previous run, from rest
+                self._sim = Simulation(old_geometry, old_config,
+                                       backend=self._backend(old_config.backend))
+                self._sim.allocate()
+                self._good = (0, self._sim.populations())
+                self._reset_series()
+            raise
+        self._sim, self._geometry, self._config = sim, geometry, config
+        self._device = dict(sim.backend.device_info())
+        if carry is not None:
+            sim.backend.set_populations(sim.state, carry[1])
+            sim.metrics.steps = carry[0]
+        else:
+            self._reset_series()
+            was_running = False
+        self._good = (sim.time_step, sim.populations())
+        self._running = was_running
+        self._status = "running" if was_running else "paused"
+        self._message = (f"{sim.problem.n_fluid:,} fluid nodes in {sim.tiling.n_tiles:,} tiles "
+                         f"(eta_t {sim.tiling.eta_t:.2f}) on {sim.backend.name}")
+        self._error = None
+        self._chunk = 1
+        self._rate = (time.perf_counter(), sim.time_step, 0.0)
+        self._publish(check=False)
+
+    def _reset_series(self) -> None:
+        self._run_id += 1
+        self._history = History()
+
+    def _advance(self) -> None:
+        sim = self._require()
+        start = time.perf_counter()
+        sim.step(self._chunk)
+        elapsed = max(time.perf_counter() - start, 1e-6)
+        # Grow at most 2x per chunk so one slow step cannot cause a long unresponsive chunk.
+        ideal = self._chunk * CHUNK_SECONDS / elapsed
+        self._chunk = int(min(max(1, round(ideal)), 2 * self._chunk, 100_000))
+        due = max(self._interval, 3.0 * self._publish_cost)
+        if time.perf_counter() - self._last_publish >= due:
+            self._publish(check=True)
+
+    def _publish(self, check: bool) -> None:
+        """Read the fields back, check them, record history and publish a snapshot."""
+        start = time.perf_counter()
+        sim, extra = self._sim, {}
+        if sim is not None and sim.state is not None:
+            flow = FlowSummary.of(sim)
+            if check and not flow.healthy:
+                self._diverged(flow)
+                flow = FlowSummary.of(sim)
+            elif check:
+                self._checkpoint()
+            if check:
+                self._history.record(sim.time_step, sim.metrics.mflups, flow.mean_velocity,
+                                     flow.permeability)
+            extra = flow.snapshot_fields(self._view)
+            extra["steps_per_second"] = self._steps_per_second(sim.time_step)
+        self._emit(extra)
+        self._last_publish = time.perf_counter()
+        self._publish_cost = self._last_publish - start
+
+    def _checkpoint(self) -> None:
+        """Keep a copy of the populations as the last good state."""
+        sim = self._sim
+        if self._good is None or self._good[0] != sim.time_step:
+            self._good = (sim.time_step, sim.populations())
+
+    def _diverged(self, flow: FlowSummary) -> None:
+        """Pause, restore the last good populations and explain what happened."""
+        sim, (good_step, good) = self._sim, self._good
+        step = sim.time_step
+        sim.backend.set_populations(sim.state, good)
+        sim.metrics.steps = good_step
+        self._running, self._status = False, "diverged"
+        self._error = divergence_message(sim.config, step, flow.finite, flow.max_speed, good_step)
+        log.warning("%s: %s", self._name, self._error)
+
+    def _steps_per_second(self, step: int) -> float:
+        t0, s0, rate = self._rate
+        now = time.perf_counter()
+        if self._running and now - t0 > 0.5:  # a new window every half second
+            rate = (step - s0) / (now - t0)
+            self._rate = (now, step, rate)
+        elif self._running and not rate and now > t0:  # first window: provisional value
+            return (step - s0) / (now - t0)
+        return rate if self._running else 0.0
+
+    def _emit(self, extra: dict[str, Any]) -> None:
+        sim = self._sim
+        self._seq += 1
+        base = dict(seq=self._seq, run_id=self._run_id, status=self._status,
+                    message=self._message, error=self._error, history=self._history.arrays(),
+                    config=self._config.param.values())
+        if sim is not None:
+            base.update(step=sim.time_step, shape=tuple(sim.solid.shape),
+                        metrics=sim.metrics.as_dict(), device=self._device,
+                        memory_bytes=sim.memory_bytes(),
+                        geometry_name=str(getattr(self._geometry, "name", "") or "array"))
+        snapshot = replace(self._snapshot, **base, **extra)
+        with self._slot:
+            self._snapshot = snapshot
+            self._slot.notify_all()
+
+    def _shutdown(self) -> None:
+        while not self._queue.empty():  # nobody will answer queued calls any more
+            command, payload = self._queue.get_nowait()
+            if command == "call":
+                payload[1].cancel()
+        if self._sim is not None:
+            self._sim.close()
+            self._sim = None
+        self._good = None
+        self._backends.clear()
+        self._running, self._status, self._message = False, "stopped", "Runner stopped"
+        self._emit({"plane": None, "plane_velocity": None})
+        log.info("%s stopped", self._name)
+
+
+def _same_tiling(a: Any, b: Any) -> bool:
+    return (a.a == b.a and a.offset == b.offset and a.shape == b.shape
+            and np.array_equal(a.tiles, b.tiles))

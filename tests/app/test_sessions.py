@@ -1,0 +1,95 @@
+"""Sessions of a served app each own a runner thread, and closing them ends those threads.
+
+Issue 7 item 4: 20 sessions are opened and closed against a served app and the server's live
+runner threads (:func:`solver.runner.live_runners`, shown in every page's sidebar as
+``data-live-runners``) must return to the baseline. Three sessions are real browser pages that
+are closed; seventeen are plain HTTP requests of ``/app``, which run the app (a full dashboard
+with its runner thread) and are then abandoned without connecting, the other way a session
+ends. Sessions open paused (``POROUS_LBM_AUTOSTART=0``) and without the 3D view so that the
+test fits a 2-core machine; their runner threads exist all the same. An observer page that
+runs reads the live count.
+
+Sessions normally stop their runner when bokeh destroys them. A session whose document lock
+hangs (seen when a client disconnects while the server writes to it, a Bokeh/Panel issue) is
+never destroyed; its runner then stops by itself after ``POROUS_LBM_IDLE_TIMEOUT_S`` (20 s
+here) without a poll. Either way the runner threads must all end.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from .conftest import browser_missing, serve, stop
+from .test_browser import wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
+
+BROWSER_SESSIONS = 3
+HTTP_SESSIONS = 17
+
+
+@pytest.fixture(scope="module")
+def light_app(tmp_path_factory):
+    reason = browser_missing()
+    if reason:
+        pytest.skip(f"browser tests skipped: {reason}")
+    app = serve(tmp_path_factory.mktemp("sessions"),
+                env={"POROUS_LBM_3D": "0", "POROUS_LBM_AUTOSTART": "0",
+                     "POROUS_LBM_IDLE_TIMEOUT_S": "20"})
+    yield app
+    stop(app)
+
+
+def live_runners(page) -> int:
+    """Runner threads alive in the server, as the page's sidebar reports them."""
+    value = page.locator("[data-live-runners]").first.get_attribute("data-live-runners")
+    return int(value) if value and value.isdigit() else -1
+
+
+def open_page(browser, url: str):
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    page = context.new_page()
+    page.goto(url, timeout=180_000)
+    page.locator('[data-counter="steps"]').first.wait_for(timeout=180_000)
+    return context, page
+
+
+def request_session(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=180) as response:
+        response.read()
+        return response.status
+
+
+def test_closed_sessions_stop_their_runner_threads(chromium, light_app):
+    observer_context, observer = open_page(chromium, light_app.url)
+    # A running observer republishes its snapshot, and with it the live count, several times
+    # a second.
+    observer.get_by_role("button", name="Start").click()
+    wait_until(lambda: live_runners(observer) == 1, 60, "only the observer's runner")
+    baseline = live_runners(observer)
+    peak = [baseline]
+
+    def sample() -> None:
+        peak.append(live_runners(observer))
+
+    for _ in range(BROWSER_SESSIONS):
+        context, page = open_page(chromium, light_app.url)
+        sample()
+        context.close()
+    with ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(request_session, [light_app.url] * HTTP_SESSIONS))
+    sample()
+    assert statuses == [200] * HTTP_SESSIONS
+    assert max(peak) > baseline, "the opened sessions must have had runner threads"
+
+    wait_until(lambda: live_runners(observer) == baseline, 120,
+               f"the live runner count to return to {baseline}")
+    log = light_app.log_text()
+    started = log.count(" started (live runners")
+    closed = log.count("dashboard closed")
+    assert started >= 1 + BROWSER_SESSIONS + HTTP_SESSIONS
+    assert closed >= BROWSER_SESSIONS + HTTP_SESSIONS, f"{closed} of {started - 1} closed"
+    observer_context.close()

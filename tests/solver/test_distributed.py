@@ -1,0 +1,329 @@
+"""Domain decomposition: load balance, halo selection, and bitwise equality with one process.
+
+The MPI tests run ``mpirun -n N python -m solver.distributed`` in a subprocess and compare the
+gathered populations with an ordinary single-process Simulation with ``np.array_equal``; they
+are skipped with the reason when mpi4py or mpirun is missing. The same decomposition is also
+checked in one process through the loopback exchange, which needs no MPI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver.backends.numpy_backend import CHUNK_NODES, NumpyBackend
+from solver.config import ConfigError, SimulationConfig
+from solver.distributed import (
+    LoopbackHub,
+    RankSolver,
+    build_rank,
+    crossing_directions,
+    decompose,
+    launched_size,
+    mpi_available,
+    step_together,
+)
+from solver.distributed.decomposition import cut_layers, layer_counts
+from solver.distributed.halo import HaloPlan, check_plan_covers
+from solver.distributed.stepper import tile_pieces
+from solver.lattice import get_lattice
+from solver.problem import Problem
+from solver.simulation import Simulation
+from solver.tiling import Tiling
+
+REPO = Path(__file__).resolve().parents[2]
+SHAPE = (26, 15, 23)  # no axis a multiple of the tile edge 4
+FORCE = (2e-5, -1e-5, 5e-6)
+
+
+def porous(shape=SHAPE, seed=0) -> np.ndarray:
+    """Random solid mask (~35 % solid) with a solid block, so some tiles are empty."""
+    solid = np.random.default_rng(seed).random(shape) < 0.35
+    solid[:9, :9, :9] = True
+    return solid
+
+
+def config(**kw) -> SimulationConfig:
+    """Periodic x and z, walls in y, body force, float64 TRT."""
+    base = dict(lattice="D3Q19", collision="TRT", precision="float64", tau=0.7,
+                body_force=FORCE, y_min="wall", y_max="wall", backend="numpy")
+    base.update(kw)
+    return SimulationConfig(**base)
+
+
+def noisy_start(problem: Problem, seed: int = 1) -> np.ndarray:
+    """Rest equilibrium with 1 % noise in the storage precision (float64 array)."""
+    f0 = problem.initial_populations()
+    noise = np.random.default_rng(seed).standard_normal(f0.shape)
+    return (f0 * (1 + 0.01 * noise)).astype(problem.dtype).astype(np.float64)
+
+
+def reference(solid, cfg, f0, steps) -> np.ndarray:
+    """Populations of one ordinary process after ``steps`` steps from ``f0``."""
+    sim = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
+    sim.allocate()
+    sim.backend.set_populations(sim.state, f0)
+    sim.step(steps)
+    return sim.populations()
+
+
+# -- load balancing --------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=40), st.integers(1, 8))
+def test_cuts_balance_tiles_to_within_one_layer(counts, n_ranks):
+    counts = np.array(counts)
+    if n_ranks > counts.size:
+        with pytest.raises(ConfigError, match="ranks"):
+            cut_layers(counts, n_ranks)
+        return
+    bounds = cut_layers(counts, n_ranks)
+    assert bounds[0] == 0 and bounds[-1] == counts.size and np.all(np.diff(bounds) >= 1)
+    per_rank = np.add.reduceat(counts, bounds[:-1])
+    assert per_rank.sum() == counts.sum()
+    assert np.all(np.abs(per_rank - counts.sum() / n_ranks) <= counts.max())
+
+
+def test_slabs_follow_fluid_tiles_not_volume():
+    shape = (64, 12, 12)
+    solid = np.zeros(shape, bool)
+    solid[:32] = np.random.default_rng(2).random((32, 12, 12)) < 0.995  # left half nearly solid
+    tiling = Tiling.build(solid, 4, (0, 0, 0))
+    dec = decompose(tiling, 2, axis=0)
+    per_rank = dec.tiles_per_rank()
+    counts = layer_counts(tiling, 0)
+    assert abs(per_rank[0] - per_rank[1]) <= 2 * counts.max()  # within one tile layer each
+    assert dec.bounds[1] > 10  # a volume split would cut at layer 8 and give 1 rank ~all tiles
+    assert dec.imbalance() < 1.1
+    assert np.array_equal(np.sort(np.concatenate([dec.tiles_of(0), dec.tiles_of(1)])),
+                          np.arange(tiling.n_tiles))
+
+
+def test_axis_choice_and_user_errors():
+    tiling = Tiling.build(np.zeros((8, 20, 12), bool), 4, (0, 0, 0))
+    assert decompose(tiling, 2).axis == 1  # longest
+    assert decompose(tiling, 2, "flow", np.array([0, 0, 1e-5])).axis == 2
+    assert decompose(tiling, 2, "flow", np.zeros(3)).axis == 1  # no force: longest
+    assert decompose(tiling, 2, 0).axis == 0
+    with pytest.raises(ConfigError, match="axis"):
+        decompose(tiling, 2, "diagonal")
+    with pytest.raises(ConfigError, match="does not exist"):
+        decompose(tiling, 2, 3)
+    with pytest.raises(ConfigError, match="at most 2"):
+        decompose(tiling, 3, 0)
+    thin = np.ones((8, 20, 12), bool)
+    thin[:, 17:, :] = False  # fluid in the last tile layer only
+    with pytest.raises(ConfigError, match="no fluid tile"):
+        decompose(Tiling.build(thin, 4, (0, 0, 0)), 2, 1)
+
+
+# -- halo selection ----------------------------------------------------------------------------
+def test_crossing_directions_of_d3q19():
+    lat = get_lattice("D3Q19")
+    plus_x = [lat.names[i] for i in crossing_directions(lat, 0, +1)]
+    assert sorted(plus_x) == sorted(["E", "NE", "SE", "ET", "EB"])
+    minus_z = [lat.names[i] for i in crossing_directions(lat, 2, -1)]
+    assert sorted(minus_z) == sorted(["B", "EB", "WB", "NB", "SB"])
+
+
+def _exchanged(layout, plan, peer, q, kind):
+    """(direction, node coordinates) of the values sent to / received from ``peer``."""
+    flat = (plan.send if kind == "send" else plan.recv)[peer]
+    n_node = layout.tiling.nodes_per_tile
+    tile, i, node = flat // (q * n_node), (flat // n_node) % q, flat % n_node
+    return i, layout.tiling.node_coordinates()[tile, node]
+
+
+@pytest.mark.parametrize("periodic_x", [False, True])
+def test_halo_sends_only_directions_crossing_the_face_from_one_node_layer(periodic_x):
+    shape = (18, 7, 6)  # all fluid, y and z periodic
+    lat = get_lattice("D3Q19")
+    tiling = Tiling.build(np.zeros(shape, bool), 4, (0, 0, 0))
+    dec = decompose(tiling, 2, axis=0)
+    cut = dec.bounds[1] * 4  # first node of rank 1
+    periodic = (periodic_x, True, True)
+    (lay0, plan0), (lay1, plan1) = (build_rank(tiling, dec, lat, periodic, r) for r in (0, 1))
+    layer = shape[1] * shape[2]
+    i, xyz = _exchanged(lay0, plan0, 1, lat.q, "send")
+    right = xyz[:, 0] == cut - 1
+    assert set(i[right]) == set(crossing_directions(lat, 0, +1))
+    assert right.sum() == 5 * layer  # every node of the layer, each crossing direction once
+    i_recv, xyz_recv = _exchanged(lay1, plan1, 0, lat.q, "recv")
+    assert np.array_equal(i_recv, i) and np.array_equal(xyz_recv, xyz)  # buffers line up
+    if periodic_x:  # the wrap face: c_x < 0 from x = 0 to the last node layer of rank 1
+        assert set(i[~right]) == set(crossing_directions(lat, 0, -1))
+        assert np.all(xyz[~right, 0] == 0) and (~right).sum() == 5 * layer
+    else:
+        assert right.all()
+    i, xyz = _exchanged(lay0, plan0, 1, lat.q, "recv")  # what rank 0 pulls across its face
+    assert set(i[xyz[:, 0] == cut]) == set(crossing_directions(lat, 0, -1))
+    assert lay0.n_halo == (2 if periodic_x else 1) * 2 * 2  # one tile layer per face
+    assert plan0.values_sent() == plan1.values_sent()
+
+
+def test_plan_check_catches_a_missing_halo_value():
+    solid = porous()
+    problem = Problem.from_config(solid, config())
+    dec = decompose(problem.tiling, 2)
+    solver = RankSolver(problem, dec, 0, NumpyBackend(threads=1),
+                        lambda plan, stepper: LoopbackHub().exchange(0, plan, stepper))
+    plan = solver.plan
+    peer = plan.peers[0]
+    short = HaloPlan(plan.send, {**plan.recv, peer: plan.recv[peer][1:]})
+    check_plan_covers(solver.problem.pull_table, plan, solver.layout, problem.lattice.q)
+    with pytest.raises(RuntimeError, match="halo values"):
+        check_plan_covers(solver.problem.pull_table, short, solver.layout, problem.lattice.q)
+
+
+def test_owned_mask_limits_the_pull_table_and_fluid_count():
+    problem = Problem.from_config(porous(), config())
+    owned = np.arange(problem.tiling.n_tiles) < 40
+    from dataclasses import replace
+
+    part = replace(problem, owned=owned)
+    assert part.n_fluid == (~problem.tiling.solid[:40]).sum() < problem.n_fluid
+    table = part.pull_table
+    assert table.n_fluid == part.n_fluid and np.all(table.tile < 40)
+    full = problem.pull_table
+    assert np.array_equal(table.src, full.src[:, : table.n_fluid])
+
+
+def test_phases_cover_the_owned_tiles_boundary_first():
+    problem = Problem.from_config(porous(), config())
+    layout, _ = build_rank(problem.tiling, decompose(problem.tiling, 2, 0), problem.lattice,
+                           problem.periodic, 0)
+    assert 0 < layout.n_boundary < layout.n_owned
+    ranges = tile_pieces(layout, 4)
+    assert ranges[0] == (0, layout.n_boundary) and ranges[-1][1] == layout.n_owned
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    fluid = (~layout.tiling.solid).sum(axis=1)
+    pieces = [fluid[lo:hi].sum() for lo, hi in ranges[1:]]
+    assert len(pieces) == 4 and max(pieces) - min(pieces) <= 2 * fluid.max()
+
+
+# -- bitwise equality, one process (loopback) -------------------------------------------------
+@pytest.mark.parametrize("lattice,precision", [("D3Q19", "float64"), ("D3Q27", "float32"),
+                                               ("D2Q9", "float64")])
+def test_loopback_ranks_match_one_process_bitwise(lattice, precision):
+    d = 2 if lattice == "D2Q9" else 3
+    shape = (45, 21) if d == 2 else SHAPE
+    solid = porous(shape[:2] + (1,), seed=3)[..., 0] if d == 2 else porous()
+    force = FORCE[:2] + (0.0,) if d == 2 else FORCE
+    cfg = config(lattice=lattice, precision=precision, body_force=force)
+    problem = Problem.from_config(solid, cfg)
+    f0 = noisy_start(problem)
+    expected = reference(solid, cfg, f0, 10)
+    for axis in range(d):
+        # Up to 4 ranks: some slabs are one tile layer thick (no interior tiles).
+        for n in sorted({2, min(4, problem.tiling.tile_map.shape[axis])}):
+            dec = decompose(problem.tiling, n, axis)
+            hub = LoopbackHub()
+            ranks = [RankSolver(problem, dec, r, NumpyBackend(threads=1),
+                                lambda plan, s, r=r, hub=hub: hub.exchange(r, plan, s))
+                     for r in range(n)]
+            for rank in ranks:
+                rank.backend.set_populations(rank.state, f0[rank.layout.global_tiles])
+            step_together(ranks, 10)
+            got = np.full_like(expected, np.nan)
+            for rank in ranks:
+                got[rank.layout.global_tiles[: rank.n_owned]] = rank.owned_populations()
+            assert np.array_equal(got, expected), (lattice, axis, n)
+
+
+def test_launched_size_reads_the_launcher_environment():
+    assert launched_size({}) == 1
+    assert launched_size({"PMI_SIZE": "3"}) == 3
+    assert launched_size({"OMPI_COMM_WORLD_SIZE": "2", "PMI_SIZE": ""}) == 2
+
+
+# -- bitwise equality over MPI -----------------------------------------------------------------
+def _mpirun() -> str | None:
+    local = Path(sys.executable).parent / "mpirun"
+    return str(local) if local.exists() else shutil.which("mpirun")
+
+
+MPI_OK, MPI_WHY = mpi_available()
+needs_mpi = pytest.mark.skipif(not MPI_OK or _mpirun() is None,
+                               reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else ''}"
+                                      f"{'' if _mpirun() else 'no mpirun on PATH'}")
+
+
+@needs_mpi
+@pytest.mark.parametrize("n_ranks,axis", [(2, "longest"), (3, "1")])
+def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis):
+    solid = porous()
+    cfg = config()
+    problem = Problem.from_config(solid, cfg)
+    assert problem.n_fluid % CHUNK_NODES != 1  # see the solver.distributed.stepper doc
+    f0 = noisy_start(problem)
+    np.save(tmp_path / "solid.npy", solid)
+    np.save(tmp_path / "f0.npy", f0)
+    settings_ = ["precision=float64", "collision=TRT", "tau=0.7", f"body_force={list(FORCE)}",
+                 "y_min=wall", "y_max=wall"]
+    cmd = [_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
+           str(tmp_path / "solid.npy"), "--steps", "12", "--axis", axis,
+           "--initial", str(tmp_path / "f0.npy"), "--save", str(tmp_path / "out.npz")]
+    for item in settings_:
+        cmd += ["--set", item]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = np.load(tmp_path / "out.npz")
+    assert int(out["ranks"]) == n_ranks and len(out["tiles_per_rank"]) == n_ranks
+    sim = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
+    sim.allocate()
+    sim.backend.set_populations(sim.state, f0)
+    sim.step(12)
+    assert np.array_equal(out["populations"], sim.populations())
+    fields = sim.fields()
+    assert np.array_equal(out["u"], fields["u"], equal_nan=True)
+    assert np.array_equal(out["rho"], fields["rho"], equal_nan=True)
+
+
+@needs_mpi
+def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
+    """``mpirun -n 2 python -m solver run`` to a checkpoint, ``-n 3 --resume`` to the end: the
+    checkpoint, CSV and .vti equal one uninterrupted process's, bit for bit."""
+    pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
+    pv = pytest.importorskip("pyvista")
+    import yaml
+
+    from solver.__main__ import main
+
+    np.save(tmp_path / "pack.npy", porous())
+    case = {"name": "pack", "geometry": {"file": "pack.npy"},
+            "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
+                       "y_min": "wall", "y_max": "wall", "backend": "numpy"},
+            "run": {"max_steps": 40, "output_interval": 20, "check_interval": 10,
+                    "checkpoint_interval": 20, "convergence": 0}}
+    path = tmp_path / "pack.yaml"
+    path.write_text(yaml.safe_dump(case))
+    assert main(["run", str(path), "--output", str(tmp_path / "one"), "--quiet"]) == 0
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    for n, extra in ((2, ["--max-steps", "20"]),
+                     (3, ["--resume", str(tmp_path / "mpi" / "checkpoint.npz")])):
+        cmd = [_mpirun(), "-n", str(n), sys.executable, "-m", "solver", "run", str(path),
+               "--output", str(tmp_path / "mpi"), "--quiet", *extra]
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, mpi = tmp_path / "one", tmp_path / "mpi"
+    a, b = np.load(one / "checkpoint.npz"), np.load(mpi / "checkpoint.npz")
+    assert int(b["step"]) == 40 and np.array_equal(a["populations"], b["populations"])
+    rows = [np.genfromtxt(d / "history.csv", delimiter=",", names=True) for d in (one, mpi)]
+    for column in ("step", "u_mean_x", "u_mean_y", "u_mean_z", "permeability"):
+        assert np.array_equal(rows[0][column], rows[1][column])
+    for name in ("u", "rho"):
+        fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, mpi)]
+        assert np.array_equal(fields[0], fields[1], equal_nan=True)
+    summary = json.loads((mpi / "summary.json").read_text())
+    assert summary["device"].endswith("x 3 MPI ranks")
