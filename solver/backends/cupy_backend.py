@@ -131,6 +131,10 @@ class CupyBackend:
     def allocate(self, problem: Problem) -> CupyState:
         """Upload the tiling tables and set both copies to the rest equilibrium."""
         lat, tiling = problem.lattice, problem.tiling
+        if problem.owned is not None and not np.all(problem.owned):
+            raise ValueError("The CuPy kernel steps every tile; a rank-local problem (owned "
+                             "tiles of a distributed run) needs a phase stepper it does not "
+                             "have yet: run distributed with backend='numpy'.")
         check_tile_shape(lat.name, tiling.a, problem.tiles_per_block)
         variant = KernelVariant.for_problem(problem)
         kernel_source(variant)  # unsupported physics is refused here, before any allocation
