@@ -13,9 +13,11 @@ one small table ``bc`` of the storage precision, built here on the host:
   at the pulling fluid node).
 
 The kernel's halo resolution (``tiled_lbm.cu``, ``fill_pencil``) encodes a bounced source as -1
-(solid inside the domain) or ``-2 - code``; :func:`ladd_term` turns that into a table row.
+(solid inside the domain) or ``-2 - code``; :func:`ladd_code` turns that into a table row, in
+one branch per node that only nodes next to a moving wall take (:func:`wall_groups`).
 :func:`zou_he_code` emits the reconstruction of PHYSICS_FOR_GPU.md 2b as one straight-line block
 per face (direction sets fixed at compile time), chosen by a switch on the node's face.
+:func:`boundary_kind` picks the kernel: without boundary code, with Zou-He only, or with both.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def boundary_kind(problem: Problem) -> str:
     'zou_he' otherwise when there are velocity/pressure nodes: every link through a velocity
     face then enters a node of that face as an unknown, so Ladd's term is never needed. It
     keeps the gather's populations live at once (more registers); measured on the H200, 256^3
-    float32 BGK: plain 23.9, 'zou_he' 22.1-22.4, with Ladd 19.4 GLUPS. Decided from the face
+    float32 BGK: plain 24.1, 'zou_he' 22.6, 'moving' 19.6 GLUPS
+    (``benchmarks/results/gpu-physics-nvidia-h200-2026-11-22.md``). Decided from the face
     kinds and object velocities first, so plain runs never build the per-node tables.
     """
     faces = problem.faces.values()
