@@ -20,6 +20,8 @@ How lbmpy runs here (the pieces lbmpy's own ``LatticeBoltzmannStep`` wires toget
   :func:`boundary_links` builds the lists with vectorised NumPy in the same content and order
   as pystencils' list builder (checked in ``tests/benchmarks``), whose pure-Python fallback
   (used without Cython) needs minutes for a 192^3 sphere pack.
+- Code variants (:data:`VARIANTS`): pystencils' defaults (int64 index arithmetic), int32
+  indices, and int32 indices with lbmpy's global common-subexpression elimination.
 - One step, as ``LatticeBoltzmannStep.time_step``: boundary kernels on the source field, the
   stream-collide kernel source -> destination, swap. The kernel updates every cell of the box,
   solid ones included; only fluid cells count in MFLUPS.
@@ -33,7 +35,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["LINK_FIELDS", "boundary_links", "LbmpyBox", "build_box", "versions"]
+__all__ = ["LINK_FIELDS", "VARIANTS", "boundary_links", "LbmpyBox", "build_box", "versions"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,13 @@ log = logging.getLogger(__name__)
 LINK_FIELDS = ("x", "y", "z", "dir")
 #: Cell flags of :func:`boundary_links`: fluid, resting wall (NoSlip), moving lid (UBB).
 FLUID, WALL, LID = 0, 1, 2
+#: Code-generation variants of the stream-collide kernel: name -> (index type, cse_global).
+#: pystencils indexes with int64 by default; int32 is enough below 2^31 values per field.
+VARIANTS = {
+    "defaults": ("int64", False),
+    "int32 indices": ("int32", False),
+    "int32 indices, cse_global": ("int32", True),
+}
 
 
 def boundary_links(flags: np.ndarray, stencil: np.ndarray, value: int) -> np.ndarray:
@@ -89,11 +98,33 @@ def versions() -> dict[str, str]:
 
 
 @cache
-def _collision_rule(omega: float):
+def _collision_rule(omega: float, cse_global: bool):
     """lbmpy's simplified SRT collision rule (the slow sympy part, shared by every box)."""
+    from lbmpy import LBMOptimisation
     from lbmpy.creationfunctions import create_lb_collision_rule
 
-    return create_lb_collision_rule(lbm_config=_method_config(omega))
+    return create_lb_collision_rule(lbm_config=_method_config(omega),
+                                    lbm_optimisation=LBMOptimisation(cse_global=cse_global))
+
+
+def _stream_collide_ast(src_field, dst_field, omega: float, precision: str, target,
+                        variant: str):
+    """lbmpy's stream-collide kernel (not compiled) for the fields and code variant."""
+    import pystencils as ps
+    from lbmpy import LBMOptimisation
+    from lbmpy.creationfunctions import create_lb_ast
+
+    if variant not in VARIANTS:
+        raise ValueError(f"Unknown lbmpy variant {variant!r}; use one of {', '.join(VARIANTS)}.")
+    index_dtype, cse_global = VARIANTS[variant]
+    config = ps.CreateKernelConfig(target=target, default_dtype=precision,
+                                   index_dtype=index_dtype)
+    optimisation = LBMOptimisation(symbolic_field=src_field, symbolic_temporary_field=dst_field,
+                                   cse_global=cse_global)
+    method_config = replace(_method_config(omega),
+                            collision_rule=_collision_rule(omega, cse_global))
+    return create_lb_ast(lbm_config=method_config, config=config,
+                         lbm_optimisation=optimisation)
 
 
 def _method_config(omega: float):
@@ -109,16 +140,28 @@ class LbmpyBox:
     """One lbmpy run: compiled kernels, the two pdf fields, boundary index lists on the device."""
 
     xp: object
-    ast: object = field(repr=False)
+    fields: tuple = field(repr=False)
     src: object = field(repr=False)
     dst: object = field(repr=False)
     boundaries: list = field(repr=False)
     stencil: np.ndarray = field(repr=False)
+    omega: float = 1.0
+    precision: str = "float64"
+    target: object = None
     n_fluid: int = 0
     n_cells: int = 0
     n_links: int = 0
+    ast: object = field(default=None, repr=False)
     kernel: object = field(default=None, repr=False)
+    variant: str = ""
     block_size: tuple[int, int, int] | None = None
+
+    def use_variant(self, variant: str) -> None:
+        """Generate the stream-collide kernel of code variant ``variant`` (:data:`VARIANTS`)."""
+        self.ast = _stream_collide_ast(*self.fields, self.omega, self.precision, self.target,
+                                       variant)
+        self.variant = variant
+        self.use_block_size(None)
 
     def use_block_size(self, block_size: tuple[int, int, int] | None) -> None:
         """Compile (cached by CuPy) a launcher with ``block_size`` threads; None = pystencils'."""
@@ -146,16 +189,15 @@ class LbmpyBox:
 
 
 def build_box(solid: np.ndarray, lid: tuple[float, float, float] | None, omega: float,
-              precision: str, target: str = "cuda") -> LbmpyBox:
+              precision: str, target: str = "cuda", variant: str = "defaults") -> LbmpyBox:
     """Generate and compile lbmpy's kernels for ``solid`` (True = solid, (x, y, z)).
 
     ``lid`` is the velocity of the y_max face (None: resting walls on every face); ``target``
-    'cuda' (CuPy) or 'cpu' (C compiled with the host compiler, for checks without a GPU).
+    'cuda' (CuPy) or 'cpu' (C compiled with the host compiler, for checks without a GPU);
+    ``variant`` the stream-collide kernel's code variant (:data:`VARIANTS`).
     """
     import pystencils as ps
-    from lbmpy import LBMOptimisation
     from lbmpy.boundaries import UBB, NoSlip
-    from lbmpy.creationfunctions import create_lb_ast
     from pystencils.boundaries.createindexlist import numpy_data_type_for_boundary_object
 
     if target not in ("cuda", "cpu"):
@@ -170,12 +212,7 @@ def build_box(solid: np.ndarray, lid: tuple[float, float, float] | None, omega: 
     src_field, dst_field = (ps.Field.create_fixed_size(name, shape, index_dimensions=1,
                                                        dtype=precision, layout="fzyx")
                             for name in ("src", "dst"))
-    config = ps.CreateKernelConfig(target=ps_target, default_dtype=precision)
-    method_config = replace(_method_config(omega), collision_rule=_collision_rule(omega))
-    ast = create_lb_ast(lbm_config=method_config, config=config,
-                        lbm_optimisation=LBMOptimisation(symbolic_field=src_field,
-                                                         symbolic_temporary_field=dst_field))
-    method = ast.method
+    method = _collision_rule(omega, False).method
     stencil = np.array([tuple(int(v) for v in c) for c in method.stencil], dtype=np.int64)
     flags = cell_flags(solid, lid)
     walls = [(WALL, NoSlip())]
@@ -199,10 +236,11 @@ def build_box(solid: np.ndarray, lid: tuple[float, float, float] | None, omega: 
         # fzyx: the direction index slowest, x fastest; zero = rest equilibrium (zero-centred).
         return xp.zeros(shape[::-1], dtype=precision).transpose(3, 2, 1, 0)
 
-    box = LbmpyBox(xp=xp, ast=ast, src=pdf_array(), dst=pdf_array(), boundaries=boundaries,
-                   stencil=stencil, n_fluid=int((~solid).sum()), n_cells=int(solid.size),
+    box = LbmpyBox(xp=xp, fields=(src_field, dst_field), src=pdf_array(), dst=pdf_array(),
+                   boundaries=boundaries, stencil=stencil, omega=omega, precision=precision,
+                   target=ps_target, n_fluid=int((~solid).sum()), n_cells=int(solid.size),
                    n_links=n_links)
-    box.use_block_size(None)
+    box.use_variant(variant)
     return box
 
 
