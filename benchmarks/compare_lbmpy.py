@@ -171,13 +171,15 @@ def time_lbmpy(case: BenchCase, lid, precision: str, block_sizes, steps: int,
 
     The default variant tries every block size; the others the two fastest of those.
     """
+    first = next(iter(VARIANTS))
     box = build_box(case.solid, lid, 1.0 / TAU, precision, "cuda")
     rows = []
     try:
         for variant in VARIANTS:
-            if variant != box.variant:
+            if variant != first:
                 box.use_variant(variant)
-                ranked = sorted(rows, key=lambda r: r["seconds_per_step"])
+                ranked = sorted((r for r in rows if r["variant"] == first),
+                                key=lambda r: r["seconds_per_step"])
                 block_sizes = [r["block_size"] for r in ranked[:2]]
             for bs in block_sizes:
                 box.use_block_size(bs)
@@ -293,10 +295,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     """Physics check, then timing; writes ``lbmpy-<gpu>-<date>.json/.md``; table printed last."""
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
-                        force=True)  # an imported library may have configured logging
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
+                        handlers=[logging.StreamHandler(),
+                                  logging.FileHandler(out / "compare_lbmpy.log", mode="w")],
+                        force=True)  # an imported library may have configured logging
     meta = device_meta(args.target)
     log.info("device %s, versions %s", meta["device"], versions())
     stem = "lbmpy-" + results_stem(meta["device"] if args.target == "cuda" else "cpu",
