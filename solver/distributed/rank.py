@@ -66,17 +66,21 @@ class RankSolver:
         self.stepper.finish()
 
     def step(self, n: int = 1) -> None:
-        """Advance ``n`` time steps (collective over the ranks of the exchange)."""
+        """Advance ``n`` time steps (collective over the ranks of the exchange); returns when
+        the device has finished them."""
         for _ in range(n):
             self.begin_step()
             self.end_step()
+        self.stepper.idle()
 
     def owned_populations(self) -> np.ndarray:
         """Latest populations of the owned tiles, host float64 (n_owned, q, a**d)."""
+        self.stepper.idle()
         return self.backend.populations(self.state)[: self.n_owned]
 
     def set_owned_populations(self, f: np.ndarray) -> None:
         """Overwrite the owned tiles (n_owned, q, a**d) and refresh the halo (collective)."""
+        self.stepper.idle()
         full = self.backend.populations(self.state)
         full[: self.n_owned] = f
         self.backend.set_populations(self.state, full)
@@ -84,10 +88,11 @@ class RankSolver:
 
     def refresh_halo(self) -> None:
         """Fill the halo of the latest copy from the neighbours (collective)."""
+        self.stepper.idle()  # whatever wrote the copy (on any stream) comes first
         self.exchange.post()
-        self.stepper.synchronize()
         self.exchange.start(self.stepper.current())
         self.exchange.finish(self.stepper.current())
+        self.stepper.idle()
 
     def release(self) -> None:
         """Free the backend state."""
@@ -101,3 +106,5 @@ def step_together(ranks: Sequence[RankSolver], n: int = 1) -> None:
             r.begin_step()
         for r in ranks:
             r.end_step()
+    for r in ranks:
+        r.stepper.idle()
