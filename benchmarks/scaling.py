@@ -24,8 +24,8 @@ Usage (one GPU per rank; each series writes ``scaling-<case>-<backend>-<precisio
     python benchmarks/scaling.py both --ranks 1 2 --backend cupy --out DIR   # weak, then strong
     python benchmarks/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5  # CPU
 
-Needs mpi4py and an ``mpirun`` (the one next to the Python executable first, else PATH); the
-geometry comes from ``geometries.generators``; ranks of a node get one GPU each
+Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python executable, else
+PATH's); the geometry comes from ``geometries.generators``; ranks of a node get one GPU each
 (``solver.distributed.bind_local_gpu``; with fewer GPUs than ranks they share them, which
 proves the pipeline but cannot speed up). ``LBM_COMMIT`` names the commit when the checkout
 has no ``.git``.
@@ -136,8 +136,9 @@ def _gpus_visible() -> int:
 
 
 def _mpirun() -> str:
+    """$MPIRUN, else the mpirun next to this Python (PyPI mpich), else the one on PATH."""
     local = Path(sys.executable).parent / "mpirun"
-    found = str(local) if local.exists() else shutil.which("mpirun")
+    found = os.environ.get("MPIRUN") or (str(local) if local.exists() else shutil.which("mpirun"))
     if not found:
         raise SystemExit("error: no mpirun found; install `pip install mpi4py mpich`.")
     return found

@@ -101,8 +101,9 @@ def test_allocate_refuses_a_rank_local_problem(backend):
 
 
 def _mpirun() -> str | None:
+    """$MPIRUN, else the mpirun next to this Python (PyPI mpich), else the one on PATH."""
     local = Path(sys.executable).parent / "mpirun"
-    return str(local) if local.exists() else shutil.which("mpirun")
+    return os.environ.get("MPIRUN") or (str(local) if local.exists() else shutil.which("mpirun"))
 
 
 MPI_OK, MPI_WHY = mpi_available()
