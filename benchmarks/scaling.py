@@ -75,9 +75,11 @@ def _config(args):
                             tau=0.8, body_force=(1e-6, 0.0, 0.0), backend=args.backend)
 
 
-def _timed(sim, steps: int, warmup: int, repeats: int) -> float:
+def _timed(sim, steps: int, warmup: int, repeats: int, after_warmup=None) -> float:
     """Median wall time of ``repeats`` runs of ``steps`` steps after ``warmup`` steps, s."""
     sim.step(warmup)
+    if after_warmup is not None:
+        after_warmup()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -102,7 +104,10 @@ def measure(args) -> dict:
     def on_root(backend):
         solid = geometry(args, backend.size)
         sim = Simulation(solid, _config(args), backend=backend)
-        seconds = _timed(sim, args.steps, args.warmup, args.repeats)
+        sim.allocate()
+        phases = sim.state.solver.host_seconds  # rank 0's host time per step phase
+        seconds = _timed(sim, args.steps, args.warmup, args.repeats, phases.clear)
+        host_ms = {k: 1e3 * v / (args.steps * args.repeats) for k, v in phases.items()}
         p, n = sim.problem, backend.size
         halo = _halo_values(p, n, args.axis)
         result = {
@@ -115,6 +120,7 @@ def measure(args) -> dict:
             "mflups": p.n_fluid * args.steps / seconds / 1e6,
             "tiles_per_rank": sim.state.counts.tolist(), "halo_values_per_step": halo,
             "halo_bytes_per_step": [v * p.dtype.itemsize for v in halo],
+            "host_ms_per_step_rank0": host_ms,
             "device": backend.inner.device_info().get("name"),
             "gpus_visible": _gpus_visible(),
         }
@@ -193,6 +199,12 @@ def _write(results: list[dict], out: Path, args) -> None:
                      f"| {r['tiles_per_rank']} | {halo} | {r['ms_per_step']:.3f} | "
                      f"{r['mflups']:.1f} | {r['speedup']:.3f} | {r['efficiency']:.3f} | "
                      f"{plain} |")
+    lines += ["", "Rank 0's host time per step, ms (launch: post, boundary and swap; pack: pack "
+              "and wait until it can be sent; interior; halo: wait for the messages, unpack):",
+              ""]
+    for r in results:
+        phases = ", ".join(f"{k} {v:.3f}" for k, v in r["host_ms_per_step_rank0"].items())
+        lines.append(f"- {r['ranks']} rank(s): {phases}")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
 

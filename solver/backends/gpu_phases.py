@@ -74,12 +74,16 @@ def _copy_kernels(cp: Any, dtype: str, device: int) -> tuple:
     return module.get_function("halo_gather"), module.get_function("halo_scatter")
 
 
+#: Requested priority of the comm stream; CUDA clamps it to the device's greatest (most
+#: urgent) priority, e.g. -5 on Hopper. CuPy 14 has no cudaDeviceGetStreamPriorityRange.
+_URGENT = -100
+
+
 def _comm_stream(cp: Any):
     """A non-blocking stream of the device's highest priority (plain one if unsupported)."""
     try:
-        greatest = cp.cuda.runtime.deviceGetStreamPriorityRange()[1]
-        return cp.cuda.Stream(non_blocking=True, priority=greatest)
-    except (TypeError, AttributeError) as exc:  # a CuPy without stream priorities
+        return cp.cuda.Stream(non_blocking=True, priority=_URGENT)
+    except TypeError as exc:  # a CuPy before 13.1 has no stream priorities
         log.info("No stream priorities (%s); the halo stream has default priority.", exc)
         return cp.cuda.Stream(non_blocking=True)
 

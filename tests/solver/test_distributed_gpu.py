@@ -134,3 +134,35 @@ def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis):
     assert int(out["ranks"]) == n_ranks
     expected = one_gpu(backend, problem, f0, STEPS)
     assert np.array_equal(out["populations"], expected)
+
+
+@pytest.mark.skipif(not MPI_OK or _mpirun() is None,
+                    reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else 'no mpirun on PATH'}")
+def test_solver_run_under_mpirun_on_cupy_matches_one_process(tmp_path):
+    """``mpirun -n 2 python -m solver run CASE`` with backend cupy: the gathered checkpoint
+    and the CSV history equal one ordinary CuPy process's, bit for bit."""
+    pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
+    yaml = pytest.importorskip("yaml")
+
+    np.save(tmp_path / "pack.npy", porous())
+    config_ = {k: list(v) if isinstance(v, tuple) else v for k, v in SETTINGS.items()}
+    case = {"name": "pack", "geometry": {"file": "pack.npy"},
+            "config": {**config_, "precision": "float64", "backend": "cupy"},
+            "run": {"max_steps": 40, "output_interval": 20, "check_interval": 10,
+                    "checkpoint_interval": 20, "convergence": 0, "vti": False}}
+    path = tmp_path / "pack.yaml"
+    path.write_text(yaml.safe_dump(case))
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1")
+    for launcher, out in (([], "one"), ([_mpirun(), "-n", "2"], "mpi")):
+        cmd = [*launcher, sys.executable, "-m", "solver", "run", str(path),
+               "--output", str(tmp_path / out), "--quiet"]
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, mpi = (np.load(tmp_path / d / "checkpoint.npz") for d in ("one", "mpi"))
+    assert int(mpi["step"]) == 40 and np.array_equal(one["populations"], mpi["populations"])
+    rows = [np.genfromtxt(tmp_path / d / "history.csv", delimiter=",", names=True)
+            for d in ("one", "mpi")]
+    for column in ("step", "u_mean_x", "u_mean_y", "u_mean_z"):
+        assert np.array_equal(rows[0][column], rows[1][column])
