@@ -140,7 +140,8 @@ def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis):
                     reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else 'no mpirun on PATH'}")
 def test_solver_run_under_mpirun_on_cupy_matches_one_process(tmp_path):
     """``mpirun -n 2 python -m solver run CASE`` with backend cupy: the gathered checkpoint
-    and the CSV history equal one ordinary CuPy process's, bit for bit."""
+    equals one ordinary CuPy process's bit for bit. The CSV history agrees to 1e-12: one
+    process reduces the moments on the GPU, the ranks' gathered populations on the host."""
     pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
     yaml = pytest.importorskip("yaml")
 
@@ -164,5 +165,6 @@ def test_solver_run_under_mpirun_on_cupy_matches_one_process(tmp_path):
     assert int(mpi["step"]) == 40 and np.array_equal(one["populations"], mpi["populations"])
     rows = [np.genfromtxt(tmp_path / d / "history.csv", delimiter=",", names=True)
             for d in ("one", "mpi")]
-    for column in ("step", "u_mean_x", "u_mean_y", "u_mean_z"):
-        assert np.array_equal(rows[0][column], rows[1][column])
+    assert np.array_equal(rows[0]["step"], rows[1]["step"])
+    for column in ("u_mean_x", "u_mean_y", "u_mean_z"):
+        np.testing.assert_allclose(rows[1][column], rows[0][column], rtol=1e-12, atol=0)
