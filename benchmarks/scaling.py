@@ -96,12 +96,17 @@ def _timed(sim, steps: int, warmup: int, repeats: int, after_warmup=None) -> flo
     return float(np.median(times))
 
 
-def _halo_values(problem, n_ranks: int, axis) -> list[int]:
-    from solver.distributed import build_rank, decompose
+class _Plain:
+    """An ordinary one-process run of an already built problem (``step`` as Simulation's)."""
 
-    dec = decompose(problem.tiling, n_ranks, axis, problem.force)
-    return [build_rank(problem.tiling, dec, problem.lattice, problem.periodic, r)[1]
-            .values_sent() for r in range(n_ranks)]
+    def __init__(self, backend, problem) -> None:
+        self.backend, self.state = backend, backend.allocate(problem)
+
+    def step(self, n: int) -> None:
+        self.backend.step(self.state, n)  # returns when the device has finished
+
+    def close(self) -> None:
+        self.backend.release(self.state)
 
 
 def measure(args) -> dict:
@@ -117,7 +122,7 @@ def measure(args) -> dict:
         seconds = _timed(sim, args.steps, args.warmup, args.repeats, phases.clear)
         host_ms = {k: 1e3 * v / (args.steps * args.repeats) for k, v in phases.items()}
         p, n = sim.problem, backend.size
-        halo = _halo_values(p, n, args.axis)
+        halo = sim.state.halo_values
         result = {
             "case": args.case, "ranks": n, "shape": list(solid.shape),
             "fluid_nodes": p.n_fluid, "n_tiles": p.tiling.n_tiles, "eta_t": p.tiling.eta_t,
@@ -135,11 +140,11 @@ def measure(args) -> dict:
             "transport_reason": backend.transport_reason,
         }
         sim.close()
-        if n == 1:  # the same run without the distributed layer
-            plain = Simulation(solid, _config(args))
+        if n == 1:  # the same problem without the distributed layer
+            plain = _Plain(backend.inner, p)
             plain_seconds = _timed(plain, args.steps, args.warmup, args.repeats)
-            result["mflups_plain"] = p.n_fluid * args.steps / plain_seconds / 1e6
             plain.close()
+            result["mflups_plain"] = p.n_fluid * args.steps / plain_seconds / 1e6
         return result
 
     return launch(on_root, inner=args.backend, axis=args.axis, transport=args.transport[0])

@@ -79,6 +79,8 @@ class DistributedState:
     solver: RankSolver = field(repr=False)
     order: np.ndarray = field(repr=False)
     counts: np.ndarray = field(repr=False)
+    #: Populations each rank sends per step (its halo plan), in rank order.
+    halo_values: list[int] = field(default_factory=list)
 
 
 class DistributedBackend:
@@ -126,7 +128,7 @@ class DistributedBackend:
         payload = (dataclasses.replace(problem), self.inner.name, self.axis, self.transport)
         self._command("allocate", payload)
         return DistributedState(problem=problem, solver=self._solver, order=self._order,
-                                counts=self._counts)
+                                counts=self._counts, halo_values=self._halo_values)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
         """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s."""
@@ -259,10 +261,12 @@ class DistributedBackend:
             error = exc
         if not self._check(error, self.comm.allgather(self._message(error))):
             return
-        rows = self.comm.gather(self._solver.layout.global_tiles[: self._solver.n_owned])
+        rows = self.comm.gather((self._solver.layout.global_tiles[: self._solver.n_owned],
+                                 self._solver.plan.values_sent()))
         if self.is_root:  # where each rank's owned rows go in the global tile order
-            self._counts = np.array([len(r) for r in rows], dtype=np.int64)
-            self._order = np.concatenate(rows)
+            self._counts = np.array([len(r) for r, _ in rows], dtype=np.int64)
+            self._order = np.concatenate([r for r, _ in rows])
+            self._halo_values = [v for _, v in rows]
 
     def _message(self, error: Exception | None) -> str | None:
         return None if error is None else f"rank {self.rank}: {error}"
