@@ -21,8 +21,8 @@ Multi-rank points run once per halo transport of ``--transport`` (``nccl``: GPU 
 so it runs once (host transport) and is the baseline of every transport. A point that fails or
 passes ``--point-timeout`` is recorded with its error and the series goes on.
 
-Usage (one GPU per rank; each invocation writes ``scaling-<cases>-<backend>-<precision>-<date>``
-``.json`` and ``.md`` to ``--out``, default benchmarks/results/)::
+Usage (one GPU per rank; each invocation writes ``scaling-<device>-<cases>-<backend>-``
+``<precision>-<date>.json`` and ``.md`` to ``--out``, default benchmarks/results/)::
 
     python benchmarks/scaling.py weak --ranks 1 2 --backend cupy
     python benchmarks/scaling.py strong --ranks 1 2 --backend cupy --size 384
@@ -222,7 +222,8 @@ def series(args) -> list[dict]:
 def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
     good = [r for r in results if "error" not in r]
     device = good[0]["device"] if good else "unknown device"
-    stem = (f"scaling-{'-'.join(cases)}-{args.backend}-{args.precision}-"
+    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
+    stem = (f"scaling-{slug}-{'-'.join(cases)}-{args.backend}-{args.precision}-"
             f"{date.today().isoformat()}")
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
