@@ -115,6 +115,8 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the ``solver`` command."""
+    from .config import HALO_TRANSPORTS
+
     parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="measure MFLUPS on standard cases")
@@ -158,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default=None, choices=["auto", "numpy", "cupy"],
                      help="override config.backend")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),
+                     help="halo transport under mpirun: nccl (GPU to GPU), host (MPI through "
+                          "host memory), auto (nccl when every rank has its own GPU)")
     run.set_defaults(func=_run)
     return parser
 

@@ -35,7 +35,7 @@ from .node_types import FACE_NAMES
 
 __all__ = [
     "ConfigError", "SimulationConfig", "FaceCondition", "FACE_NAMES", "FACE_TYPES",
-    "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "BACKENDS",
+    "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "BACKENDS", "HALO_TRANSPORTS",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,9 @@ FLUID_MODELS = ("incompressible", "quasi-compressible")
 PRECISIONS = ("float32", "float64")
 BACKENDS = ("auto", "numpy", "cupy")
 GPU_LAYOUTS = ("paper", "xyz")
+#: How a distributed run moves halos between ranks (solver/distributed/transport.py): NCCL
+#: device to device, MPI through host memory, or auto (NCCL where every rank has its own GPU).
+HALO_TRANSPORTS = ("auto", "nccl", "host")
 
 #: Above this lattice Mach number |u|/c_s compressibility errors dominate; the run is refused.
 MAX_MACH = 0.3

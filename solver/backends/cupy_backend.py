@@ -326,6 +326,33 @@ class CupyBackend:
         return DeviceInfo(name=_device_name(), memory=int(total), memory_used=int(total - free),
                           peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
 
+    def nccl_status(self) -> tuple[bool, str]:
+        """Whether CuPy's NCCL binding is usable (device-to-device halos), and its version or
+        what is missing."""
+        try:
+            from cupy.cuda import nccl
+        except Exception as exc:  # a broken binding fails with several error types
+            return False, f"cupy.cuda.nccl does not import ({exc.__class__.__name__}: {exc})"
+        if not getattr(nccl, "available", False):
+            return False, ("CuPy found no NCCL library; install the NCCL package of the CUDA "
+                           "version (e.g. nvidia-nccl-cu13) or use transport='host'")
+        from .gpu_nccl import nccl_version
+
+        return True, f"NCCL {nccl_version(nccl.get_version())}"
+
+    def nccl_link(self, comm):
+        """An NCCL communicator over the MPI communicator ``comm`` on the current device
+        (:class:`~solver.backends.gpu_nccl.NcclLink`; collective over ``comm``)."""
+        from cupy.cuda import nccl
+
+        from .gpu_nccl import NcclLink
+
+        return NcclLink(nccl, comm)
+
+    def gpu_id(self) -> str:
+        """PCI bus id of the current device: which physical GPU this process computes on."""
+        return str(cp.cuda.Device().pci_bus_id)
+
     def release(self, state: CupyState) -> None:
         """Free the device arrays."""
         state.f = cp.empty((2, 0, 0, 0), dtype=state.f.dtype)
