@@ -27,7 +27,7 @@ from ..collision import equilibrium
 from ..problem import Problem
 from .base import DeviceInfo
 from .gpu_boundary import boundary_values
-from .gpu_kernels import KernelVariant, kernel_source
+from .gpu_kernels import KernelVariant, kernel_source, real_args
 from .gpu_streaming import next_phase
 from .gpu_tables import (
     check_tile_shape,
@@ -172,9 +172,11 @@ class CupyBackend:
         phase = state.current if state.in_place else 0  # in place: the kernel follows the phase
         key = (mode, tiles_per_block, phase)
         if key not in state.launches:  # launches must stay cheap on the host
-            kernel = compile_kernel(KernelVariant.for_problem(state.problem, mode, phase))
+            variant = KernelVariant.for_problem(state.problem, mode, phase)
+            kernel = compile_kernel(variant)
             blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode)
-            tail = (*state.tables.values(), *state.int_args, *state.real_args)
+            tail = (*state.tables.values(), *state.int_args,
+                    *real_args(variant, state.real_args))
             state.launches[key] = (kernel, (blocks,), (threads,), tail, smem)
         return state.launches[key]
 

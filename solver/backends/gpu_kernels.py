@@ -37,6 +37,7 @@ from .gpu_boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .gpu_mrt import mrt_collide_code, mrt_param_names
 from .gpu_streaming import (
     KERNEL_STREAMING,
+    deferred_stores,
     kernel_streaming,
     load_code,
     needs_halo,
@@ -47,7 +48,7 @@ from .gpu_streaming import (
 from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
 
 __all__ = ["KernelVariant", "MODES", "COLLISIONS", "kernel_source", "all_variants",
-           "collision_param_names"]
+           "collision_param_names", "real_args"]
 
 #: Kernel modes: the full step, the paper's probes (section 4.1) and the in-place decoding.
 MODES = {"full": 0, "propagate": 1, "readwrite": 2, "swap": 3}
@@ -144,18 +145,23 @@ def _gather(v: KernelVariant, real: str) -> str:
 
 def _storer(v: KernelVariant):
     """``store(i, value)``: the statement storing ``value`` as f*_i of the thread's node."""
-    lat = get_lattice(v.lattice)
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
-    return lambda i, value: store_code(v.streaming, lat, kinds, i, v.tile_edge + 2, value)
+    return lambda i, value: store_code(v.streaming, kinds, i, value)
 
 
 def _collide(v: KernelVariant, real: str) -> str:
     lat = get_lattice(v.lattice)
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
-    g = [f"g{i}" for i in range(lat.q)]
-    store = _storer(v)
     if v.mode == "swap":
         return swap_code(lat, kinds, v.tile_edge + 2)
+    before, after = deferred_stores(v.streaming, lat, kinds, v.tile_edge + 2)
+    return "\n".join(part for part in (before, _arithmetic(v, real), after) if part)
+
+
+def _arithmetic(v: KernelVariant, real: str) -> str:
+    lat = get_lattice(v.lattice)
+    g = [f"g{i}" for i in range(lat.q)]
+    store = _storer(v)
     if v.mode == "propagate":
         return "\n".join(store(i, g[i]) for i in range(lat.q))
     lit = lambda x: _lit(x, real)  # noqa: E731
@@ -219,6 +225,19 @@ def collision_param_names(v: KernelVariant) -> list[str]:
     """Names of the collision constants the kernel takes after the body force."""
     v = v.canonical()
     return mrt_param_names(v.lattice) if v.collision == "MRT" else list(_TRT_PARAMS)
+
+
+def real_args(variant: KernelVariant, physics: list) -> list:
+    """Floating kernel arguments of ``variant``, in its signature's count.
+
+    ``physics`` (:func:`~solver.backends.gpu_tables.physics_args`) for a full step; zeros for
+    the probes and the in-place decoding, which read none but are compiled as BGK: another
+    collision's constants would pass the wrong number of arguments (D2Q9 MRT has fewer).
+    """
+    v = variant.canonical()
+    if v.mode == "full":
+        return list(physics)
+    return [type(physics[0])(0)] * (3 + len(collision_param_names(v)))
 
 
 @cache

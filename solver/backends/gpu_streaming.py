@@ -28,13 +28,11 @@ the same bytes either way (2 q values per node); only the memory for f halves.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..config import STREAMING
 from ..lattice import Lattice
 
 __all__ = ["KERNEL_STREAMING", "kernel_streaming", "next_phase", "pointer_qualifier",
-           "needs_halo", "load_code", "store_code", "swap_code"]
+           "needs_halo", "load_code", "store_code", "deferred_stores", "swap_code"]
 
 #: Kernel address patterns: two-copy pull, and the two alternating kernels of the AA pattern.
 KERNEL_STREAMING = ("pull", "aa_neighbour", "aa_local")
@@ -107,18 +105,39 @@ def load_code(pattern: str, lattice: Lattice, kinds, i: int, halo_edge: int) -> 
             f"        const size_t at = {_linked(i, kinds, _own(opp, kinds))};"]
 
 
-def store_code(pattern: str, lattice: Lattice, kinds, i: int, halo_edge: int,
-               value: str) -> str:
-    """Statement storing ``value`` as ``f*_i`` of node ``n``."""
-    c = lattice.c[i]
-    if pattern != "aa_neighbour" or not np.any(c):
-        return f"    fout[{_own(i, kinds)}] = {value};"
-    opp = int(lattice.opposite[i])
-    # The slot g_opp(i) came from: neighbour x + c_i = x - c_opp(i), or (x, i) at a wall.
-    # volatile: read the source again rather than keep every load address live (registers).
-    shift = _shift(lattice.c[opp], halo_edge)
-    return (f"    {{\n        const int s = ((const volatile int*)s_src)[centre - ({shift})];\n"
-            f"        fout[{_linked(opp, kinds, _own(i, kinds))}] = {value};\n    }}")
+def store_code(pattern: str, kinds, i: int, value: str) -> str:
+    """Statement storing ``value`` as ``f*_i`` of node ``n`` (into ``out{i}`` when deferred)."""
+    if pattern == "aa_neighbour":
+        return f"    out{i} = {value};"
+    return f"    fout[{_own(i, kinds)}] = {value};"
+
+
+def deferred_stores(pattern: str, lattice: Lattice, kinds, halo_edge: int) -> tuple[str, str]:
+    """Declarations before and stores after the collision of kernels that defer their stores.
+
+    The neighbour step stores into neighbours' slots; with those address selects between the
+    arithmetic the compiler contracts (FMA) differently than in the two-copy kernel, so the
+    results would differ in the last bit. Storing after all the arithmetic keeps the
+    arithmetic of both kernels alike.
+    """
+    if pattern != "aa_neighbour":
+        return "", ""
+    q = lattice.q
+    declare = "    real " + ", ".join(f"out{i}" for i in range(q)) + ";"
+    lines = []
+    for i, c in enumerate(lattice.c.tolist()):
+        if not any(c):
+            lines.append(f"    fout[{_own(i, kinds)}] = out{i};")
+            continue
+        opp = int(lattice.opposite[i])
+        # The slot g_opp(i) came from: neighbour x + c_i = x - c_opp(i), or (x, i) at a wall.
+        # volatile: read the source again rather than keep every load address live.
+        shift = _shift(lattice.c[opp], halo_edge)
+        lines += ["    {",
+                  f"        const int s = ((const volatile int*)s_src)[centre - ({shift})];",
+                  f"        fout[{_linked(opp, kinds, _own(i, kinds))}] = out{i};",
+                  "    }"]
+    return declare, "\n".join(lines)
 
 
 def swap_code(lattice: Lattice, kinds, halo_edge: int) -> str:

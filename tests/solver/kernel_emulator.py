@@ -20,7 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.gpu_kernels import KernelVariant, collision_param_names, kernel_source
+from solver.backends.gpu_kernels import (
+    KernelVariant,
+    collision_param_names,
+    kernel_source,
+    real_args,
+)
 from solver.backends.gpu_streaming import next_phase
 from solver.backends.gpu_tables import (
     device_tables,
@@ -157,14 +162,16 @@ class EmulatedKernel:
         blocks, threads, _ = launch_shape(self.problem, self.tpb, mode)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         for _ in range(n):
-            run = _runner(KernelVariant.for_problem(self.problem, mode, self.current))
+            variant = KernelVariant.for_problem(self.problem, mode, self.current)
+            run = _runner(variant)
+            reals = np.array(real_args(variant, list(self.reals)), dtype=self.problem.dtype)
             if self.in_place:
                 src = dst = self.f[0]
             else:
                 src, dst = self.f[self.current], self.f[1 - self.current]
             run(ctypes.c_int(blocks), ctypes.c_int(threads), ctypes.c_int(self.reverse),
                 ptr(src), ptr(dst), *(ptr(t) for t in self.tables.values()), ptr(self.ints),
-                ptr(self.reals))
+                ptr(reals))
             self.current = next_phase(self.problem.streaming, mode, self.current)
 
 

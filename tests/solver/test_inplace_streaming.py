@@ -20,8 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.backends.gpu_kernels import KernelVariant, all_variants, kernel_source
+from solver.backends.gpu_kernels import (
+    KernelVariant,
+    all_variants,
+    collision_param_names,
+    kernel_source,
+    real_args,
+)
 from solver.backends.gpu_streaming import next_phase
+from solver.backends.gpu_tables import physics_args
 from solver.config import ConfigError, SimulationConfig, population_copies
 from solver.problem import Problem
 
@@ -140,6 +147,23 @@ def test_phase_bookkeeping() -> None:
         next_phase("in-place", "swap", 0)
     with pytest.raises(ValueError, match="two copies need none"):
         next_phase("two-copy", "swap", 0)
+
+
+def test_every_launch_gets_its_kernels_argument_count() -> None:
+    """Probes and 'swap' are compiled as BGK: an MRT run must not pass its own constants.
+
+    D2Q9 MRT has 18 + 3 floating arguments, the BGK signature 19 + 3: passing the former to
+    the latter made the driver read past the argument list (a segfault seen on the H100).
+    """
+    problem = replace(physics_problem("far_field", "D2Q9", "float32", "MRT"),
+                      streaming="in-place")
+    physics = physics_args(problem)
+    for mode, phase in (("full", 0), ("full", 1), ("swap", 1), ("propagate", 0),
+                        ("readwrite", 0)):
+        variant = KernelVariant.for_problem(problem, mode, phase)
+        args = real_args(variant, physics)
+        assert len(args) == 3 + len(collision_param_names(variant))
+        assert (args == physics) == (mode == "full")
 
 
 def test_in_place_kernel_text() -> None:
