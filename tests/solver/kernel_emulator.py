@@ -95,10 +95,10 @@ def load(source: str, name: str, real: str, n_reals: int):
     """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
 
     The runner takes (blocks, threads, reverse, fin, fout, types, tiles, tile_map, wall_group,
-    bc, ints, reals) with the 11 integer and ``n_reals`` floating arguments of the kernel packed
+    bc, ints, reals) with the 12 integer and ``n_reals`` floating arguments of the kernel packed
     in two arrays; ``reverse`` runs the blocks last to first.
     """
-    args = ", ".join([f"ia[{k}]" for k in range(11)] + [f"ra[{k}]" for k in range(n_reals)])
+    args = ", ".join([f"ia[{k}]" for k in range(12)] + [f"ra[{k}]" for k in range(n_reals)])
     src = (_SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n"
            f"#define ARGS {args}\n" + _LAUNCH)
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
@@ -130,7 +130,6 @@ class EmulatedKernel:
                  reverse_blocks: bool = False) -> None:
         self.problem, self.tpb, self.reverse = problem, tiles_per_block, reverse_blocks
         self.tables = device_tables(problem)
-        self.ints = np.array(geometry_args(problem), dtype=np.int32)
         self.reals = np.array(physics_args(problem), dtype=problem.dtype)
         lat, a = problem.lattice, problem.tiling.a
         self.slots = slot_table(lat.name, problem.layout, a)
@@ -157,9 +156,12 @@ class EmulatedKernel:
         q = np.arange(self.problem.lattice.q)[:, None]
         return self.f[0 if self.in_place else self.current][:, q, self.slots].astype(np.float64)
 
-    def step(self, n: int = 1, mode: str = "full") -> None:
-        """Advance n launches of ``mode``."""
-        blocks, threads, _ = launch_shape(self.problem, self.tpb, mode)
+    def step(self, n: int = 1, mode: str = "full", tiles: tuple[int, int] | None = None
+             ) -> None:
+        """Advance n launches of ``mode`` over the tile range ``tiles`` (default all)."""
+        first, end = tiles if tiles is not None else (0, self.problem.tiling.n_tiles)
+        ints = np.array(geometry_args(self.problem, (first, end)), dtype=np.int32)
+        blocks, threads, _ = launch_shape(self.problem, self.tpb, mode, end - first)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         for _ in range(n):
             variant = KernelVariant.for_problem(self.problem, mode, self.current)
@@ -170,7 +172,7 @@ class EmulatedKernel:
             else:
                 src, dst = self.f[self.current], self.f[1 - self.current]
             run(ctypes.c_int(blocks), ctypes.c_int(threads), ctypes.c_int(self.reverse),
-                ptr(src), ptr(dst), *(ptr(t) for t in self.tables.values()), ptr(self.ints),
+                ptr(src), ptr(dst), *(ptr(t) for t in self.tables.values()), ptr(ints),
                 ptr(reals))
             self.current = next_phase(self.problem.streaming, mode, self.current)
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from solver.tiling import Tiling
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_capacity.py"
-_spec = importlib.util.spec_from_file_location("memory_capacity", _PATH)
-capacity = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(capacity)
+import memory_capacity as capacity  # noqa: E402
+
+from solver.tiling import Tiling  # noqa: E402
 
 
 @pytest.mark.parametrize("shape", [(16, 12, 8), (20, 20, 20)])
