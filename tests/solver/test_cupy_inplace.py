@@ -202,3 +202,9 @@ def test_in_place_relayout_keeps_populations(backend):
     assert np.abs(backend.populations(other)[fluid] - ref[fluid]).max() <= 1e-12 * np.abs(
         ref).max()
     backend.release(other)
+
+
+def test_distributed_phase_stepper_refuses_in_place(backend):
+    problem = replace(make_problem("D3Q19", "float32"), streaming="in-place")
+    with pytest.raises(ValueError, match="streaming='two-copy' with MPI"):
+        backend.phase_stepper(problem, 0, problem.tiling.n_tiles)
