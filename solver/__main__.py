@@ -105,7 +105,8 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
         return 2
     suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),
                      pack_size=args.pack_size, precisions=tuple(args.precision),
-                     layouts=tuple(args.layouts), tiles_per_block=tuple(args.tpb))
+                     layouts=tuple(args.layouts), tiles_per_block=tuple(args.tpb),
+                     streaming=tuple(args.streaming))
     report = run_gpu_suite(backend, suite)
     json_path, md_path = write_report(report, Path(args.out or "benchmarks/results"))
     print(f"wrote {json_path} and {md_path}")
@@ -139,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["paper", "xyz"], help="GPU suite: in-tile layouts")
     bench.add_argument("--tpb", type=int, nargs="+", default=[1, 2, 4], choices=[1, 2, 4],
                        help="GPU suite: tiles per block")
+    bench.add_argument("--streaming", nargs="+", default=["two-copy"],
+                       choices=["two-copy", "in-place"],
+                       help="GPU suite: population storage (in-place: one copy, AA pattern)")
     bench.set_defaults(func=_bench)
     validate = sub.add_parser("validate", help="run the physics validation cases and write "
                               "benchmarks/results/validation-<device>-<date>.md")
