@@ -248,7 +248,7 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
         raise GeometryError("The geometry has no fluid voxel; choose another file or setting.")
     offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
     tiling = Tiling.build(solid, config.tile_edge, offset)
-    itemsize = np.dtype(config.precision).itemsize
+    itemsize = 2 if config.storage == "float16" else np.dtype(config.precision).itemsize
     return GeometryPreview(
         geometry=geometry, config=config, mid_slice=mid_slice(solid),
         porosity=float(geometry.porosity), surface=specific_surface(solid),

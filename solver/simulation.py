@@ -80,7 +80,7 @@ class Simulation:
 
     def memory_bytes(self) -> int:
         """Memory the state needs on the device, bytes."""
-        return self.tiling.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize)
+        return self.tiling.memory_bytes(self.problem.lattice.q, self.problem.storage_dtype.itemsize)
 
     def allocate(self) -> None:
         """Allocate and initialise the backend state (equilibrium at rest)."""
