@@ -8,7 +8,9 @@ backend. Step times are CUDA-event times. :meth:`CupyBackend.probe` runs the pap
 read/write-only and propagation-only kernels (section 4.1) on the same state for the benchmark.
 Everything the NumPy reference does runs here: BGK, TRT and MRT (D2Q9, D3Q19, D3Q13) with Guo
 forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving walls and
-objects (``kernels/PHYSICS_FOR_GPU.md``).
+objects (``kernels/PHYSICS_FOR_GPU.md``). With float16 storage (:mod:`solver.storage`) the device
+copies hold the shifted, scaled binary16 values the kernel decodes and encodes itself; reading or
+writing populations through this backend decodes or encodes them on the device.
 """
 
 from __future__ import annotations
@@ -111,6 +113,9 @@ class CupyState:
     stream: object = None
     graphs: dict = field(default_factory=dict, repr=False)
     identity_slots: bool | None = None
+    #: float16 storage: the kernel's two-slot step counter (uint32), seeding its stochastic
+    #: rounding; the launch reading copy c reads slot c. None otherwise.
+    seeds: cp.ndarray | None = field(default=None, repr=False)
 
     def copies(self) -> tuple[cp.ndarray, cp.ndarray]:
         """(source, destination) copies of the next step."""
@@ -120,7 +125,7 @@ class CupyState:
 
 
 class CupyBackend:
-    """Tiled fused stream-collide on the GPU (float32 or float64 storage and arithmetic)."""
+    """Tiled fused stream-collide on the GPU (float32/float64 arithmetic, storage per problem)."""
 
     name = "cupy"
     xp = cp
@@ -141,14 +146,16 @@ class CupyBackend:
         real_args = physics_args(problem)
         tables = {k: cp.asarray(v) for k, v in device_tables(problem, variant.boundary).items()}
         # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
-        feq = equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)), lat,
-                          problem.incompressible)[:, 0].astype(problem.dtype)
-        f = cp.empty((2, tiling.n_tiles, lat.q, tiling.nodes_per_tile), dtype=problem.dtype)
+        feq = problem.storage.encode(equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)),
+                                                 lat, problem.incompressible))[:, 0]
+        f = cp.empty((2, tiling.n_tiles, lat.q, tiling.nodes_per_tile),
+                     dtype=problem.storage_dtype)
         f[...] = cp.asarray(feq)[None, None, :, None]
         slots = cp.asarray(slot_table(lat.name, problem.layout, tiling.a))
+        seeds = cp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         return CupyState(problem=problem, f=f, tables=tables, slots=slots,
                          int_args=geometry_args(problem), real_args=real_args,
-                         stream=cp.cuda.Stream(non_blocking=True))
+                         stream=cp.cuda.Stream(non_blocking=True), seeds=seeds)
 
     def _entry(self, state: CupyState, mode: str, tiles_per_block: int) -> tuple:
         """Kernel, grid, block, trailing arguments and shared bytes of a launch (resolved once)."""
@@ -156,7 +163,8 @@ class CupyBackend:
         if key not in state.launches:  # launches must stay cheap on the host
             kernel = compile_kernel(KernelVariant.for_problem(state.problem, mode))
             blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode)
-            tail = (*state.tables.values(), *state.int_args, *state.real_args)
+            tail = (*state.tables.values(), *state.int_args, *state.real_args,
+                    *(() if state.seeds is None else (state.seeds,)))
             state.launches[key] = (kernel, (blocks,), (threads,), tail, smem)
         return state.launches[key]
 
@@ -238,7 +246,8 @@ class CupyBackend:
         using only the new one. The benchmark times every kernel variant on one allocation
         this way.
         """
-        fixed = {"tiling", "dtype", "lattice", "faces", "objects", "labels", "periodic"}
+        fixed = {"tiling", "dtype", "storage_kind", "lattice", "faces", "objects", "labels",
+                 "periodic", "rho0"}
         if fixed & changes.keys():
             raise ValueError(f"reconfigure() keeps {', '.join(sorted(fixed))}; allocate anew.")
         problem = replace(state.problem, **changes)
@@ -265,23 +274,31 @@ class CupyBackend:
         return cp.asnumpy(self.device_populations(state)).astype(np.float64)
 
     def device_populations(self, state: CupyState) -> cp.ndarray:
-        """Latest populations on the device in XYZ in-tile order (a view for the XYZ layout)."""
+        """Latest populations on the device in XYZ in-tile order, arithmetic precision (a view
+        for the XYZ layout without float16 storage)."""
         current = state.f[state.current]
         if state.identity_slots is None:
             state.identity_slots = bool((state.slots == cp.arange(state.slots.shape[1])).all())
-        if state.identity_slots:
-            return current
-        q = cp.arange(state.problem.lattice.q)[:, None]
-        return current[:, q, state.slots]
+        if not state.identity_slots:
+            q = cp.arange(state.problem.lattice.q)[:, None]
+            current = current[:, q, state.slots]
+        return state.problem.storage.decode(current, cp)
 
     def to_host(self, array: cp.ndarray) -> np.ndarray:
         """Copy a device array to the host."""
         return cp.asnumpy(array)
 
     def set_populations(self, state: CupyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host array in XYZ in-tile order."""
+        """Overwrite the latest populations from a host array in XYZ in-tile order (rounded to
+        the storage on the device)."""
         q = cp.arange(state.problem.lattice.q)[:, None]
-        state.f[state.current][:, q, state.slots] = cp.asarray(f, dtype=state.problem.dtype)
+        state.f[state.current][:, q, state.slots] = state.problem.storage.encode(
+            cp.asarray(f), cp)
+
+    def set_step(self, state: CupyState, step: int) -> None:
+        """Set the step counter that seeds float16 stochastic rounding (on resume)."""
+        if state.seeds is not None:
+            state.seeds[state.current] = np.uint32(step & 0xFFFFFFFF)
 
     def device_info(self) -> DeviceInfo:
         """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""

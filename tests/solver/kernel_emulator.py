@@ -2,9 +2,10 @@
 
 The kernel source is compiled unchanged behind a small shim (``threadIdx``/``blockIdx`` per
 thread, ``__syncthreads`` and ``__syncwarp`` as std::barrier, the dynamic shared memory as one
-global array), and blocks run one after another. It is slow and only meant for small test
-geometries, but it checks the real kernel text -- indexing, periodic wrap, layouts, collision --
-against the NumPy reference on machines without a GPU.
+global array; for float16 storage, g++'s ``_Float16`` and ``std::bit_cast`` in place of the
+PTX conversions and bit casts), and blocks run one after another. It is slow and only meant
+for small test geometries, but it checks the real kernel text -- indexing, periodic wrap,
+layouts, collision -- against the NumPy reference on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.gpu_kernels import KernelVariant, collision_param_names, kernel_source
+from solver.backends.gpu_kernels import (
+    KernelVariant,
+    collision_param_names,
+    kernel_source,
+    storage_param_names,
+)
 from solver.backends.gpu_tables import (
     device_tables,
     geometry_args,
@@ -50,12 +56,21 @@ extern "C" { alignas(16) int lbm_smem[1 << 16]; }
 #define __forceinline__ inline
 #define __shared__
 #define __launch_bounds__(...)
+#include <bit>
+#define LBM_HOST_HALF
+static inline float lbm_host_half_to_float(unsigned short h)
+{ return (float)std::bit_cast<_Float16>(h); }
+static inline unsigned short lbm_host_float_to_half(float f)  // round to nearest even
+{ return std::bit_cast<unsigned short>((_Float16)f); }
+static inline unsigned int lbm_host_float_bits(float f) { return std::bit_cast<unsigned int>(f); }
+static inline float lbm_host_bits_float(unsigned int u) { return std::bit_cast<float>(u); }
 """
 
 _LAUNCH = r"""
-extern "C" void emu_run(int grid, int block, const REAL* fin, REAL* fout,
+extern "C" void emu_run(int grid, int block, const STORE* fin, STORE* fout,
     const unsigned char* types, const int* tiles, const int* tile_map,
-    const unsigned char* wall_group, const REAL* bc, const int* ia, const REAL* ra)
+    const unsigned char* wall_group, const REAL* bc, const int* ia, const REAL* ra,
+    unsigned int* seeds)
 {
     blockDim.x = block;
     std::barrier<> bar(block), end(block);
@@ -84,15 +99,18 @@ def compiler() -> str | None:
 
 
 @cache
-def load(source: str, name: str, real: str, n_reals: int):
+def load(source: str, name: str, real: str, n_reals: int, store: str | None = None):
     """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
 
     The runner takes (blocks, threads, fin, fout, types, tiles, tile_map, wall_group, bc, ints,
-    reals) with the 11 integer and ``n_reals`` floating arguments of the kernel packed in two
-    arrays.
+    reals, seeds) with the 11 integer and ``n_reals`` floating arguments of the kernel packed in
+    two arrays. ``store`` is the C type of the stored populations (default ``real``); with
+    'unsigned short' (float16 storage) the kernel also gets ``seeds``, its step-counter pair.
     """
-    args = ", ".join([f"ia[{k}]" for k in range(11)] + [f"ra[{k}]" for k in range(n_reals)])
-    src = (_SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n"
+    args = ", ".join([f"ia[{k}]" for k in range(11)] + [f"ra[{k}]" for k in range(n_reals)]
+                     + (["seeds"] if store == "unsigned short" else []))
+    src = (_SHIM + source + f"\n#define REAL {real}\n#define STORE {store or real}\n"
+           f"#define KERNEL {name}::{name}\n"
            f"#define ARGS {args}\n" + _LAUNCH)
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
@@ -109,11 +127,12 @@ def load(source: str, name: str, real: str, n_reals: int):
 def _runner(variant: KernelVariant):
     real = "double" if variant.precision == "float64" else "float"
     return load(kernel_source(variant), variant.name, real,
-                3 + len(collision_param_names(variant)))
+                3 + len(collision_param_names(variant)) + len(storage_param_names(variant)),
+                "unsigned short" if variant.half else None)
 
 
 class EmulatedKernel:
-    """Two copies of the populations in device layout, stepped by the emulated kernel."""
+    """Two copies of the populations in device layout and storage, stepped by the emulation."""
 
     def __init__(self, problem: Problem, tiles_per_block: int = 1) -> None:
         self.problem, self.tpb = problem, tiles_per_block
@@ -122,18 +141,25 @@ class EmulatedKernel:
         self.reals = np.array(physics_args(problem), dtype=problem.dtype)
         lat, a = problem.lattice, problem.tiling.a
         self.slots = slot_table(lat.name, problem.layout, a)
-        self.f = np.empty((2, problem.tiling.n_tiles, lat.q, a**lat.d), dtype=problem.dtype)
+        self.seeds = np.zeros(2, dtype=np.uint32)  # float16 storage: the kernel's step counter
+        self.f = np.empty((2, problem.tiling.n_tiles, lat.q, a**lat.d),
+                          dtype=problem.storage_dtype)
         self.current = 0
 
     def set_populations(self, f: np.ndarray) -> None:
         """Store XYZ-ordered populations (n_tiles, q, a**d) in device layout."""
         q = np.arange(self.problem.lattice.q)[:, None]
-        self.f[self.current][:, q, self.slots] = f
+        self.f[self.current][:, q, self.slots] = self.problem.storage.encode(f)
+
+    def set_step(self, step: int) -> None:
+        """Set the float16 stochastic-rounding step counter the next launch reads."""
+        self.seeds[self.current] = step
 
     def populations(self) -> np.ndarray:
-        """Latest populations in XYZ order, float64."""
+        """Latest populations in XYZ order, decoded, float64."""
         q = np.arange(self.problem.lattice.q)[:, None]
-        return self.f[self.current][:, q, self.slots].astype(np.float64)
+        stored = self.f[self.current][:, q, self.slots]
+        return self.problem.storage.decode(stored).astype(np.float64)
 
     def step(self, n: int = 1, mode: str = "full") -> None:
         """Advance n launches of ``mode``."""
@@ -144,7 +170,8 @@ class EmulatedKernel:
         for _ in range(n):
             src, dst = self.f[self.current], self.f[1 - self.current]
             run(ctypes.c_int(blocks), ctypes.c_int(threads), ptr(src), ptr(dst),
-                *(ptr(t) for t in self.tables.values()), ptr(self.ints), ptr(self.reals))
+                *(ptr(t) for t in self.tables.values()), ptr(self.ints), ptr(self.reals),
+                ptr(self.seeds))
             self.current = 1 - self.current
 
 
