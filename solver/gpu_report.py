@@ -2,8 +2,10 @@
 
 Targets checked (H100 goals of the project): D3Q19 BGK on the dense 256^3 cavity at >= 70 % of
 the copy bandwidth measured in the same run, in float32 and float64; on sphere packs, fluid
-MFLUPS >= eta_t x the dense MFLUPS of the same kernel variant on the box of the same size. The
-paper layout's effect is reported as its MFLUPS over the XYZ layout's.
+MFLUPS >= eta_t x the dense MFLUPS of the same kernel variant on the box of the same size; float16
+storage (``precision`` label 'float16': binary16 populations, float32 arithmetic,
+:mod:`solver.storage`) at >= 1.7 x the float32 MFLUPS of the same dense case. The paper layout's
+effect is reported as its MFLUPS over the XYZ layout's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from pathlib import Path
 __all__ = ["targets", "markdown", "summary", "write_report", "results_stem"]
 
 COPY_TARGET = 0.70
+#: float16 storage over float32 MFLUPS (half the bytes: the ceiling is 2).
+STORAGE_TARGET = 1.70
 _TARGET_KERNEL = "BGK incompressible"
+#: Precision labels of the suite: storage = arithmetic, except 'float16' (float32 arithmetic).
+_PRECISIONS = ("float64", "float32", "float16")
 
 
 def _best(rows, **match) -> dict | None:
@@ -29,7 +35,7 @@ def targets(report: dict) -> list[dict]:
     rows, out = report["results"], []
     big = max((int(m.group(1)) for r in rows if (m := re.match(r"cavity3D (\d+)\^3", r["case"]))),
               default=None)
-    for precision in ("float32", "float64"):
+    for precision in ("float32", "float64"):  # bandwidth targets (float16: the ratio below)
         r = _best(rows, case=f"cavity3D {big}^3", kernel=_TARGET_KERNEL, precision=precision)
         if r:
             out.append({"target": f"BGK dense {big}^3 {precision}: fraction of copy bandwidth",
@@ -37,6 +43,16 @@ def targets(report: dict) -> list[dict]:
                         "met": r["fraction_copy"] >= COPY_TARGET,
                         "detail": f"{r['mflups']:.0f} MFLUPS, {r['layout']}, "
                                   f"{r['tiles_per_block']} tiles/block"})
+    half = _best(rows, case=f"cavity3D {big}^3", kernel=_TARGET_KERNEL, precision="float16")
+    single = _best(rows, case=f"cavity3D {big}^3", kernel=_TARGET_KERNEL, precision="float32")
+    if half and single:
+        ratio = round(half["mflups"] / single["mflups"], 3)
+        out.append({"target": f"BGK dense {big}^3 float16 storage: MFLUPS / float32 MFLUPS",
+                    "value": ratio, "goal": f">= {STORAGE_TARGET:.2f}",
+                    "met": ratio >= STORAGE_TARGET,
+                    "detail": f"{half['mflups']:.0f} vs {single['mflups']:.0f} MFLUPS; float16 "
+                              f"at {half['fraction_copy']:.3f} of copy, {half['layout']}, "
+                              f"{half['tiles_per_block']} tiles/block"})
     worst: dict[tuple, dict] = {}
     for r in _pack_ratios(rows):
         key = (r["precision"], r["layout"])
@@ -78,7 +94,7 @@ def _layout_effect(rows) -> list[str]:
              "| --- | --- | --- | ---: | ---: | ---: |"]
     for case in sorted({r["case"] for r in rows if r["porosity"] is None}, key=_size):
         for kernel in sorted({r["kernel"] for r in rows}):
-            for precision in ("float64", "float32"):
+            for precision in _PRECISIONS:
                 p = _best(rows, case=case, kernel=kernel, precision=precision, layout="paper")
                 x = _best(rows, case=case, kernel=kernel, precision=precision, layout="xyz")
                 if p and x and x["mflups"] > 0:
@@ -122,14 +138,18 @@ def _detail(rows) -> list[str]:
 
 
 def _dense_table(rows) -> list[str]:
-    lines = ["| case | kernel | fp64 MFLUPS | fp64 of copy | fp32 MFLUPS | fp32 of copy |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| case | kernel | fp64 MFLUPS | fp64 of copy | fp32 MFLUPS | fp32 of copy | "
+             "fp16 storage MFLUPS | fp16 of copy | fp16 / fp32 |",
+             "| --- | --- |" + " ---: |" * 7]
     for case in sorted({r["case"] for r in rows if r["porosity"] is None}, key=_size):
         for kernel in dict.fromkeys(r["kernel"] for r in rows):
-            cells = []
-            for precision in ("float64", "float32"):
-                b = _best(rows, case=case, kernel=kernel, precision=precision)
+            cells, best = [], {}
+            for precision in _PRECISIONS:
+                b = best[precision] = _best(rows, case=case, kernel=kernel, precision=precision)
                 cells += [f"{b['mflups']:.0f}", f"{b['fraction_copy']:.3f}"] if b else ["-"] * 2
+            ratio = (best["float16"]["mflups"] / best["float32"]["mflups"]
+                     if best["float16"] and best["float32"] else None)
+            cells.append(f"{ratio:.3f}" if ratio else "-")
             lines.append(f"| {case} | {kernel} | " + " | ".join(cells) + " |")
     return lines
 
@@ -160,7 +180,7 @@ def markdown(report: dict) -> str:
     rows = report["results"]
     parts = _header(report["meta"]) + ["## Targets", ""] + _target_lines(report)
     parts += ["", "## Dense cavity3D (best layout and tiles per block)", ""] + _dense_table(rows)
-    for precision in ("float64", "float32"):
+    for precision in _PRECISIONS:
         table = _pack_table(rows, precision)
         if table:
             parts += ["", f"## Sphere packs, MFLUPS ({precision})", ""] + table
@@ -178,7 +198,7 @@ def summary(report: dict) -> str:
     dense = [line for line in _dense_table(rows) if f"{big}^3" in line]
     return "\n".join(_header(report["meta"])[2:5] + _dense_table(rows)[:2] + dense + [""]
                      + _pack_table(rows, "float64") + [""] + _pack_table(rows, "float32")
-                     + [""] + _target_lines(report))
+                     + [""] + _pack_table(rows, "float16") + [""] + _target_lines(report))
 
 
 def results_stem(device: str, day: str) -> str:
