@@ -119,11 +119,12 @@ __device__ __forceinline__ real decode_f(store_t h, real shift, real inv_scale)
     return shift + half_bits_to_float(h) * inv_scale;  // exact product: one rounding
 }
 
-// Stochastic rounding: r (13 random bits) added below binary16 precision, then cut there. The
-// scale is a power of two, so (f - shift) * scale rounds once, in the subtraction.
-__device__ __forceinline__ store_t encode_f(real f, real shift, real scale, unsigned int r)
+// Stochastic rounding: r (13 random bits) added below binary16 precision, then cut there.
+// offset = -shift * scale; the scale is a power of two, so f * scale is exact and f * scale +
+// offset (one FFMA) rounds exactly as (f - shift) * scale does in solver.storage.
+__device__ __forceinline__ store_t encode_f(real f, real offset, real scale, unsigned int r)
 {
-    const unsigned int b = (float_bits((f - shift) * scale) + r) & ~((1u << DITHER_BITS) - 1u);
+    const unsigned int b = (float_bits(f * scale + offset) + r) & ~((1u << DITHER_BITS) - 1u);
     return float_to_half_bits(bits_float(b));
 }
 """
@@ -217,7 +218,7 @@ def _store(v: KernelVariant, i: int, value: str, kind: str) -> str:
     """C statement: store ``value`` as direction i of this node (in-tile slot of ``kind``)."""
     if v.half:  # random bits: solver.storage.dither
         r = f"(fs_hash * {direction_multiplier(i):#010x}u) >> (32 - DITHER_BITS)"
-        value = f"encode_f({value}, fs_shift{_class(v.lattice, i)}, fs_scale, {r})"
+        value = f"encode_f({value}, fs_offset{_class(v.lattice, i)}, fs_scale, {r})"
     return f"    fout[base + {i} * NPT + slot_{kind}(n)] = {value};"
 
 
@@ -246,9 +247,11 @@ def _gather(v: KernelVariant, real: str) -> str:
     if v.boundary == "moving":  # group of this node's solid neighbours, NO_WALL if none moves
         lines.insert(0, "    const int wgroup = wall_group[tile * NPT + n];")
         lines.append(ladd_code(v.lattice, he))
-    if v.half:  # this node's random bits for the step (solver.storage.dither)
-        lines.insert(0, f"    const unsigned int fs_hash = mix32((unsigned int)(tile * NPT + n)"
-                        f" + fs_step * {GOLDEN:#x}u);")
+    if v.half:  # this node's random bits for the step (solver.storage.dither), store offsets
+        classes = sorted({_class(v.lattice, i) for i in range(lat.q)})
+        lines[:0] = [f"    const unsigned int fs_hash = mix32((unsigned int)(tile * NPT + n)"
+                     f" + fs_step * {GOLDEN:#x}u);"]
+        lines[1:1] = [f"    const real fs_offset{k} = -fs_shift{k} * fs_scale;" for k in classes]
     return "\n".join(lines)
 
 
