@@ -10,10 +10,12 @@ Two steady flows, every precision on the same backend and grid:
   largest deviation of the centreline velocities from Ghia et al. (1982), in units of the lid
   speed.
 
-Each run steps to a steady state (Poiseuille: 30 viscous times h^2 / (pi^2 nu); cavity: as many
-steps as the float64 run needs to reach a speed residual of 1e-6 per passage), then averages the
-velocity field over a window (float16's stochastic rounding makes the steady state noisy;
-float32/64 do not change over it). Columns: the error against the reference solution, the
+Each run steps to a steady state (Poiseuille: 30 viscous times T = h^2 / (pi^2 nu); cavity: as
+many steps as the float64 run needs to reach a speed residual of 1e-6 per passage), then
+averages the velocity field over a window (float16's stochastic rounding makes the steady state
+noisy; float32/64 do not change over it): ``--window`` times T in 200 samples for Poiseuille
+(the noise decorrelates over about T, and its amplitude grows with h), 5 passages in 50 samples
+for the cavity. Columns: the error against the reference solution, the
 deviation from the float64 result on the same grid, and float16's error over float32's (the
 target is <= 2). On the NumPy backend a fourth row repeats float16 with rounding to nearest:
 the stagnation that stochastic rounding removes.
@@ -22,6 +24,7 @@ Usage, from the repository root::
 
     python benchmarks/storage_accuracy.py --size ci --backend numpy --out benchmarks/results
     python benchmarks/storage_accuracy.py --size full --backend cupy --out DIR   # on a GPU
+    python benchmarks/storage_accuracy.py --channels 64 --cases poiseuille   # one width
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ VARIANTS = [("float64", "float64", "auto", None), ("float32", "float32", "auto",
             ("float16, nearest (ablation)", "float32", "float16", "nearest")]
 SIZES = {"ci": {"channels": (16, 32), "trt": 16, "cavity": ((64, 0.1),)},
          "full": {"channels": (32, 64, 128), "trt": 64, "cavity": ((128, 0.1), (256, 0.05))}}
-SAMPLES = 50
+#: Samples of the averaging window (Poiseuille, cavity).
+SAMPLES = {"poiseuille": 200, "cavity": 50}
+CASES = ("poiseuille", "trt", "cavity")
 
 
 def _simulation(shape, config: SimulationConfig, rounding: str | None) -> Simulation:
@@ -68,18 +73,19 @@ def _simulation(shape, config: SimulationConfig, rounding: str | None) -> Simula
     return sim
 
 
-def _average_u(sim: Simulation, steps: int, every: int) -> tuple[np.ndarray, float]:
-    """Step ``steps``, then the velocity averaged over SAMPLES samples ``every`` steps apart."""
+def _average_u(sim: Simulation, steps: int, every: int, samples: int
+               ) -> tuple[np.ndarray, float]:
+    """Step ``steps``, then the velocity averaged over ``samples`` samples ``every`` apart."""
     start = time.perf_counter()
     sim.step(steps)
     mean = np.zeros_like(sim.fields()["u"])
-    for _ in range(SAMPLES):
+    for _ in range(samples):
         sim.step(every)
-        mean += sim.fields()["u"] / SAMPLES
+        mean += sim.fields()["u"] / samples
     return mean, time.perf_counter() - start
 
 
-def poiseuille(h: int, collision: str, backend: str, variants) -> list[dict]:
+def poiseuille(h: int, collision: str, backend: str, variants, window: float) -> list[dict]:
     """Plane Poiseuille flow of width h: L2 error of the mid-length profile per variant."""
     tau, u_max, nx = 0.8, 0.05, 16
     nu = (tau - 0.5) / 3
@@ -92,10 +98,13 @@ def poiseuille(h: int, collision: str, backend: str, variants) -> list[dict]:
                                   precision=precision, storage=storage, backend=backend,
                                   body_force=(force, 0.0, 0.0), y_min="wall", y_max="wall")
         sim = _simulation((nx, h), config, rounding)
-        u, seconds = _average_u(sim, int(30 * relax), max(10, int(relax / 10)))
+        samples = SAMPLES["poiseuille"]
+        u, seconds = _average_u(sim, int(30 * relax), max(1, int(window * relax / samples)),
+                                samples)
         profile = u[0][nx // 2]
         base = profile if base is None else base
-        rows.append({"case": f"Poiseuille {collision} h={h}", "variant": label,
+        rows.append({"case": f"Poiseuille {collision} h={h}, window {window:g} T",
+                     "variant": label,
                      "error": l2_error(profile, exact),
                      "vs_float64": float(np.linalg.norm(profile - base) / np.linalg.norm(exact)),
                      "steps": sim.time_step, "seconds": round(seconds, 1)})
@@ -119,7 +128,8 @@ def cavity(n: int, lid: float, backend: str, variants) -> list[dict]:
         if steps is None:  # float64 sets the step count of every variant
             run_steady(sim, passage // 2, 1e-6, 400 * passage, measure="speed")
             steps = sim.time_step
-        u, seconds = _average_u(sim, steps - sim.time_step, max(10, passage // 10))
+        u, seconds = _average_u(sim, steps - sim.time_step, max(10, passage // 10),
+                                SAMPLES["cavity"])
         s, u_col, v_row = centrelines(u, lid)
         du = np.abs(np.interp(ref["u_vs_y"][:, 0], s, u_col) - ref["u_vs_y"][:, 1]).max()
         dv = np.abs(np.interp(ref["v_vs_x"][:, 0], s, v_row) - ref["v_vs_x"][:, 1]).max()
@@ -137,10 +147,11 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     """The accuracy table with float16 / float32 error ratios."""
     lines = [f"# float16 storage accuracy: {meta['device']}", "",
              f"Date {meta['date']}, commit {meta['commit']}, backend {meta['backend']}, size "
-             f"{meta['size']}. Produced by `benchmarks/storage_accuracy.py` (method in its "
-             "docstring). Poiseuille error: L2 of the profile against the analytic parabola; "
-             "cavity error: max |u - u_Ghia| / U over both centrelines; 'vs float64': the same "
-             "measure against the float64 result on the same grid.", "",
+             f"{meta['size']}, Poiseuille window {meta['window']:g} T. Produced by "
+             "`benchmarks/storage_accuracy.py` (method in its docstring). Poiseuille error: "
+             "L2 of the profile against the analytic parabola; cavity error: max |u - u_Ghia| "
+             "/ U over both centrelines; 'vs float64': the same measure against the float64 "
+             "result on the same grid.", "",
              "| case | variant | error | vs float64 | error / float32 error | steps | s |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     single = {r["case"]: r["error"] for r in rows if r["variant"] == "float32"}
@@ -157,25 +168,35 @@ def main() -> int:
     parser.add_argument("--size", default="ci", choices=list(SIZES))
     parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--channels", type=int, nargs="+", default=None,
+                        help="Poiseuille widths (default: those of --size)")
+    parser.add_argument("--window", type=float, default=40.0,
+                        help="Poiseuille averaging window in viscous times h^2/(pi^2 nu)")
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--tag", default=None, help="file name suffix (default: --size)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     variants = VARIANTS if args.backend == "numpy" else VARIANTS[:3]
     sizes = SIZES[args.size]
     rows = []
-    for h in sizes["channels"]:
-        rows += poiseuille(h, "BGK", args.backend, variants)
-    rows += poiseuille(sizes["trt"], "TRT", args.backend, variants)
-    for n, lid in sizes["cavity"]:
-        rows += cavity(n, lid, args.backend, variants)
+    if "poiseuille" in args.cases:
+        for h in args.channels or sizes["channels"]:
+            rows += poiseuille(h, "BGK", args.backend, variants, args.window)
+    if "trt" in args.cases:
+        rows += poiseuille(sizes["trt"], "TRT", args.backend, variants, args.window)
+    if "cavity" in args.cases:
+        for n, lid in sizes["cavity"]:
+            rows += cavity(n, lid, args.backend, variants)
     probe = Simulation(np.zeros((8, 8), bool), SimulationConfig(lattice="D2Q9",
                                                                  backend=args.backend))
     device = probe.backend.device_info()["name"]
     probe.close()
     meta = {"device": device, "date": date.today().isoformat(), "commit": git_commit(),
-            "host": platform.node(), "backend": args.backend, "size": args.size}
+            "host": platform.node(), "backend": args.backend, "size": args.size,
+            "window": args.window}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "storage-accuracy-" + results_stem(device, meta["date"]) + f"-{args.size}"
+    stem = "storage-accuracy-" + results_stem(device, meta["date"]) + f"-{args.tag or args.size}"
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
     text = markdown(meta, rows)
     (out / f"{stem}.md").write_text(text)
