@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 #: Sidebar cards: title -> SimulationConfig parameters.
 SETTING_GROUPS = {
-    "Numerics": ["lattice", "collision", "fluid_model", "precision", "tau", "trt_magic",
+    "Numerics": ["lattice", "collision", "fluid_model", "precision", "storage", "tau", "trt_magic",
                  "body_force", "initial_density"],
     "Boundaries": ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"],
     "Tiling and device": ["tile_edge", "tile_offset", "backend", "gpu_layout",

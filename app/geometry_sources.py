@@ -20,6 +20,7 @@ from geometries import GeometryError, VoxelGeometry, generators
 from solver.config import SimulationConfig, population_copies
 from solver.lattice import get_lattice
 from solver.stability import pull_table_bytes
+from solver.storage import stored_dtype
 from solver.tiling import Tiling, tile_utilisation
 
 from .estimates import specific_surface
@@ -249,7 +250,7 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
         raise GeometryError("The geometry has no fluid voxel; choose another file or setting.")
     offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
     tiling = Tiling.build(solid, config.tile_edge, offset)
-    itemsize = np.dtype(config.precision).itemsize
+    itemsize = stored_dtype(config.precision, config.storage).itemsize
     copies = population_copies(config.streaming)
     f_bytes = tiling.n_tiles * tiling.nodes_per_tile * lattice.q * itemsize
     return GeometryPreview(

@@ -12,7 +12,7 @@ __all__ = ["main"]
 
 def _bench(args: argparse.Namespace) -> int:
     from .backends import get_backend
-    from .bench import cpu_cases, run_case, write_results
+    from .bench import cpu_cases, precision_options, run_case, write_results
     from .config import SimulationConfig
 
     backend = get_backend(args.backend)
@@ -21,8 +21,8 @@ def _bench(args: argparse.Namespace) -> int:
     results = []
     for case in cpu_cases(args.size):
         for precision in args.precision:
-            config = SimulationConfig(lattice="D3Q19", collision="BGK", precision=precision,
-                                      backend=backend.name)
+            config = SimulationConfig(lattice="D3Q19", collision="BGK", backend=backend.name,
+                                      **precision_options(precision))
             results.append(run_case(case, config, args.steps))
     device = backend.device_info()["name"]
     for r in results:
@@ -116,7 +116,8 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the ``solver`` command."""
-    from .config import HALO_TRANSPORTS
+    from .config import HALO_TRANSPORTS, STREAMING
+    from .storage import PRECISION_LABELS
 
     parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -124,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     bench.add_argument("--size", type=int, default=64, help="box edge in nodes")
     bench.add_argument("--steps", type=int, default=20)
-    bench.add_argument("--precision", nargs="+", default=["float64", "float32"],
-                       choices=["float32", "float64"])
+    bench.add_argument("--precision", nargs="+", default=list(PRECISION_LABELS),
+                       choices=list(PRECISION_LABELS),
+                       help="float16 = float16 storage, float32 arithmetic")
     bench.add_argument("--out", default=None, help="folder for the JSON + markdown table "
                        "(GPU suite default: benchmarks/results)")
     bench.add_argument("--suite", default="auto", choices=["auto", "cpu", "gpu"],
@@ -140,8 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["paper", "xyz"], help="GPU suite: in-tile layouts")
     bench.add_argument("--tpb", type=int, nargs="+", default=[1, 2, 4], choices=[1, 2, 4],
                        help="GPU suite: tiles per block")
-    bench.add_argument("--streaming", nargs="+", default=["two-copy"],
-                       choices=["two-copy", "in-place"],
+    bench.add_argument("--streaming", nargs="+", default=["two-copy"], choices=list(STREAMING),
                        help="GPU suite: population storage (in-place: one copy, AA pattern)")
     bench.set_defaults(func=_bench)
     validate = sub.add_parser("validate", help="run the physics validation cases and write "

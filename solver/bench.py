@@ -22,10 +22,21 @@ from tqdm import tqdm
 
 from .config import SimulationConfig
 from .simulation import Simulation
+from .storage import PRECISION_LABELS
 
-__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit"]
+__all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit",
+           "PRECISION_LABELS", "precision_options"]
 
 log = logging.getLogger(__name__)
+
+
+def precision_options(label: str) -> dict[str, str]:
+    """SimulationConfig ``precision`` and ``storage`` of a benchmark precision label."""
+    if label not in PRECISION_LABELS:
+        raise ValueError(f"Unknown precision {label!r}; use one of {PRECISION_LABELS}.")
+    if label == "float16":
+        return {"precision": "float32", "storage": "float16"}
+    return {"precision": label, "storage": "auto"}
 
 
 @dataclass
@@ -77,7 +88,8 @@ def run_case(case: BenchCase, config: SimulationConfig, steps: int, warmup: int 
             bar.update(n)
     result = {
         "case": case.label, "backend": sim.backend.name, "lattice": config.lattice,
-        "collision": config.collision, "precision": config.precision,
+        "collision": config.collision,
+        "precision": "float16" if config.storage == "float16" else config.precision,
         "fluid_nodes": sim.problem.n_fluid, "eta_t": round(sim.tiling.eta_t, 4),
         "steps": steps, "seconds": seconds,
         "mflups": sim.problem.n_fluid * steps / seconds / 1e6,

@@ -32,11 +32,12 @@ from .lattice import CS2, LATTICE_NAMES, MRT_ONLY, get_lattice
 from .moments import MRT_LATTICES
 from .mrt import mrt_rates
 from .node_types import FACE_NAMES
+from .storage import STORAGES
 
 __all__ = [
     "ConfigError", "SimulationConfig", "FaceCondition", "FACE_NAMES", "FACE_TYPES",
-    "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "BACKENDS", "HALO_TRANSPORTS", "STREAMING",
-    "population_copies",
+    "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "STORAGES", "BACKENDS", "HALO_TRANSPORTS",
+    "STREAMING", "population_copies",
 ]
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,12 @@ class SimulationConfig(param.Parameterized):
     fluid_model = param.Selector(objects=list(FLUID_MODELS), default="incompressible",
                                  doc="Equilibrium: incompressible (He-Luo) or quasi-compressible.")
     precision = param.Selector(objects=list(PRECISIONS), default="float32",
-                               doc="Floating-point type of the stored populations.")
+                               doc="Floating-point type of the arithmetic (and, with storage "
+                                   "'auto', of the stored populations).")
+    storage = param.Selector(objects=list(STORAGES), default="auto",
+                             doc="Storage of the populations: 'auto' = the precision; "
+                                 "'float16' stores f_i - w_i rho0, scaled, in 16 bits (half "
+                                 "the memory and traffic; float32 arithmetic only).")
     tau = _Tau(default=0.8, softbounds=(0.5, 2.0),
                doc="Relaxation time (lattice units); viscosity nu = (tau - 1/2)/3.")
     trt_magic = param.Number(default=3 / 16, bounds=(0, None), inclusive_bounds=(False, True),
@@ -260,6 +266,12 @@ class SimulationConfig(param.Parameterized):
             raise ConfigError("mrt_rates only apply to collision='MRT'; clear them or switch "
                               "to MRT.")
 
+    def _check_storage(self) -> None:
+        if self.storage == "float16" and self.precision != "float32":
+            raise ConfigError(f"storage='float16' computes in float32 but precision is "
+                              f"{self.precision!r}: set precision='float32', or storage='auto' "
+                              "to store in the arithmetic precision.")
+
     def periodic_axes(self) -> tuple[bool, ...]:
         """Per axis, whether both faces are periodic."""
         faces = self.faces()
@@ -285,5 +297,6 @@ class SimulationConfig(param.Parameterized):
         if self.ndim == 2 and self.body_force[2] != 0.0:
             raise ConfigError("A 2D lattice has no z axis: set body_force[2] to 0.")
         self._check_collision()
+        self._check_storage()
         self.face_conditions()
         self.check_objects()

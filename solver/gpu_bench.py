@@ -6,9 +6,10 @@ block) are then timed on that allocation with CUDA events after warm-up. MFLUPS 
 nodes only; the bandwidth is ``MFLUPS * B`` with ``B = 2 q n_d`` bytes per node and step (paper
 eq. 10), given as a fraction of the theoretical peak (device attributes) and of the
 device-to-device copy bandwidth measured in the same process. Sphere packs run with the tiles
-per block that was fastest on the dense box of the same size. ``GpuSuite.streaming`` adds
-in-place (AA pattern) runs: the same bytes per step on one copy of f instead of two, each
-option on its own allocation.
+per block that was fastest on the dense box of the same size. The precision label 'float16'
+means float16 storage with float32 arithmetic (:mod:`solver.storage`; B = 2 q 2 bytes).
+``GpuSuite.streaming`` adds in-place (AA pattern) runs: the same bytes per step on one copy of
+f instead of two, each (precision, streaming) option on its own allocation.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from datetime import date
 import numpy as np
 from tqdm import tqdm
 
-from .bench import BenchCase, git_commit, sphere_pack
+from .bench import BenchCase, git_commit, precision_options, sphere_pack
 from .collision import relaxation
 from .config import SimulationConfig
 from .problem import Problem
@@ -48,7 +49,7 @@ class GpuSuite:
     porosities: tuple[float, ...] = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
     pack_size: int = 192
     diameter: float = 40.0
-    precisions: tuple[str, ...] = ("float32", "float64")
+    precisions: tuple[str, ...] = ("float32", "float64", "float16")
     layouts: tuple[str, ...] = ("paper", "xyz")
     tiles_per_block: tuple[int, ...] = (1, 2, 4)
     kernels: tuple[str, ...] = tuple(KERNELS)
@@ -71,9 +72,10 @@ def pack_cases(size: int, porosities, diameter: float, seed: int = 0) -> list[Be
 
 
 def _problem(case: BenchCase, precision: str, streaming: str = "two-copy") -> Problem:
+    """The case's problem; ``precision`` 'float16' = float16 storage, float32 arithmetic."""
     faces = {f"{ax}_{side}": case.faces for ax in "xyz" for side in ("min", "max")}
-    config = SimulationConfig(lattice="D3Q19", precision=precision, collision="BGK",
-                              tile_offset=case.tile_offset, streaming=streaming, **faces)
+    config = SimulationConfig(lattice="D3Q19", collision="BGK", tile_offset=case.tile_offset,
+                              streaming=streaming, **precision_options(precision), **faces)
     return Problem.from_config(case.solid, config)
 
 
@@ -94,8 +96,8 @@ def _row(case, problem, kernel, layout, tpb, steps, sec, info) -> dict:
         "case": case.label, "porosity": case.porosity, "nodes": int(case.solid.size),
         "fluid_nodes": problem.n_fluid, "n_tiles": problem.tiling.n_tiles,
         "eta_t": round(problem.tiling.eta_t, 4), "kernel": kernel,
-        "precision": problem.dtype.name, "streaming": problem.streaming, "layout": layout,
-        "tiles_per_block": tpb,
+        "precision": problem.storage_dtype.name, "arithmetic": problem.dtype.name,
+        "streaming": problem.streaming, "layout": layout, "tiles_per_block": tpb,
         "steps": steps, "seconds_per_step": sec, "mflups": round(mflups, 1),
         "bytes_per_node": bytes_node, "bandwidth_gbs": round(bandwidth / 1e9, 1),
         "fraction_peak": round(bandwidth / peak, 4) if peak else None,

@@ -2,10 +2,12 @@
 
 Targets checked (H100 goals of the project): D3Q19 BGK on the dense 256^3 cavity at >= 70 % of
 the copy bandwidth measured in the same run, in float32 and float64; on sphere packs, fluid
-MFLUPS >= eta_t x the dense MFLUPS of the same kernel variant on the box of the same size. The
-paper layout's effect is reported as its MFLUPS over the XYZ layout's. Targets and the Table 3 /
-Table 6 summaries use the two-copy rows when a suite also measured in-place streaming; the
-in-place rows get a table of their own against the two-copy ones.
+MFLUPS >= eta_t x the dense MFLUPS of the same kernel variant on the box of the same size; float16
+storage (``precision`` label 'float16': binary16 populations, float32 arithmetic,
+:mod:`solver.storage`) at >= 1.7 x the float32 MFLUPS of the same dense case. The paper layout's
+effect is reported as its MFLUPS over the XYZ layout's. Targets and the Table 3 / Table 6
+summaries use the two-copy rows when a suite also measured in-place streaming; the in-place rows
+get a table of their own against the two-copy ones.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ import json
 import re
 from pathlib import Path
 
+from .storage import PRECISION_LABELS
+
 __all__ = ["targets", "markdown", "summary", "write_report", "results_stem"]
 
 COPY_TARGET = 0.70
+#: float16 storage over float32 MFLUPS (half the bytes: the ceiling is 2).
+STORAGE_TARGET = 1.70
 _TARGET_KERNEL = "BGK incompressible"
 
 
@@ -40,7 +46,7 @@ def _streaming_table(rows) -> list[str]:
              "| in-place / two-copy |", "| --- | --- | --- |" + " ---: |" * 5]
     for case in sorted({r["case"] for r in rows}, key=_size):
         for kernel in dict.fromkeys(r["kernel"] for r in rows):
-            for precision in ("float64", "float32"):
+            for precision in PRECISION_LABELS:
                 two = _best(rows, case=case, kernel=kernel, precision=precision,
                             streaming="two-copy")
                 one = _best(rows, case=case, kernel=kernel, precision=precision,
@@ -58,7 +64,7 @@ def targets(report: dict) -> list[dict]:
     rows, out = _two_copy(report["results"]), []
     big = max((int(m.group(1)) for r in rows if (m := re.match(r"cavity3D (\d+)\^3", r["case"]))),
               default=None)
-    for precision in ("float32", "float64"):
+    for precision in ("float32", "float64"):  # bandwidth targets (float16: the ratio below)
         r = _best(rows, case=f"cavity3D {big}^3", kernel=_TARGET_KERNEL, precision=precision)
         if r:
             out.append({"target": f"BGK dense {big}^3 {precision}: fraction of copy bandwidth",
@@ -66,6 +72,16 @@ def targets(report: dict) -> list[dict]:
                         "met": r["fraction_copy"] >= COPY_TARGET,
                         "detail": f"{r['mflups']:.0f} MFLUPS, {r['layout']}, "
                                   f"{r['tiles_per_block']} tiles/block"})
+    half = _best(rows, case=f"cavity3D {big}^3", kernel=_TARGET_KERNEL, precision="float16")
+    single = _best(rows, case=f"cavity3D {big}^3", kernel=_TARGET_KERNEL, precision="float32")
+    if half and single:
+        ratio = round(half["mflups"] / single["mflups"], 3)
+        out.append({"target": f"BGK dense {big}^3 float16 storage: MFLUPS / float32 MFLUPS",
+                    "value": ratio, "goal": f">= {STORAGE_TARGET:.2f}",
+                    "met": ratio >= STORAGE_TARGET,
+                    "detail": f"{half['mflups']:.0f} vs {single['mflups']:.0f} MFLUPS; float16 "
+                              f"at {half['fraction_copy']:.3f} of copy, {half['layout']}, "
+                              f"{half['tiles_per_block']} tiles/block"})
     worst: dict[tuple, dict] = {}
     for r in _pack_ratios(rows):
         key = (r["precision"], r["layout"])
@@ -107,7 +123,7 @@ def _layout_effect(rows) -> list[str]:
              "| --- | --- | --- | ---: | ---: | ---: |"]
     for case in sorted({r["case"] for r in rows if r["porosity"] is None}, key=_size):
         for kernel in sorted({r["kernel"] for r in rows}):
-            for precision in ("float64", "float32"):
+            for precision in PRECISION_LABELS:
                 p = _best(rows, case=case, kernel=kernel, precision=precision, layout="paper")
                 x = _best(rows, case=case, kernel=kernel, precision=precision, layout="xyz")
                 if p and x and x["mflups"] > 0:
@@ -152,14 +168,18 @@ def _detail(rows) -> list[str]:
 
 
 def _dense_table(rows) -> list[str]:
-    lines = ["| case | kernel | fp64 MFLUPS | fp64 of copy | fp32 MFLUPS | fp32 of copy |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| case | kernel | fp64 MFLUPS | fp64 of copy | fp32 MFLUPS | fp32 of copy | "
+             "fp16 storage MFLUPS | fp16 of copy | fp16 / fp32 |",
+             "| --- | --- |" + " ---: |" * 7]
     for case in sorted({r["case"] for r in rows if r["porosity"] is None}, key=_size):
         for kernel in dict.fromkeys(r["kernel"] for r in rows):
-            cells = []
-            for precision in ("float64", "float32"):
-                b = _best(rows, case=case, kernel=kernel, precision=precision)
+            cells, best = [], {}
+            for precision in PRECISION_LABELS:
+                b = best[precision] = _best(rows, case=case, kernel=kernel, precision=precision)
                 cells += [f"{b['mflups']:.0f}", f"{b['fraction_copy']:.3f}"] if b else ["-"] * 2
+            ratio = (best["float16"]["mflups"] / best["float32"]["mflups"]
+                     if best["float16"] and best["float32"] else None)
+            cells.append(f"{ratio:.3f}" if ratio else "-")
             lines.append(f"| {case} | {kernel} | " + " | ".join(cells) + " |")
     return lines
 
@@ -190,7 +210,7 @@ def markdown(report: dict) -> str:
     rows = _two_copy(report["results"])
     parts = _header(report["meta"]) + ["## Targets", ""] + _target_lines(report)
     parts += ["", "## Dense cavity3D (best layout and tiles per block)", ""] + _dense_table(rows)
-    for precision in ("float64", "float32"):
+    for precision in PRECISION_LABELS:
         table = _pack_table(rows, precision)
         if table:
             parts += ["", f"## Sphere packs, MFLUPS ({precision})", ""] + table
@@ -212,7 +232,7 @@ def summary(report: dict) -> str:
     dense = [line for line in _dense_table(rows) if f"{big}^3" in line]
     return "\n".join(_header(report["meta"])[2:5] + _dense_table(rows)[:2] + dense + [""]
                      + _pack_table(rows, "float64") + [""] + _pack_table(rows, "float32")
-                     + [""] + _target_lines(report) + [""]
+                     + [""] + _pack_table(rows, "float16") + [""] + _target_lines(report) + [""]
                      + _streaming_table(report["results"]))
 
 

@@ -1,7 +1,8 @@
 """Files a run writes: checkpoints (``.npz``), fields (``.vti``), counters (``.csv``), JSON.
 
 A checkpoint holds what resuming needs to reproduce an uninterrupted run bit for bit: the latest
-populations in the storage dtype (n_tiles, q, a**d), the step count and metrics, the
+populations in the arithmetic dtype (n_tiles, q, a**d; with float16 storage the decoded float32
+values, which encode back to the very same stored state), the step count and metrics, the
 configuration as JSON of its ``param`` values, and a SHA-256 hash of the solid mask and its
 shape so that a checkpoint is never resumed on another geometry. Nothing is pickled; files are
 read with ``allow_pickle=False``. Checkpoints and JSON are written atomically: a temporary file
@@ -48,7 +49,7 @@ class CheckpointError(ValueError):
 
 @dataclass
 class Checkpoint:
-    """Contents of a checkpoint file; populations in the storage dtype (n_tiles, q, a**d)."""
+    """Contents of a checkpoint file; populations in the arithmetic dtype (n_tiles, q, a**d)."""
 
     config: dict[str, Any]
     shape: tuple[int, ...]
@@ -88,8 +89,13 @@ def _label(key: str) -> int | str:
 
 
 def config_differences(saved: dict[str, Any], config: SimulationConfig) -> list[str]:
-    """``"key: saved -> now"`` for every physics parameter that differs."""
+    """``"key: saved -> now"`` for every physics parameter that differs.
+
+    A parameter the checkpoint lacks (written before the parameter existed) counts as its
+    default.
+    """
     now = config_values(config)
+    saved = {**config_values(SimulationConfig()), **saved}
     keys = sorted((set(saved) | set(now)) - set(EXECUTION_ONLY))
     return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in keys if saved.get(k) != now.get(k)]
 
@@ -158,7 +164,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 
 def checkpoint_of(sim, extra: dict[str, Any] | None = None) -> Checkpoint:
-    """Snapshot of a Simulation (populations in its storage dtype)."""
+    """Snapshot of a Simulation (populations in its arithmetic dtype, decoded)."""
     return Checkpoint(
         config=config_values(sim.config), shape=tuple(sim.solid.shape),
         mask_sha256=mask_hash(sim.solid), step=sim.time_step,
@@ -187,6 +193,7 @@ def restore(sim, checkpoint: Checkpoint) -> None:
                               f", this run needs {expected}; the tiling code has changed.")
     sim.allocate()
     sim.backend.set_populations(sim.state, checkpoint.populations)
+    sim.backend.set_step(sim.state, checkpoint.step)  # seeds float16 stochastic rounding
     for key in RESUMED_METRICS:
         if key in checkpoint.metrics:
             setattr(sim.metrics, key, checkpoint.metrics[key])

@@ -2,7 +2,8 @@
 
 A :class:`Problem` gathers what every backend needs — the lattice, the tiling, relaxation rates
 (``Relaxation`` for BGK/TRT, ``MRTRates`` for MRT), the body force, the periodic axes, the
-boundary conditions of the domain faces and moving objects, and the storage dtype — so that
+boundary conditions of the domain faces and moving objects, the arithmetic dtype and the
+storage of the populations (:mod:`solver.storage`) — so that
 backends only allocate and step. Large derived tables (the NumPy pull table, the boundary
 tables of ``solver.boundaries``) are built on first use only.
 """
@@ -20,6 +21,7 @@ from .config import ConfigError, FaceCondition, SimulationConfig, population_cop
 from .lattice import Lattice, get_lattice
 from .mrt import MRTRates, mrt_rates
 from .node_types import NodeType
+from .storage import Storage, storage_for
 from .streaming import PullTable, build_pull_table
 from .tiling import Tiling
 
@@ -49,6 +51,8 @@ class Problem:
     #: Tiles this process steps, bool (n_tiles,); None = all. The others are read-only halo
     #: tiles of a distributed run (:mod:`solver.distributed`).
     owned: np.ndarray | None = field(default=None, repr=False)
+    #: ``SimulationConfig.storage``: 'auto' (store in ``dtype``) or 'float16'.
+    storage_kind: str = "auto"
     #: Population storage on the GPU (``SimulationConfig.streaming``): 'two-copy' or 'in-place'.
     streaming: str = "two-copy"
 
@@ -84,6 +88,7 @@ class Problem:
             rho0=float(config.initial_density),
             periodic=config.periodic_axes(),
             dtype=np.dtype(config.precision),
+            storage_kind=config.storage,
             collision=config.collision,
             layout=config.gpu_layout,
             tiles_per_block=int(config.tiles_per_block),
@@ -107,6 +112,16 @@ class Problem:
         if self.owned is None:
             return self.tiling.n_fluid
         return int((~self.tiling.solid[self.owned]).sum())
+
+    @cached_property
+    def storage(self) -> Storage:
+        """How the populations are stored (dtype, shift and scale; :mod:`solver.storage`)."""
+        return storage_for(self.lattice, self.dtype, self.storage_kind, self.rho0)
+
+    @property
+    def storage_dtype(self) -> np.dtype:
+        """dtype of the stored populations (``dtype``, or float16 with float16 storage)."""
+        return self.storage.dtype
 
     @cached_property
     def pull_table(self) -> PullTable:
@@ -142,4 +157,4 @@ class Problem:
 
     def bytes_per_fluid_node_step(self) -> int:
         """Minimum bytes moved per fluid node and step, 2 q n_d (paper eq. 10)."""
-        return 2 * self.lattice.q * self.dtype.itemsize
+        return 2 * self.lattice.q * self.storage_dtype.itemsize

@@ -75,7 +75,7 @@ def memory_required(sim: Simulation) -> int:
         required += pull_table_bytes(t.n_fluid, p.lattice.q, t.n_tiles, t.nodes_per_tile)
         # ... and it keeps two copies of f even when the GPU would update one in place.
         required += (2 - p.population_copies) * t.n_tiles * t.nodes_per_tile * p.lattice.q \
-            * p.dtype.itemsize
+            * p.storage_dtype.itemsize
     return required
 
 

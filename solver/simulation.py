@@ -80,7 +80,8 @@ class Simulation:
 
     def memory_bytes(self) -> int:
         """Memory the state needs on the device, bytes (one or two population copies)."""
-        return self.tiling.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize,
+        return self.tiling.memory_bytes(self.problem.lattice.q,
+                                        self.problem.storage_dtype.itemsize,
                                         self.problem.population_copies)
 
     def allocate(self) -> None:

@@ -149,7 +149,8 @@ def check_memory(required: int, free: int | None, device: str = "device") -> Non
         raise MemoryRefused(
             f"The case needs about {required / 2**20:.1f} MiB ({required} bytes) but the "
             f"{device} has only {free / 2**20:.1f} MiB ({free} bytes) free; use a smaller or "
-            "cropped geometry, precision float32, or a device with more memory."
+            "cropped geometry, precision float32 (and storage float16), or a device with more "
+            "memory."
         )
 
 

@@ -1,11 +1,13 @@
 """The interface every compute backend implements.
 
 A backend is chosen once (:func:`solver.backends.get_backend`) and owns the array module, the
-device and the storage precision; nothing outside ``solver/backends`` asks which one it is. The
-state it allocates holds two copies of the populations in the layout
-``f[copy][tile][i][node_in_tile]``; ``state.current`` says which copy holds the latest values.
-The CuPy backend can instead keep one copy updated in place (``Problem.streaming``, see
-:mod:`solver.backends.gpu_streaming`); its readers return the same populations either way.
+device and the precision; nothing outside ``solver/backends`` asks which one it is. The state it
+allocates holds two copies of the populations in the layout ``f[copy][tile][i][node_in_tile]``
+in the problem's storage (:mod:`solver.storage`); ``state.current`` says which copy holds the
+latest values. The CuPy backend can instead keep one copy updated in place
+(``Problem.streaming``, see :mod:`solver.backends.gpu_streaming`). Everything that reads or
+writes populations through this interface sees them decoded, in the natural layout and the
+arithmetic precision or float64, whichever way they are stored.
 """
 
 from __future__ import annotations
@@ -40,13 +42,20 @@ class Backend(Protocol):
         """Latest populations as a host float64 array (n_tiles, q, a**d)."""
 
     def device_populations(self, state: Any) -> Any:
-        """Latest populations as a backend array (n_tiles, q, a**d), XYZ in-tile order."""
+        """Latest populations as a backend array (n_tiles, q, a**d), XYZ in-tile order, decoded
+        to the arithmetic precision."""
 
     def to_host(self, array: Any) -> np.ndarray:
         """Copy a backend array to a host NumPy array."""
 
     def set_populations(self, state: Any, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host array (n_tiles, q, a**d)."""
+        """Overwrite the latest populations from a host array (n_tiles, q, a**d), rounded to the
+        storage."""
+
+    def set_step(self, state: Any, step: int) -> None:
+        """Set the step counter that seeds the stochastic rounding of float16 storage
+        (:mod:`solver.storage`); a checkpoint restores it so that a resumed run continues bit
+        for bit."""
 
     def device_info(self) -> DeviceInfo:
         """What the backend runs on."""

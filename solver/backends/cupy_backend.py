@@ -11,7 +11,10 @@ returns them in XYZ order like every backend. Step times are CUDA-event times.
 (section 4.1) on the same state for the benchmark.
 Everything the NumPy reference does runs here: BGK, TRT and MRT (D2Q9, D3Q19, D3Q13) with Guo
 forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving walls and
-objects (``kernels/PHYSICS_FOR_GPU.md``).
+objects (``kernels/PHYSICS_FOR_GPU.md``). With float16 storage (:mod:`solver.storage`) the
+device copies (two, or one in place) hold the shifted, scaled binary16 values the kernel decodes
+and encodes itself; reading or writing populations through this backend decodes or encodes them
+on the device.
 """
 
 from __future__ import annotations
@@ -120,6 +123,10 @@ class CupyState:
     stream: object = None
     graphs: dict = field(default_factory=dict, repr=False)
     identity_slots: bool | None = None
+    #: float16 storage: the kernel's two-slot step counter (uint32), seeding its stochastic
+    #: rounding; a launch from ``current`` c (copy c, or in place phase c) reads slot c
+    #: (:mod:`solver.backends.gpu_storage`). None otherwise.
+    seeds: cp.ndarray | None = field(default=None, repr=False)
 
     @property
     def in_place(self) -> bool:
@@ -136,7 +143,7 @@ class CupyState:
 
 
 class CupyBackend:
-    """Tiled fused stream-collide on the GPU (float32 or float64 storage and arithmetic)."""
+    """Tiled fused stream-collide on the GPU (float32/float64 arithmetic, storage per problem)."""
 
     name = "cupy"
     xp = cp
@@ -162,6 +169,10 @@ class CupyBackend:
             raise ValueError("A distributed run keeps two copies of f: its halo exchange reads "
                              "one copy while the step writes the other. Use "
                              "streaming='two-copy' with MPI.")
+        if problem.storage.encoded:
+            raise ValueError("storage='float16' does not run under MPI yet: its stochastic "
+                             "rounding hashes global node ids, which the ranks' local tilings "
+                             "do not carry. Use storage='auto' with MPI.")
         n = problem.tiling.n_tiles
         owned = np.arange(n) < n_owned_tiles
         if not 0 <= n_boundary_tiles <= n_owned_tiles <= n or (
@@ -178,15 +189,16 @@ class CupyBackend:
         real_args = physics_args(problem)
         tables = {k: cp.asarray(v) for k, v in device_tables(problem, variant.boundary).items()}
         # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
-        feq = equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)), lat,
-                          problem.incompressible)[:, 0].astype(problem.dtype)
+        feq = problem.storage.encode(equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)),
+                                                 lat, problem.incompressible))[:, 0]
         f = cp.empty((problem.population_copies, tiling.n_tiles, lat.q, tiling.nodes_per_tile),
-                     dtype=problem.dtype)
+                     dtype=problem.storage_dtype)
         f[...] = cp.asarray(feq)[None, None, :, None]
         slots = cp.asarray(slot_table(lat.name, problem.layout, tiling.a))
+        seeds = cp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         return CupyState(problem=problem, f=f, tables=tables, slots=slots,
                          int_args=geometry_args(problem), real_args=real_args,
-                         stream=cp.cuda.Stream(non_blocking=True))
+                         stream=cp.cuda.Stream(non_blocking=True), seeds=seeds)
 
     def _entry(self, state: CupyState, mode: str, tiles_per_block: int,
                tiles: tuple[int, int] | None = None) -> tuple:
@@ -201,7 +213,8 @@ class CupyBackend:
             blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode,
                                                  end - first)
             ints = state.int_args if tiles is None else geometry_args(state.problem, tiles)
-            tail = (*state.tables.values(), *ints, *real_args(variant, state.real_args))
+            tail = (*state.tables.values(), *ints, *real_args(variant, state.real_args),
+                    *(() if state.seeds is None else (state.seeds,)))
             state.launches[key] = (kernel, (blocks,), (threads,), tail, smem)
         return state.launches[key]
 
@@ -293,8 +306,8 @@ class CupyBackend:
         using only the new one. The benchmark times every kernel variant on one allocation
         this way.
         """
-        fixed = {"tiling", "dtype", "lattice", "faces", "objects", "labels", "periodic",
-                 "streaming"}
+        fixed = {"tiling", "dtype", "storage_kind", "lattice", "faces", "objects", "labels",
+                 "periodic", "rho0", "streaming"}
         if fixed & changes.keys():
             raise ValueError(f"reconfigure() keeps {', '.join(sorted(fixed))}; allocate anew.")
         problem = replace(state.problem, **changes)
@@ -338,25 +351,33 @@ class CupyBackend:
         return cp.asnumpy(self.device_populations(state)).astype(np.float64)
 
     def device_populations(self, state: CupyState) -> cp.ndarray:
-        """Latest populations on the device in XYZ in-tile order (a view for the XYZ layout)."""
+        """Latest populations on the device in XYZ in-tile order, arithmetic precision (a view
+        for the XYZ layout without float16 storage)."""
         current = self._natural(state)
         if state.identity_slots is None:
             state.identity_slots = bool((state.slots == cp.arange(state.slots.shape[1])).all())
-        if state.identity_slots:
-            return current
-        q = cp.arange(state.problem.lattice.q)[:, None]
-        return current[:, q, state.slots]
+        if not state.identity_slots:
+            q = cp.arange(state.problem.lattice.q)[:, None]
+            current = current[:, q, state.slots]
+        return state.problem.storage.decode(current, cp)
 
     def to_host(self, array: cp.ndarray) -> np.ndarray:
         """Copy a device array to the host."""
         return cp.asnumpy(array)
 
     def set_populations(self, state: CupyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host array in XYZ in-tile order."""
+        """Overwrite the latest populations from a host array in XYZ in-tile order (rounded to
+        the storage on the device)."""
         q = cp.arange(state.problem.lattice.q)[:, None]
-        if state.in_place:
-            state.current = 0  # the values arrive in the natural layout
-        state.f[state.current][:, q, state.slots] = cp.asarray(f, dtype=state.problem.dtype)
+        if state.in_place:  # values arrive in the natural layout: decode to phase 0 first,
+            self._natural(state)  # which also moves the float16 step counter there
+        state.f[state.current][:, q, state.slots] = state.problem.storage.encode(
+            cp.asarray(f), cp)
+
+    def set_step(self, state: CupyState, step: int) -> None:
+        """Set the step counter that seeds float16 stochastic rounding (on resume)."""
+        if state.seeds is not None:
+            state.seeds[state.current] = np.uint32(step & 0xFFFFFFFF)
 
     def device_info(self) -> DeviceInfo:
         """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""

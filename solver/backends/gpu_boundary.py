@@ -2,7 +2,7 @@
 
 The CUDA port of :mod:`solver.boundaries` (``kernels/PHYSICS_FOR_GPU.md``, section 2). Per node
 the kernel reads two bytes, the node type and the wall-velocity group; everything else lives in
-one small table ``bc`` of the storage precision, built here on the host:
+one small table ``bc`` of the arithmetic precision, built here on the host:
 
 - ``bc[4 f + k]``, f = 0..5: face f's (ux, uy, uz, rho) -- inlet velocity, outlet density.
 - ``bc[24 + row * q + i]``: Ladd's term ``6 w_i rho_w c_i . U`` added to a bounced population

@@ -3,18 +3,22 @@
 A :class:`KernelVariant` names everything fixed at compile time: lattice, precision, collision
 (BGK/TRT/MRT), fluid model, in-tile layout, kernel mode (full step, one of the paper's section
 4.1 probes, or the in-place decoding 'swap'), tile edge, the boundary code in it (none, Zou-He
-faces, or Zou-He faces and Ladd's moving walls) and how it addresses the populations (two
-copies, or one of the two alternating in-place AA kernels of
-:mod:`solver.backends.gpu_streaming`).
+faces, or Zou-He faces and Ladd's moving walls), how it addresses the populations (two copies,
+or one of the two alternating in-place AA kernels of :mod:`solver.backends.gpu_streaming`) and
+how it stores them ('auto': the arithmetic type; 'float16': the shifted, scaled binary16 of
+:mod:`solver.storage`, float32 arithmetic; :mod:`solver.backends.gpu_storage`).
 :func:`kernel_source` fills ``kernels/tiled_lbm.cu`` with straight-line code for that variant's
 velocity set: the pull of every direction, the boundary code of
 :mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
 :mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.gpu_mrt`, and
-coalesced stores. Relaxation rates, the body force and the boundary values stay kernel
-arguments or tables, so changing them never recompiles; tiles per block is a launch parameter
-for the same reason. Runs without inlets, outlets or moving walls use the kernel without the
-boundary code, and runs whose walls rest the one without Ladd's term, so each pays only for
-what it uses.
+coalesced stores. Every population load and store is one of :func:`_load` and :func:`_storer`:
+where a value is read or written is the streaming's (:mod:`solver.backends.gpu_streaming`),
+how it is decoded or encoded the storage's (:mod:`solver.backends.gpu_storage`), so every
+streaming works with every storage. Relaxation rates, the body force and the boundary values
+stay kernel arguments or tables, so changing them never recompiles; tiles per block is a launch
+parameter for the same reason. Runs without inlets, outlets or moving walls use the kernel
+without the boundary code, and runs whose walls rest the one without Ladd's term, so each pays
+only for what it uses.
 
 The in-tile layouts and the arrays and arguments the kernel is given live in
 :mod:`solver.backends.gpu_tables`.
@@ -35,12 +39,23 @@ from ..moments import MRT_LATTICES
 from ..problem import Problem
 from .gpu_boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .gpu_mrt import mrt_collide_code, mrt_param_names
+from .gpu_storage import (
+    KERNEL_STORAGES,
+    counter_code,
+    decode,
+    encode,
+    node_code,
+    storage_code,
+    storage_param_names,
+    storage_signature,
+)
 from .gpu_streaming import (
     KERNEL_STREAMING,
     deferred_stores,
     kernel_streaming,
     load_code,
     needs_halo,
+    phase_code,
     pointer_qualifier,
     store_code,
     swap_code,
@@ -74,6 +89,7 @@ class KernelVariant:
     tile_edge: int = 4
     boundary: str = "none"
     streaming: str = "pull"
+    storage: str = "auto"
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
@@ -88,17 +104,26 @@ class KernelVariant:
     def for_problem(cls, problem: Problem, mode: str = "full", phase: int = 0
                     ) -> KernelVariant:
         """The variant that steps ``problem`` in ``mode`` from ``phase`` (canonical)."""
+        if problem.storage.encoded and problem.storage.rounding != "stochastic":
+            raise ValueError("The GPU kernel rounds float16 stores stochastically only; "
+                             "rounding='nearest' is a NumPy-backend ablation.")
         return cls(problem.lattice.name, problem.dtype.name, problem.collision,
                    problem.incompressible, problem.layout, mode, problem.tiling.a,
                    boundary_kind(problem) if mode == "full" else "none",
-                   kernel_streaming(problem.streaming, phase)).canonical()
+                   kernel_streaming(problem.streaming, phase),
+                   "float16" if problem.storage.encoded else "auto").canonical()
+
+    @property
+    def half(self) -> bool:
+        """Whether populations are stored as float16 (solver.storage)."""
+        return self.storage == "float16"
 
     @property
     def name(self) -> str:
         """Kernel (and namespace) name, unique per canonical variant."""
         v = self.canonical()
         fluid = "inc" if v.incompressible else "qc"
-        prec = "f64" if v.precision == "float64" else "f32"
+        prec = ("f64" if v.precision == "float64" else "f32") + ("s16" if v.half else "")
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
         access = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal"}[v.streaming]
         return (f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}"
@@ -121,6 +146,12 @@ def _signed_sum(coeffs, names) -> str:
     return terms or "0"
 
 
+def _load(v: KernelVariant, i: int, index: str) -> str:
+    """C expression: the population of direction i (or its opposite) at ``fin[index]``, as
+    real (decoded from the storage)."""
+    return decode(v.storage, get_lattice(v.lattice), i, f"fin[{index}]")
+
+
 def _gather(v: KernelVariant, real: str) -> str:
     lat, a = get_lattice(v.lattice), v.tile_edge
     kinds = direction_layouts(v.lattice, v.layout, a)
@@ -128,25 +159,28 @@ def _gather(v: KernelVariant, real: str) -> str:
     lines = []
     for i, c in enumerate(lat.c.tolist()):
         if not any(c):
-            lines.append(f"    const real g{i} = fin[base + {i} * NPT + slot_{kinds[i]}(n)];")
+            at = f"base + {i} * NPT + slot_{kinds[i]}(n)"
+            lines.append(f"    const real g{i} = {_load(v, i, at)};")
             continue
         lines += [
             f"    real g{i};",
             "    {",
             *load_code(v.streaming, lat, kinds, i, he),
-            "        g" + f"{i} = fin[at];",
+            f"        g{i} = {_load(v, i, 'at')};",
             "    }",
         ]
     if v.boundary == "moving":  # group of this node's solid neighbours, NO_WALL if none moves
         lines.insert(0, "    const int wgroup = wall_group[tile * NPT + n];")
         lines.append(ladd_code(v.lattice, he))
-    return "\n".join(lines)
+    return "\n".join(node_code(v.storage, lat) + lines)
 
 
 def _storer(v: KernelVariant):
-    """``store(i, value)``: the statement storing ``value`` as f*_i of the thread's node."""
+    """``store(i, value)``: the statement storing ``value`` (real) as f*_i of the thread's
+    node, encoded to the storage, where the streaming pattern puts it."""
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
-    return lambda i, value: store_code(v.streaming, kinds, i, value)
+    lat = get_lattice(v.lattice)
+    return lambda i, value: store_code(v.streaming, kinds, i, encode(v.storage, lat, i, value))
 
 
 def _collide(v: KernelVariant, real: str) -> str:
@@ -230,14 +264,18 @@ def collision_param_names(v: KernelVariant) -> list[str]:
 def real_args(variant: KernelVariant, physics: list) -> list:
     """Floating kernel arguments of ``variant``, in its signature's count.
 
-    ``physics`` (:func:`~solver.backends.gpu_tables.physics_args`) for a full step; zeros for
-    the probes and the in-place decoding, which read none but are compiled as BGK: another
-    collision's constants would pass the wrong number of arguments (D2Q9 MRT has fewer).
+    ``physics`` (:func:`~solver.backends.gpu_tables.physics_args`) for a full step; for the
+    probes and the in-place decoding, which read none of the force and collision constants but
+    are compiled as BGK, zeros in their place (another collision's constants would pass the
+    wrong number of arguments: D2Q9 MRT has fewer), then the storage constants, which every
+    kernel of a storage takes (the last ``len(storage_param_names(...))`` of ``physics``).
     """
     v = variant.canonical()
     if v.mode == "full":
         return list(physics)
-    return [type(physics[0])(0)] * (3 + len(collision_param_names(v)))
+    n_storage = len(storage_param_names(v.storage))
+    return ([type(physics[0])(0)] * (3 + len(collision_param_names(v)))
+            + list(physics[len(physics) - n_storage:]))
 
 
 @cache
@@ -250,6 +288,10 @@ def kernel_source(variant: KernelVariant) -> str:
         raise ValueError(f"Unknown precision {v.precision!r}; use 'float32' or 'float64'.")
     if v.collision not in COLLISIONS:
         raise ValueError(f"Unknown collision {v.collision!r}; use one of {COLLISIONS}.")
+    if v.storage not in KERNEL_STORAGES:
+        raise ValueError(f"Unknown storage {v.storage!r}; use one of {KERNEL_STORAGES}.")
+    if v.half and v.precision != "float32":
+        raise ValueError(f"float16 storage needs float32 arithmetic, not {v.precision}.")
     if v.boundary not in BOUNDARY_KINDS:
         raise ValueError(f"Unknown boundary code {v.boundary!r}; use one of {BOUNDARY_KINDS}.")
     if v.streaming not in KERNEL_STREAMING:
@@ -265,7 +307,10 @@ def kernel_source(variant: KernelVariant) -> str:
     full = v.mode == "full"
     computes = v.mode not in ("readwrite", "swap")
     return _template().substitute(
-        namespace=v.name, kernel=v.name, real=real, d=d, q=lat.q, a=a, npt=a**d,
+        namespace=v.name, kernel=v.name, real=real, d=d,
+        storage_code=storage_code(v.storage),
+        storage_prologue=counter_code(v.storage, v.mode, phase_code(v.streaming)),
+        q=lat.q, a=a, npt=a**d,
         halo_nodes=(a + 2) ** d, neighbours=3**d, mode=MODES[v.mode],
         skip_corners="true" if int(np.abs(lat.c).sum(axis=1).max()) < d else "false",
         # Only big tiles need a register cap for their block size; a cap at 256 threads makes
@@ -276,7 +321,7 @@ def kernel_source(variant: KernelVariant) -> str:
         collide=_collide(v, real) if v.mode != "readwrite" else "",
         restrict=pointer_qualifier(v.streaming),
         halo="true" if needs_halo(v.streaming, v.mode, v.boundary) else "false",
-        collision_params=params,
+        collision_params=params + storage_signature(v.storage),
         zou_he=zou_he_code(v.lattice, v.incompressible, lambda x: _lit(x, real))
         if full and v.boundary != "none" else "",
     )
@@ -294,10 +339,11 @@ def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,
     for lattice, a_values in edges.items():
         collisions = ("MRT",) if lattice == "D3Q13" else (
             ("BGK", "TRT", "MRT") if lattice in MRT_LATTICES else ("BGK", "TRT"))
-        for a, prec, coll, inc, layout, mode, bc, access in itertools.product(
-            a_values, ("float32", "float64"), collisions, (True, False), LAYOUTS, MODES,
-            BOUNDARY_KINDS, streaming,
+        for a, (prec, store), coll, inc, layout, mode, bc, access in itertools.product(
+            a_values, (("float32", "auto"), ("float64", "auto"), ("float32", "float16")),
+            collisions, (True, False), LAYOUTS, MODES, BOUNDARY_KINDS, streaming,
         ):
-            v = KernelVariant(lattice, prec, coll, inc, layout, mode, a, bc, access).canonical()
+            v = KernelVariant(lattice, prec, coll, inc, layout, mode, a, bc, access,
+                              store).canonical()
             seen.setdefault(v.name, v)
     return list(seen.values())

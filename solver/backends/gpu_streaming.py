@@ -20,6 +20,8 @@ copy is in:
   only its own node, so it resolves no halo (unless Ladd's term needs to know the walls).
 
 Per node the arithmetic is that of the two-copy kernel, so the populations agree bit for bit.
+This module only says where a value is read or written; what is stored there (the arithmetic
+type, or float16) is :mod:`solver.backends.gpu_storage`'s, so every storage works in place.
 The streamed layout is the natural one with the two slots of every fluid-fluid link exchanged,
 ``(x, i) <-> (x + c_i, opp(i))``: kernel mode ``'swap'`` does that exchange in place, which is
 how the backend decodes phase 1 (and only phase 1) back to the natural layout. A step moves
@@ -31,8 +33,9 @@ from __future__ import annotations
 from ..config import STREAMING
 from ..lattice import Lattice
 
-__all__ = ["KERNEL_STREAMING", "kernel_streaming", "next_phase", "pointer_qualifier",
-           "needs_halo", "load_code", "store_code", "deferred_stores", "swap_code"]
+__all__ = ["KERNEL_STREAMING", "kernel_streaming", "next_phase", "phase_code",
+           "pointer_qualifier", "needs_halo", "load_code", "store_code", "deferred_stores",
+           "swap_code"]
 
 #: Kernel address patterns: two-copy pull, and the two alternating kernels of the AA pattern.
 KERNEL_STREAMING = ("pull", "aa_neighbour", "aa_local")
@@ -63,6 +66,19 @@ def next_phase(streaming: str, mode: str, phase: int) -> int:
         raise ValueError("'swap' decodes the streamed layout (phase 1) only; phase 0 is "
                          "already natural.")
     return 1 - phase
+
+
+def phase_code(pattern: str) -> str:
+    """C expression (unsigned) of the phase a launch of kernel ``pattern`` reads.
+
+    Two copies: the copy it reads (copy 0 lies at the lower address: both live in one array).
+    In place: the layout, 0 for the neighbour kernel and 1 for the local one and 'swap'. This
+    is ``state.current`` of the backends, kept on the device for what must follow the phase
+    there (the float16 step counter, :mod:`solver.backends.gpu_storage`).
+    """
+    if pattern == "pull":
+        return "fin < fout ? 0u : 1u"
+    return "0u" if pattern == "aa_neighbour" else "1u"
 
 
 def pointer_qualifier(pattern: str) -> str:
@@ -106,7 +122,8 @@ def load_code(pattern: str, lattice: Lattice, kinds, i: int, halo_edge: int) -> 
 
 
 def store_code(pattern: str, kinds, i: int, value: str) -> str:
-    """Statement storing ``value`` as ``f*_i`` of node ``n`` (into ``out{i}`` when deferred)."""
+    """Statement storing ``value`` (a ``store_t``, already encoded) as ``f*_i`` of node ``n``
+    (into ``out{i}`` when deferred)."""
     if pattern == "aa_neighbour":
         return f"    out{i} = {value};"
     return f"    fout[{_own(i, kinds)}] = {value};"
@@ -117,13 +134,13 @@ def deferred_stores(pattern: str, lattice: Lattice, kinds, halo_edge: int) -> tu
 
     The neighbour step stores into neighbours' slots; with those address selects between the
     arithmetic the compiler contracts (FMA) differently than in the two-copy kernel, so the
-    results would differ in the last bit. Storing after all the arithmetic keeps the
-    arithmetic of both kernels alike.
+    results would differ in the last bit. Storing after all the arithmetic (the encoding to the
+    storage included) keeps the arithmetic of both kernels alike.
     """
     if pattern != "aa_neighbour":
         return "", ""
     q = lattice.q
-    declare = "    real " + ", ".join(f"out{i}" for i in range(q)) + ";"
+    declare = "    store_t " + ", ".join(f"out{i}" for i in range(q)) + ";"
     lines = []
     for i, c in enumerate(lattice.c.tolist()):
         if not any(c):
@@ -158,7 +175,7 @@ def swap_code(lattice: Lattice, kinds, halo_edge: int) -> str:
             f"            const size_t here = {_own(i, kinds)};",
             f"            const size_t there = ((size_t)((unsigned)s / NPT) * Q + {opp}) * NPT"
             f" + slot_{kinds[opp]}((int)((unsigned)s % NPT));",
-            "            const real t = fout[here];",
+            "            const store_t t = fout[here];",
             "            fout[here] = fout[there];",
             "            fout[there] = t;",
             "        }",

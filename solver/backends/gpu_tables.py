@@ -95,7 +95,7 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
     ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
     ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``wall_group``, uint8 per
     node (:func:`~solver.backends.gpu_boundary.wall_groups`), for kernels with ``boundary``
-    'moving', and ``bc``, storage precision
+    'moving', and ``bc``, arithmetic precision
     (:func:`~solver.backends.gpu_boundary.boundary_values`), for 'zou_he' and 'moving';
     one-element placeholders otherwise. ``boundary`` defaults to what the problem needs.
     """
@@ -140,21 +140,25 @@ def geometry_args(problem: Problem, tiles: tuple[int, int] | None = None) -> lis
 
 
 def physics_args(problem: Problem) -> list:
-    """Floating kernel arguments (storage precision), folded in double as solver.collision does.
+    """Floating kernel arguments (arithmetic precision), folded in double as solver.collision does.
 
     The force (fx, fy, fz), then the collision constants. BGK/TRT: omp = 1 - (wp + wm)/2,
     hm = (wp - wm)/2, af = -3 (1/wp - 1/2), then per weight class k = |c|^2 (0..3): wp w_k,
     9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k, 3 wm w_k. Rounding each product once keeps the float32
     kernel's mass drift at the NumPy reference's level. MRT: A_k, B_k, C_k per relaxed moment
-    row (:func:`solver.backends.gpu_mrt.mrt_params`).
+    row (:func:`solver.backends.gpu_mrt.mrt_params`). With float16 storage, last: the shift
+    ``w_k rho0`` per weight class k = |c|^2, the scale S and 1/S (:mod:`solver.storage`).
     """
     lat = problem.lattice
     force = list(problem.force) + [0.0] * (3 - len(problem.force))
+    storage = problem.storage
+    tail = [*storage.class_shifts(lat), storage.scale, 1.0 / storage.scale] \
+        if storage.encoded else []
     if problem.collision == "MRT":
         if not isinstance(problem.rates, MRTRates) or problem.rates.lattice != lat.name:
             raise ValueError(f"MRT needs MRT rates for {lat.name} (solver.mrt.mrt_rates), got "
                              f"{problem.rates!r}.")
-        return [problem.dtype.type(v) for v in force + mrt_params(problem.rates)]
+        return [problem.dtype.type(v) for v in force + mrt_params(problem.rates) + tail]
     wp, wm = problem.rates.omega_plus, problem.rates.omega_minus
     w = [0.0] * 4
     for c, weight in zip(lat.c.tolist(), lat.w.tolist(), strict=True):
@@ -162,7 +166,7 @@ def physics_args(problem: Problem) -> list:
     values = [*force, 1.0 - 0.5 * (wp + wm), 0.5 * (wp - wm), -3.0 * (1.0 / wp - 0.5)]
     for factor in (wp, 9.0 * (1.0 - 0.5 * wp), 3.0 * (1.0 - 0.5 * wm), 3.0 * wm):
         values += [factor * wk for wk in w]
-    return [problem.dtype.type(v) for v in values]
+    return [problem.dtype.type(v) for v in values + tail]
 
 
 def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full",

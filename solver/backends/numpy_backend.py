@@ -6,6 +6,11 @@ the result into the other copy. Work is split into chunks of fluid nodes so that
 temporaries of the collision stay in cache, and chunks run on a thread pool (NumPy releases the
 GIL inside its kernels), which matters on the small CPU machines this backend serves.
 
+With float16 storage (:mod:`solver.storage`) the copies hold the shifted, scaled binary16
+values: each chunk is decoded to float32 after the gather and encoded (rounded once,
+stochastically, with the random bits of the state's step counter) before the scatter, exactly
+what the GPU kernel does per load and store.
+
 Boundary conditions (``solver.boundaries``) act on the gathered chunk before collision: Ladd's
 moving-wall term on the bounced links that carry one, then the Zou-He reconstruction of the
 velocity/pressure nodes. Both use per-chunk index lists built once at allocation.
@@ -24,6 +29,7 @@ from .. import collision, mrt
 from ..boundaries import ZouHeFace, ladd_links, zou_he, zou_he_faces
 from ..node_types import NodeType
 from ..problem import Problem
+from ..storage import dither
 from .base import DeviceInfo
 
 __all__ = ["NumpyBackend", "NumpyState"]
@@ -72,6 +78,8 @@ class NumpyState:
     problem: Problem
     f: np.ndarray = field(repr=False)
     current: int = 0
+    #: Step counter seeding the stochastic rounding of float16 storage (solver.storage).
+    step: int = 0
     chunks: list[slice] = field(default_factory=list, repr=False)
     boundaries: list[ChunkBoundary] = field(default_factory=list, repr=False)
 
@@ -107,7 +115,7 @@ def _chunk_boundaries(problem: Problem, chunks: list[slice]) -> list[ChunkBounda
 
 
 class NumpyBackend:
-    """Vectorised CPU backend (float32 or float64 storage and arithmetic)."""
+    """Vectorised CPU backend (float32 or float64 arithmetic; storage as the problem says)."""
 
     name = "numpy"
     xp = np
@@ -118,7 +126,7 @@ class NumpyBackend:
 
     def allocate(self, problem: Problem) -> NumpyState:
         """Initialise both copies at rest equilibrium and build the pull table."""
-        f0 = problem.initial_populations().astype(problem.dtype)
+        f0 = problem.storage.encode(problem.initial_populations())
         f = np.stack([f0, f0.copy()])
         table = problem.pull_table
         # Nodes of one type are contiguous (Zou-He faces last): chunks never mix types.
@@ -140,17 +148,19 @@ class NumpyBackend:
                             state.boundaries, strict=True))
             if self._pool is None or len(work) == 1:
                 for item in work:
-                    self._chunk(state.problem, *item)
+                    self._chunk(state.problem, *item, state.step)
             else:
-                list(self._pool.map(lambda item: self._chunk(state.problem, *item), work))
+                list(self._pool.map(lambda item: self._chunk(state.problem, *item, state.step),
+                                    work))
             state.current = 1 - state.current
+            state.step += 1
         return time.perf_counter() - start
 
     @staticmethod
     def _chunk(problem: Problem, src: np.ndarray, dst: np.ndarray, chunk: slice,
-               bc: ChunkBoundary) -> None:
-        table = problem.pull_table
-        g = src[table.src[:, chunk]]
+               bc: ChunkBoundary, step: int) -> None:
+        table, storage = problem.pull_table, problem.storage
+        g = storage.decode(src[table.src[:, chunk]])
         if bc.ladd is not None:
             direction, node, value = bc.ladd
             g[direction, node] += value
@@ -159,23 +169,32 @@ class NumpyBackend:
                                  problem.incompressible)
         collide = mrt.collide if problem.collision == "MRT" else collision.collide
         out = collide(g, problem.lattice, problem.rates, problem.force, problem.incompressible)
-        dst[table.dst[:, chunk]] = out
+        noise = None
+        if storage.encoded and storage.rounding == "stochastic":  # bits as in the kernel
+            node = table.tile[chunk].astype(np.int64) * problem.tiling.nodes_per_tile \
+                + table.node[chunk]
+            noise = dither(node, step, problem.lattice.q)
+        dst[table.dst[:, chunk]] = storage.encode(out, dither=noise)
 
     def populations(self, state: NumpyState) -> np.ndarray:
         """Latest populations, float64 (n_tiles, q, a**d)."""
-        return state.f[state.current].astype(np.float64)
+        return self.device_populations(state).astype(np.float64)
 
     def device_populations(self, state: NumpyState) -> np.ndarray:
-        """Latest populations in storage precision (a view, no copy)."""
-        return state.f[state.current]
+        """Latest populations in the arithmetic precision (a view unless stored as float16)."""
+        return state.problem.storage.decode(state.f[state.current])
 
     def to_host(self, array: np.ndarray) -> np.ndarray:
         """Already on the host."""
         return np.asarray(array)
 
     def set_populations(self, state: NumpyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations."""
-        state.f[state.current] = f
+        """Overwrite the latest populations (rounded to the storage, as every step stores)."""
+        state.f[state.current] = state.problem.storage.encode(f)
+
+    def set_step(self, state: NumpyState, step: int) -> None:
+        """Set the step counter that seeds float16 stochastic rounding (on resume)."""
+        state.step = int(step)
 
     def device_info(self) -> DeviceInfo:
         """The host CPU."""

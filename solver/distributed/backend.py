@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend
+from ..config import ConfigError
 from ..problem import Problem
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
@@ -124,6 +125,10 @@ class DistributedBackend:
         if self._solver is not None:
             raise RuntimeError("This DistributedBackend already holds a simulation; close it "
                                "(Simulation.close()) before allocating another.")
+        if problem.storage.encoded:
+            raise ConfigError("storage='float16' does not run under MPI yet: its stochastic "
+                              "rounding hashes global node ids, which the ranks' local tilings "
+                              "do not carry. Use storage='auto' for distributed runs.")
         # A fresh copy: a cached pull table of the global problem must not travel.
         payload = (dataclasses.replace(problem), self.inner.name, self.axis, self.transport)
         self._command("allocate", payload)
@@ -155,6 +160,9 @@ class DistributedBackend:
         """Scatter global populations (n_tiles, q, a**d) to the owners; refresh halos."""
         self._scatter_rows = np.ascontiguousarray(np.asarray(f, dtype=np.float64)[state.order])
         self._command("scatter", None)
+
+    def set_step(self, state: DistributedState, step: int) -> None:
+        """Nothing to seed: float16 storage (stochastic rounding) is refused under MPI."""
 
     def device_info(self) -> DeviceInfo:
         """Rank 0's device; bandwidths summed over ranks (identical devices assumed)."""

@@ -2,10 +2,11 @@
 
 The kernel source is compiled unchanged behind a small shim (``threadIdx``/``blockIdx`` per
 thread, ``__syncthreads`` and ``__syncwarp`` as std::barrier, the dynamic shared memory as one
-global array), and blocks run one after another (in reverse order on request: in-place kernels
-must not depend on it). It is slow and only meant for small test geometries, but it checks the
-real kernel text -- indexing, periodic wrap, layouts, collision, the in-place AA pattern --
-against the NumPy reference on machines without a GPU.
+global array; for float16 storage, g++'s ``_Float16`` and ``std::bit_cast`` in place of the
+PTX conversions and bit casts), and blocks run one after another (in reverse order on request:
+in-place kernels must not depend on it). It is slow and only meant for small test geometries,
+but it checks the real kernel text -- indexing, periodic wrap, layouts, collision, the in-place
+AA pattern, float16 storage -- against the NumPy reference on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -20,12 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.gpu_kernels import (
-    KernelVariant,
-    collision_param_names,
-    kernel_source,
-    real_args,
-)
+from solver.backends.gpu_kernels import KernelVariant, kernel_source, real_args
 from solver.backends.gpu_streaming import next_phase
 from solver.backends.gpu_tables import (
     device_tables,
@@ -57,12 +53,21 @@ extern "C" { alignas(16) int lbm_smem[1 << 16]; }
 #define __forceinline__ inline
 #define __shared__
 #define __launch_bounds__(...)
+#include <bit>
+#define LBM_HOST_HALF
+static inline float lbm_host_half_to_float(unsigned short h)
+{ return (float)std::bit_cast<_Float16>(h); }
+static inline unsigned short lbm_host_float_to_half(float f)  // round to nearest even
+{ return std::bit_cast<unsigned short>((_Float16)f); }
+static inline unsigned int lbm_host_float_bits(float f) { return std::bit_cast<unsigned int>(f); }
+static inline float lbm_host_bits_float(unsigned int u) { return std::bit_cast<float>(u); }
 """
 
 _LAUNCH = r"""
-extern "C" void emu_run(int grid, int block, int reverse, const REAL* fin, REAL* fout,
+extern "C" void emu_run(int grid, int block, int reverse, const STORE* fin, STORE* fout,
     const unsigned char* types, const int* tiles, const int* tile_map,
-    const unsigned char* wall_group, const REAL* bc, const int* ia, const REAL* ra)
+    const unsigned char* wall_group, const REAL* bc, const int* ia, const REAL* ra,
+    unsigned int* seeds)
 {
     blockDim.x = block;
     std::barrier<> bar(block), end(block);
@@ -91,16 +96,19 @@ def compiler() -> str | None:
 
 
 @cache
-def load(source: str, name: str, real: str, n_reals: int):
+def load(source: str, name: str, real: str, n_reals: int, store: str | None = None):
     """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
 
     The runner takes (blocks, threads, reverse, fin, fout, types, tiles, tile_map, wall_group,
-    bc, ints, reals) with the 12 integer and ``n_reals`` floating arguments of the kernel packed
-    in two arrays; ``reverse`` runs the blocks last to first.
+    bc, ints, reals, seeds) with the 12 integer and ``n_reals`` floating arguments of the kernel
+    packed in two arrays; ``reverse`` runs the blocks last to first. ``store`` is the C type of
+    the stored populations (default ``real``); with 'unsigned short' (float16 storage) the
+    kernel also gets ``seeds``, its step-counter pair.
     """
-    args = ", ".join([f"ia[{k}]" for k in range(12)] + [f"ra[{k}]" for k in range(n_reals)])
-    src = (_SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n"
-           f"#define ARGS {args}\n" + _LAUNCH)
+    args = ", ".join([f"ia[{k}]" for k in range(12)] + [f"ra[{k}]" for k in range(n_reals)]
+                     + (["seeds"] if store == "unsigned short" else []))
+    src = (_SHIM + source + f"\n#define REAL {real}\n#define STORE {store or real}\n"
+           f"#define KERNEL {name}::{name}\n#define ARGS {args}\n" + _LAUNCH)
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
     folder.mkdir(exist_ok=True)
@@ -113,17 +121,19 @@ def load(source: str, name: str, real: str, n_reals: int):
     return ctypes.CDLL(str(lib)).emu_run
 
 
-def _runner(variant: KernelVariant):
+def _runner(variant: KernelVariant, n_reals: int):
     real = "double" if variant.precision == "float64" else "float"
-    return load(kernel_source(variant), variant.name, real,
-                3 + len(collision_param_names(variant)))
+    return load(kernel_source(variant), variant.name, real, n_reals,
+                "unsigned short" if variant.half else None)
 
 
 class EmulatedKernel:
-    """The populations in device layout (two copies, or one in place), stepped by the kernel.
+    """The populations in device layout and storage (two copies, or one in place), stepped by
+    the kernel.
 
     ``current`` is the copy with the latest values, or in place the phase of the one copy
-    (:mod:`solver.backends.gpu_streaming`), exactly as in the CuPy backend's state.
+    (:mod:`solver.backends.gpu_streaming`), and ``seeds`` the float16 step-counter pair,
+    exactly as in the CuPy backend's state.
     """
 
     def __init__(self, problem: Problem, tiles_per_block: int = 1,
@@ -133,8 +143,9 @@ class EmulatedKernel:
         self.reals = np.array(physics_args(problem), dtype=problem.dtype)
         lat, a = problem.lattice, problem.tiling.a
         self.slots = slot_table(lat.name, problem.layout, a)
+        self.seeds = np.zeros(2, dtype=np.uint32)  # float16 storage: the kernel's step counter
         self.f = np.empty((problem.population_copies, problem.tiling.n_tiles, lat.q, a**lat.d),
-                          dtype=problem.dtype)
+                          dtype=problem.storage_dtype)
         self.current = 0
 
     @property
@@ -143,18 +154,24 @@ class EmulatedKernel:
         return self.f.shape[0] == 1
 
     def set_populations(self, f: np.ndarray) -> None:
-        """Store XYZ-ordered populations (n_tiles, q, a**d) in device layout."""
+        """Store XYZ-ordered populations (n_tiles, q, a**d) in device layout and storage."""
+        if self.in_place and self.current == 1:
+            self.step(1, "swap")  # natural layout, the step counter with it (as CuPy does)
         q = np.arange(self.problem.lattice.q)[:, None]
-        if self.in_place:
-            self.current = 0  # natural layout
-        self.f[self.current][:, q, self.slots] = f
+        self.f[self.current][:, q, self.slots] = self.problem.storage.encode(f)
+
+    def set_step(self, step: int) -> None:
+        """Set the float16 stochastic-rounding step counter the next launch reads."""
+        self.seeds[self.current] = step
 
     def populations(self) -> np.ndarray:
-        """Latest populations in XYZ order, float64 (in place: decoded to phase 0 first)."""
+        """Latest populations in XYZ order, decoded, float64 (in place: decoded to phase 0
+        first)."""
         if self.in_place and self.current == 1:
             self.step(1, "swap")
         q = np.arange(self.problem.lattice.q)[:, None]
-        return self.f[0 if self.in_place else self.current][:, q, self.slots].astype(np.float64)
+        stored = self.f[0 if self.in_place else self.current][:, q, self.slots]
+        return self.problem.storage.decode(stored).astype(np.float64)
 
     def step(self, n: int = 1, mode: str = "full", tiles: tuple[int, int] | None = None
              ) -> None:
@@ -165,15 +182,15 @@ class EmulatedKernel:
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         for _ in range(n):
             variant = KernelVariant.for_problem(self.problem, mode, self.current)
-            run = _runner(variant)
             reals = np.array(real_args(variant, list(self.reals)), dtype=self.problem.dtype)
+            run = _runner(variant, reals.size)
             if self.in_place:
                 src = dst = self.f[0]
             else:
                 src, dst = self.f[self.current], self.f[1 - self.current]
             run(ctypes.c_int(blocks), ctypes.c_int(threads), ctypes.c_int(self.reverse),
                 ptr(src), ptr(dst), *(ptr(t) for t in self.tables.values()), ptr(ints),
-                ptr(reals))
+                ptr(reals), ptr(self.seeds))
             self.current = next_phase(self.problem.streaming, mode, self.current)
 
 

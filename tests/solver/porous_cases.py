@@ -39,7 +39,7 @@ def porous_solid(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
 def make_problem(lattice: str = "D3Q19", precision: str = "float64", collision: str = "TRT",
                  fluid_model: str = "incompressible", layout: str = "paper",
                  tiles_per_block: int = 1, offset: tuple[int, ...] | None = None,
-                 seed: int = 0) -> Problem:
+                 seed: int = 0, storage: str = "auto") -> Problem:
     """A porous problem; ``offset`` forces the tile-grid offset (else the best one)."""
     shape = SHAPES[lattice]
     d = len(shape)
@@ -50,7 +50,7 @@ def make_problem(lattice: str = "D3Q19", precision: str = "float64", collision: 
     config = SimulationConfig(lattice=lattice, precision=precision, collision=collision,
                               fluid_model=fluid_model, gpu_layout=layout,
                               tiles_per_block=tiles_per_block, body_force=force, tau=0.7,
-                              **faces)
+                              storage=storage, **faces)
     solid = porous_solid(shape, seed)
     problem = Problem.from_config(solid, config)
     if offset is not None:
@@ -60,16 +60,23 @@ def make_problem(lattice: str = "D3Q19", precision: str = "float64", collision: 
 
 
 def noisy_start(problem: Problem, seed: int = 1) -> np.ndarray:
-    """Rest equilibrium with 1 % noise, rounded to the storage precision, float64."""
+    """Rest equilibrium with 1 % noise, rounded to the storage, float64."""
     f0 = problem.initial_populations()
     noise = np.random.default_rng(seed).standard_normal(f0.shape)
-    return (f0 * (1.0 + 0.01 * noise)).astype(problem.dtype).astype(np.float64)
+    storage = problem.storage
+    return storage.decode(storage.encode(f0 * (1.0 + 0.01 * noise))).astype(np.float64)
 
 
-def reference(problem: Problem, f0: np.ndarray, steps: int) -> np.ndarray:
-    """NumPy-backend populations (XYZ, float64) after ``steps`` steps from ``f0``."""
+def reference(problem: Problem, f0: np.ndarray, steps: int,
+              then_from_step: int | None = None) -> np.ndarray:
+    """NumPy-backend populations (XYZ, float64) after ``steps`` steps from ``f0``; with
+    ``then_from_step``, ``steps`` more with the step counter set to it (float16 storage's
+    stochastic rounding, as after a resume)."""
     backend = NumpyBackend(threads=1)
     state = backend.allocate(problem)
     backend.set_populations(state, f0)
     backend.step(state, steps)
+    if then_from_step is not None:
+        backend.set_step(state, then_from_step)
+        backend.step(state, steps)
     return backend.populations(state)

@@ -4,6 +4,10 @@ After 200 steps on random porous geometries (sizes not multiples of the tile edg
 wall faces, empty tiles, body force, noisy start) the GPU populations equal the NumPy ones to
 1e-12 relative in float64 and 1e-5 in float32, for every lattice, collision, fluid model, layout
 and tiles per block. The probe kernels are checked to move exactly the fluid values they claim.
+With float16 storage (solver.storage) the stored binary16 values agree to a few binary16 steps
+(same encoding and stochastic-rounding bits; only float32 arithmetic in another order may move
+a value across a rounding threshold), a resumed counter draws the same bits, and plane
+Poiseuille flow stays within twice the float32 error of the analytic profile.
 """
 
 from __future__ import annotations
@@ -66,6 +70,109 @@ def test_matches_numpy_reference(backend, lattice, precision, collision, fluid, 
     assert error <= TOL[precision], f"max relative deviation {error:.3g}"
 
 
+def _half_tolerance(problem, ref: np.ndarray) -> float:
+    """Four binary16 steps of the largest stored deviation |f - w rho0|."""
+    return 4 * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()
+
+
+def _half_cases():
+    for lattice, coll, fluid in itertools.product(("D3Q19", "D2Q9"), ("BGK", "TRT"),
+                                                  ("incompressible", "quasi-compressible")):
+        layouts = ("paper", "xyz") if lattice == "D3Q19" else ("xyz",)
+        for layout, tpb in itertools.product(layouts, (1, 2, 4)):
+            yield lattice, coll, fluid, layout, tpb
+    yield "D3Q27", "BGK", "incompressible", "xyz", 1
+
+
+@pytest.mark.parametrize("lattice, collision, fluid, layout, tpb", list(_half_cases()))
+def test_float16_storage_matches_numpy_reference(backend, lattice, collision, fluid, layout,
+                                                 tpb):
+    problem = make_problem(lattice, "float32", collision, fluid, layout, tpb, storage="float16")
+    key = (lattice, "float16", collision, fluid)
+    if key not in _REFERENCES:
+        f0 = noisy_start(problem)
+        _REFERENCES[key] = (f0, reference(problem, f0, STEPS))
+    f0, ref = _REFERENCES[key]
+    state = backend.allocate(problem)
+    backend.set_populations(state, f0)
+    backend.step(state, STEPS)
+    got = backend.populations(state)
+    assert state.f.dtype == np.float16 and int(state.seeds[state.current]) == STEPS
+    backend.release(state)
+    error = np.abs(got - ref).max()
+    assert error <= _half_tolerance(problem, ref), f"max deviation {error:.3g}"
+
+
+@pytest.mark.parametrize("case, lattice, collision", [("zou_he_moving", "D3Q19", "MRT"),
+                                                      ("cavity", "D2Q9", "BGK")])
+def test_float16_storage_with_boundaries_matches_numpy(backend, case, lattice, collision):
+    from .physics_cases import physics_problem
+
+    problem = replace(physics_problem(case, lattice, "float32", collision),
+                      storage_kind="float16")
+    f0 = noisy_start(problem)
+    state = backend.allocate(problem)
+    backend.set_populations(state, f0)
+    backend.step(state, 50)
+    backend.set_step(state, 1000)  # as after a resume: the same bits as NumPy's counter
+    backend.step(state, 50)
+    ref = reference(problem, f0, 50, then_from_step=1000)
+    got = backend.populations(state)
+    backend.release(state)
+    assert np.abs(got - ref).max() <= _half_tolerance(problem, ref)
+
+
+def test_float16_storage_resumes_bit_for_bit(backend):
+    from solver.config import SimulationConfig
+    from solver.simulation import Simulation
+
+    config = SimulationConfig(lattice="D3Q19", precision="float32", storage="float16",
+                              collision="TRT", body_force=(2e-5, 0.0, 1e-6), y_min="wall",
+                              y_max="wall", backend="cupy")
+    solid = np.zeros((24, 20, 16), bool)
+    straight = Simulation(solid, config)
+    straight.step(2 * 37)  # graph replays and single launches, odd counts
+    first = Simulation(solid, config)
+    first.step(37)
+    pops, step = first.populations(), first.time_step
+    second = Simulation(solid, config)
+    second.allocate()
+    second.backend.set_populations(second.state, pops.astype(np.float32))
+    second.backend.set_step(second.state, step)
+    second.step(37)
+    assert np.array_equal(second.populations(), straight.populations())
+    for sim in (straight, first, second):
+        sim.close()
+
+
+@pytest.mark.parametrize("lattice", ["D2Q9", "D3Q19"])
+def test_float16_poiseuille_within_twice_float32(backend, lattice):
+    from solver.analytic import l2_error, poiseuille_plates
+    from solver.config import SimulationConfig
+    from solver.simulation import Simulation
+
+    h, tau, u_max = 16, 0.8, 0.05
+    nu = (tau - 0.5) / 3
+    force = 8 * nu * u_max / h**2
+    shape = (16, h) if lattice == "D2Q9" else (8, h, 8)
+    errors = {}
+    for storage in ("auto", "float16"):
+        config = SimulationConfig(lattice=lattice, collision="BGK", tau=tau, storage=storage,
+                                  precision="float32", body_force=(force, 0.0, 0.0),
+                                  y_min="wall", y_max="wall", backend=backend.name)
+        sim = Simulation(np.zeros(shape, bool), config)
+        sim.step(8000)  # ~30 viscous times h^2 / (pi^2 nu)
+        profile = np.zeros(h)
+        for _ in range(50):  # time average: float16's stochastic rounding is noise
+            sim.step(100)
+            u = sim.fields()["u"][0]
+            profile += (u[4] if u.ndim == 2 else u[4, :, 4]) / 50
+        errors[storage] = l2_error(profile, poiseuille_plates(h, force, nu))
+        sim.close()
+    # BGK's wall error (2.8e-3 in float64) dominates float32.
+    assert errors["auto"] < 5e-3 and errors["float16"] <= 2 * errors["auto"], errors
+
+
 @pytest.mark.parametrize("offset", [(1, 3, 2), (3, 0, 1)])
 def test_forced_tile_offsets_match(backend, offset):
     problem = make_problem("D3Q19", "float64", "TRT", "quasi-compressible", "paper", 2, offset)
@@ -78,11 +185,13 @@ def test_forced_tile_offsets_match(backend, offset):
 
 
 @pytest.mark.parametrize("layout", ["paper", "xyz"])
-@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("precision", ["float64", "float32", "float16"])
 def test_probes_move_exactly_the_fluid_values(backend, layout, precision):
     import cupy as cp
 
-    problem = make_problem("D3Q19", precision, layout=layout, tiles_per_block=2)
+    storage = "float16" if precision == "float16" else "auto"
+    problem = make_problem("D3Q19", "float32" if storage == "float16" else precision,
+                           layout=layout, tiles_per_block=2, storage=storage)
     fluid = ~problem.tiling.solid[:, None, :].repeat(problem.lattice.q, axis=1)
     f0 = noisy_start(problem)
     state = backend.allocate(problem)

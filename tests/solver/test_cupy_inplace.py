@@ -4,8 +4,9 @@ The CuPy backend with ``streaming='in-place'`` (AA pattern, :mod:`solver.backend
 is stepped next to the two-copy one from the same noisy start, through CUDA-graph replays from
 both phases and plain launches, and read after odd and even step counts (reading decodes the
 one copy in place and the run continues from there). Populations of fluid nodes must be equal
-bit for bit, in float64 and float32, on porous boxes and on every boundary kind; fields, a
-checkpoint resume, the probes and a re-layout must give the same numbers as two copies do.
+bit for bit, in float64, float32 and float16 storage, on porous boxes and on every boundary
+kind; fields, a checkpoint resume, the probes and a re-layout must give the same numbers as two
+copies do.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ PROBLEMS = {
         "far_field", "D2Q9", "float32", "MRT", "quasi-compressible", "xyz", 2),
     "mrt D3Q13 f64": lambda: physics_problem(
         "mrt", "D3Q13", "float64", "MRT", "quasi-compressible", "paper", 2),
+    "D3Q19 f16 storage TRT qc paper tpb2": lambda: make_problem(
+        "D3Q19", "float32", "TRT", "quasi-compressible", "paper", 2, storage="float16"),
+    "D2Q9 f16 storage BGK inc tpb2": lambda: make_problem(
+        "D2Q9", "float32", "BGK", "incompressible", "xyz", 2, storage="float16"),
+    "zou_he_moving D3Q19 f16 storage MRT": lambda: replace(physics_problem(
+        "zou_he_moving", "D3Q19", "float32", "MRT", "incompressible", "xyz", 1),
+        storage_kind="float16"),
 }
 
 
@@ -130,7 +138,8 @@ def test_in_place_on_domains_narrower_than_a_tile(backend, shape):
         assert np.array_equal(g["in-place"][fluid], g["two-copy"][fluid])
 
 
-def test_simulation_fields_and_checkpoint_resume(backend, tmp_path):
+@pytest.mark.parametrize("storage", ["auto", "float16"])
+def test_simulation_fields_and_checkpoint_resume(backend, tmp_path, storage):
     from solver.config import SimulationConfig
     from solver.io import read_checkpoint, restore
     from solver.simulation import Simulation
@@ -141,7 +150,7 @@ def test_simulation_fields_and_checkpoint_resume(backend, tmp_path):
     def config(streaming):
         return SimulationConfig(lattice="D3Q19", precision="float32", collision="TRT",
                                 backend="cupy", body_force=(2e-5, 0.0, 1e-6), tau=0.7,
-                                streaming=streaming, **faces)
+                                streaming=streaming, storage=storage, **faces)
 
     one, two = Simulation(solid, config("in-place")), Simulation(solid, config("two-copy"))
     for sim in (one, two):
@@ -169,10 +178,11 @@ def test_simulation_fields_and_checkpoint_resume(backend, tmp_path):
     two.close()
 
 
-@pytest.mark.parametrize("precision", ["float64", "float32"])
-def test_in_place_probes_move_exactly_the_fluid_values(backend, precision):
-    problem = replace(make_problem("D3Q19", precision, layout="paper", tiles_per_block=2),
-                      streaming="in-place")
+@pytest.mark.parametrize("precision, storage", [("float64", "auto"), ("float32", "auto"),
+                                                ("float32", "float16")])
+def test_in_place_probes_move_exactly_the_fluid_values(backend, precision, storage):
+    problem = replace(make_problem("D3Q19", precision, layout="paper", tiles_per_block=2,
+                                   storage=storage), streaming="in-place")
     f0 = noisy_start(problem)
     state = backend.allocate(problem)
     backend.set_populations(state, f0)
@@ -207,4 +217,10 @@ def test_in_place_relayout_keeps_populations(backend):
 def test_distributed_phase_stepper_refuses_in_place(backend):
     problem = replace(make_problem("D3Q19", "float32"), streaming="in-place")
     with pytest.raises(ValueError, match="streaming='two-copy' with MPI"):
+        backend.phase_stepper(problem, 0, problem.tiling.n_tiles)
+
+
+def test_distributed_phase_stepper_refuses_float16_storage(backend):
+    problem = make_problem("D3Q19", "float32", storage="float16")
+    with pytest.raises(ValueError, match="storage='auto' with MPI"):
         backend.phase_stepper(problem, 0, problem.tiling.n_tiles)

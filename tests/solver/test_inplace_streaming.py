@@ -5,7 +5,9 @@
 * The generated in-place kernels, run by the g++ emulation of :mod:`kernel_emulator` with the
   blocks in reverse order, give populations equal bit for bit to the two-copy kernel after odd
   and even step counts, decoded mid-run and continued, on porous boxes and on every boundary
-  kind (Zou-He faces, moving walls and objects, MRT, D2Q9/D3Q13/D3Q19/D3Q27); the probes do
+  kind (Zou-He faces, moving walls and objects, MRT, D2Q9/D3Q13/D3Q19/D3Q27), in float64,
+  float32 and float16 storage (whose stochastic rounding must draw the same bits: its step
+  counter follows the phase, through reads, resumes and overwrites mid-run); the probes do
   what they claim, and nothing outside the fluid slots is written.
 * Config, memory estimates and checkpoints know one copy from two.
 """
@@ -27,6 +29,7 @@ from solver.backends.gpu_kernels import (
     kernel_source,
     real_args,
 )
+from solver.backends.gpu_storage import storage_param_names
 from solver.backends.gpu_streaming import next_phase
 from solver.backends.gpu_tables import physics_args
 from solver.config import ConfigError, SimulationConfig, population_copies
@@ -70,6 +73,17 @@ PROBLEMS = {
         "far_field", "D2Q9", "float64", "MRT", "quasi-compressible", "xyz", 2), 2),
     "mrt D3Q13": (lambda: physics_problem(
         "mrt", "D3Q13", "float64", "MRT", "quasi-compressible", "paper", 2), 2),
+    "porous D3Q19 f16 storage TRT paper tpb2": (lambda: make_problem(
+        "D3Q19", "float32", "TRT", "quasi-compressible", "paper", 2, (1, 3, 2),
+        storage="float16"), 2),
+    "porous D2Q9 f16 storage BGK": (lambda: make_problem(
+        "D2Q9", "float32", "BGK", "incompressible", "xyz", 1, (5, 2), storage="float16"), 1),
+    "zou_he_moving D3Q19 f16 storage MRT": (lambda: replace(physics_problem(
+        "zou_he_moving", "D3Q19", "float32", "MRT", "incompressible", "xyz"),
+        storage_kind="float16"), 1),
+    "objects D3Q19 f16 storage BGK": (lambda: replace(physics_problem(
+        "objects", "D3Q19", "float32", "BGK", "quasi-compressible", "paper"),
+        storage_kind="float16"), 1),
 }
 
 
@@ -119,10 +133,42 @@ def test_in_place_equals_two_copy_bit_for_bit(name) -> None:
 
 
 @needs_gxx
-@pytest.mark.parametrize("precision", ["float64", "float32"])
-def test_in_place_probes_move_exactly_the_fluid_values(precision) -> None:
+@pytest.mark.parametrize("name", [n for n in PROBLEMS if "f16" in n])
+def test_float16_in_place_follows_the_step_counter(name) -> None:
+    """Resuming (set_step) and overwriting populations mid-run, in either phase, keep the
+    float16 in-place run equal bit for bit to two copies: the random bits follow the counter."""
+    make, tpb = PROBLEMS[name]
+    problem = make()
+    f0 = noisy_start(problem)
+    two, one = _pair(problem, f0, tpb)
+    assert one.f.dtype == two.f.dtype == np.float16 and one.f.shape[0] == 1
+    fluid = _fluid(problem)
+    two.step(3)
+    one.step(3)
+    for emu in (two, one):
+        emu.set_step(1000)  # as a resume does, here in phase 1
+    two.step(2)
+    one.step(2)
+    assert one.current == 1 and one.seeds[1] == two.seeds[two.current] == 1002
+    f1 = noisy_start(problem, seed=7)
+    for emu in (two, one):
+        emu.set_populations(f1)  # in phase 1: the layout and its counter go to phase 0 first
+    assert one.current == 0 and one.seeds[0] == two.seeds[two.current] == 1002
+    for steps in (5, 2):
+        two.step(steps)
+        one.step(steps)
+        got, ref = one.populations(), two.populations()
+        assert np.array_equal(got[fluid], ref[fluid]), f"differs after {steps} more steps"
+    assert one.seeds[one.current] == two.seeds[two.current] == 1009
+    assert not np.array_equal(ref, noisy_start(problem, seed=7))  # it moved
+
+
+@needs_gxx
+@pytest.mark.parametrize("precision, storage", [("float64", "auto"), ("float32", "auto"),
+                                                ("float32", "float16")])
+def test_in_place_probes_move_exactly_the_fluid_values(precision, storage) -> None:
     problem = replace(make_problem("D3Q19", precision, layout="paper", tiles_per_block=2,
-                                   offset=(2, 1, 3)), streaming="in-place")
+                                   offset=(2, 1, 3), storage=storage), streaming="in-place")
     fluid = _fluid(problem)
     f0 = noisy_start(problem)
     emu = EmulatedKernel(problem, 2, reverse_blocks=True)
@@ -149,21 +195,30 @@ def test_phase_bookkeeping() -> None:
         next_phase("two-copy", "swap", 0)
 
 
-def test_every_launch_gets_its_kernels_argument_count() -> None:
+@pytest.mark.parametrize("storage", ["auto", "float16"])
+def test_every_launch_gets_its_kernels_argument_count(storage) -> None:
     """Probes and 'swap' are compiled as BGK: an MRT run must not pass its own constants.
 
     D2Q9 MRT has 18 + 3 floating arguments, the BGK signature 19 + 3: passing the former to
     the latter made the driver read past the argument list (a segfault seen on the H100).
+    With float16 storage every kernel also takes the storage constants, last.
     """
     problem = replace(physics_problem("far_field", "D2Q9", "float32", "MRT"),
-                      streaming="in-place")
+                      streaming="in-place", storage_kind=storage)
     physics = physics_args(problem)
+    n_storage = len(storage_param_names(storage))
+    assert n_storage == (6 if storage == "float16" else 0)
     for mode, phase in (("full", 0), ("full", 1), ("swap", 1), ("propagate", 0),
                         ("readwrite", 0)):
         variant = KernelVariant.for_problem(problem, mode, phase)
         args = real_args(variant, physics)
-        assert len(args) == 3 + len(collision_param_names(variant))
+        assert len(args) == 3 + len(collision_param_names(variant)) + n_storage
         assert (args == physics) == (mode == "full")
+        assert args[len(args) - n_storage:] == physics[len(physics) - n_storage:]
+        source = kernel_source(variant)
+        signature = source[source.index('extern "C"'):].split("{", 1)[0]
+        assert signature.count("const real ") == len(args)
+        assert ("unsigned int* __restrict__ fs_seed" in signature) == (storage == "float16")
 
 
 def test_in_place_kernel_text() -> None:
@@ -177,7 +232,7 @@ def test_in_place_kernel_text() -> None:
     assert len({step0.name, step1.name, swap.name, pull.name}) == 4
     for v in (step0, step1, swap):
         src = kernel_source(v)
-        assert "real*  fout" in src and "__restrict__ fout" not in src  # fin == fout
+        assert "store_t*  fout" in src and "__restrict__ fout" not in src  # fin == fout
         assert src.count("__syncthreads()") == 1
     assert "__restrict__ fout" in kernel_source(pull)
     assert "constexpr bool HALO = false;" in kernel_source(step1)  # touches its own node only
@@ -192,6 +247,8 @@ def test_in_place_variants_compile(tmp_path: Path) -> None:
     variants = all_variants(streaming=("aa_neighbour", "aa_local"))[::7]
     assert {(v.streaming, v.boundary) for v in variants if v.mode == "full"} >= {
         (s, b) for s in ("aa_neighbour", "aa_local") for b in ("none", "zou_he", "moving")}
+    assert {(v.streaming, v.storage) for v in variants} >= {
+        (s, t) for s in ("aa_neighbour", "aa_local") for t in ("auto", "float16")}
     source = tmp_path / "in_place.cu"
     source.write_text("\n".join(kernel_source(v) for v in variants))
     out = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"),

@@ -14,6 +14,7 @@ import itertools
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -149,9 +150,49 @@ def test_kernel_without_ladd_only_where_no_link_needs_it(case) -> None:
     assert (links.node.size == 0) == (kind != "moving")
 
 
+def _half_tolerance(problem, ref: np.ndarray) -> float:
+    """A few binary16 steps of the largest stored deviation |f - w rho0| (solver.storage)."""
+    return 4 * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()
+
+
 @needs_gxx
-def test_emulated_probes_move_exactly_the_fluid_values() -> None:
-    problem = make_problem("D3Q19", "float64", layout="paper", offset=(2, 1, 3))
+@pytest.mark.parametrize("case, lattice, collision, fluid, layout, tpb", [
+    ("porous", "D3Q19", "BGK", "incompressible", "xyz", 2),
+    ("porous", "D3Q19", "TRT", "quasi-compressible", "paper", 1),
+    ("porous", "D2Q9", "TRT", "incompressible", "xyz", 1),
+    ("zou_he_moving", "D3Q19", "MRT", "incompressible", "xyz", 1),
+    ("cavity", "D2Q9", "BGK", "incompressible", "xyz", 2),
+])
+def test_emulated_float16_storage_matches_numpy(case, lattice, collision, fluid, layout,
+                                                tpb) -> None:
+    """Same binary16 values, same stochastic-rounding bits: only float32 arithmetic in another
+    order may move a value across a rounding threshold."""
+    if case == "porous":
+        problem = make_problem(lattice, "float32", collision, fluid, layout, tpb,
+                               storage="float16")
+    else:
+        problem = physics_problem(case, lattice, "float32", collision, fluid, layout, tpb)
+        problem = replace(problem, storage_kind="float16")
+    assert KernelVariant.for_problem(problem).half
+    f0 = noisy_start(problem)
+    emu = EmulatedKernel(problem, tpb)
+    emu.set_populations(problem.initial_populations())
+    emu.f[1 - emu.current] = emu.f[emu.current]
+    emu.set_populations(f0)
+    emu.step(6)
+    emu.set_step(100)  # a resumed run's counter: NumPy must draw the same bits
+    emu.step(6)
+    ref = reference(problem, f0, 6, then_from_step=100)
+    got = emu.populations()
+    assert emu.f.dtype == np.float16 and emu.seeds[emu.current] == 106
+    assert np.abs(got - ref).max() <= _half_tolerance(problem, ref)
+
+
+@needs_gxx
+@pytest.mark.parametrize("precision, storage", [("float64", "auto"), ("float32", "float16")])
+def test_emulated_probes_move_exactly_the_fluid_values(precision, storage) -> None:
+    problem = make_problem("D3Q19", precision, layout="paper", offset=(2, 1, 3),
+                           storage=storage)
     fluid = ~problem.tiling.solid[:, None, :].repeat(problem.lattice.q, axis=1)
     f0 = noisy_start(problem)
     emu = EmulatedKernel(problem)

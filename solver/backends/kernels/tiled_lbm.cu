@@ -6,9 +6,12 @@
 // translation unit (the nvcc compile test) while NVRTC compiles just the one a run needs.
 // No headers are included: the source must compile unchanged under NVRTC and nvcc.
 //
-// Layout: f[copy][tile][i][slot], one data block of NPT values per (tile, direction); one copy
-// updated in place by two alternating kernels in the AA pattern (gpu_streaming.py: fin == fout,
-// so those kernels take the pointers without __restrict__). Node n of a
+// Layout: f[copy][tile][i][slot], one data block of NPT values per (tile, direction), each value
+// a store_t: the arithmetic type real, or the binary16 bits of S (f - w_i rho0) with float16
+// storage (gpu_storage.py, solver/storage.py; decoded on load, rounded once on store,
+// arithmetic in float). Or one copy updated in place by two alternating kernels in the AA
+// pattern (gpu_streaming.py: fin == fout, so those kernels take the pointers without
+// __restrict__); any storage works with either. Node n of a
 // tile (XYZ order, n = x + A*y + A*A*z) stores direction i at slot_i(n); slot_i is XYZ, YXZ or
 // zigzagNE (paper eq. 11-13) per direction. Per node, in XYZ order, one byte of node type
 // (solver.node_types: 0 solid, 1 fluid, 2 + face velocity, 8 + face pressure) and, in boundary
@@ -27,6 +30,7 @@
 namespace ${namespace} {
 
 typedef ${real} real;
+${storage_code}
 
 constexpr int D = ${d};            // spatial dimensions
 constexpr int Q = ${q};            // discrete velocities
@@ -135,7 +139,7 @@ __device__ __forceinline__ void fill_pencil(
 }
 
 extern "C" __global__ void ${launch_bounds}${kernel}(
-    const real* ${restrict} fin, real* ${restrict} fout,
+    const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const unsigned char* __restrict__ types, const int* __restrict__ tiles,
     const int* __restrict__ tile_map, const unsigned char* __restrict__ wall_group,
     // Only tiles [first_tile, n_tiles) are stepped (a distributed rank launches its boundary
@@ -144,10 +148,12 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     const int gx, const int gy, const int gz, const int nx, const int ny, const int nz,
     const int ox, const int oy, const int oz, const int periodic,
     const real fx, const real fy, const real fz,
-    // Collision constants, each rounded once from double on the host (gpu_tables.physics_args).
+    // Collision constants, each rounded once from double on the host (gpu_tables.physics_args),
+    // then, with float16 storage, the shifts and scale of solver.storage and the two-slot step
+    // counter fs_seed (gpu_storage.py).
 ${collision_params})
 {
-    extern __shared__ int lbm_smem[];
+${storage_prologue}    extern __shared__ int lbm_smem[];
     const int n = threadIdx.x % NPT;
     const int local_tile = threadIdx.x / NPT;
     const int tile = first_tile + blockIdx.x * (blockDim.x / NPT) + local_tile;

@@ -1,0 +1,182 @@
+"""How the tiled GPU kernel stores a population value: the arithmetic type, or float16.
+
+With kernel storage ``'auto'`` a stored value is the arithmetic type ``real`` and nothing here
+adds code. With ``'float16'`` (float32 arithmetic; :mod:`solver.storage` for the scheme and its
+reasons) each stored value is the binary16 bits of ``S (f_i - w_k rho0)``, ``k = |c_i|^2``:
+
+- :func:`decode` is the C expression every load goes through, :func:`encode` the one every
+  store goes through (stochastic rounding with the random bits of
+  :func:`solver.storage.dither`). Where a value is loaded from or stored to is the business of
+  :mod:`solver.backends.gpu_streaming`; opposite directions share a weight class, so a value
+  read from its neighbour's slot (in-place streaming, bounce-back) decodes with its own shift.
+- The shifts per weight class, ``S`` and ``1/S`` are trailing kernel arguments
+  (:data:`STORAGE_PARAMS`, filled by :func:`solver.backends.gpu_tables.physics_args`), then the
+  pointer ``fs_seed`` to a two-slot step counter (uint32) that seeds the random bits.
+- The counter is double-buffered like the populations: a launch reads the slot of the phase it
+  reads (:func:`solver.backends.gpu_streaming.phase_code`: the copy, or the in-place layout),
+  and one thread writes the value the next launch reads into the other slot: the step + 1
+  after a step, the same step after the in-place decoding 'swap' (which steps nothing). The
+  read/write probe neither reads nor writes it. So CUDA graph replays advance it, and two-copy
+  and in-place runs draw the same bits at the same step.
+"""
+
+from __future__ import annotations
+
+from ..lattice import Lattice
+from ..storage import DITHER_BITS, GOLDEN, direction_multiplier
+
+__all__ = ["KERNEL_STORAGES", "STORAGE_PARAMS", "storage_param_names", "storage_signature",
+           "storage_code", "counter_code", "node_code", "decode", "encode"]
+
+#: Kernel storages: the arithmetic type, or shifted, scaled binary16 (float32 arithmetic).
+KERNEL_STORAGES = ("auto", "float16")
+#: Trailing floating arguments of float16-storage kernels (gpu_tables.physics_args): the shift
+#: w_k rho0 per weight class k = |c|^2, the scale S and 1/S.
+STORAGE_PARAMS = ["fs_shift0", "fs_shift1", "fs_shift2", "fs_shift3", "fs_scale", "fs_inv_scale"]
+
+#: float16 storage: bit casts and conversions (PTX; the CPU emulator defines LBM_HOST_HALF and
+#: its own), the hash of solver.storage.dither, and decode / encode with stochastic rounding.
+_HALF_CODE = """
+typedef unsigned short store_t;  // binary16 bits of S (f - shift)
+
+__device__ __forceinline__ float half_bits_to_float(unsigned short h)
+{
+#ifdef LBM_HOST_HALF
+    return lbm_host_half_to_float(h);
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#endif
+}
+
+__device__ __forceinline__ unsigned short float_to_half_bits(float f)  // nearest even
+{
+#ifdef LBM_HOST_HALF
+    return lbm_host_float_to_half(f);
+#else
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
+}
+
+__device__ __forceinline__ unsigned int float_bits(float f)
+{
+#ifdef LBM_HOST_HALF
+    return lbm_host_float_bits(f);
+#else
+    unsigned int u;
+    asm("mov.b32 %0, %1;" : "=r"(u) : "f"(f));
+    return u;
+#endif
+}
+
+__device__ __forceinline__ float bits_float(unsigned int u)
+{
+#ifdef LBM_HOST_HALF
+    return lbm_host_bits_float(u);
+#else
+    float f;
+    asm("mov.b32 %0, %1;" : "=f"(f) : "r"(u));
+    return f;
+#endif
+}
+
+__device__ __forceinline__ unsigned int mix32(unsigned int x)  // solver.storage._mix32
+{
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    return x ^ (x >> 16);
+}
+
+__device__ __forceinline__ real decode_f(store_t h, real shift, real inv_scale)
+{
+    return shift + half_bits_to_float(h) * inv_scale;  // exact product: one rounding
+}
+
+// Stochastic rounding: r (13 random bits) added below binary16 precision, then cut there.
+// offset = -shift * scale; the scale is a power of two, so f * scale is exact and f * scale +
+// offset (one FFMA) rounds exactly as (f - shift) * scale does in solver.storage.
+__device__ __forceinline__ store_t encode_f(real f, real offset, real scale, unsigned int r)
+{
+    const unsigned int b = (float_bits(f * scale + offset) + r) & ~((1u << DITHER_BITS) - 1u);
+    return float_to_half_bits(bits_float(b));
+}
+"""
+
+
+def _half(storage: str) -> bool:
+    if storage not in KERNEL_STORAGES:
+        raise ValueError(f"Unknown storage {storage!r}; use one of {KERNEL_STORAGES}.")
+    return storage == "float16"
+
+
+def _class(lattice: Lattice, i: int) -> int:
+    """Weight class |c_i|^2 of direction i (its float16 shift is fs_shift<class>)."""
+    return int((lattice.c[i] ** 2).sum())
+
+
+def storage_param_names(storage: str) -> list[str]:
+    """Names of the floating storage constants after the collision constants."""
+    return list(STORAGE_PARAMS) if _half(storage) else []
+
+
+def storage_signature(storage: str) -> str:
+    """Kernel parameters after the collision constants (with the leading comma), or ''."""
+    if not _half(storage):
+        return ""
+    return "".join(f",\n    const real {p}" for p in STORAGE_PARAMS) + \
+        ",\n    unsigned int* __restrict__ fs_seed"
+
+
+def storage_code(storage: str) -> str:
+    """Definitions at namespace scope: ``store_t`` and, for float16, decode / encode."""
+    if not _half(storage):
+        return "typedef real store_t;"
+    return f"constexpr int DITHER_BITS = {DITHER_BITS};" + _HALF_CODE
+
+
+def counter_code(storage: str, mode: str, phase: str) -> str:
+    """First lines of the kernel: this launch's step counter ``fs_step`` (float16 storage).
+
+    ``phase`` is the C expression of the slot this launch reads
+    (:func:`~solver.backends.gpu_streaming.phase_code`); one thread writes the next launch's
+    value into the other slot: step + 1 after a step or the propagation probe, the same step
+    after 'swap' (it moves the in-place layout to the other phase without stepping). The
+    read/write probe has none.
+    """
+    if not _half(storage) or mode == "readwrite":
+        return ""
+    advance = "0u" if mode == "swap" else "1u"
+    return (f"    const unsigned int fs_slot = {phase};\n"
+            "    const unsigned int fs_step = fs_seed[fs_slot];\n"
+            "    if (blockIdx.x == 0 && threadIdx.x == 0) "
+            f"fs_seed[fs_slot ^ 1u] = fs_step + {advance};\n")
+
+
+def node_code(storage: str, lattice: Lattice) -> list[str]:
+    """Per-node lines before the loads: the node's hash for the step and the store offsets."""
+    if not _half(storage):
+        return []
+    classes = sorted({_class(lattice, i) for i in range(lattice.q)})
+    return ([f"    const unsigned int fs_hash = mix32((unsigned int)(tile * NPT + n)"
+             f" + fs_step * {GOLDEN:#x}u);"]
+            + [f"    const real fs_offset{k} = -fs_shift{k} * fs_scale;" for k in classes])
+
+
+def decode(storage: str, lattice: Lattice, i: int, stored: str) -> str:
+    """C expression: the stored value ``stored`` of direction i (or its opposite), as real."""
+    if not _half(storage):
+        return stored
+    return f"decode_f({stored}, fs_shift{_class(lattice, i)}, fs_inv_scale)"
+
+
+def encode(storage: str, lattice: Lattice, i: int, value: str) -> str:
+    """C expression: ``value`` (real) as direction i of this node's stored value (store_t)."""
+    if not _half(storage):
+        return value
+    r = f"(fs_hash * {direction_multiplier(i):#010x}u) >> (32 - DITHER_BITS)"
+    return f"encode_f({value}, fs_offset{_class(lattice, i)}, fs_scale, {r})"
