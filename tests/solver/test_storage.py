@@ -137,3 +137,24 @@ def test_resume_of_float16_storage_is_bitwise(tmp_path):
     assert np.nanmin(fields["u"][0]) > 0 and abs(np.nanmean(fields["rho"]) - 1) < 1e-3
     for sim in (straight, first, resumed):
         sim.close()
+
+
+def test_float16_in_place_keeps_a_quarter_of_float32_two_copy():
+    """Both options compose: one 2-byte copy of f instead of two 4-byte ones (GPU state); the
+    NumPy reference, which always keeps two copies, counts its second one in memory_required."""
+    from solver.run import memory_required
+
+    solid = np.zeros((16, 12, 8), bool)
+    sims = {(s, t): Simulation(solid, SimulationConfig(precision="float32", storage=s,
+                                                       streaming=t, backend="numpy"))
+            for s in ("auto", "float16") for t in ("two-copy", "in-place")}
+    tiling = sims["auto", "two-copy"].tiling
+    rest = tiling.memory_bytes(19, 4, copies=0)  # node types, tile map and list
+    f32_two = sims["auto", "two-copy"].memory_bytes() - rest
+    assert f32_two == tiling.n_tiles * 64 * 19 * 4 * 2
+    assert sims["float16", "in-place"].memory_bytes() - rest == f32_two // 4
+    assert sims["float16", "two-copy"].memory_bytes() - rest == f32_two // 2
+    assert memory_required(sims["float16", "in-place"]) == memory_required(
+        sims["float16", "two-copy"])
+    for sim in sims.values():
+        sim.close()
