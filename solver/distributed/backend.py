@@ -12,8 +12,10 @@ others:
   (:mod:`~solver.distributed.transport`; the NCCL communicator is built once, at the first
   allocation that uses it) and every rank builds its
   :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``).
-- ``step(state, n)``: ``n`` overlapped steps on every rank; the time is rank 0's wall time up
-  to a closing barrier, so MFLUPS count the global fluid nodes over the slowest rank.
+- ``step(state, n)``: ``n`` overlapped steps on every rank (with the NCCL transport mostly as
+  replays of captured CUDA graphs; :meth:`DistributedBackend.use_graphs` switches them off and
+  on); the time is rank 0's wall time up to a closing barrier, so MFLUPS count the global fluid
+  nodes over the slowest rank.
 - ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
   (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
   halos. ``device_populations`` is the same gather (``xp`` is NumPy on rank 0), so
@@ -171,6 +173,11 @@ class DistributedBackend:
         """Free every rank's state (the workers keep serving)."""
         self._command("release", None)
 
+    def use_graphs(self, enabled: bool) -> None:
+        """Replay captured multi-step CUDA graphs where the transport allows it (the default)
+        or launch every step from Python, on every rank (e.g. to measure what graphs gain)."""
+        self._command("graphs", bool(enabled))
+
     def shutdown(self) -> None:
         """Release the serving ranks (rank 0 only; idempotent)."""
         if self.is_root and not self._stopped and self.size > 1:
@@ -181,6 +188,9 @@ class DistributedBackend:
 
     def _close_link(self) -> None:
         if self._link is not None:  # every rank, right after the stop command
+            if self._solver is not None:  # its graphs hold NCCL work: they go first
+                self._solver.release()
+                self._solver = None
             self._link.close()
             self._link = None
 
@@ -331,6 +341,10 @@ class DistributedBackend:
                     MPI.DOUBLE]
         self.comm.Scatterv(send, block, root=0)
         solver.set_owned_populations(block)
+
+    def _graphs(self, enabled: bool) -> None:
+        if self._solver is not None and self._solver.graphs is not None:
+            self._solver.graphs.enabled = enabled
 
     def _release(self, _: Any) -> None:
         if self._solver is not None:
