@@ -5,7 +5,7 @@
 #   benchmarks/run_scaling_gpu.sh OUT [BUDGET_SECONDS] [full|quick]
 #
 # quick: only the scaling points with the NCCL transport (float32, then float64; each NCCL
-# point also times its allocation without CUDA graphs), no topology, halo costs or tests.
+# point also times its allocation replaying CUDA graphs), no topology, halo costs or tests.
 # Every step runs under `timeout` within what is left of BUDGET (default 400 s), so one hang
 # cannot eat the rest; later steps are skipped (and say so) when time runs out. The host
 # transport's float32 numbers come before anything optional, so they exist even when NCCL

@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),
                         help="halo transport: nccl (GPU to GPU), host (MPI through host "
                              "memory) or auto (nccl when every rank has its own GPU)")
+    parser.add_argument("--graphs", action="store_true",
+                        help="with the NCCL transport, replay captured CUDA graphs of 16 steps "
+                             "(off by default: slower on 2 x H200, see benchmarks/README.md)")
     parser.add_argument("--axis", default="longest",
                         help="decomposition axis: longest, flow or 0/1/2")
     parser.add_argument("--set", dest="settings", action="append", default=[],
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     axis = int(args.axis) if args.axis.isdigit() else args.axis
     try:
         code = launch(lambda backend: _run(args, backend), inner=args.backend, axis=axis,
-                      transport=args.transport)
+                      transport=args.transport, graphs=args.graphs)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

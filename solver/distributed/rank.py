@@ -14,10 +14,10 @@ the sends; 'interior'; 'halo': waiting for the messages and unpacking; with grap
 waits.
 
 When the exchange is ``capturable`` (NCCL) and the stepper can capture steps
-(``capture_steps``/``replay``, the CuPy one), :meth:`RankSolver.step` runs long runs as
-replays of a captured multi-step CUDA graph (:class:`~solver.distributed.replay.StepGraphs`,
-:attr:`RankSolver.graphs`); otherwise, and for the few plain steps a plan needs, it calls the
-phases from Python as above.
+(``capture_steps``/``replay``, the CuPy one), :attr:`RankSolver.graphs` holds a
+:class:`~solver.distributed.replay.StepGraphs`; enabled (``graphs=True``), :meth:`RankSolver.step`
+runs long runs as replays of a captured multi-step CUDA graph. Otherwise, and for the few plain
+steps a plan needs, it calls the phases from Python as above.
 
 :func:`step_together` drives several ranks in one process (with a
 :class:`~solver.distributed.exchange.LoopbackHub`), phase by phase, which is how the
@@ -51,7 +51,7 @@ class RankSolver:
     """Owned tiles of ``rank`` on ``backend``, stepped with a halo exchange."""
 
     def __init__(self, problem: Problem, decomposition: SlabDecomposition, rank: int,
-                 backend: Backend, exchange: ExchangeFactory) -> None:
+                 backend: Backend, exchange: ExchangeFactory, graphs: bool = False) -> None:
         self.layout, self.plan = build_rank(problem.tiling, decomposition, problem.lattice,
                                             problem.periodic, rank)
         self.problem = dataclasses.replace(problem, tiling=self.layout.tiling,
@@ -64,10 +64,11 @@ class RankSolver:
         self.exchange = exchange(self.plan, self.stepper)
         #: Host wall time per step phase, seconds (see the module docstring).
         self.host_seconds: Counter[str] = Counter()
-        #: Graph replays of whole steps, or None where steps cannot be captured.
+        #: Graph replays of whole steps (``graphs.enabled``), or None where steps cannot be
+        #: captured.
         self.graphs: StepGraphs | None = None
         if getattr(self.exchange, "capturable", False) and hasattr(self.stepper, "replay"):
-            self.graphs = StepGraphs(self.stepper)
+            self.graphs = StepGraphs(self.stepper, enabled=graphs)
 
     @property
     def n_owned(self) -> int:

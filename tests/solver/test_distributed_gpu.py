@@ -9,7 +9,8 @@ the run must equal one ordinary CuPy process's with ``np.array_equal``. In one p
 ranks talk through the loopback hub; under ``mpirun`` through MPI or NCCL (with the host
 transport several ranks share GPU 0 when there is only one). A three-rank split along x
 leaves the middle rank without inlet or outlet nodes. With NCCL most steps run as replays of a
-captured CUDA graph (both streams and the NCCL calls); the runs check that they did.
+captured CUDA graph (both streams and the NCCL calls) when asked (``--graphs``); the runs
+check that they did.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis, t
     np.save(tmp_path / "f0.npy", f0)
     steps = (STEPS,) if transport == "host" else NCCL_CALLS
     done = _mpirun_distributed(tmp_path, n_ranks, settings, "--axis", axis,
-                               "--transport", transport, steps=steps)
+                               "--transport", transport, "--graphs", steps=steps)
     assert done.returncode == 0, done.stderr[-3000:]
     out = np.load(tmp_path / "out.npz")
     assert int(out["ranks"]) == n_ranks

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from solver.backends.numpy_backend import NumpyBackend
-from solver.distributed import LoopbackHub, NcclExchange, RankSolver, decompose
+from solver.distributed import LoopbackHub, NcclExchange, NumpyPhases, RankSolver, decompose
+from solver.distributed.__main__ import build_parser as distributed_parser
 from solver.distributed.replay import STEPS_PER_GRAPH, ReplayPlan, StepGraphs, plan_steps
 from solver.problem import Problem
 
@@ -192,3 +193,18 @@ def test_disabled_graphs_step_plain_and_host_exchanges_never_capture():
     plain = RankSolver(problem, dec, 0, NumpyBackend(threads=1),
                        lambda plan, s: loop.exchange(0, plan, s))
     assert not plain.exchange.capturable and plain.graphs is None
+
+
+def test_ranks_replay_only_when_asked_and_the_command_line_asks(monkeypatch):
+    problem = Problem.from_config(porous(), config())
+    dec, hub = decompose(problem.tiling, 2, 2), _BlockingNccl()
+    monkeypatch.setattr(NumpyPhases, "replay", lambda self, graph: graph(), raising=False)
+    for graphs in (False, True):
+        rank = RankSolver(problem, dec, 0, NumpyBackend(threads=1),
+                          lambda plan, s: NcclExchange(hub.link(0), plan, _HostAsDevice(s)),
+                          graphs=graphs)
+        assert rank.graphs is not None and rank.graphs.enabled is graphs
+        assert rank.graphs.plan(40).replays == (2 if graphs else 0)
+    args = distributed_parser().parse_args(["solid.npy", "--steps", "1", "19", "--graphs"])
+    assert args.steps == [1, 19] and args.graphs
+    assert not distributed_parser().parse_args(["solid.npy"]).graphs
