@@ -165,7 +165,7 @@ def main() -> None:
     args = parser.parse_args()
     backend = CupyBackend()
     copy = copy_bandwidth(0)
-    name = backend.device_info().name
+    name = dict(backend.device_info())["name"]
     rows = []
     for label, solid, faces, offset in cases(args):
         for precision in args.precisions:
