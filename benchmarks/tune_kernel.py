@@ -6,22 +6,47 @@ applied to its text or to the tile order, timed on one allocation of the dense c
 unchanged kernel and the device-to-device copy bandwidth measured in the same process. A change
 that wins here moves into the generator; this script keeps the record of what was tried.
 
-Patches:
+Patches (D3Q19 BGK incompressible, XYZ layout, the fastest full-step variant):
 
+- ``nofill``: the generator's kernel without its sector fill (solid lanes return at once, the
+  kernel before the fill moved into the generator), to time the fill in the same process.
 - ``cs``: stores with the evict-first cache hint (``st.global.cs``): the written copy is not
   read again in this step, so it should not push the neighbour sectors other blocks still read
   out of L2.
 - ``cap<R>``: ``__launch_bounds__(threads, blocks)`` so ptxas keeps to about R registers per
   thread (more resident warps, possibly spills).
-- ``solidfill``: solid nodes of a stored tile write a constant to their own slots (XYZ layout),
-  so every 32-byte sector of the written copy is written whole: a partly written sector makes
-  the memory controller read it first (read-modify-write under ECC). Nothing reads a solid
-  node's populations.
-- ``morton``: tiles numbered along a Z-order curve of the tile grid instead of x-fastest, so
-  the neighbours a block pulls from were written by blocks close to it in launch order.
+- tile order ``morton``: tiles numbered along a Z-order curve of the tile grid instead of
+  x-fastest, so the neighbours a block pulls from were written by blocks close to it in launch
+  order.
 
-Usage on the GPU machine: ``python benchmarks/tune_kernel.py --out DIR`` (about a minute);
-``--ncu`` runs each baseline kernel once for ``ncu`` (see benchmarks/README.md).
+Record (H100 80GB HBM3, MFLUPS against the unpatched kernel of the same run and tiles per block;
+dense = cavity3D with walls, packs = periodic sphere packs of diameter 40 in 192^3):
+
+- ``cs``: -0.1 to -0.7 % everywhere (256^3 float32 18566 vs 18607, float64 9471 vs 9533): L2
+  already keeps the sectors that are read again; dropped.
+- ``cap32``/``cap36``: float32 -3 to -4 % (8 B spills at 32 registers), float64 -61 to -73 %
+  (288 B spills); ``cap56`` lets float32 grow to 56 registers, -7 to -14 %, float64 -10 %
+  (24 B spills). The kernel's own allocation (32 float32, 64 float64) is the best; dropped.
+- ``morton``: -0.1 to -2.3 % (dense and packs at porosity 0.1/0.5/0.9); dropped.
+- tiles per block 1/2/4: within 1 %, 4 marginally ahead on the dense box.
+- whole-tile fill (every solid node of a stored tile writes a constant to its slots, so every
+  sector of the written copy is written whole): packs at porosity 0.1 -8 to -10 %, 0.3 -1 to
+  -3 %, 0.5-0.9 +0.2 to +2 %; ncu at porosity 0.1 float32: DRAM read + write 113 + 61 MB ->
+  85 + 82 MB per step (the solid slots written cost more than the read-modify-writes saved);
+  dropped.
+- mixed-sector fill as a text patch (only solid nodes whose 32-byte sector holds a fluid node
+  write; the sector's node types read with one 8-byte load): float32 packs +5 % at porosity
+  0.1-0.5, +1 to +2.5 % at 0.7, -1 to -2 % at 0.9; float64 +2 to +5 %; dense 192^3 float32 -2
+  to -3 % (39 registers instead of 32), float64 within noise. ncu, porosity 0.1 float32: 113 +
+  61 -> 84 + 57 MB, 70.8 -> 68.1 us; porosity 0.5 float32 370 + 280 -> 317 + 280 MB, float64
+  685 + 561 -> 606 + 563 MB. Moved into the generator as the sector fill (``_solid_exit``:
+  a warp ballot of the fluid lanes, integer ops only, the rest equilibrium as the value), which
+  is what the plain runs now time; ``nofill`` is the kernel before it.
+
+Usage on the GPU machine: ``python benchmarks/tune_kernel.py --out DIR --size 192 256
+--porosities 0.1 0.3 0.5 0.7 0.9`` (about two minutes); it ends with the sparse efficiency
+MFLUPS / (eta_t x dense MFLUPS) per porosity, against the dense box of the smallest size.
+``--ncu`` runs the kernel and ``nofill`` once per case for ``ncu`` (see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -54,6 +79,11 @@ __device__ __forceinline__ void st_cs(double* p, double v)
 """
 
 
+#: The sector-fill block of gpu_kernels._solid_exit, up to its closing brace.
+_SECTOR_FILL = re.compile(r"    \{\n        constexpr int SECTOR.*?\n            return;\n"
+                          r"        \}\n    \}\n", re.DOTALL)
+
+
 def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
     """The kernel text with the named patches applied."""
     for p in patches:
@@ -66,23 +96,9 @@ def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
             source = source.replace('extern "C" __global__ void ',
                                     f'extern "C" __global__ void __launch_bounds__({threads}, '
                                     f'{blocks}) ', 1)
-        elif p == "mixedfill":  # only sectors holding a fluid node (XYZ layout: slot = n)
-            q = int(re.search(r"constexpr int Q = (\d+);", source).group(1))
-            double = "typedef double real;" in source
-            word, mask = ("unsigned int", "~3") if double else ("unsigned long long", "~7")
-            fill = "".join(f"            fout[base + {i} * NPT + n] = (real)0;\n" for i in range(q))
-            source = source.replace(
-                "    if (type == 0) return;\n",
-                "    if (type == 0) {\n"
-                f"        if (*(const {word}*)(types + tile * NPT + (n & {mask}))) {{\n"
-                + fill + "        }\n        return;\n    }\n")
-            assert "(real)0;" in source, "mixedfill patch did not apply"
-        elif p == "solidfill":
-            q = int(re.search(r"constexpr int Q = (\d+);", source).group(1))
-            fill = "".join(f"        fout[base + {i} * NPT + n] = (real)0;\n" for i in range(q))
-            source = source.replace("    if (type == 0) return;\n",
-                                    "    if (type == 0) {\n" + fill + "        return;\n    }\n")
-            assert "(real)0;" in source, "solidfill patch did not apply"
+        elif p == "nofill":  # the generator's solid exit before the sector fill
+            source, count = _SECTOR_FILL.subn("    if (type == 0) return;\n", source)
+            assert count == 1, "nofill patch did not apply (not an XYZ-layout kernel?)"
         else:
             raise ValueError(f"unknown patch {p!r}")
     return source
@@ -172,9 +188,18 @@ def problem_for(solid, faces, offset, precision) -> Problem:
 
 
 EXPERIMENTS = [  # (patches, tiles per block, tile order)
-    ((), 2, "x"), ((), 4, "x"), (("solidfill",), 4, "x"), (("mixedfill",), 2, "x"),
-    (("mixedfill",), 4, "x"),
+    ((), 2, "x"), ((), 4, "x"), (("nofill",), 2, "x"), (("nofill",), 4, "x"),
 ]
+
+
+def sparse_efficiency(rows: list[dict], dense: str) -> list[dict]:
+    """MFLUPS / (eta_t x MFLUPS of case ``dense``) of every pack row, same kernel and precision."""
+    key = lambda r: (r["precision"], r["patches"], r["tpb"], r["order"])  # noqa: E731
+    ref = {key(r): r["mflups"] for r in rows if r["case"] == dense}
+    return [{"case": r["case"], **dict(zip(("precision", "patches", "tpb", "order"), key(r),
+                                           strict=True)),
+             "ratio": round(r["mflups"] / (r["eta_t"] * ref[key(r)]), 4)}
+            for r in rows if r["case"].startswith("spheres") and key(r) in ref]
 
 
 def main() -> None:
@@ -196,7 +221,7 @@ def main() -> None:
             state = backend.allocate(problem)
             node_bytes = problem.bytes_per_fluid_node_step()
             if args.ncu:
-                for patches in ((), ("mixedfill",)):
+                for patches in ((), ("nofill",)):
                     time_variant(state, patches, 2, "x", once=True)
                 backend.release(state)
                 continue
@@ -212,13 +237,20 @@ def main() -> None:
     if args.ncu:
         return
     meta = {"device": name, "copy_bandwidth": copy, "commit": git_commit()}
+    efficiency = sparse_efficiency(rows, f"cavity3D {args.pack}^3")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tune_kernel.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (args.out / "tune_kernel.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "efficiency": efficiency}, indent=1))
     print(f"\n{name}: copy {copy / 1e9:.0f} GB/s")
     print("| case | prec | patches | tpb | order | regs | MFLUPS | of copy |")
     for r in rows:
         print(f"| {r['case']} | {r['precision']} | {r['patches']} | {r['tpb']} | {r['order']} "
               f"| {r['registers']} | {r['mflups']:.0f} | {r['fraction_copy']:.3f} |")
+    print(f"\nSparse efficiency, MFLUPS / (eta_t x cavity3D {args.pack}^3 MFLUPS):")
+    print("| case | prec | patches | tpb | ratio |")
+    for e in efficiency:
+        print(f"| {e['case']} | {e['precision']} | {e['patches']} | {e['tpb']} | "
+              f"{e['ratio']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ Ladd's moving walls).
 velocity set: the pull of every direction, the boundary code of
 :mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
 :mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.gpu_mrt`, and
-coalesced stores. Relaxation rates, the body force and the boundary values stay kernel
-arguments or tables, so changing them never recompiles; tiles per block is a launch parameter
-for the same reason. Runs without inlets, outlets or moving walls use the kernel without the
-boundary code, and runs whose walls rest the one without Ladd's term, so each pays only for
-what it uses.
+coalesced stores (and, in the XYZ layout, the sector fill of :func:`_solid_exit`). Relaxation
+rates, the body force, the rest state and the boundary values stay kernel arguments or tables,
+so changing them never recompiles; tiles per block is a launch parameter for the same reason.
+Runs without inlets, outlets or moving walls use the kernel without the boundary code, and runs
+whose walls rest the one without Ladd's term, so each pays only for what it uses.
 
 The in-tile layouts and the arrays and arguments the kernel is given live in
 :mod:`solver.backends.gpu_tables`.
@@ -36,7 +36,7 @@ from .gpu_mrt import mrt_collide_code, mrt_param_names
 from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
 
 __all__ = ["KernelVariant", "MODES", "COLLISIONS", "kernel_source", "all_variants",
-           "collision_param_names"]
+           "collision_param_names", "real_param_names"]
 
 #: Kernel modes: the full step and the paper's probes (section 4.1).
 MODES = {"full": 0, "propagate": 1, "readwrite": 2}
@@ -46,6 +46,8 @@ COLLISIONS = ("BGK", "TRT", "MRT")
 #: 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k and 3 wm w_k.
 _TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "bfw", "cfw", "wmw")
                                      for k in range(4)]
+#: Rest equilibrium w_k rho0 per weight class k = |c|^2: what solid nodes hold (sector fill).
+_REST_PARAMS = [f"rest{k}" for k in range(4)]
 _TEMPLATE = Path(__file__).with_name("kernels") / "tiled_lbm.cu"
 
 
@@ -183,6 +185,38 @@ def _collide(v: KernelVariant, real: str) -> str:
     return "\n".join(out)
 
 
+def _solid_exit(v: KernelVariant) -> str:
+    """Where solid nodes stop: XYZ-layout steps first fill sectors shared with a fluid node.
+
+    A 32-byte sector of a direction's data block holds 32 / sizeof(storage) consecutive slots,
+    i.e. (XYZ layout, slot = n, NPT % 32 == 0) the nodes of one aligned group of lanes; a warp
+    ballot of the fluid lanes tells each solid lane whether its group holds a fluid node, and
+    such a lane stores the rest equilibrium w_i rho0 into its own slots. All 32 lanes reach the
+    ballot with the full mask: warps never straddle tiles (NPT % 32 == 0, blockDim.x a multiple
+    of NPT) and the threads of inactive tiles returned as whole warps after the block barrier.
+    The paper layout permutes slots per direction, so sectors there mix other nodes: no fill.
+    Sectors line up with lane groups because every copy starts on a 32-element boundary; the
+    values stored never depend on it.
+    """
+    if v.layout != "xyz" or v.mode == "readwrite":
+        return "    if (type == 0) return;"
+    lat = get_lattice(v.lattice)
+    fill = ["            " + _store(i, f"rest{sum(ci * ci for ci in c)}", "xyz")
+            for i, c in enumerate(lat.c.tolist())]
+    return "\n".join([
+        "    {",
+        "        constexpr int SECTOR = 32 / (int)sizeof(*fout);  // slots per 32-byte sector",
+        "        const unsigned fluid = __ballot_sync(0xffffffffu, type != 0);",
+        "        if (type == 0) {",
+        "            if ((fluid >> (n & (32 - SECTOR))) & ((1u << SECTOR) - 1u)) {",
+        *fill,
+        "            }",
+        "            return;",
+        "        }",
+        "    }",
+    ])
+
+
 def _readwrite(v: KernelVariant) -> str:
     lat = get_lattice(v.lattice)
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
@@ -199,9 +233,14 @@ def _template() -> Template:
 
 
 def collision_param_names(v: KernelVariant) -> list[str]:
-    """Names of the collision constants the kernel takes after the body force."""
+    """Names of the collision constants the kernel takes after the body force and rest state."""
     v = v.canonical()
     return mrt_param_names(v.lattice) if v.collision == "MRT" else list(_TRT_PARAMS)
+
+
+def real_param_names(v: KernelVariant) -> list[str]:
+    """Names of all floating kernel arguments in order (gpu_tables.physics_args's values)."""
+    return ["fx", "fy", "fz", *_REST_PARAMS, *collision_param_names(v)]
 
 
 @cache
@@ -234,6 +273,7 @@ def kernel_source(variant: KernelVariant) -> str:
         readwrite=_readwrite(v) if v.mode == "readwrite" else "",
         gather=_gather(v, real) if v.mode != "readwrite" else "",
         collide=_collide(v, real) if v.mode != "readwrite" else "",
+        solid_exit=_solid_exit(v),
         collision_params=params,
         zou_he=zou_he_code(v.lattice, v.incompressible, lambda x: _lit(x, real))
         if full and v.boundary != "none" else "",

@@ -1,8 +1,10 @@
 """Run the generated CUDA kernels on the CPU: g++, one std::thread per CUDA thread.
 
 The kernel source is compiled unchanged behind a small shim (``threadIdx``/``blockIdx`` per
-thread, ``__syncthreads`` and ``__syncwarp`` as std::barrier, the dynamic shared memory as one
-global array), and blocks run one after another. It is slow and only meant for small test
+thread, ``__syncthreads`` and ``__syncwarp`` as std::barrier, ``__ballot_sync`` of full warps
+through a per-warp word between warp barriers, the dynamic shared memory as one global array),
+and blocks run one after another. A warp that does not reach a warp barrier or ballot with all
+32 lanes hangs here, as it would be undefined on the GPU. It is slow and only meant for small test
 geometries, but it checks the real kernel text -- indexing, periodic wrap, layouts, collision --
 against the NumPy reference on machines without a GPU.
 """
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.gpu_kernels import KernelVariant, collision_param_names, kernel_source
+from solver.backends.base import with_rest_solids
+from solver.backends.gpu_kernels import KernelVariant, kernel_source, real_param_names
 from solver.backends.gpu_tables import (
     device_tables,
     geometry_args,
@@ -32,7 +35,9 @@ from solver.problem import Problem
 __all__ = ["compiler", "load", "EmulatedKernel", "emulate"]
 
 _SHIM = r"""
+#include <atomic>
 #include <barrier>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -44,6 +49,18 @@ static std::barrier<>* emu_block;
 static std::vector<std::unique_ptr<std::barrier<>>> emu_warps;
 static inline void __syncthreads() { emu_block->arrive_and_wait(); }
 static inline void __syncwarp() { emu_warps[threadIdx.x / 32]->arrive_and_wait(); }
+static std::atomic<unsigned> emu_votes[32];  // one ballot word per warp of a block
+static inline unsigned __ballot_sync(unsigned mask, bool pred)
+{
+    if (mask != 0xffffffffu) std::abort();  // the kernel only votes with whole warps
+    const unsigned w = threadIdx.x / 32;
+    __syncwarp();  // every lane has read the previous vote
+    if (threadIdx.x % 32 == 0) emu_votes[w].store(0u);
+    __syncwarp();
+    if (pred) emu_votes[w].fetch_or(1u << (threadIdx.x % 32));
+    __syncwarp();
+    return emu_votes[w].load();
+}
 extern "C" { alignas(16) int lbm_smem[1 << 16]; }
 #define __global__
 #define __device__
@@ -108,8 +125,7 @@ def load(source: str, name: str, real: str, n_reals: int):
 
 def _runner(variant: KernelVariant):
     real = "double" if variant.precision == "float64" else "float"
-    return load(kernel_source(variant), variant.name, real,
-                3 + len(collision_param_names(variant)))
+    return load(kernel_source(variant), variant.name, real, len(real_param_names(variant)))
 
 
 class EmulatedKernel:
@@ -126,7 +142,10 @@ class EmulatedKernel:
         self.current = 0
 
     def set_populations(self, f: np.ndarray) -> None:
-        """Store XYZ-ordered populations (n_tiles, q, a**d) in device layout."""
+        """Store XYZ-ordered populations (n_tiles, q, a**d) in device layout, as they are.
+
+        Solid nodes too (tests poison them); :func:`emulate` applies the backends' rule.
+        """
         q = np.arange(self.problem.lattice.q)[:, None]
         self.f[self.current][:, q, self.slots] = f
 
@@ -150,10 +169,14 @@ class EmulatedKernel:
 
 def emulate(problem: Problem, f0: np.ndarray, steps: int, tiles_per_block: int = 1,
             mode: str = "full") -> np.ndarray:
-    """Populations (XYZ, float64) after ``steps`` emulated launches from ``f0``."""
+    """Populations (XYZ, float64) after ``steps`` emulated launches from ``f0``.
+
+    Started as the backends start: both copies at rest, then ``f0`` with the rest equilibrium
+    in its solid nodes (``set_populations``, :mod:`solver.backends.base`).
+    """
     emu = EmulatedKernel(problem, tiles_per_block)
     emu.set_populations(problem.initial_populations())  # both copies at rest, as allocate()
     emu.f[1 - emu.current] = emu.f[emu.current]
-    emu.set_populations(f0)
+    emu.set_populations(with_rest_solids(problem, f0))
     emu.step(steps, mode)
     return emu.populations()
