@@ -79,9 +79,8 @@ __device__ __forceinline__ void st_cs(double* p, double v)
 """
 
 
-#: The sector-fill block of gpu_kernels._solid_exit, up to its closing brace.
-_SECTOR_FILL = re.compile(r"    \{\n        constexpr int SECTOR.*?\n            return;\n"
-                          r"        \}\n    \}\n", re.DOTALL)
+#: The sector-fill block of gpu_kernels._sector_fill, up to its closing brace.
+_SECTOR_FILL = re.compile(r"        \{  // sector fill.*?\n            \}\n        \}\n", re.DOTALL)
 
 
 def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
@@ -97,7 +96,7 @@ def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
                                     f'extern "C" __global__ void __launch_bounds__({threads}, '
                                     f'{blocks}) ', 1)
         elif p == "nofill":  # the generator's solid exit before the sector fill
-            source, count = _SECTOR_FILL.subn("    if (type == 0) return;\n", source)
+            source, count = _SECTOR_FILL.subn("", source)
             assert count == 1, "nofill patch did not apply (not an XYZ-layout kernel?)"
         else:
             raise ValueError(f"unknown patch {p!r}")

@@ -8,7 +8,7 @@ Ladd's moving walls).
 velocity set: the pull of every direction, the boundary code of
 :mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
 :mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.gpu_mrt`, and
-coalesced stores (and, in the XYZ layout, the sector fill of :func:`_solid_exit`). Relaxation
+coalesced stores (and, in the XYZ layout, the sector fill of :func:`_sector_fill`). Relaxation
 rates, the body force, the rest state and the boundary values stay kernel arguments or tables,
 so changing them never recompiles; tiles per block is a launch parameter for the same reason.
 Runs without inlets, outlets or moving walls use the kernel without the boundary code, and runs
@@ -185,35 +185,36 @@ def _collide(v: KernelVariant, real: str) -> str:
     return "\n".join(out)
 
 
-def _solid_exit(v: KernelVariant) -> str:
-    """Where solid nodes stop: XYZ-layout steps first fill sectors shared with a fluid node.
+def _sector_fill(v: KernelVariant) -> str:
+    """XYZ-layout steps: solid nodes sharing a 32-byte sector with a fluid node store w_i rho0.
 
     A 32-byte sector of a direction's data block holds 32 / sizeof(storage) consecutive slots,
     i.e. (XYZ layout, slot = n, NPT % 32 == 0) the nodes of one aligned group of lanes; a warp
     ballot of the fluid lanes tells each solid lane whether its group holds a fluid node, and
-    such a lane stores the rest equilibrium w_i rho0 into its own slots. All 32 lanes reach the
-    ballot with the full mask: warps never straddle tiles (NPT % 32 == 0, blockDim.x a multiple
-    of NPT) and the threads of inactive tiles returned as whole warps after the block barrier.
-    The paper layout permutes slots per direction, so sectors there mix other nodes: no fill.
-    Sectors line up with lane groups because every copy starts on a 32-element boundary; the
-    values stored never depend on it.
+    such a lane stores the rest equilibrium into its own slots. The code sits in the kernel's
+    active-tile block before the halo work and the barrier, where all 32 lanes of a warp are
+    alive (warps never straddle tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT), so
+    the full ballot mask is exact, and where it leaves the register allocation of the fluid path
+    alone (placed after the barrier, next to the solid exit, NVRTC 13.0 gave the float32 BGK
+    kernel 39 registers instead of 32 and the H100 lost 2-4 % on dense boxes). Sectors line up
+    with lane groups because every copy starts on a 32-element boundary; the values stored
+    never depend on it. The paper layout permutes slots per direction, so sectors there mix
+    other nodes: no fill.
     """
     if v.layout != "xyz" or v.mode == "readwrite":
-        return "    if (type == 0) return;"
+        return ""
     lat = get_lattice(v.lattice)
     fill = ["            " + _store(i, f"rest{sum(ci * ci for ci in c)}", "xyz")
             for i, c in enumerate(lat.c.tolist())]
     return "\n".join([
-        "    {",
-        "        constexpr int SECTOR = 32 / (int)sizeof(*fout);  // slots per 32-byte sector",
-        "        const unsigned fluid = __ballot_sync(0xffffffffu, type != 0);",
-        "        if (type == 0) {",
-        "            if ((fluid >> (n & (32 - SECTOR))) & ((1u << SECTOR) - 1u)) {",
+        "        {  // sector fill (kernel header)",
+        "            constexpr int SECTOR = 32 / (int)sizeof(*fout);  // slots per 32-byte sector",
+        "            const bool solid = types[tile * NPT + n] == 0;",
+        "            const unsigned fluid = __ballot_sync(0xffffffffu, !solid);",
+        "            if (solid && ((fluid >> (n & (32 - SECTOR))) & ((1u << SECTOR) - 1u))) {",
         *fill,
         "            }",
-        "            return;",
         "        }",
-        "    }",
     ])
 
 
@@ -273,7 +274,7 @@ def kernel_source(variant: KernelVariant) -> str:
         readwrite=_readwrite(v) if v.mode == "readwrite" else "",
         gather=_gather(v, real) if v.mode != "readwrite" else "",
         collide=_collide(v, real) if v.mode != "readwrite" else "",
-        solid_exit=_solid_exit(v),
+        sector_fill=_sector_fill(v),
         collision_params=params,
         zou_he=zou_he_code(v.lattice, v.incompressible, lambda x: _lit(x, real))
         if full and v.boundary != "none" else "",

@@ -26,9 +26,9 @@
 // Solid nodes (tile padding included) carry no physics; every backend keeps the rest equilibrium
 // w_i rho0 there in both copies (solver/backends/base.py), which rest0..rest3 hold per weight
 // class. In the XYZ layout a solid node whose 32-byte sector of the written copy also holds a
-// fluid node stores that value into its own slots before it stops (sector fill), so the sector
-// is written whole: a partly written sector costs a DRAM read first (read-modify-write). The
-// paper layout permutes slots per direction, so a sector there mixes other nodes: no fill.
+// fluid node stores that value into its own slots (sector fill, before the block barrier), so
+// the sector is written whole: a partly written sector costs a DRAM read first (read-modify-
+// write). The paper layout permutes slots per direction, so a sector there mixes other nodes.
 namespace ${namespace} {
 
 typedef ${real} real;
@@ -187,6 +187,7 @@ ${readwrite}
             s_nbr[lane] = inside ? tile_map[flat] : -1;
         }
         __syncwarp();
+${sector_fill}
         // Pencils spread evenly over the tile's warps: fewer idle lanes than one per thread.
         constexpr int PENCILS = HN / HE, WARPS = NPT / 32;
         constexpr int PER_WARP = (PENCILS + WARPS - 1) / WARPS;
@@ -208,10 +209,11 @@ ${readwrite}
             stride *= HE;
         }
     }
-    // Solid node (tile padding included): no work, at most the sector fill. The node's own halo
-    // entry cannot tell: with periodic wrap, padding just past the last node is a valid source.
+    // Solid node (tile padding included): no further work (the sector fill came before the
+    // barrier). The node's own halo entry cannot tell: with periodic wrap, padding just past the
+    // last node is a valid source.
     const int type = types[tile * NPT + n];
-${solid_exit}
+    if (type == 0) return;
 
     // Pull: f_i from x - c_i, or f_opp(i) of this node (halfway bounce-back). Only integer
     // indices depend on the branch; every thread then issues the same loads.
