@@ -100,10 +100,16 @@ class Dashboard(pn.viewable.Viewer):
                 self.scene.refresh, period=int(self.settings.scene_refresh_s * 1000)))
 
     def poll(self) -> None:
-        """Publish the latest snapshot; re-sync the 3D view at once after a new geometry or cut."""
+        """Publish the latest snapshot; re-sync the 3D view at once after a new geometry or cut.
+
+        A view on a hidden tab stays stale until its tab is shown (a geometry is usually
+        changed from the Geometry tab), so it never shows the previous geometry when it comes
+        back into sight.
+        """
         self.controller.poll()
         snap = self.controller.snapshot
-        if (self._scene_stale and self.scene is not None and snap.plane is not None
+        if (self._scene_stale and self.scene is not None and self.scene.active
+                and snap.plane is not None
                 and snap.shape == tuple(self.controller.geometry.shape)
                 and (snap.view.axis, snap.view.index) == (self.controller.axis,
                                                           self.controller.position)):

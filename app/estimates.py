@@ -5,7 +5,8 @@ eps and grain diameter d, ``k = eps**3 d**2 / (180 (1 - eps)**2)``. Written with
 surface S (solid-fluid interface area per box volume; ``S = 6 (1 - eps) / d`` for spheres) it
 becomes ``k = eps**3 / (5 S**2)`` and applies to any voxel geometry; ``6 (1 - eps) / S`` is
 then the equivalent grain diameter used for the pore Reynolds number. These are rough (a factor
-of a few); the stability verdict before a run comes from :func:`solver.stability.assess`.
+of a few; the formulas live in :mod:`solver.analytic`); the stability verdict before a run
+comes from :func:`solver.stability.assess`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver.analytic import kozeny_carman, kozeny_carman_surface
 from solver.units import reynolds_number
 
 __all__ = [
@@ -26,13 +28,6 @@ def specific_surface(solid: np.ndarray) -> float:
     solid = np.asarray(solid, dtype=bool)
     faces = sum(int(np.count_nonzero(np.diff(solid, axis=a))) for a in range(solid.ndim))
     return faces / solid.size
-
-
-def kozeny_carman(porosity: float, diameter: float) -> float:
-    """Kozeny-Carman permeability eps^3 d^2 / (180 (1-eps)^2), in units of diameter^2."""
-    if not 0 < porosity < 1:
-        raise ValueError(f"Porosity must lie strictly between 0 and 1, got {porosity}.")
-    return porosity**3 * diameter**2 / (180.0 * (1.0 - porosity) ** 2)
 
 
 @dataclass(frozen=True)
@@ -58,7 +53,7 @@ def estimate_flow(
     """
     if surface <= 0 or not 0 < porosity < 1:
         return None
-    permeability = porosity**3 / (5.0 * surface**2)
+    permeability = kozeny_carman_surface(porosity, surface)
     darcy = permeability * abs(force) / (density * viscosity)
     diameter = 6.0 * (1.0 - porosity) / surface
     return FlowEstimate(permeability=permeability, darcy_velocity=darcy, grain_diameter=diameter,

@@ -9,19 +9,26 @@ Cases (after Huang et al., ``papers/multi-gpu-porous-media.txt``, section 4.2):
 
 Each point is one ``mpirun -n N python benchmarks/scaling.py measure ...`` job; rank 0 builds
 the geometry and an ordinary Simulation on a DistributedBackend, runs warm-up steps (kernel
-compilation), then times ``--steps`` steps. MFLUPS count all fluid nodes over rank 0's wall time
-to a closing barrier. Parallel efficiency is MFLUPS(n) / (n MFLUPS(1)) for both cases.
-The one-rank job also times a plain Simulation (no MPI layer) as the baseline.
+compilation), then times ``--repeats`` runs of ``--steps`` steps and keeps the median. MFLUPS
+count all fluid nodes over rank 0's wall time to a closing barrier (every rank has finished
+its device work). Parallel efficiency is MFLUPS(n) / (n MFLUPS(1)) and the speed-up
+MFLUPS(n) / MFLUPS(1), both against the one-rank run through the same distributed layer; the
+one-rank job also times a plain Simulation (no MPI layer; CUDA-graph replay on the GPU) as
+``mflups_plain``.
 
-Usage (GPU machine with two GPUs; results go to benchmarks/results/)::
+Usage (one GPU per rank; each series writes ``scaling-<case>-<backend>-<precision>-<date>``
+``.json`` and ``.md`` to ``--out``, default benchmarks/results/)::
 
     python benchmarks/scaling.py weak --ranks 1 2 --backend cupy
     python benchmarks/scaling.py strong --ranks 1 2 --backend cupy --size 384
+    python benchmarks/scaling.py both --ranks 1 2 --backend cupy --out DIR   # weak, then strong
     python benchmarks/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5  # CPU
 
-Needs mpi4py and an ``mpirun``; the geometry comes from ``geometries.generators``; ranks of a node
-get one GPU each (``solver.distributed.bind_local_gpu``). ``LBM_COMMIT`` names the commit when
-the checkout has no ``.git``.
+Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python executable, else
+PATH's); the geometry comes from ``geometries.generators``; ranks of a node get one GPU each
+(``solver.distributed.bind_local_gpu``; with fewer GPUs than ranks they share them, which
+proves the pipeline but cannot speed up). ``LBM_COMMIT`` names the commit when the checkout
+has no ``.git``.
 """
 
 from __future__ import annotations
@@ -68,11 +75,17 @@ def _config(args):
                             tau=0.8, body_force=(1e-6, 0.0, 0.0), backend=args.backend)
 
 
-def _timed(sim, steps: int, warmup: int) -> float:
+def _timed(sim, steps: int, warmup: int, repeats: int, after_warmup=None) -> float:
+    """Median wall time of ``repeats`` runs of ``steps`` steps after ``warmup`` steps, s."""
     sim.step(warmup)
-    start = time.perf_counter()
-    sim.step(steps)
-    return time.perf_counter() - start
+    if after_warmup is not None:
+        after_warmup()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sim.step(steps)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def _halo_values(problem, n_ranks: int, axis) -> list[int]:
@@ -91,22 +104,30 @@ def measure(args) -> dict:
     def on_root(backend):
         solid = geometry(args, backend.size)
         sim = Simulation(solid, _config(args), backend=backend)
-        seconds = _timed(sim, args.steps, args.warmup)
+        sim.allocate()
+        phases = sim.state.solver.host_seconds  # rank 0's host time per step phase
+        seconds = _timed(sim, args.steps, args.warmup, args.repeats, phases.clear)
+        host_ms = {k: 1e3 * v / (args.steps * args.repeats) for k, v in phases.items()}
         p, n = sim.problem, backend.size
+        halo = _halo_values(p, n, args.axis)
         result = {
             "case": args.case, "ranks": n, "shape": list(solid.shape),
             "fluid_nodes": p.n_fluid, "n_tiles": p.tiling.n_tiles, "eta_t": p.tiling.eta_t,
             "porosity": float(1 - solid.mean()), "backend": backend.name,
             "precision": args.precision, "collision": args.collision, "steps": args.steps,
-            "seconds": seconds, "mflups": p.n_fluid * args.steps / seconds / 1e6,
-            "tiles_per_rank": sim.state.counts.tolist(),
-            "halo_values_per_step": _halo_values(p, n, args.axis),
+            "repeats": args.repeats, "seconds": seconds,
+            "ms_per_step": 1e3 * seconds / args.steps,
+            "mflups": p.n_fluid * args.steps / seconds / 1e6,
+            "tiles_per_rank": sim.state.counts.tolist(), "halo_values_per_step": halo,
+            "halo_bytes_per_step": [v * p.dtype.itemsize for v in halo],
+            "host_ms_per_step_rank0": host_ms,
             "device": backend.inner.device_info().get("name"),
+            "gpus_visible": _gpus_visible(),
         }
         sim.close()
         if n == 1:  # the same run without the distributed layer
             plain = Simulation(solid, _config(args))
-            plain_seconds = _timed(plain, args.steps, args.warmup)
+            plain_seconds = _timed(plain, args.steps, args.warmup, args.repeats)
             result["mflups_plain"] = p.n_fluid * args.steps / plain_seconds / 1e6
             plain.close()
         return result
@@ -114,9 +135,16 @@ def measure(args) -> dict:
     return launch(on_root, inner=args.backend, axis=args.axis)
 
 
+def _gpus_visible() -> int:
+    """NVIDIA GPUs the driver lists on this node (0 without one); no CUDA initialisation."""
+    folder = Path("/proc/driver/nvidia/gpus")
+    return len(list(folder.iterdir())) if folder.is_dir() else 0
+
+
 def _mpirun() -> str:
+    """$MPIRUN, else the mpirun next to this Python (PyPI mpich), else the one on PATH."""
     local = Path(sys.executable).parent / "mpirun"
-    found = str(local) if local.exists() else shutil.which("mpirun")
+    found = os.environ.get("MPIRUN") or (str(local) if local.exists() else shutil.which("mpirun"))
     if not found:
         raise SystemExit("error: no mpirun found; install `pip install mpi4py mpich`.")
     return found
@@ -132,7 +160,7 @@ def series(args) -> list[dict]:
         cmd = [_mpirun(), "-n", str(n), sys.executable, str(Path(__file__).resolve()),
                "measure", args.case, "--json", str(point)]
         for key in ("backend", "precision", "collision", "size", "cross", "porosity", "diameter",
-                    "steps", "warmup", "axis"):
+                    "steps", "warmup", "repeats", "axis"):
             cmd += [f"--{key}", str(getattr(args, key))]
         log.info("%s", " ".join(cmd))
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
@@ -142,6 +170,7 @@ def series(args) -> list[dict]:
     base = results[0]["mflups"] / results[0]["ranks"]
     for r in results:
         r["efficiency"] = r["mflups"] / (r["ranks"] * base)
+        r["speedup"] = r["mflups"] / results[0]["mflups"]
     _write(results, out, args)
     return results
 
@@ -152,28 +181,39 @@ def _write(results: list[dict], out: Path, args) -> None:
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
     ).stdout.strip() or "unknown"
-    meta = {"device": device, "date": date.today().isoformat(), "commit": commit}
+    meta = {"device": device, "gpus_visible": results[0]["gpus_visible"],
+            "date": date.today().isoformat(), "commit": commit}
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     lines = [f"# {args.case.capitalize()} scaling: {device}", "",
-             f"Date {meta['date']}, commit {commit}; D3Q19 {args.collision} {args.precision}, "
-             f"sphere pack porosity {args.porosity}, diameter {args.diameter}.", "",
-             "| ranks | shape | fluid nodes | tiles per rank | halo values/step | MFLUPS | "
-             "efficiency | plain 1-rank MFLUPS |",
-             "| ---: | --- | ---: | --- | --- | ---: | ---: | ---: |"]
+             f"Date {meta['date']}, commit {commit}; {meta['gpus_visible']} GPU(s) visible; "
+             f"D3Q19 {args.collision} {args.precision}, sphere pack porosity {args.porosity}, "
+             f"diameter {args.diameter}; median of {args.repeats} x {args.steps} steps, "
+             "wall time to a closing barrier.", "",
+             "| ranks | shape | fluid nodes | tiles per rank | halo MB/step per rank | "
+             "ms/step | MFLUPS | speed-up | efficiency | plain 1-rank MFLUPS |",
+             "| ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
         plain = f"{r['mflups_plain']:.1f}" if "mflups_plain" in r else ""
+        halo = ", ".join(f"{b / 1e6:.2f}" for b in r["halo_bytes_per_step"])
         lines.append(f"| {r['ranks']} | {'x'.join(map(str, r['shape']))} | {r['fluid_nodes']} "
-                     f"| {r['tiles_per_rank']} | {r['halo_values_per_step']} | "
-                     f"{r['mflups']:.1f} | {r['efficiency']:.3f} | {plain} |")
+                     f"| {r['tiles_per_rank']} | {halo} | {r['ms_per_step']:.3f} | "
+                     f"{r['mflups']:.1f} | {r['speedup']:.3f} | {r['efficiency']:.3f} | "
+                     f"{plain} |")
+    lines += ["", "Rank 0's host time per step, ms (launch: post, boundary and swap; pack: pack "
+              "and wait until it can be sent; interior; halo: wait for the messages, unpack):",
+              ""]
+    for r in results:
+        phases = ", ".join(f"{k} {v:.3f}" for k, v in r["host_ms_per_step_rank0"].items())
+        lines.append(f"- {r['ranks']} rank(s): {phases}")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print("\n".join(lines), flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of the scaling benchmark."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", nargs="?", choices=["weak", "strong", "measure"])
+    parser.add_argument("mode", nargs="?", choices=["weak", "strong", "both", "measure"])
     parser.add_argument("case", nargs="?", choices=["weak", "strong"],
                         help="(measure mode only) the case of this point")
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
@@ -185,8 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cross", type=int, default=192, help="weak: x and y size (192)")
     parser.add_argument("--porosity", type=float, default=0.8)
     parser.add_argument("--diameter", type=float, default=40.0)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps per repeat (weak 1000, strong 200)")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--axis", default="2", help="decomposition axis (z as in the paper)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--json", default=None, help="(measure mode) where to write the point")
@@ -203,15 +245,24 @@ def main(argv: list[str] | None = None) -> int:
     axis = args.axis
     if args.mode == "measure":
         args.axis = int(axis) if axis.isdigit() else axis
-        args.size = args.size or (96 if args.case == "weak" else 384)
+        _defaults(args)
         result = measure(args)
         if result is not None and args.json:
             Path(args.json).write_text(json.dumps(result))
         return 0
-    args.case = args.mode
-    args.size = args.size or (96 if args.case == "weak" else 384)
-    series(args)
+    for case in (("weak", "strong") if args.mode == "both" else (args.mode,)):
+        point = argparse.Namespace(**vars(args))
+        point.case = case
+        _defaults(point)
+        series(point)
     return 0
+
+
+def _defaults(args) -> None:
+    """Case-dependent defaults: size (weak 96 per rank, strong 384) and steps."""
+    strong = args.case == "strong"
+    args.size = args.size or (384 if strong else 96)
+    args.steps = args.steps or (200 if strong else 1000)
 
 
 if __name__ == "__main__":

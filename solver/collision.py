@@ -18,7 +18,30 @@ import numpy as np
 
 from .lattice import Lattice
 
-__all__ = ["Relaxation", "relaxation", "equilibrium", "moments", "collide", "stored_moments"]
+__all__ = ["Relaxation", "relaxation", "equilibrium", "moments", "collide", "stored_moments",
+           "combine_rows"]
+
+
+def combine_rows(coeffs, rows, xp=np):
+    """``coeffs @ rows`` for small ``coeffs`` (m, k) and ``rows`` (k, M), as element-wise sums.
+
+    BLAS picks its kernel by the column count, so ``c.T @ g`` (inner size q) can round a node's
+    momentum differently when the node sits in a chunk of another size (seen with OpenBLAS
+    0.3.31); summing rows in a fixed order gives every node the same bits however nodes are
+    grouped, so a distributed run matches one process bitwise and results do not depend on the
+    tile offset. Coefficients of +-1, the lattice velocities, cost no multiply.
+    """
+    coeffs = np.asarray(coeffs, dtype=np.float64)
+    out = xp.zeros((coeffs.shape[0],) + tuple(rows.shape[1:]), dtype=rows.dtype)
+    for r, row in enumerate(coeffs):
+        for k, a in enumerate(row.tolist()):
+            if a == 1.0:
+                out[r] += rows[k]
+            elif a == -1.0:
+                out[r] -= rows[k]
+            elif a != 0.0:
+                out[r] += rows.dtype.type(a) * rows[k]
+    return out
 
 
 @dataclass(frozen=True)
@@ -42,8 +65,7 @@ def relaxation(collision: str, tau: float, magic: float = 3 / 16) -> Relaxation:
 def moments(g, lattice: Lattice, force, incompressible: bool, xp=np):
     """Density (M,) and velocity (d, M) of populations g (q, M), Guo's half-force included."""
     rho = g.sum(axis=0)
-    c = xp.asarray(lattice.c, dtype=g.dtype)
-    j = c.T @ g
+    j = combine_rows(lattice.c.T, g, xp)
     j += xp.asarray(force, dtype=g.dtype)[:, None] * 0.5
     u = j if incompressible else j / rho
     return rho, u
@@ -51,9 +73,8 @@ def moments(g, lattice: Lattice, force, incompressible: bool, xp=np):
 
 def equilibrium(rho, u, lattice: Lattice, incompressible: bool, xp=np):
     """Second-order equilibrium (q, M) for density (M,) and velocity (d, M), lattice units."""
-    c = xp.asarray(lattice.c, dtype=u.dtype)
     w = xp.asarray(lattice.w, dtype=u.dtype)[:, None]
-    cu = c @ u
+    cu = combine_rows(lattice.c, u, xp)
     usq = (u * u).sum(axis=0)
     poly = 3.0 * cu + 4.5 * cu * cu - 1.5 * usq
     if incompressible:
@@ -74,7 +95,7 @@ def collide(g, lattice: Lattice, rates: Relaxation, force, incompressible: bool,
     force = np.asarray(force, dtype=np.float64)
     w = np.asarray(lattice.w, dtype=np.float64)
     rho, u = moments(g, lattice, force, incompressible, xp)
-    cu = xp.asarray(lattice.c, dtype=dtype) @ u
+    cu = combine_rows(lattice.c, u, xp)
     # Even part: wp * w * rho_eff * (4.5 cu^2 + r), r = rho - 1.5 u^2 (or 1 - 1.5 u^2).
     r = -1.5 * (u * u).sum(axis=0)
     r += 1.0 if not incompressible else rho
@@ -82,7 +103,7 @@ def collide(g, lattice: Lattice, rates: Relaxation, force, incompressible: bool,
     if has_force:
         # Guo's even source w (1 - wp/2) (9 cu cF - 3 u.F), folded into the even term.
         cf = lattice.c @ force
-        uf = xp.asarray(force, dtype=dtype) @ u
+        uf = combine_rows(force[None, :], u, xp)[0]
         r_force = (-3.0 * (1.0 / wp - 0.5)) * uf
         if not incompressible:
             r_force /= rho
@@ -117,6 +138,5 @@ def stored_moments(f, lattice: Lattice, force, incompressible: bool, xp=np):
     collision instant is ``(sum_i c_i f_i - F/2) / rho``.
     """
     rho = f.sum(axis=0)
-    c = xp.asarray(lattice.c, dtype=f.dtype)
-    j = c.T @ f - xp.asarray(force, dtype=f.dtype)[:, None] * 0.5
+    j = combine_rows(lattice.c.T, f, xp) - xp.asarray(force, dtype=f.dtype)[:, None] * 0.5
     return rho, (j if incompressible else j / rho)

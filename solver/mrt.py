@@ -39,7 +39,7 @@ from functools import cache
 
 import numpy as np
 
-from .collision import relaxation
+from .collision import combine_rows, relaxation
 from .lattice import Lattice
 from .moments import MRT_LATTICES, equilibrium_matrix, moment_basis, pair_index
 
@@ -160,7 +160,7 @@ def collide(g, lattice: Lattice, rates: MRTRates, force, incompressible: bool, x
     force = np.asarray(force, dtype=np.float64)
     keep, source = operator(rates)
     rho = g.sum(axis=0)
-    j = xp.asarray(lattice.c.T, dtype=dtype) @ g
+    j = combine_rows(lattice.c.T, g, xp)
     j += xp.asarray(0.5 * force, dtype=dtype)[:, None]
     b = _basis_rows(rho, j, force, incompressible, xp)
     out = xp.empty_like(g)

@@ -43,16 +43,16 @@ from .stability import (
     check_stability,
     pull_table_bytes,
 )
+from .units import darcy_permeability, to_millidarcy
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
-           "RunOutcome", "HeadlessRun", "darcy_permeability", "memory_required"]
+           "RunOutcome", "HeadlessRun", "memory_required"]
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
 CSV_COLUMNS = ["step", "wall_s", "mflups", "residual", "u_mean_x", "u_mean_y", "u_mean_z",
                "u_flow", "u_max", "permeability", "permeability_m2", "permeability_mD", "eta_t"]
-MILLIDARCY_M2 = 9.869233e-16
 #: Wall time between looks at the Ctrl-C flag; keeps an interrupt responsive on slow devices.
 PIECE_SECONDS = 0.25
 
@@ -65,14 +65,6 @@ class RunOutcome:
     exit_code: int
     message: str
     summary: dict[str, Any] = field(default_factory=dict)
-
-
-def darcy_permeability(u_mean: np.ndarray, force: np.ndarray, nu: float,
-                       rho_ref: float = 1.0) -> float | None:
-    """k = rho_ref nu (<u>.F)/|F|^2 in lattice units (node spacing^2); None without a force."""
-    force = np.asarray(force, dtype=float)
-    f2 = float(force @ force)
-    return rho_ref * nu * float(np.asarray(u_mean) @ force) / f2 if f2 else None
 
 
 def memory_required(sim: Simulation) -> int:
@@ -236,17 +228,19 @@ class HeadlessRun:
         mflups = p.n_fluid * (step - steps0) / dt / 1e6 if dt > 0 else 0.0
         self._interval = (step, sim.metrics.seconds)
         rho_ref = 1.0 if p.incompressible else p.rho0
-        k = darcy_permeability(mean, p.force, self.case.config.viscosity, rho_ref)
-        k_m2 = k * self.voxel_size**2 if k is not None and self.voxel_size else None
-        force = np.asarray(p.force)
+        force = np.asarray(p.force, dtype=np.float64)
         norm = float(np.linalg.norm(force))
+        u_flow = float(mean @ force) / norm if norm else None
+        k = (darcy_permeability(u_flow, norm, self.case.config.viscosity, rho_ref)
+             if norm else None)
+        k_m2 = k * self.voxel_size**2 if k is not None and self.voxel_size else None
         row = {
             "step": step, "wall_s": round(self.wall, 4), "mflups": mflups,
             "residual": residual if math.isfinite(residual) else None,
-            "u_flow": float(mean @ force) / norm if norm else None,
+            "u_flow": u_flow,
             "u_max": health["max_speed"],
             "permeability": k, "permeability_m2": k_m2,
-            "permeability_mD": k_m2 / MILLIDARCY_M2 if k_m2 is not None else None,
+            "permeability_mD": to_millidarcy(k_m2) if k_m2 is not None else None,
             "eta_t": sim.tiling.eta_t,
         }
         row.update({f"u_mean_{ax}": float(v) for ax, v in zip("xyz", mean, strict=False)})

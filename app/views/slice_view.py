@@ -24,11 +24,15 @@ FRAME_PX = 400
 
 
 def frame_of(snapshot, arrows: bool, shape: tuple[int, ...] = (2, 2, 2)) -> dict:
-    """The data one redraw of the cut needs, from a Snapshot (NaN of ``shape``'s cut if none)."""
+    """The data one redraw of the cut needs, from a Snapshot (zeros of ``shape``'s cut if none).
+
+    The placeholder is the fluid at rest rather than all NaN, whose colour range HoloViews
+    cannot compute (a RuntimeWarning in notebooks).
+    """
     plane = snapshot.plane
     if plane is None:
         axis = snapshot.view.axis if len(shape) == 3 else 2
-        plane = np.full([n for a, n in enumerate(shape) if a != axis], np.nan)
+        plane = np.zeros([n for a, n in enumerate(shape) if a != axis])
     return dict(plane=plane, velocity=snapshot.plane_velocity if arrows else None,
                 axes=snapshot.plane_axes, quantity=snapshot.view.quantity,
                 title=f"{QUANTITY_LABELS[snapshot.view.quantity]}, "

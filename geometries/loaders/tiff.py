@@ -13,7 +13,6 @@ import logging
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-import tifffile
 
 from ..errors import GeometryError
 from ..segment import segment
@@ -35,6 +34,8 @@ def load_tiff(
     max_voxels: int = DEFAULT_MAX_VOXELS,
 ) -> VoxelGeometry:
     """Load a single-channel TIFF page or (z, y, x) stack as an (x, y[, z]) geometry."""
+    import tifffile  # imported where TIFF is read: `import geometries` works without it (GPU box)
+
     with parse_errors("TIFF"), _logged_errors() as errors:
         with tifffile.TiffFile(io.BytesIO(payload.data)) as tif:
             if not tif.series:

@@ -131,11 +131,28 @@ class CupyBackend:
 
     def allocate(self, problem: Problem) -> CupyState:
         """Upload the tiling tables and set both copies to the rest equilibrium."""
-        lat, tiling = problem.lattice, problem.tiling
         if problem.owned is not None and not np.all(problem.owned):
-            raise ValueError("The CuPy kernel steps every tile; a rank-local problem (owned "
-                             "tiles of a distributed run) needs a phase stepper it does not "
-                             "have yet: run distributed with backend='numpy'.")
+            raise ValueError("step() advances every tile; a rank-local problem (owned tiles of "
+                             "a distributed run) is allocated by phase_stepper(), which steps "
+                             "only the owned tiles.")
+        return self._allocate(problem)
+
+    def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
+        """A distributed rank's two-phase stepper (:class:`~solver.backends.gpu_phases.
+        CupyPhases`) for a rank-local ``problem`` whose owned tiles are ``[0, n_owned_tiles)``,
+        the first ``n_boundary_tiles`` of them read by other ranks."""
+        from .gpu_phases import CupyPhases
+
+        n = problem.tiling.n_tiles
+        owned = np.arange(n) < n_owned_tiles
+        if not 0 <= n_boundary_tiles <= n_owned_tiles <= n or (
+                problem.owned is not None and not np.array_equal(problem.owned, owned)):
+            raise ValueError(f"phase_stepper needs the owned tiles first: tiles [0, "
+                             f"{n_owned_tiles}) of {n}, boundary tiles [0, {n_boundary_tiles}).")
+        return CupyPhases(self, self._allocate(problem), n_boundary_tiles, n_owned_tiles)
+
+    def _allocate(self, problem: Problem) -> CupyState:
+        lat, tiling = problem.lattice, problem.tiling
         check_tile_shape(lat.name, tiling.a, problem.tiles_per_block)
         variant = KernelVariant.for_problem(problem)
         kernel_source(variant)  # unsupported physics is refused here, before any allocation
@@ -150,15 +167,28 @@ class CupyBackend:
                          int_args=geometry_args(problem), real_args=real_args,
                          stream=cp.cuda.Stream(non_blocking=True))
 
-    def _entry(self, state: CupyState, mode: str, tiles_per_block: int) -> tuple:
-        """Kernel, grid, block, trailing arguments and shared bytes of a launch (resolved once)."""
-        key = (mode, tiles_per_block)
+    def _entry(self, state: CupyState, mode: str, tiles_per_block: int,
+               tiles: tuple[int, int] | None = None) -> tuple:
+        """Kernel, grid, block, trailing arguments and shared bytes of a launch over the tile
+        range ``tiles`` (default all), resolved once per range."""
+        key = (mode, tiles_per_block, tiles)
         if key not in state.launches:  # launches must stay cheap on the host
             kernel = compile_kernel(KernelVariant.for_problem(state.problem, mode))
-            blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode)
-            tail = (*state.tables.values(), *state.int_args, *state.real_args)
+            first, end = tiles if tiles is not None else (0, state.problem.tiling.n_tiles)
+            blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode,
+                                                 end - first)
+            ints = state.int_args if tiles is None else geometry_args(state.problem, tiles)
+            tail = (*state.tables.values(), *ints, *state.real_args)
             state.launches[key] = (kernel, (blocks,), (threads,), tail, smem)
         return state.launches[key]
+
+    def launch_tiles(self, state: CupyState, first: int, end: int) -> None:
+        """Enqueue one full step of tiles ``[first, end)`` on the current CuPy stream, from the
+        current copy into the other; the copies are not swapped (a distributed rank's phase)."""
+        if end > first:
+            kernel, grid, block, tail, smem = self._entry(
+                state, "full", state.problem.tiles_per_block, (first, end))
+            kernel(grid, block, (*state.copies(), *tail), shared_mem=smem)
 
     def _launch(self, state: CupyState, mode: str, tiles_per_block: int) -> None:
         kernel, grid, block, tail, smem = self._entry(state, mode, tiles_per_block)

@@ -123,16 +123,20 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
     }
 
 
-def geometry_args(problem: Problem) -> list[np.int32]:
-    """Integer kernel arguments: n_tiles, tile grid, domain size, tile offset, periodic mask."""
+def geometry_args(problem: Problem, tiles: tuple[int, int] | None = None) -> list[np.int32]:
+    """Integer kernel arguments: the tile range stepped (first, end; default all tiles), tile
+    grid, domain size, tile offset, periodic mask."""
     tiling = problem.tiling
+    first, end = tiles if tiles is not None else (0, tiling.n_tiles)
+    if not 0 <= first <= end <= tiling.n_tiles:
+        raise ValueError(f"Tile range [{first}, {end}) is not inside [0, {tiling.n_tiles}).")
 
     def pad(values, fill):
         return [np.int32(v) for v in tuple(values) + (fill,) * (3 - len(values))]
 
     mask = sum(1 << ax for ax, p in enumerate(problem.periodic) if p)
-    return ([np.int32(tiling.n_tiles)] + pad(tiling.tile_map.shape, 1) + pad(tiling.shape, 1)
-            + pad(tiling.offset, 0) + [np.int32(mask)])
+    return ([np.int32(first), np.int32(end)] + pad(tiling.tile_map.shape, 1)
+            + pad(tiling.shape, 1) + pad(tiling.offset, 0) + [np.int32(mask)])
 
 
 def physics_args(problem: Problem) -> list:
@@ -165,11 +169,13 @@ def physics_args(problem: Problem) -> list:
     return [problem.dtype.type(v) for v in values]
 
 
-def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full"
-                 ) -> tuple[int, int, int]:
-    """Blocks, threads per block and dynamic shared bytes for one launch."""
+def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full",
+                 n_tiles: int | None = None) -> tuple[int, int, int]:
+    """Blocks, threads per block and dynamic shared bytes for one launch over ``n_tiles``
+    tiles (default all)."""
     lattice, a = problem.lattice.name, problem.tiling.a
     check_tile_shape(lattice, a, tiles_per_block)
-    blocks = -(-problem.tiling.n_tiles // tiles_per_block)
+    n = problem.tiling.n_tiles if n_tiles is None else n_tiles
+    blocks = -(-n // tiles_per_block)
     return blocks, tiles_per_block * a**problem.lattice.d, shared_bytes(
         lattice, a, tiles_per_block, mode)

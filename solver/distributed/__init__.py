@@ -12,8 +12,9 @@ Design (issue 8; see also ``papers/multi-gpu-porous-media.txt``):
    with a ``phase_stepper`` (NumPy: subsets of its pull table; CuPy: tile-range launches on
    two streams).
 4. :mod:`.exchange` — the per-step exchange behind ``post/start/progress/finish``:
-   non-blocking ``Isend``/``Irecv`` of contiguous buffers (host arrays, or device arrays with a
-   CUDA-aware MPI); pinned staging or NCCL fit the same interface.
+   non-blocking ``Isend``/``Irecv`` of contiguous host buffers that the stepper packs (NumPy
+   arrays; page-locked staging buffers for the CuPy backend); NCCL would fit the same
+   interface.
 5. :mod:`.rank` — :class:`RankSolver` composes one rank's ``Problem`` (``owned`` mask) with a
    backend, stepper and exchange; :func:`step_together` runs several ranks in one process.
 6. :mod:`.backend` / :mod:`.launch` — :class:`DistributedBackend` implements the Backend
@@ -27,7 +28,7 @@ GEOMETRY.npy --steps 100 --backend numpy`` (see :mod:`solver.distributed.__main_
 from .backend import DistributedBackend, DistributedState
 from .comm import bind_local_gpu, launched_size, mpi_available, world
 from .decomposition import SlabDecomposition, decompose
-from .exchange import HaloExchange, LoopbackHub, MpiExchange
+from .exchange import HaloBuffers, HaloExchange, LoopbackHub, MpiExchange
 from .halo import HaloPlan, RankLayout, build_rank, crossing_directions
 from .launch import launch
 from .rank import RankSolver, step_together
@@ -36,7 +37,8 @@ from .stepper import NumpyPhases, RankStepper
 __all__ = [
     "DistributedBackend", "DistributedState", "bind_local_gpu", "launched_size", "mpi_available",
     "world",
-    "SlabDecomposition", "decompose", "HaloExchange", "LoopbackHub", "MpiExchange", "HaloPlan",
+    "SlabDecomposition", "decompose", "HaloBuffers", "HaloExchange", "LoopbackHub", "MpiExchange",
+    "HaloPlan",
     "RankLayout", "build_rank", "crossing_directions", "launch", "RankSolver", "step_together",
     "NumpyPhases", "RankStepper",
 ]

@@ -7,20 +7,21 @@ interior pieces, and ``finish(f)`` (wait, then unpack every buffer into the halo
 of ``f``). One message per peer and step; MPI keeps messages between two ranks in order, so a
 fixed tag suffices.
 
+:class:`HaloBuffers` does the packing for every transport, through the stepper
+(:class:`~solver.distributed.stepper.RankStepper`): all peers' values go into one host buffer
+each way (one gather and one scatter per step, whatever the number of peers), and each peer's
+message is a contiguous slice of it. The stepper decides what the buffers are: plain NumPy
+arrays on the CPU; page-locked host memory filled by ``cudaMemcpyAsync`` on the communication
+stream for the CuPy backend (staging: the ``mpich`` wheel from PyPI is not CUDA-aware, so MPI
+must never see a device pointer).
+
 Implementations:
 
-- :class:`MpiExchange` — non-blocking ``Isend``/``Irecv`` of contiguous buffers. Written
-  against the array interface only (``np.take(..., out=)``, ``np.empty_like``, fancy-index
-  assignment dispatch to CuPy through ``__array_function__``), so with CuPy copies and a
-  CUDA-aware MPI the same class sends device buffers directly (mpi4py reads
-  ``__cuda_array_interface__``); the stepper's ``synchronize`` orders packing before sending.
-- GPU alternatives (to be added next to the CuPy backend, same interface): pinned host staging
-  (``cudaMemcpyAsync`` of the packed buffer into page-locked host memory on the communication
-  stream, then the same ``Isend``/``Irecv``, for MPI builds that are not CUDA-aware — the
-  ``mpich`` wheel from PyPI is not) and NCCL through CuPy within a node
-  (``ncclGroupStart``/``send``/``recv``/``ncclGroupEnd`` on the communication stream; no host
-  round trip, ordering by stream events instead of ``Waitall``; the NCCL unique id travels
-  once over MPI).
+- :class:`MpiExchange` — non-blocking ``Isend``/``Irecv`` of the host buffers.
+- GPU alternatives that fit the same interface: device buffers handed to a CUDA-aware MPI, and
+  NCCL through CuPy within a node (``ncclGroupStart``/``send``/``recv``/``ncclGroupEnd`` on
+  the communication stream; no host round trip, ordering by stream events instead of
+  ``Waitall``; the NCCL unique id travels once over MPI).
 - :class:`LoopbackHub` — every rank in one process, for tests and debugging without MPI.
 """
 
@@ -33,7 +34,7 @@ import numpy as np
 from .halo import HaloPlan
 from .stepper import RankStepper
 
-__all__ = ["HaloExchange", "MpiExchange", "LoopbackHub", "HALO_TAG"]
+__all__ = ["HaloExchange", "HaloBuffers", "MpiExchange", "LoopbackHub", "HALO_TAG"]
 
 #: Message tag of halo messages.
 HALO_TAG = 17
@@ -55,36 +56,55 @@ class HaloExchange(Protocol):
         """Wait for every message and unpack it into the halo slots of flat copy ``f``."""
 
 
+class HaloBuffers:
+    """One rank's send and receive buffers: ``send[peer]`` / ``recv[peer]`` are contiguous host
+    slices of one buffer each way, in ascending peer order, element for element the plan's."""
+
+    def __init__(self, plan: HaloPlan, stepper: RankStepper) -> None:
+        self.stepper = stepper
+        self._send_index, self._send_buffer, self.send = self._side(plan.send)
+        self._recv_index, self._recv_buffer, self.recv = self._side(plan.recv)
+
+    def _side(self, per_peer: dict[int, np.ndarray]):
+        peers = [p for p in sorted(per_peer) if per_peer[p].size]
+        flat = np.concatenate([np.empty(0, np.int64)] + [per_peer[p] for p in peers])
+        buffer = self.stepper.host_buffer(flat.size)
+        edges = np.cumsum([0] + [per_peer[p].size for p in peers])
+        views = {p: buffer[lo:hi] for p, lo, hi in zip(peers, edges[:-1], edges[1:], strict=True)}
+        index = self.stepper.device_index(flat) if flat.size else None
+        return index, buffer, views
+
+    def pack(self, f: Any) -> None:
+        """Start gathering every peer's values from flat copy ``f`` (see ``synchronize``)."""
+        if self._send_index is not None:
+            self.stepper.gather(f, self._send_index, self._send_buffer)
+
+    def unpack(self, f: Any) -> None:
+        """Scatter every received value into the halo slots of flat copy ``f``."""
+        if self._recv_index is not None:
+            self.stepper.scatter(f, self._recv_index, self._recv_buffer)
+
+
 class MpiExchange:
-    """Non-blocking point-to-point exchange of contiguous buffers over an MPI communicator."""
+    """Non-blocking point-to-point exchange of contiguous host buffers over an MPI communicator."""
 
     def __init__(self, comm: Any, plan: HaloPlan, stepper: RankStepper) -> None:
         self.comm, self.stepper = comm, stepper
-        self.send = {p: stepper.device_index(i) for p, i in plan.send.items() if i.size}
-        self.recv = {p: stepper.device_index(i) for p, i in plan.recv.items() if i.size}
-        self._buffers: dict[tuple[str, int], Any] = {}
+        self.buffers = HaloBuffers(plan, stepper)
         self._receives: list = []
         self._sends: list = []
 
-    def _buffer(self, kind: str, peer: int, like: Any, n: int) -> Any:
-        key = (kind, peer)
-        if key not in self._buffers:  # allocated once, on the device of ``like``
-            self._buffers[key] = np.empty_like(like, shape=(n,))
-        return self._buffers[key]
-
     def post(self) -> None:
         """Irecv one buffer per peer."""
-        like = self.stepper.current()
-        self._receives = [self.comm.Irecv(self._buffer("recv", p, like, idx.size), source=p,
-                                          tag=HALO_TAG) for p, idx in self.recv.items()]
+        self._receives = [self.comm.Irecv(buffer, source=p, tag=HALO_TAG)
+                          for p, buffer in self.buffers.recv.items()]
 
     def start(self, f: Any) -> None:
-        """Pack (gather) every peer's values, then Isend the buffers."""
-        for p, idx in self.send.items():
-            np.take(f, idx, out=self._buffer("send", p, f, idx.size))
+        """Pack every peer's values, wait for them, then Isend the buffers."""
+        self.buffers.pack(f)
         self.stepper.synchronize()
-        self._sends = [self.comm.Isend(self._buffers[("send", p)], dest=p, tag=HALO_TAG)
-                       for p in self.send]
+        self._sends = [self.comm.Isend(buffer, dest=p, tag=HALO_TAG)
+                       for p, buffer in self.buffers.send.items()]
 
     def progress(self) -> None:
         """Test the open requests (MPI moves data only inside MPI calls without a helper
@@ -99,8 +119,7 @@ class MpiExchange:
         from mpi4py import MPI
 
         MPI.Request.Waitall(self._receives + self._sends)
-        for p, idx in self.recv.items():
-            f[idx] = self._buffers[("recv", p)]
+        self.buffers.unpack(f)
         self._receives, self._sends = [], []
 
 
@@ -112,23 +131,26 @@ class LoopbackHub:
 
     def exchange(self, rank: int, plan: HaloPlan, stepper: RankStepper) -> _LoopbackExchange:
         """The HaloExchange of ``rank``."""
-        return _LoopbackExchange(self, rank, plan)
+        return _LoopbackExchange(self, rank, HaloBuffers(plan, stepper))
 
 
 class _LoopbackExchange:
-    def __init__(self, hub: LoopbackHub, rank: int, plan: HaloPlan) -> None:
-        self.hub, self.rank, self.plan = hub, rank, plan
+    def __init__(self, hub: LoopbackHub, rank: int, buffers: HaloBuffers) -> None:
+        self.hub, self.rank, self.buffers = hub, rank, buffers
 
     def post(self) -> None:
         pass
 
-    def start(self, f: np.ndarray) -> None:
-        for p, idx in self.plan.send.items():
-            self.hub.mail[(self.rank, p)] = f[idx]
+    def start(self, f: Any) -> None:
+        self.buffers.pack(f)
+        self.buffers.stepper.synchronize()
+        for p, buffer in self.buffers.send.items():
+            self.hub.mail[(self.rank, p)] = buffer.copy()
 
     def progress(self) -> None:
         pass
 
-    def finish(self, f: np.ndarray) -> None:
-        for p, idx in self.plan.recv.items():
-            f[idx] = self.hub.mail.pop((p, self.rank))
+    def finish(self, f: Any) -> None:
+        for p, buffer in self.buffers.recv.items():
+            buffer[...] = self.hub.mail.pop((p, self.rank))
+        self.buffers.unpack(f)

@@ -7,6 +7,11 @@ allocates it on an ordinary backend and steps it with the halo exchange overlapp
     post receives -> boundary tiles -> pack + send -> interior tiles (polling) -> wait + unpack
     -> swap copies
 
+:attr:`RankSolver.host_seconds` adds up the host's wall time per phase ('launch': post,
+boundary and the swap; 'pack': packing and waiting until the packed values can be sent, then
+the sends; 'interior'; 'halo': waiting for the messages and unpacking), so a benchmark can see
+where a step waits.
+
 :func:`step_together` drives several ranks in one process (with a
 :class:`~solver.distributed.exchange.LoopbackHub`), phase by phase, which is how the
 decomposition is tested without MPI.
@@ -15,6 +20,8 @@ decomposition is tested without MPI.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +54,8 @@ class RankSolver:
         for table in getattr(self.stepper, "pull_tables", ()):  # exactly what a step reads
             check_plan_covers(table, self.plan, self.layout, problem.lattice.q)
         self.exchange = exchange(self.plan, self.stepper)
+        #: Host wall time per step phase, seconds (see the module docstring).
+        self.host_seconds: Counter[str] = Counter()
 
     @property
     def n_owned(self) -> int:
@@ -55,28 +64,42 @@ class RankSolver:
 
     def begin_step(self) -> None:
         """Post receives, compute the boundary tiles and send them."""
+        t0 = time.perf_counter()
         self.exchange.post()
         self.stepper.boundary()
+        t1 = time.perf_counter()
         self.exchange.start(self.stepper.target())
+        self.host_seconds["launch"] += t1 - t0
+        self.host_seconds["pack"] += time.perf_counter() - t1
 
     def end_step(self) -> None:
         """Compute the interior tiles, receive the halo, swap copies."""
+        t0 = time.perf_counter()
         self.stepper.interior(self.exchange.progress)
+        t1 = time.perf_counter()
         self.exchange.finish(self.stepper.target())
+        t2 = time.perf_counter()
         self.stepper.finish()
+        self.host_seconds["interior"] += t1 - t0
+        self.host_seconds["halo"] += t2 - t1
+        self.host_seconds["launch"] += time.perf_counter() - t2
 
     def step(self, n: int = 1) -> None:
-        """Advance ``n`` time steps (collective over the ranks of the exchange)."""
+        """Advance ``n`` time steps (collective over the ranks of the exchange); returns when
+        the device has finished them."""
         for _ in range(n):
             self.begin_step()
             self.end_step()
+        self.stepper.idle()
 
     def owned_populations(self) -> np.ndarray:
         """Latest populations of the owned tiles, host float64 (n_owned, q, a**d)."""
+        self.stepper.idle()
         return self.backend.populations(self.state)[: self.n_owned]
 
     def set_owned_populations(self, f: np.ndarray) -> None:
         """Overwrite the owned tiles (n_owned, q, a**d) and refresh the halo (collective)."""
+        self.stepper.idle()
         full = self.backend.populations(self.state)
         full[: self.n_owned] = f
         self.backend.set_populations(self.state, full)
@@ -84,10 +107,11 @@ class RankSolver:
 
     def refresh_halo(self) -> None:
         """Fill the halo of the latest copy from the neighbours (collective)."""
+        self.stepper.idle()  # whatever wrote the copy (on any stream) comes first
         self.exchange.post()
-        self.stepper.synchronize()
         self.exchange.start(self.stepper.current())
         self.exchange.finish(self.stepper.current())
+        self.stepper.idle()
 
     def release(self) -> None:
         """Free the backend state."""
@@ -101,3 +125,5 @@ def step_together(ranks: Sequence[RankSolver], n: int = 1) -> None:
             r.begin_step()
         for r in ranks:
             r.end_step()
+    for r in ranks:
+        r.stepper.idle()

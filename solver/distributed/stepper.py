@@ -17,14 +17,18 @@ are grouped into chunks; NumPy's BGK/TRT collision does not, except for a chunk 
 (matrix-vector instead of matrix-matrix product), which a table of ``1 mod CHUNK_NODES`` nodes
 produces, in one process as in a phase.
 
+The exchange moves halo values through the stepper: ``device_index`` turns the plan's XYZ flat
+indices into the backend's (once), ``host_buffer`` allocates the host side of a message,
+``gather`` packs values into it and ``scatter`` unpacks them, ``synchronize`` makes packed
+values visible to MPI and ``idle`` waits for all queued work (before the host reads the state
+or a clock).
+
 Other backends plug in by providing ``phase_stepper(problem, n_boundary_tiles, n_owned_tiles)``
-that allocates the rank-local problem and returns an object with this interface. For the CuPy
-backend: one launch of the tiled kernel
-over the tile range ``[0, n_b)`` on a communication stream and one over ``[n_b, n_owned)`` on
-the compute stream (the kernel needs a first-tile argument); ``target`` returns the flat device
-copy, ``device_index`` uploads an index array once and maps XYZ node order to the in-tile slot
-layout (``slot = slots[i, node]``), ``synchronize`` waits for the communication stream before
-the buffers go to MPI.
+that allocates the rank-local problem and returns an object with this interface. The CuPy one
+(:mod:`solver.backends.gpu_phases`) launches the tiled kernel over the tile range ``[0, n_b)``
+on a high-priority communication stream and over ``[n_b, n_owned)`` on the compute stream,
+both from ``boundary()``, so the interior is queued on the GPU before the host waits for the
+packed halo or for MPI; ``interior()`` then only polls MPI.
 """
 
 from __future__ import annotations
@@ -62,8 +66,21 @@ class RankStepper(Protocol):
     def device_index(self, index: np.ndarray) -> Any:
         """Host XYZ-layout flat indices as indices into the backend's flat copies."""
 
+    def host_buffer(self, n: int) -> np.ndarray:
+        """Host array of ``n`` values of the storage dtype for messages (page-locked on GPUs)."""
+
+    def gather(self, f: Any, index: Any, out: np.ndarray) -> None:
+        """Start ``out[:] = f[index]`` (``index`` from :meth:`device_index`); complete after
+        :meth:`synchronize`."""
+
+    def scatter(self, f: Any, index: Any, values: np.ndarray) -> None:
+        """``f[index] = values`` ordered before the next step; ``values`` is free on return."""
+
     def synchronize(self) -> None:
-        """Block until values written so far are visible to the exchange."""
+        """Block until the boundary tiles and gathered values are visible to the exchange."""
+
+    def idle(self) -> None:
+        """Block until every queued step and copy has finished."""
 
     def boundary(self) -> None:
         """Stream-collide the owned tiles that other ranks read."""
@@ -125,7 +142,22 @@ class NumpyPhases:
         """Host indices are the backend's indices."""
         return np.ascontiguousarray(index, dtype=np.intp)
 
+    def host_buffer(self, n: int) -> np.ndarray:
+        """A plain host array of the storage dtype."""
+        return np.empty(n, dtype=self.state.f.dtype)
+
+    def gather(self, f: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
+        """``out[:] = f[index]``."""
+        np.take(f, index, out=out)
+
+    def scatter(self, f: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+        """``f[index] = values``."""
+        f[index] = values
+
     def synchronize(self) -> None:
+        """NumPy has finished when it returns."""
+
+    def idle(self) -> None:
         """NumPy has finished when it returns."""
 
     def _run(self, part) -> None:

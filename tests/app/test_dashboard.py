@@ -101,6 +101,22 @@ def test_use_geometry_switches_the_simulation(dashboard):
     dashboard.scene.refresh()
 
 
+def test_3d_view_hidden_during_a_geometry_change_shows_it_when_visible_again(dashboard):
+    c, scene = dashboard.controller, dashboard.scene
+    advance(dashboard, 2)
+    dashboard.poll()
+    scene.active = False  # the user is on the Geometry tab
+    geometry = GENERATORS["Square duct"](length=12, width=6).build()
+    c.use_geometry(make_preview(geometry, c.config))
+    c.runner.wait_for(lambda s: s.shape == geometry.shape and s.plane is not None
+                      and (s.view.axis, s.view.index) == (c.axis, c.position), 60)
+    dashboard.poll()
+    assert scene._geometry is not geometry, "a hidden view is not synchronised"
+    scene.active = True  # back on the Flow tab: the next poll brings the new geometry
+    dashboard.poll()
+    assert scene._geometry is geometry
+
+
 def test_exports(dashboard):
     c = dashboard.controller
     advance(dashboard, 4)

@@ -105,10 +105,10 @@ def load(source: str, name: str, real: str, n_reals: int):
     """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
 
     The runner takes (blocks, threads, fin, fout, types, tiles, tile_map, wall_group, bc, ints,
-    reals) with the 11 integer and ``n_reals`` floating arguments of the kernel packed in two
+    reals) with the 12 integer and ``n_reals`` floating arguments of the kernel packed in two
     arrays.
     """
-    args = ", ".join([f"ia[{k}]" for k in range(11)] + [f"ra[{k}]" for k in range(n_reals)])
+    args = ", ".join([f"ia[{k}]" for k in range(12)] + [f"ra[{k}]" for k in range(n_reals)])
     src = (_SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n"
            f"#define ARGS {args}\n" + _LAUNCH)
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
@@ -134,7 +134,6 @@ class EmulatedKernel:
     def __init__(self, problem: Problem, tiles_per_block: int = 1) -> None:
         self.problem, self.tpb = problem, tiles_per_block
         self.tables = device_tables(problem)
-        self.ints = np.array(geometry_args(problem), dtype=np.int32)
         self.reals = np.array(physics_args(problem), dtype=problem.dtype)
         lat, a = problem.lattice, problem.tiling.a
         self.slots = slot_table(lat.name, problem.layout, a)
@@ -154,16 +153,19 @@ class EmulatedKernel:
         q = np.arange(self.problem.lattice.q)[:, None]
         return self.f[self.current][:, q, self.slots].astype(np.float64)
 
-    def step(self, n: int = 1, mode: str = "full") -> None:
-        """Advance n launches of ``mode``."""
+    def step(self, n: int = 1, mode: str = "full", tiles: tuple[int, int] | None = None
+             ) -> None:
+        """Advance n launches of ``mode`` over the tile range ``tiles`` (default all)."""
         variant = KernelVariant.for_problem(self.problem, mode)
         run = _runner(variant)
-        blocks, threads, _ = launch_shape(self.problem, self.tpb, mode)
+        first, end = tiles if tiles is not None else (0, self.problem.tiling.n_tiles)
+        ints = np.array(geometry_args(self.problem, (first, end)), dtype=np.int32)
+        blocks, threads, _ = launch_shape(self.problem, self.tpb, mode, end - first)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         for _ in range(n):
             src, dst = self.f[self.current], self.f[1 - self.current]
             run(ctypes.c_int(blocks), ctypes.c_int(threads), ptr(src), ptr(dst),
-                *(ptr(t) for t in self.tables.values()), ptr(self.ints), ptr(self.reals))
+                *(ptr(t) for t in self.tables.values()), ptr(ints), ptr(self.reals))
             self.current = 1 - self.current
 
 

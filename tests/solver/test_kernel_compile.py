@@ -224,3 +224,29 @@ def test_emulated_kernel_on_domains_narrower_than_a_tile(shape) -> None:
     f0 = noisy_start(problem)
     ref = reference(problem, f0, 15)
     assert np.abs(emulate(problem, f0, 15) - ref).max() <= 1e-12 * np.abs(ref).max()
+
+
+@needs_gxx
+@pytest.mark.parametrize("tpb", [1, 2])
+def test_emulated_tile_range_steps_only_its_tiles(tpb) -> None:
+    """A launch over tiles [lo, hi) writes exactly the fluid values of those tiles, equal to
+    a full step's (a distributed rank launches its boundary and interior ranges so)."""
+    problem = make_problem("D3Q19", "float64", "TRT", "quasi-compressible", "paper", tpb)
+    f0 = noisy_start(problem)
+    full = EmulatedKernel(problem, tpb)
+    full.set_populations(f0)
+    full.step(1)
+    expected = full.populations()
+    n = problem.tiling.n_tiles
+    fluid = ~problem.tiling.solid[:, None, :].repeat(problem.lattice.q, axis=1)
+    for lo, hi in ((0, 3), (3, n - 2), (n - 1, n)):  # odd starts: blocks straddle the range
+        emu = EmulatedKernel(problem, tpb)
+        emu.f[1 - emu.current] = np.nan
+        emu.set_populations(f0)
+        emu.step(1, tiles=(lo, hi))
+        got = emu.populations()
+        inside = np.zeros(n, dtype=bool)
+        inside[lo:hi] = True
+        mask = fluid & inside[:, None, None]
+        assert np.array_equal(got[mask], expected[mask])
+        assert np.isnan(got[~mask]).all()

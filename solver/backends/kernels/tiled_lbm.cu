@@ -142,7 +142,9 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     const real* __restrict__ fin, real* __restrict__ fout,
     const unsigned char* __restrict__ types, const int* __restrict__ tiles,
     const int* __restrict__ tile_map, const unsigned char* __restrict__ wall_group,
-    const real* __restrict__ bc, const int n_tiles,
+    // Only tiles [first_tile, n_tiles) are stepped (a distributed rank launches its boundary
+    // and interior tile ranges separately); any tile of tile_map may be read.
+    const real* __restrict__ bc, const int first_tile, const int n_tiles,
     const int gx, const int gy, const int gz, const int nx, const int ny, const int nz,
     const int ox, const int oy, const int oz, const int periodic,
     const real fx, const real fy, const real fz,
@@ -153,7 +155,7 @@ ${collision_params})
     extern __shared__ int lbm_smem[];
     const int n = threadIdx.x % NPT;
     const int local_tile = threadIdx.x / NPT;
-    const int tile = blockIdx.x * (blockDim.x / NPT) + local_tile;
+    const int tile = first_tile + blockIdx.x * (blockDim.x / NPT) + local_tile;
     const size_t base = (size_t)tile * (Q * NPT);
 
     if (MODE == 2) {  // read/write only: same node, same slot, no neighbour access

@@ -1,0 +1,201 @@
+"""One distributed rank on the GPU: boundary and interior tile ranges on two CUDA streams.
+
+:class:`CupyPhases` is the CuPy backend's :class:`~solver.distributed.stepper.RankStepper`
+(``CupyBackend.phase_stepper``). The rank-local state orders its tiles ``[boundary | interior |
+halo]``, so one time step is two launches of the tiled kernel over tile ranges (its
+``first_tile`` argument), and the halo tiles are never stepped:
+
+==========  ==================================================  ===========================
+stream      work per step, in order                             waits for
+==========  ==================================================  ===========================
+comm        boundary tiles ``[0, n_b)``; gather the send        the previous step's end
+            values; ``cudaMemcpyAsync`` into page-locked host   (compute stream)
+            memory; later the received values back to the
+            device
+compute     interior tiles ``[n_b, n_owned)``; scatter the      the previous step's boundary
+            received values into the halo slots                launch and gather
+==========  ==================================================  ===========================
+
+``boundary()`` enqueues both launches, so the interior is queued on the GPU before the host
+blocks: first in ``synchronize()`` (the comm stream: boundary tiles packed and copied to the
+host, then MPI may send them), then in MPI's ``Waitall``. The comm stream has the highest
+priority, so its small kernels get the SMs ahead of the interior's blocks. The host waits for
+the copy of received values to the device before it returns from ``scatter`` (the
+page-locked buffer is reused by the next receive); the scatter kernel itself runs on the
+compute stream after the interior. The hazards between the two streams (a step reads the
+copy the previous step wrote on the other stream, and writes the copy it read) are ordered by
+two events per step.
+
+The module takes CuPy from the backend (``backend.xp``) and does not import it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from .gpu_tables import slot_table
+
+__all__ = ["CupyPhases", "halo_copy_source"]
+
+log = logging.getLogger(__name__)
+
+#: Threads per block of the gather/scatter kernels.
+_COPY_THREADS = 256
+
+
+def halo_copy_source(real: str) -> str:
+    """CUDA source of ``halo_gather`` (out[k] = f[index[k]]) and ``halo_scatter``
+    (f[index[k]] = values[k]) for values of C type ``real``."""
+    return f"""
+extern "C" __global__ void halo_gather(const {real}* __restrict__ f,
+    const long long* __restrict__ index, {real}* __restrict__ out, const long long n)
+{{
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < n) out[k] = f[index[k]];
+}}
+extern "C" __global__ void halo_scatter({real}* __restrict__ f,
+    const long long* __restrict__ index, const {real}* __restrict__ values, const long long n)
+{{
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < n) f[index[k]] = values[k];
+}}
+"""
+
+
+@cache
+def _copy_kernels(cp: Any, dtype: str, device: int) -> tuple:
+    real = {"float64": "double", "float32": "float"}[dtype]
+    module = cp.RawModule(code=halo_copy_source(real), options=("-std=c++17",))
+    return module.get_function("halo_gather"), module.get_function("halo_scatter")
+
+
+#: Requested priority of the comm stream; CUDA clamps it to the device's greatest (most
+#: urgent) priority, e.g. -5 on Hopper. CuPy 14 has no cudaDeviceGetStreamPriorityRange.
+_URGENT = -100
+
+
+def _comm_stream(cp: Any):
+    """A non-blocking stream of the device's highest priority (plain one if unsupported)."""
+    try:
+        return cp.cuda.Stream(non_blocking=True, priority=_URGENT)
+    except TypeError as exc:  # a CuPy before 13.1 has no stream priorities
+        log.info("No stream priorities (%s); the halo stream has default priority.", exc)
+        return cp.cuda.Stream(non_blocking=True)
+
+
+class CupyPhases:
+    """Boundary / interior launches of one rank on two CUDA streams (see the module doc)."""
+
+    overlaps = True
+
+    def __init__(self, backend: Any, state: Any, n_boundary: int, n_owned: int) -> None:
+        cp = backend.xp
+        self._cp, self.backend, self.state = cp, backend, state
+        self._ranges = ((0, n_boundary), (n_boundary, n_owned))
+        self._compute = state.stream
+        self._comm = _comm_stream(cp)
+        self._step_done = cp.cuda.Event(disable_timing=True)  # compute: last write of a step
+        self._packed = cp.cuda.Event(disable_timing=True)  # comm: boundary launch + gather
+        self._uploaded = cp.cuda.Event(disable_timing=True)  # comm: received values on device
+        problem = state.problem
+        self._gather, self._scatter = _copy_kernels(cp, problem.dtype.name,
+                                                    cp.cuda.Device().id)
+        self._slots = slot_table(problem.lattice.name, problem.layout, problem.tiling.a)
+        self._flat = tuple(state.f[c].reshape(-1) for c in (0, 1))
+        self._device_buffers: dict[int, Any] = {}
+        self.idle()  # the rest state was written on the default stream
+
+    # -- copies and indices ------------------------------------------------------------------
+    def target(self) -> Any:
+        """Flat device view of the copy the running step writes."""
+        return self._flat[1 - self.state.current]
+
+    def current(self) -> Any:
+        """Flat device view of the latest copy."""
+        return self._flat[self.state.current]
+
+    def device_index(self, index: np.ndarray) -> Any:
+        """XYZ flat indices ``(tile q + i) a^d + node`` as device int64 indices into the slot
+        layout of the copies (``slot = slots[i, node]``), uploaded once."""
+        index = np.asarray(index, dtype=np.int64)
+        q, npt = self._slots.shape
+        block, node = np.divmod(index, npt)
+        return self._cp.asarray(block * npt + self._slots[block % q, node])
+
+    def host_buffer(self, n: int) -> np.ndarray:
+        """Page-locked host array of ``n`` values of the storage dtype."""
+        dtype = self.state.problem.dtype
+        memory = self._cp.cuda.alloc_pinned_memory(max(n, 1) * dtype.itemsize)
+        return np.ndarray((n,), dtype=dtype, buffer=memory)
+
+    def _device_buffer(self, host: np.ndarray) -> Any:
+        key = host.ctypes.data
+        if key not in self._device_buffers:  # one device twin per host buffer
+            self._device_buffers[key] = self._cp.empty(host.shape, dtype=host.dtype)
+        return self._device_buffers[key]
+
+    def _copy_launch(self, kernel, n: int, args: tuple) -> None:
+        kernel((-(-n // _COPY_THREADS),), (_COPY_THREADS,), (*args, np.int64(n)))
+
+    def gather(self, f: Any, index: Any, out: np.ndarray) -> None:
+        """Enqueue ``out[:] = f[index]`` on the comm stream (device gather, then a copy to the
+        page-locked ``out``); complete after :meth:`synchronize`."""
+        runtime = self._cp.cuda.runtime
+        staged = self._device_buffer(out)
+        with self._comm:
+            self._copy_launch(self._gather, out.size, (f, index, staged))
+            runtime.memcpyAsync(out.ctypes.data, staged.data.ptr, out.nbytes,
+                                runtime.memcpyDeviceToHost, self._comm.ptr)
+
+    def scatter(self, f: Any, index: Any, values: np.ndarray) -> None:
+        """Copy the page-locked ``values`` to the device (the host waits for that copy only),
+        then enqueue ``f[index] = values`` on the compute stream."""
+        runtime = self._cp.cuda.runtime
+        staged = self._device_buffer(values)
+        runtime.memcpyAsync(staged.data.ptr, values.ctypes.data, values.nbytes,
+                            runtime.memcpyHostToDevice, self._comm.ptr)
+        self._uploaded.record(self._comm)
+        self._uploaded.synchronize()  # ``values`` may take the next message from now on
+        with self._compute:
+            self._copy_launch(self._scatter, values.size, (f, index, staged))
+
+    # -- the step ----------------------------------------------------------------------------
+    def boundary(self) -> None:
+        """Enqueue the boundary tiles (comm stream) and the interior tiles (compute stream)."""
+        self._comm.wait_event(self._step_done)
+        with self._comm:
+            self.backend.launch_tiles(self.state, *self._ranges[0])
+        with self._compute:
+            self.backend.launch_tiles(self.state, *self._ranges[1])
+
+    def interior(self, progress: Callable[[], None]) -> None:
+        """The interior runs already (queued by :meth:`boundary`); let MPI move the messages."""
+        progress()
+
+    def synchronize(self) -> None:
+        """Block until the boundary tiles are written and the gathered values are on the
+        host."""
+        self._comm.synchronize()
+
+    def idle(self) -> None:
+        """Block until all work on the device has finished."""
+        self._cp.cuda.Device().synchronize()
+
+    def finish(self) -> None:
+        """Order the next step after this one on both streams; swap the copies."""
+        self._packed.record(self._comm)
+        self._compute.wait_event(self._packed)
+        self.state.current = 1 - self.state.current
+        self._step_done.record(self._compute)
+
+    def release(self) -> None:
+        """Free the device arrays."""
+        self.idle()
+        self._device_buffers.clear()
+        self._flat = ()
+        self.backend.release(self.state)

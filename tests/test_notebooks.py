@@ -1,0 +1,119 @@
+"""The notebooks in ``notebooks/`` run top to bottom on the CPU at CI size and give real results.
+
+Each notebook is executed with nbclient in a fresh kernel of *this* interpreter (a kernel spec
+written to a temporary folder names ``sys.executable``, so neither a user-wide ``python3`` spec
+nor the ``python`` on PATH can substitute another environment), with
+``POROUS_LBM_NOTEBOOK_SIZE=ci``. After the last cell the test reads the notebook's ``summary``
+dictionary from the same kernel and checks the physics in it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+from ipykernel.kernelspec import write_kernel_spec  # noqa: E402
+from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from jupyter_client.manager import KernelManager  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+KERNEL = "porous-lbm-test"
+#: Seconds one cell may take at CI size before the test fails.
+CELL_TIMEOUT = 300
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_notebooks_are_committed_without_outputs():
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.nbformat == 4, path.name
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, (
+                    f"{path.name} has outputs; clear them before committing")
+    assert {p.name for p in NOTEBOOKS.glob("*.ipynb")} == {
+        "quickstart.ipynb", "porosity_sweep.ipynb", "stl_voxel_import.ipynb"}
+
+
+@pytest.fixture(scope="module")
+def kernel_specs(tmp_path_factory) -> KernelSpecManager:
+    """A kernel spec that launches ``sys.executable -m ipykernel_launcher``."""
+    folder = tmp_path_factory.mktemp("kernels")
+    write_kernel_spec(folder / KERNEL, overrides={"display_name": "porous-lbm test"})
+    return KernelSpecManager(kernel_dirs=[str(folder)])
+
+
+def execute(name: str, specs: KernelSpecManager) -> dict:
+    """Run every cell of ``notebooks/name`` at CI size; the kernel's ``summary`` and facts."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    env = {**os.environ, "POROUS_LBM_NOTEBOOK_SIZE": "ci",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    manager = KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
+    client = nbclient.NotebookClient(nb, km=manager, timeout=CELL_TIMEOUT, kernel_name=KERNEL,
+                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    probe = nbformat.v4.new_code_cell(
+        "import json, sys\n"
+        "print(json.dumps({'summary': summary, 'executable': sys.executable}, default=str))")
+    nb.cells.append(probe)
+    with client.setup_kernel(env=env):
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+    text = "".join(o.get("text", "") for o in probe.outputs if o.output_type == "stream")
+    facts = json.loads(text.strip().splitlines()[-1])
+    assert Path(facts["executable"]).resolve() == Path(sys.executable).resolve(), (
+        "the notebook ran in another Python than the test's")
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]
+    assert not errors
+    return facts["summary"]
+
+
+def test_quickstart(kernel_specs):
+    summary = execute("quickstart.ipynb", kernel_specs)
+    k = summary["permeability (nodes^2)"]
+    assert math.isfinite(k) and k > 0
+    assert summary["permeability (m^2)"] == pytest.approx(k * 1e-10)
+    assert summary["MFLUPS (run mean)"] > 0 and summary["steps"] > 0
+    assert 0 < summary["tile utilisation eta_t"] <= 1
+    if summary["settled"]:
+        assert summary["relative change over the last fifth"] < 0.005
+
+
+def test_porosity_sweep_against_kozeny_carman(kernel_specs):
+    summary = execute("porosity_sweep.ipynb", kernel_specs)
+    assert summary["all steady"], "every case must reach the steady-state tolerance"
+    k = summary["k (nodes^2)"]
+    assert all(math.isfinite(v) and v > 0 for v in k)
+    # Permeability rises with porosity.
+    assert all(b > a for a, b in zip(k, k[1:], strict=False))
+    # The notebook's stated agreement: surface form within 2x, sphere form within 4x.
+    assert all(0.5 <= r <= 2.0 for r in summary["LBM / KC surface"]), summary
+    assert all(0.25 <= r <= 4.0 for r in summary["LBM / KC spheres"]), summary
+
+
+def test_stl_and_voxel_import(kernel_specs):
+    summary = execute("stl_voxel_import.ipynb", kernel_specs)
+    before, after = summary["eta_t at origin"], summary["eta_t best"]
+    assert set(before) == {"vessel (STL)", "sphere pack (TIFF)"}
+    for name in before:
+        assert 0 < before[name] <= after[name] <= 1, name
+    # One voxel of padding puts the vessel off the tile grid: the search must find better.
+    assert after["vessel (STL)"] > before["vessel (STL)"] + 0.05
+    assert summary["vessel residual"] <= 1e-6
+    assert summary["vessel flux spread"] < 1e-3, "steady flux must be the same everywhere"
+    assert 0 < summary["vessel peak speed"] < 0.1
+    assert summary["pack residual"] <= 1e-4
+    assert math.isfinite(summary["pack permeability (nodes^2)"])
+    assert 0.25 <= summary["pack / Kozeny-Carman"] <= 4.0
