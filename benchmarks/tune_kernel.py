@@ -39,9 +39,15 @@ dense = cavity3D with walls, packs = periodic sphere packs of diameter 40 in 192
   0.1-0.5, +1 to +2.5 % at 0.7, -1 to -2 % at 0.9; float64 +2 to +5 %; dense 192^3 float32 -2
   to -3 % (39 registers instead of 32), float64 within noise. ncu, porosity 0.1 float32: 113 +
   61 -> 84 + 57 MB, 70.8 -> 68.1 us; porosity 0.5 float32 370 + 280 -> 317 + 280 MB, float64
-  685 + 561 -> 606 + 563 MB. Moved into the generator as the sector fill (``_solid_exit``:
+  685 + 561 -> 606 + 563 MB. Moved into the generator as the sector fill (``_sector_fill``:
   a warp ballot of the fluid lanes, integer ops only, the rest equilibrium as the value), which
-  is what the plain runs now time; ``nofill`` is the kernel before it.
+  is what the plain runs now time; ``nofill`` is the kernel without it.
+- sector fill, first generator version (ballot and stores after the block barrier, next to the
+  solid exit): the same gains on packs (float32 +5 to +7 % at porosity 0.1-0.5, float64 +3 to
+  +5 %), but NVRTC still gave the float32 kernel 39 registers instead of 32 (a single store in
+  that branch is enough), and dense float32 lost 2 to 4 % (192^3 18208 vs 18586, 256^3 17968
+  vs 18596 at 2 tiles per block); float64 unchanged. Moved before the halo work and the
+  barrier, where the fluid path's allocation stays at 32 (NVRTC 13.0, checked off the GPU).
 
 Usage on the GPU machine: ``python benchmarks/tune_kernel.py --out DIR --size 192 256
 --porosities 0.1 0.3 0.5 0.7 0.9`` (about two minutes); it ends with the sparse efficiency
