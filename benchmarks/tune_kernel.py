@@ -50,7 +50,7 @@ dense = cavity3D with walls, packs = periodic sphere packs of diameter 40 in 192
   barrier, where the fluid path's allocation stays at 32 (NVRTC 13.0, checked off the GPU).
 
 Usage on the GPU machine: ``python benchmarks/tune_kernel.py --out DIR --size 192 256
---porosities 0.1 0.3 0.5 0.7 0.9`` (about two minutes); it ends with the sparse efficiency
+--porosities 0.1 0.3 0.5 0.7 0.9`` (about 30 s on an H100); it ends with the sparse efficiency
 MFLUPS / (eta_t x dense MFLUPS) per porosity, against the dense box of the smallest size.
 ``--ncu`` runs the kernel and ``nofill`` once per case for ``ncu`` (see benchmarks/README.md).
 """
