@@ -4,15 +4,18 @@ A backend is chosen once (:func:`solver.backends.get_backend`) and owns the arra
 device and the storage precision; nothing outside ``solver/backends`` asks which one it is. The
 state it allocates holds two copies of the populations in the layout
 ``f[copy][tile][i][node_in_tile]``; ``state.current`` says which copy holds the latest values.
+The CuPy backend can instead keep one copy updated in place (``Problem.streaming``, see
+:mod:`solver.backends.gpu_streaming`); its readers return the same populations either way.
 
 Solid nodes (tile padding included) carry no physics, but every backend keeps the same values
 there so that parity tests and checkpoints compare whole arrays exactly: the rest equilibrium
-``w_i rho0`` (:meth:`~solver.problem.Problem.rest_populations`, in the storage dtype) in both
-copies, at all times. ``allocate`` starts from it everywhere, ``set_populations`` puts it back
-into the solid nodes of both copies (:func:`with_rest_solids`), and a step writes nothing else
-there: the NumPy backend and the paper-layout kernels leave solid nodes alone, the XYZ-layout
-kernels store exactly this value into the solid nodes whose 32-byte sector of the written copy
-also holds a fluid node (``kernels/tiled_lbm.cu``). Observables read fluid nodes only.
+``w_i rho0`` (:meth:`~solver.problem.Problem.rest_populations`, in the storage dtype) in every
+copy, at all times. ``allocate`` starts from it everywhere, ``set_populations`` puts it back
+into the solid nodes of every copy (:func:`with_rest_solids`), and a step writes nothing else
+there: the NumPy backend, the paper-layout and the in-place kernels leave solid nodes alone,
+the two-copy XYZ-layout kernels store exactly this value into the solid nodes whose 32-byte
+sector of the written copy also holds a fluid node (``kernels/tiled_lbm.cu``). Observables
+read fluid nodes only.
 """
 
 from __future__ import annotations

@@ -16,15 +16,22 @@ compute     interior tiles ``[n_b, n_owned)``; scatter the      the previous ste
             received values into the halo slots                launch and gather
 ==========  ==================================================  ===========================
 
-``boundary()`` enqueues both launches, so the interior is queued on the GPU before the host
-blocks: first in ``synchronize()`` (the comm stream: boundary tiles packed and copied to the
-host, then MPI may send them), then in MPI's ``Waitall``. The comm stream has the highest
-priority, so its small kernels get the SMs ahead of the interior's blocks. The host waits for
-the copy of received values to the device before it returns from ``scatter`` (the
-page-locked buffer is reused by the next receive); the scatter kernel itself runs on the
-compute stream after the interior. The hazards between the two streams (a step reads the
+With the host transport, ``boundary()`` enqueues both launches, so the interior is queued on
+the GPU before the host blocks: first in ``synchronize()`` (the comm stream: boundary tiles
+packed and copied to the host, then MPI may send them), then in MPI's ``Waitall``. The comm
+stream has the highest priority, so its small kernels get the SMs ahead of the interior's
+blocks. The host waits for the copy of received values to the device before it returns from
+``scatter`` (the page-locked buffer is reused by the next receive); the scatter kernel itself
+runs on the compute stream after the interior. The hazards between the two streams (a step reads the
 copy the previous step wrote on the other stream, and writes the copy it read) are ordered by
 two events per step.
+
+With the NCCL transport (:class:`~solver.distributed.exchange.NcclExchange`) the halo never
+leaves the device and the host never waits inside a step: the comm stream runs the boundary
+tiles, the gather into a device send buffer (:meth:`CupyPhases.gather_on_device`), the grouped
+NCCL ``send``/``recv`` and the scatter of the receive buffer into the halo slots
+(:meth:`CupyPhases.scatter_on_device`), in that order, while the compute stream runs the
+interior; :meth:`CupyPhases.finish` joins the two streams with the same two events.
 
 The module takes CuPy from the backend (``backend.xp``) and does not import it.
 """
@@ -163,6 +170,28 @@ class CupyPhases:
         self._uploaded.synchronize()  # ``values`` may take the next message from now on
         with self._compute:
             self._copy_launch(self._scatter, values.size, (f, index, staged))
+
+    # -- device-to-device halos (NCCL) ---------------------------------------------------------
+    @property
+    def halo_stream(self) -> Any:
+        """The comm stream: boundary tiles, gather, transfers and scatter run on it in order."""
+        return self._comm
+
+    def device_buffer(self, n: int) -> Any:
+        """Device array of ``n`` values of the storage dtype for device-to-device messages."""
+        return self._cp.empty(n, dtype=self.state.problem.dtype)
+
+    def gather_on_device(self, f: Any, index: Any, out: Any) -> None:
+        """Enqueue ``out[:] = f[index]`` on the comm stream (``out`` a device array)."""
+        with self._comm:
+            self._copy_launch(self._gather, out.size, (f, index, out))
+
+    def scatter_on_device(self, f: Any, index: Any, values: Any) -> None:
+        """Enqueue ``f[index] = values`` on the comm stream, after the transfers queued there
+        (``values`` a device array); it writes halo slots, which the interior launch neither
+        reads nor writes."""
+        with self._comm:
+            self._copy_launch(self._scatter, values.size, (f, index, values))
 
     # -- the step ----------------------------------------------------------------------------
     def boundary(self) -> None:

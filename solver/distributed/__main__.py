@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import HALO_TRANSPORTS
+
 __all__ = ["main", "build_parser", "parse_settings"]
 
 log = logging.getLogger("solver.distributed")
@@ -46,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("geometry", type=Path, help="boolean .npy solid mask (True = solid)")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--backend", default="numpy", choices=["auto", "numpy", "cupy"])
+    parser.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),
+                        help="halo transport: nccl (GPU to GPU), host (MPI through host "
+                             "memory) or auto (nccl when every rank has its own GPU)")
     parser.add_argument("--axis", default="longest",
                         help="decomposition axis: longest, flow or 0/1/2")
     parser.add_argument("--set", dest="settings", action="append", default=[],
@@ -66,8 +71,8 @@ def _run(args: argparse.Namespace, backend) -> int:
     if args.initial is not None:
         sim.backend.set_populations(sim.state, np.load(args.initial, allow_pickle=False))
     decomposition = sim.state.counts
-    log.info("%d ranks, tiles per rank %s, axis %s", backend.size, decomposition.tolist(),
-             backend.axis)
+    log.info("%d ranks, tiles per rank %s, axis %s, halo transport %s", backend.size,
+             decomposition.tolist(), backend.axis, backend.transport_used)
     sim.step(args.steps)
     m = sim.metrics
     log.info("%d steps, %d fluid nodes: %.2f MFLUPS", m.steps, m.fluid_nodes, m.mflups_mean)
@@ -75,7 +80,8 @@ def _run(args: argparse.Namespace, backend) -> int:
         fields = sim.fields()
         np.savez(args.save, populations=sim.populations(), rho=fields["rho"], u=fields["u"],
                  step=np.array(sim.time_step), mflups=np.array(m.mflups_mean),
-                 ranks=np.array(backend.size), tiles_per_rank=decomposition)
+                 ranks=np.array(backend.size), tiles_per_rank=decomposition,
+                 transport=np.array(backend.transport_used))
     sim.close()
     return 0
 
@@ -89,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     axis = int(args.axis) if args.axis.isdigit() else args.axis
     try:
-        code = launch(lambda backend: _run(args, backend), inner=args.backend, axis=axis)
+        code = launch(lambda backend: _run(args, backend), inner=args.backend, axis=axis,
+                      transport=args.transport)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

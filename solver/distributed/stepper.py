@@ -21,7 +21,9 @@ The exchange moves halo values through the stepper: ``device_index`` turns the p
 indices into the backend's (once), ``host_buffer`` allocates the host side of a message,
 ``gather`` packs values into it and ``scatter`` unpacks them, ``synchronize`` makes packed
 values visible to MPI and ``idle`` waits for all queued work (before the host reads the state
-or a clock).
+or a clock). Steppers of GPU backends also offer the NCCL transport's device side:
+``device_buffer`` (device message buffers), ``gather_on_device`` / ``scatter_on_device``
+(queued on ``halo_stream``, the stream NCCL sends and receives on).
 
 Other backends plug in by providing ``phase_stepper(problem, n_boundary_tiles, n_owned_tiles)``
 that allocates the rank-local problem and returns an object with this interface. The CuPy one
