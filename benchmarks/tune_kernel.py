@@ -47,7 +47,9 @@ dense = cavity3D with walls, packs = periodic sphere packs of diameter 40 in 192
   +5 %), but NVRTC still gave the float32 kernel 39 registers instead of 32 (a single store in
   that branch is enough), and dense float32 lost 2 to 4 % (192^3 18208 vs 18586, 256^3 17968
   vs 18596 at 2 tiles per block); float64 unchanged. Moved before the halo work and the
-  barrier, where the fluid path's allocation stays at 32 (NVRTC 13.0, checked off the GPU).
+  barrier, where the fluid path keeps the allocation it has without the fill (NVRTC 13.0,
+  checked off the GPU: 32 then; 40 with and without the fill since the ``first_tile``
+  argument).
 
 Usage on the GPU machine: ``python benchmarks/tune_kernel.py --out DIR --size 192 256
 --porosities 0.1 0.3 0.5 0.7 0.9`` (about 30 s on an H100); it ends with the sparse efficiency
