@@ -11,7 +11,10 @@ returns them in XYZ order like every backend. Step times are CUDA-event times.
 (section 4.1) on the same state for the benchmark.
 Everything the NumPy reference does runs here: BGK, TRT and MRT (D2Q9, D3Q19, D3Q13) with Guo
 forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving walls and
-objects (``kernels/PHYSICS_FOR_GPU.md``).
+objects (``kernels/PHYSICS_FOR_GPU.md``). Solid nodes hold the rest equilibrium in every copy
+(the rule of :mod:`solver.backends.base`): the two-copy XYZ-layout kernels store it into solid
+nodes that share a 32-byte sector with a fluid node, and :meth:`CupyBackend.set_populations`
+keeps it.
 """
 
 from __future__ import annotations
@@ -23,9 +26,8 @@ from functools import cache
 import cupy as cp
 import numpy as np
 
-from ..collision import equilibrium
 from ..problem import Problem
-from .base import DeviceInfo
+from .base import DeviceInfo, with_rest_solids
 from .gpu_boundary import boundary_values
 from .gpu_kernels import KernelVariant, kernel_source, real_args
 from .gpu_streaming import next_phase
@@ -178,8 +180,7 @@ class CupyBackend:
         real_args = physics_args(problem)
         tables = {k: cp.asarray(v) for k, v in device_tables(problem, variant.boundary).items()}
         # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
-        feq = equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)), lat,
-                          problem.incompressible)[:, 0].astype(problem.dtype)
+        feq = problem.rest_populations().astype(problem.dtype)
         f = cp.empty((problem.population_copies, tiling.n_tiles, lat.q, tiling.nodes_per_tile),
                      dtype=problem.dtype)
         f[...] = cp.asarray(feq)[None, None, :, None]
@@ -315,6 +316,8 @@ class CupyBackend:
             q = cp.arange(problem.lattice.q)[:, None]
             for c in range(state.f.shape[0]):
                 new.f[c][:, q, slots] = state.f[c][:, q, state.slots]
+        if problem.rho0 != state.problem.rho0:  # solid nodes hold the rest state of rho0
+            self.set_populations(new, self.populations(new))
         return new
 
     def _natural(self, state: CupyState) -> cp.ndarray:
@@ -352,11 +355,17 @@ class CupyBackend:
         return cp.asnumpy(array)
 
     def set_populations(self, state: CupyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host array in XYZ in-tile order."""
+        """Overwrite the latest populations from a host array in XYZ in-tile order.
+
+        Solid nodes of every copy get the rest equilibrium (:mod:`solver.backends.base`).
+        """
         q = cp.arange(state.problem.lattice.q)[:, None]
         if state.in_place:
             state.current = 0  # the values arrive in the natural layout
-        state.f[state.current][:, q, state.slots] = cp.asarray(f, dtype=state.problem.dtype)
+        others = [c for c in range(state.f.shape[0]) if c != state.current]
+        for copy in (state.current, *others):
+            xyz = cp.asarray(f) if copy == state.current else state.f[copy][:, q, state.slots]
+            state.f[copy][:, q, state.slots] = with_rest_solids(state.problem, xyz, cp)
 
     def device_info(self) -> DeviceInfo:
         """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""

@@ -24,7 +24,7 @@ from .. import collision, mrt
 from ..boundaries import ZouHeFace, ladd_links, zou_he, zou_he_faces
 from ..node_types import NodeType
 from ..problem import Problem
-from .base import DeviceInfo
+from .base import DeviceInfo, with_rest_solids
 
 __all__ = ["NumpyBackend", "NumpyState"]
 
@@ -117,7 +117,10 @@ class NumpyBackend:
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
 
     def allocate(self, problem: Problem) -> NumpyState:
-        """Initialise both copies at rest equilibrium and build the pull table."""
+        """Initialise both copies at rest equilibrium and build the pull table.
+
+        Steps write fluid nodes only: solid nodes keep the rest equilibrium (``base`` module).
+        """
         f0 = problem.initial_populations().astype(problem.dtype)
         f = np.stack([f0, f0.copy()])
         table = problem.pull_table
@@ -174,8 +177,10 @@ class NumpyBackend:
         return np.asarray(array)
 
     def set_populations(self, state: NumpyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations."""
-        state.f[state.current] = f
+        """Overwrite the latest populations; solid nodes of both copies at rest equilibrium."""
+        state.f[state.current] = with_rest_solids(state.problem, f)
+        other = state.f[1 - state.current]
+        other[...] = with_rest_solids(state.problem, other)
 
     def device_info(self) -> DeviceInfo:
         """The host CPU."""

@@ -16,7 +16,8 @@ from solver.config import SimulationConfig
 from solver.problem import Problem
 from solver.tiling import Tiling
 
-__all__ = ["SHAPES", "porous_solid", "make_problem", "noisy_start", "reference"]
+__all__ = ["SHAPES", "porous_solid", "make_problem", "noisy_start", "reference",
+           "sector_filled"]
 
 #: Domain sizes per lattice (not multiples of the default tile edges 4 in 3D and 8 in 2D).
 SHAPES = {"D2Q9": (45, 21), "D3Q19": (26, 15, 11), "D3Q27": (15, 10, 7)}
@@ -73,3 +74,13 @@ def reference(problem: Problem, f0: np.ndarray, steps: int) -> np.ndarray:
     backend.set_populations(state, f0)
     backend.step(state, steps)
     return backend.populations(state)
+
+
+def sector_filled(problem: Problem) -> np.ndarray:
+    """Solid nodes that XYZ-layout kernels write (the rest equilibrium), bool (n_tiles, a**d).
+
+    Those whose 32-byte sector, 32 / itemsize consecutive nodes of a tile, holds a fluid node.
+    """
+    solid = problem.tiling.solid
+    sectors = solid.reshape(solid.shape[0], -1, 32 // problem.dtype.itemsize)
+    return (sectors & ~sectors.all(axis=2, keepdims=True)).reshape(solid.shape)

@@ -15,6 +15,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from solver.backends.base import with_rest_solids
+
 from .physics_cases import physics_problem
 from .porous_cases import make_problem, noisy_start, porous_solid, reference
 
@@ -173,7 +175,7 @@ def test_simulation_fields_and_checkpoint_resume(backend, tmp_path):
 def test_in_place_probes_move_exactly_the_fluid_values(backend, precision):
     problem = replace(make_problem("D3Q19", precision, layout="paper", tiles_per_block=2),
                       streaming="in-place")
-    f0 = noisy_start(problem)
+    f0 = with_rest_solids(problem, noisy_start(problem)).astype(np.float64)  # as stored
     state = backend.allocate(problem)
     backend.set_populations(state, f0)
     assert backend.probe(state, "readwrite", 1) > 0 and state.current == 0

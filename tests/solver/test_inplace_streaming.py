@@ -26,6 +26,7 @@ from solver.backends.gpu_kernels import (
     collision_param_names,
     kernel_source,
     real_args,
+    real_param_names,
 )
 from solver.backends.gpu_streaming import next_phase
 from solver.backends.gpu_tables import physics_args
@@ -162,8 +163,10 @@ def test_every_launch_gets_its_kernels_argument_count() -> None:
                         ("readwrite", 0)):
         variant = KernelVariant.for_problem(problem, mode, phase)
         args = real_args(variant, physics)
-        assert len(args) == 3 + len(collision_param_names(variant))
+        assert len(args) == len(real_param_names(variant)) == 7 + len(
+            collision_param_names(variant))
         assert (args == physics) == (mode == "full")
+        assert args[3:7] == physics[3:7]  # the rest state (sector fill) in every launch
 
 
 def test_in_place_kernel_text() -> None:
