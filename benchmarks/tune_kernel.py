@@ -196,6 +196,7 @@ def problem_for(solid, faces, offset, precision) -> Problem:
 
 EXPERIMENTS = [  # (patches, tiles per block, tile order)
     ((), 2, "x"), ((), 4, "x"), (("nofill",), 2, "x"), (("nofill",), 4, "x"),
+    (("cap32",), 2, "x"), (("cap32",), 4, "x"),
 ]
 
 
