@@ -44,7 +44,7 @@ class Backend(Protocol):
         """Copy a backend array to a host NumPy array."""
 
     def set_populations(self, state: Any, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host array (n_tiles, q, a**d)."""
+        """Overwrite the latest populations from a host or backend array (n_tiles, q, a**d)."""
 
     def device_info(self) -> DeviceInfo:
         """What the backend runs on."""

@@ -326,6 +326,11 @@ class CupyBackend:
         return DeviceInfo(name=_device_name(), memory=int(total), memory_used=int(total - free),
                           peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
 
+    def free_memory(self) -> int:
+        """Device memory a new allocation can use, bytes: free on the device plus the blocks
+        CuPy's memory pool holds but does not use."""
+        return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
+
     def release(self, state: CupyState) -> None:
         """Free the device arrays."""
         state.f = cp.empty((2, 0, 0, 0), dtype=state.f.dtype)
