@@ -151,12 +151,14 @@ def test_divergence_restores_the_last_checked_state_exactly(make_runner, monkeyp
     monkeypatch.setattr(NumpyBackend, "free_memory", lambda self: 1 << 50 if room else 0)
     cfg = config(tau=0.52, body_force=(0.02, 0.0, 0.0))
     runner = make_runner(plates(8, 8, 8), cfg, snapshot_interval=0.0)
+    runner.step(10)  # a checked, healthy state (the free fluid runs away after ~15 steps)
+    runner.wait_for(lambda s: s.step == 10)
     runner.start()
     snap = runner.wait_for(lambda s: s.status == "diverged", timeout=60)
     restored = runner.submit(lambda sim: sim.populations()).result(timeout=10)
     straight = Simulation(plates(8, 8, 8), cfg)
     straight.step(snap.step)
-    assert snap.step > 0, "a checked state after the start should have been kept"
+    assert snap.step >= 10, "the state checked at step 10 (or later) should have been kept"
     np.testing.assert_array_equal(restored, straight.populations())
 
 
