@@ -36,7 +36,7 @@ SETTING_GROUPS = {
                  "body_force", "initial_density"],
     "Boundaries": ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"],
     "Tiling and device": ["tile_edge", "tile_offset", "backend", "gpu_layout",
-                          "tiles_per_block"],
+                          "tiles_per_block", "streaming"],
 }
 WIDGETS = {
     "tau": {"type": pn.widgets.FloatInput, "step": 0.01, "start": 0.501},

@@ -17,7 +17,7 @@ import param
 
 import geometries
 from geometries import GeometryError, VoxelGeometry, generators
-from solver.config import SimulationConfig
+from solver.config import SimulationConfig, population_copies
 from solver.lattice import get_lattice
 from solver.stability import pull_table_bytes
 from solver.tiling import Tiling, tile_utilisation
@@ -233,7 +233,8 @@ class GeometryPreview:
     eta_t_best: float
     offset: tuple[int, ...]
     memory_bytes: int
-    #: Extra host memory of the NumPy backend's gather tables (not needed on the GPU).
+    #: Extra host memory of the NumPy backend: its gather tables, and its second copy of the
+    #: populations when the GPU would stream in place (not needed on the GPU).
     table_bytes: int
     seconds: float
 
@@ -249,13 +250,16 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
     offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
     tiling = Tiling.build(solid, config.tile_edge, offset)
     itemsize = np.dtype(config.precision).itemsize
+    copies = population_copies(config.streaming)
+    f_bytes = tiling.n_tiles * tiling.nodes_per_tile * lattice.q * itemsize
     return GeometryPreview(
         geometry=geometry, config=config, mid_slice=mid_slice(solid),
         porosity=float(geometry.porosity), surface=specific_surface(solid),
         n_fluid=int(tiling.n_fluid), n_tiles=int(tiling.n_tiles),
         eta_t_origin=tile_utilisation(solid, tiling.a), eta_t_best=float(tiling.eta_t),
-        offset=tuple(tiling.offset), memory_bytes=tiling.memory_bytes(lattice.q, itemsize),
+        offset=tuple(tiling.offset),
+        memory_bytes=tiling.memory_bytes(lattice.q, itemsize, copies),
         table_bytes=pull_table_bytes(int(tiling.n_fluid), lattice.q, int(tiling.n_tiles),
-                                     tiling.nodes_per_tile),
+                                     tiling.nodes_per_tile) + (2 - copies) * f_bytes,
         seconds=time.perf_counter() - start,
     )

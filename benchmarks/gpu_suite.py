@@ -74,13 +74,13 @@ def sanitize(out: Path) -> dict:
     tool = shutil.which("compute-sanitizer")
     if tool is None:
         return {"summary": "compute-sanitizer not found"}
-    tests = "tests/solver/test_cupy_backend.py"
+    tests = ["tests/solver/test_cupy_backend.py", "tests/solver/test_cupy_inplace.py"]
     runs = {"memcheck": "narrower or forced_tile_offsets or probes",
             "racecheck": "narrower and shape0"}
     lines, codes = [], []
     for check, select in runs.items():
         cmd = [tool, "--tool", check, "--error-exitcode", "9", sys.executable, "-m", "pytest",
-               "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", select, tests]
+               "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", select, *tests]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         codes.append(proc.returncode)
         lines += [f"== {check}: exit {proc.returncode}", proc.stdout[-6000:], proc.stderr[-3000:]]

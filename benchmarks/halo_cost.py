@@ -1,12 +1,21 @@
-"""Cost of one staged halo exchange, piece by piece: ``mpirun -n 2 python benchmarks/halo_cost.py``.
+"""Cost of one halo exchange, piece by piece: ``mpirun -n 2 python benchmarks/halo_cost.py``.
 
 The CuPy phase stepper (``solver/backends/gpu_phases.py``) moves each step's halo along a
-chain: device gather -> copy to page-locked host memory -> MPI (both ranks send and receive at
-once) -> copy back to the device -> scatter. The chain runs while the interior tiles are
-computed, so a step cannot be shorter than it; this script times its host-side links for given
-message sizes (default: the halo of the scaling cases, 192^2 and 384^2 faces, float32 and
-float64), one GPU per rank as in the solver. Times are medians over ``--repeats`` exchanges,
-microseconds; rank 0 prints a markdown table and, with ``--json``, writes it.
+chain that runs while the interior tiles are computed, so a step cannot be shorter than it:
+
+- ``host`` transport: device gather -> copy to page-locked host memory -> MPI (both ranks send
+  and receive at once) -> copy back to the device (-> scatter);
+- ``nccl`` transport: device gather -> NCCL grouped send/recv between the GPUs -> device
+  scatter, all queued on one stream without a host wait.
+
+This script times the links for given message sizes (default: the halo of the scaling cases,
+192^2 and 384^2 faces, float32 and float64), one GPU per rank as in the solver (each rank sees
+every GPU, its own first; ``solver.distributed.bind_local_gpu``). Host links are host wall
+times with a stream synchronisation after each; the NCCL chain is also timed as the solver
+runs it, queued in one go, by CUDA events around it ("chain, queued"). Times are medians over
+``--repeats`` exchanges, microseconds; rank 0 prints a markdown table and, with ``--json``,
+writes it. Set ``NCCL_DEBUG=INFO`` to see which NCCL transport connects the GPUs (P2P/IPC or
+P2P/CUMEM over NVLink, SHM through host memory).
 """
 
 from __future__ import annotations
@@ -74,13 +83,90 @@ def measure(comm, nbytes: int, repeats: int, chunk_bytes: int = 0, pinned_mpi: b
         requests += [comm.Isend(host[0][k], dest=peer, tag=t) for t, k in enumerate(pieces)]
         MPI.Request.Waitall(requests)
 
-    out = {"MB": nbytes / 1e6, "chunk_MB": chunk_bytes / 1e6, "pinned_mpi": pinned_mpi}
+    out = {"transport": "host", "MB": nbytes / 1e6, "chunk_MB": chunk_bytes / 1e6,
+           "pinned_mpi": pinned_mpi}
     for name, fn in (("gather", gather), ("d2h", d2h), ("mpi", exchange), ("h2d", h2d)):
         out[name] = _median_us(fn, repeats)
     barrier = _median_us(comm.Barrier, repeats)
     out["mpi"] -= barrier  # the barrier only lines the ranks up
     out["chain"] = out["gather"] + out["d2h"] + out["mpi"] + out["h2d"]
     return out
+
+
+def measure_nccl(comm, link, nbytes: int, repeats: int) -> dict:
+    """Median microseconds of the NCCL chain's links for messages of ``nbytes`` bytes, and of
+    the whole chain queued at once (CUDA events on the halo stream)."""
+    import cupy as cp
+
+    n = nbytes // 8
+    send, recv = cp.ones(n, dtype=np.float64), cp.empty(n, dtype=np.float64)
+    index = cp.asarray(np.random.default_rng(0).permutation(4 * n)[:n])
+    field = cp.ones(4 * n, dtype=np.float64)
+    stream = cp.cuda.Stream(non_blocking=True)
+    peer = 1 - comm.Get_rank()
+
+    def gather():
+        with stream:
+            cp.take(field, index, out=send)
+
+    def transfer():
+        link.exchange({peer: send}, {peer: recv}, stream)
+
+    def scatter():
+        with stream:
+            field[index] = recv
+
+    def synced(fn):
+        def run():
+            fn()
+            stream.synchronize()
+        return run
+
+    def lined_up(fn):
+        def run():
+            comm.Barrier()
+            fn()
+        return run
+
+    out = {"transport": "nccl", "MB": nbytes / 1e6, "chunk_MB": 0.0, "pinned_mpi": False}
+    out["gather"] = _median_us(synced(gather), repeats)
+    out["nccl"] = _median_us(lined_up(synced(transfer)), repeats) - _median_us(comm.Barrier,
+                                                                                repeats)
+    out["scatter"] = _median_us(synced(scatter), repeats)
+    out["chain"] = out["gather"] + out["nccl"] + out["scatter"]
+    start, end, queued = cp.cuda.Event(), cp.cuda.Event(), []
+    for k in range(repeats + 3):
+        comm.Barrier()
+        start.record(stream)
+        gather()
+        transfer()
+        scatter()
+        end.record(stream)
+        end.synchronize()
+        if k >= 3:
+            queued.append(1e3 * cp.cuda.get_elapsed_time(start, end))
+    out["chain_queued"] = float(np.median(queued))
+    return out
+
+
+def _table(name: str, rows: list[dict]) -> list[str]:
+    lines = [f"Halo exchange links on {name}, two ranks, median microseconds", "",
+             "| transport | MB | MPI pieces, MB | MPI buffer | gather | to host | exchange (both "
+             "ways) | to device | scatter | chain (sum) | chain, queued |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def cell(row, key):
+        return f"{row[key]:.0f}" if key in row else "-"
+
+    for r in rows:
+        host = r["transport"] == "host"
+        pieces = f"{r['chunk_MB'] or r['MB']:.2f}" if host else "-"
+        buffer = ("page-locked" if r["pinned_mpi"] else "pageable") if host else "device"
+        lines.append(f"| {r['transport']} | {r['MB']:.2f} | {pieces} | {buffer} | "
+                     f"{cell(r, 'gather')} | {cell(r, 'd2h')} | "
+                     f"{cell(r, 'mpi' if host else 'nccl')} | {cell(r, 'h2d')} | "
+                     f"{cell(r, 'scatter')} | {cell(r, 'chain')} | {cell(r, 'chain_queued')} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="MPI message pieces to try, MB (0: one message per peer)")
     parser.add_argument("--pageable", action="store_true",
                         help="also try MPI from ordinary (not page-locked) host memory")
+    parser.add_argument("--transport", nargs="+", default=["host", "nccl"],
+                        choices=["host", "nccl"], help="chains to time (default both)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     from solver.distributed import bind_local_gpu, world
@@ -101,23 +189,23 @@ def main(argv: list[str] | None = None) -> int:
     if comm.Get_size() != 2:
         raise SystemExit("error: run with exactly two ranks (mpirun -n 2).")
     bind_local_gpu(comm)  # one GPU per rank, as the solver does; before CUDA starts
-    rows = [measure(comm, int(mb * 1e6), args.repeats, int(chunk * 1e6), pinned)
-            for mb in args.mb for chunk in args.chunk_mb
-            for pinned in ((True, False) if args.pageable else (True,))]
+    rows = []
+    if "host" in args.transport:
+        rows += [measure(comm, int(mb * 1e6), args.repeats, int(chunk * 1e6), pinned)
+                 for mb in args.mb for chunk in args.chunk_mb
+                 for pinned in ((True, False) if args.pageable else (True,))]
+    if "nccl" in args.transport:
+        from solver.backends import get_backend
+
+        link = get_backend("cupy").nccl_link(comm)
+        rows += [measure_nccl(comm, link, int(mb * 1e6), args.repeats) for mb in args.mb]
+        link.close()
     if comm.Get_rank() == 0:
         import cupy as cp
 
         name = cp.cuda.runtime.getDeviceProperties(0)["name"]
         name = name.decode() if isinstance(name, bytes) else name
-        lines = [f"Halo exchange links on {name}, two ranks, median microseconds", "",
-                 "| MB | MPI pieces, MB | MPI buffer | gather | to host | MPI (both ways) | "
-                 "to device | chain |",
-                 "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
-        lines += [f"| {r['MB']:.2f} | {r['chunk_MB'] or r['MB']:.2f} | "
-                  f"{'page-locked' if r['pinned_mpi'] else 'pageable'} | {r['gather']:.0f} | "
-                  f"{r['d2h']:.0f} | {r['mpi']:.0f} | {r['h2d']:.0f} | {r['chain']:.0f} |"
-                  for r in rows]
-        print("\n".join(lines), flush=True)
+        print("\n".join(_table(name, rows)), flush=True)
         if args.json:
             args.json.write_text(json.dumps({"device": name, "rows": rows}, indent=2))
     return 0

@@ -14,14 +14,22 @@ count all fluid nodes over rank 0's wall time to a closing barrier (every rank h
 its device work). Parallel efficiency is MFLUPS(n) / (n MFLUPS(1)) and the speed-up
 MFLUPS(n) / MFLUPS(1), both against the one-rank run through the same distributed layer; the
 one-rank job also times a plain Simulation (no MPI layer; CUDA-graph replay on the GPU) as
-``mflups_plain``.
+``mflups_plain``, and ``efficiency_vs_plain`` is MFLUPS(n) / (n mflups_plain).
 
-Usage (one GPU per rank; each series writes ``scaling-<case>-<backend>-<precision>-<date>``
-``.json`` and ``.md`` to ``--out``, default benchmarks/results/)::
+Multi-rank points run once per halo transport of ``--transport`` (``nccl``: GPU to GPU;
+``host``: MPI through page-locked host memory; ``auto``); a one-rank point exchanges nothing,
+so it runs once (host transport) and is the baseline of every transport. Every step is
+launched from Python (the default); an NCCL point then also times the same allocation
+replaying captured CUDA graphs of 16 steps (``solver.distributed.replay``) as
+``mflups_graphs``. A point that fails or passes ``--point-timeout`` is recorded with its error
+and the series goes on.
+
+Usage (one GPU per rank; each invocation writes ``scaling-<device>-<cases>-<backend>-``
+``<precision>-<date>.json`` and ``.md`` to ``--out``, default benchmarks/results/)::
 
     python benchmarks/scaling.py weak --ranks 1 2 --backend cupy
     python benchmarks/scaling.py strong --ranks 1 2 --backend cupy --size 384
-    python benchmarks/scaling.py both --ranks 1 2 --backend cupy --out DIR   # weak, then strong
+    python benchmarks/scaling.py both --ranks 1 2 --backend cupy --transport nccl host --out DIR
     python benchmarks/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5  # CPU
 
 Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python executable, else
@@ -38,6 +46,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +57,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from solver.config import HALO_TRANSPORTS  # noqa: E402 (after the sys.path entry)
 
 log = logging.getLogger("scaling")
 
@@ -88,12 +99,17 @@ def _timed(sim, steps: int, warmup: int, repeats: int, after_warmup=None) -> flo
     return float(np.median(times))
 
 
-def _halo_values(problem, n_ranks: int, axis) -> list[int]:
-    from solver.distributed import build_rank, decompose
+class _Plain:
+    """An ordinary one-process run of an already built problem (``step`` as Simulation's)."""
 
-    dec = decompose(problem.tiling, n_ranks, axis, problem.force)
-    return [build_rank(problem.tiling, dec, problem.lattice, problem.periodic, r)[1]
-            .values_sent() for r in range(n_ranks)]
+    def __init__(self, backend, problem) -> None:
+        self.backend, self.state = backend, backend.allocate(problem)
+
+    def step(self, n: int) -> None:
+        self.backend.step(self.state, n)  # returns when the device has finished
+
+    def close(self) -> None:
+        self.backend.release(self.state)
 
 
 def measure(args) -> dict:
@@ -109,7 +125,7 @@ def measure(args) -> dict:
         seconds = _timed(sim, args.steps, args.warmup, args.repeats, phases.clear)
         host_ms = {k: 1e3 * v / (args.steps * args.repeats) for k, v in phases.items()}
         p, n = sim.problem, backend.size
-        halo = _halo_values(p, n, args.axis)
+        halo = sim.state.halo_values
         result = {
             "case": args.case, "ranks": n, "shape": list(solid.shape),
             "fluid_nodes": p.n_fluid, "n_tiles": p.tiling.n_tiles, "eta_t": p.tiling.eta_t,
@@ -122,17 +138,31 @@ def measure(args) -> dict:
             "halo_bytes_per_step": [v * p.dtype.itemsize for v in halo],
             "host_ms_per_step_rank0": host_ms,
             "device": backend.inner.device_info().get("name"),
-            "gpus_visible": _gpus_visible(),
+            "gpus_visible": _gpus_visible(), "transport": backend.transport_used,
+            "transport_requested": args.transport[0],
+            "transport_reason": backend.transport_reason,
         }
+        graphs = sim.state.solver.graphs
+        if graphs is not None:  # NCCL: the same allocation replaying CUDA graphs
+            backend.use_graphs(True)
+            replayed = graphs.counts["replayed"]
+            fast = _timed(sim, args.steps, args.warmup, args.repeats, phases.clear)
+            backend.use_graphs(False)
+            total = args.warmup + args.steps * args.repeats
+            result["replayed_fraction"] = (graphs.counts["replayed"] - replayed) / total
+            result["mflups_graphs"] = p.n_fluid * args.steps / fast / 1e6
+            result["ms_per_step_graphs"] = 1e3 * fast / args.steps
+            result["host_ms_per_step_rank0_graphs"] = {
+                k: 1e3 * v / (args.steps * args.repeats) for k, v in phases.items()}
         sim.close()
-        if n == 1:  # the same run without the distributed layer
-            plain = Simulation(solid, _config(args))
+        if n == 1:  # the same problem without the distributed layer
+            plain = _Plain(backend.inner, p)
             plain_seconds = _timed(plain, args.steps, args.warmup, args.repeats)
-            result["mflups_plain"] = p.n_fluid * args.steps / plain_seconds / 1e6
             plain.close()
+            result["mflups_plain"] = p.n_fluid * args.steps / plain_seconds / 1e6
         return result
 
-    return launch(on_root, inner=args.backend, axis=args.axis)
+    return launch(on_root, inner=args.backend, axis=args.axis, transport=args.transport[0])
 
 
 def _gpus_visible() -> int:
@@ -150,63 +180,125 @@ def _mpirun() -> str:
     return found
 
 
+def _run_point(cmd: list[str], env: dict, timeout: float) -> str | None:
+    """Run one mpirun job in its own process group; None, or why it failed."""
+    job = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        code = job.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGTERM)  # mpirun passes it on to the ranks
+        try:
+            job.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        return f"timed out after {timeout:.0f} s"
+    return None if code == 0 else f"mpirun exited with {code}"
+
+
+def _points(args) -> list[tuple[int, str]]:
+    """(ranks, transport) of every job: one-rank points once, the others per transport."""
+    return [(n, t) for n in args.ranks for t in (["host"] if n == 1 else args.transport)]
+
+
 def series(args) -> list[dict]:
-    """Run every point of ``args.ranks`` as its own mpirun job; write JSON and markdown."""
+    """Run every point of ``args.ranks`` x ``args.transport`` as its own mpirun job."""
     results = []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for n in args.ranks:
-        point = out / f".scaling-{args.case}-{n}.json"
+    for n, transport in _points(args):
+        point = out / f".scaling-{args.case}-{n}-{transport}.json"
         cmd = [_mpirun(), "-n", str(n), sys.executable, str(Path(__file__).resolve()),
-               "measure", args.case, "--json", str(point)]
+               "measure", args.case, "--json", str(point), "--transport", transport]
         for key in ("backend", "precision", "collision", "size", "cross", "porosity", "diameter",
                     "steps", "warmup", "repeats", "axis"):
             cmd += [f"--{key}", str(getattr(args, key))]
         log.info("%s", " ".join(cmd))
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        subprocess.run(cmd, check=True, env=dict(os.environ, PYTHONPATH=path))
-        results.append(json.loads(point.read_text()))
-        point.unlink()
-    base = results[0]["mflups"] / results[0]["ranks"]
+        error = _run_point(cmd, dict(os.environ, PYTHONPATH=path), args.point_timeout)
+        if error is None and point.exists():
+            results.append(json.loads(point.read_text()))
+            point.unlink()
+        else:
+            log.error("%s point on %d rank(s), transport %s failed: %s", args.case, n,
+                      transport, error or "no result written")
+            results.append({"case": args.case, "ranks": n, "transport": transport,
+                            "error": error or "no result written"})
+    base = next((r for r in results if "error" not in r), None)
     for r in results:
-        r["efficiency"] = r["mflups"] / (r["ranks"] * base)
-        r["speedup"] = r["mflups"] / results[0]["mflups"]
-    _write(results, out, args)
+        if base is not None and "error" not in r:
+            r["efficiency"] = r["mflups"] / (r["ranks"] * base["mflups"] / base["ranks"])
+            r["speedup"] = r["mflups"] / base["mflups"]
+            if base.get("mflups_plain"):
+                r["efficiency_vs_plain"] = r["mflups"] / (r["ranks"] * base["mflups_plain"])
+            if "mflups_graphs" in r:
+                r["efficiency_graphs"] = r["mflups_graphs"] / (
+                    r["ranks"] * base["mflups"] / base["ranks"])
     return results
 
 
-def _write(results: list[dict], out: Path, args) -> None:
-    device = results[0]["device"]
-    stem = f"scaling-{args.case}-{args.backend}-{args.precision}-{date.today().isoformat()}"
+def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
+    good = [r for r in results if "error" not in r]
+    device = good[0]["device"] if good else "unknown device"
+    slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
+    stem = (f"scaling-{slug}-{'-'.join(cases)}-{args.backend}-{args.precision}-"
+            f"{date.today().isoformat()}")
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
     ).stdout.strip() or "unknown"
-    meta = {"device": device, "gpus_visible": results[0]["gpus_visible"],
-            "date": date.today().isoformat(), "commit": commit}
+    meta = {"device": device, "gpus_visible": _gpus_visible(), "date": date.today().isoformat(),
+            "commit": commit, "transports": args.transport}
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    lines = [f"# {args.case.capitalize()} scaling: {device}", "",
+    lines = [f"# Scaling ({', '.join(cases)}): {device}", "",
              f"Date {meta['date']}, commit {commit}; {meta['gpus_visible']} GPU(s) visible; "
              f"D3Q19 {args.collision} {args.precision}, sphere pack porosity {args.porosity}, "
-             f"diameter {args.diameter}; median of {args.repeats} x {args.steps} steps, "
-             "wall time to a closing barrier.", "",
-             "| ranks | shape | fluid nodes | tiles per rank | halo MB/step per rank | "
-             "ms/step | MFLUPS | speed-up | efficiency | plain 1-rank MFLUPS |",
-             "| ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for r in results:
-        plain = f"{r['mflups_plain']:.1f}" if "mflups_plain" in r else ""
-        halo = ", ".join(f"{b / 1e6:.2f}" for b in r["halo_bytes_per_step"])
-        lines.append(f"| {r['ranks']} | {'x'.join(map(str, r['shape']))} | {r['fluid_nodes']} "
-                     f"| {r['tiles_per_rank']} | {halo} | {r['ms_per_step']:.3f} | "
-                     f"{r['mflups']:.1f} | {r['speedup']:.3f} | {r['efficiency']:.3f} | "
-                     f"{plain} |")
-    lines += ["", "Rank 0's host time per step, ms (launch: post, boundary and swap; pack: pack "
+             f"diameter {args.diameter}; median of {args.repeats} runs, wall time to a closing "
+             "barrier. Speed-up and efficiency against the one-rank run through the "
+             "distributed layer; 'vs plain' against one ordinary process (CUDA graphs). Ranks "
+             "launch every step from Python; 'graphs' is the same NCCL allocation replaying "
+             "captured CUDA graphs of 16 steps.", ""]
+    for case in cases:
+        lines += _case_table(case, [r for r in results if r["case"] == case])
+    lines += ["Rank 0's host time per step, ms (launch: post, boundary and swap; pack: pack "
               "and wait until it can be sent; interior; halo: wait for the messages, unpack):",
               ""]
-    for r in results:
+    for r in good:
         phases = ", ".join(f"{k} {v:.3f}" for k, v in r["host_ms_per_step_rank0"].items())
-        lines.append(f"- {r['ranks']} rank(s): {phases}")
+        lines.append(f"- {r['case']}, {r['ranks']} rank(s), {r['transport']}: {phases}")
+        if "host_ms_per_step_rank0_graphs" in r:
+            phases = ", ".join(f"{k} {v:.3f}"
+                               for k, v in r["host_ms_per_step_rank0_graphs"].items())
+            lines.append(f"- {r['case']}, {r['ranks']} rank(s), {r['transport']}, graphs: "
+                         f"{phases}")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
+
+
+def _case_table(case: str, rows: list[dict]) -> list[str]:
+    lines = [f"## {case.capitalize()} scaling", "",
+             "| ranks | transport | shape | fluid nodes | tiles per rank | halo MB/step per rank "
+             "| ms/step | MFLUPS | speed-up | efficiency | eff. vs plain | plain 1-rank MFLUPS "
+             "| graphs: ms/step | graphs: efficiency |",
+             "| ---: | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: | ---: |"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['ranks']} | {r['transport']} | failed: {r['error']} "
+                         "| | | | | | | | | | | |")
+            continue
+        plain = f"{r['mflups_plain']:.1f}" if "mflups_plain" in r else ""
+        graphs = (f"{r['ms_per_step_graphs']:.3f} | {r['efficiency_graphs']:.3f}"
+                  if "efficiency_graphs" in r else " | ")
+        halo = ", ".join(f"{b / 1e6:.2f}" for b in r["halo_bytes_per_step"])
+        transport = r["transport"] if r["ranks"] > 1 else "(none)"
+        if r["ranks"] > 1 and r.get("transport_requested") not in (None, r["transport"]):
+            transport = f"{r['transport_requested']} -> {r['transport']}"
+        lines.append(f"| {r['ranks']} | {transport} | {'x'.join(map(str, r['shape']))} | "
+                     f"{r['fluid_nodes']} | {r['tiles_per_rank']} | {halo} | "
+                     f"{r['ms_per_step']:.3f} | {r['mflups']:.1f} | {r.get('speedup', 0):.3f} "
+                     f"| {r.get('efficiency', 0):.3f} | {r.get('efficiency_vs_plain', 0):.3f} "
+                     f"| {plain} | {graphs} |")
+    return lines + [""]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--axis", default="2", help="decomposition axis (z as in the paper)")
+    parser.add_argument("--transport", nargs="+", default=["auto"],
+                        choices=list(HALO_TRANSPORTS),
+                        help="halo transports of the multi-rank points (measure: the first)")
+    parser.add_argument("--point-timeout", type=float, default=900.0,
+                        help="seconds before one mpirun job is stopped and recorded as failed")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--json", default=None, help="(measure mode) where to write the point")
     return parser
@@ -250,12 +347,15 @@ def main(argv: list[str] | None = None) -> int:
         if result is not None and args.json:
             Path(args.json).write_text(json.dumps(result))
         return 0
-    for case in (("weak", "strong") if args.mode == "both" else (args.mode,)):
+    cases = ["weak", "strong"] if args.mode == "both" else [args.mode]
+    results = []
+    for case in cases:
         point = argparse.Namespace(**vars(args))
         point.case = case
         _defaults(point)
-        series(point)
-    return 0
+        results += series(point)
+    _write(results, Path(args.out), args, cases)
+    return 0 if all("error" not in r for r in results) else 1
 
 
 def _defaults(args) -> None:

@@ -105,7 +105,8 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
         return 2
     suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),
                      pack_size=args.pack_size, precisions=tuple(args.precision),
-                     layouts=tuple(args.layouts), tiles_per_block=tuple(args.tpb))
+                     layouts=tuple(args.layouts), tiles_per_block=tuple(args.tpb),
+                     streaming=tuple(args.streaming))
     report = run_gpu_suite(backend, suite)
     json_path, md_path = write_report(report, Path(args.out or "benchmarks/results"))
     print(f"wrote {json_path} and {md_path}")
@@ -115,6 +116,8 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the ``solver`` command."""
+    from .config import HALO_TRANSPORTS
+
     parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="measure MFLUPS on standard cases")
@@ -137,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["paper", "xyz"], help="GPU suite: in-tile layouts")
     bench.add_argument("--tpb", type=int, nargs="+", default=[1, 2, 4], choices=[1, 2, 4],
                        help="GPU suite: tiles per block")
+    bench.add_argument("--streaming", nargs="+", default=["two-copy"],
+                       choices=["two-copy", "in-place"],
+                       help="GPU suite: population storage (in-place: one copy, AA pattern)")
     bench.set_defaults(func=_bench)
     validate = sub.add_parser("validate", help="run the physics validation cases and write "
                               "benchmarks/results/validation-<device>-<date>.md")
@@ -158,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default=None, choices=["auto", "numpy", "cupy"],
                      help="override config.backend")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),
+                     help="halo transport under mpirun: nccl (GPU to GPU), host (MPI through "
+                          "host memory), auto (nccl when every rank has its own GPU)")
     run.set_defaults(func=_run)
     return parser
 

@@ -35,7 +35,8 @@ from .node_types import FACE_NAMES
 
 __all__ = [
     "ConfigError", "SimulationConfig", "FaceCondition", "FACE_NAMES", "FACE_TYPES",
-    "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "BACKENDS",
+    "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "BACKENDS", "HALO_TRANSPORTS", "STREAMING",
+    "population_copies",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,12 @@ FLUID_MODELS = ("incompressible", "quasi-compressible")
 PRECISIONS = ("float32", "float64")
 BACKENDS = ("auto", "numpy", "cupy")
 GPU_LAYOUTS = ("paper", "xyz")
+#: How a distributed run moves halos between ranks (solver/distributed/transport.py): NCCL
+#: device to device, MPI through host memory, or auto (NCCL where every rank has its own GPU).
+HALO_TRANSPORTS = ("auto", "nccl", "host")
+#: Population storage: two copies (pull, read one and write the other) or one copy updated in
+#: place (the AA pattern of the CuPy kernel; the NumPy reference keeps two copies either way).
+STREAMING = ("two-copy", "in-place")
 
 #: Above this lattice Mach number |u|/c_s compressibility errors dominate; the run is refused.
 MAX_MACH = 0.3
@@ -66,6 +73,13 @@ class FaceCondition:
     kind: str
     velocity: tuple[float, float, float] = (0.0, 0.0, 0.0)
     density: float | None = None
+
+
+def population_copies(streaming: str) -> int:
+    """Copies of the populations the GPU keeps for a ``streaming`` option (2 or 1)."""
+    if streaming not in STREAMING:
+        raise ConfigError(f"Unknown streaming {streaming!r}; use one of {STREAMING}.")
+    return 2 if streaming == "two-copy" else 1
 
 
 class _Tau(param.Number):
@@ -168,6 +182,10 @@ class SimulationConfig(param.Parameterized):
                                     "XYZ/YXZ/zigzagNE assignment, or XYZ for all directions.")
     tiles_per_block = param.Selector(objects=[1, 2, 4], default=2,
                                      doc="Tiles processed by one GPU thread block.")
+    streaming = param.Selector(objects=list(STREAMING), default="two-copy",
+                               doc="Population storage on the GPU: two copies, or one copy "
+                                   "updated in place (AA pattern: half the memory, same "
+                                   "results bit for bit). The NumPy backend keeps two copies.")
 
     @property
     def viscosity(self) -> float:

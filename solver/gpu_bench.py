@@ -6,7 +6,9 @@ block) are then timed on that allocation with CUDA events after warm-up. MFLUPS 
 nodes only; the bandwidth is ``MFLUPS * B`` with ``B = 2 q n_d`` bytes per node and step (paper
 eq. 10), given as a fraction of the theoretical peak (device attributes) and of the
 device-to-device copy bandwidth measured in the same process. Sphere packs run with the tiles
-per block that was fastest on the dense box of the same size.
+per block that was fastest on the dense box of the same size. ``GpuSuite.streaming`` adds
+in-place (AA pattern) runs: the same bytes per step on one copy of f instead of two, each
+option on its own allocation.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class GpuSuite:
     layouts: tuple[str, ...] = ("paper", "xyz")
     tiles_per_block: tuple[int, ...] = (1, 2, 4)
     kernels: tuple[str, ...] = tuple(KERNELS)
+    streaming: tuple[str, ...] = ("two-copy",)
     min_seconds: float = 0.03
     repeats: int = 3
 
@@ -67,10 +70,10 @@ def pack_cases(size: int, porosities, diameter: float, seed: int = 0) -> list[Be
                       porosity=p) for p in porosities]
 
 
-def _problem(case: BenchCase, precision: str) -> Problem:
+def _problem(case: BenchCase, precision: str, streaming: str = "two-copy") -> Problem:
     faces = {f"{ax}_{side}": case.faces for ax in "xyz" for side in ("min", "max")}
     config = SimulationConfig(lattice="D3Q19", precision=precision, collision="BGK",
-                              tile_offset=case.tile_offset, **faces)
+                              tile_offset=case.tile_offset, streaming=streaming, **faces)
     return Problem.from_config(case.solid, config)
 
 
@@ -91,7 +94,8 @@ def _row(case, problem, kernel, layout, tpb, steps, sec, info) -> dict:
         "case": case.label, "porosity": case.porosity, "nodes": int(case.solid.size),
         "fluid_nodes": problem.n_fluid, "n_tiles": problem.tiling.n_tiles,
         "eta_t": round(problem.tiling.eta_t, 4), "kernel": kernel,
-        "precision": problem.dtype.name, "layout": layout, "tiles_per_block": tpb,
+        "precision": problem.dtype.name, "streaming": problem.streaming, "layout": layout,
+        "tiles_per_block": tpb,
         "steps": steps, "seconds_per_step": sec, "mflups": round(mflups, 1),
         "bytes_per_node": bytes_node, "bandwidth_gbs": round(bandwidth / 1e9, 1),
         "fraction_peak": round(bandwidth / peak, 4) if peak else None,
@@ -99,8 +103,9 @@ def _row(case, problem, kernel, layout, tpb, steps, sec, info) -> dict:
     }
 
 
-def _measure_case(backend, case, precision, suite, info, tpbs_for, bar) -> list[dict]:
-    problem = _problem(case, precision)
+def _measure_case(backend, case, precision, streaming, suite, info, tpbs_for, bar
+                  ) -> list[dict]:
+    problem = _problem(case, precision, streaming)
     base = laid = backend.allocate(problem)
     rows = []
     try:
@@ -111,7 +116,7 @@ def _measure_case(backend, case, precision, suite, info, tpbs_for, bar) -> list[
                 state = backend.reconfigure(laid, collision=collision,
                                             incompressible=incompressible,
                                             rates=relaxation(collision, 0.8))
-                for tpb in tpbs_for(kernel, precision, layout):
+                for tpb in tpbs_for(kernel, precision, layout, streaming):
                     steps, sec = _time(backend, state, mode, tpb, suite)
                     rows.append(_row(case, problem, kernel, layout, tpb, steps, sec, info))
                     bar.update(1)
@@ -127,19 +132,23 @@ def run_gpu_suite(backend, suite: GpuSuite | None = None) -> dict:
     dense = dense_cases(suite.dense_sizes)
     packs = pack_cases(suite.pack_size, suite.porosities, suite.diameter) if suite.porosities \
         else []
-    per_case = len(suite.precisions) * len(suite.layouts) * len(suite.kernels)
+    per_case = (len(suite.precisions) * len(suite.streaming) * len(suite.layouts)
+                * len(suite.kernels))
     total = per_case * (len(dense) * len(suite.tiles_per_block) + len(packs))
     results: list[dict] = []
-    all_tpb = lambda kernel, precision, layout: suite.tiles_per_block  # noqa: E731
+    all_tpb = lambda *key: suite.tiles_per_block  # noqa: E731
+    options = [(p, s) for p in suite.precisions for s in suite.streaming]
     with tqdm(total=total, desc="GPU benchmark", unit="variant", mininterval=5.0) as bar:
         for case in dense:
-            for precision in suite.precisions:
-                results += _measure_case(backend, case, precision, suite, info, all_tpb, bar)
+            for precision, streaming in options:
+                results += _measure_case(backend, case, precision, streaming, suite, info,
+                                         all_tpb, bar)
         best = _best_tpb(results, f"cavity3D {suite.pack_size}^3")
-        tpb_for = lambda k, p, lay: (best.get((k, p, lay), suite.tiles_per_block[0]),)  # noqa: E731
+        tpb_for = lambda *key: (best.get(key, suite.tiles_per_block[0]),)  # noqa: E731
         for case in packs:
-            for precision in suite.precisions:
-                results += _measure_case(backend, case, precision, suite, info, tpb_for, bar)
+            for precision, streaming in options:
+                results += _measure_case(backend, case, precision, streaming, suite, info,
+                                         tpb_for, bar)
     meta = {"device": info["name"], "date": date.today().isoformat(), "commit": git_commit(),
             "host": platform.node(), "peak_bandwidth": info.get("peak_bandwidth"),
             "copy_bandwidth": info["copy_bandwidth"], "memory": info.get("memory"),
@@ -149,11 +158,11 @@ def run_gpu_suite(backend, suite: GpuSuite | None = None) -> dict:
 
 
 def _best_tpb(results: list[dict], case: str) -> dict:
-    """Fastest tiles per block per (kernel, precision, layout) on ``case``."""
+    """Fastest tiles per block per (kernel, precision, layout, streaming) on ``case``."""
     best: dict[tuple, tuple[float, int]] = {}
     for r in results:
         if r["case"] == case:
-            key = (r["kernel"], r["precision"], r["layout"])
+            key = (r["kernel"], r["precision"], r["layout"], r["streaming"])
             if r["mflups"] > best.get(key, (0.0, 0))[0]:
                 best[key] = (r["mflups"], r["tiles_per_block"])
     return {k: v[1] for k, v in best.items()}

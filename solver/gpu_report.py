@@ -3,7 +3,9 @@
 Targets checked (H100 goals of the project): D3Q19 BGK on the dense 256^3 cavity at >= 70 % of
 the copy bandwidth measured in the same run, in float32 and float64; on sphere packs, fluid
 MFLUPS >= eta_t x the dense MFLUPS of the same kernel variant on the box of the same size. The
-paper layout's effect is reported as its MFLUPS over the XYZ layout's.
+paper layout's effect is reported as its MFLUPS over the XYZ layout's. Targets and the Table 3 /
+Table 6 summaries use the two-copy rows when a suite also measured in-place streaming; the
+in-place rows get a table of their own against the two-copy ones.
 """
 
 from __future__ import annotations
@@ -24,9 +26,36 @@ def _best(rows, **match) -> dict | None:
     return max(hits, key=lambda r: r["mflups"]) if hits else None
 
 
+def _two_copy(rows) -> list[dict]:
+    """Rows of the two-copy runs (all rows when the suite measured only another option)."""
+    main = [r for r in rows if r.get("streaming", "two-copy") == "two-copy"]
+    return main or list(rows)
+
+
+def _streaming_table(rows) -> list[str]:
+    """In-place against two-copy MFLUPS per case, kernel and precision (best variant each)."""
+    if not any(r.get("streaming") == "in-place" for r in rows):
+        return []
+    lines = ["| case | kernel | precision | two-copy MFLUPS | of copy | in-place MFLUPS | of copy "
+             "| in-place / two-copy |", "| --- | --- | --- |" + " ---: |" * 5]
+    for case in sorted({r["case"] for r in rows}, key=_size):
+        for kernel in dict.fromkeys(r["kernel"] for r in rows):
+            for precision in ("float64", "float32"):
+                two = _best(rows, case=case, kernel=kernel, precision=precision,
+                            streaming="two-copy")
+                one = _best(rows, case=case, kernel=kernel, precision=precision,
+                            streaming="in-place")
+                if two and one and two["mflups"] > 0:
+                    lines.append(f"| {case} | {kernel} | {precision} | {two['mflups']:.0f} | "
+                                 f"{two['fraction_copy']:.3f} | {one['mflups']:.0f} | "
+                                 f"{one['fraction_copy']:.3f} | "
+                                 f"{one['mflups'] / two['mflups']:.3f} |")
+    return lines
+
+
 def targets(report: dict) -> list[dict]:
-    """Each target with its measured value and whether it is met."""
-    rows, out = report["results"], []
+    """Each target with its measured value and whether it is met (two-copy rows)."""
+    rows, out = _two_copy(report["results"]), []
     big = max((int(m.group(1)) for r in rows if (m := re.match(r"cavity3D (\d+)\^3", r["case"]))),
               default=None)
     for precision in ("float32", "float64"):
@@ -109,12 +138,13 @@ def _pack_table(rows, precision: str) -> list[str]:
 
 
 def _detail(rows) -> list[str]:
-    lines = ["| case | kernel | prec | layout | t/b | fluid nodes | eta_t | MFLUPS | B/node | "
-             "GB/s | of peak | of copy |", "| --- |" * 4 + " ---: |" * 8]
+    lines = ["| case | kernel | prec | streaming | layout | t/b | fluid nodes | eta_t | MFLUPS | "
+             "B/node | GB/s | of peak | of copy |", "| --- |" * 5 + " ---: |" * 8]
     for r in rows:
         peak = f"{r['fraction_peak']:.3f}" if r["fraction_peak"] is not None else "-"
         lines.append(
-            f"| {r['case']} | {r['kernel']} | {r['precision']} | {r['layout']} | "
+            f"| {r['case']} | {r['kernel']} | {r['precision']} | "
+            f"{r.get('streaming', 'two-copy')} | {r['layout']} | "
             f"{r['tiles_per_block']} | {r['fluid_nodes']} | {r['eta_t']:.3f} | "
             f"{r['mflups']:.0f} | {r['bytes_per_node']} | {r['bandwidth_gbs']:.0f} | {peak} | "
             f"{r['fraction_copy']:.3f} |")
@@ -157,7 +187,7 @@ def _target_lines(report) -> list[str]:
 
 def markdown(report: dict) -> str:
     """Full markdown report: targets, Table 3 / Table 6 style summaries, layout effect, all."""
-    rows = report["results"]
+    rows = _two_copy(report["results"])
     parts = _header(report["meta"]) + ["## Targets", ""] + _target_lines(report)
     parts += ["", "## Dense cavity3D (best layout and tiles per block)", ""] + _dense_table(rows)
     for precision in ("float64", "float32"):
@@ -167,18 +197,23 @@ def markdown(report: dict) -> str:
     parts += ["", f"## Sphere packs against eta_t x dense ({_TARGET_KERNEL})", ""]
     parts += _ratio_table(rows)
     parts += ["", "## Paper layout vs XYZ (best tiles per block)", ""] + _layout_effect(rows)
-    parts += ["", "## All measurements", ""] + _detail(rows)
+    streaming = _streaming_table(report["results"])
+    if streaming:
+        parts += ["", "## In-place streaming (AA pattern, one copy) vs two copies", ""]
+        parts += streaming
+    parts += ["", "## All measurements", ""] + _detail(report["results"])
     return "\n".join(parts) + "\n"
 
 
 def summary(report: dict) -> str:
     """Short table for the end of a run's output: targets and the largest dense case."""
-    rows = report["results"]
+    rows = _two_copy(report["results"])
     big = max((_size(r["case"]) for r in rows if r["porosity"] is None), default=0)
     dense = [line for line in _dense_table(rows) if f"{big}^3" in line]
     return "\n".join(_header(report["meta"])[2:5] + _dense_table(rows)[:2] + dense + [""]
                      + _pack_table(rows, "float64") + [""] + _pack_table(rows, "float32")
-                     + [""] + _target_lines(report))
+                     + [""] + _target_lines(report) + [""]
+                     + _streaming_table(report["results"]))
 
 
 def results_stem(device: str, day: str) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .boundaries import BoundaryTables, build_tables
 from .collision import Relaxation, equilibrium, relaxation
-from .config import ConfigError, FaceCondition, SimulationConfig
+from .config import ConfigError, FaceCondition, SimulationConfig, population_copies
 from .lattice import Lattice, get_lattice
 from .mrt import MRTRates, mrt_rates
 from .node_types import NodeType
@@ -49,6 +49,8 @@ class Problem:
     #: Tiles this process steps, bool (n_tiles,); None = all. The others are read-only halo
     #: tiles of a distributed run (:mod:`solver.distributed`).
     owned: np.ndarray | None = field(default=None, repr=False)
+    #: Population storage on the GPU (``SimulationConfig.streaming``): 'two-copy' or 'in-place'.
+    streaming: str = "two-copy"
 
     @classmethod
     def from_config(cls, solid: np.ndarray, config: SimulationConfig,
@@ -89,6 +91,7 @@ class Problem:
             objects=objects,
             labels=None if labels is None else np.asarray(labels),
             viscosity=config.viscosity,
+            streaming=config.streaming,
         )
 
     @property
@@ -131,6 +134,11 @@ class Problem:
         u = np.zeros((self.lattice.d, n))
         feq = equilibrium(rho, u, self.lattice, self.incompressible)
         return feq.reshape(self.lattice.q, self.tiling.n_tiles, -1).transpose(1, 0, 2).copy()
+
+    @property
+    def population_copies(self) -> int:
+        """Copies of the populations the GPU state holds: 2 (two-copy) or 1 (in-place)."""
+        return population_copies(self.streaming)
 
     def bytes_per_fluid_node_step(self) -> int:
         """Minimum bytes moved per fluid node and step, 2 q n_d (paper eq. 10)."""

@@ -71,9 +71,11 @@ def memory_required(sim: Simulation) -> int:
     """Bytes the run allocates: tiled state, plus the pull table on the NumPy backend."""
     required = sim.memory_bytes()
     if sim.backend.name == "numpy":  # the only backend that keeps per-link index tables
-        t = sim.tiling
-        required += pull_table_bytes(t.n_fluid, sim.problem.lattice.q, t.n_tiles,
-                                     t.nodes_per_tile)
+        t, p = sim.tiling, sim.problem
+        required += pull_table_bytes(t.n_fluid, p.lattice.q, t.n_tiles, t.nodes_per_tile)
+        # ... and it keeps two copies of f even when the GPU would update one in place.
+        required += (2 - p.population_copies) * t.n_tiles * t.nodes_per_tile * p.lattice.q \
+            * p.dtype.itemsize
     return required
 
 

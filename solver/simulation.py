@@ -80,8 +80,9 @@ class Simulation:
         return self.metrics.steps
 
     def memory_bytes(self) -> int:
-        """Memory the state needs on the device, bytes."""
-        return self.tiling.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize)
+        """Memory the state needs on the device, bytes (one or two population copies)."""
+        return self.tiling.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize,
+                                        self.problem.population_copies)
 
     def allocate(self) -> None:
         """Allocate and initialise the backend state (equilibrium at rest)."""

@@ -4,6 +4,8 @@ A backend is chosen once (:func:`solver.backends.get_backend`) and owns the arra
 device and the storage precision; nothing outside ``solver/backends`` asks which one it is. The
 state it allocates holds two copies of the populations in the layout
 ``f[copy][tile][i][node_in_tile]``; ``state.current`` says which copy holds the latest values.
+The CuPy backend can instead keep one copy updated in place (``Problem.streaming``, see
+:mod:`solver.backends.gpu_streaming`); its readers return the same populations either way.
 """
 
 from __future__ import annotations

@@ -2,10 +2,13 @@
 
 The only module that imports CuPy. Kernels come from :mod:`solver.backends.gpu_kernels` as
 CUDA C++ text, are compiled by NVRTC through ``cupy.RawModule`` once per variant (and cached on
-disk by CuPy), and run on two device copies ``f[copy][tile][i][slot]`` whose in-tile slots follow
-the configured layout; :meth:`CupyBackend.populations` returns them in XYZ order like every
-backend. Step times are CUDA-event times. :meth:`CupyBackend.probe` runs the paper's
-read/write-only and propagation-only kernels (section 4.1) on the same state for the benchmark.
+disk by CuPy), and run on device copies ``f[copy][tile][i][slot]`` whose in-tile slots follow
+the configured layout: two copies, or one updated in place by the AA pattern
+(``SimulationConfig.streaming``, :mod:`solver.backends.gpu_streaming`; ``state.current`` is
+then the phase and readers decode phase 1 in place first). :meth:`CupyBackend.populations`
+returns them in XYZ order like every backend. Step times are CUDA-event times.
+:meth:`CupyBackend.probe` runs the paper's read/write-only and propagation-only kernels
+(section 4.1) on the same state for the benchmark.
 Everything the NumPy reference does runs here: BGK, TRT and MRT (D2Q9, D3Q19, D3Q13) with Guo
 forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving walls and
 objects (``kernels/PHYSICS_FOR_GPU.md``).
@@ -24,7 +27,8 @@ from ..collision import equilibrium
 from ..problem import Problem
 from .base import DeviceInfo
 from .gpu_boundary import boundary_values
-from .gpu_kernels import KernelVariant, kernel_source
+from .gpu_kernels import KernelVariant, kernel_source, real_args
+from .gpu_streaming import next_phase
 from .gpu_tables import (
     check_tile_shape,
     device_tables,
@@ -41,7 +45,8 @@ log = logging.getLogger(__name__)
 #: cudaDeviceAttr values (CUDA 13 dropped the matching cudaDeviceProp fields).
 _ATTR_MEMORY_CLOCK_KHZ, _ATTR_BUS_WIDTH_BITS = 36, 37
 _NVRTC_OPTIONS = ("-std=c++17",)
-#: Launches per captured CUDA graph (even, so the two copies end where they began).
+#: Launches per captured CUDA graph (even, so the copies or the in-place phase end where they
+#: began).
 GRAPH_STEPS = 16
 
 
@@ -97,7 +102,11 @@ def copy_bandwidth(device: int = 0, nbytes: int = 1 << 30, repeats: int = 10) ->
 
 @dataclass
 class CupyState:
-    """Device arrays of one run; ``current`` is the copy holding the latest populations."""
+    """Device arrays of one run.
+
+    ``f`` holds two copies, and ``current`` is the one with the latest populations; or one
+    copy updated in place, and ``current`` is its phase (0 natural layout, 1 streamed).
+    """
 
     problem: Problem
     f: cp.ndarray = field(repr=False)
@@ -112,10 +121,17 @@ class CupyState:
     graphs: dict = field(default_factory=dict, repr=False)
     identity_slots: bool | None = None
 
+    @property
+    def in_place(self) -> bool:
+        """Whether one copy is updated in place (AA pattern)."""
+        return self.f.shape[0] == 1
+
     def copies(self) -> tuple[cp.ndarray, cp.ndarray]:
-        """(source, destination) copies of the next step."""
-        if not self.views:  # two fixed views: slicing on every launch costs host time
-            self.views = (self.f[0], self.f[1])
+        """(source, destination) copies of the next step (the same array in place)."""
+        if not self.views:  # fixed views: slicing on every launch costs host time
+            self.views = (self.f[0], self.f[0]) if self.in_place else (self.f[0], self.f[1])
+        if self.in_place:
+            return self.views
         return self.views[self.current], self.views[1 - self.current]
 
 
@@ -129,7 +145,7 @@ class CupyBackend:
         self._use_graphs = True
 
     def allocate(self, problem: Problem) -> CupyState:
-        """Upload the tiling tables and set both copies to the rest equilibrium."""
+        """Upload the tiling tables and set the copies (one or two) to the rest equilibrium."""
         if problem.owned is not None and not np.all(problem.owned):
             raise ValueError("step() advances every tile; a rank-local problem (owned tiles of "
                              "a distributed run) is allocated by phase_stepper(), which steps "
@@ -142,6 +158,10 @@ class CupyBackend:
         the first ``n_boundary_tiles`` of them read by other ranks."""
         from .gpu_phases import CupyPhases
 
+        if problem.streaming != "two-copy":
+            raise ValueError("A distributed run keeps two copies of f: its halo exchange reads "
+                             "one copy while the step writes the other. Use "
+                             "streaming='two-copy' with MPI.")
         n = problem.tiling.n_tiles
         owned = np.arange(n) < n_owned_tiles
         if not 0 <= n_boundary_tiles <= n_owned_tiles <= n or (
@@ -160,7 +180,8 @@ class CupyBackend:
         # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
         feq = equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)), lat,
                           problem.incompressible)[:, 0].astype(problem.dtype)
-        f = cp.empty((2, tiling.n_tiles, lat.q, tiling.nodes_per_tile), dtype=problem.dtype)
+        f = cp.empty((problem.population_copies, tiling.n_tiles, lat.q, tiling.nodes_per_tile),
+                     dtype=problem.dtype)
         f[...] = cp.asarray(feq)[None, None, :, None]
         slots = cp.asarray(slot_table(lat.name, problem.layout, tiling.a))
         return CupyState(problem=problem, f=f, tables=tables, slots=slots,
@@ -170,15 +191,17 @@ class CupyBackend:
     def _entry(self, state: CupyState, mode: str, tiles_per_block: int,
                tiles: tuple[int, int] | None = None) -> tuple:
         """Kernel, grid, block, trailing arguments and shared bytes of a launch over the tile
-        range ``tiles`` (default all), resolved once per range."""
-        key = (mode, tiles_per_block, tiles)
+        range ``tiles`` (default all), resolved once per range (and in place per phase)."""
+        phase = state.current if state.in_place else 0  # in place: the kernel follows the phase
+        key = (mode, tiles_per_block, tiles, phase)
         if key not in state.launches:  # launches must stay cheap on the host
-            kernel = compile_kernel(KernelVariant.for_problem(state.problem, mode))
+            variant = KernelVariant.for_problem(state.problem, mode, phase)
+            kernel = compile_kernel(variant)
             first, end = tiles if tiles is not None else (0, state.problem.tiling.n_tiles)
             blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode,
                                                  end - first)
             ints = state.int_args if tiles is None else geometry_args(state.problem, tiles)
-            tail = (*state.tables.values(), *ints, *state.real_args)
+            tail = (*state.tables.values(), *ints, *real_args(variant, state.real_args))
             state.launches[key] = (kernel, (blocks,), (threads,), tail, smem)
         return state.launches[key]
 
@@ -193,7 +216,7 @@ class CupyBackend:
     def _launch(self, state: CupyState, mode: str, tiles_per_block: int) -> None:
         kernel, grid, block, tail, smem = self._entry(state, mode, tiles_per_block)
         kernel(grid, block, (*state.copies(), *tail), shared_mem=smem)
-        state.current = 1 - state.current
+        state.current = next_phase(state.problem.streaming, mode, state.current)
 
     def _graph(self, state: CupyState, mode: str, tiles_per_block: int):
         """A captured CUDA graph of GRAPH_STEPS launches from the current copy, or None.
@@ -205,7 +228,9 @@ class CupyBackend:
             return None
         key = (mode, tiles_per_block, state.current)
         if key not in state.graphs:
-            self._entry(state, mode, tiles_per_block)  # compile and load outside the capture
+            for _ in range(2):  # compile and load both phases' kernels outside the capture
+                self._entry(state, mode, tiles_per_block)
+                state.current = next_phase(state.problem.streaming, mode, state.current)
             state.copies()
             current = state.current
             try:
@@ -268,7 +293,8 @@ class CupyBackend:
         using only the new one. The benchmark times every kernel variant on one allocation
         this way.
         """
-        fixed = {"tiling", "dtype", "lattice", "faces", "objects", "labels", "periodic"}
+        fixed = {"tiling", "dtype", "lattice", "faces", "objects", "labels", "periodic",
+                 "streaming"}
         if fixed & changes.keys():
             raise ValueError(f"reconfigure() keeps {', '.join(sorted(fixed))}; allocate anew.")
         problem = replace(state.problem, **changes)
@@ -278,6 +304,7 @@ class CupyBackend:
                 cached, rho_wall=1.0 if problem.incompressible else problem.rho0)
         check_tile_shape(problem.lattice.name, problem.tiling.a, problem.tiles_per_block)
         kernel_source(KernelVariant.for_problem(problem))  # refuses what the kernel lacks
+        self._natural(state)  # in place: decode with the old kernels before anything changes
         slots = cp.asarray(slot_table(problem.lattice.name, problem.layout, problem.tiling.a))
         tables = dict(state.tables)
         if tables["bc"].size > 1:
@@ -286,9 +313,25 @@ class CupyBackend:
                       real_args=physics_args(problem), identity_slots=None, tables=tables)
         if not bool((slots == state.slots).all()):
             q = cp.arange(problem.lattice.q)[:, None]
-            for c in (0, 1):
+            for c in range(state.f.shape[0]):
                 new.f[c][:, q, slots] = state.f[c][:, q, state.slots]
         return new
+
+    def _natural(self, state: CupyState) -> cp.ndarray:
+        """The copy holding the latest populations in the natural (two-copy) layout.
+
+        In place in phase 1 the one copy is first decoded where it lies (one 'swap' launch,
+        the same bytes as a step); the state is then in phase 0, whose next step gives the
+        same populations bit for bit, so reading never changes the run.
+        """
+        if not state.in_place:
+            return state.f[state.current]
+        if state.current == 1:
+            cp.cuda.get_current_stream().synchronize()
+            with state.stream:  # after the steps queued there, before the reader's copy
+                self._launch(state, "swap", state.problem.tiles_per_block)
+            state.stream.synchronize()
+        return state.f[0]
 
     def populations(self, state: CupyState) -> np.ndarray:
         """Latest populations, host float64 (n_tiles, q, a**d) in XYZ in-tile order."""
@@ -296,7 +339,7 @@ class CupyBackend:
 
     def device_populations(self, state: CupyState) -> cp.ndarray:
         """Latest populations on the device in XYZ in-tile order (a view for the XYZ layout)."""
-        current = state.f[state.current]
+        current = self._natural(state)
         if state.identity_slots is None:
             state.identity_slots = bool((state.slots == cp.arange(state.slots.shape[1])).all())
         if state.identity_slots:
@@ -311,6 +354,8 @@ class CupyBackend:
     def set_populations(self, state: CupyState, f: np.ndarray) -> None:
         """Overwrite the latest populations from a host array in XYZ in-tile order."""
         q = cp.arange(state.problem.lattice.q)[:, None]
+        if state.in_place:
+            state.current = 0  # the values arrive in the natural layout
         state.f[state.current][:, q, state.slots] = cp.asarray(f, dtype=state.problem.dtype)
 
     def device_info(self) -> DeviceInfo:
@@ -326,9 +371,35 @@ class CupyBackend:
         return DeviceInfo(name=_device_name(), memory=int(total), memory_used=int(total - free),
                           peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
 
+    def nccl_status(self) -> tuple[bool, str]:
+        """Whether CuPy's NCCL binding is usable (device-to-device halos), and its version or
+        what is missing."""
+        try:
+            from cupy.cuda import nccl
+        except Exception as exc:  # a broken binding fails with several error types
+            return False, f"cupy.cuda.nccl does not import ({exc.__class__.__name__}: {exc})"
+        if not getattr(nccl, "available", False):
+            return False, ("CuPy found no NCCL library; install the NCCL package of the CUDA "
+                           "version (e.g. nvidia-nccl-cu13) or use transport='host'")
+        from .gpu_nccl import nccl_version
+
+        return True, f"NCCL {nccl_version(nccl.get_version())}"
+
+    def nccl_link(self, comm):
+        """An NCCL communicator over the MPI communicator ``comm`` on the current device
+        (:class:`~solver.backends.gpu_nccl.NcclLink`; collective over ``comm``)."""
+        from cupy.cuda import nccl
+
+        from .gpu_nccl import NcclLink
+
+        return NcclLink(nccl, comm)
+
+    def gpu_id(self) -> str:
+        """PCI bus id of the current device: which physical GPU this process computes on."""
+        return str(cp.cuda.Device().pci_bus_id)
+
     def free_memory(self) -> int:
-        """Device memory a new allocation can use, bytes: free on the device plus the blocks
-        CuPy's memory pool holds but does not use."""
+        """Device memory a new allocation can use, bytes: free on the device plus CuPy's pool."""
         return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
 
     def release(self, state: CupyState) -> None:

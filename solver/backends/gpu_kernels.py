@@ -1,9 +1,11 @@
 """CUDA source of the tiled stream-collide kernels, one variant at a time (no CuPy needed).
 
 A :class:`KernelVariant` names everything fixed at compile time: lattice, precision, collision
-(BGK/TRT/MRT), fluid model, in-tile layout, kernel mode (full step or one of the paper's section
-4.1 probes), tile edge and the boundary code in it (none, Zou-He faces, or Zou-He faces and
-Ladd's moving walls).
+(BGK/TRT/MRT), fluid model, in-tile layout, kernel mode (full step, one of the paper's section
+4.1 probes, or the in-place decoding 'swap'), tile edge, the boundary code in it (none, Zou-He
+faces, or Zou-He faces and Ladd's moving walls) and how it addresses the populations (two
+copies, or one of the two alternating in-place AA kernels of
+:mod:`solver.backends.gpu_streaming`).
 :func:`kernel_source` fills ``kernels/tiled_lbm.cu`` with straight-line code for that variant's
 velocity set: the pull of every direction, the boundary code of
 :mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
@@ -33,13 +35,23 @@ from ..moments import MRT_LATTICES
 from ..problem import Problem
 from .gpu_boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .gpu_mrt import mrt_collide_code, mrt_param_names
+from .gpu_streaming import (
+    KERNEL_STREAMING,
+    deferred_stores,
+    kernel_streaming,
+    load_code,
+    needs_halo,
+    pointer_qualifier,
+    store_code,
+    swap_code,
+)
 from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
 
 __all__ = ["KernelVariant", "MODES", "COLLISIONS", "kernel_source", "all_variants",
-           "collision_param_names"]
+           "collision_param_names", "real_args"]
 
-#: Kernel modes: the full step and the paper's probes (section 4.1).
-MODES = {"full": 0, "propagate": 1, "readwrite": 2}
+#: Kernel modes: the full step, the paper's probes (section 4.1) and the in-place decoding.
+MODES = {"full": 0, "propagate": 1, "readwrite": 2, "swap": 3}
 #: Collision operators the kernel implements.
 COLLISIONS = ("BGK", "TRT", "MRT")
 #: BGK/TRT constants (see gpu_tables.physics_args): per weight class k = |c|^2, wp w_k,
@@ -61,20 +73,25 @@ class KernelVariant:
     mode: str = "full"
     tile_edge: int = 4
     boundary: str = "none"
+    streaming: str = "pull"
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge))
         if v.mode != "full":  # the probes neither collide nor apply boundary conditions
             v = replace(v, collision="BGK", incompressible=True, boundary="none")
+        if v.mode == "swap" or (v.mode == "readwrite" and v.streaming != "pull"):
+            v = replace(v, streaming="aa_local")  # in place, same node: one kernel each
         return v
 
     @classmethod
-    def for_problem(cls, problem: Problem, mode: str = "full") -> KernelVariant:
-        """The variant that steps ``problem`` in ``mode`` (canonical)."""
+    def for_problem(cls, problem: Problem, mode: str = "full", phase: int = 0
+                    ) -> KernelVariant:
+        """The variant that steps ``problem`` in ``mode`` from ``phase`` (canonical)."""
         return cls(problem.lattice.name, problem.dtype.name, problem.collision,
                    problem.incompressible, problem.layout, mode, problem.tiling.a,
-                   boundary_kind(problem) if mode == "full" else "none").canonical()
+                   boundary_kind(problem) if mode == "full" else "none",
+                   kernel_streaming(problem.streaming, phase)).canonical()
 
     @property
     def name(self) -> str:
@@ -83,8 +100,9 @@ class KernelVariant:
         fluid = "inc" if v.incompressible else "qc"
         prec = "f64" if v.precision == "float64" else "f32"
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
+        access = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal"}[v.streaming]
         return (f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}"
-                f"_a{v.tile_edge}{bc}")
+                f"_a{v.tile_edge}{bc}{access}")
 
 
 def _lit(x: float, real: str) -> str:
@@ -109,18 +127,13 @@ def _gather(v: KernelVariant, real: str) -> str:
     he = a + 2
     lines = []
     for i, c in enumerate(lat.c.tolist()):
-        opp = int(lat.opposite[i])
         if not any(c):
             lines.append(f"    const real g{i} = fin[base + {i} * NPT + slot_{kinds[i]}(n)];")
             continue
-        shift = sum(ci * he**ax for ax, ci in enumerate(c))
         lines += [
             f"    real g{i};",
             "    {",
-            f"        const int s = s_src[centre - ({shift})];",
-            f"        const size_t at = s >= 0 ? ((size_t)((unsigned)s / NPT) * Q + {i}) * NPT"
-            f" + slot_{kinds[i]}((int)((unsigned)s % NPT))",
-            f"                                 : base + {opp} * NPT + slot_{kinds[opp]}(n);",
+            *load_code(v.streaming, lat, kinds, i, he),
             "        g" + f"{i} = fin[at];",
             "    }",
         ]
@@ -130,20 +143,30 @@ def _gather(v: KernelVariant, real: str) -> str:
     return "\n".join(lines)
 
 
-def _store(i: int, value: str, kind: str) -> str:
-    return f"    fout[base + {i} * NPT + slot_{kind}(n)] = {value};"
+def _storer(v: KernelVariant):
+    """``store(i, value)``: the statement storing ``value`` as f*_i of the thread's node."""
+    kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
+    return lambda i, value: store_code(v.streaming, kinds, i, value)
 
 
 def _collide(v: KernelVariant, real: str) -> str:
     lat = get_lattice(v.lattice)
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
+    if v.mode == "swap":
+        return swap_code(lat, kinds, v.tile_edge + 2)
+    before, after = deferred_stores(v.streaming, lat, kinds, v.tile_edge + 2)
+    return "\n".join(part for part in (before, _arithmetic(v, real), after) if part)
+
+
+def _arithmetic(v: KernelVariant, real: str) -> str:
+    lat = get_lattice(v.lattice)
     g = [f"g{i}" for i in range(lat.q)]
+    store = _storer(v)
     if v.mode == "propagate":
-        return "\n".join(_store(i, g[i], kinds[i]) for i in range(lat.q))
+        return "\n".join(store(i, g[i]) for i in range(lat.q))
     lit = lambda x: _lit(x, real)  # noqa: E731
     if v.collision == "MRT":
-        return mrt_collide_code(v.lattice, v.incompressible, lit,
-                                lambda i, value: _store(i, value, kinds[i]))
+        return mrt_collide_code(v.lattice, v.incompressible, lit, store)
     axes = "xyz"[: lat.d]
     force = [f"f{ax}" for ax in axes]
     out = [f"    const real rho = {' + '.join(g)};"]
@@ -168,7 +191,7 @@ def _collide(v: KernelVariant, real: str) -> str:
         cf = _signed_sum(c, force)
         keep = f"{g[i]} * omp" + (f" - hm * {g[int(lat.opposite[i])]}" if trt else "")
         if not any(c):
-            out.append(_store(i, f"{keep} + r{rho_mul} * wpw0", kinds[i]))
+            out.append(store(i, f"{keep} + r{rho_mul} * wpw0"))
             continue
         out += [
             "    {",
@@ -177,7 +200,7 @@ def _collide(v: KernelVariant, real: str) -> str:
             f"        real t = ({lit(4.5)} * cu * cu + r){rho_mul} * wpw{k};",
             f"        t += cu * (bfw{k} * cF) + cfw{k} * cF;",
             f"        t += cu * wmw{k}{rho_mul};",
-            "    " + _store(i, f"{keep} + t", kinds[i]),
+            "    " + store(i, f"{keep} + t"),
             "    }",
         ]
     return "\n".join(out)
@@ -204,6 +227,19 @@ def collision_param_names(v: KernelVariant) -> list[str]:
     return mrt_param_names(v.lattice) if v.collision == "MRT" else list(_TRT_PARAMS)
 
 
+def real_args(variant: KernelVariant, physics: list) -> list:
+    """Floating kernel arguments of ``variant``, in its signature's count.
+
+    ``physics`` (:func:`~solver.backends.gpu_tables.physics_args`) for a full step; zeros for
+    the probes and the in-place decoding, which read none but are compiled as BGK: another
+    collision's constants would pass the wrong number of arguments (D2Q9 MRT has fewer).
+    """
+    v = variant.canonical()
+    if v.mode == "full":
+        return list(physics)
+    return [type(physics[0])(0)] * (3 + len(collision_param_names(v)))
+
+
 @cache
 def kernel_source(variant: KernelVariant) -> str:
     """Complete CUDA C++ source of one variant; its kernel is ``extern "C"`` ``variant.name``."""
@@ -216,6 +252,9 @@ def kernel_source(variant: KernelVariant) -> str:
         raise ValueError(f"Unknown collision {v.collision!r}; use one of {COLLISIONS}.")
     if v.boundary not in BOUNDARY_KINDS:
         raise ValueError(f"Unknown boundary code {v.boundary!r}; use one of {BOUNDARY_KINDS}.")
+    if v.streaming not in KERNEL_STREAMING:
+        raise ValueError(f"Unknown kernel streaming {v.streaming!r}; use one of "
+                         f"{KERNEL_STREAMING}.")
     if v.collision == "MRT" and v.lattice not in MRT_LATTICES:
         raise ValueError(f"MRT is implemented for {', '.join(MRT_LATTICES)}, not {v.lattice}.")
     lat = get_lattice(v.lattice)
@@ -224,6 +263,7 @@ def kernel_source(variant: KernelVariant) -> str:
     a, d = v.tile_edge, lat.d
     params = ",\n".join(f"    const real {p}" for p in collision_param_names(v))
     full = v.mode == "full"
+    computes = v.mode not in ("readwrite", "swap")
     return _template().substitute(
         namespace=v.name, kernel=v.name, real=real, d=d, q=lat.q, a=a, npt=a**d,
         halo_nodes=(a + 2) ** d, neighbours=3**d, mode=MODES[v.mode],
@@ -232,25 +272,32 @@ def kernel_source(variant: KernelVariant) -> str:
         # ptxas trade registers for occupancy and spill, which costs more than it gains here.
         launch_bounds=f"__launch_bounds__({min(1024, 4 * a**d)}) " if a**d > 64 else "",
         readwrite=_readwrite(v) if v.mode == "readwrite" else "",
-        gather=_gather(v, real) if v.mode != "readwrite" else "",
+        gather=_gather(v, real) if computes else "",
         collide=_collide(v, real) if v.mode != "readwrite" else "",
+        restrict=pointer_qualifier(v.streaming),
+        halo="true" if needs_halo(v.streaming, v.mode, v.boundary) else "false",
         collision_params=params,
         zou_he=zou_he_code(v.lattice, v.incompressible, lambda x: _lit(x, real))
         if full and v.boundary != "none" else "",
     )
 
 
-def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None) -> list[KernelVariant]:
-    """Every distinct kernel variant (canonical) for the given tile edges per lattice."""
+def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,
+                 streaming: tuple[str, ...] = ("pull",)) -> list[KernelVariant]:
+    """Every distinct kernel variant (canonical) for the given tile edges per lattice.
+
+    ``streaming``: the kernel address patterns to include (:data:`KERNEL_STREAMING`); the
+    in-place decoding ('swap') is always included.
+    """
     edges = tile_edges or {"D2Q9": (8,), "D3Q19": (4,), "D3Q27": (4,), "D3Q13": (4,)}
     seen: dict[str, KernelVariant] = {}
     for lattice, a_values in edges.items():
         collisions = ("MRT",) if lattice == "D3Q13" else (
             ("BGK", "TRT", "MRT") if lattice in MRT_LATTICES else ("BGK", "TRT"))
-        for a, prec, coll, inc, layout, mode, bc in itertools.product(
+        for a, prec, coll, inc, layout, mode, bc, access in itertools.product(
             a_values, ("float32", "float64"), collisions, (True, False), LAYOUTS, MODES,
-            BOUNDARY_KINDS,
+            BOUNDARY_KINDS, streaming,
         ):
-            v = KernelVariant(lattice, prec, coll, inc, layout, mode, a, bc).canonical()
+            v = KernelVariant(lattice, prec, coll, inc, layout, mode, a, bc, access).canonical()
             seen.setdefault(v.name, v)
     return list(seen.values())

@@ -13,31 +13,38 @@ Design (issue 8; see also ``papers/multi-gpu-porous-media.txt``):
    two streams).
 4. :mod:`.exchange` — the per-step exchange behind ``post/start/progress/finish``:
    non-blocking ``Isend``/``Irecv`` of contiguous host buffers that the stepper packs (NumPy
-   arrays; page-locked staging buffers for the CuPy backend); NCCL would fit the same
-   interface.
+   arrays; page-locked staging buffers for the CuPy backend), or device buffers sent by NCCL
+   on the GPU's halo stream without a host wait; :mod:`.transport` chooses between them
+   (``auto`` | ``nccl`` | ``host``, collectively).
 5. :mod:`.rank` — :class:`RankSolver` composes one rank's ``Problem`` (``owned`` mask) with a
    backend, stepper and exchange; :func:`step_together` runs several ranks in one process.
 6. :mod:`.backend` / :mod:`.launch` — :class:`DistributedBackend` implements the Backend
    protocol: rank 0 runs an ordinary ``Simulation`` on it (fields, metrics and checkpoints
    gathered to rank 0 in the single-rank format) while the other ranks serve.
+7. :mod:`.replay` — with the NCCL transport nothing in a step waits on the host, so long runs
+   can replay a captured multi-step CUDA graph (both streams and the NCCL calls) instead of
+   launching every kernel from Python (opt-in: ``graphs=True``); :func:`~.replay.plan_steps`
+   keeps the step count and the copies right.
 
 Entry point until ``python -m solver run`` drives it: ``mpirun -n N python -m solver.distributed
 GEOMETRY.npy --steps 100 --backend numpy`` (see :mod:`solver.distributed.__main__`).
 """
 
 from .backend import DistributedBackend, DistributedState
-from .comm import bind_local_gpu, launched_size, mpi_available, world
+from .comm import bind_local_gpu, launched_size, mpi_available, rotated_gpus, visible_gpus, world
 from .decomposition import SlabDecomposition, decompose
-from .exchange import HaloBuffers, HaloExchange, LoopbackHub, MpiExchange
+from .exchange import HaloBuffers, HaloExchange, LoopbackHub, MpiExchange, NcclExchange
 from .halo import HaloPlan, RankLayout, build_rank, crossing_directions
 from .launch import launch
 from .rank import RankSolver, step_together
 from .stepper import NumpyPhases, RankStepper
+from .transport import TransportReport, check_transport, choose_transport
 
 __all__ = [
     "DistributedBackend", "DistributedState", "bind_local_gpu", "launched_size", "mpi_available",
-    "world",
+    "world", "visible_gpus", "rotated_gpus",
     "SlabDecomposition", "decompose", "HaloBuffers", "HaloExchange", "LoopbackHub", "MpiExchange",
+    "NcclExchange", "TransportReport", "check_transport", "choose_transport",
     "HaloPlan",
     "RankLayout", "build_rank", "crossing_directions", "launch", "RankSolver", "step_together",
     "NumpyPhases", "RankStepper",

@@ -8,10 +8,15 @@ rank 0 broadcasts a small command and then takes part in the same collective wor
 others:
 
 - ``allocate(problem)``: the global problem is broadcast; every rank decomposes it the same way
-  (:func:`~solver.distributed.decomposition.decompose`) and builds its
+  (:func:`~solver.distributed.decomposition.decompose`), the ranks agree on the halo transport
+  (:mod:`~solver.distributed.transport`; the NCCL communicator is built once, at the first
+  allocation that uses it) and every rank builds its
   :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``).
-- ``step(state, n)``: ``n`` overlapped steps on every rank; the time is rank 0's wall time up
-  to a closing barrier, so MFLUPS count the global fluid nodes over the slowest rank.
+- ``step(state, n)``: ``n`` overlapped steps on every rank (with the NCCL transport and
+  ``graphs=True``, or after :meth:`DistributedBackend.use_graphs`, mostly as replays of
+  captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
+  ``benchmarks/README.md``); the time is rank 0's wall time up to a closing barrier, so MFLUPS
+  count the global fluid nodes over the slowest rank.
 - ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
   (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
   halos. ``device_populations`` is the same gather (``xp`` is NumPy on rank 0), so
@@ -39,8 +44,14 @@ from ..backends import Backend, DeviceInfo, get_backend
 from ..problem import Problem
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
-from .exchange import MpiExchange
 from .rank import RankSolver
+from .transport import (
+    TransportReport,
+    check_transport,
+    choose_transport,
+    exchange_factory,
+    local_report,
+)
 
 __all__ = ["DistributedBackend", "DistributedState"]
 
@@ -71,16 +82,27 @@ class DistributedState:
     solver: RankSolver = field(repr=False)
     order: np.ndarray = field(repr=False)
     counts: np.ndarray = field(repr=False)
+    #: Populations each rank sends per step (its halo plan), in rank order.
+    halo_values: list[int] = field(default_factory=list)
 
 
 class DistributedBackend:
-    """A backend that runs ``inner`` on every rank of ``comm`` (see the module docstring)."""
+    """A backend that runs ``inner`` on every rank of ``comm`` (see the module docstring);
+    halos travel by ``transport`` (one of solver.config.HALO_TRANSPORTS); ``graphs``: replay
+    captured multi-step CUDA graphs where the transport allows it (solver.distributed.replay)."""
 
     def __init__(self, inner: str | Backend = "auto", comm: Any = None,
-                 axis: int | str = "longest") -> None:
+                 axis: int | str = "longest", transport: str = "auto",
+                 graphs: bool = False) -> None:
+        self.transport = check_transport(transport)
+        self.graphs = bool(graphs)
         self.comm = comm if comm is not None else world()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.axis = axis
+        #: The transport the last allocation chose ('nccl' or 'host'), and why.
+        self.transport_used: str | None = None
+        self.transport_reason = ""
+        self._link: Any = None  # NcclLink, built on first use
         if inner in ("auto", "cupy"):
             bind_local_gpu(self.comm)  # before CUDA starts in this process
         self.inner = get_backend(inner) if isinstance(inner, str) else inner
@@ -109,10 +131,11 @@ class DistributedBackend:
             raise RuntimeError("This DistributedBackend already holds a simulation; close it "
                                "(Simulation.close()) before allocating another.")
         # A fresh copy: a cached pull table of the global problem must not travel.
-        payload = (dataclasses.replace(problem), self.inner.name, self.axis)
+        payload = (dataclasses.replace(problem), self.inner.name, self.axis, self.transport,
+                   self.graphs)
         self._command("allocate", payload)
         return DistributedState(problem=problem, solver=self._solver, order=self._order,
-                                counts=self._counts)
+                                counts=self._counts, halo_values=self._halo_values)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
         """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s."""
@@ -145,6 +168,7 @@ class DistributedBackend:
         info = DeviceInfo(self.inner.device_info())
         info["name"] = f"{info.get('name')} x {self.size} MPI ranks"
         info["ranks"] = self.size
+        info["halo_transport"] = self.transport_used
         for key in ("peak_bandwidth", "copy_bandwidth"):
             if info.get(key):
                 info[key] = info[key] * self.size
@@ -154,12 +178,26 @@ class DistributedBackend:
         """Free every rank's state (the workers keep serving)."""
         self._command("release", None)
 
+    def use_graphs(self, enabled: bool) -> None:
+        """Replay captured multi-step CUDA graphs where the transport allows it, or launch
+        every step from Python (the default), on every rank, from now on."""
+        self._command("graphs", bool(enabled))
+
     def shutdown(self) -> None:
         """Release the serving ranks (rank 0 only; idempotent)."""
         if self.is_root and not self._stopped and self.size > 1:
             self._stopped = True
             self._broadcast(("stop", None))
         self._stopped = True
+        self._close_link()
+
+    def _close_link(self) -> None:
+        if self._link is not None:  # every rank, right after the stop command
+            if self._solver is not None:  # its graphs hold NCCL work: they go first
+                self._solver.release()
+                self._solver = None
+            self._link.close()
+            self._link = None
 
     def __enter__(self) -> DistributedBackend:
         return self
@@ -178,6 +216,7 @@ class DistributedBackend:
             while True:
                 command, payload = self._receive()
                 if command == "stop":
+                    self._close_link()
                     return
                 self._run(command, payload)
 
@@ -215,30 +254,73 @@ class DistributedBackend:
             log.exception("Rank %d failed during %r; aborting all ranks.", self.rank, command)
             self.comm.Abort(1)
 
-    def _allocate(self, problem: Problem, inner: str, axis: int | str) -> None:
-        error = None
+    def _allocate(self, problem: Problem, inner: str, axis: int | str, transport: str,
+                  graphs: bool) -> None:
+        self.graphs = graphs
+        error, report = None, TransportReport(False, "not asked")
         try:
             if self.inner.name != inner:
                 self.inner = get_backend(inner)
             decomposition = decompose(problem.tiling, self.size, axis, problem.force)
-            self._solver = RankSolver(problem, decomposition, self.rank, self.inner,
-                                      lambda plan, stepper: MpiExchange(self.comm, plan, stepper))
+            if transport != "host":
+                report = local_report(self.inner)
         except Exception as exc:  # reported to rank 0, which raises it for the user
             error = exc
-        errors = self.comm.allgather(None if error is None else f"rank {self.rank}: {error}")
-        if any(errors):
-            if self._solver is not None:
-                self._solver.release()
-            self._solver = None
-            if self.is_root:
-                if error is not None:
-                    raise error
-                raise RuntimeError("; ".join(e for e in errors if e))
+        gathered = self.comm.allgather((self._message(error), report))
+        if not self._check(error, [e for e, _ in gathered]) or \
+                not self._agree(transport, [r for _, r in gathered]):
             return
-        rows = self.comm.gather(self._solver.layout.global_tiles[: self._solver.n_owned])
+        factory = exchange_factory(self.transport_used, self.comm, self._link)
+        error = None
+        try:
+            self._solver = RankSolver(problem, decomposition, self.rank, self.inner, factory,
+                                      graphs=graphs)
+        except Exception as exc:
+            error = exc
+        if not self._check(error, self.comm.allgather(self._message(error))):
+            return
+        rows = self.comm.gather((self._solver.layout.global_tiles[: self._solver.n_owned],
+                                 self._solver.plan.values_sent()))
         if self.is_root:  # where each rank's owned rows go in the global tile order
-            self._counts = np.array([len(r) for r in rows], dtype=np.int64)
-            self._order = np.concatenate(rows)
+            self._counts = np.array([len(r) for r, _ in rows], dtype=np.int64)
+            self._order = np.concatenate([r for r, _ in rows])
+            self._halo_values = [v for _, v in rows]
+
+    def _message(self, error: Exception | None) -> str | None:
+        return None if error is None else f"rank {self.rank}: {error}"
+
+    def _check(self, error: Exception | None, errors: list[str | None]) -> bool:
+        """True if no rank failed; else free this rank's share and (rank 0) raise."""
+        if not any(errors):
+            return True
+        if self._solver is not None:
+            self._solver.release()
+        self._solver = None
+        if self.is_root:
+            if error is not None:
+                raise error
+            raise RuntimeError("; ".join(e for e in errors if e))
+        return False
+
+    def _agree(self, transport: str, reports: list[TransportReport]) -> bool:
+        """Choose the transport from all ranks' reports (the same answer on every rank) and
+        set it up; False (rank 0: raise) if the requested one cannot run."""
+        try:
+            self.transport_used, self.transport_reason = choose_transport(transport, reports)
+        except Exception:  # every rank computed the same refusal from the same reports
+            if self.is_root:
+                raise
+            return False
+        if self.is_root:
+            log.info("Halo transport: %s (%s)", self.transport_used, self.transport_reason)
+        if self.transport_used == "nccl" and self._link is None:
+            try:
+                self._link = self.inner.nccl_link(self.comm)  # collective over all ranks
+            except BaseException:
+                # The others are inside (or past) ncclCommInitRank and cannot be told.
+                log.exception("Rank %d: NCCL set-up failed; aborting all ranks.", self.rank)
+                self.comm.Abort(1)
+        return True
 
     def _step(self, n: int) -> None:
         self._solver.step(n)
@@ -267,6 +349,11 @@ class DistributedBackend:
                     MPI.DOUBLE]
         self.comm.Scatterv(send, block, root=0)
         solver.set_owned_populations(block)
+
+    def _graphs(self, enabled: bool) -> None:
+        self.graphs = enabled  # for later allocations too
+        if self._solver is not None and self._solver.graphs is not None:
+            self._solver.graphs.enabled = enabled
 
     def _release(self, _: Any) -> None:
         if self._solver is not None:

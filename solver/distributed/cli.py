@@ -31,4 +31,4 @@ def run_under_mpi(args: argparse.Namespace, run: Callable[[argparse.Namespace], 
     def on_root(backend) -> int:
         return run(argparse.Namespace(**{**vars(args), "backend": backend}))
 
-    return launch(on_root, inner=inner) or 0
+    return launch(on_root, inner=inner, transport=getattr(args, "transport", "auto")) or 0

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..config import ConfigError
 
-__all__ = ["mpi_available", "world", "launched_size", "local_rank", "bind_local_gpu"]
+__all__ = ["mpi_available", "world", "launched_size", "local_rank", "bind_local_gpu",
+           "visible_gpus", "rotated_gpus"]
 
 #: Environment variables in which MPI launchers announce the job size (MPICH/Hydra and PMIx,
 #: Open MPI, Slurm's srun).
@@ -21,6 +22,9 @@ _SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASK
 
 #: One entry per NVIDIA GPU the driver sees (Linux); read without initialising CUDA.
 _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+
+#: Set by bind_local_gpu to the GPU id it chose, so that a second call does not rotate again.
+_BOUND = "LBM_LOCAL_GPU"
 
 
 def mpi_available() -> tuple[bool, str]:
@@ -69,21 +73,41 @@ def local_rank(comm: Any) -> tuple[int, int]:
         node.Free()
 
 
-def bind_local_gpu(comm: Any) -> str | None:
-    """Give each rank of a node its own GPU through CUDA_VISIBLE_DEVICES; the chosen id.
+def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
+    """GPU ids this process may use: the entries of CUDA_VISIBLE_DEVICES, else one index per
+    NVIDIA GPU the driver lists; no CUDA initialisation."""
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    listed = sorted(_NVIDIA_GPUS.iterdir()) if _NVIDIA_GPUS.is_dir() else []
+    return [str(k) for k in range(len(listed))]
 
-    Must run before CUDA is initialised in this process (before the first CuPy call). Leaves
-    the environment alone with one rank per node or when no NVIDIA GPU is listed.
+
+def rotated_gpus(devices: list[str], index: int) -> list[str]:
+    """``devices`` starting at the GPU of local rank ``index`` (ranks beyond the GPU count
+    share them round-robin), the others following in order."""
+    k = index % len(devices)
+    return devices[k:] + devices[:k]
+
+
+def bind_local_gpu(comm: Any) -> str | None:
+    """Make this rank's own GPU CUDA device 0 by rotating CUDA_VISIBLE_DEVICES; the chosen id.
+
+    Every GPU of the node stays visible, so NCCL can map its peers' memory (CUDA IPC over
+    NVLink/PCIe needs the peer GPU visible; one GPU per process would force NCCL through host
+    memory), while code that uses the current device (device 0) runs on the rank's own GPU.
+    Must run before CUDA is initialised in this process (before the first CuPy call); binds
+    once per process (``LBM_LOCAL_GPU`` records the choice). Leaves the environment alone with
+    one rank per node or when at most one GPU is visible.
     """
     index, ranks = local_rank(comm)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        devices = [d for d in visible.split(",") if d.strip()]
-    else:
-        devices = sorted(p.name for p in _NVIDIA_GPUS.iterdir()) if _NVIDIA_GPUS.is_dir() else []
-        devices = [str(k) for k in range(len(devices))]
+    if os.environ.get(_BOUND):
+        return os.environ[_BOUND]
+    devices = visible_gpus()
     if ranks <= 1 or len(devices) <= 1:
         return None
-    chosen = devices[index % len(devices)]
-    os.environ["CUDA_VISIBLE_DEVICES"] = chosen
-    return chosen
+    order = rotated_gpus(devices, index)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(order)
+    os.environ[_BOUND] = order[0]
+    return order[0]

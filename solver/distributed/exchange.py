@@ -8,20 +8,22 @@ of ``f``). One message per peer and step; MPI keeps messages between two ranks i
 fixed tag suffices.
 
 :class:`HaloBuffers` does the packing for every transport, through the stepper
-(:class:`~solver.distributed.stepper.RankStepper`): all peers' values go into one host buffer
-each way (one gather and one scatter per step, whatever the number of peers), and each peer's
+(:class:`~solver.distributed.stepper.RankStepper`): all peers' values go into one buffer each
+way (one gather and one scatter per step, whatever the number of peers), and each peer's
 message is a contiguous slice of it. The stepper decides what the buffers are: plain NumPy
 arrays on the CPU; page-locked host memory filled by ``cudaMemcpyAsync`` on the communication
-stream for the CuPy backend (staging: the ``mpich`` wheel from PyPI is not CUDA-aware, so MPI
-must never see a device pointer).
+stream for the CuPy backend with the host transport (the image's Open MPI and the ``mpich``
+wheel from PyPI are not CUDA-aware, so MPI must never see a device pointer); device arrays
+with the NCCL transport.
 
-Implementations:
+Implementations (chosen by :mod:`solver.distributed.transport`):
 
-- :class:`MpiExchange` — non-blocking ``Isend``/``Irecv`` of the host buffers.
-- GPU alternatives that fit the same interface: device buffers handed to a CUDA-aware MPI, and
-  NCCL through CuPy within a node (``ncclGroupStart``/``send``/``recv``/``ncclGroupEnd`` on
-  the communication stream; no host round trip, ordering by stream events instead of
-  ``Waitall``; the NCCL unique id travels once over MPI).
+- :class:`MpiExchange` (``host``) — non-blocking ``Isend``/``Irecv`` of the host buffers.
+- :class:`NcclExchange` (``nccl``) — device buffers sent and received by NCCL
+  (:class:`~solver.backends.gpu_nccl.NcclLink`) on the stepper's halo stream: gather, grouped
+  ``send``/``recv`` and scatter are queued in stream order behind the boundary tiles, so no
+  call waits on the host and the interior launch runs meanwhile on the compute stream; whole
+  steps can therefore be captured in a CUDA graph and replayed (``capturable``).
 - :class:`LoopbackHub` — every rank in one process, for tests and debugging without MPI.
 """
 
@@ -34,7 +36,8 @@ import numpy as np
 from .halo import HaloPlan
 from .stepper import RankStepper
 
-__all__ = ["HaloExchange", "HaloBuffers", "MpiExchange", "LoopbackHub", "HALO_TAG"]
+__all__ = ["HaloExchange", "HaloBuffers", "MpiExchange", "NcclExchange", "LoopbackHub",
+           "HALO_TAG"]
 
 #: Message tag of halo messages.
 HALO_TAG = 17
@@ -42,6 +45,10 @@ HALO_TAG = 17
 
 class HaloExchange(Protocol):
     """One rank's side of the per-step halo exchange."""
+
+    #: Whether whole steps with this exchange can be captured in a CUDA graph (no host wait
+    #: or host-side transfer inside a step; see :mod:`solver.distributed.replay`).
+    capturable: bool
 
     def post(self) -> None:
         """Post the receives of the coming exchange."""
@@ -57,18 +64,21 @@ class HaloExchange(Protocol):
 
 
 class HaloBuffers:
-    """One rank's send and receive buffers: ``send[peer]`` / ``recv[peer]`` are contiguous host
-    slices of one buffer each way, in ascending peer order, element for element the plan's."""
+    """One rank's send and receive buffers: ``send[peer]`` / ``recv[peer]`` are contiguous
+    slices of one buffer each way, in ascending peer order, element for element the plan's;
+    host buffers, or device buffers with ``device=True`` (steppers with ``device_buffer``,
+    ``gather_on_device`` and ``scatter_on_device``)."""
 
-    def __init__(self, plan: HaloPlan, stepper: RankStepper) -> None:
-        self.stepper = stepper
+    def __init__(self, plan: HaloPlan, stepper: RankStepper, device: bool = False) -> None:
+        self.stepper, self.device = stepper, device
         self._send_index, self._send_buffer, self.send = self._side(plan.send)
         self._recv_index, self._recv_buffer, self.recv = self._side(plan.recv)
 
     def _side(self, per_peer: dict[int, np.ndarray]):
         peers = [p for p in sorted(per_peer) if per_peer[p].size]
         flat = np.concatenate([np.empty(0, np.int64)] + [per_peer[p] for p in peers])
-        buffer = self.stepper.host_buffer(flat.size)
+        allocate = self.stepper.device_buffer if self.device else self.stepper.host_buffer
+        buffer = allocate(flat.size)
         edges = np.cumsum([0] + [per_peer[p].size for p in peers])
         views = {p: buffer[lo:hi] for p, lo, hi in zip(peers, edges[:-1], edges[1:], strict=True)}
         index = self.stepper.device_index(flat) if flat.size else None
@@ -77,16 +87,20 @@ class HaloBuffers:
     def pack(self, f: Any) -> None:
         """Start gathering every peer's values from flat copy ``f`` (see ``synchronize``)."""
         if self._send_index is not None:
-            self.stepper.gather(f, self._send_index, self._send_buffer)
+            gather = self.stepper.gather_on_device if self.device else self.stepper.gather
+            gather(f, self._send_index, self._send_buffer)
 
     def unpack(self, f: Any) -> None:
         """Scatter every received value into the halo slots of flat copy ``f``."""
         if self._recv_index is not None:
-            self.stepper.scatter(f, self._recv_index, self._recv_buffer)
+            scatter = self.stepper.scatter_on_device if self.device else self.stepper.scatter
+            scatter(f, self._recv_index, self._recv_buffer)
 
 
 class MpiExchange:
     """Non-blocking point-to-point exchange of contiguous host buffers over an MPI communicator."""
+
+    capturable = False  # MPI moves host memory while the host waits inside the step
 
     def __init__(self, comm: Any, plan: HaloPlan, stepper: RankStepper) -> None:
         self.comm, self.stepper = comm, stepper
@@ -123,6 +137,32 @@ class MpiExchange:
         self._receives, self._sends = [], []
 
 
+class NcclExchange:
+    """Device-to-device exchange through NCCL, queued on the stepper's halo stream."""
+
+    capturable = True  # every call only enqueues device work (NCCL >= 2.9 can be captured)
+
+    def __init__(self, link: Any, plan: HaloPlan, stepper: RankStepper) -> None:
+        self.link, self.stepper = link, stepper
+        self.buffers = HaloBuffers(plan, stepper, device=True)
+
+    def post(self) -> None:
+        """Nothing to post: NCCL pairs each send with the peer's receive inside one group."""
+
+    def start(self, f: Any) -> None:
+        """Queue the gather into the send buffer and the grouped send/recv to every peer."""
+        self.buffers.pack(f)
+        if self.buffers.send or self.buffers.recv:
+            self.link.exchange(self.buffers.send, self.buffers.recv, self.stepper.halo_stream)
+
+    def progress(self) -> None:
+        """NCCL's kernels move the data; nothing to poll."""
+
+    def finish(self, f: Any) -> None:
+        """Queue the scatter of the received values into ``f`` behind the receives."""
+        self.buffers.unpack(f)
+
+
 class LoopbackHub:
     """In-process stand-in for MPI: ranks deposit packed buffers, peers collect them."""
 
@@ -135,6 +175,8 @@ class LoopbackHub:
 
 
 class _LoopbackExchange:
+    capturable = False
+
     def __init__(self, hub: LoopbackHub, rank: int, buffers: HaloBuffers) -> None:
         self.hub, self.rank, self.buffers = hub, rank, buffers
 

@@ -21,7 +21,9 @@ The exchange moves halo values through the stepper: ``device_index`` turns the p
 indices into the backend's (once), ``host_buffer`` allocates the host side of a message,
 ``gather`` packs values into it and ``scatter`` unpacks them, ``synchronize`` makes packed
 values visible to MPI and ``idle`` waits for all queued work (before the host reads the state
-or a clock).
+or a clock). Steppers of GPU backends also offer the NCCL transport's device side:
+``device_buffer`` (device message buffers), ``gather_on_device`` / ``scatter_on_device``
+(queued on ``halo_stream``, the stream NCCL sends and receives on).
 
 Other backends plug in by providing ``phase_stepper(problem, n_boundary_tiles, n_owned_tiles)``
 that allocates the rank-local problem and returns an object with this interface. The CuPy one
@@ -29,6 +31,11 @@ that allocates the rank-local problem and returns an object with this interface.
 on a high-priority communication stream and over ``[n_b, n_owned)`` on the compute stream,
 both from ``boundary()``, so the interior is queued on the GPU before the host waits for the
 packed halo or for MPI; ``interior()`` then only polls MPI.
+
+A stepper may also capture whole steps: ``capture_steps(run)`` returns a replayable graph of
+the work ``run`` enqueues (running nothing) and ``replay(graph)`` enqueues it; with an exchange
+that is ``capturable`` (NCCL), :class:`~solver.distributed.replay.StepGraphs` then runs long
+runs as replays. The CuPy stepper captures CUDA graphs; the NumPy one cannot.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The kernel source is compiled unchanged behind a small shim (``threadIdx``/``blockIdx`` per
 thread, ``__syncthreads`` and ``__syncwarp`` as std::barrier, the dynamic shared memory as one
-global array), and blocks run one after another. It is slow and only meant for small test
-geometries, but it checks the real kernel text -- indexing, periodic wrap, layouts, collision --
+global array), and blocks run one after another (in reverse order on request: in-place kernels
+must not depend on it). It is slow and only meant for small test geometries, but it checks the
+real kernel text -- indexing, periodic wrap, layouts, collision, the in-place AA pattern --
 against the NumPy reference on machines without a GPU.
 """
 
@@ -19,7 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.gpu_kernels import KernelVariant, collision_param_names, kernel_source
+from solver.backends.gpu_kernels import (
+    KernelVariant,
+    collision_param_names,
+    kernel_source,
+    real_args,
+)
+from solver.backends.gpu_streaming import next_phase
 from solver.backends.gpu_tables import (
     device_tables,
     geometry_args,
@@ -53,7 +60,7 @@ extern "C" { alignas(16) int lbm_smem[1 << 16]; }
 """
 
 _LAUNCH = r"""
-extern "C" void emu_run(int grid, int block, const REAL* fin, REAL* fout,
+extern "C" void emu_run(int grid, int block, int reverse, const REAL* fin, REAL* fout,
     const unsigned char* types, const int* tiles, const int* tile_map,
     const unsigned char* wall_group, const REAL* bc, const int* ia, const REAL* ra)
 {
@@ -67,7 +74,7 @@ extern "C" void emu_run(int grid, int block, const REAL* fin, REAL* fout,
         threads.emplace_back([&, t] {
             threadIdx.x = t;
             for (int b = 0; b < grid; ++b) {
-                blockIdx.x = b;
+                blockIdx.x = reverse ? grid - 1 - b : b;
                 KERNEL(fin, fout, types, tiles, tile_map, wall_group, bc, ARGS);
                 end.arrive_and_wait();  // shared memory is reused by the next block
             }
@@ -87,9 +94,9 @@ def compiler() -> str | None:
 def load(source: str, name: str, real: str, n_reals: int):
     """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
 
-    The runner takes (blocks, threads, fin, fout, types, tiles, tile_map, wall_group, bc, ints,
-    reals) with the 12 integer and ``n_reals`` floating arguments of the kernel packed in two
-    arrays.
+    The runner takes (blocks, threads, reverse, fin, fout, types, tiles, tile_map, wall_group,
+    bc, ints, reals) with the 12 integer and ``n_reals`` floating arguments of the kernel packed
+    in two arrays; ``reverse`` runs the blocks last to first.
     """
     args = ", ".join([f"ia[{k}]" for k in range(12)] + [f"ra[{k}]" for k in range(n_reals)])
     src = (_SHIM + source + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n"
@@ -113,49 +120,69 @@ def _runner(variant: KernelVariant):
 
 
 class EmulatedKernel:
-    """Two copies of the populations in device layout, stepped by the emulated kernel."""
+    """The populations in device layout (two copies, or one in place), stepped by the kernel.
 
-    def __init__(self, problem: Problem, tiles_per_block: int = 1) -> None:
-        self.problem, self.tpb = problem, tiles_per_block
+    ``current`` is the copy with the latest values, or in place the phase of the one copy
+    (:mod:`solver.backends.gpu_streaming`), exactly as in the CuPy backend's state.
+    """
+
+    def __init__(self, problem: Problem, tiles_per_block: int = 1,
+                 reverse_blocks: bool = False) -> None:
+        self.problem, self.tpb, self.reverse = problem, tiles_per_block, reverse_blocks
         self.tables = device_tables(problem)
         self.reals = np.array(physics_args(problem), dtype=problem.dtype)
         lat, a = problem.lattice, problem.tiling.a
         self.slots = slot_table(lat.name, problem.layout, a)
-        self.f = np.empty((2, problem.tiling.n_tiles, lat.q, a**lat.d), dtype=problem.dtype)
+        self.f = np.empty((problem.population_copies, problem.tiling.n_tiles, lat.q, a**lat.d),
+                          dtype=problem.dtype)
         self.current = 0
+
+    @property
+    def in_place(self) -> bool:
+        """Whether one copy is updated in place (AA pattern)."""
+        return self.f.shape[0] == 1
 
     def set_populations(self, f: np.ndarray) -> None:
         """Store XYZ-ordered populations (n_tiles, q, a**d) in device layout."""
         q = np.arange(self.problem.lattice.q)[:, None]
+        if self.in_place:
+            self.current = 0  # natural layout
         self.f[self.current][:, q, self.slots] = f
 
     def populations(self) -> np.ndarray:
-        """Latest populations in XYZ order, float64."""
+        """Latest populations in XYZ order, float64 (in place: decoded to phase 0 first)."""
+        if self.in_place and self.current == 1:
+            self.step(1, "swap")
         q = np.arange(self.problem.lattice.q)[:, None]
-        return self.f[self.current][:, q, self.slots].astype(np.float64)
+        return self.f[0 if self.in_place else self.current][:, q, self.slots].astype(np.float64)
 
     def step(self, n: int = 1, mode: str = "full", tiles: tuple[int, int] | None = None
              ) -> None:
         """Advance n launches of ``mode`` over the tile range ``tiles`` (default all)."""
-        variant = KernelVariant.for_problem(self.problem, mode)
-        run = _runner(variant)
         first, end = tiles if tiles is not None else (0, self.problem.tiling.n_tiles)
         ints = np.array(geometry_args(self.problem, (first, end)), dtype=np.int32)
         blocks, threads, _ = launch_shape(self.problem, self.tpb, mode, end - first)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         for _ in range(n):
-            src, dst = self.f[self.current], self.f[1 - self.current]
-            run(ctypes.c_int(blocks), ctypes.c_int(threads), ptr(src), ptr(dst),
-                *(ptr(t) for t in self.tables.values()), ptr(ints), ptr(self.reals))
-            self.current = 1 - self.current
+            variant = KernelVariant.for_problem(self.problem, mode, self.current)
+            run = _runner(variant)
+            reals = np.array(real_args(variant, list(self.reals)), dtype=self.problem.dtype)
+            if self.in_place:
+                src = dst = self.f[0]
+            else:
+                src, dst = self.f[self.current], self.f[1 - self.current]
+            run(ctypes.c_int(blocks), ctypes.c_int(threads), ctypes.c_int(self.reverse),
+                ptr(src), ptr(dst), *(ptr(t) for t in self.tables.values()), ptr(ints),
+                ptr(reals))
+            self.current = next_phase(self.problem.streaming, mode, self.current)
 
 
 def emulate(problem: Problem, f0: np.ndarray, steps: int, tiles_per_block: int = 1,
-            mode: str = "full") -> np.ndarray:
+            mode: str = "full", reverse_blocks: bool = False) -> np.ndarray:
     """Populations (XYZ, float64) after ``steps`` emulated launches from ``f0``."""
-    emu = EmulatedKernel(problem, tiles_per_block)
-    emu.set_populations(problem.initial_populations())  # both copies at rest, as allocate()
-    emu.f[1 - emu.current] = emu.f[emu.current]
+    emu = EmulatedKernel(problem, tiles_per_block, reverse_blocks)
+    emu.set_populations(problem.initial_populations())  # every copy at rest, as allocate()
+    emu.f[:] = emu.f[emu.current]
     emu.set_populations(f0)
     emu.step(steps, mode)
     return emu.populations()

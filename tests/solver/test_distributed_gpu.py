@@ -3,10 +3,14 @@
 The case has a velocity inlet and a pressure outlet on x (Zou-He), walls in y, periodic z, a
 random porous solid with empty tiles and sizes that are no multiple of the tile edge, and a
 noisy start. Every rank steps its boundary and interior tile ranges on two streams and
-exchanges halos through page-locked host buffers; populations after the run must equal one
-ordinary CuPy process's with ``np.array_equal``. In one process the ranks talk through the
-loopback hub; under ``mpirun`` through MPI (several ranks share GPU 0 when there is only one).
-A three-rank split along x leaves the middle rank without inlet or outlet nodes.
+exchanges halos through page-locked host buffers (transport ``host``) or GPU to GPU through
+NCCL (transport ``nccl``, one GPU per rank, so only with two GPUs or more); populations after
+the run must equal one ordinary CuPy process's with ``np.array_equal``. In one process the
+ranks talk through the loopback hub; under ``mpirun`` through MPI or NCCL (with the host
+transport several ranks share GPU 0 when there is only one). A three-rank split along x
+leaves the middle rank without inlet or outlet nodes. With NCCL most steps run as replays of a
+captured CUDA graph (both streams and the NCCL calls) when asked (``--graphs``); the runs
+check that they did.
 """
 
 from __future__ import annotations
@@ -21,7 +25,14 @@ import numpy as np
 import pytest
 
 from solver.config import SimulationConfig
-from solver.distributed import LoopbackHub, RankSolver, decompose, mpi_available, step_together
+from solver.distributed import (
+    LoopbackHub,
+    RankSolver,
+    decompose,
+    mpi_available,
+    step_together,
+    visible_gpus,
+)
 from solver.problem import Problem
 
 from .porous_cases import noisy_start
@@ -31,6 +42,10 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 SHAPE = (26, 15, 23)
 STEPS = 20
+#: step() calls of the NCCL runs (solver.distributed.replay, 16 steps per graph): 1 plain step
+#: (the peers connect); a 16-step graph captured and replayed once, 3 plain; 1 plain step back
+#: to the graph's copy, a replay, 3 plain.
+NCCL_CALLS = (1, 19, 20)
 SETTINGS = {"lattice": "D3Q19", "collision": "TRT", "tau": 0.7, "body_force": (0.0, 0.0, 3e-6),
             "x_min": "velocity", "x_min_value": 0.02, "x_max": "pressure",
             "y_min": "wall", "y_max": "wall"}
@@ -109,35 +124,76 @@ def _mpirun() -> str | None:
 MPI_OK, MPI_WHY = mpi_available()
 
 
-@pytest.mark.skipif(not MPI_OK or _mpirun() is None,
-                    reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else 'no mpirun on PATH'}")
-@pytest.mark.parametrize("n_ranks,axis", [(2, "longest"), (3, "0")])
-def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis):
-    cfg = config(precision="float64", gpu_layout="paper")
-    solid = porous()
-    problem = Problem.from_config(solid, cfg)
-    f0 = noisy_start(problem)
-    np.save(tmp_path / "solid.npy", solid)
-    np.save(tmp_path / "f0.npy", f0)
+needs_mpi = pytest.mark.skipif(
+    not MPI_OK or _mpirun() is None,
+    reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else 'no mpirun on PATH'}")
+#: NCCL needs one GPU per rank.
+GPUS = len(visible_gpus())
+needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"NCCL halo test skipped: {GPUS} GPU(s) "
+                                                     "visible, two ranks need two")
+
+
+def _mpirun_distributed(tmp_path, n_ranks: int, settings: dict, *extra: str,
+                        steps: tuple[int, ...] = (STEPS,)):
+    """``mpirun -n N python -m solver.distributed`` on the porous case (one step() call per
+    entry of ``steps``); the finished process."""
     cmd = [_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
-           str(tmp_path / "solid.npy"), "--backend", "cupy", "--steps", str(STEPS),
-           "--axis", axis, "--initial", str(tmp_path / "f0.npy"),
-           "--save", str(tmp_path / "out.npz")]
-    for key, value in {**SETTINGS, "precision": "float64", "gpu_layout": "paper"}.items():
+           str(tmp_path / "solid.npy"), "--backend", "cupy", "--steps", *map(str, steps),
+           "--initial", str(tmp_path / "f0.npy"), "--save", str(tmp_path / "out.npz"), *extra]
+    for key, value in settings.items():
         text = list(value) if isinstance(value, tuple) else value
         cmd += ["--set", f"{key}={text}".replace("'", '"').replace(" ", "")]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@needs_mpi
+@pytest.mark.parametrize("n_ranks,axis,transport,precision,layout", [
+    (2, "longest", "host", "float64", "paper"),
+    (3, "0", "auto", "float64", "paper"),
+    pytest.param(2, "longest", "nccl", "float64", "paper", marks=needs_two_gpus),
+    pytest.param(2, "2", "nccl", "float32", "xyz", marks=needs_two_gpus),
+])
+def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis, transport,
+                                             precision, layout):
+    settings = {**SETTINGS, "precision": precision, "gpu_layout": layout}
+    solid = porous()
+    problem = Problem.from_config(solid, config(precision=precision, gpu_layout=layout))
+    f0 = noisy_start(problem)
+    np.save(tmp_path / "solid.npy", solid)
+    np.save(tmp_path / "f0.npy", f0)
+    steps = (STEPS,) if transport == "host" else NCCL_CALLS
+    done = _mpirun_distributed(tmp_path, n_ranks, settings, "--axis", axis,
+                               "--transport", transport, "--graphs", steps=steps)
     assert done.returncode == 0, done.stderr[-3000:]
     out = np.load(tmp_path / "out.npz")
     assert int(out["ranks"]) == n_ranks
-    expected = one_gpu(backend, problem, f0, STEPS)
+    if transport != "auto":
+        assert str(out["transport"]) == transport
+    elif n_ranks > GPUS:  # ranks share a GPU: auto must not pick NCCL
+        assert str(out["transport"]) == "host"
+    expected = one_gpu(backend, problem, f0, sum(steps))
     assert np.array_equal(out["populations"], expected)
+    if str(out["transport"]) == "nccl":  # the bitwise check above covered graph replays
+        assert int(out["replayed_steps"]) == 32, done.stderr[-3000:]
 
 
-@pytest.mark.skipif(not MPI_OK or _mpirun() is None,
-                    reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else 'no mpirun on PATH'}")
+@needs_mpi
+@needs_two_gpus
+def test_nccl_with_more_ranks_than_gpus_is_refused(tmp_path):
+    np.save(tmp_path / "solid.npy", porous())
+    problem = Problem.from_config(porous(), config(precision="float64"))
+    np.save(tmp_path / "f0.npy", noisy_start(problem))
+    done = _mpirun_distributed(tmp_path, GPUS + 1, {**SETTINGS, "precision": "float64"},
+                               "--axis", "0", "--transport", "nccl")
+    assert done.returncode != 0, done.stderr[-3000:]  # rank 0 exits with 2
+    assert "NCCL halo transport cannot run here" in done.stderr
+    assert "share GPU" in done.stderr and "one GPU per rank" in done.stderr
+    assert not (tmp_path / "out.npz").exists()
+
+
+@needs_mpi
 def test_solver_run_under_mpirun_on_cupy_matches_one_process(tmp_path):
     """``mpirun -n 2 python -m solver run CASE`` with backend cupy: the gathered checkpoint
     equals one ordinary CuPy process's bit for bit. The CSV history agrees to 1e-12: one

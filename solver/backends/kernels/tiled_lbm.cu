@@ -6,7 +6,9 @@
 // translation unit (the nvcc compile test) while NVRTC compiles just the one a run needs.
 // No headers are included: the source must compile unchanged under NVRTC and nvcc.
 //
-// Layout: f[copy][tile][i][slot], one data block of NPT values per (tile, direction). Node n of a
+// Layout: f[copy][tile][i][slot], one data block of NPT values per (tile, direction); one copy
+// updated in place by two alternating kernels in the AA pattern (gpu_streaming.py: fin == fout,
+// so those kernels take the pointers without __restrict__). Node n of a
 // tile (XYZ order, n = x + A*y + A*A*z) stores direction i at slot_i(n); slot_i is XYZ, YXZ or
 // zigzagNE (paper eq. 11-13) per direction. Per node, in XYZ order, one byte of node type
 // (solver.node_types: 0 solid, 1 fluid, 2 + face velocity, 8 + face pressure) and, in boundary
@@ -33,7 +35,8 @@ constexpr int NPT = ${npt};        // nodes per tile, A^D
 constexpr int HE = A + 2;          // edge of the tile with its one-node halo
 constexpr int HN = ${halo_nodes};  // nodes of the tile with halo, HE^D
 constexpr int NB = ${neighbours};  // tiles in the 3^D neighbourhood
-constexpr int MODE = ${mode};      // 0 full step, 1 propagation only, 2 read/write only
+constexpr int MODE = ${mode};      // 0 full step, 1 propagation only, 2 read/write only, 3 swap
+constexpr bool HALO = ${halo};     // resolve halo sources (not needed by in-place local steps)
 constexpr bool SKIP_HALO_CORNERS = ${skip_corners};  // no velocity reaches the halo corners
 enum : int {  // bc table (boundary kernels): an enum, so that other kernels need not use them
     FACE_PARAMS = 24,  // bc[4 f + k]: (ux, uy, uz, rho) of face f
@@ -132,7 +135,7 @@ __device__ __forceinline__ void fill_pencil(
 }
 
 extern "C" __global__ void ${launch_bounds}${kernel}(
-    const real* __restrict__ fin, real* __restrict__ fout,
+    const real* ${restrict} fin, real* ${restrict} fout,
     const unsigned char* __restrict__ types, const int* __restrict__ tiles,
     const int* __restrict__ tile_map, const unsigned char* __restrict__ wall_group,
     // Only tiles [first_tile, n_tiles) are stepped (a distributed rank launches its boundary
@@ -159,7 +162,7 @@ ${readwrite}
     int* s_nbr = lbm_smem + (threadIdx.x / 32) * NB;
     int* s_src = lbm_smem + (blockDim.x / 32) * NB + local_tile * HN;
     const bool active = tile < n_tiles;
-    if (active) {
+    if (HALO && active) {
         const int grid[3] = {gx, gy, gz};
         const int size[3] = {nx, ny, nz};
         const int off[3] = {ox, oy, oz};
@@ -189,7 +192,7 @@ ${readwrite}
         if (lane < PER_WARP && pencil < PENCILS)
             fill_pencil(pencil, s_src, t, s_nbr, tile_map, types, grid, size, off, periodic);
     }
-    __syncthreads();  // the one block barrier: halo sources are read across warps below
+    if (HALO) __syncthreads();  // the one block barrier: halo sources are read across warps
     if (!active) return;
 
     int centre = 0;

@@ -1,0 +1,167 @@
+"""How the tiled GPU kernel addresses the populations: two copies, or one copy in place (AA).
+
+Two copies (``SimulationConfig.streaming = 'two-copy'``, kernel streaming ``'pull'``): each
+step reads copy ``current`` and writes the other. Node ``x`` pulls ``f_i`` from ``x - c_i``
+(``f_opp(i)`` of ``x`` itself on a bounced link: halfway bounce-back), collides and stores
+``f*_i(x)`` in its own slot ``(x, i)``.
+
+In place (``'in-place'``): the AA pattern (Bailey et al. 2009) on one copy, with two kernels
+that alternate. The backend's ``state.current`` is then the *phase*, i.e. which layout the one
+copy is in:
+
+- phase 0, natural layout: slot ``(x, i)`` holds ``f*_i(x)``, exactly as a two-copy copy.
+  Kernel ``'aa_neighbour'`` pulls as the two-copy kernel does, collides, and writes
+  ``f*_i(x)`` into the slot it read ``g_opp(i)`` from: ``(x + c_i, opp(i))``, or ``(x, i)``
+  when ``x + c_i`` is a wall. A thread writes only slots it has read itself and no other
+  thread reads them in that step, so one copy suffices and there are no races. Then phase 1.
+- phase 1, streamed layout: slot ``(x, j)`` holds the population arriving at ``x`` in
+  direction ``opp(j)``, bounce-back included. Kernel ``'aa_local'`` reads ``g_i`` from
+  ``(x, opp(i))``, collides and writes ``f*_i(x)`` to ``(x, i)``: phase 0 again. It touches
+  only its own node, so it resolves no halo (unless Ladd's term needs to know the walls).
+
+Per node the arithmetic is that of the two-copy kernel, so the populations agree bit for bit.
+The streamed layout is the natural one with the two slots of every fluid-fluid link exchanged,
+``(x, i) <-> (x + c_i, opp(i))``: kernel mode ``'swap'`` does that exchange in place, which is
+how the backend decodes phase 1 (and only phase 1) back to the natural layout. A step moves
+the same bytes either way (2 q values per node); only the memory for f halves.
+"""
+
+from __future__ import annotations
+
+from ..config import STREAMING
+from ..lattice import Lattice
+
+__all__ = ["KERNEL_STREAMING", "kernel_streaming", "next_phase", "pointer_qualifier",
+           "needs_halo", "load_code", "store_code", "deferred_stores", "swap_code"]
+
+#: Kernel address patterns: two-copy pull, and the two alternating kernels of the AA pattern.
+KERNEL_STREAMING = ("pull", "aa_neighbour", "aa_local")
+
+
+def kernel_streaming(streaming: str, phase: int) -> str:
+    """Kernel pattern that steps a state of config ``streaming`` in ``phase`` (0 or 1)."""
+    if streaming not in STREAMING:
+        raise ValueError(f"Unknown streaming {streaming!r}; use one of {STREAMING}.")
+    if streaming == "two-copy":
+        return "pull"
+    return "aa_neighbour" if phase == 0 else "aa_local"
+
+
+def next_phase(streaming: str, mode: str, phase: int) -> int:
+    """``state.current`` after one launch of kernel ``mode``: the one place parity changes.
+
+    Two copies: every launch writes the other copy. In place: a step or a propagation probe
+    changes the layout, the read/write probe leaves it, and 'swap' decodes phase 1 to 0.
+    """
+    if streaming == "two-copy":
+        if mode == "swap":
+            raise ValueError("The 'swap' kernel decodes in-place storage; two copies need none.")
+        return 1 - phase
+    if mode == "readwrite":
+        return phase
+    if mode == "swap" and phase != 1:
+        raise ValueError("'swap' decodes the streamed layout (phase 1) only; phase 0 is "
+                         "already natural.")
+    return 1 - phase
+
+
+def pointer_qualifier(pattern: str) -> str:
+    """``__restrict__`` for the population pointers of two-copy kernels; none in place.
+
+    In place the two pointers are the same array: a load may not move past a store.
+    """
+    return "__restrict__" if pattern == "pull" else ""
+
+
+def needs_halo(pattern: str, mode: str, boundary: str) -> bool:
+    """Whether the kernel resolves the halo sources (``s_src``) before its barrier."""
+    if mode == "readwrite":
+        return False
+    return pattern != "aa_local" or mode == "swap" or (mode == "full" and boundary == "moving")
+
+
+def _shift(c, halo_edge: int) -> int:
+    return int(sum(ci * halo_edge**ax for ax, ci in enumerate(c)))
+
+
+def _own(i: int, kinds) -> str:
+    return f"base + {i} * NPT + slot_{kinds[i]}(n)"
+
+
+def _linked(i: int, kinds, fallback: str) -> str:
+    """Slot (s, i) of halo source node ``s`` (a tiled node id), else ``fallback``."""
+    return (f"s >= 0 ? ((size_t)((unsigned)s / NPT) * Q + {i}) * NPT"
+            f" + slot_{kinds[i]}((int)((unsigned)s % NPT))\n"
+            f"                                 : {fallback}")
+
+
+def load_code(pattern: str, lattice: Lattice, kinds, i: int, halo_edge: int) -> list[str]:
+    """Lines defining ``const size_t at``, where ``g_i`` of node ``n`` is read (not the rest)."""
+    opp = int(lattice.opposite[i])
+    if pattern == "aa_local":
+        return [f"        const size_t at = {_own(opp, kinds)};"]
+    shift = _shift(lattice.c[i], halo_edge)
+    return [f"        const int s = s_src[centre - ({shift})];",
+            f"        const size_t at = {_linked(i, kinds, _own(opp, kinds))};"]
+
+
+def store_code(pattern: str, kinds, i: int, value: str) -> str:
+    """Statement storing ``value`` as ``f*_i`` of node ``n`` (into ``out{i}`` when deferred)."""
+    if pattern == "aa_neighbour":
+        return f"    out{i} = {value};"
+    return f"    fout[{_own(i, kinds)}] = {value};"
+
+
+def deferred_stores(pattern: str, lattice: Lattice, kinds, halo_edge: int) -> tuple[str, str]:
+    """Declarations before and stores after the collision of kernels that defer their stores.
+
+    The neighbour step stores into neighbours' slots; with those address selects between the
+    arithmetic the compiler contracts (FMA) differently than in the two-copy kernel, so the
+    results would differ in the last bit. Storing after all the arithmetic keeps the
+    arithmetic of both kernels alike.
+    """
+    if pattern != "aa_neighbour":
+        return "", ""
+    q = lattice.q
+    declare = "    real " + ", ".join(f"out{i}" for i in range(q)) + ";"
+    lines = []
+    for i, c in enumerate(lattice.c.tolist()):
+        if not any(c):
+            lines.append(f"    fout[{_own(i, kinds)}] = out{i};")
+            continue
+        opp = int(lattice.opposite[i])
+        # The slot g_opp(i) came from: neighbour x + c_i = x - c_opp(i), or (x, i) at a wall.
+        # volatile: read the source again rather than keep every load address live.
+        shift = _shift(lattice.c[opp], halo_edge)
+        lines += ["    {",
+                  f"        const int s = ((const volatile int*)s_src)[centre - ({shift})];",
+                  f"        fout[{_linked(opp, kinds, _own(i, kinds))}] = out{i};",
+                  "    }"]
+    return declare, "\n".join(lines)
+
+
+def swap_code(lattice: Lattice, kinds, halo_edge: int) -> str:
+    """Kernel body of mode 'swap': exchange the two slots of every fluid-fluid link of node n.
+
+    Each link is taken by one of its ends only (directions i < opp(i)), so every slot is
+    touched by exactly one thread.
+    """
+    lines = []
+    for i, c in enumerate(lattice.c.tolist()):
+        opp = int(lattice.opposite[i])
+        if not any(c) or i > opp:
+            continue
+        lines += [
+            "    {",
+            f"        const int s = s_src[centre - ({_shift(lattice.c[opp], halo_edge)})];",
+            "        if (s >= 0) {",
+            f"            const size_t here = {_own(i, kinds)};",
+            f"            const size_t there = ((size_t)((unsigned)s / NPT) * Q + {opp}) * NPT"
+            f" + slot_{kinds[opp]}((int)((unsigned)s % NPT));",
+            "            const real t = fout[here];",
+            "            fout[here] = fout[there];",
+            "            fout[there] = t;",
+            "        }",
+            "    }",
+        ]
+    return "\n".join(lines)

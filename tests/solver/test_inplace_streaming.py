@@ -1,0 +1,225 @@
+"""In-place streaming (AA pattern): one copy of f, the same populations bit for bit.
+
+* The premise of the scheme, on the host tables: every fluid slot is read by exactly one
+  (node, direction) per step, so a thread may overwrite the slots it read (no races).
+* The generated in-place kernels, run by the g++ emulation of :mod:`kernel_emulator` with the
+  blocks in reverse order, give populations equal bit for bit to the two-copy kernel after odd
+  and even step counts, decoded mid-run and continued, on porous boxes and on every boundary
+  kind (Zou-He faces, moving walls and objects, MRT, D2Q9/D3Q13/D3Q19/D3Q27); the probes do
+  what they claim, and nothing outside the fluid slots is written.
+* Config, memory estimates and checkpoints know one copy from two.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solver.backends.gpu_kernels import (
+    KernelVariant,
+    all_variants,
+    collision_param_names,
+    kernel_source,
+    real_args,
+)
+from solver.backends.gpu_streaming import next_phase
+from solver.backends.gpu_tables import physics_args
+from solver.config import ConfigError, SimulationConfig, population_copies
+from solver.problem import Problem
+
+from .kernel_emulator import EmulatedKernel, compiler
+from .physics_cases import physics_problem
+from .porous_cases import make_problem, noisy_start
+
+needs_gxx = pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+NVCC = shutil.which("nvcc") or next(
+    (p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if Path(p).exists()), None)
+
+
+def _narrow() -> Problem:
+    config = SimulationConfig(lattice="D3Q19", precision="float64", collision="TRT",
+                              fluid_model="quasi-compressible", body_force=(1e-5, 0.0, 2e-6),
+                              y_min="wall", y_max="wall", tile_offset="origin")
+    return Problem.from_config(np.zeros((1, 9, 2), dtype=bool), config)
+
+
+PROBLEMS = {
+    "porous D3Q19 f64 TRT paper tpb2": (lambda: make_problem(
+        "D3Q19", "float64", "TRT", "quasi-compressible", "paper", 2, (1, 3, 2)), 2),
+    "porous D3Q19 f32 BGK xyz tpb4": (lambda: make_problem(
+        "D3Q19", "float32", "BGK", "incompressible", "xyz", 4), 4),
+    "porous D2Q9 f64 TRT": (lambda: make_problem(
+        "D2Q9", "float64", "TRT", "incompressible", "xyz", 1, (5, 2)), 1),
+    "porous D3Q27 f64 BGK": (lambda: make_problem(
+        "D3Q27", "float64", "BGK", "quasi-compressible", "paper"), 1),
+    "narrower than a tile": (_narrow, 1),
+    "zou_he D3Q19 TRT": (lambda: physics_problem(
+        "zou_he", "D3Q19", "float64", "TRT", "quasi-compressible", "paper", 2), 2),
+    "zou_he_moving D3Q19 MRT": (lambda: physics_problem(
+        "zou_he_moving", "D3Q19", "float64", "MRT", "incompressible", "xyz"), 1),
+    "cavity D2Q9 TRT": (lambda: physics_problem(
+        "cavity", "D2Q9", "float64", "TRT", "quasi-compressible", "xyz", 2), 2),
+    "objects D3Q19 f32 BGK": (lambda: physics_problem(
+        "objects", "D3Q19", "float32", "BGK", "quasi-compressible", "paper"), 1),
+    "far_field D2Q9 MRT": (lambda: physics_problem(
+        "far_field", "D2Q9", "float64", "MRT", "quasi-compressible", "xyz", 2), 2),
+    "mrt D3Q13": (lambda: physics_problem(
+        "mrt", "D3Q13", "float64", "MRT", "quasi-compressible", "paper", 2), 2),
+}
+
+
+def _fluid(problem: Problem) -> np.ndarray:
+    """Mask (n_tiles, q, a**d) of the slots of fluid nodes."""
+    return ~problem.tiling.solid[:, None, :].repeat(problem.lattice.q, axis=1)
+
+
+def _pair(problem: Problem, f0: np.ndarray, tpb: int):
+    """Two-copy and in-place emulations (blocks reversed in place) started from ``f0``."""
+    two = EmulatedKernel(problem, tpb)
+    one = EmulatedKernel(replace(problem, streaming="in-place"), tpb, reverse_blocks=True)
+    for emu in (two, one):
+        emu.set_populations(problem.initial_populations())  # every copy at rest, as allocate()
+        emu.f[:] = emu.f[emu.current]
+        emu.set_populations(f0)
+    return two, one
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_pull_sources_are_a_permutation_of_the_fluid_slots(name) -> None:
+    """Each slot is read once per step, so writing back into the slots read cannot race."""
+    problem = PROBLEMS[name][0]()
+    table = problem.pull_table
+    assert np.array_equal(np.sort(table.src, axis=None), np.sort(table.dst, axis=None))
+    assert np.unique(table.src).size == table.src.size
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_in_place_equals_two_copy_bit_for_bit(name) -> None:
+    make, tpb = PROBLEMS[name]
+    problem = make()
+    f0 = noisy_start(problem)
+    two, one = _pair(problem, f0, tpb)
+    fluid = _fluid(problem)
+    solid_before = one.populations()[~fluid]
+    for steps in (3, 4, 1):  # read (decode) after odd and even counts, and continue
+        two.step(steps)
+        one.step(steps)
+        assert one.current == steps % 2  # phase 1 after an odd count from phase 0
+        got, ref = one.populations(), two.populations()
+        assert one.current == 0  # reading decoded the streamed layout in place
+        assert np.array_equal(got[fluid], ref[fluid]), f"differs after {steps} more steps"
+        assert np.isfinite(got[fluid]).all()
+    assert np.array_equal(one.populations()[~fluid], solid_before)  # never written
+
+
+@needs_gxx
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_in_place_probes_move_exactly_the_fluid_values(precision) -> None:
+    problem = replace(make_problem("D3Q19", precision, layout="paper", tiles_per_block=2,
+                                   offset=(2, 1, 3)), streaming="in-place")
+    fluid = _fluid(problem)
+    f0 = noisy_start(problem)
+    emu = EmulatedKernel(problem, 2, reverse_blocks=True)
+    emu.set_populations(f0)
+    emu.step(1, "readwrite")
+    assert emu.current == 0 and np.array_equal(emu.populations(), f0)
+    emu.step(1, "propagate")
+    assert emu.current == 1
+    table = problem.pull_table
+    expected = f0.ravel().copy()
+    expected[table.dst.ravel()] = f0.ravel()[table.src.ravel()]
+    got = emu.populations()
+    assert np.array_equal(got, expected.reshape(f0.shape)) and np.isfinite(got[fluid]).all()
+
+
+def test_phase_bookkeeping() -> None:
+    assert [next_phase("two-copy", m, 0) for m in ("full", "propagate", "readwrite")] == [1] * 3
+    assert next_phase("in-place", "full", 0) == 1 and next_phase("in-place", "full", 1) == 0
+    assert next_phase("in-place", "readwrite", 1) == 1
+    assert next_phase("in-place", "swap", 1) == 0
+    with pytest.raises(ValueError, match=r"phase 1\) only"):
+        next_phase("in-place", "swap", 0)
+    with pytest.raises(ValueError, match="two copies need none"):
+        next_phase("two-copy", "swap", 0)
+
+
+def test_every_launch_gets_its_kernels_argument_count() -> None:
+    """Probes and 'swap' are compiled as BGK: an MRT run must not pass its own constants.
+
+    D2Q9 MRT has 18 + 3 floating arguments, the BGK signature 19 + 3: passing the former to
+    the latter made the driver read past the argument list (a segfault seen on the H100).
+    """
+    problem = replace(physics_problem("far_field", "D2Q9", "float32", "MRT"),
+                      streaming="in-place")
+    physics = physics_args(problem)
+    for mode, phase in (("full", 0), ("full", 1), ("swap", 1), ("propagate", 0),
+                        ("readwrite", 0)):
+        variant = KernelVariant.for_problem(problem, mode, phase)
+        args = real_args(variant, physics)
+        assert len(args) == 3 + len(collision_param_names(variant))
+        assert (args == physics) == (mode == "full")
+
+
+def test_in_place_kernel_text() -> None:
+    problem = replace(make_problem("D3Q19", "float32"), streaming="in-place")
+    step0 = KernelVariant.for_problem(problem, "full", 0)
+    step1 = KernelVariant.for_problem(problem, "full", 1)
+    swap = KernelVariant.for_problem(problem, "swap", 1)
+    pull = KernelVariant.for_problem(replace(problem, streaming="two-copy"))
+    assert (step0.streaming, step1.streaming, pull.streaming) == (
+        "aa_neighbour", "aa_local", "pull")
+    assert len({step0.name, step1.name, swap.name, pull.name}) == 4
+    for v in (step0, step1, swap):
+        src = kernel_source(v)
+        assert "real*  fout" in src and "__restrict__ fout" not in src  # fin == fout
+        assert src.count("__syncthreads()") == 1
+    assert "__restrict__ fout" in kernel_source(pull)
+    assert "constexpr bool HALO = false;" in kernel_source(step1)  # touches its own node only
+    assert "constexpr bool HALO = true;" in kernel_source(step0)
+    moving = KernelVariant("D3Q19", "float64", "BGK", True, "xyz", "full", 4, "moving",
+                           "aa_local")
+    assert "constexpr bool HALO = true;" in kernel_source(moving)  # Ladd needs the walls
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
+def test_in_place_variants_compile(tmp_path: Path) -> None:
+    variants = all_variants(streaming=("aa_neighbour", "aa_local"))[::7]
+    assert {(v.streaming, v.boundary) for v in variants if v.mode == "full"} >= {
+        (s, b) for s in ("aa_neighbour", "aa_local") for b in ("none", "zou_he", "moving")}
+    source = tmp_path / "in_place.cu"
+    source.write_text("\n".join(kernel_source(v) for v in variants))
+    out = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"),
+                          str(source)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+def test_streaming_option_is_validated() -> None:
+    with pytest.raises(ValueError, match="in-place"):
+        SimulationConfig(streaming="AA")
+    assert SimulationConfig().streaming == "two-copy"  # existing runs unchanged
+    assert population_copies("two-copy") == 2 and population_copies("in-place") == 1
+    with pytest.raises(ConfigError, match="use one of"):
+        population_copies("esoteric")
+
+
+def test_memory_estimates_count_one_copy() -> None:
+    from solver.io import config_differences, config_values
+    from solver.run import memory_required
+    from solver.simulation import Simulation
+
+    solid = np.zeros((16, 12, 8), dtype=bool)
+    sims = {s: Simulation(solid, SimulationConfig(streaming=s, precision="float64"), "numpy")
+            for s in ("two-copy", "in-place")}
+    f_bytes = sims["two-copy"].tiling.n_tiles * 64 * 19 * 8
+    assert sims["two-copy"].memory_bytes() - sims["in-place"].memory_bytes() == f_bytes
+    # The NumPy reference keeps two copies whatever the option: the CLI must count both.
+    assert memory_required(sims["in-place"]) == memory_required(sims["two-copy"])
+    # Streaming changes how, not what: a checkpoint of one resumes with the other.
+    assert config_differences(config_values(sims["two-copy"].config),
+                              sims["in-place"].config) == []
