@@ -66,7 +66,7 @@ class Backend(Protocol):
         """Copy a backend array to a host NumPy array."""
 
     def set_populations(self, state: Any, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host array (n_tiles, q, a**d).
+        """Overwrite the latest populations from a host or backend array (n_tiles, q, a**d).
 
         Solid nodes of both copies get the rest equilibrium, whatever ``f`` holds there.
         """
