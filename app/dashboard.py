@@ -1,7 +1,7 @@
 """The dashboard: controls, status and views of one simulation, for a server or a notebook.
 
 :class:`Dashboard` wires a :class:`~app.controller.Controller` to its views and starts the
-periodic refresh (slice and counters at ~7 Hz, the 3D view every few seconds). In a notebook it
+periodic refresh (slice and counters at 10 Hz, the 3D view every few seconds). In a notebook it
 displays as is; ``panel serve app`` wraps it in a template (:meth:`Dashboard.template`). The
 sidebar's settings widgets are generated from :class:`~solver.config.SimulationConfig`.
 """

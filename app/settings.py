@@ -5,7 +5,8 @@ browser sends an upload as one base64 websocket message, so the server's own lim
 raised with it: ``panel serve app --websocket-max-message-size BYTES`` with BYTES at least
 :func:`websocket_message_bytes` (``python -m app`` passes it for you).
 
-``POROUS_LBM_REFRESH_MS`` (default 150) is the period of the slice and counter refresh and
+``POROUS_LBM_REFRESH_MS`` (default 100: 10 frames per second; the runner publishes a little
+faster, so every refresh finds a new frame) is the period of the slice and counter refresh and
 ``POROUS_LBM_SCENE_REFRESH_S`` (default 10) that of the 3D view; ``POROUS_LBM_3D=0`` turns the
 3D view off (it renders with WebGL in the browser and costs the server a scene serialisation
 per refresh); ``POROUS_LBM_AUTOSTART=0`` opens sessions paused instead of running.
@@ -55,7 +56,7 @@ class Settings:
     """Upload cap (MB) and refresh periods of one server process."""
 
     max_upload_mb: float = 200.0
-    refresh_ms: int = 150
+    refresh_ms: int = 100
     scene_refresh_s: float = 10.0
     scene_3d: bool = True
     autostart: bool = True
@@ -66,7 +67,7 @@ class Settings:
         """Settings from ``POROUS_LBM_*`` environment variables."""
         return cls(
             max_upload_mb=_env_number("POROUS_LBM_MAX_UPLOAD_MB", 200.0, 0.001, 1e5),
-            refresh_ms=int(_env_number("POROUS_LBM_REFRESH_MS", 150, 50, 5000)),
+            refresh_ms=int(_env_number("POROUS_LBM_REFRESH_MS", 100, 50, 5000)),
             scene_refresh_s=_env_number("POROUS_LBM_SCENE_REFRESH_S", 10.0, 1.0, 600),
             scene_3d=_env_flag("POROUS_LBM_3D", True),
             autostart=_env_flag("POROUS_LBM_AUTOSTART", True),

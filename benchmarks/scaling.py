@@ -18,8 +18,11 @@ one-rank job also times a plain Simulation (no MPI layer; CUDA-graph replay on t
 
 Multi-rank points run once per halo transport of ``--transport`` (``nccl``: GPU to GPU;
 ``host``: MPI through page-locked host memory; ``auto``); a one-rank point exchanges nothing,
-so it runs once (host transport) and is the baseline of every transport. A point that fails or
-passes ``--point-timeout`` is recorded with its error and the series goes on.
+so it runs once (host transport) and is the baseline of every transport. Every step is
+launched from Python (the default); an NCCL point then also times the same allocation
+replaying captured CUDA graphs of 16 steps (``solver.distributed.replay``) as
+``mflups_graphs``. A point that fails or passes ``--point-timeout`` is recorded with its error
+and the series goes on.
 
 Usage (one GPU per rank; each invocation writes ``scaling-<device>-<cases>-<backend>-``
 ``<precision>-<date>.json`` and ``.md`` to ``--out``, default benchmarks/results/)::
@@ -139,6 +142,18 @@ def measure(args) -> dict:
             "transport_requested": args.transport[0],
             "transport_reason": backend.transport_reason,
         }
+        graphs = sim.state.solver.graphs
+        if graphs is not None:  # NCCL: the same allocation replaying CUDA graphs
+            backend.use_graphs(True)
+            replayed = graphs.counts["replayed"]
+            fast = _timed(sim, args.steps, args.warmup, args.repeats, phases.clear)
+            backend.use_graphs(False)
+            total = args.warmup + args.steps * args.repeats
+            result["replayed_fraction"] = (graphs.counts["replayed"] - replayed) / total
+            result["mflups_graphs"] = p.n_fluid * args.steps / fast / 1e6
+            result["ms_per_step_graphs"] = 1e3 * fast / args.steps
+            result["host_ms_per_step_rank0_graphs"] = {
+                k: 1e3 * v / (args.steps * args.repeats) for k, v in phases.items()}
         sim.close()
         if n == 1:  # the same problem without the distributed layer
             plain = _Plain(backend.inner, p)
@@ -216,6 +231,9 @@ def series(args) -> list[dict]:
             r["speedup"] = r["mflups"] / base["mflups"]
             if base.get("mflups_plain"):
                 r["efficiency_vs_plain"] = r["mflups"] / (r["ranks"] * base["mflups_plain"])
+            if "mflups_graphs" in r:
+                r["efficiency_graphs"] = r["mflups_graphs"] / (
+                    r["ranks"] * base["mflups"] / base["ranks"])
     return results
 
 
@@ -236,7 +254,9 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
              f"D3Q19 {args.collision} {args.precision}, sphere pack porosity {args.porosity}, "
              f"diameter {args.diameter}; median of {args.repeats} runs, wall time to a closing "
              "barrier. Speed-up and efficiency against the one-rank run through the "
-             "distributed layer; 'vs plain' against one ordinary process (CUDA graphs).", ""]
+             "distributed layer; 'vs plain' against one ordinary process (CUDA graphs). Ranks "
+             "launch every step from Python; 'graphs' is the same NCCL allocation replaying "
+             "captured CUDA graphs of 16 steps.", ""]
     for case in cases:
         lines += _case_table(case, [r for r in results if r["case"] == case])
     lines += ["Rank 0's host time per step, ms (launch: post, boundary and swap; pack: pack "
@@ -245,6 +265,11 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
     for r in good:
         phases = ", ".join(f"{k} {v:.3f}" for k, v in r["host_ms_per_step_rank0"].items())
         lines.append(f"- {r['case']}, {r['ranks']} rank(s), {r['transport']}: {phases}")
+        if "host_ms_per_step_rank0_graphs" in r:
+            phases = ", ".join(f"{k} {v:.3f}"
+                               for k, v in r["host_ms_per_step_rank0_graphs"].items())
+            lines.append(f"- {r['case']}, {r['ranks']} rank(s), {r['transport']}, graphs: "
+                         f"{phases}")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
 
@@ -252,14 +277,18 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
 def _case_table(case: str, rows: list[dict]) -> list[str]:
     lines = [f"## {case.capitalize()} scaling", "",
              "| ranks | transport | shape | fluid nodes | tiles per rank | halo MB/step per rank "
-             "| ms/step | MFLUPS | speed-up | efficiency | eff. vs plain | plain 1-rank MFLUPS |",
-             "| ---: | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| ms/step | MFLUPS | speed-up | efficiency | eff. vs plain | plain 1-rank MFLUPS "
+             "| graphs: ms/step | graphs: efficiency |",
+             "| ---: | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: | ---: |"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['ranks']} | {r['transport']} | failed: {r['error']} "
-                         "| | | | | | | | | |")
+                         "| | | | | | | | | | | |")
             continue
         plain = f"{r['mflups_plain']:.1f}" if "mflups_plain" in r else ""
+        graphs = (f"{r['ms_per_step_graphs']:.3f} | {r['efficiency_graphs']:.3f}"
+                  if "efficiency_graphs" in r else " | ")
         halo = ", ".join(f"{b / 1e6:.2f}" for b in r["halo_bytes_per_step"])
         transport = r["transport"] if r["ranks"] > 1 else "(none)"
         if r["ranks"] > 1 and r.get("transport_requested") not in (None, r["transport"]):
@@ -268,7 +297,7 @@ def _case_table(case: str, rows: list[dict]) -> list[str]:
                      f"{r['fluid_nodes']} | {r['tiles_per_rank']} | {halo} | "
                      f"{r['ms_per_step']:.3f} | {r['mflups']:.1f} | {r.get('speedup', 0):.3f} "
                      f"| {r.get('efficiency', 0):.3f} | {r.get('efficiency_vs_plain', 0):.3f} "
-                     f"| {plain} |")
+                     f"| {plain} | {graphs} |")
     return lines + [""]
 
 

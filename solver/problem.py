@@ -142,13 +142,19 @@ class Problem:
         return build_tables(self.tiling, self.lattice, self.faces, self.periodic, self.labels,
                             self.objects, 1.0 if self.incompressible else self.rho0)
 
+    def rest_populations(self) -> np.ndarray:
+        """Equilibrium at rest with density rho0, w_i rho0 (both fluid models), float64 (q,).
+
+        Also what every backend keeps in solid nodes (:mod:`solver.backends.base`).
+        """
+        rest = equilibrium(np.array([self.rho0]), np.zeros((self.lattice.d, 1)), self.lattice,
+                           self.incompressible)
+        return rest[:, 0]
+
     def initial_populations(self) -> np.ndarray:
         """Equilibrium at rest with density rho0 on every tile node, float64 (n_tiles, q, a**d)."""
-        n = self.tiling.n_tiles * self.tiling.nodes_per_tile
-        rho = np.full(n, self.rho0)
-        u = np.zeros((self.lattice.d, n))
-        feq = equilibrium(rho, u, self.lattice, self.incompressible)
-        return feq.reshape(self.lattice.q, self.tiling.n_tiles, -1).transpose(1, 0, 2).copy()
+        shape = (self.tiling.n_tiles, self.lattice.q, self.tiling.nodes_per_tile)
+        return np.broadcast_to(self.rest_populations()[None, :, None], shape).copy()
 
     @property
     def population_copies(self) -> int:

@@ -4,11 +4,14 @@
 once started: callers send commands through a queue (run, pause, step, reset, set_config,
 load_geometry, set_view, submit, stop) and read the latest :class:`Snapshot` from a lock-protected
 slot. The thread steps in chunks sized to ~20-50 ms so that commands are answered quickly, and
-publishes snapshots at a rate that keeps their cost (a full read-back of the fields) below about a
-quarter of the wall time. Nothing here knows about a user interface.
+publishes snapshots on a clock (:class:`~solver.pacing.Pacer`: every ``snapshot_interval``
+seconds, slower only if publishing would take more than a quarter of the wall time). A publish
+reduces the moments on the device and reads back only the slice; at times it also checks the
+health of the whole state (a few scalars). Nothing here knows about a user interface.
 
-Every snapshot checks the fields: a NaN or a speed above :data:`RUNAWAY_SPEED` (lattice units)
-pauses the run, restores the last good populations and says what probably went wrong. Any
+A health check that finds a NaN or a speed above :data:`RUNAWAY_SPEED` (lattice units) pauses
+the run, restores the last good populations (:class:`~solver.last_good.LastGood`, a copy kept on
+the device every few seconds after a passed check) and says what probably went wrong. Any
 exception in the thread becomes the snapshot's ``error`` and a paused state; the thread survives.
 All quantities are in lattice units.
 """
@@ -29,15 +32,16 @@ import numpy as np
 
 from .backends import get_backend
 from .config import SimulationConfig
+from .last_good import LastGood
+from .pacing import CHUNK_SECONDS, SNAPSHOT_INTERVAL, Pacer
 from .simulation import Simulation
 from .snapshot import FlowSummary, History, SliceView, Snapshot, divergence_message
 
-__all__ = ["SimulationRunner", "Snapshot", "SliceView", "live_runners"]
+__all__ = ["SimulationRunner", "Snapshot", "SliceView", "live_runners", "CHUNK_SECONDS",
+           "SNAPSHOT_INTERVAL"]
 
 log = logging.getLogger(__name__)
 
-#: Wall time one chunk of steps should take, seconds.
-CHUNK_SECONDS = 0.035
 THREAD_PREFIX = "lbm-runner"
 _ids = itertools.count(1)
 
@@ -52,14 +56,13 @@ class SimulationRunner:
 
     def __init__(
         self, geometry: Any, config: SimulationConfig | None = None, *,
-        view: SliceView | None = None, snapshot_interval: float = 0.2,
+        view: SliceView | None = None, snapshot_interval: float = SNAPSHOT_INTERVAL,
         idle_timeout: float | None = None,
     ) -> None:
         """``idle_timeout``: stop by itself after that many seconds without :meth:`touch`."""
         self._geometry = geometry
         self._config = config if config is not None else SimulationConfig()
         self._view = view or SliceView()
-        self._interval = snapshot_interval
         self._idle_timeout = idle_timeout
         self._touched = time.monotonic()
         self._queue: queue.Queue = queue.Queue()
@@ -73,11 +76,11 @@ class SimulationRunner:
         self._backends: dict[str, Any] = {}
         self._running, self._status, self._message = False, "starting", ""
         self._error: str | None = None
-        self._chunk, self._seq, self._run_id = 1, 0, 0
+        self._seq, self._run_id = 0, 0
+        self._pacer = Pacer(snapshot_interval)
         self._history = History()
-        self._good: tuple[int, np.ndarray] | None = None
+        self._good = LastGood()
         self._device: dict = {}
-        self._last_publish = self._publish_cost = 0.0
         self._rate = (time.perf_counter(), 0, 0.0)
 
     # ----------------------------------------------------------------- caller side
@@ -226,6 +229,7 @@ class SimulationRunner:
             self._require()
             self._running, self._status, self._error = True, "running", None
             self._rate = (time.perf_counter(), self._sim.time_step, 0.0)
+            self._pacer.check_next()  # the first frame of a run brings its counters
         elif command == "pause":
             self._running = False
             if self._status == "running":
@@ -271,6 +275,7 @@ class SimulationRunner:
         if old is not None:
             if keep_flow and old.state is not None and _same_tiling(old.tiling, sim.tiling):
                 carry = (old.time_step, old.populations())
+            self._good.clear()
             old.close()  # free device memory before the new state is allocated
             self._sim = None
         try:
@@ -280,24 +285,25 @@ class SimulationRunner:
                 self._sim = Simulation(old_geometry, old_config,
                                        backend=self._backend(old_config.backend))
                 self._sim.allocate()
-                self._good = (0, self._sim.populations())
+                self._good.keep(self._sim)
                 self._reset_series()
             raise
         self._sim, self._geometry, self._config = sim, geometry, config
         self._device = dict(sim.backend.device_info())
         if carry is not None:
             sim.backend.set_populations(sim.state, carry[1])
+            sim.backend.set_step(sim.state, carry[0])  # float16 storage's rounding counter
             sim.metrics.steps = carry[0]
         else:
             self._reset_series()
             was_running = False
-        self._good = (sim.time_step, sim.populations())
+        self._good.keep(sim)
         self._running = was_running
         self._status = "running" if was_running else "paused"
         self._message = (f"{sim.problem.n_fluid:,} fluid nodes in {sim.tiling.n_tiles:,} tiles "
                          f"(eta_t {sim.tiling.eta_t:.2f}) on {sim.backend.name}")
         self._error = None
-        self._chunk = 1
+        self._pacer.restart()
         self._rate = (time.perf_counter(), sim.time_step, 0.0)
         self._publish(check=False)
 
@@ -306,49 +312,42 @@ class SimulationRunner:
         self._history = History()
 
     def _advance(self) -> None:
-        sim = self._require()
+        sim, pacer = self._require(), self._pacer
+        n = pacer.steps(time.perf_counter())
         start = time.perf_counter()
-        sim.step(self._chunk)
-        elapsed = max(time.perf_counter() - start, 1e-6)
-        # Grow at most 2x per chunk so one slow step cannot cause a long unresponsive chunk.
-        ideal = self._chunk * CHUNK_SECONDS / elapsed
-        self._chunk = int(min(max(1, round(ideal)), 2 * self._chunk, 100_000))
-        due = max(self._interval, 3.0 * self._publish_cost)
-        if time.perf_counter() - self._last_publish >= due:
-            self._publish(check=True)
+        sim.step(n)
+        now = time.perf_counter()
+        pacer.stepped(n, now - start)
+        if pacer.publish_due(now):
+            self._publish(check=True, health=pacer.health_due(now))
 
-    def _publish(self, check: bool) -> None:
-        """Read the fields back, check them, record history and publish a snapshot."""
+    def _publish(self, check: bool, health: bool = True) -> None:
+        """Look at the cut (and with ``health`` the whole state's health) on the device,
+        check it, record history and publish a snapshot."""
         start = time.perf_counter()
-        sim, extra = self._sim, {}
+        sim, extra, kept = self._sim, {}, 0.0
         if sim is not None and sim.state is not None:
-            flow = FlowSummary.of(sim)
+            flow = FlowSummary.of(sim, self._view, health)
             if check and not flow.healthy:
                 self._diverged(flow)
-                flow = FlowSummary.of(sim)
-            elif check:
-                self._checkpoint()
-            if check:
+                flow = FlowSummary.of(sim, self._view)
+            elif check and flow.checked:
+                kept = self._good.refresh(sim)  # a state that just passed its check
+            if check and flow.checked:
                 self._history.record(sim.time_step, sim.metrics.mflups, flow.mean_velocity,
                                      flow.permeability)
-            extra = flow.snapshot_fields(self._view)
+            extra = flow.snapshot_fields()
             extra["steps_per_second"] = self._steps_per_second(sim.time_step)
         self._emit(extra)
-        self._last_publish = time.perf_counter()
-        self._publish_cost = self._last_publish - start
-
-    def _checkpoint(self) -> None:
-        """Keep a copy of the populations as the last good state."""
-        sim = self._sim
-        if self._good is None or self._good[0] != sim.time_step:
-            self._good = (sim.time_step, sim.populations())
+        # The copy of the last good state has its own schedule: not a cost of publishing. Only
+        # a check counts as the health check the pacer schedules.
+        self._pacer.published(start, time.perf_counter() - kept, health and check)
 
     def _diverged(self, flow: FlowSummary) -> None:
         """Pause, restore the last good populations and explain what happened."""
-        sim, (good_step, good) = self._sim, self._good
+        sim = self._sim
         step = sim.time_step
-        sim.backend.set_populations(sim.state, good)
-        sim.metrics.steps = good_step
+        good_step = self._good.restore(sim)
         self._running, self._status = False, "diverged"
         self._error = divergence_message(sim.config, step, flow.finite, flow.max_speed, good_step)
         log.warning("%s: %s", self._name, self._error)
@@ -384,10 +383,10 @@ class SimulationRunner:
             command, payload = self._queue.get_nowait()
             if command == "call":
                 payload[1].cancel()
+        self._good.clear()  # before close(): the backend returns freed memory to the device
         if self._sim is not None:
             self._sim.close()
             self._sim = None
-        self._good = None
         self._backends.clear()
         self._running, self._status, self._message = False, "stopped", "Runner stopped"
         self._emit({"plane": None, "plane_velocity": None})

@@ -17,7 +17,7 @@ import numpy as np
 from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
-from .fields import slice_indices, speed, tile_moments
+from .fields import locate_cut, speed, tile_moments
 from .metrics import Metrics
 from .problem import Problem
 
@@ -61,7 +61,8 @@ class Simulation:
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
         self.state: Any = None
-        self._slice_cache: dict = {}
+        self._slice_cache: dict = {}  # (axis, index) -> fields.Cut (backend index arrays)
+        self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
         self.metrics = Metrics(
             fluid_nodes=self.problem.n_fluid, n_tiles=self.problem.tiling.n_tiles,
             eta_t=self.problem.tiling.eta_t,
@@ -105,12 +106,15 @@ class Simulation:
         self.allocate()
         return self.backend.populations(self.state)
 
-    def _device_moments(self):
-        """Density (T, N) and velocity (d, T, N) as float64 backend arrays."""
+    def _device_moments(self, tiles=None):
+        """Density (T, N) and velocity (d, T, N) as float64 backend arrays, of all tiles or of
+        the backend index array ``tiles`` only."""
         self.allocate()
         p = self.problem
-        return tile_moments(self.backend.device_populations(self.state), p.lattice, p.force,
-                            p.incompressible, self.backend.xp)
+        f = self.backend.device_populations(self.state)
+        if tiles is not None:
+            f = f[tiles]
+        return tile_moments(f, p.lattice, p.force, p.incompressible, self.backend.xp)
 
     def fields(self) -> dict[str, np.ndarray]:
         """Density ``rho`` (grid shape) and velocity ``u`` (d + grid shape); NaN in solids."""
@@ -126,33 +130,30 @@ class Simulation:
     def slice(self, axis: int, index: int, quantity: str = "umag") -> np.ndarray:
         """2D cut normal to ``axis`` at ``index`` (3D) or the whole field (2D); NaN in solids.
 
-        Only the slice leaves the device: moments are reduced where the state lives.
+        Only the slice leaves the device, and only the tiles it passes through are reduced.
         """
-        if quantity not in QUANTITIES:
-            raise ValueError(f"Unknown quantity {quantity!r}; choose one of {QUANTITIES}.")
-        ndim = self.solid.ndim
-        if quantity in ("ux", "uy", "uz") and "xyz".index(quantity[1]) >= ndim:
+        self._check_cut(axis, index, quantity)
+        if quantity in ("ux", "uy", "uz") and "xyz".index(quantity[1]) >= self.solid.ndim:
             raise ValueError(f"{quantity} does not exist in a 2D simulation.")
-        if ndim == 3 and (not 0 <= axis < 3 or not 0 <= index < self.solid.shape[axis]):
-            raise ValueError(f"Slice axis {axis} index {index} is outside shape "
-                             f"{self.solid.shape}.")
-        key = (axis, index) if ndim == 3 else (0, 0)
-        if key not in self._slice_cache:
-            if len(self._slice_cache) > 64:
-                self._slice_cache.clear()
-            idx = slice_indices(self.tiling, *key)
-            self._slice_cache[key] = (self.backend.xp.asarray(np.maximum(idx, 0)), idx < 0)
-        index_array, solid = self._slice_cache[key]
-        rho, u = self._device_moments()
-        if quantity == "rho":
-            data = rho.reshape(-1)
-        elif quantity == "umag":
-            data = speed(u.reshape(u.shape[0], -1), self.backend.xp)
-        else:
-            data = u["xyz".index(quantity[1])].reshape(-1)
-        out = self.backend.to_host(data[index_array])
-        out[solid] = np.nan
-        return out
+        return self._look(axis, index, [quantity], False)[0][0]
+
+    def view(self, axis: int, index: int, quantity: str = "umag", health: bool = True) -> dict:
+        """What a live view shows, from one moment computation on the device.
+
+        ``plane`` (n_a, n_b): ``quantity`` on the cut normal to ``axis`` at ``index`` (3D) or
+        on the whole field (2D); ``velocity`` (2, n_a, n_b): the in-plane velocity components
+        along ``axes`` (axis names in x, y, z order); NaN in solids, and a component the lattice
+        lacks (uz in 2D) is zero. With ``health`` the moments of the whole state are computed
+        once and the :meth:`health` numbers (``finite``, ``max_speed``, ``mean_velocity``) come
+        with the cut; without, only the tiles the cut passes through are reduced. Only the
+        three planes and a few scalars cross to the host. Lattice units.
+        """
+        self._check_cut(axis, index, quantity)
+        in_plane = [a for a in range(3) if a != axis] if self.solid.ndim == 3 else [0, 1]
+        names = [quantity, *("u" + "xyz"[a] for a in in_plane)]
+        planes, numbers = self._look(axis, index, names, health)
+        return {"plane": planes[0], "velocity": planes[1:],
+                "axes": tuple("xyz"[a] for a in in_plane), **(numbers or {})}
 
     def health(self) -> dict:
         """Cheap run state: ``finite`` (no NaN/Inf in fluid nodes), ``max_speed`` and the
@@ -160,17 +161,63 @@ class Simulation:
 
         A handful of scalars cross from the device, so runs can check every chunk.
         """
+        return self._health(*self._device_moments())
+
+    def _check_cut(self, axis: int, index: int, quantity: str) -> None:
+        if quantity not in QUANTITIES:
+            raise ValueError(f"Unknown quantity {quantity!r}; choose one of {QUANTITIES}.")
+        if self.solid.ndim == 3 and (not 0 <= axis < 3 or not 0 <= index < self.solid.shape[axis]):
+            raise ValueError(f"Slice axis {axis} index {index} is outside shape "
+                             f"{self.solid.shape}.")
+
+    def _look(self, axis: int, index: int, names: list[str], health: bool):
+        """Host planes (len(names), n_a, n_b) of the named quantities on a cut, and the health
+        numbers from the same moments (None without ``health``)."""
+        key = (axis, index) if self.solid.ndim == 3 else (0, 0)
+        if key not in self._slice_cache:
+            if len(self._slice_cache) > 64:
+                self._slice_cache.clear()
+            self._slice_cache[key] = locate_cut(self.tiling, *key, self.backend.xp)
+        cut = self._slice_cache[key]
+        if health:
+            rho, u = self._device_moments()
+            return self._planes(rho, u, cut.nodes, cut.solid, names), self._health(rho, u)
+        rho, u = self._device_moments(cut.tiles)
+        return self._planes(rho, u, cut.local, cut.solid, names), None
+
+    def _planes(self, rho, u, index, solid: np.ndarray, names: list[str]) -> np.ndarray:
+        """The named quantities at the flat node ``index`` (backend array), in one transfer."""
         xp = self.backend.xp
-        rho, u = self._device_moments()
-        fluid = xp.asarray(~self.tiling.solid)
-        u_fluid = u[:, fluid]
-        finite = bool(xp.isfinite(rho[fluid]).all()) and bool(xp.isfinite(u_fluid).all())
-        if not finite:
+        u_cut = u.reshape(u.shape[0], -1)[:, index]
+
+        def one(name: str):
+            if name == "rho":
+                return rho.reshape(-1)[index]
+            if name == "umag":
+                return speed(u_cut, xp)
+            component = "xyz".index(name[1])
+            return u_cut[component] if component < len(u_cut) else xp.zeros_like(u_cut[0])
+
+        planes = self.backend.to_host(xp.stack([one(name) for name in names]))
+        planes[:, solid] = np.nan
+        return planes
+
+    def _health(self, rho, u) -> dict:
+        """:meth:`health` of the moments ``rho`` (T, N), ``u`` (d, T, N); one transfer."""
+        xp = self.backend.xp
+        if self._fluid is None:
+            self._fluid = xp.asarray(~self.tiling.solid)
+        u_fluid = xp.where(self._fluid, u, 0.0)  # solid nodes hold no flow (may hold NaN)
+        finite = xp.isfinite(xp.where(self._fluid, rho, 1.0)).all() & xp.isfinite(u_fluid).all()
+        numbers = self.backend.to_host(xp.concatenate([
+            finite.astype(xp.float64).reshape(1), speed(u_fluid, xp).max().reshape(1),
+            u_fluid.reshape(u.shape[0], -1).sum(axis=1)]))
+        if numbers[0] != 1.0:
             return {"finite": False, "max_speed": float("inf"),
                     "mean_velocity": np.full(self.solid.ndim, np.nan)}
         volume = float(np.prod(self.solid.shape))
-        return {"finite": True, "max_speed": float(speed(u_fluid, xp).max()),
-                "mean_velocity": self.backend.to_host(u_fluid.sum(axis=1)) / volume}
+        return {"finite": True, "max_speed": float(numbers[1]),
+                "mean_velocity": numbers[2:] / volume}
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
         """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""
@@ -189,6 +236,8 @@ class Simulation:
 
     def close(self) -> None:
         """Free the backend state (device memory)."""
+        self._slice_cache.clear()
+        self._fluid = None
         if self.state is not None:
             self.backend.release(self.state)
             self.state = None

@@ -3,8 +3,9 @@
 A :class:`Snapshot` is an immutable bundle of NumPy arrays and numbers (lattice units) that a
 user interface can read without touching the simulation: a cut through the fields chosen by a
 :class:`SliceView`, counters, the bounded time series of MFLUPS, residual and permeability, and
-the run's status. The helpers here turn one read-back of the fields into those numbers and
-explain a diverged run to the user.
+the run's status. :class:`FlowSummary` turns one device-side look at a run (the cut and, at
+times, its health: no full field ever crosses to the host) into those numbers, and
+:func:`divergence_message` explains a diverged run to the user.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .simulation import QUANTITIES
 from .units import darcy_permeability
 
 __all__ = [
-    "Snapshot", "SliceView", "History", "FlowSummary", "STATUSES", "RUNAWAY_SPEED", "cut",
+    "Snapshot", "SliceView", "History", "FlowSummary", "STATUSES", "RUNAWAY_SPEED", "resolve_view",
     "config_permeability", "divergence_message",
 ]
 
@@ -119,44 +120,61 @@ class History:
         return {key: data[:, i].copy() for i, key in enumerate(self.KEYS)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class FlowSummary:
-    """One read-back of a simulation's fields and the numbers derived from it (lattice units).
+    """One device-side look at a run (:meth:`Simulation.view`): the cut a snapshot shows and,
+    when ``checked``, the run's health (lattice units).
 
     ``mean_velocity`` is the superficial mean over the whole box (zero in solids), the Darcy
     velocity; ``permeability`` follows from it and the body force (None without a force).
+    Without a check the health numbers are absent and :attr:`healthy` is True.
     """
 
-    fields: dict
-    speed: np.ndarray
-    max_speed: float
-    finite: bool
-    mean_velocity: np.ndarray
-    permeability: float | None
+    view: SliceView
+    plane: np.ndarray
+    velocity: np.ndarray
+    axes: tuple[str, str]
+    checked: bool
+    finite: bool = True
+    max_speed: float = 0.0
+    mean_velocity: np.ndarray | None = None
+    permeability: float | None = None
 
     @classmethod
-    def of(cls, sim: Any) -> FlowSummary:
-        """Read the fields of a :class:`~solver.simulation.Simulation` and summarise them."""
-        fields = sim.fields()
-        u, solid = fields["u"], sim.solid
-        speed = np.sqrt((u**2).sum(axis=0))
-        finite = bool(np.isfinite(u[:, ~solid]).all())
-        max_speed = float(np.nanmax(speed)) if finite else float("nan")
-        mean = np.nan_to_num(u).reshape(solid.ndim, -1).sum(axis=1) / solid.size
-        return cls(fields, speed, max_speed, finite, mean,
-                   config_permeability(sim.config, mean, solid.ndim))
+    def of(cls, sim: Any, view: SliceView, health: bool = True) -> FlowSummary:
+        """The cut ``view`` of a :class:`~solver.simulation.Simulation`, with its health if
+        ``health``; only the planes and a few scalars leave the device."""
+        view = resolve_view(view, sim.solid.shape)
+        look = sim.view(view.axis, view.index, view.quantity, health=health)
+        flow = cls(view, look["plane"], look["velocity"], look["axes"], health)
+        if not health:
+            return flow
+        mean = np.asarray(look["mean_velocity"], dtype=float)
+        return replace(flow, finite=look["finite"], max_speed=look["max_speed"],
+                       mean_velocity=mean,
+                       permeability=config_permeability(sim.config, mean, sim.solid.ndim))
 
     @property
     def healthy(self) -> bool:
-        """No NaN and no runaway speed."""
+        """No NaN and no runaway speed (True when not checked)."""
         return self.finite and self.max_speed <= RUNAWAY_SPEED
 
-    def snapshot_fields(self, view: SliceView) -> dict[str, Any]:
-        """The :class:`Snapshot` fields this summary provides for the cut ``view``."""
-        plane, velocity, axes, view = cut(self.fields, self.speed, view, self.speed.ndim)
-        return dict(view=view, plane=plane, plane_velocity=velocity, plane_axes=axes,
-                    max_speed=self.max_speed, permeability=self.permeability,
-                    mean_velocity=tuple(float(m) for m in self.mean_velocity))
+    def snapshot_fields(self) -> dict[str, Any]:
+        """The :class:`Snapshot` fields this look provides (the health ones only if checked)."""
+        out = dict(view=self.view, plane=self.plane, plane_velocity=self.velocity,
+                   plane_axes=self.axes)
+        if self.checked:
+            out.update(max_speed=self.max_speed, permeability=self.permeability,
+                       mean_velocity=tuple(float(m) for m in self.mean_velocity))
+        return out
+
+
+def resolve_view(view: SliceView, shape: tuple[int, ...]) -> SliceView:
+    """``view`` with a concrete index inside ``shape`` (the middle for None); 2D: the field."""
+    if len(shape) == 2:
+        return replace(view, axis=2, index=0)
+    index = view.index if view.index is not None else shape[view.axis] // 2
+    return replace(view, index=int(min(max(index, 0), shape[view.axis] - 1)))
 
 
 def divergence_message(
@@ -187,25 +205,3 @@ def config_permeability(config: SimulationConfig, mean: np.ndarray, ndim: int) -
     axis = int(np.argmax(np.abs(force)))
     return darcy_permeability(float(mean[axis]), float(force[axis]), config.viscosity,
                               config.initial_density)
-
-
-def cut(
-    fields: dict, speed: np.ndarray, view: SliceView, ndim: int
-) -> tuple[np.ndarray, np.ndarray, tuple[str, str], SliceView]:
-    """The chosen quantity and in-plane velocity on the cut, and the resolved view."""
-    u = fields["u"]
-    if view.quantity == "rho":
-        data = fields["rho"]
-    elif view.quantity == "umag":
-        data = speed
-    else:
-        component = "xyz".index(view.quantity[1])
-        data = u[component] if component < ndim else np.zeros_like(speed)
-    if ndim == 2:
-        return data, u.copy(), ("x", "y"), replace(view, axis=2, index=0)
-    index = view.index if view.index is not None else data.shape[view.axis] // 2
-    index = int(min(max(index, 0), data.shape[view.axis] - 1))
-    in_plane = [a for a in range(3) if a != view.axis]
-    velocity = np.stack([np.take(u[a], index, axis=view.axis) for a in in_plane])
-    axes = tuple("xyz"[a] for a in in_plane)
-    return np.take(data, index, axis=view.axis), velocity, axes, replace(view, index=index)

@@ -8,6 +8,16 @@ latest values. The CuPy backend can instead keep one copy updated in place
 (``Problem.streaming``, see :mod:`solver.backends.gpu_streaming`). Everything that reads or
 writes populations through this interface sees them decoded, in the natural layout and the
 arithmetic precision or float64, whichever way they are stored.
+
+Solid nodes (tile padding included) carry no physics, but every backend keeps the same values
+there so that parity tests and checkpoints compare whole arrays exactly: the rest equilibrium
+``w_i rho0`` (:meth:`~solver.problem.Problem.rest_populations`, as stored: binary16 zero with
+float16 storage, whose shift is the rest state) in every copy, at all times. ``allocate``
+starts from it everywhere, ``set_populations`` puts it back into the solid nodes of every copy
+(:func:`with_rest_solids`), and a step writes nothing else there: the NumPy backend, the
+paper-layout and the in-place kernels leave solid nodes alone, the two-copy XYZ-layout kernels
+store exactly this value into the solid nodes whose 32-byte sector of the written copy also
+holds a fluid node (``kernels/tiled_lbm.cu``). Observables read fluid nodes only.
 """
 
 from __future__ import annotations
@@ -18,11 +28,22 @@ import numpy as np
 
 from ..problem import Problem
 
-__all__ = ["Backend", "DeviceInfo"]
+__all__ = ["Backend", "DeviceInfo", "with_rest_solids"]
 
 
 class DeviceInfo(dict):
     """Name, memory (bytes) and peak bandwidth (bytes/s, None if unknown) of a device."""
+
+
+def with_rest_solids(problem: Problem, stored, xp: Any = np):
+    """``stored`` (n_tiles, q, a**d, XYZ order, storage dtype) with the stored rest equilibrium
+    in solid nodes.
+
+    The rule of the module doc; returns a new ``xp`` array.
+    """
+    rest = xp.asarray(problem.storage.encode(problem.rest_populations()[:, None]))[None]
+    solid = xp.asarray(problem.tiling.solid)[:, None, :]
+    return xp.where(solid, rest, xp.asarray(stored, dtype=problem.storage_dtype))
 
 
 class Backend(Protocol):
@@ -49,8 +70,11 @@ class Backend(Protocol):
         """Copy a backend array to a host NumPy array."""
 
     def set_populations(self, state: Any, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host array (n_tiles, q, a**d), rounded to the
-        storage."""
+        """Overwrite the latest populations from a host or backend array (n_tiles, q, a**d),
+        rounded to the storage.
+
+        Solid nodes of both copies get the rest equilibrium, whatever ``f`` holds there.
+        """
 
     def set_step(self, state: Any, step: int) -> None:
         """Set the step counter that seeds the stochastic rounding of float16 storage

@@ -14,7 +14,9 @@ forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving w
 objects (``kernels/PHYSICS_FOR_GPU.md``). With float16 storage (:mod:`solver.storage`) the
 device copies (two, or one in place) hold the shifted, scaled binary16 values the kernel decodes
 and encodes itself; reading or writing populations through this backend decodes or encodes them
-on the device.
+on the device. Solid nodes hold the rest equilibrium in every copy (the rule of
+:mod:`solver.backends.base`): the two-copy XYZ-layout kernels store it into solid nodes that
+share a 32-byte sector with a fluid node, and :meth:`CupyBackend.set_populations` keeps it.
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ from functools import cache
 import cupy as cp
 import numpy as np
 
-from ..collision import equilibrium
 from ..problem import Problem
-from .base import DeviceInfo
+from .base import DeviceInfo, with_rest_solids
 from .gpu_boundary import boundary_values
 from .gpu_kernels import KernelVariant, kernel_source, real_args
 from .gpu_streaming import next_phase
@@ -189,8 +190,7 @@ class CupyBackend:
         real_args = physics_args(problem)
         tables = {k: cp.asarray(v) for k, v in device_tables(problem, variant.boundary).items()}
         # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
-        feq = problem.storage.encode(equilibrium(np.array([problem.rho0]), np.zeros((lat.d, 1)),
-                                                 lat, problem.incompressible))[:, 0]
+        feq = problem.storage.encode(problem.rest_populations()[:, None])[:, 0]
         f = cp.empty((problem.population_copies, tiling.n_tiles, lat.q, tiling.nodes_per_tile),
                      dtype=problem.storage_dtype)
         f[...] = cp.asarray(feq)[None, None, :, None]
@@ -328,6 +328,8 @@ class CupyBackend:
             q = cp.arange(problem.lattice.q)[:, None]
             for c in range(state.f.shape[0]):
                 new.f[c][:, q, slots] = state.f[c][:, q, state.slots]
+        if problem.rho0 != state.problem.rho0:  # solid nodes hold the rest state of rho0
+            self.set_populations(new, self.populations(new))
         return new
 
     def _natural(self, state: CupyState) -> cp.ndarray:
@@ -366,13 +368,19 @@ class CupyBackend:
         return cp.asnumpy(array)
 
     def set_populations(self, state: CupyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host array in XYZ in-tile order (rounded to
-        the storage on the device)."""
-        q = cp.arange(state.problem.lattice.q)[:, None]
+        """Overwrite the latest populations from a host or device array in XYZ in-tile order
+        (rounded to the storage on the device).
+
+        Solid nodes of every copy get the rest equilibrium (:mod:`solver.backends.base`).
+        """
+        problem, q = state.problem, cp.arange(state.problem.lattice.q)[:, None]
         if state.in_place:  # values arrive in the natural layout: decode to phase 0 first,
             self._natural(state)  # which also moves the float16 step counter there
-        state.f[state.current][:, q, state.slots] = state.problem.storage.encode(
-            cp.asarray(f), cp)
+        others = [c for c in range(state.f.shape[0]) if c != state.current]
+        for copy in (state.current, *others):
+            stored = (problem.storage.encode(cp.asarray(f), cp) if copy == state.current
+                      else state.f[copy][:, q, state.slots])
+            state.f[copy][:, q, state.slots] = with_rest_solids(problem, stored, cp)
 
     def set_step(self, state: CupyState, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding (on resume)."""

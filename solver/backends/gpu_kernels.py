@@ -11,14 +11,14 @@ how it stores them ('auto': the arithmetic type; 'float16': the shifted, scaled 
 velocity set: the pull of every direction, the boundary code of
 :mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
 :mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.gpu_mrt`, and
-coalesced stores. Every population load and store is one of :func:`_load` and :func:`_storer`:
-where a value is read or written is the streaming's (:mod:`solver.backends.gpu_streaming`),
-how it is decoded or encoded the storage's (:mod:`solver.backends.gpu_storage`), so every
-streaming works with every storage. Relaxation rates, the body force and the boundary values
-stay kernel arguments or tables, so changing them never recompiles; tiles per block is a launch
-parameter for the same reason. Runs without inlets, outlets or moving walls use the kernel
-without the boundary code, and runs whose walls rest the one without Ladd's term, so each pays
-only for what it uses.
+coalesced stores (and, in the XYZ layout, the sector fill of :func:`_sector_fill`). Every
+population load and store is one of :func:`_load` and :func:`_storer`: where a value is read or
+written is the streaming's (:mod:`solver.backends.gpu_streaming`), how it is decoded or encoded
+the storage's (:mod:`solver.backends.gpu_storage`), so every streaming works with every storage.
+Relaxation rates, the body force, the rest state and the boundary values stay kernel arguments
+or tables, so changing them never recompiles; tiles per block is a launch parameter for the
+same reason. Runs without inlets, outlets or moving walls use the kernel without the boundary
+code, and runs whose walls rest the one without Ladd's term, so each pays only for what it uses.
 
 The in-tile layouts and the arrays and arguments the kernel is given live in
 :mod:`solver.backends.gpu_tables`.
@@ -45,6 +45,7 @@ from .gpu_storage import (
     decode,
     encode,
     node_code,
+    rest_value,
     storage_code,
     storage_param_names,
     storage_signature,
@@ -63,7 +64,7 @@ from .gpu_streaming import (
 from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
 
 __all__ = ["KernelVariant", "MODES", "COLLISIONS", "kernel_source", "all_variants",
-           "collision_param_names", "real_args"]
+           "collision_param_names", "real_param_names", "real_args"]
 
 #: Kernel modes: the full step, the paper's probes (section 4.1) and the in-place decoding.
 MODES = {"full": 0, "propagate": 1, "readwrite": 2, "swap": 3}
@@ -73,6 +74,8 @@ COLLISIONS = ("BGK", "TRT", "MRT")
 #: 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k and 3 wm w_k.
 _TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "bfw", "cfw", "wmw")
                                      for k in range(4)]
+#: Rest equilibrium w_k rho0 per weight class k = |c|^2: what solid nodes hold (sector fill).
+_REST_PARAMS = [f"rest{k}" for k in range(4)]
 _TEMPLATE = Path(__file__).with_name("kernels") / "tiled_lbm.cu"
 
 
@@ -240,6 +243,43 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     return "\n".join(out)
 
 
+def _sector_fill(v: KernelVariant) -> str:
+    """XYZ-layout steps: solid nodes sharing a 32-byte sector with a fluid node store w_i rho0.
+
+    A 32-byte sector of a direction's data block holds 32 / sizeof(storage) consecutive slots,
+    i.e. (XYZ layout, slot = n, NPT % 32 == 0) the nodes of one aligned group of lanes; a warp
+    ballot of the fluid lanes tells each solid lane whether its group holds a fluid node, and
+    such a lane stores the rest equilibrium into its own slots. The code sits in the kernel's
+    active-tile block before the halo work and the barrier, where all 32 lanes of a warp are
+    alive (warps never straddle tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT), so
+    the full ballot mask is exact, and where it leaves the register allocation of the fluid path
+    alone (placed after the barrier, next to the solid exit, NVRTC 13.0 gave the float32 BGK
+    kernel 39 registers instead of 32 and the H100 lost 2-4 % on dense boxes). Sectors line up
+    with lane groups because every copy starts on a 32-element boundary; the values stored
+    never depend on it. The paper layout permutes slots per direction, so sectors there mix
+    other nodes: no fill. In place (AA) a step reads every sector it writes, so partial
+    writes cost no DRAM read there: two-copy kernels only. The value is stored as is, never
+    rounded (:func:`~solver.backends.gpu_storage.rest_value`): no random bits before the halo.
+    """
+    if v.layout != "xyz" or v.mode not in ("full", "propagate") or v.streaming != "pull":
+        return ""
+    lat = get_lattice(v.lattice)
+    kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
+    fill = ["            " + store_code(v.streaming, kinds, i,
+                                        rest_value(v.storage, sum(ci * ci for ci in c)))
+            for i, c in enumerate(lat.c.tolist())]
+    return "\n".join([
+        "        {  // sector fill (kernel header)",
+        "            constexpr int SECTOR = 32 / (int)sizeof(*fout);  // slots per 32-byte sector",
+        "            const bool solid = types[tile * NPT + n] == 0;",
+        "            const unsigned fluid = __ballot_sync(0xffffffffu, !solid);",
+        "            if (solid && ((fluid >> (n & (32 - SECTOR))) & ((1u << SECTOR) - 1u))) {",
+        *fill,
+        "            }",
+        "        }",
+    ])
+
+
 def _readwrite(v: KernelVariant) -> str:
     lat = get_lattice(v.lattice)
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
@@ -256,25 +296,33 @@ def _template() -> Template:
 
 
 def collision_param_names(v: KernelVariant) -> list[str]:
-    """Names of the collision constants the kernel takes after the body force."""
+    """Names of the collision constants the kernel takes after the body force and rest state."""
     v = v.canonical()
     return mrt_param_names(v.lattice) if v.collision == "MRT" else list(_TRT_PARAMS)
+
+
+def real_param_names(v: KernelVariant) -> list[str]:
+    """Names of all floating kernel arguments in order (gpu_tables.physics_args's values)."""
+    return ["fx", "fy", "fz", *_REST_PARAMS, *collision_param_names(v),
+            *storage_param_names(v.storage)]
 
 
 def real_args(variant: KernelVariant, physics: list) -> list:
     """Floating kernel arguments of ``variant``, in its signature's count.
 
-    ``physics`` (:func:`~solver.backends.gpu_tables.physics_args`) for a full step; for the
-    probes and the in-place decoding, which read none of the force and collision constants but
-    are compiled as BGK, zeros in their place (another collision's constants would pass the
-    wrong number of arguments: D2Q9 MRT has fewer), then the storage constants, which every
+    ``physics`` (:func:`~solver.backends.gpu_tables.physics_args`) for a full step. The probes
+    and the in-place decoding are compiled as BGK and read neither the force nor collision
+    constants: zeros there (another collision's constants would pass the wrong number of
+    arguments; D2Q9 MRT has fewer), but the rest state itself, which the XYZ propagation probe
+    stores into solid nodes (:func:`_sector_fill`), and the storage constants, which every
     kernel of a storage takes (the last ``len(storage_param_names(...))`` of ``physics``).
     """
     v = variant.canonical()
     if v.mode == "full":
         return list(physics)
+    zero, rest = type(physics[0])(0), len(_REST_PARAMS)
     n_storage = len(storage_param_names(v.storage))
-    return ([type(physics[0])(0)] * (3 + len(collision_param_names(v)))
+    return ([zero] * 3 + list(physics[3:3 + rest]) + [zero] * len(collision_param_names(v))
             + list(physics[len(physics) - n_storage:]))
 
 
@@ -319,6 +367,7 @@ def kernel_source(variant: KernelVariant) -> str:
         readwrite=_readwrite(v) if v.mode == "readwrite" else "",
         gather=_gather(v, real) if computes else "",
         collide=_collide(v, real) if v.mode != "readwrite" else "",
+        sector_fill=_sector_fill(v),
         restrict=pointer_qualifier(v.streaming),
         halo="true" if needs_halo(v.streaming, v.mode, v.boundary) else "false",
         collision_params=params + storage_signature(v.storage),

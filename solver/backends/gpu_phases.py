@@ -8,13 +8,22 @@ halo]``, so one time step is two launches of the tiled kernel over tile ranges (
 ==========  ==================================================  ===========================
 stream      work per step, in order                             waits for
 ==========  ==================================================  ===========================
-comm        boundary tiles ``[0, n_b)``; gather the send        the previous step's end
-            values; ``cudaMemcpyAsync`` into page-locked host   (compute stream)
+comm        boundary tiles ``[0, n_b)``; gather the send        the previous step's
+            values; ``cudaMemcpyAsync`` into page-locked host   interior (compute stream)
             memory; later the received values back to the
             device
-compute     interior tiles ``[n_b, n_owned)``; scatter the      the previous step's boundary
-            received values into the halo slots                launch and gather
+compute     interior tiles ``[n_b, n_owned)``; scatter the      the previous step's
+            received values into the halo slots                 boundary tiles (comm)
 ==========  ==================================================  ===========================
+
+The two streams share the two copies; per step (reading copy A, writing copy B) the hazards
+are: the interior of the next step writes A, which this step's boundary tiles read, and reads
+the boundary tiles of B, which they write — so it waits for this step's boundary launch (event
+``boundary``), not for the halo work queued behind it on the comm stream; the boundary tiles of
+the next step write A, which this step's interior reads, and read B's interior and halo slots —
+so they wait for this step's interior and scatter (event ``step_done`` on the compute stream,
+the comm stream's own order for the NCCL scatter). Neither the interior nor the boundary launch
+touch the halo slots of the copy they write, which the scatter fills.
 
 With the host transport, ``boundary()`` enqueues both launches, so the interior is queued on
 the GPU before the host blocks: first in ``synchronize()`` (the comm stream: boundary tiles
@@ -22,16 +31,18 @@ packed and copied to the host, then MPI may send them), then in MPI's ``Waitall`
 stream has the highest priority, so its small kernels get the SMs ahead of the interior's
 blocks. The host waits for the copy of received values to the device before it returns from
 ``scatter`` (the page-locked buffer is reused by the next receive); the scatter kernel itself
-runs on the compute stream after the interior. The hazards between the two streams (a step reads the
-copy the previous step wrote on the other stream, and writes the copy it read) are ordered by
-two events per step.
+runs on the compute stream after the interior.
 
 With the NCCL transport (:class:`~solver.distributed.exchange.NcclExchange`) the halo never
 leaves the device and the host never waits inside a step: the comm stream runs the boundary
 tiles, the gather into a device send buffer (:meth:`CupyPhases.gather_on_device`), the grouped
 NCCL ``send``/``recv`` and the scatter of the receive buffer into the halo slots
 (:meth:`CupyPhases.scatter_on_device`), in that order, while the compute stream runs the
-interior; :meth:`CupyPhases.finish` joins the two streams with the same two events.
+interior; the halo chain of one step may run on beside the next step's interior. Such steps
+can be captured: :meth:`CupyPhases.capture_steps` records the work of several steps on both
+streams (the comm stream joins the capture through an event recorded on the capturing compute
+stream, and is joined back before the capture ends) into one CUDA graph, and
+:meth:`CupyPhases.replay` launches it (:mod:`solver.distributed.replay` decides when).
 
 The module takes CuPy from the backend (``backend.xp``) and does not import it.
 """
@@ -107,7 +118,8 @@ class CupyPhases:
         self._compute = state.stream
         self._comm = _comm_stream(cp)
         self._step_done = cp.cuda.Event(disable_timing=True)  # compute: last write of a step
-        self._packed = cp.cuda.Event(disable_timing=True)  # comm: boundary launch + gather
+        self._boundary = cp.cuda.Event(disable_timing=True)  # comm: boundary tiles written
+        self._joined = cp.cuda.Event(disable_timing=True)  # comm: everything queued so far
         self._uploaded = cp.cuda.Event(disable_timing=True)  # comm: received values on device
         problem = state.problem
         self._gather, self._scatter = _copy_kernels(cp, problem.dtype.name,
@@ -199,6 +211,7 @@ class CupyPhases:
         self._comm.wait_event(self._step_done)
         with self._comm:
             self.backend.launch_tiles(self.state, *self._ranges[0])
+        self._boundary.record(self._comm)
         with self._compute:
             self.backend.launch_tiles(self.state, *self._ranges[1])
 
@@ -216,11 +229,60 @@ class CupyPhases:
         self._cp.cuda.Device().synchronize()
 
     def finish(self) -> None:
-        """Order the next step after this one on both streams; swap the copies."""
-        self._packed.record(self._comm)
-        self._compute.wait_event(self._packed)
+        """Order the next step after this one on both streams (see the module docstring);
+        swap the copies."""
+        self._compute.wait_event(self._boundary)
         self.state.current = 1 - self.state.current
         self._step_done.record(self._compute)
+
+    def _join(self) -> None:
+        """Order the compute stream after everything queued on the comm stream so far."""
+        self._joined.record(self._comm)
+        self._compute.wait_event(self._joined)
+
+    # -- CUDA graphs of whole steps (NCCL transport) -------------------------------------------
+    def capture_steps(self, run: Callable[[], None]) -> Any:
+        """An instantiated CUDA graph of the work ``run`` enqueues on both streams (whole
+        steps, an even number, so the copies end where they began); nothing runs. Raises if
+        the capture fails; the streams are then out of capture and the copies unchanged."""
+        current, compute = self.state.current, self._compute
+        self._join()  # nothing captured may overtake the plain steps queued before
+        compute.begin_capture()
+        try:
+            self._step_done.record(compute)  # the comm stream joins the capture here
+            run()
+            even = self.state.current == current
+            self._join()  # every forked stream must rejoin the origin before the end
+        except BaseException:
+            try:
+                compute.end_capture()
+            except Exception as exc:  # an invalidated capture also ends with an error
+                log.debug("Ending the failed capture: %s", exc)
+            raise
+        finally:
+            self.state.current = current  # capturing ran nothing
+            if not compute.is_capturing():
+                self._rearm()
+        graph = compute.end_capture()
+        self._rearm()
+        if not even:
+            raise RuntimeError("A captured graph must hold an even number of steps.")
+        graph.upload(compute)  # instantiate now: a failure here still means "no graphs"
+        return graph
+
+    def _rearm(self) -> None:
+        """Record the step events outside any capture: events last recorded inside one stand
+        for graph nodes, and a plain stream must not wait on them."""
+        self._step_done.record(self._compute)
+        self._boundary.record(self._comm)
+        self._joined.record(self._comm)
+
+    def replay(self, graph: Any) -> None:
+        """Enqueue one replay of ``graph`` (from :meth:`capture_steps`, captured for the
+        current copy) after everything queued on both streams; later steps follow it."""
+        self._join()
+        graph.launch(self._compute)
+        self._step_done.record(self._compute)  # the next plain step's comm work follows it
 
     def release(self) -> None:
         """Free the device arrays."""

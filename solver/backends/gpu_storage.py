@@ -26,7 +26,7 @@ from ..lattice import Lattice
 from ..storage import DITHER_BITS, GOLDEN, direction_multiplier
 
 __all__ = ["KERNEL_STORAGES", "STORAGE_PARAMS", "storage_param_names", "storage_signature",
-           "storage_code", "counter_code", "node_code", "decode", "encode"]
+           "storage_code", "counter_code", "node_code", "decode", "encode", "rest_value"]
 
 #: Kernel storages: the arithmetic type, or shifted, scaled binary16 (float32 arithmetic).
 KERNEL_STORAGES = ("auto", "float16")
@@ -180,3 +180,13 @@ def encode(storage: str, lattice: Lattice, i: int, value: str) -> str:
         return value
     r = f"(fs_hash * {direction_multiplier(i):#010x}u) >> (32 - DITHER_BITS)"
     return f"encode_f({value}, fs_offset{_class(lattice, i)}, fs_scale, {r})"
+
+
+def rest_value(storage: str, k: int) -> str:
+    """C expression (store_t): the rest equilibrium ``w_k rho0`` of weight class k as stored.
+
+    The kernel argument ``rest<k>``; with float16 storage binary16 zero, exactly, whatever the
+    rounding: the shift is the rest state (:func:`solver.storage.storage_for`), which is also
+    what :func:`solver.backends.base.with_rest_solids` stores.
+    """
+    return f"rest{k}" if not _half(storage) else "(store_t)0u"

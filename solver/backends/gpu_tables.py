@@ -142,15 +142,22 @@ def geometry_args(problem: Problem, tiles: tuple[int, int] | None = None) -> lis
 def physics_args(problem: Problem) -> list:
     """Floating kernel arguments (arithmetic precision), folded in double as solver.collision does.
 
-    The force (fx, fy, fz), then the collision constants. BGK/TRT: omp = 1 - (wp + wm)/2,
-    hm = (wp - wm)/2, af = -3 (1/wp - 1/2), then per weight class k = |c|^2 (0..3): wp w_k,
-    9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k, 3 wm w_k. Rounding each product once keeps the float32
-    kernel's mass drift at the NumPy reference's level. MRT: A_k, B_k, C_k per relaxed moment
-    row (:func:`solver.backends.gpu_mrt.mrt_params`). With float16 storage, last: the shift
-    ``w_k rho0`` per weight class k = |c|^2, the scale S and 1/S (:mod:`solver.storage`).
+    In :func:`~solver.backends.gpu_kernels.real_param_names` order: the force (fx, fy, fz); the
+    rest equilibrium w_k rho0 per weight class k = |c|^2 (0..3), which solid nodes hold
+    (:meth:`~solver.problem.Problem.rest_populations`); then the collision constants. BGK/TRT:
+    omp = 1 - (wp + wm)/2, hm = (wp - wm)/2, af = -3 (1/wp - 1/2), then per weight class k:
+    wp w_k, 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k, 3 wm w_k. Rounding each product once keeps the
+    float32 kernel's mass drift at the NumPy reference's level. MRT: A_k, B_k, C_k per relaxed
+    moment row (:func:`solver.backends.gpu_mrt.mrt_params`). With float16 storage, last: the
+    shift ``w_k rho0`` per weight class k, the scale S and 1/S (:mod:`solver.storage`).
     """
     lat = problem.lattice
     force = list(problem.force) + [0.0] * (3 - len(problem.force))
+    w, rest = [0.0] * 4, [0.0] * 4
+    for c, weight, value in zip(lat.c.tolist(), lat.w.tolist(),
+                                problem.rest_populations().tolist(), strict=True):
+        w[sum(ci * ci for ci in c)] = weight
+        rest[sum(ci * ci for ci in c)] = value
     storage = problem.storage
     tail = [*storage.class_shifts(lat), storage.scale, 1.0 / storage.scale] \
         if storage.encoded else []
@@ -158,12 +165,9 @@ def physics_args(problem: Problem) -> list:
         if not isinstance(problem.rates, MRTRates) or problem.rates.lattice != lat.name:
             raise ValueError(f"MRT needs MRT rates for {lat.name} (solver.mrt.mrt_rates), got "
                              f"{problem.rates!r}.")
-        return [problem.dtype.type(v) for v in force + mrt_params(problem.rates) + tail]
+        return [problem.dtype.type(v) for v in force + rest + mrt_params(problem.rates) + tail]
     wp, wm = problem.rates.omega_plus, problem.rates.omega_minus
-    w = [0.0] * 4
-    for c, weight in zip(lat.c.tolist(), lat.w.tolist(), strict=True):
-        w[sum(ci * ci for ci in c)] = weight
-    values = [*force, 1.0 - 0.5 * (wp + wm), 0.5 * (wp - wm), -3.0 * (1.0 / wp - 0.5)]
+    values = [*force, *rest, 1.0 - 0.5 * (wp + wm), 0.5 * (wp - wm), -3.0 * (1.0 / wp - 0.5)]
     for factor in (wp, 9.0 * (1.0 - 0.5 * wp), 3.0 * (1.0 - 0.5 * wm), 3.0 * wm):
         values += [factor * wk for wk in w]
     return [problem.dtype.type(v) for v in values + tail]

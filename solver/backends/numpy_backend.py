@@ -30,7 +30,7 @@ from ..boundaries import ZouHeFace, ladd_links, zou_he, zou_he_faces
 from ..node_types import NodeType
 from ..problem import Problem
 from ..storage import dither
-from .base import DeviceInfo
+from .base import DeviceInfo, with_rest_solids
 
 __all__ = ["NumpyBackend", "NumpyState"]
 
@@ -125,7 +125,10 @@ class NumpyBackend:
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
 
     def allocate(self, problem: Problem) -> NumpyState:
-        """Initialise both copies at rest equilibrium and build the pull table."""
+        """Initialise both copies at rest equilibrium and build the pull table.
+
+        Steps write fluid nodes only: solid nodes keep the rest equilibrium (``base`` module).
+        """
         f0 = problem.storage.encode(problem.initial_populations())
         f = np.stack([f0, f0.copy()])
         table = problem.pull_table
@@ -189,8 +192,12 @@ class NumpyBackend:
         return np.asarray(array)
 
     def set_populations(self, state: NumpyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations (rounded to the storage, as every step stores)."""
-        state.f[state.current] = state.problem.storage.encode(f)
+        """Overwrite the latest populations (rounded to the storage, as every step stores);
+        solid nodes of both copies at rest equilibrium."""
+        problem = state.problem
+        state.f[state.current] = with_rest_solids(problem, problem.storage.encode(f))
+        other = state.f[1 - state.current]
+        other[...] = with_rest_solids(problem, other)
 
     def set_step(self, state: NumpyState, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding (on resume)."""

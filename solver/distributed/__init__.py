@@ -21,6 +21,10 @@ Design (issue 8; see also ``papers/multi-gpu-porous-media.txt``):
 6. :mod:`.backend` / :mod:`.launch` — :class:`DistributedBackend` implements the Backend
    protocol: rank 0 runs an ordinary ``Simulation`` on it (fields, metrics and checkpoints
    gathered to rank 0 in the single-rank format) while the other ranks serve.
+7. :mod:`.replay` — with the NCCL transport nothing in a step waits on the host, so long runs
+   can replay a captured multi-step CUDA graph (both streams and the NCCL calls) instead of
+   launching every kernel from Python (opt-in: ``graphs=True``); :func:`~.replay.plan_steps`
+   keeps the step count and the copies right.
 
 Entry point until ``python -m solver run`` drives it: ``mpirun -n N python -m solver.distributed
 GEOMETRY.npy --steps 100 --backend numpy`` (see :mod:`solver.distributed.__main__`).

@@ -5,8 +5,8 @@ is a boolean ``.npy`` mask (True = solid, axes (x, y[, z])); configuration field
 ``--set key=value`` (values parsed as JSON, lists become tuples), e.g. ``--set tau=0.7
 --set body_force=[1e-5,0,0] --set y_min=wall --set y_max=wall``. Rank 0 logs the decomposition
 and MFLUPS and, with ``--save``, writes the gathered populations (float64, global tile order,
-the layout of ``Simulation.populations()``), the fields ``rho`` and ``u`` (NaN in solids) and
-the step count to an ``.npz``.
+the layout of ``Simulation.populations()``), the fields ``rho`` and ``u`` (NaN in solids), the
+step count and how many steps rank 0 ran as CUDA-graph replays to an ``.npz``.
 """
 
 from __future__ import annotations
@@ -46,11 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m solver.distributed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("geometry", type=Path, help="boolean .npy solid mask (True = solid)")
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--steps", type=int, nargs="+", default=[100],
+                        help="time steps; several numbers run as that many step() calls")
     parser.add_argument("--backend", default="numpy", choices=["auto", "numpy", "cupy"])
     parser.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),
                         help="halo transport: nccl (GPU to GPU), host (MPI through host "
                              "memory) or auto (nccl when every rank has its own GPU)")
+    parser.add_argument("--graphs", action="store_true",
+                        help="with the NCCL transport, replay captured CUDA graphs of 16 steps "
+                             "(off by default: slower on 2 x H200, see benchmarks/README.md)")
     parser.add_argument("--axis", default="longest",
                         help="decomposition axis: longest, flow or 0/1/2")
     parser.add_argument("--set", dest="settings", action="append", default=[],
@@ -73,7 +77,10 @@ def _run(args: argparse.Namespace, backend) -> int:
     decomposition = sim.state.counts
     log.info("%d ranks, tiles per rank %s, axis %s, halo transport %s", backend.size,
              decomposition.tolist(), backend.axis, backend.transport_used)
-    sim.step(args.steps)
+    for n in args.steps:
+        sim.step(n)
+    graphs = sim.state.solver.graphs  # rank 0's: how many steps ran as CUDA-graph replays
+    replayed = graphs.counts["replayed"] if graphs is not None else 0
     m = sim.metrics
     log.info("%d steps, %d fluid nodes: %.2f MFLUPS", m.steps, m.fluid_nodes, m.mflups_mean)
     if args.save is not None:
@@ -81,7 +88,8 @@ def _run(args: argparse.Namespace, backend) -> int:
         np.savez(args.save, populations=sim.populations(), rho=fields["rho"], u=fields["u"],
                  step=np.array(sim.time_step), mflups=np.array(m.mflups_mean),
                  ranks=np.array(backend.size), tiles_per_rank=decomposition,
-                 transport=np.array(backend.transport_used))
+                 transport=np.array(backend.transport_used),
+                 replayed_steps=np.array(replayed))
     sim.close()
     return 0
 
@@ -96,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     axis = int(args.axis) if args.axis.isdigit() else args.axis
     try:
         code = launch(lambda backend: _run(args, backend), inner=args.backend, axis=axis,
-                      transport=args.transport)
+                      transport=args.transport, graphs=args.graphs)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -12,8 +12,11 @@ others:
   (:mod:`~solver.distributed.transport`; the NCCL communicator is built once, at the first
   allocation that uses it) and every rank builds its
   :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``).
-- ``step(state, n)``: ``n`` overlapped steps on every rank; the time is rank 0's wall time up
-  to a closing barrier, so MFLUPS count the global fluid nodes over the slowest rank.
+- ``step(state, n)``: ``n`` overlapped steps on every rank (with the NCCL transport and
+  ``graphs=True``, or after :meth:`DistributedBackend.use_graphs`, mostly as replays of
+  captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
+  ``benchmarks/README.md``); the time is rank 0's wall time up to a closing barrier, so MFLUPS
+  count the global fluid nodes over the slowest rank.
 - ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
   (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
   halos. ``device_populations`` is the same gather (``xp`` is NumPy on rank 0), so
@@ -86,11 +89,14 @@ class DistributedState:
 
 class DistributedBackend:
     """A backend that runs ``inner`` on every rank of ``comm`` (see the module docstring);
-    halos travel by ``transport`` (one of solver.config.HALO_TRANSPORTS)."""
+    halos travel by ``transport`` (one of solver.config.HALO_TRANSPORTS); ``graphs``: replay
+    captured multi-step CUDA graphs where the transport allows it (solver.distributed.replay)."""
 
     def __init__(self, inner: str | Backend = "auto", comm: Any = None,
-                 axis: int | str = "longest", transport: str = "auto") -> None:
+                 axis: int | str = "longest", transport: str = "auto",
+                 graphs: bool = False) -> None:
         self.transport = check_transport(transport)
+        self.graphs = bool(graphs)
         self.comm = comm if comm is not None else world()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.axis = axis
@@ -130,7 +136,8 @@ class DistributedBackend:
                               "rounding hashes global node ids, which the ranks' local tilings "
                               "do not carry. Use storage='auto' for distributed runs.")
         # A fresh copy: a cached pull table of the global problem must not travel.
-        payload = (dataclasses.replace(problem), self.inner.name, self.axis, self.transport)
+        payload = (dataclasses.replace(problem), self.inner.name, self.axis, self.transport,
+                   self.graphs)
         self._command("allocate", payload)
         return DistributedState(problem=problem, solver=self._solver, order=self._order,
                                 counts=self._counts, halo_values=self._halo_values)
@@ -179,6 +186,11 @@ class DistributedBackend:
         """Free every rank's state (the workers keep serving)."""
         self._command("release", None)
 
+    def use_graphs(self, enabled: bool) -> None:
+        """Replay captured multi-step CUDA graphs where the transport allows it, or launch
+        every step from Python (the default), on every rank, from now on."""
+        self._command("graphs", bool(enabled))
+
     def shutdown(self) -> None:
         """Release the serving ranks (rank 0 only; idempotent)."""
         if self.is_root and not self._stopped and self.size > 1:
@@ -189,6 +201,9 @@ class DistributedBackend:
 
     def _close_link(self) -> None:
         if self._link is not None:  # every rank, right after the stop command
+            if self._solver is not None:  # its graphs hold NCCL work: they go first
+                self._solver.release()
+                self._solver = None
             self._link.close()
             self._link = None
 
@@ -247,7 +262,9 @@ class DistributedBackend:
             log.exception("Rank %d failed during %r; aborting all ranks.", self.rank, command)
             self.comm.Abort(1)
 
-    def _allocate(self, problem: Problem, inner: str, axis: int | str, transport: str) -> None:
+    def _allocate(self, problem: Problem, inner: str, axis: int | str, transport: str,
+                  graphs: bool) -> None:
+        self.graphs = graphs
         error, report = None, TransportReport(False, "not asked")
         try:
             if self.inner.name != inner:
@@ -264,7 +281,8 @@ class DistributedBackend:
         factory = exchange_factory(self.transport_used, self.comm, self._link)
         error = None
         try:
-            self._solver = RankSolver(problem, decomposition, self.rank, self.inner, factory)
+            self._solver = RankSolver(problem, decomposition, self.rank, self.inner, factory,
+                                      graphs=graphs)
         except Exception as exc:
             error = exc
         if not self._check(error, self.comm.allgather(self._message(error))):
@@ -339,6 +357,11 @@ class DistributedBackend:
                     MPI.DOUBLE]
         self.comm.Scatterv(send, block, root=0)
         solver.set_owned_populations(block)
+
+    def _graphs(self, enabled: bool) -> None:
+        self.graphs = enabled  # for later allocations too
+        if self._solver is not None and self._solver.graphs is not None:
+            self._solver.graphs.enabled = enabled
 
     def _release(self, _: Any) -> None:
         if self._solver is not None:

@@ -22,7 +22,8 @@ Implementations (chosen by :mod:`solver.distributed.transport`):
 - :class:`NcclExchange` (``nccl``) — device buffers sent and received by NCCL
   (:class:`~solver.backends.gpu_nccl.NcclLink`) on the stepper's halo stream: gather, grouped
   ``send``/``recv`` and scatter are queued in stream order behind the boundary tiles, so no
-  call waits on the host and the interior launch runs meanwhile on the compute stream.
+  call waits on the host and the interior launch runs meanwhile on the compute stream; whole
+  steps can therefore be captured in a CUDA graph and replayed (``capturable``).
 - :class:`LoopbackHub` — every rank in one process, for tests and debugging without MPI.
 """
 
@@ -44,6 +45,10 @@ HALO_TAG = 17
 
 class HaloExchange(Protocol):
     """One rank's side of the per-step halo exchange."""
+
+    #: Whether whole steps with this exchange can be captured in a CUDA graph (no host wait
+    #: or host-side transfer inside a step; see :mod:`solver.distributed.replay`).
+    capturable: bool
 
     def post(self) -> None:
         """Post the receives of the coming exchange."""
@@ -95,6 +100,8 @@ class HaloBuffers:
 class MpiExchange:
     """Non-blocking point-to-point exchange of contiguous host buffers over an MPI communicator."""
 
+    capturable = False  # MPI moves host memory while the host waits inside the step
+
     def __init__(self, comm: Any, plan: HaloPlan, stepper: RankStepper) -> None:
         self.comm, self.stepper = comm, stepper
         self.buffers = HaloBuffers(plan, stepper)
@@ -133,6 +140,8 @@ class MpiExchange:
 class NcclExchange:
     """Device-to-device exchange through NCCL, queued on the stepper's halo stream."""
 
+    capturable = True  # every call only enqueues device work (NCCL >= 2.9 can be captured)
+
     def __init__(self, link: Any, plan: HaloPlan, stepper: RankStepper) -> None:
         self.link, self.stepper = link, stepper
         self.buffers = HaloBuffers(plan, stepper, device=True)
@@ -166,6 +175,8 @@ class LoopbackHub:
 
 
 class _LoopbackExchange:
+    capturable = False
+
     def __init__(self, hub: LoopbackHub, rank: int, buffers: HaloBuffers) -> None:
         self.hub, self.rank, self.buffers = hub, rank, buffers
 

@@ -20,10 +20,13 @@ T = TypeVar("T")
 
 
 def launch(main: Callable[[DistributedBackend], T], inner: str | Backend = "auto",
-           comm: Any = None, axis: int | str = "longest", transport: str = "auto") -> T | None:
+           comm: Any = None, axis: int | str = "longest", transport: str = "auto",
+           graphs: bool = False) -> T | None:
     """``main(backend)``'s result on rank 0, None on the serving ranks; ``transport`` is the
-    halo transport (solver.config.HALO_TRANSPORTS)."""
-    backend = DistributedBackend(inner, comm=comm, axis=axis, transport=transport)
+    halo transport (solver.config.HALO_TRANSPORTS), ``graphs`` whether NCCL runs replay
+    captured CUDA graphs."""
+    backend = DistributedBackend(inner, comm=comm, axis=axis, transport=transport,
+                                 graphs=graphs)
     with backend:
         if backend.is_root:
             return main(backend)

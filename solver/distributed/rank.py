@@ -9,8 +9,15 @@ allocates it on an ordinary backend and steps it with the halo exchange overlapp
 
 :attr:`RankSolver.host_seconds` adds up the host's wall time per phase ('launch': post,
 boundary and the swap; 'pack': packing and waiting until the packed values can be sent, then
-the sends; 'interior'; 'halo': waiting for the messages and unpacking), so a benchmark can see
-where a step waits.
+the sends; 'interior'; 'halo': waiting for the messages and unpacking; with graphs also
+'capture' and 'replay', the launches of captured steps), so a benchmark can see where a step
+waits.
+
+When the exchange is ``capturable`` (NCCL) and the stepper can capture steps
+(``capture_steps``/``replay``, the CuPy one), :attr:`RankSolver.graphs` holds a
+:class:`~solver.distributed.replay.StepGraphs`; enabled (``graphs=True``), :meth:`RankSolver.step`
+runs long runs as replays of a captured multi-step CUDA graph. Otherwise, and for the few plain
+steps a plan needs, it calls the phases from Python as above.
 
 :func:`step_together` drives several ranks in one process (with a
 :class:`~solver.distributed.exchange.LoopbackHub`), phase by phase, which is how the
@@ -32,6 +39,7 @@ from ..problem import Problem
 from .decomposition import SlabDecomposition
 from .exchange import HaloExchange
 from .halo import HaloPlan, build_rank, check_plan_covers
+from .replay import StepGraphs
 from .stepper import RankStepper, stepper_for
 
 __all__ = ["RankSolver", "step_together"]
@@ -43,7 +51,7 @@ class RankSolver:
     """Owned tiles of ``rank`` on ``backend``, stepped with a halo exchange."""
 
     def __init__(self, problem: Problem, decomposition: SlabDecomposition, rank: int,
-                 backend: Backend, exchange: ExchangeFactory) -> None:
+                 backend: Backend, exchange: ExchangeFactory, graphs: bool = False) -> None:
         self.layout, self.plan = build_rank(problem.tiling, decomposition, problem.lattice,
                                             problem.periodic, rank)
         self.problem = dataclasses.replace(problem, tiling=self.layout.tiling,
@@ -56,6 +64,11 @@ class RankSolver:
         self.exchange = exchange(self.plan, self.stepper)
         #: Host wall time per step phase, seconds (see the module docstring).
         self.host_seconds: Counter[str] = Counter()
+        #: Graph replays of whole steps (``graphs.enabled``), or None where steps cannot be
+        #: captured.
+        self.graphs: StepGraphs | None = None
+        if getattr(self.exchange, "capturable", False) and hasattr(self.stepper, "replay"):
+            self.graphs = StepGraphs(self.stepper, enabled=graphs)
 
     @property
     def n_owned(self) -> int:
@@ -87,10 +100,18 @@ class RankSolver:
     def step(self, n: int = 1) -> None:
         """Advance ``n`` time steps (collective over the ranks of the exchange); returns when
         the device has finished them."""
-        for _ in range(n):
-            self.begin_step()
-            self.end_step()
+        if self.graphs is not None:
+            before = self.graphs.host_seconds.copy()
+            self.graphs.run(n, self._one_step)
+            self.host_seconds.update(self.graphs.host_seconds - before)
+        else:
+            for _ in range(n):
+                self._one_step()
         self.stepper.idle()
+
+    def _one_step(self) -> None:
+        self.begin_step()
+        self.end_step()
 
     def owned_populations(self) -> np.ndarray:
         """Latest populations of the owned tiles, host float64 (n_owned, q, a**d)."""
@@ -114,7 +135,9 @@ class RankSolver:
         self.stepper.idle()
 
     def release(self) -> None:
-        """Free the backend state."""
+        """Free the backend state (graphs first: they replay on it and hold NCCL work)."""
+        if self.graphs is not None:
+            self.graphs.clear()
         self.stepper.release()
 
 

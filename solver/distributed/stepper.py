@@ -31,6 +31,11 @@ that allocates the rank-local problem and returns an object with this interface.
 on a high-priority communication stream and over ``[n_b, n_owned)`` on the compute stream,
 both from ``boundary()``, so the interior is queued on the GPU before the host waits for the
 packed halo or for MPI; ``interior()`` then only polls MPI.
+
+A stepper may also capture whole steps: ``capture_steps(run)`` returns a replayable graph of
+the work ``run`` enqueues (running nothing) and ``replay(graph)`` enqueues it; with an exchange
+that is ``capturable`` (NCCL), :class:`~solver.distributed.replay.StepGraphs` then runs long
+runs as replays. The CuPy stepper captures CUDA graphs; the NumPy one cannot.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """Run the generated CUDA kernels on the CPU: g++, one std::thread per CUDA thread.
 
 The kernel source is compiled unchanged behind a small shim (``threadIdx``/``blockIdx`` per
-thread, ``__syncthreads`` and ``__syncwarp`` as std::barrier, the dynamic shared memory as one
-global array; for float16 storage, g++'s ``_Float16`` and ``std::bit_cast`` in place of the
-PTX conversions and bit casts), and blocks run one after another (in reverse order on request:
-in-place kernels must not depend on it). It is slow and only meant for small test geometries,
-but it checks the real kernel text -- indexing, periodic wrap, layouts, collision, the in-place
-AA pattern, float16 storage -- against the NumPy reference on machines without a GPU.
+thread, ``__syncthreads`` and ``__syncwarp`` as std::barrier, ``__ballot_sync`` of full warps
+through a per-warp word between warp barriers, the dynamic shared memory as one global array;
+for float16 storage, g++'s ``_Float16`` and ``std::bit_cast`` in place of the PTX conversions
+and bit casts), and blocks run one after another (in reverse order on request: in-place kernels
+must not depend on it). A warp that does not reach a warp barrier or ballot with all 32 lanes
+hangs here, as it would be undefined on the GPU. It is slow and only meant for small test
+geometries, but it checks the real kernel text -- indexing, periodic wrap, layouts, collision,
+the in-place AA pattern, float16 storage -- against the NumPy reference on machines without a
+GPU.
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.gpu_kernels import KernelVariant, kernel_source, real_args
+from solver.backends.gpu_kernels import (
+    KernelVariant,
+    kernel_source,
+    real_args,
+    real_param_names,
+)
 from solver.backends.gpu_streaming import next_phase
 from solver.backends.gpu_tables import (
     device_tables,
@@ -32,10 +40,14 @@ from solver.backends.gpu_tables import (
 )
 from solver.problem import Problem
 
+from .porous_cases import as_stored
+
 __all__ = ["compiler", "load", "EmulatedKernel", "emulate"]
 
 _SHIM = r"""
+#include <atomic>
 #include <barrier>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -47,6 +59,18 @@ static std::barrier<>* emu_block;
 static std::vector<std::unique_ptr<std::barrier<>>> emu_warps;
 static inline void __syncthreads() { emu_block->arrive_and_wait(); }
 static inline void __syncwarp() { emu_warps[threadIdx.x / 32]->arrive_and_wait(); }
+static std::atomic<unsigned> emu_votes[32];  // one ballot word per warp of a block
+static inline unsigned __ballot_sync(unsigned mask, bool pred)
+{
+    if (mask != 0xffffffffu) std::abort();  // the kernel only votes with whole warps
+    const unsigned w = threadIdx.x / 32;
+    __syncwarp();  // every lane has read the previous vote
+    if (threadIdx.x % 32 == 0) emu_votes[w].store(0u);
+    __syncwarp();
+    if (pred) emu_votes[w].fetch_or(1u << (threadIdx.x % 32));
+    __syncwarp();
+    return emu_votes[w].load();
+}
 extern "C" { alignas(16) int lbm_smem[1 << 16]; }
 #define __global__
 #define __device__
@@ -121,9 +145,9 @@ def load(source: str, name: str, real: str, n_reals: int, store: str | None = No
     return ctypes.CDLL(str(lib)).emu_run
 
 
-def _runner(variant: KernelVariant, n_reals: int):
+def _runner(variant: KernelVariant):
     real = "double" if variant.precision == "float64" else "float"
-    return load(kernel_source(variant), variant.name, real, n_reals,
+    return load(kernel_source(variant), variant.name, real, len(real_param_names(variant)),
                 "unsigned short" if variant.half else None)
 
 
@@ -154,7 +178,9 @@ class EmulatedKernel:
         return self.f.shape[0] == 1
 
     def set_populations(self, f: np.ndarray) -> None:
-        """Store XYZ-ordered populations (n_tiles, q, a**d) in device layout and storage."""
+        """Store XYZ-ordered populations (n_tiles, q, a**d) in device layout and storage
+        (rounded to nearest), solid nodes as they are too (tests poison them); :func:`emulate`
+        applies the backends' rule."""
         if self.in_place and self.current == 1:
             self.step(1, "swap")  # natural layout, the step counter with it (as CuPy does)
         q = np.arange(self.problem.lattice.q)[:, None]
@@ -182,8 +208,8 @@ class EmulatedKernel:
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         for _ in range(n):
             variant = KernelVariant.for_problem(self.problem, mode, self.current)
+            run = _runner(variant)
             reals = np.array(real_args(variant, list(self.reals)), dtype=self.problem.dtype)
-            run = _runner(variant, reals.size)
             if self.in_place:
                 src = dst = self.f[0]
             else:
@@ -196,10 +222,14 @@ class EmulatedKernel:
 
 def emulate(problem: Problem, f0: np.ndarray, steps: int, tiles_per_block: int = 1,
             mode: str = "full", reverse_blocks: bool = False) -> np.ndarray:
-    """Populations (XYZ, float64) after ``steps`` emulated launches from ``f0``."""
+    """Populations (XYZ, float64) after ``steps`` emulated launches from ``f0``.
+
+    Started as the backends start: every copy at rest, then ``f0`` with the rest equilibrium
+    in its solid nodes (``set_populations``, :mod:`solver.backends.base`).
+    """
     emu = EmulatedKernel(problem, tiles_per_block, reverse_blocks)
     emu.set_populations(problem.initial_populations())  # every copy at rest, as allocate()
     emu.f[:] = emu.f[emu.current]
-    emu.set_populations(f0)
+    emu.set_populations(as_stored(problem, f0))
     emu.step(steps, mode)
     return emu.populations()

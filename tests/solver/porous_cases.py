@@ -11,12 +11,14 @@ from dataclasses import replace
 
 import numpy as np
 
+from solver.backends.base import with_rest_solids
 from solver.backends.numpy_backend import NumpyBackend
 from solver.config import SimulationConfig
 from solver.problem import Problem
 from solver.tiling import Tiling
 
-__all__ = ["SHAPES", "porous_solid", "make_problem", "noisy_start", "reference"]
+__all__ = ["SHAPES", "porous_solid", "make_problem", "noisy_start", "as_stored", "reference",
+           "sector_filled"]
 
 #: Domain sizes per lattice (not multiples of the default tile edges 4 in 3D and 8 in 2D).
 SHAPES = {"D2Q9": (45, 21), "D3Q19": (26, 15, 11), "D3Q27": (15, 10, 7)}
@@ -67,6 +69,13 @@ def noisy_start(problem: Problem, seed: int = 1) -> np.ndarray:
     return storage.decode(storage.encode(f0 * (1.0 + 0.01 * noise))).astype(np.float64)
 
 
+def as_stored(problem: Problem, f: np.ndarray) -> np.ndarray:
+    """``f`` (n_tiles, q, a**d) as a backend's ``set_populations`` stores it, read back, float64:
+    rounded to the storage, the rest equilibrium in solid nodes (:mod:`solver.backends.base`)."""
+    storage = problem.storage
+    return storage.decode(with_rest_solids(problem, storage.encode(f))).astype(np.float64)
+
+
 def reference(problem: Problem, f0: np.ndarray, steps: int,
               then_from_step: int | None = None) -> np.ndarray:
     """NumPy-backend populations (XYZ, float64) after ``steps`` steps from ``f0``; with
@@ -80,3 +89,13 @@ def reference(problem: Problem, f0: np.ndarray, steps: int,
         backend.set_step(state, then_from_step)
         backend.step(state, steps)
     return backend.populations(state)
+
+
+def sector_filled(problem: Problem) -> np.ndarray:
+    """Solid nodes that XYZ-layout kernels write (the rest equilibrium), bool (n_tiles, a**d).
+
+    Those whose 32-byte sector, 32 / itemsize consecutive nodes of a tile, holds a fluid node.
+    """
+    solid = problem.tiling.solid
+    sectors = solid.reshape(solid.shape[0], -1, 32 // problem.storage_dtype.itemsize)
+    return (sectors & ~sectors.all(axis=2, keepdims=True)).reshape(solid.shape)

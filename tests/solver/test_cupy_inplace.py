@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from .physics_cases import physics_problem
-from .porous_cases import make_problem, noisy_start, porous_solid, reference
+from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, reference
 
 pytestmark = pytest.mark.gpu
 
@@ -183,7 +183,7 @@ def test_simulation_fields_and_checkpoint_resume(backend, tmp_path, storage):
 def test_in_place_probes_move_exactly_the_fluid_values(backend, precision, storage):
     problem = replace(make_problem("D3Q19", precision, layout="paper", tiles_per_block=2,
                                    storage=storage), streaming="in-place")
-    f0 = noisy_start(problem)
+    f0 = as_stored(problem, noisy_start(problem))
     state = backend.allocate(problem)
     backend.set_populations(state, f0)
     assert backend.probe(state, "readwrite", 1) > 0 and state.current == 0

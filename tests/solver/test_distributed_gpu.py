@@ -8,7 +8,9 @@ NCCL (transport ``nccl``, one GPU per rank, so only with two GPUs or more); popu
 the run must equal one ordinary CuPy process's with ``np.array_equal``. In one process the
 ranks talk through the loopback hub; under ``mpirun`` through MPI or NCCL (with the host
 transport several ranks share GPU 0 when there is only one). A three-rank split along x
-leaves the middle rank without inlet or outlet nodes.
+leaves the middle rank without inlet or outlet nodes. With NCCL most steps run as replays of a
+captured CUDA graph (both streams and the NCCL calls) when asked (``--graphs``); the runs
+check that they did.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 SHAPE = (26, 15, 23)
 STEPS = 20
+#: step() calls of the NCCL runs (solver.distributed.replay, 16 steps per graph): 1 plain step
+#: (the peers connect); a 16-step graph captured and replayed once, 3 plain; 1 plain step back
+#: to the graph's copy, a replay, 3 plain.
+NCCL_CALLS = (1, 19, 20)
 SETTINGS = {"lattice": "D3Q19", "collision": "TRT", "tau": 0.7, "body_force": (0.0, 0.0, 3e-6),
             "x_min": "velocity", "x_min_value": 0.02, "x_max": "pressure",
             "y_min": "wall", "y_max": "wall"}
@@ -127,10 +133,12 @@ needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"NCCL halo test skipped: {
                                                      "visible, two ranks need two")
 
 
-def _mpirun_distributed(tmp_path, n_ranks: int, settings: dict, *extra: str):
-    """``mpirun -n N python -m solver.distributed`` on the porous case; the finished process."""
+def _mpirun_distributed(tmp_path, n_ranks: int, settings: dict, *extra: str,
+                        steps: tuple[int, ...] = (STEPS,)):
+    """``mpirun -n N python -m solver.distributed`` on the porous case (one step() call per
+    entry of ``steps``); the finished process."""
     cmd = [_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
-           str(tmp_path / "solid.npy"), "--backend", "cupy", "--steps", str(STEPS),
+           str(tmp_path / "solid.npy"), "--backend", "cupy", "--steps", *map(str, steps),
            "--initial", str(tmp_path / "f0.npy"), "--save", str(tmp_path / "out.npz"), *extra]
     for key, value in settings.items():
         text = list(value) if isinstance(value, tuple) else value
@@ -155,8 +163,9 @@ def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis, t
     f0 = noisy_start(problem)
     np.save(tmp_path / "solid.npy", solid)
     np.save(tmp_path / "f0.npy", f0)
+    steps = (STEPS,) if transport == "host" else NCCL_CALLS
     done = _mpirun_distributed(tmp_path, n_ranks, settings, "--axis", axis,
-                               "--transport", transport)
+                               "--transport", transport, "--graphs", steps=steps)
     assert done.returncode == 0, done.stderr[-3000:]
     out = np.load(tmp_path / "out.npz")
     assert int(out["ranks"]) == n_ranks
@@ -164,8 +173,10 @@ def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis, t
         assert str(out["transport"]) == transport
     elif n_ranks > GPUS:  # ranks share a GPU: auto must not pick NCCL
         assert str(out["transport"]) == "host"
-    expected = one_gpu(backend, problem, f0, STEPS)
+    expected = one_gpu(backend, problem, f0, sum(steps))
     assert np.array_equal(out["populations"], expected)
+    if str(out["transport"]) == "nccl":  # the bitwise check above covered graph replays
+        assert int(out["replayed_steps"]) == 32, done.stderr[-3000:]
 
 
 @needs_mpi

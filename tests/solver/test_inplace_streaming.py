@@ -28,6 +28,7 @@ from solver.backends.gpu_kernels import (
     collision_param_names,
     kernel_source,
     real_args,
+    real_param_names,
 )
 from solver.backends.gpu_storage import storage_param_names
 from solver.backends.gpu_streaming import next_phase
@@ -212,8 +213,10 @@ def test_every_launch_gets_its_kernels_argument_count(storage) -> None:
                         ("readwrite", 0)):
         variant = KernelVariant.for_problem(problem, mode, phase)
         args = real_args(variant, physics)
-        assert len(args) == 3 + len(collision_param_names(variant)) + n_storage
+        assert len(args) == len(real_param_names(variant)) == 7 + len(
+            collision_param_names(variant)) + n_storage
         assert (args == physics) == (mode == "full")
+        assert args[3:7] == physics[3:7]  # the rest state (sector fill) in every launch
         assert args[len(args) - n_storage:] == physics[len(physics) - n_storage:]
         source = kernel_source(variant)
         signature = source[source.index('extern "C"'):].split("{", 1)[0]

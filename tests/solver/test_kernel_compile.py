@@ -6,6 +6,9 @@
   reference on porous geometries with periodic wrap, walls, empty tiles and a body force, and on
   the boundary and MRT cases of :mod:`physics_cases` (Zou-He faces, moving walls and objects,
   MRT on D2Q9, D3Q19 and D3Q13).
+* Solid nodes: the XYZ-layout kernels write the rest equilibrium exactly into the solid nodes
+  that share a 32-byte sector with a fluid node and nothing else, no fluid value depends on a
+  solid one, and both backends hold the same solid values (:mod:`solver.backends.base`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from solver.lattice import get_lattice
 
 from .kernel_emulator import EmulatedKernel, compiler, emulate
 from .physics_cases import physics_problem
-from .porous_cases import make_problem, noisy_start, reference
+from .porous_cases import as_stored, make_problem, noisy_start, reference, sector_filled
 
 NVCC = shutil.which("nvcc") or next(
     (p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if Path(p).exists()), None)
@@ -178,7 +181,7 @@ def test_emulated_float16_storage_matches_numpy(case, lattice, collision, fluid,
     emu = EmulatedKernel(problem, tpb)
     emu.set_populations(problem.initial_populations())
     emu.f[1 - emu.current] = emu.f[emu.current]
-    emu.set_populations(f0)
+    emu.set_populations(as_stored(problem, f0))  # rest equilibrium in solid nodes
     emu.step(6)
     emu.set_step(100)  # a resumed run's counter: NumPy must draw the same bits
     emu.step(6)
@@ -208,6 +211,50 @@ def test_emulated_probes_move_exactly_the_fluid_values(precision, storage) -> No
     expected = np.full(f0.size, np.nan)
     expected[table.dst.ravel()] = f0.ravel()[table.src.ravel()]
     assert np.array_equal(emu.populations(), expected.reshape(f0.shape), equal_nan=True)
+
+
+@needs_gxx
+@pytest.mark.parametrize("precision, storage", [("float32", "auto"), ("float64", "auto"),
+                                                ("float32", "float16")])
+def test_emulated_sector_fill_writes_rest_state_into_solid_nodes(precision, storage) -> None:
+    from solver.backends.numpy_backend import NumpyBackend
+
+    problem = replace(make_problem("D3Q19", precision, "TRT", "quasi-compressible", "xyz", 2,
+                                   (1, 3, 2), storage=storage), rho0=1.037)  # w_i rho0 rounds
+    solid, filled = problem.tiling.solid, sector_filled(problem)
+    assert filled.any() and (solid & ~filled).any()  # both kinds of solid node occur
+    st = problem.storage  # float16: sectors of 16 nodes, the rest state stored as binary16 0
+    stored_rest = st.encode(problem.rest_populations()[:, None])
+    assert not st.encoded or not stored_rest.view(np.uint16).any()
+    rest = st.decode(stored_rest)[:, 0].astype(np.float64)
+    f0 = noisy_start(problem)  # noise in solid nodes too
+    node = lambda f: f.transpose(0, 2, 1)  # noqa: E731  (tile, node, direction)
+
+    emu = EmulatedKernel(problem, 2)
+    emu.f[...] = np.nan  # poison: a fluid node that reads a solid one turns NaN
+    emu.set_populations(f0)
+    emu.step(12)
+    latest = emu.populations()
+    other = st.decode(emu.f[1 - emu.current]).astype(np.float64)  # XYZ: slots are nodes
+    for f, unfilled in ((latest, f0), (other, np.full_like(f0, np.nan))):
+        assert np.array_equal(node(f)[filled], np.broadcast_to(rest, node(f)[filled].shape))
+        assert np.array_equal(node(f)[solid & ~filled], node(unfilled)[solid & ~filled],
+                              equal_nan=True)  # never written
+    ref = reference(problem, f0, 12)
+    tol = {"float64": 1e-12 * np.abs(ref).max(), "float32": 1e-5 * np.abs(ref).max()}[
+        precision] if not st.encoded else _half_tolerance(problem, ref)
+    fluid = ~solid
+    assert np.abs(node(latest)[fluid] - node(ref)[fluid]).max() <= tol
+
+    numpy = NumpyBackend(threads=1)  # both copies, and the backends, agree exactly
+    state = numpy.allocate(problem)
+    numpy.set_populations(state, f0)
+    for f in state.f:
+        assert np.array_equal(node(st.decode(f))[solid].astype(np.float64),
+                              np.broadcast_to(rest, node(f)[solid].shape))
+    got = emulate(problem, f0, 12, 2)
+    assert np.array_equal(node(got)[solid], node(ref)[solid])
+    assert np.abs(got - ref).max() <= tol
 
 
 @needs_gxx

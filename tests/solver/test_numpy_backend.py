@@ -136,3 +136,52 @@ def test_health_reports_speed_and_catches_nan(backend_name):
     sim.backend.set_populations(sim.state, f)
     broken = sim.health()
     assert not broken["finite"] and broken["max_speed"] == float("inf")
+
+
+@pytest.mark.parametrize("shape", [(9, 7, 6), (11, 9)])
+def test_view_gives_the_cut_and_health_of_one_moment_pass(backend_name, shape):
+    solid = porous(shape, 0.3, seed=11)
+    lattice = "D3Q19" if len(shape) == 3 else "D2Q9"
+    sim = Simulation(solid, config(backend=backend_name, lattice=lattice,
+                                   body_force=(2e-5, -1e-5, 0.0)))
+    sim.step(20)
+    fields = sim.fields()
+    u = fields["u"]
+    cuts = [(0, 0), (1, 6), (2, 3)] if len(shape) == 3 else [(2, 0)]
+    for axis, index in cuts:
+        in_plane = [a for a in range(3) if a != axis] if len(shape) == 3 else [0, 1]
+
+        def cut(a, axis=axis, index=index):
+            return np.take(a, index, axis=axis) if len(shape) == 3 else a
+        for health in (True, False):
+            look = sim.view(axis, index, "rho", health=health)
+            assert look["axes"] == tuple("xyz"[a] for a in in_plane)
+            np.testing.assert_allclose(look["plane"], cut(fields["rho"]), rtol=1e-14, atol=0)
+            np.testing.assert_allclose(look["velocity"], np.stack([cut(u[a]) for a in in_plane]),
+                                       rtol=1e-14, atol=0)
+            # The cut-only pass (slice) reduces the same nodes as the full one.
+            np.testing.assert_allclose(look["plane"], sim.slice(axis, index, "rho"), rtol=1e-14,
+                                       atol=0)
+            assert ("max_speed" in look) is health
+    look = sim.view(*cuts[-1], "umag")
+    health = sim.health()
+    assert look["finite"] and look["max_speed"] == health["max_speed"]
+    np.testing.assert_array_equal(look["mean_velocity"], health["mean_velocity"])
+    np.testing.assert_allclose(look["mean_velocity"],
+                               np.nansum(u.reshape(len(shape), -1), axis=1) / solid.size,
+                               rtol=1e-12)
+    if len(shape) == 2:  # the component a 2D lattice lacks is zero in the fluid
+        uz = sim.view(2, 0, "uz", health=False)["plane"]
+        assert (uz[~solid] == 0).all() and np.isnan(uz[solid]).all()
+
+
+def test_a_cut_reduces_only_the_tiles_it_passes_through():
+    from solver.fields import locate_cut
+
+    sim = Simulation(np.zeros((16, 16, 16), dtype=bool), config())
+    cut = locate_cut(sim.tiling, 2, 5)
+    assert len(cut.tiles) == 16  # one layer of 4 x 4 tiles out of 64
+    assert locate_cut(sim.tiling, 2, 5).local.max() < 16 * 64
+    whole = Simulation(np.zeros((12, 10), dtype=bool),
+                       config(lattice="D2Q9", body_force=(1e-5, 0.0, 0.0)))
+    assert locate_cut(whole.tiling, 0, 0).tiles is None  # 2D: the cut is the whole field

@@ -8,8 +8,11 @@ import time
 import numpy as np
 import pytest
 
+from solver import last_good, pacing
+from solver.backends.numpy_backend import NumpyBackend
 from solver.config import ConfigError, SimulationConfig
 from solver.runner import SimulationRunner, live_runners
+from solver.simulation import Simulation
 from solver.snapshot import RUNAWAY_SPEED, History, SliceView
 
 pytestmark = pytest.mark.timeout(120)
@@ -138,6 +141,53 @@ def test_runaway_pauses_restores_and_explains(make_runner):
     assert snap.step < 30
     time.sleep(0.3)
     assert runner.snapshot().step == snap.step, "a diverged run stays paused"
+
+
+@pytest.mark.parametrize("room", [True, False], ids=["device copy", "host copy"])
+def test_divergence_restores_the_last_checked_state_exactly(make_runner, monkeypatch, room):
+    monkeypatch.setattr(pacing, "HEALTH_SHARE", 1.0)  # check the health at every publish
+    monkeypatch.setattr(last_good, "REFRESH_S", 0.0)  # and keep a copy at every passed check
+    monkeypatch.setattr(last_good, "MAX_SHARE", 1e9)  # however long the copy takes
+    monkeypatch.setattr(NumpyBackend, "free_memory", lambda self: 1 << 50 if room else 0)
+    cfg = config(tau=0.52, body_force=(0.02, 0.0, 0.0))
+    runner = make_runner(plates(8, 8, 8), cfg, snapshot_interval=0.0)
+    runner.step(10)  # a checked, healthy state (the free fluid runs away after ~15 steps)
+    runner.wait_for(lambda s: s.step == 10)
+    runner.start()
+    snap = runner.wait_for(lambda s: s.status == "diverged", timeout=60)
+    restored = runner.submit(lambda sim: sim.populations()).result(timeout=10)
+    straight = Simulation(plates(8, 8, 8), cfg)
+    straight.step(snap.step)
+    assert snap.step >= 10, "the state checked at step 10 (or later) should have been kept"
+    np.testing.assert_array_equal(restored, straight.populations())
+
+
+def test_publishing_reads_no_whole_field_back(make_runner, monkeypatch):
+    # A snapshot needs a slice and a few scalars: reading all fields or populations back to
+    # the host (about 1 GB at 256 x 256 x 128) made publishing cost a quarter of the run.
+    calls = {"fields": 0, "populations": 0}
+
+    def counting(name: str):
+        original = getattr(Simulation, name)
+
+        def counted(self, *args, **kwargs):
+            calls[name] += 1
+            return original(self, *args, **kwargs)
+        return counted
+
+    for name in calls:
+        monkeypatch.setattr(Simulation, name, counting(name))
+    monkeypatch.setattr(NumpyBackend, "free_memory", lambda self: 1 << 50)
+    runner = make_runner(porous(), config(), snapshot_interval=0.0)
+    runner.start()
+    first = runner.wait_for(lambda s: s.step > 0).seq
+    runner.wait_for(lambda s: s.seq > first + 20 and len(s.history["step"]) >= 3)
+    runner.set_view(SliceView("rho", axis=0, index=3))
+    snap = runner.wait_for(lambda s: s.view.quantity == "rho" and s.seq > first + 25)
+    runner.pause()
+    runner.wait_for(lambda s: s.status == "paused")
+    assert snap.plane.shape == (16, 16) and snap.max_speed > 0 and snap.permeability > 0
+    assert calls == {"fields": 0, "populations": 0}
 
 
 def test_errors_in_the_thread_do_not_kill_it(make_runner):

@@ -158,3 +158,20 @@ def test_float16_in_place_keeps_a_quarter_of_float32_two_copy():
         sims["float16", "two-copy"])
     for sim in sims.values():
         sim.close()
+
+
+@pytest.mark.parametrize("lattice", LATTICE_NAMES)
+@pytest.mark.parametrize("fluid_model", ["incompressible", "quasi-compressible"])
+def test_rest_state_is_stored_as_binary16_zero(lattice, fluid_model):
+    """What solid nodes hold (solver.backends.base) and the kernels' sector fill stores as
+    ``(store_t)0`` (gpu_storage.rest_value): the shift is the rest equilibrium, exactly."""
+    shape = (12, 10) if get_lattice(lattice).d == 2 else (8, 8, 8)
+    for rho0 in (1.0, 1.037, 0.3, 1000.0):
+        config = SimulationConfig(lattice=lattice, precision="float32", storage="float16",
+                                  fluid_model=fluid_model, initial_density=rho0,
+                                  collision="MRT" if lattice == "D3Q13" else "BGK")
+        problem = Problem.from_config(np.zeros(shape, bool), config)
+        stored = problem.storage.encode(problem.rest_populations()[:, None])
+        assert stored.dtype == np.float16 and not stored.view(np.uint16).any()
+        assert np.array_equal(problem.storage.decode(stored)[:, 0],
+                              problem.rest_populations().astype(np.float32))

@@ -27,6 +27,13 @@
 // nodes); ONE block barrier; solid nodes stop; fluid nodes pull with halfway bounce-back (plus
 // Ladd's moving-wall term and the Zou-He reconstruction in boundary kernels), collide (BGK, TRT
 // or MRT) and store coalesced.
+//
+// Solid nodes (tile padding included) carry no physics; every backend keeps the rest equilibrium
+// w_i rho0 there in both copies (solver/backends/base.py), which rest0..rest3 hold per weight
+// class. In the XYZ layout a solid node whose 32-byte sector of the written copy also holds a
+// fluid node stores that value into its own slots (sector fill, before the block barrier), so
+// the sector is written whole: a partly written sector costs a DRAM read first (read-modify-
+// write). The paper layout permutes slots per direction, so a sector there mixes other nodes.
 namespace ${namespace} {
 
 typedef ${real} real;
@@ -148,6 +155,7 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     const int gx, const int gy, const int gz, const int nx, const int ny, const int nz,
     const int ox, const int oy, const int oz, const int periodic,
     const real fx, const real fy, const real fz,
+    const real rest0, const real rest1, const real rest2, const real rest3,  // w_k rho0, k = |c|^2
     // Collision constants, each rounded once from double on the host (gpu_tables.physics_args),
     // then, with float16 storage, the shifts and scale of solver.storage and the two-slot step
     // counter fs_seed (gpu_storage.py).
@@ -190,6 +198,7 @@ ${readwrite}
             s_nbr[lane] = inside ? tile_map[flat] : -1;
         }
         __syncwarp();
+${sector_fill}
         // Pencils spread evenly over the tile's warps: fewer idle lanes than one per thread.
         constexpr int PENCILS = HN / HE, WARPS = NPT / 32;
         constexpr int PER_WARP = (PENCILS + WARPS - 1) / WARPS;
@@ -211,8 +220,9 @@ ${readwrite}
             stride *= HE;
         }
     }
-    // Solid node (tile padding included): no work, nothing stored. The node's own halo entry
-    // cannot tell: with periodic wrap, padding just past the last node is a valid source.
+    // Solid node (tile padding included): no further work (the sector fill came before the
+    // barrier). The node's own halo entry cannot tell: with periodic wrap, padding just past the
+    // last node is a valid source.
     const int type = types[tile * NPT + n];
     if (type == 0) return;
 
