@@ -25,6 +25,7 @@ from tqdm import tqdm
 from .bench import BenchCase, git_commit, precision_options, sphere_pack
 from .collision import relaxation
 from .config import SimulationConfig
+from .mrt import mrt_rates
 from .problem import Problem
 
 __all__ = ["KERNELS", "GpuSuite", "dense_cases", "pack_cases", "run_gpu_suite"]
@@ -38,6 +39,7 @@ KERNELS = {
     "BGK incompressible": ("full", "BGK", True),
     "BGK quasi-compressible": ("full", "BGK", False),
     "TRT incompressible": ("full", "TRT", True),
+    "MRT incompressible": ("full", "MRT", True),
 }
 
 
@@ -105,6 +107,13 @@ def _row(case, problem, kernel, layout, tpb, steps, sec, info) -> dict:
     }
 
 
+def _rates(collision: str, problem: Problem):
+    """Relaxation rates at tau = 0.8 for ``collision`` on the problem's lattice."""
+    if collision == "MRT":
+        return mrt_rates(problem.lattice.name, 0.8)
+    return relaxation(collision, 0.8)
+
+
 def _measure_case(backend, case, precision, streaming, suite, info, tpbs_for, bar
                   ) -> list[dict]:
     problem = _problem(case, precision, streaming)
@@ -117,7 +126,7 @@ def _measure_case(backend, case, precision, streaming, suite, info, tpbs_for, ba
                 mode, collision, incompressible = KERNELS[kernel]
                 state = backend.reconfigure(laid, collision=collision,
                                             incompressible=incompressible,
-                                            rates=relaxation(collision, 0.8))
+                                            rates=_rates(collision, problem))
                 for tpb in tpbs_for(kernel, precision, layout, streaming):
                     steps, sec = _time(backend, state, mode, tpb, suite)
                     rows.append(_row(case, problem, kernel, layout, tpb, steps, sec, info))
