@@ -116,7 +116,8 @@ class DeviceMemory:
         """Free device memory and the CuPy pool's used and held bytes."""
         if self.cp is None:
             return {"free": None, "pool_used": None, "pool_total": None}
-        self.cp.cuda.Device().synchronize()
+        # No device-wide synchronize: a runner thread may be capturing its CUDA graph, and a
+        # device synchronize from another thread invalidates that capture (seen on the H100).
         pool = self.cp.get_default_memory_pool()
         return {"free": int(self.cp.cuda.runtime.memGetInfo()[0]),
                 "pool_used": int(pool.used_bytes()), "pool_total": int(pool.total_bytes())}

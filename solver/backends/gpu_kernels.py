@@ -249,12 +249,12 @@ def _sector_fill(v: KernelVariant) -> str:
     A 32-byte sector of a direction's data block holds 32 / sizeof(storage) consecutive slots,
     i.e. (XYZ layout, slot = n, NPT % 32 == 0) the nodes of one aligned group of lanes; a warp
     ballot of the fluid lanes tells each solid lane whether its group holds a fluid node, and
-    such a lane stores the rest equilibrium into its own slots. The code sits in the kernel's
-    active-tile block before the halo work and the barrier, where all 32 lanes of a warp are
-    alive (warps never straddle tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT), so
-    the full ballot mask is exact, and where it leaves the register allocation of the fluid path
-    alone (placed after the barrier, next to the solid exit, NVRTC 13.0 gave the float32 BGK
-    kernel 39 registers instead of 32 and the H100 lost 2-4 % on dense boxes). Sectors line up
+    such a lane stores the rest equilibrium into its own slots. The code sits after the barrier,
+    just before the solid exit, where all 32 lanes of a warp are alive (warps never straddle
+    tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT; inactive tiles left as whole
+    warps), so the full ballot mask is exact. Placed before the halo work instead, it cost
+    20-25 % on porous packs on the H100 (tune_kernel.py, 2026-11-23) although it kept the
+    float32 kernel at fewer registers; after the barrier it gained 2-7 %. Sectors line up
     with lane groups because every copy starts on a 32-element boundary; the values stored
     never depend on it. The paper layout permutes slots per direction, so sectors there mix
     other nodes: no fill. In place (AA) a step reads every sector it writes, so partial

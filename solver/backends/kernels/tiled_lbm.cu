@@ -198,7 +198,6 @@ ${readwrite}
             s_nbr[lane] = inside ? tile_map[flat] : -1;
         }
         __syncwarp();
-${sector_fill}
         // Pencils spread evenly over the tile's warps: fewer idle lanes than one per thread.
         constexpr int PENCILS = HN / HE, WARPS = NPT / 32;
         constexpr int PER_WARP = (PENCILS + WARPS - 1) / WARPS;
@@ -220,10 +219,11 @@ ${sector_fill}
             stride *= HE;
         }
     }
-    // Solid node (tile padding included): no further work (the sector fill came before the
-    // barrier). The node's own halo entry cannot tell: with periodic wrap, padding just past the
-    // last node is a valid source.
+    // Solid node (tile padding included): no further work after the sector fill. The node's own
+    // halo entry cannot tell: with periodic wrap, padding just past the last node is a valid
+    // source. All lanes of a warp are alive here (inactive tiles left as whole warps).
     const int type = types[tile * NPT + n];
+${sector_fill}
     if (type == 0) return;
 
     // Pull: f_i from x - c_i, or f_opp(i) of this node (halfway bounce-back). Only integer
