@@ -8,7 +8,7 @@
 - Snapshots on a fixed-rate clock of period ``interval``, with at least three times the cost of
   a publish spent stepping between two (so publishing takes at most a quarter of the wall
   time). The chunk before a publish is shortened to end on time: publishing only at the end of
-  whole chunks would stretch a 0.08 s period to three 35 ms chunks plus the publish, and a
+  whole chunks would stretch a 0.1 s period to three 35 ms chunks plus the publish, and a
   dashboard polling at 10 Hz would miss frames; on the clock it finds a new one at every poll.
 - Health checks (moments of the whole state: NaN, peak speed, permeability) ride on a publish at
   most every ``max(interval, cost / HEALTH_SHARE)``, so they cost at most :data:`HEALTH_SHARE` of
@@ -21,9 +21,11 @@ import math
 
 __all__ = ["Pacer", "CHUNK_SECONDS", "SNAPSHOT_INTERVAL", "HEALTH_SHARE", "MAX_CHUNK"]
 
-#: Default seconds between snapshots: a little faster than the dashboard's 10 Hz refresh, so
-#: that every refresh finds a new frame (two clocks at the same rate would beat).
-SNAPSHOT_INTERVAL = 0.08
+#: Default seconds between snapshots: the dashboard's 10 Hz refresh. Measured on an H100
+#: (benchmarks/results/dashboard-cost-nvidia-h100-80gb-hbm3-2026-11-23.md): 0.1 s gave 9.98 new
+#: frames per second at a 10 Hz consumer for 4.6 % of the headless MFLUPS; 0.08 s gave 9.99 for
+#: 5.8 %, so the faster clock buys nothing the user sees.
+SNAPSHOT_INTERVAL = 0.1
 #: Wall time one chunk of steps should take, seconds.
 CHUNK_SECONDS = 0.035
 #: Largest fraction of the wall time health checks may take.
