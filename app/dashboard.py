@@ -80,7 +80,6 @@ class Dashboard(pn.viewable.Viewer):
         self.controller.param.watch(self._show_status, ["status", "level"])
         self.controller.param.watch(self._structure_changed, ["geometry", "axis", "position"])
         self._scene_stale = False
-        self.controller.param.watch(self._show_server_info, "snapshot")
         self._show_server_info()
         self._callbacks: list = []
         self.sidebar = self._sidebar()
@@ -107,6 +106,9 @@ class Dashboard(pn.viewable.Viewer):
         back into sight.
         """
         self.controller.poll()
+        # Every tick, not on new snapshots: a paused or finished run publishes none, and the
+        # count of other sessions' simulations must still go down when they close.
+        self._show_server_info()
         snap = self.controller.snapshot
         if (self._scene_stale and self.scene is not None and self.scene.active
                 and snap.plane is not None
