@@ -28,6 +28,19 @@ from .views.slice_view import SlicePlot
 
 __all__ = ["Dashboard", "SETTING_GROUPS"]
 
+
+def _browser_connected() -> bool:
+    """Whether the current server session has a live browser connection (True outside one).
+
+    Bokeh keeps calling a session's periodic callbacks after its browser disconnected until
+    it destroys the session, which it sometimes never does (a client that left while the
+    server wrote to it); the connection count is what tells the two apart.
+    """
+    context = getattr(pn.state.curdoc, "session_context", None)
+    session = getattr(context, "_session", None)  # bokeh's ServerSession; None in notebooks
+    count = getattr(session, "connection_count", None)
+    return count is None or count > 0
+
 log = logging.getLogger(__name__)
 
 #: Sidebar cards: title -> SimulationConfig parameters.
@@ -105,7 +118,7 @@ class Dashboard(pn.viewable.Viewer):
         changed from the Geometry tab), so it never shows the previous geometry when it comes
         back into sight.
         """
-        self.controller.poll()
+        self.controller.poll(reader=_browser_connected())
         # Every tick, not on new snapshots: a paused or finished run publishes none, and the
         # count of other sessions' simulations must still go down when they close.
         self._show_server_info()
