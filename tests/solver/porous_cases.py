@@ -61,6 +61,15 @@ def make_problem(lattice: str = "D3Q19", precision: str = "float64", collision: 
     return problem
 
 
+def narrow_problem(shape: tuple[int, int, int]) -> Problem:
+    """D3Q19 TRT float64 problem on an all-fluid box narrower than a tile: periodic wrap onto
+    itself along x and z, walls in y, a body force."""
+    config = SimulationConfig(lattice="D3Q19", precision="float64", collision="TRT",
+                              fluid_model="quasi-compressible", body_force=(1e-5, 0.0, 2e-6),
+                              y_min="wall", y_max="wall", tile_offset="origin")
+    return Problem.from_config(np.zeros(shape, dtype=bool), config)
+
+
 def noisy_start(problem: Problem, seed: int = 1) -> np.ndarray:
     """Rest equilibrium with 1 % noise, rounded to the storage, float64."""
     f0 = problem.initial_populations()

@@ -21,7 +21,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from .porous_cases import as_stored, make_problem, noisy_start, reference, sector_filled
+from .porous_cases import (
+    as_stored,
+    make_problem,
+    narrow_problem,
+    noisy_start,
+    reference,
+    sector_filled,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -254,13 +261,7 @@ def test_device_info_and_simulation_counters(backend):
 
 @pytest.mark.parametrize("shape", [(1, 9, 2), (3, 6, 5)])
 def test_domains_narrower_than_a_tile(backend, shape):
-    from solver.config import SimulationConfig
-    from solver.problem import Problem
-
-    config = SimulationConfig(lattice="D3Q19", precision="float64", collision="TRT",
-                              fluid_model="quasi-compressible", body_force=(1e-5, 0.0, 2e-6),
-                              y_min="wall", y_max="wall", tile_offset="origin")
-    problem = Problem.from_config(np.zeros(shape, dtype=bool), config)
+    problem = narrow_problem(shape)
     f0 = noisy_start(problem)
     state = backend.allocate(problem)
     backend.set_populations(state, f0)

@@ -17,7 +17,14 @@ import numpy as np
 import pytest
 
 from .physics_cases import physics_problem
-from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, reference
+from .porous_cases import (
+    as_stored,
+    make_problem,
+    narrow_problem,
+    noisy_start,
+    porous_solid,
+    reference,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -124,13 +131,7 @@ def test_in_place_matches_numpy_reference(backend):
 @pytest.mark.parametrize("shape", [(1, 9, 2), (3, 6, 5)])
 def test_in_place_on_domains_narrower_than_a_tile(backend, shape):
     """Small enough for compute-sanitizer (memcheck, racecheck); periodic wrap onto itself."""
-    from solver.config import SimulationConfig
-    from solver.problem import Problem
-
-    config = SimulationConfig(lattice="D3Q19", precision="float64", collision="TRT",
-                              fluid_model="quasi-compressible", body_force=(1e-5, 0.0, 2e-6),
-                              y_min="wall", y_max="wall", tile_offset="origin")
-    problem = Problem.from_config(np.zeros(shape, dtype=bool), config)
+    problem = narrow_problem(shape)
     f0 = noisy_start(problem)
     got = _runs(backend, problem, f0, [[3], [4]])
     fluid = _fluid(problem)
