@@ -58,6 +58,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from solver.backends.gpu_phases import SCHEDULE_VARIABLE, halo_schedule  # noqa: E402
 from solver.config import HALO_TRANSPORTS  # noqa: E402 (after the sys.path entry)
 
 log = logging.getLogger("scaling")
@@ -246,13 +247,19 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
     ).stdout.strip() or "unknown"
+    # The step order and NCCL's own settings change the timings: recorded with them.
+    settings = {k: v for k, v in sorted(os.environ.items())
+                if k == SCHEDULE_VARIABLE or k.startswith("NCCL_")}
+    settings.setdefault(SCHEDULE_VARIABLE, halo_schedule())
     meta = {"device": device, "gpus_visible": _gpus_visible(), "date": date.today().isoformat(),
-            "commit": commit, "transports": args.transport}
+            "commit": commit, "transports": args.transport, "settings": settings}
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     lines = [f"# Scaling ({', '.join(cases)}): {device}", "",
              f"Date {meta['date']}, commit {commit}; {meta['gpus_visible']} GPU(s) visible; "
              f"D3Q19 {args.collision} {args.precision}, sphere pack porosity {args.porosity}, "
-             f"diameter {args.diameter}; median of {args.repeats} runs, wall time to a closing "
+             f"diameter {args.diameter}; settings "
+             f"{', '.join(f'{k}={v}' for k, v in settings.items())}; "
+             f"median of {args.repeats} runs, wall time to a closing "
              "barrier. Speed-up and efficiency against the one-rank run through the "
              "distributed layer; 'vs plain' against one ordinary process (CUDA graphs). Ranks "
              "launch every step from Python; 'graphs' is the same NCCL allocation replaying "

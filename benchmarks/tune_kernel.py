@@ -91,8 +91,10 @@ __device__ __forceinline__ void st_cs(double* p, double v)
 """
 
 
-#: The sector-fill block of gpu_kernels._sector_fill, up to its closing brace.
-_SECTOR_FILL = re.compile(r"        \{  // sector fill.*?\n            \}\n        \}\n", re.DOTALL)
+#: The sector-fill ballot of gpu_kernels._solid_exit, up to its closing brace.
+_SECTOR_FILL = re.compile(r"    \{  // sector fill.*?\n    \}\n", re.DOTALL)
+#: The choice of the inner-tile halo fill (fill_inner) in the kernel template.
+_INNER_HALO = "if (halo_inside(t, size, off))"
 
 
 def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
@@ -107,9 +109,12 @@ def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
             source = source.replace('extern "C" __global__ void ',
                                     f'extern "C" __global__ void __launch_bounds__({threads}, '
                                     f'{blocks}) ', 1)
-        elif p == "nofill":  # the generator's solid exit before the sector fill
-            source, count = _SECTOR_FILL.subn("", source)
+        elif p == "nofill":  # every solid lane stops: the fill's selects fold away
+            source, count = _SECTOR_FILL.subn("    if (solid) return;\n", source)
             assert count == 1, "nofill patch did not apply (not an XYZ-layout kernel?)"
+        elif p == "pencil":  # every tile resolves its halo by pencils, as before fill_inner
+            assert _INNER_HALO in source, "pencil patch did not apply"
+            source = source.replace(_INNER_HALO, "if (false)")
         else:
             raise ValueError(f"unknown patch {p!r}")
     return source
@@ -199,7 +204,8 @@ def problem_for(solid, faces, offset, precision) -> Problem:
 
 
 EXPERIMENTS = [  # (patches, tiles per block, tile order)
-    ((), 2, "x"), ((), 4, "x"), (("nofill",), 2, "x"), (("nofill",), 4, "x"),
+    ((), 2, "x"), ((), 4, "x"), (("nofill",), 2, "x"), (("pencil",), 2, "x"),
+    (("pencil", "nofill"), 2, "x"),
 ]
 
 

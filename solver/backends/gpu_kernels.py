@@ -11,7 +11,7 @@ how it stores them ('auto': the arithmetic type; 'float16': the shifted, scaled 
 velocity set: the pull of every direction, the boundary code of
 :mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
 :mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.gpu_mrt`, and
-coalesced stores (and, in the XYZ layout, the sector fill of :func:`_sector_fill`). Every
+coalesced stores (and, in the XYZ layout, the sector fill of :func:`_solid_exit`). Every
 population load and store is one of :func:`_load` and :func:`_storer`: where a value is read or
 written is the streaming's (:mod:`solver.backends.gpu_streaming`), how it is decoded or encoded
 the storage's (:mod:`solver.backends.gpu_storage`), so every streaming works with every storage.
@@ -151,8 +151,10 @@ def _signed_sum(coeffs, names) -> str:
 
 def _load(v: KernelVariant, i: int, index: str) -> str:
     """C expression: the population of direction i (or its opposite) at ``fin[index]``, as
-    real (decoded from the storage)."""
-    return decode(v.storage, get_lattice(v.lattice), i, f"fin[{index}]")
+    real (decoded from the storage); zero, with no load, for the solid lanes of the sector
+    fill."""
+    value = decode(v.storage, get_lattice(v.lattice), i, f"fin[{index}]")
+    return f"(solid ? (real)0 : {value})" if _fills_sectors(v) else value
 
 
 def _gather(v: KernelVariant, real: str) -> str:
@@ -183,7 +185,12 @@ def _storer(v: KernelVariant):
     node, encoded to the storage, where the streaming pattern puts it."""
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
     lat = get_lattice(v.lattice)
-    return lambda i, value: store_code(v.streaming, kinds, i, encode(v.storage, lat, i, value))
+    if not _fills_sectors(v):
+        return lambda i, value: store_code(v.streaming, kinds, i, encode(v.storage, lat, i, value))
+    weight_class = [sum(ci * ci for ci in c) for c in lat.c.tolist()]
+    return lambda i, value: store_code(  # the sector fill's solid lanes store the rest state
+        v.streaming, kinds, i, f"solid ? {rest_value(v.storage, weight_class[i])} : "
+                               f"{encode(v.storage, lat, i, value)}")
 
 
 def _collide(v: KernelVariant, real: str) -> str:
@@ -243,40 +250,45 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     return "\n".join(out)
 
 
-def _sector_fill(v: KernelVariant) -> str:
-    """XYZ-layout steps: solid nodes sharing a 32-byte sector with a fluid node store w_i rho0.
+def _fills_sectors(v: KernelVariant) -> bool:
+    """Whether the kernel has the sector fill (:func:`_solid_exit`): XYZ-layout two-copy steps
+    and propagation probes."""
+    return v.layout == "xyz" and v.mode in ("full", "propagate") and v.streaming == "pull"
+
+
+def _solid_exit(v: KernelVariant) -> str:
+    """Where solid nodes stop; with the sector fill, solid nodes sharing a 32-byte sector with a
+    fluid node go on and store the rest equilibrium w_i rho0.
 
     A 32-byte sector of a direction's data block holds 32 / sizeof(storage) consecutive slots,
     i.e. (XYZ layout, slot = n, NPT % 32 == 0) the nodes of one aligned group of lanes; a warp
-    ballot of the fluid lanes tells each solid lane whether its group holds a fluid node, and
-    such a lane stores the rest equilibrium into its own slots. The code sits after the barrier,
-    just before the solid exit, where all 32 lanes of a warp are alive (warps never straddle
-    tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT; inactive tiles left as whole
-    warps), so the full ballot mask is exact. Placed before the halo work instead, it cost
-    20-25 % on porous packs on the H100 (tune_kernel.py, 2026-11-23) although it kept the
-    float32 kernel at fewer registers; after the barrier it gained 2-7 %. Sectors line up
-    with lane groups because every copy starts on a 32-element boundary; the values stored
-    never depend on it. The paper layout permutes slots per direction, so sectors there mix
-    other nodes: no fill. In place (AA) a step reads every sector it writes, so partial
-    writes cost no DRAM read there: two-copy kernels only. The value is stored as is, never
-    rounded (:func:`~solver.backends.gpu_storage.rest_value`): no random bits before the halo.
+    ballot of the fluid lanes tells each solid lane whether its group holds a fluid node. Such
+    a lane runs the fluid path with its loads switched off (``solid``: no sector it would
+    read is fetched for it) and every store selects the rest value for it, so its slots are
+    written by the same store instructions as its fluid neighbours' and the sector is written
+    whole: a partly written sector costs a DRAM read first (read-modify-write). The ballot sits
+    after the barrier, where all 32 lanes of a warp are alive (warps never straddle tiles:
+    NPT % 32 == 0 and blockDim.x is a multiple of NPT; inactive tiles left as whole warps), so
+    the full mask is exact. Sectors line up with lane groups because every copy starts on a
+    32-element boundary; the values stored never depend on it.
+
+    History (tune_kernel.py, H100): a fill that stored from a branch of its own, before the
+    fluid path, gained 2-7 % on porous packs from porosity 0.5 up but lost 6 % (float32) and
+    14 % (float64) at porosity 0.1 (19 more store instructions per warp); placed before the
+    halo work it lost 20-25 %. The paper layout permutes slots per direction, so sectors
+    there mix other nodes: no fill. In place (AA) a step reads every sector it writes, so
+    partial writes cost no DRAM read there: two-copy kernels only. The value is stored as is,
+    never rounded (:func:`~solver.backends.gpu_storage.rest_value`).
     """
-    if v.layout != "xyz" or v.mode not in ("full", "propagate") or v.streaming != "pull":
-        return ""
-    lat = get_lattice(v.lattice)
-    kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
-    fill = ["            " + store_code(v.streaming, kinds, i,
-                                        rest_value(v.storage, sum(ci * ci for ci in c)))
-            for i, c in enumerate(lat.c.tolist())]
+    if not _fills_sectors(v):
+        return "    if (type == 0) return;"
     return "\n".join([
-        "        {  // sector fill (kernel header)",
-        "            constexpr int SECTOR = 32 / (int)sizeof(*fout);  // slots per 32-byte sector",
-        "            const bool solid = types[tile * NPT + n] == 0;",
-        "            const unsigned fluid = __ballot_sync(0xffffffffu, !solid);",
-        "            if (solid && ((fluid >> (n & (32 - SECTOR))) & ((1u << SECTOR) - 1u))) {",
-        *fill,
-        "            }",
-        "        }",
+        "    const bool solid = type == 0;",
+        "    {  // sector fill: solid lanes whose sector holds no fluid node stop",
+        "        constexpr int SECTOR = 32 / (int)sizeof(*fout);  // slots per 32-byte sector",
+        "        const unsigned fluid = __ballot_sync(0xffffffffu, !solid);",
+        "        if (solid && !((fluid >> (n & (32 - SECTOR))) & ((1u << SECTOR) - 1u))) return;",
+        "    }",
     ])
 
 
@@ -314,7 +326,7 @@ def real_args(variant: KernelVariant, physics: list) -> list:
     and the in-place decoding are compiled as BGK and read neither the force nor collision
     constants: zeros there (another collision's constants would pass the wrong number of
     arguments; D2Q9 MRT has fewer), but the rest state itself, which the XYZ propagation probe
-    stores into solid nodes (:func:`_sector_fill`), and the storage constants, which every
+    stores into solid nodes (:func:`_solid_exit`), and the storage constants, which every
     kernel of a storage takes (the last ``len(storage_param_names(...))`` of ``physics``).
     """
     v = variant.canonical()
@@ -367,7 +379,7 @@ def kernel_source(variant: KernelVariant) -> str:
         readwrite=_readwrite(v) if v.mode == "readwrite" else "",
         gather=_gather(v, real) if computes else "",
         collide=_collide(v, real) if v.mode != "readwrite" else "",
-        sector_fill=_sector_fill(v),
+        solid_exit=_solid_exit(v),
         restrict=pointer_qualifier(v.streaming),
         halo="true" if needs_halo(v.streaming, v.mode, v.boundary) else "false",
         collision_params=params + storage_signature(v.storage),

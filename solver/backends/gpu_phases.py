@@ -50,7 +50,8 @@ The module takes CuPy from the backend (``backend.xp``) and does not import it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
@@ -58,12 +59,19 @@ import numpy as np
 
 from .gpu_tables import slot_table
 
-__all__ = ["CupyPhases", "halo_copy_source"]
+__all__ = ["CupyPhases", "SCHEDULES", "halo_copy_source", "halo_schedule"]
 
 log = logging.getLogger(__name__)
 
 #: Threads per block of the gather/scatter kernels.
 _COPY_THREADS = 256
+#: Step orders: 'concurrent' runs the boundary tiles on the high-priority comm stream beside
+#: the interior (the table of the module docstring); 'boundary-first' runs them on the compute
+#: stream ahead of the interior, at the whole GPU's width, and only the halo chain (gather,
+#: transfers, scatter) beside the interior; the next step's boundary tiles wait for that chain.
+SCHEDULES = ("concurrent", "boundary-first")
+#: Environment variable choosing the schedule (benchmarks/scaling.py passes it to every rank).
+SCHEDULE_VARIABLE = "POROUS_LBM_HALO_SCHEDULE"
 
 
 def halo_copy_source(real: str) -> str:
@@ -106,13 +114,25 @@ def _comm_stream(cp: Any):
         return cp.cuda.Stream(non_blocking=True)
 
 
+def halo_schedule(environ: Mapping[str, str] | None = None) -> str:
+    """The step order of :data:`SCHEDULES` named by ``POROUS_LBM_HALO_SCHEDULE`` (default
+    'concurrent'); raises for an unknown name."""
+    name = (os.environ if environ is None else environ).get(SCHEDULE_VARIABLE, "concurrent")
+    if name not in SCHEDULES:
+        raise ValueError(f"{SCHEDULE_VARIABLE}={name!r} is not a halo schedule; use one of "
+                         f"{', '.join(SCHEDULES)}.")
+    return name
+
+
 class CupyPhases:
     """Boundary / interior launches of one rank on two CUDA streams (see the module doc)."""
 
     overlaps = True
 
-    def __init__(self, backend: Any, state: Any, n_boundary: int, n_owned: int) -> None:
+    def __init__(self, backend: Any, state: Any, n_boundary: int, n_owned: int,
+                 schedule: str | None = None) -> None:
         cp = backend.xp
+        self.schedule = schedule or halo_schedule()
         self._cp, self.backend, self.state = cp, backend, state
         self._ranges = ((0, n_boundary), (n_boundary, n_owned))
         self._compute = state.stream
@@ -207,11 +227,18 @@ class CupyPhases:
 
     # -- the step ----------------------------------------------------------------------------
     def boundary(self) -> None:
-        """Enqueue the boundary tiles (comm stream) and the interior tiles (compute stream)."""
-        self._comm.wait_event(self._step_done)
-        with self._comm:
-            self.backend.launch_tiles(self.state, *self._ranges[0])
-        self._boundary.record(self._comm)
+        """Enqueue the boundary tiles and the interior tiles (see :data:`SCHEDULES`)."""
+        if self.schedule == "boundary-first":
+            self._compute.wait_event(self._joined)  # the previous step's halo chain
+            with self._compute:
+                self.backend.launch_tiles(self.state, *self._ranges[0])
+            self._boundary.record(self._compute)
+            self._comm.wait_event(self._boundary)  # gather and send behind the boundary tiles
+        else:
+            self._comm.wait_event(self._step_done)
+            with self._comm:
+                self.backend.launch_tiles(self.state, *self._ranges[0])
+            self._boundary.record(self._comm)
         with self._compute:
             self.backend.launch_tiles(self.state, *self._ranges[1])
 
@@ -231,7 +258,10 @@ class CupyPhases:
     def finish(self) -> None:
         """Order the next step after this one on both streams (see the module docstring);
         swap the copies."""
-        self._compute.wait_event(self._boundary)
+        if self.schedule == "boundary-first":
+            self._joined.record(self._comm)  # the halo chain queued so far, scatter included
+        else:
+            self._compute.wait_event(self._boundary)
         self.state.current = 1 - self.state.current
         self._step_done.record(self._compute)
 
@@ -250,6 +280,7 @@ class CupyPhases:
         compute.begin_capture()
         try:
             self._step_done.record(compute)  # the comm stream joins the capture here
+            self._joined.record(compute)  # (boundary-first: the first boundary waits on it)
             run()
             even = self.state.current == current
             self._join()  # every forked stream must rejoin the origin before the end

@@ -200,3 +200,13 @@ def test_nccl_exchange_sequence_matches_one_process_bitwise(n_ranks, axis):
     for rank in ranks:
         got[rank.layout.global_tiles[: rank.n_owned]] = rank.owned_populations()
     assert np.array_equal(got, expected)
+
+
+def test_halo_schedule_comes_from_the_environment_and_refuses_unknown_names():
+    from solver.backends.gpu_phases import SCHEDULE_VARIABLE, SCHEDULES, halo_schedule
+
+    assert halo_schedule({}) == "concurrent"
+    for name in SCHEDULES:
+        assert halo_schedule({SCHEDULE_VARIABLE: name}) == name
+    with pytest.raises(ValueError, match="boundary-first"):
+        halo_schedule({SCHEDULE_VARIABLE: "boundary_first"})

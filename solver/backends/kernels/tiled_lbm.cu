@@ -21,18 +21,19 @@
 //
 // One thread per node, blockDim.x / NPT tiles per block (the tiles-per-block setting is a launch
 // parameter). Steps per block: each warp copies the 3^D tile-map neighbourhood of its tile to
-// shared memory (warps never straddle tiles, so __syncwarp suffices); the tile's threads resolve,
-// one x-pencil each, the source of every node of the tile plus a one-node halo (periodic wrap
+// shared memory (warps never straddle tiles, so __syncwarp suffices); the tile's threads resolve
+// the source of every node of the tile plus a one-node halo: every thread a share of it when the
+// whole halo lies inside the domain (fill_inner), else one x-pencil each with the periodic wrap
 // per node, exactly as the NumPy reference, falling back to the global tile map for wrapped
-// nodes); ONE block barrier; solid nodes stop; fluid nodes pull with halfway bounce-back (plus
-// Ladd's moving-wall term and the Zou-He reconstruction in boundary kernels), collide (BGK, TRT
-// or MRT) and store coalesced.
+// nodes (fill_pencil); ONE block barrier; solid nodes stop (but those of the sector fill below);
+// fluid nodes pull with halfway bounce-back (plus Ladd's moving-wall term and the Zou-He
+// reconstruction in boundary kernels), collide (BGK, TRT or MRT) and store coalesced.
 //
 // Solid nodes (tile padding included) carry no physics; every backend keeps the rest equilibrium
 // w_i rho0 there in both copies (solver/backends/base.py), which rest0..rest3 hold per weight
 // class. In the XYZ layout a solid node whose 32-byte sector of the written copy also holds a
-// fluid node stores that value into its own slots (sector fill, before the block barrier), so
-// the sector is written whole: a partly written sector costs a DRAM read first (read-modify-
+// fluid node stores that value into its own slots (sector fill: it runs the fluid path with its
+// loads switched off and stores the rest value instead), so the sector is written whole: a partly written sector costs a DRAM read first (read-modify-
 // write). The paper layout permutes slots per direction, so a sector there mixes other nodes.
 namespace ${namespace} {
 
@@ -145,6 +146,47 @@ __device__ __forceinline__ void fill_pencil(
     }
 }
 
+// Whether the whole halo of the tile at tile-grid coordinates t lies inside the domain on every
+// axis: no node of it is outside a face or wrapped, so fill_pencil's general path would give
+// every halo node the plain tile-map neighbour. Such inner tiles take fill_inner instead.
+__device__ __forceinline__ bool halo_inside(
+    const int (&t)[3], const int (&size)[3], const int (&off)[3])
+{
+    bool inside = true;
+#pragma unroll
+    for (int ax = 0; ax < D; ++ax)
+        inside = inside && t[ax] * A - 1 >= off[ax] && t[ax] * A + A < size[ax] + off[ax];
+    return inside;
+}
+
+// Sources of the halo of an inner tile (halo_inside): node e of the halo (XYZ order, edge HE)
+// is node `local` of the neighbour tile s_nbr[nb], so each of the tile's NPT threads fills
+// every NPT-th entry: all lanes busy, no per-node wrap or face logic (the same values as
+// fill_pencil, which stays for the tiles at the domain's edge).
+__device__ __forceinline__ void fill_inner(
+    int n, int* s_src, const int* s_nbr, const unsigned char* __restrict__ types)
+{
+#pragma unroll
+    for (int r = 0; r < (HN + NPT - 1) / NPT; ++r) {
+        const int e = n + r * NPT;
+        if (e >= HN) break;
+        int h = e, nb = 0, local = 0, nstride = 1, stride = 1;
+#pragma unroll
+        for (int ax = 0; ax < D; ++ax) {
+            const int k = h % HE;
+            h /= HE;
+            const int side = (k + A - 1) / A;  // 0 the tile below, 1 this tile, 2 the one above
+            nb += side * nstride;
+            local += (k + A - 1 - side * A) * stride;
+            nstride *= 3;
+            stride *= A;
+        }
+        const int tile = s_nbr[nb];
+        const int id = tile * NPT + local;
+        s_src[e] = (tile >= 0 && types[id] != 0) ? id : -1;
+    }
+}
+
 extern "C" __global__ void ${launch_bounds}${kernel}(
     const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const unsigned char* __restrict__ types, const int* __restrict__ tiles,
@@ -203,7 +245,9 @@ ${readwrite}
         constexpr int PER_WARP = (PENCILS + WARPS - 1) / WARPS;
         static_assert(PER_WARP <= 32, "a warp fills at most 32 halo pencils");
         const int pencil = (n / 32) * PER_WARP + lane;
-        if (lane < PER_WARP && pencil < PENCILS)
+        if (halo_inside(t, size, off))  // the same for the whole tile: no divergence
+            fill_inner(n, s_src, s_nbr, types);
+        else if (lane < PER_WARP && pencil < PENCILS)
             fill_pencil(pencil, s_src, t, s_nbr, tile_map, types, grid, size, off, periodic);
     }
     if (HALO) __syncthreads();  // the one block barrier: halo sources are read across warps
@@ -219,12 +263,11 @@ ${readwrite}
             stride *= HE;
         }
     }
-    // Solid node (tile padding included): no further work after the sector fill. The node's own
-    // halo entry cannot tell: with periodic wrap, padding just past the last node is a valid
-    // source. All lanes of a warp are alive here (inactive tiles left as whole warps).
+    // Solid node (tile padding included): no further work, unless the sector fill keeps it. The
+    // node's own halo entry cannot tell: with periodic wrap, padding just past the last node is
+    // a valid source. All lanes of a warp are alive here (inactive tiles left as whole warps).
     const int type = types[tile * NPT + n];
-${sector_fill}
-    if (type == 0) return;
+${solid_exit}
 
     // Pull: f_i from x - c_i, or f_opp(i) of this node (halfway bounce-back). Only integer
     // indices depend on the branch; every thread then issues the same loads.
