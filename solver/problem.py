@@ -124,6 +124,13 @@ class Problem:
         return self.storage.dtype
 
     @cached_property
+    def sector_mix(self) -> float:
+        """Fraction of the 32-byte sectors of stored populations (XYZ order) holding a fluid
+        node that also hold a solid node: what the GPU's sector fill can save on."""
+        return self.tiling.mixed_group_fraction(
+            min(32 // self.storage_dtype.itemsize, self.tiling.nodes_per_tile))
+
+    @cached_property
     def pull_table(self) -> PullTable:
         """Gather/scatter tables of the NumPy reference (built on first use).
 

@@ -152,6 +152,22 @@ class Tiling:
         """Average tile utilisation, fluid nodes over nodes in non-empty tiles (paper eq. 14)."""
         return self.n_fluid / (self.n_tiles * self.nodes_per_tile) if self.n_tiles else 0.0
 
+    def mixed_group_fraction(self, group: int) -> float:
+        """Of the runs of ``group`` consecutive nodes (XYZ order, aligned within tiles) that hold
+        a fluid node, the fraction that also hold a solid node; 0 without fluid nodes.
+
+        With ``group`` = the nodes per 32-byte memory sector, this is how many of the sectors
+        a GPU step writes are written only in part (see gpu_kernels' sector fill).
+        """
+        if self.nodes_per_tile % group:
+            raise ValueError(f"A tile of {self.nodes_per_tile} nodes does not split into runs "
+                             f"of {group}.")
+        runs = self.solid.reshape(self.n_tiles, -1, group)
+        holds_fluid = ~runs.all(axis=2)
+        holds_both = holds_fluid & runs.any(axis=2)
+        n = int(holds_fluid.sum())
+        return int(holds_both.sum()) / n if n else 0.0
+
     def local_coordinates(self) -> np.ndarray:
         """In-tile coordinates of every node in XYZ order, int array (a**d, d)."""
         grids = np.meshgrid(*[np.arange(self.a)] * self.ndim, indexing="ij")

@@ -63,8 +63,8 @@ from .gpu_streaming import (
 )
 from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
 
-__all__ = ["KernelVariant", "MODES", "COLLISIONS", "kernel_source", "all_variants",
-           "collision_param_names", "real_param_names", "real_args"]
+__all__ = ["KernelVariant", "MODES", "COLLISIONS", "SECTOR_FILL_MIN_MIX", "kernel_source",
+           "all_variants", "collision_param_names", "real_param_names", "real_args"]
 
 #: Kernel modes: the full step, the paper's probes (section 4.1) and the in-place decoding.
 MODES = {"full": 0, "propagate": 1, "readwrite": 2, "swap": 3}
@@ -76,6 +76,12 @@ _TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "bfw", "cfw", "w
                                      for k in range(4)]
 #: Rest equilibrium w_k rho0 per weight class k = |c|^2: what solid nodes hold (sector fill).
 _REST_PARAMS = [f"rest{k}" for k in range(4)]
+#: Least ``Problem.sector_mix`` for which a step gets the sector fill (:func:`_solid_exit`).
+#: Measured on the H100 (tune_kernel.py, 2026-11-23, 686651d): the fill's selects cost float32
+#: 3.7 % on the all-fluid 256^3 box (float64 0.1 %) and gain float32 0.8 % net on the porosity
+#: 0.9 pack (3.3 % of its sectors mixed) up to 12 % at porosity 0.1 (47 % mixed); float32
+#: breaks even near 2.7 %.
+SECTOR_FILL_MIN_MIX = 0.02
 _TEMPLATE = Path(__file__).with_name("kernels") / "tiled_lbm.cu"
 
 
@@ -93,6 +99,7 @@ class KernelVariant:
     boundary: str = "none"
     streaming: str = "pull"
     storage: str = "auto"
+    sector_fill: bool = True
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
@@ -101,6 +108,8 @@ class KernelVariant:
             v = replace(v, collision="BGK", incompressible=True, boundary="none")
         if v.mode == "swap" or (v.mode == "readwrite" and v.streaming != "pull"):
             v = replace(v, streaming="aa_local")  # in place, same node: one kernel each
+        if not _can_fill_sectors(v):
+            v = replace(v, sector_fill=False)
         return v
 
     @classmethod
@@ -110,11 +119,14 @@ class KernelVariant:
         if problem.storage.encoded and problem.storage.rounding != "stochastic":
             raise ValueError("The GPU kernel rounds float16 stores stochastically only; "
                              "rounding='nearest' is a NumPy-backend ablation.")
-        return cls(problem.lattice.name, problem.dtype.name, problem.collision,
-                   problem.incompressible, problem.layout, mode, problem.tiling.a,
-                   boundary_kind(problem) if mode == "full" else "none",
-                   kernel_streaming(problem.streaming, phase),
-                   "float16" if problem.storage.encoded else "auto").canonical()
+        v = cls(problem.lattice.name, problem.dtype.name, problem.collision,
+                problem.incompressible, problem.layout, mode, problem.tiling.a,
+                boundary_kind(problem) if mode == "full" else "none",
+                kernel_streaming(problem.streaming, phase),
+                "float16" if problem.storage.encoded else "auto").canonical()
+        if v.sector_fill:  # only where it can apply: the geometry's mix is computed once
+            v = replace(v, sector_fill=problem.sector_mix >= SECTOR_FILL_MIN_MIX)
+        return v
 
     @property
     def half(self) -> bool:
@@ -129,8 +141,9 @@ class KernelVariant:
         prec = ("f64" if v.precision == "float64" else "f32") + ("s16" if v.half else "")
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
         access = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal"}[v.streaming]
+        unfilled = "_nf" if _can_fill_sectors(v) and not v.sector_fill else ""
         return (f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}"
-                f"_a{v.tile_edge}{bc}{access}")
+                f"_a{v.tile_edge}{bc}{access}{unfilled}")
 
 
 def _lit(x: float, real: str) -> str:
@@ -250,10 +263,15 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     return "\n".join(out)
 
 
-def _fills_sectors(v: KernelVariant) -> bool:
-    """Whether the kernel has the sector fill (:func:`_solid_exit`): XYZ-layout two-copy steps
-    and propagation probes."""
+def _can_fill_sectors(v: KernelVariant) -> bool:
+    """Whether the sector fill (:func:`_solid_exit`) applies to the kernel: XYZ-layout two-copy
+    steps and propagation probes (``layout`` the effective one)."""
     return v.layout == "xyz" and v.mode in ("full", "propagate") and v.streaming == "pull"
+
+
+def _fills_sectors(v: KernelVariant) -> bool:
+    """Whether the kernel has the sector fill: it applies, and the variant asks for it."""
+    return v.sector_fill and _can_fill_sectors(v)
 
 
 def _solid_exit(v: KernelVariant) -> str:
@@ -400,11 +418,11 @@ def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,
     for lattice, a_values in edges.items():
         collisions = ("MRT",) if lattice == "D3Q13" else (
             ("BGK", "TRT", "MRT") if lattice in MRT_LATTICES else ("BGK", "TRT"))
-        for a, (prec, store), coll, inc, layout, mode, bc, access in itertools.product(
+        for a, (prec, store), coll, inc, layout, mode, bc, access, fill in itertools.product(
             a_values, (("float32", "auto"), ("float64", "auto"), ("float32", "float16")),
-            collisions, (True, False), LAYOUTS, MODES, BOUNDARY_KINDS, streaming,
+            collisions, (True, False), LAYOUTS, MODES, BOUNDARY_KINDS, streaming, (True, False),
         ):
             v = KernelVariant(lattice, prec, coll, inc, layout, mode, a, bc, access,
-                              store).canonical()
+                              store, fill).canonical()
             seen.setdefault(v.name, v)
     return list(seen.values())

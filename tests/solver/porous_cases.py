@@ -103,8 +103,13 @@ def reference(problem: Problem, f0: np.ndarray, steps: int,
 def sector_filled(problem: Problem) -> np.ndarray:
     """Solid nodes that XYZ-layout kernels write (the rest equilibrium), bool (n_tiles, a**d).
 
-    Those whose 32-byte sector, 32 / itemsize consecutive nodes of a tile, holds a fluid node.
+    Those whose 32-byte sector, 32 / itemsize consecutive nodes of a tile, holds a fluid node,
+    when the problem's kernel has the sector fill (none otherwise).
     """
+    from solver.backends.gpu_kernels import KernelVariant
+
     solid = problem.tiling.solid
+    if not KernelVariant.for_problem(problem).sector_fill:
+        return np.zeros_like(solid)
     sectors = solid.reshape(solid.shape[0], -1, 32 // problem.storage_dtype.itemsize)
     return (sectors & ~sectors.all(axis=2, keepdims=True)).reshape(solid.shape)

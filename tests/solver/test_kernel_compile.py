@@ -23,9 +23,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.backends.gpu_kernels import KernelVariant, all_variants, kernel_source
+from solver.backends.gpu_kernels import (
+    SECTOR_FILL_MIN_MIX,
+    KernelVariant,
+    all_variants,
+    kernel_source,
+)
 from solver.backends.gpu_tables import direction_layouts, slot_table
+from solver.config import SimulationConfig
 from solver.lattice import get_lattice
+from solver.problem import Problem
 
 from .kernel_emulator import EmulatedKernel, compiler, emulate
 from .physics_cases import physics_problem
@@ -211,6 +218,45 @@ def test_emulated_probes_move_exactly_the_fluid_values(precision, storage) -> No
     expected = np.full(f0.size, np.nan)
     expected[table.dst.ravel()] = f0.ravel()[table.src.ravel()]
     assert np.array_equal(emu.populations(), expected.reshape(f0.shape), equal_nan=True)
+
+
+def test_sector_fill_is_chosen_by_the_share_of_mixed_sectors() -> None:
+    porous = make_problem("D3Q19", "float32", layout="xyz", offset=(1, 3, 2))
+    assert porous.sector_mix > SECTOR_FILL_MIN_MIX
+    assert KernelVariant.for_problem(porous).sector_fill
+    dense = Problem.from_config(np.zeros((16, 8, 8), bool),
+                                SimulationConfig(gpu_layout="xyz", tile_offset="origin"))
+    assert dense.sector_mix == 0.0 and not KernelVariant.for_problem(dense).sector_fill
+    one_solid = np.zeros((16, 8, 8), bool)
+    one_solid[5, 2, 3] = True  # one mixed sector of 32 bytes among all of them
+    sparse = Problem.from_config(one_solid, SimulationConfig(gpu_layout="xyz",
+                                                             tile_offset="origin"))
+    per_sector = 32 // sparse.storage_dtype.itemsize
+    assert sparse.sector_mix == pytest.approx(per_sector / one_solid.size)
+    assert not KernelVariant.for_problem(sparse).sector_fill
+    paper = make_problem("D3Q19", "float32", layout="paper")
+    assert not KernelVariant.for_problem(paper).sector_fill  # slots permuted: never
+    assert "_nf" in KernelVariant.for_problem(dense).name
+    assert "_nf" not in KernelVariant.for_problem(paper).name
+
+
+@needs_gxx
+def test_emulated_kernel_without_sector_fill_never_writes_solid_nodes(monkeypatch) -> None:
+    import solver.backends.gpu_kernels as kernels
+
+    monkeypatch.setattr(kernels, "SECTOR_FILL_MIN_MIX", 1.5)  # above any share: no fill
+    problem = make_problem("D3Q19", "float32", "BGK", layout="xyz", offset=(1, 3, 2))
+    assert not KernelVariant.for_problem(problem).sector_fill
+    f0 = noisy_start(problem)
+    emu = EmulatedKernel(problem, 2)
+    emu.f[...] = np.nan  # poison: only fluid slots may be written
+    emu.set_populations(as_stored(problem, f0))
+    emu.step(5)
+    solid = problem.tiling.solid[:, None, :].repeat(problem.lattice.q, axis=1)
+    latest = emu.populations()  # the copy steps 1, 3 and 5 wrote
+    assert np.isnan(latest[solid]).all()
+    ref = reference(problem, f0, 5)
+    assert np.abs(latest[~solid] - ref[~solid]).max() <= 1e-5 * np.abs(ref).max()
 
 
 @needs_gxx
