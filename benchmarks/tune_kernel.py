@@ -8,10 +8,9 @@ that wins here moves into the generator; this script keeps the record of what wa
 
 Patches (D3Q19 BGK incompressible, XYZ layout, the fastest full-step variant):
 
-- ``nofill``: the generator's kernel without its sector fill (solid lanes return at once, the
-  kernel before the fill moved into the generator), to time the fill in the same process.
-- ``loadall``: the sector fill's solid lanes load what a fluid node there would pull
-  instead of nothing (no predicate on the loads; their values are discarded).
+- ``fill``/``nofill``: the generator's kernel with/without the sector fill, whichever the
+  geometry's share of mixed sectors (``SECTOR_FILL_MIN_MIX``) picked; ``again``: the
+  unchanged kernel timed once more at the end of a case (drift check).
 - ``pencil``: every tile resolves its halo sources by x-pencils (no ``fill_inner``).
 - ``cs``: stores with the evict-first cache hint (``st.global.cs``): the written copy is not
   read again in this step, so it should not push the neighbour sectors other blocks still read
@@ -92,7 +91,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends import gpu_kernels  # noqa: E402
 from solver.backends.cupy_backend import CupyBackend, copy_bandwidth  # noqa: E402
 from solver.backends.gpu_kernels import KernelVariant, kernel_source  # noqa: E402
 from solver.backends.gpu_tables import launch_shape  # noqa: E402
@@ -108,8 +106,6 @@ __device__ __forceinline__ void st_cs(double* p, double v)
 """
 
 
-#: The sector-fill ballot of gpu_kernels._solid_exit, up to its closing brace.
-_SECTOR_FILL = re.compile(r"    \{  // sector fill.*?\n    \}\n", re.DOTALL)
 #: The choice of the inner-tile halo fill (fill_inner) in the kernel template.
 _INNER_HALO = "if (halo_inside(t, size, off))"
 
@@ -121,16 +117,13 @@ def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
             source = source.replace("typedef float real;", "typedef float real;" + _ST_CS)
             source = source.replace("typedef double real;", "typedef double real;" + _ST_CS)
             source = re.sub(r"fout\[(.+?)\] = (.+?);\n", r"st_cs(&fout[\1], \2);\n", source)
-        elif p == "loadall":  # applied by generated_source
-            pass
         elif p.startswith("cap"):
             blocks = max(1, 65536 // (int(p[3:]) * threads))
             source = source.replace('extern "C" __global__ void ',
                                     f'extern "C" __global__ void __launch_bounds__({threads}, '
                                     f'{blocks}) ', 1)
-        elif p == "nofill":  # every solid lane stops: the fill's selects fold away
-            # (a kernel the generator built without the fill, e.g. all-fluid, stays as it is)
-            source = _SECTOR_FILL.sub("    if (solid) return;\n", source)
+        elif p in ("fill", "nofill", "again"):  # variants (patched_variant), or a repeat
+            pass
         elif p == "pencil":  # every tile resolves its halo by pencils, as before fill_inner
             assert _INNER_HALO in source, "pencil patch did not apply"
             source = source.replace(_INNER_HALO, "if (false)")
@@ -139,18 +132,12 @@ def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
     return source
 
 
-def generated_source(variant: KernelVariant, patches: tuple[str, ...]) -> str:
-    """The generator's kernel text; with ``loadall``, generated with the sector fill's solid
-    lanes loading what a fluid node there would (no predicate on the loads)."""
-    if "loadall" not in patches:
-        return kernel_source(variant)
-    predicated = gpu_kernels._load
-    gpu_kernels._load = lambda v, i, index: gpu_kernels.decode(
-        v.storage, gpu_kernels.get_lattice(v.lattice), i, f"fin[{index}]")
-    try:
-        return kernel_source.__wrapped__(variant)
-    finally:
-        gpu_kernels._load = predicated
+def patched_variant(variant: KernelVariant, patches: tuple[str, ...]) -> KernelVariant:
+    """``variant`` with the sector fill (``fill``) or without it (``nofill``), whatever the
+    geometry's share of mixed sectors chose; as it is otherwise."""
+    if "fill" in patches or "nofill" in patches:
+        variant = replace(variant, sector_fill="fill" in patches).canonical()
+    return variant
 
 
 def morton_order(tiles: np.ndarray) -> np.ndarray:
@@ -181,9 +168,9 @@ def time_variant(state, patches, tpb: int, order: str, min_seconds: float = 0.05
                  repeats: int = 5, once: bool = False) -> tuple[float, dict]:
     """Median seconds per step of one patched kernel on ``state`` and its resource usage."""
     problem = replace(state.problem, tiles_per_block=tpb)
-    variant = KernelVariant.for_problem(problem)
+    variant = patched_variant(KernelVariant.for_problem(problem), patches)
     blocks, threads, smem = launch_shape(problem, tpb)
-    source = patch_source(generated_source(variant, patches), patches, threads)
+    source = patch_source(kernel_source(variant), patches, threads)
     kernel = cp.RawModule(code=source, options=("-std=c++17",)).get_function(variant.name)
     tables = state.tables if order == "x" else reordered_tables(
         state, morton_order(state.problem.tiling.tiles))
@@ -236,8 +223,9 @@ def problem_for(solid, faces, offset, precision) -> Problem:
     return Problem.from_config(solid, config)
 
 
-EXPERIMENTS = [  # (patches, tiles per block, tile order)
-    ((), 2, "x"), (("nofill",), 2, "x"), (("loadall",), 2, "x"), (("pencil",), 2, "x"),
+EXPERIMENTS = [  # (patches, tiles per block, tile order); the first again last (drift check)
+    ((), 2, "x"), (("fill",), 2, "x"), (("nofill",), 2, "x"), (("pencil",), 2, "x"),
+    (("again",), 2, "x"),
 ]
 
 

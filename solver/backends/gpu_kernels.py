@@ -164,10 +164,8 @@ def _signed_sum(coeffs, names) -> str:
 
 def _load(v: KernelVariant, i: int, index: str) -> str:
     """C expression: the population of direction i (or its opposite) at ``fin[index]``, as
-    real (decoded from the storage); zero, with no load, for the solid lanes of the sector
-    fill."""
-    value = decode(v.storage, get_lattice(v.lattice), i, f"fin[{index}]")
-    return f"(solid ? (real)0 : {value})" if _fills_sectors(v) else value
+    real (decoded from the storage)."""
+    return decode(v.storage, get_lattice(v.lattice), i, f"fin[{index}]")
 
 
 def _gather(v: KernelVariant, real: str) -> str:
@@ -281,22 +279,24 @@ def _solid_exit(v: KernelVariant) -> str:
     A 32-byte sector of a direction's data block holds 32 / sizeof(storage) consecutive slots,
     i.e. (XYZ layout, slot = n, NPT % 32 == 0) the nodes of one aligned group of lanes; a warp
     ballot of the fluid lanes tells each solid lane whether its group holds a fluid node. Such
-    a lane runs the fluid path with its loads switched off (``solid``: no sector it would
-    read is fetched for it) and every store selects the rest value for it, so its slots are
-    written by the same store instructions as its fluid neighbours' and the sector is written
-    whole: a partly written sector costs a DRAM read first (read-modify-write). The ballot sits
-    after the barrier, where all 32 lanes of a warp are alive (warps never straddle tiles:
-    NPT % 32 == 0 and blockDim.x is a multiple of NPT; inactive tiles left as whole warps), so
-    the full mask is exact. Sectors line up with lane groups because every copy starts on a
-    32-element boundary; the values stored never depend on it.
+    a lane runs the fluid path as if it were fluid (its sources are valid slots: neighbours or,
+    across a solid link, its own; what it computes is discarded) and every store selects the
+    rest value for it, so its slots are written by the same store instructions as its fluid
+    neighbours' and the sector is written whole: a partly written sector costs a DRAM read
+    first (read-modify-write). The ballot sits after the barrier, where all 32 lanes of a warp
+    are alive (warps never straddle tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT;
+    inactive tiles left as whole warps), so the full mask is exact. Sectors line up with lane
+    groups because every copy starts on a 32-element boundary; the values stored never depend
+    on it. The paper layout permutes slots per direction, so sectors there mix other nodes: no
+    fill. In place (AA) a step reads every sector it writes, so partial writes cost no DRAM
+    read there: two-copy kernels only. The value is stored as is, never rounded
+    (:func:`~solver.backends.gpu_storage.rest_value`).
 
     History (tune_kernel.py, H100): a fill that stored from a branch of its own, before the
     fluid path, gained 2-7 % on porous packs from porosity 0.5 up but lost 6 % (float32) and
     14 % (float64) at porosity 0.1 (19 more store instructions per warp); placed before the
-    halo work it lost 20-25 %. The paper layout permutes slots per direction, so sectors
-    there mix other nodes: no fill. In place (AA) a step reads every sector it writes, so
-    partial writes cost no DRAM read there: two-copy kernels only. The value is stored as is,
-    never rounded (:func:`~solver.backends.gpu_storage.rest_value`).
+    halo work it lost 20-25 %. Predicating the solid lanes' loads off cost float32 3-7 % at
+    porosity 0.1-0.7 against these plain loads (float64 the same either way).
     """
     if not _fills_sectors(v):
         return "    if (type == 0) return;"

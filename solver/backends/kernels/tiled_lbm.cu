@@ -32,8 +32,8 @@
 // Solid nodes (tile padding included) carry no physics; every backend keeps the rest equilibrium
 // w_i rho0 there in both copies (solver/backends/base.py), which rest0..rest3 hold per weight
 // class. In the XYZ layout a solid node whose 32-byte sector of the written copy also holds a
-// fluid node stores that value into its own slots (sector fill: it runs the fluid path with its
-// loads switched off and stores the rest value instead), so the sector is written whole: a partly written sector costs a DRAM read first (read-modify-
+// fluid node stores that value into its own slots (sector fill: it runs the fluid path as a
+// fluid node would and stores the rest value instead), so the sector is written whole: a partly written sector costs a DRAM read first (read-modify-
 // write). The paper layout permutes slots per direction, so a sector there mixes other nodes.
 namespace ${namespace} {
 
