@@ -77,11 +77,11 @@ _TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "bfw", "cfw", "w
 #: Rest equilibrium w_k rho0 per weight class k = |c|^2: what solid nodes hold (sector fill).
 _REST_PARAMS = [f"rest{k}" for k in range(4)]
 #: Least ``Problem.sector_mix`` for which a step gets the sector fill (:func:`_solid_exit`).
-#: Measured on the H100 (tune_kernel.py, 2026-11-23, 686651d): the fill's selects cost float32
-#: 3.7 % on the all-fluid 256^3 box (float64 0.1 %) and gain float32 0.8 % net on the porosity
-#: 0.9 pack (3.3 % of its sectors mixed) up to 12 % at porosity 0.1 (47 % mixed); float32
-#: breaks even near 2.7 %.
-SECTOR_FILL_MIN_MIX = 0.02
+#: Measured on the H100 (tune_kernel.py, 2026-11-23, 1d8228a, 192^3 packs): the fill gains
+#: float32 +17 % at porosity 0.1 (47 % of the sectors mixed), +0.7 % at 0.9 (3.3 %), nothing
+#: at 0.95 (1.6 %), and costs 0.5 % on the all-fluid box (float64: +18 %, +1.4 %, +0.5 % at
+#: 1.2 % mixed, -0.2 %).
+SECTOR_FILL_MIN_MIX = 0.01
 _TEMPLATE = Path(__file__).with_name("kernels") / "tiled_lbm.cu"
 
 
