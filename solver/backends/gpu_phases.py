@@ -63,8 +63,6 @@ __all__ = ["CupyPhases", "SCHEDULES", "halo_copy_source", "halo_schedule"]
 
 log = logging.getLogger(__name__)
 
-#: Threads per block of the gather/scatter kernels.
-_COPY_THREADS = 256
 #: Step orders: 'concurrent' runs the boundary tiles on the high-priority comm stream beside
 #: the interior (the table of the module docstring); 'boundary-first' runs them on the compute
 #: stream ahead of the interior, at the whole GPU's width, and only the halo chain (gather,
@@ -142,6 +140,10 @@ class CupyPhases:
         self._joined = cp.cuda.Event(disable_timing=True)  # comm: everything queued so far
         self._uploaded = cp.cuda.Event(disable_timing=True)  # comm: received values on device
         problem = state.problem
+        # Gather/scatter blocks as large as the tile kernel's: while the interior runs, a block
+        # of the halo chain then fits wherever one tile block retired (a larger one would wait
+        # for several to retire on the same SM, behind lower-priority tile blocks).
+        self._copy_threads = problem.tiles_per_block * problem.tiling.nodes_per_tile
         self._gather, self._scatter = _copy_kernels(cp, problem.dtype.name,
                                                     cp.cuda.Device().id)
         self._slots = slot_table(problem.lattice.name, problem.layout, problem.tiling.a)
@@ -179,7 +181,8 @@ class CupyPhases:
         return self._device_buffers[key]
 
     def _copy_launch(self, kernel, n: int, args: tuple) -> None:
-        kernel((-(-n // _COPY_THREADS),), (_COPY_THREADS,), (*args, np.int64(n)))
+        threads = self._copy_threads
+        kernel((-(-n // threads),), (threads,), (*args, np.int64(n)))
 
     def gather(self, f: Any, index: Any, out: np.ndarray) -> None:
         """Enqueue ``out[:] = f[index]`` on the comm stream (device gather, then a copy to the
