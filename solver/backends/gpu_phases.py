@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from .gpu_tables import slot_table
+from .gpu_timeline import timeline_from_environment
 
 __all__ = ["CupyPhases", "SCHEDULES", "halo_copy_source", "halo_schedule"]
 
@@ -131,6 +132,7 @@ class CupyPhases:
                  schedule: str | None = None) -> None:
         cp = backend.xp
         self.schedule = schedule or halo_schedule()
+        self._timeline = timeline_from_environment(cp)
         self._cp, self.backend, self.state = cp, backend, state
         self._ranges = ((0, n_boundary), (n_boundary, n_owned))
         self._compute = state.stream
@@ -220,30 +222,38 @@ class CupyPhases:
         """Enqueue ``out[:] = f[index]`` on the comm stream (``out`` a device array)."""
         with self._comm:
             self._copy_launch(self._gather, out.size, (f, index, out))
+        self._mark(self._comm, "gathered")
 
     def scatter_on_device(self, f: Any, index: Any, values: Any) -> None:
         """Enqueue ``f[index] = values`` on the comm stream, after the transfers queued there
         (``values`` a device array); it writes halo slots, which the interior launch neither
         reads nor writes."""
+        self._mark(self._comm, "received")
         with self._comm:
             self._copy_launch(self._scatter, values.size, (f, index, values))
+        self._mark(self._comm, "scattered")
 
     # -- the step ----------------------------------------------------------------------------
     def boundary(self) -> None:
         """Enqueue the boundary tiles and the interior tiles (see :data:`SCHEDULES`)."""
         if self.schedule == "boundary-first":
             self._compute.wait_event(self._joined)  # the previous step's halo chain
+            self._mark(self._compute, "boundary queued")
             with self._compute:
                 self.backend.launch_tiles(self.state, *self._ranges[0])
             self._boundary.record(self._compute)
             self._comm.wait_event(self._boundary)  # gather and send behind the boundary tiles
         else:
             self._comm.wait_event(self._step_done)
+            self._mark(self._comm, "boundary queued")
             with self._comm:
                 self.backend.launch_tiles(self.state, *self._ranges[0])
             self._boundary.record(self._comm)
+        self._mark(self._comm, "boundary done")
+        self._mark(self._compute, "interior queued")
         with self._compute:
             self.backend.launch_tiles(self.state, *self._ranges[1])
+        self._mark(self._compute, "interior done")
 
     def interior(self, progress: Callable[[], None]) -> None:
         """The interior runs already (queued by :meth:`boundary`); let MPI move the messages."""
@@ -267,6 +277,12 @@ class CupyPhases:
             self._compute.wait_event(self._boundary)
         self.state.current = 1 - self.state.current
         self._step_done.record(self._compute)
+        if self._timeline is not None:
+            self._timeline.end_step()
+
+    def _mark(self, stream: Any, edge: str) -> None:
+        if self._timeline is not None:
+            self._timeline.mark(stream, edge)
 
     def _join(self) -> None:
         """Order the compute stream after everything queued on the comm stream so far."""
@@ -319,8 +335,11 @@ class CupyPhases:
         self._step_done.record(self._compute)  # the next plain step's comm work follows it
 
     def release(self) -> None:
-        """Free the device arrays."""
+        """Free the device arrays (and write the step timeline, if one is recorded)."""
         self.idle()
+        if self._timeline is not None:
+            rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
+            log.info("Step timeline: %s", self._timeline.write(rank))
         self._device_buffers.clear()
         self._flat = ()
         self.backend.release(self.state)

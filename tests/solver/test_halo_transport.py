@@ -10,6 +10,8 @@ real NCCL path runs in ``tests/solver/test_distributed_gpu.py`` (two GPUs).
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -210,3 +212,30 @@ def test_halo_schedule_comes_from_the_environment_and_refuses_unknown_names():
         assert halo_schedule({SCHEDULE_VARIABLE: name}) == name
     with pytest.raises(ValueError, match="boundary-first"):
         halo_schedule({SCHEDULE_VARIABLE: "boundary_first"})
+
+
+def test_step_timeline_writes_microseconds_per_edge_of_the_last_steps(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from solver.backends import gpu_timeline
+
+    clock = iter(range(1000))
+
+    class Event:  # a timed CUDA event stand-in: records a tick of a fake clock (ms)
+        def record(self, stream):
+            self.ms = next(clock)
+
+    cuda = SimpleNamespace(Event=Event, Device=lambda: SimpleNamespace(synchronize=lambda: None),
+                           get_elapsed_time=lambda a, b: b.ms - a.ms)
+    stream = SimpleNamespace(is_capturing=lambda: False)
+    monkeypatch.setenv(gpu_timeline.TIMELINE_VARIABLE, str(tmp_path))
+    timeline = gpu_timeline.timeline_from_environment(SimpleNamespace(cuda=cuda))
+    for _ in range(gpu_timeline.KEEP + 3):
+        timeline.mark(stream, "boundary queued")
+        timeline.mark(stream, "interior done")
+        timeline.end_step()
+    rows = json.loads(timeline.write(1).read_text())
+    assert len(rows) == gpu_timeline.KEEP
+    assert rows[-1] == {"boundary queued": 0.0, "interior done": 1000.0}  # 1 ms apart
+    monkeypatch.delenv(gpu_timeline.TIMELINE_VARIABLE)
+    assert gpu_timeline.timeline_from_environment(SimpleNamespace(cuda=cuda)) is None
