@@ -47,13 +47,18 @@ class StepTimeline:
         self._current = []
 
     def write(self, rank: int) -> Path:
-        """Write ``timeline-rank<rank>.json``: per kept step, µs of each edge after its first."""
+        """Write ``timeline-rank<rank>.json``: per kept step, µs of each edge after its first
+        (and of its first edge after the previous step's)."""
         self._cp.cuda.Device().synchronize()
-        rows = []
+        elapsed_us = lambda a, b: round(self._cp.cuda.get_elapsed_time(a, b) * 1e3, 2)  # noqa: E731
+        rows, previous = [], None
         for edges in self._steps:
             first = edges[0][1]
-            rows.append({name: round(self._cp.cuda.get_elapsed_time(first, event) * 1e3, 2)
-                         for name, event in edges})
+            row = {name: elapsed_us(first, event) for name, event in edges}
+            if previous is not None:  # the step period, from first edge to first edge
+                row["since previous step"] = elapsed_us(previous, first)
+            rows.append(row)
+            previous = first
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"timeline-rank{rank}.json"
         path.write_text(json.dumps(rows, indent=0))

@@ -236,6 +236,7 @@ def test_step_timeline_writes_microseconds_per_edge_of_the_last_steps(tmp_path, 
         timeline.end_step()
     rows = json.loads(timeline.write(1).read_text())
     assert len(rows) == gpu_timeline.KEEP
-    assert rows[-1] == {"boundary queued": 0.0, "interior done": 1000.0}  # 1 ms apart
+    assert rows[0] == {"boundary queued": 0.0, "interior done": 1000.0}  # 1 ms apart
+    assert rows[-1] == {**rows[0], "since previous step": 2000.0}
     monkeypatch.delenv(gpu_timeline.TIMELINE_VARIABLE)
     assert gpu_timeline.timeline_from_environment(SimpleNamespace(cuda=cuda)) is None
