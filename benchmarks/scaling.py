@@ -58,7 +58,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from solver.backends.gpu_phases import SCHEDULE_VARIABLE, halo_schedule  # noqa: E402
+from solver.backends.gpu_nccl import P2P_DEFAULTS  # noqa: E402
 from solver.config import HALO_TRANSPORTS  # noqa: E402 (after the sys.path entry)
 
 log = logging.getLogger("scaling")
@@ -247,10 +247,10 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
     ).stdout.strip() or "unknown"
-    # The step order and NCCL's own settings change the timings: recorded with them.
-    settings = {k: v for k, v in sorted(os.environ.items())
-                if k == SCHEDULE_VARIABLE or k.startswith("NCCL_")}
-    settings.setdefault(SCHEDULE_VARIABLE, halo_schedule())
+    # NCCL's settings change the timings: recorded with them (the library's own defaults,
+    # solver.backends.gpu_nccl.P2P_DEFAULTS, where the environment sets none).
+    settings = {**P2P_DEFAULTS, **{k: v for k, v in sorted(os.environ.items())
+                                   if k.startswith("NCCL_")}}
     meta = {"device": device, "gpus_visible": _gpus_visible(), "date": date.today().isoformat(),
             "commit": commit, "transports": args.transport, "settings": settings}
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))

@@ -16,11 +16,18 @@ CuPy.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import numpy as np
 
-__all__ = ["NcclLink", "nccl_version"]
+__all__ = ["NcclLink", "P2P_DEFAULTS", "nccl_version"]
+
+#: NCCL settings applied unless the environment sets them. Point-to-point channels: each is a
+#: CTA that shares the SMs with the interior tiles while the halo travels; on 2 x H200 (NVLink,
+#: 1 MB per step, benchmarks/results/scaling-*) 4 channels gave weak-scaling steps of 0.142 ms
+#: against 0.144 ms with NCCL's default and 0.152 ms with 2 (the transfer then came late).
+P2P_DEFAULTS = {"NCCL_MAX_P2P_NCHANNELS": "4"}
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +44,8 @@ class NcclLink:
     def __init__(self, nccl: Any, comm: Any) -> None:
         self._nccl = nccl
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        for name, value in P2P_DEFAULTS.items():  # NCCL reads its settings at first use
+            os.environ.setdefault(name, value)
         unique_id = nccl.get_unique_id() if self.rank == 0 else None
         unique_id = comm.bcast(unique_id, root=0)
         self._comm = nccl.NcclCommunicator(self.size, unique_id, self.rank)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -60,17 +60,9 @@ import numpy as np
 from .gpu_tables import slot_table
 from .gpu_timeline import timeline_from_environment
 
-__all__ = ["CupyPhases", "SCHEDULES", "halo_copy_source", "halo_schedule"]
+__all__ = ["CupyPhases", "halo_copy_source"]
 
 log = logging.getLogger(__name__)
-
-#: Step orders: 'concurrent' runs the boundary tiles on the high-priority comm stream beside
-#: the interior (the table of the module docstring); 'boundary-first' runs them on the compute
-#: stream ahead of the interior, at the whole GPU's width, and only the halo chain (gather,
-#: transfers, scatter) beside the interior; the next step's boundary tiles wait for that chain.
-SCHEDULES = ("concurrent", "boundary-first")
-#: Environment variable choosing the schedule (benchmarks/scaling.py passes it to every rank).
-SCHEDULE_VARIABLE = "POROUS_LBM_HALO_SCHEDULE"
 
 
 def halo_copy_source(real: str) -> str:
@@ -113,25 +105,13 @@ def _comm_stream(cp: Any):
         return cp.cuda.Stream(non_blocking=True)
 
 
-def halo_schedule(environ: Mapping[str, str] | None = None) -> str:
-    """The step order of :data:`SCHEDULES` named by ``POROUS_LBM_HALO_SCHEDULE`` (default
-    'concurrent'); raises for an unknown name."""
-    name = (os.environ if environ is None else environ).get(SCHEDULE_VARIABLE, "concurrent")
-    if name not in SCHEDULES:
-        raise ValueError(f"{SCHEDULE_VARIABLE}={name!r} is not a halo schedule; use one of "
-                         f"{', '.join(SCHEDULES)}.")
-    return name
-
-
 class CupyPhases:
     """Boundary / interior launches of one rank on two CUDA streams (see the module doc)."""
 
     overlaps = True
 
-    def __init__(self, backend: Any, state: Any, n_boundary: int, n_owned: int,
-                 schedule: str | None = None) -> None:
+    def __init__(self, backend: Any, state: Any, n_boundary: int, n_owned: int) -> None:
         cp = backend.xp
-        self.schedule = schedule or halo_schedule()
         self._timeline = timeline_from_environment(cp)
         self._cp, self.backend, self.state = cp, backend, state
         self._ranges = ((0, n_boundary), (n_boundary, n_owned))
@@ -143,8 +123,7 @@ class CupyPhases:
         self._uploaded = cp.cuda.Event(disable_timing=True)  # comm: received values on device
         problem = state.problem
         # Gather/scatter blocks as large as the tile kernel's: while the interior runs, a block
-        # of the halo chain then fits wherever one tile block retired (a larger one would wait
-        # for several to retire on the same SM, behind lower-priority tile blocks).
+        # of the halo chain fits into the room one retired tile block leaves on an SM.
         self._copy_threads = problem.tiles_per_block * problem.tiling.nodes_per_tile
         self._gather, self._scatter = _copy_kernels(cp, problem.dtype.name,
                                                     cp.cuda.Device().id)
@@ -235,20 +214,12 @@ class CupyPhases:
 
     # -- the step ----------------------------------------------------------------------------
     def boundary(self) -> None:
-        """Enqueue the boundary tiles and the interior tiles (see :data:`SCHEDULES`)."""
-        if self.schedule == "boundary-first":
-            self._compute.wait_event(self._joined)  # the previous step's halo chain
-            self._mark(self._compute, "boundary queued")
-            with self._compute:
-                self.backend.launch_tiles(self.state, *self._ranges[0])
-            self._boundary.record(self._compute)
-            self._comm.wait_event(self._boundary)  # gather and send behind the boundary tiles
-        else:
-            self._comm.wait_event(self._step_done)
-            self._mark(self._comm, "boundary queued")
-            with self._comm:
-                self.backend.launch_tiles(self.state, *self._ranges[0])
-            self._boundary.record(self._comm)
+        """Enqueue the boundary tiles (comm stream) and the interior tiles (compute stream)."""
+        self._comm.wait_event(self._step_done)
+        self._mark(self._comm, "boundary queued")
+        with self._comm:
+            self.backend.launch_tiles(self.state, *self._ranges[0])
+        self._boundary.record(self._comm)
         self._mark(self._comm, "boundary done")
         self._mark(self._compute, "interior queued")
         with self._compute:
@@ -271,10 +242,7 @@ class CupyPhases:
     def finish(self) -> None:
         """Order the next step after this one on both streams (see the module docstring);
         swap the copies."""
-        if self.schedule == "boundary-first":
-            self._joined.record(self._comm)  # the halo chain queued so far, scatter included
-        else:
-            self._compute.wait_event(self._boundary)
+        self._compute.wait_event(self._boundary)
         self.state.current = 1 - self.state.current
         self._step_done.record(self._compute)
         if self._timeline is not None:
@@ -299,7 +267,6 @@ class CupyPhases:
         compute.begin_capture()
         try:
             self._step_done.record(compute)  # the comm stream joins the capture here
-            self._joined.record(compute)  # (boundary-first: the first boundary waits on it)
             run()
             even = self.state.current == current
             self._join()  # every forked stream must rejoin the origin before the end

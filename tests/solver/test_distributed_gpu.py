@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.backends.gpu_phases import SCHEDULE_VARIABLE, SCHEDULES
 from solver.config import SimulationConfig
 from solver.distributed import (
     LoopbackHub,
@@ -81,12 +80,9 @@ def one_gpu(backend, problem: Problem, f0: np.ndarray, steps: int) -> np.ndarray
     return out
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("precision,layout,tpb", [("float64", "paper", 2),
                                                   ("float32", "xyz", 1)])
-def test_loopback_cupy_ranks_match_one_gpu_bitwise(backend, monkeypatch, precision, layout, tpb,
-                                                   schedule):
-    monkeypatch.setenv(SCHEDULE_VARIABLE, schedule)
+def test_loopback_cupy_ranks_match_one_gpu_bitwise(backend, precision, layout, tpb):
     problem = Problem.from_config(porous(), config(precision=precision, gpu_layout=layout,
                                                    tiles_per_block=tpb))
     f0 = noisy_start(problem)
@@ -138,7 +134,7 @@ needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"NCCL halo test skipped: {
 
 
 def _mpirun_distributed(tmp_path, n_ranks: int, settings: dict, *extra: str,
-                        steps: tuple[int, ...] = (STEPS,), schedule: str = "concurrent"):
+                        steps: tuple[int, ...] = (STEPS,)):
     """``mpirun -n N python -m solver.distributed`` on the porous case (one step() call per
     entry of ``steps``); the finished process."""
     cmd = [_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
@@ -148,21 +144,19 @@ def _mpirun_distributed(tmp_path, n_ranks: int, settings: dict, *extra: str,
         text = list(value) if isinstance(value, tuple) else value
         cmd += ["--set", f"{key}={text}".replace("'", '"').replace(" ", "")]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **{SCHEDULE_VARIABLE: schedule})
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 @needs_mpi
-@pytest.mark.parametrize("n_ranks,axis,transport,precision,layout,schedule", [
-    (2, "longest", "host", "float64", "paper", "concurrent"),
-    (2, "longest", "host", "float32", "xyz", "boundary-first"),
-    (3, "0", "auto", "float64", "paper", "concurrent"),
-    pytest.param(2, "longest", "nccl", "float64", "paper", "concurrent", marks=needs_two_gpus),
-    pytest.param(2, "2", "nccl", "float32", "xyz", "concurrent", marks=needs_two_gpus),
-    pytest.param(2, "2", "nccl", "float32", "xyz", "boundary-first", marks=needs_two_gpus),
+@pytest.mark.parametrize("n_ranks,axis,transport,precision,layout", [
+    (2, "longest", "host", "float64", "paper"),
+    (3, "0", "auto", "float64", "paper"),
+    pytest.param(2, "longest", "nccl", "float64", "paper", marks=needs_two_gpus),
+    pytest.param(2, "2", "nccl", "float32", "xyz", marks=needs_two_gpus),
 ])
 def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis, transport,
-                                             precision, layout, schedule):
+                                             precision, layout):
     settings = {**SETTINGS, "precision": precision, "gpu_layout": layout}
     solid = porous()
     problem = Problem.from_config(solid, config(precision=precision, gpu_layout=layout))
@@ -171,8 +165,7 @@ def test_mpirun_cupy_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, axis, t
     np.save(tmp_path / "f0.npy", f0)
     steps = (STEPS,) if transport == "host" else NCCL_CALLS
     done = _mpirun_distributed(tmp_path, n_ranks, settings, "--axis", axis,
-                               "--transport", transport, "--graphs", steps=steps,
-                               schedule=schedule)
+                               "--transport", transport, "--graphs", steps=steps)
     assert done.returncode == 0, done.stderr[-3000:]
     out = np.load(tmp_path / "out.npz")
     assert int(out["ranks"]) == n_ranks

@@ -11,6 +11,7 @@ real NCCL path runs in ``tests/solver/test_distributed_gpu.py`` (two GPUs).
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -204,16 +205,6 @@ def test_nccl_exchange_sequence_matches_one_process_bitwise(n_ranks, axis):
     assert np.array_equal(got, expected)
 
 
-def test_halo_schedule_comes_from_the_environment_and_refuses_unknown_names():
-    from solver.backends.gpu_phases import SCHEDULE_VARIABLE, SCHEDULES, halo_schedule
-
-    assert halo_schedule({}) == "concurrent"
-    for name in SCHEDULES:
-        assert halo_schedule({SCHEDULE_VARIABLE: name}) == name
-    with pytest.raises(ValueError, match="boundary-first"):
-        halo_schedule({SCHEDULE_VARIABLE: "boundary_first"})
-
-
 def test_step_timeline_writes_microseconds_per_edge_of_the_last_steps(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
@@ -240,3 +231,23 @@ def test_step_timeline_writes_microseconds_per_edge_of_the_last_steps(tmp_path, 
     assert rows[-1] == {**rows[0], "since previous step": 2000.0}
     monkeypatch.delenv(gpu_timeline.TIMELINE_VARIABLE)
     assert gpu_timeline.timeline_from_environment(SimpleNamespace(cuda=cuda)) is None
+
+
+def test_nccl_link_limits_p2p_channels_unless_the_environment_says_otherwise(monkeypatch):
+    from types import SimpleNamespace
+
+    from solver.backends.gpu_nccl import P2P_DEFAULTS, NcclLink
+
+    seen = []
+    nccl = SimpleNamespace(
+        get_unique_id=lambda: b"id", NCCL_FLOAT32=7, NCCL_FLOAT64=8,
+        NcclCommunicator=lambda size, uid, rank: seen.append(dict(os.environ)) or
+        SimpleNamespace(device_id=lambda: 0))
+    comm = SimpleNamespace(Get_rank=lambda: 0, Get_size=lambda: 1, bcast=lambda x, root: x)
+    (name, value), = P2P_DEFAULTS.items()
+    monkeypatch.delenv(name, raising=False)
+    NcclLink(nccl, comm)
+    assert seen[-1][name] == value  # set before the communicator exists
+    monkeypatch.setenv(name, "16")
+    NcclLink(nccl, comm)
+    assert seen[-1][name] == "16"
