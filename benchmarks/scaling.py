@@ -113,10 +113,25 @@ class _Plain:
         self.backend.release(self.state)
 
 
+def _ablate(part: str) -> None:
+    """Diagnosis only (the populations come out wrong): leave out part of the NCCL halo chain in
+    this rank's process: 'transfer' the send/recv (gather and scatter stay), 'chain' all of it
+    (the boundary and interior launches stay)."""
+    from solver.distributed.exchange import NcclExchange
+
+    if part in ("transfer", "chain"):
+        NcclExchange.start = (lambda self, f: None) if part == "chain" else (
+            lambda self, f: self.buffers.pack(f))
+    if part == "chain":
+        NcclExchange.finish = lambda self, f: None
+
+
 def measure(args) -> dict:
     """One scaling point inside an MPI job (rank 0 returns the result, others None)."""
     from solver.distributed import launch
     from solver.simulation import Simulation
+
+    _ablate(args.ablate)
 
     def on_root(backend):
         solid = geometry(args, backend.size)
@@ -141,7 +156,7 @@ def measure(args) -> dict:
             "device": backend.inner.device_info().get("name"),
             "gpus_visible": _gpus_visible(), "transport": backend.transport_used,
             "transport_requested": args.transport[0],
-            "transport_reason": backend.transport_reason,
+            "transport_reason": backend.transport_reason, "ablate": args.ablate,
         }
         graphs = sim.state.solver.graphs
         if graphs is not None:  # NCCL: the same allocation replaying CUDA graphs
@@ -212,7 +227,7 @@ def series(args) -> list[dict]:
         cmd = [_mpirun(), "-n", str(n), sys.executable, str(Path(__file__).resolve()),
                "measure", args.case, "--json", str(point), "--transport", transport]
         for key in ("backend", "precision", "collision", "size", "cross", "porosity", "diameter",
-                    "steps", "warmup", "repeats", "axis"):
+                    "steps", "warmup", "repeats", "axis", "ablate"):
             cmd += [f"--{key}", str(getattr(args, key))]
         log.info("%s", " ".join(cmd))
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
@@ -252,8 +267,11 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
     settings = {**P2P_DEFAULTS, **{k: v for k, v in sorted(os.environ.items())
                                    if k.startswith("NCCL_")}}
     meta = {"device": device, "gpus_visible": _gpus_visible(), "date": date.today().isoformat(),
-            "commit": commit, "transports": args.transport, "settings": settings}
+            "commit": commit, "transports": args.transport, "settings": settings,
+            "ablate": args.ablate}
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    ablated = (f" Diagnosis only, results wrong: NCCL halo chain without its {args.ablate}."
+               if args.ablate != "none" else "")
     lines = [f"# Scaling ({', '.join(cases)}): {device}", "",
              f"Date {meta['date']}, commit {commit}; {meta['gpus_visible']} GPU(s) visible; "
              f"D3Q19 {args.collision} {args.precision}, sphere pack porosity {args.porosity}, "
@@ -263,7 +281,7 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
              "barrier. Speed-up and efficiency against the one-rank run through the "
              "distributed layer; 'vs plain' against one ordinary process (CUDA graphs). Ranks "
              "launch every step from Python; 'graphs' is the same NCCL allocation replaying "
-             "captured CUDA graphs of 16 steps.", ""]
+             f"captured CUDA graphs of 16 steps.{ablated}", ""]
     for case in cases:
         lines += _case_table(case, [r for r in results if r["case"] == case])
     lines += ["Rank 0's host time per step, ms (launch: post, boundary and swap; pack: pack "
@@ -336,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds before one mpirun job is stopped and recorded as failed")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--json", default=None, help="(measure mode) where to write the point")
+    parser.add_argument("--ablate", default="none", choices=["none", "transfer", "chain"],
+                        help="diagnosis only, wrong results: NCCL points without their "
+                             "transfers ('transfer') or their whole halo chain ('chain')")
     return parser
 
 
