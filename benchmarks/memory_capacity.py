@@ -1,7 +1,8 @@
 """Bytes per fluid node and the largest cubic sphere pack that fits on this GPU, per storage option.
 
-For every precision and streaming option :class:`solver.config.SimulationConfig` offers (so a
-new storage option is measured as soon as the config has it), on random periodic packs of
+For every storage (float64, float32, and float16 storage with float32 arithmetic) and every
+streaming option :class:`solver.config.SimulationConfig` offers (so a new streaming option is
+measured as soon as the config has it), on random periodic packs of
 overlapping spheres (porosity 0.5, diameter 40 by default, the kind of paper Table 6):
 
 1. A sample pack (``--sample`` nodes a side) is allocated by the CuPy backend; the device bytes
@@ -37,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.bench import git_commit  # noqa: E402
+from solver.bench import PRECISION_LABELS, git_commit, precision_options  # noqa: E402
 from solver.config import SimulationConfig, population_copies  # noqa: E402
 from solver.problem import Problem  # noqa: E402
 from solver.tiling import Tiling  # noqa: E402
@@ -122,23 +123,28 @@ def tile_origin(solid, xp=np) -> Tiling:
 
 
 def storage_options() -> list[tuple[str, str]]:
-    """Every (precision, streaming) pair the config accepts."""
-    params = SimulationConfig.param
-    return [(p, s) for p in params.precision.objects for s in params.streaming.objects]
+    """Every (precision label, streaming) pair: float64, float32 and float16 storage (float32
+    arithmetic; :func:`solver.bench.precision_options`) with each streaming the config has."""
+    return [(p, s) for p in PRECISION_LABELS for s in SimulationConfig.param.streaming.objects]
+
+
+def value_bytes(precision: str) -> int:
+    """Bytes of one stored population for a precision label."""
+    return 2 if precision == "float16" else np.dtype(precision).itemsize
 
 
 def make_problem(tiling: Tiling, precision: str, streaming: str) -> Problem:
     """Periodic D3Q19 BGK problem on ``tiling`` (default layout and tiles per block)."""
-    config = SimulationConfig(lattice="D3Q19", collision="BGK", precision=precision,
-                              streaming=streaming, body_force=(1e-6, 0.0, 0.0),
-                              tile_offset="origin")
+    config = SimulationConfig(lattice="D3Q19", collision="BGK", streaming=streaming,
+                              body_force=(1e-6, 0.0, 0.0), tile_offset="origin",
+                              **precision_options(precision))
     seed = Problem.from_config(np.zeros((A, A, A), dtype=bool), config)
     return replace(seed, tiling=tiling)
 
 
 def per_tile_bytes(precision: str, streaming: str) -> int:
     """Device bytes per tile by the formula: populations and node types, tile list entry."""
-    itemsize = np.dtype(precision).itemsize
+    itemsize = value_bytes(precision)
     return A**3 * (population_copies(streaming) * Q * itemsize + 1) + 3 * 4
 
 
@@ -168,7 +174,7 @@ def measure(backend, problem: Problem) -> dict:
     free1 = cp.cuda.runtime.memGetInfo()[0]
     backend.release(state)
     t = problem.tiling
-    formula = t.memory_bytes(Q, problem.dtype.itemsize, problem.population_copies)
+    formula = t.memory_bytes(Q, problem.storage_dtype.itemsize, problem.population_copies)
     return {"bytes_held": int(held), "device_free_drop": int(free0 - free1),
             "formula_bytes": int(formula), "fluid_nodes": int(t.n_fluid),
             "tile_nodes": int(t.n_tiles * A**3), "eta_t": round(t.eta_t, 4),
@@ -230,7 +236,8 @@ def markdown(report: dict) -> str:
              f"(porosity {m['porosity']}, sphere diameter {m['diameter']:g} nodes), tiles of "
              f"4^3 with the grid at the origin. Device memory {m['memory'] / 2**30:.1f} GiB, "
              f"free at start {m['free_at_start'] / 2**30:.1f} GiB; reserve "
-             f"{m['reserve_mib']} MiB.", "",
+             f"{m['reserve_mib']} MiB. Precision float16: float16 storage, float32 "
+             "arithmetic.", "",
              f"## Bytes per node (sample {m['sample_edge']}^3, eta_t {m['sample_eta_t']:.3f})",
              "", "| precision | streaming | bytes held | formula | per fluid node | "
              "per tile node |", "| --- | --- | ---: | ---: | ---: | ---: |"]
