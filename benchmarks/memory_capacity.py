@@ -185,7 +185,8 @@ def measure(backend, problem: Problem) -> dict:
 
 
 def attempt(backend, n: int, option: tuple[str, str], args) -> dict:
-    """Generate, tile, allocate and step an n^3 pack; 'fits' or 'out of memory'."""
+    """Generate, tile, allocate and step an n^3 pack; 'fits', 'out of memory' or 'over the
+    32-bit node ids' (the kernel's limit, 2^31 nodes in tiles)."""
     import cupy as cp
 
     start = time.perf_counter()
@@ -200,6 +201,11 @@ def attempt(backend, n: int, option: tuple[str, str], args) -> dict:
         row["outcome"] = "fits"
     except cp.cuda.memory.OutOfMemoryError as exc:
         row["outcome"] = "out of memory"
+        row["error"] = str(exc)[:200]
+    except ValueError as exc:  # the pack drew a few more tiles than the formula's estimate
+        if "32-bit node ids" not in str(exc):
+            raise
+        row["outcome"] = "over the 32-bit node ids"
         row["error"] = str(exc)[:200]
     cp.get_default_memory_pool().free_all_blocks()
     row["wall_seconds"] = round(time.perf_counter() - start, 1)
