@@ -58,17 +58,22 @@ dense = cavity3D with walls, packs = periodic sphere packs of diameter 40 in 192
   void at 40 either way).
 - sector fill through the fluid path (686651d): the solid lanes of mixed sectors run the fluid
   path with their loads predicated off and every store selects ``w_i rho0`` for them, so they
-  add no store instructions of their own. Sparse efficiency float32 at porosity 0.1/0.3/0.5/
-  0.7/0.9: 1.059/1.061/1.043/1.024/1.006 against ``nofill`` 0.941/0.959/0.969/0.988/0.998;
-  float64 1.251/1.158/1.095/1.050/1.014 against 1.055/1.012/0.995/0.994/0.994. On the
-  all-fluid box the selects cost float32 3.7 % (256^3 17451 vs 18126 MFLUPS), float64 0.1 %:
-  the generator compiles the fill only where the geometry's share of mixed sectors reaches
-  ``SECTOR_FILL_MIN_MIX`` (``Problem.sector_mix``; the porosity 0.9 pack has 3.3 %).
+  add no store instructions of their own. Sparse efficiency (each against the dense box with
+  the same patches) float32 at porosity 0.1/0.3/0.5/0.7/0.9: 1.059/1.061/1.043/1.024/1.006
+  against ``nofill`` 0.941/0.959/0.969/0.988/0.998; float64 1.251/1.158/1.095/1.050/1.014
+  against 1.055/1.012/0.995/0.994/0.994. On the all-fluid box the selects and predicates of
+  that version cost float32 3.7 % (256^3 17451 vs 18126 MFLUPS), float64 0.1 %, so the
+  generator compiles the fill only where the geometry's share of mixed sectors reaches
+  ``SECTOR_FILL_MIN_MIX`` (``Problem.sector_mix``; the porosity 0.9 pack has 3.3 %). With
+  plain loads (below) the fill costs 0.5 % there and gains down to 1.6 % mixed sectors.
 - ``pencil``: the halo sources resolved by x-pencils in every tile, as before ``fill_inner``
   (686651d: inner tiles, whose halo is inside the domain, fill theirs with all 64 lanes and no
-  wrap logic): packs +0.5 to +2.2 % for ``fill_inner`` (float32 porosity 0.1 1.059 vs 1.037),
-  the all-fluid box float32 -1.8 to -2.6 % (256^3 17451 vs 17909 with the fill; 18126 vs
-  18290 without), float64 within 0.4 %. Kept for the packs.
+  wrap logic). At 1d8228a: float32 packs +3.0/+1.9/+0.8/+0.8/+0.8/+0.2 % for ``fill_inner`` at
+  porosity 0.1/0.3/0.5/0.7/0.9/0.95, float64 packs -0.3 to -0.8 %, the all-fluid box -0.4 to
+  -0.9 % (both precisions). Kept for the float32 packs.
+- fill predicated vs plain loads (1d8228a against a53047e, same packs): the fill's solid lanes
+  with their loads predicated off ran float32 3-7 % slower at porosity 0.1-0.7 than with plain
+  loads (11066 vs 10319 MFLUPS at 0.1); float64 the same either way. Plain loads kept.
 
 Usage on the GPU machine: ``python benchmarks/tune_kernel.py --out DIR --size 192 256
 --porosities 0.1 0.3 0.5 0.7 0.9`` (about 30 s on an H100); it ends with the sparse efficiency
