@@ -64,7 +64,8 @@ class Controller(param.Parameterized):
 
     def __init__(
         self, geometry: VoxelGeometry | None = None, config: SimulationConfig | None = None,
-        autostart: bool = True, idle_timeout: float | None = None, **params: Any,
+        autostart: bool = True, idle_timeout: float | None = None,
+        reader: Callable[[], bool] | None = None, **params: Any,
     ) -> None:
         if geometry is None:
             geometry, default = default_case()
@@ -77,7 +78,7 @@ class Controller(param.Parameterized):
         self._set_geometry_stats(geometry)
         self._fit_position()
         self.runner = SimulationRunner(geometry, copy_config(config), view=self._view(),
-                                       idle_timeout=idle_timeout)
+                                       idle_timeout=idle_timeout, reader=reader)
         self._last_error: str | None = None
         self._last_state: tuple[str, str] = ("", "")
         self.config.param.watch(self._config_edited, [p for p in config.param if p != "name"])

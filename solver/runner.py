@@ -57,13 +57,19 @@ class SimulationRunner:
     def __init__(
         self, geometry: Any, config: SimulationConfig | None = None, *,
         view: SliceView | None = None, snapshot_interval: float = SNAPSHOT_INTERVAL,
-        idle_timeout: float | None = None,
+        idle_timeout: float | None = None, reader: Callable[[], bool] | None = None,
     ) -> None:
-        """``idle_timeout``: stop by itself after that many seconds without :meth:`touch`."""
+        """``idle_timeout``: stop by itself after that many seconds without :meth:`touch`.
+
+        ``reader``: asked by the runner thread itself on every turn whether someone still
+        reads (e.g. a browser connected to the session); True counts as a touch. Unlike polls
+        from the owner's event loop, it keeps answering while that loop is too busy to poll.
+        """
         self._geometry = geometry
         self._config = config if config is not None else SimulationConfig()
         self._view = view or SliceView()
         self._idle_timeout = idle_timeout
+        self._reader = reader
         self._touched = time.monotonic()
         self._queue: queue.Queue = queue.Queue()
         self._stop_event = threading.Event()
@@ -177,6 +183,8 @@ class SimulationRunner:
             self._drain_commands()
             if self._running and not self._stop_event.is_set():
                 self._guard(self._advance)
+            if self._idle_timeout is not None and self._reader_present():
+                self._touched = time.monotonic()
             idle = time.monotonic() - self._touched
             if self._idle_timeout is not None and idle > self._idle_timeout:
                 # Nobody has read a snapshot for long: the owner is gone or hung. Free the
@@ -184,6 +192,13 @@ class SimulationRunner:
                 log.warning("%s: no reader for %.0f s, stopping", self._name, idle)
                 self._stop_event.set()
         self._shutdown()
+
+    def _reader_present(self) -> bool:
+        try:
+            return self._reader is not None and bool(self._reader())
+        except Exception:  # noqa: BLE001 - a failing check means nobody is known to read
+            log.debug("%s: reader check failed", self._name, exc_info=True)
+            return False
 
     def _drain_commands(self) -> None:
         block = not self._running

@@ -274,3 +274,18 @@ def test_idle_timeout_stops_an_unread_runner(make_runner):
     while runner.alive and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not runner.alive and runner.snapshot().status == "stopped"
+
+
+def test_idle_timeout_asks_the_reader_check_from_the_runner_thread(make_runner):
+    present = threading.Event()
+    present.set()
+    runner = make_runner(porous(), config(), idle_timeout=1.0, reader=present.is_set)
+    runner.start()
+    runner.wait_for(lambda s: s.step > 0)
+    time.sleep(2.0)  # nobody touches it, but the reader says a browser is there
+    assert runner.alive
+    present.clear()  # the browser left
+    deadline = time.monotonic() + 10
+    while runner.alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not runner.alive and runner.snapshot().status == "stopped"
