@@ -146,15 +146,10 @@ class Controller(param.Parameterized):
             self.notify("info", done)
 
     # ------------------------------------------------------------------ snapshots
-    def poll(self, reader: bool = True) -> None:
-        """Publish the runner's latest snapshot if it changed (periodic callback).
-
-        ``reader`` says whether someone still looks: only then is the runner's idle watchdog
-        reset, so a session whose browser left stops its simulation even if the server never
-        destroys it.
-        """
-        if reader:
-            self.runner.touch()
+    def poll(self) -> None:
+        """Publish the runner's latest snapshot if it changed (periodic callback); it counts
+        as a read for the runner's idle watchdog unless the runner has a reader check."""
+        self.runner.touch()
         snap = self.runner.snapshot()
         if snap.seq == self.snapshot.seq:
             return

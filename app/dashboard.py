@@ -29,29 +29,15 @@ from .views.slice_view import SlicePlot
 __all__ = ["Dashboard", "SETTING_GROUPS"]
 
 
-def _connected(document: Any) -> bool:
-    """Whether ``document``'s server session has a live browser connection (True outside one).
-
-    Bokeh keeps calling a session's periodic callbacks after its browser disconnected until
-    it destroys the session, which it sometimes never does (a client that left while the
-    server wrote to it); the connection count is what tells the two apart.
-    """
-    context = getattr(document, "session_context", None)
-    session = getattr(context, "_session", None)  # bokeh's ServerSession; None in notebooks
-    count = getattr(session, "connection_count", None)
-    return count is None or count > 0
-
-
-def _browser_connected() -> bool:
-    """:func:`_connected` for the current document."""
-    return _connected(pn.state.curdoc)
-
-
 def _connection_reader(document: Any):
     """A check the runner thread can call: does ``document``'s session have a browser?
 
-    A session still being built (no server session yet) or gone counts as not read; the
-    runner's idle clock starts at its creation, so a page that connects in time keeps it.
+    Bokeh keeps calling a session's periodic callbacks after its browser disconnected until
+    it destroys the session, which it sometimes never does (a client that left while the
+    server wrote to it), and a loaded server can delay a connected page's polls: the
+    connection count is what tells who still reads. A session still being built (no server
+    session yet) or gone counts as not read; the runner's idle clock starts at its creation,
+    so a page that connects in time keeps it.
     """
     context = getattr(document, "session_context", None)
     if context is None:  # a notebook: no session, no watchdog reader
@@ -102,8 +88,8 @@ class Dashboard(pn.viewable.Viewer):
         self.settings = app_settings or settings
         if autostart is None:
             autostart = self.settings.autostart
-        # The runner also asks the session itself whether a browser is connected: a loaded
-        # server can delay this page's polls past the idle timeout (seen on 2 cores).
+        # The runner asks the session itself whether a browser is connected (not the polls:
+        # see _connection_reader).
         reader = _connection_reader(pn.state.curdoc) if idle_timeout is not None else None
         self.controller = Controller(geometry, config, autostart=autostart,
                                      idle_timeout=idle_timeout, reader=reader)
@@ -143,7 +129,7 @@ class Dashboard(pn.viewable.Viewer):
         changed from the Geometry tab), so it never shows the previous geometry when it comes
         back into sight.
         """
-        self.controller.poll(reader=_browser_connected())
+        self.controller.poll()
         # Every tick, not on new snapshots: a paused or finished run publishes none, and the
         # count of other sessions' simulations must still go down when they close.
         self._show_server_info()

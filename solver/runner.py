@@ -62,8 +62,10 @@ class SimulationRunner:
         """``idle_timeout``: stop by itself after that many seconds without :meth:`touch`.
 
         ``reader``: asked by the runner thread itself on every turn whether someone still
-        reads (e.g. a browser connected to the session); True counts as a touch. Unlike polls
-        from the owner's event loop, it keeps answering while that loop is too busy to poll.
+        reads (e.g. a browser connected to the session); then it alone resets the idle clock
+        and :meth:`touch` does not. Unlike polls from the owner's event loop, it keeps
+        answering while that loop is too busy to poll, and it says no once the reader left
+        even if the owner goes on polling.
         """
         self._geometry = geometry
         self._config = config if config is not None else SimulationConfig()
@@ -96,8 +98,10 @@ class SimulationRunner:
         return self._thread is not None and self._thread.is_alive()
 
     def touch(self) -> None:
-        """Tell an ``idle_timeout`` runner that someone still reads its snapshots."""
-        self._touched = time.monotonic()
+        """Tell an ``idle_timeout`` runner without a ``reader`` check that someone still reads
+        its snapshots."""
+        if self._reader is None:
+            self._touched = time.monotonic()
 
     def snapshot(self) -> Snapshot:
         """The latest published snapshot (never blocks for long)."""
