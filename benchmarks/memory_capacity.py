@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from solver.bench import PRECISION_LABELS, git_commit, precision_options  # noqa: E402
 from solver.config import SimulationConfig, population_copies  # noqa: E402
 from solver.problem import Problem  # noqa: E402
+from solver.storage import stored_dtype  # noqa: E402
 from solver.tiling import Tiling  # noqa: E402
 
 log = logging.getLogger("memory_capacity")
@@ -130,7 +131,7 @@ def storage_options() -> list[tuple[str, str]]:
 
 def value_bytes(precision: str) -> int:
     """Bytes of one stored population for a precision label."""
-    return 2 if precision == "float16" else np.dtype(precision).itemsize
+    return stored_dtype(**precision_options(precision)).itemsize
 
 
 def make_problem(tiling: Tiling, precision: str, streaming: str) -> Problem:

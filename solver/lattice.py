@@ -66,6 +66,11 @@ class Lattice:
         return int(self.c.shape[0])
 
     @property
+    def weight_class(self) -> tuple[int, ...]:
+        """Weight class ``k = |c_i|^2`` of each direction (0 rest, 1 axis, 2 and 3 diagonals)."""
+        return tuple(int(k) for k in (self.c * self.c).sum(axis=1))
+
+    @property
     def cs2(self) -> float:
         """Squared speed of sound, lattice units."""
         return CS2

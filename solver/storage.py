@@ -155,8 +155,8 @@ class Storage:
     def class_shifts(self, lattice: Lattice) -> list[float]:
         """Shift per weight class ``k = |c|^2`` (k = 0..3; 0 where the lattice has none)."""
         out = [0.0] * 4
-        for c, shift in zip(lattice.c.tolist(), self.shift.tolist(), strict=True):
-            out[sum(ci * ci for ci in c)] = shift
+        for k, shift in zip(lattice.weight_class, self.shift.tolist(), strict=True):
+            out[k] = shift
         return out
 
 

@@ -198,9 +198,8 @@ def _storer(v: KernelVariant):
     lat = get_lattice(v.lattice)
     if not _fills_sectors(v):
         return lambda i, value: store_code(v.streaming, kinds, i, encode(v.storage, lat, i, value))
-    weight_class = [sum(ci * ci for ci in c) for c in lat.c.tolist()]
     return lambda i, value: store_code(  # the sector fill's solid lanes store the rest state
-        v.streaming, kinds, i, f"solid ? {rest_value(v.storage, weight_class[i])} : "
+        v.streaming, kinds, i, f"solid ? {rest_value(v.storage, lat.weight_class[i])} : "
                                f"{encode(v.storage, lat, i, value)}")
 
 
@@ -241,7 +240,7 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
         rho_mul = " * rho"
     trt = v.collision == "TRT"
     for i, c in enumerate(lat.c.tolist()):
-        k = sum(ci * ci for ci in c)  # weight class: the coefficients arrive per class
+        k = lat.weight_class[i]  # the coefficients arrive per class
         cu = _signed_sum(c, [f"u{ax}" for ax in axes])
         cf = _signed_sum(c, force)
         keep = f"{g[i]} * omp" + (f" - hm * {g[int(lat.opposite[i])]}" if trt else "")

@@ -154,10 +154,10 @@ def physics_args(problem: Problem) -> list:
     lat = problem.lattice
     force = list(problem.force) + [0.0] * (3 - len(problem.force))
     w, rest = [0.0] * 4, [0.0] * 4
-    for c, weight, value in zip(lat.c.tolist(), lat.w.tolist(),
+    for k, weight, value in zip(lat.weight_class, lat.w.tolist(),
                                 problem.rest_populations().tolist(), strict=True):
-        w[sum(ci * ci for ci in c)] = weight
-        rest[sum(ci * ci for ci in c)] = value
+        w[k] = weight
+        rest[k] = value
     storage = problem.storage
     tail = [*storage.class_shifts(lat), storage.scale, 1.0 / storage.scale] \
         if storage.encoded else []
