@@ -12,6 +12,8 @@ Patches (D3Q19 BGK incompressible, XYZ layout, the fastest full-step variant):
   geometry's share of mixed sectors (``SECTOR_FILL_MIN_MIX``) picked; ``again``: the
   unchanged kernel timed once more at the end of a case (drift check).
 - ``pencil``: every tile resolves its halo sources by x-pencils (no ``fill_inner``).
+- ``wide``: the kernel with 64-bit halo sources, which copies of 2^31 values or more need
+  (``needs_wide_sources``): what the larger runs pay for them.
 - ``cs``: stores with the evict-first cache hint (``st.global.cs``): the written copy is not
   read again in this step, so it should not push the neighbour sectors other blocks still read
   out of L2.
@@ -127,7 +129,7 @@ def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
             source = source.replace('extern "C" __global__ void ',
                                     f'extern "C" __global__ void __launch_bounds__({threads}, '
                                     f'{blocks}) ', 1)
-        elif p in ("fill", "nofill", "again"):  # variants (patched_variant), or a repeat
+        elif p in ("fill", "nofill", "wide", "again"):  # variants (patched_variant), a repeat
             pass
         elif p == "pencil":  # every tile resolves its halo by pencils, as before fill_inner
             assert _INNER_HALO in source, "pencil patch did not apply"
@@ -139,9 +141,12 @@ def patch_source(source: str, patches: tuple[str, ...], threads: int) -> str:
 
 def patched_variant(variant: KernelVariant, patches: tuple[str, ...]) -> KernelVariant:
     """``variant`` with the sector fill (``fill``) or without it (``nofill``), whatever the
-    geometry's share of mixed sectors chose; as it is otherwise."""
+    geometry's share of mixed sectors chose, and with 64-bit halo sources (``wide``); as it is
+    otherwise."""
     if "fill" in patches or "nofill" in patches:
         variant = replace(variant, sector_fill="fill" in patches).canonical()
+    if "wide" in patches:
+        variant = replace(variant, wide_sources=True).canonical()
     return variant
 
 
@@ -174,7 +179,7 @@ def time_variant(state, patches, tpb: int, order: str, min_seconds: float = 0.05
     """Median seconds per step of one patched kernel on ``state`` and its resource usage."""
     problem = replace(state.problem, tiles_per_block=tpb)
     variant = patched_variant(KernelVariant.for_problem(problem), patches)
-    blocks, threads, smem = launch_shape(problem, tpb)
+    blocks, threads, smem = launch_shape(problem, tpb, wide=variant.wide_sources)
     source = patch_source(kernel_source(variant), patches, threads)
     kernel = cp.RawModule(code=source, options=("-std=c++17",)).get_function(variant.name)
     tables = state.tables if order == "x" else reordered_tables(
@@ -230,7 +235,7 @@ def problem_for(solid, faces, offset, precision) -> Problem:
 
 EXPERIMENTS = [  # (patches, tiles per block, tile order); the first again last (drift check)
     ((), 2, "x"), (("fill",), 2, "x"), (("nofill",), 2, "x"), (("pencil",), 2, "x"),
-    (("again",), 2, "x"),
+    (("wide",), 2, "x"), (("again",), 2, "x"),
 ]
 
 

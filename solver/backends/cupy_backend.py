@@ -211,7 +211,7 @@ class CupyBackend:
             kernel = compile_kernel(variant)
             first, end = tiles if tiles is not None else (0, state.problem.tiling.n_tiles)
             blocks, threads, smem = launch_shape(state.problem, tiles_per_block, mode,
-                                                 end - first)
+                                                 end - first, variant.wide_sources)
             ints = state.int_args if tiles is None else geometry_args(state.problem, tiles)
             tail = (*state.tables.values(), *ints, *real_args(variant, state.real_args),
                     *(() if state.seeds is None else (state.seeds,)))

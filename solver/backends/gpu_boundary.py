@@ -116,14 +116,14 @@ def ladd_code(lattice_name: str, halo_edge: int) -> str:
     lines = ["    if (wgroup != NO_WALL) {  // next to a moving wall: Ladd's term on bounced links",
              "        const int wrow = WALL_ROWS + wgroup;",
              # volatile: reload rather than keep every source index live through the gather
-             "        const volatile int* src = s_src;"]
+             "        const volatile src_t* src = s_src;"]
     for i, c in enumerate(lat.c.tolist()):
         if not any(c):
             continue
         shift = sum(ci * halo_edge**ax for ax, ci in enumerate(c))
         lines += [
             "        {",
-            f"            const int s = src[centre - ({shift})];",
+            f"            const src_t s = src[centre - ({shift})];",
             f"            if (s < 0) g{i} += bc[FACE_PARAMS + (s == -1 ? wrow : -2 - s) * Q"
             f" + {i}];",
             "        }",

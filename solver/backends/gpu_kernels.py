@@ -56,12 +56,19 @@ from .gpu_streaming import (
     kernel_streaming,
     load_code,
     needs_halo,
+    own_offsets,
     phase_code,
     pointer_qualifier,
     store_code,
     swap_code,
 )
-from .gpu_tables import LAYOUTS, check_tile_shape, direction_layouts, effective_layout
+from .gpu_tables import (
+    LAYOUTS,
+    check_tile_shape,
+    direction_layouts,
+    effective_layout,
+    needs_wide_sources,
+)
 
 __all__ = ["KernelVariant", "MODES", "COLLISIONS", "SECTOR_FILL_MIN_MIX", "kernel_source",
            "all_variants", "collision_param_names", "real_param_names", "real_args"]
@@ -70,10 +77,9 @@ __all__ = ["KernelVariant", "MODES", "COLLISIONS", "SECTOR_FILL_MIN_MIX", "kerne
 MODES = {"full": 0, "propagate": 1, "readwrite": 2, "swap": 3}
 #: Collision operators the kernel implements.
 COLLISIONS = ("BGK", "TRT", "MRT")
-#: BGK/TRT constants (see gpu_tables.physics_args): per weight class k = |c|^2, wp w_k,
-#: 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k and 3 wm w_k.
-_TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "bfw", "cfw", "wmw")
-                                     for k in range(4)]
+#: BGK/TRT constants (see gpu_tables.physics_args): per weight class k = |c|^2, wp w_k and
+#: 3 wm w_k; then Guo's forcing per moving direction i (:func:`_forcing_param_names`).
+_TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "wmw") for k in range(4)]
 #: Rest equilibrium w_k rho0 per weight class k = |c|^2: what solid nodes hold (sector fill).
 _REST_PARAMS = [f"rest{k}" for k in range(4)]
 #: Least ``Problem.sector_mix`` for which a step gets the sector fill (:func:`_solid_exit`).
@@ -100,6 +106,7 @@ class KernelVariant:
     streaming: str = "pull"
     storage: str = "auto"
     sector_fill: bool = True
+    wide_sources: bool = False
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
@@ -110,6 +117,8 @@ class KernelVariant:
             v = replace(v, streaming="aa_local")  # in place, same node: one kernel each
         if not _can_fill_sectors(v):
             v = replace(v, sector_fill=False)
+        if not needs_halo(v.streaming, v.mode, v.boundary):
+            v = replace(v, wide_sources=False)  # no halo sources to hold
         return v
 
     @classmethod
@@ -123,7 +132,8 @@ class KernelVariant:
                 problem.incompressible, problem.layout, mode, problem.tiling.a,
                 boundary_kind(problem) if mode == "full" else "none",
                 kernel_streaming(problem.streaming, phase),
-                "float16" if problem.storage.encoded else "auto").canonical()
+                "float16" if problem.storage.encoded else "auto",
+                wide_sources=needs_wide_sources(problem)).canonical()
         if v.sector_fill:  # only where it can apply: the geometry's mix is computed once
             v = replace(v, sector_fill=problem.sector_mix >= SECTOR_FILL_MIN_MIX)
         return v
@@ -142,8 +152,9 @@ class KernelVariant:
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
         access = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal"}[v.streaming]
         unfilled = "_nf" if _can_fill_sectors(v) and not v.sector_fill else ""
+        wide = "_s64" if v.wide_sources else ""
         return (f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}"
-                f"_a{v.tile_edge}{bc}{access}{unfilled}")
+                f"_a{v.tile_edge}{bc}{access}{unfilled}{wide}")
 
 
 def _lit(x: float, real: str) -> str:
@@ -188,7 +199,7 @@ def _gather(v: KernelVariant, real: str) -> str:
     if v.boundary == "moving":  # group of this node's solid neighbours, NO_WALL if none moves
         lines.insert(0, "    const int wgroup = wall_group[tile * NPT + n];")
         lines.append(ladd_code(v.lattice, he))
-    return "\n".join(node_code(v.storage, lat) + lines)
+    return "\n".join(node_code(v.storage, lat) + own_offsets(v.streaming, lat, kinds) + lines)
 
 
 def _storer(v: KernelVariant):
@@ -222,7 +233,6 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     if v.collision == "MRT":
         return mrt_collide_code(v.lattice, v.incompressible, lit, store)
     axes = "xyz"[: lat.d]
-    force = [f"f{ax}" for ax in axes]
     out = [f"    const real rho = {' + '.join(g)};"]
     for ax, col in zip(axes, lat.c.T.tolist(), strict=True):
         out.append(f"    real u{ax} = ({_signed_sum(col, g)}) + f{ax} * {lit(0.5)};")
@@ -242,7 +252,6 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     for i, c in enumerate(lat.c.tolist()):
         k = lat.weight_class[i]  # the coefficients arrive per class
         cu = _signed_sum(c, [f"u{ax}" for ax in axes])
-        cf = _signed_sum(c, force)
         keep = f"{g[i]} * omp" + (f" - hm * {g[int(lat.opposite[i])]}" if trt else "")
         if not any(c):
             out.append(store(i, f"{keep} + r{rho_mul} * wpw0"))
@@ -250,9 +259,8 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
         out += [
             "    {",
             f"        const real cu = {cu};",
-            f"        const real cF = {cf};",
             f"        real t = ({lit(4.5)} * cu * cu + r){rho_mul} * wpw{k};",
-            f"        t += cu * (bfw{k} * cF) + cfw{k} * cF;",
+            f"        t += cu * fe{i} + fo{i};",
             f"        t += cu * wmw{k}{rho_mul};",
             "    " + store(i, f"{keep} + t"),
             "    }",
@@ -327,7 +335,17 @@ def _template() -> Template:
 def collision_param_names(v: KernelVariant) -> list[str]:
     """Names of the collision constants the kernel takes after the body force and rest state."""
     v = v.canonical()
-    return mrt_param_names(v.lattice) if v.collision == "MRT" else list(_TRT_PARAMS)
+    if v.collision == "MRT":
+        return mrt_param_names(v.lattice)
+    return _TRT_PARAMS + _forcing_param_names(v.lattice)
+
+
+def _forcing_param_names(lattice: str) -> list[str]:
+    """Guo's forcing of the BGK/TRT kernels per moving direction i, constants of a run:
+    ``fe<i>`` = 9 (1 - wp/2) w_i c_i.F (times c_i.u) and ``fo<i>`` = 3 (1 - wm/2) w_i c_i.F,
+    each rounded once from double on the host as the NumPy reference rounds them."""
+    moving = [i for i, c in enumerate(get_lattice(lattice).c.tolist()) if any(c)]
+    return [f"fe{i}" for i in moving] + [f"fo{i}" for i in moving]
 
 
 def real_param_names(v: KernelVariant) -> list[str]:
@@ -385,6 +403,7 @@ def kernel_source(variant: KernelVariant) -> str:
     computes = v.mode not in ("readwrite", "swap")
     return _template().substitute(
         namespace=v.name, kernel=v.name, real=real, d=d,
+        source="long long" if v.wide_sources else "int",
         storage_code=storage_code(v.storage),
         storage_prologue=counter_code(v.storage, v.mode, phase_code(v.streaming)),
         q=lat.q, a=a, npt=a**d,

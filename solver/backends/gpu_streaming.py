@@ -34,8 +34,8 @@ from ..config import STREAMING
 from ..lattice import Lattice
 
 __all__ = ["KERNEL_STREAMING", "kernel_streaming", "next_phase", "phase_code",
-           "pointer_qualifier", "needs_halo", "load_code", "store_code", "deferred_stores",
-           "swap_code"]
+           "pointer_qualifier", "needs_halo", "own_offset_name", "own_offsets", "load_code",
+           "store_code", "deferred_stores", "swap_code"]
 
 #: Kernel address patterns: two-copy pull, and the two alternating kernels of the AA pattern.
 KERNEL_STREAMING = ("pull", "aa_neighbour", "aa_local")
@@ -104,11 +104,36 @@ def _own(i: int, kinds) -> str:
     return f"base + {i} * NPT + slot_{kinds[i]}(n)"
 
 
+def _source_slot(i: int, kinds) -> str:
+    """Slot (s, i) of halo source ``s`` (its offset in a copy: tile * Q * NPT + XYZ index)."""
+    if kinds[i] == "xyz":
+        return f"(size_t)s + {i} * NPT"
+    return f"(size_t)(s - (s & (NPT - 1))) + {i} * NPT + slot_{kinds[i]}((int)(s & (NPT - 1)))"
+
+
 def _linked(i: int, kinds, fallback: str) -> str:
-    """Slot (s, i) of halo source node ``s`` (a tiled node id), else ``fallback``."""
-    return (f"s >= 0 ? ((size_t)((unsigned)s / NPT) * Q + {i}) * NPT"
-            f" + slot_{kinds[i]}((int)((unsigned)s % NPT))\n"
-            f"                                 : {fallback}")
+    """Slot (s, i) of halo source ``s``, else (a wall: s < 0) ``fallback``."""
+    return f"s >= 0 ? {_source_slot(i, kinds)}\n                                 : {fallback}"
+
+
+def own_offset_name(d: int) -> str:
+    """Name of the node's own offset shifted by d data blocks (:func:`own_offsets`)."""
+    return f"own_{'m' if d < 0 else 'p'}{abs(d)}"
+
+
+def own_offsets(pattern: str, lattice: Lattice, kinds) -> list[str]:
+    """Per-node lines before the loads of an all-XYZ pull: the node's own offset in a copy
+    shifted by (opp(i) - i) data blocks, one per distinct shift (as ``src_t``).
+
+    A bounced link reads slot (x, opp(i)) where a streamed one reads (s, i); selecting between
+    the source s and the shifted own offset leaves one common ``+ i * NPT``, which the load takes
+    as its immediate: the address costs a select and one wide multiply-add (:func:`load_code`).
+    """
+    if pattern == "aa_local" or any(k != "xyz" for k in kinds):
+        return []
+    shifts = sorted({int(lattice.opposite[i]) - i for i in range(lattice.q) if any(lattice.c[i])})
+    return [f"    const src_t {own_offset_name(d)} = (src_t)tile * (Q * NPT) + n + ({d}) * NPT;"
+            for d in shifts]
 
 
 def load_code(pattern: str, lattice: Lattice, kinds, i: int, halo_edge: int) -> list[str]:
@@ -117,8 +142,11 @@ def load_code(pattern: str, lattice: Lattice, kinds, i: int, halo_edge: int) -> 
     if pattern == "aa_local":
         return [f"        const size_t at = {_own(opp, kinds)};"]
     shift = _shift(lattice.c[i], halo_edge)
-    return [f"        const int s = s_src[centre - ({shift})];",
-            f"        const size_t at = {_linked(i, kinds, _own(opp, kinds))};"]
+    read = f"        const src_t s = s_src[centre - ({shift})];"
+    if own_offsets(pattern, lattice, kinds):  # all XYZ: select, then one common offset
+        return [read, f"        const src_t from = s >= 0 ? s : {own_offset_name(opp - i)};",
+                f"        const size_t at = (size_t)from + {i} * NPT;"]
+    return [read, f"        const size_t at = {_linked(i, kinds, _own(opp, kinds))};"]
 
 
 def store_code(pattern: str, kinds, i: int, value: str) -> str:
@@ -151,7 +179,7 @@ def deferred_stores(pattern: str, lattice: Lattice, kinds, halo_edge: int) -> tu
         # volatile: read the source again rather than keep every load address live.
         shift = _shift(lattice.c[opp], halo_edge)
         lines += ["    {",
-                  f"        const int s = ((const volatile int*)s_src)[centre - ({shift})];",
+                  f"        const src_t s = ((const volatile src_t*)s_src)[centre - ({shift})];",
                   f"        fout[{_linked(opp, kinds, _own(i, kinds))}] = out{i};",
                   "    }"]
     return declare, "\n".join(lines)
@@ -170,11 +198,10 @@ def swap_code(lattice: Lattice, kinds, halo_edge: int) -> str:
             continue
         lines += [
             "    {",
-            f"        const int s = s_src[centre - ({_shift(lattice.c[opp], halo_edge)})];",
+            f"        const src_t s = s_src[centre - ({_shift(lattice.c[opp], halo_edge)})];",
             "        if (s >= 0) {",
             f"            const size_t here = {_own(i, kinds)};",
-            f"            const size_t there = ((size_t)((unsigned)s / NPT) * Q + {opp}) * NPT"
-            f" + slot_{kinds[opp]}((int)((unsigned)s % NPT));",
+            f"            const size_t there = {_source_slot(opp, kinds)};",
             "            const store_t t = fout[here];",
             "            fout[here] = fout[there];",
             "            fout[there] = t;",

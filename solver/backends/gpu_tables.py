@@ -23,7 +23,8 @@ from .gpu_mrt import mrt_params
 
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
-    "shared_bytes", "device_tables", "geometry_args", "physics_args", "launch_shape",
+    "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "geometry_args",
+    "physics_args", "launch_shape",
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
@@ -80,13 +81,26 @@ def check_tile_shape(lattice: str, a: int, tiles_per_block: int) -> None:
                          "tiles_per_block=1 or a smaller tile_edge.")
 
 
-def shared_bytes(lattice: str, a: int, tiles_per_block: int, mode: str = "full") -> int:
-    """Dynamic shared memory of one block: per-warp tile neighbourhoods and halo sources."""
+#: Population values per copy up to which the kernel's halo sources are 32-bit element offsets.
+SOURCE32_LIMIT = 2**31
+
+
+def needs_wide_sources(problem: Problem) -> bool:
+    """Whether the kernel's halo sources need 64 bits: a source is the element offset of a node
+    in a copy, and with the offsets of the node's own slots it must stay below 2^31."""
+    tiling = problem.tiling
+    return (tiling.n_tiles + 1) * problem.lattice.q * tiling.nodes_per_tile > SOURCE32_LIMIT
+
+
+def shared_bytes(lattice: str, a: int, tiles_per_block: int, mode: str = "full",
+                 source_bytes: int = 4) -> int:
+    """Dynamic shared memory of one block: halo sources (``source_bytes`` each) per tile and
+    per-warp tile neighbourhoods (4 bytes each)."""
     if mode == "readwrite":
         return 0
     d = get_lattice(lattice).d
     warps = tiles_per_block * a**d // 32
-    return 4 * (warps * 3**d + tiles_per_block * (a + 2) ** d)
+    return source_bytes * tiles_per_block * (a + 2) ** d + 4 * warps * 3**d
 
 
 def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np.ndarray]:
@@ -146,10 +160,13 @@ def physics_args(problem: Problem) -> list:
     rest equilibrium w_k rho0 per weight class k = |c|^2 (0..3), which solid nodes hold
     (:meth:`~solver.problem.Problem.rest_populations`); then the collision constants. BGK/TRT:
     omp = 1 - (wp + wm)/2, hm = (wp - wm)/2, af = -3 (1/wp - 1/2), then per weight class k:
-    wp w_k, 9 (1 - wp/2) w_k, 3 (1 - wm/2) w_k, 3 wm w_k. Rounding each product once keeps the
-    float32 kernel's mass drift at the NumPy reference's level. MRT: A_k, B_k, C_k per relaxed
-    moment row (:func:`solver.backends.gpu_mrt.mrt_params`). With float16 storage, last: the
-    shift ``w_k rho0`` per weight class k, the scale S and 1/S (:mod:`solver.storage`).
+    wp w_k, 3 wm w_k, then Guo's forcing per moving direction i (in lattice order):
+    9 (1 - wp/2) w_i c_i.F, then 3 (1 - wm/2) w_i c_i.F. Rounding each product once, as the
+    NumPy reference does, keeps the float32 kernel's mass drift at the reference's level; the
+    forcing being constants of a run spares the kernel two multiplies per direction and node.
+    MRT: A_k, B_k, C_k per relaxed moment row (:func:`solver.backends.gpu_mrt.mrt_params`).
+    With float16 storage, last: the shift ``w_k rho0`` per weight class k, the scale S and 1/S
+    (:mod:`solver.storage`).
     """
     lat = problem.lattice
     force = list(problem.force) + [0.0] * (3 - len(problem.force))
@@ -168,18 +185,24 @@ def physics_args(problem: Problem) -> list:
         return [problem.dtype.type(v) for v in force + rest + mrt_params(problem.rates) + tail]
     wp, wm = problem.rates.omega_plus, problem.rates.omega_minus
     values = [*force, *rest, 1.0 - 0.5 * (wp + wm), 0.5 * (wp - wm), -3.0 * (1.0 / wp - 0.5)]
-    for factor in (wp, 9.0 * (1.0 - 0.5 * wp), 3.0 * (1.0 - 0.5 * wm), 3.0 * wm):
+    for factor in (wp, 3.0 * wm):
         values += [factor * wk for wk in w]
+    moving = np.any(lat.c != 0, axis=1)
+    cf = (lat.c @ np.asarray(force[: lat.d], dtype=np.float64))[moving]
+    for factor in (9.0 * (1.0 - 0.5 * wp), 3.0 * (1.0 - 0.5 * wm)):  # Guo: even, odd
+        values += (factor * np.asarray(lat.w, dtype=np.float64)[moving] * cf).tolist()
     return [problem.dtype.type(v) for v in values + tail]
 
 
 def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full",
-                 n_tiles: int | None = None) -> tuple[int, int, int]:
+                 n_tiles: int | None = None, wide: bool | None = None) -> tuple[int, int, int]:
     """Blocks, threads per block and dynamic shared bytes for one launch over ``n_tiles``
-    tiles (default all)."""
+    tiles (default all) of a kernel with 64-bit halo sources or not (``wide``; default: as
+    the problem needs)."""
     lattice, a = problem.lattice.name, problem.tiling.a
     check_tile_shape(lattice, a, tiles_per_block)
     n = problem.tiling.n_tiles if n_tiles is None else n_tiles
     blocks = -(-n // tiles_per_block)
     return blocks, tiles_per_block * a**problem.lattice.d, shared_bytes(
-        lattice, a, tiles_per_block, mode)
+        lattice, a, tiles_per_block, mode,
+        8 if (needs_wide_sources(problem) if wide is None else wide) else 4)

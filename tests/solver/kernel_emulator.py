@@ -19,6 +19,7 @@ import hashlib
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -161,8 +162,9 @@ class EmulatedKernel:
     """
 
     def __init__(self, problem: Problem, tiles_per_block: int = 1,
-                 reverse_blocks: bool = False) -> None:
+                 reverse_blocks: bool = False, wide_sources: bool | None = None) -> None:
         self.problem, self.tpb, self.reverse = problem, tiles_per_block, reverse_blocks
+        self.wide_sources = wide_sources  # None: as the problem needs (64-bit halo sources)
         self.tables = device_tables(problem)
         self.reals = np.array(physics_args(problem), dtype=problem.dtype)
         lat, a = problem.lattice, problem.tiling.a
@@ -208,6 +210,8 @@ class EmulatedKernel:
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         for _ in range(n):
             variant = KernelVariant.for_problem(self.problem, mode, self.current)
+            if self.wide_sources is not None:
+                variant = replace(variant, wide_sources=self.wide_sources).canonical()
             run = _runner(variant)
             reals = np.array(real_args(variant, list(self.reals)), dtype=self.problem.dtype)
             if self.in_place:
@@ -221,13 +225,14 @@ class EmulatedKernel:
 
 
 def emulate(problem: Problem, f0: np.ndarray, steps: int, tiles_per_block: int = 1,
-            mode: str = "full", reverse_blocks: bool = False) -> np.ndarray:
+            mode: str = "full", reverse_blocks: bool = False,
+            wide_sources: bool | None = None) -> np.ndarray:
     """Populations (XYZ, float64) after ``steps`` emulated launches from ``f0``.
 
     Started as the backends start: every copy at rest, then ``f0`` with the rest equilibrium
     in its solid nodes (``set_populations``, :mod:`solver.backends.base`).
     """
-    emu = EmulatedKernel(problem, tiles_per_block, reverse_blocks)
+    emu = EmulatedKernel(problem, tiles_per_block, reverse_blocks, wide_sources)
     emu.set_populations(problem.initial_populations())  # every copy at rest, as allocate()
     emu.f[:] = emu.f[emu.current]
     emu.set_populations(as_stored(problem, f0))

@@ -82,6 +82,30 @@ def test_matches_numpy_reference(backend, lattice, precision, collision, fluid, 
     assert np.array_equal(got.transpose(0, 2, 1)[solid], ref.transpose(0, 2, 1)[solid])
 
 
+@pytest.mark.parametrize("lattice, precision, layout, tpb", [
+    ("D3Q19", "float32", "xyz", 2), ("D3Q19", "float64", "paper", 1),
+    ("D2Q9", "float64", "xyz", 4),
+])
+def test_wide_sources_give_the_narrow_result(backend, monkeypatch, lattice, precision, layout,
+                                             tpb):
+    """The 64-bit halo sources of copies of 2^31 values or more, forced on a small problem."""
+    from solver.backends import gpu_kernels
+
+    f0, ref = _reference(lattice, precision, "TRT", "incompressible")
+    problem = make_problem(lattice, precision, "TRT", "incompressible", layout, tpb)
+    results = []
+    for wide in (False, True):
+        monkeypatch.setattr(gpu_kernels, "needs_wide_sources", lambda _problem, w=wide: w)
+        state = backend.allocate(problem)
+        backend.set_populations(state, f0)
+        backend.step(state, STEPS)
+        results.append(backend.populations(state))
+        backend.release(state)
+    assert np.array_equal(results[0], results[1])
+    error = np.abs(results[1] - ref).max() / np.abs(ref).max()
+    assert error <= TOL[precision], f"max relative deviation {error:.3g}"
+
+
 def _half_tolerance(problem, ref: np.ndarray) -> float:
     """Four binary16 steps of the largest stored deviation |f - w rho0|."""
     return 4 * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()

@@ -19,6 +19,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -29,7 +30,14 @@ from solver.backends.gpu_kernels import (
     all_variants,
     kernel_source,
 )
-from solver.backends.gpu_tables import direction_layouts, slot_table
+from solver.backends.gpu_streaming import KERNEL_STREAMING
+from solver.backends.gpu_tables import (
+    SOURCE32_LIMIT,
+    direction_layouts,
+    needs_wide_sources,
+    shared_bytes,
+    slot_table,
+)
 from solver.config import SimulationConfig
 from solver.lattice import get_lattice
 from solver.problem import Problem
@@ -40,11 +48,15 @@ from .porous_cases import as_stored, make_problem, noisy_start, reference, secto
 
 NVCC = shutil.which("nvcc") or next(
     (p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if Path(p).exists()), None)
-# Every variant at the default tile edges, plus the larger tiles the kernel also accepts.
+# Every variant at the default tile edges, plus the larger tiles the kernel also accepts, plus
+# the 64-bit halo sources (copies of 2^31 values or more) of the float32 BGK and MRT kernels.
 VARIANTS = all_variants() + [
     KernelVariant("D3Q19", "float64", "TRT", False, "paper", "full", 8),
     KernelVariant("D2Q9", "float32", "BGK", True, "xyz", "propagate", 16),
-]
+] + [replace(v, wide_sources=True) for v in all_variants(streaming=KERNEL_STREAMING)
+     if v.mode in ("full", "swap") and v.collision != "TRT" and v.incompressible
+     and v.precision == "float32" and v.boundary != "zou_he"
+     and replace(v, wide_sources=True).canonical() != v]
 
 
 def _nvcc(source: Path, arch: str) -> None:
@@ -121,6 +133,50 @@ def test_emulated_kernel_matches_numpy(lattice, precision, collision, fluid, lay
     ref = reference(problem, f0, 12)
     tol = 1e-12 if precision == "float64" else 1e-5
     assert np.abs(got - ref).max() <= tol * np.abs(ref).max()
+
+
+def test_halo_sources_widen_only_where_a_copy_outgrows_32_bits() -> None:
+    """A source is an offset in a copy (tile * Q * NPT + node); the node's own slots reach one
+    tile further, so 32 bits hold up to 2^31 / (Q * NPT) - 1 tiles."""
+    def problem(n_tiles: int) -> SimpleNamespace:
+        tiling = SimpleNamespace(n_tiles=n_tiles, nodes_per_tile=64)
+        return SimpleNamespace(tiling=tiling, lattice=get_lattice("D3Q19"))
+
+    most = SOURCE32_LIMIT // (19 * 64) - 1
+    assert not needs_wide_sources(problem(most)) and needs_wide_sources(problem(most + 1))
+    assert shared_bytes("D3Q19", 4, 2, "full", 8) - shared_bytes("D3Q19", 4, 2) == 2 * 4 * 216
+    wide = KernelVariant("D3Q19", "float32", layout="xyz", wide_sources=True)
+    assert wide.name.endswith("_s64") and "typedef long long src_t;" in kernel_source(wide)
+    assert "typedef int src_t;" in kernel_source(replace(wide, wide_sources=False))
+    # Kernels that resolve no halo have no sources to widen: one kernel each.
+    probe = replace(wide, mode="readwrite")
+    assert probe.canonical() == replace(probe, wide_sources=False).canonical()
+
+
+@needs_gxx
+@pytest.mark.parametrize("case, lattice, precision, layout, streaming, tpb", [
+    ("porous", "D3Q19", "float32", "xyz", "two-copy", 2),
+    ("porous", "D3Q19", "float64", "paper", "in-place", 1),
+    ("zou_he_moving", "D2Q9", "float32", "xyz", "two-copy", 1),
+    ("zou_he_moving", "D3Q19", "float64", "paper", "in-place", 1),
+])
+def test_emulated_wide_sources_match_narrow_bit_for_bit(case, lattice, precision, layout,
+                                                        streaming, tpb) -> None:
+    """The 64-bit halo sources address the same slots as the 32-bit ones: same values."""
+    if case == "porous":
+        problem = make_problem(lattice, precision, "TRT", "incompressible", layout, tpb)
+    else:
+        problem = physics_problem(case, lattice, precision, "TRT", "incompressible", layout,
+                                  tpb)
+    problem = replace(problem, streaming=streaming)
+    assert not needs_wide_sources(problem)
+    f0 = noisy_start(problem)
+    narrow = emulate(problem, f0, 5, tpb)
+    wide = emulate(problem, f0, 5, tpb, wide_sources=True)
+    assert np.array_equal(narrow, wide)
+    ref = reference(problem, f0, 5)
+    tol = 1e-12 if precision == "float64" else 1e-5
+    assert np.abs(wide - ref).max() <= tol * np.abs(ref).max()
 
 
 @needs_gxx

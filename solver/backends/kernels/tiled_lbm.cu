@@ -29,16 +29,24 @@
 // fluid nodes pull with halfway bounce-back (plus Ladd's moving-wall term and the Zou-He
 // reconstruction in boundary kernels), collide (BGK, TRT or MRT) and store coalesced.
 //
+// A halo source (src_t) is the source node's offset in a copy, tile * Q * NPT + XYZ index, so
+// that in the XYZ layout its slot of direction i is the source plus i * NPT: a pull costs a
+// select (bounce-back reads the node's own slot instead) and one wide multiply-add, with i * NPT
+// the load's immediate offset. Sources are 32-bit unless a copy holds 2^31 values or more
+// (gpu_tables.needs_wide_sources); negative values code walls and faces.
+//
 // Solid nodes (tile padding included) carry no physics; every backend keeps the rest equilibrium
 // w_i rho0 there in both copies (solver/backends/base.py), which rest0..rest3 hold per weight
 // class. In the XYZ layout a solid node whose 32-byte sector of the written copy also holds a
 // fluid node stores that value into its own slots (sector fill: it runs the fluid path as a
-// fluid node would and stores the rest value instead), so the sector is written whole: a partly written sector costs a DRAM read first (read-modify-
-// write). The paper layout permutes slots per direction, so a sector there mixes other nodes.
+// fluid node would and stores the rest value instead), so the sector is written whole: a partly
+// written sector costs a DRAM read first (read-modify-write). The paper layout permutes slots
+// per direction, so a sector there mixes other nodes.
 namespace ${namespace} {
 
 typedef ${real} real;
 ${storage_code}
+typedef ${source} src_t;  // halo source: offset of a node in a copy, or a negative code
 
 constexpr int D = ${d};            // spatial dimensions
 constexpr int Q = ${q};            // discrete velocities
@@ -97,13 +105,13 @@ __device__ __forceinline__ AxisSource axis_source(
     return {tt, (int)(s - (unsigned)tt * A), ok, x < 0 ? 1 : (x >= size[ax] ? 2 : 0)};
 }
 
-// Sources of one x-pencil of the halo (the HE halo nodes at fixed y, z): the tiled node id
-// (tile * NPT + XYZ index) each node pulls from, -1 when that node is solid or in an empty
-// tile, or -2 - code outside a non-periodic face, code = sum over axes of side * 3^axis (the
-// faces the link crosses, for Ladd's term). The y, z part is resolved once per pencil; a
+// Sources of one x-pencil of the halo (the HE halo nodes at fixed y, z): the offset in a copy
+// of the node each pulls from, -1 when that node is solid or in an empty tile, or -2 - code
+// outside a non-periodic face, code = sum over axes of side * 3^axis (the faces the link
+// crosses, for Ladd's term). The y, z part is resolved once per pencil; a
 // source tile outside the 3^D neighbourhood (periodic wrap) comes from the global tile map.
 __device__ __forceinline__ void fill_pencil(
-    int pencil, int* s_src, const int (&t)[3], const int* s_nbr,
+    int pencil, src_t* s_src, const int (&t)[3], const int* s_nbr,
     const int* __restrict__ tile_map, const unsigned char* __restrict__ types,
     const int (&grid)[3], const int (&size)[3], const int (&off)[3], int periodic)
 {
@@ -133,14 +141,14 @@ __device__ __forceinline__ void fill_pencil(
         const AxisSource a = axis_source(0, k, t, size, off, periodic);
         const int dt = a.tt - t[0];
         const bool corner = SKIP_HALO_CORNERS && edges == D - 1 && (k == 0 || k == HE - 1);
-        int src = -1;
+        src_t src = -1;
         if (!corner && !(ok && a.ok)) {
             src = -2 - (code + a.side);
         } else if (!corner) {
             const bool wrapped = far || dt < -1 || dt > 1;
             const int tile = wrapped ? tile_map[flat + a.tt] : s_nbr[nbr + dt + 1];
-            const int id = tile * NPT + node + a.local;
-            if (tile >= 0 && types[id] != 0) src = id;
+            const int local = node + a.local;
+            if (tile >= 0 && types[tile * NPT + local] != 0) src = (src_t)tile * (Q * NPT) + local;
         }
         s_src[k + HE * pencil] = src;
     }
@@ -164,7 +172,7 @@ __device__ __forceinline__ bool halo_inside(
 // every NPT-th entry: all lanes busy, no per-node wrap or face logic (the same values as
 // fill_pencil, which stays for the tiles at the domain's edge).
 __device__ __forceinline__ void fill_inner(
-    int n, int* s_src, const int* s_nbr, const unsigned char* __restrict__ types)
+    int n, src_t* s_src, const int* s_nbr, const unsigned char* __restrict__ types)
 {
 #pragma unroll
     for (int r = 0; r < (HN + NPT - 1) / NPT; ++r) {
@@ -182,8 +190,8 @@ __device__ __forceinline__ void fill_inner(
             stride *= A;
         }
         const int tile = s_nbr[nb];
-        const int id = tile * NPT + local;
-        s_src[e] = (tile >= 0 && types[id] != 0) ? id : -1;
+        s_src[e] = (tile >= 0 && types[tile * NPT + local] != 0)
+            ? (src_t)tile * (Q * NPT) + local : (src_t)-1;
     }
 }
 
@@ -215,8 +223,10 @@ ${readwrite}
         return;
     }
 
-    int* s_nbr = lbm_smem + (threadIdx.x / 32) * NB;
-    int* s_src = lbm_smem + (blockDim.x / 32) * NB + local_tile * HN;
+    // Halo sources first: src_t may be 8 bytes, so it takes the aligned start.
+    src_t* s_src = reinterpret_cast<src_t*>(lbm_smem) + local_tile * HN;
+    int* s_nbr = reinterpret_cast<int*>(reinterpret_cast<src_t*>(lbm_smem)
+                                        + (blockDim.x / NPT) * HN) + (threadIdx.x / 32) * NB;
     const bool active = tile < n_tiles;
     if (HALO && active) {
         const int grid[3] = {gx, gy, gz};
