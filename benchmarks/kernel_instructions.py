@@ -10,6 +10,9 @@ wheel: ``pip download --no-deps nvidia-cuda-nvdisasm`` and point ``--nvdisasm`` 
   that path, not a dynamic count;
 - ``halo``: instructions before the barrier (the halo-source resolution: both the inner-tile
   and the edge-tile paths, of which a tile runs one);
+- ``inner_halo``: the same with the edge-tile path compiled out, i.e. what a thread of an
+  inner tile (halo inside the domain: nearly every tile of a large geometry) runs before the
+  barrier;
 - ``registers`` per thread (ptxas).
 
 Where the kernel is bound by instruction issue rather than DRAM (float16 storage: the paper's
@@ -60,11 +63,21 @@ VARIANTS = {
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_]*)")
 
 
-def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str) -> tuple[str, int]:
-    """SASS text of the variant's kernel and its registers per thread."""
+#: The kernel's choice between the inner-tile and the edge-tile halo paths.
+_INNER_HALO = "if (halo_inside(t, size, off))"
+
+
+def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
+                inner_only: bool = False) -> tuple[str, int]:
+    """SASS text of the variant's kernel and its registers per thread; ``inner_only``: with
+    the edge-tile halo path compiled out."""
+    source = kernel_source(variant)
+    if inner_only:
+        assert _INNER_HALO in source, "the kernel no longer chooses its halo path this way"
+        source = source.replace(_INNER_HALO, "if (true)")
     with tempfile.TemporaryDirectory() as tmp:
         cu, cubin = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
-        cu.write_text(kernel_source(variant))
+        cu.write_text(source)
         out = subprocess.run([nvcc, f"-arch={arch}", "-cubin", "--resource-usage", "-o",
                               str(cubin), str(cu)], capture_output=True, text=True, check=True)
         registers = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
@@ -94,10 +107,11 @@ def main() -> None:
     rows = []
     for label, variant in VARIANTS.items():
         sass, registers = disassemble(variant, args.arch, args.nvcc, args.nvdisasm)
+        inner = count(disassemble(variant, args.arch, args.nvcc, args.nvdisasm, True)[0])
         rows.append({"variant": label, "kernel": variant.canonical().name,
-                     "registers": registers, **count(sass)})
-        print(f"{label:40s} node {rows[-1]['node']:4d}  halo {rows[-1]['halo']:4d}  "
-              f"registers {registers}", flush=True)
+                     "registers": registers, **count(sass), "inner_halo": inner["halo"]})
+        print(f"{label:40s} node {rows[-1]['node']:4d}  inner halo {inner['halo']:4d}  "
+              f"halo {rows[-1]['halo']:4d}  registers {registers}", flush=True)
     if args.out is None:
         return
     commit = git_commit()
@@ -108,10 +122,10 @@ def main() -> None:
     lines = [f"# Static SASS instructions per thread, {args.arch}", "",
              f"{version}; {record['date']}; commit {commit}; "
              "`python benchmarks/kernel_instructions.py` (counts, not timings).", "",
-             "| variant | kernel | node path | halo resolution | registers |",
-             "| --- | --- | ---: | ---: | ---: |"]
-    lines += [f"| {r['variant']} | `{r['kernel']}` | {r['node']} | {r['halo']} | "
-              f"{r['registers']} |" for r in rows]
+             "| variant | kernel | node path | halo, inner tile | halo, both paths | registers |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['variant']} | `{r['kernel']}` | {r['node']} | {r['inner_halo']} | "
+              f"{r['halo']} | {r['registers']} |" for r in rows]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"wrote {stem}.json and .md")
 

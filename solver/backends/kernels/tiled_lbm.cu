@@ -168,30 +168,37 @@ __device__ __forceinline__ bool halo_inside(
 }
 
 // Sources of the halo of an inner tile (halo_inside): node e of the halo (XYZ order, edge HE)
-// is node `local` of the neighbour tile s_nbr[nb], so each of the tile's NPT threads fills
-// every NPT-th entry: all lanes busy, no per-node wrap or face logic (the same values as
-// fill_pencil, which stays for the tiles at the domain's edge).
+// is node `local` of the neighbour tile s_nbr[nb], with no per-node wrap or face logic (the
+// same values as fill_pencil, which stays for the tiles at the domain's edge). Thread n fills
+// halo column n along the last axis (HN / HE columns, HE entries each): only the column's
+// first D - 1 coordinates are decoded at run time; along the column the neighbour and the
+// in-tile offset are compile-time constants of the unrolled loop. (Every NPT-th entry per
+// thread, decoded in all D axes, kept every lane busy but cost 4x the instructions.)
 __device__ __forceinline__ void fill_inner(
     int n, src_t* s_src, const int* s_nbr, const unsigned char* __restrict__ types)
 {
+    constexpr int COLUMNS = HN / HE;
+    static_assert(COLUMNS <= NPT, "one halo column per thread");
+    if (n >= COLUMNS) return;
+    int c = n, nb = 0, local = 0, nstride = 1, stride = 1;
 #pragma unroll
-    for (int r = 0; r < (HN + NPT - 1) / NPT; ++r) {
-        const int e = n + r * NPT;
-        if (e >= HN) break;
-        int h = e, nb = 0, local = 0, nstride = 1, stride = 1;
+    for (int ax = 0; ax < D - 1; ++ax) {
+        const int k = c % HE;
+        c /= HE;
+        const int side = (k + A - 1) / A;  // 0 the tile below, 1 this tile, 2 the one above
+        nb += side * nstride;
+        local += (k + A - 1 - side * A) * stride;
+        nstride *= 3;
+        stride *= A;
+    }
 #pragma unroll
-        for (int ax = 0; ax < D; ++ax) {
-            const int k = h % HE;
-            h /= HE;
-            const int side = (k + A - 1) / A;  // 0 the tile below, 1 this tile, 2 the one above
-            nb += side * nstride;
-            local += (k + A - 1 - side * A) * stride;
-            nstride *= 3;
-            stride *= A;
-        }
-        const int tile = s_nbr[nb];
-        s_src[e] = (tile >= 0 && types[tile * NPT + local] != 0)
-            ? (src_t)tile * (Q * NPT) + local : (src_t)-1;
+    for (int k = 0; k < HE; ++k) {
+        const int side = (k + A - 1) / A;
+        const int tile = s_nbr[nb + side * nstride];
+        const int at = local + (k + A - 1 - side * A) * stride;
+        // Loaded whatever the tile (tile 0 stands in for an empty one): no branch per entry.
+        const bool fluid = types[(tile < 0 ? 0 : tile) * NPT + at] != 0;
+        s_src[n + COLUMNS * k] = (tile >= 0 && fluid) ? (src_t)tile * (Q * NPT) + at : (src_t)-1;
     }
 }
 
