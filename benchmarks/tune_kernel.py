@@ -77,10 +77,11 @@ dense = cavity3D with walls, packs = periodic sphere packs of diameter 40 in 192
   with their loads predicated off ran float32 3-7 % slower at porosity 0.1-0.7 than with plain
   loads (11066 vs 10319 MFLUPS at 0.1); float64 the same either way. Plain loads kept.
 
-- halo sources as offsets in a copy and Guo's forcing as launch constants (8ca4fc4, checked
-  on the CPU only: ``kernel_instructions.py``): node-path SASS per thread float32 529 -> 370,
-  float64 552 -> 388, float16 storage 678 -> 522. Not yet timed; ``wide`` times the 64-bit
-  sources that copies of 2^31 values or more get.
+- halo sources as offsets in a copy, Guo's forcing as launch constants, ``fill_inner`` by
+  halo columns (8ca4fc4, 658052f; checked on the CPU only, ``kernel_instructions.py``): SASS
+  per thread, node path + inner-tile halo path, float32 826 -> 559, float64 849 -> 582,
+  float16 storage 992 -> 727. Not yet timed; ``wide`` times the 64-bit sources that copies
+  of 2^31 values or more get.
 
 Usage on the GPU machine: ``python benchmarks/tune_kernel.py --out DIR --size 192 256
 --porosities 0.1 0.3 0.5 0.7 0.9`` (about 30 s on an H100); it ends with the sparse efficiency
