@@ -129,11 +129,17 @@ def own_offsets(pattern: str, lattice: Lattice, kinds) -> list[str]:
     the source s and the shifted own offset leaves one common ``+ i * NPT``, which the load takes
     as its immediate: the address costs a select and one wide multiply-add (:func:`load_code`).
     """
-    if pattern == "aa_local" or any(k != "xyz" for k in kinds):
+    if not _selects_own_offset(pattern, kinds):
         return []
     shifts = sorted({int(lattice.opposite[i]) - i for i in range(lattice.q) if any(lattice.c[i])})
-    return [f"    const src_t {own_offset_name(d)} = (src_t)tile * (Q * NPT) + n + ({d}) * NPT;"
+    return [f"    const src_t {own_offset_name(d)} = node_source(tile, n) + ({d}) * NPT;"
             for d in shifts]
+
+
+def _selects_own_offset(pattern: str, kinds) -> bool:
+    """Whether loads select between the source and a shifted own offset (:func:`own_offsets`):
+    halo pulls with every direction in the XYZ layout."""
+    return pattern != "aa_local" and all(k == "xyz" for k in kinds)
 
 
 def load_code(pattern: str, lattice: Lattice, kinds, i: int, halo_edge: int) -> list[str]:
@@ -143,7 +149,7 @@ def load_code(pattern: str, lattice: Lattice, kinds, i: int, halo_edge: int) -> 
         return [f"        const size_t at = {_own(opp, kinds)};"]
     shift = _shift(lattice.c[i], halo_edge)
     read = f"        const src_t s = s_src[centre - ({shift})];"
-    if own_offsets(pattern, lattice, kinds):  # all XYZ: select, then one common offset
+    if _selects_own_offset(pattern, kinds):  # select, then one common offset
         return [read, f"        const src_t from = s >= 0 ? s : {own_offset_name(opp - i)};",
                 f"        const size_t at = (size_t)from + {i} * NPT;"]
     return [read, f"        const size_t at = {_linked(i, kinds, _own(opp, kinds))};"]

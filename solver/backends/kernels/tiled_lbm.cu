@@ -79,6 +79,12 @@ __device__ __forceinline__ int slot_zigzag(int n)  // defined for A == 4, D == 3
     return 2 * (x + 3 * y + ((x + 1) & 4) * (3 - y)) + (z & 1) + 16 * (z & 2);
 }
 
+// Halo source of node `local` (XYZ index) of tile `tile`: its offset in a copy (see above).
+__device__ __forceinline__ src_t node_source(int tile, int local)
+{
+    return (src_t)tile * (Q * NPT) + local;
+}
+
 // Where halo coordinate k (0..HE-1) along axis ax of the tile at tile-grid coordinates t
 // lands after the per-node periodic wrap: tile-grid coordinate tt and in-tile coordinate of the
 // source node; ok is false outside a non-periodic face (halfway bounce-back there), and side
@@ -148,7 +154,7 @@ __device__ __forceinline__ void fill_pencil(
             const bool wrapped = far || dt < -1 || dt > 1;
             const int tile = wrapped ? tile_map[flat + a.tt] : s_nbr[nbr + dt + 1];
             const int local = node + a.local;
-            if (tile >= 0 && types[tile * NPT + local] != 0) src = (src_t)tile * (Q * NPT) + local;
+            if (tile >= 0 && types[tile * NPT + local] != 0) src = node_source(tile, local);
         }
         s_src[k + HE * pencil] = src;
     }
@@ -198,7 +204,7 @@ __device__ __forceinline__ void fill_inner(
         const int at = local + (k + A - 1 - side * A) * stride;
         // Loaded whatever the tile (tile 0 stands in for an empty one): no branch per entry.
         const bool fluid = types[(tile < 0 ? 0 : tile) * NPT + at] != 0;
-        s_src[n + COLUMNS * k] = (tile >= 0 && fluid) ? (src_t)tile * (Q * NPT) + at : (src_t)-1;
+        s_src[n + COLUMNS * k] = (tile >= 0 && fluid) ? node_source(tile, at) : (src_t)-1;
     }
 }
 
