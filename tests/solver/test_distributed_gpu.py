@@ -127,6 +127,10 @@ MPI_OK, MPI_WHY = mpi_available()
 needs_mpi = pytest.mark.skipif(
     not MPI_OK or _mpirun() is None,
     reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else 'no mpirun on PATH'}")
+#: Open MPI refuses to start as root unless told to (the lent GPU machines run tests as root).
+_ROOT_MPIRUN = ({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+                if os.geteuid() == 0 else {})
+
 #: NCCL needs one GPU per rank.
 GPUS = len(visible_gpus())
 needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"NCCL halo test skipped: {GPUS} GPU(s) "
@@ -144,7 +148,7 @@ def _mpirun_distributed(tmp_path, n_ranks: int, settings: dict, *extra: str,
         text = list(value) if isinstance(value, tuple) else value
         cmd += ["--set", f"{key}={text}".replace("'", '"').replace(" ", "")]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -210,7 +214,7 @@ def test_solver_run_under_mpirun_on_cupy_matches_one_process(tmp_path):
     path = tmp_path / "pack.yaml"
     path.write_text(yaml.safe_dump(case))
     python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
     for launcher, out in (([], "one"), ([_mpirun(), "-n", "2"], "mpi")):
         cmd = [*launcher, sys.executable, "-m", "solver", "run", str(path),
                "--output", str(tmp_path / out), "--quiet"]
