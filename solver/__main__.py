@@ -12,7 +12,7 @@ __all__ = ["main"]
 
 def _bench(args: argparse.Namespace) -> int:
     from .backends import get_backend
-    from .bench import cpu_cases, precision_options, run_case, write_results
+    from .benchmarking.cases import cpu_cases, precision_options, run_case, write_results
     from .config import SimulationConfig
 
     backend = get_backend(args.backend)
@@ -96,8 +96,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _bench_gpu(args: argparse.Namespace, backend) -> int:
-    from .gpu_bench import GpuSuite, run_gpu_suite
-    from .gpu_report import summary, write_report
+    from .benchmarking.gpu_suite import GpuSuite, run_gpu_suite
+    from .benchmarking.report import summary, write_report
 
     if backend.name != "cupy":
         print("The GPU suite needs the CuPy backend (a CUDA GPU); use --suite cpu.",

@@ -12,7 +12,7 @@ domain face and per group (never a value per node). The operations, in the order
 2. Zou-He reconstruction at velocity/pressure nodes (:func:`zou_he`), before collision.
 3. Collision.
 
-Rules where faces meet (documented for the GPU port, ``kernels/PHYSICS_FOR_GPU.md``):
+Rules where faces meet (documented for the GPU port, ``templates/PHYSICS_FOR_GPU.md``):
 
 - Rank of a face: ``8 * priority(kind) + (7 - face_index)`` with priority velocity 4 >
   moving_wall 3 > pressure 2 > wall 1 > periodic 0 (ties: x_min first).

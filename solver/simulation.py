@@ -18,6 +18,7 @@ from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
 from .fields import locate_cut, speed, tile_moments
+from .io import CheckpointError, config_from_values, read_checkpoint, restore, save_simulation
 from .metrics import Metrics
 from .problem import Problem
 
@@ -244,14 +245,18 @@ class Simulation:
 
     def save(self, path: str | Path) -> Path:
         """Write a checkpoint (populations in the storage dtype, config, mask hash) atomically."""
-        from .io import save_simulation
-
         return save_simulation(self, path)
 
     @classmethod
     def load(cls, path: str | Path, geometry: Any, backend: Backend | str | None = None,
              ) -> Simulation:
         """Continue from a checkpoint on ``geometry``; refuses another geometry's checkpoint."""
-        from .io import load_simulation
-
-        return load_simulation(path, geometry, backend)
+        checkpoint = read_checkpoint(path)
+        try:
+            config = config_from_values(checkpoint.config)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"The configuration in {path} is not valid here: {exc}"
+                                  ) from exc
+        sim = cls(geometry, config, backend)
+        restore(sim, checkpoint)
+        return sim

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 def gpu_available() -> tuple[bool, str]:
     """Whether the CuPy backend can run here, and why not if it cannot."""
     try:
-        from .cupy_backend import probe_device
+        from .cuda.device import probe_device
     except Exception as exc:  # ImportError, or a CUDA library failing to load
         return False, f"CuPy is not usable ({exc.__class__.__name__}: {exc})"
     return probe_device()
@@ -27,7 +27,7 @@ def get_backend(name: str = "auto") -> Backend:
     if name in ("auto", "cupy"):
         ok, why = gpu_available()
         if ok:
-            from .cupy_backend import CupyBackend
+            from .cuda.backend import CupyBackend
 
             return CupyBackend()
         if name == "cupy":

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lattice import get_lattice
-from ..mrt import MRTRates
-from ..problem import Problem
-from .gpu_boundary import boundary_kind, boundary_values, wall_groups
-from .gpu_mrt import mrt_params
+from ...lattice import get_lattice
+from ...mrt import MRTRates
+from ...problem import Problem
+from .boundary import boundary_kind, boundary_values, wall_groups
+from .mrt import mrt_params
 
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
@@ -108,9 +108,9 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
 
     ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
     ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``wall_group``, uint8 per
-    node (:func:`~solver.backends.gpu_boundary.wall_groups`), for kernels with ``boundary``
+    node (:func:`~solver.backends.cuda.boundary.wall_groups`), for kernels with ``boundary``
     'moving', and ``bc``, arithmetic precision
-    (:func:`~solver.backends.gpu_boundary.boundary_values`), for 'zou_he' and 'moving';
+    (:func:`~solver.backends.cuda.boundary.boundary_values`), for 'zou_he' and 'moving';
     one-element placeholders otherwise. ``boundary`` defaults to what the problem needs.
     """
     tiling = problem.tiling
@@ -156,7 +156,7 @@ def geometry_args(problem: Problem, tiles: tuple[int, int] | None = None) -> lis
 def physics_args(problem: Problem) -> list:
     """Floating kernel arguments (arithmetic precision), folded in double as solver.collision does.
 
-    In :func:`~solver.backends.gpu_kernels.real_param_names` order: the force (fx, fy, fz); the
+    In :func:`~solver.backends.cuda.kernels.real_param_names` order: the force (fx, fy, fz); the
     rest equilibrium w_k rho0 per weight class k = |c|^2 (0..3), which solid nodes hold
     (:meth:`~solver.problem.Problem.rest_populations`); then the collision constants. BGK/TRT:
     omp = 1 - (wp + wm)/2, hm = (wp - wm)/2, af = -3 (1/wp - 1/2), then per weight class k:
@@ -164,7 +164,7 @@ def physics_args(problem: Problem) -> list:
     9 (1 - wp/2) w_i c_i.F, then 3 (1 - wm/2) w_i c_i.F. Rounding each product once, as the
     NumPy reference does, keeps the float32 kernel's mass drift at the reference's level; the
     forcing being constants of a run spares the kernel two multiplies per direction and node.
-    MRT: A_k, B_k, C_k per relaxed moment row (:func:`solver.backends.gpu_mrt.mrt_params`).
+    MRT: A_k, B_k, C_k per relaxed moment row (:func:`solver.backends.cuda.mrt.mrt_params`).
     With float16 storage, last: the shift ``w_k rho0`` per weight class k, the scale S and 1/S
     (:mod:`solver.storage`).
     """

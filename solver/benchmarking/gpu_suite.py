@@ -22,11 +22,11 @@ from datetime import date
 import numpy as np
 from tqdm import tqdm
 
-from .bench import BenchCase, git_commit, precision_options, sphere_pack
-from .collision import relaxation
-from .config import SimulationConfig
-from .mrt import mrt_rates
-from .problem import Problem
+from ..collision import relaxation
+from ..config import SimulationConfig
+from ..mrt import mrt_rates
+from ..problem import Problem
+from .cases import BenchCase, git_commit, precision_options, sphere_pack
 
 __all__ = ["KERNELS", "GpuSuite", "dense_cases", "pack_cases", "run_gpu_suite"]
 

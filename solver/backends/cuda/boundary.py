@@ -1,6 +1,6 @@
 """Boundary conditions in the tiled GPU kernel: Ladd's moving walls and Zou-He faces.
 
-The CUDA port of :mod:`solver.boundaries` (``kernels/PHYSICS_FOR_GPU.md``, section 2). Per node
+The CUDA port of :mod:`solver.boundaries` (``templates/PHYSICS_FOR_GPU.md``, section 2). Per node
 the kernel reads two bytes, the node type and the wall-velocity group; everything else lives in
 one small table ``bc`` of the arithmetic precision, built here on the host:
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..boundaries import crossed_face
-from ..lattice import get_lattice
-from ..problem import Problem
+from ...boundaries import crossed_face
+from ...lattice import get_lattice
+from ...problem import Problem
 
 __all__ = ["WALL_ROWS", "FACE_PARAMS", "NO_WALL", "BOUNDARY_KINDS", "boundary_kind",
            "boundary_values", "wall_groups", "ladd_code", "zou_he_code"]

@@ -4,24 +4,24 @@ A :class:`KernelVariant` names everything fixed at compile time: lattice, precis
 (BGK/TRT/MRT), fluid model, in-tile layout, kernel mode (full step, one of the paper's section
 4.1 probes, or the in-place decoding 'swap'), tile edge, the boundary code in it (none, Zou-He
 faces, or Zou-He faces and Ladd's moving walls), how it addresses the populations (two copies,
-or one of the two alternating in-place AA kernels of :mod:`solver.backends.gpu_streaming`) and
+or one of the two alternating in-place AA kernels of :mod:`solver.backends.cuda.streaming`) and
 how it stores them ('auto': the arithmetic type; 'float16': the shifted, scaled binary16 of
-:mod:`solver.storage`, float32 arithmetic; :mod:`solver.backends.gpu_storage`).
-:func:`kernel_source` fills ``kernels/tiled_lbm.cu`` with straight-line code for that variant's
+:mod:`solver.storage`, float32 arithmetic; :mod:`solver.backends.cuda.storage`).
+:func:`kernel_source` fills ``templates/tiled_lbm.cu`` with straight-line code for that variant's
 velocity set: the pull of every direction, the boundary code of
-:mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
-:mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.gpu_mrt`, and
+:mod:`solver.backends.cuda.boundary`, the closed form BGK/TRT collision with Guo forcing of
+:mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.cuda.mrt`, and
 coalesced stores (and, in the XYZ layout, the sector fill of :func:`_solid_exit`). Every
 population load and store is one of :func:`_load` and :func:`_storer`: where a value is read or
-written is the streaming's (:mod:`solver.backends.gpu_streaming`), how it is decoded or encoded
-the storage's (:mod:`solver.backends.gpu_storage`), so every streaming works with every storage.
+written is the streaming's (:mod:`solver.backends.cuda.streaming`), how it is decoded or encoded
+the storage's (:mod:`solver.backends.cuda.storage`), so every streaming works with every storage.
 Relaxation rates, the body force, the rest state and the boundary values stay kernel arguments
 or tables, so changing them never recompiles; tiles per block is a launch parameter for the
 same reason. Runs without inlets, outlets or moving walls use the kernel without the boundary
 code, and runs whose walls rest the one without Ladd's term, so each pays only for what it uses.
 
 The in-tile layouts and the arrays and arguments the kernel is given live in
-:mod:`solver.backends.gpu_tables`.
+:mod:`solver.backends.cuda.tables`.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from string import Template
 
 import numpy as np
 
-from ..lattice import get_lattice
-from ..moments import MRT_LATTICES
-from ..problem import Problem
-from .gpu_boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
-from .gpu_mrt import mrt_collide_code, mrt_param_names
-from .gpu_storage import (
+from ...lattice import get_lattice
+from ...moments import MRT_LATTICES
+from ...problem import Problem
+from .boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
+from .mrt import mrt_collide_code, mrt_param_names
+from .storage import (
     KERNEL_STORAGES,
     counter_code,
     decode,
@@ -50,7 +50,7 @@ from .gpu_storage import (
     storage_param_names,
     storage_signature,
 )
-from .gpu_streaming import (
+from .streaming import (
     KERNEL_STREAMING,
     deferred_stores,
     kernel_streaming,
@@ -62,7 +62,7 @@ from .gpu_streaming import (
     store_code,
     swap_code,
 )
-from .gpu_tables import (
+from .tables import (
     LAYOUTS,
     check_tile_shape,
     direction_layouts,
@@ -77,7 +77,7 @@ __all__ = ["KernelVariant", "MODES", "COLLISIONS", "SECTOR_FILL_MIN_MIX", "kerne
 MODES = {"full": 0, "propagate": 1, "readwrite": 2, "swap": 3}
 #: Collision operators the kernel implements.
 COLLISIONS = ("BGK", "TRT", "MRT")
-#: BGK/TRT constants (see gpu_tables.physics_args): per weight class k = |c|^2, wp w_k and
+#: BGK/TRT constants (see tables.physics_args): per weight class k = |c|^2, wp w_k and
 #: 3 wm w_k; then Guo's forcing per moving direction i (:func:`_forcing_param_names`).
 _TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "wmw") for k in range(4)]
 #: Rest equilibrium w_k rho0 per weight class k = |c|^2: what solid nodes hold (sector fill).
@@ -88,7 +88,7 @@ _REST_PARAMS = [f"rest{k}" for k in range(4)]
 #: at 0.95 (1.6 %), and costs 0.5 % on the all-fluid box (float64: +18 %, +1.4 %, +0.5 % at
 #: 1.2 % mixed, -0.2 %).
 SECTOR_FILL_MIN_MIX = 0.01
-_TEMPLATE = Path(__file__).with_name("kernels") / "tiled_lbm.cu"
+_TEMPLATE = Path(__file__).with_name("templates") / "tiled_lbm.cu"
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ def _solid_exit(v: KernelVariant) -> str:
     on it. The paper layout permutes slots per direction, so sectors there mix other nodes: no
     fill. In place (AA) a step reads every sector it writes, so partial writes cost no DRAM
     read there: two-copy kernels only. The value is stored as is, never rounded
-    (:func:`~solver.backends.gpu_storage.rest_value`).
+    (:func:`~solver.backends.cuda.storage.rest_value`).
 
     History (tune_kernel.py, H100): a fill that stored from a branch of its own, before the
     fluid path, gained 2-7 % on porous packs from porosity 0.5 up but lost 6 % (float32) and
@@ -349,7 +349,7 @@ def _forcing_param_names(lattice: str) -> list[str]:
 
 
 def real_param_names(v: KernelVariant) -> list[str]:
-    """Names of all floating kernel arguments in order (gpu_tables.physics_args's values)."""
+    """Names of all floating kernel arguments in order (tables.physics_args's values)."""
     return ["fx", "fy", "fz", *_REST_PARAMS, *collision_param_names(v),
             *storage_param_names(v.storage)]
 
@@ -357,7 +357,7 @@ def real_param_names(v: KernelVariant) -> list[str]:
 def real_args(variant: KernelVariant, physics: list) -> list:
     """Floating kernel arguments of ``variant``, in its signature's count.
 
-    ``physics`` (:func:`~solver.backends.gpu_tables.physics_args`) for a full step. The probes
+    ``physics`` (:func:`~solver.backends.cuda.tables.physics_args`) for a full step. The probes
     and the in-place decoding are compiled as BGK and read neither the force nor collision
     constants: zeros there (another collision's constants would pass the wrong number of
     arguments; D2Q9 MRT has fewer), but the rest state itself, which the XYZ propagation probe
