@@ -28,9 +28,8 @@ from dataclasses import dataclass
 
 import param
 
-from .lattice import CS2, LATTICE_NAMES, MRT_ONLY, get_lattice
-from .moments import MRT_LATTICES
-from .mrt import mrt_rates
+from .collisions import COLLISION_MODELS, COLLISIONS, collision_model
+from .lattice import CS2, LATTICE_NAMES, get_lattice
 from .node_types import FACE_NAMES
 from .storage import STORAGES
 
@@ -43,7 +42,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FACE_TYPES = ("periodic", "wall", "velocity", "pressure", "moving_wall")
-COLLISIONS = ("BGK", "TRT", "MRT")
 FLUID_MODELS = ("incompressible", "quasi-compressible")
 PRECISIONS = ("float32", "float64")
 BACKENDS = ("auto", "numpy", "cupy")
@@ -250,21 +248,18 @@ class SimulationConfig(param.Parameterized):
         return out
 
     def _check_collision(self) -> None:
-        if self.lattice in MRT_ONLY and self.collision != "MRT":
-            raise ConfigError(f"{self.lattice} runs only with its MRT collision (its fourth "
-                              "velocity moment is not isotropic): set collision='MRT', or "
-                              "choose D3Q19 for BGK/TRT.")
-        if self.collision == "MRT" and self.lattice not in MRT_LATTICES:
-            raise ConfigError(f"MRT is implemented for {', '.join(MRT_LATTICES)}, not "
-                              f"{self.lattice}: choose BGK or TRT, or another lattice.")
-        if self.collision == "MRT":
-            try:
-                mrt_rates(self.lattice, self.tau, self.mrt_rates)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-        elif self.mrt_rates:
-            raise ConfigError("mrt_rates only apply to collision='MRT'; clear them or switch "
-                              "to MRT.")
+        model = collision_model(self.collision)
+        refusal = model.refusal(self.lattice)
+        if refusal:
+            raise ConfigError(refusal)
+        if self.mrt_rates and not model.takes_mrt_rates:
+            users = " or ".join(f"collision='{m.name}'" for m in COLLISION_MODELS.values()
+                                if m.takes_mrt_rates)
+            raise ConfigError(f"mrt_rates only apply to {users}; clear them or switch to it.")
+        try:
+            model.rates(self.lattice, self.tau, self.trt_magic, self.mrt_rates)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def _check_storage(self) -> None:
         if self.storage == "float16" and self.precision != "float32":

@@ -16,10 +16,11 @@ from functools import cached_property
 import numpy as np
 
 from .boundaries import BoundaryTables, build_tables
-from .collision import Relaxation, equilibrium, relaxation
+from .collision import Relaxation, equilibrium
+from .collisions import CollisionModel, collision_model
 from .config import ConfigError, FaceCondition, SimulationConfig, population_copies
 from .lattice import Lattice, get_lattice
-from .mrt import MRTRates, mrt_rates
+from .mrt import MRTRates
 from .node_types import NodeType
 from .storage import Storage, storage_for
 from .streaming import PullTable, build_pull_table
@@ -40,7 +41,8 @@ class Problem:
     rho0: float
     periodic: tuple[bool, ...]
     dtype: np.dtype
-    collision: str
+    #: The collision model (:mod:`solver.collisions`); a name given here is looked up once.
+    collision: CollisionModel
     layout: str = "paper"
     tiles_per_block: int = 1
     extras: dict = field(default_factory=dict)
@@ -55,6 +57,10 @@ class Problem:
     storage_kind: str = "auto"
     #: Population storage on the GPU (``SimulationConfig.streaming``): 'two-copy' or 'in-place'.
     streaming: str = "two-copy"
+
+    def __post_init__(self) -> None:
+        # Decided once: a name (tests, reconfigure(collision=...)) becomes the model object.
+        self.collision = collision_model(self.collision)
 
     @classmethod
     def from_config(cls, solid: np.ndarray, config: SimulationConfig,
@@ -75,10 +81,8 @@ class Problem:
         lattice = get_lattice(config.lattice)
         offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
         tiling = Tiling.build(solid, config.tile_edge, offset)
-        if config.collision == "MRT":
-            rates = mrt_rates(config.lattice, config.tau, config.mrt_rates)
-        else:
-            rates = relaxation(config.collision, config.tau, config.trt_magic)
+        collision = collision_model(config.collision)
+        rates = collision.rates(config.lattice, config.tau, config.trt_magic, config.mrt_rates)
         return cls(
             lattice=lattice,
             tiling=tiling,
@@ -89,7 +93,7 @@ class Problem:
             periodic=config.periodic_axes(),
             dtype=np.dtype(config.precision),
             storage_kind=config.storage,
-            collision=config.collision,
+            collision=collision,
             layout=config.gpu_layout,
             tiles_per_block=int(config.tiles_per_block),
             faces=config.face_conditions(),

@@ -27,6 +27,7 @@ SOLVER_UPPER = ("solver.simulation", "solver.runner", "solver.run", "solver.snap
                 "solver.validation", "solver.distributed", "solver.benchmarking",
                 "solver.__main__", "solver.io", "solver.case")
 SOLVER_LOWER = ("solver.lattice", "solver.moments", "solver.collision", "solver.mrt",
+                "solver.collisions", "solver.face_kinds",
                 "solver.boundaries", "solver.node_types", "solver.storage", "solver.streaming",
                 "solver.tiling", "solver.config", "solver.problem", "solver.fields",
                 "solver.observables", "solver.backends", "solver.physics")

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import collision, mrt
 from ..boundaries import ZouHeFace, ladd_links, zou_he, zou_he_faces
 from ..node_types import NodeType
 from ..problem import Problem
@@ -170,8 +169,8 @@ class NumpyBackend:
         for zf, nodes in bc.zou_he:
             g[:, nodes] = zou_he(g[:, nodes], zf, problem.lattice, problem.force,
                                  problem.incompressible)
-        collide = mrt.collide if problem.collision == "MRT" else collision.collide
-        out = collide(g, problem.lattice, problem.rates, problem.force, problem.incompressible)
+        out = problem.collision.collide(g, problem.lattice, problem.rates, problem.force,
+                                        problem.incompressible)
         noise = None
         if storage.encoded and storage.rounding == "stochastic":  # bits as in the kernel
             node = table.tile[chunk].astype(np.int64) * problem.tiling.nodes_per_tile \

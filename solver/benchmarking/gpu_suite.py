@@ -22,9 +22,8 @@ from datetime import date
 import numpy as np
 from tqdm import tqdm
 
-from ..collision import relaxation
+from ..collisions import collision_model
 from ..config import SimulationConfig
-from ..mrt import mrt_rates
 from ..problem import Problem
 from .cases import BenchCase, git_commit, precision_options, sphere_pack
 
@@ -109,9 +108,7 @@ def _row(case, problem, kernel, layout, tpb, steps, sec, info) -> dict:
 
 def _rates(collision: str, problem: Problem):
     """Relaxation rates at tau = 0.8 for ``collision`` on the problem's lattice."""
-    if collision == "MRT":
-        return mrt_rates(problem.lattice.name, 0.8)
-    return relaxation(collision, 0.8)
+    return collision_model(collision).rates(problem.lattice.name, 0.8)
 
 
 def _measure_case(backend, case, precision, streaming, suite, info, tpbs_for, bar
