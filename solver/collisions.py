@@ -21,7 +21,8 @@ from . import collision, mrt
 from .lattice import LATTICE_NAMES, MRT_ONLY
 from .moments import MRT_LATTICES
 
-__all__ = ["CollisionModel", "COLLISION_MODELS", "COLLISIONS", "register", "collision_model"]
+__all__ = ["CollisionModel", "COLLISION_MODELS", "COLLISIONS", "register", "collision_model",
+           "options_doc"]
 
 #: Rates of a model: (lattice name, tau, TRT magic parameter, MRT group-rate overrides) ->
 #: the rates object its collide takes (lattice units).
@@ -99,7 +100,13 @@ register(CollisionModel(
 register(CollisionModel(
     "MRT", MRT_LATTICES, "needs a moment basis",
     lambda lattice, tau, _, overrides: mrt.mrt_rates(lattice, tau, overrides), mrt.collide,
-    takes_mrt_rates=True, doc="moment space"))
+    takes_mrt_rates=True, doc=f"moment space; {', '.join(MRT_LATTICES)}"))
 
 #: Option set of ``SimulationConfig.collision``.
 COLLISIONS: tuple[str, ...] = tuple(COLLISION_MODELS)
+
+
+def options_doc() -> str:
+    """'A (what), B (what) or C (what)': the registered models for the config's doc string."""
+    parts = [f"{m.name} ({m.doc})" for m in COLLISION_MODELS.values()]
+    return ", ".join(parts[:-1]) + " or " + parts[-1] if len(parts) > 1 else parts[0]

@@ -25,7 +25,7 @@ import logging
 
 import param
 
-from .collisions import COLLISION_MODELS, COLLISIONS, collision_model
+from .collisions import COLLISION_MODELS, COLLISIONS, collision_model, options_doc
 from .face_kinds import FACE_TYPES, FaceCondition, face_kind
 from .lattice import LATTICE_NAMES, get_lattice
 from .node_types import FACE_NAMES
@@ -87,8 +87,7 @@ class SimulationConfig(param.Parameterized):
                              doc="Velocity set; D2Q9 for 2D geometries, D3Q19/D3Q27 for 3D, "
                                  "D3Q13 (3D, MRT only, least memory).")
     collision = param.Selector(objects=list(COLLISIONS), default="TRT",
-                               doc="BGK (single relaxation time), TRT (two relaxation times) "
-                                   "or MRT (moment space; D2Q9, D3Q19, D3Q13).")
+                               doc=options_doc() + ".")
     fluid_model = param.Selector(objects=list(FLUID_MODELS), default="incompressible",
                                  doc="Equilibrium: incompressible (He-Luo) or quasi-compressible.")
     precision = param.Selector(objects=list(PRECISIONS), default="float32",

@@ -23,7 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..collisions import collision_model
-from ..config import SimulationConfig
+from ..config import GPU_LAYOUTS, SimulationConfig
 from ..problem import Problem
 from .cases import BenchCase, git_commit, precision_options, sphere_pack
 
@@ -51,7 +51,7 @@ class GpuSuite:
     pack_size: int = 192
     diameter: float = 40.0
     precisions: tuple[str, ...] = ("float32", "float64", "float16")
-    layouts: tuple[str, ...] = ("paper", "xyz")
+    layouts: tuple[str, ...] = GPU_LAYOUTS
     tiles_per_block: tuple[int, ...] = (1, 2, 4)
     kernels: tuple[str, ...] = tuple(KERNELS)
     streaming: tuple[str, ...] = ("two-copy",)

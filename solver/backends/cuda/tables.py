@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...config import GPU_LAYOUTS
 from ...lattice import get_lattice
 from ...problem import Problem
 from .boundary import boundary_kind, boundary_values, wall_groups
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
-LAYOUTS = ("paper", "xyz")
+LAYOUTS = GPU_LAYOUTS
 
 
 def effective_layout(lattice: str, layout: str, a: int) -> str:
