@@ -46,6 +46,10 @@ class CollisionModel:
     takes_mrt_rates: bool = False
     doc: str = ""
 
+    def __reduce__(self):
+        # Pickled by name (a Problem travels to MPI ranks): the registry holds the functions.
+        return collision_model, (self.name,)
+
     def rates(self, lattice: str, tau: float, trt_magic: float = 3 / 16,
               mrt_rates: Mapping[str, float] | None = None) -> Any:
         """Relaxation rates (1 / time steps) at relaxation time ``tau`` on ``lattice``;

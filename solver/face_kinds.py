@@ -72,6 +72,10 @@ class FaceKind:
     flux: bool = False
     doc: str = ""
 
+    def __reduce__(self):
+        # Pickled by name, like the collision models: the registry holds the functions.
+        return face_kind, (self.name,)
+
     def condition(self, face: str, value: Any, ndim: int, initial_density: float
                   ) -> FaceCondition:
         """The validated condition of ``face`` (e.g. 'x_min') with ``<face>_value`` = value."""

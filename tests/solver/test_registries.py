@@ -107,3 +107,13 @@ def test_unknown_names_get_the_options() -> None:
         face_kinds.face_kind("outlet")
     with pytest.raises(ValueError, match="Unknown collision"):
         cuda_collisions.cuda_collision("SRT")
+
+
+def test_registered_objects_pickle_by_name() -> None:
+    """A Problem holding its model travels to MPI ranks: models and kinds pickle by name."""
+    import pickle
+
+    for model in collisions.COLLISION_MODELS.values():
+        assert pickle.loads(pickle.dumps(model)) is model
+    for kind in face_kinds.FACE_KIND_REGISTRY.values():
+        assert pickle.loads(pickle.dumps(kind)) is kind
