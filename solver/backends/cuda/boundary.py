@@ -46,19 +46,51 @@ NO_WALL = 255
 BOUNDARY_KINDS = ("none", "zou_he", "moving")
 
 
+def _density_closure_code(d: int, axis: int, neg: str, incompressible: bool, lit) -> list[str]:
+    """CUDA of :func:`solver.face_kinds._density_closure`: rho = the face's density ``fp[3]``,
+    j' along the normal from K (``k``) and the half force ``h``."""
+    out = ["                rho = fp[3];"]
+    if incompressible:
+        out.append("                const real jn = rho - k + hn;")
+    else:
+        out.append(f"                const real jn = rho * ({lit(1.0)} - (k - hn) / rho);")
+    for b in range(d):
+        value = f"{neg}jn - h{'xyz'[b]}" if b == axis else f"-h{'xyz'[b]}"
+        out.append(f"                j{b} = {value};")
+    return out
+
+
+def _velocity_closure_code(d: int, axis: int, neg: str, incompressible: bool, lit
+                           ) -> list[str]:
+    """CUDA of :func:`solver.face_kinds._velocity_closure`: rho from K (``k``) and the face's
+    velocity ``fp[0..2]``, j' = rho u - F/2."""
+    out = [f"                const real un = {neg}fp[{axis}];"]
+    if incompressible:
+        out.append("                rho = k + (un - hn);")
+    else:
+        out.append(f"                rho = (k - hn) / ({lit(1.0)} - un);")
+    for b in range(d):
+        value = f"fp[{b}]" if incompressible else f"rho * fp[{b}]"
+        out.append(f"                j{b} = {value} - h{'xyz'[b]};")
+    return out
+
+
 @dataclass(frozen=True)
 class CudaFaceKind:
     """A face kind in the kernel (keyed like :data:`solver.face_kinds.FACE_TYPES`).
 
     ``code``: the boundary code its nodes need ('none': bounce-back covers the kind; 'zou_he':
     its Zou-He nodes are reconstructed by :func:`zou_he_code`, which reads the node type and
-    the face's row of ``bc``). ``needs_ladd(conditions)``: whether the faces of this kind in a
-    run (their conditions) make links carry Ladd's term, which the 'moving' code adds.
+    the face's row of ``bc``); ``closure_code(d, axis, neg, incompressible, lit)``: for a
+    Zou-He kind, the CUDA lines giving ``rho`` and ``j<b>`` at its nodes from ``k`` and the
+    half force. ``needs_ladd(conditions)``: whether the faces of this kind in a run (their
+    conditions) make links carry Ladd's term, which the 'moving' code adds.
     """
 
     name: str
     code: str = "none"
     needs_ladd: Callable[[list[FaceCondition]], bool] = lambda conditions: False
+    closure_code: Callable[..., list[str]] | None = None
 
 
 CUDA_FACE_KINDS: dict[str, CudaFaceKind] = {}
@@ -76,8 +108,9 @@ register(CudaFaceKind("periodic"))
 register(CudaFaceKind("wall"))
 # Two velocity faces: where they meet, a link through the lower-ranked one into a node of the
 # other is no Zou-He unknown and carries Ladd's term with the inlet velocity.
-register(CudaFaceKind("velocity", "zou_he", lambda conditions: len(conditions) > 1))
-register(CudaFaceKind("pressure", "zou_he"))
+register(CudaFaceKind("velocity", "zou_he", lambda conditions: len(conditions) > 1,
+                      _velocity_closure_code))
+register(CudaFaceKind("pressure", "zou_he", closure_code=_density_closure_code))
 register(CudaFaceKind("moving_wall", "none",
                       lambda conditions: any(any(fc.velocity) for fc in conditions)))
 
@@ -195,24 +228,12 @@ def _face_block(lattice, face: int, incompressible: bool, lit) -> list[str]:
            f"            const real hn = {neg}h{ax};",
            "            real rho"]
     out[-1] += ", " + ", ".join(f"j{b}" for b in range(d)) + ";"
+    # The two Zou-He kinds' closures: density given (pressure) or velocity given.
+    closure = (CUDA_FACE_KINDS[name].closure_code for name in ("pressure", "velocity"))
     out.append("            if (pressure) {")
-    out.append("                rho = fp[3];")
-    if incompressible:
-        out.append("                const real jn = rho - k + hn;")
-    else:
-        out.append(f"                const real jn = rho * ({lit(1.0)} - (k - hn) / rho);")
-    for b in range(d):
-        value = f"{neg}jn - h{'xyz'[b]}" if b == axis else f"-h{'xyz'[b]}"
-        out.append(f"                j{b} = {value};")
+    out += next(closure)(d, axis, neg, incompressible, lit)
     out.append("            } else {")
-    out.append(f"                const real un = {neg}fp[{axis}];")
-    if incompressible:
-        out.append("                rho = k + (un - hn);")
-    else:
-        out.append(f"                rho = (k - hn) / ({lit(1.0)} - un);")
-    for b in range(d):
-        value = f"fp[{b}]" if incompressible else f"rho * fp[{b}]"
-        out.append(f"                j{b} = {value} - h{'xyz'[b]};")
+    out += next(closure)(d, axis, neg, incompressible, lit)
     out.append("            }")
     # Unknowns: non-equilibrium bounce-back g_i = g_opp + 6 w_i c_i . j'.
     for i in unknown:
