@@ -19,17 +19,14 @@ from __future__ import annotations
 from . import generators, preprocess, samples
 from .errors import GeometryError, GeometryWarning
 from .loaders import DEFAULT_MAX_VOXELS, FORMATS, load
-from .protocol import GeometryLike, as_geometry
 from .voxel import VoxelGeometry
 
 __all__ = [
     "DEFAULT_MAX_VOXELS",
     "FORMATS",
     "GeometryError",
-    "GeometryLike",
     "GeometryWarning",
     "VoxelGeometry",
-    "as_geometry",
     "generators",
     "load",
     "preprocess",

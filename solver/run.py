@@ -25,8 +25,6 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from geometries.protocol import GeometryLike, as_geometry
-
 from .case import Case, load_geometry
 from .io import (
     CsvLog,
@@ -37,6 +35,7 @@ from .io import (
     write_json,
     write_vti,
 )
+from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import (
     DivergenceError,

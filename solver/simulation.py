@@ -14,15 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from geometries.protocol import GeometryLike, as_geometry
-
 from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
 from .fields import locate_cut, speed, tile_moments
 from .io import CheckpointError, config_from_values, read_checkpoint, restore, save_simulation
 from .metrics import Metrics
-from .problem import Problem
+from .problem import GeometryLike, Problem, as_geometry
 
 __all__ = ["Simulation", "SimulationConfig", "ConfigError", "QUANTITIES"]
 

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from geometries import GeometryLike, VoxelGeometry, as_geometry
+from geometries import VoxelGeometry
+from solver.problem import GeometryLike, as_geometry
 
 
 def test_voxel_geometry_is_geometry_like_and_passes_through() -> None:
