@@ -30,7 +30,7 @@ SOLVER_LOWER = ("solver.lattice", "solver.moments", "solver.collision", "solver.
                 "solver.collisions", "solver.face_kinds",
                 "solver.boundaries", "solver.node_types", "solver.storage", "solver.streaming",
                 "solver.tiling", "solver.config", "solver.problem", "solver.fields",
-                "solver.observables", "solver.backends", "solver.physics")
+                "solver.observables", "solver.backends", "solver.values")
 
 
 def _module_name(path: Path) -> str:
