@@ -190,7 +190,7 @@ class Controller(param.Parameterized):
     # ------------------------------------------------------------------ exports
     def export_vti(self) -> bytes:
         """Fields of the current state as a .vti file."""
-        voxel = getattr(self.geometry, "voxel_size", None)
+        voxel = self.geometry.voxel_size
         fields, solid = self.runner.submit(lambda sim: (sim.fields(), sim.solid)).result(
             EXPORT_TIMEOUT_S)
         return exports.fields_vti(fields, solid, voxel)

@@ -10,10 +10,11 @@ Fairness rules (the report repeats them):
 - MFLUPS count fluid nodes only, for both. lbmpy updates its whole dense box (solid cells too)
   and its time includes its boundary kernels (no-slip on the walls and solid cells, the moving
   lid), as a user runs it; its kernel-only rate and all-cell rate are reported beside.
-- Same geometry: the lid-driven cavity (our cavity3D case of ``solver.gpu_bench``: all nodes
-  fluid, walls on every face, here with the y_max face moving at (0.05, 0, 0)) and the random
-  sphere packs of ``geometries.generators`` (``solver.gpu_bench.pack_cases``: diameter 40 in
-  192^3, seed 0) closed by resting walls on every face; halfway bounce-back in both codes.
+- Same geometry: the lid-driven cavity (our cavity3D case of
+  ``solver.benchmarking.gpu_suite``: all nodes fluid, walls on every face, here with the y_max
+  face moving at (0.05, 0, 0)) and the random sphere packs of ``geometries.generators``
+  (``solver.benchmarking.gpu_suite.pack_cases``: diameter 40 in 192^3, seed 0) closed by resting
+  walls on every face; halfway bounce-back in both codes.
 - Physics first: both codes run small lid-driven cases (the cavity and two packs with a lid) and
   their velocity fields must agree (relative L2 over fluid nodes) before anything is timed.
 - Each code gets its best of a few settings: ours the XYZ layout with 1, 2 or 4 tiles per
@@ -49,10 +50,10 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from lbmpy_box import VARIANTS, build_box, versions  # noqa: E402
 from lbmpy_report import FAIRNESS, markdown, summary_rows, table  # noqa: E402
 
-from solver.bench import BenchCase, git_commit, sphere_pack  # noqa: E402
+from solver.benchmarking.cases import BenchCase, git_commit, sphere_pack  # noqa: E402
+from solver.benchmarking.gpu_suite import dense_cases, pack_cases  # noqa: E402
+from solver.benchmarking.report import results_stem  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
-from solver.gpu_bench import dense_cases, pack_cases  # noqa: E402
-from solver.gpu_report import results_stem  # noqa: E402
 from solver.problem import Problem  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402
 

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from geometries.generators import random_sphere_pack  # noqa: E402
 from solver.backends import get_backend  # noqa: E402
-from solver.bench import git_commit  # noqa: E402
+from solver.benchmarking.cases import git_commit  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.last_good import REFRESH_S, LastGood  # noqa: E402
 from solver.pacing import HEALTH_SHARE  # noqa: E402

@@ -26,12 +26,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends.cupy_backend import CupyBackend, copy_bandwidth  # noqa: E402
-from solver.backends.gpu_kernels import KernelVariant, kernel_source  # noqa: E402
-from solver.backends.gpu_tables import launch_shape  # noqa: E402
-from solver.bench import git_commit, precision_options  # noqa: E402
+from solver.backends.cuda.backend import CupyBackend, copy_bandwidth  # noqa: E402
+from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
+from solver.backends.cuda.tables import launch_shape  # noqa: E402
+from solver.benchmarking.cases import git_commit, precision_options  # noqa: E402
+from solver.benchmarking.gpu_suite import dense_cases  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
-from solver.gpu_bench import dense_cases  # noqa: E402
 from solver.problem import Problem  # noqa: E402
 
 _ENCODE = ("    const unsigned int b = (float_bits(f * scale + offset) + r) & "

@@ -34,7 +34,7 @@ START = time.perf_counter()
 
 
 def _compile_batch(variants) -> list[str]:
-    from solver.backends.cupy_backend import compile_kernel
+    from solver.backends.cuda.backend import compile_kernel
 
     errors = []
     for v in variants:
@@ -47,7 +47,7 @@ def _compile_batch(variants) -> list[str]:
 
 def precompile(workers: int) -> list[str]:
     """Compile all variants in ``workers`` processes; compile errors."""
-    from solver.backends.gpu_kernels import all_variants
+    from solver.backends.cuda.kernels import all_variants
 
     variants = all_variants()
     batches = [variants[k::workers] for k in range(workers)]
@@ -211,8 +211,8 @@ def main() -> int:
         summary.append(md)
     if args.suite:
         from solver.backends import get_backend
-        from solver.gpu_bench import GpuSuite, run_gpu_suite
-        from solver.gpu_report import write_report
+        from solver.benchmarking.gpu_suite import GpuSuite, run_gpu_suite
+        from solver.benchmarking.report import write_report
 
         report = run_gpu_suite(get_backend("cupy"), GpuSuite(dense_sizes=(256,),
                                                              porosities=()))

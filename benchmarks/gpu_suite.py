@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends import get_backend, gpu_available  # noqa: E402
-from solver.backends.cupy_backend import compile_kernel  # noqa: E402
-from solver.backends.gpu_kernels import all_variants  # noqa: E402
-from solver.bench import PRECISION_LABELS, precision_options, sphere_pack  # noqa: E402
+from solver.backends.cuda.backend import compile_kernel  # noqa: E402
+from solver.backends.cuda.kernels import all_variants  # noqa: E402
+from solver.benchmarking.cases import PRECISION_LABELS, precision_options, sphere_pack  # noqa: E402
+from solver.benchmarking.gpu_suite import GpuSuite, run_gpu_suite  # noqa: E402
+from solver.benchmarking.report import summary, write_report  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
-from solver.gpu_bench import GpuSuite, run_gpu_suite  # noqa: E402
-from solver.gpu_report import summary, write_report  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402
 
 log = logging.getLogger("gpu_suite")

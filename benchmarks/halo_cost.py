@@ -1,6 +1,6 @@
 """Cost of one halo exchange, piece by piece: ``mpirun -n 2 python benchmarks/halo_cost.py``.
 
-The CuPy phase stepper (``solver/backends/gpu_phases.py``) moves each step's halo along a
+The CuPy phase stepper (``solver/backends/cuda/phases.py``) moves each step's halo along a
 chain that runs while the interior tiles are computed, so a step cannot be shorter than it:
 
 - ``host`` transport: device gather -> copy to page-locked host memory -> MPI (both ranks send

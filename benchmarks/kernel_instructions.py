@@ -38,8 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends.gpu_kernels import KernelVariant, kernel_source  # noqa: E402
-from solver.bench import git_commit  # noqa: E402
+from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
+from solver.benchmarking.cases import git_commit  # noqa: E402
 
 #: The measured variants: D3Q19 incompressible, XYZ layout, two copies unless named.
 VARIANTS = {

@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.bench import PRECISION_LABELS, git_commit, precision_options  # noqa: E402
+from solver.benchmarking.cases import PRECISION_LABELS, git_commit, precision_options  # noqa: E402
 from solver.config import SimulationConfig, population_copies  # noqa: E402
 from solver.problem import Problem  # noqa: E402
 from solver.storage import stored_dtype  # noqa: E402
@@ -125,7 +125,8 @@ def tile_origin(solid, xp=np) -> Tiling:
 
 def storage_options() -> list[tuple[str, str]]:
     """Every (precision label, streaming) pair: float64, float32 and float16 storage (float32
-    arithmetic; :func:`solver.bench.precision_options`) with each streaming the config has."""
+    arithmetic; :func:`solver.benchmarking.cases.precision_options`) with each streaming the
+    config has."""
     return [(p, s) for p in PRECISION_LABELS for s in SimulationConfig.param.streaming.objects]
 
 

@@ -58,7 +58,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from solver.backends.gpu_nccl import P2P_DEFAULTS  # noqa: E402
+from solver.backends.cuda.nccl import P2P_DEFAULTS  # noqa: E402
 from solver.config import HALO_TRANSPORTS  # noqa: E402 (after the sys.path entry)
 
 log = logging.getLogger("scaling")
@@ -263,7 +263,7 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
     ).stdout.strip() or "unknown"
     # NCCL's settings change the timings: recorded with them (the library's own defaults,
-    # solver.backends.gpu_nccl.P2P_DEFAULTS, where the environment sets none).
+    # solver.backends.cuda.nccl.P2P_DEFAULTS, where the environment sets none).
     settings = {**P2P_DEFAULTS, **{k: v for k, v in sorted(os.environ.items())
                                    if k.startswith("NCCL_")}}
     meta = {"device": device, "gpus_visible": _gpus_visible(), "date": date.today().isoformat(),

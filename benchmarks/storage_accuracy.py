@@ -46,9 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from solver.analytic import l2_error, poiseuille_plates  # noqa: E402
-from solver.bench import git_commit  # noqa: E402
+from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.report import results_stem  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
-from solver.gpu_report import results_stem  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402
 from solver.validation.cavity import centrelines, ghia_reference  # noqa: E402
 from solver.validation.core import run_steady  # noqa: E402

@@ -1,6 +1,6 @@
 """Kernel tuning experiments on the GPU: source patches and tile orders timed side by side.
 
-Each experiment is the generated kernel of :mod:`solver.backends.gpu_kernels` with one change
+Each experiment is the generated kernel of :mod:`solver.backends.cuda.kernels` with one change
 applied to its text or to the tile order, timed on one allocation of the dense cavity3D box
 (and optionally sphere packs) with CUDA events after warm-up (median of repeats), next to the
 unchanged kernel and the device-to-device copy bandwidth measured in the same process. A change
@@ -104,10 +104,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends.cupy_backend import CupyBackend, copy_bandwidth  # noqa: E402
-from solver.backends.gpu_kernels import KernelVariant, kernel_source  # noqa: E402
-from solver.backends.gpu_tables import launch_shape  # noqa: E402
-from solver.bench import git_commit, sphere_pack  # noqa: E402
+from solver.backends.cuda.backend import CupyBackend, copy_bandwidth  # noqa: E402
+from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
+from solver.backends.cuda.tables import launch_shape  # noqa: E402
+from solver.benchmarking.cases import git_commit, sphere_pack  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.problem import Problem  # noqa: E402
 

@@ -12,7 +12,7 @@ __all__ = ["main"]
 
 def _bench(args: argparse.Namespace) -> int:
     from .backends import get_backend
-    from .bench import cpu_cases, precision_options, run_case, write_results
+    from .benchmarking.cases import cpu_cases, precision_options, run_case, write_results
     from .config import SimulationConfig
 
     backend = get_backend(args.backend)
@@ -96,8 +96,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _bench_gpu(args: argparse.Namespace, backend) -> int:
-    from .gpu_bench import GpuSuite, run_gpu_suite
-    from .gpu_report import summary, write_report
+    from .benchmarking.gpu_suite import GpuSuite, run_gpu_suite
+    from .benchmarking.report import summary, write_report
 
     if backend.name != "cupy":
         print("The GPU suite needs the CuPy backend (a CUDA GPU); use --suite cpu.",
@@ -116,13 +116,13 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the ``solver`` command."""
-    from .config import HALO_TRANSPORTS, STREAMING
+    from .config import BACKENDS, HALO_TRANSPORTS, STREAMING
     from .storage import PRECISION_LABELS
 
     parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="measure MFLUPS on standard cases")
-    bench.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    bench.add_argument("--backend", default="auto", choices=list(BACKENDS))
     bench.add_argument("--size", type=int, default=64, help="box edge in nodes")
     bench.add_argument("--steps", type=int, default=20)
     bench.add_argument("--precision", nargs="+", default=list(PRECISION_LABELS),
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "benchmarks/results/validation-<device>-<date>.md")
     validate.add_argument("--size", default="ci", choices=["ci", "full"],
                           help="ci: small CPU sizes; full: GPU sizes with the papers' targets")
-    validate.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    validate.add_argument("--backend", default="auto", choices=list(BACKENDS))
     validate.add_argument("--case", nargs="+", default=None, help="case names (default: all)")
     validate.add_argument("--out", default="benchmarks/results", help="report folder")
     validate.set_defaults(func=_validate)
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue from a checkpoint.npz of the same geometry and config")
     run.add_argument("--output", default=None, help="output folder (overrides run.output)")
     run.add_argument("--max-steps", type=int, default=None, help="override run.max_steps")
-    run.add_argument("--backend", default=None, choices=["auto", "numpy", "cupy"],
+    run.add_argument("--backend", default=None, choices=list(BACKENDS),
                      help="override config.backend")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),

@@ -12,7 +12,7 @@ domain face and per group (never a value per node). The operations, in the order
 2. Zou-He reconstruction at velocity/pressure nodes (:func:`zou_he`), before collision.
 3. Collision.
 
-Rules where faces meet (documented for the GPU port, ``kernels/PHYSICS_FOR_GPU.md``):
+Rules where faces meet (documented for the GPU port, ``templates/PHYSICS_FOR_GPU.md``):
 
 - Rank of a face: ``8 * priority(kind) + (7 - face_index)`` with priority velocity 4 >
   moving_wall 3 > pressure 2 > wall 1 > periodic 0 (ties: x_min first).
@@ -33,17 +33,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import ConfigError, FaceCondition
+from .face_kinds import FACE_TYPES, FaceCondition, face_kind
 from .lattice import Lattice
 from .node_types import FACE_NAMES, NodeType, face_axis_side, zou_he_type
 from .tiling import Tiling
+from .values import ConfigError
 
 __all__ = ["BoundaryTables", "build_tables", "FACE_KINDS", "face_ranks", "ZouHeFace",
            "zou_he_faces", "zou_he", "crossed_face"]
 
-#: Face kinds in the order of their ``face_kind`` code.
-FACE_KINDS = ("periodic", "wall", "velocity", "pressure", "moving_wall")
-_PRIORITY = {"periodic": 0, "wall": 1, "pressure": 2, "moving_wall": 3, "velocity": 4}
+#: Face kinds in the order of their ``face_kind`` code (the registry's order).
+FACE_KINDS = FACE_TYPES
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def face_ranks(faces: dict[str, FaceCondition]) -> np.ndarray:
     rank = np.full(6, -1, dtype=np.int16)
     for index, name in enumerate(FACE_NAMES):
         if name in faces:
-            rank[index] = 8 * _PRIORITY[faces[name].kind] + (7 - index)
+            rank[index] = 8 * face_kind(faces[name].kind).priority + (7 - index)
     return rank
 
 
@@ -154,12 +154,13 @@ def _node_types(tiling: Tiling, faces: dict[str, FaceCondition], rank) -> np.nda
     fluid = ~tiling.solid
     node_type = np.where(fluid, NodeType.FLUID, NodeType.SOLID).astype(np.uint8)
     zou = [i for i, n in enumerate(FACE_NAMES) if n in faces
-           and faces[n].kind in ("velocity", "pressure")]
+           and face_kind(faces[n].kind).node_type is not None]
     for index in sorted(zou, key=lambda i: rank[i]):  # highest rank written last
         axis, side = face_axis_side(index)
         layer = 0 if side == 0 else tiling.shape[axis] - 1
         on_face = fluid & (coords[..., axis] == layer)
-        node_type[on_face] = zou_he_type(faces[FACE_NAMES[index]].kind, index)
+        kind = face_kind(faces[FACE_NAMES[index]].kind)
+        node_type[on_face] = zou_he_type(kind.node_type, index)
     return node_type
 
 
@@ -239,7 +240,7 @@ def zou_he_faces(tables: BoundaryTables, lattice: Lattice) -> list[ZouHeFace]:
     out = []
     for face in range(2 * lattice.d):
         kind = FACE_KINDS[tables.face_kind[face]]
-        if kind not in ("velocity", "pressure"):
+        if face_kind(kind).closure is None:
             continue
         axis, side = face_axis_side(face)
         normal = np.zeros(lattice.d)
@@ -266,16 +267,7 @@ def zou_he(g, zf: ZouHeFace, lattice: Lattice, force, incompressible: bool, xp=n
     k = g[zf.tangential].sum(axis=0) + 2.0 * g[zf.outgoing].sum(axis=0)
     f_n = float(force @ n)
     half_f = xp.asarray(0.5 * force, dtype=g.dtype)[:, None]
-    if zf.kind == "velocity":
-        u = xp.asarray(zf.velocity, dtype=g.dtype)[:, None]
-        u_n = float(zf.velocity @ n)
-        rho = k + (u_n - 0.5 * f_n) if incompressible else (k - 0.5 * f_n) / (1.0 - u_n)
-        j = (u if incompressible else rho * u) - half_f
-    else:
-        rho = xp.full_like(k, zf.density)
-        u_n = rho - k + 0.5 * f_n if incompressible else 1.0 - (k - 0.5 * f_n) / rho
-        nn = xp.asarray(n, dtype=g.dtype)[:, None]
-        j = (u_n if incompressible else rho * u_n) * nn - half_f
+    _, j = face_kind(zf.kind).closure(k, zf, f_n, half_f, incompressible, xp)
     c = lattice.c[zf.unknown].astype(np.float64)
     opp = lattice.opposite[zf.unknown]
     coef = xp.asarray(6.0 * lattice.w[zf.unknown, None] * c, dtype=g.dtype)

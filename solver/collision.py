@@ -18,8 +18,8 @@ import numpy as np
 
 from .lattice import Lattice
 
-__all__ = ["Relaxation", "relaxation", "equilibrium", "moments", "collide", "stored_moments",
-           "combine_rows"]
+__all__ = ["Relaxation", "relaxation", "bgk_rates", "trt_rates", "equilibrium", "moments",
+           "collide", "stored_moments", "combine_rows"]
 
 
 def combine_rows(coeffs, rows, xp=np):
@@ -52,13 +52,24 @@ class Relaxation:
     omega_minus: float
 
 
+def bgk_rates(tau: float) -> Relaxation:
+    """BGK: both rates 1/tau (relaxation time ``tau``, lattice units)."""
+    omega = 1.0 / tau
+    return Relaxation(omega, omega)
+
+
+def trt_rates(tau: float, magic: float = 3 / 16) -> Relaxation:
+    """TRT: even rate 1/tau, odd rate fixed by the magic parameter ``magic``."""
+    return Relaxation(1.0 / tau, 1.0 / (magic / (tau - 0.5) + 0.5))
+
+
 def relaxation(collision: str, tau: float, magic: float = 3 / 16) -> Relaxation:
-    """Rates for ``collision`` ('BGK' or 'TRT') at relaxation time ``tau`` (lattice units)."""
-    omega_plus = 1.0 / tau
+    """Rates for ``collision`` ('BGK' or 'TRT') at relaxation time ``tau`` (lattice units);
+    for callers holding a name (the registry, :mod:`solver.collisions`, holds the functions)."""
     if collision == "BGK":
-        return Relaxation(omega_plus, omega_plus)
+        return bgk_rates(tau)
     if collision == "TRT":
-        return Relaxation(omega_plus, 1.0 / (magic / (tau - 0.5) + 0.5))
+        return trt_rates(tau, magic)
     raise ValueError(f"Unknown collision {collision!r}; use 'BGK' or 'TRT'.")
 
 

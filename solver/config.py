@@ -22,28 +22,24 @@ Labelled solid objects (``VoxelGeometry.labels``) move with ``object_velocities[
 from __future__ import annotations
 
 import logging
-import math
-import numbers
-from dataclasses import dataclass
 
 import param
 
-from .lattice import CS2, LATTICE_NAMES, MRT_ONLY, get_lattice
-from .moments import MRT_LATTICES
-from .mrt import mrt_rates
+from .collisions import COLLISION_MODELS, COLLISIONS, collision_model, options_doc
+from .face_kinds import FACE_TYPES, FaceCondition, face_kind
+from .lattice import LATTICE_NAMES, get_lattice
 from .node_types import FACE_NAMES
 from .storage import STORAGES
+from .values import MAX_MACH, ConfigError, velocity_vector
 
 __all__ = [
     "ConfigError", "SimulationConfig", "FaceCondition", "FACE_NAMES", "FACE_TYPES",
     "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "STORAGES", "BACKENDS", "HALO_TRANSPORTS",
-    "STREAMING", "population_copies",
+    "STREAMING", "population_copies", "MAX_MACH",
 ]
 
 log = logging.getLogger(__name__)
 
-FACE_TYPES = ("periodic", "wall", "velocity", "pressure", "moving_wall")
-COLLISIONS = ("BGK", "TRT", "MRT")
 FLUID_MODELS = ("incompressible", "quasi-compressible")
 PRECISIONS = ("float32", "float64")
 BACKENDS = ("auto", "numpy", "cupy")
@@ -54,27 +50,6 @@ HALO_TRANSPORTS = ("auto", "nccl", "host")
 #: Population storage: two copies (pull, read one and write the other) or one copy updated in
 #: place (the AA pattern of the CuPy kernel; the NumPy reference keeps two copies either way).
 STREAMING = ("two-copy", "in-place")
-
-#: Above this lattice Mach number |u|/c_s compressibility errors dominate; the run is refused.
-MAX_MACH = 0.3
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message says which and what to use instead."""
-
-
-@dataclass(frozen=True)
-class FaceCondition:
-    """Validated boundary of one domain face: its type, velocity (3,) and density, lattice units.
-
-    ``velocity`` is the inlet velocity (``velocity``) or wall velocity (``moving_wall``) and
-    zero otherwise; ``density`` is the outlet density of a ``pressure`` face, else None.
-    """
-
-    kind: str
-    velocity: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    density: float | None = None
-
 
 def population_copies(streaming: str) -> int:
     """Copies of the populations the GPU keeps for a ``streaming`` option (2 or 1)."""
@@ -105,28 +80,6 @@ def _face_value(face: str) -> param.Parameter:
                            "outlet density, or tangential wall velocity (vector).")
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _vector(value, ndim: int, what: str) -> tuple[float, float, float]:
-    """A velocity given as (ux, uy[, uz]) padded to 3 components; ConfigError otherwise."""
-    try:
-        vec = [float(v) for v in value]
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what} must be a velocity tuple (ux, uy{', uz' * (ndim == 3)}) in "
-                          f"lattice units, got {value!r}.") from None
-    if len(vec) not in (ndim, 3) or (len(vec) == 3 and ndim == 2 and vec[2] != 0.0):
-        raise ConfigError(f"{what} needs {ndim} components for a {ndim}D lattice, got {value!r}.")
-    vec = (vec + [0.0, 0.0])[:3]
-    speed = math.sqrt(sum(v * v for v in vec))
-    if not math.isfinite(speed) or speed > MAX_MACH * math.sqrt(CS2):
-        raise ConfigError(f"{what} = {value!r} has |u| = {speed:.3g}, above Mach {MAX_MACH} "
-                          f"(|u| <= {MAX_MACH * math.sqrt(CS2):.3f} in lattice units); lower "
-                          "the velocity and raise the resolution or tau instead.")
-    return (vec[0], vec[1], vec[2])
-
-
 class SimulationConfig(param.Parameterized):
     """Physics and numerics of one run, in lattice units."""
 
@@ -134,8 +87,7 @@ class SimulationConfig(param.Parameterized):
                              doc="Velocity set; D2Q9 for 2D geometries, D3Q19/D3Q27 for 3D, "
                                  "D3Q13 (3D, MRT only, least memory).")
     collision = param.Selector(objects=list(COLLISIONS), default="TRT",
-                               doc="BGK (single relaxation time), TRT (two relaxation times) "
-                                   "or MRT (moment space; D2Q9, D3Q19, D3Q13).")
+                               doc=options_doc() + ".")
     fluid_model = param.Selector(objects=list(FLUID_MODELS), default="incompressible",
                                  doc="Equilibrium: incompressible (He-Luo) or quasi-compressible.")
     precision = param.Selector(objects=list(PRECISIONS), default="float32",
@@ -212,32 +164,9 @@ class SimulationConfig(param.Parameterized):
         return {name: self._face_condition(name) for name in self.faces()}
 
     def _face_condition(self, name: str) -> FaceCondition:
-        kind, value, ndim = getattr(self, name), getattr(self, f"{name}_value"), self.ndim
-        axis = "xyz".index(name[0])
-        what = f"{name}_value ({name} is {kind!r})"
-        if kind == "velocity":
-            if value is None:
-                raise ConfigError(f"{name} is a velocity inlet/outlet: set {name}_value to the "
-                                  "velocity (a number along the face axis, or a vector).")
-            if _is_number(value):
-                value = [float(value) if a == axis else 0.0 for a in range(ndim)]
-            return FaceCondition(kind, velocity=_vector(value, ndim, what))
-        if kind == "moving_wall":
-            if value is None or _is_number(value):
-                raise ConfigError(f"{name} is a moving wall: set {name}_value to its velocity "
-                                  f"vector, tangential to the face (component {axis} zero).")
-            velocity = _vector(value, ndim, what)
-            if velocity[axis] != 0.0:
-                raise ConfigError(f"{what} = {value!r} moves through the face; a moving wall "
-                                  f"slides along it: set component {axis} to 0.")
-            return FaceCondition(kind, velocity=velocity)
-        if kind == "pressure":
-            density = self.initial_density if value is None else value
-            if not _is_number(density) or not 0.0 < density < math.inf:
-                raise ConfigError(f"{what} must be a positive density (lattice units), "
-                                  f"got {value!r}.")
-            return FaceCondition(kind, density=float(density))
-        return FaceCondition(kind)
+        kind = face_kind(getattr(self, name))
+        return kind.condition(name, getattr(self, f"{name}_value"), self.ndim,
+                              self.initial_density)
 
     def check_objects(self) -> dict[int, tuple[float, float, float]]:
         """Validated object velocities {label: (ux, uy, uz)}, lattice units."""
@@ -246,25 +175,22 @@ class SimulationConfig(param.Parameterized):
             if isinstance(label, bool) or not isinstance(label, int) or label < 1:
                 raise ConfigError(f"object_velocities keys are object labels (integers >= 1, "
                                   f"0 means no object), got {label!r}.")
-            out[label] = _vector(value, self.ndim, f"object_velocities[{label}]")
+            out[label] = velocity_vector(value, self.ndim, f"object_velocities[{label}]")
         return out
 
     def _check_collision(self) -> None:
-        if self.lattice in MRT_ONLY and self.collision != "MRT":
-            raise ConfigError(f"{self.lattice} runs only with its MRT collision (its fourth "
-                              "velocity moment is not isotropic): set collision='MRT', or "
-                              "choose D3Q19 for BGK/TRT.")
-        if self.collision == "MRT" and self.lattice not in MRT_LATTICES:
-            raise ConfigError(f"MRT is implemented for {', '.join(MRT_LATTICES)}, not "
-                              f"{self.lattice}: choose BGK or TRT, or another lattice.")
-        if self.collision == "MRT":
-            try:
-                mrt_rates(self.lattice, self.tau, self.mrt_rates)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-        elif self.mrt_rates:
-            raise ConfigError("mrt_rates only apply to collision='MRT'; clear them or switch "
-                              "to MRT.")
+        model = collision_model(self.collision)
+        refusal = model.refusal(self.lattice)
+        if refusal:
+            raise ConfigError(refusal)
+        if self.mrt_rates and not model.takes_mrt_rates:
+            users = " or ".join(f"collision='{m.name}'" for m in COLLISION_MODELS.values()
+                                if m.takes_mrt_rates)
+            raise ConfigError(f"mrt_rates only apply to {users}; clear them or switch to it.")
+        try:
+            model.rates(self.lattice, self.tau, self.trt_magic, self.mrt_rates)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def _check_storage(self) -> None:
         if self.storage == "float16" and self.precision != "float32":
@@ -275,7 +201,7 @@ class SimulationConfig(param.Parameterized):
     def periodic_axes(self) -> tuple[bool, ...]:
         """Per axis, whether both faces are periodic."""
         faces = self.faces()
-        return tuple(faces[f"{ax}_min"] == "periodic" for ax in "xyz"[: self.ndim])
+        return tuple(face_kind(faces[f"{ax}_min"]).periodic for ax in "xyz"[: self.ndim])
 
     def check(self, geometry_ndim: int | None = None) -> None:
         """Raise ConfigError for inconsistent fields or a geometry of another dimension."""
@@ -288,7 +214,7 @@ class SimulationConfig(param.Parameterized):
         faces = self.faces()
         for ax in "xyz"[: self.ndim]:
             lo, hi = faces[f"{ax}_min"], faces[f"{ax}_max"]
-            if (lo == "periodic") != (hi == "periodic"):
+            if face_kind(lo).periodic != face_kind(hi).periodic:
                 raise ConfigError(
                     f"Periodic boundaries come in pairs: {ax}_min is {lo!r} but {ax}_max is "
                     f"{hi!r}; make both periodic or neither (an axis with an inlet, outlet or "

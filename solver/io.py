@@ -31,7 +31,7 @@ __all__ = [
     "CheckpointError", "Checkpoint", "mask_hash", "config_values", "config_from_values",
     "config_differences",
     "atomic_write", "write_checkpoint", "read_checkpoint", "checkpoint_of", "restore",
-    "save_simulation", "load_simulation", "write_vti", "write_json", "CsvLog",
+    "save_simulation", "write_vti", "write_json", "CsvLog",
 ]
 
 FORMAT = "porous-lbm checkpoint"
@@ -202,20 +202,6 @@ def restore(sim, checkpoint: Checkpoint) -> None:
 def save_simulation(sim, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
     """Write a checkpoint of ``sim`` to ``path`` atomically."""
     return write_checkpoint(path, checkpoint_of(sim, extra))
-
-
-def load_simulation(path: str | Path, geometry: Any, backend: Any = None):
-    """A Simulation on ``geometry`` continued from the checkpoint at ``path``."""
-    from .simulation import Simulation
-
-    checkpoint = read_checkpoint(path)
-    try:
-        config = config_from_values(checkpoint.config)
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"The configuration in {path} is not valid here: {exc}") from exc
-    sim = Simulation(geometry, config, backend)
-    restore(sim, checkpoint)
-    return sim
 
 
 def write_vti(path: str | Path, fields_: dict[str, np.ndarray], voxel_size: float | None = None,

@@ -39,7 +39,7 @@ from functools import cache
 
 import numpy as np
 
-from .collision import combine_rows, relaxation
+from .collision import combine_rows, trt_rates
 from .lattice import Lattice
 from .moments import MRT_LATTICES, equilibrium_matrix, moment_basis, pair_index
 
@@ -78,7 +78,7 @@ def magic_rates(lattice: str, tau: float, magic: float = 3 / 16) -> dict[str, fl
     if lattice == "D3Q13":
         s_off = default_group_rates(lattice, tau)["nu_off"]
         return {"h": 1.0 / (4.0 / 3.0 * magic / (1.0 / s_off - 0.5) + 0.5)}
-    odd = relaxation("TRT", tau, magic).omega_minus
+    odd = trt_rates(tau, magic).omega_minus
     return {g: odd for g in ("q", "m") if g in moment_basis(lattice).group_names()}
 
 

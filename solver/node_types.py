@@ -43,10 +43,10 @@ class NodeType(IntEnum):
 _VELOCITY0, _PRESSURE0 = int(NodeType.VELOCITY_X_MIN), int(NodeType.PRESSURE_X_MIN)
 
 
-def zou_he_type(kind: str, face: int) -> NodeType:
-    """Type of a Zou-He node of ``kind`` ('velocity' or 'pressure') on face index ``face``."""
-    base = {"velocity": _VELOCITY0, "pressure": _PRESSURE0}[kind]
-    return NodeType(base + face)
+def zou_he_type(base: int, face: int) -> NodeType:
+    """Type of a Zou-He node on face index ``face`` of a kind whose x_min nodes have type
+    ``base`` (:attr:`solver.face_kinds.FaceKind.node_type`)."""
+    return NodeType(int(base) + face)
 
 
 def is_velocity(t: int) -> bool:

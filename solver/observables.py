@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .face_kinds import face_kind
 from .lattice import CS2
 from .node_types import FACE_NAMES
 from .problem import Problem
@@ -96,7 +97,7 @@ def flow_axis(problem: Problem, default: int | None = None) -> int:
     if np.any(problem.force != 0):
         return int(np.argmax(np.abs(problem.force)))
     for name, face in problem.faces.items():
-        if face.kind in ("velocity", "pressure"):
+        if face_kind(face.kind).flux:
             return FACE_NAMES.index(name) // 2
     return 0
 
@@ -221,7 +222,7 @@ def face_fluxes(problem: Problem, fields: dict[str, np.ndarray]) -> dict[str, fl
     """
     out = {}
     for name, face in problem.faces.items():
-        if face.kind not in ("velocity", "pressure"):
+        if not face_kind(face.kind).flux:
             continue
         axis, side = FACE_NAMES.index(name) // 2, FACE_NAMES.index(name) % 2
         layer = 0 if side == 0 else fields["rho"].shape[axis] - 1

@@ -1,4 +1,5 @@
-"""Host-side description of one run, built once per geometry and configuration.
+"""Host-side description of one run, built once per geometry and configuration, and the
+:class:`GeometryLike` protocol: what the solver reads from a geometry.
 
 A :class:`Problem` gathers what every backend needs — the lattice, the tiling, relaxation rates
 (``Relaxation`` for BGK/TRT, ``MRTRates`` for MRT), the body force, the periodic axes, the
@@ -12,20 +13,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .boundaries import BoundaryTables, build_tables
-from .collision import Relaxation, equilibrium, relaxation
+from .collision import Relaxation, equilibrium
+from .collisions import CollisionModel, collision_model
 from .config import ConfigError, FaceCondition, SimulationConfig, population_copies
 from .lattice import Lattice, get_lattice
-from .mrt import MRTRates, mrt_rates
+from .mrt import MRTRates
 from .node_types import NodeType
 from .storage import Storage, storage_for
 from .streaming import PullTable, build_pull_table
 from .tiling import Tiling
 
-__all__ = ["Problem"]
+__all__ = ["Problem", "GeometryLike", "ArrayGeometry", "as_geometry"]
 
 
 @dataclass
@@ -40,7 +43,8 @@ class Problem:
     rho0: float
     periodic: tuple[bool, ...]
     dtype: np.dtype
-    collision: str
+    #: The collision model (:mod:`solver.collisions`); a name given here is looked up once.
+    collision: CollisionModel
     layout: str = "paper"
     tiles_per_block: int = 1
     extras: dict = field(default_factory=dict)
@@ -55,6 +59,10 @@ class Problem:
     storage_kind: str = "auto"
     #: Population storage on the GPU (``SimulationConfig.streaming``): 'two-copy' or 'in-place'.
     streaming: str = "two-copy"
+
+    def __post_init__(self) -> None:
+        # Decided once: a name (tests, reconfigure(collision=...)) becomes the model object.
+        self.collision = collision_model(self.collision)
 
     @classmethod
     def from_config(cls, solid: np.ndarray, config: SimulationConfig,
@@ -75,10 +83,8 @@ class Problem:
         lattice = get_lattice(config.lattice)
         offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
         tiling = Tiling.build(solid, config.tile_edge, offset)
-        if config.collision == "MRT":
-            rates = mrt_rates(config.lattice, config.tau, config.mrt_rates)
-        else:
-            rates = relaxation(config.collision, config.tau, config.trt_magic)
+        collision = collision_model(config.collision)
+        rates = collision.rates(config.lattice, config.tau, config.trt_magic, config.mrt_rates)
         return cls(
             lattice=lattice,
             tiling=tiling,
@@ -89,7 +95,7 @@ class Problem:
             periodic=config.periodic_axes(),
             dtype=np.dtype(config.precision),
             storage_kind=config.storage,
-            collision=config.collision,
+            collision=collision,
             layout=config.gpu_layout,
             tiles_per_block=int(config.tiles_per_block),
             faces=config.face_conditions(),
@@ -171,3 +177,48 @@ class Problem:
     def bytes_per_fluid_node_step(self) -> int:
         """Minimum bytes moved per fluid node and step, 2 q n_d (paper eq. 10)."""
         return 2 * self.lattice.q * self.storage_dtype.itemsize
+
+
+# ---------------------------------------------------------------- the geometry it is built from
+@runtime_checkable
+class GeometryLike(Protocol):
+    """A voxel geometry as the solver reads it (:class:`~geometries.voxel.VoxelGeometry` is one).
+
+    ``solid``: True = solid, (x, y[, z]); ``voxel_size``: metres per voxel or None (unknown);
+    ``origin``: metres of the lower corner of voxel 0; ``flow_axis``: the driven axis or None
+    (none said); ``labels``: int32 object id per voxel or None; ``name``: short description.
+    """
+
+    solid: np.ndarray
+    voxel_size: float | None
+    origin: tuple[float, ...]
+    flow_axis: int | None
+    labels: np.ndarray | None
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayGeometry:
+    """A bare mask as a :class:`GeometryLike`: no voxel size, origin, flow axis, labels or name.
+
+    ``solid`` is kept as given (the solver validates it and says what to do when it is not a
+    boolean 2D/3D mask)."""
+
+    solid: Any
+    voxel_size: float | None = None
+    origin: tuple[float, ...] = ()
+    flow_axis: int | None = None
+    labels: np.ndarray | None = None
+    name: str = ""
+
+
+def as_geometry(geometry: Any) -> GeometryLike:
+    """``geometry`` itself when it is a :class:`GeometryLike`; a plain array (or an object with a
+    ``solid`` and only some of the other attributes) as an :class:`ArrayGeometry`."""
+    if isinstance(geometry, GeometryLike):
+        return geometry
+    if not hasattr(geometry, "solid"):
+        return ArrayGeometry(geometry)
+    # A partial stand-in: the attributes it has, the protocol's defaults for the others.
+    fields = ArrayGeometry.__dataclass_fields__
+    return ArrayGeometry(**{k: getattr(geometry, k, f.default) for k, f in fields.items()})

@@ -35,6 +35,7 @@ from .io import (
     write_json,
     write_vti,
 )
+from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import (
     DivergenceError,
@@ -107,14 +108,16 @@ class _Interrupt:
 class HeadlessRun:
     """One case run to convergence, its step limit, divergence or Ctrl-C, writing to ``out``."""
 
-    def __init__(self, case: Case, out: str | Path | None = None, geometry: Any = None,
+    def __init__(self, case: Case, out: str | Path | None = None,
+                 geometry: GeometryLike | np.ndarray | None = None,
                  backend: Any = None) -> None:
         self.case = case
         self.controls = case.run
         self.out = Path(out or case.run.output or Path("runs") / case.name)
-        self.geometry = geometry if geometry is not None else load_geometry(case.geometry)
-        self.voxel_size = getattr(self.geometry, "voxel_size", None)
-        solid = np.asarray(getattr(self.geometry, "solid", self.geometry))
+        self.geometry = as_geometry(geometry if geometry is not None
+                                    else load_geometry(case.geometry))
+        self.voxel_size = self.geometry.voxel_size
+        solid = np.asarray(self.geometry.solid)
         for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
@@ -252,7 +255,7 @@ class HeadlessRun:
         if self.controls.vti:
             solid = self.sim.solid.astype(np.uint8)
             write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
-                       getattr(self.geometry, "origin", None), extra={"solid": solid})
+                       self.geometry.origin or None, extra={"solid": solid})
         return 0 < self.controls.convergence and residual < self.controls.convergence
 
     def _checkpoint(self) -> None:

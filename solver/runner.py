@@ -391,7 +391,7 @@ class SimulationRunner:
             base.update(step=sim.time_step, shape=tuple(sim.solid.shape),
                         metrics=sim.metrics.as_dict(), device=self._device,
                         memory_bytes=sim.memory_bytes(),
-                        geometry_name=str(getattr(self._geometry, "name", "") or "array"))
+                        geometry_name=sim.geometry.name or "array")
         snapshot = replace(self._snapshot, **base, **extra)
         with self._slot:
             self._snapshot = snapshot

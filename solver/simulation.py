@@ -18,8 +18,9 @@ from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
 from .fields import locate_cut, speed, tile_moments
+from .io import CheckpointError, config_from_values, read_checkpoint, restore, save_simulation
 from .metrics import Metrics
-from .problem import Problem
+from .problem import GeometryLike, Problem, as_geometry
 
 __all__ = ["Simulation", "SimulationConfig", "ConfigError", "QUANTITIES"]
 
@@ -29,10 +30,9 @@ log = logging.getLogger(__name__)
 QUANTITIES = ("umag", "ux", "uy", "uz", "rho")
 
 
-def solid_mask(geometry: Any) -> np.ndarray:
+def solid_mask(geometry: GeometryLike | np.ndarray) -> np.ndarray:
     """Boolean solid mask (True = solid) of a VoxelGeometry or a plain boolean array."""
-    solid = getattr(geometry, "solid", geometry)
-    solid = np.asarray(solid)
+    solid = np.asarray(as_geometry(geometry).solid)
     if solid.dtype != bool:
         raise ConfigError(
             f"A plain array geometry must be boolean (True = solid), got dtype {solid.dtype}; "
@@ -49,14 +49,13 @@ class Simulation:
     """A tiled lattice-Boltzmann run on one geometry (lattice units throughout)."""
 
     def __init__(
-        self, geometry: Any, config: SimulationConfig | None = None,
+        self, geometry: GeometryLike | np.ndarray, config: SimulationConfig | None = None,
         backend: Backend | str | None = None,
     ) -> None:
-        self.geometry = geometry
+        self.geometry = as_geometry(geometry)
         self.config = config if config is not None else SimulationConfig()
-        self.solid = solid_mask(geometry)
-        self.problem = Problem.from_config(self.solid, self.config,
-                                           labels=getattr(geometry, "labels", None))
+        self.solid = solid_mask(self.geometry)
+        self.problem = Problem.from_config(self.solid, self.config, labels=self.geometry.labels)
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
@@ -226,13 +225,12 @@ class Simulation:
     def permeability(self, axis: int | None = None,
                      voxel_size: float | None = None) -> observables.Permeability:
         """Darcy permeability (see :func:`solver.observables.permeability`), lattice + SI."""
-        voxel_size = voxel_size if voxel_size is not None else getattr(
-            self.geometry, "voxel_size", None)
+        voxel_size = voxel_size if voxel_size is not None else self.geometry.voxel_size
         return observables.permeability(self.problem, self.fields(), self._flow_axis(axis),
                                         voxel_size)
 
     def _flow_axis(self, axis: int | None) -> int | None:
-        return axis if axis is not None else getattr(self.geometry, "flow_axis", None)
+        return axis if axis is not None else self.geometry.flow_axis
 
     def close(self) -> None:
         """Free the backend state (device memory)."""
@@ -244,14 +242,19 @@ class Simulation:
 
     def save(self, path: str | Path) -> Path:
         """Write a checkpoint (populations in the storage dtype, config, mask hash) atomically."""
-        from .io import save_simulation
-
         return save_simulation(self, path)
 
     @classmethod
-    def load(cls, path: str | Path, geometry: Any, backend: Backend | str | None = None,
+    def load(cls, path: str | Path, geometry: GeometryLike | np.ndarray,
+             backend: Backend | str | None = None
              ) -> Simulation:
         """Continue from a checkpoint on ``geometry``; refuses another geometry's checkpoint."""
-        from .io import load_simulation
-
-        return load_simulation(path, geometry, backend)
+        checkpoint = read_checkpoint(path)
+        try:
+            config = config_from_values(checkpoint.config)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"The configuration in {path} is not valid here: {exc}"
+                                  ) from exc
+        sim = cls(geometry, config, backend)
+        restore(sim, checkpoint)
+        return sim

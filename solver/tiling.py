@@ -157,7 +157,7 @@ class Tiling:
         a fluid node, the fraction that also hold a solid node; 0 without fluid nodes.
 
         With ``group`` = the nodes per 32-byte memory sector, this is how many of the sectors
-        a GPU step writes are written only in part (see gpu_kernels' sector fill).
+        a GPU step writes are written only in part (see kernels' sector fill).
         """
         if self.nodes_per_tile % group:
             raise ValueError(f"A tile of {self.nodes_per_tile} nodes does not split into runs "

@@ -48,7 +48,7 @@ class PhysicsPanel(pn.viewable.Viewer):
         super().__init__(**params)
         self.controller = controller
         self.setup = PhysicalSetup(name="Physical setup")
-        voxel = getattr(controller.geometry, "voxel_size", None)
+        voxel = controller.geometry.voxel_size
         if voxel:
             self.setup.voxel_size_um = voxel * 1e6
         self.apply_button = pn.widgets.Button(name="Apply to simulation", button_type="primary")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from ..config import BACKENDS
 from .base import Backend, DeviceInfo
 
-__all__ = ["Backend", "DeviceInfo", "get_backend", "gpu_available"]
+__all__ = ["Backend", "DeviceInfo", "get_backend", "gpu_available", "may_use_gpu"]
 
 log = logging.getLogger(__name__)
 
@@ -14,20 +15,26 @@ log = logging.getLogger(__name__)
 def gpu_available() -> tuple[bool, str]:
     """Whether the CuPy backend can run here, and why not if it cannot."""
     try:
-        from .cupy_backend import probe_device
+        from .cuda.device import probe_device
     except Exception as exc:  # ImportError, or a CUDA library failing to load
         return False, f"CuPy is not usable ({exc.__class__.__name__}: {exc})"
     return probe_device()
 
 
+def may_use_gpu(name: str) -> bool:
+    """Whether the backend option ``name`` (:data:`solver.config.BACKENDS`) may pick the GPU."""
+    return name in ("auto", "cupy")
+
+
 def get_backend(name: str = "auto") -> Backend:
     """Backend ``'numpy'``, ``'cupy'`` or ``'auto'`` (CuPy when a GPU is usable)."""
-    if name not in ("auto", "numpy", "cupy"):
-        raise ValueError(f"Unknown backend {name!r}; use 'auto', 'numpy' or 'cupy'.")
-    if name in ("auto", "cupy"):
+    if name not in BACKENDS:
+        options = ", ".join(f"'{b}'" for b in BACKENDS[:-1])
+        raise ValueError(f"Unknown backend {name!r}; use {options} or '{BACKENDS[-1]}'.")
+    if may_use_gpu(name):
         ok, why = gpu_available()
         if ok:
-            from .cupy_backend import CupyBackend
+            from .cuda.backend import CupyBackend
 
             return CupyBackend()
         if name == "cupy":

@@ -5,7 +5,7 @@ device and the precision; nothing outside ``solver/backends`` asks which one it 
 allocates holds two copies of the populations in the layout ``f[copy][tile][i][node_in_tile]``
 in the problem's storage (:mod:`solver.storage`); ``state.current`` says which copy holds the
 latest values. The CuPy backend can instead keep one copy updated in place
-(``Problem.streaming``, see :mod:`solver.backends.gpu_streaming`). Everything that reads or
+(``Problem.streaming``, see :mod:`solver.backends.cuda.streaming`). Everything that reads or
 writes populations through this interface sees them decoded, in the natural layout and the
 arithmetic precision or float64, whichever way they are stored.
 
@@ -17,7 +17,7 @@ starts from it everywhere, ``set_populations`` puts it back into the solid nodes
 (:func:`with_rest_solids`), and a step writes nothing else there: the NumPy backend, the
 paper-layout and the in-place kernels leave solid nodes alone, the two-copy XYZ-layout kernels
 store exactly this value into the solid nodes whose 32-byte sector of the written copy also
-holds a fluid node (``kernels/tiled_lbm.cu``). Observables read fluid nodes only.
+holds a fluid node (``templates/tiled_lbm.cu``). Observables read fluid nodes only.
 """
 
 from __future__ import annotations

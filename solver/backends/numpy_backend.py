@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import collision, mrt
 from ..boundaries import ZouHeFace, ladd_links, zou_he, zou_he_faces
-from ..node_types import NodeType
+from ..face_kinds import face_kind
+from ..node_types import zou_he_type
 from ..problem import Problem
 from ..storage import dither
 from .base import DeviceInfo, with_rest_solids
@@ -94,8 +94,8 @@ def _chunk_boundaries(problem: Problem, chunks: list[slice]) -> list[ChunkBounda
     node_type = tables.node_type[table.tile, table.node]
     zou_nodes = []
     for zf in faces:
-        kind = NodeType.VELOCITY_X_MIN if zf.kind == "velocity" else NodeType.PRESSURE_X_MIN
-        zou_nodes.append(np.flatnonzero(node_type == kind + zf.face))
+        zou_nodes.append(np.flatnonzero(node_type == zou_he_type(face_kind(zf.kind).node_type,
+                                                                 zf.face)))
     out = []
     for chunk in chunks:
         cb = ChunkBoundary()
@@ -170,8 +170,8 @@ class NumpyBackend:
         for zf, nodes in bc.zou_he:
             g[:, nodes] = zou_he(g[:, nodes], zf, problem.lattice, problem.force,
                                  problem.incompressible)
-        collide = mrt.collide if problem.collision == "MRT" else collision.collide
-        out = collide(g, problem.lattice, problem.rates, problem.force, problem.incompressible)
+        out = problem.collision.collide(g, problem.lattice, problem.rates, problem.force,
+                                        problem.incompressible)
         noise = None
         if storage.encoded and storage.rounding == "stochastic":  # bits as in the kernel
             node = table.tile[chunk].astype(np.int64) * problem.tiling.nodes_per_tile \

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import HALO_TRANSPORTS
+from ..config import BACKENDS, HALO_TRANSPORTS
 
 __all__ = ["main", "build_parser", "parse_settings"]
 
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("geometry", type=Path, help="boolean .npy solid mask (True = solid)")
     parser.add_argument("--steps", type=int, nargs="+", default=[100],
                         help="time steps; several numbers run as that many step() calls")
-    parser.add_argument("--backend", default="numpy", choices=["auto", "numpy", "cupy"])
+    parser.add_argument("--backend", default="numpy", choices=list(BACKENDS))
     parser.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),
                         help="halo transport: nccl (GPU to GPU), host (MPI through host "
                              "memory) or auto (nccl when every rank has its own GPU)")

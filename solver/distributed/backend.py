@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Backend, DeviceInfo, get_backend
+from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
 from ..config import ConfigError
 from ..problem import Problem
 from .comm import bind_local_gpu, world
@@ -104,7 +104,7 @@ class DistributedBackend:
         self.transport_used: str | None = None
         self.transport_reason = ""
         self._link: Any = None  # NcclLink, built on first use
-        if inner in ("auto", "cupy"):
+        if isinstance(inner, str) and may_use_gpu(inner):
             bind_local_gpu(self.comm)  # before CUDA starts in this process
         self.inner = get_backend(inner) if isinstance(inner, str) else inner
         self._solver: RankSolver | None = None

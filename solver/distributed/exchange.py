@@ -20,7 +20,7 @@ Implementations (chosen by :mod:`solver.distributed.transport`):
 
 - :class:`MpiExchange` (``host``) — non-blocking ``Isend``/``Irecv`` of the host buffers.
 - :class:`NcclExchange` (``nccl``) — device buffers sent and received by NCCL
-  (:class:`~solver.backends.gpu_nccl.NcclLink`) on the stepper's halo stream: gather, grouped
+  (:class:`~solver.backends.cuda.nccl.NcclLink`) on the stepper's halo stream: gather, grouped
   ``send``/``recv`` and scatter are queued in stream order behind the boundary tiles, so no
   call waits on the host and the interior launch runs meanwhile on the compute stream; whole
   steps can therefore be captured in a CUDA graph and replayed (``capturable``).

@@ -92,7 +92,7 @@ class StepGraphs:
     """Captured multi-step graphs of one rank's stepper, replayed for long runs.
 
     ``stepper`` provides ``state.current``, ``capture_steps(run)`` and ``replay(graph)``
-    (:class:`~solver.backends.gpu_phases.CupyPhases`). :attr:`counts` adds up the plain
+    (:class:`~solver.backends.cuda.phases.CupyPhases`). :attr:`counts` adds up the plain
     steps, replayed steps and captures; :attr:`enabled` switches replays on and off (plain
     steps only).
     """

@@ -27,7 +27,7 @@ or a clock). Steppers of GPU backends also offer the NCCL transport's device sid
 
 Other backends plug in by providing ``phase_stepper(problem, n_boundary_tiles, n_owned_tiles)``
 that allocates the rank-local problem and returns an object with this interface. The CuPy one
-(:mod:`solver.backends.gpu_phases`) launches the tiled kernel over the tile range ``[0, n_b)``
+(:mod:`solver.backends.cuda.phases`) launches the tiled kernel over the tile range ``[0, n_b)``
 on a high-priority communication stream and over ``[n_b, n_owned)`` on the compute stream,
 both from ``boundary()``, so the interior is queued on the GPU before the host waits for the
 packed halo or for MPI; ``interior()`` then only polls MPI.

@@ -99,7 +99,7 @@ def choose_transport(requested: str, reports: Sequence[TransportReport]) -> tupl
 
 def exchange_factory(transport: str, comm: Any, link: Any = None) -> ExchangeFactory:
     """Builds each rank's HaloExchange: NCCL over ``link`` (a
-    :class:`~solver.backends.gpu_nccl.NcclLink`) or MPI over ``comm``."""
+    :class:`~solver.backends.cuda.nccl.NcclLink`) or MPI over ``comm``."""
     if check_transport(transport) == "nccl":
         if link is None:
             raise ValueError("The NCCL transport needs the rank's NcclLink.")

@@ -88,16 +88,16 @@ def sc_array(size: str, backend: str, name: str) -> list[CaseResult]:
 def sc_tau(size: str, backend: str, name: str) -> list[CaseResult]:
     """TRT and BGK at several tau on a c = 0.216 cell."""
     fraction, n = 0.216, _TAU_CELL[size]
-    out, trt = [], []
+    out, ks = [], {}
     for collision in ("TRT", "BGK"):
         for tau in _TAUS:
             timer = Timer()
             k, c_vox, steps, residual = sphere_array_k(n, fraction, collision, tau, backend)
             reference = zick_homsy_k(n, c_vox)
-            if collision == "TRT":
-                trt.append(k)
+            ks.setdefault(collision, []).append(k)
             out.append(CaseResult(name, f"k, {collision} tau = {tau}", k, reference, None,
                                   f"{n}^3", steps, timer(), note=f"residual {residual:.1e}"))
+    trt = ks["TRT"]
     spread = (max(trt) - min(trt)) / np.mean(trt)
     out.append(CaseResult(name, f"TRT (k_max - k_min) / k_mean over tau = {_TAUS}", spread,
                           0.0, 0.01, f"{n}^3", 0, sum(r.seconds for r in out),

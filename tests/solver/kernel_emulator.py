@@ -25,14 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.gpu_kernels import (
+from solver.backends.cuda.kernels import (
     KernelVariant,
     kernel_source,
     real_args,
     real_param_names,
 )
-from solver.backends.gpu_streaming import next_phase
-from solver.backends.gpu_tables import (
+from solver.backends.cuda.streaming import next_phase
+from solver.backends.cuda.tables import (
     device_tables,
     geometry_args,
     launch_shape,
@@ -157,7 +157,7 @@ class EmulatedKernel:
     the kernel.
 
     ``current`` is the copy with the latest values, or in place the phase of the one copy
-    (:mod:`solver.backends.gpu_streaming`), and ``seeds`` the float16 step-counter pair,
+    (:mod:`solver.backends.cuda.streaming`), and ``seeds`` the float16 step-counter pair,
     exactly as in the CuPy backend's state.
     """
 

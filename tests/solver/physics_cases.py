@@ -1,6 +1,6 @@
 """Test problems for the boundary and MRT physics, shared by the GPU and kernel-emulation tests.
 
-Each case exercises one part of ``solver/backends/kernels/PHYSICS_FOR_GPU.md`` on a small
+Each case exercises one part of ``solver/backends/cuda/templates/PHYSICS_FOR_GPU.md`` on a small
 domain whose sizes are not multiples of the tile edge, starts from a noisy equilibrium and is
 compared against the NumPy reference (``porous_cases.reference``):
 

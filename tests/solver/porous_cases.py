@@ -106,7 +106,7 @@ def sector_filled(problem: Problem) -> np.ndarray:
     Those whose 32-byte sector, 32 / itemsize consecutive nodes of a tile, holds a fluid node,
     when the problem's kernel has the sector fill (none otherwise).
     """
-    from solver.backends.gpu_kernels import KernelVariant
+    from solver.backends.cuda.kernels import KernelVariant
 
     solid = problem.tiling.solid
     if not KernelVariant.for_problem(problem).sector_fill:

@@ -6,6 +6,7 @@ import pytest
 from solver.boundaries import ZouHeFace, zou_he, zou_he_faces
 from solver.collision import equilibrium
 from solver.config import ConfigError, SimulationConfig
+from solver.face_kinds import face_kind
 from solver.io import config_from_values, config_values
 from solver.lattice import get_lattice
 from solver.node_types import NodeType, face_of, is_pressure, is_velocity, zou_he_type
@@ -72,7 +73,7 @@ def test_object_velocities_need_labels_and_integer_keys():
 def test_node_type_codes_round_trip():
     for kind, check in (("velocity", is_velocity), ("pressure", is_pressure)):
         for face in range(6):
-            t = zou_he_type(kind, face)
+            t = zou_he_type(face_kind(kind).node_type, face)
             assert check(t) and face_of(t) == face
     assert not is_velocity(NodeType.FLUID) and not is_pressure(NodeType.SOLID)
 

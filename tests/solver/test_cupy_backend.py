@@ -89,7 +89,7 @@ def test_matches_numpy_reference(backend, lattice, precision, collision, fluid, 
 def test_wide_sources_give_the_narrow_result(backend, monkeypatch, lattice, precision, layout,
                                              tpb):
     """The 64-bit halo sources of copies of 2^31 values or more, forced on a small problem."""
-    from solver.backends import gpu_kernels
+    from solver.backends.cuda import kernels as gpu_kernels
 
     f0, ref = _reference(lattice, precision, "TRT", "incompressible")
     problem = make_problem(lattice, precision, "TRT", "incompressible", layout, tpb)
@@ -295,7 +295,7 @@ def test_domains_narrower_than_a_tile(backend, shape):
 
 
 def test_graph_replays_from_either_copy(backend):
-    from solver.backends.cupy_backend import GRAPH_STEPS
+    from solver.backends.cuda.backend import GRAPH_STEPS
 
     problem = make_problem("D3Q19", "float64", "BGK", "incompressible", "paper", 2)
     f0 = noisy_start(problem)

@@ -1,6 +1,6 @@
 """In-place streaming on the GPU (``pytest -m gpu``): one copy, the two-copy results bit for bit.
 
-The CuPy backend with ``streaming='in-place'`` (AA pattern, :mod:`solver.backends.gpu_streaming`)
+The CuPy backend with ``streaming='in-place'`` (AA pattern, :mod:`solver.backends.cuda.streaming`)
 is stepped next to the two-copy one from the same noisy start, through CUDA-graph replays from
 both phases and plain launches, and read after odd and even step counts (reading decodes the
 one copy in place and the run continues from there). Populations of fluid nodes must be equal
@@ -78,7 +78,7 @@ def _fluid(problem) -> np.ndarray:
 
 def _runs(backend, problem, f0, schedule):
     """Populations after each group of step calls, two copies and in place side by side."""
-    from solver.backends.cupy_backend import GRAPH_STEPS
+    from solver.backends.cuda.backend import GRAPH_STEPS
 
     states = {s: backend.allocate(replace(problem, streaming=s))
               for s in ("two-copy", "in-place")}
@@ -101,7 +101,7 @@ def _runs(backend, problem, f0, schedule):
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_in_place_equals_two_copy_bit_for_bit(backend, name):
-    from solver.backends.cupy_backend import GRAPH_STEPS
+    from solver.backends.cuda.backend import GRAPH_STEPS
 
     problem = PROBLEMS[name]()
     f0 = noisy_start(problem)

@@ -1,6 +1,6 @@
 """CuPy kernel against the NumPy reference for boundaries and MRT (``pytest -m gpu``).
 
-The cases of :mod:`physics_cases` (``kernels/PHYSICS_FOR_GPU.md`` section 4): Zou-He velocity
+The cases of :mod:`physics_cases` (``templates/PHYSICS_FOR_GPU.md`` section 4): Zou-He velocity
 inlet and pressure outlet on a porous box with solids through both faces (with resting walls,
 and with a moving wall meeting them), the lid cavity (moving-wall face and the corner rule),
 labelled objects sliding at their own velocities, velocity faces meeting at edges (far field)
@@ -88,7 +88,7 @@ def test_physics_matches_numpy(backend, case, lattice, precision, collision, flu
                                tpb):
     f0, ref = _reference(case, lattice, precision, collision, fluid)
     problem = physics_problem(case, lattice, precision, collision, fluid, layout, tpb)
-    from solver.backends.gpu_kernels import KernelVariant
+    from solver.backends.cuda.kernels import KernelVariant
 
     kind = {"mrt": "none", "zou_he": "zou_he"}.get(case, "moving")
     assert KernelVariant.for_problem(problem).boundary == kind

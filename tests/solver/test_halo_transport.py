@@ -208,7 +208,7 @@ def test_nccl_exchange_sequence_matches_one_process_bitwise(n_ranks, axis):
 def test_step_timeline_writes_microseconds_per_edge_of_the_last_steps(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from solver.backends import gpu_timeline
+    from solver.backends.cuda import timeline as gpu_timeline
 
     clock = iter(range(1000))
 
@@ -236,7 +236,7 @@ def test_step_timeline_writes_microseconds_per_edge_of_the_last_steps(tmp_path, 
 def test_nccl_link_limits_p2p_channels_unless_the_environment_says_otherwise(monkeypatch):
     from types import SimpleNamespace
 
-    from solver.backends.gpu_nccl import P2P_DEFAULTS, NcclLink
+    from solver.backends.cuda.nccl import P2P_DEFAULTS, NcclLink
 
     seen = []
     nccl = SimpleNamespace(

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.backends.gpu_kernels import (
+from solver.backends.cuda.kernels import (
     KernelVariant,
     all_variants,
     collision_param_names,
@@ -30,9 +30,9 @@ from solver.backends.gpu_kernels import (
     real_args,
     real_param_names,
 )
-from solver.backends.gpu_storage import storage_param_names
-from solver.backends.gpu_streaming import next_phase
-from solver.backends.gpu_tables import physics_args
+from solver.backends.cuda.storage import storage_param_names
+from solver.backends.cuda.streaming import next_phase
+from solver.backends.cuda.tables import physics_args
 from solver.config import ConfigError, SimulationConfig, population_copies
 from solver.problem import Problem
 

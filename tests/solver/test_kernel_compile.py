@@ -24,14 +24,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from solver.backends.gpu_kernels import (
+from solver.backends.cuda.kernels import (
     SECTOR_FILL_MIN_MIX,
     KernelVariant,
     all_variants,
     kernel_source,
 )
-from solver.backends.gpu_streaming import KERNEL_STREAMING
-from solver.backends.gpu_tables import (
+from solver.backends.cuda.streaming import KERNEL_STREAMING
+from solver.backends.cuda.tables import (
     SOURCE32_LIMIT,
     direction_layouts,
     needs_wide_sources,
@@ -205,7 +205,7 @@ def test_emulated_boundaries_and_mrt_match_numpy(case, lattice, precision, colli
 @pytest.mark.parametrize("case", ["zou_he", "far_field", "objects", "mrt"])
 def test_kernel_without_ladd_only_where_no_link_needs_it(case) -> None:
     """The 'zou_he' kernel has no Ladd term: the reference must then have no such link."""
-    from solver.backends.gpu_boundary import boundary_kind
+    from solver.backends.cuda.boundary import boundary_kind
     from solver.boundaries import ladd_links
 
     problem = physics_problem(case, "D3Q19")
@@ -298,7 +298,7 @@ def test_sector_fill_is_chosen_by_the_share_of_mixed_sectors() -> None:
 
 @needs_gxx
 def test_emulated_kernel_without_sector_fill_never_writes_solid_nodes(monkeypatch) -> None:
-    import solver.backends.gpu_kernels as kernels
+    import solver.backends.cuda.kernels as kernels
 
     monkeypatch.setattr(kernels, "SECTOR_FILL_MIN_MIX", 1.5)  # above any share: no fill
     problem = make_problem("D3Q19", "float32", "BGK", layout="xyz", offset=(1, 3, 2))

@@ -164,7 +164,7 @@ def test_float16_in_place_keeps_a_quarter_of_float32_two_copy():
 @pytest.mark.parametrize("fluid_model", ["incompressible", "quasi-compressible"])
 def test_rest_state_is_stored_as_binary16_zero(lattice, fluid_model):
     """What solid nodes hold (solver.backends.base) and the kernels' sector fill stores as
-    ``(store_t)0`` (gpu_storage.rest_value): the shift is the rest equilibrium, exactly."""
+    ``(store_t)0`` (storage.rest_value): the shift is the rest equilibrium, exactly."""
     shape = (12, 10) if get_lattice(lattice).d == 2 else (8, 8, 8)
     for rho0 in (1.0, 1.037, 0.3, 1000.0):
         config = SimulationConfig(lattice=lattice, precision="float32", storage="float16",

@@ -1,6 +1,6 @@
 """MRT collision in the tiled GPU kernel: generated moment-space code and its host constants.
 
-The CUDA port of :func:`solver.mrt.collide` (``kernels/PHYSICS_FOR_GPU.md``, section 3). NumPy
+The CUDA port of :func:`solver.mrt.collide` (``templates/PHYSICS_FOR_GPU.md``, section 3). NumPy
 applies ``f* = (I - A) g + A E b + (I - A/2) E b_F`` with dense ``q x q`` matrices; the kernel
 does the same update in moment space, where it is sparse:
 
@@ -26,9 +26,9 @@ from functools import cache
 
 import numpy as np
 
-from ..lattice import get_lattice
-from ..moments import equilibrium_matrix, moment_basis, pair_index
-from ..mrt import MRTRates
+from ...lattice import get_lattice
+from ...moments import equilibrium_matrix, moment_basis, pair_index
+from ...mrt import MRTRates
 
 __all__ = ["mrt_param_names", "mrt_params", "mrt_collide_code"]
 

@@ -21,7 +21,7 @@ copy is in:
 
 Per node the arithmetic is that of the two-copy kernel, so the populations agree bit for bit.
 This module only says where a value is read or written; what is stored there (the arithmetic
-type, or float16) is :mod:`solver.backends.gpu_storage`'s, so every storage works in place.
+type, or float16) is :mod:`solver.backends.cuda.storage`'s, so every storage works in place.
 The streamed layout is the natural one with the two slots of every fluid-fluid link exchanged,
 ``(x, i) <-> (x + c_i, opp(i))``: kernel mode ``'swap'`` does that exchange in place, which is
 how the backend decodes phase 1 (and only phase 1) back to the natural layout. A step moves
@@ -30,8 +30,8 @@ the same bytes either way (2 q values per node); only the memory for f halves.
 
 from __future__ import annotations
 
-from ..config import STREAMING
-from ..lattice import Lattice
+from ...config import STREAMING
+from ...lattice import Lattice
 
 __all__ = ["KERNEL_STREAMING", "kernel_streaming", "next_phase", "phase_code",
            "pointer_qualifier", "needs_halo", "own_offset_name", "own_offsets", "load_code",
@@ -74,7 +74,7 @@ def phase_code(pattern: str) -> str:
     Two copies: the copy it reads (copy 0 lies at the lower address: both live in one array).
     In place: the layout, 0 for the neighbour kernel and 1 for the local one and 'swap'. This
     is ``state.current`` of the backends, kept on the device for what must follow the phase
-    there (the float16 step counter, :mod:`solver.backends.gpu_storage`).
+    there (the float16 step counter, :mod:`solver.backends.cuda.storage`).
     """
     if pattern == "pull":
         return "fin < fout ? 0u : 1u"

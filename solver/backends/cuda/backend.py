@@ -1,20 +1,20 @@
 """CuPy backend: the tiled stream-collide kernel of the paper on an NVIDIA GPU.
 
-The only module that imports CuPy. Kernels come from :mod:`solver.backends.gpu_kernels` as
-CUDA C++ text, are compiled by NVRTC through ``cupy.RawModule`` once per variant (and cached on
-disk by CuPy), and run on device copies ``f[copy][tile][i][slot]`` whose in-tile slots follow
-the configured layout: two copies, or one updated in place by the AA pattern
-(``SimulationConfig.streaming``, :mod:`solver.backends.gpu_streaming`; ``state.current`` is
-then the phase and readers decode phase 1 in place first). :meth:`CupyBackend.populations`
-returns them in XYZ order like every backend. Step times are CUDA-event times.
-:meth:`CupyBackend.probe` runs the paper's read/write-only and propagation-only kernels
-(section 4.1) on the same state for the benchmark.
+With :mod:`.device`, the only module that imports CuPy. Kernels come from
+:mod:`solver.backends.cuda.kernels` as CUDA C++ text, are compiled by NVRTC through
+``cupy.RawModule`` once per variant (:mod:`.device`; cached on disk by CuPy), and run on device
+copies ``f[copy][tile][i][slot]`` whose in-tile slots follow the configured layout: two copies,
+or one updated in place by the AA pattern (``SimulationConfig.streaming``,
+:mod:`solver.backends.cuda.streaming`; ``state.current`` is then the phase and readers decode
+phase 1 in place first). :meth:`CupyBackend.populations` returns them in XYZ order like every
+backend. Step times are CUDA-event times. :meth:`CupyBackend.probe` runs the paper's
+read/write-only and propagation-only kernels (section 4.1) on the same state for the benchmark.
 Everything the NumPy reference does runs here: BGK, TRT and MRT (D2Q9, D3Q19, D3Q13) with Guo
-forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving walls and
-objects (``kernels/PHYSICS_FOR_GPU.md``). With float16 storage (:mod:`solver.storage`) the
-device copies (two, or one in place) hold the shifted, scaled binary16 values the kernel decodes
-and encodes itself; reading or writing populations through this backend decodes or encodes them
-on the device. Solid nodes hold the rest equilibrium in every copy (the rule of
+forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving walls and objects
+(``templates/PHYSICS_FOR_GPU.md``). With float16 storage (:mod:`solver.storage`) the device
+copies (two, or one in place) hold the shifted, scaled binary16 values the kernel decodes and
+encodes itself; reading or writing populations through this backend decodes or encodes them on
+the device. Solid nodes hold the rest equilibrium in every copy (the rule of
 :mod:`solver.backends.base`): the two-copy XYZ-layout kernels store it into solid nodes that
 share a 32-byte sector with a fluid node, and :meth:`CupyBackend.set_populations` keeps it.
 """
@@ -23,17 +23,24 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from functools import cache
 
 import cupy as cp
 import numpy as np
 
-from ..problem import Problem
-from .base import DeviceInfo, with_rest_solids
-from .gpu_boundary import boundary_values
-from .gpu_kernels import KernelVariant, kernel_source, real_args
-from .gpu_streaming import next_phase
-from .gpu_tables import (
+from ...problem import Problem
+from ..base import DeviceInfo, with_rest_solids
+from .boundary import boundary_values
+from .device import (
+    ATTR_BUS_WIDTH_BITS,
+    ATTR_MEMORY_CLOCK_KHZ,
+    compile_kernel,
+    copy_bandwidth,
+    device_name,
+    probe_device,
+)
+from .kernels import KernelVariant, kernel_source, real_args
+from .streaming import next_phase
+from .tables import (
     check_tile_shape,
     device_tables,
     geometry_args,
@@ -46,62 +53,9 @@ __all__ = ["CupyBackend", "CupyState", "probe_device", "compile_kernel", "copy_b
 
 log = logging.getLogger(__name__)
 
-#: cudaDeviceAttr values (CUDA 13 dropped the matching cudaDeviceProp fields).
-_ATTR_MEMORY_CLOCK_KHZ, _ATTR_BUS_WIDTH_BITS = 36, 37
-_NVRTC_OPTIONS = ("-std=c++17",)
 #: Launches per captured CUDA graph (even, so the copies or the in-place phase end where they
 #: began).
 GRAPH_STEPS = 16
-
-
-def probe_device() -> tuple[bool, str]:
-    """Whether a CUDA device is usable through CuPy, and a reason or its name."""
-    try:
-        count = cp.cuda.runtime.getDeviceCount()
-        if count < 1:
-            return False, "no CUDA device was found"
-        float(cp.ones(4, dtype=np.float32).sum())  # a real allocation and launch
-        return True, _device_name()
-    except Exception as exc:  # a missing driver surfaces as several CUDA/CuPy error types
-        return False, f"CUDA is not usable ({exc.__class__.__name__}: {exc})"
-
-
-def _device_name() -> str:
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
-@cache
-def _compiled(variant: KernelVariant, device: int):
-    module = cp.RawModule(code=kernel_source(variant), options=_NVRTC_OPTIONS)
-    return module.get_function(variant.name)
-
-
-def compile_kernel(variant: KernelVariant):
-    """The compiled kernel of ``variant`` on the current device (compiled once, cached)."""
-    return _compiled(variant.canonical(), cp.cuda.Device().id)
-
-
-@cache
-def copy_bandwidth(device: int = 0, nbytes: int = 1 << 30, repeats: int = 10) -> float:
-    """Measured device-to-device copy bandwidth, bytes read + written per second (cached)."""
-    with cp.cuda.Device(device):
-        free = cp.cuda.runtime.memGetInfo()[0]
-        nbytes = int(min(nbytes, free // 8)) // 1024 * 1024
-        src = cp.full(nbytes // 4, 1.5, dtype=np.float32)
-        dst = cp.empty_like(src)
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        times = []
-        for k in range(repeats + 2):
-            start.record()
-            dst[...] = src
-            end.record()
-            end.synchronize()
-            if k >= 2:  # warm-up copies stay out of the numbers
-                times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-        del src, dst
-        return 2.0 * nbytes / float(np.median(times))
 
 
 @dataclass
@@ -126,7 +80,7 @@ class CupyState:
     identity_slots: bool | None = None
     #: float16 storage: the kernel's two-slot step counter (uint32), seeding its stochastic
     #: rounding; a launch from ``current`` c (copy c, or in place phase c) reads slot c
-    #: (:mod:`solver.backends.gpu_storage`). None otherwise.
+    #: (:mod:`solver.backends.cuda.storage`). None otherwise.
     seeds: cp.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -161,10 +115,10 @@ class CupyBackend:
         return self._allocate(problem)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
-        """A distributed rank's two-phase stepper (:class:`~solver.backends.gpu_phases.
+        """A distributed rank's two-phase stepper (:class:`~solver.backends.cuda.phases.
         CupyPhases`) for a rank-local ``problem`` whose owned tiles are ``[0, n_owned_tiles)``,
         the first ``n_boundary_tiles`` of them read by other ranks."""
-        from .gpu_phases import CupyPhases
+        from .phases import CupyPhases
 
         if problem.streaming != "two-copy":
             raise ValueError("A distributed run keeps two copies of f: its halo exchange reads "
@@ -392,12 +346,12 @@ class CupyBackend:
         dev = cp.cuda.Device().id
         free, total = cp.cuda.runtime.memGetInfo()
         try:
-            clock = cp.cuda.runtime.deviceGetAttribute(_ATTR_MEMORY_CLOCK_KHZ, dev) * 1e3
-            bus = cp.cuda.runtime.deviceGetAttribute(_ATTR_BUS_WIDTH_BITS, dev)
+            clock = cp.cuda.runtime.deviceGetAttribute(ATTR_MEMORY_CLOCK_KHZ, dev) * 1e3
+            bus = cp.cuda.runtime.deviceGetAttribute(ATTR_BUS_WIDTH_BITS, dev)
             peak = 2.0 * clock * bus / 8.0  # double data rate
         except Exception:  # attribute missing on some drivers: report unknown, not a guess
             peak = None
-        return DeviceInfo(name=_device_name(), memory=int(total), memory_used=int(total - free),
+        return DeviceInfo(name=device_name(), memory=int(total), memory_used=int(total - free),
                           peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
 
     def nccl_status(self) -> tuple[bool, str]:
@@ -410,16 +364,16 @@ class CupyBackend:
         if not getattr(nccl, "available", False):
             return False, ("CuPy found no NCCL library; install the NCCL package of the CUDA "
                            "version (e.g. nvidia-nccl-cu13) or use transport='host'")
-        from .gpu_nccl import nccl_version
+        from .nccl import nccl_version
 
         return True, f"NCCL {nccl_version(nccl.get_version())}"
 
     def nccl_link(self, comm):
         """An NCCL communicator over the MPI communicator ``comm`` on the current device
-        (:class:`~solver.backends.gpu_nccl.NcclLink`; collective over ``comm``)."""
+        (:class:`~solver.backends.cuda.nccl.NcclLink`; collective over ``comm``)."""
         from cupy.cuda import nccl
 
-        from .gpu_nccl import NcclLink
+        from .nccl import NcclLink
 
         return NcclLink(nccl, comm)
 

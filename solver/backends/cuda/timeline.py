@@ -1,7 +1,7 @@
 """Where a distributed GPU step's time goes: timed CUDA events at the phase edges of each step.
 
 Set ``POROUS_LBM_HALO_TIMELINE`` to a folder and every rank's :class:`~solver.backends.
-gpu_phases.CupyPhases` records, for its last :data:`KEEP` steps, a timed event on its stream at
+phases.CupyPhases` records, for its last :data:`KEEP` steps, a timed event on its stream at
 each edge (boundary tiles queued and done, gather done, transfers done, scatter done, interior
 queued and done); at release each rank writes ``timeline-rank<r>.json`` to that folder: per
 step, microseconds since the step's first edge. An edge is the moment its stream reached it, so

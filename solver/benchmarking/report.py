@@ -1,4 +1,4 @@
-"""Tables and target checks of the GPU benchmark (:mod:`solver.gpu_bench`) as markdown.
+"""Tables and target checks of the GPU benchmark (:mod:`solver.benchmarking.gpu_suite`) as markdown.
 
 Targets checked (H100 goals of the project): D3Q19 BGK on the dense 256^3 cavity at >= 70 % of
 the copy bandwidth measured in the same run, in float32 and float64; on sphere packs, fluid
@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from .storage import PRECISION_LABELS
+from ..storage import PRECISION_LABELS
 
 __all__ = ["targets", "markdown", "summary", "write_report", "results_stem"]
 

@@ -4,24 +4,24 @@ A :class:`KernelVariant` names everything fixed at compile time: lattice, precis
 (BGK/TRT/MRT), fluid model, in-tile layout, kernel mode (full step, one of the paper's section
 4.1 probes, or the in-place decoding 'swap'), tile edge, the boundary code in it (none, Zou-He
 faces, or Zou-He faces and Ladd's moving walls), how it addresses the populations (two copies,
-or one of the two alternating in-place AA kernels of :mod:`solver.backends.gpu_streaming`) and
+or one of the two alternating in-place AA kernels of :mod:`solver.backends.cuda.streaming`) and
 how it stores them ('auto': the arithmetic type; 'float16': the shifted, scaled binary16 of
-:mod:`solver.storage`, float32 arithmetic; :mod:`solver.backends.gpu_storage`).
-:func:`kernel_source` fills ``kernels/tiled_lbm.cu`` with straight-line code for that variant's
+:mod:`solver.storage`, float32 arithmetic; :mod:`solver.backends.cuda.storage`).
+:func:`kernel_source` fills ``templates/tiled_lbm.cu`` with straight-line code for that variant's
 velocity set: the pull of every direction, the boundary code of
-:mod:`solver.backends.gpu_boundary`, the closed form BGK/TRT collision with Guo forcing of
-:mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.gpu_mrt`, and
+:mod:`solver.backends.cuda.boundary`, the closed form BGK/TRT collision with Guo forcing of
+:mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.cuda.mrt`, and
 coalesced stores (and, in the XYZ layout, the sector fill of :func:`_solid_exit`). Every
 population load and store is one of :func:`_load` and :func:`_storer`: where a value is read or
-written is the streaming's (:mod:`solver.backends.gpu_streaming`), how it is decoded or encoded
-the storage's (:mod:`solver.backends.gpu_storage`), so every streaming works with every storage.
+written is the streaming's (:mod:`solver.backends.cuda.streaming`), how it is decoded or encoded
+the storage's (:mod:`solver.backends.cuda.storage`), so every streaming works with every storage.
 Relaxation rates, the body force, the rest state and the boundary values stay kernel arguments
 or tables, so changing them never recompiles; tiles per block is a launch parameter for the
 same reason. Runs without inlets, outlets or moving walls use the kernel without the boundary
 code, and runs whose walls rest the one without Ladd's term, so each pays only for what it uses.
 
 The in-tile layouts and the arrays and arguments the kernel is given live in
-:mod:`solver.backends.gpu_tables`.
+:mod:`solver.backends.cuda.tables`.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from string import Template
 
 import numpy as np
 
-from ..lattice import get_lattice
-from ..moments import MRT_LATTICES
-from ..problem import Problem
-from .gpu_boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
-from .gpu_mrt import mrt_collide_code, mrt_param_names
-from .gpu_storage import (
+from ...collisions import COLLISION_MODELS
+from ...lattice import get_lattice
+from ...problem import Problem
+from .boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
+from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
+from .storage import (
     KERNEL_STORAGES,
     counter_code,
     decode,
@@ -50,7 +50,7 @@ from .gpu_storage import (
     storage_param_names,
     storage_signature,
 )
-from .gpu_streaming import (
+from .streaming import (
     KERNEL_STREAMING,
     deferred_stores,
     kernel_streaming,
@@ -62,7 +62,7 @@ from .gpu_streaming import (
     store_code,
     swap_code,
 )
-from .gpu_tables import (
+from .tables import (
     LAYOUTS,
     check_tile_shape,
     direction_layouts,
@@ -75,11 +75,8 @@ __all__ = ["KernelVariant", "MODES", "COLLISIONS", "SECTOR_FILL_MIN_MIX", "kerne
 
 #: Kernel modes: the full step, the paper's probes (section 4.1) and the in-place decoding.
 MODES = {"full": 0, "propagate": 1, "readwrite": 2, "swap": 3}
-#: Collision operators the kernel implements.
-COLLISIONS = ("BGK", "TRT", "MRT")
-#: BGK/TRT constants (see gpu_tables.physics_args): per weight class k = |c|^2, wp w_k and
-#: 3 wm w_k; then Guo's forcing per moving direction i (:func:`_forcing_param_names`).
-_TRT_PARAMS = ["omp", "hm", "af"] + [f"{p}{k}" for p in ("wpw", "wmw") for k in range(4)]
+#: Collision operators the kernel implements (:mod:`.collisions`).
+COLLISIONS = tuple(CUDA_COLLISIONS)
 #: Rest equilibrium w_k rho0 per weight class k = |c|^2: what solid nodes hold (sector fill).
 _REST_PARAMS = [f"rest{k}" for k in range(4)]
 #: Least ``Problem.sector_mix`` for which a step gets the sector fill (:func:`_solid_exit`).
@@ -88,7 +85,7 @@ _REST_PARAMS = [f"rest{k}" for k in range(4)]
 #: at 0.95 (1.6 %), and costs 0.5 % on the all-fluid box (float64: +18 %, +1.4 %, +0.5 % at
 #: 1.2 % mixed, -0.2 %).
 SECTOR_FILL_MIN_MIX = 0.01
-_TEMPLATE = Path(__file__).with_name("kernels") / "tiled_lbm.cu"
+_TEMPLATE = Path(__file__).with_name("templates") / "tiled_lbm.cu"
 
 
 @dataclass(frozen=True)
@@ -112,7 +109,7 @@ class KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge))
         if v.mode != "full":  # the probes neither collide nor apply boundary conditions
-            v = replace(v, collision="BGK", incompressible=True, boundary="none")
+            v = replace(v, collision=PROBE_COLLISION, incompressible=True, boundary="none")
         if v.mode == "swap" or (v.mode == "readwrite" and v.streaming != "pull"):
             v = replace(v, streaming="aa_local")  # in place, same node: one kernel each
         if not _can_fill_sectors(v):
@@ -128,7 +125,7 @@ class KernelVariant:
         if problem.storage.encoded and problem.storage.rounding != "stochastic":
             raise ValueError("The GPU kernel rounds float16 stores stochastically only; "
                              "rounding='nearest' is a NumPy-backend ablation.")
-        v = cls(problem.lattice.name, problem.dtype.name, problem.collision,
+        v = cls(problem.lattice.name, problem.dtype.name, problem.collision.name,
                 problem.incompressible, problem.layout, mode, problem.tiling.a,
                 boundary_kind(problem) if mode == "full" else "none",
                 kernel_streaming(problem.streaming, phase),
@@ -162,15 +159,6 @@ def _lit(x: float, real: str) -> str:
     if real == "float":
         return f"{float(np.float32(x))!r}f"
     return repr(float(x))
-
-
-def _signed_sum(coeffs, names) -> str:
-    """C expression sum_k coeffs[k] * names[k] for coefficients in {-1, 0, 1}; '0' if empty."""
-    terms = ""
-    for c, name in zip(coeffs, names, strict=True):
-        if c:
-            terms += (" + " if c > 0 else " - ") + name if terms else ("" if c > 0 else "-") + name
-    return terms or "0"
 
 
 def _load(v: KernelVariant, i: int, index: str) -> str:
@@ -230,42 +218,7 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     if v.mode == "propagate":
         return "\n".join(store(i, g[i]) for i in range(lat.q))
     lit = lambda x: _lit(x, real)  # noqa: E731
-    if v.collision == "MRT":
-        return mrt_collide_code(v.lattice, v.incompressible, lit, store)
-    axes = "xyz"[: lat.d]
-    out = [f"    const real rho = {' + '.join(g)};"]
-    for ax, col in zip(axes, lat.c.T.tolist(), strict=True):
-        out.append(f"    real u{ax} = ({_signed_sum(col, g)}) + f{ax} * {lit(0.5)};")
-    usq = " + ".join(f"u{ax} * u{ax}" for ax in axes)
-    ufd = " + ".join(f"f{ax} * u{ax}" for ax in axes)
-    if v.incompressible:
-        out += [f"    real r = {lit(-1.5)} * ({usq}) + rho;",
-                f"    r += af * ({ufd});"]
-        rho_mul = ""
-    else:
-        out += [f"    const real inv_rho = {lit(1.0)} / rho;"]
-        out += [f"    u{ax} *= inv_rho;" for ax in axes]
-        out += [f"    real r = {lit(-1.5)} * ({usq}) + {lit(1.0)};",
-                f"    r += af * ({ufd}) * inv_rho;"]
-        rho_mul = " * rho"
-    trt = v.collision == "TRT"
-    for i, c in enumerate(lat.c.tolist()):
-        k = lat.weight_class[i]  # the coefficients arrive per class
-        cu = _signed_sum(c, [f"u{ax}" for ax in axes])
-        keep = f"{g[i]} * omp" + (f" - hm * {g[int(lat.opposite[i])]}" if trt else "")
-        if not any(c):
-            out.append(store(i, f"{keep} + r{rho_mul} * wpw0"))
-            continue
-        out += [
-            "    {",
-            f"        const real cu = {cu};",
-            f"        real t = ({lit(4.5)} * cu * cu + r){rho_mul} * wpw{k};",
-            f"        t += cu * fe{i} + fo{i};",
-            f"        t += cu * wmw{k}{rho_mul};",
-            "    " + store(i, f"{keep} + t"),
-            "    }",
-        ]
-    return "\n".join(out)
+    return cuda_collision(v.collision).code(v.lattice, v.incompressible, lit, store)
 
 
 def _can_fill_sectors(v: KernelVariant) -> bool:
@@ -297,7 +250,7 @@ def _solid_exit(v: KernelVariant) -> str:
     on it. The paper layout permutes slots per direction, so sectors there mix other nodes: no
     fill. In place (AA) a step reads every sector it writes, so partial writes cost no DRAM
     read there: two-copy kernels only. The value is stored as is, never rounded
-    (:func:`~solver.backends.gpu_storage.rest_value`).
+    (:func:`~solver.backends.cuda.storage.rest_value`).
 
     History (tune_kernel.py, H100): a fill that stored from a branch of its own, before the
     fluid path, gained 2-7 % on porous packs from porosity 0.5 up but lost 6 % (float32) and
@@ -335,21 +288,11 @@ def _template() -> Template:
 def collision_param_names(v: KernelVariant) -> list[str]:
     """Names of the collision constants the kernel takes after the body force and rest state."""
     v = v.canonical()
-    if v.collision == "MRT":
-        return mrt_param_names(v.lattice)
-    return _TRT_PARAMS + _forcing_param_names(v.lattice)
-
-
-def _forcing_param_names(lattice: str) -> list[str]:
-    """Guo's forcing of the BGK/TRT kernels per moving direction i, constants of a run:
-    ``fe<i>`` = 9 (1 - wp/2) w_i c_i.F (times c_i.u) and ``fo<i>`` = 3 (1 - wm/2) w_i c_i.F,
-    each rounded once from double on the host as the NumPy reference rounds them."""
-    moving = [i for i, c in enumerate(get_lattice(lattice).c.tolist()) if any(c)]
-    return [f"fe{i}" for i in moving] + [f"fo{i}" for i in moving]
+    return cuda_collision(v.collision).param_names(v.lattice)
 
 
 def real_param_names(v: KernelVariant) -> list[str]:
-    """Names of all floating kernel arguments in order (gpu_tables.physics_args's values)."""
+    """Names of all floating kernel arguments in order (tables.physics_args's values)."""
     return ["fx", "fy", "fz", *_REST_PARAMS, *collision_param_names(v),
             *storage_param_names(v.storage)]
 
@@ -357,7 +300,7 @@ def real_param_names(v: KernelVariant) -> list[str]:
 def real_args(variant: KernelVariant, physics: list) -> list:
     """Floating kernel arguments of ``variant``, in its signature's count.
 
-    ``physics`` (:func:`~solver.backends.gpu_tables.physics_args`) for a full step. The probes
+    ``physics`` (:func:`~solver.backends.cuda.tables.physics_args`) for a full step. The probes
     and the in-place decoding are compiled as BGK and read neither the force nor collision
     constants: zeros there (another collision's constants would pass the wrong number of
     arguments; D2Q9 MRT has fewer), but the rest state itself, which the XYZ propagation probe
@@ -381,8 +324,7 @@ def kernel_source(variant: KernelVariant) -> str:
         raise ValueError(f"Unknown kernel mode {v.mode!r}; use one of {tuple(MODES)}.")
     if v.precision not in ("float32", "float64"):
         raise ValueError(f"Unknown precision {v.precision!r}; use 'float32' or 'float64'.")
-    if v.collision not in COLLISIONS:
-        raise ValueError(f"Unknown collision {v.collision!r}; use one of {COLLISIONS}.")
+    collision = cuda_collision(v.collision)  # ValueError: unknown collision
     if v.storage not in KERNEL_STORAGES:
         raise ValueError(f"Unknown storage {v.storage!r}; use one of {KERNEL_STORAGES}.")
     if v.half and v.precision != "float32":
@@ -392,8 +334,9 @@ def kernel_source(variant: KernelVariant) -> str:
     if v.streaming not in KERNEL_STREAMING:
         raise ValueError(f"Unknown kernel streaming {v.streaming!r}; use one of "
                          f"{KERNEL_STREAMING}.")
-    if v.collision == "MRT" and v.lattice not in MRT_LATTICES:
-        raise ValueError(f"MRT is implemented for {', '.join(MRT_LATTICES)}, not {v.lattice}.")
+    if v.lattice not in collision.lattices:
+        raise ValueError(f"{v.collision} is implemented for {', '.join(collision.lattices)}, "
+                         f"not {v.lattice}.")
     lat = get_lattice(v.lattice)
     check_tile_shape(v.lattice, v.tile_edge, 1)
     real = "double" if v.precision == "float64" else "float"
@@ -434,8 +377,7 @@ def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,
     edges = tile_edges or {"D2Q9": (8,), "D3Q19": (4,), "D3Q27": (4,), "D3Q13": (4,)}
     seen: dict[str, KernelVariant] = {}
     for lattice, a_values in edges.items():
-        collisions = ("MRT",) if lattice == "D3Q13" else (
-            ("BGK", "TRT", "MRT") if lattice in MRT_LATTICES else ("BGK", "TRT"))
+        collisions = [m.name for m in COLLISION_MODELS.values() if lattice in m.lattices]
         for a, (prec, store), coll, inc, layout, mode, bc, access, fill in itertools.product(
             a_values, (("float32", "auto"), ("float64", "auto"), ("float32", "float16")),
             collisions, (True, False), LAYOUTS, MODES, BOUNDARY_KINDS, streaming, (True, False),

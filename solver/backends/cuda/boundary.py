@@ -1,6 +1,6 @@
 """Boundary conditions in the tiled GPU kernel: Ladd's moving walls and Zou-He faces.
 
-The CUDA port of :mod:`solver.boundaries` (``kernels/PHYSICS_FOR_GPU.md``, section 2). Per node
+The CUDA port of :mod:`solver.boundaries` (``templates/PHYSICS_FOR_GPU.md``, section 2). Per node
 the kernel reads two bytes, the node type and the wall-velocity group; everything else lives in
 one small table ``bc`` of the arithmetic precision, built here on the host:
 
@@ -22,13 +22,18 @@ per face (direction sets fixed at compile time), chosen by a switch on the node'
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..boundaries import crossed_face
-from ..lattice import get_lattice
-from ..problem import Problem
+from ...boundaries import crossed_face
+from ...face_kinds import FaceCondition
+from ...lattice import get_lattice
+from ...problem import Problem
 
-__all__ = ["WALL_ROWS", "FACE_PARAMS", "NO_WALL", "BOUNDARY_KINDS", "boundary_kind",
+__all__ = ["WALL_ROWS", "FACE_PARAMS", "NO_WALL", "BOUNDARY_KINDS", "CUDA_FACE_KINDS",
+           "CudaFaceKind", "boundary_kind",
            "boundary_values", "wall_groups", "ladd_code", "zou_he_code"]
 
 #: Ladd rows for out-of-domain links (3^3 side codes); wall group g is row WALL_ROWS + g.
@@ -39,6 +44,75 @@ FACE_PARAMS = 24
 NO_WALL = 255
 #: Boundary code in a kernel: none, Zou-He faces, Zou-He faces and Ladd's moving walls.
 BOUNDARY_KINDS = ("none", "zou_he", "moving")
+
+
+def _density_closure_code(d: int, axis: int, neg: str, incompressible: bool, lit) -> list[str]:
+    """CUDA of :func:`solver.face_kinds._density_closure`: rho = the face's density ``fp[3]``,
+    j' along the normal from K (``k``) and the half force ``h``."""
+    out = ["                rho = fp[3];"]
+    if incompressible:
+        out.append("                const real jn = rho - k + hn;")
+    else:
+        out.append(f"                const real jn = rho * ({lit(1.0)} - (k - hn) / rho);")
+    for b in range(d):
+        value = f"{neg}jn - h{'xyz'[b]}" if b == axis else f"-h{'xyz'[b]}"
+        out.append(f"                j{b} = {value};")
+    return out
+
+
+def _velocity_closure_code(d: int, axis: int, neg: str, incompressible: bool, lit
+                           ) -> list[str]:
+    """CUDA of :func:`solver.face_kinds._velocity_closure`: rho from K (``k``) and the face's
+    velocity ``fp[0..2]``, j' = rho u - F/2."""
+    out = [f"                const real un = {neg}fp[{axis}];"]
+    if incompressible:
+        out.append("                rho = k + (un - hn);")
+    else:
+        out.append(f"                rho = (k - hn) / ({lit(1.0)} - un);")
+    for b in range(d):
+        value = f"fp[{b}]" if incompressible else f"rho * fp[{b}]"
+        out.append(f"                j{b} = {value} - h{'xyz'[b]};")
+    return out
+
+
+@dataclass(frozen=True)
+class CudaFaceKind:
+    """A face kind in the kernel (keyed like :data:`solver.face_kinds.FACE_TYPES`).
+
+    ``code``: the boundary code its nodes need ('none': bounce-back covers the kind; 'zou_he':
+    its Zou-He nodes are reconstructed by :func:`zou_he_code`, which reads the node type and
+    the face's row of ``bc``); ``closure_code(d, axis, neg, incompressible, lit)``: for a
+    Zou-He kind, the CUDA lines giving ``rho`` and ``j<b>`` at its nodes from ``k`` and the
+    half force. ``needs_ladd(conditions)``: whether the faces of this kind in a run (their
+    conditions) make links carry Ladd's term, which the 'moving' code adds.
+    """
+
+    name: str
+    code: str = "none"
+    needs_ladd: Callable[[list[FaceCondition]], bool] = lambda conditions: False
+    closure_code: Callable[..., list[str]] | None = None
+
+
+CUDA_FACE_KINDS: dict[str, CudaFaceKind] = {}
+
+
+def register(kind: CudaFaceKind) -> CudaFaceKind:
+    """Add ``kind`` to the CUDA registry (its name must be new)."""
+    if kind.name in CUDA_FACE_KINDS:
+        raise ValueError(f"CUDA face kind {kind.name!r} is registered already.")
+    CUDA_FACE_KINDS[kind.name] = kind
+    return kind
+
+
+register(CudaFaceKind("periodic"))
+register(CudaFaceKind("wall"))
+# Two velocity faces: where they meet, a link through the lower-ranked one into a node of the
+# other is no Zou-He unknown and carries Ladd's term with the inlet velocity.
+register(CudaFaceKind("velocity", "zou_he", lambda conditions: len(conditions) > 1,
+                      _velocity_closure_code))
+register(CudaFaceKind("pressure", "zou_he", closure_code=_density_closure_code))
+register(CudaFaceKind("moving_wall", "none",
+                      lambda conditions: any(any(fc.velocity) for fc in conditions)))
 
 
 def boundary_kind(problem: Problem) -> str:
@@ -54,13 +128,15 @@ def boundary_kind(problem: Problem) -> str:
     (``benchmarks/results/gpu-physics-nvidia-h200-2026-11-22.md``). Decided from the face
     kinds and object velocities first, so plain runs never build the per-node tables.
     """
-    faces = problem.faces.values()
-    moving_face = any(fc.kind == "moving_wall" and any(fc.velocity) for fc in faces)
+    by_kind: dict[str, list[FaceCondition]] = {}
+    for fc in problem.faces.values():
+        by_kind.setdefault(fc.kind, []).append(fc)
+    kinds = {name: CUDA_FACE_KINDS[name] for name in by_kind}
+    moving_face = any(kind.needs_ladd(by_kind[name]) for name, kind in kinds.items())
     moving_object = any(any(v) for v in problem.objects.values())
-    inlets = sum(fc.kind == "velocity" for fc in faces)
-    if moving_face or moving_object or inlets > 1:
+    if moving_face or moving_object:
         return "moving" if problem.boundary.needs_boundary_kernel else "none"
-    if not any(fc.kind in ("velocity", "pressure") for fc in faces):
+    if all(kind.code == "none" for kind in kinds.values()):
         return "none"
     return "zou_he" if problem.boundary.needs_boundary_kernel else "none"
 
@@ -152,24 +228,12 @@ def _face_block(lattice, face: int, incompressible: bool, lit) -> list[str]:
            f"            const real hn = {neg}h{ax};",
            "            real rho"]
     out[-1] += ", " + ", ".join(f"j{b}" for b in range(d)) + ";"
+    # The two Zou-He kinds' closures: density given (pressure) or velocity given.
+    closure = (CUDA_FACE_KINDS[name].closure_code for name in ("pressure", "velocity"))
     out.append("            if (pressure) {")
-    out.append("                rho = fp[3];")
-    if incompressible:
-        out.append("                const real jn = rho - k + hn;")
-    else:
-        out.append(f"                const real jn = rho * ({lit(1.0)} - (k - hn) / rho);")
-    for b in range(d):
-        value = f"{neg}jn - h{'xyz'[b]}" if b == axis else f"-h{'xyz'[b]}"
-        out.append(f"                j{b} = {value};")
+    out += next(closure)(d, axis, neg, incompressible, lit)
     out.append("            } else {")
-    out.append(f"                const real un = {neg}fp[{axis}];")
-    if incompressible:
-        out.append("                rho = k + (un - hn);")
-    else:
-        out.append(f"                rho = (k - hn) / ({lit(1.0)} - un);")
-    for b in range(d):
-        value = f"fp[{b}]" if incompressible else f"rho * fp[{b}]"
-        out.append(f"                j{b} = {value} - h{'xyz'[b]};")
+    out += next(closure)(d, axis, neg, incompressible, lit)
     out.append("            }")
     # Unknowns: non-equilibrium bounce-back g_i = g_opp + 6 w_i c_i . j'.
     for i in unknown:

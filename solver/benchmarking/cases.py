@@ -3,7 +3,7 @@
 Cases: a fully periodic fluid box (dense) and random sphere packs (sparse). Timing excludes
 allocation and the first (warm-up) steps; on the GPU the backend times with CUDA events. The GPU
 suite (paper Tables 3 and 6: cavities and sphere packs, probe and collision kernels) lives in
-:mod:`solver.gpu_bench`.
+:mod:`solver.benchmarking.gpu_suite`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .config import SimulationConfig
-from .simulation import Simulation
-from .storage import PRECISION_LABELS
+from ..config import SimulationConfig
+from ..simulation import Simulation
+from ..storage import PRECISION_LABELS
 
 __all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit",
            "PRECISION_LABELS", "precision_options"]

@@ -7,13 +7,13 @@ reasons) each stored value is the binary16 bits of ``S (f_i - w_k rho0)``, ``k =
 - :func:`decode` is the C expression every load goes through, :func:`encode` the one every
   store goes through (stochastic rounding with the random bits of
   :func:`solver.storage.dither`). Where a value is loaded from or stored to is the business of
-  :mod:`solver.backends.gpu_streaming`; opposite directions share a weight class, so a value
+  :mod:`solver.backends.cuda.streaming`; opposite directions share a weight class, so a value
   read from its neighbour's slot (in-place streaming, bounce-back) decodes with its own shift.
 - The shifts per weight class, ``S`` and ``1/S`` are trailing kernel arguments
-  (:data:`STORAGE_PARAMS`, filled by :func:`solver.backends.gpu_tables.physics_args`), then the
+  (:data:`STORAGE_PARAMS`, filled by :func:`solver.backends.cuda.tables.physics_args`), then the
   pointer ``fs_seed`` to a two-slot step counter (uint32) that seeds the random bits.
 - The counter is double-buffered like the populations: a launch reads the slot of the phase it
-  reads (:func:`solver.backends.gpu_streaming.phase_code`: the copy, or the in-place layout),
+  reads (:func:`solver.backends.cuda.streaming.phase_code`: the copy, or the in-place layout),
   and one thread writes the value the next launch reads into the other slot: the step + 1
   after a step, the same step after the in-place decoding 'swap' (which steps nothing). The
   read/write probe neither reads nor writes it. So CUDA graph replays advance it, and two-copy
@@ -22,15 +22,15 @@ reasons) each stored value is the binary16 bits of ``S (f_i - w_k rho0)``, ``k =
 
 from __future__ import annotations
 
-from ..lattice import Lattice
-from ..storage import DITHER_BITS, GOLDEN, direction_multiplier
+from ...lattice import Lattice
+from ...storage import DITHER_BITS, GOLDEN, direction_multiplier
 
 __all__ = ["KERNEL_STORAGES", "STORAGE_PARAMS", "storage_param_names", "storage_signature",
            "storage_code", "counter_code", "node_code", "decode", "encode", "rest_value"]
 
 #: Kernel storages: the arithmetic type, or shifted, scaled binary16 (float32 arithmetic).
 KERNEL_STORAGES = ("auto", "float16")
-#: Trailing floating arguments of float16-storage kernels (gpu_tables.physics_args): the shift
+#: Trailing floating arguments of float16-storage kernels (tables.physics_args): the shift
 #: w_k rho0 per weight class k = |c|^2, the scale S and 1/S.
 STORAGE_PARAMS = ["fs_shift0", "fs_shift1", "fs_shift2", "fs_shift3", "fs_scale", "fs_inv_scale"]
 
@@ -143,7 +143,7 @@ def counter_code(storage: str, mode: str, phase: str) -> str:
     """First lines of the kernel: this launch's step counter ``fs_step`` (float16 storage).
 
     ``phase`` is the C expression of the slot this launch reads
-    (:func:`~solver.backends.gpu_streaming.phase_code`); one thread writes the next launch's
+    (:func:`~solver.backends.cuda.streaming.phase_code`); one thread writes the next launch's
     value into the other slot: step + 1 after a step or the propagation probe, the same step
     after 'swap' (it moves the in-place layout to the other phase without stepping). The
     read/write probe has none.

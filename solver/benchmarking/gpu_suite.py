@@ -22,11 +22,10 @@ from datetime import date
 import numpy as np
 from tqdm import tqdm
 
-from .bench import BenchCase, git_commit, precision_options, sphere_pack
-from .collision import relaxation
-from .config import SimulationConfig
-from .mrt import mrt_rates
-from .problem import Problem
+from ..collisions import collision_model
+from ..config import GPU_LAYOUTS, SimulationConfig
+from ..problem import Problem
+from .cases import BenchCase, git_commit, precision_options, sphere_pack
 
 __all__ = ["KERNELS", "GpuSuite", "dense_cases", "pack_cases", "run_gpu_suite"]
 
@@ -52,7 +51,7 @@ class GpuSuite:
     pack_size: int = 192
     diameter: float = 40.0
     precisions: tuple[str, ...] = ("float32", "float64", "float16")
-    layouts: tuple[str, ...] = ("paper", "xyz")
+    layouts: tuple[str, ...] = GPU_LAYOUTS
     tiles_per_block: tuple[int, ...] = (1, 2, 4)
     kernels: tuple[str, ...] = tuple(KERNELS)
     streaming: tuple[str, ...] = ("two-copy",)
@@ -109,9 +108,7 @@ def _row(case, problem, kernel, layout, tpb, steps, sec, info) -> dict:
 
 def _rates(collision: str, problem: Problem):
     """Relaxation rates at tau = 0.8 for ``collision`` on the problem's lattice."""
-    if collision == "MRT":
-        return mrt_rates(problem.lattice.name, 0.8)
-    return relaxation(collision, 0.8)
+    return collision_model(collision).rates(problem.lattice.name, 0.8)
 
 
 def _measure_case(backend, case, precision, streaming, suite, info, tpbs_for, bar

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lattice import get_lattice
-from ..mrt import MRTRates
-from ..problem import Problem
-from .gpu_boundary import boundary_kind, boundary_values, wall_groups
-from .gpu_mrt import mrt_params
+from ...config import GPU_LAYOUTS
+from ...lattice import get_lattice
+from ...problem import Problem
+from .boundary import boundary_kind, boundary_values, wall_groups
+from .collisions import cuda_collision
 
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
-LAYOUTS = ("paper", "xyz")
+LAYOUTS = GPU_LAYOUTS
 
 
 def effective_layout(lattice: str, layout: str, a: int) -> str:
@@ -108,9 +108,9 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
 
     ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
     ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``wall_group``, uint8 per
-    node (:func:`~solver.backends.gpu_boundary.wall_groups`), for kernels with ``boundary``
+    node (:func:`~solver.backends.cuda.boundary.wall_groups`), for kernels with ``boundary``
     'moving', and ``bc``, arithmetic precision
-    (:func:`~solver.backends.gpu_boundary.boundary_values`), for 'zou_he' and 'moving';
+    (:func:`~solver.backends.cuda.boundary.boundary_values`), for 'zou_he' and 'moving';
     one-element placeholders otherwise. ``boundary`` defaults to what the problem needs.
     """
     tiling = problem.tiling
@@ -156,42 +156,26 @@ def geometry_args(problem: Problem, tiles: tuple[int, int] | None = None) -> lis
 def physics_args(problem: Problem) -> list:
     """Floating kernel arguments (arithmetic precision), folded in double as solver.collision does.
 
-    In :func:`~solver.backends.gpu_kernels.real_param_names` order: the force (fx, fy, fz); the
+    In :func:`~solver.backends.cuda.kernels.real_param_names` order: the force (fx, fy, fz); the
     rest equilibrium w_k rho0 per weight class k = |c|^2 (0..3), which solid nodes hold
     (:meth:`~solver.problem.Problem.rest_populations`); then the collision constants. BGK/TRT:
-    omp = 1 - (wp + wm)/2, hm = (wp - wm)/2, af = -3 (1/wp - 1/2), then per weight class k:
-    wp w_k, 3 wm w_k, then Guo's forcing per moving direction i (in lattice order):
-    9 (1 - wp/2) w_i c_i.F, then 3 (1 - wm/2) w_i c_i.F. Rounding each product once, as the
-    NumPy reference does, keeps the float32 kernel's mass drift at the reference's level; the
+    :func:`~solver.backends.cuda.collisions.closed_form_constants`. Rounding each product once,
+    as the NumPy reference does, keeps the float32 kernel's mass drift at the reference's level; the
     forcing being constants of a run spares the kernel two multiplies per direction and node.
-    MRT: A_k, B_k, C_k per relaxed moment row (:func:`solver.backends.gpu_mrt.mrt_params`).
+    MRT: A_k, B_k, C_k per relaxed moment row (:func:`solver.backends.cuda.mrt.mrt_params`).
     With float16 storage, last: the shift ``w_k rho0`` per weight class k, the scale S and 1/S
     (:mod:`solver.storage`).
     """
     lat = problem.lattice
     force = list(problem.force) + [0.0] * (3 - len(problem.force))
-    w, rest = [0.0] * 4, [0.0] * 4
-    for k, weight, value in zip(lat.weight_class, lat.w.tolist(),
-                                problem.rest_populations().tolist(), strict=True):
-        w[k] = weight
+    rest = [0.0] * 4
+    for k, value in zip(lat.weight_class, problem.rest_populations().tolist(), strict=True):
         rest[k] = value
     storage = problem.storage
     tail = [*storage.class_shifts(lat), storage.scale, 1.0 / storage.scale] \
         if storage.encoded else []
-    if problem.collision == "MRT":
-        if not isinstance(problem.rates, MRTRates) or problem.rates.lattice != lat.name:
-            raise ValueError(f"MRT needs MRT rates for {lat.name} (solver.mrt.mrt_rates), got "
-                             f"{problem.rates!r}.")
-        return [problem.dtype.type(v) for v in force + rest + mrt_params(problem.rates) + tail]
-    wp, wm = problem.rates.omega_plus, problem.rates.omega_minus
-    values = [*force, *rest, 1.0 - 0.5 * (wp + wm), 0.5 * (wp - wm), -3.0 * (1.0 / wp - 0.5)]
-    for factor in (wp, 3.0 * wm):
-        values += [factor * wk for wk in w]
-    moving = np.any(lat.c != 0, axis=1)
-    cf = (lat.c @ np.asarray(force[: lat.d], dtype=np.float64))[moving]
-    for factor in (9.0 * (1.0 - 0.5 * wp), 3.0 * (1.0 - 0.5 * wm)):  # Guo: even, odd
-        values += (factor * np.asarray(lat.w, dtype=np.float64)[moving] * cf).tolist()
-    return [problem.dtype.type(v) for v in values + tail]
+    constants = cuda_collision(problem.collision.name).constants(problem)
+    return [problem.dtype.type(v) for v in force + rest + constants + tail]
 
 
 def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full",

@@ -57,8 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from .gpu_tables import slot_table
-from .gpu_timeline import timeline_from_environment
+from .tables import slot_table
+from .timeline import timeline_from_environment
 
 __all__ = ["CupyPhases", "COPY_PER_THREAD", "halo_copy_source"]
 

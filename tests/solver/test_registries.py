@@ -1,0 +1,119 @@
+"""The registries of collision models and face kinds: one object per choice, both backends keyed
+alike, the configuration's option sets derived from them, and no name compared elsewhere."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solver import boundaries, collisions, face_kinds
+from solver.backends.cuda import boundary as cuda_boundary
+from solver.backends.cuda import collisions as cuda_collisions
+from solver.backends.cuda.kernels import KernelVariant, all_variants, kernel_source
+from solver.backends.numpy_backend import NumpyBackend
+from solver.config import SimulationConfig
+from solver.problem import Problem
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The registries and the model modules they register: the only places that may compare names.
+REGISTRY_MODULES = {"solver/collisions.py", "solver/collision.py", "solver/face_kinds.py",
+                    "solver/backends/cuda/collisions.py", "solver/backends/cuda/boundary.py"}
+
+
+def test_numpy_and_cuda_registries_have_the_same_keys() -> None:
+    assert list(collisions.COLLISION_MODELS) == list(cuda_collisions.CUDA_COLLISIONS)
+    assert list(face_kinds.FACE_KIND_REGISTRY) == list(cuda_boundary.CUDA_FACE_KINDS)
+
+
+def test_option_sets_are_the_registries() -> None:
+    params = SimulationConfig.param
+    assert params.collision.objects == list(collisions.COLLISION_MODELS)
+    for face in ("x_min", "x_max", "y_min", "y_max", "z_min", "z_max"):
+        assert params[face].objects == list(face_kinds.FACE_KIND_REGISTRY)
+    assert boundaries.FACE_KINDS == face_kinds.FACE_TYPES
+
+
+def test_every_model_and_lattice_it_names_generates_a_kernel() -> None:
+    names = {(v.collision, v.lattice) for v in all_variants() if v.mode == "full"}
+    expected = {(m.name, lat) for m in collisions.COLLISION_MODELS.values() for lat in m.lattices
+                if lat in cuda_collisions.CUDA_COLLISIONS[m.name].lattices}
+    assert names == expected
+
+
+def _name_comparisons(source: str, label: str, names: set[str]) -> list[str]:
+    """``x == 'NAME'`` / ``x in ('NAME', ...)`` where x mentions a collision or a kind."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        text = " ".join(ast.unparse(s) for s in sides)
+        consts = {c.value for s in sides for c in ast.walk(s)
+                  if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        if consts & names and ("collision" in text or "kind" in text):
+            found.append(f"{label}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_model_or_kind_name_is_compared_outside_the_registries() -> None:
+    names = set(collisions.COLLISIONS) | set(face_kinds.FACE_TYPES)
+    found = [hit for package in ("solver", "app", "geometries")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             if str(path.relative_to(ROOT)) not in REGISTRY_MODULES
+             for hit in _name_comparisons(path.read_text(), str(path.relative_to(ROOT)), names)]
+    assert found == []
+
+
+def test_the_name_check_sees_a_comparison() -> None:
+    names = {"MRT", "velocity", "pressure"}
+    assert _name_comparisons("if problem.collision == 'MRT':\n    pass\n", "m", names)
+    assert _name_comparisons("ok = face.kind in ('velocity', 'pressure')", "m", names)
+    assert not _name_comparisons("ok = measure in ('velocity', 'speed')", "m", names)
+
+
+def test_a_new_collision_model_needs_only_its_registrations(monkeypatch) -> None:
+    """A model registered under a new name in both registries runs on the NumPy backend and
+    generates its kernel, with nothing else edited (here: BGK's parts under another name)."""
+    bgk, cuda_bgk = collisions.collision_model("BGK"), cuda_collisions.cuda_collision("BGK")
+    monkeypatch.setitem(collisions.COLLISION_MODELS, "BGK2", replace(bgk, name="BGK2"))
+    monkeypatch.setitem(cuda_collisions.CUDA_COLLISIONS, "BGK2", replace(cuda_bgk, name="BGK2"))
+    solid = np.zeros((8, 8), bool)
+    solid[3:5, 3:5] = True
+    config = SimulationConfig(lattice="D2Q9", collision="BGK", precision="float64",
+                              body_force=(1e-5, 0.0, 0.0), backend="numpy")
+    problem = Problem.from_config(solid, config)
+    other = replace(problem, collision="BGK2")
+    assert other.collision.name == "BGK2"
+    backend = NumpyBackend()
+    runs = []
+    for p in (problem, other):
+        state = backend.allocate(p)
+        backend.step(state, 5)
+        runs.append(backend.populations(state))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    source = kernel_source(KernelVariant("D2Q9", "float64", "BGK2", True, "xyz", tile_edge=8))
+    reference = kernel_source(KernelVariant("D2Q9", "float64", "BGK", True, "xyz", tile_edge=8))
+    assert source.replace("BGK2", "BGK") == reference
+
+
+def test_unknown_names_get_the_options() -> None:
+    with pytest.raises(ValueError, match="use one of"):
+        collisions.collision_model("SRT")
+    with pytest.raises(ValueError, match="use one of"):
+        face_kinds.face_kind("outlet")
+    with pytest.raises(ValueError, match="Unknown collision"):
+        cuda_collisions.cuda_collision("SRT")
+
+
+def test_registered_objects_pickle_by_name() -> None:
+    """A Problem holding its model travels to MPI ranks: models and kinds pickle by name."""
+    import pickle
+
+    for model in collisions.COLLISION_MODELS.values():
+        assert pickle.loads(pickle.dumps(model)) is model
+    for kind in face_kinds.FACE_KIND_REGISTRY.values():
+        assert pickle.loads(pickle.dumps(kind)) is kind
