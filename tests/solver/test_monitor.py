@@ -142,3 +142,27 @@ def test_negative_unconverged_or_inertial_k_is_not_the_answer():
     assert not answer and "Darcy's law does not apply" in label
     answer, label = k_verdict(reading(0.3, 1e-4, True))
     assert answer and label.startswith("converged: k changes < 0.1 % per 1000 steps")
+
+
+def test_sphere_pack_example_reports_k_in_m2_and_md_with_its_convergence(tmp_path):
+    """B10: the shipped case promises SI results; a shortened run must give them."""
+    from pathlib import Path
+
+    case = yaml.safe_load((Path(__file__).parents[2] / "examples" / "sphere_pack_48.yaml")
+                          .read_text())
+    case["run"].update(max_steps=40, output_interval=20, check_interval=20,
+                       checkpoint_interval=0, vti=False)
+    case["config"]["backend"] = "numpy"
+    (tmp_path / "case.yaml").write_text(yaml.safe_dump(case))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "case.yaml"), "--output", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["voxel_size_m"] == 1e-5
+    assert summary["permeability_m2"] == pytest.approx(summary["permeability"] * 1e-10,
+                                                       rel=1e-12)
+    assert summary["permeability_mD"] == pytest.approx(
+        summary["permeability_m2"] / 9.869233e-16, rel=1e-12)
+    assert summary["k_answer"] is False and summary["k_converged"] is False
+    assert summary["k_label"].startswith("not converged yet")
+    header = (out / "history.csv").read_text().splitlines()[0].split(",")
+    assert {"k_change", "k_converged", "steps_to_converge"} <= set(header)
