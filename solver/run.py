@@ -37,14 +37,10 @@ from .io import (
     write_json,
     write_vti,
 )
+from .memory import assess_memory
 from .monitor import Reading, RunMonitor
 from .simulation import Simulation
-from .stability import (
-    DivergenceError,
-    check_memory,
-    check_stability,
-    pull_table_bytes,
-)
+from .stability import DivergenceError, check_stability
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
            "RunOutcome", "HeadlessRun", "memory_required"]
@@ -74,15 +70,8 @@ class RunOutcome:
 
 
 def memory_required(sim: Simulation) -> int:
-    """Bytes the run allocates: tiled state, plus the pull table on the NumPy backend."""
-    required = sim.memory_bytes()
-    if sim.backend.name == "numpy":  # the only backend that keeps per-link index tables
-        t, p = sim.tiling, sim.problem
-        required += pull_table_bytes(t.n_fluid, p.lattice.q, t.n_tiles, t.nodes_per_tile)
-        # ... and it keeps two copies of f even when the GPU would update one in place.
-        required += (2 - p.population_copies) * t.n_tiles * t.nodes_per_tile * p.lattice.q \
-            * p.storage_dtype.itemsize
-    return required
+    """Bytes the run needs at its peak on its backend (:meth:`Backend.memory_required`)."""
+    return sim.backend.memory_required(sim.problem)
 
 
 class _Interrupt:
@@ -124,9 +113,8 @@ class HeadlessRun:
         for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
-        free = getattr(self.sim.backend, "free_memory", None)
-        self.required = memory_required(self.sim)
-        check_memory(self.required, free() if free else None, self.sim.backend.name)
+        # Refused before anything is allocated, by the same verdict as the dashboard's.
+        self.required = assess_memory(self.sim.problem, self.sim.backend).check().required
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
                                   u_limit=self.controls.u_limit,
                                   k_tolerance=self.controls.k_tolerance,

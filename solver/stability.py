@@ -142,11 +142,8 @@ def pull_table_bytes(n_fluid: int, q: int, n_tiles: int, nodes_per_tile: int) ->
 
 
 def check_memory(required: int, free: int | None, device: str = "device") -> None:
-    """Raise MemoryRefused if ``required`` bytes exceed ``free`` bytes (None = unknown, pass)."""
-    if free is not None and required > free:
-        raise MemoryRefused(
-            f"The case needs about {required / 2**20:.1f} MiB ({required} bytes) but the "
-            f"{device} has only {free / 2**20:.1f} MiB ({free} bytes) free; use a smaller or "
-            "cropped geometry, precision float32 (and storage float16), or a device with more "
-            "memory."
-        )
+    """Raise MemoryRefused when :func:`solver.memory.judge` refuses ``required`` bytes with
+    ``free`` bytes free (None = unknown, pass)."""
+    from .memory import judge
+
+    judge(required, free, device).check()
