@@ -15,6 +15,7 @@ gather tables, and the float64 moments that every health check and slice compute
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from .fields import TILE_CHUNK
@@ -96,15 +97,21 @@ def judge(required: int, free: int | None, device: str = "device") -> MemoryVerd
     return MemoryVerdict(int(required), None if free is None else int(free), device)
 
 
+@cache
+def _backend(name: str) -> Any:
+    """One backend object per name, to ask memory questions (allocates nothing)."""
+    from .backends import get_backend
+
+    return get_backend(name)
+
+
 def assess_memory(problem: Problem, backend: Any, reclaimable: int = 0) -> MemoryVerdict:
     """The verdict for running ``problem`` on ``backend`` (an object or a backend name).
 
     ``reclaimable``: bytes a run that this one replaces frees first (the app's current run).
     """
     if isinstance(backend, str):
-        from .backends import get_backend
-
-        backend = get_backend(backend)
+        backend = _backend(backend)
     free = backend.free_memory()
     device = "GPU" if backend.name == "cupy" else "host"
     return judge(backend.memory_required(problem),

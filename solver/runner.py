@@ -34,8 +34,10 @@ import numpy as np
 from .backends import get_backend
 from .config import SimulationConfig
 from .last_good import LastGood
+from .memory import assess_memory
 from .monitor import K_TOLERANCE, History, RunMonitor
 from .pacing import CHUNK_SECONDS, SNAPSHOT_INTERVAL, Pacer
+from .problem import Problem
 from .simulation import Simulation
 from .snapshot import FlowSummary, SliceView, Snapshot
 
@@ -146,9 +148,14 @@ class SimulationRunner:
         """Rebuild with ``config``; the flow carries over when the tiling is unchanged."""
         self._send("config", config)
 
-    def load_geometry(self, geometry: Any, config: SimulationConfig | None = None) -> None:
-        """Replace the geometry (and optionally the configuration); restarts from rest, paused."""
-        self._send("geometry", (geometry, config))
+    def load_geometry(self, geometry: Any, config: SimulationConfig | None = None,
+                      problem: Problem | None = None) -> None:
+        """Replace the geometry (and optionally the configuration); restarts from rest, paused.
+
+        ``problem``: the :class:`~solver.problem.Problem` of this geometry and configuration
+        already built (the app's preview): its tiling is reused, no second offset search.
+        """
+        self._send("geometry", (geometry, config, problem))
 
     def set_view(self, view: SliceView) -> None:
         """Choose the quantity and cut that snapshots carry; publishes at once."""
@@ -270,8 +277,8 @@ class SimulationRunner:
         elif command == "config":
             self._install(self._geometry, payload, True)
         elif command == "geometry":
-            geometry, config = payload
-            self._install(geometry, config or self._config, False)
+            geometry, config, problem = payload
+            self._install(geometry, config or self._config, False, problem)
         elif command == "view":
             self._view = payload
         else:
@@ -289,15 +296,20 @@ class SimulationRunner:
             self._backends[name] = get_backend(name)
         return self._backends[name]
 
-    def _install(self, geometry: Any, config: SimulationConfig, keep_flow: bool) -> None:
-        """Replace the simulation; the old one survives any error raised while building."""
+    def _install(self, geometry: Any, config: SimulationConfig, keep_flow: bool,
+                 problem: Problem | None = None) -> None:
+        """Replace the simulation; the old one survives any error raised while building or
+        when the memory verdict refuses the new one (decided before allocating)."""
         old, old_geometry, old_config = self._sim, self._geometry, self._config
         was_running = self._running and keep_flow
         self._running, self._status, self._message = False, "starting", "Building the simulation"
         self._emit({})
         # Host-side construction validates the configuration and tiles the geometry; a failure
         # here leaves the current simulation untouched.
-        sim = Simulation(geometry, config, backend=self._backend(config.backend))
+        sim = Simulation(geometry, config, backend=self._backend(config.backend),
+                         problem=problem)
+        freed = 0 if old is None else old.backend.memory_required(old.problem)
+        assess_memory(sim.problem, sim.backend, reclaimable=freed).check()
         carry = None
         if old is not None:
             if keep_flow and old.state is not None and _same_tiling(old.tiling, sim.tiling):

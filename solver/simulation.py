@@ -50,13 +50,18 @@ class Simulation:
 
     def __init__(
         self, geometry: Any, config: SimulationConfig | None = None,
-        backend: Backend | str | None = None,
+        backend: Backend | str | None = None, problem: Problem | None = None,
     ) -> None:
+        """``problem``: the :class:`Problem` of this geometry and ``config`` if already built
+        (e.g. by a preview), so the geometry is not tiled a second time."""
         self.geometry = geometry
         self.config = config if config is not None else SimulationConfig()
         self.solid = solid_mask(geometry)
-        self.problem = Problem.from_config(self.solid, self.config,
-                                           labels=getattr(geometry, "labels", None))
+        if problem is not None and tuple(problem.tiling.shape) != self.solid.shape:
+            raise ValueError(f"The given problem was built for shape {problem.tiling.shape}, "
+                             f"not this geometry's {self.solid.shape}.")
+        self.problem = problem if problem is not None else Problem.from_config(
+            self.solid, self.config, labels=getattr(geometry, "labels", None))
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
         self.backend = backend

@@ -92,3 +92,22 @@ def test_a_case_over_the_limit_is_refused_before_allocating(tmp_path):
     assert grown < 0.1 * required, (grown, required)
     assert not (tmp_path / "out").exists()
     print(json.dumps({"required": required, "rss_growth": grown}))
+
+
+def test_runner_refuses_a_geometry_over_the_limit_and_keeps_its_run(monkeypatch):
+    from solver.runner import SimulationRunner
+
+    small = np.zeros((8, 8, 8), dtype=bool)
+    config = SimulationConfig(backend="numpy", body_force=(1e-6, 0, 0))
+    runner = SimulationRunner(small, config)
+    try:
+        runner.step(3)
+        runner.wait_for(lambda s: s.step == 3, 60)
+        limit = NumpyBackend().memory_required(Problem.from_config(small, config)) * 3
+        monkeypatch.setattr(NumpyBackend, "free_memory", lambda self: limit)
+        runner.load_geometry(np.zeros((48, 48, 48), dtype=bool))
+        snap = runner.wait_for(lambda s: s.status == "error", 60)
+        assert "The case needs about" in snap.error and "smaller" in snap.error
+        assert snap.shape == (8, 8, 8) and snap.step == 3, "the running case was lost"
+    finally:
+        runner.stop()
