@@ -19,7 +19,6 @@ import geometries
 from geometries import GeometryError, VoxelGeometry, generators
 from solver.config import SimulationConfig
 from solver.problem import Problem
-from solver.tiling import tile_utilisation
 
 from .estimates import specific_surface
 
@@ -251,7 +250,7 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
         geometry=geometry, config=config, mid_slice=mid_slice(solid),
         porosity=float(geometry.porosity), surface=specific_surface(solid),
         n_fluid=int(tiling.n_fluid), n_tiles=int(tiling.n_tiles),
-        eta_t_origin=tile_utilisation(solid, tiling.a), eta_t_best=float(tiling.eta_t),
+        eta_t_origin=tiling.eta_t_origin, eta_t_best=float(tiling.eta_t),
         offset=tuple(tiling.offset),
         memory_bytes=tiling.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
                                          problem.population_copies),

@@ -45,3 +45,12 @@ def test_one_offset_search_from_preview_to_run(monkeypatch):
         assert f"({verdict.required} bytes)" in sentence  # free memory moves between calls
     finally:
         board.close()
+
+
+@pytest.mark.parametrize("offset", ["best", (0, 0, 0), (1, 2, 3)])
+def test_tiling_reports_eta_t_at_the_origin(offset):
+    from solver.tiling import tile_utilisation
+
+    solid = generators.random_sphere_pack((20,) * 3, porosity=0.6, diameter=8, seed=4).solid
+    tiling = Tiling.build(solid, 4, offset)
+    assert tiling.eta_t_origin == pytest.approx(tile_utilisation(solid, 4), rel=1e-12)
