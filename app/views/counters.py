@@ -25,7 +25,8 @@ __all__ = ["CountersView", "counter_cards", "format_bytes"]
 SERIES = ("step", "mflups", "residual", "permeability")
 CARD_CSS = """
 :host { width: 100%; }
-.cards { display: grid; grid-template-columns: repeat(7, minmax(0, 1fr)); gap: 8px; }
+.cards { display: grid; grid-template-columns: repeat(8, minmax(0, 1fr)); gap: 8px; }
+.card[data-counter="k"] .value { font-size: 16px; line-height: 1.9; }
 .card.wide .value { font-size: 13px; line-height: 1.3; white-space: normal; height: 34px;
                     overflow: hidden; }
 .card { background: var(--panel-surface-color, #fff); border: 1px solid #e3e6ea;
