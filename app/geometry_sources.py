@@ -18,6 +18,7 @@ import param
 import geometries
 from geometries import GeometryError, VoxelGeometry, generators
 from solver.config import SimulationConfig
+from solver.memory import precheck_memory
 from solver.problem import Problem
 
 from .estimates import specific_surface
@@ -244,6 +245,9 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
     solid = np.asarray(geometry.solid, dtype=bool)
     if solid.all():
         raise GeometryError("The geometry has no fluid voxel; choose another file or setting.")
+    # Refused before tiling when even perfectly packed tiles cannot fit (the same verdict as
+    # the runner's and the CLI's); the panel shows the message.
+    precheck_memory(solid, config, config.backend).check()
     problem = Problem.from_config(solid, config, labels=geometry.labels)
     tiling = problem.tiling
     return GeometryPreview(

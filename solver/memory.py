@@ -18,11 +18,16 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import numpy as np
+
+from .config import SimulationConfig
 from .fields import TILE_CHUNK
+from .lattice import get_lattice
 from .problem import Problem
+from .tiling import default_tile_edge
 
 __all__ = ["MemoryVerdict", "REFUSE_SHARE", "WARN_SHARE", "judge", "assess_memory",
-           "moments_bytes", "format_bytes"]
+           "precheck_memory", "moments_bytes", "format_bytes"]
 
 #: A run needing more than this share of the free memory is refused (the rest is for the
 #: process itself, the user interface and the operating system).
@@ -116,3 +121,47 @@ def assess_memory(problem: Problem, backend: Any, reclaimable: int = 0) -> Memor
     device = "GPU" if backend.name == "cupy" else "host"
     return judge(backend.memory_required(problem),
                  None if free is None else free + int(reclaimable), device)
+
+
+@dataclass(frozen=True)
+class _PackedTiles:
+    """The fewest tiles a mask's fluid nodes can fill (eta_t = 1): what a memory bound reads
+    of a :class:`~solver.tiling.Tiling` (shape, tile counts, state bytes), without tiling."""
+
+    shape: tuple[int, ...]
+    a: int
+    n_fluid: int
+
+    @property
+    def nodes_per_tile(self) -> int:
+        """Nodes per tile, a**d."""
+        return self.a ** len(self.shape)
+
+    @property
+    def n_tiles(self) -> int:
+        """Tiles of perfectly packed fluid nodes."""
+        return -(-self.n_fluid // self.nodes_per_tile)
+
+    def memory_bytes(self, q: int, value_bytes: int, copies: int = 2) -> int:
+        """State bytes of the packed tiles (tile map and list left out: a lower bound)."""
+        return self.n_tiles * self.nodes_per_tile * (copies * q * value_bytes + 1)
+
+
+def precheck_memory(solid: np.ndarray, config: SimulationConfig, backend: Any,
+                    reclaimable: int = 0) -> MemoryVerdict:
+    """The verdict for a lower bound of the run's need, from the mask alone (bytes).
+
+    Tiling a large geometry (the offset search, ~30 bytes per voxel) costs memory itself, so
+    a case that cannot fit even with perfectly packed tiles is refused before it is tiled;
+    :func:`assess_memory` then judges the real tiling.
+    """
+    solid = np.asarray(solid)
+    lattice = get_lattice(config.lattice)
+    a = config.tile_edge or default_tile_edge(solid.ndim)
+    n_fluid = int(solid.size - np.count_nonzero(solid))
+    bound = Problem(lattice=lattice, tiling=_PackedTiles(tuple(solid.shape), a, n_fluid),
+                    rates=None, force=np.zeros(lattice.d), incompressible=True,
+                    rho0=float(config.initial_density), periodic=(True,) * solid.ndim,
+                    dtype=np.dtype(config.precision), collision=config.collision,
+                    storage_kind=config.storage, streaming=config.streaming)
+    return assess_memory(bound, backend, reclaimable)

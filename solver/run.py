@@ -37,7 +37,7 @@ from .io import (
     write_json,
     write_vti,
 )
-from .memory import assess_memory
+from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
@@ -110,6 +110,8 @@ class HeadlessRun:
         self.geometry = geometry if geometry is not None else load_geometry(case.geometry)
         self.voxel_size = getattr(self.geometry, "voxel_size", None)
         solid = np.asarray(getattr(self.geometry, "solid", self.geometry))
+        # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
+        precheck_memory(solid, case.config, backend or case.config.backend).check()
         for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)

@@ -34,7 +34,7 @@ import numpy as np
 from .backends import get_backend
 from .config import SimulationConfig
 from .last_good import LastGood
-from .memory import assess_memory
+from .memory import assess_memory, precheck_memory
 from .monitor import K_TOLERANCE, History, RunMonitor
 from .pacing import CHUNK_SECONDS, SNAPSHOT_INTERVAL, Pacer
 from .problem import Problem
@@ -306,9 +306,12 @@ class SimulationRunner:
         self._emit({})
         # Host-side construction validates the configuration and tiles the geometry; a failure
         # here leaves the current simulation untouched.
+        freed = 0 if old is None else old.backend.memory_required(old.problem)
+        if problem is None:  # a case that cannot fit is refused before it is tiled
+            precheck_memory(getattr(geometry, "solid", geometry), config,
+                            self._backend(config.backend), freed).check()
         sim = Simulation(geometry, config, backend=self._backend(config.backend),
                          problem=problem)
-        freed = 0 if old is None else old.backend.memory_required(old.problem)
         assess_memory(sim.problem, sim.backend, reclaimable=freed).check()
         carry = None
         if old is not None:
