@@ -166,3 +166,21 @@ def test_sphere_pack_example_reports_k_in_m2_and_md_with_its_convergence(tmp_pat
     assert summary["k_label"].startswith("not converged yet")
     header = (out / "history.csv").read_text().splitlines()[0].split(",")
     assert {"k_change", "k_converged", "steps_to_converge"} <= set(header)
+
+
+@pytest.mark.parametrize("model", ["incompressible", "quasi-compressible"])
+def test_pressure_driven_k_from_the_device_look_equals_the_field_definition(model):
+    """A non-periodic flow axis: the monitor's k (layer densities reduced on the device) is
+    the same formula as Simulation.permeability() on host fields."""
+    solid = np.zeros((24, 12), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    config = SimulationConfig(backend="numpy", lattice="D2Q9", precision="float64", tau=0.8,
+                              x_min="pressure", x_max="pressure", x_min_value=1.002,
+                              x_max_value=1.0, fluid_model=model)
+    sim = Simulation(solid, config)
+    sim.step(300)
+    reading = RunMonitor(sim.problem, 0.8, axis=sim.flow_axis).observe(sim.time_step,
+                                                                     sim.health())
+    k = sim.permeability().lattice
+    assert k > 0
+    assert reading.permeability.lattice == pytest.approx(k, rel=1e-12, abs=0)
