@@ -117,10 +117,14 @@ def assess_memory(problem: Problem, backend: Any, reclaimable: int = 0) -> Memor
     """
     if isinstance(backend, str):
         backend = _backend(backend)
+    ask = getattr(backend, "memory_required", None)
+    if ask is None:  # a backend without an estimate (e.g. a distributed wrapper): the state
+        t = problem.tiling
+        return judge(t.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
+                                    problem.population_copies), None)
     free = backend.free_memory()
     device = "GPU" if backend.name == "cupy" else "host"
-    return judge(backend.memory_required(problem),
-                 None if free is None else free + int(reclaimable), device)
+    return judge(ask(problem), None if free is None else free + int(reclaimable), device)
 
 
 @dataclass(frozen=True)
