@@ -119,7 +119,7 @@ class Controller(param.Parameterized):
         def send() -> None:
             self.config.param.update(**_values(preview.config))
             config = copy_config(preview.config)
-            self.runner.load_geometry(preview.geometry, config)
+            self.runner.load_geometry(preview.geometry, config, preview.problem)
             self._applied = config
             self.settings_changed = False
             self.geometry = preview.geometry

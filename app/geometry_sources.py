@@ -17,11 +17,9 @@ import param
 
 import geometries
 from geometries import GeometryError, VoxelGeometry, generators
-from solver.config import SimulationConfig, population_copies
-from solver.lattice import get_lattice
-from solver.stability import pull_table_bytes
-from solver.storage import stored_dtype
-from solver.tiling import Tiling, tile_utilisation
+from solver.config import SimulationConfig
+from solver.memory import precheck_memory
+from solver.problem import Problem
 
 from .estimates import specific_surface
 
@@ -234,33 +232,32 @@ class GeometryPreview:
     eta_t_best: float
     offset: tuple[int, ...]
     memory_bytes: int
-    #: Extra host memory of the NumPy backend: its gather tables, and its second copy of the
-    #: populations when the GPU would stream in place (not needed on the GPU).
-    table_bytes: int
     seconds: float
+    #: The run's Problem, built once here: the runner reuses its tiling (one offset search per
+    #: geometry) and the memory verdict (:func:`solver.memory.assess_memory`) asks about it.
+    problem: Problem | None = None
 
 
 def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryPreview:
     """Tile the geometry on the host (no device memory) and report its cost."""
     start = time.perf_counter()
     config = config_for(geometry, config)
-    lattice = get_lattice(config.lattice)
     solid = np.asarray(geometry.solid, dtype=bool)
     if solid.all():
         raise GeometryError("The geometry has no fluid voxel; choose another file or setting.")
-    offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
-    tiling = Tiling.build(solid, config.tile_edge, offset)
-    itemsize = stored_dtype(config.precision, config.storage).itemsize
-    copies = population_copies(config.streaming)
-    f_bytes = tiling.n_tiles * tiling.nodes_per_tile * lattice.q * itemsize
+    # Refused before tiling when even perfectly packed tiles cannot fit (the same verdict as
+    # the runner's and the CLI's); the panel shows the message.
+    precheck_memory(solid, config, config.backend).check()
+    problem = Problem.from_config(solid, config, labels=geometry.labels)
+    tiling = problem.tiling
     return GeometryPreview(
         geometry=geometry, config=config, mid_slice=mid_slice(solid),
         porosity=float(geometry.porosity), surface=specific_surface(solid),
         n_fluid=int(tiling.n_fluid), n_tiles=int(tiling.n_tiles),
-        eta_t_origin=tile_utilisation(solid, tiling.a), eta_t_best=float(tiling.eta_t),
+        eta_t_origin=tiling.eta_t_origin, eta_t_best=float(tiling.eta_t),
         offset=tuple(tiling.offset),
-        memory_bytes=tiling.memory_bytes(lattice.q, itemsize, copies),
-        table_bytes=pull_table_bytes(int(tiling.n_fluid), lattice.q, int(tiling.n_tiles),
-                                     tiling.nodes_per_tile) + (2 - copies) * f_bytes,
+        memory_bytes=tiling.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
+                                         problem.population_copies),
+        problem=problem,
         seconds=time.perf_counter() - start,
     )

@@ -86,8 +86,10 @@ def _run(args: argparse.Namespace) -> int:
         extra = (f" = {s['permeability_m2']:.4g} m^2 = {s['permeability_mD']:.4g} mD"
                  if s.get("permeability_m2") is not None else "")
         residual = f"{s['residual']:.3g}" if s.get("residual") is not None else "n/a"
-        print(f"permeability k = {s['permeability']:.6g} (lattice units){extra}, "
-              f"residual {residual}")
+        # The monitor's verdict comes first: an unconverged or negative k is no answer.
+        name = "permeability k" if s.get("k_answer") else "k so far (NOT the answer)"
+        print(f"{name} = {s['permeability']:.6g} (lattice units){extra}, residual "
+              f"{residual}/step; {s.get('k_label', '')}")
     print(f"outputs in {run.out}")
     if outcome.exit_code != EXIT_OK:
         print(f"error: {outcome.message}" if outcome.exit_code != 130 else outcome.message,

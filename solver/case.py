@@ -31,6 +31,7 @@ import param
 import yaml
 
 from .config import SimulationConfig
+from .monitor import DIVERGENCE_SPEED, K_TOLERANCE
 
 __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "load_case", "parse_case",
            "load_geometry"]
@@ -55,11 +56,17 @@ class RunControls(param.Parameterized):
     check_interval = param.Integer(default=100, bounds=(1, None),
                                    doc="Steps between divergence checks (NaN/Inf, max |u|).")
     convergence = param.Number(default=1e-6, bounds=(0, None),
-                               doc="Stop when the relative change of the mean velocity between "
-                                   "two outputs is below this; 0 = never.")
-    u_limit = param.Number(default=0.3, bounds=(0, 1), inclusive_bounds=(False, True),
+                               doc="Stop when the relative change of the mean velocity over "
+                                   "one output interval (the residual per step times "
+                                   "output_interval) is below this; 0 = never.")
+    u_limit = param.Number(default=DIVERGENCE_SPEED, bounds=(0, 1),
+                           inclusive_bounds=(False, True),
                            doc="Maximum speed |u| (lattice units) before the run counts as "
                                "diverged.")
+    k_tolerance = param.Number(default=K_TOLERANCE, bounds=(0, 1),
+                               inclusive_bounds=(False, True),
+                               doc="k counts as converged when it changes by less than this "
+                                   "(relative) per 1000 steps; 1e-3 = 0.1 %.")
     output = param.String(default="", doc="Output folder (relative to the working directory); "
                                           "default runs/<case name>.")
     vti = param.Boolean(default=True, doc="Write rho and u as .vti at every output interval.")

@@ -25,7 +25,8 @@ from .lattice import CS2
 from .node_types import FACE_NAMES
 from .problem import Problem
 
-__all__ = ["ObjectForce", "forces", "Permeability", "permeability", "porosity", "tortuosity",
+__all__ = ["ObjectForce", "forces", "Permeability", "permeability", "darcy_permeability",
+           "momentum_density", "residual", "porosity", "tortuosity",
            "ConvergenceMonitor", "face_fluxes", "flow_axis", "DARCY_M2"]
 
 #: One darcy in m^2.
@@ -148,27 +149,57 @@ class Permeability:
 
 def permeability(problem: Problem, fields: dict[str, np.ndarray], axis: int | None = None,
                  voxel_size: float | None = None) -> Permeability:
-    """Darcy permeability ``k = nu <j_axis> / G`` along ``axis`` from steady fields.
+    """Darcy permeability from steady host fields (see :func:`darcy_permeability`).
 
-    ``<j_axis>`` is the momentum averaged over the whole box (solids count as zero), ``G`` the
-    body force plus, on a non-periodic axis, ``c_s^2 (rho_first - rho_last) / (n - 1)`` from
-    the mean density of the first and last fluid layers (pressure- or inlet-driven runs).
-    ``voxel_size`` in metres converts to m^2 (k is geometric: no physical viscosity needed).
+    ``<j_axis>`` is the momentum averaged over the whole box (solids count as zero); on a
+    non-periodic axis the densities of the first and last layers are the mean over their fluid
+    nodes.
     """
     axis = flow_axis(problem, axis)
     rho, u = fields["rho"], fields["u"][axis]
     j = u if problem.incompressible else rho * u
     mean_j = float(np.nansum(j) / j.size)
-    gradient = float(problem.force[axis]) if axis < problem.force.size else 0.0
+    layers = None
     if not problem.periodic[axis]:
-        first = np.nanmean(np.take(rho, 0, axis=axis))
-        last = np.nanmean(np.take(rho, rho.shape[axis] - 1, axis=axis))
-        gradient += CS2 * float(first - last) / (rho.shape[axis] - 1)
+        layers = (float(np.nanmean(np.take(rho, 0, axis=axis))),
+                  float(np.nanmean(np.take(rho, rho.shape[axis] - 1, axis=axis))))
+    return darcy_permeability(problem, mean_j, axis, layers, voxel_size)
+
+
+def momentum_density(problem: Problem, rho, u):
+    """The momentum density j whose box mean enters Darcy's law (lattice units).
+
+    Incompressible (He-Luo) model: the reference density is 1 whatever ``initial_density``
+    (pressure p = c_s^2 rho acts per unit reference density and the body force is an
+    acceleration of u), so j = u and k = nu <u> / G. Quasi-compressible model: the force acts on
+    rho u and the dynamic viscosity is rho nu, so j = rho u and k = nu <rho u> / G, which is
+    rho0 nu <u> / G up to the small density variations. Works for NumPy and CuPy arrays.
+    """
+    return u if problem.incompressible else rho * u
+
+
+def darcy_permeability(problem: Problem, mean_momentum: float, axis: int,
+                       layer_density: tuple[float, float] | None = None,
+                       voxel_size: float | None = None) -> Permeability:
+    """THE Darcy permeability ``k = nu <j_axis> / G`` (lattice units; m^2 with ``voxel_size``).
+
+    ``mean_momentum`` is the box mean of :func:`momentum_density` along ``axis`` (solids count
+    as zero: the superficial, Darcy flux). ``G`` is the body force along ``axis`` plus, on a
+    non-periodic axis, ``c_s^2 (rho_first - rho_last) / (n - 1)`` from ``layer_density`` (mean
+    density of the first and last fluid layers: pressure- or inlet-driven runs). ``voxel_size``
+    in metres converts to m^2 (k is geometric: no physical viscosity needed). Every way of
+    running (dashboard, CLI, validation) gets k from here. Raises ValueError without a drive.
+    """
+    gradient = float(problem.force[axis]) if axis < problem.force.size else 0.0
+    if not problem.periodic[axis] and layer_density is not None:
+        first, last = layer_density
+        gradient += CS2 * float(first - last) / (problem.tiling.shape[axis] - 1)
     if gradient == 0.0:
         raise ValueError("No driving force along the flow axis: set a body force or "
                          "pressure/velocity faces on that axis.")
-    k = problem.kinematic_viscosity * mean_j / gradient
-    return Permeability(k, gradient, mean_j / (1.0 if problem.incompressible else problem.rho0),
+    k = problem.kinematic_viscosity * mean_momentum / gradient
+    return Permeability(k, gradient,
+                        mean_momentum / (1.0 if problem.incompressible else problem.rho0),
                         None if voxel_size is None else k * float(voxel_size) ** 2)
 
 
@@ -185,11 +216,30 @@ def tortuosity(fields: dict[str, np.ndarray], axis: int = 0) -> float:
     return float(np.nanmean(np.where(np.isnan(u[axis]), np.nan, speed)) / along)
 
 
+def residual(mean: np.ndarray, previous: np.ndarray | None, steps: int = 1) -> float:
+    """THE residual: relative change of a mean flow vector per time step (dimensionless).
+
+    ``|m - m_prev| / |m| / steps`` with ``m`` the superficial mean velocity (or, for closed
+    flows, the mean speed) now and ``steps`` time steps earlier: inf without a previous value,
+    0 for a fluid at rest that stays at rest. The change over an interval of N steps is
+    ``N * residual``; the dashboard, the CLI and validation all use this one definition.
+    """
+    if previous is None:
+        return math.inf
+    mean = np.asarray(mean, dtype=np.float64)
+    now = float(np.linalg.norm(mean))
+    change = float(np.linalg.norm(mean - np.asarray(previous, dtype=np.float64)))
+    if now == 0.0:
+        return 0.0 if change == 0.0 else math.inf
+    return change / now / max(int(steps), 1)
+
+
 class ConvergenceMonitor:
-    """Relative change of the mean velocity between successive checks (steady-state test).
+    """:func:`residual` between successive checks of host fields (steady-state test).
 
     ``measure='velocity'`` compares the mean velocity vector over fluid nodes (through-flows);
     ``'speed'`` the mean |u|, for closed flows whose mean velocity vanishes (cavities).
+    :meth:`update` returns the change over one check interval (``steps`` = 1 per check).
     """
 
     def __init__(self, measure: str = "velocity") -> None:
@@ -199,17 +249,15 @@ class ConvergenceMonitor:
         self.previous: np.ndarray | None = None
         self.residual = math.inf
 
-    def update(self, fields: dict[str, np.ndarray]) -> float:
-        """Record the fields of this check; return |<u> - <u>_prev| / |<u>| (inf at first)."""
+    def update(self, fields: dict[str, np.ndarray], steps: int = 1) -> float:
+        """Record the fields of this check; return :func:`residual` over ``steps`` (inf first)."""
         u = fields["u"].reshape(fields["u"].shape[0], -1)
         if self.measure == "speed":
             mean = np.atleast_1d(np.nanmean(np.sqrt((u * u).sum(axis=0))))
         else:
             mean = np.nanmean(u, axis=1)
         if self.previous is not None:
-            scale = np.linalg.norm(mean)
-            change = np.linalg.norm(mean - self.previous)
-            self.residual = float(change / scale) if scale > 0 else float(change > 0) * math.inf
+            self.residual = residual(mean, self.previous, steps)
         self.previous = mean
         return self.residual
 

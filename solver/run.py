@@ -1,15 +1,17 @@
 """Headless runs of a case: the loop behind ``python -m solver run CASE``.
 
 :class:`HeadlessRun` refuses a case that cannot be stable or does not fit in memory, then steps
-the simulation in chunks. Every ``check_interval`` steps it reads the populations back and stops
-on NaN/Inf or a speed above ``u_limit`` (:mod:`solver.stability`); every ``output_interval``
-steps it writes a CSV row (MFLUPS, residual, mean velocity, Darcy permeability, eta_t) and a
-``.vti`` of rho and u; every ``checkpoint_interval`` steps, at the end and on Ctrl-C it writes
+the simulation in chunks. Every ``check_interval`` steps it looks at the run's health through
+the run monitor (:mod:`solver.monitor`, shared with the dashboard and validation) and stops
+on NaN/Inf or a speed above ``u_limit``; every ``output_interval`` steps it writes a CSV row
+(MFLUPS, residual, mean velocity, Darcy permeability and its convergence, eta_t) and a ``.vti``
+of rho and u; every ``checkpoint_interval`` steps, at the end and on Ctrl-C it writes
 ``checkpoint.npz``, only ever from a state that passed the divergence check, so the last good
-checkpoint survives a divergence. The residual is the relative change of the (superficial) mean
-velocity between two outputs; the run stops when it falls below ``convergence``.
-Permeability by Darcy's law, k = rho_ref nu <u>.F / |F|^2 with <u> the superficial mean over
-the box (lattice units; times voxel_size^2 for m^2), rho_ref = 1 in the incompressible model.
+checkpoint survives a divergence. The residual (:func:`solver.observables.residual`) is the
+relative change of the superficial mean velocity per time step; the run stops when its change
+over one output interval (residual x output_interval) falls below ``convergence``. Permeability
+by :func:`solver.observables.darcy_permeability` (lattice units; m^2 and mD with a voxel size),
+with the steady-state test on k of :class:`~solver.monitor.KConvergence`.
 """
 
 from __future__ import annotations
@@ -35,16 +37,11 @@ from .io import (
     write_json,
     write_vti,
 )
+from .memory import assess_memory, precheck_memory
+from .monitor import Reading, RunMonitor
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
-from .stability import (
-    DivergenceError,
-    check_health,
-    check_memory,
-    check_stability,
-    pull_table_bytes,
-)
-from .units import darcy_permeability, to_millidarcy
+from .stability import DivergenceError, check_stability
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
            "RunOutcome", "HeadlessRun", "memory_required"]
@@ -53,7 +50,12 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
 CSV_COLUMNS = ["step", "wall_s", "mflups", "residual", "u_mean_x", "u_mean_y", "u_mean_z",
-               "u_flow", "u_max", "permeability", "permeability_m2", "permeability_mD", "eta_t"]
+               "u_flow", "u_max", "permeability", "permeability_m2", "permeability_mD",
+               "k_change", "k_converged", "steps_to_converge", "eta_t"]
+#: Summary keys copied from the last CSV row.
+SUMMARY_KEYS = ("residual", "u_mean_x", "u_mean_y", "u_mean_z", "u_flow", "u_max",
+                "permeability", "permeability_m2", "permeability_mD", "k_change", "k_converged",
+                "steps_to_converge", "k_answer", "k_label")
 #: Wall time between looks at the Ctrl-C flag; keeps an interrupt responsive on slow devices.
 PIECE_SECONDS = 0.25
 
@@ -69,15 +71,8 @@ class RunOutcome:
 
 
 def memory_required(sim: Simulation) -> int:
-    """Bytes the run allocates: tiled state, plus the pull table on the NumPy backend."""
-    required = sim.memory_bytes()
-    if sim.backend.name == "numpy":  # the only backend that keeps per-link index tables
-        t, p = sim.tiling, sim.problem
-        required += pull_table_bytes(t.n_fluid, p.lattice.q, t.n_tiles, t.nodes_per_tile)
-        # ... and it keeps two copies of f even when the GPU would update one in place.
-        required += (2 - p.population_copies) * t.n_tiles * t.nodes_per_tile * p.lattice.q \
-            * p.storage_dtype.itemsize
-    return required
+    """Bytes the run needs at its peak on its backend (:meth:`Backend.memory_required`)."""
+    return sim.backend.memory_required(sim.problem)
 
 
 class _Interrupt:
@@ -118,13 +113,17 @@ class HeadlessRun:
                                     else load_geometry(case.geometry))
         self.voxel_size = self.geometry.voxel_size
         solid = np.asarray(self.geometry.solid)
+        # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
+        precheck_memory(solid, case.config, backend or case.config.backend).check()
         for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
-        free = getattr(self.sim.backend, "free_memory", None)
-        self.required = memory_required(self.sim)
-        check_memory(self.required, free() if free else None, self.sim.backend.name)
-        self.u_prev: list[float] | None = None
+        # Refused before anything is allocated, by the same verdict as the dashboard's.
+        self.required = assess_memory(self.sim.problem, self.sim.backend).check().required
+        self.monitor = RunMonitor(self.sim.problem, case.config.tau,
+                                  u_limit=self.controls.u_limit,
+                                  k_tolerance=self.controls.k_tolerance,
+                                  axis=self.sim.flow_axis, voxel_size=self.voxel_size)
         self.wall = 0.0
         self.last: dict[str, Any] = {}
         self._interval = (0, 0.0)  # (steps, solver seconds) at the previous output
@@ -140,7 +139,7 @@ class HeadlessRun:
         """Continue from a checkpoint of the same geometry and configuration."""
         checkpoint = read_checkpoint(path)
         restore(self.sim, checkpoint)
-        self.u_prev = checkpoint.extra.get("u_prev")
+        self.monitor.restore(checkpoint.extra.get("monitor"))
         self.wall = float(checkpoint.extra.get("wall_s", 0.0))
         self.last = dict(checkpoint.extra.get("last") or {})
         self._interval = (self.sim.time_step, self.sim.metrics.seconds)
@@ -182,13 +181,13 @@ class HeadlessRun:
                          _next(step, c.checkpoint_interval), c.max_steps)
             self._advance(target - step, bar, interrupt)
             step = self.sim.time_step
-            health = self._observe()  # raises DivergenceError before anything is written
+            reading = self._observe()  # raises DivergenceError before anything is written
             if interrupt.requested:
                 log.warning("Interrupted at step %d: writing a checkpoint (Ctrl-C again aborts "
                             "without one).", step)
                 return "interrupted"
             if step % c.output_interval == 0 or step == c.max_steps:
-                if self._output(health, bar):
+                if self._output(reading, bar):
                     return "converged"
             if c.checkpoint_interval and step % c.checkpoint_interval == 0:
                 self._checkpoint()
@@ -208,58 +207,55 @@ class HeadlessRun:
             bar.update(k)
             piece = max(1, int(PIECE_SECONDS * k / elapsed)) if elapsed > 0 else 2 * piece
 
-    def _observe(self) -> dict:
-        """:meth:`Simulation.health` of the current state; DivergenceError if unhealthy."""
+    def _observe(self) -> Reading:
+        """The monitor's reading of the current state; DivergenceError if unhealthy."""
         tic = time.perf_counter()
-        health = self.sim.health()
-        check_health(health, self.case.config.tau, self.sim.problem.force, self.controls.u_limit)
+        reading = self.monitor.check(self.sim.time_step, self.sim.health())
         self.check_seconds += time.perf_counter() - tic
         if not self._slow_warned and self.check_seconds > 0.2 * max(self.wall, 1.0):
             # A host read-back per check can cost more than the steps on a fast GPU.
             self._slow_warned = True
             log.warning("Divergence checks take %.0f s of %.0f s stepping; raise "
                         "run.check_interval.", self.check_seconds, self.wall)
-        return health
+        return reading
 
-    def _output(self, health: dict, bar: tqdm) -> bool:
+    def _output(self, reading: Reading, bar: tqdm) -> bool:
         """Write the CSV row (and .vti); return whether the run has converged."""
         sim, p = self.sim, self.sim.problem
         step = sim.time_step
-        mean = np.asarray(health["mean_velocity"], dtype=np.float64)
-        residual = _residual(mean, self.u_prev)
-        self.u_prev = [float(x) for x in mean]
+        mean = reading.mean_velocity
+        residual = reading.residual
         steps0, seconds0 = self._interval
         dt = sim.metrics.seconds - seconds0
         mflups = p.n_fluid * (step - steps0) / dt / 1e6 if dt > 0 else 0.0
         self._interval = (step, sim.metrics.seconds)
-        rho_ref = 1.0 if p.incompressible else p.rho0
-        force = np.asarray(p.force, dtype=np.float64)
-        norm = float(np.linalg.norm(force))
-        u_flow = float(mean @ force) / norm if norm else None
-        k = (darcy_permeability(u_flow, norm, self.case.config.viscosity, rho_ref)
-             if norm else None)
-        k_m2 = k * self.voxel_size**2 if k is not None and self.voxel_size else None
+        k = reading.permeability
+        answer, label = reading.verdict
         row = {
             "step": step, "wall_s": round(self.wall, 4), "mflups": mflups,
             "residual": residual if math.isfinite(residual) else None,
-            "u_flow": u_flow,
-            "u_max": health["max_speed"],
-            "permeability": k, "permeability_m2": k_m2,
-            "permeability_mD": to_millidarcy(k_m2) if k_m2 is not None else None,
+            "u_flow": None if k is None else k.superficial_velocity,
+            "u_max": reading.max_speed,
+            "permeability": None if k is None else k.lattice,
+            "permeability_m2": None if k is None else k.m2,
+            "permeability_mD": None if k is None else k.millidarcy,
+            "k_change": reading.k_change, "k_converged": reading.converged,
+            "steps_to_converge": reading.steps_to_converge,
             "eta_t": sim.tiling.eta_t,
         }
         row.update({f"u_mean_{ax}": float(v) for ax, v in zip("xyz", mean, strict=False)})
         self.csv.append(row)
-        self.last = row
+        self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
         if self.controls.vti:
             solid = self.sim.solid.astype(np.uint8)
             write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
                        self.geometry.origin or None, extra={"solid": solid})
-        return 0 < self.controls.convergence and residual < self.controls.convergence
+        change = residual * self.controls.output_interval  # over one output interval
+        return 0 < self.controls.convergence and change < self.controls.convergence
 
     def _checkpoint(self) -> None:
-        extra = {"u_prev": self.u_prev, "wall_s": self.wall, "last": self.last}
+        extra = {"wall_s": self.wall, "last": self.last, "monitor": self.monitor.state()}
         write_checkpoint(self.checkpoint_path, checkpoint_of(self.sim, extra))
         log.debug("Checkpoint at step %d.", self.sim.time_step)
 
@@ -287,8 +283,7 @@ class HeadlessRun:
                                                         sim.config.param.values().items()
                                                         if k != "name"},
         }
-        for key in ("residual", "u_mean_x", "u_mean_y", "u_mean_z", "u_flow", "u_max",
-                    "permeability", "permeability_m2", "permeability_mD"):
+        for key in SUMMARY_KEYS:
             summary[key] = self.last.get(key)
         nu_phys = self.controls.viscosity
         if nu_phys and self.voxel_size:
@@ -302,14 +297,3 @@ class HeadlessRun:
 def _next(step: int, interval: int) -> int:
     """The next multiple of ``interval`` after ``step`` (a large number when interval is 0)."""
     return (step // interval + 1) * interval if interval else 2**62
-
-
-def _residual(mean: np.ndarray, previous: list[float] | None) -> float:
-    """|<u> - <u>_prev| / |<u>| (inf without a previous value; 0 for a fluid at rest)."""
-    if previous is None:
-        return math.inf
-    now = float(np.linalg.norm(mean))
-    change = float(np.linalg.norm(mean - np.asarray(previous)))
-    if now == 0.0:
-        return 0.0 if change == 0.0 else math.inf
-    return change / now

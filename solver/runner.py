@@ -9,7 +9,8 @@ seconds, slower only if publishing would take more than a quarter of the wall ti
 reduces the moments on the device and reads back only the slice; at times it also checks the
 health of the whole state (a few scalars). Nothing here knows about a user interface.
 
-A health check that finds a NaN or a speed above :data:`RUNAWAY_SPEED` (lattice units) pauses
+A health check (:class:`~solver.monitor.RunMonitor`, shared with the CLI and validation) that
+finds a NaN or a speed above :data:`~solver.monitor.DIVERGENCE_SPEED` (lattice units) pauses
 the run, restores the last good populations (:class:`~solver.last_good.LastGood`, a copy kept on
 the device every few seconds after a passed check) and says what probably went wrong. Any
 exception in the thread becomes the snapshot's ``error`` and a paused state; the thread survives.
@@ -33,9 +34,12 @@ import numpy as np
 from .backends import get_backend
 from .config import SimulationConfig
 from .last_good import LastGood
+from .memory import assess_memory, precheck_memory
+from .monitor import K_TOLERANCE, History, RunMonitor
 from .pacing import CHUNK_SECONDS, SNAPSHOT_INTERVAL, Pacer
+from .problem import Problem, as_geometry
 from .simulation import Simulation
-from .snapshot import FlowSummary, History, SliceView, Snapshot, divergence_message
+from .snapshot import FlowSummary, SliceView, Snapshot
 
 __all__ = ["SimulationRunner", "Snapshot", "SliceView", "live_runners", "CHUNK_SECONDS",
            "SNAPSHOT_INTERVAL"]
@@ -58,6 +62,7 @@ class SimulationRunner:
         self, geometry: Any, config: SimulationConfig | None = None, *,
         view: SliceView | None = None, snapshot_interval: float = SNAPSHOT_INTERVAL,
         idle_timeout: float | None = None, reader: Callable[[], bool] | None = None,
+        k_tolerance: float = K_TOLERANCE,
     ) -> None:
         """``idle_timeout``: stop by itself after that many seconds without :meth:`touch`.
 
@@ -66,6 +71,9 @@ class SimulationRunner:
         and :meth:`touch` does not. Unlike polls from the owner's event loop, it keeps
         answering while that loop is too busy to poll, and it says no once the reader left
         even if the owner goes on polling.
+
+        ``k_tolerance``: k counts as converged when it changes by less than this (relative)
+        per 1000 steps.
         """
         self._geometry = geometry
         self._config = config if config is not None else SimulationConfig()
@@ -86,6 +94,8 @@ class SimulationRunner:
         self._error: str | None = None
         self._seq, self._run_id = 0, 0
         self._pacer = Pacer(snapshot_interval)
+        self._k_tolerance = float(k_tolerance)
+        self._monitor: RunMonitor | None = None
         self._history = History()
         self._good = LastGood()
         self._device: dict = {}
@@ -138,9 +148,14 @@ class SimulationRunner:
         """Rebuild with ``config``; the flow carries over when the tiling is unchanged."""
         self._send("config", config)
 
-    def load_geometry(self, geometry: Any, config: SimulationConfig | None = None) -> None:
-        """Replace the geometry (and optionally the configuration); restarts from rest, paused."""
-        self._send("geometry", (geometry, config))
+    def load_geometry(self, geometry: Any, config: SimulationConfig | None = None,
+                      problem: Problem | None = None) -> None:
+        """Replace the geometry (and optionally the configuration); restarts from rest, paused.
+
+        ``problem``: the :class:`~solver.problem.Problem` of this geometry and configuration
+        already built (the app's preview): its tiling is reused, no second offset search.
+        """
+        self._send("geometry", (geometry, config, problem))
 
     def set_view(self, view: SliceView) -> None:
         """Choose the quantity and cut that snapshots carry; publishes at once."""
@@ -262,8 +277,8 @@ class SimulationRunner:
         elif command == "config":
             self._install(self._geometry, payload, True)
         elif command == "geometry":
-            geometry, config = payload
-            self._install(geometry, config or self._config, False)
+            geometry, config, problem = payload
+            self._install(geometry, config or self._config, False, problem)
         elif command == "view":
             self._view = payload
         else:
@@ -281,15 +296,23 @@ class SimulationRunner:
             self._backends[name] = get_backend(name)
         return self._backends[name]
 
-    def _install(self, geometry: Any, config: SimulationConfig, keep_flow: bool) -> None:
-        """Replace the simulation; the old one survives any error raised while building."""
+    def _install(self, geometry: Any, config: SimulationConfig, keep_flow: bool,
+                 problem: Problem | None = None) -> None:
+        """Replace the simulation; the old one survives any error raised while building or
+        when the memory verdict refuses the new one (decided before allocating)."""
         old, old_geometry, old_config = self._sim, self._geometry, self._config
         was_running = self._running and keep_flow
         self._running, self._status, self._message = False, "starting", "Building the simulation"
         self._emit({})
         # Host-side construction validates the configuration and tiles the geometry; a failure
         # here leaves the current simulation untouched.
-        sim = Simulation(geometry, config, backend=self._backend(config.backend))
+        freed = 0 if old is None else old.backend.memory_required(old.problem)
+        if problem is None:  # a case that cannot fit is refused before it is tiled
+            precheck_memory(as_geometry(geometry).solid, config,
+                            self._backend(config.backend), freed).check()
+        sim = Simulation(geometry, config, backend=self._backend(config.backend),
+                         problem=problem)
+        assess_memory(sim.problem, sim.backend, reclaimable=freed).check()
         carry = None
         if old is not None:
             if keep_flow and old.state is not None and _same_tiling(old.tiling, sim.tiling):
@@ -304,10 +327,12 @@ class SimulationRunner:
                 self._sim = Simulation(old_geometry, old_config,
                                        backend=self._backend(old_config.backend))
                 self._sim.allocate()
+                self._monitor = self._new_monitor(self._sim)
                 self._good.keep(self._sim)
                 self._reset_series()
             raise
         self._sim, self._geometry, self._config = sim, geometry, config
+        self._monitor = self._new_monitor(sim)
         self._device = dict(sim.backend.device_info())
         if carry is not None:
             sim.backend.set_populations(sim.state, carry[1])
@@ -325,6 +350,11 @@ class SimulationRunner:
         self._pacer.restart()
         self._rate = (time.perf_counter(), sim.time_step, 0.0)
         self._publish(check=False)
+
+    def _new_monitor(self, sim: Simulation) -> RunMonitor:
+        """The run monitor of ``sim``: k along the same axis as :meth:`Simulation.permeability`."""
+        return RunMonitor(sim.problem, sim.config.tau, k_tolerance=self._k_tolerance,
+                          axis=sim.flow_axis, voxel_size=sim.voxel_size)
 
     def _reset_series(self) -> None:
         self._run_id += 1
@@ -346,15 +376,14 @@ class SimulationRunner:
         start = time.perf_counter()
         sim, extra, kept = self._sim, {}, 0.0
         if sim is not None and sim.state is not None:
-            flow = FlowSummary.of(sim, self._view, health)
+            flow = FlowSummary.of(sim, self._view, health, self._monitor)
             if check and not flow.healthy:
                 self._diverged(flow)
-                flow = FlowSummary.of(sim, self._view)
+                flow = FlowSummary.of(sim, self._view, True, self._monitor)
             elif check and flow.checked:
                 kept = self._good.refresh(sim)  # a state that just passed its check
-            if check and flow.checked:
-                self._history.record(sim.time_step, sim.metrics.mflups, flow.mean_velocity,
-                                     flow.permeability)
+            if check and flow.checked and flow.healthy:
+                self._history.record(flow.reading, sim.metrics.mflups)
             extra = flow.snapshot_fields()
             extra["steps_per_second"] = self._steps_per_second(sim.time_step)
         self._emit(extra)
@@ -368,7 +397,8 @@ class SimulationRunner:
         step = sim.time_step
         good_step = self._good.restore(sim)
         self._running, self._status = False, "diverged"
-        self._error = divergence_message(sim.config, step, flow.finite, flow.max_speed, good_step)
+        self._error = (f"Run paused at step {step}. {flow.reading.message} The last good state "
+                       f"(step {good_step}) was restored.")
         log.warning("%s: %s", self._name, self._error)
 
     def _steps_per_second(self, step: int) -> float:

@@ -50,18 +50,25 @@ class Simulation:
 
     def __init__(
         self, geometry: GeometryLike | np.ndarray, config: SimulationConfig | None = None,
-        backend: Backend | str | None = None,
+        backend: Backend | str | None = None, problem: Problem | None = None,
     ) -> None:
+        """``problem``: the :class:`Problem` of this geometry and ``config`` if already built
+        (e.g. by a preview), so the geometry is not tiled a second time."""
         self.geometry = as_geometry(geometry)
         self.config = config if config is not None else SimulationConfig()
         self.solid = solid_mask(self.geometry)
-        self.problem = Problem.from_config(self.solid, self.config, labels=self.geometry.labels)
+        if problem is not None and tuple(problem.tiling.shape) != self.solid.shape:
+            raise ValueError(f"The given problem was built for shape {problem.tiling.shape}, "
+                             f"not this geometry's {self.solid.shape}.")
+        self.problem = problem if problem is not None else Problem.from_config(
+            self.solid, self.config, labels=self.geometry.labels)
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
         self.state: Any = None
         self._slice_cache: dict = {}  # (axis, index) -> fields.Cut (backend index arrays)
         self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
+        self._layers: tuple | None = None  # first/last flow-axis layers, made on first use
         self.metrics = Metrics(
             fluid_nodes=self.problem.n_fluid, n_tiles=self.problem.tiling.n_tiles,
             eta_t=self.problem.tiling.eta_t,
@@ -155,8 +162,11 @@ class Simulation:
                 "axes": tuple("xyz"[a] for a in in_plane), **(numbers or {})}
 
     def health(self) -> dict:
-        """Cheap run state: ``finite`` (no NaN/Inf in fluid nodes), ``max_speed`` and the
-        superficial ``mean_velocity`` (d,) = sum of u over fluid nodes / all domain nodes.
+        """Cheap run state: ``finite`` (no NaN/Inf in fluid nodes), ``max_speed``, the
+        superficial ``mean_velocity`` (d,) = sum of u over fluid nodes / all domain nodes, the
+        superficial ``mean_momentum`` (d,) of :func:`solver.observables.momentum_density` and
+        ``layer_density``: mean density of the first and last fluid layers along a
+        non-periodic flow axis (None when it is periodic).
 
         A handful of scalars cross from the device, so runs can check every chunk.
         """
@@ -206,17 +216,50 @@ class Simulation:
         xp = self.backend.xp
         if self._fluid is None:
             self._fluid = xp.asarray(~self.tiling.solid)
+        d = u.shape[0]
         u_fluid = xp.where(self._fluid, u, 0.0)  # solid nodes hold no flow (may hold NaN)
         finite = xp.isfinite(xp.where(self._fluid, rho, 1.0)).all() & xp.isfinite(u_fluid).all()
+        j = observables.momentum_density(self.problem, xp.where(self._fluid, rho, 0.0), u_fluid)
+        layers = self._flow_layers()
+        flat_rho = rho.reshape(-1)
         numbers = self.backend.to_host(xp.concatenate([
             finite.astype(xp.float64).reshape(1), speed(u_fluid, xp).max().reshape(1),
-            u_fluid.reshape(u.shape[0], -1).sum(axis=1)]))
+            u_fluid.reshape(d, -1).sum(axis=1), j.reshape(d, -1).sum(axis=1),
+            *(flat_rho[index].mean().reshape(1) for index in layers)]))
         if numbers[0] != 1.0:
             return {"finite": False, "max_speed": float("inf"),
-                    "mean_velocity": np.full(self.solid.ndim, np.nan)}
+                    "mean_velocity": np.full(self.solid.ndim, np.nan),
+                    "mean_momentum": np.full(self.solid.ndim, np.nan), "layer_density": None}
         volume = float(np.prod(self.solid.shape))
         return {"finite": True, "max_speed": float(numbers[1]),
-                "mean_velocity": numbers[2:] / volume}
+                "mean_velocity": numbers[2:2 + d] / volume,
+                "mean_momentum": numbers[2 + d:2 + 2 * d] / volume,
+                "layer_density": tuple(float(v) for v in numbers[2 + 2 * d:]) or None}
+
+    def _flow_layers(self) -> tuple:
+        """Flat fluid-node indices (backend arrays) of the first and last layers along the flow
+        axis when it is not periodic (what a pressure drop is measured between), else ()."""
+        if self._layers is None:
+            axis = self.flow_axis
+            self._layers = ()
+            if not self.problem.periodic[axis]:
+                coords = self.tiling.node_coordinates()[..., axis].reshape(-1)
+                fluid = ~self.tiling.solid.reshape(-1)
+                ends = (0, self.solid.shape[axis] - 1)
+                found = [np.flatnonzero(fluid & (coords == end)) for end in ends]
+                if all(index.size for index in found):
+                    self._layers = tuple(self.backend.xp.asarray(i) for i in found)
+        return self._layers
+
+    @property
+    def flow_axis(self) -> int:
+        """Axis along which k is measured: the geometry's flow axis, else the drive's."""
+        return observables.flow_axis(self.problem, self._flow_axis(None))
+
+    @property
+    def voxel_size(self) -> float | None:
+        """The geometry's voxel size in metres (None for a plain mask)."""
+        return self.geometry.voxel_size
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
         """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""
@@ -236,6 +279,7 @@ class Simulation:
         """Free the backend state (device memory)."""
         self._slice_cache.clear()
         self._fluid = None
+        self._layers = None
         if self.state is not None:
             self.backend.release(self.state)
             self.state = None

@@ -4,8 +4,8 @@ A :class:`Snapshot` is an immutable bundle of NumPy arrays and numbers (lattice 
 user interface can read without touching the simulation: a cut through the fields chosen by a
 :class:`SliceView`, counters, the bounded time series of MFLUPS, residual and permeability, and
 the run's status. :class:`FlowSummary` turns one device-side look at a run (the cut and, at
-times, its health: no full field ever crosses to the host) into those numbers, and
-:func:`divergence_message` explains a diverged run to the user.
+times, its health: no full field ever crosses to the host) into those numbers through the run
+monitor (:mod:`solver.monitor`), which also explains a diverged run to the user.
 """
 
 from __future__ import annotations
@@ -15,22 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from .config import SimulationConfig
+from .monitor import History, Reading, RunMonitor
 from .simulation import QUANTITIES
-from .units import darcy_permeability
 
-__all__ = [
-    "Snapshot", "SliceView", "History", "FlowSummary", "STATUSES", "RUNAWAY_SPEED", "resolve_view",
-    "config_permeability", "divergence_message",
-]
+__all__ = ["Snapshot", "SliceView", "History", "FlowSummary", "STATUSES", "resolve_view"]
 
 #: Values of :attr:`Snapshot.status`.
 STATUSES = ("starting", "paused", "running", "diverged", "error", "stopped")
 
-#: Speed (lattice units) above which a run is declared runaway: Mach ~0.5, far outside validity.
-RUNAWAY_SPEED = 0.3
-#: Points kept in the time series.
-HISTORY_LENGTH = 2000
 
 
 @dataclass(frozen=True)
@@ -54,8 +46,9 @@ class Snapshot:
 
     ``plane`` is the chosen quantity on the cut, shape (n_a, n_b) over the two in-plane axes
     ``plane_axes`` (in x, y, z order); ``plane_velocity`` (2, n_a, n_b) holds the in-plane
-    velocity components. ``history`` maps ``sample, step, mflups, residual, permeability`` to
-    1D arrays. ``run_id`` changes whenever the run restarts from rest.
+    velocity components. ``history`` maps ``sample, step, mflups, residual, permeability,
+    k_change`` to 1D arrays (:class:`~solver.monitor.History`). ``run_id`` changes whenever
+    the run restarts from rest.
     """
 
     seq: int = 0
@@ -74,6 +67,14 @@ class Snapshot:
     max_speed: float = 0.0
     mean_velocity: tuple[float, ...] = ()
     permeability: float | None = None
+    #: Relative change of k per 1000 steps (see :class:`solver.monitor.KConvergence`).
+    k_change: float | None = None
+    k_converged: bool = False
+    #: Estimated steps until k is converged (0 once converged, None: cannot tell yet).
+    steps_to_converge: int | None = None
+    #: Whether k may be shown as the answer (converged, positive, Darcy flow), and why.
+    k_answer: bool = False
+    k_label: str = ""
     history: dict = field(default_factory=dict)
     device: dict = field(default_factory=dict)
     memory_bytes: int = 0
@@ -81,91 +82,60 @@ class Snapshot:
     geometry_name: str = ""
 
 
-class History:
-    """Bounded time series of (sample, step, mflups, residual, permeability).
-
-    The residual is the relative change of the mean velocity vector between two samples per
-    time step, |<u>_new - <u>_old| / |<u>_new| / (step_new - step_old).
-    """
-
-    KEYS = ("sample", "step", "mflups", "residual", "permeability")
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[float, ...]] = []
-        self.samples = 0
-        self._last: tuple[int, np.ndarray] | None = None
-
-    def record(
-        self, step: int, mflups: float, mean_velocity: np.ndarray, permeability: float | None
-    ) -> None:
-        """Add a sample unless ``step`` is not newer than the last one."""
-        residual = np.nan
-        if self._last is not None:
-            last_step, last_mean = self._last
-            if step <= last_step:
-                return
-            norm = float(np.linalg.norm(mean_velocity))
-            if norm > 0:
-                residual = float(np.linalg.norm(mean_velocity - last_mean)) / norm / (
-                    step - last_step)
-        self._last = (step, np.array(mean_velocity, dtype=float))
-        value = np.nan if permeability is None else permeability
-        self.rows.append((self.samples, step, mflups, residual, value))
-        self.samples += 1
-        del self.rows[:-HISTORY_LENGTH]
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The series as float arrays keyed by :attr:`KEYS`."""
-        data = np.array(self.rows, dtype=float).reshape(-1, len(self.KEYS))
-        return {key: data[:, i].copy() for i, key in enumerate(self.KEYS)}
-
-
 @dataclass(frozen=True)
 class FlowSummary:
     """One device-side look at a run (:meth:`Simulation.view`): the cut a snapshot shows and,
-    when ``checked``, the run's health (lattice units).
+    when checked, the :class:`~solver.monitor.Reading` of the run's health (lattice units).
 
-    ``mean_velocity`` is the superficial mean over the whole box (zero in solids), the Darcy
-    velocity; ``permeability`` follows from it and the body force (None without a force).
-    Without a check the health numbers are absent and :attr:`healthy` is True.
+    The reading's ``mean_velocity`` is the superficial mean over the whole box (zero in
+    solids), the Darcy velocity; its permeability comes from :mod:`solver.observables` (None
+    without a drive). Without a check there is no reading and :attr:`healthy` is True.
     """
 
     view: SliceView
     plane: np.ndarray
     velocity: np.ndarray
     axes: tuple[str, str]
-    checked: bool
-    finite: bool = True
-    max_speed: float = 0.0
-    mean_velocity: np.ndarray | None = None
-    permeability: float | None = None
+    reading: Reading | None = None
 
     @classmethod
-    def of(cls, sim: Any, view: SliceView, health: bool = True) -> FlowSummary:
-        """The cut ``view`` of a :class:`~solver.simulation.Simulation`, with its health if
-        ``health``; only the planes and a few scalars leave the device."""
+    def of(cls, sim: Any, view: SliceView, health: bool = True,
+           monitor: RunMonitor | None = None) -> FlowSummary:
+        """The cut ``view`` of a :class:`~solver.simulation.Simulation`, read by ``monitor``
+        (one made for ``sim`` if None) when ``health``; only the planes and a few scalars
+        leave the device."""
         view = resolve_view(view, sim.solid.shape)
         look = sim.view(view.axis, view.index, view.quantity, health=health)
-        flow = cls(view, look["plane"], look["velocity"], look["axes"], health)
+        flow = cls(view, look["plane"], look["velocity"], look["axes"])
         if not health:
             return flow
-        mean = np.asarray(look["mean_velocity"], dtype=float)
-        return replace(flow, finite=look["finite"], max_speed=look["max_speed"],
-                       mean_velocity=mean,
-                       permeability=config_permeability(sim.config, mean, sim.solid.ndim))
+        monitor = monitor if monitor is not None else RunMonitor(sim.problem, sim.config.tau)
+        return replace(flow, reading=monitor.observe(sim.time_step, look))
+
+    @property
+    def checked(self) -> bool:
+        """Whether this look carries a health reading."""
+        return self.reading is not None
 
     @property
     def healthy(self) -> bool:
         """No NaN and no runaway speed (True when not checked)."""
-        return self.finite and self.max_speed <= RUNAWAY_SPEED
+        return self.reading is None or self.reading.healthy
 
     def snapshot_fields(self) -> dict[str, Any]:
         """The :class:`Snapshot` fields this look provides (the health ones only if checked)."""
         out = dict(view=self.view, plane=self.plane, plane_velocity=self.velocity,
                    plane_axes=self.axes)
-        if self.checked:
-            out.update(max_speed=self.max_speed, permeability=self.permeability,
-                       mean_velocity=tuple(float(m) for m in self.mean_velocity))
+        r = self.reading
+        if r is not None and r.healthy:
+            answer, label = r.verdict
+            out.update(max_speed=r.max_speed,
+                       permeability=None if r.permeability is None else r.permeability.lattice,
+                       mean_velocity=tuple(float(m) for m in r.mean_velocity),
+                       k_change=r.k_change, k_converged=r.converged,
+                       steps_to_converge=r.steps_to_converge, k_answer=answer, k_label=label)
+        elif r is not None:
+            out.update(max_speed=r.max_speed)
         return out
 
 
@@ -175,33 +145,3 @@ def resolve_view(view: SliceView, shape: tuple[int, ...]) -> SliceView:
         return replace(view, axis=2, index=0)
     index = view.index if view.index is not None else shape[view.axis] // 2
     return replace(view, index=int(min(max(index, 0), shape[view.axis] - 1)))
-
-
-def divergence_message(
-    config: SimulationConfig, step: int, finite: bool, max_speed: float, good_step: int
-) -> str:
-    """A user-facing explanation of a diverged run and what to change."""
-    what = ("NaN values appeared" if not finite else
-            f"the speed reached {max_speed:.3g} (above {RUNAWAY_SPEED} lattice units, Mach "
-            f"{max_speed * 3**0.5:.2f})")
-    causes = []
-    if config.tau < 0.55:
-        causes.append(f"tau = {config.tau:g} is too close to 0.5; use tau >= 0.6")
-    force = float(np.linalg.norm(config.body_force))
-    if force > 0:
-        causes.append(f"the body force |F| = {force:.3g} (lattice units) is too large for this "
-                      "geometry; reduce it (or the pressure gradient) about tenfold")
-    if not causes:
-        causes.append("the flow is too fast for the lattice; lower the driving velocity or force")
-    return (f"Run paused at step {step}: {what}. Likely cause: {'; '.join(causes)}. "
-            f"The last good state (step {good_step}) was restored.")
-
-
-def config_permeability(config: SimulationConfig, mean: np.ndarray, ndim: int) -> float | None:
-    """Darcy permeability (nodes^2) along the dominant body-force axis, None without force."""
-    force = np.asarray(config.body_force[:ndim], dtype=float)
-    if not force.any():
-        return None
-    axis = int(np.argmax(np.abs(force)))
-    return darcy_permeability(float(mean[axis]), float(force[axis]), config.viscosity,
-                              config.initial_density)

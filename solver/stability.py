@@ -6,7 +6,7 @@ plane Poiseuille solution ``u_max = F H^2 / (8 nu)`` with ``H`` the pore size: t
 chord length across the flow (the smallest over the axes perpendicular to the force). For plates
 that is exact; for ducts, pipes and porous media it overestimates the peak a little, which is
 the safe side. A run also cannot exceed ``F t`` after ``t`` steps from rest, so the estimate is
-capped by that. While running, :func:`check_health` looks for NaN/Inf and an excessive
+capped by that. While running, :mod:`solver.monitor` looks for NaN/Inf and an excessive
 maximum speed. All quantities are in lattice units (node spacing 1, time step 1).
 """
 
@@ -20,9 +20,9 @@ import numpy as np
 from .config import MAX_MACH, ConfigError, SimulationConfig
 
 __all__ = [
-    "CS", "MAX_MACH", "WARN_MACH", "WARN_TAU", "U_LIMIT", "DivergenceError", "MemoryRefused",
+    "CS", "MAX_MACH", "WARN_MACH", "WARN_TAU", "DivergenceError", "MemoryRefused",
     "StabilityReport", "mean_chord_length", "pore_size", "estimate_max_velocity", "assess",
-    "check_stability", "pull_table_bytes", "check_memory", "check_health",
+    "check_stability", "pull_table_bytes", "check_memory",
 ]
 
 #: Lattice speed of sound, 1/sqrt(3).
@@ -31,8 +31,6 @@ CS = 1.0 / math.sqrt(3.0)
 WARN_MACH = 0.1
 #: Below this relaxation time a warning is issued (BGK/TRT become fragile close to 1/2).
 WARN_TAU = 0.55
-#: Default limit on the maximum speed |u| while running, lattice units.
-U_LIMIT = 0.3
 
 
 class DivergenceError(RuntimeError):
@@ -144,29 +142,8 @@ def pull_table_bytes(n_fluid: int, q: int, n_tiles: int, nodes_per_tile: int) ->
 
 
 def check_memory(required: int, free: int | None, device: str = "device") -> None:
-    """Raise MemoryRefused if ``required`` bytes exceed ``free`` bytes (None = unknown, pass)."""
-    if free is not None and required > free:
-        raise MemoryRefused(
-            f"The case needs about {required / 2**20:.1f} MiB ({required} bytes) but the "
-            f"{device} has only {free / 2**20:.1f} MiB ({free} bytes) free; use a smaller or "
-            "cropped geometry, precision float32 (and storage float16), or a device with more "
-            "memory."
-        )
+    """Raise MemoryRefused when :func:`solver.memory.judge` refuses ``required`` bytes with
+    ``free`` bytes free (None = unknown, pass)."""
+    from .memory import judge
 
-
-def check_health(health: dict, tau: float, force: np.ndarray, u_limit: float = U_LIMIT) -> None:
-    """Raise DivergenceError when :meth:`Simulation.health` reports NaN/Inf or max |u| too high."""
-    if not health["finite"]:
-        raise DivergenceError(_diverged("NaN or Inf in the fluid", tau, force))
-    speed = health["max_speed"]
-    if not speed <= u_limit:
-        raise DivergenceError(_diverged(f"max |u| = {speed:.3g} > limit {u_limit}", tau, force))
-
-
-def _diverged(what: str, tau: float, force: np.ndarray) -> str:
-    causes = []
-    if tau < WARN_TAU:
-        causes.append(f"tau = {tau} is too close to 0.5 (use 0.6 or more)")
-    causes.append("the lattice Mach number |u|/c_s is too high")
-    causes.append(f"the body force {tuple(float(x) for x in force)} is too large (reduce it)")
-    return f"The simulation diverged: {what}. Likely causes: " + "; ".join(causes) + "."
+    judge(required, free, device).check()

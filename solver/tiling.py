@@ -90,6 +90,7 @@ class Tiling:
     tile_map : int32 array over the tile grid, index into ``tiles`` or -1 for an empty tile.
     tiles : int32 array (n_tiles, d), tile-grid coordinates of the non-empty tiles.
     solid : bool array (n_tiles, a**d), per-tile solid mask in XYZ node order (outside = solid).
+    searched : eta_t of every offset tried by ``offset='best'`` (empty for a given offset).
     """
 
     shape: tuple[int, ...]
@@ -98,6 +99,7 @@ class Tiling:
     tile_map: np.ndarray = field(repr=False)
     tiles: np.ndarray = field(repr=False)
     solid: np.ndarray = field(repr=False)
+    searched: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -113,7 +115,9 @@ class Tiling:
         if isinstance(offset, str):
             if offset != "best":
                 raise ValueError(f"offset must be 'best' or a tuple of ints, got {offset!r}.")
-            offset = best_offset(solid, a)[0]
+            offset, searched = best_offset(solid, a)
+        else:
+            searched = {}
         offset = tuple(int(o) for o in offset)
         if len(offset) != solid.ndim or any(not 0 <= o < a for o in offset):
             raise ValueError(f"offset {offset} must have {solid.ndim} entries in [0, {a}).")
@@ -125,7 +129,19 @@ class Tiling:
         tile_map[tuple(tiles.T)] = np.arange(len(tiles), dtype=np.int32)
         tiling = cls(tuple(solid.shape), a, offset, tile_map, tiles, np.empty(0, bool))
         tiling.solid = tiling.gather(solid, fill=True)
+        tiling.searched = searched
         return tiling
+
+    @property
+    def eta_t_origin(self) -> float:
+        """eta_t of the tile grid at offset 0 (the placement before any offset search)."""
+        origin = (0,) * len(self.shape)
+        if origin in self.searched:
+            return float(self.searched[origin])
+        if tuple(self.offset) == origin:
+            return float(self.eta_t)
+        return tile_utilisation(self.scatter(self.solid[..., None], fill=True)[..., 0],
+                                self.a)
 
     @property
     def ndim(self) -> int:

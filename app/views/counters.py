@@ -25,7 +25,8 @@ __all__ = ["CountersView", "counter_cards", "format_bytes"]
 SERIES = ("step", "mflups", "residual", "permeability")
 CARD_CSS = """
 :host { width: 100%; }
-.cards { display: grid; grid-template-columns: repeat(7, minmax(0, 1fr)); gap: 8px; }
+.cards { display: grid; grid-template-columns: repeat(8, minmax(0, 1fr)); gap: 8px; }
+.card[data-counter="k"] .value { font-size: 16px; line-height: 1.9; }
 .card.wide .value { font-size: 13px; line-height: 1.3; white-space: normal; height: 34px;
                     overflow: hidden; }
 .card { background: var(--panel-surface-color, #fff); border: 1px solid #e3e6ea;
@@ -78,7 +79,22 @@ def counter_cards(snap) -> list[tuple[str, str, str, str]]:
         ("mach", "Peak speed", f"{snap.max_speed:.2e}" if np.isfinite(snap.max_speed) else "NaN",
          f"Mach {mach_number(snap.max_speed):.3f}" if np.isfinite(snap.max_speed) else ""),
         ("device", "Device", html.escape(str(device.get("name", "—"))), memory),
+        ("k", "Permeability", *_k_card(snap)),
     ]
+
+
+def _k_card(snap) -> tuple[str, str]:
+    """(value, detail) of the permeability card: the monitor's convergence flag and estimate."""
+    if snap.permeability is None:
+        return "—", "needs a body force"
+    if snap.k_converged and snap.k_answer:
+        return "converged", f"k changes {100 * snap.k_change:.2g} % / 1000 steps"
+    if snap.k_change is None:
+        return "measuring", "needs 1000 steps of history"
+    more = ("" if snap.steps_to_converge is None
+            else f" · ~{snap.steps_to_converge:,} steps to go")
+    flag = "not converged" if not snap.k_converged else "not an answer"
+    return flag, f"k changes {100 * snap.k_change:.2g} % / 1000 steps{more}"
 
 
 def _cards_html(snap) -> str:

@@ -15,7 +15,8 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 import param
-import psutil
+
+from solver.memory import assess_memory, judge
 
 from ..controller import Controller
 from ..geometry_sources import (
@@ -28,7 +29,6 @@ from ..geometry_sources import (
     sample_names,
 )
 from ..settings import Settings
-from .counters import format_bytes
 
 __all__ = ["GeometryPanel", "memory_verdict"]
 
@@ -38,16 +38,9 @@ ACCEPT = ".stl,.npy,.npz,.raw,.tif,.tiff,.vti,.vtk,.mha,.mhd,.nrrd"
 
 
 def memory_verdict(needed: int, available: int | None, where: str) -> tuple[str, str]:
-    """('ok' | 'warning' | 'refused', sentence) for a run needing ``needed`` bytes."""
-    if not available:
-        return "ok", f"needs {format_bytes(needed)}"
-    text = f"needs {format_bytes(needed)} of {format_bytes(available)} {where}"
-    if needed > 0.9 * available:
-        return "refused", (f"The run {text}: too large. Choose a smaller or coarser geometry, "
-                           "or float32 precision.")
-    if needed > 0.5 * available:
-        return "warning", f"The run {text}; other programs may run short."
-    return "ok", text
+    """('ok' | 'warning' | 'refused', sentence) of :func:`solver.memory.judge`."""
+    verdict = judge(needed, available, where)
+    return verdict.level, verdict.message
 
 
 class GeometryPanel(pn.viewable.Viewer):
@@ -157,14 +150,10 @@ class GeometryPanel(pn.viewable.Viewer):
         self.alert.param.update(object=text, alert_type=level, visible=bool(text))
 
     def _memory(self, preview: GeometryPreview) -> tuple[str, str]:
-        snap = self.controller.snapshot
-        device_memory = (snap.device or {}).get("memory")
-        if device_memory:
-            return memory_verdict(preview.memory_bytes, device_memory + snap.memory_bytes,
-                                  "of GPU memory")
-        available = psutil.virtual_memory().available + snap.memory_bytes
-        return memory_verdict(preview.memory_bytes + preview.table_bytes, available,
-                              "of free host memory")
+        # The one verdict the CLI and the runner use; the current run's state is freed first.
+        verdict = assess_memory(preview.problem, preview.config.backend,
+                                reclaimable=self.controller.snapshot.memory_bytes)
+        return verdict.level, verdict.message
 
     @staticmethod
     def _image(preview: GeometryPreview | None) -> hv.Image:

@@ -171,15 +171,20 @@ class PhysicsPanel(pn.viewable.Viewer):
         darcy = snap.mean_velocity[axis]
         estimate = estimate_flow(float(self.controller.geometry.porosity),
                                  self.controller.surface, 1.0, 1.0)
+        # The run monitor decides whether k is an answer (converged, positive, Darcy flow).
+        name = "Permeability k" if snap.k_answer else "k so far (not the answer)"
         rows = [
-            ("Permeability k", f"{k_si:.4e} m²", f"{to_millidarcy(k_si):.5g} mD"),
+            (name, f"{k_si:.4e} m²", f"{to_millidarcy(k_si):.5g} mD"),
+            ("Convergence", html.escape(snap.k_label), _remaining(snap)),
             ("k (lattice)", f"{snap.permeability:.5g} nodes²", f"at step {snap.step:,}"),
             ("Darcy velocity", f"{units.velocity_to_si(darcy):.3e} m/s", f"{darcy:.3e} lattice"),
             ("Peak Mach", f"{mach_number(snap.max_speed):.3f}", ""),
         ]
         if estimate:
             reynolds = abs(darcy) * estimate.grain_diameter / lattice_viscosity(tau)
-            rows.append(("Pore Reynolds", f"{reynolds:.3g}", darcy_regime(reynolds)))
+            regime = darcy_regime(reynolds) if snap.permeability > 0 else (
+                "negative k: the flow runs against the drive, Darcy's law gives no answer")
+            rows.append(("Pore Reynolds", f"{reynolds:.3g}", regime))
         return _table_html(rows)
 
     def __panel__(self) -> pn.viewable.Viewable:
@@ -193,6 +198,15 @@ class PhysicsPanel(pn.viewable.Viewer):
             pn.Column("#### Measured", self.measured, sizing_mode="stretch_width"),
             sizing_mode="stretch_width",
         )
+
+
+def _remaining(snap) -> str:
+    """The monitor's estimate of the steps still needed, in words."""
+    if snap.k_converged:
+        return ""
+    if snap.steps_to_converge is None:
+        return "steps still needed: not known yet"
+    return f"about {snap.steps_to_converge:,} more steps"
 
 
 TABLE_CSS = """

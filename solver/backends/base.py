@@ -84,5 +84,12 @@ class Backend(Protocol):
     def device_info(self) -> DeviceInfo:
         """What the backend runs on."""
 
+    def memory_required(self, problem: Problem) -> int:
+        """Bytes a run of ``problem`` needs on this backend's device at its peak (state,
+        tables and the temporaries of a health check), known before anything is allocated."""
+
+    def free_memory(self) -> int | None:
+        """Bytes a new allocation can use on this backend's device (None if unknown)."""
+
     def release(self, state: Any) -> None:
         """Free the state's memory."""

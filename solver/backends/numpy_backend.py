@@ -36,6 +36,9 @@ __all__ = ["NumpyBackend", "NumpyState"]
 
 #: Fluid nodes per chunk: (q x chunk) float64 temporaries of ~0.6 MB stay in L2.
 CHUNK_NODES = 4096
+#: Host bytes per box voxel kept by the tiling and the problem (masks, tile map, node types),
+#: measured: 29-32 at 48^3-96^3.
+HOST_BYTES_PER_VOXEL = 30
 
 
 def _available_memory() -> int | None:
@@ -129,8 +132,13 @@ class NumpyBackend:
 
         Steps write fluid nodes only: solid nodes keep the rest equilibrium (``base`` module).
         """
-        f0 = problem.storage.encode(problem.initial_populations())
-        f = np.stack([f0, f0.copy()])
+        # Broadcast the stored rest state into both copies: no float64 temporary of the whole
+        # state (it set the memory peak of a run), the same values as encoding
+        # initial_populations() node by node.
+        t = problem.tiling
+        f = np.empty((2, t.n_tiles, problem.lattice.q, t.nodes_per_tile),
+                     dtype=problem.storage_dtype)
+        f[...] = problem.storage.encode(problem.rest_populations()[:, None])
         table = problem.pull_table
         # Nodes of one type are contiguous (Zou-He faces last): chunks never mix types.
         types = problem.boundary.node_type[table.tile, table.node]
@@ -216,6 +224,30 @@ class NumpyBackend:
         """
         known = [v for v in (_available_memory(), _cgroup_headroom()) if v is not None]
         return min(known) if known else None
+
+    def memory_required(self, problem: Problem) -> int:
+        """Host bytes a run of ``problem`` adds at its peak (a health check or slice).
+
+        The tiling and problem (:data:`HOST_BYTES_PER_VOXEL` per box voxel), the gather
+        tables (:func:`~solver.stability.pull_table_bytes` and 16 bytes per tile node of
+        boundary and coordinate tables), both population copies (this backend always keeps
+        two), the moments of a check (:func:`solver.memory.moments_bytes`) and the threads'
+        chunk temporaries. Within a few % of the measured peak resident set
+        (``benchmarks/numpy_memory_peak.py``).
+        """
+        from ..memory import moments_bytes
+        from ..stability import pull_table_bytes
+
+        t, q = problem.tiling, problem.lattice.q
+        nodes = t.n_tiles * t.nodes_per_tile
+        box = 1
+        for n in t.shape:
+            box *= int(n)
+        tables = pull_table_bytes(t.n_fluid, q, t.n_tiles, t.nodes_per_tile) + 16 * nodes
+        state = t.memory_bytes(q, problem.storage_dtype.itemsize, 2)
+        chunks = self.threads * CHUNK_NODES * q * 8 * 8  # a few (q, chunk) float64 per thread
+        return int(HOST_BYTES_PER_VOXEL * box + tables + state + moments_bytes(problem)
+                   + chunks)
 
     def release(self, state: NumpyState) -> None:
         """Drop the arrays."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..collision import equilibrium
+from ..monitor import RunMonitor
 from ..observables import ConvergenceMonitor
 from ..simulation import Simulation
 
@@ -125,14 +126,19 @@ def run_steady(sim: Simulation, every: int, tol: float, max_steps: int,
                min_steps: int = 0, measure: str = "velocity") -> float:
     """Step until the mean velocity changes by less than ``tol`` (relative) per ``every`` steps.
 
-    ``measure`` as in :class:`~solver.observables.ConvergenceMonitor`. Returns the last
-    residual; a run that hits ``max_steps`` first logs a warning and returns its residual (the
-    case then reports it in its note).
+    ``measure`` as in :class:`~solver.observables.ConvergenceMonitor`; the change per ``every``
+    steps is ``every`` times :func:`solver.observables.residual`. Every check also goes through
+    the run monitor (:mod:`solver.monitor`): a diverged run raises DivergenceError with the
+    same message as the dashboard and the CLI. Returns the last change per ``every`` steps; a
+    run that hits ``max_steps`` first logs a warning and returns it (the case then reports it
+    in its note).
     """
     monitor = ConvergenceMonitor(measure)
+    health = RunMonitor(sim.problem, sim.config.tau)
     residual = math.inf
     while sim.time_step < max_steps:
         sim.step(every)
+        health.check(sim.time_step, sim.health())
         residual = monitor.update(sim.fields())
         if residual < tol and sim.time_step >= min_steps:
             return residual

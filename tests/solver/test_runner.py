@@ -11,9 +11,11 @@ import pytest
 from solver import last_good, pacing
 from solver.backends.numpy_backend import NumpyBackend
 from solver.config import ConfigError, SimulationConfig
+from solver.monitor import DIVERGENCE_SPEED, History, Reading
+from solver.observables import Permeability
 from solver.runner import SimulationRunner, live_runners
 from solver.simulation import Simulation
-from solver.snapshot import RUNAWAY_SPEED, History, SliceView
+from solver.snapshot import SliceView
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -130,14 +132,14 @@ def test_load_geometry_restarts_from_rest(make_runner):
 
 
 def test_runaway_pauses_restores_and_explains(make_runner):
-    # Free periodic fluid accelerates at F per step: |u| passes RUNAWAY_SPEED after ~15 steps.
+    # Free periodic fluid accelerates at F per step: |u| passes DIVERGENCE_SPEED after ~15 steps.
     cfg = config(tau=0.52, body_force=(0.02, 0.0, 0.0))
     runner = make_runner(plates(8, 8, 8), cfg, snapshot_interval=0.0)
     runner.start()
     snap = runner.wait_for(lambda s: s.status == "diverged", timeout=60)
     assert "tau = 0.52" in snap.error and "body force" in snap.error
     assert "last good state" in snap.error
-    assert np.isfinite(snap.max_speed) and snap.max_speed <= RUNAWAY_SPEED
+    assert np.isfinite(snap.max_speed) and snap.max_speed <= DIVERGENCE_SPEED
     assert snap.step < 30
     time.sleep(0.3)
     assert runner.snapshot().step == snap.step, "a diverged run stays paused"
@@ -235,15 +237,19 @@ def test_config_error_is_a_value_error_with_advice():
         config(tau=0.5)
 
 
-def test_history_residual_is_relative_change_per_step():
+def test_history_keeps_the_monitors_readings_in_step_order():
+    def reading(step: int, residual: float, k: float | None) -> Reading:
+        return Reading(step, True, 0.0, np.zeros(3), residual,
+                       None if k is None else Permeability(k, 1.0, 1.0))
+
     history = History()
-    history.record(10, 1.0, np.array([1.0, 0.0, 0.0]), 0.5)
-    history.record(20, 1.0, np.array([2.0, 0.0, 0.0]), None)
-    history.record(20, 1.0, np.array([9.0, 0.0, 0.0]), None)  # not newer: ignored
+    history.record(reading(10, float("inf"), 0.5), 1.0)
+    history.record(reading(20, 0.05, None), 1.0)
+    history.record(reading(20, 9.0, None), 1.0)  # not newer: ignored
     data = history.arrays()
     assert list(data["step"]) == [10, 20]
     assert np.isnan(data["residual"][0])
-    assert data["residual"][1] == pytest.approx(0.5 / 10)
+    assert data["residual"][1] == 0.05
     assert data["permeability"][0] == 0.5 and np.isnan(data["permeability"][1])
 
 

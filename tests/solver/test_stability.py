@@ -10,13 +10,13 @@ import pytest
 
 from solver.backends.numpy_backend import NumpyBackend
 from solver.config import ConfigError, SimulationConfig
+from solver.monitor import check_health
 from solver.simulation import Simulation
 from solver.stability import (
     CS,
     DivergenceError,
     MemoryRefused,
     assess,
-    check_health,
     check_memory,
     check_stability,
     estimate_max_velocity,

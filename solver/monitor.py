@@ -1,0 +1,275 @@
+"""One run monitor for every way of running: the dashboard runner, ``python -m solver run`` and
+``validate`` (in the spirit of lettuce's reporters, called from the simulation loop).
+
+A :class:`RunMonitor` turns one :meth:`Simulation.health` look (a few scalars from the device)
+into a :class:`Reading`: the health verdict with ONE divergence threshold
+(:data:`DIVERGENCE_SPEED`) and ONE message (:func:`divergence_message`), the residual
+(:func:`solver.observables.residual`: relative change of the superficial mean velocity per time
+step), the permeability (:func:`solver.observables.darcy_permeability`, the one formula), and a
+steady-state test on k itself (:class:`KConvergence`): converged when k changes by less than
+``k_tolerance`` (0.1 %) per ``k_window`` (1000) steps, with an estimate of the steps still
+needed from the geometric decay of successive changes. :func:`k_verdict` says whether a k may
+be presented as the answer (converged, positive, Darcy flow). Lattice units throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import observables
+from .observables import Permeability
+from .problem import Problem
+from .stability import WARN_TAU, DivergenceError
+
+__all__ = ["DIVERGENCE_SPEED", "K_TOLERANCE", "K_WINDOW", "DARCY_REYNOLDS", "Reading",
+           "RunMonitor", "KConvergence", "History", "divergence_message", "check_health",
+           "k_verdict"]
+
+#: Speed |u| (lattice units) above which a run counts as diverged: Mach ~0.5, far outside the
+#: validity of the lattice (the one threshold of the dashboard, the CLI and validation).
+DIVERGENCE_SPEED = 0.3
+#: Default steady-state tolerance on k: relative change per :data:`K_WINDOW` steps.
+K_TOLERANCE = 1e-3
+#: Steps over which the change of k is measured.
+K_WINDOW = 1000
+#: Darcy's law holds for creeping flow: Reynolds number Re_k = |<u>| sqrt(k) / nu below this.
+DARCY_REYNOLDS = 1.0
+#: Points kept in the dashboard's time series.
+HISTORY_LENGTH = 2000
+
+
+def divergence_message(tau: float, force: np.ndarray, finite: bool, max_speed: float,
+                       limit: float = DIVERGENCE_SPEED) -> str:
+    """What went wrong in a diverged run and what to change (lattice units, one wording)."""
+    if not finite:
+        what = "NaN or Inf in the fluid"
+    else:
+        what = (f"max |u| = {max_speed:.3g} > limit {limit:g} lattice units "
+                f"(Mach {max_speed * 3**0.5:.2f})")
+    causes = []
+    if tau < WARN_TAU:
+        causes.append(f"tau = {tau:g} is too close to 0.5 (use 0.6 or more)")
+    force = np.asarray(force, dtype=float)
+    magnitude = float(np.linalg.norm(force)) if np.all(np.isfinite(force)) else math.inf
+    if magnitude > 0:
+        causes.append(f"the lattice Mach number |u|/c_s grew too high: the body force |F| = "
+                      f"{magnitude:.3g} (lattice units) is too large for this geometry; reduce "
+                      "it (or the pressure gradient) about tenfold")
+    else:
+        causes.append("the lattice Mach number |u|/c_s grew too high: lower the driving "
+                      "velocity or pressure difference")
+    return f"The simulation diverged: {what}. Likely causes: " + "; ".join(causes) + "."
+
+
+def check_health(health: dict, tau: float, force: np.ndarray,
+                 u_limit: float = DIVERGENCE_SPEED) -> None:
+    """Raise DivergenceError when :meth:`Simulation.health` reports NaN/Inf or max |u| > limit."""
+    if not health["finite"] or not health["max_speed"] <= u_limit:
+        raise DivergenceError(divergence_message(tau, force, health["finite"],
+                                                 health["max_speed"], u_limit))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One look at a run (lattice units): health, residual per step, k and its convergence.
+
+    ``k_change`` is the relative change of k per ``window`` steps (None until the run has a
+    window of history); ``steps_to_converge`` the estimated steps still needed (0 once
+    converged, None when it cannot be told yet).
+    """
+
+    step: int
+    finite: bool
+    max_speed: float
+    mean_velocity: np.ndarray
+    residual: float
+    permeability: Permeability | None
+    k_change: float | None = None
+    converged: bool = False
+    steps_to_converge: int | None = None
+    message: str | None = None
+    tolerance: float = K_TOLERANCE
+    window: int = K_WINDOW
+    viscosity: float = 1.0
+
+    @property
+    def healthy(self) -> bool:
+        """No NaN and no speed above the divergence threshold."""
+        return self.message is None
+
+    @property
+    def verdict(self) -> tuple[bool, str]:
+        """(whether k may be presented as the answer, why) — see :func:`k_verdict`."""
+        return k_verdict(self)
+
+
+def k_verdict(reading: Reading) -> tuple[bool, str]:
+    """Whether the reading's k is an answer (converged, positive, Darcy flow) and a label."""
+    k = reading.permeability
+    tolerance = f"{100 * reading.tolerance:.3g} % per {reading.window} steps"
+    if k is None or not math.isfinite(k.lattice):
+        return False, "no permeability: nothing drives the flow along the flow axis"
+    if k.lattice <= 0:
+        return False, ("negative permeability: the mean flow runs against the drive (not "
+                       "steady, or not a Darcy flow); not an answer")
+    reynolds = abs(k.superficial_velocity) * math.sqrt(k.lattice) / reading.viscosity
+    if reynolds > DARCY_REYNOLDS:
+        return False, (f"inertial flow (Re_k = {reynolds:.3g} > {DARCY_REYNOLDS:g}): Darcy's "
+                       "law does not apply; reduce the drive")
+    if reading.k_change is None:
+        return False, f"not converged yet: k is compared over {reading.window} steps"
+    if not reading.converged:
+        more = ("" if reading.steps_to_converge is None
+                else f"; about {reading.steps_to_converge:,} more steps")
+        return False, (f"not converged: k changes {100 * reading.k_change:.3g} % per "
+                       f"{reading.window} steps (target < {tolerance}){more}")
+    return True, f"converged: k changes < {tolerance} (Darcy flow, Re_k = {reynolds:.2g})"
+
+
+class KConvergence:
+    """Steady-state test on k: relative change per ``window`` steps below ``tolerance``."""
+
+    def __init__(self, tolerance: float = K_TOLERANCE, window: int = K_WINDOW) -> None:
+        self.tolerance, self.window = float(tolerance), int(window)
+        self.points: list[tuple[int, float]] = []
+
+    def _before(self, step: int) -> tuple[int, float] | None:
+        """The latest recorded (step, k) at or before ``step``."""
+        found = None
+        for point in self.points:
+            if point[0] > step:
+                break
+            found = point
+        return found
+
+    def _change(self, a: tuple[int, float], b: tuple[int, float]) -> float:
+        """Relative change of k from ``a`` to ``b`` scaled to one window."""
+        return abs(b[1] - a[1]) / abs(b[1]) * self.window / (b[0] - a[0])
+
+    def update(self, step: int, k: float) -> tuple[float | None, bool, int | None]:
+        """Record k at ``step``; return (change per window, converged, steps still needed)."""
+        if self.points and step <= self.points[-1][0]:
+            self.points = [p for p in self.points if p[0] < step]
+        self.points.append((step, k))
+        if len(self.points) > 4 * HISTORY_LENGTH:
+            del self.points[: len(self.points) - 4 * HISTORY_LENGTH]
+        now = self.points[-1]
+        ref = self._before(step - self.window)
+        if ref is None or k == 0 or not math.isfinite(k):
+            return None, False, None
+        change = self._change(ref, now)
+        if change < self.tolerance:
+            return change, True, 0
+        earlier = self._before(ref[0] - self.window)
+        if earlier is None:
+            return change, False, None
+        previous = self._change(earlier, ref)
+        if not previous > change > 0:
+            return change, False, None  # not decaying (yet): no estimate
+        # Geometric decay of the change: c(t) = c_now exp(-(t - t_now) / T).
+        decay = (0.5 * (ref[0] + now[0]) - 0.5 * (earlier[0] + ref[0])) / math.log(
+            previous / change)
+        return change, False, int(math.ceil(decay * math.log(change / self.tolerance)))
+
+
+class History:
+    """Bounded time series of (sample, step, mflups, residual, permeability, k_change)."""
+
+    KEYS = ("sample", "step", "mflups", "residual", "permeability", "k_change")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[float, ...]] = []
+        self.samples = 0
+
+    def record(self, reading: Reading, mflups: float) -> None:
+        """Add a reading unless its step is not newer than the last one."""
+        if self.rows and reading.step <= self.rows[-1][1]:
+            return
+        k = reading.permeability
+
+        def number(value: float | None) -> float:
+            return np.nan if value is None or not math.isfinite(value) else float(value)
+
+        self.rows.append((self.samples, reading.step, mflups, number(reading.residual),
+                          number(None if k is None else k.lattice), number(reading.k_change)))
+        self.samples += 1
+        del self.rows[:-HISTORY_LENGTH]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The series as float arrays keyed by :attr:`KEYS`."""
+        data = np.array(self.rows, dtype=float).reshape(-1, len(self.KEYS))
+        return {key: data[:, i].copy() for i, key in enumerate(self.KEYS)}
+
+
+class RunMonitor:
+    """Turns the health looks of one run into :class:`Reading` s (lattice units)."""
+
+    def __init__(self, problem: Problem, tau: float, *, u_limit: float = DIVERGENCE_SPEED,
+                 k_tolerance: float = K_TOLERANCE, k_window: int = K_WINDOW,
+                 axis: int | None = None, voxel_size: float | None = None) -> None:
+        self.problem, self.tau, self.u_limit = problem, float(tau), float(u_limit)
+        self.axis = observables.flow_axis(problem, axis)
+        self.voxel_size = voxel_size
+        self.k = KConvergence(k_tolerance, k_window)
+        self._last: tuple[int, np.ndarray] | None = None
+        self._residual = math.inf
+
+    def permeability(self, health: dict) -> Permeability | None:
+        """k of a healthy look by :func:`solver.observables.darcy_permeability`, None if
+        nothing drives the flow."""
+        try:
+            return observables.darcy_permeability(
+                self.problem, float(health["mean_momentum"][self.axis]), self.axis,
+                health.get("layer_density"), self.voxel_size)
+        except ValueError:
+            return None
+
+    def observe(self, step: int, health: dict) -> Reading:
+        """The reading of :meth:`Simulation.health` ``health`` at ``step``."""
+        finite, speed = bool(health["finite"]), float(health["max_speed"])
+        mean = np.asarray(health["mean_velocity"], dtype=float)
+        base = dict(step=int(step), finite=finite, max_speed=speed, mean_velocity=mean,
+                    tolerance=self.k.tolerance, window=self.k.window,
+                    viscosity=self.problem.kinematic_viscosity)
+        if not finite or not speed <= self.u_limit:
+            message = divergence_message(self.tau, self.problem.force, finite, speed,
+                                         self.u_limit)
+            return Reading(residual=math.nan, permeability=None, message=message, **base)
+        previous = self._last
+        if previous is not None and step < previous[0]:
+            previous = None  # the run went back (restored or restarted)
+        if previous is not None and step == previous[0]:
+            residual = self._residual  # the same state looked at again
+        else:
+            residual = (math.inf if previous is None else
+                        observables.residual(mean, previous[1], step - previous[0]))
+            self._last, self._residual = (int(step), mean), residual
+        k = self.permeability(health)
+        change, converged, remaining = (self.k.update(step, k.lattice) if k is not None
+                                        else (None, False, None))
+        return Reading(residual=residual, permeability=k, k_change=change, converged=converged,
+                       steps_to_converge=remaining, **base)
+
+    def state(self) -> dict:
+        """What a checkpoint keeps so that a resumed run judges convergence as an unbroken one."""
+        last = None if self._last is None else [self._last[0], self._last[1].tolist()]
+        return {"last": last, "residual": self._residual, "k_points": list(self.k.points)}
+
+    def restore(self, state: dict | None) -> None:
+        """Continue from :meth:`state` (None: from scratch)."""
+        if not state:
+            return
+        last = state.get("last")
+        self._last = None if last is None else (int(last[0]), np.asarray(last[1], dtype=float))
+        self._residual = float(state.get("residual", math.inf))
+        self.k.points = [(int(s), float(k)) for s, k in state.get("k_points", [])]
+
+    def check(self, step: int, health: dict) -> Reading:
+        """:meth:`observe`, raising DivergenceError with the message when unhealthy."""
+        reading = self.observe(step, health)
+        if not reading.healthy:
+            raise DivergenceError(reading.message)
+        return reading
