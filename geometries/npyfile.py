@@ -19,6 +19,7 @@ __all__ = ["NPY_MAGIC", "read_npy", "read_npz"]
 
 NPY_MAGIC = b"\x93NUMPY"
 _NUMBER_KINDS = "biuf"
+_HEADER_BUDGET = 65536  # an .npy header is far shorter; bounds the first read
 
 
 def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.ndarray:
@@ -78,15 +79,28 @@ def read_npz(
 
 
 def _read_member(archive: zipfile.ZipFile, name: str, max_items: int) -> np.ndarray:
-    """Return one array of an open archive, bounding its uncompressed size first."""
-    info = archive.getinfo(f"{name}.npy")
-    if info.file_size > max_items * 8 + 65536:
-        raise GeometryError(
-            f"The array {name!r} in the .npz archive is {info.file_size} bytes uncompressed, "
-            f"more than {max_items} voxels allow. Raise max_voxels= if the file is trusted."
-        )
+    """Return one array of an open archive, reading no more than its checked header allows.
+
+    The zip directory's sizes are claims; the member is stream-decompressed, its .npy header
+    checked first, and reading stops at the size that header (within ``max_items``) implies.
+    """
     try:
-        raw = archive.read(info)
+        with archive.open(f"{name}.npy") as member:
+            head = member.read(_HEADER_BUDGET)
+            fp = io.BytesIO(head)
+            shape, _, dtype = _read_header(fp) if head.startswith(NPY_MAGIC) else ((), 0, None)
+            if dtype is None:
+                raise GeometryError(f"The array {name!r} in the .npz archive is not a .npy.")
+            count = int(np.prod(shape, dtype=object))
+            if count > max_items:
+                raise GeometryError(
+                    f"The array {name!r} in the .npz archive has {count} elements, more than "
+                    f"the limit of {max_items}. Raise max_voxels= if the file is trusted."
+                )
+            budget = fp.tell() + count * dtype.itemsize + 1 - len(head)
+            raw = head + member.read(max(budget, 0))
+    except GeometryError:
+        raise
     except Exception as exc:  # noqa: BLE001 - as above: any failure means a corrupted member
         raise GeometryError(
             f"The array {name!r} in the .npz archive is corrupted ({exc}). Save it again."

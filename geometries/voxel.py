@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -95,8 +96,8 @@ class VoxelGeometry:
             f"flow along {_AXES[self.flow_axis]}{objects}."
         )
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the geometry to ``path`` as compressed ``.npz`` (no pickles)."""
+    def save(self, path: str | os.PathLike | BinaryIO) -> None:
+        """Write the geometry to ``path`` (or a binary file object) as compressed ``.npz``."""
         arrays = {
             "version": np.int64(_FORMAT_VERSION),
             "solid": self.solid,
@@ -107,6 +108,9 @@ class VoxelGeometry:
         }
         if self.labels is not None:
             arrays["labels"] = self.labels
+        if hasattr(path, "write"):  # an open binary file, e.g. the loader worker's buffer
+            np.savez_compressed(path, **arrays)
+            return
         with open(path, "wb") as fh:
             np.savez_compressed(fh, **arrays)
 

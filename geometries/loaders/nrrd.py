@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import GeometryError
 from ..segment import segment
 from ..voxel import VoxelGeometry
+from .headers import confined_data_file
 from .source import (
     DEFAULT_MAX_VOXELS,
     Payload,
@@ -213,12 +214,9 @@ def _detached_body(payload: Payload, fields: dict[str, str]) -> bytes:
             "The uploaded NRRD header refers to a separate data file, which cannot be uploaded "
             "with it. Save the NRRD with attached data (one .nrrd file)."
         )
-    if name.split()[0] == "LIST" or len(name.split()) > 1:
+    if not name.split() or name.split()[0] == "LIST" or len(name.split()) > 1:
         raise GeometryError("NRRD data split over several files is not supported.")
-    path = payload.path.parent / name
-    if not path.is_file():
-        raise GeometryError(f"The NRRD data file {path} does not exist. Check the header.")
-    return path.read_bytes()
+    return confined_data_file(payload.path, name, "NRRD").read_bytes()
 
 
 def _required(fields: dict[str, str], key: str) -> str:
