@@ -104,7 +104,9 @@ def _work(send: Connection, data: bytes, fmt: str, options: dict, memory_bytes: 
     """Child: limit resources, load, send a JSON status and the geometry as ``.npz`` bytes."""
     import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]  # a limit cannot rise above the parent's
+    limit = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     from .dispatch import FORMATS
     from .source import Payload
