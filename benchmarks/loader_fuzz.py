@@ -9,8 +9,9 @@ counts), (d) binary words overwritten with huge values, (e) random bytes. Each i
 ``geometries.load(bytes, format=...)`` exactly as an upload does, in this process, which plays
 the server: its address space is limited (``RLIMIT_AS``, default 3 GiB) and each input has a
 wall-time limit (default 10 s). An input passes when it loads or raises GeometryError; any other
-exception, a timeout, a MemoryError or an input naming a file that loads is a failure, and a
-crash ends this process (the caller sees the exit status). Writes loader-fuzz.json and .md.
+exception, a timeout, a MemoryError or a load that read the canary file an injected header
+names (its all-zero bytes give an all-fluid geometry) is a failure, and a crash ends this
+process (the caller sees the exit status). Writes loader-fuzz.json and .md.
 """
 
 from __future__ import annotations
@@ -40,17 +41,21 @@ from geometries import GeometryError, VoxelGeometry  # noqa: E402
 _OPTIONS = {"max_voxels": 20_000}
 _HUGE = [2**31 - 1, 2**32, 2**40, 2**63, 10**20, -1, 0, 100_000_000, 4294967296]
 _INJECTIONS = {
-    "mha": ["ElementDataFile = /etc/passwd", "  ElementDataFile = /etc/passwd",
+    "mha": ["ElementDataFile = /etc/passwd", "  ElementDataFile = {canary}",
+            "ElementDataFile = {canary}", "ElementDataFile = ../../../../../..{canary}",
             "ElementNumberOfChannels = 100000000", "ElementType = MET_STRING",
             "CompressedData = True\nCompressedDataSize = 99999999999", "NDims = 4294967296",
             "HeaderSize = -1"],
-    "nrrd": ["data file: /etc/passwd", "data file: ../../etc/passwd", "encoding: gzip",
+    "nrrd": ["data file: /etc/passwd", "data file: {canary}", "data file: ../../../..{canary}",
+             "encoding: gzip",
              "sizes: 100000 100000 100000", "byte skip: -1", "type: block"],
     "vti": ['<!-- <ImageData WholeExtent="0 1 0 1 0 1"> -->', '<!DOCTYPE x [<!ENTITY a "b">]>',
             '<DataArray type="UInt8" Name="z" NumberOfComponents="100000000" format="ascii">'
             "0</DataArray>"],
 }  # fmt: skip
-_NAMES_A_FILE = ("/etc/passwd", "../")
+#: Size of the canary file: the 4 × 5 × 6 uint8 data the valid headers declare, all zeros, so
+#: a load that reads it gives an all-fluid geometry (the generated uploads never do).
+_CANARY_BYTES = 120
 
 
 class _Timeout(Exception):
@@ -96,8 +101,9 @@ def valid_files(tmp: Path) -> dict[str, bytes]:
     return files
 
 
-def generate(count: int, seed: int) -> list[tuple[str, str, bytes]]:
-    """Return ``count`` (kind, format, bytes) inputs, drawn reproducibly from ``seed``."""
+def generate(count: int, seed: int, canary: str = "/nonexistent/canary.raw"
+             ) -> list[tuple[str, str, bytes]]:
+    """Return ``count`` (kind, format, bytes) inputs from ``seed``; injections name ``canary``."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as folder:
         files = valid_files(Path(folder))
@@ -121,7 +127,7 @@ def generate(count: int, seed: int) -> list[tuple[str, str, bytes]]:
                 m = rng.choice(numbers)
                 data[m.start() : m.end()] = str(rng.choice(_HUGE)).encode()
         elif kind == "injection" and fmt.split("-")[0] in _INJECTIONS:
-            line = rng.choice(_INJECTIONS[fmt]).encode()
+            line = rng.choice(_INJECTIONS[fmt]).replace("{canary}", canary).encode()
             lines = bytes(data).split(b"\n")
             at = rng.randint(1, min(len(lines) - 1, 10))
             data = bytearray(b"\n".join([*lines[:at], line, *lines[at:]]))
@@ -142,7 +148,7 @@ def _options(fmt: str) -> dict:
     return {"format": base, **_OPTIONS, **extra}
 
 
-def run(inputs: list[tuple[str, str, bytes]], seconds: float) -> dict:
+def run(inputs: list[tuple[str, str, bytes]], seconds: float, canary: str) -> dict:
     """Load every input like an upload; return counts and the first failures."""
     counts: Counter = Counter()
     failures: list[str] = []
@@ -158,7 +164,7 @@ def run(inputs: list[tuple[str, str, bytes]], seconds: float) -> dict:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                geometries.load(data, **_options(fmt))
+                geometry = geometries.load(data, **_options(fmt))
         except GeometryError:
             outcome = "clean_error"
         except _Timeout:
@@ -169,8 +175,8 @@ def run(inputs: list[tuple[str, str, bytes]], seconds: float) -> dict:
             outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        if outcome == "loaded" and any(name.encode() in data for name in _NAMES_A_FILE):
-            outcome = "loaded an input that names a file"
+        if outcome == "loaded" and canary.encode() in data and not geometry.solid.any():
+            outcome = "read the canary file its header names"
         if outcome in ("loaded", "clean_error"):
             counts[outcome] += 1
         else:
@@ -227,10 +233,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     logging.disable(logging.CRITICAL)  # trimesh and VTK log every broken input they see
-    inputs = generate(args.count, args.seed)
+    with tempfile.TemporaryDirectory(prefix="fuzz-canary-") as folder:
+        canary = Path(folder) / "canary.raw"
+        canary.write_bytes(bytes(_CANARY_BYTES))
+        return _fuzz(args, str(canary))
+
+
+def _fuzz(args: argparse.Namespace, canary: str) -> int:
+    """Generate, run and write the fuzz with the canary file at ``canary``."""
+    inputs = generate(args.count, args.seed, canary)
     limit = int(args.memory_gib * 1024**3)
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    result = run(inputs, args.seconds)
+    result = run(inputs, args.seconds, canary)
     result.update(seed=args.seed, per_input_seconds=args.seconds, memory_gib=args.memory_gib,
                   command=f"python benchmarks/loader_fuzz.py --count {args.count} "
                           f"--seed {args.seed}")  # fmt: skip

@@ -6,6 +6,10 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the solver is imported lazily: `--help` stays fast
+    from .run import HeadlessRun, RunOutcome
 
 __all__ = ["EXIT_BACKEND", "EXIT_OUTPUT", "main"]
 
@@ -102,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     return _report(run, outcome)
 
 
-def _resume(run, path: str, error: type[Exception]) -> None:
+def _resume(run: HeadlessRun, path: str, error: type[Exception]) -> None:
     """Load a checkpoint into ``run``; any failure of a damaged file becomes ``error``."""
     try:
         run.resume(path)
@@ -115,7 +119,7 @@ def _resume(run, path: str, error: type[Exception]) -> None:
                     "from an intact checkpoint or start again without --resume.") from exc
 
 
-def _report(run, outcome) -> int:
+def _report(run: HeadlessRun, outcome: RunOutcome) -> int:
     """Print the summary of a finished run and return its exit code."""
     from .run import EXIT_OK
 
