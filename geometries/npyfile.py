@@ -54,9 +54,18 @@ def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.n
 
 
 def read_npz(
-    data: bytes, *, max_items: int, names: tuple[str, ...], optional: tuple[str, ...] = ()
+    data: bytes,
+    *,
+    max_items: int,
+    names: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    item_bytes: dict[str, int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Return the named arrays of ``.npz`` bytes (numbers or short strings, no pickles)."""
+    """Return the named arrays of ``.npz`` bytes (numbers or short strings, no pickles).
+
+    ``item_bytes`` caps the element size per array name, so that a small archive cannot
+    declare, e.g., a float64 mask eight times the memory of the bool one it should hold.
+    """
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     # zipfile raises many exception types on malformed archives (BadZipFile, zlib.error,
@@ -75,10 +84,13 @@ def read_npz(
                 "Use a file written by VoxelGeometry.save (it stores solid, origin, ...)."
             )
         wanted = list(names) + [n for n in optional if f"{n}.npy" in present]
-        return {n: _read_member(archive, n, max_items) for n in wanted}
+        caps = item_bytes or {}
+        return {n: _read_member(archive, n, max_items, caps.get(n, 64)) for n in wanted}
 
 
-def _read_member(archive: zipfile.ZipFile, name: str, max_items: int) -> np.ndarray:
+def _read_member(
+    archive: zipfile.ZipFile, name: str, max_items: int, max_item_bytes: int
+) -> np.ndarray:
     """Return one array of an open archive, reading no more than its checked header allows.
 
     The zip directory's sizes are claims; the member is stream-decompressed, its .npy header
@@ -91,6 +103,11 @@ def _read_member(archive: zipfile.ZipFile, name: str, max_items: int) -> np.ndar
             shape, _, dtype = _read_header(fp) if head.startswith(NPY_MAGIC) else ((), 0, None)
             if dtype is None:
                 raise GeometryError(f"The array {name!r} in the .npz archive is not a .npy.")
+            if dtype.itemsize > max_item_bytes and not dtype.hasobject:  # objects: see read_npy
+                raise GeometryError(
+                    f"The array {name!r} in the .npz archive has {dtype.itemsize}-byte elements "
+                    f"({dtype}); at most {max_item_bytes} are allowed. Use VoxelGeometry.save."
+                )
             count = int(np.prod(shape, dtype=object))
             if count > max_items:
                 raise GeometryError(

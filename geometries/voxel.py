@@ -128,6 +128,7 @@ class VoxelGeometry:
             max_items=limit,
             names=("solid", "voxel_size", "origin", "flow_axis", "name"),
             optional=("labels",),
+            item_bytes={"solid": 1, "labels": 8},  # bool mask; ids (int64 from older files)
         )
         size = float(arrays["voxel_size"].reshape(-1)[0]) if arrays["voxel_size"].size else 0.0
         try:

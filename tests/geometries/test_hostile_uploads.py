@@ -131,3 +131,17 @@ def test_valid_uploads_still_load_through_the_worker():
         assert geometry.shape == (4, 5, 6) and geometry.name == "ok"
     solid = geometries.load(hostile.mha(body=bytes([0, 1] * 60)), format="mha").solid
     assert np.array_equal(solid.reshape(-1, order="F"), np.array([0, 1] * 60, dtype=bool))
+
+
+def test_npz_mask_may_not_declare_wide_elements():
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, value in (("solid", np.zeros((4, 5, 6))), ("voxel_size", 1.0),
+                            ("origin", [0.0, 0.0, 0.0]), ("flow_axis", 0), ("name", "x")):
+            out = io.BytesIO()
+            np.save(out, np.asarray(value))
+            archive.writestr(f"{name}.npy", out.getvalue())
+    _refused(buffer.getvalue(), "npz", "8-byte elements")
