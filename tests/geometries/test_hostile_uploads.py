@@ -145,3 +145,34 @@ def test_npz_mask_may_not_declare_wide_elements():
             np.save(out, np.asarray(value))
             archive.writestr(f"{name}.npy", out.getvalue())
     _refused(buffer.getvalue(), "npz", "8-byte elements")
+
+
+def test_a_script_main_process_survives_a_reader_abort(tmp_path):
+    # `panel serve` runs the app from a script, not `python -m`: the worker's children then
+    # re-run that script's imports (multiprocessing's rule), which must work and not recurse.
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "serve_like.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(root)!r})\n"
+        "import geometries\n"
+        "from tests.geometries import hostile_inputs as hostile\n"
+        "def main():\n"
+        "    for data in (hostile.vti(zlib_claim=2**40), hostile.vti()):\n"
+        "        try:\n"
+        "            print('loaded', geometries.load(data, format='vti').shape)\n"
+        "        except geometries.GeometryError as exc:\n"
+        "            print('refused', str(exc)[:60])\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "refused The vti reader failed on this file (SIGABRT, usually a malfo",
+        "loaded (4, 5, 6)",
+    ]
