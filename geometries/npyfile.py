@@ -19,7 +19,9 @@ __all__ = ["NPY_MAGIC", "read_npy", "read_npz"]
 
 NPY_MAGIC = b"\x93NUMPY"
 _NUMBER_KINDS = "biuf"
-_HEADER_BUDGET = 65536  # an .npy header is far shorter; bounds the first read
+_HEADER_BUDGET = 65536
+#: Most members an .npz may list (VoxelGeometry.save writes 7).
+MAX_NPZ_ENTRIES = 64  # an .npy header is far shorter; bounds the first read
 
 
 def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.ndarray:
@@ -66,6 +68,7 @@ def read_npz(
     ``item_bytes`` caps the element size per array name, so that a small archive cannot
     declare, e.g., a float64 mask eight times the memory of the bool one it should hold.
     """
+    _check_entry_count(data)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     # zipfile raises many exception types on malformed archives (BadZipFile, zlib.error,
@@ -86,6 +89,26 @@ def read_npz(
         wanted = list(names) + [n for n in optional if f"{n}.npy" in present]
         caps = item_bytes or {}
         return {n: _read_member(archive, n, max_items, caps.get(n, 64)) for n in wanted}
+
+
+def _check_entry_count(data: bytes) -> None:
+    """Refuse archives whose directory lists more than MAX_NPZ_ENTRIES members.
+
+    zipfile builds an object per directory entry before anything else: a 200 MB upload of
+    empty entries would take gigabytes. The count sits in the end-of-directory record.
+    """
+    end = data.rfind(b"PK\x05\x06", max(0, len(data) - 65557))
+    if end < 0 or end + 16 > len(data):
+        return  # not a zip: ZipFile's own error says so
+    entries = int.from_bytes(data[end + 10 : end + 12], "little")
+    # zipfile walks the directory by its byte size, not the count: bound both.
+    directory_bytes = int.from_bytes(data[end + 12 : end + 16], "little")
+    if entries > MAX_NPZ_ENTRIES or directory_bytes > MAX_NPZ_ENTRIES * 1024:
+        raise GeometryError(
+            f"The .npz archive's directory lists {entries} members in {directory_bytes} bytes; "
+            f"a geometry has fewer than {MAX_NPZ_ENTRIES} members. Use a file written by "
+            "VoxelGeometry.save."
+        )
 
 
 def _read_member(

@@ -176,3 +176,29 @@ def test_a_script_main_process_survives_a_reader_abort(tmp_path):
         "refused The vti reader failed on this file (SIGABRT, usually a malfo",
         "loaded (4, 5, 6)",
     ]
+
+
+def test_npz_with_a_huge_member_directory_is_refused_before_parsing_it():
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for k in range(200):
+            archive.writestr(f"e{k}", b"")
+    _refused(buffer.getvalue(), "npz", "lists 200 members")
+
+
+def test_npz_directory_count_cannot_be_faked_small():
+    import io
+    import struct
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for k in range(2000):
+            archive.writestr(f"entry-{k:05d}-" + "x" * 40, b"")
+    data = bytearray(buffer.getvalue())
+    end = data.rfind(b"PK\x05\x06")
+    data[end + 8 : end + 12] = struct.pack("<HH", 7, 7)  # claims 7 members
+    _refused(bytes(data), "npz", "members")
