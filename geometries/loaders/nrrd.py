@@ -46,6 +46,8 @@ _TYPES = {
     "unsigned long long int": "u8",
     "float": "f4", "double": "f8",
 }  # fmt: skip
+#: Most values read from an ascii-encoded NRRD (2^22, about 160³).
+_MAX_ASCII_VALUES = 1 << 22
 _ENCODINGS = {"raw": "raw", "gzip": "gzip", "gz": "gzip", "bzip2": "bzip2", "bz2": "bzip2",
               "ascii": "ascii", "text": "ascii", "txt": "ascii"}  # fmt: skip
 
@@ -150,6 +152,12 @@ def _decode(body: bytes, fields: dict[str, str], dtype: np.dtype, count: int) ->
     expected = count * dtype.itemsize
     try:
         if encoding == "ascii":
+            if count > _MAX_ASCII_VALUES:  # split() makes a ~50-byte object per value
+                raise GeometryError(
+                    f"The NRRD image has {count:,} values in text (ascii) encoding; above "
+                    f"{_MAX_ASCII_VALUES:,} only raw or gzip encoding is read. Save it again "
+                    "with 'encoding: gzip'."
+                )
             values = np.array(body.split(maxsplit=count), dtype=np.float64)
             if values.size != count:
                 raise GeometryError(f"The NRRD text data has {values.size} values, not {count}.")

@@ -202,3 +202,9 @@ def test_npz_directory_count_cannot_be_faked_small():
     end = data.rfind(b"PK\x05\x06")
     data[end + 8 : end + 12] = struct.pack("<HH", 7, 7)  # claims 7 members
     _refused(bytes(data), "npz", "members")
+
+
+def test_ascii_nrrd_value_count_is_bounded():
+    header = b"NRRD0004\ntype: uint8\ndimension: 3\nsizes: 256 256 256\nencoding: ascii\n\n"
+    with pytest.raises(GeometryError, match="gzip"):
+        geometries.load(header + b"0 " * 1000, format="nrrd")
