@@ -96,8 +96,8 @@ class VoxelGeometry:
             f"flow along {_AXES[self.flow_axis]}{objects}."
         )
 
-    def save(self, path: str | os.PathLike | BinaryIO) -> None:
-        """Write the geometry to ``path`` (or a binary file object) as compressed ``.npz``."""
+    def save(self, path: str | os.PathLike | BinaryIO, *, compress: bool = True) -> None:
+        """Write the geometry to ``path`` (or a binary file object) as ``.npz``."""
         arrays = {
             "version": np.int64(_FORMAT_VERSION),
             "solid": self.solid,
@@ -108,11 +108,12 @@ class VoxelGeometry:
         }
         if self.labels is not None:
             arrays["labels"] = self.labels
+        write = np.savez_compressed if compress else np.savez
         if hasattr(path, "write"):  # an open binary file, e.g. the loader worker's buffer
-            np.savez_compressed(path, **arrays)
+            write(path, **arrays)
             return
         with open(path, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+            write(fh, **arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, max_voxels: int | None = None) -> VoxelGeometry:
