@@ -11,6 +11,7 @@ Children come from a ``forkserver`` that has VTK imported already, so one costs 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import multiprocessing
@@ -92,7 +93,13 @@ def load_isolated(data: bytes, fmt: str, options: dict, limits: Limits) -> Voxel
             )
         try:
             status = json.loads(receive.recv_bytes(1 << 20))
-            body = receive.recv_bytes(limits.memory_bytes) if status.get("ok") else b""
+            if not isinstance(status, dict):
+                raise ValueError("malformed status")
+            body = b""
+            if status.get("ok"):
+                if not receive.poll(limits.seconds):  # the child is ours, but bound it anyway
+                    raise EOFError
+                body = receive.recv_bytes(limits.memory_bytes)
         except (EOFError, OSError, ValueError):
             worker.join(5)
             raise GeometryError(_crash_message(fmt, worker.exitcode)) from None
@@ -110,10 +117,10 @@ def load_isolated(data: bytes, fmt: str, options: dict, limits: Limits) -> Voxel
 
 def _crash_message(fmt: str, exitcode: int | None) -> str:
     """Say that the reader died on this file, with the signal or exit code."""
+    how = f"exit code {exitcode}"
     if exitcode is not None and exitcode < 0:
-        how = signal.Signals(-exitcode).name
-    else:
-        how = f"exit code {exitcode}"
+        with contextlib.suppress(ValueError):  # a signal number Python has no name for
+            how = signal.Signals(-exitcode).name
     return (
         f"The {fmt} reader failed on this file ({how}, usually a malformed header or a size "
         "beyond the memory limit). The server is unaffected; check the file or export it again."
