@@ -156,3 +156,15 @@ def test_output_path_checks_leave_paths_of_good_runs_alone(tmp_path, capsys):
     code, _ = _run(capsys, str(channel_case(tmp_path, run=_QUICK)), "--output",
                    str(Path(tmp_path, "new", "deep")))
     assert code == EXIT_OK and (tmp_path / "new" / "deep" / "summary.json").exists()
+
+
+def test_a_failed_checkpoint_write_leaves_no_temporary(tmp_path):
+    from solver.io import atomic_write
+
+    def disk_full(fh):
+        fh.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        atomic_write(tmp_path / "checkpoint.npz", disk_full)
+    assert list(tmp_path.iterdir()) == []
