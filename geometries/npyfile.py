@@ -19,6 +19,9 @@ __all__ = ["NPY_MAGIC", "read_npy", "read_npz"]
 
 NPY_MAGIC = b"\x93NUMPY"
 _NUMBER_KINDS = "biuf"
+_HEADER_BUDGET = 65536
+#: Most members an .npz may list (VoxelGeometry.save writes 7).
+MAX_NPZ_ENTRIES = 64  # an .npy header is far shorter; bounds the first read
 
 
 def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.ndarray:
@@ -53,9 +56,19 @@ def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.n
 
 
 def read_npz(
-    data: bytes, *, max_items: int, names: tuple[str, ...], optional: tuple[str, ...] = ()
+    data: bytes,
+    *,
+    max_items: int,
+    names: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    item_bytes: dict[str, int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Return the named arrays of ``.npz`` bytes (numbers or short strings, no pickles)."""
+    """Return the named arrays of ``.npz`` bytes (numbers or short strings, no pickles).
+
+    ``item_bytes`` caps the element size per array name, so that a small archive cannot
+    declare, e.g., a float64 mask eight times the memory of the bool one it should hold.
+    """
+    _check_entry_count(data)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     # zipfile raises many exception types on malformed archives (BadZipFile, zlib.error,
@@ -74,19 +87,60 @@ def read_npz(
                 "Use a file written by VoxelGeometry.save (it stores solid, origin, ...)."
             )
         wanted = list(names) + [n for n in optional if f"{n}.npy" in present]
-        return {n: _read_member(archive, n, max_items) for n in wanted}
+        caps = item_bytes or {}
+        return {n: _read_member(archive, n, max_items, caps.get(n, 64)) for n in wanted}
 
 
-def _read_member(archive: zipfile.ZipFile, name: str, max_items: int) -> np.ndarray:
-    """Return one array of an open archive, bounding its uncompressed size first."""
-    info = archive.getinfo(f"{name}.npy")
-    if info.file_size > max_items * 8 + 65536:
+def _check_entry_count(data: bytes) -> None:
+    """Refuse archives whose directory lists more than MAX_NPZ_ENTRIES members.
+
+    zipfile builds an object per directory entry before anything else: a 200 MB upload of
+    empty entries would take gigabytes. The count sits in the end-of-directory record.
+    """
+    end = data.rfind(b"PK\x05\x06", max(0, len(data) - 65557))
+    if end < 0 or end + 16 > len(data):
+        return  # not a zip: ZipFile's own error says so
+    entries = int.from_bytes(data[end + 10 : end + 12], "little")
+    # zipfile walks the directory by its byte size, not the count: bound both.
+    directory_bytes = int.from_bytes(data[end + 12 : end + 16], "little")
+    if entries > MAX_NPZ_ENTRIES or directory_bytes > MAX_NPZ_ENTRIES * 1024:
         raise GeometryError(
-            f"The array {name!r} in the .npz archive is {info.file_size} bytes uncompressed, "
-            f"more than {max_items} voxels allow. Raise max_voxels= if the file is trusted."
+            f"The .npz archive's directory lists {entries} members in {directory_bytes} bytes; "
+            f"a geometry has fewer than {MAX_NPZ_ENTRIES} members. Use a file written by "
+            "VoxelGeometry.save."
         )
+
+
+def _read_member(
+    archive: zipfile.ZipFile, name: str, max_items: int, max_item_bytes: int
+) -> np.ndarray:
+    """Return one array of an open archive, reading no more than its checked header allows.
+
+    The zip directory's sizes are claims; the member is stream-decompressed, its .npy header
+    checked first, and reading stops at the size that header (within ``max_items``) implies.
+    """
     try:
-        raw = archive.read(info)
+        with archive.open(f"{name}.npy") as member:
+            head = member.read(_HEADER_BUDGET)
+            fp = io.BytesIO(head)
+            shape, _, dtype = _read_header(fp) if head.startswith(NPY_MAGIC) else ((), 0, None)
+            if dtype is None:
+                raise GeometryError(f"The array {name!r} in the .npz archive is not a .npy.")
+            if dtype.itemsize > max_item_bytes and not dtype.hasobject:  # objects: see read_npy
+                raise GeometryError(
+                    f"The array {name!r} in the .npz archive has {dtype.itemsize}-byte elements "
+                    f"({dtype}); at most {max_item_bytes} are allowed. Use VoxelGeometry.save."
+                )
+            count = int(np.prod(shape, dtype=object))
+            if count > max_items:
+                raise GeometryError(
+                    f"The array {name!r} in the .npz archive has {count} elements, more than "
+                    f"the limit of {max_items}. Raise max_voxels= if the file is trusted."
+                )
+            budget = fp.tell() + count * dtype.itemsize + 1 - len(head)
+            raw = head + member.read(max(budget, 0))
+    except GeometryError:
+        raise
     except Exception as exc:  # noqa: BLE001 - as above: any failure means a corrupted member
         raise GeometryError(
             f"The array {name!r} in the .npz archive is corrupted ({exc}). Save it again."

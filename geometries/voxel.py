@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -95,8 +96,8 @@ class VoxelGeometry:
             f"flow along {_AXES[self.flow_axis]}{objects}."
         )
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the geometry to ``path`` as compressed ``.npz`` (no pickles)."""
+    def save(self, path: str | os.PathLike | BinaryIO, *, compress: bool = True) -> None:
+        """Write the geometry to ``path`` (or a binary file object) as ``.npz``."""
         arrays = {
             "version": np.int64(_FORMAT_VERSION),
             "solid": self.solid,
@@ -107,8 +108,12 @@ class VoxelGeometry:
         }
         if self.labels is not None:
             arrays["labels"] = self.labels
+        write = np.savez_compressed if compress else np.savez
+        if hasattr(path, "write"):  # an open binary file, e.g. the loader worker's buffer
+            write(path, **arrays)
+            return
         with open(path, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+            write(fh, **arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, max_voxels: int | None = None) -> VoxelGeometry:
@@ -124,6 +129,7 @@ class VoxelGeometry:
             max_items=limit,
             names=("solid", "voxel_size", "origin", "flow_axis", "name"),
             optional=("labels",),
+            item_bytes={"solid": 1, "labels": 8},  # bool mask; ids (int64 from older files)
         )
         size = float(arrays["voxel_size"].reshape(-1)[0]) if arrays["voxel_size"].size else 0.0
         try:

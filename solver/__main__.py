@@ -6,8 +6,16 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["main"]
+if TYPE_CHECKING:  # the solver is imported lazily: `--help` stays fast
+    from .run import HeadlessRun, RunOutcome
+
+__all__ = ["EXIT_BACKEND", "EXIT_OUTPUT", "main"]
+
+#: Exit codes of ``run`` beyond solver.run's 0 done, 2 invalid, 3 diverged, 130 interrupted.
+EXIT_OUTPUT = 4  # the output folder could not be written during the run
+EXIT_BACKEND = 5  # the requested backend (cupy) cannot start on this machine
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -56,9 +64,11 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .case import load_case
+    from .backends import get_backend
+    from .case import check_output_folder, load_case
     from .distributed import launched_size
-    from .run import EXIT_INVALID, EXIT_OK, HeadlessRun
+    from .io import CheckpointError, remove_orphaned_temporaries
+    from .run import EXIT_INVALID, HeadlessRun
 
     if launched_size() > 1 and not hasattr(args.backend, "allocate"):  # under mpirun
         from .distributed.cli import run_under_mpi
@@ -69,16 +79,50 @@ def _run(args: argparse.Namespace) -> int:
         case = load_case(args.case)
         if args.max_steps is not None:
             case.run.max_steps = args.max_steps
-        run = HeadlessRun(case, out=args.output, backend=args.backend)
+        output = check_output_folder(args.output or case.run.output or Path("runs") / case.name)
+        for tmp in remove_orphaned_temporaries(output):
+            logging.getLogger(__name__).info("removed %s, left by a killed run", tmp)
+        try:  # a named backend that cannot start is the machine's problem, not the case's
+            backend = (args.backend if hasattr(args.backend, "allocate")
+                       else get_backend(args.backend or case.config.backend))
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BACKEND
+        run = HeadlessRun(case, out=output, backend=backend)
         if args.resume:
-            run.resume(args.resume)
+            _resume(run, args.resume, CheckpointError)
     except (ValueError, MemoryError, OSError) as exc:  # user errors: case, config, geometry
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
         print("Interrupted before the run started; nothing was written.", file=sys.stderr)
         return 130
-    outcome = run.execute(progress=not args.quiet)
+    try:
+        outcome = run.execute(progress=not args.quiet)
+    except OSError as exc:  # disk full, folder removed or made read-only during the run
+        print(f"error: writing the outputs to {run.out} failed ({exc}); free space or fix the "
+              "folder, then resume from its last checkpoint with --resume.", file=sys.stderr)
+        return EXIT_OUTPUT
+    return _report(run, outcome)
+
+
+def _resume(run: HeadlessRun, path: str, error: type[Exception]) -> None:
+    """Load a checkpoint into ``run``; any failure of a damaged file becomes ``error``."""
+    try:
+        run.resume(path)
+    except ValueError:
+        raise
+    # Fields of a bit-flipped checkpoint can parse but hold the wrong types (TypeError,
+    # AttributeError, IndexError in restore): the file is damaged, not the program.
+    except (TypeError, AttributeError, IndexError, KeyError) as exc:
+        raise error(f"The checkpoint {path} is damaged ({type(exc).__name__}: {exc}); resume "
+                    "from an intact checkpoint or start again without --resume.") from exc
+
+
+def _report(run: HeadlessRun, outcome: RunOutcome) -> int:
+    """Print the summary of a finished run and return its exit code."""
+    from .run import EXIT_OK
+
     s = outcome.summary
     print(f"{s['case']}: {outcome.status} after {s['steps']} steps in {s['run_seconds']:.1f} s "
           f"({s['mflups']:.2f} MFLUPS, eta_t = {s['eta_t']:.3f}, {s['backend']})")
@@ -156,9 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--out", default="benchmarks/results", help="report folder")
     validate.set_defaults(func=_validate)
     run = sub.add_parser("run", help="run a case file (YAML/JSON) headless",
-                         description="Run a case headless. Exit codes: 0 done, 2 invalid case "
-                                     "or refused (stability, memory, checkpoint mismatch), "
-                                     "3 diverged, 130 interrupted (checkpoint written).")
+                         description="Run a case headless. Exit codes: 0 done; 2 invalid case, "
+                                     "output folder or checkpoint, or refused (stability, "
+                                     "memory, checkpoint mismatch); 3 diverged; 4 writing the "
+                                     "outputs failed during the run; 5 the requested backend "
+                                     "cannot start (no GPU); 130 interrupted (checkpoint "
+                                     "written).")
     run.add_argument("case", help="case file, .yaml/.yml or .json (see solver/case.py)")
     run.add_argument("--resume", metavar="CHECKPOINT", default=None,
                      help="continue from a checkpoint.npz of the same geometry and config")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,8 @@ import yaml
 from .config import SimulationConfig
 from .monitor import DIVERGENCE_SPEED, K_TOLERANCE
 
-__all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "load_case", "parse_case",
-           "load_geometry"]
+__all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_folder", "load_case",
+           "parse_case", "load_geometry"]
 
 GEOMETRY_SOURCES = ("sample", "file", "generator")
 GEOMETRY_KEYS = (*GEOMETRY_SOURCES, "parameters", "options", "voxel_size", "origin")
@@ -99,16 +100,42 @@ class Case:
     path: Path | None = None
 
 
+#: Largest case file read (bytes): a case is a page of text; more is a mistake or an attack.
+MAX_CASE_BYTES = 1 << 20
+#: Longest case name (characters); it becomes a folder name and a label.
+MAX_NAME_CHARS = 200
+#: Folders under which run outputs may never go (kernel interfaces, not storage).
+_SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+class _CaseLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases: a few lines of nested ``*refs`` expand exponentially."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise CaseError(
+                f"line {mark.line + 1}: YAML aliases (*name) are not allowed in case files; "
+                "write the value out in full."
+            )
+        return super().compose_node(parent, index)
+
+
 def load_case(path: str | Path) -> Case:
-    """Read and validate a ``.yaml``/``.yml``/``.json`` case file."""
+    """Read and validate a ``.yaml``/``.yml``/``.json`` case file (at most 1 MiB, no aliases)."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_CASE_BYTES:
+            raise CaseError(f"Case file {path} is larger than {MAX_CASE_BYTES >> 10} KiB; a case "
+                            "is a short text file: put data in a geometry file and name it.")
         text = path.read_text()
     except OSError as exc:
         raise CaseError(f"Cannot read case file {path}: {exc.strerror}; check the path.") from exc
+    except UnicodeDecodeError as exc:
+        raise CaseError(f"Case file {path} is not UTF-8 text ({exc.reason}).") from exc
     is_json = path.suffix.lower() == ".json"
     try:
-        data = json.loads(text) if is_json else yaml.safe_load(text)
+        data = json.loads(text) if is_json else yaml.load(text, Loader=_CaseLoader)  # noqa: S506
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise CaseError(f"{path} is not valid {'JSON' if is_json else 'YAML'}: "
                         f"{_syntax_error(exc)}; fix the syntax there.") from exc
@@ -141,8 +168,12 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
         config.check()
     except ValueError as exc:
         raise CaseError(f"{source}: config: {exc}") from exc
+    name = data.get("name") or default_name
+    if not isinstance(name, str | int | float) or len(str(name)) > MAX_NAME_CHARS:
+        raise CaseError(f"{source}: `name` must be a short text (at most {MAX_NAME_CHARS} "
+                        "characters), e.g. name: sphere-pack.")
     return Case(
-        name=str(data.get("name") or default_name),
+        name=str(name),
         geometry=_geometry_spec(data["geometry"], base, source),
         config=config,
         run=_build(RunControls, _section(data, "run", source), source, "run"),
@@ -303,3 +334,30 @@ def load_geometry(spec: GeometrySpec):
             origin=spec.origin if spec.origin is not None else geometry.origin,
             flow_axis=geometry.flow_axis, labels=geometry.labels, name=geometry.name)
     return geometry
+
+
+def check_output_folder(path: str | Path) -> Path:
+    """Return the run output folder if it can be created and written, else raise CaseError.
+
+    Nothing is created here (a run refused later, e.g. for memory, leaves no folder behind).
+    """
+    text = str(path)
+    if "\x00" in text:
+        raise CaseError(f"The output path {text!r} contains a NUL byte; give a plain folder path.")
+    folder = Path(text)
+    resolved = folder.resolve()
+    for root in _SYSTEM_FOLDERS:
+        if resolved == root or root in resolved.parents:
+            raise CaseError(f"The output folder {folder} lies under {root}, a system folder; "
+                            "write outputs to a normal folder with --output.")
+    existing = resolved
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == resolved else f"lies under the file {existing}"
+        raise CaseError(f"The output path {folder} {where}, not a folder; choose another "
+                        "--output or move the file.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CaseError(f"Cannot write to {existing} (permission denied), so the output folder "
+                        f"{folder} cannot be made; choose a writable folder with --output.")
+    return folder

@@ -62,7 +62,11 @@ class _Tau(param.Number):
     """Relaxation time with a message that explains the stability limit."""
 
     def _validate_value(self, val, allow_None):
+        if isinstance(val, bool):  # param.Number takes True as 1; YAML `tau: true` is a typo
+            raise ConfigError(f"tau must be a number above 0.5, got {val!r}; e.g. tau: 0.8.")
         super()._validate_value(val, allow_None)
+        if val is not None and not math.isfinite(val):
+            raise ConfigError(f"tau = {val} is not a finite number; use 0.51 to 2 (e.g. 0.8).")
         if val is not None and val <= 0.5:
             raise ConfigError(
                 f"tau = {val} gives zero or negative viscosity (nu = (tau - 1/2)/3); "
@@ -220,6 +224,11 @@ class SimulationConfig(param.Parameterized):
                     f"{hi!r}; make both periodic or neither (an axis with an inlet, outlet or "
                     "wall is not periodic)."
                 )
+        if not all(math.isfinite(f) for f in self.body_force):
+            raise ConfigError(
+                f"body_force {tuple(self.body_force)} is not finite; give three finite numbers "
+                "(lattice units), e.g. [1.0e-6, 0, 0]."
+            )
         if self.ndim == 2 and self.body_force[2] != 0.0:
             raise ConfigError("A 2D lattice has no z axis: set body_force[2] to 0.")
         self._check_collision()

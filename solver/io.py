@@ -30,8 +30,8 @@ from .config import SimulationConfig
 __all__ = [
     "CheckpointError", "Checkpoint", "mask_hash", "config_values", "config_from_values",
     "config_differences",
-    "atomic_write", "write_checkpoint", "read_checkpoint", "checkpoint_of", "restore",
-    "save_simulation", "write_vti", "write_json", "CsvLog",
+    "atomic_write", "remove_orphaned_temporaries", "write_checkpoint", "read_checkpoint",
+    "checkpoint_of", "restore", "save_simulation", "write_vti", "write_json", "CsvLog",
 ]
 
 FORMAT = "porous-lbm checkpoint"
@@ -124,6 +124,30 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     return path
 
 
+def remove_orphaned_temporaries(folder: str | Path) -> list[Path]:
+    """Delete ``.NAME.<pid>.tmp`` files of :func:`atomic_write` whose process is gone."""
+    removed = []
+    for tmp in Path(folder).glob(".*.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """True when a process ``pid`` exists (a writer that may still finish its file)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # exists under another user; OverflowError: not a pid, keep the file
+    return True
+
+
 def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
     np.savez(fh, **arrays)
 
@@ -158,9 +182,13 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             )
     except CheckpointError:
         raise
-    except (OSError, KeyError, ValueError) as exc:
-        raise CheckpointError(f"Cannot read checkpoint {path} ({exc}); pass a .npz file "
-                              "written by `python -m solver run` or Simulation.save.") from exc
+    # A truncated or bit-flipped file fails anywhere in zipfile/zlib/numpy/json (BadZipFile,
+    # EOFError, zlib.error, TypeError, ...): for the user all mean "damaged checkpoint".
+    except Exception as exc:  # noqa: BLE001
+        raise CheckpointError(f"Cannot read checkpoint {path} ({type(exc).__name__}: {exc}); it "
+                              "is damaged or not a checkpoint. Pass an intact checkpoint.npz "
+                              "written by `python -m solver run` or Simulation.save, or start "
+                              "again without --resume.") from exc
 
 
 def checkpoint_of(sim, extra: dict[str, Any] | None = None) -> Checkpoint:

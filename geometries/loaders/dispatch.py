@@ -18,9 +18,10 @@ from pathlib import PurePath
 from ..errors import GeometryError
 from ..voxel import VoxelGeometry
 from .arrays import load_npy, load_npz, load_raw
+from .isolation import ISOLATED_FORMATS, Limits, load_isolated
 from .nrrd import load_nrrd
 from .sniff import sniff_format
-from .source import Payload, Source
+from .source import DEFAULT_MAX_VOXELS, Payload, Source
 from .stl import load_stl
 from .tiff import load_tiff
 from .vtkimage import VTK_FORMATS, load_vtk_image
@@ -83,6 +84,10 @@ def load(
     if "name" not in options and params["name"].default == "":
         options["name"] = _default_name(payload, filename, fmt)
     logger.info("loading %s geometry from %s", fmt, filename or payload.path or "bytes")
+    if payload.path is None and fmt in ISOLATED_FORMATS:
+        # Uploads never reach native readers in this process: see SECURITY.md.
+        limits = Limits.for_voxels(int(options.get("max_voxels", DEFAULT_MAX_VOXELS)))
+        return load_isolated(payload.data, fmt, options, limits)
     return loader(payload, **options)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import GeometryError
 from ..segment import segment
 from ..voxel import VoxelGeometry
+from .headers import confined_data_file
 from .source import (
     DEFAULT_MAX_VOXELS,
     Payload,
@@ -45,6 +46,8 @@ _TYPES = {
     "unsigned long long int": "u8",
     "float": "f4", "double": "f8",
 }  # fmt: skip
+#: Most values read from an ascii-encoded NRRD (2^22, about 160³).
+_MAX_ASCII_VALUES = 1 << 22
 _ENCODINGS = {"raw": "raw", "gzip": "gzip", "gz": "gzip", "bzip2": "bzip2", "bz2": "bzip2",
               "ascii": "ascii", "text": "ascii", "txt": "ascii"}  # fmt: skip
 
@@ -149,6 +152,12 @@ def _decode(body: bytes, fields: dict[str, str], dtype: np.dtype, count: int) ->
     expected = count * dtype.itemsize
     try:
         if encoding == "ascii":
+            if count > _MAX_ASCII_VALUES:  # split() makes a ~50-byte object per value
+                raise GeometryError(
+                    f"The NRRD image has {count:,} values in text (ascii) encoding; above "
+                    f"{_MAX_ASCII_VALUES:,} only raw or gzip encoding is read. Save it again "
+                    "with 'encoding: gzip'."
+                )
             values = np.array(body.split(maxsplit=count), dtype=np.float64)
             if values.size != count:
                 raise GeometryError(f"The NRRD text data has {values.size} values, not {count}.")
@@ -213,12 +222,9 @@ def _detached_body(payload: Payload, fields: dict[str, str]) -> bytes:
             "The uploaded NRRD header refers to a separate data file, which cannot be uploaded "
             "with it. Save the NRRD with attached data (one .nrrd file)."
         )
-    if name.split()[0] == "LIST" or len(name.split()) > 1:
+    if not name.split() or name.split()[0] == "LIST" or len(name.split()) > 1:
         raise GeometryError("NRRD data split over several files is not supported.")
-    path = payload.path.parent / name
-    if not path.is_file():
-        raise GeometryError(f"The NRRD data file {path} does not exist. Check the header.")
-    return path.read_bytes()
+    return confined_data_file(payload.path, name, "NRRD").read_bytes()
 
 
 def _required(fields: dict[str, str], key: str) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import GeometryError
 from ..segment import segment
 from ..voxel import VoxelGeometry
+from .headers import check_tiff_chain
 from .source import DEFAULT_MAX_VOXELS, Payload, build_geometry, check_voxel_count, parse_errors
 
 __all__ = ["load_tiff"]
@@ -36,6 +37,7 @@ def load_tiff(
     """Load a single-channel TIFF page or (z, y, x) stack as an (x, y[, z]) geometry."""
     import tifffile  # imported where TIFF is read: `import geometries` works without it (GPU box)
 
+    check_tiff_chain(payload.data)  # tifffile follows a looping page chain forever
     with parse_errors("TIFF"), _logged_errors() as errors:
         with tifffile.TiffFile(io.BytesIO(payload.data)) as tif:
             if not tif.series:

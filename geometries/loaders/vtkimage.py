@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import GeometryError
 from ..segment import segment
 from ..voxel import VoxelGeometry
+from .headers import check_metaimage, check_vti, confined_data_file
 from .source import (
     DEFAULT_MAX_VOXELS,
     Payload,
@@ -62,7 +63,7 @@ def load_vtk_image(
     if format not in VTK_FORMATS:
         raise GeometryError(f"format must be one of {VTK_FORMATS}, got {format!r}.")
     unit = positive_number(unit, "unit")
-    _check_header(payload.head(_HEADER_BYTES), format, max_voxels, uploaded=payload.path is None)
+    _check_header(payload, format, max_voxels)
     image = _read_image(payload, format)
     with parse_errors(format.upper()):
         values, dims, cell = _pick_array(image, array_name)
@@ -141,12 +142,14 @@ def _pick_array(image: pv.ImageData, array_name: str | None) -> tuple[np.ndarray
     return values, dims, cell
 
 
-def _check_header(head: bytes, format: str, max_voxels: int, *, uploaded: bool) -> None:
-    """Refuse headers that declare too many voxels or, for uploads, name other files."""
-    text = head.decode("latin-1")
+def _check_header(payload: Payload, format: str, max_voxels: int) -> None:
+    """Refuse headers that declare too much or, for uploads, name other files (see headers)."""
+    uploaded = payload.path is None
     if format == "vti":
-        dims = _extent_dims(_field(text, r'WholeExtent="([^"]*)"', "WholeExtent", format))
-    elif format == "vtk":
+        check_vti(payload.data, max_voxels)
+        return
+    text = payload.head(_HEADER_BYTES).decode("latin-1")
+    if format == "vtk":
         kind = _field(text, r"^DATASET[ \t]+(\S+)", "DATASET", format)
         if kind.upper() != "STRUCTURED_POINTS":
             raise GeometryError(
@@ -154,19 +157,21 @@ def _check_header(head: bytes, format: str, max_voxels: int, *, uploaded: bool) 
                 "(vtkImageData) or a .vti file."
             )
         dims = _numbers(_field(text, r"^DIMENSIONS[ \t]+([^\r\n]*)", "DIMENSIONS", format))
-    else:
-        dims = _numbers(_field(text, r"^DimSize[ \t]*=[ \t]*([^\r\n]*)", "DimSize", format))
-        data_file = _field(text, r"^ElementDataFile[ \t]*=[ \t]*(\S+)", "ElementDataFile", format)
-        if uploaded and data_file.upper() != "LOCAL":
+        if not dims or min(dims) < 1 or int(np.prod(dims, dtype=object)) > 2 * max_voxels:
             raise GeometryError(
-                "The uploaded MetaImage header refers to a separate data file, which cannot be "
-                "uploaded with it. Save it as one .mha file (ElementDataFile = LOCAL)."
+                f"The {format} header declares an image of {dims} samples, which is empty or "
+                f"more than the limit of {max_voxels:,} voxels. Crop the image or raise "
+                "max_voxels=."
             )
-    if not dims or min(dims) < 1 or int(np.prod(dims, dtype=object)) > 2 * max_voxels:
-        raise GeometryError(
-            f"The {format} header declares an image of {dims} samples, which is empty or more "
-            f"than the limit of {max_voxels:,} voxels. Crop the image or raise max_voxels=."
-        )
+        return
+    data_file = check_metaimage(
+        payload.head(_HEADER_BYTES), payload.size(), max_voxels, uploaded=uploaded
+    )
+    if not uploaded and data_file.upper() != "LOCAL":
+        assert payload.path is not None
+        if len(data_file.split()) != 1:
+            raise GeometryError("MetaImage data split over several files is not supported.")
+        confined_data_file(payload.path, data_file, "MetaImage")
 
 
 def _field(text: str, pattern: str, what: str, format: str) -> str:
@@ -186,11 +191,3 @@ def _numbers(field: str) -> list[int]:
         return [int(v) for v in field.split()]
     except ValueError as exc:
         raise GeometryError(f"The image header has malformed sizes {field!r}.") from exc
-
-
-def _extent_dims(field: str) -> list[int]:
-    """Return point counts per axis from a VTK extent ``x0 x1 y0 y1 z0 z1``."""
-    values = _numbers(field)
-    if len(values) != 6:
-        raise GeometryError(f"The image header has a malformed extent {field!r}.")
-    return [values[2 * a + 1] - values[2 * a] + 1 for a in range(3)]

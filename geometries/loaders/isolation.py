@@ -1,0 +1,162 @@
+"""Running a loader that reaches native code in a limited worker process.
+
+VTK's readers (and tifffile's page walk) are C/C++ or loops driven by the file: a hostile upload
+can abort them (``std::bad_alloc``), corrupt their heap, crash them (SIGSEGV) or make them spin.
+In the server process that would kill every session, so for uploads these loaders run in a
+child process with an address-space limit (``RLIMIT_AS``) and a wall-time limit. The child sends
+back only plain bytes: a JSON status and the geometry as ``.npz``, which the parent reads with
+the pickle-free reader of :mod:`geometries.npyfile`; nothing is ever unpickled in the parent.
+Children come from a ``forkserver`` that has VTK imported already, so one costs ~30 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import multiprocessing
+import signal
+import sys
+import types
+import warnings
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from ..errors import GeometryError, GeometryWarning
+from ..voxel import VoxelGeometry
+
+__all__ = ["ISOLATED_FORMATS", "Limits", "load_isolated"]
+
+#: Formats whose loaders reach native code or walk file-driven structures.
+ISOLATED_FORMATS = frozenset({"vti", "vtk", "mha", "mhd", "tiff"})
+
+_PRELOAD = ["geometries.loaders.dispatch", "pyvista", "vtkmodules.vtkIOXML",
+            "vtkmodules.vtkIOImage", "vtkmodules.vtkIOLegacy", "tifffile"]  # fmt: skip
+_GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resources of one worker: address space (bytes) and wall time (seconds)."""
+
+    memory_bytes: int = 4 * _GIB
+    seconds: float = 60.0
+
+    @classmethod
+    def for_voxels(cls, max_voxels: int) -> Limits:
+        """Limits for a geometry of up to ``max_voxels``: base VTK footprint + 24 B per voxel."""
+        return cls(memory_bytes=2 * _GIB + 24 * int(max_voxels))
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """The forkserver context (VTK preloaded), or spawn where forkserver is unavailable."""
+    try:
+        ctx = multiprocessing.get_context("forkserver")
+    except ValueError:  # pragma: no cover - not on Linux
+        return multiprocessing.get_context("spawn")
+    ctx.set_forkserver_preload([*_PRELOAD, *_main_imports()])
+    return ctx
+
+
+def _main_imports() -> list[str]:
+    """Modules the main script imported (``panel.command`` under ``panel serve``).
+
+    Each child re-runs a main *script* (multiprocessing's rule; Python 3.11's forkserver
+    ignores a ``__main__`` preload); with its imports preloaded that costs ms, not seconds.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return []  # `python -m ...`: the child does not re-run it
+    names = {v.__name__ for v in vars(main).values() if isinstance(v, types.ModuleType)}
+    names |= {
+        v.__module__
+        for v in vars(main).values()
+        if callable(v) and isinstance(getattr(v, "__module__", None), str)
+    }
+    return sorted(n for n in names if n not in ("__main__", "builtins"))
+
+
+def load_isolated(data: bytes, fmt: str, options: dict, limits: Limits) -> VoxelGeometry:
+    """Run loader ``fmt`` on uploaded ``data`` in a limited child; its failures → GeometryError."""
+    ctx = _context()
+    receive, send = ctx.Pipe(duplex=False)
+    worker = ctx.Process(
+        target=_work, args=(send, data, fmt, options, limits.memory_bytes), daemon=True
+    )
+    worker.start()
+    send.close()
+    try:
+        if not receive.poll(limits.seconds):
+            raise GeometryError(
+                f"Reading the {fmt} file took longer than {limits.seconds:.0f} s and was stopped; "
+                "the file is malformed or far too large. Check the file, or crop it."
+            )
+        try:
+            status = json.loads(receive.recv_bytes(1 << 20))
+            if not isinstance(status, dict):
+                raise ValueError("malformed status")
+            body = b""
+            if status.get("ok"):
+                if not receive.poll(limits.seconds):  # the child is ours, but bound it anyway
+                    raise EOFError
+                body = receive.recv_bytes(limits.memory_bytes)
+        except (EOFError, OSError, ValueError):
+            worker.join(5)
+            raise GeometryError(_crash_message(fmt, worker.exitcode)) from None
+    finally:
+        receive.close()
+        if worker.is_alive():
+            worker.kill()
+        worker.join(5)
+    if not status.get("ok"):
+        raise GeometryError(str(status.get("error", f"The {fmt} file could not be read.")))
+    for message in status.get("warnings", []):
+        warnings.warn(str(message), GeometryWarning, stacklevel=3)
+    return VoxelGeometry.from_npz(body, max_voxels=int(options.get("max_voxels", 1024**3)))
+
+
+def _crash_message(fmt: str, exitcode: int | None) -> str:
+    """Say that the reader died on this file, with the signal or exit code."""
+    how = f"exit code {exitcode}"
+    if exitcode is not None and exitcode < 0:
+        with contextlib.suppress(ValueError):  # a signal number Python has no name for
+            how = signal.Signals(-exitcode).name
+    return (
+        f"The {fmt} reader failed on this file ({how}, usually a malformed header or a size "
+        "beyond the memory limit). The server is unaffected; check the file or export it again."
+    )
+
+
+def _work(send: Connection, data: bytes, fmt: str, options: dict, memory_bytes: int) -> None:
+    """Child: limit resources, load, send a JSON status and the geometry as ``.npz`` bytes."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]  # a limit cannot rise above the parent's
+    limit = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    from .dispatch import FORMATS
+    from .source import Payload
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GeometryWarning)
+            geometry = FORMATS[fmt](Payload(data), **options)
+        buffer = io.BytesIO()
+        geometry.save(buffer, compress=False)  # zlib would cost seconds for 256³; a pipe is free
+        notes = [str(w.message) for w in caught if issubclass(w.category, GeometryWarning)]
+        send.send_bytes(json.dumps({"ok": True, "warnings": notes}).encode())
+        send.send_bytes(buffer.getbuffer())
+    except GeometryError as exc:
+        send.send_bytes(json.dumps({"ok": False, "error": str(exc)}).encode())
+    except MemoryError:
+        send.send_bytes(json.dumps({"ok": False, "error": _memory_message(fmt)}).encode())
+    send.close()
+
+
+def _memory_message(fmt: str) -> str:
+    """Say that the file needs more memory than a geometry of the limit may take."""
+    return (
+        f"Reading the {fmt} file needed more memory than the upload limit allows; its header "
+        "declares more data than it holds, or the image is too large. Crop or downsample it."
+    )
