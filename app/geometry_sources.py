@@ -133,11 +133,19 @@ GENERATORS: dict[str, type[GeneratorSpec]] = {
 }
 
 
+#: The STL unit choices shown to the user -> the loader's ``unit=``.
+STL_UNITS = {"guess from size": "auto", "m": "m", "mm": "mm", "µm": "µm"}
+
+
 class UploadOptions(param.Parameterized):
     """How to read an uploaded file; only the options of its format are passed on."""
 
+    stl_unit = param.Selector(objects=list(STL_UNITS), default="guess from size",
+                              label="STL units",
+                              doc="STL: unit of the file's coordinates (STL files carry none).")
     stl_resolution = param.Integer(96, bounds=(8, 1024), label="STL resolution (voxels)",
-                                   doc="STL: voxels along the longest side of the surface.")
+                                   doc="STL: voxels along the longest side of the surface "
+                                       "(unused when a voxel size is given).")
     stl_inside = param.Selector(objects=["solid", "fluid"], default="solid",
                                 label="STL surface encloses",
                                 doc="STL: whether the closed surface encloses solid or fluid.")
@@ -148,7 +156,8 @@ class UploadOptions(param.Parameterized):
     pore_value = param.String("", label="Pore label (images)",
                               doc="Images: label of pore voxels (default: 0 = pore).")
     voxel_size_um = param.Number(0.0, bounds=(0, None), label="Voxel size (µm)",
-                                 doc="Voxel size in micrometres (0 = from the file / unknown).")
+                                 doc="Voxel size in micrometres (0 = from the file / unknown; "
+                                     "STL: 0 = from the resolution).")
 
     def options(self, filename: str) -> dict:
         """Loader options for ``filename``'s format."""
@@ -157,7 +166,10 @@ class UploadOptions(param.Parameterized):
         if self.voxel_size_um > 0:
             out["voxel_size"] = self.voxel_size_um * 1e-6
         if ext == "stl":
-            out.update(resolution=self.stl_resolution, inside=self.stl_inside)
+            out.update(inside=self.stl_inside, unit=STL_UNITS[self.stl_unit])
+            # A voxel size fixes the grid; the loader refuses both (B8).
+            if "voxel_size" not in out:
+                out["resolution"] = self.stl_resolution
             return out
         if ext == "raw":
             out.update(shape=_parse_shape(self.raw_shape), dtype=self.raw_dtype)

@@ -77,8 +77,10 @@ def test_upload_options_follow_the_format():
                             voxel_size_um=2.0)
     assert options.options("a.raw") == {"shape": (4, 5, 6), "dtype": "uint16",
                                         "pore_value": 1.0, "voxel_size": 2e-6}
-    assert options.options("a.stl") == {"voxel_size": 2e-6, "resolution": 96,
-                                        "inside": "solid"}
+    # B8: a voxel size replaces the resolution (the loader refuses both).
+    assert options.options("a.stl") == {"voxel_size": 2e-6, "inside": "solid", "unit": "auto"}
+    options.param.update(voxel_size_um=0.0, stl_unit="mm")
+    assert options.options("a.stl") == {"resolution": 96, "inside": "solid", "unit": "mm"}
     with pytest.raises(GeometryError, match="nx, ny, nz"):
         UploadOptions(raw_shape="64").options("a.raw")
     with pytest.raises(GeometryError, match="not a number"):
@@ -142,3 +144,17 @@ def test_exports_are_valid_files():
                        ("step", "mflups"))
     rows = list(csv.reader(io.StringIO(text)))
     assert rows == [["step", "mflups"], ["1", "0.5"], ["2", ""]]
+
+
+def test_an_stl_voxel_size_from_the_ui_loads(tmp_path):
+    """B8: 'Give either resolution= or voxel_size=, not both' for every UI voxel size."""
+    import trimesh
+
+    from tests.geometries.geometry_builders import stl_bytes
+
+    data = stl_bytes(trimesh.creation.box(extents=(167.0, 80.0, 60.0)))
+    options = UploadOptions(stl_inside="fluid", voxel_size_um=4000.0)
+    geometry = load_upload(data, "aorta.stl", options.options("aorta.stl"), max_bytes=10**8)
+    assert geometry.voxel_size == pytest.approx(4e-3)
+    assert geometry.shape == (42, 20, 15)
+    assert "millimetres (guessed from a 167 x 80 x 60 extent)" in geometry.notes[0]
