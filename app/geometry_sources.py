@@ -198,7 +198,7 @@ def load_upload(data: bytes, filename: str, options: dict, max_bytes: int) -> Vo
         raise GeometryError(
             f"{filename} is {len(data) / 1e6:.1f} MB, above the upload limit of "
             f"{max_bytes / 1e6:.0f} MB. Ask the server operator to raise "
-            "POROUS_LBM_MAX_UPLOAD_MB (and --websocket-max-message-size).")
+            "POROUS_LBM_MAX_UPLOAD_MB.")
     return geometries.load(bytes(data), filename=filename, **options)
 
 

@@ -77,13 +77,16 @@ def counter_cards(snap) -> list[tuple[str, str, str, str]]:
         ("bandwidth", "Bandwidth used", bandwidth, detail),
         ("mach", "Peak speed", f"{snap.max_speed:.2e}" if np.isfinite(snap.max_speed) else "NaN",
          f"Mach {mach_number(snap.max_speed):.3f}" if np.isfinite(snap.max_speed) else ""),
-        ("device", "Device", html.escape(str(device.get("name", "—"))), memory),
+        ("device", "Device", str(device.get("name", "—")), memory),
     ]
 
 
 def _cards_html(snap) -> str:
     parts = []
     for key, label, value, detail in counter_cards(snap):
+        # Values and details hold user text (the geometry's name comes from the upload's file
+        # name or from inside an .npz): escaped, never markup (#16 item 4).
+        value, detail = html.escape(value, quote=True), html.escape(detail, quote=True)
         extra = f" status-{snap.status}" if key == "status" else (
             " wide" if key == "device" else "")
         parts.append(
