@@ -231,6 +231,21 @@ def config_for(geometry: VoxelGeometry, config: SimulationConfig) -> SimulationC
     return SimulationConfig(**values)
 
 
+#: Voxel edges the physical setup accepts, metres (1 nm to 1 m).
+VOXEL_RANGE_M = (1e-9, 1.0)
+
+
+def _check_voxel_size(voxel: float | None) -> None:
+    """Refuse voxels outside :data:`VOXEL_RANGE_M` at preview, with the likely cause."""
+    low, high = VOXEL_RANGE_M
+    if voxel is None or low <= voxel <= high:
+        return
+    raise GeometryError(
+        f"The voxels would be {voxel:.3g} m wide, outside {low:g} to {high:g} m: the file's "
+        "unit is probably wrong (an STL in millimetres or micrometres read as metres?). "
+        "Change STL units or enter the voxel size (µm), then preview again.")
+
+
 @dataclass(frozen=True)
 class GeometryPreview:
     """A geometry and what running it costs; memory in bytes, eta_t in [0, 1]."""
@@ -255,6 +270,7 @@ class GeometryPreview:
 def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryPreview:
     """Tile the geometry on the host (no device memory) and report its cost."""
     start = time.perf_counter()
+    _check_voxel_size(geometry.voxel_size)
     config = config_for(geometry, config)
     lattice = get_lattice(config.lattice)
     solid = np.asarray(geometry.solid, dtype=bool)

@@ -158,3 +158,10 @@ def test_an_stl_voxel_size_from_the_ui_loads(tmp_path):
     assert geometry.voxel_size == pytest.approx(4e-3)
     assert geometry.shape == (42, 20, 15)
     assert "millimetres (guessed from a 167 x 80 x 60 extent)" in geometry.notes[0]
+
+
+def test_a_preview_refuses_voxels_of_metres_with_unit_advice():
+    """B2: a millimetre STL read as metres gave 1.67e6 µm voxels that failed only on 'Use'."""
+    geometry = VoxelGeometry(np.zeros((8, 8, 8), dtype=bool), voxel_size=1.67)
+    with pytest.raises(GeometryError, match="1.67 m wide.*Change STL units"):
+        make_preview(geometry, SimulationConfig())

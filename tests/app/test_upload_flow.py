@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import trimesh
@@ -67,8 +69,10 @@ def test_an_stl_unit_change_reapplies_and_the_guess_is_stated(board):
 def test_a_failed_use_stays_visible_until_the_next_action(board):
     """B2: the error was replaced by "Paused" within a poll while the panel said Simulating."""
     c, panel = board.controller, board.geometry_panel
-    huge = VoxelGeometry(np.zeros((8, 8, 8), dtype=bool), voxel_size=1.67)  # 1.67e6 µm voxels
-    panel.preview = make_preview(huge, c.config)
+    cube = np.zeros((8, 8, 8), dtype=bool)
+    # Previews refuse such voxels now; one made before that check (1.67e6 µm voxels):
+    panel.preview = dataclasses.replace(make_preview(VoxelGeometry(cube), c.config),
+                                        geometry=VoxelGeometry(cube, voxel_size=1.67))
     panel._use_clicked(None)
     assert c.level == "danger" and "voxel_size_um" in c.status
     assert "Simulating" not in panel.alert.object and panel.alert.alert_type == "danger"
