@@ -153,6 +153,8 @@ class UploadOptions(param.Parameterized):
                              doc="RAW: nx, ny[, nz] in voxels (x fastest), e.g. 64,64,64.")
     raw_dtype = param.Selector(objects=["uint8", "uint16", "int16", "int32", "float32", "bool"],
                                default="uint8", label="RAW voxel type", doc="RAW: voxel type.")
+    mat_variable = param.String("", label="MATLAB variable (.mat)",
+                                doc="MAT: variable holding the volume (empty: the largest array).")
     pore_value = param.String("", label="Pore label (images)",
                               doc="Images: label of pore voxels (default: 0 = pore).")
     voxel_size_um = param.Number(0.0, bounds=(0, None), label="Voxel size (µm)",
@@ -173,6 +175,8 @@ class UploadOptions(param.Parameterized):
             return out
         if ext == "raw":
             out.update(shape=_parse_shape(self.raw_shape), dtype=self.raw_dtype)
+        if ext == "mat" and self.mat_variable.strip():
+            out["variable"] = self.mat_variable.strip()
         if self.pore_value.strip():
             try:
                 out["pore_value"] = float(self.pore_value)

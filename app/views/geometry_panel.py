@@ -36,7 +36,7 @@ __all__ = ["GeometryPanel", "memory_verdict"]
 
 log = logging.getLogger(__name__)
 
-FORMATS_TEXT = "STL, .npy/.npz, .raw, .tif, .vti/.vtk/.mha/.nrrd"
+FORMATS_TEXT = "STL, .npy/.npz, .raw, .mat, .tif, .vti/.vtk/.mha/.nrrd"
 
 
 def memory_verdict(needed: int, available: int | None, where: str) -> tuple[str, str]:
