@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import param
+import scipy.ndimage as ndi
 
 import geometries
 from geometries import GeometryError, VoxelGeometry, generators
@@ -269,6 +270,10 @@ class GeometryPreview:
     #: populations when the GPU would stream in place (not needed on the GPU).
     table_bytes: int
     seconds: float
+    #: What the loader guessed or repaired, then doubts about the geometry, in user words.
+    notes: tuple[str, ...] = ()
+    #: True when a doubt says the run is unlikely to be what was meant (no fluid path...).
+    doubtful: bool = False
 
 
 def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryPreview:
@@ -282,6 +287,7 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
         raise GeometryError("The geometry has no fluid voxel; choose another file or setting.")
     offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
     tiling = Tiling.build(solid, config.tile_edge, offset)
+    doubts = geometry_doubts(geometry)
     itemsize = stored_dtype(config.precision, config.storage).itemsize
     copies = population_copies(config.streaming)
     f_bytes = tiling.n_tiles * tiling.nodes_per_tile * lattice.q * itemsize
@@ -295,4 +301,29 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
         table_bytes=pull_table_bytes(int(tiling.n_fluid), lattice.q, int(tiling.n_tiles),
                                      tiling.nodes_per_tile) + (2 - copies) * f_bytes,
         seconds=time.perf_counter() - start,
+        notes=(*geometry.notes, *doubts), doubtful=bool(doubts),
     )
+
+
+#: Below this pore fraction an image is more likely mis-read (label, voxel type) than real.
+LOW_POROSITY = 0.01
+
+
+def geometry_doubts(geometry: VoxelGeometry) -> list[str]:
+    """Signs that a geometry was mis-read: implausible porosity, no fluid path along the flow."""
+    doubts = []
+    axis, name = geometry.flow_axis, "xyz"[geometry.flow_axis]
+    if geometry.porosity < LOW_POROSITY:
+        doubts.append(
+            f"Check the geometry: its porosity is {geometry.porosity:.3g}, implausibly low; is "
+            "the pore label right (Pore label), or the RAW shape and voxel type?")
+    # Face-connected fluid clusters; one touching both ends along the flow carries flow.
+    labels = ndi.label(~np.asarray(geometry.solid, dtype=bool))[0]
+    inlet = np.unique(np.take(labels, 0, axis=axis))
+    outlet = np.unique(np.take(labels, -1, axis=axis))
+    if not np.intersect1d(inlet[inlet > 0], outlet[outlet > 0]).size:
+        doubts.append(
+            f"Check the geometry: no fluid path connects the two {name} ends (the flow axis), "
+            "so the flow and the permeability will be zero. Check the pore label, RAW shape "
+            "and voxel type, or the STL's Encloses option.")
+    return doubts

@@ -170,12 +170,13 @@ class GeometryPanel(pn.viewable.Viewer):
         verdict, sentence = self._memory(preview)
         self.image.object = self._image(preview)
         self.info.object = self._table(preview, sentence)
-        notes = " ".join(safe_text(n) for n in preview.geometry.notes)
+        notes = " ".join(safe_text(n) for n in preview.notes)
         level = {"ok": "success", "warning": "warning", "refused": "danger"}[verdict]
         if verdict == "ok" and notes:
             level = "warning"
-        text = ("Ready: press “Use this geometry” to simulate it." if verdict == "ok"
-                else sentence)
+        text = sentence if verdict != "ok" else (
+            "Usable, but check it first:" if preview.doubtful else
+            "Ready: press “Use this geometry” to simulate it.")
         self._show(level, f"{text} {notes}".strip())
         self.use_button.disabled = verdict == "refused"
         self._clear_error_status()

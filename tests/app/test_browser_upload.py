@@ -42,6 +42,12 @@ def drop(page, name: str, data: bytes | None = None, path=None) -> None:
     page.locator("input[type=file]").first.set_input_files(files=files)
 
 
+def choice(page, option: str):
+    """The drop-down that offers ``option`` (Panel's selects live in shadow roots)."""
+    return page.locator("select").filter(
+        has=page.locator("option", has_text=re.compile(f"^{re.escape(option)}$"))).first
+
+
 def status_bar(page) -> str:
     return page.locator(".run-status").first.inner_text()
 
@@ -51,20 +57,20 @@ def box_stl(extents) -> bytes:
 
 
 def test_stl_units_are_guessed_stated_and_reapplied_without_a_new_upload(page):
-    page.locator("select:has(option:text-is('fluid'))").first.select_option("fluid")
+    choice(page, "fluid").select_option("fluid")
     drop(page, "aorta.stl", box_stl((167.0, 80.0, 60.0)))
     page.get_by_text(re.compile(r"read as millimetres \(guessed from a 167 x 80 x 60 extent\)"))\
         .first.wait_for(timeout=120_000)
     assert "1.74e+03 µm" in page.locator("table").filter(has_text="porosity").first.inner_text()
     # Same file, another unit: re-applied at once (B1), nothing uploaded again.
-    page.locator("select:has(option:text-is('µm'))").first.select_option("µm")
+    choice(page, "µm").select_option("µm")
     page.get_by_text("STL coordinates read as micrometres.").first.wait_for(timeout=120_000)
     assert "1.74 µm" in page.locator("table").filter(has_text="porosity").first.inner_text()
 
 
 def test_a_wrong_unit_is_refused_at_preview_and_the_error_stays(page):
     """B2: a 5.2 m voxel passed the preview and failed on "Use" for a moment only."""
-    page.locator("select:has(option:text-is('µm'))").first.select_option("m")
+    choice(page, "µm").select_option("m")
     drop(page, "huge.stl", box_stl((500.0, 80.0, 60.0)))  # 96 voxels along 500 m
     page.get_by_text(re.compile(r"huge\.stl failed: The voxels would be 5\.21 m wide"))\
         .first.wait_for(timeout=120_000)
@@ -112,7 +118,7 @@ def test_a_name_with_markup_is_shown_as_text(page, tmp_path):
 def test_a_150_mb_upload_arrives_in_chunks_and_previews(page, tmp_path):
     """Beyond one websocket message (about 20 MB): FileDropper's 10 MB chunks."""
     labels = np.ones((266, 266, 266), dtype=np.int64)  # 150.6 MB, 1 = solid
-    labels[:, 120:140, 120:140] = 0  # a square channel along x
+    labels[:, 113:153, 113:153] = 0  # a square channel along x (porosity 0.023)
     path = tmp_path / "big_rock.npy"
     np.save(path, labels)
     assert path.stat().st_size > 150e6

@@ -165,3 +165,23 @@ def test_a_preview_refuses_voxels_of_metres_with_unit_advice():
     geometry = VoxelGeometry(np.zeros((8, 8, 8), dtype=bool), voxel_size=1.67)
     with pytest.raises(GeometryError, match="1.67 m wide.*Change STL units"):
         make_preview(geometry, SimulationConfig())
+
+
+def test_random_bytes_read_as_raw_are_flagged_not_ready():
+    """#17: random bytes as .raw (porosity 0.004, nothing connected) were accepted as Ready."""
+    data = np.random.default_rng(1).integers(0, 256, 32**3, dtype=np.uint8).tobytes()
+    options = UploadOptions(raw_shape="32,32,32").options("noise.raw")
+    preview = make_preview(load_upload(data, "noise.raw", options, 10**6), SimulationConfig())
+    assert preview.doubtful
+    assert "porosity is 0.00" in preview.notes[0] and "implausibly low" in preview.notes[0]
+    assert "no fluid path connects the two x ends" in preview.notes[1]
+
+
+def test_a_connected_pore_space_raises_no_doubt():
+    solid = np.ones((12, 10, 10), dtype=bool)
+    solid[:, 4:7, 4:7] = False
+    preview = make_preview(VoxelGeometry(solid), SimulationConfig())
+    assert not preview.doubtful and preview.notes == ()
+    solid[6] = True  # a wall across the channel
+    preview = make_preview(VoxelGeometry(solid), SimulationConfig())
+    assert preview.doubtful and "no fluid path" in preview.notes[0]
