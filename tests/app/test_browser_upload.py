@@ -31,6 +31,8 @@ def page(chromium, served_app):
     wait_until(lambda: steps(page) > 0, 120, "the default case to start stepping")
     page.get_by_text("Geometry", exact=True).click()
     page.get_by_role("button", name="Upload").click()
+    page.set_default_timeout(120_000)  # the CI machine has 2 busy cores
+    page.get_by_text("STL units", exact=True).first.wait_for()
     yield page
     context.close()
 
