@@ -7,6 +7,8 @@ import io
 import numpy as np
 import pytest
 import scipy.io
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import geometries
 from geometries import GeometryError
@@ -71,3 +73,21 @@ def test_a_declared_size_above_the_limit_is_refused_before_reading():
 def test_an_unknown_format_is_explained_in_user_words():
     with pytest.raises(GeometryError, match=r"Use a file ending in one of .*\.mat"):
         geometries.load(b"\x01\x02garbage")
+
+
+_VALID = {"plain": mat_bytes({"vol": rock((4, 5, 6))}),
+          "zlib": mat_bytes({"vol": rock((4, 5, 6))}, do_compression=True)}
+
+
+@settings(max_examples=300, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(_VALID)), st.data())
+def test_mutated_and_truncated_mat_files_load_or_raise_geometry_error(kind, data):
+    blob = bytearray(_VALID[kind])
+    for _ in range(data.draw(st.integers(1, 8))):
+        blob[data.draw(st.integers(0, len(blob) - 1))] = data.draw(st.integers(0, 255))
+    blob = bytes(blob[: data.draw(st.integers(1, len(blob)))])
+    try:
+        geometries.load(blob, filename="x.mat", max_voxels=10**6)
+    except GeometryError:
+        pass
