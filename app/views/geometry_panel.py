@@ -71,7 +71,8 @@ class GeometryPanel(pn.viewable.Viewer):
         # No accepted_filetypes: the browser would check MIME types, which .stl, .raw or .npy
         # files rarely carry; the loader checks the format and says what it accepts.
         self.file_input = BoundedFileDropper(max_bytes=settings.max_upload_bytes, multiple=False,
-                                             layout="compact", sizing_mode="stretch_width")
+                                             layout="compact", previews=[],
+                                             sizing_mode="stretch_width")
         self.file_input.param.watch(self._uploaded, "value")
         self.file_input.param.watch(self._refused, "refused")
         self.upload: UploadedFile | None = None

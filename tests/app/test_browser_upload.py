@@ -51,7 +51,9 @@ def choice(page, option: str):
 
 
 def status_bar(page) -> str:
-    return page.locator(".run-status").first.inner_text()
+    """Text of the status message under the run buttons (inside its shadow root)."""
+    return page.locator(".run-status").first.evaluate(
+        "e => ((e.shadowRoot || e).textContent || '').trim()")
 
 
 def box_stl(extents) -> bytes:

@@ -101,3 +101,16 @@ def test_the_dropper_drops_a_transfer_above_the_cap():
     dropper._process_event(Event(1, 2, b"y" * 10))
     dropper._process_event(Event(2, 2, b"y" * 10))
     assert dropper.value == {"big.npy": b"y" * 20}
+
+
+def test_user_names_are_escaped_in_the_counters_and_the_status(board):
+    """#16 item 4: a file name or an .npz's stored name was inserted as HTML."""
+    from app.views.counters import _cards_html
+
+    evil = "<img src=x onerror=alert(1)>"
+    page = _cards_html(dataclasses.replace(board.controller.snapshot, geometry_name=evil))
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    board.controller.notify("danger", f"Geometry not loaded: {evil}.npy is not an array")
+    assert "<img" not in board.status.object
+    upload(board, f"{evil}.npy", b"not an array")
+    assert "<img" not in board.geometry_panel.alert.object
