@@ -143,3 +143,29 @@ def _npy(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array)
     return buffer.getvalue()
+
+
+def test_a_file_over_the_cap_is_refused_in_the_browser_and_the_run_goes_on(chromium,
+                                                                          tmp_path_factory):
+    """#16 item 5: an upload over the cap used to drop the websocket and the session."""
+    from .conftest import serve, stop
+
+    app = serve(tmp_path_factory.mktemp("capped"), env={
+        "POROUS_LBM_MAX_UPLOAD_MB": "1", "POROUS_LBM_SCENE_REFRESH_S": "60"})
+    context = chromium.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(app.url, timeout=180_000)
+        wait_until(lambda: steps(page) > 0, 120, "the default case to start stepping")
+        page.get_by_text("Geometry", exact=True).click()
+        page.get_by_role("button", name="Upload").click()
+        page.get_by_text("at most 1 MB", exact=False).first.wait_for()
+        before = steps(page)
+        drop(page, "big.npy", _npy(np.zeros((130, 130, 130), dtype=np.uint8)))  # 2.2 MB
+        page.get_by_text(re.compile("File is too large")).first.wait_for()
+        wait_until(lambda: steps(page) > before + 5, 60, "the run to keep stepping")
+        assert "big.npy" not in app.log_text()  # never transferred, nothing to parse
+    finally:
+        context.close()
+        stop(app)
