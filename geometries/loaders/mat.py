@@ -75,10 +75,11 @@ def load_mat(
     )
     size = " x ".join(map(str, shape))
     others = [n for n, _, _ in arrays if n != var]
-    note = f"Read MATLAB variable '{var}' ({size} {cls})"
-    if variable is None and others:
-        note += f", the largest of {len(arrays)} arrays (others: {', '.join(others)})"
-    geometry.notes = (note + "; axes taken as x, y, z in MATLAB index order.",)
+    if variable is None:  # the choice was made for the user: say which, so it can be changed
+        note = f"Read MATLAB variable '{var}' ({size} {cls})"
+        if others:
+            note += f", the largest of {len(arrays)} arrays (others: {', '.join(others)})"
+        geometry.notes = (note + "; axes taken as x, y, z in MATLAB index order.",)
     return geometry
 
 

@@ -13,7 +13,7 @@ z, with a :class:`~geometries.errors.GeometryWarning`.
 
 STL coordinates carry no unit: ``unit`` is ``"m"``, ``"mm"``, ``"µm"``, metres per file unit, or
 ``"auto"`` (the default), which guesses from the bounding box (rule in :mod:`geometries.units`).
-What was guessed or repaired (the unit, open edges) is stated in the geometry's ``notes``.
+What was guessed or doubtful (the unit, open edges) is stated in the geometry's ``notes``.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def load_stl(
         raise GeometryError(f"flow_axis must be 0, 1 or 2 for an STL geometry, got {flow_axis!r}.")
     mesh = _read_mesh(payload.data)
     chosen = length_unit(unit, tuple(float(v) for v in mesh.extents))
-    notes = [chosen.describe()]
+    # A unit the user chose needs no comment; a guess is stated so that it can be corrected.
+    notes = [chosen.describe()] if chosen.guessed else []
     unit = chosen.metres
     h = _mesh_voxel(mesh.extents, resolution, voxel_size, unit)
     pad = np.full(3, padding)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ def test_an_stl_unit_change_reapplies_and_the_guess_is_stated(board):
     assert "read as millimetres (guessed from a 167 x 80 x 60 extent)" in panel.alert.object
     panel.upload_options.stl_unit = "µm"
     assert panel.preview.geometry.voxel_size == pytest.approx(167e-6 / 24)
-    assert "read as micrometres." in panel.alert.object
+    assert "guessed" not in panel.alert.object and panel.alert.alert_type == "success"
 
 
 def test_a_failed_use_stays_visible_until_the_next_action(board):
@@ -114,3 +115,14 @@ def test_user_names_are_escaped_in_the_counters_and_the_status(board):
     assert "<img" not in board.status.object
     upload(board, f"{evil}.npy", b"not an array")
     assert "<img" not in board.geometry_panel.alert.object
+
+
+def test_the_not_watertight_warning_reaches_the_preview(board):
+    """#17: "STL not watertight (85 open edges)" reached only the server log."""
+    sphere = trimesh.creation.icosphere(subdivisions=3, radius=40.0)
+    holed = trimesh.Trimesh(sphere.vertices, sphere.faces[sphere.triangles_center[:, 2] < 36])
+    board.geometry_panel.upload_options.param.update(stl_resolution=24, stl_unit="mm")
+    upload(board, "holed.stl", stl_bytes(holed))
+    alert = board.geometry_panel.alert
+    assert re.search(r"not watertight \(\d+ open edges\)", alert.object)
+    assert alert.alert_type == "warning"

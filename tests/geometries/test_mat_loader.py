@@ -41,7 +41,7 @@ def test_a_named_variable_and_a_pore_label_are_used():
     small, big = rock((6, 6, 6)), rock((10, 12, 14)) * 7
     data = mat_bytes({"seg": small, "grey": big})
     geom = geometries.load(data, filename="rock.mat", variable="seg")
-    assert geom.shape == (6, 6, 6)
+    assert geom.shape == (6, 6, 6) and geom.notes == ()
     geom = geometries.load(data, filename="rock.mat", pore_value=7)
     assert geom.shape == (10, 12, 14) and geom.solid[:, 3:6, 4:9].all()
 
