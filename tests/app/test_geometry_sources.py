@@ -83,6 +83,8 @@ def test_upload_options_follow_the_format():
     assert options.options("a.stl") == {"resolution": 96, "inside": "solid", "unit": "mm"}
     with pytest.raises(GeometryError, match="nx, ny, nz"):
         UploadOptions(raw_shape="64").options("a.raw")
+    assert UploadOptions(mat_variable=" vol ").options("ct.mat") == {"variable": "vol"}
+    assert UploadOptions(mat_variable="vol").options("ct.tif") == {}
     with pytest.raises(GeometryError, match="not a number"):
         UploadOptions(pore_value="air").options("a.tif")
     data = np.zeros((4, 5, 6), dtype=np.uint16)
