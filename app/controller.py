@@ -81,6 +81,9 @@ class Controller(param.Parameterized):
                                        idle_timeout=idle_timeout, reader=reader)
         self._last_error: str | None = None
         self._last_state: tuple[str, str] = ("", "")
+        # An error stays in the status bar until the next action: the runner's state changes
+        # ("Paused · …") must not replace it a moment later.
+        self._holding_error = False
         self.config.param.watch(self._config_edited, [p for p in config.param if p != "name"])
         if autostart:
             self.runner.start()
@@ -114,8 +117,8 @@ class Controller(param.Parameterized):
             self.settings_changed = False
         self._act("Settings applied", send)
 
-    def use_geometry(self, preview: GeometryPreview, autostart: bool = True) -> None:
-        """Simulate the previewed geometry with the pending settings fitted to it."""
+    def use_geometry(self, preview: GeometryPreview, autostart: bool = True) -> bool:
+        """Simulate the previewed geometry with the pending settings fitted to it; True if done."""
         def send() -> None:
             self.config.param.update(**_values(preview.config))
             config = copy_config(preview.config)
@@ -126,10 +129,12 @@ class Controller(param.Parameterized):
             self._set_geometry_stats(preview.geometry, preview.surface)
             if autostart:
                 self.runner.start()
-        self._act(f"Loaded {preview.geometry.name or 'geometry'}", send)
+        return self._act(f"Loaded {preview.geometry.name or 'geometry'}", send)
 
     def notify(self, level: str, text: str) -> None:
-        """Show ``text`` in the status area (level: info, success, warning, danger)."""
+        """Show ``text`` in the status area (level: info, success, warning, danger); a danger
+        message stays until the next action or message."""
+        self._holding_error = level == "danger"
         self.param.update(level=level, status=text)
 
     def report(self, exc: BaseException) -> None:
@@ -137,13 +142,14 @@ class Controller(param.Parameterized):
         log.info("UI callback failed: %s", exc, exc_info=exc)
         self.notify("danger", _message(exc))
 
-    def _act(self, done: str, fn: Callable[[], None]) -> None:
+    def _act(self, done: str, fn: Callable[[], None]) -> bool:
         try:
             fn()
         except Exception as exc:
             self.report(exc)
-        else:
-            self.notify("info", done)
+            return False
+        self.notify("info", done)
+        return True
 
     # ------------------------------------------------------------------ snapshots
     def poll(self) -> None:
@@ -155,7 +161,8 @@ class Controller(param.Parameterized):
             return
         if snap.error and snap.error != self._last_error:
             self.notify("warning" if snap.status == "diverged" else "danger", snap.error)
-        elif not snap.error and (snap.status, snap.message) != self._last_state:
+        elif (not snap.error and (snap.status, snap.message) != self._last_state
+              and not self._holding_error):
             level = "success" if snap.status == "running" else "info"
             self.notify(level, f"{snap.status.capitalize()} · {snap.message}")
         self._last_error, self._last_state = snap.error, (snap.status, snap.message)

@@ -8,6 +8,7 @@ sidebar's settings widgets are generated from :class:`~solver.config.SimulationC
 
 from __future__ import annotations
 
+import html
 import io
 import logging
 from typing import Any
@@ -98,7 +99,7 @@ class Dashboard(pn.viewable.Viewer):
         self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
         self.geometry_panel = GeometryPanel(self.controller, self.settings)
         self.physics = PhysicsPanel(self.controller)
-        self.status = pn.pane.Alert(self.controller.status, alert_type="info",
+        self.status = pn.pane.Alert(html.escape(self.controller.status), alert_type="info",
                                     sizing_mode="stretch_width", css_classes=["run-status"])
         self.server_info = pn.pane.HTML("", sizing_mode="stretch_width", height=24)
         self.controller.param.watch(self._show_status, ["status", "level"])
@@ -223,7 +224,8 @@ class Dashboard(pn.viewable.Viewer):
                                        sizing_mode="stretch_width")
 
     def _show_status(self, *events) -> None:
-        self.status.param.update(object=self.controller.status,
+        # Statuses quote user text (file names, errors about the file): shown literally.
+        self.status.param.update(object=html.escape(self.controller.status),
                                  alert_type=self.controller.level)
 
     def _show_server_info(self, *events) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import param
+import scipy.ndimage as ndi
 
 import geometries
 from geometries import GeometryError, VoxelGeometry, generators
@@ -131,11 +132,19 @@ GENERATORS: dict[str, type[GeneratorSpec]] = {
 }
 
 
+#: The STL unit choices shown to the user -> the loader's ``unit=``.
+STL_UNITS = {"guess from size": "auto", "m": "m", "mm": "mm", "µm": "µm"}
+
+
 class UploadOptions(param.Parameterized):
     """How to read an uploaded file; only the options of its format are passed on."""
 
+    stl_unit = param.Selector(objects=list(STL_UNITS), default="guess from size",
+                              label="STL units",
+                              doc="STL: unit of the file's coordinates (STL files carry none).")
     stl_resolution = param.Integer(96, bounds=(8, 1024), label="STL resolution (voxels)",
-                                   doc="STL: voxels along the longest side of the surface.")
+                                   doc="STL: voxels along the longest side of the surface "
+                                       "(unused when a voxel size is given).")
     stl_inside = param.Selector(objects=["solid", "fluid"], default="solid",
                                 label="STL surface encloses",
                                 doc="STL: whether the closed surface encloses solid or fluid.")
@@ -143,10 +152,13 @@ class UploadOptions(param.Parameterized):
                              doc="RAW: nx, ny[, nz] in voxels (x fastest), e.g. 64,64,64.")
     raw_dtype = param.Selector(objects=["uint8", "uint16", "int16", "int32", "float32", "bool"],
                                default="uint8", label="RAW voxel type", doc="RAW: voxel type.")
+    mat_variable = param.String("", label="MATLAB variable (.mat)",
+                                doc="MAT: variable holding the volume (empty: the largest array).")
     pore_value = param.String("", label="Pore label (images)",
                               doc="Images: label of pore voxels (default: 0 = pore).")
     voxel_size_um = param.Number(0.0, bounds=(0, None), label="Voxel size (µm)",
-                                 doc="Voxel size in micrometres (0 = from the file / unknown).")
+                                 doc="Voxel size in micrometres (0 = from the file / unknown; "
+                                     "STL: 0 = from the resolution).")
 
     def options(self, filename: str) -> dict:
         """Loader options for ``filename``'s format."""
@@ -155,10 +167,15 @@ class UploadOptions(param.Parameterized):
         if self.voxel_size_um > 0:
             out["voxel_size"] = self.voxel_size_um * 1e-6
         if ext == "stl":
-            out.update(resolution=self.stl_resolution, inside=self.stl_inside)
+            out.update(inside=self.stl_inside, unit=STL_UNITS[self.stl_unit])
+            # A voxel size fixes the grid; the loader refuses both (B8).
+            if "voxel_size" not in out:
+                out["resolution"] = self.stl_resolution
             return out
         if ext == "raw":
             out.update(shape=_parse_shape(self.raw_shape), dtype=self.raw_dtype)
+        if ext == "mat" and self.mat_variable.strip():
+            out["variable"] = self.mat_variable.strip()
         if self.pore_value.strip():
             try:
                 out["pore_value"] = float(self.pore_value)
@@ -184,7 +201,7 @@ def load_upload(data: bytes, filename: str, options: dict, max_bytes: int) -> Vo
         raise GeometryError(
             f"{filename} is {len(data) / 1e6:.1f} MB, above the upload limit of "
             f"{max_bytes / 1e6:.0f} MB. Ask the server operator to raise "
-            "POROUS_LBM_MAX_UPLOAD_MB (and --websocket-max-message-size).")
+            "POROUS_LBM_MAX_UPLOAD_MB.")
     return geometries.load(bytes(data), filename=filename, **options)
 
 
@@ -217,6 +234,21 @@ def config_for(geometry: VoxelGeometry, config: SimulationConfig) -> SimulationC
     return SimulationConfig(**values)
 
 
+#: Voxel edges the physical setup accepts, metres (1 nm to 1 m).
+VOXEL_RANGE_M = (1e-9, 1.0)
+
+
+def _check_voxel_size(voxel: float | None) -> None:
+    """Refuse voxels outside :data:`VOXEL_RANGE_M` at preview, with the likely cause."""
+    low, high = VOXEL_RANGE_M
+    if voxel is None or low <= voxel <= high:
+        return
+    raise GeometryError(
+        f"The voxels would be {voxel:.3g} m wide, outside {low:g} to {high:g} m: the file's "
+        "unit is probably wrong (an STL in millimetres or micrometres read as metres?). "
+        "Change STL units or enter the voxel size (µm), then preview again.")
+
+
 @dataclass(frozen=True)
 class GeometryPreview:
     """A geometry and what running it costs; memory in bytes, eta_t in [0, 1]."""
@@ -236,11 +268,16 @@ class GeometryPreview:
     #: The run's Problem, built once here: the runner reuses its tiling (one offset search per
     #: geometry) and the memory verdict (:func:`solver.memory.assess_memory`) asks about it.
     problem: Problem | None = None
+    #: What the loader guessed or repaired, then doubts about the geometry, in user words.
+    notes: tuple[str, ...] = ()
+    #: True when a doubt says the run is unlikely to be what was meant (no fluid path...).
+    doubtful: bool = False
 
 
 def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryPreview:
     """Tile the geometry on the host (no device memory) and report its cost."""
     start = time.perf_counter()
+    _check_voxel_size(geometry.voxel_size)
     config = config_for(geometry, config)
     solid = np.asarray(geometry.solid, dtype=bool)
     if solid.all():
@@ -250,6 +287,7 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
     precheck_memory(solid, config, config.backend).check()
     problem = Problem.from_config(solid, config, labels=geometry.labels)
     tiling = problem.tiling
+    doubts = geometry_doubts(geometry)
     return GeometryPreview(
         geometry=geometry, config=config, mid_slice=mid_slice(solid),
         porosity=float(geometry.porosity), surface=specific_surface(solid),
@@ -260,4 +298,29 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
                                          problem.population_copies),
         problem=problem,
         seconds=time.perf_counter() - start,
+        notes=(*geometry.notes, *doubts), doubtful=bool(doubts),
     )
+
+
+#: Below this pore fraction an image is more likely mis-read (label, voxel type) than real.
+LOW_POROSITY = 0.01
+
+
+def geometry_doubts(geometry: VoxelGeometry) -> list[str]:
+    """Signs that a geometry was mis-read: implausible porosity, no fluid path along the flow."""
+    doubts = []
+    axis, name = geometry.flow_axis, "xyz"[geometry.flow_axis]
+    if geometry.porosity < LOW_POROSITY:
+        doubts.append(
+            f"Check the geometry: its porosity is {geometry.porosity:.3g}, implausibly low; is "
+            "the pore label right (Pore label), or the RAW shape and voxel type?")
+    # Face-connected fluid clusters; one touching both ends along the flow carries flow.
+    labels = ndi.label(~np.asarray(geometry.solid, dtype=bool))[0]
+    inlet = np.unique(np.take(labels, 0, axis=axis))
+    outlet = np.unique(np.take(labels, -1, axis=axis))
+    if not np.intersect1d(inlet[inlet > 0], outlet[outlet > 0]).size:
+        doubts.append(
+            f"Check the geometry: no fluid path connects the two {name} ends (the flow axis), "
+            "so the flow and the permeability will be zero. Check the pore label, RAW shape "
+            "and voxel type, or the STL's Encloses option.")
+    return doubts

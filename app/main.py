@@ -36,7 +36,7 @@ def _log_lifecycle() -> None:
 
 
 _log_lifecycle()
-pn.extension("vtk", sizing_mode="stretch_width", notifications=False)
+pn.extension("vtk", "filedropper", sizing_mode="stretch_width", notifications=False)
 
 dashboard = Dashboard(idle_timeout=settings.idle_timeout_s)
 pn.config.exception_handler = dashboard.controller.report  # per session

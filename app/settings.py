@@ -1,9 +1,9 @@
 """Deployment settings of the dashboard, read from the environment once per process.
 
 ``POROUS_LBM_MAX_UPLOAD_MB`` (default 200) caps the size of an uploaded geometry file. The
-browser sends an upload as one base64 websocket message, so the server's own limit must be
-raised with it: ``panel serve app --websocket-max-message-size BYTES`` with BYTES at least
-:func:`websocket_message_bytes` (``python -m app`` passes it for you).
+browser sends an upload in chunks of 10 MB (Panel's ``FileDropper``, see ``app/uploads.py``),
+each one websocket message below Bokeh's default 20 MB limit, so ``panel serve app`` needs no
+websocket option for any cap.
 
 ``POROUS_LBM_REFRESH_MS`` (default 100: 10 frames per second; the runner publishes a little
 faster, so every refresh finds a new frame) is the period of the slice and counter refresh and
@@ -22,7 +22,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-__all__ = ["Settings", "settings", "websocket_message_bytes"]
+__all__ = ["Settings", "settings"]
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +78,6 @@ class Settings:
     def max_upload_bytes(self) -> int:
         """Upload cap in bytes."""
         return int(self.max_upload_mb * 1e6)
-
-
-def websocket_message_bytes(max_upload_mb: float) -> int:
-    """Websocket message size that carries an upload of ``max_upload_mb`` (base64 + margin)."""
-    return int(max_upload_mb * 1e6 * 4 / 3) + 16 * 2**20
 
 
 settings = Settings.from_environment()

@@ -43,6 +43,9 @@ class VoxelGeometry:
         int32, same shape as ``solid``; object id per voxel, 0 = no object.
     name : str
         Short human-readable description.
+    notes : tuple of str
+        What the loader guessed or repaired, in user words (e.g. the STL unit it assumed); shown
+        with the preview, not saved.
     """
 
     solid: np.ndarray
@@ -51,6 +54,7 @@ class VoxelGeometry:
     flow_axis: int = 0
     labels: np.ndarray | None = None
     name: str = ""
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.solid = _as_mask(self.solid)
@@ -61,6 +65,7 @@ class VoxelGeometry:
         if self.labels is not None:
             self.labels = _as_labels(self.labels, self.solid.shape)
         self.name = str(self.name)
+        self.notes = tuple(str(n) for n in self.notes)
 
     @property
     def shape(self) -> tuple[int, ...]:

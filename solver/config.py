@@ -22,6 +22,7 @@ Labelled solid objects (``VoxelGeometry.labels``) move with ``object_velocities[
 from __future__ import annotations
 
 import logging
+import math
 
 import param
 

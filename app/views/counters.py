@@ -100,6 +100,9 @@ def _k_card(snap) -> tuple[str, str]:
 def _cards_html(snap) -> str:
     parts = []
     for key, label, value, detail in counter_cards(snap):
+        # Values and details hold user text (the geometry's name comes from the upload's file
+        # name or from inside an .npz): escaped, never markup (#16 item 4).
+        value, detail = html.escape(value, quote=True), html.escape(detail, quote=True)
         extra = f" status-{snap.status}" if key == "status" else (
             " wide" if key == "device" else "")
         parts.append(

@@ -3,7 +3,8 @@
 The preview (mid-slice image, porosity, tile utilisation before and after the offset search,
 memory the run will need against what is available) is computed on the host in a worker
 thread; nothing is allocated on the device until the user presses "Use this geometry". Upload
-errors appear as messages and leave the running simulation alone.
+errors appear as messages and leave the running simulation alone. The last upload is kept in the
+session, so a changed upload option re-reads it at once; only the newest preview is shown.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from ..geometry_sources import (
     sample_names,
 )
 from ..settings import Settings
+from ..uploads import BoundedFileDropper, UploadedFile, safe_text
 
 __all__ = ["GeometryPanel", "memory_verdict"]
 
 log = logging.getLogger(__name__)
 
-ACCEPT = ".stl,.npy,.npz,.raw,.tif,.tiff,.vti,.vtk,.mha,.mhd,.nrrd"
+FORMATS_TEXT = "STL, .npy/.npz, .raw, .mat, .tif, .vti/.vtk/.mha/.nrrd"
 
 
 def memory_verdict(needed: int, available: int | None, where: str) -> tuple[str, str]:
@@ -59,9 +61,18 @@ class GeometryPanel(pn.viewable.Viewer):
         self.sample = names[0] if names else ""
         self.specs = {name: cls(name=name) for name, cls in GENERATORS.items()}
         self.upload_options = UploadOptions(name="Upload options")
-        self.file_input = pn.widgets.FileInput(accept=ACCEPT, multiple=False,
-                                               sizing_mode="stretch_width")
+        # No accepted_filetypes: the browser would check MIME types, which .stl, .raw or .npy
+        # files rarely carry; the loader checks the format and says what it accepts.
+        self.file_input = BoundedFileDropper(max_bytes=settings.max_upload_bytes, multiple=False,
+                                             layout="compact", previews=[],
+                                             sizing_mode="stretch_width")
         self.file_input.param.watch(self._uploaded, "value")
+        self.file_input.param.watch(self._refused, "refused")
+        self.upload: UploadedFile | None = None
+        self.upload_options.param.watch(self._option_changed,
+                                        [p for p in UploadOptions.param if p != "name"])
+        self._generation = 0  # previews started; only the newest one's result is shown
+        self._error_status: str | None = None  # what this panel last put in the status bar
         self.preview_button = pn.widgets.Button(name="Preview", button_type="primary")
         self.preview_button.on_click(self._preview_clicked)
         self.use_button = pn.widgets.Button(name="Use this geometry", button_type="success",
@@ -84,8 +95,8 @@ class GeometryPanel(pn.viewable.Viewer):
             return pn.Column(pn.Param(self.param.sample, show_name=False), self.preview_button)
         return pn.Column(
             pn.pane.Markdown(
-                f"STL, .npy/.npz, .raw, .tif, .vti/.vtk/.mha/.nrrd; at most "
-                f"{self.settings.max_upload_mb:g} MB. The file is read from memory only."),
+                f"{FORMATS_TEXT}; at most {self.settings.max_upload_mb:g} MB. The file is "
+                "read from memory only; changed options re-apply to it."),
             pn.Param(self.upload_options, show_name=False,
                      widgets={"stl_resolution": pn.widgets.IntInput}),
             self.file_input)
@@ -108,42 +119,86 @@ class GeometryPanel(pn.viewable.Viewer):
             await self._make_preview(lambda: load_sample(name), f"Loading {name}")
 
     async def _uploaded(self, event) -> None:
-        data, filename = event.new, self.file_input.filename or "upload"
-        if not data:
+        if not event.new:
             return
-        options = self.upload_options
+        name, data = list(event.new.items())[-1]
+        if isinstance(data, str):  # the dropper decodes files the browser calls text/*
+            data = data.encode("utf-8")
+        # Keep one copy (the session's), not the widget's too.
+        self.file_input.value = {}
+        self.upload = UploadedFile(str(name) or "upload", bytes(data))
+        await self._preview_upload()
+
+    def _refused(self, event) -> None:
+        if event.new:
+            self._failed(event.new)
+
+    async def _option_changed(self, *events) -> None:
+        # B1: options re-apply to the file already uploaded.
+        if self.source == "Upload" and self.upload is not None:
+            await self._preview_upload()
+
+    async def _preview_upload(self) -> None:
+        upload, options = self.upload, self.upload_options
         cap = self.settings.max_upload_bytes
         await self._make_preview(
-            lambda: load_upload(data, filename, options.options(filename), cap),
-            f"Reading {filename}")
+            lambda: load_upload(upload.data, upload.name, options.options(upload.name), cap),
+            f"Reading {upload.name}")
 
     async def _make_preview(self, build, what: str) -> None:
+        self._generation += 1
+        generation = self._generation
         self.use_button.disabled = True
-        self._show("info", f"{what} …")
+        self._show("info", f"{safe_text(what)} …")
         config = self.controller.config
         try:
             preview = await asyncio.to_thread(lambda: make_preview(build(), config))
         except Exception as exc:  # any parse or validation failure becomes a message
             log.info("geometry preview failed: %s", exc)
-            self.preview = None
-            self.info.object = ""
-            self.image.object = self._image(None)
-            self._show("danger", f"{what.split(' ', 1)[-1]} failed: {exc}")
-            self.controller.notify("danger", f"Geometry not loaded: {exc}")
+            if generation == self._generation:
+                self._failed(f"{what.split(' ', 1)[-1]} failed: {exc}")
             return
+        if generation != self._generation:
+            return  # a newer preview was started meanwhile
         self.preview = preview
         verdict, sentence = self._memory(preview)
         self.image.object = self._image(preview)
         self.info.object = self._table(preview, sentence)
+        notes = " ".join(safe_text(n) for n in preview.notes)
         level = {"ok": "success", "warning": "warning", "refused": "danger"}[verdict]
-        self._show(level, ("Ready: press “Use this geometry” to simulate it." if verdict == "ok"
-                           else sentence))
+        if verdict == "ok" and notes:
+            level = "warning"
+        text = sentence if verdict != "ok" else (
+            "Usable, but check it first:" if preview.doubtful else
+            "Ready: press “Use this geometry” to simulate it.")
+        self._show(level, f"{text} {notes}".strip())
         self.use_button.disabled = verdict == "refused"
+        self._clear_error_status()
+
+    def _failed(self, message: str) -> None:
+        """Show a failed preview or upload here and in the status bar (until the next action)."""
+        self.preview = None
+        self.info.object = ""
+        self.image.object = self._image(None)
+        self.use_button.disabled = True
+        self._show("danger", safe_text(message))
+        self._error_status = f"Geometry not loaded: {message}"
+        self.controller.notify("danger", self._error_status)
+
+    def _clear_error_status(self) -> None:
+        """B12: a successful preview replaces this panel's earlier error in the status bar."""
+        if self._error_status is not None and self.controller.status == self._error_status:
+            self.controller.notify("info", "Geometry preview ready.")
+        self._error_status = None
 
     def _use_clicked(self, event) -> None:
-        if self.preview is not None:
-            self.controller.use_geometry(self.preview)
-            self._show("success", f"Simulating {self.preview.geometry.name or 'the geometry'}.")
+        if self.preview is None:
+            return
+        if self.controller.use_geometry(self.preview):
+            name = safe_text(self.preview.geometry.name or "the geometry")
+            self._show("success", f"Simulating {name}.")
+        else:  # the status bar holds the reason until the next action
+            self._show("danger", f"Not used: {safe_text(self.controller.status)}")
 
     # ------------------------------------------------------------------ rendering
     def _show(self, level: str, text: str) -> None:
@@ -159,6 +214,7 @@ class GeometryPanel(pn.viewable.Viewer):
     def _image(preview: GeometryPreview | None) -> hv.Image:
         cut = np.zeros((2, 2)) if preview is None else preview.mid_slice.astype(float)
         axes = ("x", "y")
+        # Bokeh renders titles as text, not HTML: no escaping needed here.
         title = "mid-slice (solid = dark)" if preview is None else (
             f"{preview.geometry.name[:40]}: mid-slice" if preview.geometry.name else "mid-slice")
         return hv.Image((np.arange(cut.shape[0]), np.arange(cut.shape[1]), cut.T),

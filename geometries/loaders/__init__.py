@@ -1,7 +1,7 @@
 """Reading geometries from files and uploads; :func:`load` is the one entry point.
 
 Formats: STL (binary/ASCII, voxelised), ``.npy``, ``.npz`` (saved VoxelGeometry), ``.raw``,
-TIFF stacks, NRRD, and VTK-readable images (``.vti``, ``.vtk``, ``.mha``/``.mhd``).
+MATLAB ``.mat``, TIFF stacks, NRRD, and VTK-readable images (``.vti``, ``.vtk``, ``.mha``/``.mhd``).
 Every failure caused by the input is a :class:`~geometries.errors.GeometryError`.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .arrays import load_npy, load_npz, load_raw
 from .dispatch import FORMATS, load
+from .mat import load_mat
 from .nrrd import load_nrrd
 from .source import DEFAULT_MAX_VOXELS
 from .stl import load_stl
@@ -20,6 +21,7 @@ __all__ = [
     "FORMATS",
     "load",
     "load_npy",
+    "load_mat",
     "load_npz",
     "load_nrrd",
     "load_raw",

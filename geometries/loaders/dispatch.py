@@ -19,6 +19,7 @@ from ..errors import GeometryError
 from ..voxel import VoxelGeometry
 from .arrays import load_npy, load_npz, load_raw
 from .isolation import ISOLATED_FORMATS, Limits, load_isolated
+from .mat import load_mat
 from .nrrd import load_nrrd
 from .sniff import sniff_format
 from .source import DEFAULT_MAX_VOXELS, Payload, Source
@@ -38,6 +39,7 @@ FORMATS: dict[str, Loader] = {
     "npy": load_npy,
     "npz": load_npz,
     "raw": load_raw,
+    "mat": load_mat,
     "tiff": load_tiff,
     "nrrd": load_nrrd,
     **{fmt: functools.partial(load_vtk_image, format=fmt) for fmt in VTK_FORMATS},
@@ -106,8 +108,9 @@ def _choose_format(payload: Payload, format: str | None, filename: str | None) -
     sniffed = sniff_format(payload.head(), payload.size())
     if sniffed is None:
         raise GeometryError(
-            "Could not recognise the file format from its name or content. Pass format= (one of "
-            f"{sorted(FORMATS)}) or a filename= with its extension; raw volumes need "
+            "Could not recognise the file format from its name or content. Use a file ending in "
+            f"one of {', '.join('.' + f for f in sorted(FORMATS))} (a headerless volume: .raw "
+            "with its shape). From Python: pass format= or filename=; raw volumes need "
             "format='raw' and shape=."
         )
     return sniffed

@@ -21,6 +21,8 @@ def sniff_format(head: bytes, size: int) -> str | None:
         return "npz"
     if head.startswith(_TIFF_MAGICS):
         return "tiff"
+    if head.startswith(b"MATLAB 5.0 MAT-file") or head.startswith(b"MATLAB 7.3 MAT-file"):
+        return "mat"
     if head.startswith(b"NRRD000"):
         return "nrrd"
     if head.startswith(b"# vtk DataFile"):

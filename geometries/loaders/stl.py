@@ -10,6 +10,10 @@ object); ``inside="fluid"`` treats the mesh as a vessel wall whose lumen is the 
 ``inside="fluid"`` (on all sides except the two faces of ``flow_axis``, so open vessel ends stay
 open). Surfaces that are not watertight are voxelised by a majority vote of rays along x, y and
 z, with a :class:`~geometries.errors.GeometryWarning`.
+
+STL coordinates carry no unit: ``unit`` is ``"m"``, ``"mm"``, ``"µm"``, metres per file unit, or
+``"auto"`` (the default), which guesses from the bounding box (rule in :mod:`geometries.units`).
+What was guessed or doubtful (the unit, open edges) is stated in the geometry's ``notes``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 import scipy.ndimage as ndi
 
 from ..errors import GeometryError, GeometryWarning
+from ..units import length_unit
 from ..voxel import VoxelGeometry
 
 if TYPE_CHECKING:  # trimesh is imported where STL is read: `import geometries` stays light
@@ -53,18 +58,21 @@ def load_stl(
     inside: Literal["solid", "fluid"] = "solid",
     padding: int = 0,
     flow_axis: int = 0,
-    unit: float = 1.0,
+    unit: float | str = "auto",
     name: str = "",
     max_voxels: int = DEFAULT_MAX_VOXELS,
 ) -> VoxelGeometry:
-    """Voxelise an STL surface; ``voxel_size`` in metres, ``unit`` = metres per STL unit."""
+    """Voxelise an STL surface; ``voxel_size`` in metres, ``unit`` 'm', 'mm', 'µm' or 'auto'."""
     if inside not in _INSIDE:
         raise GeometryError(f"inside must be 'solid' or 'fluid', got {inside!r}.")
     padding = _non_negative_int(padding, "padding")
     if isinstance(flow_axis, bool) or flow_axis not in (0, 1, 2):
         raise GeometryError(f"flow_axis must be 0, 1 or 2 for an STL geometry, got {flow_axis!r}.")
-    unit = positive_number(unit, "unit")
     mesh = _read_mesh(payload.data)
+    chosen = length_unit(unit, tuple(float(v) for v in mesh.extents))
+    # A unit the user chose needs no comment; a guess is stated so that it can be corrected.
+    notes = [chosen.describe()] if chosen.guessed else []
+    unit = chosen.metres
     h = _mesh_voxel(mesh.extents, resolution, voxel_size, unit)
     pad = np.full(3, padding)
     if inside == "fluid":
@@ -73,7 +81,7 @@ def load_stl(
     check_voxel_count(shape, max_voxels)
     directions = 1 if mesh.is_watertight else 3
     if directions == 3:
-        _warn_open(mesh)
+        notes.append(_warn_open(mesh))
     enclosed = voxelize_triangles((mesh.triangles - corner) / h - 0.5, shape, directions=directions)
     if not enclosed.any():
         raise GeometryError(
@@ -85,7 +93,7 @@ def load_stl(
         # Face connectivity matches the solver's notion of touching voxels.
         labels = ndi.label(enclosed)[0].astype(np.int32)
     solid = enclosed if inside == "solid" else ~enclosed
-    return build_geometry(
+    geometry = build_geometry(
         solid,
         max_voxels=max_voxels,
         voxel_size=float(h * unit),
@@ -94,6 +102,8 @@ def load_stl(
         labels=labels,
         name=name,
     )
+    geometry.notes = tuple(notes)
+    return geometry
 
 
 def _read_mesh(data: bytes) -> trimesh.Trimesh:
@@ -160,17 +170,17 @@ def _mesh_voxel(
     return longest / steps
 
 
-def _warn_open(mesh: trimesh.Trimesh) -> None:
-    """Warn that the surface is not watertight and how it is handled."""
+def _warn_open(mesh: trimesh.Trimesh) -> str:
+    """Warn that the surface is not watertight and how it is handled; return the message."""
     import trimesh
 
     edges = trimesh.grouping.group_rows(mesh.edges_sorted, require_count=1)
-    warnings.warn(
+    message = (
         f"The STL surface is not watertight ({len(edges)} open edges); voxels are classified by "
-        "a majority vote of rays along x, y and z. Check the result, or repair the mesh.",
-        GeometryWarning,
-        stacklevel=4,
+        "a majority vote of rays along x, y and z. Check the result, or repair the mesh."
     )
+    warnings.warn(message, GeometryWarning, stacklevel=4)
+    return message
 
 
 def _non_negative_int(value: object, what: str) -> int:

@@ -77,10 +77,14 @@ def test_upload_options_follow_the_format():
                             voxel_size_um=2.0)
     assert options.options("a.raw") == {"shape": (4, 5, 6), "dtype": "uint16",
                                         "pore_value": 1.0, "voxel_size": 2e-6}
-    assert options.options("a.stl") == {"voxel_size": 2e-6, "resolution": 96,
-                                        "inside": "solid"}
+    # B8: a voxel size replaces the resolution (the loader refuses both).
+    assert options.options("a.stl") == {"voxel_size": 2e-6, "inside": "solid", "unit": "auto"}
+    options.param.update(voxel_size_um=0.0, stl_unit="mm")
+    assert options.options("a.stl") == {"resolution": 96, "inside": "solid", "unit": "mm"}
     with pytest.raises(GeometryError, match="nx, ny, nz"):
         UploadOptions(raw_shape="64").options("a.raw")
+    assert UploadOptions(mat_variable=" vol ").options("ct.mat") == {"variable": "vol"}
+    assert UploadOptions(mat_variable="vol").options("ct.tif") == {}
     with pytest.raises(GeometryError, match="not a number"):
         UploadOptions(pore_value="air").options("a.tif")
     data = np.zeros((4, 5, 6), dtype=np.uint16)
@@ -142,3 +146,44 @@ def test_exports_are_valid_files():
                        ("step", "mflups"))
     rows = list(csv.reader(io.StringIO(text)))
     assert rows == [["step", "mflups"], ["1", "0.5"], ["2", ""]]
+
+
+def test_an_stl_voxel_size_from_the_ui_loads(tmp_path):
+    """B8: 'Give either resolution= or voxel_size=, not both' for every UI voxel size."""
+    import trimesh
+
+    from tests.geometries.geometry_builders import stl_bytes
+
+    data = stl_bytes(trimesh.creation.box(extents=(167.0, 80.0, 60.0)))
+    options = UploadOptions(stl_inside="fluid", voxel_size_um=4000.0)
+    geometry = load_upload(data, "aorta.stl", options.options("aorta.stl"), max_bytes=10**8)
+    assert geometry.voxel_size == pytest.approx(4e-3)
+    assert geometry.shape == (42, 20, 15)
+    assert "millimetres (guessed from a 167 x 80 x 60 extent)" in geometry.notes[0]
+
+
+def test_a_preview_refuses_voxels_of_metres_with_unit_advice():
+    """B2: a millimetre STL read as metres gave 1.67e6 µm voxels that failed only on 'Use'."""
+    geometry = VoxelGeometry(np.zeros((8, 8, 8), dtype=bool), voxel_size=1.67)
+    with pytest.raises(GeometryError, match="1.67 m wide.*Change STL units"):
+        make_preview(geometry, SimulationConfig())
+
+
+def test_random_bytes_read_as_raw_are_flagged_not_ready():
+    """#17: random bytes as .raw (porosity 0.004, nothing connected) were accepted as Ready."""
+    data = np.random.default_rng(1).integers(0, 256, 32**3, dtype=np.uint8).tobytes()
+    options = UploadOptions(raw_shape="32,32,32").options("noise.raw")
+    preview = make_preview(load_upload(data, "noise.raw", options, 10**6), SimulationConfig())
+    assert preview.doubtful
+    assert "porosity is 0.00" in preview.notes[0] and "implausibly low" in preview.notes[0]
+    assert "no fluid path connects the two x ends" in preview.notes[1]
+
+
+def test_a_connected_pore_space_raises_no_doubt():
+    solid = np.ones((12, 10, 10), dtype=bool)
+    solid[:, 4:7, 4:7] = False
+    preview = make_preview(VoxelGeometry(solid), SimulationConfig())
+    assert not preview.doubtful and preview.notes == ()
+    solid[6] = True  # a wall across the channel
+    preview = make_preview(VoxelGeometry(solid), SimulationConfig())
+    assert preview.doubtful and "no fluid path" in preview.notes[0]

@@ -15,7 +15,8 @@ from .geometry_builders import sphere_mesh, stl_bytes
 
 
 def test_sphere_volume_and_voxel_size_match_the_mesh():
-    geom = geometries.load(stl_bytes(sphere_mesh(radius=2.0)), filename="s.stl", resolution=64)
+    geom = geometries.load(stl_bytes(sphere_mesh(radius=2.0)), filename="s.stl", resolution=64,
+                           unit="m")
     assert geom.shape == (64, 64, 64)
     assert geom.voxel_size == pytest.approx(4.0 / 64)
     volume = np.count_nonzero(geom.solid) * geom.voxel_size**3
@@ -71,7 +72,8 @@ def test_open_mesh_warns_and_is_still_filled():
     holed = trimesh.Trimesh(mesh.vertices, mesh.faces[keep])
     assert not holed.is_watertight
     with pytest.warns(GeometryWarning, match="not watertight"):
-        geom = geometries.load(stl_bytes(holed), format="stl", resolution=48)
+        geom = geometries.load(stl_bytes(holed), format="stl", resolution=48, unit="m")
+    assert any("not watertight (" in note for note in geom.notes), "the preview shows notes"
     h = geom.voxel_size
     assert np.count_nonzero(geom.solid) * h**3 == pytest.approx(4 / 3 * np.pi, rel=0.05)
 
