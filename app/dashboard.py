@@ -24,6 +24,7 @@ from .views.counters import CountersView
 from .views.geometry_panel import GeometryPanel
 from .views.physics_panel import PhysicsPanel
 from .views.scene3d import Scene3D
+from .views.settings_cards import SETTING_GROUPS, SettingsCards
 from .views.slice_view import SlicePlot
 
 __all__ = ["Dashboard", "SETTING_GROUPS"]
@@ -51,21 +52,6 @@ def _connection_reader(document: Any):
 
 log = logging.getLogger(__name__)
 
-#: Sidebar cards: title -> SimulationConfig parameters.
-SETTING_GROUPS = {
-    "Numerics": ["lattice", "collision", "fluid_model", "precision", "storage", "tau", "trt_magic",
-                 "body_force", "initial_density"],
-    "Boundaries": ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"],
-    "Tiling and device": ["tile_edge", "tile_offset", "backend", "gpu_layout",
-                          "tiles_per_block", "streaming"],
-}
-WIDGETS = {
-    "tau": {"type": pn.widgets.FloatInput, "step": 0.01, "start": 0.501},
-    "trt_magic": {"type": pn.widgets.FloatInput, "step": 0.01},
-    "initial_density": {"type": pn.widgets.FloatInput, "step": 0.01},
-    "tile_edge": {"type": pn.widgets.IntInput, "start": 1, "end": 16,
-                  "placeholder": "default (4 in 3D, 8 in 2D)"},
-}
 ACCENT = "#0f766e"
 
 
@@ -180,12 +166,8 @@ class Dashboard(pn.viewable.Viewer):
         apply.on_click(lambda event: c.apply_settings())
         c.param.watch(lambda e: setattr(apply, "name", "Apply settings  •  changed"
                                         if e.new else "Apply settings"), "settings_changed")
-        cards = [
-            pn.Card(pn.Param(c.config, parameters=params, widgets=WIDGETS, show_name=False,
-                             sizing_mode="stretch_width"),
-                    title=title, collapsed=True, sizing_mode="stretch_width")
-            for title, params in SETTING_GROUPS.items()
-        ]
+        self.settings_cards = SettingsCards(c.config)
+        cards = self.settings_cards.cards()
         downloads = [
             self._download("Fields (.vti)", "fields.vti", c.export_vti),
             self._download("Slice (.png)", "slice.png", c.export_png),

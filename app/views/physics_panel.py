@@ -23,6 +23,7 @@ from solver.units import UnitSystem, lattice_viscosity, mach_number, to_millidar
 
 from ..controller import Controller, copy_config
 from ..estimates import darcy_regime, estimate_flow
+from .settings_cards import readable_number_format
 
 __all__ = ["PhysicsPanel", "PhysicalSetup"]
 
@@ -183,7 +184,7 @@ class PhysicsPanel(pn.viewable.Viewer):
         return _table_html(rows)
 
     def __panel__(self) -> pn.viewable.Viewable:
-        widgets = {name: {"type": pn.widgets.FloatInput, "format": "0.[000]e+0"}
+        widgets = {name: {"type": pn.widgets.FloatInput, "format": readable_number_format()}
                    for name in ("voxel_size_um", "viscosity", "density", "pressure_gradient")}
         inputs = pn.Column(pn.Param(self.setup, show_name=False, widgets=widgets),
                            self.apply_button, width=300)

@@ -1,0 +1,91 @@
+"""The sidebar's settings and the counters after an Apply, driven without a browser (issue 17)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.dashboard import Dashboard
+from app.views.settings_cards import EXCLUDED_SETTINGS, SETTING_GROUPS
+from geometries import generators
+from solver.config import SimulationConfig
+from solver.runner import live_runners
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def board():
+    before = live_runners()
+    geometry = generators.random_sphere_pack((16,) * 3, porosity=0.6, diameter=6, seed=2)
+    dashboard = Dashboard(geometry, SimulationConfig(backend="numpy", body_force=(2e-5, 0, 0)),
+                          refresh=False, autostart=False)
+    yield dashboard
+    dashboard.close()
+    assert live_runners() == before
+
+
+def test_every_config_parameter_has_a_widget_or_a_reason():
+    """STYLE.md item 13: a new config parameter must get a widget or a stated exclusion."""
+    board = Dashboard(generators.random_sphere_pack((8,) * 3, porosity=0.6, diameter=4, seed=1),
+                      SimulationConfig(backend="numpy"), refresh=False, autostart=False)
+    try:
+        widgets = board.settings_cards.widgets
+        params = set(SimulationConfig.param)
+        assert params - set(widgets) == set(EXCLUDED_SETTINGS), (
+            "give these parameters a widget (app/views/settings_cards.py SETTING_GROUPS) or "
+            f"list them in EXCLUDED_SETTINGS with the reason: "
+            f"{sorted(params - set(widgets) - set(EXCLUDED_SETTINGS))}")
+        assert not set(widgets) & set(EXCLUDED_SETTINGS)
+        assert all(len(reason) > 20 for reason in EXCLUDED_SETTINGS.values())
+        assert set(widgets) == {p for group in SETTING_GROUPS.values() for p in group}
+        # The widgets really edit the pending settings.
+        widgets["trt_magic"].value = 0.25
+        assert board.controller.config.trt_magic == 0.25
+    finally:
+        board.close()
+
+
+def test_velocity_inlet_and_moving_wall_get_value_fields_and_apply(board):
+    c, widgets = board.controller, board.settings_cards.widgets
+    assert not widgets["x_min_value"].visible, "a periodic face takes no value"
+    widgets["x_min"].value = "velocity"
+    widgets["x_max"].value = "pressure"
+    assert widgets["x_min_value"].visible and widgets["x_max_value"].visible
+    assert "inlet velocity" in widgets["x_min_value"].placeholder
+    widgets["x_min_value"].value = 0.01
+    widgets["y_min"].value = widgets["y_max"].value = "moving_wall"
+    assert widgets["y_min_value"].visible
+    widgets["y_min_value"].value = (0.0, 0.0, 0.02)
+    widgets["y_max_value"].value = (0.0, 0.0, 0.0)
+    c.apply_settings()
+    assert c.level == "info" and c.status == "Settings applied", c.status
+    snap = c.runner.wait_for(lambda s: s.config.get("x_min") == "velocity", 60)
+    assert snap.config["x_min_value"] == 0.01
+    assert snap.config["y_min_value"] == (0.0, 0.0, 0.02)
+    widgets["x_min"].value = "periodic"
+    assert not widgets["x_min_value"].visible
+
+
+def test_tau_at_or_below_one_half_is_refused_with_a_message(board):
+    """B7: the widget no longer clamps; the config refuses and says why."""
+    tau = board.settings_cards.widgets["tau"]
+    assert tau.start is None, "a lower bound on the widget silently replaces what was typed"
+    with pytest.raises(ValueError, match="tau = 0.45 .*use tau > 0.5"):
+        board.controller.config.tau = 0.45
+    assert board.controller.config.tau == 0.8
+
+
+def test_mean_mflups_after_apply_is_not_inflated(board):
+    """B3: Apply carries the step count over, so the timer must carry over too."""
+    c = board.controller
+    c.step(40)
+    before = c.runner.wait_for(lambda s: s.step == 40, 60).metrics
+    c.config.trt_magic = 0.25  # same tiling: the flow and the step count carry over
+    c.apply_settings()
+    c.runner.wait_for(lambda s: s.config.get("trt_magic") == 0.25, 60)
+    c.step(4)
+    after = c.runner.wait_for(lambda s: s.step == 44, 60).metrics
+    assert after["seconds"] >= before["seconds"]
+    # Same machine, same case: the mean over 44 steps is that over 40 within noise, not
+    # 44 steps over the time of 4 (about 10x).
+    assert after["mflups_mean"] < 2.5 * before["mflups_mean"]
