@@ -20,7 +20,7 @@ import pyvista as pv
 
 from ..controller import Controller
 
-__all__ = ["Scene3D", "solid_surface", "slice_plane"]
+__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state"]
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,9 @@ class Scene3D(pn.viewable.Viewer):
             self.plotter.camera.zoom(1.15)
             if hasattr(self, "pane"):  # the browser already shows an older geometry
                 self.pane.reset_camera()
+                # The browser re-applies the pane's `camera` (its last own camera) after every
+                # scene sync: replace it, or the new geometry is seen from the old viewpoint.
+                self.pane.camera = camera_state(self.plotter.camera)
 
     def _add_actors(self) -> None:
         add = self.plotter.add_mesh
@@ -157,6 +160,13 @@ class Scene3D(pn.viewable.Viewer):
 
     def __panel__(self) -> pn.viewable.Viewable:
         return self.pane
+
+
+def camera_state(camera: pv.Camera) -> dict:
+    """A pyvista camera as the vtk.js camera state the VTK pane syncs (scene coordinates)."""
+    return {"position": list(camera.position), "focalPoint": list(camera.focal_point),
+            "viewUp": list(camera.up), "viewAngle": float(camera.view_angle),
+            "parallelScale": float(camera.parallel_scale)}
 
 
 def _point(axis: int, value: float) -> tuple[float, float, float]:
