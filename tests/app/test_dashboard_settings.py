@@ -89,3 +89,33 @@ def test_mean_mflups_after_apply_is_not_inflated(board):
     # Same machine, same case: the mean over 44 steps is that over 40 within noise, not
     # 44 steps over the time of 4 (about 10x).
     assert after["mflups_mean"] < 2.5 * before["mflups_mean"]
+
+
+def test_pressure_gradient_is_the_si_view_of_the_body_force(board):
+    """One source of truth: the Numerics body force and the Physics pressure gradient."""
+    panel, config = board.physics, board.controller.config
+    # Water in 10 um voxels at tau 0.8: dt = 1e-5 s, F* = 1e-5 is 1 kPa/m.
+    assert panel.setup.pressure_gradient == pytest.approx(2000.0)
+    config.body_force = (3e-5, 0.0, 0.0)  # edited in Settings → Numerics
+    assert panel.setup.pressure_gradient == pytest.approx(3000.0)
+    panel.setup.pressure_gradient = 500.0  # edited in the Physics tab
+    assert config.body_force == pytest.approx((5e-6, 0.0, 0.0))
+    assert board.controller.settings_changed
+    config.tau = 1.1  # same force, other time step: the gradient it means changes
+    # nu* doubles (0.1 -> 0.2), so dt doubles and the same F* means a quarter of the gradient.
+    assert panel.setup.pressure_gradient == pytest.approx(125.0)
+    panel.apply_button.clicks += 1
+    snap = board.controller.runner.wait_for(lambda s: s.config.get("tau") == 1.1, 60)
+    assert snap.config["body_force"] == pytest.approx((5e-6, 0.0, 0.0))
+
+
+def test_refused_pressure_gradient_gets_si_advice(board):
+    panel = board.physics
+    panel.setup.pressure_gradient = 5e8
+    assert panel.apply_button.disabled
+    alerts = [o.object for o in panel.mapping.objects[0] if hasattr(o, "alert_type")
+              and o.alert_type == "danger"]
+    assert alerts and "Pa/m" in alerts[0] and "m/s" in alerts[0]
+    limit = float(alerts[0].split("below ")[-1].split(" Pa/m")[0])
+    panel.setup.pressure_gradient = 0.9 * limit  # following the advice is accepted
+    assert not panel.apply_button.disabled
