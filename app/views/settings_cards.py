@@ -9,6 +9,7 @@ other. All values are lattice units, as in the config.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import panel as pn
@@ -67,18 +68,40 @@ for _face in FACE_NAMES:
 
 
 class SettingsCards:
-    """Cards of config widgets; ``widgets`` maps each covered parameter to its widget."""
+    """Cards of config widgets; ``widgets`` maps each covered parameter to its widget.
 
-    def __init__(self, config: SimulationConfig) -> None:
-        self.config = config
+    A value the config refuses (tau = 0.45) goes to ``report`` and the widget goes back to the
+    pending value. Panel's own link would raise inside its event processing instead, where
+    the message and the widget's reset never reach the browser.
+    """
+
+    def __init__(self, config: SimulationConfig,
+                 report: Callable[[BaseException], None]) -> None:
+        self.config, self.report = config, report
         self.panes = {title: pn.Param(config, parameters=params, widgets=WIDGETS,
                                       show_name=False, sizing_mode="stretch_width")
                       for title, params in SETTING_GROUPS.items()}
         self.widgets: dict[str, pn.widgets.Widget] = {
             name: pane._widgets[name] for pane in self.panes.values()
             for name in pane.parameters if name in pane._widgets}
+        for name, widget in self.widgets.items():
+            self._relink(name, widget)
         config.param.watch(self._show_value_fields, list(FACE_NAMES))
         self._show_value_fields()
+
+    def _relink(self, name: str, widget: pn.widgets.Widget) -> None:
+        """Replace Panel's widget -> config link by one that reports refused values."""
+        for watcher in list(widget.param.watchers.get("value", {}).get("value", [])):
+            if getattr(watcher.fn, "__name__", "") == "link_widget":
+                widget.param.unwatch(watcher)
+
+        def link(event: Any) -> None:
+            try:
+                self.config.param.update(**{name: event.new})
+            except Exception as exc:  # a refused value: say why, show what is still pending
+                self.report(exc)
+                _later(lambda: setattr(widget, "value", getattr(self.config, name)))
+        widget.param.watch(link, "value")
 
     def _show_value_fields(self, *events: Any) -> None:
         """Show a face's value field only for the kinds that take a value, with a hint."""
@@ -92,3 +115,16 @@ class SettingsCards:
         """One collapsed card per group."""
         return [pn.Card(pane, title=title, collapsed=True, sizing_mode="stretch_width")
                 for title, pane in self.panes.items()]
+
+
+def _later(fn: Callable[[], None]) -> None:
+    """Run ``fn`` after the current browser event (at once outside a server session).
+
+    A widget's own value changed while Panel processes that widget's event is not sent back
+    to the browser.
+    """
+    document = pn.state.curdoc
+    if document is not None and getattr(document, "session_context", None):
+        document.add_next_tick_callback(fn)
+    else:
+        fn()

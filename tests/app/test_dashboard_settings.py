@@ -70,9 +70,15 @@ def test_tau_at_or_below_one_half_is_refused_with_a_message(board):
     """B7: the widget no longer clamps; the config refuses and says why."""
     tau = board.settings_cards.widgets["tau"]
     assert tau.start is None, "a lower bound on the widget silently replaces what was typed"
-    with pytest.raises(ValueError, match="tau = 0.45 .*use tau > 0.5"):
-        board.controller.config.tau = 0.45
-    assert board.controller.config.tau == 0.8
+    tau.value = 0.45
+    c = board.controller
+    assert c.level == "danger" and "tau = 0.45" in c.status and "tau > 0.5" in c.status
+    assert c.config.tau == 0.8 and tau.value == 0.8, "the field shows the tau still pending"
+    assert not c.settings_changed
+    tau.value = 0.9
+    assert c.config.tau == 0.9 and c.settings_changed
+    c.config.tau = 0.7  # and the other way round
+    assert tau.value == 0.7
 
 
 def test_mean_mflups_after_apply_is_not_inflated(board):

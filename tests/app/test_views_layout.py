@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from bokeh.models import Plot
@@ -88,3 +90,51 @@ def test_3d_camera_is_reset_in_the_browser_after_a_geometry_change(board):
     centre = [(n - 1) / 2 for n in geometry.shape]
     assert scene.pane.camera["focalPoint"] == pytest.approx(centre, abs=1.0)
     assert scene.pane.camera["position"] != [1.0, 2.0, 3.0]
+
+
+def _card_value(html_text: str, key: str) -> float:
+    part = html_text.split(f'data-counter="{key}"')[1]
+    return float(part.split('<div class="value">')[1].split("<")[0])
+
+
+def test_mflups_card_shows_a_smoothed_value_and_the_plot_the_raw_one(board):
+    """The CPU's MFLUPS alternating 0.5 / 8 every 0.2 s shows as a steady ~4 on the card."""
+    counters, c = board.counters, board.controller
+    clock = [100.0]
+    counters.mflups.clock = lambda: clock[0]
+    base = c.snapshot
+    shown = []
+    for i in range(60):
+        clock[0] += 0.2
+        raw = 0.5 if i % 2 else 8.0
+        c.snapshot = replace(base, seq=base.seq + i + 1, step=10 * (i + 1), status="running",
+                             metrics={**base.metrics, "mflups": raw, "mflups_mean": 4.25})
+        shown.append(_card_value(counters.cards.object, "mflups"))
+    settled = shown[30:]
+    assert 3.0 < min(settled) and max(settled) < 5.5, settled
+    assert "now 0.50" in counters.cards.object or "now 8.00" in counters.cards.object
+    c.snapshot = replace(c.snapshot, seq=c.snapshot.seq + 1, status="paused")
+    assert counters.mflups.value is None, "a pause starts a new average"
+
+
+def test_closed_socket_errors_are_one_info_line_and_others_stay_errors(caplog):
+    """Closing a page used to print two WebSocketClosedError tracebacks per session."""
+    import asyncio
+    import logging
+
+    from tornado.websocket import WebSocketClosedError
+
+    from app.server_log import quiet_closed_sockets
+
+    loop = asyncio.new_event_loop()
+    try:
+        quiet_closed_sockets(loop)
+        with caplog.at_level(logging.INFO):
+            loop.call_exception_handler({"message": "Task exception was never retrieved",
+                                         "exception": WebSocketClosedError()})
+            loop.call_exception_handler({"message": "boom", "exception": KeyError("x")})
+    finally:
+        loop.close()
+    closed = [r for r in caplog.records if "browser left" in r.getMessage()]
+    assert len(closed) == 1 and closed[0].levelno == logging.INFO
+    assert any(r.levelno == logging.ERROR and "boom" in r.getMessage() for r in caplog.records)
