@@ -172,7 +172,7 @@ class Dashboard(pn.viewable.Viewer):
     def _sidebar(self) -> pn.Column:
         c = self.controller
         # Plain labels rather than icon fonts: the page loads nothing from the internet.
-        self.run_buttons = RunButtons({
+        self.run_buttons = RunButtons(sizing_mode="stretch_width", actions={
             "Start": ("success", c.start),
             "Pause": ("warning", c.pause),
             "Step ×10": ("primary", lambda: c.step(10)),
@@ -191,7 +191,7 @@ class Dashboard(pn.viewable.Viewer):
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
         ]
         return pn.Column(
-            self.run_buttons.layout(), self.status,
+            self.run_buttons, self.status,
             "### Settings", *cards, apply, "### Export", *downloads, self.server_info,
             sizing_mode="stretch_width")
 

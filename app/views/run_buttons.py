@@ -1,71 +1,89 @@
 """Start/Pause/Step/Reset buttons whose commands apply in click order, the last one winning.
 
-Under load the browser's click events reach the server out of order (seen: blocks of clicks
-delayed behind later ones in a burst of 200), so a run could end in another state than the
-last click's (issue 16 item 7). Each click therefore numbers itself in the browser (a counter
-of the page) and appends ``"<number>:<command>"`` to a hidden text field holding the latest
-:data:`WINDOW` clicks; the server applies, in number order, every click above the last one it
-applied. Value changes that Panel merges while it is busy lose nothing (the field carries the
-recent history), and a stale value arriving late applies nothing: the commands apply in click
-order and the state after a burst is the last click's.
+Panel's buttons lose their click order in the browser: each button's JavaScript callback is
+compiled asynchronously on its first use and Panel's click events may be handled at once or on
+the next tick, so after a burst of Start/Pause/Step/Reset clicks the run ended in another state
+than the last click's (issue 16 item 7). Here the four buttons are plain HTML buttons of one
+component whose click handler runs synchronously: it numbers the click (one above the last
+number in the field) and appends ``"<number>:<command>"`` to the synced ``commands`` field,
+which keeps the latest :data:`WINDOW` clicks. The server applies, in number order, every click
+above the last one it applied: clicks merged by a busy server are not lost and a stale value
+arriving late applies nothing.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
+from typing import Any
 
-import panel as pn
+import param
+from panel.custom import JSComponent
 
-__all__ = ["RunButtons"]
+__all__ = ["RunButtons", "WINDOW"]
 
-log = logging.getLogger(__name__)
-
-#: Clicks the hidden field remembers (more than the server can fall behind by in practice).
+#: Clicks the synced field remembers (more than the server can fall behind by in practice).
 WINDOW = 256
-#: Numbers clicks per page; shared by every RunButtons of the page (one counter, one order).
-_NUMBER_CLICK = f"""
-window.__porousLbmClicks = (window.__porousLbmClicks || 0) + 1;
-const recent = channel.value ? channel.value.split(';') : [];
-recent.push(window.__porousLbmClicks + ':' + command);
-channel.value = recent.slice(-{WINDOW}).join(';');
+
+CSS = """
+.run-grid { display: grid; grid-template-columns: 1fr 1fr; gap: 6px; }
+.run-button { font: inherit; font-size: 14px; padding: 6px 8px; border-radius: 6px;
+              cursor: pointer; border: 1px solid; background: #fff; }
+.run-button.success { background: #198754; border-color: #198754; color: #fff; }
+.run-button.warning { background: #ffc107; border-color: #ffc107; color: #000; }
+.run-button.primary { color: #0d6efd; border-color: #0d6efd; }
+.run-button.danger { color: #dc3545; border-color: #dc3545; }
+.run-button:active { filter: brightness(0.85); }
 """
 
 
-class RunButtons:
-    """The run command buttons and the ordered channel that carries their clicks."""
+class RunButtons(JSComponent):
+    """The run command buttons; ``actions`` maps each label to (button kind, action)."""
 
-    def __init__(self, actions: dict[str, tuple[str, Callable[[], None]]]) -> None:
-        """``actions``: label -> (button type, action)."""
-        self.actions = {label: action for label, (_, action) in actions.items()}
-        self.channel = pn.widgets.TextInput(value="", visible=False, name="run-commands")
+    buttons = param.List(default=[], doc="[label, kind] of each button, in order.")
+    commands = param.String(default="", doc="The latest clicks, 'number:label;...'.")
+
+    _esm = f"""
+    export function render({{ model, el }}) {{
+      const grid = document.createElement('div');
+      grid.className = 'run-grid';
+      for (const [label, kind] of model.buttons) {{
+        const button = document.createElement('button');
+        button.className = 'run-button ' + kind;
+        button.textContent = label;
+        button.addEventListener('click', () => {{
+          // Synchronous: the number is the click's place in the order the user clicked.
+          const recent = model.commands ? model.commands.split(';') : [];
+          const last = recent.length ? parseInt(recent[recent.length - 1]) : 0;
+          recent.push((last + 1) + ':' + label);
+          model.commands = recent.slice(-{WINDOW}).join(';');
+        }});
+        grid.appendChild(button);
+      }}
+      el.appendChild(grid);
+    }}
+    """
+    _stylesheets = [CSS]
+
+    def __init__(self, actions: dict[str, tuple[str, Callable[[], None]]],
+                 **params: Any) -> None:
+        """``actions``: label -> (kind: success, warning, primary or danger; action)."""
+        super().__init__(buttons=[[label, kind] for label, (kind, _) in actions.items()],
+                         **params)
+        self._actions = {label: action for label, (_, action) in actions.items()}
         self.last = 0
-        self.buttons = []
-        for label, (kind, _) in actions.items():
-            button = pn.widgets.Button(name=label, button_type=kind, sizing_mode="stretch_width",
-                                       button_style="solid" if kind in ("success", "warning")
-                                       else "outline")
-            button.js_on_click(args={"channel": self.channel, "command": label},
-                               code=_NUMBER_CLICK)
-            self.buttons.append(button)
-        self.channel.param.watch(self._received, "value")
 
     def send(self, *clicks: tuple[int, str]) -> None:
         """Deliver the recent ``(number, label)`` clicks as the browser does (tests)."""
-        self.channel.value = ";".join(f"{n}:{label}" for n, label in clicks)
+        self.commands = ";".join(f"{n}:{label}" for n, label in clicks)
 
-    def _received(self, event) -> None:
+    @param.depends("commands", watch=True)
+    def _received(self) -> None:
         clicks = []
-        for entry in str(event.new).split(";"):
+        for entry in self.commands.split(";"):
             number, _, label = entry.partition(":")
-            if number.isdigit() and label in self.actions:
+            if number.isdigit() and label in self._actions:
                 clicks.append((int(number), label))
         for number, label in sorted(clicks):
             if number > self.last:
                 self.last = number
-                self.actions[label]()
-
-    def layout(self) -> pn.viewable.Viewable:
-        """The buttons in a 2x2 grid, with the hidden channel."""
-        return pn.Column(pn.GridBox(*self.buttons, ncols=2, sizing_mode="stretch_width"),
-                         self.channel, sizing_mode="stretch_width")
+                self._actions[label]()

@@ -125,3 +125,50 @@ def test_refused_pressure_gradient_gets_si_advice(board):
     limit = float(alerts[0].split("below ")[-1].split(" Pa/m")[0])
     panel.setup.pressure_gradient = 0.9 * limit  # following the advice is accepted
     assert not panel.apply_button.disabled
+
+
+def _expected(clicks: list[str]) -> tuple[str, int | None]:
+    """(status, step or None if unknown) after ``clicks`` from a paused state at step 0."""
+    last_reset = max((i for i, c in enumerate(clicks) if c == "Reset"), default=-1)
+    after = clicks[last_reset + 1:]
+    status = "running" if clicks[-1] == "Start" else "paused"
+    known = "Start" not in after
+    return status, (10 * after.count("Step ×10") if known else None)
+
+
+def _settled(runner, timeout: float = 120.0):
+    """The snapshot once the runner has worked through its queue (no new one for 1 s)."""
+    import time
+
+    deadline, seq = time.monotonic() + timeout, -1
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        snap = runner.snapshot()
+        if snap.seq == seq and runner._queue.empty():
+            return snap
+        seq = snap.seq
+    raise AssertionError("the runner did not settle")
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_a_burst_of_200_commands_ends_in_the_last_ones_state(board, seed):
+    """Issue 16 item 7 at the controller: commands apply in order, the last one wins."""
+    import random
+
+    rng = random.Random(seed)
+    clicks = [rng.choice(["Start", "Pause", "Step ×10", "Reset"]) for _ in range(200)]
+    clicks[-1] = rng.choice(["Pause", "Step ×10", "Reset"])
+    buttons = board.run_buttons
+    # Delivered as a busy server sees them: merged into a few values, some arriving late.
+    values = [[(n + 1, c) for n, c in enumerate(clicks[:k])][-64:]
+              for k in range(1, 201, 7)] + [[(n + 1, c) for n, c in enumerate(clicks)][-64:]]
+    stale = values[3]
+    for value in values[:10] + [values[2]] + values[10:] + [stale]:
+        buttons.send(*value)
+    snap = _settled(board.controller.runner)
+    status, step = _expected(clicks)
+    # A run in progress when the Pause lands has taken some steps: only the count is unknown.
+    assert snap.status == status
+    if step is not None:
+        assert snap.step == step, clicks[-12:]
+    assert buttons.last == 200
