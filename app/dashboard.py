@@ -115,6 +115,7 @@ class Dashboard(pn.viewable.Viewer):
         self.controller.param.watch(self._show_status, ["status", "level"])
         self.controller.param.watch(self._structure_changed, ["geometry", "axis", "position"])
         self._scene_stale = False
+        self._closed = False
         self._show_server_info()
         self._callbacks: list = []
         self.sidebar = self._sidebar()
@@ -156,7 +157,10 @@ class Dashboard(pn.viewable.Viewer):
         self._scene_stale = True
 
     def close(self) -> None:
-        """Stop the runner (freeing the simulation), the refresh and the 3D scene."""
+        """Stop the runner (freeing the simulation), the refresh and the 3D scene (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         self.controller.close()  # first: nothing below may keep the memory alive
         for callback in self._callbacks:
             try:

@@ -99,8 +99,8 @@ class Scene3D(pn.viewable.Viewer):
         """Bring the browser's scene up to date with the latest snapshot (periodic callback)."""
         snap = self.controller.snapshot
         geometry = self.controller.geometry
-        if not self.active or geometry is None or geometry.ndim != 3:
-            return
+        if not self.active or not self._meshes or geometry is None or geometry.ndim != 3:
+            return  # hidden, closed, or nothing 3D to show
         key = (id(geometry), snap.view, snap.step, snap.seq)
         if key == self._key:
             return
@@ -155,8 +155,13 @@ class Scene3D(pn.viewable.Viewer):
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
 
     def close(self) -> None:
-        """Release the VTK objects of this view."""
+        """Release the VTK objects of this view (meshes, actors, render window)."""
         self.plotter.close()
+        self.plotter.deep_clean()
+        # The pane keeps the render window until the session's models are gone: empty it.
+        self._meshes.clear()
+        self._actors.clear()
+        self._surface = self._geometry = None
 
     def __panel__(self) -> pn.viewable.Viewable:
         return self.pane

@@ -78,6 +78,8 @@ def test_closed_sessions_stop_their_runner_threads(chromium, light_app):
 
     for _ in range(BROWSER_SESSIONS):
         context, page = open_page(chromium, light_app.url)
+        # The page's simulation is built once the browser has loaded it.
+        wait_until(lambda: live_runners(observer) > baseline, 60, "the page's runner thread")
         sample()
         context.close()
     with ThreadPoolExecutor(4) as pool:

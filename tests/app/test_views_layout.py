@@ -138,3 +138,18 @@ def test_closed_socket_errors_are_one_info_line_and_others_stay_errors(caplog):
     closed = [r for r in caplog.records if "browser left" in r.getMessage()]
     assert len(closed) == 1 and closed[0].levelno == logging.INFO
     assert any(r.levelno == logging.ERROR and "boom" in r.getMessage() for r in caplog.records)
+
+
+def test_close_releases_the_runner_and_the_3d_scene_and_is_idempotent():
+    """Issue 16 item 6: a destroyed session stops its runner and frees its scene at once."""
+    geometry = generators.random_sphere_pack((12,) * 3, porosity=0.6, diameter=5, seed=4)
+    before = live_runners()
+    board = Dashboard(geometry, SimulationConfig(backend="numpy"), refresh=False,
+                      autostart=True)
+    board.controller.runner.wait_for(lambda s: s.step > 0, 60)
+    assert live_runners() == before + 1
+    board.close()
+    assert live_runners() == before and not board.controller.runner.alive
+    assert board.scene._meshes == {} and board.scene.plotter._closed
+    board.close()  # Bokeh and the idle watchdog may both end a session
+    assert board.controller.runner.snapshot().status == "stopped"
