@@ -64,7 +64,7 @@ class Controller(param.Parameterized):
 
     def __init__(
         self, geometry: VoxelGeometry | None = None, config: SimulationConfig | None = None,
-        autostart: bool = True, idle_timeout: float | None = None,
+        autostart: bool | None = True, idle_timeout: float | None = None,
         reader: Callable[[], bool] | None = None, **params: Any,
     ) -> None:
         if geometry is None:
@@ -85,12 +85,17 @@ class Controller(param.Parameterized):
         # ("Paused · …") must not replace it a moment later.
         self._holding_error = False
         self.config.param.watch(self._config_edited, [p for p in config.param if p != "name"])
+        # None: no thread yet (a served page starts it once a browser has loaded it).
         if autostart:
             self.runner.start()
-        else:
-            self.runner.step(0)
+        elif autostart is not None:
+            self.prepare()
 
     # ------------------------------------------------------------------ run commands
+    def prepare(self) -> None:
+        """Build the simulation and publish its first frame, paused."""
+        self.runner.step(0)
+
     def start(self) -> None:
         """Run continuously."""
         self._act("Running", self.runner.start)
@@ -139,7 +144,9 @@ class Controller(param.Parameterized):
 
     def report(self, exc: BaseException) -> None:
         """Show an exception raised by a UI callback as a message."""
-        log.info("UI callback failed: %s", exc, exc_info=exc)
+        # A refused input (ValueError) is expected: one line; anything else with its traceback.
+        log.info("UI callback failed: %s", exc,
+                 exc_info=None if isinstance(exc, ValueError) else exc)
         self.notify("danger", _message(exc))
 
     def _act(self, done: str, fn: Callable[[], None]) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 import panel as pn
 import param
+from panel.io.callbacks import PeriodicCallback
 
 from solver.config import SimulationConfig
 from solver.runner import live_runners
@@ -24,7 +25,9 @@ from .settings import Settings, settings
 from .views.counters import CountersView
 from .views.geometry_panel import GeometryPanel
 from .views.physics_panel import PhysicsPanel
+from .views.run_buttons import RunButtons
 from .views.scene3d import Scene3D
+from .views.settings_cards import SETTING_GROUPS, SettingsCards
 from .views.slice_view import SlicePlot
 
 __all__ = ["Dashboard", "SETTING_GROUPS"]
@@ -52,21 +55,24 @@ def _connection_reader(document: Any):
 
 log = logging.getLogger(__name__)
 
-#: Sidebar cards: title -> SimulationConfig parameters.
-SETTING_GROUPS = {
-    "Numerics": ["lattice", "collision", "fluid_model", "precision", "storage", "tau", "trt_magic",
-                 "body_force", "initial_density"],
-    "Boundaries": ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"],
-    "Tiling and device": ["tile_edge", "tile_offset", "backend", "gpu_layout",
-                          "tiles_per_block", "streaming"],
-}
-WIDGETS = {
-    "tau": {"type": pn.widgets.FloatInput, "step": 0.01, "start": 0.501},
-    "trt_magic": {"type": pn.widgets.FloatInput, "step": 0.01},
-    "initial_density": {"type": pn.widgets.FloatInput, "step": 0.01},
-    "tile_edge": {"type": pn.widgets.IntInput, "start": 1, "end": 16,
-                  "placeholder": "default (4 in 3D, 8 in 2D)"},
-}
+
+def _served_session() -> bool:
+    """Whether this dashboard is being built for a ``panel serve`` session."""
+    document = pn.state.curdoc
+    return bool(document is not None and getattr(document, "session_context", None)
+                and pn.state._is_pyodide is False and not pn.state.loaded)
+
+
+def _background_callback(callback, period_ms: int) -> PeriodicCallback:
+    """A started periodic callback that does not count as pending work.
+
+    ``pn.state.add_periodic_callback`` marks the session busy during every run, so a refresh
+    at 10 Hz kept the header's busy spinner spinning all the time.
+    """
+    periodic = PeriodicCallback(callback=callback, period=period_ms, background=True, log=False)
+    periodic.start()
+    return periodic
+
 ACCENT = "#0f766e"
 
 
@@ -92,8 +98,13 @@ class Dashboard(pn.viewable.Viewer):
         # The runner asks the session itself whether a browser is connected (not the polls:
         # see _connection_reader).
         reader = _connection_reader(pn.state.curdoc) if idle_timeout is not None else None
-        self.controller = Controller(geometry, config, autostart=autostart,
+        served = _served_session()
+        # A served session builds and runs its simulation only once a browser has loaded the
+        # page: a plain HTTP GET (a crawler, a health check) renders it but never connects.
+        self.controller = Controller(geometry, config, autostart=None if served else autostart,
                                      idle_timeout=idle_timeout, reader=reader)
+        if served:
+            pn.state.onload(self.controller.start if autostart else self.controller.prepare)
         self.slice = SlicePlot(self.controller)
         self.counters = CountersView(self.controller)
         self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
@@ -105,6 +116,7 @@ class Dashboard(pn.viewable.Viewer):
         self.controller.param.watch(self._show_status, ["status", "level"])
         self.controller.param.watch(self._structure_changed, ["geometry", "axis", "position"])
         self._scene_stale = False
+        self._closed = False
         self._show_server_info()
         self._callbacks: list = []
         self.sidebar = self._sidebar()
@@ -117,11 +129,10 @@ class Dashboard(pn.viewable.Viewer):
         """Start the periodic callbacks that move snapshots into the views."""
         if self._callbacks:
             return
-        self._callbacks = [
-            pn.state.add_periodic_callback(self.poll, period=self.settings.refresh_ms)]
+        self._callbacks = [_background_callback(self.poll, self.settings.refresh_ms)]
         if self.scene is not None:
-            self._callbacks.append(pn.state.add_periodic_callback(
-                self.scene.refresh, period=int(self.settings.scene_refresh_s * 1000)))
+            self._callbacks.append(_background_callback(
+                self.scene.refresh, int(self.settings.scene_refresh_s * 1000)))
 
     def poll(self) -> None:
         """Publish the latest snapshot; re-sync the 3D view at once after a new geometry or cut.
@@ -147,7 +158,10 @@ class Dashboard(pn.viewable.Viewer):
         self._scene_stale = True
 
     def close(self) -> None:
-        """Stop the runner (freeing the simulation), the refresh and the 3D scene."""
+        """Stop the runner (freeing the simulation), the refresh and the 3D scene (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         self.controller.close()  # first: nothing below may keep the memory alive
         for callback in self._callbacks:
             try:
@@ -163,37 +177,26 @@ class Dashboard(pn.viewable.Viewer):
     def _sidebar(self) -> pn.Column:
         c = self.controller
         # Plain labels rather than icon fonts: the page loads nothing from the internet.
-        buttons = [
-            ("Start", "success", c.start),
-            ("Pause", "warning", c.pause),
-            ("Step ×10", "primary", lambda: c.step(10)),
-            ("Reset", "danger", c.reset),
-        ]
-        row = []
-        for name, kind, action in buttons:
-            button = pn.widgets.Button(name=name, button_type=kind, sizing_mode="stretch_width",
-                                       button_style="solid" if kind in ("success", "warning")
-                                       else "outline")
-            button.on_click(lambda event, action=action: action())
-            row.append(button)
+        self.run_buttons = RunButtons(sizing_mode="stretch_width", actions={
+            "Start": ("success", c.start),
+            "Pause": ("warning", c.pause),
+            "Step ×10": ("primary", lambda: c.step(10)),
+            "Reset": ("danger", c.reset),
+        })
         apply = pn.widgets.Button(name="Apply settings", button_type="primary",
                                   sizing_mode="stretch_width")
         apply.on_click(lambda event: c.apply_settings())
         c.param.watch(lambda e: setattr(apply, "name", "Apply settings  •  changed"
                                         if e.new else "Apply settings"), "settings_changed")
-        cards = [
-            pn.Card(pn.Param(c.config, parameters=params, widgets=WIDGETS, show_name=False,
-                             sizing_mode="stretch_width"),
-                    title=title, collapsed=True, sizing_mode="stretch_width")
-            for title, params in SETTING_GROUPS.items()
-        ]
+        self.settings_cards = SettingsCards(c.config, c.report)
+        cards = self.settings_cards.cards()
         downloads = [
             self._download("Fields (.vti)", "fields.vti", c.export_vti),
             self._download("Slice (.png)", "slice.png", c.export_png),
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
         ]
         return pn.Column(
-            pn.GridBox(*row, ncols=2, sizing_mode="stretch_width"), self.status,
+            self.run_buttons, self.status,
             "### Settings", *cards, apply, "### Export", *downloads, self.server_info,
             sizing_mode="stretch_width")
 

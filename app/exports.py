@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import tempfile
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -17,7 +18,7 @@ from matplotlib.figure import Figure
 
 from solver.io import write_vti
 
-__all__ = ["fields_vti", "slice_png", "history_csv", "QUANTITY_LABELS"]
+__all__ = ["fields_vti", "slice_png", "slice_figure", "history_csv", "QUANTITY_LABELS"]
 
 QUANTITY_LABELS = {
     "umag": "|u| (lattice units)", "ux": "u_x (lattice units)", "uy": "u_y (lattice units)",
@@ -44,6 +45,16 @@ def slice_png(
     plane: np.ndarray, axes: tuple[str, str], quantity: str, title: str = "", dpi: int = 120
 ) -> bytes:
     """PNG of a cut (n_a, n_b) with a colour bar; solids (NaN) grey."""
+    figure = slice_figure(plane, axes, quantity, title, dpi)
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return out.getvalue()
+
+
+def slice_figure(
+    plane: np.ndarray, axes: tuple[str, str], quantity: str, title: str = "", dpi: int = 120
+) -> Figure:
+    """The matplotlib figure of :func:`slice_png` (title over the whole figure, wrapped)."""
     figure = Figure(figsize=(6.0, 5.0), dpi=dpi, layout="constrained")
     ax = figure.add_subplot()
     data = np.ma.masked_invalid(np.asarray(plane, dtype=float).T)
@@ -52,10 +63,10 @@ def slice_png(
     figure.colorbar(image, ax=ax, label=QUANTITY_LABELS.get(quantity, quantity))
     ax.set_xlabel(f"{axes[0]} (nodes)")
     ax.set_ylabel(f"{axes[1]} (nodes)")
-    ax.set_title(title)
-    out = io.BytesIO()
-    figure.savefig(out, format="png")
-    return out.getvalue()
+    if title:
+        # Over the figure, not the axes: a narrow cut's axes are narrower than the title.
+        figure.suptitle(textwrap.fill(title, 60))
+    return figure
 
 
 def history_csv(history: dict[str, np.ndarray], columns: tuple[str, ...]) -> str:

@@ -19,6 +19,7 @@ if _ROOT not in sys.path:
     sys.path.append(_ROOT)
 
 from app.dashboard import Dashboard  # noqa: E402
+from app.server_log import quiet_closed_sockets  # noqa: E402
 from app.settings import settings  # noqa: E402
 
 
@@ -36,6 +37,7 @@ def _log_lifecycle() -> None:
 
 
 _log_lifecycle()
+quiet_closed_sockets()
 pn.extension("vtk", "filedropper", sizing_mode="stretch_width", notifications=False)
 
 dashboard = Dashboard(idle_timeout=settings.idle_timeout_s)

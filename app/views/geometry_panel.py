@@ -219,7 +219,7 @@ class GeometryPanel(pn.viewable.Viewer):
             f"{preview.geometry.name[:40]}: mid-slice" if preview.geometry.name else "mid-slice")
         return hv.Image((np.arange(cut.shape[0]), np.arange(cut.shape[1]), cut.T),
                         kdims=list(axes), vdims=["solid"]).opts(
-            cmap=["#f4f1ea", "#5b4a36"], clim=(0, 1), data_aspect=1, responsive=True,
+            cmap=["#f4f1ea", "#5b4a36"], clim=(0, 1), data_aspect=1,
             title=title, toolbar=None, colorbar=False, fontsize={"title": 10})
 
     @staticmethod

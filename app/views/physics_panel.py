@@ -17,12 +17,13 @@ import numpy as np
 import panel as pn
 import param
 
-from solver.config import SimulationConfig
+from solver.config import MAX_MACH, SimulationConfig
 from solver.stability import StabilityReport, assess
 from solver.units import UnitSystem, lattice_viscosity, mach_number, to_millidarcy
 
 from ..controller import Controller, copy_config
 from ..estimates import darcy_regime, estimate_flow
+from .settings_cards import readable_number_format
 
 __all__ = ["PhysicsPanel", "PhysicalSetup"]
 
@@ -38,7 +39,8 @@ class PhysicalSetup(param.Parameterized):
                            doc="Fluid density; water: 1000 kg/m³.")
     pressure_gradient = param.Number(5000.0, bounds=(0.0, None), label="Pressure gradient (Pa/m)",
                                      doc="Driving pressure drop per metre along the flow axis, "
-                                         "applied as a body force per unit volume.")
+                                         "applied as a body force per unit volume (the SI view "
+                                         "of Settings → Numerics → body force).")
 
 
 class PhysicsPanel(pn.viewable.Viewer):
@@ -61,7 +63,17 @@ class PhysicsPanel(pn.viewable.Viewer):
                                      height=230)
         self._measured_step = -1
         self._assessed: tuple | None = None
+        self._syncing = False
         controller.param.watch(self._geometry_changed, "geometry")
+        # One source of truth: the config's body force. The pressure gradient shows it in SI
+        # (re-derived when the force, tau, the units or the flow axis change) and editing the
+        # gradient writes the force's flow-axis component.
+        units = ["voxel_size_um", "viscosity", "density"]
+        controller.param.watch(self._show_gradient, "geometry")
+        controller.config.param.watch(self._show_gradient, ["tau", "body_force"])
+        self.setup.param.watch(self._show_gradient, units)
+        self.setup.param.watch(self._gradient_edited, "pressure_gradient")
+        self._show_gradient()
         controller.param.watch(self._refresh_mapping, ["surface", "geometry"])
         controller.config.param.watch(self._refresh_mapping, ["tau", "body_force"])
         inputs = [p for p in PhysicalSetup.param if p != "name"]
@@ -82,16 +94,37 @@ class PhysicsPanel(pn.viewable.Viewer):
         return UnitSystem.from_viscosity(s.voxel_size_um * 1e-6, s.viscosity, s.density, tau)
 
     def lattice_force(self) -> float:
-        """Body force (lattice units) of the setup's pressure gradient at the pending tau."""
-        return self.units(self.controller.config.tau).force_density_to_lattice(
-            self.setup.pressure_gradient)
+        """Pending body force along the flow axis, lattice units (the pressure gradient's)."""
+        return float(self.controller.config.body_force[self.controller.geometry.flow_axis])
+
+    def _show_gradient(self, *events) -> None:
+        """Show the pending body force as a pressure gradient, Pa/m."""
+        if self._syncing:
+            return
+        tau = self.controller.config.tau
+        gradient = self.units(tau).force_density_to_si(self.lattice_force())
+        self._syncing = True
+        try:
+            # Clipped at 0 like the widget: a force against the axis shows as 0 until edited.
+            self.setup.pressure_gradient = max(0.0, float(gradient))
+        finally:
+            self._syncing = False
+
+    def _gradient_edited(self, event) -> None:
+        """Write an edited pressure gradient into the pending body force (lattice units)."""
+        if self._syncing:
+            return
+        config = self.controller.config
+        force = list(config.body_force)
+        force[self.controller.geometry.flow_axis] = self.units(
+            config.tau).force_density_to_lattice(event.new)
+        self._syncing = True
+        try:
+            config.body_force = tuple(force)
+        finally:
+            self._syncing = False
 
     def _apply(self, event) -> None:
-        try:
-            self.controller.config.body_force = self.proposed_config().body_force
-        except Exception as exc:
-            self.controller.report(exc)
-            return
         self.controller.apply_settings()
 
     def _refresh_mapping(self, *events) -> None:
@@ -106,12 +139,8 @@ class PhysicsPanel(pn.viewable.Viewer):
         self.measured.object = self._measured()
 
     def proposed_config(self) -> SimulationConfig:
-        """The pending settings with the setup's body force along the geometry's flow axis."""
-        force = [0.0, 0.0, 0.0]
-        force[self.controller.geometry.flow_axis] = self.lattice_force()
-        config = copy_config(self.controller.config)
-        config.body_force = tuple(force)
-        return config
+        """A copy of the pending settings (the pressure gradient is their body force)."""
+        return copy_config(self.controller.config)
 
     def _report(self, config: SimulationConfig) -> StabilityReport:
         """Pre-run stability verdict (cached per geometry and settings: it scans the mask)."""
@@ -153,10 +182,21 @@ class PhysicsPanel(pn.viewable.Viewer):
                 ("Expected pore Reynolds", f"{estimate.reynolds:.3g}",
                  f"grain diameter ≈ {estimate.grain_diameter:.3g} voxels"),
             ]
+        advice = self._si_advice(report, units)
         alerts = [pn.pane.Alert(text, alert_type=kind, sizing_mode="stretch_width")
-                  for kind, texts in (("danger", report.errors), ("warning", report.warnings))
+                  for kind, texts in (("danger", [f"{e} {advice}" for e in report.errors]),
+                                      ("warning", report.warnings))
                   for text in texts]
         return pn.Column(_table(rows), *alerts, sizing_mode="stretch_width")
+
+    def _si_advice(self, report: StabilityReport, units: UnitSystem) -> str:
+        """The refusal's numbers in SI: the expected speed and the largest pressure gradient."""
+        if report.mach <= 0:
+            return ""
+        limit = self.setup.pressure_gradient * MAX_MACH / report.mach
+        return (f"In SI: expected peak speed {units.velocity_to_si(report.u_estimate):.3g} m/s; "
+                f"lower the pressure gradient below {limit:.3g} Pa/m, or raise the "
+                "viscosity or τ.")
 
     def _measured(self) -> str:
         snap = self.controller.snapshot
@@ -188,7 +228,7 @@ class PhysicsPanel(pn.viewable.Viewer):
         return _table_html(rows)
 
     def __panel__(self) -> pn.viewable.Viewable:
-        widgets = {name: {"type": pn.widgets.FloatInput, "format": "0.[000]e+0"}
+        widgets = {name: {"type": pn.widgets.FloatInput, "format": readable_number_format()}
                    for name in ("voxel_size_um", "viscosity", "density", "pressure_gradient")}
         inputs = pn.Column(pn.Param(self.setup, show_name=False, widgets=widgets),
                            self.apply_button, width=300)

@@ -20,7 +20,7 @@ import pyvista as pv
 
 from ..controller import Controller
 
-__all__ = ["Scene3D", "solid_surface", "slice_plane"]
+__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state"]
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,8 @@ class Scene3D(pn.viewable.Viewer):
         """Bring the browser's scene up to date with the latest snapshot (periodic callback)."""
         snap = self.controller.snapshot
         geometry = self.controller.geometry
-        if not self.active or geometry is None or geometry.ndim != 3:
-            return
+        if not self.active or not self._meshes or geometry is None or geometry.ndim != 3:
+            return  # hidden, closed, or nothing 3D to show
         key = (id(geometry), snap.view, snap.step, snap.seq)
         if key == self._key:
             return
@@ -141,6 +141,9 @@ class Scene3D(pn.viewable.Viewer):
             self.plotter.camera.zoom(1.15)
             if hasattr(self, "pane"):  # the browser already shows an older geometry
                 self.pane.reset_camera()
+                # The browser re-applies the pane's `camera` (its last own camera) after every
+                # scene sync: replace it, or the new geometry is seen from the old viewpoint.
+                self.pane.camera = camera_state(self.plotter.camera)
 
     def _add_actors(self) -> None:
         add = self.plotter.add_mesh
@@ -152,11 +155,23 @@ class Scene3D(pn.viewable.Viewer):
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
 
     def close(self) -> None:
-        """Release the VTK objects of this view."""
+        """Release the VTK objects of this view (meshes, actors, render window)."""
         self.plotter.close()
+        self.plotter.deep_clean()
+        # The pane keeps the render window until the session's models are gone: empty it.
+        self._meshes.clear()
+        self._actors.clear()
+        self._surface = self._geometry = None
 
     def __panel__(self) -> pn.viewable.Viewable:
         return self.pane
+
+
+def camera_state(camera: pv.Camera) -> dict:
+    """A pyvista camera as the vtk.js camera state the VTK pane syncs (scene coordinates)."""
+    return {"position": list(camera.position), "focalPoint": list(camera.focal_point),
+            "viewUp": list(camera.up), "viewAngle": float(camera.view_angle),
+            "parallelScale": float(camera.parallel_scale)}
 
 
 def _point(axis: int, value: float) -> tuple[float, float, float]:

@@ -7,6 +7,8 @@ the image (solids NaN, drawn grey), its colour bar and, when asked, a subsampled
 
 from __future__ import annotations
 
+import html
+
 import holoviews as hv
 import numpy as np
 import panel as pn
@@ -98,8 +100,13 @@ class SlicePlot(pn.viewable.Viewer):
             ),
             sizing_mode="stretch_width",
         )
+        # Unlinked: Panel would otherwise share the x/y ranges of every HoloViews plot on the
+        # page with the same axis names, cropping the geometry preview to this cut's range.
         self._pane = pn.pane.HoloViews(self.dmap, sizing_mode="stretch_width",
-                                       css_classes=["slice-plot"])
+                                       css_classes=["slice-plot"], linked_axes=False)
+        # The title as text above the plot: a Bokeh title is cut at the width of a narrow cut.
+        self.caption = pn.pane.HTML(_caption(first["title"]), sizing_mode="stretch_width",
+                                    height=22, css_classes=["slice-title"])
 
     def _update(self, *events) -> None:
         snap = self.controller.snapshot
@@ -107,6 +114,7 @@ class SlicePlot(pn.viewable.Viewer):
             return
         self._shown = snap.seq
         frame = frame_of(snap, self.controller.arrows, self.controller.geometry.shape)
+        self.caption.object = _caption(frame["title"])
         if frame["plane"].shape == self._shape:
             self.pipe.send(frame)
             return
@@ -124,9 +132,15 @@ class SlicePlot(pn.viewable.Viewer):
             cmap="viridis", colorbar=True, clipping_colors={"NaN": SOLID_COLOUR},
             frame_width=max(120, round(na * scale)), frame_height=max(120, round(nb * scale)),
             framewise=True, tools=["hover"],
-            toolbar="above", title=data["title"], colorbar_opts={"width": 12},
+            toolbar="above", colorbar_opts={"width": 12},
         )
         return (image * _arrows(data)).opts(framewise=True)
 
     def __panel__(self) -> pn.viewable.Viewable:
-        return pn.Column(self._controls, self._pane, sizing_mode="stretch_width")
+        return pn.Column(self._controls, self.caption, self._pane, sizing_mode="stretch_width")
+
+
+def _caption(title: str) -> str:
+    """The slice title as one line of HTML (wraps instead of being cut)."""
+    return (f'<div style="font-weight:600;font-size:13px;white-space:normal">'
+            f"{html.escape(title)}</div>")

@@ -133,7 +133,10 @@ def test_exports(dashboard):
 def test_physics_panel_maps_units_and_refuses_fast_flow(dashboard):
     panel: PhysicsPanel = dashboard.physics
     c = dashboard.controller
-    # Water in 10 um voxels at tau 0.8: dt = 1e-5 s, so 5 kPa/m is F = 5e-5 lattice units.
+    # Water in 10 um voxels at tau 0.8: dt = 1e-5 s, so F = 2e-5 lattice units is 2 kPa/m
+    # and 5 kPa/m is F = 5e-5.
+    assert panel.setup.pressure_gradient == pytest.approx(2000.0)
+    panel.setup.pressure_gradient = 5000.0
     assert panel.lattice_force() == pytest.approx(5e-5)
     assert not panel.apply_button.disabled
     panel.setup.pressure_gradient = 5e8

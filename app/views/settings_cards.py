@@ -1,0 +1,130 @@
+"""The sidebar's settings cards: one widget per :class:`~solver.config.SimulationConfig` parameter.
+
+Widgets are generated from the config's parameters (:class:`panel.Param`), grouped in cards
+(:data:`SETTING_GROUPS`); a boundary face that needs a number (velocity inlet, pressure outlet,
+moving wall) shows a value field next to its type. Parameters without a widget are listed in
+:data:`EXCLUDED_SETTINGS` with the reason, and a test checks that every parameter is one or the
+other. All values are lattice units, as in the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import panel as pn
+from bokeh.models import PrintfTickFormatter
+
+from solver.config import FACE_NAMES, SimulationConfig
+
+__all__ = ["SETTING_GROUPS", "EXCLUDED_SETTINGS", "WIDGETS", "VALUE_HINTS", "SettingsCards",
+           "readable_number_format"]
+
+#: Sidebar cards: title -> SimulationConfig parameters.
+SETTING_GROUPS = {
+    "Numerics": ["lattice", "collision", "fluid_model", "precision", "storage", "tau", "trt_magic",
+                 "body_force", "initial_density"],
+    "Boundaries": [p for face in FACE_NAMES for p in (face, f"{face}_value")],
+    "Tiling and device": ["tile_edge", "tile_offset", "backend", "gpu_layout",
+                          "tiles_per_block", "streaming"],
+}
+#: Parameters deliberately without a widget, and why.
+EXCLUDED_SETTINGS = {
+    "name": "param's instance name, not a setting",
+    "object_velocities": "moving labelled objects need a labelled geometry, which only case "
+                         "files and the Python API can give",
+    "mrt_rates": "expert MRT tuning: the defaults derive every rate from tau; set them in a "
+                 "case file",
+}
+
+
+def readable_number_format() -> PrintfTickFormatter:
+    """Number format of input fields: 6 significant digits, scientific where needed (1e-06)."""
+    # A numbro pattern such as "0.[000]e+0" renders 1e-6 as "+0" and 10 as "+10".
+    return PrintfTickFormatter(format="%.6g")
+
+
+WIDGETS: dict[str, dict[str, Any]] = {
+    # No lower bound on the widget: the browser would clamp 0.45 to it silently; the config
+    # refuses tau <= 0.5 with a message instead.
+    "tau": {"type": pn.widgets.FloatInput, "step": 0.01, "start": None, "end": None},
+    "trt_magic": {"type": pn.widgets.FloatInput, "step": 0.01, "start": None, "end": None},
+    "initial_density": {"type": pn.widgets.FloatInput, "step": 0.01},
+    "tile_edge": {"type": pn.widgets.IntInput, "start": 1, "end": 16,
+                  "placeholder": "default (4 in 3D, 8 in 2D)"},
+}
+for _name in ("tau", "trt_magic", "initial_density"):
+    WIDGETS[_name]["format"] = readable_number_format()
+
+#: Hint shown in a face's value field per boundary kind (lattice units).
+VALUE_HINTS = {
+    "velocity": "inlet velocity, lattice units: u along the axis, e.g. 0.01, or (ux, uy, uz)",
+    "pressure": "outlet density, lattice units (empty: initial density)",
+    "moving_wall": "wall velocity (ux, uy, uz), lattice units, along the face",
+}
+for _face in FACE_NAMES:
+    WIDGETS[f"{_face}_value"] = {"type": pn.widgets.LiteralInput, "serializer": "ast",
+                                 "name": f"{_face} value", "visible": False}
+
+
+class SettingsCards:
+    """Cards of config widgets; ``widgets`` maps each covered parameter to its widget.
+
+    A value the config refuses (tau = 0.45) goes to ``report`` and the widget goes back to the
+    pending value. Panel's own link would raise inside its event processing instead, where
+    the message and the widget's reset never reach the browser.
+    """
+
+    def __init__(self, config: SimulationConfig,
+                 report: Callable[[BaseException], None]) -> None:
+        self.config, self.report = config, report
+        self.panes = {title: pn.Param(config, parameters=params, widgets=WIDGETS,
+                                      show_name=False, sizing_mode="stretch_width")
+                      for title, params in SETTING_GROUPS.items()}
+        self.widgets: dict[str, pn.widgets.Widget] = {
+            name: pane._widgets[name] for pane in self.panes.values()
+            for name in pane.parameters if name in pane._widgets}
+        for name, widget in self.widgets.items():
+            self._relink(name, widget)
+        config.param.watch(self._show_value_fields, list(FACE_NAMES))
+        self._show_value_fields()
+
+    def _relink(self, name: str, widget: pn.widgets.Widget) -> None:
+        """Replace Panel's widget -> config link by one that reports refused values."""
+        for watcher in list(widget.param.watchers.get("value", {}).get("value", [])):
+            if getattr(watcher.fn, "__name__", "") == "link_widget":
+                widget.param.unwatch(watcher)
+
+        def link(event: Any) -> None:
+            try:
+                self.config.param.update(**{name: event.new})
+            except Exception as exc:  # a refused value: say why, show what is still pending
+                self.report(exc)
+                _later(lambda: setattr(widget, "value", getattr(self.config, name)))
+        widget.param.watch(link, "value")
+
+    def _show_value_fields(self, *events: Any) -> None:
+        """Show a face's value field only for the kinds that take a value, with a hint."""
+        for face in FACE_NAMES:
+            kind = getattr(self.config, face)
+            widget = self.widgets[f"{face}_value"]
+            widget.param.update(visible=kind in VALUE_HINTS,
+                                placeholder=VALUE_HINTS.get(kind, ""))
+
+    def cards(self) -> list[pn.Card]:
+        """One collapsed card per group."""
+        return [pn.Card(pane, title=title, collapsed=True, sizing_mode="stretch_width")
+                for title, pane in self.panes.items()]
+
+
+def _later(fn: Callable[[], None]) -> None:
+    """Run ``fn`` after the current browser event (at once outside a server session).
+
+    A widget's own value changed while Panel processes that widget's event is not sent back
+    to the browser.
+    """
+    document = pn.state.curdoc
+    if document is not None and getattr(document, "session_context", None):
+        document.add_next_tick_callback(fn)
+    else:
+        fn()
