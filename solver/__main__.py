@@ -67,6 +67,11 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         case = load_case(args.case)
+        from .rock.cli import run_permeability, settings_for
+
+        study = settings_for(case, args.protocol, args.axes, args.max_steps)
+        if study is not None:  # a permeability study: protocol runs along the chosen axes
+            return run_permeability(case, study, args.output, args.backend)
         if args.max_steps is not None:
             case.run.max_steps = args.max_steps
         run = HeadlessRun(case, out=args.output, backend=args.backend)
@@ -165,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default=None, choices=["auto", "numpy", "cupy"],
                      help="override config.backend")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--protocol", default=None, choices=["mirrored", "pressure", "both"],
+                     help="measure k by this protocol (solver/rock/protocol.py); overrides "
+                          "the case's permeability.protocol")
+    run.add_argument("--axes", default=None, help="flow axes for k: x, y, z, a comma list or "
+                     "'all' (the k tensor); overrides permeability.axes")
     run.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),
                      help="halo transport under mpirun: nccl (GPU to GPU), host (MPI through "
                           "host memory), auto (nccl when every rank has its own GPU)")

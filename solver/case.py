@@ -13,6 +13,7 @@ A case has four sections (only ``geometry`` is required)::
       origin: [0, 0, 0]                # optional override, metres
     config: {tau: 0.8, body_force: [1.0e-6, 0, 0]}     # SimulationConfig parameters
     run: {max_steps: 5000, output_interval: 500}       # RunControls parameters
+    permeability: {protocol: both, axes: all}          # optional: solver.rock protocol run
 
 Files are parsed with ``yaml.safe_load`` or ``json`` only. Every section is validated by ``param``;
 an unknown key or a bad value raises :class:`CaseError` naming the key and how to fix it.
@@ -37,7 +38,7 @@ __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "load_case", "par
 
 GEOMETRY_SOURCES = ("sample", "file", "generator")
 GEOMETRY_KEYS = (*GEOMETRY_SOURCES, "parameters", "options", "voxel_size", "origin")
-TOP_KEYS = ("name", "description", "geometry", "config", "run")
+TOP_KEYS = ("name", "description", "geometry", "config", "run", "permeability")
 
 
 class CaseError(ValueError):
@@ -90,6 +91,7 @@ class Case:
     config: SimulationConfig
     run: RunControls
     path: Path | None = None
+    permeability: Any = None  # solver.rock.PermeabilitySettings when the case asks for one
 
 
 def load_case(path: str | Path) -> Case:
@@ -134,11 +136,18 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
         config.check()
     except ValueError as exc:
         raise CaseError(f"{source}: config: {exc}") from exc
+    permeability = None
+    if "permeability" in data:
+        from .rock.settings import PermeabilitySettings
+
+        values = PermeabilitySettings.from_mapping(_section(data, "permeability", source))
+        permeability = _build(PermeabilitySettings, values, source, "permeability")
     return Case(
         name=str(data.get("name") or default_name),
         geometry=_geometry_spec(data["geometry"], base, source),
         config=config,
         run=_build(RunControls, _section(data, "run", source), source, "run"),
+        permeability=permeability,
     )
 
 

@@ -138,7 +138,8 @@ class PermeabilityStudy:
                       "voxel_size": "m", "gradient": "lattice force per volume"},
             "voxel_size_m": self.voxel_size,
             "converged": self.converged,
-            "runs": [{k: v for k, v in asdict(r).items() if k != "history"}
+            "runs": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                      for k, v in asdict(r).items() if k != "history"}
                      for r in self.results],
             "tensor_mD": {p: self.k(p) for p in protocols},
             "tensor_m2": {p: self.k(p, "m2") for p in protocols},
