@@ -58,8 +58,19 @@ def k_change(previous: float, now: float, interval: int) -> float:
     return abs(now - previous) / abs(now) * 1000.0 / interval
 
 
-def _k(sim: Simulation, setup: ProtocolSetup, voxel_size: float | None):
-    """Permeability of the sample from the current state (the protocol's window only)."""
+def _k(sim: Simulation, setup: ProtocolSetup, voxel_size: float | None, health: dict):
+    """Permeability of the sample from the current state (the protocol's window only).
+
+    A periodic, incompressible run needs only the superficial mean velocity, which
+    :meth:`Simulation.health` already brought back: it is passed as a one-node field, so the
+    formula stays :func:`observables.permeability` without copying every node to the host.
+    """
+    p = sim.problem
+    if p.periodic[setup.axis] and p.incompressible:
+        mean = np.asarray(health["mean_velocity"], dtype=np.float64)
+        ones = (1,) * mean.size
+        fields = {"rho": np.ones(ones), "u": mean.reshape((mean.size, *ones))}
+        return observables.permeability(p, fields, setup.axis, voxel_size)
     fields = sim.fields()
     lo, hi = setup.window
     if (lo, hi) != (0, fields["rho"].shape[setup.axis]):
@@ -81,8 +92,9 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     try:
         while sim.time_step < settings.max_steps:
             sim.step(min(every, settings.max_steps - sim.time_step))
-            check_health(sim.health(), setup.config.tau, sim.problem.force)
-            k = _k(sim, setup, voxel_size)
+            health = sim.health()
+            check_health(health, setup.config.tau, sim.problem.force)
+            k = _k(sim, setup, voxel_size, health)
             if history:
                 change = k_change(history[-1][1], k.lattice,
                                   sim.time_step - history[-1][0])
@@ -92,6 +104,10 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 on_check(sim.time_step, k.lattice, change)
             if calm >= 2:
                 converged = True
+                break
+            if settings.max_seconds and time.perf_counter() - tic > settings.max_seconds:
+                log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
+                            settings.max_seconds)
                 break
     finally:
         sim.close()

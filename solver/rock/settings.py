@@ -41,6 +41,8 @@ class PermeabilitySettings(param.Parameterized):
                                    doc="Steps between k measurements.")
     max_steps = param.Integer(default=20000, bounds=(1, None),
                               doc="Step limit of each protocol run (not converged beyond).")
+    max_seconds = param.Number(default=0.0, bounds=(0, None),
+                               doc="Wall-time limit of each protocol run, seconds; 0 = none.")
 
     @classmethod
     def from_mapping(cls, values: dict) -> dict:
