@@ -49,6 +49,8 @@ class AxisResult:
     gradient: float  # driving force per volume, lattice units
     pores: dict = field(default_factory=dict)
     history: list[tuple[int, float]] = field(default_factory=list)  # (step, k lattice units)
+    coarse_steps: int = 0  # steps of the coarse start run
+    work_steps: float = 0.0  # fine steps + coarse steps x (coarse / fine fluid nodes)
 
 
 def k_change(previous: float, now: float, interval: int) -> float:
@@ -83,8 +85,38 @@ def _k(sim: Simulation, setup: ProtocolSetup, voxel_size: float | None, health: 
 def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
                  voxel_size: float | None = None,
                  on_check: Callable[[int, float, float], None] | None = None) -> AxisResult:
-    """Run one protocol set-up until k converges or ``settings.max_steps``; return its k."""
+    """Run one protocol set-up until k converges or ``settings.max_steps``; return its k.
+
+    With ``settings.accelerate`` and ``coarse_start`` the run starts from the prolongated flow
+    of the same protocol on the sample coarsened by 2 (:mod:`solver.rock.initial`); its steps
+    are reported as ``coarse_steps``, the total as ``work_steps`` in fine-step equivalents.
+    """
+    from .initial import coarse_setup, prolongate
+
+    coarse = coarse_setup(setup) if settings.accelerate and settings.coarse_start else None
+    start, coarse_steps = None, 0
+    if coarse is not None:
+        result, fields = _run(coarse, settings, backend, voxel_size, None, None, True)
+        start, coarse_steps = prolongate(fields, setup.geometry.shape), result.steps
+        log.info("%s: coarse start after %d coarse steps (k = %.4g voxel² fine)", setup.name,
+                 coarse_steps, 4 * result.k_lattice)
+    result, _ = _run(setup, settings, backend, voxel_size, on_check, start, False)
+    result.coarse_steps = coarse_steps
+    ratio = coarse.geometry.n_fluid / setup.geometry.n_fluid if coarse is not None else 0.0
+    result.work_steps = result.steps + coarse_steps * ratio
+    return result
+
+
+def _run(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any,
+         voxel_size: float | None, on_check: Callable[[int, float, float], None] | None,
+         start: dict | None, keep_fields: bool) -> tuple[AxisResult, dict | None]:
+    """Step ``setup`` to a converged k (from ``start`` fields or rest); result and fields."""
+    from .initial import start_from
+
     sim = Simulation(setup.geometry, setup.config, backend)
+    if start is not None:
+        start_from(sim, start)
+    fields = None
     every = settings.check_interval
     history: list[tuple[int, float]] = []
     change, calm, converged = math.inf, 0, False
@@ -109,11 +141,14 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
                             settings.max_seconds)
                 break
+        if keep_fields:
+            fields = sim.fields()
     finally:
         sim.close()
     return AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2, k.millidarcy,
                       sim.time_step, converged, change, time.perf_counter() - tic,
-                      setup.config.tau, setup.gradient, setup.report.as_dict(), history)
+                      setup.config.tau, setup.gradient, setup.report.as_dict(),
+                      history), fields
 
 
 @dataclass
@@ -169,9 +204,10 @@ class PermeabilityStudy:
         for r in self.results:
             si = (f" = {r.k_m2:.4g} m² = {r.k_mD:.4g} mD" if r.k_m2 is not None else "")
             flag = "converged" if r.converged else "NOT converged"
+            start = f" + {r.coarse_steps} coarse" if r.coarse_steps else ""
             out.append(f"{r.protocol:<8} {r.axis}: k = {r.k_lattice:.5g} voxel²{si}; {flag} "
-                       f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps} "
-                       f"steps, {r.seconds:.1f} s)")
+                       f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps}"
+                       f"{start} steps, {r.seconds:.1f} s)")
         for p in sorted({r.protocol for r in self.results}):
             ratio = self.anisotropy(p)
             if ratio is not None:

@@ -30,9 +30,12 @@ weakly compressible fluid): its time ``L² eps nu / (pi² c_s² k)`` grows with 
 (``settings.fast_tau``, 0.7) cuts it; TRT with Lambda = 3/16 keeps k nearly independent of tau
 (exactly so for linear Stokes flow: Ginzburg & d'Humieres, Phys. Rev. E 68, 066614 (2003);
 Talon et al., Water Resour. Res. 48, W04526 (2012)), and the drive is scaled with nu so the
-pore Reynolds number stays the same. Measured here (NumPy, float64, 20³-32³ sphere packs,
-tests/solver/test_rock_permeability.py): 1.5-1.7x fewer steps at tau 0.8-0.65, k within
-0.1-0.6 % at porosity 0.35 and up to 1 % at porosity 0.22 with 2-3 voxel throats.
+pore Reynolds number stays the same; and the run starts from the flow of the sample coarsened
+by 2 (:mod:`solver.rock.initial`). Measured here (NumPy, float64, mirrored, sphere packs;
+tests/solver/test_rock_permeability.py): tau 0.7 alone, 1.5-1.9x fewer steps, k within
+0.02-0.15 % at porosity 0.3-0.35 (up to 1 % at porosity 0.22 with 2-3 voxel throats, where k
+itself is under-resolved); with the coarse start, 24³ and 32³ packs at porosity 0.3 need
+2.1-3.2x fewer fine steps (1.8-2.7x less work counting the coarse run), k within 0.2 %.
 Lengths are in voxels, k in voxels² (lattice units) until converted.
 """
 
