@@ -71,17 +71,26 @@ def prolongate(fields: dict[str, np.ndarray], shape: tuple[int, ...]) -> dict[st
     return {"rho": np.where(fluid, rho, mean_rho), "u": np.where(fluid, u, 0.0)}
 
 
-def start_from(sim: Simulation, fields: dict[str, np.ndarray]) -> None:
-    """Set ``sim``'s populations to the equilibrium of ``fields`` (fine grid, lattice units)."""
+def start_from(sim: Simulation, fields: dict[str, np.ndarray], chunk: int = 1 << 16) -> None:
+    """Set ``sim``'s populations to the equilibrium of ``fields`` (fine grid, lattice units).
+
+    Built ``chunk`` tiles at a time, so a 400³ image needs no more host memory than the
+    population array itself.
+    """
     tiling, p = sim.tiling, sim.problem
-    coords = np.clip(tiling.node_coordinates(), 0, np.array(tiling.shape) - 1)
-    index = tuple(coords[..., a] for a in range(coords.shape[-1]))  # (T, N) each
-    rho = fields["rho"][index].reshape(-1)
-    u = np.stack([c[index].reshape(-1) for c in fields["u"]])
-    solid = tiling.solid.reshape(-1)
-    u[:, solid] = 0.0
-    f = equilibrium(rho, u, p.lattice, p.incompressible)  # (q, T*N)
-    n_tiles, n_node = tiling.n_tiles, tiling.nodes_per_tile
+    q, n_node = p.lattice.q, tiling.nodes_per_tile
+    f = np.empty((tiling.n_tiles, q, n_node))
+    upper = np.array(tiling.shape) - 1
+    local = tiling.local_coordinates()
+    for lo in range(0, tiling.n_tiles, chunk):
+        tiles = slice(lo, min(lo + chunk, tiling.n_tiles))
+        corner = tiling.tiles[tiles].astype(np.int64) * tiling.a - np.array(tiling.offset)
+        coords = np.clip(corner[:, None, :] + local[None], 0, upper)  # (t, N, d)
+        index = tuple(coords[..., a] for a in range(coords.shape[-1]))
+        rho = fields["rho"][index].reshape(-1)
+        u = np.stack([c[index].reshape(-1) for c in fields["u"]])
+        u[:, tiling.solid[tiles].reshape(-1)] = 0.0
+        feq = equilibrium(rho, u, p.lattice, p.incompressible)  # (q, t * N)
+        f[tiles] = feq.reshape(q, -1, n_node).transpose(1, 0, 2)
     sim.allocate()
-    sim.backend.set_populations(sim.state, f.reshape(p.lattice.q, n_tiles, n_node)
-                                .transpose(1, 0, 2).copy())
+    sim.backend.set_populations(sim.state, f)

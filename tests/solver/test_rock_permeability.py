@@ -97,3 +97,25 @@ def test_preview_prices_downsampled_choices():
     assert half.memory_bytes < full.memory_bytes / 4
     assert half.seconds < full.seconds / 16  # 8x fewer nodes, 4x fewer steps
     assert 0 < half.eta_t <= 1
+
+
+def test_start_from_a_steady_field_stays_steady():
+    from solver.rock.initial import coarse_setup, prolongate, start_from
+    from solver.simulation import Simulation
+
+    duct = VoxelGeometry(np.zeros((8, 8, 8), bool))
+    setup = setup_protocol(duct, _config(), 0, "mirrored", PermeabilitySettings())
+    sim = Simulation(setup.geometry, setup.config)
+    sim.step(1500)
+    steady, k = sim.fields(), sim.permeability(0).lattice
+    fresh, rest = (Simulation(setup.geometry, setup.config) for _ in range(2))
+    start_from(fresh, steady, chunk=3)  # several chunks of tiles
+    fresh.step(30)
+    rest.step(30)
+    assert fresh.permeability(0).lattice == pytest.approx(k, rel=0.02)
+    assert rest.permeability(0).lattice < 0.8 * k
+    coarse = coarse_setup(setup)
+    assert coarse.geometry.shape == (8, 4, 4) and coarse.config.body_force[0] == pytest.approx(
+        2 * setup.config.body_force[0])
+    fine = prolongate({"rho": np.ones((8, 3, 3)), "u": np.ones((3, 8, 3, 3))}, (16, 6, 6))
+    assert fine["rho"].shape == (16, 6, 6) and np.all(fine["u"] == 2.0)
