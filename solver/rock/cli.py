@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import write_json
+from ..stability import DivergenceError
 from .measure import run_study
 from .settings import PermeabilitySettings
 
@@ -21,7 +22,7 @@ __all__ = ["run_permeability", "settings_for"]
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_INVALID, EXIT_NOT_CONVERGED = 0, 2, 4
+EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_NOT_CONVERGED = 0, 2, 3, 4
 
 
 def settings_for(case: Any, protocol: str | None, axes: str | None,
@@ -57,6 +58,9 @@ def run_permeability(case: Any, settings: PermeabilitySettings, out: str | Path 
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except DivergenceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_DIVERGED
     out.mkdir(parents=True, exist_ok=True)
     summary = {"case": case.name, "settings": {k: v for k, v in settings.param.values().items()
                                                if k != "name"}, **study.as_dict()}

@@ -93,6 +93,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     """
     from .initial import coarse_setup, prolongate
 
+    tic = time.perf_counter()
     coarse = coarse_setup(setup) if settings.accelerate and settings.coarse_start else None
     start, coarse_steps = None, 0
     if coarse is not None:
@@ -104,6 +105,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     result.coarse_steps = coarse_steps
     ratio = coarse.geometry.n_fluid / setup.geometry.n_fluid if coarse is not None else 0.0
     result.work_steps = result.steps + coarse_steps * ratio
+    result.seconds = time.perf_counter() - tic  # the coarse start included
     return result
 
 
