@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from geometries import VoxelGeometry
 from geometries.preprocess import crop, downsample
 
+from .protocol import estimated_steps
+
 __all__ = ["PreviewChoice", "preview_choices"]
 
 
@@ -28,9 +30,11 @@ def preview_choices(geom: VoxelGeometry, config, factors=(1, 2, 4), crops=(), mf
     """Price downsampling by each factor and each centred crop edge (voxels) of ``geom``.
 
     ``mflups`` is the expected throughput (million fluid-node updates per second; about 2 on
-    the 2-core CPU with NumPy, 1000+ on a GPU); ``steps`` defaults to an estimate of the steps
-    to a converged k, 4 n² / nu over the sample's longest edge n (momentum diffusion over the
-    sample, in lattice units). The memory is that of the mirrored protocol's doubled box.
+    the 2-core CPU with NumPy, 1000+ on a GPU); ``steps`` defaults to
+    :func:`~solver.rock.protocol.estimated_steps` of the mirrored run from rest along the
+    flow axis (about the same for every downsampling factor: the sample is shorter by the
+    factor and k in voxels² smaller by its square). Memory and time are those of the mirrored
+    protocol's doubled box.
     """
     from ..simulation import Simulation
 
@@ -43,7 +47,8 @@ def preview_choices(geom: VoxelGeometry, config, factors=(1, 2, 4), crops=(), mf
     out = []
     for label, g in candidates:
         sim = Simulation(g, config, "numpy")  # tiles on the host only; nothing is allocated
-        n_steps = steps or int(4 * max(g.shape) ** 2 / max(config.viscosity, 1e-6) / 100) * 100
+        axis = g.flow_axis
+        n_steps = steps or estimated_steps(g, axis, config.viscosity, 2 * g.shape[axis])
         fluid = 2 * sim.problem.n_fluid  # the mirrored protocol doubles the sample
         out.append(PreviewChoice(label, g, 2 * sim.memory_bytes(), sim.tiling.eta_t, fluid,
                                  n_steps, fluid * n_steps / (mflups * 1e6)))

@@ -9,6 +9,7 @@ from geometries import GeometryError, VoxelGeometry
 from geometries.generators import random_sphere_pack
 from solver.config import SimulationConfig
 from solver.rock import PermeabilitySettings, preview_choices, run_study, setup_protocol
+from solver.rock.protocol import estimated_steps
 
 #: Square-duct permeability k / a² = Q mu / (G a^4) (series solution, e.g. White, Viscous Fluid
 #: Flow, eq. 3-48), superficial over the duct's cross-section.
@@ -70,6 +71,9 @@ def test_acceleration_cuts_steps_and_keeps_k():
     assert runs[True].work_steps < 0.65 * runs[False].work_steps
     assert runs[True].steps < 0.55 * runs[False].steps
     assert runs[True].k_lattice == pytest.approx(runs[False].k_lattice, rel=0.005)
+    # The preview's step estimate (twice the pressure-diffusion time) matches the run from rest.
+    assert estimated_steps(pack, 0, (1.0 - 0.5) / 3, 48) == pytest.approx(runs[False].steps,
+                                                                           rel=0.3)
 
 
 def test_tensor_reports_every_axis_and_the_anisotropy():
@@ -95,7 +99,8 @@ def test_preview_prices_downsampled_choices():
     full, half, cropped = choices
     assert half.geometry.shape == (16, 16, 16) and cropped.geometry.shape == (16, 16, 16)
     assert half.memory_bytes < full.memory_bytes / 4
-    assert half.seconds < full.seconds / 16  # 8x fewer nodes, 4x fewer steps
+    assert half.steps == pytest.approx(full.steps, rel=0.5)  # L/2 and k/4 in voxels²
+    assert half.seconds < full.seconds / 5  # 8x fewer nodes
     assert 0 < half.eta_t <= 1
 
 
