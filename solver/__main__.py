@@ -71,6 +71,10 @@ def _run(args: argparse.Namespace) -> int:
 
         study = settings_for(case, args.protocol, args.axes, args.max_steps)
         if study is not None:  # a permeability study: protocol runs along the chosen axes
+            if launched_size() > 1:
+                print("error: permeability studies run on one device, one run after the "
+                      "other; start them without mpirun.", file=sys.stderr)
+                return EXIT_INVALID
             return run_permeability(case, study, args.output, args.backend)
         if args.max_steps is not None:
             case.run.max_steps = args.max_steps

@@ -31,6 +31,9 @@ __all__ = ["AxisResult", "PermeabilityStudy", "measure_axis", "run_study", "k_ch
 
 log = logging.getLogger(__name__)
 
+#: The coarse start stops when k changes by less than this times the tolerance per 1000 steps.
+COARSE_TOLERANCE_FACTOR = 10.0
+
 
 @dataclass
 class AxisResult:
@@ -97,7 +100,12 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     coarse = coarse_setup(setup) if settings.accelerate and settings.coarse_start else None
     start, coarse_steps = None, 0
     if coarse is not None:
-        result, fields = _run(coarse, settings, backend, voxel_size, None, None, True)
+        # The start only has to be close: the coarse run stops at 10x the tolerance.
+        loose = settings.param.values()
+        loose.pop("name", None)
+        loose["tolerance"] = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
+        result, fields = _run(coarse, PermeabilitySettings(**loose), backend, voxel_size,
+                              None, None, True)
         start, coarse_steps = prolongate(fields, setup.geometry.shape), result.steps
         log.info("%s: coarse start after %d coarse steps (k = %.4g voxel² fine)", setup.name,
                  coarse_steps, 4 * result.k_lattice)
