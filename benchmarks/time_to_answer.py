@@ -126,7 +126,8 @@ def markdown(report: dict) -> str:
 def write(report: dict, out: Path) -> tuple[Path, Path]:
     """Write the JSON and markdown files; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
-    device = re.sub(r"[^A-Za-z0-9.-]+", "_", str(report["device"] or report["backend"])).strip("_")
+    device = re.sub(r"[^a-z0-9.]+", "-", str(report["device"] or report["backend"]).lower())
+    device = device.strip("-")
     stem = out / f"time_to_answer-{device}-{report['date']}"
     json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
     json_path.write_text(json.dumps(report, indent=2) + "\n")
