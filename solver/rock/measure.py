@@ -21,9 +21,11 @@ import numpy as np
 from geometries import VoxelGeometry
 
 from .. import observables
+from ..backends import get_backend
 from ..config import SimulationConfig
 from ..simulation import Simulation
 from ..stability import check_health
+from .initial import coarse_setup, prolongate, start_from
 from .protocol import ProtocolSetup, setup_protocol
 from .settings import AXIS_NAMES, PermeabilitySettings
 
@@ -94,8 +96,6 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     of the same protocol on the sample coarsened by 2 (:mod:`solver.rock.initial`); its steps
     are reported as ``coarse_steps``, the total as ``work_steps`` in fine-step equivalents.
     """
-    from .initial import coarse_setup, prolongate
-
     tic = time.perf_counter()
     coarse = coarse_setup(setup) if settings.accelerate and settings.coarse_start else None
     start, coarse_steps = None, 0
@@ -121,8 +121,6 @@ def _run(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any,
          voxel_size: float | None, on_check: Callable[[int, float, float], None] | None,
          start: dict | None, keep_fields: bool) -> tuple[AxisResult, dict | None]:
     """Step ``setup`` to a converged k (from ``start`` fields or rest); result and fields."""
-    from .initial import start_from
-
     sim = Simulation(setup.geometry, setup.config, backend)
     if start is not None:
         start_from(sim, start)
@@ -231,7 +229,9 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
               backend: Any = None,
               on_check: Callable[[str, int, float, float], None] | None = None
               ) -> PermeabilityStudy:
-    """Measure k for every chosen axis and protocol, one run after the other."""
+    """Measure k for every chosen axis and protocol, one run after the other, on one backend."""
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend or config.backend)
     results = []
     for axis in settings.axis_indices(sample.ndim):
         for protocol in settings.protocols():
