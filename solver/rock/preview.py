@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geometries import VoxelGeometry
+from geometries.pores import check_sample
 from geometries.preprocess import crop, downsample
 
 from .protocol import estimated_steps
@@ -14,7 +15,11 @@ __all__ = ["PreviewChoice", "preview_choices"]
 
 @dataclass(frozen=True)
 class PreviewChoice:
-    """One candidate sample: its shape, memory (bytes), eta_t and estimated run time (s)."""
+    """One candidate sample: its shape, memory (bytes), eta_t and estimated run time (s).
+
+    ``problem`` says why a choice cannot run (no fluid left, no connected path); its numbers
+    are then zero.
+    """
 
     label: str
     geometry: VoxelGeometry
@@ -23,6 +28,7 @@ class PreviewChoice:
     fluid_nodes: int
     steps: int
     seconds: float
+    problem: str = ""
 
 
 def preview_choices(geom: VoxelGeometry, config, factors=(1, 2, 4), crops=(), mflups: float = 2.0,
@@ -46,7 +52,12 @@ def preview_choices(geom: VoxelGeometry, config, factors=(1, 2, 4), crops=(), mf
         candidates.append((f"crop {edge}³", crop(geom, lo, hi)))
     out = []
     for label, g in candidates:
-        sim = Simulation(g, config, "numpy")  # tiles on the host only; nothing is allocated
+        try:
+            check_sample(g, g.flow_axis)
+            sim = Simulation(g, config, "numpy")  # tiles on the host only; nothing allocated
+        except ValueError as exc:  # coarsened to solid, or no path left along the flow axis
+            out.append(PreviewChoice(label, g, 0, 0.0, 0, 0, 0.0, str(exc)))
+            continue
         axis = g.flow_axis
         n_steps = steps or estimated_steps(g, axis, config.viscosity, 2 * g.shape[axis])
         fluid = 2 * sim.problem.n_fluid  # the mirrored protocol doubles the sample
