@@ -62,3 +62,15 @@ def test_examples_state_the_voxel_size():
     assert load_geometry(pack.geometry).voxel_size == 1e-5  # so k comes out in m² and mD
     rock = load_case(EXAMPLES / "rock_sandstone.yaml")
     assert rock.permeability.axes == ["x", "y", "z"] and rock.permeability.protocol == "both"
+
+
+def test_sphere_pack_example_summary_has_k_in_si(tmp_path):
+    out = tmp_path / "pack"
+    code = main(["run", str(EXAMPLES / "sphere_pack_48.yaml"), "--max-steps", "40", "--quiet",
+                 "--backend", "numpy", "--output", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["voxel_size_m"] == 1e-5
+    assert summary["permeability_m2"] == pytest.approx(summary["permeability"] * 1e-10)
+    assert summary["permeability_mD"] == pytest.approx(
+        summary["permeability_m2"] / 9.869233e-13 * 1e3)
