@@ -28,8 +28,8 @@ import scipy.ndimage as ndi
 from .errors import GeometryError
 from .voxel import VoxelGeometry
 
-__all__ = ["PoreReport", "connectivity", "label_pores", "pore_report", "sample_hints",
-           "check_sample"]
+__all__ = ["PoreReport", "connectivity", "label_pores", "pore_report", "pore_reports",
+           "sample_hints", "check_sample"]
 
 #: Porosity above which a rock image probably has its pore label inverted (hint only).
 INVERTED_POROSITY = 0.5
@@ -119,14 +119,26 @@ def pore_report(geom: VoxelGeometry, axis: int | None = None,
                 links: np.ndarray | None = None) -> PoreReport:
     """Classify the pore space of ``geom`` along ``axis`` (default flow axis); never raises."""
     a = geom.flow_axis if axis is None else int(axis)
-    components, inlet, outlet = label_pores(geom, a, links)
+    return pore_reports(geom, (a,), links)[0]
+
+
+def pore_reports(geom: VoxelGeometry, axes: tuple[int, ...] | None = None,
+                 links: np.ndarray | None = None) -> list[PoreReport]:
+    """:func:`pore_report` along each of ``axes`` (default all), labelling the pores once."""
+    components, _ = ndi.label(~geom.solid, structure=connectivity(links, geom.ndim))
     sizes = np.bincount(components.ravel())
-    both = np.intersect1d(inlet, outlet)
-    one = np.setxor1d(inlet, outlet)
     pores = int(sizes[1:].sum())
-    through, dead = int(sizes[both].sum()), int(sizes[one].sum())
-    return PoreReport(a, geom.porosity, pores, through, dead, pores - through - dead,
-                      geom.voxel_size, tuple(sample_hints(geom)))
+    hints = tuple(sample_hints(geom))
+    out = []
+    for a in range(geom.ndim) if axes is None else axes:
+        inlet = np.unique(np.take(components, 0, axis=a))
+        outlet = np.unique(np.take(components, -1, axis=a))
+        inlet, outlet = inlet[inlet > 0], outlet[outlet > 0]
+        through = int(sizes[np.intersect1d(inlet, outlet)].sum())
+        dead = int(sizes[np.setxor1d(inlet, outlet)].sum())
+        out.append(PoreReport(int(a), geom.porosity, pores, through, dead,
+                              pores - through - dead, geom.voxel_size, hints))
+    return out
 
 
 def sample_hints(geom: VoxelGeometry) -> list[str]:

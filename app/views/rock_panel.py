@@ -16,7 +16,7 @@ import html
 
 import panel as pn
 
-from geometries.pores import pore_report
+from geometries.pores import pore_reports
 from solver.lattice import get_lattice
 from solver.rock import preview_choices
 
@@ -46,7 +46,7 @@ class RockPanel(pn.viewable.Viewer):
         geom = self.controller.geometry
         try:
             links = get_lattice(self.controller.config.lattice).c
-            reports = [pore_report(geom, a, links) for a in range(geom.ndim)]
+            reports = pore_reports(geom, None, links)
         except ValueError as exc:
             self.pores.object = f"<p>Cannot check this sample: {html.escape(str(exc))}</p>"
             return

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from geometries import GeometryError, VoxelGeometry
-from geometries.pores import check_sample, connectivity, pore_report, sample_hints
+from geometries.pores import (
+    check_sample,
+    connectivity,
+    pore_report,
+    pore_reports,
+    sample_hints,
+)
 from geometries.preprocess import keep_connected
 from solver.lattice import get_lattice
 
@@ -87,3 +93,12 @@ def test_pore_space_around_a_core_is_hinted():
     solid[8, 8, :] = False
     hints = sample_hints(VoxelGeometry(solid))
     assert any("cylindrical core" in h for h in hints)
+
+
+def test_pore_reports_label_once_and_agree_with_single_axis():
+    pack = np.random.default_rng(3).random((10, 9, 8)) < 0.5
+    geom = VoxelGeometry(pack, voxel_size=1e-6)
+    many = pore_reports(geom, None, D3Q19)
+    assert [r.axis for r in many] == [0, 1, 2]
+    for r in many:
+        assert r == pore_report(geom, r.axis, D3Q19)
