@@ -25,6 +25,7 @@ from .settings import Settings, settings
 from .views.counters import CountersView
 from .views.geometry_panel import GeometryPanel
 from .views.physics_panel import PhysicsPanel
+from .views.rock_panel import RockPanel
 from .views.run_buttons import RunButtons
 from .views.scene3d import Scene3D
 from .views.settings_cards import SETTING_GROUPS, SettingsCards
@@ -110,6 +111,7 @@ class Dashboard(pn.viewable.Viewer):
         self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
         self.geometry_panel = GeometryPanel(self.controller, self.settings)
         self.physics = PhysicsPanel(self.controller)
+        self.rock = RockPanel(self.controller)
         self.status = pn.pane.Alert(html.escape(self.controller.status), alert_type="info",
                                     sizing_mode="stretch_width", css_classes=["run-status"])
         self.server_info = pn.pane.HTML("", sizing_mode="stretch_width", height=24)
@@ -209,7 +211,8 @@ class Dashboard(pn.viewable.Viewer):
                                  f"{self.settings.scene_refresh_s:g} s"),
                 self.scene, sizing_mode="stretch_width"))
         tabs = pn.Tabs(("Flow", flow), ("Geometry", self.geometry_panel),
-                       ("Physics", self.physics), dynamic=False, sizing_mode="stretch_width")
+                       ("Physics", self.physics), ("Rock", self.rock), dynamic=False,
+                       sizing_mode="stretch_width")
         if self.scene is not None:  # a hidden 3D view is not synchronised
             tabs.param.watch(lambda e: setattr(self.scene, "active", e.new == 0), "active")
         return pn.Column(self.counters.cards, tabs, self.counters.plots,

@@ -16,7 +16,7 @@ The layer knows nothing about lattices, tiles or GPUs.
 
 from __future__ import annotations
 
-from . import generators, preprocess, samples
+from . import generators, pores, preprocess, samples
 from .errors import GeometryError, GeometryWarning
 from .loaders import DEFAULT_MAX_VOXELS, FORMATS, load
 from .voxel import VoxelGeometry
@@ -29,6 +29,7 @@ __all__ = [
     "VoxelGeometry",
     "generators",
     "load",
+    "pores",
     "preprocess",
     "samples",
 ]

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-import scipy.ndimage as ndi
 
 from .errors import GeometryError
+from .pores import label_pores
 from .voxel import VoxelGeometry
 
 __all__ = ["add_buffer", "crop", "downsample", "keep_connected", "mirror"]
@@ -25,17 +25,18 @@ logger = logging.getLogger(__name__)
 _FILLS = ("fluid", "edge")
 
 
-def keep_connected(geom: VoxelGeometry, axis: int | None = None) -> tuple[VoxelGeometry, int]:
+def keep_connected(geom: VoxelGeometry, axis: int | None = None,
+                   links: np.ndarray | None = None) -> tuple[VoxelGeometry, int]:
     """Return (geometry with only fluid linking inlet and outlet faces, dropped fluid voxels).
 
-    Fluid voxels connect through faces; the inlet and outlet are the first and last layer along
-    ``axis``. Dropped fluid becomes solid (label 0).
+    Fluid voxels connect along ``links``: the lattice's velocity set (e.g.
+    ``get_lattice("D3Q19").c``, faces and edges) or a structuring element; None joins faces
+    only (see :func:`geometries.pores.connectivity`). The inlet and outlet are the first and
+    last layer along ``axis``. Dropped fluid becomes solid (label 0).
     """
     a = _axis(geom, axis)
-    components, _ = ndi.label(~geom.solid)
-    inlet = np.unique(np.take(components, 0, axis=a))
-    outlet = np.unique(np.take(components, -1, axis=a))
-    through = np.intersect1d(inlet[inlet > 0], outlet[outlet > 0])
+    components, inlet, outlet = label_pores(geom, a, links)
+    through = np.intersect1d(inlet, outlet)
     if through.size == 0:
         raise GeometryError(
             f"No fluid path connects the inlet and outlet faces along axis {a}. Check flow_axis, "

@@ -77,6 +77,15 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         case = load_case(args.case)
+        from .rock.cli import run_permeability, settings_for
+
+        study = settings_for(case, args.protocol, args.axes, args.max_steps)
+        if study is not None:  # a permeability study: protocol runs along the chosen axes
+            if launched_size() > 1:
+                print("error: permeability studies run on one device, one run after the "
+                      "other; start them without mpirun.", file=sys.stderr)
+                return EXIT_INVALID
+            return run_permeability(case, study, args.output, args.backend)
         if args.max_steps is not None:
             case.run.max_steps = args.max_steps
         output = check_output_folder(args.output or case.run.output or Path("runs") / case.name)
@@ -214,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default=None, choices=list(BACKENDS),
                      help="override config.backend")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--protocol", default=None, choices=["mirrored", "pressure", "both"],
+                     help="measure k by this protocol (solver/rock/protocol.py); overrides "
+                          "the case's permeability.protocol")
+    run.add_argument("--axes", default=None, help="flow axes for k: x, y, z, a comma list or "
+                     "'all' (the k tensor); overrides permeability.axes")
     run.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS),
                      help="halo transport under mpirun: nccl (GPU to GPU), host (MPI through "
                           "host memory), auto (nccl when every rank has its own GPU)")

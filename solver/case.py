@@ -13,6 +13,7 @@ A case has four sections (only ``geometry`` is required)::
       origin: [0, 0, 0]                # optional override, metres
     config: {tau: 0.8, body_force: [1.0e-6, 0, 0]}     # SimulationConfig parameters
     run: {max_steps: 5000, output_interval: 500}       # RunControls parameters
+    permeability: {protocol: both, axes: all}          # optional: solver.rock protocol run
 
 Files are parsed with ``yaml.safe_load`` or ``json`` only. Every section is validated by ``param``;
 an unknown key or a bad value raises :class:`CaseError` naming the key and how to fix it.
@@ -39,7 +40,7 @@ __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_fol
 
 GEOMETRY_SOURCES = ("sample", "file", "generator")
 GEOMETRY_KEYS = (*GEOMETRY_SOURCES, "parameters", "options", "voxel_size", "origin")
-TOP_KEYS = ("name", "description", "geometry", "config", "run")
+TOP_KEYS = ("name", "description", "geometry", "config", "run", "permeability")
 
 
 class CaseError(ValueError):
@@ -98,6 +99,7 @@ class Case:
     config: SimulationConfig
     run: RunControls
     path: Path | None = None
+    permeability: Any = None  # solver.rock.PermeabilitySettings when the case asks for one
 
 
 #: Largest case file read (bytes): a case is a page of text; more is a mistake or an attack.
@@ -172,11 +174,18 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
     if not isinstance(name, str | int | float) or len(str(name)) > MAX_NAME_CHARS:
         raise CaseError(f"{source}: `name` must be a short text (at most {MAX_NAME_CHARS} "
                         "characters), e.g. name: sphere-pack.")
+    permeability = None
+    if "permeability" in data:
+        from .rock.settings import PermeabilitySettings
+
+        values = PermeabilitySettings.from_mapping(_section(data, "permeability", source))
+        permeability = _build(PermeabilitySettings, values, source, "permeability")
     return Case(
         name=str(name),
         geometry=_geometry_spec(data["geometry"], base, source),
         config=config,
         run=_build(RunControls, _section(data, "run", source), source, "run"),
+        permeability=permeability,
     )
 
 

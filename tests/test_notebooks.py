@@ -44,7 +44,8 @@ def test_notebooks_are_committed_without_outputs():
                 assert cell.outputs == [] and cell.execution_count is None, (
                     f"{path.name} has outputs; clear them before committing")
     assert {p.name for p in NOTEBOOKS.glob("*.ipynb")} == {
-        "quickstart.ipynb", "porosity_sweep.ipynb", "stl_voxel_import.ipynb"}
+        "quickstart.ipynb", "porosity_sweep.ipynb", "stl_voxel_import.ipynb",
+        "rock_permeability.ipynb"}
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +118,17 @@ def test_stl_and_voxel_import(kernel_specs):
     assert summary["pack residual"] <= 1e-4
     assert math.isfinite(summary["pack permeability (nodes^2)"])
     assert 0.25 <= summary["pack / Kozeny-Carman"] <= 4.0
+
+
+def test_rock_permeability(kernel_specs):
+    summary = execute("rock_permeability.ipynb", kernel_specs)
+    assert summary["all converged"], "every protocol run must reach 0.1 % per 1000 steps"
+    assert summary["percolating fraction x"] > 0.95
+    mirrored, pressure = summary["k mirrored x (mD)"], summary["k pressure x (mD)"]
+    assert mirrored > 0 and pressure > 0
+    assert abs(summary["protocol difference x"]) < 0.15  # the set-ups agree to ~10 %
+    tensor = summary["tensor (mD)"]
+    assert set(tensor) == {"x", "y", "z"} and tensor["x"] == pytest.approx(mirrored)
+    # A random pack is nearly isotropic.
+    assert 1.0 <= summary["anisotropy"] < 1.5
+    assert summary["preview"]["downsample x2"] < summary["preview"]["full"] / 10

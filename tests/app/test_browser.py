@@ -149,3 +149,16 @@ def test_upload_of_a_shipped_sample(page):
     time.sleep(2)
     page.screenshot(path=str(ARTIFACTS / "dashboard-uploaded.png"))
     assert page.errors == [], f"console errors: {page.errors}"
+
+
+def test_rock_tab_checks_the_sample_and_prices_choices(page):
+    page.get_by_text("Rock", exact=True).first.click()
+    page.get_by_role("button", name="Check sample").click()
+    table = page.get_by_text("percolating").first
+    wait_until(lambda: table.is_visible(), 30, "the pore table")
+    page.get_by_role("button", name="Price choices").click()
+    wait_until(lambda: page.get_by_text("downsample x2").first.is_visible(), 60,
+               "the priced choices")
+    assert page.get_by_text("estimated time").first.is_visible()
+    assert status(page) == "running", "checks must not stop the simulation"
+    assert page.errors == [], f"console errors: {page.errors}"

@@ -1,0 +1,80 @@
+"""``python -m solver run CASE --axes all --protocol both``: a case's permeability study.
+
+Writes ``summary.json`` (k per protocol and axis in voxel², m² and mD, anisotropy, protocol
+difference, pore classes per axis, convergence) and ``k_history.csv`` (step, k per run) to the
+output folder, and prints one line per run with its units.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..io import write_json
+from ..stability import DivergenceError
+from .measure import run_study
+from .settings import PermeabilitySettings
+
+__all__ = ["run_permeability", "settings_for"]
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_NOT_CONVERGED = 0, 2, 3, 4
+
+
+def settings_for(case: Any, protocol: str | None, axes: str | None,
+                 max_steps: int | None) -> PermeabilitySettings | None:
+    """The case's ``permeability`` settings with CLI overrides; None when neither asks for k."""
+    if case.permeability is None and protocol is None and axes is None:
+        return None
+    settings = case.permeability or PermeabilitySettings()
+    overrides: dict[str, Any] = {}
+    if protocol is not None:
+        overrides["protocol"] = protocol
+    if axes is not None:
+        overrides["axes"] = axes
+    if max_steps is not None:
+        overrides["max_steps"] = max_steps
+    try:
+        settings.param.update(**PermeabilitySettings.from_mapping(overrides))
+    except ValueError as exc:
+        raise ValueError(f"permeability options: {exc} (axes: x, y, z, a comma list or all; "
+                         "protocol: mirrored, pressure or both)") from exc
+    return settings
+
+
+def run_permeability(case: Any, settings: PermeabilitySettings, out: str | Path | None,
+                     backend: Any = None) -> int:
+    """Run the study of ``case``; write the outputs; return the exit code (4: not converged)."""
+    from ..case import load_geometry
+
+    out = Path(out or case.run.output or Path("runs") / case.name)
+    try:
+        geometry = load_geometry(case.geometry)
+        study = run_study(geometry, case.config, settings, backend or case.config.backend)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except DivergenceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_DIVERGED
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"case": case.name, "settings": {k: v for k, v in settings.param.values().items()
+                                               if k != "name"}, **study.as_dict()}
+    write_json(out / "summary.json", summary)
+    with open(out / "k_history.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["protocol", "axis", "step", "k_voxel2"])
+        for r in study.results:
+            writer.writerows([r.protocol, r.axis, s, k] for s, k in r.history)
+    for line in study.lines():
+        print(line)
+    print(f"outputs in {out}")
+    if not study.converged:
+        print("error: k did not converge within permeability.max_steps; raise it or use "
+              "accelerate: true. The numbers above are not final.", file=sys.stderr)
+        return EXIT_NOT_CONVERGED
+    return EXIT_OK

@@ -1,0 +1,245 @@
+"""Run permeability protocols to a converged k, along one axis or all three (the k tensor).
+
+Convergence: k is measured every ``check_interval`` steps by Darcy's law
+(:func:`solver.observables.permeability`) and the run is converged when k is positive and its
+relative change, scaled to 1000 steps, stays below ``tolerance`` at two successive checks.
+Axes and protocols run one after the other on one backend (one device); no MPI split.
+Units: k in lattice units (voxels²), m² and mD (with a voxel size), steps are time steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from geometries import VoxelGeometry
+
+from .. import observables
+from ..backends import get_backend
+from ..config import SimulationConfig
+from ..simulation import Simulation
+from ..stability import check_health
+from .initial import coarse_setup, prolongate, start_from
+from .protocol import ProtocolSetup, setup_protocol
+from .settings import AXIS_NAMES, PermeabilitySettings
+
+__all__ = ["AxisResult", "PermeabilityStudy", "measure_axis", "run_study", "k_change"]
+
+log = logging.getLogger(__name__)
+
+#: The coarse start stops when k changes by less than this times the tolerance per 1000 steps.
+COARSE_TOLERANCE_FACTOR = 10.0
+
+
+@dataclass
+class AxisResult:
+    """k of one protocol along one axis: lattice units, m² and mD; steps and convergence."""
+
+    protocol: str
+    axis: str
+    k_lattice: float
+    k_m2: float | None
+    k_mD: float | None
+    steps: int
+    converged: bool
+    change_per_1000: float  # relative change of k per 1000 steps at the last check
+    seconds: float
+    tau: float
+    gradient: float  # driving force per volume, lattice units
+    pores: dict = field(default_factory=dict)
+    history: list[tuple[int, float]] = field(default_factory=list)  # (step, k lattice units)
+    coarse_steps: int = 0  # steps of the coarse start run
+    work_steps: float = 0.0  # fine steps + coarse steps x (coarse / fine fluid nodes)
+
+
+def k_change(previous: float, now: float, interval: int) -> float:
+    """Relative change of k per 1000 steps between two checks ``interval`` steps apart."""
+    if now == 0.0 or not math.isfinite(now):
+        return math.inf
+    return abs(now - previous) / abs(now) * 1000.0 / interval
+
+
+def _k(sim: Simulation, setup: ProtocolSetup, voxel_size: float | None, health: dict):
+    """Permeability of the sample from the current state (the protocol's window only).
+
+    A periodic, incompressible run needs only the superficial mean velocity, which
+    :meth:`Simulation.health` already brought back: it is passed as a one-node field, so the
+    formula stays :func:`observables.permeability` without copying every node to the host.
+    """
+    p = sim.problem
+    if p.periodic[setup.axis] and p.incompressible:
+        mean = np.asarray(health["mean_velocity"], dtype=np.float64)
+        ones = (1,) * mean.size
+        fields = {"rho": np.ones(ones), "u": mean.reshape((mean.size, *ones))}
+        return observables.permeability(p, fields, setup.axis, voxel_size)
+    fields = sim.fields()
+    lo, hi = setup.window
+    if (lo, hi) != (0, fields["rho"].shape[setup.axis]):
+        index = np.arange(lo, hi)
+        fields = {"rho": np.take(fields["rho"], index, axis=setup.axis),
+                  "u": np.take(fields["u"], index, axis=setup.axis + 1)}
+    return observables.permeability(sim.problem, fields, setup.axis, voxel_size)
+
+
+def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
+                 voxel_size: float | None = None,
+                 on_check: Callable[[int, float, float], None] | None = None) -> AxisResult:
+    """Run one protocol set-up until k converges or ``settings.max_steps``; return its k.
+
+    With ``settings.accelerate`` and ``coarse_start`` the run starts from the prolongated flow
+    of the same protocol on the sample coarsened by 2 (:mod:`solver.rock.initial`); its steps
+    are reported as ``coarse_steps``, the total as ``work_steps`` in fine-step equivalents.
+    """
+    tic = time.perf_counter()
+    coarse = coarse_setup(setup) if settings.accelerate and settings.coarse_start else None
+    start, coarse_steps = None, 0
+    if coarse is not None:
+        # The start only has to be close: the coarse run stops at 10x the tolerance.
+        loose = settings.param.values()
+        loose.pop("name", None)
+        loose["tolerance"] = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
+        result, fields = _run(coarse, PermeabilitySettings(**loose), backend, voxel_size,
+                              None, None, True)
+        start, coarse_steps = prolongate(fields, setup.geometry.shape), result.steps
+        log.info("%s: coarse start after %d coarse steps (k = %.4g voxel² fine)", setup.name,
+                 coarse_steps, 4 * result.k_lattice)
+    result, _ = _run(setup, settings, backend, voxel_size, on_check, start, False)
+    result.coarse_steps = coarse_steps
+    ratio = coarse.geometry.n_fluid / setup.geometry.n_fluid if coarse is not None else 0.0
+    result.work_steps = result.steps + coarse_steps * ratio
+    result.seconds = time.perf_counter() - tic  # the coarse start included
+    return result
+
+
+def _run(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any,
+         voxel_size: float | None, on_check: Callable[[int, float, float], None] | None,
+         start: dict | None, keep_fields: bool) -> tuple[AxisResult, dict | None]:
+    """Step ``setup`` to a converged k (from ``start`` fields or rest); result and fields."""
+    sim = Simulation(setup.geometry, setup.config, backend)
+    if start is not None:
+        start_from(sim, start)
+    fields = None
+    every = settings.check_interval
+    history: list[tuple[int, float]] = []
+    change, calm, converged = math.inf, 0, False
+    tic = time.perf_counter()
+    try:
+        while sim.time_step < settings.max_steps:
+            sim.step(min(every, settings.max_steps - sim.time_step))
+            health = sim.health()
+            check_health(health, setup.config.tau, sim.problem.force)
+            k = _k(sim, setup, voxel_size, health)
+            if history:
+                change = k_change(history[-1][1], k.lattice,
+                                  sim.time_step - history[-1][0])
+                calm = calm + 1 if k.lattice > 0 and change < settings.tolerance else 0
+            history.append((sim.time_step, k.lattice))
+            if on_check is not None:
+                on_check(sim.time_step, k.lattice, change)
+            if calm >= 2:
+                converged = True
+                break
+            if settings.max_seconds and time.perf_counter() - tic > settings.max_seconds:
+                log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
+                            settings.max_seconds)
+                break
+        if keep_fields:
+            fields = sim.fields()
+    finally:
+        sim.close()
+    return AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2, k.millidarcy,
+                      sim.time_step, converged, change, time.perf_counter() - tic,
+                      setup.config.tau, setup.gradient, setup.report.as_dict(),
+                      history), fields
+
+
+@dataclass
+class PermeabilityStudy:
+    """Results of every protocol along every chosen axis; the tensor and the protocol spread."""
+
+    results: list[AxisResult]
+    voxel_size: float | None
+
+    def k(self, protocol: str, unit: str = "mD") -> dict[str, float | None]:
+        """k per axis name for ``protocol`` in ``unit`` ('mD', 'm2' or 'lattice')."""
+        key = {"mD": "k_mD", "m2": "k_m2", "lattice": "k_lattice"}[unit]
+        return {r.axis: getattr(r, key) for r in self.results if r.protocol == protocol}
+
+    def anisotropy(self, protocol: str) -> float | None:
+        """max k / min k over the measured axes (None with fewer than two or k <= 0)."""
+        ks = list(self.k(protocol, "lattice").values())
+        if len(ks) < 2 or min(ks) <= 0:
+            return None
+        return max(ks) / min(ks)
+
+    def protocol_difference(self) -> dict[str, float]:
+        """Per axis, (k_pressure - k_mirrored) / k_mirrored where both were run."""
+        mirrored, pressure = self.k("mirrored", "lattice"), self.k("pressure", "lattice")
+        return {a: (pressure[a] - mirrored[a]) / mirrored[a]
+                for a in mirrored if a in pressure and mirrored[a]}
+
+    @property
+    def converged(self) -> bool:
+        """Whether every run reached the tolerance."""
+        return all(r.converged for r in self.results)
+
+    def as_dict(self) -> dict:
+        """JSON-ready: per-run results (history left out), tensor, anisotropy, differences."""
+        protocols = sorted({r.protocol for r in self.results})
+        return {
+            "units": {"k_lattice": "voxel^2", "k_m2": "m^2", "k_mD": "millidarcy",
+                      "voxel_size": "m", "gradient": "lattice force per volume"},
+            "voxel_size_m": self.voxel_size,
+            "converged": self.converged,
+            "runs": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                      for k, v in asdict(r).items() if k != "history"}
+                     for r in self.results],
+            "tensor_mD": {p: self.k(p) for p in protocols},
+            "tensor_m2": {p: self.k(p, "m2") for p in protocols},
+            "anisotropy_max_over_min": {p: self.anisotropy(p) for p in protocols},
+            "protocol_difference": self.protocol_difference(),
+        }
+
+    def lines(self) -> list[str]:
+        """Human-readable result lines (units stated)."""
+        out = []
+        for r in self.results:
+            si = (f" = {r.k_m2:.4g} m² = {r.k_mD:.4g} mD" if r.k_m2 is not None else "")
+            flag = "converged" if r.converged else "NOT converged"
+            start = f" + {r.coarse_steps} coarse" if r.coarse_steps else ""
+            out.append(f"{r.protocol:<8} {r.axis}: k = {r.k_lattice:.5g} voxel²{si}; {flag} "
+                       f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps}"
+                       f"{start} steps, {r.seconds:.1f} s)")
+        for p in sorted({r.protocol for r in self.results}):
+            ratio = self.anisotropy(p)
+            if ratio is not None:
+                out.append(f"{p}: anisotropy k_max/k_min = {ratio:.3f}")
+        for a, d in self.protocol_difference().items():
+            out.append(f"{a}: pressure vs mirrored differ by {100 * d:+.2f} %")
+        return out
+
+
+def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: PermeabilitySettings,
+              backend: Any = None,
+              on_check: Callable[[str, int, float, float], None] | None = None
+              ) -> PermeabilityStudy:
+    """Measure k for every chosen axis and protocol, one run after the other, on one backend."""
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend or config.backend)
+    results = []
+    for axis in settings.axis_indices(sample.ndim):
+        for protocol in settings.protocols():
+            setup = setup_protocol(sample, config, axis, protocol, settings)
+            log.info("%s: %s", setup.name, setup.report.summary())
+            for hint in setup.report.hints:
+                log.warning(hint)
+            cb = None if on_check is None else (
+                lambda s, k, c, name=setup.name: on_check(name, s, k, c))
+            results.append(measure_axis(setup, settings, backend, sample.voxel_size, cb))
+    return PermeabilityStudy(results, sample.voxel_size)

@@ -1,0 +1,76 @@
+"""``python -m solver run`` with a permeability study; the example cases report SI units."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from solver.__main__ import main
+from solver.case import load_case, load_geometry
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+CASE = """
+name: slab
+geometry:
+  generator: random_sphere_pack
+  parameters: {shape: [14, 14, 14], porosity: 0.4, diameter: 7, seed: 4}
+  voxel_size: 1.0e-5
+config: {precision: float64}
+permeability: {protocol: mirrored, axes: x, check_interval: 100}
+"""
+
+
+def test_cli_runs_the_tensor_and_writes_units(tmp_path, capsys):
+    path = tmp_path / "slab.yaml"
+    path.write_text(CASE)
+    code = main(["run", str(path), "--axes", "all", "--output", str(tmp_path / "out")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["converged"] and summary["units"]["k_m2"] == "m^2"
+    k = summary["tensor_mD"]["mirrored"]
+    assert set(k) == {"x", "y", "z"} and all(v > 0 for v in k.values())
+    ratio = summary["anisotropy_max_over_min"]["mirrored"]
+    assert ratio == pytest.approx(max(k.values()) / min(k.values()))
+    assert summary["runs"][0]["pores"]["percolating_fraction"] > 0.9
+    assert "voxel²" in printed and " mD" in printed and "anisotropy" in printed
+    assert (tmp_path / "out" / "k_history.csv").read_text().startswith("protocol,axis,step")
+
+
+def test_cli_refuses_bad_axes_and_unconverged_runs_exit_4(tmp_path, capsys):
+    path = tmp_path / "slab.yaml"
+    path.write_text(CASE)
+    assert main(["run", str(path), "--axes", "w", "--output", str(tmp_path / "a")]) == 2
+    assert "axes" in capsys.readouterr().err
+    code = main(["run", str(path), "--max-steps", "100", "--output", str(tmp_path / "b")])
+    assert code == 4
+    assert "did not converge" in capsys.readouterr().err
+
+
+def test_case_permeability_section_is_validated(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(CASE.replace("protocol: mirrored", "protocol: darcy"))
+    with pytest.raises(ValueError, match="permeability.protocol.*mirrored"):
+        load_case(path)
+
+
+def test_examples_state_the_voxel_size():
+    pack = load_case(EXAMPLES / "sphere_pack_48.yaml")
+    assert load_geometry(pack.geometry).voxel_size == 1e-5  # so k comes out in m² and mD
+    rock = load_case(EXAMPLES / "rock_sandstone.yaml")
+    assert rock.permeability.axes == ["x", "y", "z"] and rock.permeability.protocol == "both"
+
+
+def test_sphere_pack_example_summary_has_k_in_si(tmp_path):
+    out = tmp_path / "pack"
+    code = main(["run", str(EXAMPLES / "sphere_pack_48.yaml"), "--max-steps", "40", "--quiet",
+                 "--backend", "numpy", "--output", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["voxel_size_m"] == 1e-5
+    assert summary["permeability_m2"] == pytest.approx(summary["permeability"] * 1e-10)
+    assert summary["permeability_mD"] == pytest.approx(
+        summary["permeability_m2"] / 9.869233e-13 * 1e3)

@@ -1,0 +1,126 @@
+"""Permeability protocols on the NumPy backend: analytic duct k, tensor, speed-up, preview."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from geometries import GeometryError, VoxelGeometry
+from geometries.generators import random_sphere_pack
+from solver.config import SimulationConfig
+from solver.rock import PermeabilitySettings, preview_choices, run_study, setup_protocol
+from solver.rock.protocol import estimated_steps
+
+#: Square-duct permeability k / a² = Q mu / (G a^4) (series solution, e.g. White, Viscous Fluid
+#: Flow, eq. 3-48), superficial over the duct's cross-section.
+SQUARE_DUCT = 0.0351443
+
+
+def _config() -> SimulationConfig:
+    return SimulationConfig(precision="float64", tau=1.0)
+
+
+def test_duct_gives_analytic_k_under_both_protocols():
+    a = 8
+    duct = VoxelGeometry(np.zeros((10, a, a), bool), voxel_size=1e-5)  # sealed sides = walls
+    settings = PermeabilitySettings(protocol="both", accelerate=False, check_interval=100,
+                                    buffer_layers=4)
+    study = run_study(duct, _config(), settings)
+    assert study.converged and len(study.results) == 2
+    exact = SQUARE_DUCT * a * a
+    for r in study.results:
+        assert r.k_lattice == pytest.approx(exact, rel=0.03), r.protocol
+        assert r.k_m2 == pytest.approx(r.k_lattice * 1e-10)
+        assert r.k_mD == pytest.approx(r.k_m2 / 9.869233e-13 * 1e3)
+    assert abs(study.protocol_difference()["x"]) < 0.01
+    summary = study.as_dict()
+    assert summary["units"]["k_mD"] == "millidarcy" and summary["tensor_mD"]["pressure"]["x"]
+    assert any("pressure vs mirrored differ by" in line for line in study.lines())
+
+
+def test_pressure_protocol_adds_buffers_and_measures_between_them():
+    duct = VoxelGeometry(np.zeros((10, 6, 6), bool))
+    setup = setup_protocol(duct, _config(), 0, "pressure", PermeabilitySettings(buffer_layers=3))
+    assert setup.geometry.shape == (16, 6, 6)
+    assert setup.window == (2, 14)  # the buffer layer either side of the sample
+    assert setup.config.x_min == setup.config.x_max == "pressure"
+    assert setup.config.x_min_value > setup.config.x_max_value
+    assert setup.config.y_min == "wall" and setup.config.body_force == (0.0, 0.0, 0.0)
+    mirrored = setup_protocol(duct, _config(), 0, "mirrored", PermeabilitySettings())
+    assert mirrored.geometry.shape == (20, 6, 6) and mirrored.config.x_min == "periodic"
+    assert mirrored.config.body_force[0] > 0
+
+
+def test_sample_without_path_is_refused_before_running():
+    solid = np.zeros((8, 6, 6), bool)
+    solid[4] = True
+    with pytest.raises(GeometryError, match="No connected pore path joins the two faces along x"):
+        run_study(VoxelGeometry(solid), _config(), PermeabilitySettings())
+
+
+def test_acceleration_cuts_steps_and_keeps_k():
+    pack = random_sphere_pack((24, 24, 24), 0.3, diameter=10, seed=1)
+    runs = {}
+    for fast in (False, True):
+        settings = PermeabilitySettings(accelerate=fast, check_interval=50)
+        runs[fast] = run_study(pack, _config(), settings).results[0]
+        assert runs[fast].converged
+    assert runs[True].tau == 0.7 and runs[False].tau == 1.0
+    assert runs[True].coarse_steps > 0 and runs[False].coarse_steps == 0
+    # measured: 1250 steps from rest at tau 1; 600 (+ 750 coarse) accelerated, k +0.16 %
+    assert runs[True].work_steps < 0.65 * runs[False].work_steps
+    assert runs[True].steps < 0.55 * runs[False].steps
+    assert runs[True].k_lattice == pytest.approx(runs[False].k_lattice, rel=0.005)
+    # The preview's step estimate (twice the pressure-diffusion time) matches the run from rest.
+    assert estimated_steps(pack, 0, (1.0 - 0.5) / 3, 48) == pytest.approx(runs[False].steps,
+                                                                           rel=0.3)
+
+
+def test_tensor_reports_every_axis_and_the_anisotropy():
+    # Layers: an open slab along x and y, crossed along z only by a narrow chimney.
+    solid = np.ones((8, 8, 8), bool)
+    solid[:, :, 2:6] = False
+    solid[3:5, 3:5, :] = False
+    geom = VoxelGeometry(solid, voxel_size=1e-6)
+    settings = PermeabilitySettings(axes=["x", "y", "z"], check_interval=100, sides="periodic")
+    study = run_study(geom, _config(), settings)
+    k = study.k("mirrored", "lattice")
+    assert set(k) == {"x", "y", "z"}
+    assert k["x"] == pytest.approx(k["y"], rel=0.02)
+    assert k["z"] < 0.5 * k["x"]
+    assert study.anisotropy("mirrored") == pytest.approx(max(k.values()) / min(k.values()))
+    assert study.as_dict()["anisotropy_max_over_min"]["mirrored"] > 2
+
+
+def test_preview_prices_downsampled_choices():
+    pack = random_sphere_pack((32, 32, 32), 0.4, diameter=12, seed=2)
+    choices = preview_choices(pack, SimulationConfig(), factors=(1, 2), crops=(16,))
+    assert [c.label for c in choices] == ["full", "downsample x2", "crop 16³"]
+    full, half, cropped = choices
+    assert half.geometry.shape == (16, 16, 16) and cropped.geometry.shape == (16, 16, 16)
+    assert half.memory_bytes < full.memory_bytes / 4
+    assert half.steps == pytest.approx(full.steps, rel=0.5)  # L/2 and k/4 in voxels²
+    assert half.seconds < full.seconds / 5  # 8x fewer nodes
+    assert 0 < half.eta_t <= 1
+
+
+def test_start_from_a_steady_field_stays_steady():
+    from solver.rock.initial import coarse_setup, prolongate, start_from
+    from solver.simulation import Simulation
+
+    duct = VoxelGeometry(np.zeros((8, 8, 8), bool))
+    setup = setup_protocol(duct, _config(), 0, "mirrored", PermeabilitySettings())
+    sim = Simulation(setup.geometry, setup.config)
+    sim.step(1500)
+    steady, k = sim.fields(), sim.permeability(0).lattice
+    fresh, rest = (Simulation(setup.geometry, setup.config) for _ in range(2))
+    start_from(fresh, steady, chunk=3)  # several chunks of tiles
+    fresh.step(30)
+    rest.step(30)
+    assert fresh.permeability(0).lattice == pytest.approx(k, rel=0.02)
+    assert rest.permeability(0).lattice < 0.8 * k
+    coarse = coarse_setup(setup)
+    assert coarse.geometry.shape == (8, 4, 4) and coarse.config.body_force[0] == pytest.approx(
+        2 * setup.config.body_force[0])
+    fine = prolongate({"rho": np.ones((8, 3, 3)), "u": np.ones((3, 8, 3, 3))}, (16, 6, 6))
+    assert fine["rho"].shape == (16, 6, 6) and np.all(fine["u"] == 2.0)
