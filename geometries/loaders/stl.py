@@ -10,19 +10,26 @@ object); ``inside="fluid"`` treats the mesh as a vessel wall whose lumen is the 
 ``inside="fluid"`` (on all sides except the two faces of ``flow_axis``, so open vessel ends stay
 open). Surfaces that are not watertight are voxelised by a majority vote of rays along x, y and
 z, with a :class:`~geometries.errors.GeometryWarning`.
+
+``openings`` (``inside="fluid"`` only, see :mod:`geometries.openings`) finds the vessel's openings
+(open boundary loops, or flat caps of a closed surface, or the caps nearest to ``cap_points`` in
+metres), closes the lumen at each opening plane and stores them in ``VoxelGeometry.openings``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import scipy.ndimage as ndi
 
 from ..errors import GeometryError, GeometryWarning
+from ..openings.lumen import MODES, open_lumen
 from ..voxel import VoxelGeometry
 
 if TYPE_CHECKING:  # trimesh is imported where STL is read: `import geometries` stays light
@@ -56,8 +63,16 @@ def load_stl(
     unit: float = 1.0,
     name: str = "",
     max_voxels: int = DEFAULT_MAX_VOXELS,
+    openings: Literal["none", "auto", "loops", "caps"] = "none",
+    cap_points: Sequence[Sequence[float]] | None = None,
 ) -> VoxelGeometry:
     """Voxelise an STL surface; ``voxel_size`` in metres, ``unit`` = metres per STL unit."""
+    if openings not in MODES:
+        raise GeometryError(f"openings must be one of {MODES}, got {openings!r}.")
+    if openings != "none" and inside != "fluid":
+        raise GeometryError(
+            "openings= finds where fluid enters a vessel, so it needs inside='fluid'."
+        )
     if inside not in _INSIDE:
         raise GeometryError(f"inside must be 'solid' or 'fluid', got {inside!r}.")
     padding = _non_negative_int(padding, "padding")
@@ -66,6 +81,10 @@ def load_stl(
     unit = positive_number(unit, "unit")
     mesh = _read_mesh(payload.data)
     h = _mesh_voxel(mesh.extents, resolution, voxel_size, unit)
+    lumen = None
+    if openings != "none":
+        lumen = open_lumen(mesh, openings, voxel=h, unit=unit, cap_points=cap_points)
+        mesh = lumen.mesh
     pad = np.full(3, padding)
     if inside == "fluid":
         pad[flow_axis] = 0
@@ -80,12 +99,15 @@ def load_stl(
             "The STL surface encloses no voxel centre at this resolution. Increase resolution= "
             "(or lower voxel_size=) and check that the surface is closed."
         )
+    found = ()
+    if lumen is not None:
+        enclosed, found = lumen.close(enclosed, corner, unit)
     labels = None
     if inside == "solid":
         # Face connectivity matches the solver's notion of touching voxels.
         labels = ndi.label(enclosed)[0].astype(np.int32)
     solid = enclosed if inside == "solid" else ~enclosed
-    return build_geometry(
+    geometry = build_geometry(
         solid,
         max_voxels=max_voxels,
         voxel_size=float(h * unit),
@@ -94,6 +116,7 @@ def load_stl(
         labels=labels,
         name=name,
     )
+    return dataclasses.replace(geometry, openings=found) if found else geometry
 
 
 def _read_mesh(data: bytes) -> trimesh.Trimesh:
