@@ -17,6 +17,7 @@ import numpy as np
 import scipy.ndimage as ndi
 
 from .errors import GeometryError
+from .openings.opening import on_fluid
 from .voxel import VoxelGeometry
 
 __all__ = ["add_buffer", "crop", "downsample", "keep_connected", "mirror"]
@@ -30,7 +31,7 @@ def keep_connected(geom: VoxelGeometry, axis: int | None = None) -> tuple[VoxelG
     """Return (geometry with only fluid linking inlet and outlet faces, dropped fluid voxels).
 
     Fluid voxels connect through faces; the inlet and outlet are the first and last layer along
-    ``axis``. Dropped fluid becomes solid (label 0).
+    ``axis``. Dropped fluid becomes solid (label 0), and leaves the openings' node sets.
     """
     a = _axis(geom, axis)
     components, _ = ndi.label(~geom.solid)
@@ -45,7 +46,8 @@ def keep_connected(geom: VoxelGeometry, axis: int | None = None) -> tuple[VoxelG
     keep = np.isin(components, through)
     dropped = geom.n_fluid - int(np.count_nonzero(keep))
     logger.info("keep_connected: dropped %d isolated fluid voxels", dropped)
-    return dataclasses.replace(geom, solid=~keep), dropped
+    openings = on_fluid(geom.openings, ~keep)
+    return dataclasses.replace(geom, solid=~keep, openings=openings), dropped
 
 
 def add_buffer(

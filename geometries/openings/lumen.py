@@ -37,6 +37,10 @@ __all__ = ["COLLAR", "MODES", "Lumen", "open_lumen"]
 MODES = ("none", "auto", "loops", "caps")
 #: Length of the collar beyond each opening plane, in voxels.
 COLLAR = 2.0
+# A plane half-way between two voxel layers (a tube whose length is a whole number of voxels)
+# would split its layer by round-off; shifting the bounds by far less than a voxel decides every
+# such tie the same way (towards the outer layer).
+_TIE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -58,13 +62,15 @@ class Lumen:
         lumen = enclosed.copy()
         frames = [self._frame(loop, corner, lumen.shape) for loop in self.loops]
         for (box, d, rho), loop in zip(frames, self.loops, strict=True):
-            beyond = (d > 0.5) & (d <= COLLAR + 1.0) & (rho <= loop.radius / self.voxel + 1.0)
+            disk = rho <= loop.radius / self.voxel + 1.0
+            beyond = (d > 0.5 + _TIE) & (d <= COLLAR + 1.0) & disk
             lumen[box] &= ~beyond
         order = sorted(range(len(self.loops)), key=lambda k: -self.loops[k].area)
         openings = []
         for number, k in enumerate(order, start=1):
             (box, d, rho), loop = frames[k], self.loops[k]
-            on_plane = (d > -0.5) & (d <= 0.5) & (rho <= loop.radius / self.voxel + 0.5)
+            disk = rho <= loop.radius / self.voxel + 0.5
+            on_plane = (d > -0.5 + _TIE) & (d <= 0.5 + _TIE) & disk
             nodes = np.argwhere(lumen[box] & on_plane) + np.array([s.start for s in box])
             if len(nodes) == 0:
                 warnings.warn(

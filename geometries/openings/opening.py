@@ -14,6 +14,7 @@ pressure-outlet kind replaces the bounce-back of exactly those links.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,15 @@ import numpy as np
 
 from ..errors import GeometryError
 
-__all__ = ["SOURCES", "Opening", "openings_from_arrays", "openings_to_arrays"]
+__all__ = [
+    "ARRAY_NAMES",
+    "SOURCES",
+    "Opening",
+    "check_openings",
+    "on_fluid",
+    "openings_from_arrays",
+    "openings_to_arrays",
+]
 
 #: How an opening was found: an open boundary loop of an STL surface, a flat end cap of a
 #: closed STL surface, or a connected fluid patch on a face of the voxel box.
@@ -197,6 +206,21 @@ def check_openings(openings: object, shape: tuple[int, ...]) -> tuple[Opening, .
             raise GeometryError(f"Two openings share the id {opening.id}; ids must be unique.")
         ids.add(opening.id)
     return items
+
+
+def on_fluid(openings: Sequence[Opening], solid: np.ndarray) -> tuple[Opening, ...]:
+    """Return ``openings`` keeping only their nodes that are fluid in ``solid`` (same grid).
+
+    Openings left without a node are dropped; ids, planes and areas are kept.
+    """
+    kept = []
+    for opening in openings:
+        nodes = opening.nodes[~solid[tuple(opening.nodes.T)]]
+        if len(nodes) == len(opening.nodes):
+            kept.append(opening)
+        elif len(nodes):
+            kept.append(dataclasses.replace(opening, nodes=nodes))
+    return tuple(kept)
 
 
 def _vector(values: object, what: str) -> tuple[float, ...]:
