@@ -99,9 +99,11 @@ class Lumen:
         """Return (box around the collar, signed distance d, in-plane distance rho) in voxels."""
         h = self.voxel
         centre = (loop.centre - corner) / h - 0.5
-        reach = loop.radius / h + COLLAR + 3.0
-        lo = np.maximum(np.floor(centre - reach).astype(int), 0)
-        hi = np.minimum(np.ceil(centre + reach).astype(int) + 1, shape)
+        rim = (loop.points - corner) / h - 0.5
+        # The box of the slab from one voxel inside the plane to the end of the collar.
+        ends = np.concatenate([rim - loop.normal, rim + (COLLAR + 1.0) * loop.normal])
+        lo = np.maximum(np.floor(ends.min(axis=0)).astype(int) - 2, 0)
+        hi = np.minimum(np.ceil(ends.max(axis=0)).astype(int) + 3, shape)
         box = tuple(slice(int(a), int(max(a, b))) for a, b in zip(lo, hi, strict=True))
         grids = np.meshgrid(*(np.arange(s.start, s.stop) for s in box), indexing="ij")
         rel = np.stack(grids, axis=-1) - centre

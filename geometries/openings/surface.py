@@ -46,12 +46,14 @@ _MIN_NAMED = 0.02
 class Loop:
     """A closed boundary loop of a surface, fitted by a plane (STL units).
 
-    ``vertex_ids`` index the surface's vertices in loop order; ``centre`` is the polygon's area
-    centroid, ``normal`` the outward unit normal, ``area`` the polygon area and ``radius`` the
-    largest distance of a loop point from ``centre`` within the plane.
+    ``vertex_ids`` index the surface's vertices in loop order and ``points`` are their
+    coordinates, shape (m, 3); ``centre`` is the polygon's area centroid, ``normal`` the outward
+    unit normal, ``area`` the polygon area and ``radius`` the largest distance of a loop point
+    from ``centre`` within the plane.
     """
 
     vertex_ids: np.ndarray
+    points: np.ndarray
     centre: np.ndarray
     normal: np.ndarray
     area: float
@@ -65,10 +67,11 @@ def find_loops(mesh: trimesh.Trimesh, source: str = "stl-loop") -> list[Loop]:
     loops = []
     for entity in outline.entities:
         ids = np.asarray(entity.points)
-        if len(ids) > 1 and ids[0] == ids[-1]:
-            ids = ids[:-1]
-        if len(ids) < 3:
+        if len(ids) < 4 or ids[0] != ids[-1]:
+            # An open chain: boundary edges that do not close (a non-manifold surface).
+            logger.info("skipping a boundary chain of %d points that is not a loop", len(ids))
             continue
+        ids = ids[:-1]
         loop = _fit(mesh, ids, source)
         if loop is not None:
             loops.append(loop)
@@ -161,4 +164,4 @@ def _fit(mesh: trimesh.Trimesh, ids: np.ndarray, source: str) -> Loop | None:
             GeometryWarning,
             stacklevel=4,
         )
-    return Loop(ids, centre, normal, area, radius, source)
+    return Loop(ids, pts, centre, normal, area, radius, source)

@@ -18,11 +18,6 @@ _FOLDER = Path(__file__).resolve().parent
 
 #: Sample file name → (one-line description, recommended options for :func:`geometries.load`).
 SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
-    "bifurcation.stl": (
-        "Bifurcating vessel (mm), open at one inlet (-x) and two outlets at ±35°; the lumen is "
-        "the fluid, closed at its three openings.",
-        {"inside": "fluid", "flow_axis": 0, "unit": 1e-3, "resolution": 96, "openings": "loops"},
-    ),
     "stenosed_vessel.stl": (
         "Closed vessel segment (mm) along x with a 50 % stenosis; the lumen is the fluid.",
         {"inside": "fluid", "flow_axis": 0, "unit": 1e-3, "resolution": 96},
@@ -30,6 +25,11 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "sphere_pack_48.tif": (
         "48³ random sphere pack (d = 12 voxels, porosity ≈ 0.45), uint8 TIFF stack, 1 = solid.",
         {},
+    ),
+    "vessel_bifurcation.stl": (
+        "Bifurcating vessel (mm), open at one inlet (-x) and two outlets at ±35°; the lumen is "
+        "the fluid, closed at its three openings.",
+        {"inside": "fluid", "flow_axis": 0, "unit": 1e-3, "resolution": 96, "openings": "loops"},
     ),
 }
 

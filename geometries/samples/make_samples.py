@@ -45,7 +45,8 @@ def make_sphere_pack() -> np.ndarray:
 def main(folder: Path = _FOLDER) -> None:
     """Write the sample files into ``folder``."""
     vessel = make_vessel()
-    (folder / "bifurcation.stl").write_bytes(bifurcation_surface().export(file_type="stl"))
+    surface = bifurcation_surface()
+    (folder / "vessel_bifurcation.stl").write_bytes(surface.export(file_type="stl"))
     (folder / "stenosed_vessel.stl").write_bytes(vessel.export(file_type="stl"))
     # TIFF stacks are (z, y, x): page k is the slice z = k.
     tifffile.imwrite(folder / "sphere_pack_48.tif", make_sphere_pack().transpose(2, 1, 0))

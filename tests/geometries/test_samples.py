@@ -14,7 +14,7 @@ from geometries.samples import make_samples
 def test_every_sample_is_listed_documented_and_small():
     names = samples.list_samples()
     readme = (samples.sample_path(names[0]).parent / "README.md").read_text()
-    assert names == ["bifurcation.stl", "sphere_pack_48.tif", "stenosed_vessel.stl"]
+    assert names == ["sphere_pack_48.tif", "stenosed_vessel.stl", "vessel_bifurcation.stl"]
     assert sum(samples.sample_path(n).stat().st_size for n in names) < 2 * 1024**2
     for name in names:
         assert f"`{name}`" in readme
@@ -36,10 +36,10 @@ def test_vessel_sample_lumen_volume():
 
 
 def test_bifurcation_sample_has_one_inlet_and_two_outlets():
-    path = samples.sample_path("bifurcation.stl")
+    path = samples.sample_path("vessel_bifurcation.stl")
     assert path.stat().st_size < 200 * 1024
     assert not trimesh.load_mesh(path).is_watertight  # open at its three ends
-    geom = samples.load_sample("bifurcation.stl")
+    geom = samples.load_sample("vessel_bifurcation.stl")
     assert len(geom.openings) == 3 and {o.source for o in geom.openings} == {"stl-loop"}
     inlet, *outlets = geom.openings  # numbered by decreasing area: the parent vessel first
     assert inlet.normal == pytest.approx((-1.0, 0.0, 0.0), abs=1e-6)
