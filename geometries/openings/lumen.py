@@ -30,13 +30,16 @@ from .surface import Loop, cut_caps, find_loops
 if TYPE_CHECKING:
     import trimesh
 
-__all__ = ["COLLAR", "MODES", "Lumen", "open_lumen"]
+__all__ = ["COLLAR", "HOLE", "MODES", "Lumen", "open_lumen"]
 
 #: Detection modes of ``load_stl(openings=...)``: none, loops if the surface is open else caps,
 #: open boundary loops only, flat caps only.
 MODES = ("none", "auto", "loops", "caps")
 #: Length of the collar beyond each opening plane, in voxels.
 COLLAR = 2.0
+#: Boundary loops smaller than this fraction of the largest one are holes in the surface (export
+#: defects), closed flat rather than taken as openings.
+HOLE = 0.01
 # A plane half-way between two voxel layers (a tube whose length is a whole number of voxels)
 # would split its layer by round-off; shifting the bounds by far less than a voxel decides every
 # such tie the same way (towards the outer layer).
@@ -138,6 +141,8 @@ def open_lumen(
         points = None if cap_points is None else np.asarray(cap_points, dtype=float) / unit
         opened, loops = cut_caps(mesh, points=points)
     else:
+        # One consistent winding turns every boundary loop into a directed cycle.
+        mesh.fix_normals(multibody=True)
         opened, loops = mesh, find_loops(mesh)
     if not loops:
         warnings.warn(
@@ -148,16 +153,34 @@ def open_lumen(
             stacklevel=3,
         )
         return Lumen(mesh, (), voxel)
-    return Lumen(_with_collars(opened, loops, COLLAR * voxel), tuple(loops), voxel)
+    largest = max(loop.area for loop in loops)
+    holes = [loop for loop in loops if loop.area < HOLE * largest]
+    loops = [loop for loop in loops if loop.area >= HOLE * largest]
+    if holes:
+        warnings.warn(
+            f"{len(holes)} small holes in the surface (under {HOLE:.0%} of the largest opening's "
+            "area) were closed flat; they are not openings. Repair the mesh if they should be.",
+            GeometryWarning,
+            stacklevel=3,
+        )
+    closed = _with_collars(opened, loops, holes, COLLAR * voxel)
+    return Lumen(closed, tuple(loops), voxel)
 
 
-def _with_collars(mesh: trimesh.Trimesh, loops: list[Loop], depth: float) -> trimesh.Trimesh:
-    """Return ``mesh`` with each loop extruded by ``depth`` along its normal and closed by a lid."""
+def _with_collars(
+    mesh: trimesh.Trimesh, loops: list[Loop], holes: list[Loop], depth: float
+) -> trimesh.Trimesh:
+    """Return ``mesh`` with each loop extruded by ``depth`` and closed by a lid; holes lidded."""
     import trimesh
 
     vertices = [np.asarray(mesh.vertices)]
     faces = [np.asarray(mesh.faces)]
     count = len(mesh.vertices)
+    for hole in holes:
+        vertices.append(hole.centre[None, :])
+        ids = hole.vertex_ids
+        faces.append(np.column_stack([ids, np.roll(ids, -1), np.full(len(ids), count)]))
+        count += 1
     for loop in loops:
         ids = loop.vertex_ids
         m = len(ids)

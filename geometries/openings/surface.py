@@ -1,12 +1,13 @@
 """Openings of triangle surfaces: open boundary loops and flat end caps (STL units).
 
 - **Open loops** (surfaces that are not watertight, e.g. a vessel cut open at its ends): the
-  boundary edges (edges of one triangle only) are joined into closed loops by trimesh
-  (``Trimesh.outline``). Each loop is assumed to be a planar cut: its plane is the one of its
-  vector area ``½ Σ pᵢ × pᵢ₊₁`` (exact for planar polygons, a least-squares-like fit otherwise,
-  with a warning beyond 10 % of the diameter), its area is the polygon's area and its centre the
-  polygon's area centroid. The normal is turned to point away from the wall triangles that meet
-  the loop, i.e. out of the lumen.
+  boundary edges (edges of one triangle only, found with trimesh) are walked into closed loops
+  in the winding of their triangles (made consistent first with ``fix_normals``). Each loop is
+  assumed to be a planar cut: its plane is the one of its vector area ``½ Σ pᵢ × pᵢ₊₁`` (exact
+  for planar polygons, a least-squares-like fit otherwise, with a warning beyond 10 % of the
+  diameter), its area is the polygon's area and its centre the polygon's area centroid. The
+  normal is turned to point away from the wall triangles that meet the loop, i.e. out of the
+  lumen.
 - **Flat caps** (watertight surfaces, e.g. a vessel closed by planar caps): trimesh's facets
   (groups of adjacent coplanar triangles) whose area is at least ``min_fraction`` of the mean
   lumen cross-section (volume / longest box edge); or, when points are given, the facet nearest
@@ -63,19 +64,48 @@ class Loop:
 
 def find_loops(mesh: trimesh.Trimesh, source: str = "stl-loop") -> list[Loop]:
     """Return the closed boundary loops of ``mesh`` fitted by planes, normals out of the lumen."""
-    outline = mesh.outline()
     loops = []
-    for entity in outline.entities:
-        ids = np.asarray(entity.points)
-        if len(ids) < 4 or ids[0] != ids[-1]:
-            # An open chain: boundary edges that do not close (a non-manifold surface).
-            logger.info("skipping a boundary chain of %d points that is not a loop", len(ids))
-            continue
-        ids = ids[:-1]
+    for ids in _boundary_cycles(mesh):
         loop = _fit(mesh, ids, source)
         if loop is not None:
             loops.append(loop)
     return loops
+
+
+def _boundary_cycles(mesh: trimesh.Trimesh) -> list[np.ndarray]:
+    """Return the vertex ids of each closed walk along the boundary edges, in walk order.
+
+    Boundary edges are taken in the winding of their one triangle, so each hole is a directed
+    cycle; a vertex where two holes touch (a pinch) is left by any unused edge, which splits the
+    walk at the vertex instead of losing the loop. Chains that do not close (inconsistent
+    winding, non-manifold edges) are skipped.
+    """
+    import trimesh
+
+    single = trimesh.grouping.group_rows(mesh.edges_sorted, require_count=1)
+    directed = np.asarray(mesh.edges)[single]
+    outgoing: dict[int, list[int]] = {}
+    for k, start in enumerate(directed[:, 0]):
+        outgoing.setdefault(int(start), []).append(k)
+    used = np.zeros(len(directed), dtype=bool)
+    cycles = []
+    for first in range(len(directed)):
+        if used[first]:
+            continue
+        origin, walk, k = int(directed[first, 0]), [], first
+        while True:
+            used[k] = True
+            walk.append(int(directed[k, 0]))
+            end = int(directed[k, 1])
+            if end == origin:
+                cycles.append(np.array(walk))
+                break
+            free = [j for j in outgoing.get(end, ()) if not used[j]]
+            if not free:
+                logger.info("skipping a boundary chain of %d edges that does not close", len(walk))
+                break
+            k = free[0]
+    return [c for c in cycles if len(c) >= 3]
 
 
 def cut_caps(

@@ -12,6 +12,7 @@ import trimesh
 import geometries
 from geometries import GeometryError, GeometryWarning, VoxelGeometry, preprocess
 from geometries.openings import Opening, face_openings
+from geometries.openings.lumen import open_lumen
 
 from .geometry_builders import stl_bytes
 
@@ -233,3 +234,25 @@ def test_openings_outside_the_grid_are_refused():
         VoxelGeometry(np.zeros((4, 4, 4), dtype=bool), openings=(opening,))
     with pytest.raises(GeometryError, match="source must be one of"):
         Opening(2, nodes=np.zeros((0, 3), int), source="hole", **plane)
+
+
+def test_small_holes_are_closed_not_openings():
+    # _read_mesh lets trimesh fill small holes; open_lumen is the second line of defence.
+    # An open tube of 64 x 60 quads (surface of revolution) with a few triangles removed.
+    profile = np.column_stack([np.full(61, RADIUS_MM), np.linspace(-3.0, 3.0, 61)])
+    mesh = trimesh.creation.revolve(profile, sections=64)
+    hole = np.linalg.norm(mesh.triangles_center - [1.0, 0.05, 0.3], axis=1) < 0.1
+    assert 2 < hole.sum() < 10
+    mesh = trimesh.Trimesh(mesh.vertices, mesh.faces[~hole], process=True)
+    with pytest.warns(GeometryWarning, match="1 small holes"):
+        lumen = open_lumen(mesh, "loops", voxel=VOXEL_MM)
+    assert len(lumen.loops) == 2 and lumen.mesh.is_watertight
+
+
+def test_a_loop_that_is_not_planar_warns():
+    mesh = tube(0.0)
+    top = mesh.vertices[:, 2] > 0
+    mesh.vertices[top, 2] += 0.4 * np.sign(mesh.vertices[top, 0])  # a saddle-shaped cut
+    with pytest.warns(GeometryWarning, match="is not planar"):
+        geometries.load(stl_bytes(mesh), format="stl", inside="fluid", resolution=30,
+                        openings="loops")
