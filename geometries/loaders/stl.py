@@ -13,7 +13,8 @@ z, with a :class:`~geometries.errors.GeometryWarning`.
 
 ``openings`` (``inside="fluid"`` only, see :mod:`geometries.openings`) finds the vessel's openings
 (open boundary loops, or flat caps of a closed surface, or the caps nearest to ``cap_points`` in
-metres), closes the lumen at each opening plane and stores them in ``VoxelGeometry.openings``.
+metres), closes the lumen at each opening plane and stores them in ``VoxelGeometry.openings``;
+the box is then padded on every side (at least one solid layer).
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ def load_stl(
     pad = np.full(3, padding)
     if inside == "fluid":
         pad[flow_axis] = 0
+    if lumen is not None:
+        # The openings are the only ways out: a solid layer at least wraps the lumen everywhere.
+        pad = np.full(3, max(padding, 1))
     shape, corner = _grid(mesh.bounds, h, pad)
     check_voxel_count(shape, max_voxels)
     directions = 1 if mesh.is_watertight else 3

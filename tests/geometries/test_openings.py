@@ -11,7 +11,7 @@ import trimesh
 
 import geometries
 from geometries import GeometryError, GeometryWarning, VoxelGeometry, preprocess
-from geometries.openings import Opening, face_openings
+from geometries.openings import Opening, crossing_links, face_openings
 from geometries.openings.lumen import open_lumen
 
 from .geometry_builders import stl_bytes
@@ -29,13 +29,13 @@ def tube(angle_deg: float, *, capped: bool = False, sections: int = 64) -> trime
     return mesh
 
 
-def load_tube(mesh: trimesh.Trimesh, **options) -> VoxelGeometry:
-    """Voxelise a tube in mm as a vessel (lumen = fluid), 10 voxels per radius."""
+def load_tube(mesh: trimesh.Trimesh, voxel_mm: float = VOXEL_MM, **options) -> VoxelGeometry:
+    """Voxelise a tube in mm as a vessel (lumen = fluid), 10 voxels per radius by default."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", GeometryWarning)  # a clean tube needs no warning
         return geometries.load(
             stl_bytes(mesh), format="stl", inside="fluid", unit=1e-3,
-            voxel_size=VOXEL_MM * 1e-3, **options,
+            voxel_size=voxel_mm * 1e-3, **options,
         )
 
 
@@ -88,6 +88,9 @@ def check_open_tube(geom: VoxelGeometry, angle_deg: float, source: str) -> None:
         # (a slab one voxel thick holds 0.7..1.4 voxels per voxel area of plane)
         assert beyond.sum() > 0.5 * 0.64 * opening.area / h**2 and geom.solid[beyond].all()
     assert sorted(ends) == [-1, 1]
+    # The openings are the only ways out: no fluid on any face of the box.
+    for axis in range(3):
+        assert np.take(geom.solid, 0, axis=axis).all() and np.take(geom.solid, -1, axis=axis).all()
     # Away from the ends the lumen is the tube (the closing touched the ends only).
     fluid_volume = geom.n_fluid * h**3
     assert fluid_volume == pytest.approx(exact_area * LENGTH_MM * 1e-3, rel=0.05)
@@ -256,3 +259,58 @@ def test_a_loop_that_is_not_planar_warns():
     with pytest.warns(GeometryWarning, match="is not planar"):
         geometries.load(stl_bytes(mesh), format="stl", inside="fluid", resolution=30,
                         openings="loops")
+
+
+# D3Q19 velocities, written out here: the geometry layer knows no lattice.
+D3Q19 = np.array(
+    [[0, 0, 0]]
+    + [v for v in np.eye(3, dtype=int).tolist() + (-np.eye(3, dtype=int)).tolist()]
+    + [[a, b, 0] for a in (1, -1) for b in (1, -1)]
+    + [[a, 0, b] for a in (1, -1) for b in (1, -1)]
+    + [[0, a, b] for a in (1, -1) for b in (1, -1)]
+)
+
+
+def brute_force_links(geom: VoxelGeometry, opening: Opening) -> set[tuple]:
+    """Every (source, direction) of a fluid node whose link ends beyond the plane, not in fluid."""
+    d = signed_distance(geom, opening)
+    rel = voxel_centres(geom) - np.asarray(opening.centre)
+    rho = np.linalg.norm(rel - d[..., None] * geom.voxel_size * np.asarray(opening.normal), axis=-1)
+    rim = rho[tuple(opening.nodes.T)].max() / geom.voxel_size + 1.0
+    found = set()
+    for x in np.argwhere(~geom.solid & (d <= 0.5 + 1e-6)):
+        for q, c in enumerate(D3Q19):
+            y = x + c
+            # The lumen is wrapped in solid (asserted above): no link leaves the box.
+            y = tuple(y)
+            if d[y] > 0.5 + 1e-6 and geom.solid[y] and rho[y] / geom.voxel_size <= rim:
+                found.add((*x.tolist(), q))
+    return found
+
+
+@pytest.mark.parametrize("angle", [0.0, 45.0])
+def test_crossing_links_are_every_link_through_the_opening(angle):
+    geom = load_tube(tube(angle), openings="loops", voxel_mm=0.2)  # 5 voxels per radius
+    opening = geom.openings[0]
+    sources, directions = crossing_links(geom, opening, D3Q19)
+    listed = {(*x.tolist(), int(q)) for x, q in zip(sources, directions, strict=True)}
+    assert listed == brute_force_links(geom, opening)
+    normal = np.asarray(opening.normal)
+    assert np.all(D3Q19[directions] @ normal > 0)  # every crossing link points outwards
+    in_layer = {tuple(x) for x in opening.nodes.tolist()}
+    behind = {x[:3] for x in listed} - in_layer
+    if angle == 0.0:
+        # Along a grid axis: the sources are the layer, each node with the 5 links of c·n = 1.
+        assert {x[:3] for x in listed} == in_layer and len(listed) == 5 * opening.n_nodes
+    else:
+        # At 45°, diagonal links also leave from fluid nodes just behind the layer.
+        assert behind and max(signed_distance(geom, opening)[x] for x in behind) > -1.0
+
+
+def test_crossing_links_of_a_face_patch_leave_the_box():
+    geom = two_patch_image()
+    opening = face_openings(geom, axes=(0,))[0]
+    sources, directions = crossing_links(geom, opening, D3Q19)
+    targets = sources + D3Q19[directions]
+    assert np.all(targets[:, 0] == -1 if opening.normal[0] < 0 else targets[:, 0] == 12)
+    assert len(sources) == 5 * opening.n_nodes
