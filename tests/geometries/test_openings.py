@@ -314,3 +314,33 @@ def test_crossing_links_of_a_face_patch_leave_the_box():
     targets = sources + D3Q19[directions]
     assert np.all(targets[:, 0] == -1 if opening.normal[0] < 0 else targets[:, 0] == 12)
     assert len(sources) == 5 * opening.n_nodes
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("opening_counts", np.array([5, 5, 5, 5])),  # more nodes promised than stored
+        ("opening_nodes", np.arange(7)),  # not (n, 3)
+        ("opening_normals", np.zeros((4, 3))),  # no direction
+        ("opening_sources", np.array(["face-patch"])),  # one source for four openings
+        ("opening_nodes", np.full((32, 3), 0.5)),  # not integer indices
+    ],
+)
+def test_corrupted_openings_in_npz_are_refused_with_a_message(tmp_path, name, value):
+    geom = two_patch_image()
+    geom = dataclasses.replace(geom, openings=face_openings(geom, axes=(0,)))
+    geom.save(tmp_path / "g.npz")
+    with np.load(tmp_path / "g.npz") as archive:
+        arrays = dict(archive)
+    arrays[name] = value
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(GeometryError):
+        VoxelGeometry.load(tmp_path / "bad.npz")
+
+
+def test_npz_without_openings_still_loads(tmp_path):
+    geom = two_patch_image()
+    geom.save(tmp_path / "g.npz")
+    with np.load(tmp_path / "g.npz") as archive:
+        assert not any(k.startswith("opening") for k in archive.files)
+    assert VoxelGeometry.load(tmp_path / "g.npz").openings == ()
