@@ -9,9 +9,10 @@
   normal is turned to point away from the wall triangles that meet the loop, i.e. out of the
   lumen.
 - **Flat caps** (watertight surfaces, e.g. a vessel closed by planar caps): trimesh's facets
-  (groups of adjacent coplanar triangles) whose area is at least ``min_fraction`` of the mean
-  lumen cross-section (volume / longest box edge); or, when points are given, the facet nearest
-  to each point. Each cap is cut out of the surface and then treated as an open loop.
+  (groups of adjacent coplanar triangles) whose area is between ``min_fraction`` and 4 times the
+  mean lumen cross-section (volume / longest box edge: larger flat facets are duct walls); or,
+  when points are given, the facet nearest to each point. Each cap is cut out of the surface and
+  then treated as an open loop.
 
 All lengths here are in the STL's own units; :mod:`.lumen` converts to metres.
 """
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 # A loop whose points stray further than this fraction of its diameter from its plane is not a
 # planar cut; it is still used, with a warning.
 _PLANARITY = 0.1
+# Facets larger than this multiple of the mean cross-section are walls, not caps.
+_MAX_CAP = 4.0
 # Facets smaller than this fraction of the cross-section are never taken as caps, even when a
 # point names them (they are wall triangles).
 _MIN_NAMED = 0.02
@@ -117,7 +120,7 @@ def cut_caps(
     """Return (surface without its flat caps, the caps as loops) of a watertight ``mesh``.
 
     ``points`` (STL units) name caps: the facet nearest to each point is taken; without points
-    every facet of at least ``min_fraction`` × the mean cross-section is a cap.
+    every facet between ``min_fraction`` and 4 × the mean cross-section is a cap.
     """
     import trimesh
 
@@ -127,7 +130,8 @@ def cut_caps(
     areas = np.asarray(mesh.facets_area)
     section = abs(float(mesh.volume)) / float(mesh.extents.max())
     if points is None:
-        chosen = np.flatnonzero(areas >= min_fraction * section)
+        # A cap is about as large as a cross-section; a flat wall of a duct is much larger.
+        chosen = np.flatnonzero((areas >= min_fraction * section) & (areas <= _MAX_CAP * section))
     else:
         chosen = _nearest_facets(mesh, facets, areas >= _MIN_NAMED * section, points)
     if len(chosen) == 0:

@@ -344,3 +344,12 @@ def test_npz_without_openings_still_loads(tmp_path):
     with np.load(tmp_path / "g.npz") as archive:
         assert not any(k.startswith("opening") for k in archive.files)
     assert VoxelGeometry.load(tmp_path / "g.npz").openings == ()
+
+
+def test_flat_walls_of_a_square_duct_are_not_caps():
+    duct = trimesh.creation.box(extents=(8.0, 1.0, 1.0))
+    geom = geometries.load(stl_bytes(duct), format="stl", inside="fluid", unit=1e-3,
+                           voxel_size=0.1e-3, openings="caps")
+    normals = sorted(o.normal for o in geom.openings)
+    assert normals == [(-1.0, 0.0, 0.0), (1.0, 0.0, 0.0)]
+    assert all(o.area == pytest.approx(1e-6) for o in geom.openings)
