@@ -105,11 +105,11 @@ class Opening:
         return len(self.nodes)
 
     def describe(self) -> str:
-        """Return one line: id, source, size (mm), normal and node count."""
+        """Return one line: id, source, size (m, or voxels without a voxel size), normal, nodes."""
         normal = ", ".join(f"{v:+.3f}" for v in self.normal)
         return (
-            f"opening {self.id} ({self.source}): diameter {self.diameter * 1e3:.3g} mm, "
-            f"area {self.area * 1e6:.3g} mm², normal ({normal}), {self.n_nodes} nodes"
+            f"opening {self.id} ({self.source}): diameter {self.diameter:.4g}, "
+            f"area {self.area:.4g}, normal ({normal}), {self.n_nodes} nodes"
         )
 
 
