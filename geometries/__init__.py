@@ -8,6 +8,8 @@ Conventions used throughout the package:
 - ``solid`` is a bool mask, True = solid, False = fluid (pore space).
 - Sizes given to generators and preprocessing are in voxels; ``voxel_size`` and ``origin`` are in
   metres.
+- Openings (:mod:`geometries.openings`): planes where fluid enters or leaves, each with its
+  centre (m), outward unit normal, area (m²) and fluid node set (voxel indices).
 - Errors caused by user input are :class:`GeometryError` (a ``ValueError``) whose message says
   what was wrong and what to do.
 
@@ -16,7 +18,7 @@ The layer knows nothing about lattices, tiles or GPUs.
 
 from __future__ import annotations
 
-from . import generators, pores, preprocess, samples
+from . import generators, openings, pores, preprocess, samples
 from .errors import GeometryError, GeometryWarning
 from .loaders import DEFAULT_MAX_VOXELS, FORMATS, load
 from .voxel import VoxelGeometry
@@ -29,6 +31,7 @@ __all__ = [
     "VoxelGeometry",
     "generators",
     "load",
+    "openings",
     "pores",
     "preprocess",
     "samples",

@@ -2,7 +2,8 @@
 
 Every function returns a new VoxelGeometry and keeps ``labels``, ``voxel_size`` and ``origin``
 consistent (origin moves with cropping and buffers; voxel size scales on downsampling). ``axis``
-defaults to the geometry's ``flow_axis``. Sizes are in voxels.
+defaults to the geometry's ``flow_axis``. Sizes are in voxels. Openings (voxel node sets) are
+kept by steps that keep the grid and dropped, with a log message, by steps that change it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from .errors import GeometryError
+from .openings.opening import on_fluid
 from .pores import label_pores
 from .voxel import VoxelGeometry
 
@@ -32,7 +34,8 @@ def keep_connected(geom: VoxelGeometry, axis: int | None = None,
     Fluid voxels connect along ``links``: the lattice's velocity set (e.g.
     ``get_lattice("D3Q19").c``, faces and edges) or a structuring element; None joins faces
     only (see :func:`geometries.pores.connectivity`). The inlet and outlet are the first and
-    last layer along ``axis``. Dropped fluid becomes solid (label 0).
+    last layer along ``axis``. Dropped fluid becomes solid (label 0), and leaves the openings'
+    node sets.
     """
     a = _axis(geom, axis)
     components, inlet, outlet = label_pores(geom, a, links)
@@ -45,7 +48,8 @@ def keep_connected(geom: VoxelGeometry, axis: int | None = None,
     keep = np.isin(components, through)
     dropped = geom.n_fluid - int(np.count_nonzero(keep))
     logger.info("keep_connected: dropped %d isolated fluid voxels", dropped)
-    return dataclasses.replace(geom, solid=~keep), dropped
+    openings = on_fluid(geom.openings, ~keep)
+    return dataclasses.replace(geom, solid=~keep, openings=openings), dropped
 
 
 def add_buffer(
@@ -71,7 +75,9 @@ def add_buffer(
     else:
         solid = np.pad(geom.solid, width, mode="edge")
     labels = None if geom.labels is None else np.pad(geom.labels, width, constant_values=0)
-    return dataclasses.replace(geom, solid=solid, labels=labels, origin=_shift(geom, a, -lo))
+    return dataclasses.replace(
+        geom, solid=solid, labels=labels, origin=_shift(geom, a, -lo), openings=_drop(geom)
+    )
 
 
 def crop(geom: VoxelGeometry, lo: Sequence[int], hi: Sequence[int]) -> VoxelGeometry:
@@ -84,7 +90,9 @@ def crop(geom: VoxelGeometry, lo: Sequence[int], hi: Sequence[int]) -> VoxelGeom
     if geom.voxel_size is not None:
         origin = tuple(o + s * geom.voxel_size for o, s in zip(origin, start, strict=True))
     labels = None if geom.labels is None else geom.labels[box]
-    return dataclasses.replace(geom, solid=geom.solid[box], labels=labels, origin=origin)
+    return dataclasses.replace(
+        geom, solid=geom.solid[box], labels=labels, origin=origin, openings=_drop(geom)
+    )
 
 
 def downsample(geom: VoxelGeometry, factor: int) -> VoxelGeometry:
@@ -108,7 +116,9 @@ def downsample(geom: VoxelGeometry, factor: int) -> VoxelGeometry:
         labels = _blocks(geom.labels, f, coarse).max(axis=tuple(range(1, 2 * geom.ndim, 2)))
         labels = np.where(solid, labels, 0).astype(np.int32)
     size = None if geom.voxel_size is None else geom.voxel_size * f
-    return dataclasses.replace(geom, solid=solid, labels=labels, voxel_size=size)
+    return dataclasses.replace(
+        geom, solid=solid, labels=labels, voxel_size=size, openings=_drop(geom)
+    )
 
 
 def mirror(geom: VoxelGeometry, axis: int | None = None) -> VoxelGeometry:
@@ -125,7 +135,14 @@ def mirror(geom: VoxelGeometry, axis: int | None = None) -> VoxelGeometry:
         offset = int(geom.labels.max())
         flipped = np.where(flipped > 0, flipped + offset, 0).astype(np.int32)
         labels = np.concatenate([geom.labels, flipped], axis=a)
-    return dataclasses.replace(geom, solid=solid, labels=labels)
+    return dataclasses.replace(geom, solid=solid, labels=labels, openings=_drop(geom))
+
+
+def _drop(geom: VoxelGeometry) -> tuple[()]:
+    """Return no openings, logging that the grid change dropped those ``geom`` had."""
+    if geom.openings:
+        logger.info("grid changed: dropped %d openings; detect them again", len(geom.openings))
+    return ()
 
 
 def _axis(geom: VoxelGeometry, axis: int | None) -> int:

@@ -2,8 +2,9 @@
 
 A :class:`VoxelGeometry` is a boolean solid mask on a regular grid of cubic voxels in (x, y, z)
 axis order (2D: (x, y)), with the physical size of a voxel, the position of the box, the axis the
-flow is driven along, and optional integer object ids so that the solver can report the drag of
-each object. It is stored as ``.npz`` without pickles.
+flow is driven along, optional integer object ids so that the solver can report the drag of each
+object, and the openings where fluid may enter or leave (:mod:`geometries.openings`). It is stored
+as ``.npz`` without pickles.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ import numpy as np
 
 from .errors import GeometryError
 from .npyfile import read_npz
+from .openings.opening import (
+    ARRAY_NAMES,
+    Opening,
+    check_openings,
+    openings_from_arrays,
+    openings_to_arrays,
+)
 
 __all__ = ["VoxelGeometry"]
 
@@ -46,6 +54,9 @@ class VoxelGeometry:
     notes : tuple of str
         What the loader guessed or repaired, in user words (e.g. the STL unit it assumed); shown
         with the preview, not saved.
+    openings : tuple of Opening
+        Planar openings with their fluid node sets (voxel indices into this grid); empty when
+        none were detected. Steps that change the grid drop them (detect them again).
     """
 
     solid: np.ndarray
@@ -55,6 +66,7 @@ class VoxelGeometry:
     labels: np.ndarray | None = None
     name: str = ""
     notes: tuple[str, ...] = ()
+    openings: tuple[Opening, ...] = ()
 
     def __post_init__(self) -> None:
         self.solid = _as_mask(self.solid)
@@ -66,6 +78,7 @@ class VoxelGeometry:
             self.labels = _as_labels(self.labels, self.solid.shape)
         self.name = str(self.name)
         self.notes = tuple(str(n) for n in self.notes)
+        self.openings = check_openings(self.openings, self.solid.shape)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -94,6 +107,8 @@ class VoxelGeometry:
         objects = ""
         if self.labels is not None:
             objects = f", {len(np.unique(self.labels[self.labels > 0]))} labelled objects"
+        if self.openings:
+            objects += f", {len(self.openings)} openings"
         title = f"{self.name}: " if self.name else ""
         return (
             f"{title}{self.ndim}D box of {dims} voxels ({size}), porosity {self.porosity:.4f}, "
@@ -113,6 +128,7 @@ class VoxelGeometry:
         }
         if self.labels is not None:
             arrays["labels"] = self.labels
+        arrays.update(openings_to_arrays(self.openings))
         write = np.savez_compressed if compress else np.savez
         if hasattr(path, "write"):  # an open binary file, e.g. the loader worker's buffer
             write(path, **arrays)
@@ -133,7 +149,7 @@ class VoxelGeometry:
             data,
             max_items=limit,
             names=("solid", "voxel_size", "origin", "flow_axis", "name"),
-            optional=("labels",),
+            optional=("labels", *ARRAY_NAMES),
             item_bytes={"solid": 1, "labels": 8},  # bool mask; ids (int64 from older files)
         )
         size = float(arrays["voxel_size"].reshape(-1)[0]) if arrays["voxel_size"].size else 0.0
@@ -145,6 +161,7 @@ class VoxelGeometry:
                 flow_axis=int(arrays["flow_axis"].reshape(-1)[0]),
                 labels=arrays["labels"].copy() if "labels" in arrays else None,
                 name=str(arrays["name"].reshape(-1)[0]) if arrays["name"].size else "",
+                openings=openings_from_arrays(arrays, arrays["solid"].ndim),
             )
         except (IndexError, TypeError, OverflowError) as exc:
             raise GeometryError(

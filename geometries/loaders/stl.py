@@ -14,19 +14,27 @@ z, with a :class:`~geometries.errors.GeometryWarning`.
 STL coordinates carry no unit: ``unit`` is ``"m"``, ``"mm"``, ``"µm"``, metres per file unit, or
 ``"auto"`` (the default), which guesses from the bounding box (rule in :mod:`geometries.units`).
 What was guessed or doubtful (the unit, open edges) is stated in the geometry's ``notes``.
+
+``openings`` (``inside="fluid"`` only, see :mod:`geometries.openings`) finds the vessel's openings
+(open boundary loops, or flat caps of a closed surface, or the caps nearest to ``cap_points`` in
+metres), closes the lumen at each opening plane and stores them in ``VoxelGeometry.openings``;
+the box is then padded on every side (at least one solid layer).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import scipy.ndimage as ndi
 
 from ..errors import GeometryError, GeometryWarning
+from ..openings.lumen import MODES, open_lumen
 from ..units import length_unit
 from ..voxel import VoxelGeometry
 
@@ -61,8 +69,16 @@ def load_stl(
     unit: float | str = "auto",
     name: str = "",
     max_voxels: int = DEFAULT_MAX_VOXELS,
+    openings: Literal["none", "auto", "loops", "caps"] = "none",
+    cap_points: Sequence[Sequence[float]] | None = None,
 ) -> VoxelGeometry:
     """Voxelise an STL surface; ``voxel_size`` in metres, ``unit`` 'm', 'mm', 'µm' or 'auto'."""
+    if openings not in MODES:
+        raise GeometryError(f"openings must be one of {MODES}, got {openings!r}.")
+    if openings != "none" and inside != "fluid":
+        raise GeometryError(
+            "openings= finds where fluid enters a vessel, so it needs inside='fluid'."
+        )
     if inside not in _INSIDE:
         raise GeometryError(f"inside must be 'solid' or 'fluid', got {inside!r}.")
     padding = _non_negative_int(padding, "padding")
@@ -74,9 +90,16 @@ def load_stl(
     notes = [chosen.describe()] if chosen.guessed else []
     unit = chosen.metres
     h = _mesh_voxel(mesh.extents, resolution, voxel_size, unit)
+    lumen = None
+    if openings != "none":
+        lumen = open_lumen(mesh, openings, voxel=h, unit=unit, cap_points=cap_points)
+        mesh = lumen.mesh
     pad = np.full(3, padding)
     if inside == "fluid":
         pad[flow_axis] = 0
+    if lumen is not None:
+        # The openings are the only ways out: a solid layer at least wraps the lumen everywhere.
+        pad = np.full(3, max(padding, 1))
     shape, corner = _grid(mesh.bounds, h, pad)
     check_voxel_count(shape, max_voxels)
     directions = 1 if mesh.is_watertight else 3
@@ -88,6 +111,9 @@ def load_stl(
             "The STL surface encloses no voxel centre at this resolution. Increase resolution= "
             "(or lower voxel_size=) and check that the surface is closed."
         )
+    found = ()
+    if lumen is not None:
+        enclosed, found = lumen.close(enclosed, corner, unit)
     labels = None
     if inside == "solid":
         # Face connectivity matches the solver's notion of touching voxels.
@@ -103,7 +129,7 @@ def load_stl(
         name=name,
     )
     geometry.notes = tuple(notes)
-    return geometry
+    return dataclasses.replace(geometry, openings=found) if found else geometry
 
 
 def _read_mesh(data: bytes) -> trimesh.Trimesh:

@@ -26,6 +26,11 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
         "48³ random sphere pack (d = 12 voxels, porosity ≈ 0.45), uint8 TIFF stack, 1 = solid.",
         {},
     ),
+    "vessel_bifurcation.stl": (
+        "Bifurcating vessel (mm), open at one inlet (-x) and two outlets at ±35°; the lumen is "
+        "the fluid, closed at its three openings.",
+        {"inside": "fluid", "flow_axis": 0, "unit": 1e-3, "resolution": 96, "openings": "loops"},
+    ),
 }
 
 

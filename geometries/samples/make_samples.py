@@ -13,6 +13,7 @@ import tifffile
 import trimesh
 
 from ..generators import random_sphere_pack
+from ..generators.vessels import bifurcation_surface
 
 __all__ = ["make_sphere_pack", "make_vessel", "main"]
 
@@ -44,6 +45,8 @@ def make_sphere_pack() -> np.ndarray:
 def main(folder: Path = _FOLDER) -> None:
     """Write the sample files into ``folder``."""
     vessel = make_vessel()
+    surface = bifurcation_surface()
+    (folder / "vessel_bifurcation.stl").write_bytes(surface.export(file_type="stl"))
     (folder / "stenosed_vessel.stl").write_bytes(vessel.export(file_type="stl"))
     # TIFF stacks are (z, y, x): page k is the slice z = k.
     tifffile.imwrite(folder / "sphere_pack_48.tif", make_sphere_pack().transpose(2, 1, 0))
