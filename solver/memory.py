@@ -27,7 +27,7 @@ from .problem import Problem
 from .tiling import default_tile_edge
 
 __all__ = ["MemoryVerdict", "REFUSE_SHARE", "WARN_SHARE", "judge", "assess_memory",
-           "precheck_memory", "moments_bytes", "format_bytes"]
+           "precheck_memory", "MemoryRefused", "check_memory", "moments_bytes", "format_bytes"]
 
 #: A run needing more than this share of the free memory is refused (the rest is for the
 #: process itself, the user interface and the operating system).
@@ -90,11 +90,19 @@ class MemoryVerdict:
 
     def check(self) -> MemoryVerdict:
         """Raise MemoryRefused with :attr:`message` when refused; return self otherwise."""
-        from .stability import MemoryRefused
-
         if self.level == "refused":
             raise MemoryRefused(self.message)
         return self
+
+
+class MemoryRefused(MemoryError):
+    """The case needs more memory than the device has free; the message gives both numbers."""
+
+
+def check_memory(required: int, free: int | None, device: str = "device") -> None:
+    """Raise MemoryRefused when :func:`judge` refuses ``required`` bytes with ``free`` bytes
+    free (None = unknown, pass)."""
+    judge(required, free, device).check()
 
 
 def judge(required: int, free: int | None, device: str = "device") -> MemoryVerdict:

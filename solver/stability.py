@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import MAX_MACH, ConfigError, SimulationConfig
+from .memory import MemoryRefused, check_memory
 
 __all__ = [
     "CS", "MAX_MACH", "WARN_MACH", "WARN_TAU", "DivergenceError", "MemoryRefused",
@@ -35,10 +36,6 @@ WARN_TAU = 0.55
 
 class DivergenceError(RuntimeError):
     """The populations hold NaN/Inf or a speed above the limit; the message names likely causes."""
-
-
-class MemoryRefused(MemoryError):
-    """The case needs more memory than the device has free; the message gives both numbers."""
 
 
 @dataclass
@@ -139,11 +136,3 @@ def pull_table_bytes(n_fluid: int, q: int, n_tiles: int, nodes_per_tile: int) ->
     """Bytes of the NumPy backend's pull table: src/dst indices, bounce mask, tile/node ids."""
     index_bytes = 4 if n_tiles * q * nodes_per_tile < np.iinfo(np.int32).max else 8
     return n_fluid * (q * (2 * index_bytes + 1) + 2 * 8)
-
-
-def check_memory(required: int, free: int | None, device: str = "device") -> None:
-    """Raise MemoryRefused when :func:`solver.memory.judge` refuses ``required`` bytes with
-    ``free`` bytes free (None = unknown, pass)."""
-    from .memory import judge
-
-    judge(required, free, device).check()

@@ -15,8 +15,6 @@ import ast
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("geometries", "solver", "app")
 #: The CuPy backend: the only place allowed to import CuPy.
@@ -97,10 +95,6 @@ def test_app_does_not_reach_into_the_backends() -> None:
     assert violations(("app",), ("solver.backends",)) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "app/geometry_sources.py estimates memory from five solver modules (tiling included); "
-    "#15 item 3 (monitor branch: backend.memory_required/free_memory, the preview's Problem "
-    "reused by the runner) removes it: flip this test after merging monitor."))
 def test_app_does_not_tile() -> None:
     assert violations(("app",), ("solver.tiling",)) == []
 

@@ -12,6 +12,7 @@ Children come from a ``forkserver`` that has VTK imported already, so one costs 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import multiprocessing
@@ -127,6 +128,17 @@ def _crash_message(fmt: str, exitcode: int | None) -> str:
     )
 
 
+def _native_loader(fmt: str):
+    """The loader of an isolated format (imported here, not from dispatch, which imports us)."""
+    if fmt == "tiff":
+        from .tiff import load_tiff
+
+        return load_tiff
+    from .vtkimage import load_vtk_image
+
+    return functools.partial(load_vtk_image, format=fmt)
+
+
 def _work(send: Connection, data: bytes, fmt: str, options: dict, memory_bytes: int) -> None:
     """Child: limit resources, load, send a JSON status and the geometry as ``.npz`` bytes."""
     import resource
@@ -135,13 +147,12 @@ def _work(send: Connection, data: bytes, fmt: str, options: dict, memory_bytes: 
     limit = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    from .dispatch import FORMATS
     from .source import Payload
 
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", GeometryWarning)
-            geometry = FORMATS[fmt](Payload(data), **options)
+            geometry = _native_loader(fmt)(Payload(data), **options)
         buffer = io.BytesIO()
         geometry.save(buffer, compress=False)  # zlib would cost seconds for 256³; a pipe is free
         notes = [str(w.message) for w in caught if issubclass(w.category, GeometryWarning)]
