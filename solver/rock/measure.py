@@ -23,8 +23,8 @@ from geometries import VoxelGeometry
 from .. import observables
 from ..backends import get_backend
 from ..config import SimulationConfig
+from ..monitor import check_health
 from ..simulation import Simulation
-from ..stability import check_health
 from .initial import coarse_setup, prolongate, start_from
 from .protocol import ProtocolSetup, setup_protocol
 from .settings import AXIS_NAMES, PermeabilitySettings
