@@ -389,7 +389,7 @@ class CupyBackend:
         byte per node each for the wall groups of moving walls and the fluid mask of health
         checks, and the float64 moments of a check (:func:`solver.memory.moments_bytes`).
         """
-        from ..memory import moments_bytes
+        from ...memory import moments_bytes
 
         t = problem.tiling
         nodes = t.n_tiles * t.nodes_per_tile
