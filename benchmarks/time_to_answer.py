@@ -42,11 +42,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.benchmarking.cases import git_commit  # noqa: E402
-
 from geometries import VoxelGeometry  # noqa: E402
 from geometries.generators import random_sphere_pack  # noqa: E402
 from solver.backends import get_backend  # noqa: E402
+from solver.benchmarking.cases import git_commit  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.rock import PermeabilitySettings, run_study  # noqa: E402
 
