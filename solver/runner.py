@@ -25,7 +25,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
@@ -38,6 +37,7 @@ from .memory import assess_memory, precheck_memory
 from .monitor import K_TOLERANCE, History, RunMonitor
 from .pacing import CHUNK_SECONDS, SNAPSHOT_INTERVAL, Pacer
 from .problem import Problem, as_geometry
+from .runner_commands import RunnerCommands
 from .simulation import Simulation
 from .snapshot import FlowSummary, SliceView, Snapshot
 
@@ -55,7 +55,7 @@ def live_runners() -> int:
     return sum(t.name.startswith(THREAD_PREFIX) for t in threading.enumerate())
 
 
-class SimulationRunner:
+class SimulationRunner(RunnerCommands):
     """Runs a Simulation of ``geometry`` with ``config`` in a daemon thread (lattice units)."""
 
     def __init__(
@@ -127,67 +127,6 @@ class SimulationRunner:
                 raise TimeoutError(f"No snapshot matched within {timeout} s (status "
                                    f"{snap.status!r}, step {snap.step}, {snap.error or ''}).")
             return self._snapshot
-
-    def start(self) -> None:
-        """Run continuously (starts the thread on first use)."""
-        self._send("run")
-
-    def pause(self) -> None:
-        """Stop stepping; the state is kept."""
-        self._send("pause")
-
-    def step(self, n: int = 1) -> None:
-        """Advance ``n`` time steps and publish, then stay paused."""
-        self._send("step", int(n))
-
-    def reset(self) -> None:
-        """Restart the current geometry and configuration from rest (paused)."""
-        self._send("reset")
-
-    def set_config(self, config: SimulationConfig) -> None:
-        """Rebuild with ``config``; the flow carries over when the tiling is unchanged."""
-        self._send("config", config)
-
-    def load_geometry(self, geometry: Any, config: SimulationConfig | None = None,
-                      problem: Problem | None = None) -> None:
-        """Replace the geometry (and optionally the configuration); restarts from rest, paused.
-
-        ``problem``: the :class:`~solver.problem.Problem` of this geometry and configuration
-        already built (the app's preview): its tiling is reused, no second offset search.
-        """
-        self._send("geometry", (geometry, config, problem))
-
-    def set_view(self, view: SliceView) -> None:
-        """Choose the quantity and cut that snapshots carry; publishes at once."""
-        if not isinstance(view, SliceView):
-            raise TypeError(f"set_view needs a SliceView, got {view!r}.")
-        self._send("view", view)
-
-    def submit(self, fn: Callable[[Simulation], Any]) -> Future:
-        """Run ``fn(simulation)`` on the runner thread; the Future holds its result."""
-        future: Future = Future()
-        self._send("call", (fn, future))
-        return future
-
-    def stop(self, timeout: float = 1.0) -> bool:
-        """End the thread and free the simulation's memory; True if it ended within ``timeout``."""
-        self._stop_event.set()
-        self._queue.put(("stop", None))
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def __enter__(self) -> SimulationRunner:
-        self._launch()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _send(self, command: str, payload: Any = None) -> None:
-        self._queue.put((command, payload))
-        self._launch()
 
     def _launch(self) -> None:
         if self._thread is None and not self._stop_event.is_set():

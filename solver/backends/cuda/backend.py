@@ -382,20 +382,10 @@ class CupyBackend:
         return str(cp.cuda.Device().pci_bus_id)
 
     def memory_required(self, problem: Problem) -> int:
-        """Device bytes a run of ``problem`` needs at its peak, before allocating anything.
+        """Device bytes a run of ``problem`` needs at its peak (see solver.memory.device_bytes)."""
+        from ...memory import device_bytes
 
-        The tiled state as allocated (:meth:`Tiling.memory_bytes`: population copies, node
-        types, tile map and list; it agreed to 11 kB with the allocation on an H100), one
-        byte per node each for the wall groups of moving walls and the fluid mask of health
-        checks, and the float64 moments of a check (:func:`solver.memory.moments_bytes`).
-        """
-        from ...memory import moments_bytes
-
-        t = problem.tiling
-        nodes = t.n_tiles * t.nodes_per_tile
-        state = t.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
-                               problem.population_copies)
-        return int(state + 2 * nodes + moments_bytes(problem))
+        return device_bytes(problem)
 
     def free_memory(self) -> int:
         """Device memory a new allocation can use, bytes: free on the device plus CuPy's pool."""
