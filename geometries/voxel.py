@@ -32,6 +32,10 @@ _FORMAT_VERSION = 1
 _AXES = "xyz"
 
 
+#: Longest geometry name a saved archive may hold, characters (file names stay far below).
+MAX_NAME_CHARS = 1024
+
+
 @dataclass(eq=False)
 class VoxelGeometry:
     """Solid mask (x, y[, z]) of cubic voxels; True = solid; sizes in metres.
@@ -150,7 +154,8 @@ class VoxelGeometry:
             max_items=limit,
             names=("solid", "voxel_size", "origin", "flow_axis", "name"),
             optional=("labels", *ARRAY_NAMES),
-            item_bytes={"solid": 1, "labels": 8},  # bool mask; ids (int64 from older files)
+            # bool mask; ids (int64 from older files); a name of up to 1024 characters (UCS-4)
+            item_bytes={"solid": 1, "labels": 8, "name": 4 * MAX_NAME_CHARS},
         )
         size = float(arrays["voxel_size"].reshape(-1)[0]) if arrays["voxel_size"].size else 0.0
         try:

@@ -29,10 +29,20 @@ def test_permeability_card_shows_the_convergence_flag(chromium, served_app):
         assert value in FLAGS[:4], f"permeability card shows {value!r}"
         detail = card.locator(".sub").text_content() or ""
         assert "1000 steps" in detail
-        steps = page.locator('[data-counter="steps"]').first.bounding_box()
-        box = card.bounding_box()
-        pane = page.locator(".cards").first.bounding_box()
+        steps, box, pane = _boxes(page, card)
         assert abs(box["y"] - steps["y"]) < 1, "the card must sit on the counters row"
         assert box["y"] + box["height"] <= pane["y"] + pane["height"] + 1
     finally:
         context.close()
+
+
+def _boxes(page, card, tries: int = 40):
+    """Bounding boxes of the steps card, the k card and the card row. The cards' HTML is
+    replaced on every refresh, so a box read during a swap is None: read again."""
+    for _ in range(tries):
+        boxes = (page.locator('[data-counter="steps"]').first.bounding_box(),
+                 card.bounding_box(), page.locator(".cards").first.bounding_box())
+        if all(b is not None for b in boxes):
+            return boxes
+        time.sleep(0.25)
+    raise AssertionError(f"the counters row never showed all three boxes: {boxes}")

@@ -103,3 +103,16 @@ def test_npz_with_pickled_object_array_is_refused(tmp_path):
     )
     with pytest.raises(GeometryError, match="never unpickled"):
         VoxelGeometry.load(path)
+
+
+def test_a_long_name_survives_save_and_load(tmp_path) -> None:
+    """The upload worker hands geometries back through save/load: a file name of 18+ characters
+    (72+ bytes as UCS-4) was refused by the element-size cap after the merge of the worker."""
+    import numpy as np
+
+    from geometries import VoxelGeometry
+
+    name = "sphere_pack_48_from_the_microct_lab.tif"
+    geometry = VoxelGeometry(np.zeros((4, 4, 4), dtype=bool), voxel_size=1e-6, name=name)
+    geometry.save(tmp_path / "g.npz")
+    assert VoxelGeometry.load(tmp_path / "g.npz").name == name
