@@ -163,7 +163,8 @@ def permeability(problem: Problem, fields: dict[str, np.ndarray], axis: int | No
     if not problem.periodic[axis]:
         layers = (float(np.nanmean(np.take(rho, 0, axis=axis))),
                   float(np.nanmean(np.take(rho, rho.shape[axis] - 1, axis=axis))))
-    return darcy_permeability(problem, mean_j, axis, layers, voxel_size)
+    return darcy_permeability(problem, mean_j, axis, layers, voxel_size,
+                              length=rho.shape[axis])
 
 
 def momentum_density(problem: Problem, rho, u):
@@ -180,7 +181,8 @@ def momentum_density(problem: Problem, rho, u):
 
 def darcy_permeability(problem: Problem, mean_momentum: float, axis: int,
                        layer_density: tuple[float, float] | None = None,
-                       voxel_size: float | None = None) -> Permeability:
+                       voxel_size: float | None = None,
+                       length: int | None = None) -> Permeability:
     """THE Darcy permeability ``k = nu <j_axis> / G`` (lattice units; m^2 with ``voxel_size``).
 
     ``mean_momentum`` is the box mean of :func:`momentum_density` along ``axis`` (solids count
@@ -193,7 +195,10 @@ def darcy_permeability(problem: Problem, mean_momentum: float, axis: int,
     gradient = float(problem.force[axis]) if axis < problem.force.size else 0.0
     if not problem.periodic[axis] and layer_density is not None:
         first, last = layer_density
-        gradient += CS2 * float(first - last) / (problem.tiling.shape[axis] - 1)
+        # ``length``: nodes from the first to the last layer (a window of the box, e.g. the
+        # sample between buffer layers); the whole box by default.
+        n = problem.tiling.shape[axis] if length is None else int(length)
+        gradient += CS2 * float(first - last) / (n - 1)
     if gradient == 0.0:
         raise ValueError("No driving force along the flow axis: set a body force or "
                          "pressure/velocity faces on that axis.")
