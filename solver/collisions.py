@@ -20,6 +20,7 @@ from typing import Any
 from . import collision, mrt
 from .lattice import LATTICE_NAMES, MRT_ONLY
 from .moments import MRT_LATTICES
+from .registry import Registry
 
 __all__ = ["CollisionModel", "COLLISION_MODELS", "COLLISIONS", "register", "collision_model",
            "options_doc"]
@@ -68,26 +69,17 @@ class CollisionModel:
 
 
 #: Every registered model by name, in registration order (the order of the app's options).
-COLLISION_MODELS: dict[str, CollisionModel] = {}
+COLLISION_MODELS: Registry[CollisionModel] = Registry("collision model", "collision")
 
 
-def register(model: CollisionModel) -> CollisionModel:
-    """Add ``model`` to the registry (its name must be new)."""
-    if model.name in COLLISION_MODELS:
-        raise ValueError(f"Collision model {model.name!r} is registered already.")
-    COLLISION_MODELS[model.name] = model
-    return model
+register = COLLISION_MODELS.register
 
 
 def collision_model(name: str | CollisionModel) -> CollisionModel:
     """The registered model called ``name`` (a model is returned as is)."""
     if isinstance(name, CollisionModel):
         return name
-    try:
-        return COLLISION_MODELS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"Unknown collision {name!r}; use one of "
-                         f"{tuple(COLLISION_MODELS)}.") from None
+    return COLLISION_MODELS.named(name)
 
 
 #: Lattices whose fourth velocity moment is isotropic: the BGK/TRT equilibrium is right there.

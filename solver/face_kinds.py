@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .node_types import NodeType
+from .registry import Registry
 from .values import ConfigError, is_number, velocity_vector
 
 __all__ = ["FaceCondition", "FaceKind", "FACE_KIND_REGISTRY", "FACE_TYPES", "register",
@@ -83,24 +84,15 @@ class FaceKind:
 
 
 #: Every registered kind by name; the order is the ``face_kind`` code of the boundary tables.
-FACE_KIND_REGISTRY: dict[str, FaceKind] = {}
+FACE_KIND_REGISTRY: Registry[FaceKind] = Registry("face kind")
 
 
-def register(kind: FaceKind) -> FaceKind:
-    """Add ``kind`` to the registry (its name must be new)."""
-    if kind.name in FACE_KIND_REGISTRY:
-        raise ValueError(f"Face kind {kind.name!r} is registered already.")
-    FACE_KIND_REGISTRY[kind.name] = kind
-    return kind
+register = FACE_KIND_REGISTRY.register
 
 
 def face_kind(name: str) -> FaceKind:
     """The registered face kind called ``name``."""
-    try:
-        return FACE_KIND_REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"Unknown face kind {name!r}; use one of "
-                         f"{tuple(FACE_KIND_REGISTRY)}.") from None
+    return FACE_KIND_REGISTRY.named(name)
 
 
 # ---------------------------------------------------------------- parsers

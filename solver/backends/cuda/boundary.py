@@ -31,6 +31,7 @@ from ...boundaries import crossed_face
 from ...face_kinds import FaceCondition
 from ...lattice import get_lattice
 from ...problem import Problem
+from ...registry import Registry
 
 __all__ = ["WALL_ROWS", "FACE_PARAMS", "NO_WALL", "BOUNDARY_KINDS", "CUDA_FACE_KINDS",
            "CudaFaceKind", "boundary_kind",
@@ -93,15 +94,10 @@ class CudaFaceKind:
     closure_code: Callable[..., list[str]] | None = None
 
 
-CUDA_FACE_KINDS: dict[str, CudaFaceKind] = {}
+CUDA_FACE_KINDS: Registry[CudaFaceKind] = Registry("CUDA face kind")
 
 
-def register(kind: CudaFaceKind) -> CudaFaceKind:
-    """Add ``kind`` to the CUDA registry (its name must be new)."""
-    if kind.name in CUDA_FACE_KINDS:
-        raise ValueError(f"CUDA face kind {kind.name!r} is registered already.")
-    CUDA_FACE_KINDS[kind.name] = kind
-    return kind
+register = CUDA_FACE_KINDS.register
 
 
 register(CudaFaceKind("periodic"))

@@ -21,6 +21,7 @@ from ...lattice import LATTICE_NAMES, get_lattice
 from ...moments import MRT_LATTICES
 from ...mrt import MRTRates
 from ...problem import Problem
+from ...registry import Registry
 from .mrt import mrt_collide_code, mrt_param_names, mrt_params
 
 __all__ = ["CudaCollision", "CUDA_COLLISIONS", "PROBE_COLLISION", "cuda_collision",
@@ -43,26 +44,17 @@ class CudaCollision:
     code: CodeFn
 
 
-CUDA_COLLISIONS: dict[str, CudaCollision] = {}
+CUDA_COLLISIONS: Registry[CudaCollision] = Registry("CUDA collision", "collision")
 #: The model the probes and the in-place decoding are compiled as (they do not collide).
 PROBE_COLLISION = "BGK"
 
 
-def register(model: CudaCollision) -> CudaCollision:
-    """Add ``model`` to the CUDA registry (its name must be new)."""
-    if model.name in CUDA_COLLISIONS:
-        raise ValueError(f"CUDA collision {model.name!r} is registered already.")
-    CUDA_COLLISIONS[model.name] = model
-    return model
+register = CUDA_COLLISIONS.register
 
 
 def cuda_collision(name: str) -> CudaCollision:
     """The CUDA twin of the collision model called ``name``."""
-    try:
-        return CUDA_COLLISIONS[name]
-    except KeyError:
-        raise ValueError(f"Unknown collision {name!r}; use one of "
-                         f"{tuple(CUDA_COLLISIONS)}.") from None
+    return CUDA_COLLISIONS.named(name)
 
 
 def signed_sum(coeffs, names) -> str:
