@@ -30,13 +30,14 @@ from .collisions import COLLISION_MODELS, COLLISIONS, collision_model, options_d
 from .face_kinds import FACE_TYPES, FaceCondition, face_kind
 from .lattice import LATTICE_NAMES, get_lattice
 from .node_types import FACE_NAMES
+from .opening_kinds import OPENING_TYPES, OpeningCondition, opening_conditions
 from .storage import STORAGES
 from .values import MAX_MACH, ConfigError, velocity_vector
 
 __all__ = [
     "ConfigError", "SimulationConfig", "FaceCondition", "FACE_NAMES", "FACE_TYPES",
     "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "STORAGES", "BACKENDS", "HALO_TRANSPORTS",
-    "STREAMING", "population_copies", "MAX_MACH",
+    "STREAMING", "population_copies", "MAX_MACH", "OPENING_TYPES",
 ]
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,10 @@ class SimulationConfig(param.Parameterized):
     object_velocities = param.Dict(default={},
                                    doc="Wall velocity (lattice units) of labelled solid objects, "
                                        "{label: (ux, uy[, uz])}; unlisted objects are at rest.")
+    openings = param.Dict(default={},
+                          doc="Condition of each opening of the geometry, {id: {'kind': k, "
+                              "'value': v, 'profile': p}} (lattice units; solver/"
+                              "opening_kinds.py); unlisted openings are closed.")
     mrt_rates = param.Dict(default={},
                            doc="MRT relaxation rates overriding the defaults, {group: rate}; "
                                "groups: e, eps, q, pi, m (D2Q9/D3Q19), e, h (D3Q13).")
@@ -183,6 +188,11 @@ class SimulationConfig(param.Parameterized):
             out[label] = velocity_vector(value, self.ndim, f"object_velocities[{label}]")
         return out
 
+    def opening_conditions(self) -> dict[int, OpeningCondition]:
+        """Validated conditions {opening id: OpeningCondition} (lattice units); ids the
+        geometry lacks are checked by the Problem, which knows the openings."""
+        return opening_conditions(self.openings, self.initial_density)
+
     def _check_collision(self) -> None:
         model = collision_model(self.collision)
         refusal = model.refusal(self.lattice)
@@ -236,3 +246,4 @@ class SimulationConfig(param.Parameterized):
         self._check_storage()
         self.face_conditions()
         self.check_objects()
+        self.opening_conditions()

@@ -18,7 +18,8 @@ import numpy as np
 from .monitor import History, Reading, RunMonitor
 from .simulation import QUANTITIES
 
-__all__ = ["Snapshot", "SliceView", "History", "FlowSummary", "STATUSES", "resolve_view"]
+__all__ = ["Snapshot", "OpeningFlow", "SliceView", "History", "FlowSummary", "STATUSES",
+           "resolve_view"]
 
 #: Values of :attr:`Snapshot.status`.
 STATUSES = ("starting", "paused", "running", "diverged", "error", "stopped")
@@ -38,6 +39,18 @@ class SliceView:
             raise ValueError(f"Unknown quantity {self.quantity!r}; choose one of {QUANTITIES}.")
         if self.axis not in (0, 1, 2):
             raise ValueError(f"Slice axis must be 0, 1 or 2, got {self.axis!r}.")
+
+
+@dataclass(frozen=True)
+class OpeningFlow:
+    """Flow through one opening at one step (lattice units): its id and kind, the volumetric
+    flow rate into the fluid (nodes^3 per step, negative = leaving) and the mean density on its
+    nodes (pressure = density / 3)."""
+
+    id: int
+    kind: str
+    flow_rate: float
+    mean_density: float
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,10 @@ class Snapshot:
     k_answer: bool = False
     k_label: str = ""
     history: dict = field(default_factory=dict)
+    #: Flow through each driven opening (empty without openings).
+    openings: tuple[OpeningFlow, ...] = ()
+    #: Net flow over inflow through the openings (0 at a mass-conserving steady state).
+    mass_balance: float | None = None
     device: dict = field(default_factory=dict)
     memory_bytes: int = 0
     config: dict = field(default_factory=dict)

@@ -118,6 +118,22 @@ class UnitSystem:
         """Permeability in m^2 from lattice units (nodes^2)."""
         return k * self.dx**2
 
+    def flow_rate_to_si(self, q: float) -> float:
+        """Volumetric flow rate in m^3/s from lattice units (nodes^3 per step)."""
+        return q * self.dx**3 / self.dt
+
+    def flow_rate_to_lattice(self, q: float) -> float:
+        """Volumetric flow rate in lattice units from m^3/s."""
+        return q * self.dt / self.dx**3
+
+    def pressure_to_si(self, density_change: float) -> float:
+        """Pressure in Pa of a lattice density change (p = c_s^2 rho, c_s^2 = 1/3)."""
+        return density_change / 3.0 * self.density * self.dx**2 / self.dt**2
+
+    def pressure_to_lattice(self, pressure: float) -> float:
+        """Lattice density change of a pressure in Pa (inverse of :meth:`pressure_to_si`)."""
+        return 3.0 * pressure * self.dt**2 / (self.density * self.dx**2)
+
     def time_to_si(self, steps: float) -> float:
         """Physical time in seconds of ``steps`` time steps."""
         return steps * self.dt

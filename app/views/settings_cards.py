@@ -33,6 +33,8 @@ EXCLUDED_SETTINGS = {
     "name": "param's instance name, not a setting",
     "object_velocities": "moving labelled objects need a labelled geometry, which only case "
                          "files and the Python API can give",
+    "openings": "set per opening of the loaded geometry in the openings table, whose rows "
+                "depend on the geometry",
     "mrt_rates": "expert MRT tuning: the defaults derive every rate from tau; set them in a "
                  "case file",
 }

@@ -1,0 +1,138 @@
+"""The registry of opening boundary kinds: what drives the flow through a geometry's openings.
+
+An opening (:class:`geometries.openings.Opening`) is a plane inside the box where fluid enters or
+leaves a vessel; the links that cross it (:func:`geometries.openings.crossing_links`) bounce back
+like a wall unless a kind below replaces them. ``SimulationConfig.openings`` maps an opening id to
+its condition, in lattice units (SI conversion happens at the edges, :mod:`solver.units`):
+
+- ``velocity``: an inlet (or a prescribed outflow) with ``value`` the mean speed through the
+  opening, positive into the fluid, and ``profile`` ``uniform`` or ``poiseuille`` (fitted to
+  the opening's equivalent radius).
+- ``pressure``: an outlet held at density ``value`` (default ``initial_density``).
+- ``outflow``: zero normal gradient; no value.
+- ``closed``: a wall; no value. Openings not listed are closed.
+
+Each kind is registered once here with its parser; the physics of each kind (link tables, the
+NumPy operator and its CUDA twin) is keyed by the same names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .registry import Registry
+from .values import MAX_MACH, ConfigError, is_number
+
+__all__ = ["OpeningCondition", "OpeningKind", "OPENING_KIND_REGISTRY", "OPENING_TYPES",
+           "PROFILES", "opening_kind", "opening_conditions"]
+
+#: Velocity profiles of a velocity opening.
+PROFILES = ("uniform", "poiseuille")
+
+
+@dataclass(frozen=True)
+class OpeningCondition:
+    """Validated condition of one opening (lattice units).
+
+    ``value``: mean speed into the fluid (``velocity``), density (``pressure``), None otherwise.
+    """
+
+    kind: str
+    value: float | None = None
+    profile: str = "uniform"
+
+
+#: ``parse(kind, opening_id, spec, initial_density)``: the validated condition.
+ParseFn = Callable[[str, int, dict, float], OpeningCondition]
+
+
+@dataclass(frozen=True)
+class OpeningKind:
+    """One boundary kind of an opening: its name, parser and whether fluid crosses it."""
+
+    name: str
+    parse: ParseFn
+    flux: bool = True
+    doc: str = ""
+
+    def __reduce__(self):
+        return opening_kind, (self.name,)
+
+
+OPENING_KIND_REGISTRY: Registry[OpeningKind] = Registry("opening kind")
+register = OPENING_KIND_REGISTRY.register
+
+
+def opening_kind(name: str) -> OpeningKind:
+    """The registered opening kind called ``name``."""
+    return OPENING_KIND_REGISTRY.named(name)
+
+
+def _where(opening_id: int) -> str:
+    return f"openings[{opening_id}]"
+
+
+def _velocity(kind: str, opening_id: int, spec: dict, rho0: float) -> OpeningCondition:
+    value = spec.get("value")
+    if not is_number(value) or not math.isfinite(value):
+        raise ConfigError(f"{_where(opening_id)} is a velocity opening: set its value to the "
+                          "mean speed into the fluid (lattice units; negative = out of it).")
+    if abs(value) > MAX_MACH / math.sqrt(3.0):
+        raise ConfigError(f"{_where(opening_id)}: mean speed {value:g} exceeds the Mach limit "
+                          f"{MAX_MACH} (|u| <= {MAX_MACH / math.sqrt(3.0):.3g} lattice units); "
+                          "lower it or refine the grid.")
+    profile = spec.get("profile", "uniform")
+    if profile not in PROFILES:
+        raise ConfigError(f"{_where(opening_id)}: profile {profile!r} is not one of {PROFILES}.")
+    return OpeningCondition(kind, float(value), profile)
+
+
+def _density(kind: str, opening_id: int, spec: dict, rho0: float) -> OpeningCondition:
+    value = spec.get("value", rho0)
+    value = rho0 if value is None else value
+    if not is_number(value) or not 0.0 < value < math.inf:
+        raise ConfigError(f"{_where(opening_id)} is a pressure opening: its value must be a "
+                          f"positive density (lattice units), got {value!r}.")
+    return OpeningCondition(kind, float(value))
+
+
+def _no_value(kind: str, opening_id: int, spec: dict, rho0: float) -> OpeningCondition:
+    return OpeningCondition(kind)
+
+
+register(OpeningKind("velocity", _velocity, doc="velocity inlet (mean speed, profile)"))
+register(OpeningKind("pressure", _density, doc="pressure outlet (density)"))
+register(OpeningKind("outflow", _no_value, doc="zero-gradient outflow"))
+register(OpeningKind("closed", _no_value, flux=False, doc="wall (bounce-back)"))
+
+#: The opening kinds, in registration order (the config's option set).
+OPENING_TYPES = tuple(OPENING_KIND_REGISTRY)
+
+
+def _spec(opening_id: Any, spec: Any) -> dict:
+    if isinstance(spec, OpeningCondition):
+        return {"kind": spec.kind, "value": spec.value, "profile": spec.profile}
+    if isinstance(spec, str):
+        return {"kind": spec}
+    if isinstance(spec, dict) and "kind" in spec:
+        return spec
+    raise ConfigError(f"{_where(opening_id)} must be a kind name or a mapping with 'kind' "
+                      f"(one of {OPENING_TYPES}) and 'value', got {spec!r}.")
+
+
+def opening_conditions(openings: dict, initial_density: float) -> dict[int, OpeningCondition]:
+    """Validated ``{opening id: OpeningCondition}`` from a config's ``openings`` mapping."""
+    out = {}
+    for key, spec in openings.items():
+        if isinstance(key, bool) or not isinstance(key, int) or key < 1:
+            raise ConfigError(f"openings keys are opening ids (integers >= 1), got {key!r}.")
+        spec = _spec(key, spec)
+        kind = opening_kind(spec["kind"]) if spec["kind"] in OPENING_KIND_REGISTRY else None
+        if kind is None:
+            raise ConfigError(f"{_where(key)}: unknown kind {spec['kind']!r}; use one of "
+                              f"{OPENING_TYPES}.")
+        out[key] = kind.parse(kind.name, key, spec, initial_density)
+    return out
