@@ -10,7 +10,8 @@ as ``.npz`` without pickles.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -103,6 +104,27 @@ class VoxelGeometry:
     def porosity(self) -> float:
         """Fluid fraction of the whole box (dimensionless)."""
         return self.n_fluid / self.solid.size
+
+    def in_frame(
+        self, voxel_size: float | None = None, origin: Sequence[float] | None = None
+    ) -> VoxelGeometry:
+        """The same voxels placed with another ``voxel_size`` and/or ``origin`` (metres).
+
+        Openings keep their nodes; their centres, areas and diameters follow the new frame (a
+        voxel size the geometry lacked counts as 1 m per voxel before).
+        """
+        new_size = self.voxel_size if voxel_size is None else voxel_size
+        new_origin = self.origin if origin is None else origin
+        old_h = 1.0 if self.voxel_size is None else self.voxel_size
+        new_h = 1.0 if new_size is None else float(new_size)
+        scale = new_h / old_h
+        old0, new0 = np.asarray(self.origin, float), np.asarray(new_origin, float)
+        openings = tuple(
+            replace(o, centre=tuple(new0 + (np.asarray(o.centre) - old0) * scale),
+                    area=o.area * scale ** (self.ndim - 1), diameter=o.diameter * scale)
+            for o in self.openings
+        )
+        return replace(self, voxel_size=new_size, origin=new_origin, openings=openings)
 
     def summary(self) -> str:
         """Return one short paragraph: shape, voxel size, porosity, fluid voxels, mask memory."""

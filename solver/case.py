@@ -337,11 +337,7 @@ def load_geometry(spec: GeometrySpec):
         else:
             geometry = geometries.load(spec.target, **spec.options)
     if spec.voxel_size is not None or spec.origin is not None:
-        geometry = geometries.VoxelGeometry(
-            geometry.solid,
-            voxel_size=spec.voxel_size if spec.voxel_size is not None else geometry.voxel_size,
-            origin=spec.origin if spec.origin is not None else geometry.origin,
-            flow_axis=geometry.flow_axis, labels=geometry.labels, name=geometry.name)
+        geometry = geometry.in_frame(spec.voxel_size, spec.origin)
     return geometry
 
 

@@ -133,6 +133,20 @@ def test_load_geometry_from_npy_file_with_overrides(tmp_path):
     assert geometry.voxel_size == 3e-6 and tuple(geometry.origin) == (1.0, 2.0)
 
 
+def test_voxel_size_override_keeps_the_openings_in_the_new_frame():
+    """A case's voxel_size/origin override used to rebuild the geometry without its openings."""
+    plain = load_geometry(GeometrySpec("sample", "vessel_bifurcation.stl"))
+    spec = GeometrySpec("sample", "vessel_bifurcation.stl", voxel_size=2 * plain.voxel_size,
+                        origin=(0.01, 0.0, 0.0))
+    moved = load_geometry(spec)
+    assert len(moved.openings) == len(plain.openings) == 3
+    for a, b in zip(plain.openings, moved.openings, strict=True):
+        np.testing.assert_array_equal(a.nodes, b.nodes)
+        expected = np.asarray(moved.origin) + 2 * (np.asarray(a.centre) - plain.origin)
+        np.testing.assert_allclose(b.centre, expected, rtol=1e-12)
+        assert b.area == pytest.approx(4 * a.area) and b.diameter == pytest.approx(2 * a.diameter)
+
+
 def test_generator_errors_list_the_choices():
     pytest.importorskip("geometries.generators")
     with pytest.raises(CaseError, match="choose one of .*'random_sphere_pack'"):
