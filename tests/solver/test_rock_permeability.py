@@ -67,9 +67,11 @@ def test_acceleration_cuts_steps_and_keeps_k():
         assert runs[fast].converged
     assert runs[True].tau == 0.7 and runs[False].tau == 1.0
     assert runs[True].coarse_steps > 0 and runs[False].coarse_steps == 0
-    # measured: 1250 steps from rest at tau 1; 600 (+ 750 coarse) accelerated, k +0.16 %
-    assert runs[True].work_steps < 0.65 * runs[False].work_steps
-    assert runs[True].steps < 0.55 * runs[False].steps
+    # measured (KConvergence, 1000-step window): 1950 steps from rest at tau 1; 1300 (+ 1150
+    # coarse) accelerated = 1452 fine-step equivalents, k +0.17 %. Every run needs at least
+    # one window, which caps the gain on so small a sample.
+    assert runs[True].work_steps < 0.8 * runs[False].work_steps
+    assert runs[True].steps < 0.7 * runs[False].steps
     assert runs[True].k_lattice == pytest.approx(runs[False].k_lattice, rel=0.005)
     # The preview's step estimate (twice the pressure-diffusion time) matches the run from rest.
     assert estimated_steps(pack, 0, (1.0 - 0.5) / 3, 48) == pytest.approx(runs[False].steps,
@@ -124,3 +126,50 @@ def test_start_from_a_steady_field_stays_steady():
         2 * setup.config.body_force[0])
     fine = prolongate({"rho": np.ones((8, 3, 3)), "u": np.ones((3, 8, 3, 3))}, (16, 6, 6))
     assert fine["rho"].shape == (16, 6, 6) and np.all(fine["u"] == 2.0)
+
+
+@pytest.mark.parametrize("offset", ["origin", "best"])
+def test_device_start_equals_the_host_prolongation(offset):
+    """start_on_device (backend arrays only) builds the populations the host map builds."""
+    from solver.rock.initial import coarse_setup, prolongate, start_from, start_on_device
+    from solver.simulation import Simulation
+
+    pack = random_sphere_pack((16, 16, 16), 0.35, diameter=8, seed=3)
+    config = SimulationConfig(precision="float64", tau=1.0, tile_offset=offset)
+    setup = setup_protocol(pack, config, 0, "mirrored", PermeabilitySettings())
+    coarse = coarse_setup(setup)
+    coarse_sim = Simulation(coarse.geometry, coarse.config)
+    coarse_sim.step(60)
+    on_host, on_device = (Simulation(setup.geometry, setup.config) for _ in range(2))
+    start_from(on_host, prolongate(coarse_sim.fields(), setup.geometry.shape), chunk=5)
+    start_on_device(on_device, coarse_sim, chunk=5)
+    host, device = on_host.populations(), on_device.populations()
+    assert np.abs(host - device).max() < 1e-14
+    # The start carries the coarse flow: fine momentum about the coarse one scaled by 2.
+    assert on_device.health()["mean_velocity"][0] > 0
+
+
+def test_runs_stop_where_the_monitor_says_converged():
+    """One definition of converged: the run stops at the first check at which the monitor's
+    KConvergence (0.1 % over 1000 steps, k > 0) says so, and not before."""
+    from solver.monitor import KConvergence
+    from solver.rock import measure_axis
+
+    duct = VoxelGeometry(np.zeros((12, 6, 6), bool))
+    settings = PermeabilitySettings(accelerate=False, check_interval=100, tolerance=1e-6)
+    setup = setup_protocol(duct, _config(), 0, "mirrored", settings)
+    checks = []
+    result = measure_axis(setup, settings, on_check=lambda s, k, c: checks.append((s, k, c)))
+    assert result.converged and result.steps == checks[-1][0]
+    test = KConvergence(1e-6, 1000)
+    verdicts = [test.update(step, k)[1] and k > 0 for step, k, _ in checks]
+    assert verdicts[-1] and not any(verdicts[:-1])
+    assert result.change_per_1000 == pytest.approx(checks[-1][2]) and checks[-1][2] < 1e-6
+    # A looser tolerance stops earlier, but never before a whole 1000-step window.
+    settings.tolerance = 1e-3
+    loose = measure_axis(setup, settings)
+    assert 1000 <= loose.steps < result.steps and loose.converged
+    # A step limit stops a run unconverged.
+    settings.max_steps = 600
+    capped = measure_axis(setup, settings)
+    assert capped.steps == 600 and not capped.converged
