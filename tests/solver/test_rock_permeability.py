@@ -128,9 +128,24 @@ def test_start_from_a_steady_field_stays_steady():
     assert fine["rho"].shape == (16, 6, 6) and np.all(fine["u"] == 2.0)
 
 
+class _DeviceOnly:
+    """A backend wrapper that refuses every read-back to the host (counts attempts)."""
+
+    def __init__(self, backend):
+        self._backend, self.reads = backend, 0
+
+    def __getattr__(self, name):
+        if name in ("to_host", "populations"):
+            self.reads += 1
+            raise AssertionError(f"{name} called: the start must stay on the device")
+        return getattr(self._backend, name)
+
+
 @pytest.mark.parametrize("offset", ["origin", "best"])
-def test_device_start_equals_the_host_prolongation(offset):
-    """start_on_device (backend arrays only) builds the populations the host map builds."""
+def test_device_start_equals_the_host_prolongation(offset, backend_name):
+    """start_on_device (backend arrays only, no read-back) builds the populations the host map
+    builds; on a GPU machine also with CuPy."""
+    from solver.backends import get_backend
     from solver.rock.initial import coarse_setup, prolongate, start_from, start_on_device
     from solver.simulation import Simulation
 
@@ -138,11 +153,17 @@ def test_device_start_equals_the_host_prolongation(offset):
     config = SimulationConfig(precision="float64", tau=1.0, tile_offset=offset)
     setup = setup_protocol(pack, config, 0, "mirrored", PermeabilitySettings())
     coarse = coarse_setup(setup)
-    coarse_sim = Simulation(coarse.geometry, coarse.config)
+    backend = get_backend(backend_name)
+    coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
     coarse_sim.step(60)
-    on_host, on_device = (Simulation(setup.geometry, setup.config) for _ in range(2))
+    on_host = Simulation(setup.geometry, setup.config, backend)
     start_from(on_host, prolongate(coarse_sim.fields(), setup.geometry.shape), chunk=5)
+    device_only = _DeviceOnly(backend)
+    on_device = Simulation(setup.geometry, setup.config, device_only)
+    coarse_sim.backend = device_only
     start_on_device(on_device, coarse_sim, chunk=5)
+    assert device_only.reads == 0
+    coarse_sim.backend = on_device.backend = backend
     host, device = on_host.populations(), on_device.populations()
     assert np.abs(host - device).max() < 1e-14
     # The start carries the coarse flow: fine momentum about the coarse one scaled by 2.
