@@ -27,7 +27,7 @@ The speed-up (``accelerate``): in a porous sample the slowest transient is not m
 diffusion (its time k / (eps nu) is a few steps) but the pressure (density) field spreading
 through the sample, a diffusion with coefficient ``D = c_s² k / (eps nu)`` (Darcy flow of a
 weakly compressible fluid): its time ``L² eps nu / (pi² c_s² k)`` grows with nu. A smaller tau
-(``settings.fast_tau``, 0.7, mirrored runs) cuts it. With TRT and Lambda = 3/16 the steady
+(``settings.fast_tau``, 0.6, mirrored runs) cuts it. With TRT and Lambda = 3/16 the steady
 state of linear Stokes flow depends on Lambda only, not on tau (Ginzburg & d'Humieres, Phys.
 Rev. E 68, 066614 (2003); Talon et al., Water Resour. Res. 48, W04526 (2012)); here k still
 moves slightly with tau, the more the thinner the throats. Measured (NumPy, float64, mirrored,
@@ -35,8 +35,11 @@ sealed sides, converged to 0.001 % per 1000 steps, k against tau = 1): a 32³ pa
 grains at porosity 0.24 (k = 0.052 voxel²): tau 0.7 +0.05 %, tau 0.6 +0.07 %; a 24³ pack of
 8-voxel grains at porosity 0.22 (k = 0.003 voxel², throats of 1-2 voxels): tau 0.7 +1.7 %,
 0.6 +2.3 %, 0.55 +2.6 %, 0.52 +2.75 % (+0.7 % at tau 0.7 with periodic sides); a 10x smaller
-force changed k by 1e-5, so it is not the drive. Below about 0.05 voxel² the image is too
-coarse for k to 0.5 % at any tau. The drive is scaled with nu so the
+force changed k by 1e-5, so it is not the drive. Time to answer on a 40³ image of 10-voxel
+grains at porosity 0.2 (k = 0.012 voxel², 0.1 % criterion, benchmarks/results): tau 0.7 with
+the coarse start 2.35x less work, k +0.17 %; tau 0.6 3.2x, k +0.33 %: so 0.6 is the default;
+an image whose k is a few thousandths of a voxel² is too coarse for k to 0.5 % at any tau < 1
+(set ``accelerate: false`` or image it finer). The drive is scaled with nu so the
 pore Reynolds number stays the same; and the run starts from the flow of the sample coarsened
 by 2 (:mod:`solver.rock.initial`). Measured here (NumPy, float64, mirrored, sphere packs;
 tests/solver/test_rock_permeability.py): tau 0.7 alone, 1.5-1.9x fewer steps, k within

@@ -65,7 +65,7 @@ def test_acceleration_cuts_steps_and_keeps_k():
         settings = PermeabilitySettings(accelerate=fast, check_interval=50)
         runs[fast] = run_study(pack, _config(), settings).results[0]
         assert runs[fast].converged
-    assert runs[True].tau == 0.7 and runs[False].tau == 1.0
+    assert runs[True].tau == 0.6 and runs[False].tau == 1.0
     assert runs[True].coarse_steps > 0 and runs[False].coarse_steps == 0
     # measured (KConvergence, 1000-step window): 1950 steps from rest at tau 1; 1300 (+ 1150
     # coarse) accelerated = 1452 fine-step equivalents, k +0.17 %. Every run needs at least
@@ -111,7 +111,8 @@ def test_start_from_a_steady_field_stays_steady():
     from solver.simulation import Simulation
 
     duct = VoxelGeometry(np.zeros((8, 8, 8), bool))
-    setup = setup_protocol(duct, _config(), 0, "mirrored", PermeabilitySettings())
+    setup = setup_protocol(duct, _config(), 0, "mirrored",
+                           PermeabilitySettings(accelerate=False))  # tau 1: steady by 1500
     sim = Simulation(setup.geometry, setup.config)
     sim.step(1500)
     steady, k = sim.fields(), sim.permeability(0).lattice
