@@ -67,11 +67,11 @@ def test_acceleration_cuts_steps_and_keeps_k():
         assert runs[fast].converged
     assert runs[True].tau == 0.6 and runs[False].tau == 1.0
     assert runs[True].coarse_steps > 0 and runs[False].coarse_steps == 0
-    # measured (KConvergence, 1000-step window): 1950 steps from rest at tau 1; 1300 (+ 1150
-    # coarse) accelerated = 1452 fine-step equivalents, k +0.17 %. Every run needs at least
-    # one window, which caps the gain on so small a sample.
-    assert runs[True].work_steps < 0.8 * runs[False].work_steps
-    assert runs[True].steps < 0.7 * runs[False].steps
+    # measured (KConvergence, 1000-step window): 1950 steps from rest at tau 1; 1100 (+ 1200
+    # coarse) at tau 0.6 = 1259 fine-step equivalents, k +0.23 %. Every run needs at least
+    # one window, which caps the gain on so small a sample (3.2x at 40³, benchmarks/results).
+    assert runs[True].work_steps < 0.75 * runs[False].work_steps
+    assert runs[True].steps < 0.65 * runs[False].steps
     assert runs[True].k_lattice == pytest.approx(runs[False].k_lattice, rel=0.005)
     # The preview's step estimate (twice the pressure-diffusion time) matches the run from rest.
     assert estimated_steps(pack, 0, (1.0 - 0.5) / 3, 48) == pytest.approx(runs[False].steps,
