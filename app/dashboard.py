@@ -165,6 +165,7 @@ class Dashboard(pn.viewable.Viewer):
             return
         self._closed = True
         self.controller.close()  # first: nothing below may keep the memory alive
+        self.rock.close()  # cancels a k-tensor measurement and its refresh
         for callback in self._callbacks:
             try:
                 callback.stop()

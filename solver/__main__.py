@@ -70,22 +70,20 @@ def _run(args: argparse.Namespace) -> int:
     from .io import CheckpointError, remove_orphaned_temporaries
     from .run import EXIT_INVALID, HeadlessRun
 
-    if launched_size() > 1 and not hasattr(args.backend, "allocate"):  # under mpirun
-        from .distributed.cli import run_under_mpi
-
-        return run_under_mpi(args, _run)
-
+    under_mpi = launched_size() > 1 and not hasattr(args.backend, "allocate")
     try:
         case = load_case(args.case)
-        from .rock.cli import run_permeability, settings_for
+        from .rock.cli import run_permeability, run_permeability_mpi, settings_for
 
         study = settings_for(case, args.protocol, args.axes, args.max_steps)
         if study is not None:  # a permeability study: protocol runs along the chosen axes
-            if launched_size() > 1:
-                print("error: permeability studies run on one device, one run after the "
-                      "other; start them without mpirun.", file=sys.stderr)
-                return EXIT_INVALID
+            if under_mpi:  # one run per rank, or all on rank 0 (solver.rock.cli)
+                return run_permeability_mpi(case, study, args.output, args.backend)
             return run_permeability(case, study, args.output, args.backend)
+        if under_mpi:
+            from .distributed.cli import run_under_mpi
+
+            return run_under_mpi(args, _run)
         if args.max_steps is not None:
             case.run.max_steps = args.max_steps
         output = check_output_folder(args.output or case.run.output or Path("runs") / case.name)

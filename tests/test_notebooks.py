@@ -131,4 +131,5 @@ def test_rock_permeability(kernel_specs):
     assert set(tensor) == {"x", "y", "z"} and tensor["x"] == pytest.approx(mirrored)
     # A random pack is nearly isotropic.
     assert 1.0 <= summary["anisotropy"] < 1.5
-    assert summary["preview"]["downsample x2"] < summary["preview"]["full"] / 10
+    # 8x fewer nodes; fewer steps too, but every run needs the 1000-step convergence window
+    assert summary["preview"]["downsample x2"] < summary["preview"]["full"] / 5

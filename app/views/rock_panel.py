@@ -5,9 +5,12 @@ lattice's own connectivity (:mod:`geometries.pores`: percolating, dead-end and i
 volume as fractions and m³) and shows the inverted-label hints; "Price choices" lists the full
 image, downsampled by 2 and 4 and a centred crop with the memory, tile utilisation eta_t, steps
 and estimated time of the mirrored permeability protocol (:func:`solver.rock.preview_choices`)
-at the throughput the run has measured (or 2 MFLUPS before it has). The protocol runs
-themselves (mirrored / pressure / both, one axis or all) are ``python -m solver run CASE
---protocol both --axes all``. Nothing here touches the running simulation.
+at the throughput the run has measured (or 2 MFLUPS before it has). "Measure k (x, y, z)"
+runs the mirrored protocol along x, y and z one after another in a background thread on
+simulations of its own (:class:`solver.rock.job.TensorJob`), shows each axis's progress and,
+once converged, k in mD and the anisotropy ratio; "Stop measuring" cancels it. Nothing here
+touches the running simulation. The pressure protocol and the CLI's choices are ``python -m
+solver run CASE --protocol both --axes all``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import panel as pn
 from geometries.pores import pore_reports
 from solver.lattice import get_lattice
 from solver.rock import preview_choices
+from solver.rock.job import TensorJob, TensorProgress
 
 from ..controller import Controller
 
@@ -26,6 +30,8 @@ __all__ = ["RockPanel"]
 
 #: Throughput assumed before the run has measured one, million fluid-node updates per second.
 DEFAULT_MFLUPS = 2.0
+#: How often the tensor's progress is redrawn while it is measured, milliseconds.
+PROGRESS_PERIOD_MS = 500
 
 
 class RockPanel(pn.viewable.Viewer):
@@ -40,6 +46,59 @@ class RockPanel(pn.viewable.Viewer):
         self.price_button.on_click(lambda _: self.price())
         self.pores = pn.pane.HTML("", sizing_mode="stretch_width")
         self.choices = pn.pane.HTML("", sizing_mode="stretch_width")
+        self.measure_button = pn.widgets.Button(name="Measure k (x, y, z)",
+                                                button_type="success")
+        self.stop_button = pn.widgets.Button(name="Stop measuring", disabled=True)
+        self.measure_button.on_click(lambda _: self.measure())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.tensor = pn.pane.HTML("", sizing_mode="stretch_width")
+        self.job: TensorJob | None = None
+        self._callback = None
+
+    def measure(self) -> None:
+        """Start measuring k along x, y and z (the running simulation carries on)."""
+        if self.job is not None and self.job.running:
+            return
+        try:
+            self.job = TensorJob(self.controller.geometry, self.controller.applied_config)
+            self.job.start()
+        except Exception as exc:  # said in the panel, never raised into the server
+            self.tensor.object = f"<p>Cannot measure k: {html.escape(str(exc))}</p>"
+            return
+        self.measure_button.disabled, self.stop_button.disabled = True, False
+        self.refresh()
+        if pn.state.curdoc is not None and self._callback is None:
+            self._callback = pn.state.add_periodic_callback(self.refresh, PROGRESS_PERIOD_MS)
+
+    def stop(self) -> None:
+        """Cancel the measurement at its next k check."""
+        if self.job is not None:
+            self.job.cancel()
+
+    def refresh(self) -> None:
+        """Redraw the tensor table; stop refreshing once the job has ended."""
+        if self.job is None:
+            return
+        progress = self.job.progress()
+        self.tensor.object = _tensor_html(progress)
+        if not progress.running:
+            self.measure_button.disabled, self.stop_button.disabled = False, True
+            self._stop_callback()
+
+    def _stop_callback(self) -> None:
+        if self._callback is not None:
+            try:
+                self._callback.stop()
+            except Exception:  # a destroyed session may have dropped it already
+                pass
+            self._callback = None
+
+    def close(self) -> None:
+        """Cancel a measurement and stop its refresh (session end)."""
+        self.stop()
+        if self.job is not None:
+            self.job.join(30)
+        self._stop_callback()
 
     def check(self) -> None:
         """Fill the pore table (fractions of the pore volume and m³, per flow axis)."""
@@ -91,9 +150,11 @@ class RockPanel(pn.viewable.Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(
             pn.pane.Markdown("Pore connectivity follows the lattice (D3Q19: faces and edges). "
-                             "Measure k with `python -m solver run CASE --protocol both "
-                             "--axes all`."),
+                             "*Measure k* runs the mirrored protocol along x, y and z beside "
+                             "the running simulation; both protocols: `python -m solver run "
+                             "CASE --protocol both --axes all`."),
             pn.Row(self.check_button, self.price_button), self.pores, self.choices,
+            pn.Row(self.measure_button, self.stop_button), self.tensor,
             sizing_mode="stretch_width")
 
 
@@ -103,6 +164,25 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
                    for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _tensor_html(progress: TensorProgress) -> str:
+    """The tensor table: per axis state, steps, k (mD; 'so far' until converged), change."""
+    rows = []
+    for a in progress.axes:
+        k = "" if a.k_mD is None else f"{a.k_mD:.4g}"
+        if k and a.state != "converged":
+            k += " (so far, not the answer)"
+        change = "" if a.change is None else f"{100 * a.change:.3g} %"
+        state = a.state + (f": {a.message}" if a.message else "")
+        rows.append([a.axis, state, f"{a.step}", k, change])
+    text = _table(["axis", "state", "steps", "k (mD)", "change per 1000 steps"], rows)
+    if progress.anisotropy is not None:
+        text += (f"<p class='anisotropy'>Anisotropy k_max/k_min = {progress.anisotropy:.3f} "
+                 f"(converged axes: {', '.join(progress.k_mD)})</p>")
+    text += ("<p>Measuring… (converged: k changes &lt; 0.1 % per 1000 steps)</p>"
+             if progress.running else "<p>Done.</p>")
+    return text
 
 
 def _duration(seconds: float) -> str:

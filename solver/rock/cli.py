@@ -2,7 +2,8 @@
 
 Writes ``summary.json`` (k per protocol and axis in voxel², m² and mD, anisotropy, protocol
 difference, pore classes per axis, convergence) and ``k_history.csv`` (step, k per run) to the
-output folder, and prints one line per run with its units.
+output folder, and prints one line per run with its units. Under ``mpirun`` the runs are shared
+among the ranks (:func:`run_permeability_mpi`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 
 from ..io import write_json
 from ..stability import DivergenceError
-from .measure import run_study
+from .measure import PermeabilityStudy, run_study, study_runs
 from .settings import PermeabilitySettings
 
-__all__ = ["run_permeability", "settings_for"]
+__all__ = ["run_permeability", "run_permeability_mpi", "settings_for", "write_study"]
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ def run_permeability(case: Any, settings: PermeabilitySettings, out: str | Path 
     """Run the study of ``case``; write the outputs; return the exit code (4: not converged)."""
     from ..case import load_geometry
 
-    out = Path(out or case.run.output or Path("runs") / case.name)
     try:
         geometry = load_geometry(case.geometry)
         study = run_study(geometry, case.config, settings, backend or case.config.backend)
@@ -61,9 +61,58 @@ def run_permeability(case: Any, settings: PermeabilitySettings, out: str | Path 
     except DivergenceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_DIVERGED
+    return write_study(case, settings, study, out)
+
+
+def run_permeability_mpi(case: Any, settings: PermeabilitySettings, out: str | Path | None,
+                         backend: Any = None) -> int:
+    """The study under ``mpirun``: one run per rank when there are as many ranks as runs (3
+    for ``--axes all``), else every run on rank 0 one after the other; rank 0 gathers the
+    results and writes the outputs. Every rank returns the same exit code."""
+    from ..case import load_geometry
+    from ..distributed.comm import bind_local_gpu, world
+
+    comm = world()
+    bind_local_gpu(comm)  # each rank on its own GPU (before CUDA starts in this process)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    share, runs, reply = [], [], None
+    try:
+        geometry = load_geometry(case.geometry)
+        runs = study_runs(geometry, settings)
+        share = [runs[rank]] if size == len(runs) else (runs if rank == 0 else [])
+        if share:
+            reply = run_study(geometry, case.config, settings, backend or case.config.backend,
+                              runs=share).results
+    except ValueError as exc:
+        reply = (EXIT_INVALID, f"rank {rank}: {exc}")
+    except DivergenceError as exc:
+        reply = (EXIT_DIVERGED, f"rank {rank}: {exc}")
+    replies = comm.gather(reply, root=0)  # every rank answers, failed or not: no deadlock
+    code = EXIT_OK
+    if rank == 0:
+        failed = [r for r in replies if isinstance(r, tuple)]
+        for _, message in failed:
+            print(f"error: {message}", file=sys.stderr)
+        if failed:
+            code = failed[0][0]
+        else:
+            log.info("permeability under MPI: %d runs on %d ranks (%s)", len(runs), size,
+                     "one per rank" if size == len(runs) else "all on rank 0")
+            results = [r for part in replies if part for r in part]
+            split = {"ranks": size, "runs_per_rank": [len(part or []) for part in replies]}
+            code = write_study(case, settings, PermeabilityStudy(results, geometry.voxel_size),
+                               out, {"mpi": split})
+    return comm.bcast(code, root=0)
+
+
+def write_study(case: Any, settings: PermeabilitySettings, study: PermeabilityStudy,
+                out: str | Path | None, extra: dict | None = None) -> int:
+    """Write ``summary.json`` and ``k_history.csv``, print the result lines; the exit code."""
+    out = Path(out or case.run.output or Path("runs") / case.name)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"case": case.name, "settings": {k: v for k, v in settings.param.values().items()
-                                               if k != "name"}, **study.as_dict()}
+                                               if k != "name"}, **study.as_dict(),
+               **(extra or {})}
     write_json(out / "summary.json", summary)
     with open(out / "k_history.csv", "w", newline="") as fh:
         writer = csv.writer(fh)

@@ -1,9 +1,12 @@
 """Run permeability protocols to a converged k, along one axis or all three (the k tensor).
 
 Convergence: k is measured every ``check_interval`` steps by Darcy's law
-(:func:`solver.observables.permeability`) and the run is converged when k is positive and its
-relative change, scaled to 1000 steps, stays below ``tolerance`` at two successive checks.
-Axes and protocols run one after the other on one backend (one device); no MPI split.
+(:func:`solver.observables.permeability`) and judged by the run monitor's steady-state test
+(:class:`solver.monitor.KConvergence`, the one definition of "converged" of the dashboard, the
+CLI and these runs): converged when k is positive and changed by less than ``tolerance``
+(relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps.
+Axes and protocols run one after the other on one backend (one device); under MPI each rank
+runs its share (:func:`study_runs`, :mod:`solver.rock.cli`).
 Units: k in lattice units (voxels²), m² and mD (with a voxel size), steps are time steps.
 """
 
@@ -23,13 +26,14 @@ from geometries import VoxelGeometry
 from .. import observables
 from ..backends import get_backend
 from ..config import SimulationConfig
-from ..monitor import check_health
+from ..monitor import K_WINDOW, KConvergence, check_health
 from ..simulation import Simulation
-from .initial import coarse_setup, prolongate, start_from
+from .initial import FACTOR, coarse_setup, start_on_device
 from .protocol import ProtocolSetup, setup_protocol
 from .settings import AXIS_NAMES, PermeabilitySettings
 
-__all__ = ["AxisResult", "PermeabilityStudy", "measure_axis", "run_study", "k_change"]
+__all__ = ["AxisResult", "PermeabilityStudy", "measure_axis", "run_study",
+           "study_runs"]
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +60,7 @@ class AxisResult:
     history: list[tuple[int, float]] = field(default_factory=list)  # (step, k lattice units)
     coarse_steps: int = 0  # steps of the coarse start run
     work_steps: float = 0.0  # fine steps + coarse steps x (coarse / fine fluid nodes)
-
-
-def k_change(previous: float, now: float, interval: int) -> float:
-    """Relative change of k per 1000 steps between two checks ``interval`` steps apart."""
-    if now == 0.0 or not math.isfinite(now):
-        return math.inf
-    return abs(now - previous) / abs(now) * 1000.0 / interval
+    start_seconds: float = 0.0  # wall time of the coarse start (its run and prolongation)
 
 
 def _k(sim: Simulation, setup: ProtocolSetup, voxel_size: float | None, health: dict):
@@ -92,71 +90,75 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                  on_check: Callable[[int, float, float], None] | None = None) -> AxisResult:
     """Run one protocol set-up until k converges or ``settings.max_steps``; return its k.
 
-    With ``settings.accelerate`` and ``coarse_start`` the run starts from the prolongated flow
-    of the same protocol on the sample coarsened by 2 (:mod:`solver.rock.initial`); its steps
-    are reported as ``coarse_steps``, the total as ``work_steps`` in fine-step equivalents.
+    With ``settings.accelerate`` and ``coarse_start`` the run starts from the flow of the same
+    protocol on the sample coarsened by 2, prolongated on the device
+    (:func:`~solver.rock.initial.start_on_device`); its steps are reported as
+    ``coarse_steps``, the total as ``work_steps`` in fine-step equivalents.
     """
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend or setup.config.backend)
     tic = time.perf_counter()
     coarse = coarse_setup(setup) if settings.accelerate and settings.coarse_start else None
-    start, coarse_steps = None, 0
-    if coarse is not None:
-        # The start only has to be close: the coarse run stops at 10x the tolerance.
-        loose = settings.param.values()
-        loose.pop("name", None)
-        loose["tolerance"] = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
-        result, fields = _run(coarse, PermeabilitySettings(**loose), backend, voxel_size,
-                              None, None, True)
-        start, coarse_steps = prolongate(fields, setup.geometry.shape), result.steps
-        log.info("%s: coarse start after %d coarse steps (k = %.4g voxel² fine)", setup.name,
-                 coarse_steps, 4 * result.k_lattice)
-    result, _ = _run(setup, settings, backend, voxel_size, on_check, start, False)
-    result.coarse_steps = coarse_steps
+    coarse_sim, coarse_steps, start_seconds = None, 0, 0.0
+    try:
+        if coarse is not None:
+            # The start only has to be close: the coarse run stops at 10x the tolerance.
+            loose = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
+            coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
+            result = _run(coarse_sim, coarse, settings, loose, voxel_size, None)
+            coarse_steps = result.steps
+            log.info("%s: coarse start after %d coarse steps (k = %.4g voxel² fine)",
+                     setup.name, coarse_steps, FACTOR**2 * result.k_lattice)
+        sim = Simulation(setup.geometry, setup.config, backend)
+        try:
+            if coarse_sim is not None:
+                start_on_device(sim, coarse_sim)
+                coarse_sim.close()
+                coarse_sim = None
+                start_seconds = time.perf_counter() - tic
+            result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check)
+        finally:
+            sim.close()
+    finally:
+        if coarse_sim is not None:
+            coarse_sim.close()
+    result.coarse_steps, result.start_seconds = coarse_steps, start_seconds
     ratio = coarse.geometry.n_fluid / setup.geometry.n_fluid if coarse is not None else 0.0
     result.work_steps = result.steps + coarse_steps * ratio
     result.seconds = time.perf_counter() - tic  # the coarse start included
     return result
 
 
-def _run(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any,
-         voxel_size: float | None, on_check: Callable[[int, float, float], None] | None,
-         start: dict | None, keep_fields: bool) -> tuple[AxisResult, dict | None]:
-    """Step ``setup`` to a converged k (from ``start`` fields or rest); result and fields."""
-    sim = Simulation(setup.geometry, setup.config, backend)
-    if start is not None:
-        start_from(sim, start)
-    fields = None
+def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
+         tolerance: float, voxel_size: float | None,
+         on_check: Callable[[int, float, float], None] | None) -> AxisResult:
+    """Step ``sim`` (of ``setup``) until the monitor's :class:`KConvergence` says k converged
+    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit."""
     every = settings.check_interval
     history: list[tuple[int, float]] = []
-    change, calm, converged = math.inf, 0, False
+    test = KConvergence(tolerance, K_WINDOW)
+    change, converged = math.inf, False
     tic = time.perf_counter()
-    try:
-        while sim.time_step < settings.max_steps:
-            sim.step(min(every, settings.max_steps - sim.time_step))
-            health = sim.health()
-            check_health(health, setup.config.tau, sim.problem.force)
-            k = _k(sim, setup, voxel_size, health)
-            if history:
-                change = k_change(history[-1][1], k.lattice,
-                                  sim.time_step - history[-1][0])
-                calm = calm + 1 if k.lattice > 0 and change < settings.tolerance else 0
-            history.append((sim.time_step, k.lattice))
-            if on_check is not None:
-                on_check(sim.time_step, k.lattice, change)
-            if calm >= 2:
-                converged = True
-                break
-            if settings.max_seconds and time.perf_counter() - tic > settings.max_seconds:
-                log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
-                            settings.max_seconds)
-                break
-        if keep_fields:
-            fields = sim.fields()
-    finally:
-        sim.close()
+    while sim.time_step < settings.max_steps:
+        sim.step(min(every, settings.max_steps - sim.time_step))
+        health = sim.health()
+        check_health(health, setup.config.tau, sim.problem.force)
+        k = _k(sim, setup, voxel_size, health)
+        measured, calm, _ = test.update(sim.time_step, k.lattice)
+        change = math.inf if measured is None else measured
+        history.append((sim.time_step, k.lattice))
+        if on_check is not None:
+            on_check(sim.time_step, k.lattice, change)
+        if calm and k.lattice > 0:
+            converged = True
+            break
+        if settings.max_seconds and time.perf_counter() - tic > settings.max_seconds:
+            log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
+                        settings.max_seconds)
+            break
     return AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2, k.millidarcy,
                       sim.time_step, converged, change, time.perf_counter() - tic,
-                      setup.config.tau, setup.gradient, setup.report.as_dict(),
-                      history), fields
+                      setup.config.tau, setup.gradient, setup.report.as_dict(), history)
 
 
 @dataclass
@@ -225,21 +227,27 @@ class PermeabilityStudy:
         return out
 
 
+def study_runs(sample: VoxelGeometry, settings: PermeabilitySettings) -> list[tuple[int, str]]:
+    """The (axis index, protocol) runs of a study, in the order they are reported."""
+    return [(axis, protocol) for axis in settings.axis_indices(sample.ndim)
+            for protocol in settings.protocols()]
+
+
 def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: PermeabilitySettings,
               backend: Any = None,
-              on_check: Callable[[str, int, float, float], None] | None = None
-              ) -> PermeabilityStudy:
-    """Measure k for every chosen axis and protocol, one run after the other, on one backend."""
+              on_check: Callable[[str, int, float, float], None] | None = None,
+              runs: list[tuple[int, str]] | None = None) -> PermeabilityStudy:
+    """Measure k for every chosen axis and protocol (or only ``runs``, a part of
+    :func:`study_runs`, e.g. one MPI rank's share), one run after the other, on one backend."""
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or config.backend)
     results = []
-    for axis in settings.axis_indices(sample.ndim):
-        for protocol in settings.protocols():
-            setup = setup_protocol(sample, config, axis, protocol, settings)
-            log.info("%s: %s", setup.name, setup.report.summary())
-            for hint in setup.report.hints:
-                log.warning(hint)
-            cb = None if on_check is None else (
-                lambda s, k, c, name=setup.name: on_check(name, s, k, c))
-            results.append(measure_axis(setup, settings, backend, sample.voxel_size, cb))
+    for axis, protocol in study_runs(sample, settings) if runs is None else runs:
+        setup = setup_protocol(sample, config, axis, protocol, settings)
+        log.info("%s: %s", setup.name, setup.report.summary())
+        for hint in setup.report.hints:
+            log.warning(hint)
+        cb = None if on_check is None else (
+            lambda s, k, c, name=setup.name: on_check(name, s, k, c))
+        results.append(measure_axis(setup, settings, backend, sample.voxel_size, cb))
     return PermeabilityStudy(results, sample.voxel_size)

@@ -27,10 +27,19 @@ The speed-up (``accelerate``): in a porous sample the slowest transient is not m
 diffusion (its time k / (eps nu) is a few steps) but the pressure (density) field spreading
 through the sample, a diffusion with coefficient ``D = c_s² k / (eps nu)`` (Darcy flow of a
 weakly compressible fluid): its time ``L² eps nu / (pi² c_s² k)`` grows with nu. A smaller tau
-(``settings.fast_tau``, 0.7, mirrored runs) cuts it. With TRT and Lambda = 3/16 the steady
+(``settings.fast_tau``, 0.6, mirrored runs) cuts it. With TRT and Lambda = 3/16 the steady
 state of linear Stokes flow depends on Lambda only, not on tau (Ginzburg & d'Humieres, Phys.
 Rev. E 68, 066614 (2003); Talon et al., Water Resour. Res. 48, W04526 (2012)); here k still
-moves slightly with tau (see the numbers below). The drive is scaled with nu so the
+moves slightly with tau, the more the thinner the throats. Measured (NumPy, float64, mirrored,
+sealed sides, converged to 0.001 % per 1000 steps, k against tau = 1): a 32³ pack of 14-voxel
+grains at porosity 0.24 (k = 0.052 voxel²): tau 0.7 +0.05 %, tau 0.6 +0.07 %; a 24³ pack of
+8-voxel grains at porosity 0.22 (k = 0.003 voxel², throats of 1-2 voxels): tau 0.7 +1.7 %,
+0.6 +2.3 %, 0.55 +2.6 %, 0.52 +2.75 % (+0.7 % at tau 0.7 with periodic sides); a 10x smaller
+force changed k by 1e-5, so it is not the drive. Time to answer on a 40³ image of 10-voxel
+grains at porosity 0.2 (k = 0.012 voxel², 0.1 % criterion, benchmarks/results): tau 0.7 with
+the coarse start 2.35x less work, k +0.17 %; tau 0.6 3.2x, k +0.33 %: so 0.6 is the default;
+an image whose k is a few thousandths of a voxel² is too coarse for k to 0.5 % at any tau < 1
+(set ``accelerate: false`` or image it finer). The drive is scaled with nu so the
 pore Reynolds number stays the same; and the run starts from the flow of the sample coarsened
 by 2 (:mod:`solver.rock.initial`). Measured here (NumPy, float64, mirrored, sphere packs;
 tests/solver/test_rock_permeability.py): tau 0.7 alone, 1.5-1.9x fewer steps, k within
@@ -56,6 +65,7 @@ from geometries.preprocess import add_buffer, keep_connected, mirror
 
 from ..config import SimulationConfig
 from ..lattice import CS2, get_lattice
+from ..monitor import K_WINDOW
 from .settings import AXIS_NAMES, PermeabilitySettings
 
 __all__ = ["PROTOCOLS", "ProtocolSetup", "setup_protocol", "driving_gradient", "estimate_k",
@@ -117,15 +127,19 @@ def driving_gradient(sample: VoxelGeometry, axis: int, nu: float) -> float:
 
 def estimated_steps(sample: VoxelGeometry, axis: int, nu: float, length: int) -> int:
     """Steps to a converged k from rest: twice the pressure-diffusion time
-    ``L² eps nu / (pi² c_s² k)`` with k from :func:`estimate_k`.
+    ``L² eps nu / (pi² c_s² k)`` with k from :func:`estimate_k`, plus the 1000-step window of
+    the convergence test (:class:`solver.monitor.KConvergence`).
 
     ``length`` is the periodic length in voxels (twice the sample for the mirrored protocol).
     On 20³-32³ sphere packs at porosity 0.22-0.35 (NumPy, tau 1) the mirrored runs from rest
-    reached 0.1 % per 1000 steps after 1.8-2.2 diffusion times.
+    reached 0.1 % per 1000 steps after 1.8-2.2 diffusion times (a 200-step check, before the
+    window); a 24³ pack at porosity 0.3 now stops after 1950 steps, estimated 2100.
     """
     k_est, _ = estimate_k(sample, axis)
     eps = max(sample.porosity, 1e-6)
-    return int(math.ceil(2 * length**2 * eps * nu / (math.pi**2 * CS2 * k_est) / 100) * 100)
+    diffusion = 2 * length**2 * eps * nu / (math.pi**2 * CS2 * k_est)
+    # + one window: the monitor's test compares k over the last K_WINDOW steps.
+    return int(math.ceil((diffusion + K_WINDOW) / 100) * 100)
 
 
 def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, protocol: str,
@@ -141,6 +155,7 @@ def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, p
     report = check_sample(sample, axis, links)
     kept, _ = keep_connected(sample, axis, links)
     values = {k: v for k, v in config.param.values().items() if k != "name"}
+    values["openings"] = {}  # the protocol sets every face itself; a vessel's openings stay shut
     notes = []
     if settings.accelerate:
         # Pressure-driven runs settle with their sound waves, damped by viscosity: a small tau

@@ -37,7 +37,7 @@ class PermeabilitySettings(param.Parameterized):
                                  doc="With accelerate: start from the flow of the sample "
                                      "coarsened by 2 (about 1/8 of the work per step) "
                                      "instead of from rest.")
-    fast_tau = param.Number(default=0.7, bounds=(0.5, 2.0), inclusive_bounds=(False, True),
+    fast_tau = param.Number(default=0.6, bounds=(0.5, 2.0), inclusive_bounds=(False, True),
                             doc="Relaxation time of the accelerated runs (lattice units).")
     tolerance = param.Number(default=1e-3, bounds=(0, 1), inclusive_bounds=(False, True),
                              doc="Converged when k changes by less than this fraction per "

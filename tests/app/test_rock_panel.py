@@ -53,3 +53,20 @@ def test_price_lists_downsampled_and_cropped_choices(board):
 def test_rock_tab_is_in_the_dashboard(board):
     tabs = board.main.objects[1]
     assert "Rock" in tabs._names
+
+
+def test_measure_k_runs_the_tensor_beside_the_running_simulation(board):
+    board.controller.step(20)
+    runner = board.controller.runner
+    board.rock.measure_button.clicks += 1
+    assert board.rock.measure_button.disabled and not board.rock.stop_button.disabled
+    board.rock.measure_button.clicks += 1  # a second click while measuring starts nothing
+    job = board.rock.job
+    assert job.join(240)
+    board.rock.refresh()
+    text = board.rock.tensor.object
+    # x percolates (channel + staircase); y and z have no connected path: said on their rows
+    assert "converged" in text.split("<tr>")[2] and "mD" in text
+    assert text.count("No connected pore path") == 2 and "Done." in text
+    assert not board.rock.measure_button.disabled and board.rock.stop_button.disabled
+    assert board.controller.runner is runner and runner.snapshot().step >= 20  # run kept

@@ -74,3 +74,70 @@ def test_sphere_pack_example_summary_has_k_in_si(tmp_path):
     assert summary["permeability_m2"] == pytest.approx(summary["permeability"] * 1e-10)
     assert summary["permeability_mD"] == pytest.approx(
         summary["permeability_m2"] / 9.869233e-13 * 1e3)
+
+
+def _mpirun() -> str | None:
+    import shutil
+    import sys
+
+    local = Path(sys.executable).parent / "mpirun"
+    return str(local) if local.exists() else shutil.which("mpirun")
+
+
+@pytest.mark.skipif(_mpirun() is None, reason="no mpirun next to the Python or on PATH")
+@pytest.mark.parametrize("ranks,per_rank", [(3, [1, 1, 1]), (2, [3, 0])])
+def test_tensor_under_mpirun_one_axis_per_rank_or_all_on_rank_0(tmp_path, ranks, per_rank):
+    """``mpirun -n 3 ... --axes all`` runs x, y, z one per rank, other counts all on rank 0;
+    either way the tensor equals the one-process run bit for bit."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("mpi4py")
+    path = tmp_path / "slab.yaml"
+    path.write_text(CASE)
+    assert main(["run", str(path), "--axes", "all", "--output", str(tmp_path / "one")]) == 0
+    env = dict(os.environ, PYTHONPATH=str(EXAMPLES.parent), OMP_NUM_THREADS="1")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = [_mpirun(), "-n", str(ranks), sys.executable, "-m", "solver", "run", str(path),
+           "--axes", "all", "--output", str(tmp_path / "mpi")]
+    done = subprocess.run(cmd, cwd=EXAMPLES.parent, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    mpi = json.loads((tmp_path / "mpi" / "summary.json").read_text())
+    one = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert mpi["mpi"] == {"ranks": ranks, "runs_per_rank": per_rank}
+    assert mpi["tensor_mD"] == one["tensor_mD"] and mpi["converged"]
+    assert [r["axis"] for r in mpi["runs"]] == ["x", "y", "z"]
+
+
+@pytest.mark.skipif(_mpirun() is None, reason="no mpirun next to the Python or on PATH")
+def test_a_rank_that_fails_under_mpirun_is_reported_and_no_rank_hangs(tmp_path):
+    """z has no connected path: its rank fails, rank 0 says so, every rank exits 2."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from geometries import VoxelGeometry
+
+    pytest.importorskip("mpi4py")
+    solid = np.ones((8, 8, 8), bool)
+    solid[:, :, 2:6] = False  # an open slab: flow along x and y only
+    VoxelGeometry(solid, voxel_size=1e-6).save(tmp_path / "slab.npz")
+    path = tmp_path / "slab.yaml"
+    path.write_text(f"name: slab\ngeometry: {{file: {tmp_path / 'slab.npz'}}}\n"
+                    "config: {precision: float64}\n"
+                    "permeability: {axes: all, check_interval: 100, sides: periodic}\n")
+    env = dict(os.environ, PYTHONPATH=str(EXAMPLES.parent), OMP_NUM_THREADS="1")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done = subprocess.run([_mpirun(), "-n", "3", sys.executable, "-m", "solver", "run",
+                           str(path), "--output", str(tmp_path / "out")],
+                          cwd=EXAMPLES.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "rank 2: No connected pore path joins the two faces along z" in done.stderr
+    assert not (tmp_path / "out" / "summary.json").exists()

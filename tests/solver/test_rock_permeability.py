@@ -65,11 +65,13 @@ def test_acceleration_cuts_steps_and_keeps_k():
         settings = PermeabilitySettings(accelerate=fast, check_interval=50)
         runs[fast] = run_study(pack, _config(), settings).results[0]
         assert runs[fast].converged
-    assert runs[True].tau == 0.7 and runs[False].tau == 1.0
+    assert runs[True].tau == 0.6 and runs[False].tau == 1.0
     assert runs[True].coarse_steps > 0 and runs[False].coarse_steps == 0
-    # measured: 1250 steps from rest at tau 1; 600 (+ 750 coarse) accelerated, k +0.16 %
-    assert runs[True].work_steps < 0.65 * runs[False].work_steps
-    assert runs[True].steps < 0.55 * runs[False].steps
+    # measured (KConvergence, 1000-step window): 1950 steps from rest at tau 1; 1100 (+ 1200
+    # coarse) at tau 0.6 = 1259 fine-step equivalents, k +0.23 %. Every run needs at least
+    # one window, which caps the gain on so small a sample (3.2x at 40³, benchmarks/results).
+    assert runs[True].work_steps < 0.75 * runs[False].work_steps
+    assert runs[True].steps < 0.65 * runs[False].steps
     assert runs[True].k_lattice == pytest.approx(runs[False].k_lattice, rel=0.005)
     # The preview's step estimate (twice the pressure-diffusion time) matches the run from rest.
     assert estimated_steps(pack, 0, (1.0 - 0.5) / 3, 48) == pytest.approx(runs[False].steps,
@@ -109,7 +111,8 @@ def test_start_from_a_steady_field_stays_steady():
     from solver.simulation import Simulation
 
     duct = VoxelGeometry(np.zeros((8, 8, 8), bool))
-    setup = setup_protocol(duct, _config(), 0, "mirrored", PermeabilitySettings())
+    setup = setup_protocol(duct, _config(), 0, "mirrored",
+                           PermeabilitySettings(accelerate=False))  # tau 1: steady by 1500
     sim = Simulation(setup.geometry, setup.config)
     sim.step(1500)
     steady, k = sim.fields(), sim.permeability(0).lattice
@@ -124,3 +127,71 @@ def test_start_from_a_steady_field_stays_steady():
         2 * setup.config.body_force[0])
     fine = prolongate({"rho": np.ones((8, 3, 3)), "u": np.ones((3, 8, 3, 3))}, (16, 6, 6))
     assert fine["rho"].shape == (16, 6, 6) and np.all(fine["u"] == 2.0)
+
+
+class _DeviceOnly:
+    """A backend wrapper that refuses every read-back to the host (counts attempts)."""
+
+    def __init__(self, backend):
+        self._backend, self.reads = backend, 0
+
+    def __getattr__(self, name):
+        if name in ("to_host", "populations"):
+            self.reads += 1
+            raise AssertionError(f"{name} called: the start must stay on the device")
+        return getattr(self._backend, name)
+
+
+@pytest.mark.parametrize("offset", ["origin", "best"])
+def test_device_start_equals_the_host_prolongation(offset, backend_name):
+    """start_on_device (backend arrays only, no read-back) builds the populations the host map
+    builds; on a GPU machine also with CuPy."""
+    from solver.backends import get_backend
+    from solver.rock.initial import coarse_setup, prolongate, start_from, start_on_device
+    from solver.simulation import Simulation
+
+    pack = random_sphere_pack((16, 16, 16), 0.35, diameter=8, seed=3)
+    config = SimulationConfig(precision="float64", tau=1.0, tile_offset=offset)
+    setup = setup_protocol(pack, config, 0, "mirrored", PermeabilitySettings())
+    coarse = coarse_setup(setup)
+    backend = get_backend(backend_name)
+    coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
+    coarse_sim.step(60)
+    on_host = Simulation(setup.geometry, setup.config, backend)
+    start_from(on_host, prolongate(coarse_sim.fields(), setup.geometry.shape), chunk=5)
+    device_only = _DeviceOnly(backend)
+    on_device = Simulation(setup.geometry, setup.config, device_only)
+    coarse_sim.backend = device_only
+    start_on_device(on_device, coarse_sim, chunk=5)
+    assert device_only.reads == 0
+    coarse_sim.backend = on_device.backend = backend
+    host, device = on_host.populations(), on_device.populations()
+    assert np.abs(host - device).max() < 1e-14
+    # The start carries the coarse flow: fine momentum about the coarse one scaled by 2.
+    assert on_device.health()["mean_velocity"][0] > 0
+
+
+def test_runs_stop_where_the_monitor_says_converged():
+    """One definition of converged: the run stops at the first check at which the monitor's
+    KConvergence (0.1 % over 1000 steps, k > 0) says so, and not before."""
+    from solver.monitor import KConvergence
+    from solver.rock import measure_axis
+
+    duct = VoxelGeometry(np.zeros((12, 6, 6), bool))
+    settings = PermeabilitySettings(accelerate=False, check_interval=100, tolerance=1e-6)
+    setup = setup_protocol(duct, _config(), 0, "mirrored", settings)
+    checks = []
+    result = measure_axis(setup, settings, on_check=lambda s, k, c: checks.append((s, k, c)))
+    assert result.converged and result.steps == checks[-1][0]
+    test = KConvergence(1e-6, 1000)
+    verdicts = [test.update(step, k)[1] and k > 0 for step, k, _ in checks]
+    assert verdicts[-1] and not any(verdicts[:-1])
+    assert result.change_per_1000 == pytest.approx(checks[-1][2]) and checks[-1][2] < 1e-6
+    # A looser tolerance stops earlier, but never before a whole 1000-step window.
+    settings.tolerance = 1e-3
+    loose = measure_axis(setup, settings)
+    assert 1000 <= loose.steps < result.steps and loose.converged
+    # A step limit stops a run unconverged.
+    settings.max_steps = 600
+    capped = measure_axis(setup, settings)
+    assert capped.steps == 600 and not capped.converged

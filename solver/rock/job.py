@@ -1,0 +1,145 @@
+"""The k tensor measured in the background: k_x, k_y, k_z one after another, with progress.
+
+A :class:`TensorJob` runs the mirrored protocol (:mod:`solver.rock.protocol`) along each axis in
+a daemon thread, on simulations of its own: the dashboard's running simulation is never
+touched. The UI reads :meth:`TensorJob.progress` (host-side numbers only, a copy) and may
+:meth:`~TensorJob.cancel`; an axis without a connected pore path or a diverged run is reported
+on its row and the other axes still run. k in voxel² (lattice), m² and mD.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+
+from geometries import VoxelGeometry
+
+from ..config import SimulationConfig
+from ..observables import DARCY_M2
+from ..stability import DivergenceError
+from .measure import AxisResult, PermeabilityStudy, measure_axis
+from .protocol import setup_protocol
+from .settings import AXIS_NAMES, PermeabilitySettings
+
+__all__ = ["AxisProgress", "TensorJob", "TensorProgress"]
+
+log = logging.getLogger(__name__)
+
+
+class _Cancelled(Exception):
+    """Raised inside the measuring thread when the job is cancelled."""
+
+
+@dataclass(frozen=True)
+class AxisProgress:
+    """One axis of the tensor: state, steps so far, k (lattice and mD), change per 1000 steps.
+
+    ``state`` is 'waiting', 'running', 'converged', 'not converged', 'failed' or 'cancelled'.
+    """
+
+    axis: str
+    state: str = "waiting"
+    step: int = 0
+    k_lattice: float | None = None
+    k_mD: float | None = None
+    change: float | None = None  # relative change of k per 1000 steps
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TensorProgress:
+    """A copy of the job's state for the UI (host numbers only)."""
+
+    axes: tuple[AxisProgress, ...]
+    running: bool
+    anisotropy: float | None = None  # k_max / k_min over converged axes (>= 2 of them)
+    k_mD: dict[str, float | None] = field(default_factory=dict)  # converged axes only
+
+
+class TensorJob:
+    """Measure k along every axis of ``geometry`` one after another in a daemon thread."""
+
+    def __init__(self, geometry: VoxelGeometry, config: SimulationConfig,
+                 settings: PermeabilitySettings | None = None) -> None:
+        self.geometry, self.config = geometry, config
+        self.settings = settings or PermeabilitySettings(protocol="mirrored")
+        self._axes = [AxisProgress(AXIS_NAMES[a]) for a in range(geometry.ndim)]
+        self._results: list[AxisResult] = []
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start measuring (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="k-tensor", daemon=True)
+            self._thread.start()
+
+    def cancel(self) -> None:
+        """Ask the thread to stop at its next k check (the current axis is marked cancelled)."""
+        self._cancel.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread; True when it has ended."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread is still measuring."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def progress(self) -> TensorProgress:
+        """The state of every axis, the converged k (mD) and their anisotropy."""
+        with self._lock:
+            axes, results = tuple(self._axes), list(self._results)
+        done = [r for r in results if r.converged and r.k_lattice > 0]
+        study = PermeabilityStudy(done, self.geometry.voxel_size)
+        ratio = study.anisotropy("mirrored") if done else None
+        return TensorProgress(axes, self.running, ratio, {r.axis: r.k_mD for r in done})
+
+    def _update(self, index: int, **changes) -> None:
+        with self._lock:
+            self._axes[index] = dataclasses.replace(self._axes[index], **changes)
+
+    def _work(self) -> None:
+        for index in range(self.geometry.ndim):
+            if self._cancel.is_set():
+                self._update(index, state="cancelled")
+                continue
+            self._update(index, state="running")
+            try:
+                result = self._measure(index)
+            except _Cancelled:
+                self._update(index, state="cancelled")
+            except (ValueError, DivergenceError) as exc:  # no path along it, or diverged
+                self._update(index, state="failed", message=str(exc))
+            except Exception as exc:  # a bug must not leave the row 'running' for ever
+                log.exception("k along %s failed", AXIS_NAMES[index])
+                self._update(index, state="failed", message=f"{type(exc).__name__}: {exc}")
+            else:
+                with self._lock:
+                    self._results.append(result)
+                change = result.change_per_1000
+                self._update(index, state="converged" if result.converged else "not converged",
+                             step=result.steps, k_lattice=result.k_lattice, k_mD=result.k_mD,
+                             change=change if math.isfinite(change) else None)
+
+    def _measure(self, index: int) -> AxisResult:
+        setup = setup_protocol(self.geometry, self.config, index, "mirrored", self.settings)
+        size = self.geometry.voxel_size
+        to_mD = None if size is None else 1e3 * size**2 / DARCY_M2  # voxel² -> mD
+
+        def on_check(step: int, k: float, change: float) -> None:
+            if self._cancel.is_set():
+                raise _Cancelled
+            self._update(index, step=step, k_lattice=k,
+                         k_mD=None if to_mD is None else k * to_mD,
+                         change=change if math.isfinite(change) else None)
+
+        return measure_axis(setup, self.settings, self.config.backend,
+                            self.geometry.voxel_size, on_check)
