@@ -70,6 +70,9 @@ class Scene3D(pn.viewable.Viewer):
         self.controller = controller
         self.plotter = pv.Plotter(off_screen=True, window_size=(640, 480))
         self.plotter.set_background("#f4f6f8")
+        # A cut through no fluid (a pore one voxel wide elsewhere) or a solid entirely behind
+        # the cut leaves an empty mesh; pyvista refuses those unless its theme allows them.
+        self.plotter.theme.allow_empty_mesh = True
         self._surface: pv.PolyData | None = None
         self._meshes = {"solid": pv.PolyData(), "fluid": pv.UnstructuredGrid(),
                         "grains": pv.UnstructuredGrid(), "outline": pv.PolyData()}
@@ -150,8 +153,9 @@ class Scene3D(pn.viewable.Viewer):
         self._actors["solid"] = add(self._meshes["solid"], color=SOLID_RGB, smooth_shading=True,
                                     specular=0.2)
         self._actors["grains"] = add(self._meshes["grains"], color=SOLID_RGB)
+        # A range given: pyvista cannot take one from an empty cut; _update sets the real one.
         self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
-                                    show_scalar_bar=False)
+                                    clim=(0.0, 1.0), show_scalar_bar=False)
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
 
     def close(self) -> None:
