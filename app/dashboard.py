@@ -109,8 +109,8 @@ class Dashboard(pn.viewable.Viewer):
         self.slice = SlicePlot(self.controller)
         self.counters = CountersView(self.controller)
         self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
-        self.geometry_panel = GeometryPanel(self.controller, self.settings)
         self.physics = PhysicsPanel(self.controller)
+        self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
         self.rock = RockPanel(self.controller)
         self.status = pn.pane.Alert(html.escape(self.controller.status), alert_type="info",
                                     sizing_mode="stretch_width", css_classes=["run-status"])

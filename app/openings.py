@@ -27,7 +27,7 @@ from solver.values import MAX_MACH, ConfigError
 __all__ = [
     "KIND_LABELS", "VALUE_UNITS", "PROFILE_PEAK", "DEFAULT_INLET_SPEED", "OpeningGroup",
     "OpeningUnits", "opening_groups", "face_drive", "default_openings", "driven_values",
-    "length_text", "flow_rate_text",
+    "length_text", "flow_rate_text", "DRIVES", "default_drive", "drive_setup",
 ]
 
 #: Solver kind -> what the table calls it (the kinds of solver/opening_kinds.py).
@@ -42,6 +42,15 @@ FLOW_UNITS = {"mL/s": 1e-6, "µL/s": 1e-9}
 PROFILE_PEAK = {"uniform": 1.0, "poiseuille": 2.0}
 #: Default inlet mean speed, lattice units (Mach 0.017: well inside the limit at any resolution).
 DEFAULT_INLET_SPEED = 0.01
+#: What drives the flow -> None (the body force, periodic box), "openings" (the geometry's own:
+#: a vessel's), or the axis whose two box faces become inlet (min) and outlet (max).
+DRIVES: dict[str, int | str | None] = {
+    "body force (pressure gradient)": None,
+    "openings of the geometry": "openings",
+    "x faces: inlet x min, outlet x max": 0,
+    "y faces: inlet y min, outlet y max": 1,
+    "z faces: inlet z min, outlet z max": 2,
+}
 
 
 @dataclass(frozen=True)
@@ -195,3 +204,30 @@ class OpeningUnits:
         if spec["kind"] == "velocity":
             return self.to_si(float(spec["value"]), unit, group)
         return None
+
+
+def default_drive(geometry: VoxelGeometry) -> str:
+    """A vessel with openings is driven through them; anything else by the body force."""
+    return next(k for k, v in DRIVES.items() if v == ("openings" if geometry.openings else None))
+
+
+def drive_setup(geometry: VoxelGeometry, drive: str, initial_density: float
+                ) -> tuple[VoxelGeometry, tuple[OpeningGroup, ...], dict[int, dict]]:
+    """(geometry with the openings the drive uses, the table's groups, default
+    ``SimulationConfig.openings``) of one of :data:`DRIVES` (empty for the body force)."""
+    if drive not in DRIVES:
+        raise ConfigError(f"Unknown drive {drive!r}; choose one of {list(DRIVES)}.")
+    how = DRIVES[drive]
+    if how is None:
+        return geometry, (), {}
+    if how == "openings":
+        groups = opening_groups(geometry)
+        if not groups:
+            raise ConfigError("This geometry has no openings: upload the STL with 'STL openings' "
+                              "set, or pick a pair of box faces or the body force as the drive.")
+        return geometry, groups, default_openings(groups, initial_density)
+    if how >= geometry.ndim:
+        raise ConfigError(f"A {geometry.ndim}D geometry has no {'xyz'[how]} faces; pick "
+                          f"{' or '.join('xyz'[: geometry.ndim])}.")
+    geometry, groups = face_drive(geometry, how)
+    return geometry, groups, default_openings(groups, initial_density, inlet=groups[0])

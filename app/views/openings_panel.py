@@ -81,6 +81,11 @@ class OpeningsPanel(pn.viewable.Viewer):
                                    sizing_mode="stretch_width")
         self.param.watch(lambda e: self.alert.param.update(object=html.escape(e.new),
                                                            visible=bool(e.new)), "message")
+        header = pn.pane.Markdown("**Openings** · kind and value in SI (the solver's lattice "
+                                  "value on the right); the box faces are walls",
+                                  sizing_mode="stretch_width")
+        self.view = pn.Column(header, self.alert, self.layout, sizing_mode="stretch_width",
+                              visible=False)
 
     def bind(self, groups: Sequence[OpeningGroup], config: SimulationConfig | None) -> None:
         """Show ``groups`` and edit ``config.openings`` (no rows when there are none)."""
@@ -99,6 +104,7 @@ class OpeningsPanel(pn.viewable.Viewer):
                                                                     "initial_density"]))
         self.refresh()
         self.layout.objects = [self._row_view(row) for row in self.rows]
+        self.view.visible = bool(self.rows)
 
     def refresh(self, *events) -> None:
         """Re-derive every row's SI value from the config (units or config changed)."""
@@ -184,7 +190,4 @@ class OpeningsPanel(pn.viewable.Viewer):
                       css_classes=["opening-row"])
 
     def __panel__(self) -> pn.viewable.Viewable:
-        header = pn.pane.Markdown("**Openings** · kind and value in SI (lattice value right); "
-                                  "unlisted box faces are walls", sizing_mode="stretch_width")
-        return pn.Column(header, self.alert, self.layout, sizing_mode="stretch_width",
-                         visible=pn.bind(lambda *a: bool(self.rows), self.layout.param.objects))
+        return self.view

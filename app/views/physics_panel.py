@@ -46,10 +46,12 @@ class PhysicalSetup(param.Parameterized):
 class PhysicsPanel(pn.viewable.Viewer):
     """Physical setup, its lattice counterpart and the measured permeability."""
 
-    def __init__(self, controller: Controller, **params) -> None:
+    def __init__(self, controller: Controller, setup: PhysicalSetup | None = None,
+                 **params) -> None:
         super().__init__(**params)
         self.controller = controller
-        self.setup = PhysicalSetup(name="Physical setup")
+        # Shared with the openings table, which reads its SI values in the same units.
+        self.setup = setup or PhysicalSetup(name="Physical setup")
         voxel = controller.geometry.voxel_size
         if voxel:
             self.setup.voxel_size_um = voxel * 1e6
