@@ -24,6 +24,7 @@ from .controller import Controller
 from .settings import Settings, settings
 from .views.counters import CountersView
 from .views.geometry_panel import GeometryPanel
+from .views.opening_flows import OpeningFlowsView
 from .views.physics_panel import PhysicsPanel
 from .views.rock_panel import RockPanel
 from .views.run_buttons import RunButtons
@@ -112,6 +113,7 @@ class Dashboard(pn.viewable.Viewer):
         self.physics = PhysicsPanel(self.controller)
         self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
         self.rock = RockPanel(self.controller)
+        self.flows = OpeningFlowsView(self.controller, self.physics.setup)
         self.status = pn.pane.Alert(html.escape(self.controller.status), alert_type="info",
                                     sizing_mode="stretch_width", css_classes=["run-status"])
         self.server_info = pn.pane.HTML("", sizing_mode="stretch_width", height=24)
@@ -215,7 +217,7 @@ class Dashboard(pn.viewable.Viewer):
                        sizing_mode="stretch_width")
         if self.scene is not None:  # a hidden 3D view is not synchronised
             tabs.param.watch(lambda e: setattr(self.scene, "active", e.new == 0), "active")
-        return pn.Column(self.counters.cards, tabs, self.counters.plots,
+        return pn.Column(self.counters.cards, self.flows.pane, tabs, self.counters.plots,
                          sizing_mode="stretch_width")
 
     def _download(self, label: str, filename: str, make) -> pn.widgets.FileDownload:

@@ -18,7 +18,6 @@ import panel as pn
 import param
 
 from solver.memory import assess_memory, judge
-from solver.units import UnitSystem
 
 from ..controller import Controller
 from ..geometry_sources import (
@@ -237,9 +236,7 @@ class GeometryPanel(pn.viewable.Viewer):
 
     def _opening_units(self, config, group: OpeningGroup) -> OpeningUnits:
         """SI <-> lattice units of an opening of the previewed (or used) geometry."""
-        s = self.setup
-        dx = group.voxel_size or s.voxel_size_um * 1e-6
-        return OpeningUnits(UnitSystem.from_viscosity(dx, s.viscosity, s.density, config.tau),
+        return OpeningUnits(self.setup.units(config.tau, group.voxel_size),
                             config.initial_density)
 
     # ------------------------------------------------------------------ rendering

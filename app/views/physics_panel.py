@@ -42,6 +42,11 @@ class PhysicalSetup(param.Parameterized):
                                          "applied as a body force per unit volume (the SI view "
                                          "of Settings → Numerics → body force).")
 
+    def units(self, tau: float, voxel_size: float | None = None) -> UnitSystem:
+        """Lattice units at relaxation time ``tau`` (voxel edge ``voxel_size`` m if given)."""
+        dx = voxel_size or self.voxel_size_um * 1e-6
+        return UnitSystem.from_viscosity(dx, self.viscosity, self.density, tau)
+
 
 class PhysicsPanel(pn.viewable.Viewer):
     """Physical setup, its lattice counterpart and the measured permeability."""
@@ -92,8 +97,7 @@ class PhysicsPanel(pn.viewable.Viewer):
 
     def units(self, tau: float) -> UnitSystem:
         """Lattice units of the setup at relaxation time ``tau``."""
-        s = self.setup
-        return UnitSystem.from_viscosity(s.voxel_size_um * 1e-6, s.viscosity, s.density, tau)
+        return self.setup.units(tau)
 
     def lattice_force(self) -> float:
         """Pending body force along the flow axis, lattice units (the pressure gradient's)."""
