@@ -82,7 +82,7 @@ class PhysicsPanel(pn.viewable.Viewer):
         self.setup.param.watch(self._gradient_edited, "pressure_gradient")
         self._show_gradient()
         controller.param.watch(self._refresh_mapping, ["surface", "geometry"])
-        controller.config.param.watch(self._refresh_mapping, ["tau", "body_force"])
+        controller.config.param.watch(self._refresh_mapping, ["tau", "body_force", "openings"])
         inputs = [p for p in PhysicalSetup.param if p != "name"]
         self.setup.param.watch(self._refresh_mapping, inputs)
         self.setup.param.watch(self._refresh_measured, inputs)
@@ -168,7 +168,11 @@ class PhysicsPanel(pn.viewable.Viewer):
             self.apply_button.disabled = True
             return pn.pane.Alert(str(exc), alert_type="danger", sizing_mode="stretch_width")
         self.apply_button.disabled = bool(report.errors)
+        driven = [o for o in c.config.openings.values() if o.get("kind") != "closed"]
         rows = [
+            ("Drive", f"{len(driven)} openings" if driven else "body force",
+             "Geometry → openings table; walls, no body force" if driven else
+             "the pressure gradient below"),
             ("Relaxation time τ", f"{tau:g}", "set in Settings → Numerics"),
             ("Lattice viscosity ν*", f"{lattice_viscosity(tau):.4g}", "(τ − ½)/3"),
             ("Time step Δt", f"{units.dt:.3e} s", "ν* Δx² / ν"),

@@ -10,7 +10,7 @@ from bokeh.document import Document
 
 from app.dashboard import Dashboard
 from app.openings import DEFAULT_INLET_SPEED, DRIVES
-from geometries import generators
+from geometries import generators, samples
 from solver.config import SimulationConfig
 
 pytestmark = pytest.mark.timeout(300)
@@ -93,3 +93,28 @@ def test_using_a_vessel_applies_its_openings_and_later_edits_are_pending(board):
     assert c.config.openings[3] == {"kind": "outflow"} and c.settings_changed
     c.apply_settings()
     assert c.applied_config.openings[3] == {"kind": "outflow"}
+
+
+def test_an_uploaded_vessel_stl_is_searched_for_openings(board):
+    panel = board.geometry_panel
+    panel.source = "Upload"
+    panel.upload_options.param.update(stl_inside="fluid", stl_unit="mm", stl_resolution=64)
+    data = samples.sample_path("vessel_bifurcation.stl").read_bytes()
+    panel.file_input.value = {"vessel.stl": data}
+    assert panel.preview is not None, panel.alert.object
+    assert len(panel.preview.geometry.openings) == 3 and panel.drive == OPENINGS
+    assert [r.label.split(" ")[0] for r in panel.openings.rows] == ["1", "2", "3"]
+    # Told not to search: a closed lumen, driven by the body force as before.
+    panel.upload_options.stl_openings = "none (closed vessel)"
+    assert panel.preview.geometry.openings == () and panel.drive == BODY_FORCE
+    assert panel.openings.rows == []
+
+
+def test_the_physics_tab_says_which_drive_is_on(board):
+    def drive() -> str:
+        return board.physics.mapping.objects[0].objects[0].object
+
+    assert "<td>Drive</td><td class=\"value\">body force</td>" in drive()
+    preview_sample(board, "vessel_bifurcation.stl")
+    board.geometry_panel._use_clicked(None)
+    assert "<td>Drive</td><td class=\"value\">3 openings</td>" in drive()
