@@ -217,7 +217,9 @@ class Dashboard(pn.viewable.Viewer):
                        sizing_mode="stretch_width")
         if self.scene is not None:  # a hidden 3D view is not synchronised
             tabs.param.watch(lambda e: setattr(self.scene, "active", e.new == 0), "active")
-        return pn.Column(self.counters.cards, self.flows.pane, tabs, self.counters.plots,
+        # The openings' flow right under the counters (one block: the tabs stay second).
+        counters = pn.Column(self.counters.cards, self.flows.pane, sizing_mode="stretch_width")
+        return pn.Column(counters, tabs, self.counters.plots,
                          sizing_mode="stretch_width")
 
     def _download(self, label: str, filename: str, make) -> pn.widgets.FileDownload:

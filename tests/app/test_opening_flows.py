@@ -50,8 +50,7 @@ def test_the_dashboard_shows_them_next_to_the_counters_only_for_driven_runs():
     try:
         flows = board.flows.pane
         assert not flows.visible  # a body-force run
-        assert board.main.objects.index(flows) == board.main.objects.index(
-            board.counters.cards) + 1
+        assert board.main.objects[0].objects == [board.counters.cards, flows]
         board.physics.setup.param.update(voxel_size_um=100.0, viscosity=1e-5)
         # tau 0.8: dt = 0.1 dx^2 / nu = 1e-4 s, so 1 node^3/step = 1e-8 m^3/s.
         board.controller.snapshot = vessel_snapshot()
