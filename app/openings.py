@@ -27,7 +27,7 @@ from solver.values import MAX_MACH, ConfigError
 __all__ = [
     "KIND_LABELS", "VALUE_UNITS", "PROFILE_PEAK", "DEFAULT_INLET_SPEED", "OpeningGroup",
     "OpeningUnits", "opening_groups", "face_drive", "default_openings", "driven_values",
-    "length_text", "flow_rate_text", "DRIVES", "default_drive", "drive_setup",
+    "length_text", "flow_rate_text", "value_units", "DRIVES", "default_drive", "drive_setup",
 ]
 
 #: Solver kind -> what the table calls it (the kinds of solver/opening_kinds.py).
@@ -73,6 +73,12 @@ class OpeningGroup:
                 else f"{self.diameter:.3g} voxels")
         count = f", {len(self.ids)} patches" if len(self.ids) > 1 else ""
         return f"{self.name} (d {size}{count})"
+
+
+def value_units(kind: str, group: OpeningGroup) -> tuple[str, ...]:
+    """Units a value of ``kind`` may be given in for ``group`` (2D: no volumetric flow rate)."""
+    units = VALUE_UNITS[kind]
+    return units[:1] if kind == "velocity" and len(group.centre_nodes) == 2 else units
 
 
 def length_text(metres: float) -> str:

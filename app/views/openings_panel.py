@@ -25,6 +25,7 @@ from ..openings import (
     VALUE_UNITS,
     OpeningGroup,
     OpeningUnits,
+    value_units,
 )
 
 __all__ = ["OpeningRow", "OpeningsPanel", "lattice_text"]
@@ -121,7 +122,7 @@ class OpeningsPanel(pn.viewable.Viewer):
     def _show(self, row: OpeningRow) -> None:
         spec = self._spec(row)
         kind = spec["kind"]
-        units = VALUE_UNITS[kind]
+        units = value_units(kind, row.group)
         unit = row.unit if row.unit in units else units[0]
         value = self.units(self.config, row.group).value(spec, unit, row.group)
         self._syncing = True
@@ -178,7 +179,7 @@ class OpeningsPanel(pn.viewable.Viewer):
 
         def fit(*events) -> None:  # only the units and options of the row's kind
             kind_name = _KINDS[row.kind]
-            unit.options = list(VALUE_UNITS[kind_name])
+            unit.options = list(value_units(kind_name, row.group))
             value.disabled = unit.disabled = kind_name in ("outflow", "closed")
             profile.visible = kind_name == "velocity"
         row.param.watch(fit, "kind")

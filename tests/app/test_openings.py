@@ -14,6 +14,7 @@ from app.openings import (
     driven_values,
     face_drive,
     opening_groups,
+    value_units,
 )
 from app.views.openings_panel import OpeningsPanel
 from geometries import VoxelGeometry, generators, samples
@@ -142,3 +143,12 @@ def test_a_refused_value_leaves_the_config_and_says_why_in_si(vessel):
     panel.rows[0].value = 0.0015
     assert panel.message == ""
     assert math.isclose(config.openings[1]["value"], 0.015)
+
+
+def test_a_2d_channel_driven_through_its_x_faces_offers_speeds_only():
+    geometry = VoxelGeometry(np.pad(np.zeros((12, 6), dtype=bool), ((0, 0), (1, 1)),
+                                    constant_values=True), voxel_size=1e-4)
+    driven, groups = face_drive(geometry, 0)
+    assert groups[0].area_nodes == pytest.approx(6.0)  # a 2D opening's "area" is its length
+    assert value_units("velocity", groups[0]) == ("m/s",)
+    assert value_units("pressure", groups[0]) == ("Pa",)
