@@ -35,6 +35,9 @@ MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
 MAX_TRIANGLES = 150_000
 OPENING_RGB = "#d62728"
+#: Disc colour per opening kind (the run's applied condition; unlisted = closed).
+KIND_COLOURS = {"closed": "#8c8c8c", "velocity": "#d62728", "pressure": "#1f77b4",
+                "outflow": "#2ca02c"}
 #: Openings labelled in 3D (the largest first; a rock's face patches can be hundreds).
 MAX_LABELS = 12
 
@@ -77,8 +80,9 @@ def opening_marks(geometry) -> tuple[pv.PolyData, pv.PolyData]:
     for rank, group in enumerate(sorted(groups, key=lambda g: -g.area_nodes)):
         centre, normal = np.asarray(group.centre_nodes), np.asarray(group.normal)
         radius = max(group.diameter / h / 2.0, 0.5)
-        discs = discs.merge(pv.Disc(center=centre, inner=0.0, outer=radius, normal=normal,
-                                    c_res=32))
+        disc = pv.Disc(center=centre, inner=0.0, outer=radius, normal=normal, c_res=32)
+        disc.cell_data["opening"] = np.full(disc.n_cells, group.ids[0])
+        discs = discs.merge(disc)
         if rank < MAX_LABELS:
             # Outside the opening, along its normal, at a size read at the box's scale.
             size = max(extent / 25.0, 1.0)
@@ -157,6 +161,7 @@ class Scene3D(pn.viewable.Viewer):
             discs, labels = opening_marks(geometry)
             self._meshes["openings"].copy_from(_servable(discs))
             self._meshes["labels"].copy_from(_servable(labels))
+        self._colour_openings()
         index = view.index or 0
         # Keep the solid behind the plane (below it along the normal) so the cut is visible.
         clipped = self._surface.clip(normal=tuple(np.eye(3)[view.axis]),
@@ -181,6 +186,16 @@ class Scene3D(pn.viewable.Viewer):
                 # scene sync: replace it, or the new geometry is seen from the old viewpoint.
                 self.pane.camera = camera_state(self.plotter.camera)
 
+    def _colour_openings(self) -> None:
+        """Colour each disc by the kind the run applies to its opening (KIND_COLOURS)."""
+        mesh = self._meshes["openings"]
+        openings = self.controller.applied_config.openings
+        codes = list(KIND_COLOURS)
+        ids = mesh.cell_data["opening"] if mesh.n_cells else np.zeros(0, dtype=int)
+        code = {i: codes.index(openings.get(int(i), {}).get("kind", "closed"))
+                for i in np.unique(ids)}
+        mesh.cell_data["kind"] = np.array([code[i] for i in ids], dtype=float)
+
     def _add_actors(self) -> None:
         add = self.plotter.add_mesh
         self._actors["solid"] = add(self._meshes["solid"], color=SOLID_RGB, smooth_shading=True,
@@ -190,7 +205,11 @@ class Scene3D(pn.viewable.Viewer):
         self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
                                     clim=(0.0, 1.0), show_scalar_bar=False)
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
-        self._actors["openings"] = add(self._meshes["openings"], color=OPENING_RGB, opacity=0.8)
+        self._actors["openings"] = add(self._meshes["openings"], scalars="kind",
+                                       preference="cell",
+                                       cmap=list(KIND_COLOURS.values()),
+                                       clim=(0, len(KIND_COLOURS) - 1), opacity=0.85,
+                                       show_scalar_bar=False)
         self._actors["labels"] = add(self._meshes["labels"], color=OPENING_RGB)
 
     def close(self) -> None:

@@ -7,9 +7,10 @@ import pytest
 from bokeh.document import Document
 
 from app.controller import Controller
-from app.openings import opening_groups
+from app.openings import driven_values, opening_groups
 from app.views.scene3d import Scene3D, opening_marks
 from geometries import VoxelGeometry, samples
+from solver.config import SimulationConfig
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,11 +50,17 @@ def test_the_openings_of_a_vessel_are_discs_with_labels_at_their_centres():
         assert radius == pytest.approx(group.diameter / h / 2, rel=0.01)
         # ... in the opening's plane (float32 points).
         assert np.abs((points - group.centre_nodes) @ np.asarray(group.normal)).max() < 1e-4
-    controller = Controller(vessel, autostart=None)
+    openings = {1: {"kind": "velocity", "value": 0.01}, 2: {"kind": "closed"},
+                3: {"kind": "pressure", "value": 1.0}}
+    config = SimulationConfig(backend="numpy", **driven_values(openings, 3))
+    controller = Controller(vessel, config, autostart=None)
     scene = Scene3D(controller)
     try:
         assert scene._meshes["openings"].n_cells == discs.n_cells
         assert scene._meshes["labels"].n_cells == labels.n_cells
+        # Coloured by the applied kind: inlet, closed, outlet (KIND_COLOURS order).
+        kinds = scene._meshes["openings"].cell_data["kind"].reshape(3, 32)
+        assert kinds[:, 0].tolist() == [1.0, 0.0, 2.0] and (kinds == kinds[:, :1]).all()
         scene.pane.get_root(Document())
     finally:
         scene.close()
