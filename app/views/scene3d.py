@@ -8,8 +8,9 @@ and clipped at the slice so the plane is visible. The plane shows the snapshot's
 the pores and the solid colour in the grains. The browser copy is refreshed every few seconds,
 not every frame: serialising the scene costs the server far more than a 2D image.
 The openings of the geometry (:attr:`geometries.VoxelGeometry.openings`) are discs at their
-centres across their planes, each with a 3D text label of its id and diameter ("1 (d 2 mm)"):
-text as polygons, which vtk.js shows like any mesh.
+centres across their planes, coloured by the kind the run applies (inlet, outlet, outflow,
+closed), each with a 3D text label of its id and diameter ("1 (d 2 mm)"): text as polygons,
+which vtk.js shows like any mesh.
 """
 
 from __future__ import annotations
