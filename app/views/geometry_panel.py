@@ -265,9 +265,16 @@ class GeometryPanel(pn.viewable.Viewer):
             return image
         # The openings projected on the cut's plane (x, y), labelled with id and size.
         points = [(g.centre_nodes[0], g.centre_nodes[1], g.label) for g in groups]
-        return image * hv.Points(points, kdims=list(axes), vdims="label").opts(
-            color="#d62728", size=8) * hv.Labels(points, kdims=list(axes), vdims="label").opts(
-            text_font_size="9pt", text_color="#d62728", yoffset=3)
+        overlay = image * hv.Points(points, kdims=list(axes), vdims="label").opts(
+            color="#d62728", size=8)
+        # Labels read towards the middle, so those at the box's edges stay inside the plot.
+        middle = cut.shape[0] / 2
+        for side, align in ((lambda x: x < middle, "left"), (lambda x: x >= middle, "right")):
+            chosen = [p for p in points if side(p[0])]
+            if chosen:
+                overlay = overlay * hv.Labels(chosen, kdims=list(axes), vdims="label").opts(
+                    text_font_size="9pt", text_color="#d62728", text_align=align, yoffset=3)
+        return overlay
 
     @staticmethod
     def _table(p: GeometryPreview, memory: str) -> str:

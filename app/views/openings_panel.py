@@ -58,9 +58,9 @@ def lattice_text(spec: dict | None) -> str:
     if not spec or spec.get("kind") == "closed":
         return "closed"
     if spec["kind"] == "velocity":
-        return f"velocity {spec['value']:.4g} ({spec.get('profile', 'uniform')})"
+        return f"u* {spec['value']:.4g} {spec.get('profile', 'uniform')}"
     if spec["kind"] == "pressure":
-        return f"pressure ρ = {spec.get('value', 1.0):.6g}"
+        return f"ρ* {spec.get('value', 1.0):.6g}"
     return spec["kind"]
 
 
@@ -171,22 +171,22 @@ class OpeningsPanel(pn.viewable.Viewer):
     # ------------------------------------------------------------------ layout
     def _row_view(self, row: OpeningRow) -> pn.Row:
         name = pn.pane.HTML(f'<span class="opening-label" data-opening="{row.group.ids[0]}">'
-                            f"{html.escape(row.label)}</span>", width=170)
-        kind = pn.widgets.Select.from_param(row.param.kind, name="", width=130)
-        value = pn.widgets.FloatInput.from_param(row.param.value, name="", width=100)
-        unit = pn.widgets.Select.from_param(row.param.unit, name="", width=70)
-        profile = pn.widgets.Select.from_param(row.param.profile, name="", width=100)
+                            f"{html.escape(row.label)}</span>", width=120)
+        kind = pn.widgets.Select.from_param(row.param.kind, name="", width=135)
+        value = pn.widgets.FloatInput.from_param(row.param.value, name="", width=95)
+        unit = pn.widgets.Select.from_param(row.param.unit, name="", width=65)
+        profile = pn.widgets.Select.from_param(row.param.profile, name="", width=95)
 
         def fit(*events) -> None:  # only the units and options of the row's kind
             kind_name = _KINDS[row.kind]
             unit.options = list(value_units(kind_name, row.group))
-            value.disabled = unit.disabled = kind_name in ("outflow", "closed")
+            value.visible = unit.visible = kind_name not in ("outflow", "closed")
             profile.visible = kind_name == "velocity"
         row.param.watch(fit, "kind")
         fit()
         lattice = pn.pane.HTML(pn.bind(lambda text: f'<span class="opening-lattice">'
                                                     f"{html.escape(text)}</span>",
-                                       row.param.lattice), width=200)
+                                       row.param.lattice), width=130)
         return pn.Row(name, kind, value, unit, profile, lattice, sizing_mode="stretch_width",
                       css_classes=["opening-row"])
 

@@ -35,7 +35,7 @@ SOLID_RGB = "#c9b28f"
 MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
 MAX_TRIANGLES = 150_000
-OPENING_RGB = "#d62728"
+LABEL_RGB = "#1f2a37"
 #: Disc colour per opening kind (the run's applied condition; unlisted = closed).
 KIND_COLOURS = {"closed": "#8c8c8c", "velocity": "#d62728", "pressure": "#1f77b4",
                 "outflow": "#2ca02c"}
@@ -211,7 +211,7 @@ class Scene3D(pn.viewable.Viewer):
                                        cmap=list(KIND_COLOURS.values()),
                                        clim=(0, len(KIND_COLOURS) - 1), opacity=0.85,
                                        show_scalar_bar=False)
-        self._actors["labels"] = add(self._meshes["labels"], color=OPENING_RGB)
+        self._actors["labels"] = add(self._meshes["labels"], color=LABEL_RGB)
 
     def close(self) -> None:
         """Release the VTK objects of this view (meshes, actors, render window)."""
