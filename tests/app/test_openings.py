@@ -152,3 +152,13 @@ def test_a_2d_channel_driven_through_its_x_faces_offers_speeds_only():
     assert groups[0].area_nodes == pytest.approx(6.0)  # a 2D opening's "area" is its length
     assert value_units("velocity", groups[0]) == ("m/s",)
     assert value_units("pressure", groups[0]) == ("Pa",)
+
+
+def test_a_flow_rate_above_the_mach_limit_names_the_largest_flow_rate(vessel):
+    group = opening_groups(vessel)[0]
+    convert = OpeningUnits(UNITS)
+    limit = MAX_MACH * SOUND_SPEED  # lattice mean speed
+    largest = UNITS.flow_rate_to_si(limit * group.area_nodes) / 1e-6  # mL/s
+    with pytest.raises(ConfigError) as err:
+        convert.spec("velocity", 1.01 * largest, "mL/s", group)
+    assert f"largest allowed value is {largest:.3g} mL/s" in str(err.value)
