@@ -22,16 +22,15 @@ from solver.snapshot import SliceView, Snapshot
 
 from . import exports
 from .estimates import specific_surface
-from .geometry_sources import GeometryPreview, config_for
+from .geometry_sources import DEFAULT_FORCE, GeometryPreview, config_for
 
-__all__ = ["Controller", "default_case", "copy_config", "QUANTITY_CHOICES", "LEVELS"]
+__all__ = ["Controller", "default_case", "copy_config", "DEFAULT_FORCE", "QUANTITY_CHOICES",
+           "LEVELS"]
 
 log = logging.getLogger(__name__)
 
 QUANTITY_CHOICES = {"|u|": "umag", "u_x": "ux", "u_y": "uy", "u_z": "uz", "density": "rho"}
 LEVELS = ("info", "success", "warning", "danger")
-#: Default body force (lattice units) along the flow axis: 5 kPa/m for water in 10 um voxels.
-DEFAULT_FORCE = 5e-5
 EXPORT_TIMEOUT_S = 60.0
 
 
@@ -127,7 +126,8 @@ class Controller(param.Parameterized):
         def send() -> None:
             self.config.param.update(**_values(preview.config))
             config = copy_config(preview.config)
-            self.runner.load_geometry(preview.geometry, config, preview.problem)
+            # The preview's problem holds its config's drive: rebuilt if the openings changed.
+            self.runner.load_geometry(preview.geometry, config, preview.current_problem())
             self._applied = config
             self.settings_changed = False
             self.geometry = preview.geometry

@@ -24,6 +24,7 @@ from .controller import Controller
 from .settings import Settings, settings
 from .views.counters import CountersView
 from .views.geometry_panel import GeometryPanel
+from .views.opening_flows import OpeningFlowsView
 from .views.physics_panel import PhysicsPanel
 from .views.rock_panel import RockPanel
 from .views.run_buttons import RunButtons
@@ -109,9 +110,10 @@ class Dashboard(pn.viewable.Viewer):
         self.slice = SlicePlot(self.controller)
         self.counters = CountersView(self.controller)
         self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
-        self.geometry_panel = GeometryPanel(self.controller, self.settings)
         self.physics = PhysicsPanel(self.controller)
+        self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
         self.rock = RockPanel(self.controller)
+        self.flows = OpeningFlowsView(self.controller, self.physics.setup)
         self.status = pn.pane.Alert(html.escape(self.controller.status), alert_type="info",
                                     sizing_mode="stretch_width", css_classes=["run-status"])
         self.server_info = pn.pane.HTML("", sizing_mode="stretch_width", height=24)
@@ -216,7 +218,9 @@ class Dashboard(pn.viewable.Viewer):
                        sizing_mode="stretch_width")
         if self.scene is not None:  # a hidden 3D view is not synchronised
             tabs.param.watch(lambda e: setattr(self.scene, "active", e.new == 0), "active")
-        return pn.Column(self.counters.cards, tabs, self.counters.plots,
+        # The openings' flow right under the counters (one block: the tabs stay second).
+        counters = pn.Column(self.counters.cards, self.flows.pane, sizing_mode="stretch_width")
+        return pn.Column(counters, tabs, self.counters.plots,
                          sizing_mode="stretch_width")
 
     def _download(self, label: str, filename: str, make) -> pn.widgets.FileDownload:

@@ -23,11 +23,16 @@ from solver.memory import precheck_memory
 from solver.problem import Problem
 
 from .estimates import specific_surface
+from .openings import DRIVES, OpeningGroup, default_drive, drive_setup, driven_values
 
 __all__ = [
     "GENERATORS", "GeneratorSpec", "SpherePack", "UploadOptions", "GeometryPreview",
     "make_preview", "config_for", "load_upload", "load_sample", "sample_names", "mid_slice",
+    "DEFAULT_FORCE", "STL_OPENINGS", "default_drive",
 ]
+
+#: Default body force (lattice units) along the flow axis: 5 kPa/m for water in 10 um voxels.
+DEFAULT_FORCE = 5e-5
 
 
 class GeneratorSpec(param.Parameterized):
@@ -134,6 +139,9 @@ GENERATORS: dict[str, type[GeneratorSpec]] = {
 
 #: The STL unit choices shown to the user -> the loader's ``unit=``.
 STL_UNITS = {"guess from size": "auto", "m": "m", "mm": "mm", "µm": "µm"}
+#: How a vessel STL's openings are found -> the loader's ``openings=`` (lumen = fluid only).
+STL_OPENINGS = {"open ends, else flat caps": "auto", "open ends (cut planes)": "loops",
+                "flat end caps": "caps", "none (closed vessel)": "none"}
 
 
 class UploadOptions(param.Parameterized):
@@ -148,6 +156,10 @@ class UploadOptions(param.Parameterized):
     stl_inside = param.Selector(objects=["solid", "fluid"], default="solid",
                                 label="STL surface encloses",
                                 doc="STL: whether the closed surface encloses solid or fluid.")
+    stl_openings = param.Selector(objects=list(STL_OPENINGS), default="open ends, else flat caps",
+                                  label="STL openings (lumen = fluid)",
+                                  doc="STL enclosing fluid: where flow enters and leaves a vessel; "
+                                      "they become the inlets and outlets.")
     raw_shape = param.String("", label="RAW shape (nx, ny, nz)",
                              doc="RAW: nx, ny[, nz] in voxels (x fastest), e.g. 64,64,64.")
     raw_dtype = param.Selector(objects=["uint8", "uint16", "int16", "int32", "float32", "bool"],
@@ -168,6 +180,8 @@ class UploadOptions(param.Parameterized):
             out["voxel_size"] = self.voxel_size_um * 1e-6
         if ext == "stl":
             out.update(inside=self.stl_inside, unit=STL_UNITS[self.stl_unit])
+            if self.stl_inside == "fluid":
+                out["openings"] = STL_OPENINGS[self.stl_openings]
             # A voxel size fixes the grid; the loader refuses both (B8).
             if "voxel_size" not in out:
                 out["resolution"] = self.stl_resolution
@@ -202,7 +216,13 @@ def load_upload(data: bytes, filename: str, options: dict, max_bytes: int) -> Vo
             f"{filename} is {len(data) / 1e6:.1f} MB, above the upload limit of "
             f"{max_bytes / 1e6:.0f} MB. Ask the server operator to raise "
             "POROUS_LBM_MAX_UPLOAD_MB.")
-    return geometries.load(bytes(data), filename=filename, **options)
+    geometry = geometries.load(bytes(data), filename=filename, **options)
+    if options.get("openings") == "auto" and not geometry.openings:
+        # A closed surface without flat caps: read as before the search (no wall layer padded
+        # around the lumen, which would shut the box faces the body force drives through).
+        geometry = geometries.load(bytes(data), filename=filename,
+                                   **{**options, "openings": "none"})
+    return geometry
 
 
 def sample_names() -> list[str]:
@@ -272,13 +292,31 @@ class GeometryPreview:
     notes: tuple[str, ...] = ()
     #: True when a doubt says the run is unlikely to be what was meant (no fluid path...).
     doubtful: bool = False
+    #: What drives the flow (one of :data:`app.openings.DRIVES`) and the openings table's rows.
+    drive: str = next(iter(DRIVES))
+    groups: tuple[OpeningGroup, ...] = ()
+    #: The config values ``problem`` was built with: edited since, the problem is rebuilt.
+    built_with: dict | None = None
+
+    def current_problem(self) -> Problem | None:
+        """``problem`` if the config is still the one it was built with, else None."""
+        return self.problem if _values(self.config) == self.built_with else None
 
 
-def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryPreview:
-    """Tile the geometry on the host (no device memory) and report its cost."""
+def _values(config: SimulationConfig) -> dict:
+    return {k: v for k, v in config.param.values().items() if k != "name"}
+
+
+def make_preview(geometry: VoxelGeometry, config: SimulationConfig,
+                 drive: str | None = None) -> GeometryPreview:
+    """Tile the geometry on the host (no device memory) and report its cost; ``drive`` (one of
+    :data:`app.openings.DRIVES`, default: the openings of a vessel, else the body force) sets
+    the openings and their defaults."""
     start = time.perf_counter()
     _check_voxel_size(geometry.voxel_size)
-    config = config_for(geometry, config)
+    drive = drive or default_drive(geometry)
+    geometry, groups, openings = drive_setup(geometry, drive, config.initial_density)
+    config = _driven(geometry, config_for(geometry, config), openings)
     solid = np.asarray(geometry.solid, dtype=bool)
     if solid.all():
         raise GeometryError("The geometry has no fluid voxel; choose another file or setting.")
@@ -299,7 +337,24 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig) -> GeometryP
         problem=problem,
         seconds=time.perf_counter() - start,
         notes=(*geometry.notes, *doubts), doubtful=bool(doubts),
+        drive=drive, groups=groups, built_with=_values(config),
     )
+
+
+def _driven(geometry: VoxelGeometry, config: SimulationConfig,
+            openings: dict[int, dict]) -> SimulationConfig:
+    """``config`` driven by ``openings`` (walls, no force), or by the body force again when it
+    came from a run driven by openings (periodic faces, the default force if it had none)."""
+    if openings:
+        config.param.update(**driven_values(openings, geometry.ndim))
+    elif config.openings:
+        force = [0.0, 0.0, 0.0]
+        force[geometry.flow_axis] = float(np.linalg.norm(config.body_force)) or DEFAULT_FORCE
+        faces = [f"{a}_{s}" for a in "xyz"[: geometry.ndim] for s in ("min", "max")]
+        config.param.update(openings={}, body_force=tuple(force),
+                            **{f: "periodic" for f in faces},
+                            **{f"{f}_value": None for f in faces})
+    return config
 
 
 #: Below this pore fraction an image is more likely mis-read (label, voxel type) than real.

@@ -29,8 +29,11 @@ from ..geometry_sources import (
     make_preview,
     sample_names,
 )
+from ..openings import DRIVES, OpeningGroup, OpeningUnits
 from ..settings import Settings
 from ..uploads import BoundedFileDropper, UploadedFile, safe_text
+from .openings_panel import OpeningsPanel
+from .physics_panel import PhysicalSetup
 
 __all__ = ["GeometryPanel", "memory_verdict"]
 
@@ -52,10 +55,22 @@ class GeometryPanel(pn.viewable.Viewer):
     generator = param.Selector(objects=list(GENERATORS), default="Random sphere pack")
     sample = param.Selector(objects=[""], default="")
     preview = param.ClassSelector(class_=GeometryPreview, allow_None=True, precedence=-1)
+    drive = param.Selector(objects=list(DRIVES), default=next(iter(DRIVES)),
+                           label="Flow driven by",
+                           doc="Body force (periodic box; Physics tab), the geometry's openings "
+                               "(a vessel), or a pair of box faces as inlet and outlet.")
 
-    def __init__(self, controller: Controller, settings: Settings, **params) -> None:
+    def __init__(self, controller: Controller, settings: Settings,
+                 setup: PhysicalSetup | None = None, **params) -> None:
         super().__init__(**params)
         self.controller, self.settings = controller, settings
+        # The fluid and the physical units the openings' SI values are read in (Physics tab).
+        self.setup = setup or PhysicalSetup(name="Physical setup")
+        self.openings = OpeningsPanel(self._opening_units)
+        self.setup.param.watch(self.openings.refresh, ["voxel_size_um", "viscosity", "density"])
+        self._build: tuple | None = None  # the last preview's (build, what): a drive re-runs it
+        self._drive_set = False
+        self.param.watch(self._drive_changed, "drive")
         names = sample_names()
         self.param.sample.objects = names
         self.sample = names[0] if names else ""
@@ -105,8 +120,9 @@ class GeometryPanel(pn.viewable.Viewer):
         chooser = pn.Column(
             pn.widgets.RadioButtonGroup.from_param(self.param.source, button_style="outline"),
             self._source_controls, width=340)
-        result = pn.Column(self.alert, pn.Row(self.image, self.info), self.use_button,
-                           sizing_mode="stretch_width")
+        drive = pn.widgets.Select.from_param(self.param.drive, width=320)
+        result = pn.Column(self.alert, pn.Row(self.image, self.info), drive, self.openings,
+                           self.use_button, sizing_mode="stretch_width")
         return pn.Row(chooser, result, sizing_mode="stretch_width")
 
     # ------------------------------------------------------------------ actions
@@ -145,14 +161,19 @@ class GeometryPanel(pn.viewable.Viewer):
             lambda: load_upload(upload.data, upload.name, options.options(upload.name), cap),
             f"Reading {upload.name}")
 
-    async def _make_preview(self, build, what: str) -> None:
+    async def _drive_changed(self, event) -> None:
+        if not self._drive_set and self._build is not None:
+            await self._make_preview(*self._build, drive=event.new)
+
+    async def _make_preview(self, build, what: str, drive: str | None = None) -> None:
         self._generation += 1
         generation = self._generation
+        self._build = (build, what)
         self.use_button.disabled = True
         self._show("info", f"{safe_text(what)} …")
         config = self.controller.config
         try:
-            preview = await asyncio.to_thread(lambda: make_preview(build(), config))
+            preview = await asyncio.to_thread(lambda: make_preview(build(), config, drive))
         except Exception as exc:  # any parse or validation failure becomes a message
             log.info("geometry preview failed: %s", exc)
             if generation == self._generation:
@@ -161,6 +182,8 @@ class GeometryPanel(pn.viewable.Viewer):
         if generation != self._generation:
             return  # a newer preview was started meanwhile
         self.preview = preview
+        self._set_drive(preview.drive)
+        self.openings.bind(preview.groups, preview.config)
         verdict, sentence = self._memory(preview)
         self.image.object = self._image(preview)
         self.info.object = self._table(preview, sentence)
@@ -178,6 +201,7 @@ class GeometryPanel(pn.viewable.Viewer):
     def _failed(self, message: str) -> None:
         """Show a failed preview or upload here and in the status bar (until the next action)."""
         self.preview = None
+        self.openings.bind((), None)
         self.info.object = ""
         self.image.object = self._image(None)
         self.use_button.disabled = True
@@ -195,10 +219,25 @@ class GeometryPanel(pn.viewable.Viewer):
         if self.preview is None:
             return
         if self.controller.use_geometry(self.preview):
+            # From now on the rows edit the session's pending settings (Apply settings).
+            self.openings.bind(self.preview.groups, self.controller.config)
             name = safe_text(self.preview.geometry.name or "the geometry")
             self._show("success", f"Simulating {name}.")
         else:  # the status bar holds the reason until the next action
             self._show("danger", f"Not used: {safe_text(self.controller.status)}")
+
+    def _set_drive(self, drive: str) -> None:
+        """Show the preview's drive without re-running it."""
+        self._drive_set = True
+        try:
+            self.drive = drive
+        finally:
+            self._drive_set = False
+
+    def _opening_units(self, config, group: OpeningGroup) -> OpeningUnits:
+        """SI <-> lattice units of an opening of the previewed (or used) geometry."""
+        return OpeningUnits(self.setup.units(config.tau, group.voxel_size),
+                            config.initial_density)
 
     # ------------------------------------------------------------------ rendering
     def _show(self, level: str, text: str) -> None:
@@ -217,10 +256,25 @@ class GeometryPanel(pn.viewable.Viewer):
         # Bokeh renders titles as text, not HTML: no escaping needed here.
         title = "mid-slice (solid = dark)" if preview is None else (
             f"{preview.geometry.name[:40]}: mid-slice" if preview.geometry.name else "mid-slice")
-        return hv.Image((np.arange(cut.shape[0]), np.arange(cut.shape[1]), cut.T),
-                        kdims=list(axes), vdims=["solid"]).opts(
+        image = hv.Image((np.arange(cut.shape[0]), np.arange(cut.shape[1]), cut.T),
+                         kdims=list(axes), vdims=["solid"]).opts(
             cmap=["#f4f1ea", "#5b4a36"], clim=(0, 1), data_aspect=1,
             title=title, toolbar=None, colorbar=False, fontsize={"title": 10})
+        groups = () if preview is None else preview.groups
+        if not groups:
+            return image
+        # The openings projected on the cut's plane (x, y), labelled with id and size.
+        points = [(g.centre_nodes[0], g.centre_nodes[1], g.label) for g in groups]
+        overlay = image * hv.Points(points, kdims=list(axes), vdims="label").opts(
+            color="#d62728", size=8)
+        # Labels read towards the middle, so those at the box's edges stay inside the plot.
+        middle = cut.shape[0] / 2
+        for side, align in ((lambda x: x < middle, "left"), (lambda x: x >= middle, "right")):
+            chosen = [p for p in points if side(p[0])]
+            if chosen:
+                overlay = overlay * hv.Labels(chosen, kdims=list(axes), vdims="label").opts(
+                    text_font_size="9pt", text_color="#d62728", text_align=align, yoffset=3)
+        return overlay
 
     @staticmethod
     def _table(p: GeometryPreview, memory: str) -> str:
@@ -237,4 +291,16 @@ class GeometryPanel(pn.viewable.Viewer):
             f"{p.eta_t_origin:.3f} → {p.eta_t_best:.3f} |",
             f"| memory | {memory} |",
             f"| flow axis | {'xyz'[g.flow_axis]} |",
+            f"| drive | {_drive_text(p)} |",
         ])
+
+
+def _drive_text(preview: GeometryPreview) -> str:
+    """Which drive is on, in words."""
+    if not preview.groups:
+        force = max(preview.config.body_force, key=abs)
+        return (f"body force {force:.3g} (lattice) along {'xyz'[preview.geometry.flow_axis]}, "
+                "set as a pressure gradient in Physics" if force else "none: no body force "
+                "and no opening")
+    return (f"{len(preview.groups)} openings (table below); box faces are walls, no body "
+            "force")

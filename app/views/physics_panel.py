@@ -42,14 +42,21 @@ class PhysicalSetup(param.Parameterized):
                                          "applied as a body force per unit volume (the SI view "
                                          "of Settings → Numerics → body force).")
 
+    def units(self, tau: float, voxel_size: float | None = None) -> UnitSystem:
+        """Lattice units at relaxation time ``tau`` (voxel edge ``voxel_size`` m if given)."""
+        dx = voxel_size or self.voxel_size_um * 1e-6
+        return UnitSystem.from_viscosity(dx, self.viscosity, self.density, tau)
+
 
 class PhysicsPanel(pn.viewable.Viewer):
     """Physical setup, its lattice counterpart and the measured permeability."""
 
-    def __init__(self, controller: Controller, **params) -> None:
+    def __init__(self, controller: Controller, setup: PhysicalSetup | None = None,
+                 **params) -> None:
         super().__init__(**params)
         self.controller = controller
-        self.setup = PhysicalSetup(name="Physical setup")
+        # Shared with the openings table, which reads its SI values in the same units.
+        self.setup = setup or PhysicalSetup(name="Physical setup")
         voxel = controller.geometry.voxel_size
         if voxel:
             self.setup.voxel_size_um = voxel * 1e6
@@ -75,7 +82,7 @@ class PhysicsPanel(pn.viewable.Viewer):
         self.setup.param.watch(self._gradient_edited, "pressure_gradient")
         self._show_gradient()
         controller.param.watch(self._refresh_mapping, ["surface", "geometry"])
-        controller.config.param.watch(self._refresh_mapping, ["tau", "body_force"])
+        controller.config.param.watch(self._refresh_mapping, ["tau", "body_force", "openings"])
         inputs = [p for p in PhysicalSetup.param if p != "name"]
         self.setup.param.watch(self._refresh_mapping, inputs)
         self.setup.param.watch(self._refresh_measured, inputs)
@@ -90,8 +97,7 @@ class PhysicsPanel(pn.viewable.Viewer):
 
     def units(self, tau: float) -> UnitSystem:
         """Lattice units of the setup at relaxation time ``tau``."""
-        s = self.setup
-        return UnitSystem.from_viscosity(s.voxel_size_um * 1e-6, s.viscosity, s.density, tau)
+        return self.setup.units(tau)
 
     def lattice_force(self) -> float:
         """Pending body force along the flow axis, lattice units (the pressure gradient's)."""
@@ -162,7 +168,11 @@ class PhysicsPanel(pn.viewable.Viewer):
             self.apply_button.disabled = True
             return pn.pane.Alert(str(exc), alert_type="danger", sizing_mode="stretch_width")
         self.apply_button.disabled = bool(report.errors)
+        driven = [o for o in c.config.openings.values() if o.get("kind") != "closed"]
         rows = [
+            ("Drive", f"{len(driven)} openings" if driven else "body force",
+             "Geometry → openings table; walls, no body force" if driven else
+             "the pressure gradient below"),
             ("Relaxation time τ", f"{tau:g}", "set in Settings → Numerics"),
             ("Lattice viscosity ν*", f"{lattice_viscosity(tau):.4g}", "(τ − ½)/3"),
             ("Time step Δt", f"{units.dt:.3e} s", "ν* Δx² / ν"),

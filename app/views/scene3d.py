@@ -7,6 +7,10 @@ computed once per geometry (on a coarsened mask for large domains, decimated if 
 and clipped at the slice so the plane is visible. The plane shows the snapshot's quantity in
 the pores and the solid colour in the grains. The browser copy is refreshed every few seconds,
 not every frame: serialising the scene costs the server far more than a 2D image.
+The openings of the geometry (:attr:`geometries.VoxelGeometry.openings`) are discs at their
+centres across their planes, coloured by the kind the run applies (inlet, outlet, outflow,
+closed), each with a 3D text label of its id and diameter ("1 (d 2 mm)"): text as polygons,
+which vtk.js shows like any mesh.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import param
 import pyvista as pv
 
 from ..controller import Controller
+from ..openings import opening_groups
 
-__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state"]
+__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state", "opening_marks"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +35,12 @@ SOLID_RGB = "#c9b28f"
 MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
 MAX_TRIANGLES = 150_000
+LABEL_RGB = "#1f2a37"
+#: Disc colour per opening kind (the run's applied condition; unlisted = closed).
+KIND_COLOURS = {"closed": "#8c8c8c", "velocity": "#d62728", "pressure": "#1f77b4",
+                "outflow": "#2ca02c"}
+#: Openings labelled in 3D (the largest first; a rock's face patches can be hundreds).
+MAX_LABELS = 12
 
 
 def solid_surface(solid: np.ndarray) -> pv.PolyData:
@@ -60,6 +71,28 @@ def slice_plane(plane: np.ndarray, axis: int, index: int) -> tuple[pv.DataSet, p
     return grid.extract_cells(np.flatnonzero(~solid)), grid.extract_cells(np.flatnonzero(solid))
 
 
+def opening_marks(geometry) -> tuple[pv.PolyData, pv.PolyData]:
+    """(discs, labels) of the geometry's openings, node coordinates: a disc of the equivalent
+    diameter at each centre across the opening's plane, and a text of its id and size."""
+    discs, labels = pv.PolyData(), pv.PolyData()
+    groups = opening_groups(geometry) if geometry.ndim == 3 else ()
+    h = geometry.voxel_size or 1.0
+    extent = max(geometry.shape)
+    for rank, group in enumerate(sorted(groups, key=lambda g: -g.area_nodes)):
+        centre, normal = np.asarray(group.centre_nodes), np.asarray(group.normal)
+        radius = max(group.diameter / h / 2.0, 0.5)
+        disc = pv.Disc(center=centre, inner=0.0, outer=radius, normal=normal, c_res=32)
+        disc.cell_data["opening"] = np.full(disc.n_cells, group.ids[0])
+        discs = discs.merge(disc)
+        if rank < MAX_LABELS:
+            # Outside the opening, along its normal, at a size read at the box's scale.
+            size = max(extent / 25.0, 1.0)
+            labels = labels.merge(pv.Text3D(group.label, depth=size / 5, height=size,
+                                            center=centre + normal * (radius * 0.5 + 2 * size),
+                                            normal=normal))
+    return discs, labels
+
+
 class Scene3D(pn.viewable.Viewer):
     """Cutaway 3D view of the geometry with the live slice plane."""
 
@@ -70,9 +103,14 @@ class Scene3D(pn.viewable.Viewer):
         self.controller = controller
         self.plotter = pv.Plotter(off_screen=True, window_size=(640, 480))
         self.plotter.set_background("#f4f6f8")
+        # A cut through no fluid (a pore one voxel wide elsewhere) or a solid entirely behind
+        # the cut leaves an empty mesh; pyvista refuses those unless its theme allows them.
+        self.plotter.theme.allow_empty_mesh = True
         self._surface: pv.PolyData | None = None
         self._meshes = {"solid": pv.PolyData(), "fluid": pv.UnstructuredGrid(),
-                        "grains": pv.UnstructuredGrid(), "outline": pv.PolyData()}
+                        "grains": pv.UnstructuredGrid(), "outline": pv.PolyData(),
+                        "openings": _servable(pv.PolyData()),
+                        "labels": _servable(pv.PolyData())}
         self._actors: dict = {}
         self._key: tuple | None = None
         self._geometry = None
@@ -121,11 +159,15 @@ class Scene3D(pn.viewable.Viewer):
             self._surface = solid_surface(np.asarray(geometry.solid, dtype=bool))
             self._meshes["outline"].copy_from(pv.Box(
                 bounds=[v for n in geometry.shape for v in (-0.5, n - 0.5)]).outline())
+            discs, labels = opening_marks(geometry)
+            self._meshes["openings"].copy_from(_servable(discs))
+            self._meshes["labels"].copy_from(_servable(labels))
+        self._colour_openings()
         index = view.index or 0
         # Keep the solid behind the plane (below it along the normal) so the cut is visible.
         clipped = self._surface.clip(normal=tuple(np.eye(3)[view.axis]),
                                      origin=_point(view.axis, index), invert=True)
-        self._meshes["solid"].copy_from(clipped)
+        self._meshes["solid"].copy_from(_servable(clipped))
         fluid, grains = slice_plane(plane, view.axis, index)
         self._meshes["fluid"].copy_from(fluid)
         self._meshes["grains"].copy_from(grains)
@@ -145,14 +187,31 @@ class Scene3D(pn.viewable.Viewer):
                 # scene sync: replace it, or the new geometry is seen from the old viewpoint.
                 self.pane.camera = camera_state(self.plotter.camera)
 
+    def _colour_openings(self) -> None:
+        """Colour each disc by the kind the run applies to its opening (KIND_COLOURS)."""
+        mesh = self._meshes["openings"]
+        openings = self.controller.applied_config.openings
+        codes = list(KIND_COLOURS)
+        ids = mesh.cell_data["opening"] if mesh.n_cells else np.zeros(0, dtype=int)
+        code = {i: codes.index(openings.get(int(i), {}).get("kind", "closed"))
+                for i in np.unique(ids)}
+        mesh.cell_data["kind"] = np.array([code[i] for i in ids], dtype=float)
+
     def _add_actors(self) -> None:
         add = self.plotter.add_mesh
         self._actors["solid"] = add(self._meshes["solid"], color=SOLID_RGB, smooth_shading=True,
                                     specular=0.2)
         self._actors["grains"] = add(self._meshes["grains"], color=SOLID_RGB)
+        # A range given: pyvista cannot take one from an empty cut; _update sets the real one.
         self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
-                                    show_scalar_bar=False)
+                                    clim=(0.0, 1.0), show_scalar_bar=False)
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
+        self._actors["openings"] = add(self._meshes["openings"], scalars="kind",
+                                       preference="cell",
+                                       cmap=list(KIND_COLOURS.values()),
+                                       clim=(0, len(KIND_COLOURS) - 1), opacity=0.85,
+                                       show_scalar_bar=False)
+        self._actors["labels"] = add(self._meshes["labels"], color=LABEL_RGB)
 
     def close(self) -> None:
         """Release the VTK objects of this view (meshes, actors, render window)."""
@@ -172,6 +231,16 @@ def camera_state(camera: pv.Camera) -> dict:
     return {"position": list(camera.position), "focalPoint": list(camera.focal_point),
             "viewUp": list(camera.up), "viewAngle": float(camera.view_angle),
             "parallelScale": float(camera.parallel_scale)}
+
+
+def _servable(mesh: pv.PolyData) -> pv.PolyData:
+    """``mesh``, or one bare point without cells if empty: Panel's VTK serialiser fails on a
+    polydata without points (a geometry without openings, a cut with no solid behind it)."""
+    if mesh.n_points:
+        return mesh
+    empty = pv.PolyData()
+    empty.points = np.zeros((1, 3), dtype=np.float32)
+    return empty
 
 
 def _point(axis: int, value: float) -> tuple[float, float, float]:

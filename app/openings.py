@@ -1,0 +1,239 @@
+"""Openings in the user's units: groups of openings, their defaults and the SI <-> lattice map.
+
+The truth is ``SimulationConfig.openings`` (lattice units, :mod:`solver.opening_kinds`); the
+dashboard shows and edits it in SI through :class:`OpeningUnits`, the one place that converts an
+opening's value: an inlet's mean speed (m/s) or flow rate (mL/s, µL/s) to the lattice mean speed
+into the fluid, an outlet's pressure (Pa, relative to the reference density) to a lattice
+density, and back. Values above the Mach limit are refused with the largest allowed SI value.
+
+An :class:`OpeningGroup` is one row of the table: one opening of an STL, or every fluid patch of
+one box face of an image (the flow-axis picker), set to the same condition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from geometries import VoxelGeometry
+from geometries.openings import Opening, face_openings
+from solver.units import SOUND_SPEED, UnitSystem
+from solver.values import MAX_MACH, ConfigError
+
+__all__ = [
+    "KIND_LABELS", "VALUE_UNITS", "PROFILE_PEAK", "DEFAULT_INLET_SPEED", "OpeningGroup",
+    "OpeningUnits", "opening_groups", "face_drive", "default_openings", "driven_values",
+    "length_text", "flow_rate_text", "value_units", "DRIVES", "default_drive", "drive_setup",
+]
+
+#: Solver kind -> what the table calls it (the kinds of solver/opening_kinds.py).
+KIND_LABELS = {"velocity": "inlet velocity", "pressure": "outlet pressure",
+               "outflow": "outflow", "closed": "closed"}
+#: Units an opening's value may be entered in, per kind (the first is the default).
+VALUE_UNITS = {"velocity": ("m/s", "mL/s", "µL/s"), "pressure": ("Pa",),
+               "outflow": ("",), "closed": ("",)}
+#: m^3/s in one unit of each flow-rate choice.
+FLOW_UNITS = {"mL/s": 1e-6, "µL/s": 1e-9}
+#: Peak over mean speed of each inlet profile: the Mach limit holds for the peak.
+PROFILE_PEAK = {"uniform": 1.0, "poiseuille": 2.0}
+#: Default inlet mean speed, lattice units (Mach 0.017: well inside the limit at any resolution).
+DEFAULT_INLET_SPEED = 0.01
+#: What drives the flow -> None (the body force, periodic box), "openings" (the geometry's own:
+#: a vessel's), or the axis whose two box faces become inlet (min) and outlet (max).
+DRIVES: dict[str, int | str | None] = {
+    "body force (pressure gradient)": None,
+    "openings of the geometry": "openings",
+    "x faces: inlet x min, outlet x max": 0,
+    "y faces: inlet y min, outlet y max": 1,
+    "z faces: inlet z min, outlet z max": 2,
+}
+
+
+@dataclass(frozen=True)
+class OpeningGroup:
+    """Openings set to one condition: ids, name, total area (nodes²), diameter (m or voxels),
+    centre in node coordinates (the largest member's) and outward normal."""
+
+    ids: tuple[int, ...]
+    name: str
+    area_nodes: float
+    diameter: float
+    centre_nodes: tuple[float, ...]
+    normal: tuple[float, ...]
+    voxel_size: float | None
+
+    @property
+    def label(self) -> str:
+        """What the 3D view and the table call it, e.g. ``1 (d 2.0 mm)``."""
+        size = (length_text(self.diameter) if self.voxel_size is not None
+                else f"{self.diameter:.3g} voxels")
+        count = f", {len(self.ids)} patches" if len(self.ids) > 1 else ""
+        return f"{self.name} (d {size}{count})"
+
+
+def value_units(kind: str, group: OpeningGroup) -> tuple[str, ...]:
+    """Units a value of ``kind`` may be given in for ``group`` (2D: no volumetric flow rate)."""
+    units = VALUE_UNITS[kind]
+    return units[:1] if kind == "velocity" and len(group.centre_nodes) == 2 else units
+
+
+def length_text(metres: float) -> str:
+    """A length in mm from 1 mm up, in µm below (the unit a vessel or a pore is read in)."""
+    return f"{metres * 1e3:.3g} mm" if metres >= 1e-3 else f"{metres * 1e6:.3g} µm"
+
+
+def flow_rate_text(q_si: float) -> str:
+    """A flow rate (m³/s) in mL/s, or µL/s below 0.01 mL/s."""
+    return f"{q_si / 1e-6:.3g} mL/s" if abs(q_si) >= 1e-8 else f"{q_si / 1e-9:.3g} µL/s"
+
+
+def _centre_nodes(opening: Opening, geometry: VoxelGeometry) -> tuple[float, ...]:
+    h = geometry.voxel_size or 1.0
+    centre = (np.asarray(opening.centre) - np.asarray(geometry.origin)) / h - 0.5
+    return tuple(float(v) for v in centre)
+
+
+def _group(members: Sequence[Opening], name: str, geometry: VoxelGeometry) -> OpeningGroup:
+    h = geometry.voxel_size or 1.0
+    area = sum(o.area for o in members)
+    ndim = geometry.ndim
+    largest = max(members, key=lambda o: o.area)
+    return OpeningGroup(
+        ids=tuple(o.id for o in members), name=name,
+        area_nodes=area / h ** (ndim - 1),
+        diameter=largest.diameter if len(members) == 1 else (
+            area if ndim == 2 else 2.0 * math.sqrt(area / math.pi)),
+        centre_nodes=_centre_nodes(largest, geometry), normal=tuple(largest.normal),
+        voxel_size=geometry.voxel_size)
+
+
+def opening_groups(geometry: VoxelGeometry) -> tuple[OpeningGroup, ...]:
+    """One group per opening of ``geometry``, in id order."""
+    return tuple(_group([o], str(o.id), geometry)
+                 for o in sorted(geometry.openings, key=lambda o: o.id))
+
+
+def face_drive(geometry: VoxelGeometry, axis: int) -> tuple[VoxelGeometry, tuple[OpeningGroup,
+                                                                                 ...]]:
+    """The geometry with the fluid patches of both faces normal to ``axis`` as its openings, and
+    the two groups (min face = inlet first, max face = outlet)."""
+    openings = face_openings(geometry, axes=(axis,))
+    groups = []
+    for side, sign in (("min", -1.0), ("max", 1.0)):
+        members = [o for o in openings if o.normal[axis] == sign]
+        if not members:
+            raise ConfigError(f"The {'xyz'[axis]} {side} face has no fluid voxel: no flow can "
+                              f"enter or leave there; pick another flow axis.")
+        groups.append(_group(members, f"{'xyz'[axis]} {side} face", geometry))
+    return dataclasses.replace(geometry, openings=openings), tuple(groups)
+
+
+def default_openings(groups: Sequence[OpeningGroup], initial_density: float,
+                     inlet: OpeningGroup | None = None) -> dict[int, dict]:
+    """Default conditions (lattice units): ``inlet`` (the largest group if None) a uniform
+    velocity inlet at :data:`DEFAULT_INLET_SPEED`, the others pressure outlets at 0 Pa."""
+    if not groups:
+        return {}
+    inlet = inlet or max(groups, key=lambda g: g.area_nodes)
+    out: dict[int, dict] = {}
+    for group in groups:
+        spec = ({"kind": "velocity", "value": DEFAULT_INLET_SPEED, "profile": "uniform"}
+                if group is inlet else {"kind": "pressure", "value": float(initial_density)})
+        out.update({i: dict(spec) for i in group.ids})
+    return out
+
+
+def driven_values(openings: dict[int, dict], ndim: int) -> dict:
+    """Config values of a run driven by its openings: walls on every box face, no body force."""
+    faces = ("x_min", "x_max", "y_min", "y_max", "z_min", "z_max")[: 2 * ndim]
+    return {"openings": openings, "body_force": (0.0, 0.0, 0.0),
+            **{face: "wall" for face in faces}, **{f"{face}_value": None for face in faces}}
+
+
+@dataclass(frozen=True)
+class OpeningUnits:
+    """SI <-> lattice conversion of opening values for one run: its units and reference
+    density (lattice units)."""
+
+    units: UnitSystem
+    initial_density: float = 1.0
+
+    def spec(self, kind: str, value: float | None, unit: str, group: OpeningGroup,
+             profile: str = "uniform") -> dict:
+        """The config entry (lattice units) of ``value`` in ``unit``; ConfigError in SI when out
+        of range."""
+        if kind in ("outflow", "closed"):
+            return {"kind": kind}
+        if value is None or not math.isfinite(value):
+            raise ConfigError(f"Opening {group.name}: enter a number ({unit}).")
+        if kind == "pressure":
+            density = self.initial_density + self.units.pressure_to_lattice(value)
+            if density <= 0:
+                low = self.units.pressure_to_si(-self.initial_density)
+                raise ConfigError(f"Opening {group.name}: {value:g} Pa is below the vacuum of "
+                                  f"the lattice ({low:.3g} Pa); enter a higher pressure.")
+            return {"kind": kind, "value": density}
+        speed = self._speed(value, unit, group)
+        limit = MAX_MACH * SOUND_SPEED / PROFILE_PEAK[profile]
+        if abs(speed) > limit:
+            largest = self.to_si(limit, unit, group)
+            raise ConfigError(
+                f"Opening {group.name}: {value:g} {unit} is above the Mach limit {MAX_MACH} of "
+                f"the lattice (a {profile} profile); the largest allowed value is "
+                f"{largest:.3g} {unit}. Lower it, or raise the viscosity or τ, or use a finer "
+                "voxel size.")
+        return {"kind": kind, "value": speed, "profile": profile}
+
+    def _speed(self, value: float, unit: str, group: OpeningGroup) -> float:
+        if unit == "m/s":
+            return self.units.velocity_to_lattice(value)
+        if unit not in FLOW_UNITS:
+            raise ConfigError(f"Unknown inlet unit {unit!r}; use one of {VALUE_UNITS['velocity']}.")
+        return self.units.flow_rate_to_lattice(value * FLOW_UNITS[unit]) / group.area_nodes
+
+    def to_si(self, speed: float, unit: str, group: OpeningGroup) -> float:
+        """A lattice mean inlet speed in ``unit`` (m/s, or a flow rate through ``group``)."""
+        if unit == "m/s":
+            return self.units.velocity_to_si(speed)
+        return self.units.flow_rate_to_si(speed * group.area_nodes) / FLOW_UNITS[unit]
+
+    def value(self, spec: dict, unit: str, group: OpeningGroup) -> float | None:
+        """The SI value of a config entry in ``unit`` (None for kinds without a value)."""
+        if spec["kind"] == "pressure":
+            density = spec.get("value")
+            density = self.initial_density if density is None else density
+            return self.units.pressure_to_si(density - self.initial_density)
+        if spec["kind"] == "velocity":
+            return self.to_si(float(spec["value"]), unit, group)
+        return None
+
+
+def default_drive(geometry: VoxelGeometry) -> str:
+    """A vessel with openings is driven through them; anything else by the body force."""
+    return next(k for k, v in DRIVES.items() if v == ("openings" if geometry.openings else None))
+
+
+def drive_setup(geometry: VoxelGeometry, drive: str, initial_density: float
+                ) -> tuple[VoxelGeometry, tuple[OpeningGroup, ...], dict[int, dict]]:
+    """(geometry with the openings the drive uses, the table's groups, default
+    ``SimulationConfig.openings``) of one of :data:`DRIVES` (empty for the body force)."""
+    if drive not in DRIVES:
+        raise ConfigError(f"Unknown drive {drive!r}; choose one of {list(DRIVES)}.")
+    how = DRIVES[drive]
+    if how is None:
+        return geometry, (), {}
+    if how == "openings":
+        groups = opening_groups(geometry)
+        if not groups:
+            raise ConfigError("This geometry has no openings: upload the STL with 'STL openings' "
+                              "set, or pick a pair of box faces or the body force as the drive.")
+        return geometry, groups, default_openings(groups, initial_density)
+    if how >= geometry.ndim:
+        raise ConfigError(f"A {geometry.ndim}D geometry has no {'xyz'[how]} faces; pick "
+                          f"{' or '.join('xyz'[: geometry.ndim])}.")
+    geometry, groups = face_drive(geometry, how)
+    return geometry, groups, default_openings(groups, initial_density, inlet=groups[0])

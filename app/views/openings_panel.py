@@ -1,0 +1,194 @@
+"""The openings table: per opening (or box face) its size, kind, SI value, unit and profile.
+
+Each row edits ``SimulationConfig.openings`` of the bound config (the preview's until the
+geometry is used, then the session's pending settings) through
+:class:`~app.openings.OpeningUnits`; the config is the truth and the SI values are re-derived
+from it when the units (voxel size, fluid, τ) change. A refused value (above the Mach limit, a
+pressure below the lattice's vacuum) leaves the config as it was and says, in SI, what is allowed.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+
+import panel as pn
+import param
+
+from solver.config import SimulationConfig
+from solver.opening_kinds import PROFILES
+from solver.values import ConfigError
+
+from ..openings import (
+    DEFAULT_INLET_SPEED,
+    KIND_LABELS,
+    VALUE_UNITS,
+    OpeningGroup,
+    OpeningUnits,
+    value_units,
+)
+
+__all__ = ["OpeningRow", "OpeningsPanel", "lattice_text"]
+
+_KINDS = {label: kind for kind, label in KIND_LABELS.items()}
+_ALL_UNITS = list(dict.fromkeys(u for units in VALUE_UNITS.values() for u in units))
+
+
+class OpeningRow(param.Parameterized):
+    """One row of the table, in SI units."""
+
+    label = param.String(default="", doc="Opening id and equivalent diameter.")
+    kind = param.Selector(objects=list(_KINDS), default=KIND_LABELS["closed"],
+                          doc="What the opening does.")
+    value = param.Number(default=None, allow_None=True,
+                         doc="Inlet: mean speed or flow rate; outlet: pressure relative to the "
+                             "reference (Pa).")
+    unit = param.Selector(objects=_ALL_UNITS, default="", doc="Unit of the value.")
+    profile = param.Selector(objects=list(PROFILES), default="uniform",
+                             doc="Inlet velocity profile across the opening.")
+    lattice = param.String(default="", doc="The solver's condition, lattice units.")
+
+    def __init__(self, group: OpeningGroup, **params) -> None:
+        super().__init__(label=group.label, **params)
+        self.group = group
+
+
+def lattice_text(spec: dict | None) -> str:
+    """The config entry of an opening in words (lattice units)."""
+    if not spec or spec.get("kind") == "closed":
+        return "closed"
+    if spec["kind"] == "velocity":
+        return f"u* {spec['value']:.4g} {spec.get('profile', 'uniform')}"
+    if spec["kind"] == "pressure":
+        return f"ρ* {spec.get('value', 1.0):.6g}"
+    return spec["kind"]
+
+
+class OpeningsPanel(pn.viewable.Viewer):
+    """Rows of the openings of one geometry, bound to the config they edit."""
+
+    message = param.String(default="", doc="Why the last edit was refused (SI).")
+
+    def __init__(self, units: Callable[[SimulationConfig, OpeningGroup], OpeningUnits],
+                 **params) -> None:
+        super().__init__(**params)
+        self.units = units
+        self.rows: list[OpeningRow] = []
+        self.config: SimulationConfig | None = None
+        self._syncing = False
+        self._watchers: list = []
+        self.layout = pn.Column(sizing_mode="stretch_width", css_classes=["openings-table"])
+        self.alert = pn.pane.Alert("", alert_type="danger", visible=False,
+                                   sizing_mode="stretch_width")
+        self.param.watch(lambda e: self.alert.param.update(object=html.escape(e.new),
+                                                           visible=bool(e.new)), "message")
+        header = pn.pane.Markdown("**Openings** · kind and value in SI (the solver's lattice "
+                                  "value on the right); the box faces are walls",
+                                  sizing_mode="stretch_width")
+        self.view = pn.Column(header, self.alert, self.layout, sizing_mode="stretch_width",
+                              visible=False)
+
+    def bind(self, groups: Sequence[OpeningGroup], config: SimulationConfig | None) -> None:
+        """Show ``groups`` and edit ``config.openings`` (no rows when there are none)."""
+        if self.config is not None:
+            for watcher in self._watchers:
+                self.config.param.unwatch(watcher)
+        self._watchers = []
+        self.config = config
+        self.message = ""
+        self.rows = [OpeningRow(group) for group in groups] if config is not None else []
+        for row in self.rows:
+            row.param.watch(lambda *events, row=row: self._edited(row, *events),
+                            ["kind", "value", "unit", "profile"])
+        if config is not None:
+            self._watchers.append(config.param.watch(self.refresh, ["openings", "tau",
+                                                                    "initial_density"]))
+        self.refresh()
+        self.layout.objects = [self._row_view(row) for row in self.rows]
+        self.view.visible = bool(self.rows)
+
+    def refresh(self, *events) -> None:
+        """Re-derive every row's SI value from the config (units or config changed)."""
+        if self._syncing:
+            return
+        for row in self.rows:
+            self._show(row)
+
+    # ------------------------------------------------------------------ editing
+    def _spec(self, row: OpeningRow) -> dict:
+        """The config entry of the row's first opening (every member holds the same)."""
+        return dict(self.config.openings.get(row.group.ids[0], {"kind": "closed"}))
+
+    def _show(self, row: OpeningRow) -> None:
+        spec = self._spec(row)
+        kind = spec["kind"]
+        units = value_units(kind, row.group)
+        unit = row.unit if row.unit in units else units[0]
+        value = self.units(self.config, row.group).value(spec, unit, row.group)
+        self._syncing = True
+        try:
+            row.param.update(kind=KIND_LABELS[kind], unit=unit,
+                             value=None if value is None else float(f"{value:.4g}"),
+                             profile=spec.get("profile", "uniform"),
+                             lattice=lattice_text(spec))
+        finally:
+            self._syncing = False
+
+    def _edited(self, row: OpeningRow, *events) -> None:
+        if self._syncing:
+            return
+        kind = _KINDS[row.kind]
+        names = {event.name for event in events}
+        try:
+            if names == {"unit"}:
+                pass  # the same condition, shown in the new unit below
+            elif "kind" in names:
+                self._write(row, self._default(kind, row))
+            else:
+                units = self.units(self.config, row.group)
+                self._write(row, units.spec(kind, row.value, row.unit, row.group, row.profile))
+            self.message = ""
+        except ConfigError as exc:
+            self.message = str(exc)
+        self._show(row)  # a refused value goes back to the config's
+
+    def _default(self, kind: str, row: OpeningRow) -> dict:
+        if kind == "velocity":
+            return {"kind": kind, "value": DEFAULT_INLET_SPEED, "profile": row.profile}
+        if kind == "pressure":
+            return {"kind": kind, "value": float(self.config.initial_density)}
+        return {"kind": kind}
+
+    def _write(self, row: OpeningRow, spec: dict) -> None:
+        openings = dict(self.config.openings)
+        openings.update({i: dict(spec) for i in row.group.ids})
+        self._syncing = True
+        try:
+            self.config.openings = openings
+        finally:
+            self._syncing = False
+
+    # ------------------------------------------------------------------ layout
+    def _row_view(self, row: OpeningRow) -> pn.Row:
+        name = pn.pane.HTML(f'<span class="opening-label" data-opening="{row.group.ids[0]}">'
+                            f"{html.escape(row.label)}</span>", width=120)
+        kind = pn.widgets.Select.from_param(row.param.kind, name="", width=135)
+        value = pn.widgets.FloatInput.from_param(row.param.value, name="", width=95)
+        unit = pn.widgets.Select.from_param(row.param.unit, name="", width=65)
+        profile = pn.widgets.Select.from_param(row.param.profile, name="", width=95)
+
+        def fit(*events) -> None:  # only the units and options of the row's kind
+            kind_name = _KINDS[row.kind]
+            unit.options = list(value_units(kind_name, row.group))
+            value.visible = unit.visible = kind_name not in ("outflow", "closed")
+            profile.visible = kind_name == "velocity"
+        row.param.watch(fit, "kind")
+        fit()
+        lattice = pn.pane.HTML(pn.bind(lambda text: f'<span class="opening-lattice">'
+                                                    f"{html.escape(text)}</span>",
+                                       row.param.lattice), width=130)
+        return pn.Row(name, kind, value, unit, profile, lattice, sizing_mode="stretch_width",
+                      css_classes=["opening-row"])
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return self.view

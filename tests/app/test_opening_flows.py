@@ -1,0 +1,63 @@
+"""The openings' flow next to the counters, from synthetic snapshots (#18 item 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.dashboard import Dashboard
+from app.views.opening_flows import flow_cards
+from geometries import generators
+from solver.config import SimulationConfig
+from solver.snapshot import OpeningFlow, Snapshot
+from solver.units import UnitSystem
+
+pytestmark = pytest.mark.timeout(300)
+
+UNITS = UnitSystem(dx=1e-4, dt=1e-3, density=1000.0)  # 1 node^3/step = 1e-9 m^3/s = 1 µL/s
+
+
+def vessel_snapshot(seq: int = 1, closed: bool = False) -> Snapshot:
+    flows = (OpeningFlow(1, "velocity", 2.0e3, 1.003),
+             OpeningFlow(2, "closed" if closed else "pressure", -1.2e3, 1.0),
+             OpeningFlow(3, "pressure", -0.79e3, 1.0))
+    return Snapshot(seq=seq, step=100, shape=(20, 10, 10), openings=flows,
+                    mass_balance=0.005, config={"tau": 0.8, "initial_density": 1.0})
+
+
+def test_cards_give_flow_rates_pressure_drop_and_mass_balance_in_si():
+    cards = {key: (label, value, detail) for key, label, value, detail
+             in flow_cards(vessel_snapshot(), UNITS)}
+    # 2000 nodes^3/step = 2e-6 m^3/s = 2 mL/s into the fluid.
+    assert cards["opening-1"] == ("Opening 1 · inlet velocity", "2 mL/s", "in · p 0.01 Pa")
+    assert cards["opening-2"][1:] == ("1.2 mL/s", "out · p 0 Pa")
+    # p = c_s^2 (rho_in - rho_out) rho dx^2/dt^2 = 0.003 / 3 * 10 Pa = 0.01 Pa.
+    assert cards["pressure-drop"][1] == "0.01 Pa"
+    assert cards["mass-balance"][1] == "0.50 %"
+
+
+def test_no_cards_without_a_driven_opening():
+    assert flow_cards(Snapshot(), UNITS) == []
+    closed = Snapshot(openings=(OpeningFlow(1, "closed", 0.0, 1.0),))
+    assert flow_cards(closed, UNITS) == []
+    small = Snapshot(openings=(OpeningFlow(1, "velocity", 2.0, 1.0),), shape=(4, 4, 4))
+    assert flow_cards(small, UNITS)[0][2] == "2 µL/s"
+
+
+def test_the_dashboard_shows_them_next_to_the_counters_only_for_driven_runs():
+    pack = generators.random_sphere_pack((16,) * 3, porosity=0.6, diameter=6, seed=2)
+    board = Dashboard(pack, SimulationConfig(backend="numpy", body_force=(2e-5, 0, 0)),
+                      refresh=False, autostart=False)
+    try:
+        flows = board.flows.pane
+        assert not flows.visible  # a body-force run
+        assert board.main.objects[0].objects == [board.counters.cards, flows]
+        board.physics.setup.param.update(voxel_size_um=100.0, viscosity=1e-5)
+        # tau 0.8: dt = 0.1 dx^2 / nu = 1e-4 s, so 1 node^3/step = 1e-8 m^3/s.
+        board.controller.snapshot = vessel_snapshot()
+        assert flows.visible
+        assert 'data-counter="opening-1"' in flows.object and "20 mL/s" in flows.object
+        assert 'data-counter="mass-balance"' in flows.object and "0.50 %" in flows.object
+        board.controller.snapshot = Snapshot(seq=2)
+        assert not flows.visible
+    finally:
+        board.close()

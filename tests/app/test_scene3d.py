@@ -1,0 +1,67 @@
+"""The 3D view: tiny pores, and the openings drawn at their centres (issue 18)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bokeh.document import Document
+
+from app.controller import Controller
+from app.openings import driven_values, opening_groups
+from app.views.scene3d import Scene3D, opening_marks
+from geometries import VoxelGeometry, samples
+from solver.config import SimulationConfig
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("pore", [np.s_[:, 4, 1], np.s_[1, 1, 1]], ids=["line", "voxel"])
+def test_a_pore_one_voxel_wide_off_the_cut_is_drawn_without_error(pore):
+    """Pores one voxel wide that miss the middle cut left an empty fluid mesh: pyvista raised
+    "Empty meshes cannot be plotted" and the dashboard could not be built."""
+    solid = np.ones((8, 8, 8), dtype=bool)
+    solid[pore] = False
+    controller = Controller(VoxelGeometry(solid), autostart=None)
+    scene = Scene3D(controller)
+    try:
+        assert scene._meshes["fluid"].n_cells == 0  # the cut holds no fluid
+        assert scene._meshes["solid"].n_points > 0
+        controller.position = 1  # a cut through the pore: its cells appear
+        scene._update(controller.geometry, np.where(solid[:, :, 1], np.nan, 0.5),
+                      type(controller.snapshot.view)("umag", 2, 1))
+        assert scene._meshes["fluid"].n_cells == int((~solid[:, :, 1]).sum())
+        scene.pane.get_root(Document())  # the scene serialises for the browser
+    finally:
+        scene.close()
+        controller.close()
+
+
+def test_the_openings_of_a_vessel_are_discs_with_labels_at_their_centres():
+    vessel = samples.load_sample("vessel_bifurcation.stl")
+    discs, labels = opening_marks(vessel)
+    groups = opening_groups(vessel)
+    assert discs.n_cells == 3 * 32 and labels.n_points > 0
+    h = vessel.voxel_size
+    # Each disc: centred on its opening, radius the equivalent radius (nodes).
+    for k, group in enumerate(sorted(groups, key=lambda g: -g.area_nodes)):
+        points = discs.extract_cells(range(32 * k, 32 * (k + 1))).points
+        assert np.allclose(points.mean(axis=0), group.centre_nodes, atol=0.5)
+        radius = np.linalg.norm(points - np.asarray(group.centre_nodes), axis=1).max()
+        assert radius == pytest.approx(group.diameter / h / 2, rel=0.01)
+        # ... in the opening's plane (float32 points).
+        assert np.abs((points - group.centre_nodes) @ np.asarray(group.normal)).max() < 1e-4
+    openings = {1: {"kind": "velocity", "value": 0.01}, 2: {"kind": "closed"},
+                3: {"kind": "pressure", "value": 1.0}}
+    config = SimulationConfig(backend="numpy", **driven_values(openings, 3))
+    controller = Controller(vessel, config, autostart=None)
+    scene = Scene3D(controller)
+    try:
+        assert scene._meshes["openings"].n_cells == discs.n_cells
+        assert scene._meshes["labels"].n_cells == labels.n_cells
+        # Coloured by the applied kind: inlet, closed, outlet (KIND_COLOURS order).
+        kinds = scene._meshes["openings"].cell_data["kind"].reshape(3, 32)
+        assert kinds[:, 0].tolist() == [1.0, 0.0, 2.0] and (kinds == kinds[:, :1]).all()
+        scene.pane.get_root(Document())
+    finally:
+        scene.close()
+        controller.close()
