@@ -1,0 +1,202 @@
+"""Fluid-compacted tile storage: only the fluid nodes of each 4^3 tile, popcount addressing.
+
+Issue 20 asks for throughput that follows the fluid, not the tiles: the tiled kernel moves all
+64 nodes of a non-empty tile, solid ones included, so its fluid updates/s is about eta_t times
+the dense figure. Here a tile keeps one 64-bit occupancy mask and a base offset (the prefix sum
+of the fluid counts, each rounded up to ``pad``); direction ``i`` of its fluid node of rank
+``r`` (fluid nodes before it in XYZ order) sits at ``q * base + i * padded_count + r``. No
+per-node index list: 12 bytes per tile of addressing.
+
+:class:`CompactTiling` builds that storage from a :class:`~solver.tiling.Tiling`, converts
+tiled populations to and from it, and mirrors the CUDA probe's index arithmetic in NumPy
+(:meth:`CompactTiling.pull_sources`), the reference the probe is checked against.
+:func:`probe_source` fills ``templates/compact_probe.cu``: a propagation-only kernel (pull with
+halfway bounce-back, no collision) on that storage, the answer to whether compaction can reach
+0.85 of the fluid-only limit (``benchmarks/compact_probe.py`` times it on the GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from string import Template
+
+import numpy as np
+
+from ...lattice import Lattice, get_lattice
+from ...tiling import Tiling
+
+__all__ = ["CompactTiling", "SECTOR_BYTES", "sector_pad", "probe_name", "probe_source",
+           "probe_shared_bytes"]
+
+#: Bytes of one DRAM/L2 sector: the unit a GPU reads and writes.
+SECTOR_BYTES = 32
+_TEMPLATE = Path(__file__).with_name("templates") / "compact_probe.cu"
+
+
+def sector_pad(value_bytes: int) -> int:
+    """Values per 32-byte sector: the padding that starts every direction block on a sector."""
+    return SECTOR_BYTES // value_bytes
+
+
+@dataclass
+class CompactTiling:
+    """Fluid-only storage of a 3D tiling with 4^3 tiles.
+
+    Attributes
+    ----------
+    tiling : the tiling whose fluid nodes are stored.
+    pad : a tile's direction block holds its fluid count rounded up to a multiple of ``pad``.
+    masks : uint64 (n_tiles,), bit n set where XYZ node n of the tile is fluid.
+    padded : int64 (n_tiles,), values per direction block of each tile.
+    base : int64 (n_tiles,), exclusive prefix sum of ``padded`` (in nodes, times q in values).
+    """
+
+    tiling: Tiling
+    pad: int = 1
+    masks: np.ndarray = field(init=False, repr=False)
+    padded: np.ndarray = field(init=False, repr=False)
+    base: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        t = self.tiling
+        if t.ndim != 3 or t.a != 4:
+            raise ValueError(f"Compact storage needs 3D tiles of 4^3 nodes (one 64-bit mask), "
+                             f"not {t.ndim}D tiles of edge {t.a}.")
+        if self.pad < 1 or self.pad & (self.pad - 1):
+            raise ValueError(f"pad must be a power of two >= 1, got {self.pad}.")
+        fluid = ~t.solid
+        bits = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+        self.masks = np.bitwise_or.reduce(np.where(fluid, bits, np.uint64(0)), axis=1)
+        counts = fluid.sum(axis=1).astype(np.int64)
+        self.padded = -(-counts // self.pad) * self.pad
+        self.base = np.concatenate(([0], np.cumsum(self.padded)[:-1])).astype(np.int64)
+
+    @property
+    def n_slots(self) -> int:
+        """Nodes' worth of storage per direction over all tiles (fluid nodes plus padding)."""
+        return int(self.padded.sum())
+
+    def ranks(self) -> np.ndarray:
+        """int64 (n_tiles, 64): rank of each fluid node among its tile's, -1 for solid."""
+        fluid = ~self.tiling.solid
+        return np.where(fluid, np.cumsum(fluid, axis=1) - 1, -1)
+
+    def memory_bytes(self, q: int, value_bytes: int, copies: int = 2) -> int:
+        """Device bytes: ``copies`` of the populations, masks and bases, tile map and list."""
+        t = self.tiling
+        return int(copies * q * self.n_slots * value_bytes + 12 * t.n_tiles + t.tile_map.nbytes
+                   + t.tiles.nbytes)
+
+    def _slots(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tile, node) index pair of every fluid node and its value index of direction 0;
+        direction i adds ``i * padded[tile]``."""
+        ranks = self.ranks()
+        tile, node = np.nonzero(ranks >= 0)
+        return (tile, node), q * self.base[tile] + ranks[tile, node]
+
+    def pack(self, f: np.ndarray, fill: float = 0.0) -> np.ndarray:
+        """Compact array (q * n_slots,) of tiled populations ``f`` (n_tiles, q, 64), XYZ order;
+        padding slots hold ``fill``."""
+        q = f.shape[1]
+        (tile, node), at = self._slots(q)
+        out = np.full(q * self.n_slots, fill, dtype=f.dtype)
+        for i in range(q):
+            out[at + i * self.padded[tile]] = f[tile, i, node]
+        return out
+
+    def unpack(self, fc: np.ndarray, q: int, fill: float = np.nan) -> np.ndarray:
+        """Tiled populations (n_tiles, q, 64) from a compact array; solid nodes get ``fill``."""
+        (tile, node), at = self._slots(q)
+        out = np.full((self.tiling.n_tiles, q, 64), fill, dtype=fc.dtype)
+        for i in range(q):
+            out[tile, i, node] = fc[at + i * self.padded[tile]]
+        return out
+
+    def pull_sources(self, lattice: Lattice, periodic: tuple[bool, ...]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Value indices (q, n_fluid) the probe writes and reads: destination of direction i
+        of every fluid node and its pull source, the same arithmetic as the CUDA probe (per-node
+        periodic wrap, halfway bounce-back from a solid or outside source)."""
+        t, q = self.tiling, lattice.q
+        (tile, node), at = self._slots(q)
+        local = t.local_coordinates()[node]                      # (n, 3)
+        coord = t.tiles[tile].astype(np.int64) * 4 - np.array(t.offset) + local
+        size, off = np.array(t.shape), np.array(t.offset)
+        dst = at[None, :] + np.arange(q)[:, None] * self.padded[tile][None, :]
+        src = np.empty_like(dst)
+        for i in range(q):
+            x = coord - lattice.c[i]
+            wrap = np.array(periodic, dtype=bool)
+            x = np.where(wrap & (x < 0), x + size, x)
+            x = np.where(wrap & (x >= size), x - size, x)
+            ok = np.all((x >= 0) & (x < size), axis=1)
+            s = np.where(ok[:, None], x + off, 0)
+            tt, k_axes = s // 4, s % 4
+            idx = t.tile_map[tuple(tt.T)]
+            m = np.where(idx >= 0, self.masks[np.maximum(idx, 0)], np.uint64(0))
+            k = (k_axes * np.array([1, 4, 16])).sum(axis=1).astype(np.uint64)
+            fluid = ok & ((m >> k) & np.uint64(1)).astype(bool)
+            below = m & ((np.uint64(1) << k) - np.uint64(1))
+            b = self.base[np.maximum(idx, 0)]
+            pulled = q * b + i * self.padded[np.maximum(idx, 0)] + np.bitwise_count(below)
+            src[i] = np.where(fluid, pulled, dst[lattice.opposite[i]])
+        return dst, src
+
+    def pull(self, fc: np.ndarray, lattice: Lattice, periodic: tuple[bool, ...]) -> np.ndarray:
+        """One propagation (no collision) of a compact array, as the CUDA probe does it."""
+        dst, src = self.pull_sources(lattice, periodic)
+        out = fc.copy()
+        out[dst.ravel()] = fc[src.ravel()]
+        return out
+
+    def int_args(self, periodic: tuple[bool, ...]) -> list[int]:
+        """The probe's integer arguments: tiles, tile grid, domain size, offset, periodic bits."""
+        t = self.tiling
+        bits = sum(1 << ax for ax, p in enumerate(periodic) if p)
+        return [t.n_tiles, *t.tile_map.shape, *t.shape, *t.offset, bits]
+
+    def check_int32(self, q: int) -> None:
+        """Refuse storage the probe's 32-bit value indices cannot address."""
+        if q * self.n_slots >= 2**31:
+            raise ValueError(f"{q * self.n_slots} values per copy exceed the probe's 32-bit "
+                             "indices; use a smaller domain.")
+
+
+def probe_name(lattice: str, precision: str, pad: int) -> str:
+    """Kernel (and namespace) name of one compact probe."""
+    prec = "f64" if precision == "float64" else "f32"
+    return f"lbm_compact_propagate_{lattice}_{prec}_p{pad}"
+
+
+def probe_shared_bytes(tiles_per_block: int) -> int:
+    """Dynamic shared memory of one block: 27 masks (8 B) and bases (4 B) per tile."""
+    return tiles_per_block * 27 * 12
+
+
+@cache
+def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1) -> str:
+    """CUDA source of the compact propagation probe; its kernel is ``probe_name(...)``."""
+    lat = get_lattice(lattice)
+    if lat.d != 3:
+        raise ValueError(f"The compact probe is 3D (4^3 tiles), not {lattice}.")
+    if precision not in ("float32", "float64"):
+        raise ValueError(f"Unknown precision {precision!r}; use 'float32' or 'float64'.")
+    if pad < 1 or pad & (pad - 1):
+        raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
+    pulls, stores = [], []
+    for i, c in enumerate(lat.c.tolist()):
+        if not any(c):
+            pulls.append(f"    const real g{i} = fin[own + {i} * stride];")
+        else:  # the source is x - c: index d + 1 of the axis tables, d = -c
+            sx, sy, sz = (f"a{ax}[{1 - ci}]" for ax, ci in zip("xyz", c, strict=True))
+            opp = int(lat.opposite[i])
+            pulls.append(f"    const real g{i} = fin[source_slot({i}, {sx}, {sy}, {sz}, "
+                         f"own + {opp} * stride, s_mask, s_base, masks, base, tile_map, gx, "
+                         f"gy)];")
+        stores.append(f"    fout[own + {i} * stride] = g{i};")
+    name = probe_name(lattice, precision, pad)
+    return Template(_TEMPLATE.read_text()).substitute(
+        namespace=name, kernel=name, real="double" if precision == "float64" else "float",
+        q=lat.q, pad=pad, pulls="\n".join(pulls), stores="\n".join(stores))

@@ -1,0 +1,201 @@
+"""Fluid-compacted tile storage and its CUDA propagation probe (issue 20), checked on the CPU.
+
+* The NumPy mirror of the probe's popcount addressing (``CompactTiling.pull``) equals a plain
+  pull on the voxel grid (periodic wrap per node, halfway bounce-back at solids and walls) on
+  porous geometries with shifted tile grids, empty tiles and sizes not multiples of 4.
+* The probe's CUDA text, run through the g++ emulation of :mod:`kernel_emulator` (blocks of 1
+  and 2 tiles), gives the same array bit for bit, padding slots untouched; it compiles with
+  nvcc for sm_80 and sm_90.
+* Memory per fluid node at eta_t about 0.5 is below the tiled storage's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solver.backends.cuda.compact import (
+    CompactTiling,
+    probe_name,
+    probe_shared_bytes,
+    probe_source,
+    sector_pad,
+)
+from solver.lattice import get_lattice
+from solver.tiling import Tiling
+
+from .kernel_emulator import _SHIM, compiler
+from .porous_cases import porous_solid
+from .test_kernel_compile import NVCC
+
+LAT = get_lattice("D3Q19")
+
+
+def dense_pull(f: np.ndarray, solid: np.ndarray, periodic: tuple[bool, ...]) -> np.ndarray:
+    """Reference pull on the voxel grid, f (q, nx, ny, nz): f_i(x) <- f_i(x - c_i), or
+    f_opp(i)(x) where x - c_i is solid or outside a non-periodic face; solid nodes keep f."""
+    out = f.copy()
+    shape = np.array(solid.shape)
+    fluid = np.argwhere(~solid)
+    for i, c in enumerate(LAT.c):
+        src = fluid - c
+        for ax in range(3):
+            if periodic[ax]:
+                src[:, ax] %= shape[ax]
+        inside = np.all((src >= 0) & (src < shape), axis=1)
+        clipped = np.clip(src, 0, shape - 1)
+        from_fluid = inside & ~solid[tuple(clipped.T)]
+        pulled = f[i][tuple(clipped.T)]
+        bounced = f[LAT.opposite[i]][tuple(fluid.T)]
+        out[i][tuple(fluid.T)] = np.where(from_fluid, pulled, bounced)
+    return out
+
+
+CASES = {  # shape, tile offset, periodic axes
+    "periodic xyz, offset (1, 2, 3)": ((26, 15, 11), (1, 2, 3), (True, True, True)),
+    "walls in y, offset (3, 0, 1)": ((26, 15, 11), (3, 0, 1), (True, False, True)),
+    "closed box, best offset": ((13, 18, 9), "best", (False, False, False)),
+}
+
+
+def _case(name: str, pad: int, seed: int = 0):
+    shape, offset, periodic = CASES[name]
+    solid = porous_solid(shape, seed)
+    tiling = Tiling.build(solid, 4, offset)
+    rng = np.random.default_rng(seed + 1)
+    f = rng.random((LAT.q, *shape))
+    return solid, tiling, CompactTiling(tiling, pad), f, periodic
+
+
+@pytest.mark.parametrize("pad", [1, 8])
+@pytest.mark.parametrize("name", list(CASES))
+def test_numpy_mirror_equals_pull_on_the_grid(name: str, pad: int) -> None:
+    solid, tiling, compact, f, periodic = _case(name, pad)
+    assert (tiling.tile_map < 0).any() and 0.2 < tiling.eta_t < 0.95  # empty and mixed tiles
+    tiled = np.moveaxis(tiling.gather(np.moveaxis(f, 0, -1)), 2, 1)  # (n_tiles, q, 64)
+    fc = compact.pack(tiled)
+    assert fc.size == LAT.q * compact.n_slots and compact.n_slots % pad == 0
+    got = tiling.scatter(np.moveaxis(compact.unpack(compact.pull(fc, LAT, periodic), LAT.q),
+                                     1, 2))
+    want = dense_pull(f, solid, periodic)
+    fluid = ~solid
+    np.testing.assert_array_equal(np.moveaxis(got, -1, 0)[:, fluid], want[:, fluid])
+    assert not np.array_equal(want[:, fluid], f[:, fluid])  # the pull moved something
+
+
+def test_pack_unpack_round_trip_and_bounds() -> None:
+    _, tiling, compact, f, _ = _case("closed box, best offset", 4)
+    tiled = np.moveaxis(tiling.gather(np.moveaxis(f, 0, -1)), 2, 1)
+    back = compact.unpack(compact.pack(tiled), LAT.q)
+    fluid = ~tiling.solid
+    np.testing.assert_array_equal(np.moveaxis(back, 1, 2)[fluid], np.moveaxis(tiled, 1, 2)[fluid])
+    assert np.isnan(np.moveaxis(back, 1, 2)[~fluid]).all()
+    with pytest.raises(ValueError, match="power of two"):
+        CompactTiling(tiling, 3)
+    with pytest.raises(ValueError, match="4\\^3"):
+        CompactTiling(Tiling.build(np.zeros((16, 16), bool), 8, (0, 0)))
+
+
+def test_memory_per_fluid_node_at_half_utilisation_is_below_tiled() -> None:
+    solid = porous_solid((40, 40, 40), 3)
+    solid[::2] |= np.random.default_rng(0).random(solid[::2].shape) < 0.4
+    tiling = Tiling.build(solid, 4, (0, 0, 0))
+    assert 0.35 < tiling.eta_t < 0.65
+    for value_bytes in (4, 8):
+        tiled = tiling.memory_bytes(LAT.q, value_bytes) / tiling.n_fluid
+        for pad in (1, sector_pad(value_bytes)):
+            compact = CompactTiling(tiling, pad).memory_bytes(LAT.q, value_bytes) / tiling.n_fluid
+            assert compact < 0.8 * tiled, (value_bytes, pad, compact, tiled)
+
+
+_LAUNCH = r"""
+#define __popcll(x) __builtin_popcountll(x)
+""", r"""
+extern "C" void emu_compact(int grid, int block, const REAL* fin, REAL* fout,
+    const unsigned long long* masks, const int* base, const int* tiles, const int* tile_map,
+    const int* ia)
+{
+    blockDim.x = block;
+    std::barrier<> bar(block), end(block);
+    emu_block = &bar;
+    emu_warps.clear();
+    for (int w = 0; w < block / 32; ++w) emu_warps.emplace_back(new std::barrier<>(32));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < block; ++t) {
+        threads.emplace_back([&, t] {
+            threadIdx.x = t;
+            for (int b = 0; b < grid; ++b) {
+                blockIdx.x = b;
+                KERNEL(fin, fout, masks, base, tiles, tile_map, ia[0], ia[1], ia[2], ia[3],
+                       ia[4], ia[5], ia[6], ia[7], ia[8], ia[9], ia[10]);
+                end.arrive_and_wait();
+            }
+        });
+    }
+    for (auto& th : threads) th.join();
+}
+"""
+
+
+def _emulated(precision: str, pad: int):
+    name = probe_name("D3Q19", precision, pad)
+    real = "double" if precision == "float64" else "float"
+    src = (_SHIM + _LAUNCH[0] + probe_source("D3Q19", precision, pad)
+           + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n" + _LAUNCH[1])
+    key = hashlib.sha1(src.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
+    folder.mkdir(exist_ok=True)
+    lib = folder / f"{name}_{key}.so"
+    if not lib.exists():
+        cpp = lib.with_suffix(".cpp")
+        cpp.write_text(src)
+        subprocess.run([compiler(), "-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-w",
+                        "-o", str(lib), str(cpp)], check=True, capture_output=True)
+    return ctypes.CDLL(str(lib)).emu_compact
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("precision, pad, tpb, name", [
+    ("float32", 1, 1, "periodic xyz, offset (1, 2, 3)"),
+    ("float32", 8, 2, "walls in y, offset (3, 0, 1)"),
+    ("float64", 4, 1, "closed box, best offset"),
+])
+def test_probe_kernel_text_equals_numpy_mirror(precision, pad, tpb, name) -> None:
+    _, tiling, compact, f, periodic = _case(name, pad, seed=2)
+    dtype = np.dtype(precision)
+    tiled = np.moveaxis(tiling.gather(np.moveaxis(f, 0, -1)), 2, 1).astype(dtype)
+    fin = compact.pack(tiled, fill=-7.0)
+    fout = np.full_like(fin, -9.0)  # padding slots must stay as they are
+    compact.check_int32(LAT.q)
+    ints = np.array(compact.int_args(periodic), dtype=np.int32)
+    tables = [compact.masks.astype(np.uint64), compact.base.astype(np.int32),
+              np.ascontiguousarray(tiling.tiles, dtype=np.int32),
+              np.ascontiguousarray(tiling.tile_map.transpose().ravel(), dtype=np.int32)]
+    assert probe_shared_bytes(tpb) <= 4 * (1 << 16)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    blocks = -(-tiling.n_tiles // tpb)
+    _emulated(precision, pad)(ctypes.c_int(blocks), ctypes.c_int(64 * tpb), ptr(fin), ptr(fout),
+                              *(ptr(t) for t in tables), ptr(ints))
+    want = compact.pull(fin, LAT, periodic)
+    dst, _ = compact.pull_sources(LAT, periodic)
+    written = np.zeros(fin.size, bool)
+    written[dst.ravel()] = True
+    np.testing.assert_array_equal(fout[written], want[written])
+    assert (fout[~written] == -9.0).all()
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
+    source = tmp_path / "compact.cu"
+    source.write_text("\n".join(probe_source("D3Q19", p, pad) for p in ("float32", "float64")
+                                for pad in (1, 4, 8)))
+    out = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-o", str(tmp_path / "c.cubin"),
+                          str(source)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
