@@ -199,3 +199,76 @@ def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
     out = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-o", str(tmp_path / "c.cubin"),
                           str(source)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
+
+
+class _FakeBackend:
+    """The CuPy backend's interface as the compact suite uses it, timing 10 us per launch."""
+
+    def device_info(self) -> dict:
+        return {"name": "Fake GPU", "copy_bandwidth": 3.0e12}
+
+    def allocate(self, problem):
+        return problem
+
+    def reconfigure(self, state, **changes):
+        assert set(changes) == {"layout"}
+        return state
+
+    def probe(self, state, mode: str, n: int, tpb: int) -> float:
+        assert mode in ("propagate", "full") and tpb in (1, 2, 4)
+        return n * 1e-5
+
+    def release(self, state) -> None:
+        pass
+
+
+class _FakeProbe:
+    def __init__(self, compact, periodic, precision, q=19) -> None:
+        assert compact.tiling.n_tiles and len(periodic) == 3 and q == 19
+        self.use_graphs = True
+
+    def time(self, n: int, tpb: int) -> float:
+        return n * 0.5e-5
+
+    def release(self) -> None:
+        pass
+
+
+def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path) -> None:
+    """The GPU script's bookkeeping on a fake device: every case, kernel and padding gets a
+    row, rates follow the timings, a failing case is reported and the rest still run."""
+    import importlib.util
+
+    from solver.benchmarking import compact_suite
+
+    monkeypatch.setattr(compact_suite, "CompactProbe", _FakeProbe)
+    monkeypatch.setattr(compact_suite, "check_on_device", lambda: [
+        {"precision": "float32", "pad": 1, "max_abs_diff": 0.0, "ok": True}])
+    monkeypatch.setattr(compact_suite, "git_commit", lambda: "abc1234")
+    suite = compact_suite.CompactSuite(porosities=(0.5,), pack_size=24, diameter=8.0,
+                                       dense_size=16, min_seconds=0.0, repeats=1)
+    seen = []
+    result = compact_suite.run_compact_suite(_FakeBackend(), suite, progress=seen.append)
+    assert len(seen) == 4 and not result["errors"]
+    kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
+    assert len(kernels) == 2 * 2 * 4  # cases x precisions x (2 tiled + 2 paddings)
+    for r in result["results"]:
+        per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
+        assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
+        limit = 3.0e12 / (2 * 19 * (4 if r["precision"] == "float32" else 8)) / 1e9
+        assert r["limit_g_per_s"] == pytest.approx(limit)
+    spec = importlib.util.spec_from_file_location(
+        "compact_probe_script", Path(__file__).parents[2] / "benchmarks" / "compact_probe.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    text = script.markdown(result)
+    assert "| periodic box 16^3 | 1.000 | float32 |" in text and "float32 pad 1: ok" in text
+    assert "| tiled BGK | tiled propagation | compact exact | compact sector-padded |" in text
+    assert {r["pad"] for r in result["results"] if "pad" in r} == {1, 4, 8}
+    assert "- float64:" in text and "Errors" not in text
+
+    monkeypatch.setattr(compact_suite, "CompactProbe", None)  # every compact timing fails
+    broken = compact_suite.run_compact_suite(_FakeBackend(), suite)
+    assert len(broken["errors"]) == 4 and "Errors:" in script.markdown(broken)
+    assert {r["kernel"] for r in broken["results"]} == {"tiled BGK", "tiled propagation"}
+

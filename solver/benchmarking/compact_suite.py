@@ -1,0 +1,262 @@
+"""GPU measurement of the compact-addressing probe next to the tiled kernel (issue 20).
+
+On the sphere packs of the paper's Table 6 (phi 0.1-0.9, 192^3, d = 40) and a dense periodic
+box, each in float32 and float64: fluid node updates per second of the tiled kernel (its
+propagation probe and the BGK step, best layout and tiles per block) and of the compact probe
+(:mod:`solver.backends.cuda.compact`: only fluid nodes stored, popcount addressing; direction
+blocks packed exactly, pad 1, or padded to whole 32-byte sectors), against the fluid-only limit
+``copy bandwidth / (2 q n_d)`` measured in the same process. Before timing, the compact probe
+is checked on the device against its NumPy mirror on a 64^3 pack, every precision and padding.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import date
+
+import numpy as np
+
+from ..backends.cuda.compact import (
+    CompactTiling,
+    probe_name,
+    probe_shared_bytes,
+    probe_source,
+    sector_pad,
+)
+from ..config import GPU_LAYOUTS
+from .cases import BenchCase, git_commit, sphere_pack
+from .gpu_suite import _problem, pack_cases
+
+__all__ = ["CompactSuite", "CompactProbe", "check_on_device", "run_compact_suite"]
+
+log = logging.getLogger(__name__)
+
+#: Tiled kernels timed next to the probe: label -> backend.probe mode.
+TILED = {"tiled propagation": "propagate", "tiled BGK": "full"}
+
+
+@dataclass
+class CompactSuite:
+    """What to measure."""
+
+    porosities: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+    pack_size: int = 192
+    diameter: float = 40.0
+    dense_size: int = 256
+    precisions: tuple[str, ...] = ("float32", "float64")
+    tiles_per_block: tuple[int, ...] = (1, 2, 4)
+    layouts: tuple[str, ...] = GPU_LAYOUTS
+    min_seconds: float = 0.03
+    repeats: int = 3
+
+
+class CompactProbe:
+    """The compact probe of one tiling and precision on the device, two copies, timed with
+    CUDA events (a captured graph of 16 launches where capture works)."""
+
+    GRAPH_STEPS = 16
+
+    def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19) -> None:
+        import cupy as cp
+
+        self.cp, self.compact, self.q = cp, compact, q
+        compact.check_int32(q)
+        name = probe_name("D3Q19", precision, compact.pad)
+        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad),
+                              options=("-std=c++17",))
+        self.kernel = module.get_function(name)
+        tiling = compact.tiling
+        self.tables = (cp.asarray(compact.masks.astype(np.uint64)),
+                       cp.asarray(compact.base.astype(np.int32)),
+                       cp.asarray(np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel()),
+                       cp.asarray(np.ascontiguousarray(tiling.tile_map.transpose(),
+                                                       dtype=np.int32).ravel()))
+        self.ints = tuple(np.int32(v) for v in compact.int_args(periodic))
+        size = q * compact.n_slots
+        self.f = [cp.full(size, 0.05, dtype=precision), cp.full(size, 0.05, dtype=precision)]
+        self.current = 0
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.graphs: dict[int, object] = {}
+        self.use_graphs = True
+        cp.cuda.Device().synchronize()  # the fills ran on the default stream
+
+    def launch(self, tpb: int) -> None:
+        """One propagation from the current copy into the other."""
+        n_tiles = self.compact.tiling.n_tiles
+        src, dst = self.f[self.current], self.f[1 - self.current]
+        with self.stream:
+            self.kernel((-(-n_tiles // tpb),), (64 * tpb,), (src, dst, *self.tables, *self.ints),
+                        shared_mem=probe_shared_bytes(tpb))
+        self.current = 1 - self.current
+
+    def _graph(self, tpb: int):
+        if not self.use_graphs:
+            return None
+        if tpb not in self.graphs:
+            self.launch(tpb)  # loads the kernel outside the capture
+            self.launch(tpb)
+            self.stream.synchronize()
+            try:
+                with self.stream:
+                    self.stream.begin_capture()
+                    try:
+                        for _ in range(self.GRAPH_STEPS):
+                            self.launch(tpb)
+                    finally:
+                        self.graphs[tpb] = self.stream.end_capture()
+            except Exception as exc:  # capture unsupported: plain launches
+                log.warning("graph capture failed (%s); plain launches", exc)
+                self.use_graphs = False
+                return None
+        return self.graphs[tpb]
+
+    def time(self, n: int, tpb: int) -> float:
+        """Seconds of ``n`` launches (CUDA events)."""
+        cp = self.cp
+        graph = self._graph(tpb) if n >= self.GRAPH_STEPS else None
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        done = 0
+        with self.stream:
+            start.record(self.stream)
+            while graph is not None and n - done >= self.GRAPH_STEPS:
+                graph.launch(self.stream)  # an even number of launches: copies end as they began
+                done += self.GRAPH_STEPS
+            for _ in range(n - done):
+                self.launch(tpb)
+            end.record(self.stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / 1e3
+
+    def release(self) -> None:
+        """Free the device arrays."""
+        self.f, self.tables, self.graphs = [], (), {}
+        self.cp.get_default_memory_pool().free_all_blocks()
+
+
+def _median_seconds(run: Callable[[int], float], suite: CompactSuite) -> tuple[int, float]:
+    """Steps per measurement and the median seconds per step of ``repeats`` measurements."""
+    warm = run(3) / 3  # compiles on first use; excluded
+    steps = int(np.clip(np.ceil(suite.min_seconds / max(warm, 1e-6)), 16, 800)) // 16 * 16
+    return steps, float(np.median([run(steps) / steps for _ in range(suite.repeats)]))
+
+
+def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> list[dict]:
+    """One probe launch on a periodic ``size``^3 pack from random values against the NumPy
+    mirror, per precision and padding: max |difference| (must be 0) and the case."""
+    import cupy as cp
+
+    from ..lattice import get_lattice
+    from ..tiling import Tiling
+
+    lat = get_lattice("D3Q19")
+    solid = sphere_pack((size,) * 3, porosity, size / 4, seed)
+    tiling = Tiling.build(solid, 4, (1, 2, 3))
+    periodic = (True, True, True)
+    checks = []
+    for precision in ("float32", "float64"):
+        for pad in (1, sector_pad(np.dtype(precision).itemsize)):
+            compact = CompactTiling(tiling, pad)
+            rng = np.random.default_rng(seed)
+            fin = rng.random(lat.q * compact.n_slots).astype(precision)
+            probe = CompactProbe(compact, periodic, precision)
+            probe.f[0][...] = cp.asarray(fin)
+            probe.f[1][...] = cp.asarray(fin)  # padding slots as in the NumPy mirror
+            cp.cuda.Device().synchronize()  # the uploads ran on the default stream
+            probe.launch(2)
+            probe.stream.synchronize()
+            got = cp.asnumpy(probe.f[1])
+            probe.release()
+            want = compact.pull(fin, lat, periodic)
+            diff = float(np.abs(got - want).max())
+            checks.append({"precision": precision, "pad": pad, "max_abs_diff": diff,
+                           "ok": diff == 0.0, "eta_t": round(tiling.eta_t, 4)})
+    return checks
+
+
+def _row(case: BenchCase, problem, kernel: str, precision: str, sec: float, steps: int,
+         copy: float, **extra) -> dict:
+    q, value_bytes = problem.lattice.q, np.dtype(precision).itemsize
+    rate = problem.n_fluid / sec
+    limit = copy / (2 * q * value_bytes)
+    return {"case": case.label, "porosity": case.porosity, "eta_t": round(problem.tiling.eta_t, 4),
+            "fluid_nodes": problem.n_fluid, "kernel": kernel, "precision": precision,
+            "steps": steps, "seconds_per_step": sec, "fluid_g_per_s": rate / 1e9,
+            "limit_g_per_s": limit / 1e9, "of_limit": rate / limit, **extra}
+
+
+def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite, copy: float,
+                  rows: list[dict]) -> None:
+    """Tiled kernels (best layout and tiles per block) and compact probes on one case,
+    appended to ``rows`` as they are measured."""
+    problem = _problem(case, precision)
+    state = base = backend.allocate(problem)
+    try:
+        for label, mode in TILED.items():
+            best = None
+            for layout in suite.layouts:
+                state = backend.reconfigure(state, layout=layout)
+                for tpb in suite.tiles_per_block:
+                    steps, sec = _median_seconds(
+                        lambda n: backend.probe(state, mode, n, tpb), suite)  # noqa: B023
+                    if best is None or sec < best[1]:
+                        best = (steps, sec, layout, tpb)
+            rows.append(_row(case, problem, label, precision, best[1], best[0], copy,
+                             layout=best[2], tiles_per_block=best[3]))
+    finally:
+        backend.release(base)
+    for pad in (1, sector_pad(np.dtype(precision).itemsize)):
+        compact = CompactTiling(problem.tiling, pad)
+        probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q)
+        try:
+            best = None
+            for tpb in suite.tiles_per_block:
+                steps, sec = _median_seconds(lambda n: probe.time(n, tpb), suite)  # noqa: B023
+                if best is None or sec < best[1]:
+                    best = (steps, sec, tpb)
+        finally:
+            probe.release()
+        label = "compact exact" if pad == 1 else "compact sector-padded"
+        rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=pad,
+                         tiles_per_block=best[2],
+                         slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),
+                         graphs=probe.use_graphs))
+
+
+def cases(suite: CompactSuite) -> list[BenchCase]:
+    """The dense periodic box, then the sphere packs."""
+    dense = BenchCase(f"periodic box {suite.dense_size}^3",
+                      np.zeros((suite.dense_size,) * 3, dtype=bool), tile_offset="origin")
+    packs = pack_cases(suite.pack_size, suite.porosities, suite.diameter)
+    return ([dense] if suite.dense_size else []) + packs
+
+
+def run_compact_suite(backend, suite: CompactSuite | None = None,
+                      progress: Callable[[dict], None] | None = None) -> dict:
+    """Check the probe on the device, then measure every case; ``progress`` gets the partial
+    result after each case (so a cut-off run still leaves its table)."""
+    suite = suite or CompactSuite()
+    info = dict(backend.device_info())
+    meta = {"device": info["name"], "date": date.today().isoformat(), "commit": git_commit(),
+            "host": platform.node(), "copy_bandwidth": info["copy_bandwidth"],
+            "suite": asdict(suite)}
+    result = {"meta": meta, "checks": [], "results": [], "errors": []}
+    try:
+        result["checks"] = check_on_device()
+    except Exception as exc:  # reported as a failed check; the timings still come
+        log.exception("device check failed")
+        result["checks"] = [{"precision": "-", "pad": 0, "max_abs_diff": float("nan"),
+                             "ok": False, "error": repr(exc)[:2000]}]
+    for case in cases(suite):
+        for precision in suite.precisions:
+            try:
+                _measure_case(backend, case, precision, suite, info["copy_bandwidth"],
+                              result["results"])
+            except Exception as exc:  # report and go on: one call must give every answer
+                log.exception("%s %s failed", case.label, precision)
+                result["errors"].append(f"{case.label} {precision}: {exc!r}"[:2000])
+            if progress:
+                progress(result)
+    return result
