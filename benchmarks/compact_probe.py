@@ -30,7 +30,8 @@ from solver.benchmarking.compact_suite import CompactSuite, run_compact_suite  #
 from solver.benchmarking.report import results_stem  # noqa: E402
 
 TARGET = 0.85
-COLUMNS = ("tiled BGK", "tiled propagation", "compact exact", "compact sector-padded")
+COLUMNS = ("tiled BGK", "tiled propagation", "compact exact", "compact sector-padded",
+           "compact exact halo", "compact sector-padded halo")
 
 
 def markdown(result: dict) -> str:
@@ -42,7 +43,7 @@ def markdown(result: dict) -> str:
              "fluid G updates/s (fraction of the fluid-only limit = copy bandwidth / (2 q n_d) "
              f"per fluid node; target {TARGET}). Best layout and tiles per block per kernel.", "",
              "Device check of the compact probe against its NumPy mirror (64^3 pack): "
-             + ", ".join(f"{c['precision']} pad {c['pad']}: "
+             + ", ".join(f"{c['precision']} pad {c['pad']}{' halo' if c.get('halo') else ''}: "
                          + ("ok" if c["ok"] else f"DIFFERS by {c['max_abs_diff']:g}")
                          for c in result["checks"]), ""]
     rows: dict[tuple, dict] = {}

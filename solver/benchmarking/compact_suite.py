@@ -11,6 +11,7 @@ is checked on the device against its NumPy mirror on a 64^3 pack, every precisio
 
 from __future__ import annotations
 
+import itertools
 import logging
 import platform
 from collections.abc import Callable
@@ -59,13 +60,15 @@ class CompactProbe:
 
     GRAPH_STEPS = 16
 
-    def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19) -> None:
+    def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
+                 halo: bool = False) -> None:
         import cupy as cp
 
         self.cp, self.compact, self.q = cp, compact, q
         compact.check_int32(q)
-        name = probe_name("D3Q19", precision, compact.pad)
-        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad),
+        self.halo = halo
+        name = probe_name("D3Q19", precision, compact.pad, halo)
+        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo),
                               options=("-std=c++17",))
         self.kernel = module.get_function(name)
         tiling = compact.tiling
@@ -89,7 +92,7 @@ class CompactProbe:
         src, dst = self.f[self.current], self.f[1 - self.current]
         with self.stream:
             self.kernel((-(-n_tiles // tpb),), (64 * tpb,), (src, dst, *self.tables, *self.ints),
-                        shared_mem=probe_shared_bytes(tpb))
+                        shared_mem=probe_shared_bytes(tpb, self.halo))
         self.current = 1 - self.current
 
     def _graph(self, tpb: int):
@@ -157,11 +160,12 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
     periodic = (True, True, True)
     checks = []
     for precision in ("float32", "float64"):
-        for pad in (1, sector_pad(np.dtype(precision).itemsize)):
+        for pad, halo in itertools.product((1, sector_pad(np.dtype(precision).itemsize)),
+                                           (False, True)):
             compact = CompactTiling(tiling, pad)
             rng = np.random.default_rng(seed)
             fin = rng.random(lat.q * compact.n_slots).astype(precision)
-            probe = CompactProbe(compact, periodic, precision)
+            probe = CompactProbe(compact, periodic, precision, halo=halo)
             probe.f[0][...] = cp.asarray(fin)
             probe.f[1][...] = cp.asarray(fin)  # padding slots as in the NumPy mirror
             cp.cuda.Device().synchronize()  # the uploads ran on the default stream
@@ -171,7 +175,7 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
             probe.release()
             want = compact.pull(fin, lat, periodic)
             diff = float(np.abs(got - want).max())
-            checks.append({"precision": precision, "pad": pad, "max_abs_diff": diff,
+            checks.append({"precision": precision, "pad": pad, "halo": halo, "max_abs_diff": diff,
                            "ok": diff == 0.0, "eta_t": round(tiling.eta_t, 4)})
     return checks
 
@@ -207,9 +211,10 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                              layout=best[2], tiles_per_block=best[3]))
     finally:
         backend.release(base)
-    for pad in (1, sector_pad(np.dtype(precision).itemsize)):
+    for halo, pad in itertools.product((False, True),
+                                       (1, sector_pad(np.dtype(precision).itemsize))):
         compact = CompactTiling(problem.tiling, pad)
-        probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q)
+        probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo)
         try:
             best = None
             for tpb in suite.tiles_per_block:
@@ -218,7 +223,8 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                     best = (steps, sec, tpb)
         finally:
             probe.release()
-        label = "compact exact" if pad == 1 else "compact sector-padded"
+        label = ("compact exact" if pad == 1 else "compact sector-padded") + (
+            " halo" if halo else "")
         rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=pad,
                          tiles_per_block=best[2],
                          slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),

@@ -143,10 +143,10 @@ extern "C" void emu_compact(int grid, int block, const REAL* fin, REAL* fout,
 """
 
 
-def _emulated(precision: str, pad: int):
-    name = probe_name("D3Q19", precision, pad)
+def _emulated(precision: str, pad: int, halo: bool):
+    name = probe_name("D3Q19", precision, pad, halo)
     real = "double" if precision == "float64" else "float"
-    src = (_SHIM + _LAUNCH[0] + probe_source("D3Q19", precision, pad)
+    src = (_SHIM + _LAUNCH[0] + probe_source("D3Q19", precision, pad, halo)
            + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n" + _LAUNCH[1])
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
@@ -161,12 +161,13 @@ def _emulated(precision: str, pad: int):
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("halo", [False, True], ids=["direct", "halo"])
 @pytest.mark.parametrize("precision, pad, tpb, name", [
     ("float32", 1, 1, "periodic xyz, offset (1, 2, 3)"),
     ("float32", 8, 2, "walls in y, offset (3, 0, 1)"),
     ("float64", 4, 1, "closed box, best offset"),
 ])
-def test_probe_kernel_text_equals_numpy_mirror(precision, pad, tpb, name) -> None:
+def test_probe_kernel_text_equals_numpy_mirror(precision, pad, tpb, name, halo) -> None:
     _, tiling, compact, f, periodic = _case(name, pad, seed=2)
     dtype = np.dtype(precision)
     tiled = np.moveaxis(tiling.gather(np.moveaxis(f, 0, -1)), 2, 1).astype(dtype)
@@ -177,11 +178,12 @@ def test_probe_kernel_text_equals_numpy_mirror(precision, pad, tpb, name) -> Non
     tables = [compact.masks.astype(np.uint64), compact.base.astype(np.int32),
               np.ascontiguousarray(tiling.tiles, dtype=np.int32),
               np.ascontiguousarray(tiling.tile_map.transpose().ravel(), dtype=np.int32)]
-    assert probe_shared_bytes(tpb) <= 4 * (1 << 16)
+    assert probe_shared_bytes(tpb, halo) <= 4 * (1 << 16)
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
     blocks = -(-tiling.n_tiles // tpb)
-    _emulated(precision, pad)(ctypes.c_int(blocks), ctypes.c_int(64 * tpb), ptr(fin), ptr(fout),
-                              *(ptr(t) for t in tables), ptr(ints))
+    run = _emulated(precision, pad, halo)
+    run(ctypes.c_int(blocks), ctypes.c_int(64 * tpb), ptr(fin), ptr(fout),
+        *(ptr(t) for t in tables), ptr(ints))
     want = compact.pull(fin, LAT, periodic)
     dst, _ = compact.pull_sources(LAT, periodic)
     written = np.zeros(fin.size, bool)
@@ -194,8 +196,9 @@ def test_probe_kernel_text_equals_numpy_mirror(precision, pad, tpb, name) -> Non
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
     source = tmp_path / "compact.cu"
-    source.write_text("\n".join(probe_source("D3Q19", p, pad) for p in ("float32", "float64")
-                                for pad in (1, 4, 8)))
+    source.write_text("\n".join(probe_source("D3Q19", p, pad, halo)
+                                for p in ("float32", "float64") for pad in (1, 4, 8)
+                                for halo in (False, True)))
     out = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-o", str(tmp_path / "c.cubin"),
                           str(source)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
@@ -223,7 +226,7 @@ class _FakeBackend:
 
 
 class _FakeProbe:
-    def __init__(self, compact, periodic, precision, q=19) -> None:
+    def __init__(self, compact, periodic, precision, q=19, halo=False) -> None:
         assert compact.tiling.n_tiles and len(periodic) == 3 and q == 19
         self.use_graphs = True
 
@@ -251,7 +254,7 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     result = compact_suite.run_compact_suite(_FakeBackend(), suite, progress=seen.append)
     assert len(seen) == 4 and not result["errors"]
     kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
-    assert len(kernels) == 2 * 2 * 4  # cases x precisions x (2 tiled + 2 paddings)
+    assert len(kernels) == 2 * 2 * 6  # cases x precisions x (2 tiled + 2 paddings x 2)
     for r in result["results"]:
         per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
         assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
@@ -263,7 +266,8 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     spec.loader.exec_module(script)
     text = script.markdown(result)
     assert "| periodic box 16^3 | 1.000 | float32 |" in text and "float32 pad 1: ok" in text
-    assert "| tiled BGK | tiled propagation | compact exact | compact sector-padded |" in text
+    assert ("| tiled BGK | tiled propagation | compact exact | compact sector-padded | "
+            "compact exact halo | compact sector-padded halo |") in text
     assert {r["pad"] for r in result["results"] if "pad" in r} == {1, 4, 8}
     assert "- float64:" in text and "Errors" not in text
 

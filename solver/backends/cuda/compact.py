@@ -164,20 +164,33 @@ class CompactTiling:
                              "indices; use a smaller domain.")
 
 
-def probe_name(lattice: str, precision: str, pad: int) -> str:
+def probe_name(lattice: str, precision: str, pad: int, halo: bool = False) -> str:
     """Kernel (and namespace) name of one compact probe."""
     prec = "f64" if precision == "float64" else "f32"
-    return f"lbm_compact_propagate_{lattice}_{prec}_p{pad}"
+    return f"lbm_compact_propagate_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
 
 
-def probe_shared_bytes(tiles_per_block: int) -> int:
-    """Dynamic shared memory of one block: 27 masks (8 B) and bases (4 B) per tile."""
-    return tiles_per_block * 27 * 12
+def probe_shared_bytes(tiles_per_block: int, halo: bool = False) -> int:
+    """Dynamic shared memory of one block: 27 masks (8 B) and bases (4 B) per tile, and with
+    ``halo`` the located source (two ints) of each of the 6^3 halo nodes."""
+    return tiles_per_block * (27 * 12 + (2 * 4 * 6**3 if halo else 0))
+
+
+_AXIS_TABLES = "\n".join(
+    f"    const AxisSrc a{ax}[3] = {{"
+    + ", ".join(f"axis_src(t[{k}], {ax}, {d}, size{ax}, off{ax}, (periodic >> {k}) & 1)"
+                for d in (-1, 0, 1)) + "};" for k, ax in enumerate("xyz"))
 
 
 @cache
-def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1) -> str:
-    """CUDA source of the compact propagation probe; its kernel is ``probe_name(...)``."""
+def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
+                 halo: bool = False) -> str:
+    """CUDA source of the compact propagation probe; its kernel is ``probe_name(...)``.
+
+    ``halo``: the tile's threads locate the source of each halo node once (shared memory),
+    and a pull is a shared load; otherwise every pull of every node locates its source
+    (popcounts and neighbourhood look-ups per direction).
+    """
     lat = get_lattice(lattice)
     if lat.d != 3:
         raise ValueError(f"The compact probe is 3D (4^3 tiles), not {lattice}.")
@@ -187,16 +200,22 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
     pulls, stores = [], []
     for i, c in enumerate(lat.c.tolist()):
+        own = f"own + {int(lat.opposite[i])} * stride"
         if not any(c):
             pulls.append(f"    const real g{i} = fin[own + {i} * stride];")
+        elif halo:  # the source x - c sits at halo index hn - (cx + 6 cy + 36 cz)
+            shift = -(c[0] + 6 * c[1] + 36 * c[2])
+            h = f"hn {'+' if shift > 0 else '-'} {abs(shift)}"
+            pulls.append(f"    const real g{i} = fin[source_slot({i}, Found{{s_at[{h}], "
+                         f"s_pc[{h}]}}, {own})];")
         else:  # the source is x - c: index d + 1 of the axis tables, d = -c
             sx, sy, sz = (f"a{ax}[{1 - ci}]" for ax, ci in zip("xyz", c, strict=True))
-            opp = int(lat.opposite[i])
-            pulls.append(f"    const real g{i} = fin[source_slot({i}, {sx}, {sy}, {sz}, "
-                         f"own + {opp} * stride, s_mask, s_base, masks, base, tile_map, gx, "
-                         f"gy)];")
+            pulls.append(f"    const real g{i} = fin[source_slot({i}, locate({sx}, {sy}, {sz}, "
+                         f"s_mask, s_base, masks, base, tile_map, gx, gy), {own})];")
         stores.append(f"    fout[own + {i} * stride] = g{i};")
-    name = probe_name(lattice, precision, pad)
+    name = probe_name(lattice, precision, pad, halo)
     return Template(_TEMPLATE.read_text()).substitute(
         namespace=name, kernel=name, real="double" if precision == "float64" else "float",
-        q=lat.q, pad=pad, pulls="\n".join(pulls), stores="\n".join(stores))
+        q=lat.q, pad=pad, halo="true" if halo else "false",
+        axis_tables="" if halo else _AXIS_TABLES,
+        pulls="\n".join(pulls), stores="\n".join(stores))

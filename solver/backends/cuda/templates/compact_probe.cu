@@ -28,6 +28,9 @@ constexpr int A = 4;         // tile edge: 64 nodes, one 64-bit mask
 constexpr int NPT = 64;      // nodes per tile
 constexpr int NB = 27;       // tiles of the 3^3 neighbourhood
 constexpr int PAD = ${pad};  // a tile's direction block is its fluid count rounded up to PAD
+constexpr bool HALO = ${halo};  // sources located once per tile halo node, not per pull
+constexpr int HE = A + 2;    // edge of the tile with its one-node halo
+constexpr int HN = HE * HE * HE;
 
 // Values of one direction block of a tile with occupancy m (its padded fluid count).
 __device__ __forceinline__ int padded(mask_t m)
@@ -57,14 +60,19 @@ __device__ __forceinline__ AxisSrc axis_src(int t, int x, int d, int size, int o
     return {tt, s - tt * A, tt - t, ok};
 }
 
-// Slot of the source node (axis sources sx, sy, sz) of direction i, or `own` (the node's own
-// value of the opposite direction) where the source is not fluid.
-__device__ __forceinline__ int source_slot(
-    int i, const AxisSrc& sx, const AxisSrc& sy, const AxisSrc& sz, int own,
-    const mask_t* s_mask, const int* s_base, const mask_t* __restrict__ masks,
-    const int* __restrict__ base, const int* __restrict__ tile_map, int gx, int gy)
+// The source node (axis sources sx, sy, sz) of a pull: Q * base + rank (its value of direction
+// 0; direction i adds i * pc) and its tile's padded count pc, or at0 = -1 where the source is
+// not fluid (solid, empty tile, outside a non-periodic face).
+struct Found {
+    int at0, pc;
+};
+
+__device__ __forceinline__ Found locate(
+    const AxisSrc& sx, const AxisSrc& sy, const AxisSrc& sz, const mask_t* s_mask,
+    const int* s_base, const mask_t* __restrict__ masks, const int* __restrict__ base,
+    const int* __restrict__ tile_map, int gx, int gy)
 {
-    if (!(sx.ok && sy.ok && sz.ok)) return own;
+    if (!(sx.ok && sy.ok && sz.ok)) return {-1, 0};
     mask_t m = 0ull;
     int b = 0;
     if (sx.dt >= -1 && sx.dt <= 1 && sy.dt >= -1 && sy.dt <= 1 && sz.dt >= -1 && sz.dt <= 1) {
@@ -79,8 +87,15 @@ __device__ __forceinline__ int source_slot(
         }
     }
     const int k = sx.local + A * sy.local + A * A * sz.local;
-    if (!((m >> k) & 1ull)) return own;
-    return Q * b + i * padded(m) + __popcll(m & ((1ull << k) - 1ull));
+    if (!((m >> k) & 1ull)) return {-1, 0};
+    return {Q * b + __popcll(m & ((1ull << k) - 1ull)), padded(m)};
+}
+
+// Slot of direction i at a located source, or `own` (the node's own value of the opposite
+// direction: halfway bounce-back).
+__device__ __forceinline__ int source_slot(int i, const Found& s, int own)
+{
+    return s.at0 >= 0 ? s.at0 + i * s.pc : own;
 }
 
 extern "C" __global__ void ${kernel}(
@@ -112,21 +127,33 @@ extern "C" __global__ void ${kernel}(
         }
     }
     __syncthreads();
+    const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
+    int* s_at = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
+                                       + (blockDim.x / NPT) * NB) + (blockDim.x / NPT) * NB
+                + local_tile * 2 * HN;
+    int* s_pc = s_at + HN;
+    if (HALO) {  // every thread locates a share of the tile's halo (tile nodes included)
+        if (active) {
+            for (int h = n; h < HN; h += NPT) {
+                const int hx = h % HE - 1, hy = (h / HE) % HE - 1, hz = h / (HE * HE) - 1;
+                const Found s = locate(
+                    axis_src(t[0], hx, 0, sizex, offx, periodic & 1),
+                    axis_src(t[1], hy, 0, sizey, offy, (periodic >> 1) & 1),
+                    axis_src(t[2], hz, 0, sizez, offz, (periodic >> 2) & 1),
+                    s_mask, s_base, masks, base, tile_map, gx, gy);
+                s_at[h] = s.at0;
+                s_pc[h] = s.pc;
+            }
+        }
+        __syncthreads();
+    }
     if (!active) return;
     const mask_t mine = s_mask[13];
     if (!((mine >> n) & 1ull)) return;
     const int stride = padded(mine);
     const int own = Q * s_base[13] + __popcll(mine & ((1ull << n) - 1ull));
-    const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
-    const AxisSrc ax[3] = {axis_src(t[0], x, -1, sizex, offx, periodic & 1),
-                           axis_src(t[0], x, 0, sizex, offx, periodic & 1),
-                           axis_src(t[0], x, 1, sizex, offx, periodic & 1)};
-    const AxisSrc ay[3] = {axis_src(t[1], y, -1, sizey, offy, (periodic >> 1) & 1),
-                           axis_src(t[1], y, 0, sizey, offy, (periodic >> 1) & 1),
-                           axis_src(t[1], y, 1, sizey, offy, (periodic >> 1) & 1)};
-    const AxisSrc az[3] = {axis_src(t[2], z, -1, sizez, offz, (periodic >> 2) & 1),
-                           axis_src(t[2], z, 0, sizez, offz, (periodic >> 2) & 1),
-                           axis_src(t[2], z, 1, sizez, offz, (periodic >> 2) & 1)};
+    const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo block
+${axis_tables}
 ${pulls}
 ${stores}
 }
