@@ -2,7 +2,8 @@
 
 One call on the GPU machine (issue 20 item 1): checks the compact propagation probe against its
 NumPy mirror on the device, then times it and the tiled kernel (propagation probe and BGK step)
-on a dense periodic 256^3 box and the 192^3 sphere packs phi 0.1-0.9, float32 and float64, and
+on a dense periodic 256^3 box, a rock-like 192^3 pack (phi 0.2, grains of 22 nodes, eta_t about
+0.5) and the 192^3 sphere packs phi 0.1-0.9 (d = 40), float32 and float64, and
 writes ``<gpu>-<date>-<commit>-compact.json`` / ``.md`` into ``--out`` after every case (a run
 cut off still leaves its table). Each number is fluid node updates per second over the
 fluid-only limit ``copy bandwidth / (2 q n_d)`` (bytes of the populations of the fluid nodes
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ok:
         print(f"No usable GPU: {why}")
         return 2
-    suite = (CompactSuite(porosities=(0.2, 0.8), pack_size=96, dense_size=128)
+    suite = (CompactSuite(porosities=(0.2, 0.8), pack_size=96, dense_size=128, rock_diameter=11)
              if args.quick else CompactSuite())
     args.out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []

@@ -1,12 +1,14 @@
 """GPU measurement of the compact-addressing probe next to the tiled kernel (issue 20).
 
-On the sphere packs of the paper's Table 6 (phi 0.1-0.9, 192^3, d = 40) and a dense periodic
-box, each in float32 and float64: fluid node updates per second of the tiled kernel (its
-propagation probe and the BGK step, best layout and tiles per block) and of the compact probe
-(:mod:`solver.backends.cuda.compact`: only fluid nodes stored, popcount addressing; direction
-blocks packed exactly, pad 1, or padded to whole 32-byte sectors), against the fluid-only limit
-``copy bandwidth / (2 q n_d)`` measured in the same process. Before timing, the compact probe
-is checked on the device against its NumPy mirror on a 64^3 pack, every precision and padding.
+On the sphere packs of the paper's Table 6 (phi 0.1-0.9, 192^3, d = 40), a rock-like pack of
+small grains (phi 0.2, eta_t about 0.5) and a dense periodic box, each in float32 and float64:
+fluid node updates per second of the tiled kernel (its propagation probe and the BGK step, best
+layout and tiles per block) and of the compact probe (:mod:`solver.backends.cuda.compact`: only
+fluid nodes stored, popcount addressing; direction blocks packed exactly, pad 1, or padded to
+whole 32-byte sectors; sources located per pull, or once per tile halo node), against the
+fluid-only limit ``copy bandwidth / (2 q n_d)`` measured in the same process. Before timing,
+the compact probe is checked on the device against its NumPy mirror on a 64^3 pack, every
+precision, padding and addressing.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class CompactSuite:
     pack_size: int = 192
     diameter: float = 40.0
     dense_size: int = 256
+    #: Grain diameter of the rock-like case (phi 0.2, eta_t about 0.5 at 192^3); 0: none.
+    rock_diameter: float = 22.0
     precisions: tuple[str, ...] = ("float32", "float64")
     tiles_per_block: tuple[int, ...] = (1, 2, 4)
     layouts: tuple[str, ...] = GPU_LAYOUTS
@@ -232,11 +236,16 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
 
 
 def cases(suite: CompactSuite) -> list[BenchCase]:
-    """The dense periodic box, then the sphere packs."""
+    """The dense periodic box, the rock-like pack (small grains, eta_t about 0.5), then the
+    sphere packs."""
+    n = suite.pack_size
     dense = BenchCase(f"periodic box {suite.dense_size}^3",
                       np.zeros((suite.dense_size,) * 3, dtype=bool), tile_offset="origin")
-    packs = pack_cases(suite.pack_size, suite.porosities, suite.diameter)
-    return ([dense] if suite.dense_size else []) + packs
+    rock = BenchCase(f"rock-like {n}^3 phi=0.2 d={suite.rock_diameter:g}",
+                     sphere_pack((n,) * 3, 0.2, suite.rock_diameter, 1), porosity=0.2)
+    packs = pack_cases(n, suite.porosities, suite.diameter)
+    return (([dense] if suite.dense_size else []) + ([rock] if suite.rock_diameter else [])
+            + packs)
 
 
 def run_compact_suite(backend, suite: CompactSuite | None = None,

@@ -249,12 +249,13 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
         {"precision": "float32", "pad": 1, "max_abs_diff": 0.0, "ok": True}])
     monkeypatch.setattr(compact_suite, "git_commit", lambda: "abc1234")
     suite = compact_suite.CompactSuite(porosities=(0.5,), pack_size=24, diameter=8.0,
-                                       dense_size=16, min_seconds=0.0, repeats=1)
+                                       dense_size=16, rock_diameter=5.0, min_seconds=0.0,
+                                       repeats=1)
     seen = []
     result = compact_suite.run_compact_suite(_FakeBackend(), suite, progress=seen.append)
-    assert len(seen) == 4 and not result["errors"]
+    assert len(seen) == 6 and not result["errors"]
     kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
-    assert len(kernels) == 2 * 2 * 6  # cases x precisions x (2 tiled + 2 paddings x 2)
+    assert len(kernels) == 3 * 2 * 6  # cases x precisions x (2 tiled + 2 paddings x 2)
     for r in result["results"]:
         per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
         assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
@@ -273,6 +274,6 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
 
     monkeypatch.setattr(compact_suite, "CompactProbe", None)  # every compact timing fails
     broken = compact_suite.run_compact_suite(_FakeBackend(), suite)
-    assert len(broken["errors"]) == 4 and "Errors:" in script.markdown(broken)
+    assert len(broken["errors"]) == 6 and "Errors:" in script.markdown(broken)
     assert {r["kernel"] for r in broken["results"]} == {"tiled BGK", "tiled propagation"}
 
