@@ -25,13 +25,15 @@ from solver.backends.cuda.compact import (
     probe_name,
     probe_shared_bytes,
     probe_source,
+    real_param_names,
     sector_pad,
 )
+from solver.backends.cuda.tables import physics_args
 from solver.lattice import get_lattice
 from solver.tiling import Tiling
 
 from .kernel_emulator import _SHIM, compiler
-from .porous_cases import porous_solid
+from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, reference
 from .test_kernel_compile import NVCC
 
 LAT = get_lattice("D3Q19")
@@ -119,7 +121,7 @@ _LAUNCH = r"""
 """, r"""
 extern "C" void emu_compact(int grid, int block, const REAL* fin, REAL* fout,
     const unsigned long long* masks, const int* base, const int* tiles, const int* tile_map,
-    const int* ia)
+    const int* ia, const REAL* ra)
 {
     blockDim.x = block;
     std::barrier<> bar(block), end(block);
@@ -133,7 +135,7 @@ extern "C" void emu_compact(int grid, int block, const REAL* fin, REAL* fout,
             for (int b = 0; b < grid; ++b) {
                 blockIdx.x = b;
                 KERNEL(fin, fout, masks, base, tiles, tile_map, ia[0], ia[1], ia[2], ia[3],
-                       ia[4], ia[5], ia[6], ia[7], ia[8], ia[9], ia[10]);
+                       ia[4], ia[5], ia[6], ia[7], ia[8], ia[9], ia[10] RARGS);
                 end.arrive_and_wait();
             }
         });
@@ -143,11 +145,16 @@ extern "C" void emu_compact(int grid, int block, const REAL* fin, REAL* fout,
 """
 
 
-def _emulated(precision: str, pad: int, halo: bool):
-    name = probe_name("D3Q19", precision, pad, halo)
+def _emulated(precision: str, pad: int, halo: bool, collision: str | None = None,
+              incompressible: bool = True):
+    name = probe_name("D3Q19", precision, pad, halo, collision, incompressible)
     real = "double" if precision == "float64" else "float"
-    src = (_SHIM + _LAUNCH[0] + probe_source("D3Q19", precision, pad, halo)
-           + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n" + _LAUNCH[1])
+    n_reals = len(real_param_names("D3Q19", precision, collision, incompressible))
+    rargs = "".join(f", ra[{k}]" for k in range(n_reals))
+    src = (_SHIM + _LAUNCH[0] + probe_source("D3Q19", precision, pad, halo, collision,
+                                             incompressible)
+           + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n#define RARGS {rargs}\n"
+           + _LAUNCH[1])
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
     folder.mkdir(exist_ok=True)
@@ -183,7 +190,7 @@ def test_probe_kernel_text_equals_numpy_mirror(precision, pad, tpb, name, halo) 
     blocks = -(-tiling.n_tiles // tpb)
     run = _emulated(precision, pad, halo)
     run(ctypes.c_int(blocks), ctypes.c_int(64 * tpb), ptr(fin), ptr(fout),
-        *(ptr(t) for t in tables), ptr(ints))
+        *(ptr(t) for t in tables), ptr(ints), ptr(np.zeros(1, dtype)))
     want = compact.pull(fin, LAT, periodic)
     dst, _ = compact.pull_sources(LAT, periodic)
     written = np.zeros(fin.size, bool)
@@ -192,13 +199,54 @@ def test_probe_kernel_text_equals_numpy_mirror(precision, pad, tpb, name, halo) 
     assert (fout[~written] == -9.0).all()
 
 
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("precision, collision, fluid, pad, halo, tpb", [
+    ("float64", "TRT", "quasi-compressible", 1, False, 1),
+    ("float64", "BGK", "incompressible", 4, True, 2),
+    ("float32", "MRT", "incompressible", 8, True, 1),
+    ("float32", "BGK", "quasi-compressible", 8, False, 2),
+])
+def test_compact_step_equals_numpy_reference(precision, collision, fluid, pad, halo, tpb) -> None:
+    """Three full steps (pull, bounce-back at solids and the y walls, collision with a body
+    force) on compact storage equal the NumPy backend's on the tiled layout."""
+    problem = make_problem("D3Q19", precision, collision, fluid, offset=(1, 2, 3))
+    tiling, dtype = problem.tiling, np.dtype(precision)
+    compact = CompactTiling(tiling, pad)
+    f0 = noisy_start(problem)
+    copies = [compact.pack(as_stored(problem, f0).astype(dtype)), None]
+    copies[1] = np.zeros_like(copies[0])
+    ints = np.array(compact.int_args(problem.periodic), dtype=np.int32)
+    tables = [compact.masks.astype(np.uint64), compact.base.astype(np.int32),
+              np.ascontiguousarray(tiling.tiles, dtype=np.int32),
+              np.ascontiguousarray(tiling.tile_map.transpose().ravel(), dtype=np.int32)]
+    reals = np.array(physics_args(problem), dtype=dtype)
+    assert len(reals) == len(real_param_names("D3Q19", precision, collision,
+                                              fluid == "incompressible"))
+    run = _emulated(precision, pad, halo, collision, fluid == "incompressible")
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    for step in range(3):
+        src, dst = copies[step % 2], copies[1 - step % 2]
+        run(ctypes.c_int(-(-tiling.n_tiles // tpb)), ctypes.c_int(64 * tpb), ptr(src), ptr(dst),
+            *(ptr(t) for t in tables), ptr(ints), ptr(reals))
+    got = compact.unpack(copies[1], LAT.q).astype(np.float64)
+    ref = reference(problem, f0, 3)
+    fluid_nodes = np.broadcast_to(~tiling.solid[:, None, :], ref.shape)
+    tol = 1e-12 if precision == "float64" else 1e-5
+    diff = np.abs(got - ref)[fluid_nodes].max()
+    assert diff <= tol * np.abs(ref).max()
+    assert np.abs(ref - as_stored(problem, f0))[fluid_nodes].max() > 1e3 * tol  # it moved
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
     source = tmp_path / "compact.cu"
-    source.write_text("\n".join(probe_source("D3Q19", p, pad, halo)
-                                for p in ("float32", "float64") for pad in (1, 4, 8)
-                                for halo in (False, True)))
+    source.write_text("\n".join(
+        [probe_source("D3Q19", p, pad, halo) for p in ("float32", "float64")
+         for pad in (1, 4, 8) for halo in (False, True)]
+        + [probe_source("D3Q19", p, 32 // np.dtype(p).itemsize, halo, coll, inc)
+           for p in ("float32", "float64") for halo in (False, True)
+           for coll in ("BGK", "TRT", "MRT") for inc in (True, False)]))
     out = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-o", str(tmp_path / "c.cubin"),
                           str(source)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]

@@ -26,9 +26,12 @@ import numpy as np
 
 from ...lattice import Lattice, get_lattice
 from ...tiling import Tiling
+from .collisions import cuda_collision
+from .kernels import KernelVariant, _lit
+from .kernels import real_param_names as tiled_param_names
 
 __all__ = ["CompactTiling", "SECTOR_BYTES", "sector_pad", "probe_name", "probe_source",
-           "probe_shared_bytes"]
+           "probe_shared_bytes", "real_param_names"]
 
 #: Bytes of one DRAM/L2 sector: the unit a GPU reads and writes.
 SECTOR_BYTES = 32
@@ -164,10 +167,13 @@ class CompactTiling:
                              "indices; use a smaller domain.")
 
 
-def probe_name(lattice: str, precision: str, pad: int, halo: bool = False) -> str:
-    """Kernel (and namespace) name of one compact probe."""
+def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
+               collision: str | None = None, incompressible: bool = True) -> str:
+    """Kernel (and namespace) name of one compact kernel (``collision`` None: the probe)."""
     prec = "f64" if precision == "float64" else "f32"
-    return f"lbm_compact_propagate_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
+    mode = "propagate" if collision is None else \
+        f"full_{collision}_{'inc' if incompressible else 'qc'}"
+    return f"lbm_compact_{mode}_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
 
 
 def probe_shared_bytes(tiles_per_block: int, halo: bool = False) -> int:
@@ -182,14 +188,26 @@ _AXIS_TABLES = "\n".join(
                 for d in (-1, 0, 1)) + "};" for k, ax in enumerate("xyz"))
 
 
+def real_param_names(lattice: str, precision: str, collision: str | None,
+                     incompressible: bool = True) -> list[str]:
+    """Floating arguments of a compact kernel: none for the probe; for a step those of the
+    tiled kernel (force, rest state, collision constants: ``tables.physics_args`` order)."""
+    if collision is None:
+        return []
+    return tiled_param_names(KernelVariant(lattice, precision, collision, incompressible))
+
+
 @cache
 def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
-                 halo: bool = False) -> str:
-    """CUDA source of the compact propagation probe; its kernel is ``probe_name(...)``.
+                 halo: bool = False, collision: str | None = None,
+                 incompressible: bool = True) -> str:
+    """CUDA source of a compact kernel; its kernel is ``probe_name(...)`` of the same arguments.
 
     ``halo``: the tile's threads locate the source of each halo node once (shared memory),
     and a pull is a shared load; otherwise every pull of every node locates its source
-    (popcounts and neighbourhood look-ups per direction).
+    (popcounts and neighbourhood look-ups per direction). ``collision`` None: the propagation
+    probe; else a full step with that collision (:mod:`.collisions`), no boundary code (walls:
+    halfway bounce-back; faces periodic or walls).
     """
     lat = get_lattice(lattice)
     if lat.d != 3:
@@ -213,9 +231,17 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
             pulls.append(f"    const real g{i} = fin[source_slot({i}, locate({sx}, {sy}, {sz}, "
                          f"s_mask, s_base, masks, base, tile_map, gx, gy), {own})];")
         stores.append(f"    fout[own + {i} * stride] = g{i};")
-    name = probe_name(lattice, precision, pad, halo)
+    name = probe_name(lattice, precision, pad, halo, collision, incompressible)
+    real = "double" if precision == "float64" else "float"
+    if collision is None:
+        collide = "\n".join(stores)
+    else:
+        collide = cuda_collision(collision).code(
+            lattice, incompressible, lambda x: _lit(x, real),
+            lambda i, value: f"    fout[own + {i} * stride] = {value};")
+    params = "".join(f",\n    const real {p}"
+                     for p in real_param_names(lattice, precision, collision, incompressible))
     return Template(_TEMPLATE.read_text()).substitute(
-        namespace=name, kernel=name, real="double" if precision == "float64" else "float",
-        q=lat.q, pad=pad, halo="true" if halo else "false",
-        axis_tables="" if halo else _AXIS_TABLES,
-        pulls="\n".join(pulls), stores="\n".join(stores))
+        namespace=name, kernel=name, real=real, q=lat.q, pad=pad, halo="true" if halo else "false",
+        axis_tables="" if halo else _AXIS_TABLES, pulls="\n".join(pulls), collide=collide,
+        real_params=params)

@@ -1,5 +1,6 @@
-// Compact-addressing propagation probe: the pull of a tiled step on storage that holds only the
-// fluid nodes of each tile (issue 20: throughput that follows the fluid, not the tiles).
+// Compact-addressing kernel: the pull of a tiled step (propagation probe) or the whole step (pull
+// and BGK/TRT/MRT collision with Guo forcing, the tiled kernel's code) on storage that holds
+// only the fluid nodes of each tile (issue 20: throughput that follows the fluid, not the tiles).
 //
 // This file is a template: solver/backends/cuda/compact.py fills it for one lattice, precision
 // and padding. No headers: it compiles unchanged under NVRTC, nvcc and the g++ emulator.
@@ -103,7 +104,7 @@ extern "C" __global__ void ${kernel}(
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
     int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,
-    int offx, int offy, int offz, int periodic)
+    int offx, int offy, int offz, int periodic${real_params})
 {
     extern __shared__ int lbm_smem[];
     const int n = threadIdx.x % NPT;
@@ -155,7 +156,7 @@ extern "C" __global__ void ${kernel}(
     const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo block
 ${axis_tables}
 ${pulls}
-${stores}
+${collide}
 }
 
 }  // namespace ${namespace}
