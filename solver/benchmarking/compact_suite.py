@@ -29,7 +29,9 @@ from ..backends.cuda.compact import (
     probe_source,
     sector_pad,
 )
+from ..backends.cuda.tables import physics_args
 from ..config import GPU_LAYOUTS
+from ..problem import Problem
 from .cases import BenchCase, git_commit, sphere_pack
 from .gpu_suite import _problem, pack_cases
 
@@ -65,15 +67,19 @@ class CompactProbe:
     GRAPH_STEPS = 16
 
     def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
-                 halo: bool = False) -> None:
+                 halo: bool = False, step: Problem | None = None) -> None:
+        """``step``: run the full step of that problem's collision (its physics arguments)
+        instead of the propagation probe."""
         import cupy as cp
 
         self.cp, self.compact, self.q = cp, compact, q
         compact.check_int32(q)
         self.halo = halo
-        name = probe_name("D3Q19", precision, compact.pad, halo)
-        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo),
+        kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
+        name = probe_name("D3Q19", precision, compact.pad, halo, *kind)
+        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind),
                               options=("-std=c++17",))
+        self.reals = tuple(physics_args(step)) if step is not None else ()
         self.kernel = module.get_function(name)
         tiling = compact.tiling
         self.tables = (cp.asarray(compact.masks.astype(np.uint64)),
@@ -95,7 +101,8 @@ class CompactProbe:
         n_tiles = self.compact.tiling.n_tiles
         src, dst = self.f[self.current], self.f[1 - self.current]
         with self.stream:
-            self.kernel((-(-n_tiles // tpb),), (64 * tpb,), (src, dst, *self.tables, *self.ints),
+            self.kernel((-(-n_tiles // tpb),), (64 * tpb,), (src, dst, *self.tables, *self.ints,
+                                                               *self.reals),
                         shared_mem=probe_shared_bytes(tpb, self.halo))
         self.current = 1 - self.current
 
@@ -215,10 +222,11 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                              layout=best[2], tiles_per_block=best[3]))
     finally:
         backend.release(base)
-    for halo, pad in itertools.product((False, True),
-                                       (1, sector_pad(np.dtype(precision).itemsize))):
+    for step, halo, pad in itertools.product(
+            (False, True), (False, True), (1, sector_pad(np.dtype(precision).itemsize))):
         compact = CompactTiling(problem.tiling, pad)
-        probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo)
+        probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo,
+                             problem if step else None)
         try:
             best = None
             for tpb in suite.tiles_per_block:
@@ -227,8 +235,8 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                     best = (steps, sec, tpb)
         finally:
             probe.release()
-        label = ("compact exact" if pad == 1 else "compact sector-padded") + (
-            " halo" if halo else "")
+        label = (f"compact {'BGK' if step else 'propagation'} "
+                 f"{'exact' if pad == 1 else 'sector-padded'}{' halo' if halo else ''}")
         rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=pad,
                          tiles_per_block=best[2],
                          slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),

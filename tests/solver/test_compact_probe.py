@@ -274,7 +274,7 @@ class _FakeBackend:
 
 
 class _FakeProbe:
-    def __init__(self, compact, periodic, precision, q=19, halo=False) -> None:
+    def __init__(self, compact, periodic, precision, q=19, halo=False, step=None) -> None:
         assert compact.tiling.n_tiles and len(periodic) == 3 and q == 19
         self.use_graphs = True
 
@@ -303,7 +303,7 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     result = compact_suite.run_compact_suite(_FakeBackend(), suite, progress=seen.append)
     assert len(seen) == 6 and not result["errors"]
     kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
-    assert len(kernels) == 3 * 2 * 6  # cases x precisions x (2 tiled + 2 paddings x 2)
+    assert len(kernels) == 3 * 2 * 10  # cases x precisions x (2 tiled + 2 x 2 x 2 compact)
     for r in result["results"]:
         per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
         assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
@@ -314,11 +314,12 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     text = script.markdown(result)
-    assert "| periodic box 16^3 | 1.000 | float32 |" in text and "float32 pad 1: ok" in text
-    assert ("| tiled BGK | tiled propagation | compact exact | compact sector-padded | "
-            "compact exact halo | compact sector-padded halo |") in text
+    assert "float32 pad 1: ok" in text
+    assert ("| tiled | compact exact | compact sector-padded | compact exact halo | "
+            "compact sector-padded halo |") in text and "## Full step, BGK" in text
     assert {r["pad"] for r in result["results"] if "pad" in r} == {1, 4, 8}
-    assert "- float64:" in text and "Errors" not in text
+    assert "- compact BGK, float64: best variant" in text and "Errors" not in text
+    assert text.count("| periodic box 16^3 | 1.000 | float32 |") == 2
 
     monkeypatch.setattr(compact_suite, "CompactProbe", None)  # every compact timing fails
     broken = compact_suite.run_compact_suite(_FakeBackend(), suite)
