@@ -12,7 +12,7 @@ only, read once and written once, at the copy bandwidth measured in the same pro
 its fraction is what a compact full step could reach at most; the tiled propagation probe is
 the same bound for today's storage.
 
-Usage, from the repository root: ``python benchmarks/compact_probe.py --out DIR`` (about 3
+Usage, from the repository root: ``python benchmarks/compact_probe.py --out DIR`` (estimated 4-6
 minutes on an H100; ``--quick`` for a 1-minute smoke run on smaller cases).
 """
 
@@ -81,8 +81,10 @@ def markdown(result: dict) -> str:
              "exact: direction blocks of exactly the fluid count; sector-padded: rounded up to "
              "whole 32-byte sectors; halo: sources located once per tile halo node in shared "
              "memory, else per pull.", "",
-             "Device check of the compact probe against its NumPy mirror (64^3 pack): "
-             + ", ".join(f"{c['precision']} pad {c['pad']}{' halo' if c.get('halo') else ''}: "
+             "Device checks: the compact probe against its NumPy mirror (64^3 pack), one compact "
+             "BGK step against the NumPy backend (48^3 pack, relative difference): "
+             + ", ".join(f"{c.get('kernel', 'probe')} {c['precision']} pad {c['pad']}"
+                         f"{' halo' if c.get('halo') else ''}: "
                          + ("ok" if c["ok"] else f"DIFFERS by {c['max_abs_diff']:g}")
                          for c in result["checks"]), ""]
     rows: dict[tuple, dict] = {}

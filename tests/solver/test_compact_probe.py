@@ -16,6 +16,7 @@ import hashlib
 import subprocess
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -326,3 +327,54 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     assert len(broken["errors"]) == 6 and "Errors:" in script.markdown(broken)
     assert {r["kernel"] for r in broken["results"]} == {"tiled BGK", "tiled propagation"}
 
+
+
+class _EmulatedProbe:
+    """CompactProbe's interface on the g++ emulator: host arrays, the same kernel text."""
+
+    def __init__(self, compact, periodic, precision, q=19, halo=False, step=None) -> None:
+        self.compact, self.precision, self.halo = compact, precision, halo
+        self.kind = (step.collision.name, step.incompressible) if step else (None, True)
+        self.reals = np.array(physics_args(step) if step else [0.0], dtype=precision)
+        self.ints = np.array(compact.int_args(periodic), dtype=np.int32)
+        t = compact.tiling
+        self.tables = [compact.masks.astype(np.uint64), compact.base.astype(np.int32),
+                       np.ascontiguousarray(t.tiles, dtype=np.int32),
+                       np.ascontiguousarray(t.tile_map.transpose().ravel(), dtype=np.int32)]
+        self.f = [np.full(q * compact.n_slots, 0.05, precision) for _ in range(2)]
+        self.stream = SimpleNamespace(synchronize=lambda: None)
+
+    def launch(self, tpb: int) -> None:
+        run = _emulated(self.precision, self.compact.pad, self.halo, *self.kind)
+        ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+        run(ctypes.c_int(-(-self.compact.tiling.n_tiles // tpb)), ctypes.c_int(64 * tpb),
+            ptr(self.f[0]), ptr(self.f[1]), *(ptr(t) for t in self.tables), ptr(self.ints),
+            ptr(self.reals))
+
+    def release(self) -> None:
+        pass
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+def test_device_checks_pass_on_the_emulated_kernels(monkeypatch) -> None:
+    """The GPU script's own checks (probe against the mirror, BGK step against the NumPy
+    backend) run on the emulator instead of CuPy: they pass, and a wrong kernel fails them."""
+    import sys
+
+    from solver.benchmarking import compact_suite
+
+    fake_cupy = SimpleNamespace(asarray=np.asarray, asnumpy=np.asarray,
+                                cuda=SimpleNamespace(Device=lambda: SimpleNamespace(
+                                    synchronize=lambda: None)))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(compact_suite, "CompactProbe", _EmulatedProbe)
+    checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
+    assert len(checks) == 8 + 4 and all(c["ok"] for c in checks), checks
+
+    class _Unmoved(_EmulatedProbe):
+        def launch(self, tpb: int) -> None:
+            self.f[1][...] = self.f[0]
+
+    monkeypatch.setattr(compact_suite, "CompactProbe", _Unmoved)
+    checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
+    assert not any(c["ok"] for c in checks)
