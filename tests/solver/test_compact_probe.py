@@ -378,3 +378,49 @@ def test_device_checks_pass_on_the_emulated_kernels(monkeypatch) -> None:
     monkeypatch.setattr(compact_suite, "CompactProbe", _Unmoved)
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
     assert not any(c["ok"] for c in checks)
+
+
+#: sha256 of every tiled variant's name and source (all streamings), as on main before the
+#: compact flag existed (6fd52a2..1ea5ad0): adding compact storage must leave them byte-identical.
+#: A deliberate change of the tiled kernels updates this value in the same commit.
+TILED_SOURCES_SHA256 = "1be274350f1bd121ce88aef9e04c1d49ec6e7f95f48200442511dc055977987c"
+
+
+def test_tiled_kernel_sources_are_byte_identical() -> None:
+    import hashlib
+
+    from solver.backends.cuda.kernels import all_variants, kernel_source
+    from solver.backends.cuda.streaming import KERNEL_STREAMING
+
+    variants = sorted(all_variants(streaming=KERNEL_STREAMING), key=lambda v: v.name)
+    text = "\n".join(v.name + kernel_source(v) for v in variants)
+    assert len(variants) == 1110 and not any(v.compact for v in variants)
+    assert hashlib.sha256(text.encode()).hexdigest() == TILED_SOURCES_SHA256
+
+
+def test_compact_kernel_variant_flag() -> None:
+    """``KernelVariant(compact=pad)`` is the compact kernel (halo addressing): its name is the
+    kernel's, probes collapse to one, and what it lacks is refused with what to do."""
+    from dataclasses import replace
+
+    from solver.backends.cuda.kernels import KernelVariant, kernel_source
+    from solver.backends.cuda.kernels import real_param_names as variant_reals
+
+    v = KernelVariant("D3Q19", "float32", "TRT", False, "paper", "full", compact=8)
+    src = kernel_source(v)
+    assert src == probe_source("D3Q19", "float32", 8, True, "TRT", False)
+    assert f'extern "C" __global__ void {v.name}(' in src and v.name.endswith("_p8_h")
+    assert variant_reals(v) == real_param_names("D3Q19", "float32", "TRT", False)
+    probe = replace(v, mode="propagate")
+    assert probe.canonical() == replace(probe, collision="BGK", incompressible=True,
+                                        layout="xyz").canonical()
+    assert variant_reals(probe) == [] and "propagate" in probe.name
+    assert kernel_source(replace(v, compact=0)) != src  # the tiled kernel is untouched
+    for bad, words in [({"boundary": "zou_he"}, "boundary code 'zou_he'"),
+                       ({"streaming": "aa_neighbour"}, "only two-copy"),
+                       ({"storage": "float16"}, "storage 'float16'"),
+                       ({"lattice": "D2Q9", "tile_edge": 8}, "3D, edge 4"),
+                       ({"mode": "readwrite"}, "mode 'readwrite'")]:
+        with pytest.raises(ValueError, match="compacted storage does not support") as err:
+            kernel_source(replace(v, **bad))
+        assert words in str(err.value) and "compact=0" in str(err.value)
