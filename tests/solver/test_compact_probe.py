@@ -296,6 +296,9 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     monkeypatch.setattr(compact_suite, "CompactProbe", _FakeProbe)
     monkeypatch.setattr(compact_suite, "check_on_device", lambda: [
         {"precision": "float32", "pad": 1, "max_abs_diff": 0.0, "ok": True}])
+    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: [
+        {"precision": "float64", "pad": 4, "halo": True, "kernel": "BGK step vs NumPy",
+         "max_abs_diff": 1e-15, "ok": True}])
     monkeypatch.setattr(compact_suite, "git_commit", lambda: "abc1234")
     suite = compact_suite.CompactSuite(porosities=(0.5,), pack_size=24, diameter=8.0,
                                        dense_size=16, rock_diameter=5.0, min_seconds=0.0,
@@ -315,7 +318,7 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     text = script.markdown(result)
-    assert "float32 pad 1: ok" in text
+    assert "probe float32 pad 1: ok" in text and "NumPy float64 pad 4 halo: ok" in text
     assert ("| tiled | compact exact | compact sector-padded | compact exact halo | "
             "compact sector-padded halo |") in text and "## Full step, BGK" in text
     assert {r["pad"] for r in result["results"] if "pad" in r} == {1, 4, 8}
@@ -424,3 +427,21 @@ def test_compact_kernel_variant_flag() -> None:
         with pytest.raises(ValueError, match="compacted storage does not support") as err:
             kernel_source(replace(v, **bad))
         assert words in str(err.value) and "compact=0" in str(err.value)
+
+
+def test_edge_index_converts_the_paper_layout() -> None:
+    """The conversion indices follow the tiled copy's in-tile layout (paper layout permutes
+    slots per direction): every fluid value lands once, solid ones never."""
+    from solver.backends.cuda.tables import slot_table
+
+    _, tiling, compact, f, _ = _case("walls in y, offset (3, 0, 1)", 8)
+    tiled = np.moveaxis(tiling.gather(np.moveaxis(f, 0, -1)), 2, 1)  # XYZ order
+    slots = slot_table("D3Q19", "paper", 4)
+    assert not (slots == np.arange(64)).all()
+    laid = np.empty_like(tiled)
+    laid[:, np.arange(LAT.q)[:, None], slots] = tiled  # as the device holds it
+    c, t = compact.edge_index(LAT.q, slots)
+    fc = np.full(LAT.q * compact.n_slots, -1.0)
+    fc[c] = laid.ravel()[t]
+    np.testing.assert_array_equal(fc, compact.pack(tiled, fill=-1.0))
+    assert len(np.unique(c)) == len(c) == len(np.unique(t)) == LAT.q * tiling.n_fluid

@@ -99,23 +99,37 @@ class CompactTiling:
         tile, node = np.nonzero(ranks >= 0)
         return (tile, node), q * self.base[tile] + ranks[tile, node]
 
+    def edge_index(self, q: int, slots: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Conversion at the storage's edges: int64 (compact, tiled) index pairs, one per
+        fluid node and direction, with ``compact_flat[c] == tiled_flat[t]``.
+
+        ``tiled_flat`` is a tiled copy ``(n_tiles, q, 64)`` raveled; ``slots`` (q, 64) the
+        in-tile slot of each direction and XYZ node (``tables.slot_table``; default XYZ, slot
+        = node). The same arrays convert on the device (``fc[c] = f.ravel()[t]`` and back), so
+        populations in and out, fields and checkpoints can keep the full tiled layout.
+        """
+        (tile, node), at = self._slots(q)
+        slots = np.tile(np.arange(64), (q, 1)) if slots is None else np.asarray(slots)
+        i = np.arange(q)[:, None]
+        compact = at[None, :] + i * self.padded[tile][None, :]
+        tiled = (tile[None, :] * q + i) * 64 + slots[i, node[None, :]]
+        return compact.ravel(), tiled.ravel()
+
     def pack(self, f: np.ndarray, fill: float = 0.0) -> np.ndarray:
         """Compact array (q * n_slots,) of tiled populations ``f`` (n_tiles, q, 64), XYZ order;
         padding slots hold ``fill``."""
-        q = f.shape[1]
-        (tile, node), at = self._slots(q)
-        out = np.full(q * self.n_slots, fill, dtype=f.dtype)
-        for i in range(q):
-            out[at + i * self.padded[tile]] = f[tile, i, node]
+        compact, tiled = self.edge_index(f.shape[1])
+        out = np.full(f.shape[1] * self.n_slots, fill, dtype=f.dtype)
+        out[compact] = f.ravel()[tiled]
         return out
 
     def unpack(self, fc: np.ndarray, q: int, fill: float = np.nan) -> np.ndarray:
         """Tiled populations (n_tiles, q, 64) from a compact array; solid nodes get ``fill``."""
-        (tile, node), at = self._slots(q)
-        out = np.full((self.tiling.n_tiles, q, 64), fill, dtype=fc.dtype)
-        for i in range(q):
-            out[tile, i, node] = fc[at + i * self.padded[tile]]
-        return out
+        compact, tiled = self.edge_index(q)
+        out = np.full(self.tiling.n_tiles * q * 64, fill, dtype=fc.dtype)
+        out[tiled] = fc[compact]
+        return out.reshape(self.tiling.n_tiles, q, 64)
 
     def pull_sources(self, lattice: Lattice, periodic: tuple[bool, ...]
                      ) -> tuple[np.ndarray, np.ndarray]:
