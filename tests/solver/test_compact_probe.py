@@ -445,3 +445,58 @@ def test_edge_index_converts_the_paper_layout() -> None:
     fc[c] = laid.ravel()[t]
     np.testing.assert_array_equal(fc, compact.pack(tiled, fill=-1.0))
     assert len(np.unique(c)) == len(c) == len(np.unique(t)) == LAT.q * tiling.n_fluid
+
+
+def _emulator_launcher(variant, blocks, threads, shared, args) -> None:
+    """CompactRun's launcher on the g++ emulator (host arrays)."""
+    assert shared == probe_shared_bytes(threads // 64, True)
+    fin, fout, masks, base, tiles, tile_map, *rest = args
+    ints = np.array(rest[:11], dtype=np.int32)
+    reals = np.array(rest[11:] or [0.0], dtype=fin.dtype)
+    run = _emulated(variant.precision, variant.compact, True,
+                    None if variant.mode == "propagate" else variant.collision,
+                    variant.incompressible)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    run(ctypes.c_int(blocks), ctypes.c_int(threads), ptr(fin), ptr(fout), ptr(masks),
+        ptr(base), ptr(tiles), ptr(tile_map), ptr(ints), ptr(reals))
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("precision, collision, fluid", [
+    ("float64", "TRT", "quasi-compressible"), ("float32", "BGK", "incompressible")])
+def test_compact_run_steps_like_the_numpy_backend(precision, collision, fluid) -> None:
+    """Populations in and out in the tiled layout, steps on compact storage: the same as the
+    NumPy backend, solid nodes at rest; memory below the tiled copies'."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    problem = make_problem("D3Q19", precision, collision, fluid, offset=(3, 0, 1))
+    run = CompactRun(problem, xp=np, launcher=_emulator_launcher)
+    assert run.variant.compact == 32 // np.dtype(precision).itemsize
+    np.testing.assert_array_equal(run.populations(), problem.initial_populations()
+                                  .astype(precision).astype(np.float64))
+    f0 = noisy_start(problem)
+    run.set_populations(as_stored(problem, f0))
+    run.step(4)
+    ref = reference(problem, f0, 4)
+    got = run.populations()
+    solid = np.broadcast_to(problem.tiling.solid[:, None, :], ref.shape)
+    tol = 1e-12 if precision == "float64" else 1e-5
+    assert np.abs(got - ref)[~solid].max() <= tol * np.abs(ref).max()
+    rest = problem.initial_populations().astype(precision).astype(np.float64)
+    np.testing.assert_array_equal(got[solid], rest[solid])
+    assert run.memory_bytes() < problem.tiling.memory_bytes(19, np.dtype(precision).itemsize)
+
+
+def test_compact_run_refuses_what_the_kernel_lacks() -> None:
+    from solver.backends.cuda.compact_run import CompactRun
+    from solver.config import SimulationConfig
+    from solver.problem import Problem
+
+    solid = porous_solid((12, 12, 12))
+    for options, words in [({"streaming": "in-place"}, "only two-copy"),
+                           ({"storage": "float16", "precision": "float32"}, "storage"),
+                           ({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure",
+                             "x_max_value": 1.0}, "boundary code")]:
+        problem = Problem.from_config(solid, SimulationConfig(lattice="D3Q19", **options))
+        with pytest.raises(ValueError, match=words):
+            CompactRun(problem, xp=np, launcher=_emulator_launcher)
