@@ -500,3 +500,125 @@ def test_compact_run_refuses_what_the_kernel_lacks() -> None:
         problem = Problem.from_config(solid, SimulationConfig(lattice="D3Q19", **options))
         with pytest.raises(ValueError, match=words):
             CompactRun(problem, xp=np, launcher=_emulator_launcher)
+
+
+class _FakeCupy:
+    """The slice of CuPy that CompactProbe uses, on NumPy: RawModule kernels run through the
+    g++ emulator, streams record CUDA-graph captures and replay them, events read a clock."""
+
+    def __init__(self) -> None:
+        import time
+
+        fake = self
+        self.capture: list | None = None
+        self.launches = 0
+
+        class Kernel:
+            def __init__(self, code: str, name: str) -> None:
+                self.code, self.name = code, name
+
+            def __call__(self, grid, block, args, shared_mem=0) -> None:
+                if fake.capture is not None:
+                    fake.capture.append(lambda: self(grid, block, args, shared_mem))
+                    return
+                fin = args[0]
+                real = "double" if fin.dtype == np.float64 else "float"
+                n_reals = len(args) - 17
+                reals = np.array(args[17:] or [0.0], dtype=fin.dtype)
+                rargs = "".join(f", ra[{k}]" for k in range(n_reals))
+                run = _compile(self.code, self.name, real, rargs)
+                ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+                run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), *(ptr(a) for a in args[:6]),
+                    ptr(np.array(args[6:17], dtype=np.int32)), ptr(reals))
+                fake.launches += 1
+
+        class Module:
+            def __init__(self, code: str, options=()) -> None:
+                self.code = code
+
+            def get_function(self, name: str) -> Kernel:
+                return Kernel(self.code, name)
+
+        class Graph:
+            def __init__(self, calls) -> None:
+                self.calls = calls
+
+            def launch(self, stream=None) -> None:
+                for call in self.calls:
+                    call()
+
+        class Stream:
+            def __init__(self, non_blocking: bool = False) -> None:
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc) -> None:
+                pass
+
+            def synchronize(self) -> None:
+                pass
+
+            def begin_capture(self) -> None:
+                fake.capture = []
+
+            def end_capture(self) -> Graph:
+                calls, fake.capture = fake.capture, None
+                return Graph(calls)
+
+        class Event:
+            def record(self, stream=None) -> None:
+                self.t = time.perf_counter()
+
+            def synchronize(self) -> None:
+                pass
+
+        self.RawModule, self.full, self.asarray, self.asnumpy = Module, np.full, np.asarray, \
+            np.asarray
+        self.cuda = SimpleNamespace(
+            Stream=Stream, Event=Event, get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+            Device=lambda: SimpleNamespace(synchronize=lambda: None))
+        self.get_default_memory_pool = lambda: SimpleNamespace(free_all_blocks=lambda: None)
+
+
+def _compile(code: str, name: str, real: str, rargs: str):
+    src = (_SHIM + _LAUNCH[0] + code + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n"
+           f"#define RARGS {rargs}\n" + _LAUNCH[1])
+    key = hashlib.sha1(src.encode()).hexdigest()[:16]
+    lib = Path(tempfile.gettempdir()) / "lbm_kernel_emulator" / f"{name}_{key}.so"
+    if not lib.exists():
+        lib.parent.mkdir(exist_ok=True)
+        lib.with_suffix(".cpp").write_text(src)
+        subprocess.run([compiler(), "-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-w",
+                        "-o", str(lib), str(lib.with_suffix(".cpp"))], check=True,
+                       capture_output=True)
+    return ctypes.CDLL(str(lib)).emu_compact
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
+    """CompactProbe as the GPU script drives it (module, launches, graph capture and replay,
+    events), with CuPy replaced by NumPy and the emulator: n timed launches are n pulls."""
+    import sys
+
+    from solver.benchmarking.compact_suite import CompactProbe
+
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    _, tiling, compact, f, periodic = _case("periodic xyz, offset (1, 2, 3)", 8)
+    probe = CompactProbe(compact, periodic, "float64", halo=True)
+    start = np.random.default_rng(3).random(probe.f[0].size)
+    probe.f[0][...] = start
+    seconds = probe.time(3, 2) + probe.time(16, 2)  # plain launches, then one graph replay
+    assert seconds > 0 and fake.launches == 3 + 2 + 16  # warm-up, before capture, replay
+    want = start
+    for _ in range(3 + 2 + 16):  # the capture recorded 16 launches but ran none
+        want = compact.pull(want, LAT, periodic)
+    dst, _ = compact.pull_sources(LAT, periodic)  # padding slots are never written
+    np.testing.assert_array_equal(probe.f[probe.current][dst], want[dst])
+    probe.release()
+    from solver.benchmarking import compact_suite  # the script's device checks, same plumbing
+
+    checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
+    assert len(checks) == 12 and all(c["ok"] for c in checks), checks
