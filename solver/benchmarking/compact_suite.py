@@ -22,21 +22,13 @@ from datetime import date
 
 import numpy as np
 
-from ..backends.cuda.compact import (
-    CompactTiling,
-    probe_name,
-    probe_shared_bytes,
-    probe_source,
-    sector_pad,
-)
-from ..backends.cuda.tables import physics_args
+from ..backends.cuda.compact import CompactTiling, sector_pad
+from ..backends.cuda.compact_run import CompactProbe
 from ..config import GPU_LAYOUTS
-from ..problem import Problem
 from .cases import BenchCase, git_commit, sphere_pack
 from .gpu_suite import _problem, pack_cases
 
-__all__ = ["CompactSuite", "CompactProbe", "check_on_device", "check_step_on_device",
-           "run_compact_suite"]
+__all__ = ["CompactSuite", "check_on_device", "check_step_on_device", "run_compact_suite"]
 
 log = logging.getLogger(__name__)
 
@@ -61,96 +53,6 @@ class CompactSuite:
     repeats: int = 3
 
 
-class CompactProbe:
-    """The compact probe of one tiling and precision on the device, two copies, timed with
-    CUDA events (a captured graph of 16 launches where capture works)."""
-
-    GRAPH_STEPS = 16
-
-    def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
-                 halo: bool = False, step: Problem | None = None) -> None:
-        """``step``: run the full step of that problem's collision (its physics arguments)
-        instead of the propagation probe."""
-        import cupy as cp
-
-        self.cp, self.compact, self.q = cp, compact, q
-        compact.check_int32(q)
-        self.halo = halo
-        kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
-        name = probe_name("D3Q19", precision, compact.pad, halo, *kind)
-        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind),
-                              options=("-std=c++17",))
-        self.reals = tuple(physics_args(step)) if step is not None else ()
-        self.kernel = module.get_function(name)
-        tiling = compact.tiling
-        self.tables = (cp.asarray(compact.masks.astype(np.uint64)),
-                       cp.asarray(compact.base.astype(np.int32)),
-                       cp.asarray(np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel()),
-                       cp.asarray(np.ascontiguousarray(tiling.tile_map.transpose(),
-                                                       dtype=np.int32).ravel()))
-        self.ints = tuple(np.int32(v) for v in compact.int_args(periodic))
-        size = q * compact.n_slots
-        self.f = [cp.full(size, 0.05, dtype=precision), cp.full(size, 0.05, dtype=precision)]
-        self.current = 0
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.graphs: dict[int, object] = {}
-        self.use_graphs = True
-        cp.cuda.Device().synchronize()  # the fills ran on the default stream
-
-    def launch(self, tpb: int) -> None:
-        """One propagation from the current copy into the other."""
-        n_tiles = self.compact.tiling.n_tiles
-        src, dst = self.f[self.current], self.f[1 - self.current]
-        with self.stream:
-            self.kernel((-(-n_tiles // tpb),), (64 * tpb,), (src, dst, *self.tables, *self.ints,
-                                                               *self.reals),
-                        shared_mem=probe_shared_bytes(tpb, self.halo))
-        self.current = 1 - self.current
-
-    def _graph(self, tpb: int):
-        if not self.use_graphs:
-            return None
-        if tpb not in self.graphs:
-            self.launch(tpb)  # loads the kernel outside the capture
-            self.launch(tpb)
-            self.stream.synchronize()
-            try:
-                with self.stream:
-                    self.stream.begin_capture()
-                    try:
-                        for _ in range(self.GRAPH_STEPS):
-                            self.launch(tpb)
-                    finally:
-                        self.graphs[tpb] = self.stream.end_capture()
-            except Exception as exc:  # capture unsupported: plain launches
-                log.warning("graph capture failed (%s); plain launches", exc)
-                self.use_graphs = False
-                return None
-        return self.graphs[tpb]
-
-    def time(self, n: int, tpb: int) -> float:
-        """Seconds of ``n`` launches (CUDA events)."""
-        cp = self.cp
-        graph = self._graph(tpb) if n >= self.GRAPH_STEPS else None
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        done = 0
-        with self.stream:
-            start.record(self.stream)
-            while graph is not None and n - done >= self.GRAPH_STEPS:
-                graph.launch(self.stream)  # an even number of launches: copies end as they began
-                done += self.GRAPH_STEPS
-            for _ in range(n - done):
-                self.launch(tpb)
-            end.record(self.stream)
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3
-
-    def release(self) -> None:
-        """Free the device arrays."""
-        self.f, self.tables, self.graphs = [], (), {}
-        self.cp.get_default_memory_pool().free_all_blocks()
-
-
 def _median_seconds(run: Callable[[int], float], suite: CompactSuite) -> tuple[int, float]:
     """Steps per measurement and the median seconds per step of ``repeats`` measurements."""
     warm = run(3) / 3  # compiles on first use; excluded
@@ -161,8 +63,6 @@ def _median_seconds(run: Callable[[int], float], suite: CompactSuite) -> tuple[i
 def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> list[dict]:
     """One probe launch on a periodic ``size``^3 pack from random values against the NumPy
     mirror, per precision and padding: max |difference| (must be 0) and the case."""
-    import cupy as cp
-
     from ..lattice import get_lattice
     from ..tiling import Tiling
 
@@ -178,12 +78,10 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
             rng = np.random.default_rng(seed)
             fin = rng.random(lat.q * compact.n_slots).astype(precision)
             probe = CompactProbe(compact, periodic, precision, halo=halo)
-            probe.f[0][...] = cp.asarray(fin)
-            probe.f[1][...] = cp.asarray(fin)  # padding slots as in the NumPy mirror
-            cp.cuda.Device().synchronize()  # the uploads ran on the default stream
+            probe.upload(fin, 0)
+            probe.upload(fin, 1)  # padding slots as in the NumPy mirror
             probe.launch(2)
-            probe.stream.synchronize()
-            got = cp.asnumpy(probe.f[1])
+            got = probe.download(1)
             probe.release()
             want = compact.pull(fin, lat, periodic)
             diff = float(np.abs(got - want).max())
@@ -196,8 +94,6 @@ def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
     """One compact BGK step on the device (both addressings, sector-padded) against a NumPy
     backend step of the same problem from the same noisy start, per precision: max relative
     difference over the fluid nodes (ok below 1e-12 float64, 1e-5 float32)."""
-    import cupy as cp
-
     from ..backends.numpy_backend import NumpyBackend
 
     case = BenchCase("check", sphere_pack((size,) * 3, 0.4, size / 4, seed))
@@ -216,11 +112,9 @@ def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
             compact = CompactTiling(problem.tiling, sector_pad(np.dtype(precision).itemsize))
             probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo,
                                  step=problem)
-            probe.f[0][...] = cp.asarray(compact.pack(f0.astype(precision)))
-            cp.cuda.Device().synchronize()  # the upload ran on the default stream
+            probe.upload(compact.pack(f0.astype(precision)), 0)
             probe.launch(2)
-            probe.stream.synchronize()
-            got = compact.unpack(cp.asnumpy(probe.f[1]), problem.lattice.q).astype(np.float64)
+            got = compact.unpack(probe.download(1), problem.lattice.q).astype(np.float64)
             probe.release()
             diff = float(np.abs(got - ref)[fluid].max() / np.abs(ref).max())
             tol = 1e-12 if precision == "float64" else 1e-5

@@ -244,3 +244,15 @@ def test_edge_index_converts_the_paper_layout() -> None:
     fc[c] = laid.ravel()[t]
     np.testing.assert_array_equal(fc, compact.pack(tiled, fill=-1.0))
     assert len(np.unique(c)) == len(c) == len(np.unique(t)) == LAT.q * tiling.n_fluid
+
+
+def test_compact_real_params_are_the_tiled_kernels() -> None:
+    """The compact step takes the tiled step's floating arguments (tables.physics_args)."""
+    from solver.backends.cuda.kernels import KernelVariant
+    from solver.backends.cuda.kernels import real_param_names as tiled
+
+    for collision in ("BGK", "TRT", "MRT"):
+        for precision in ("float32", "float64"):
+            for inc in (True, False):
+                assert real_param_names("D3Q19", precision, collision, inc) == tiled(
+                    KernelVariant("D3Q19", precision, collision, inc))

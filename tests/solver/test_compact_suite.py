@@ -113,6 +113,12 @@ class _EmulatedProbe:
         self.f = [np.full(q * compact.n_slots, 0.05, precision) for _ in range(2)]
         self.stream = SimpleNamespace(synchronize=lambda: None)
 
+    def upload(self, values, copy: int) -> None:
+        self.f[copy][...] = values
+
+    def download(self, copy: int):
+        return self.f[copy].copy()
+
     def launch(self, tpb: int) -> None:
         run = emulated(self.precision, self.compact.pad, self.halo, *self.kind)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
@@ -194,7 +200,7 @@ def test_compact_run_refuses_what_the_kernel_lacks() -> None:
 def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     """CompactProbe as the GPU script drives it (module, launches, graph capture and replay,
     events), with CuPy replaced by NumPy and the emulator: n timed launches are n pulls."""
-    from solver.benchmarking.compact_suite import CompactProbe
+    from solver.backends.cuda.compact_run import CompactProbe
 
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)

@@ -27,8 +27,7 @@ import numpy as np
 from ...lattice import Lattice, get_lattice
 from ...tiling import Tiling
 from .collisions import cuda_collision
-from .kernels import KernelVariant, _lit
-from .kernels import real_param_names as tiled_param_names
+from .tables import c_literal
 
 __all__ = ["CompactTiling", "SECTOR_BYTES", "sector_pad", "probe_name", "probe_source",
            "probe_shared_bytes", "real_param_names"]
@@ -208,7 +207,9 @@ def real_param_names(lattice: str, precision: str, collision: str | None,
     tiled kernel (force, rest state, collision constants: ``tables.physics_args`` order)."""
     if collision is None:
         return []
-    return tiled_param_names(KernelVariant(lattice, precision, collision, incompressible))
+    # kernels.real_param_names of the tiled variant with storage 'auto' (a test keeps them equal)
+    return ["fx", "fy", "fz", *(f"rest{k}" for k in range(4)),
+            *cuda_collision(collision).param_names(lattice)]
 
 
 @cache
@@ -251,7 +252,7 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         collide = "\n".join(stores)
     else:
         collide = cuda_collision(collision).code(
-            lattice, incompressible, lambda x: _lit(x, real),
+            lattice, incompressible, lambda x: c_literal(x, real),
             lambda i, value: f"    fout[own + {i} * stride] = {value};")
     params = "".join(f",\n    const real {p}"
                      for p in real_param_names(lattice, precision, collision, incompressible))

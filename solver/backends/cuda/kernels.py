@@ -39,6 +39,7 @@ from ...lattice import get_lattice
 from ...problem import Problem
 from .boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
+from .compact import probe_name, probe_source
 from .storage import (
     KERNEL_STORAGES,
     counter_code,
@@ -64,6 +65,7 @@ from .streaming import (
 )
 from .tables import (
     LAYOUTS,
+    c_literal,
     check_tile_shape,
     direction_layouts,
     effective_layout,
@@ -153,8 +155,6 @@ class KernelVariant:
         """Kernel (and namespace) name, unique per canonical variant."""
         v = self.canonical()
         if v.compact:
-            from .compact import probe_name
-
             return probe_name(v.lattice, v.precision, v.compact, True,
                               None if v.mode == "propagate" else v.collision, v.incompressible)
         fluid = "inc" if v.incompressible else "qc"
@@ -167,11 +167,7 @@ class KernelVariant:
                 f"_a{v.tile_edge}{bc}{access}{unfilled}{wide}")
 
 
-def _lit(x: float, real: str) -> str:
-    """C literal of x in the kernel's precision (no silent promotion of float to double)."""
-    if real == "float":
-        return f"{float(np.float32(x))!r}f"
-    return repr(float(x))
+_lit = c_literal  # C literal of x in the kernel's precision (tables.c_literal)
 
 
 def _load(v: KernelVariant, i: int, index: str) -> str:
@@ -386,8 +382,6 @@ def kernel_source(variant: KernelVariant) -> str:
 
 def _compact_source(v: KernelVariant) -> str:
     """Source of a fluid-compacted variant (halo addressing), or why it does not exist."""
-    from .compact import probe_source
-
     lacks = [what for what, bad in (
         (f"mode {v.mode!r} (only 'full' and 'propagate')", v.mode not in ("full", "propagate")),
         (f"lattice {v.lattice} with tile edge {v.tile_edge} (3D, edge 4)",
