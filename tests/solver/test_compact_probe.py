@@ -256,3 +256,14 @@ def test_compact_real_params_are_the_tiled_kernels() -> None:
             for inc in (True, False):
                 assert real_param_names("D3Q19", precision, collision, inc) == tiled(
                     KernelVariant("D3Q19", precision, collision, inc))
+
+
+def test_popcount_without_numpy_bitwise_count(monkeypatch) -> None:
+    """The mirror's popcount also works on NumPy < 2.0 (the GPU machine's may be older)."""
+    from solver.backends.cuda.compact import popcount
+
+    x = np.array([0, 1, 2**63, 2**64 - 1, 0b1011 << 40], dtype=np.uint64).reshape(5, 1)
+    want = np.array([0, 1, 1, 64, 3]).reshape(5, 1)
+    np.testing.assert_array_equal(popcount(x), want)
+    monkeypatch.delattr(np, "bitwise_count")
+    np.testing.assert_array_equal(popcount(x), want)

@@ -29,12 +29,21 @@ from ...tiling import Tiling
 from .collisions import cuda_collision
 from .tables import c_literal
 
-__all__ = ["CompactTiling", "SECTOR_BYTES", "sector_pad", "probe_name", "probe_source",
+__all__ = ["CompactTiling", "SECTOR_BYTES", "popcount", "sector_pad", "probe_name", "probe_source",
            "probe_shared_bytes", "real_param_names"]
 
 #: Bytes of one DRAM/L2 sector: the unit a GPU reads and writes.
 SECTOR_BYTES = 32
 _TEMPLATE = Path(__file__).with_name("templates") / "compact_probe.cu"
+
+
+def popcount(x: np.ndarray) -> np.ndarray:
+    """Set bits of each uint64 (``np.bitwise_count`` where NumPy has it, >= 2.0)."""
+    x = np.asarray(x, dtype=np.uint64)
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x)
+    flat = np.ascontiguousarray(x.ravel()).view(np.uint8).reshape(-1, 8)
+    return np.unpackbits(flat, axis=1).sum(axis=1).reshape(x.shape).astype(np.uint8)
 
 
 def sector_pad(value_bytes: int) -> int:
@@ -156,7 +165,7 @@ class CompactTiling:
             fluid = ok & ((m >> k) & np.uint64(1)).astype(bool)
             below = m & ((np.uint64(1) << k) - np.uint64(1))
             b = self.base[np.maximum(idx, 0)]
-            pulled = q * b + i * self.padded[np.maximum(idx, 0)] + np.bitwise_count(below)
+            pulled = q * b + i * self.padded[np.maximum(idx, 0)] + popcount(below)
             src[i] = np.where(fluid, pulled, dst[lattice.opposite[i]])
         return dst, src
 
