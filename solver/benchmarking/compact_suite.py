@@ -179,14 +179,14 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
 def cases(suite: CompactSuite) -> list[BenchCase]:
     """The dense periodic box, the rock-like pack (small grains, eta_t about 0.5), then the
     sphere packs."""
-    n = suite.pack_size
-    dense = BenchCase(f"periodic box {suite.dense_size}^3",
-                      np.zeros((suite.dense_size,) * 3, dtype=bool), tile_offset="origin")
-    rock = BenchCase(f"rock-like {n}^3 phi=0.2 d={suite.rock_diameter:g}",
-                     sphere_pack((n,) * 3, 0.2, suite.rock_diameter, 1), porosity=0.2)
-    packs = pack_cases(n, suite.porosities, suite.diameter)
-    return (([dense] if suite.dense_size else []) + ([rock] if suite.rock_diameter else [])
-            + packs)
+    n, out = suite.pack_size, []
+    if suite.dense_size:
+        out.append(BenchCase(f"periodic box {suite.dense_size}^3",
+                             np.zeros((suite.dense_size,) * 3, dtype=bool), tile_offset="origin"))
+    if suite.rock_diameter:
+        out.append(BenchCase(f"rock-like {n}^3 phi=0.2 d={suite.rock_diameter:g}",
+                             sphere_pack((n,) * 3, 0.2, suite.rock_diameter, 1), porosity=0.2))
+    return out + pack_cases(n, suite.porosities, suite.diameter)
 
 
 def run_compact_suite(backend, suite: CompactSuite | None = None,

@@ -220,3 +220,25 @@ def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
 
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
     assert len(checks) == 12 and all(c["ok"] for c in checks), checks
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
+    """run_compact_suite end to end with the real CompactProbe (fake CuPy, emulated kernels)
+    and a fake tiled backend: checks pass, every compact kernel is timed, no errors."""
+    from solver.benchmarking import compact_suite
+
+    monkeypatch.setitem(sys.modules, "cupy", FakeCupy())
+    small = compact_suite.check_on_device, compact_suite.check_step_on_device
+    monkeypatch.setattr(compact_suite, "check_on_device", lambda: small[0](size=16))
+    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: small[1](16))
+    suite = compact_suite.CompactSuite(porosities=(0.5,), pack_size=16, diameter=6.0,
+                                       dense_size=8, rock_diameter=0, precisions=("float32",),
+                                       tiles_per_block=(2,), layouts=("xyz",), min_seconds=0.0,
+                                       repeats=1)
+    result = compact_suite.run_compact_suite(_FakeBackend(), suite)
+    assert not result["errors"], result["errors"]
+    assert result["checks"] and all(c["ok"] for c in result["checks"])
+    compact_rows = [r for r in result["results"] if r["kernel"].startswith("compact")]
+    assert len(compact_rows) == 2 * 8 and all(r["seconds_per_step"] > 0 for r in compact_rows)
+    assert {r["pad"] for r in compact_rows} == {1, 8}
