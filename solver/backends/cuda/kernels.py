@@ -39,6 +39,7 @@ from ...lattice import get_lattice
 from ...problem import Problem
 from .boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
+from .compact import probe_name, probe_source
 from .storage import (
     KERNEL_STORAGES,
     counter_code,
@@ -64,6 +65,7 @@ from .streaming import (
 )
 from .tables import (
     LAYOUTS,
+    c_literal,
     check_tile_shape,
     direction_layouts,
     effective_layout,
@@ -104,9 +106,17 @@ class KernelVariant:
     storage: str = "auto"
     sector_fill: bool = True
     wide_sources: bool = False
+    #: 0: the tiled storage (every node of a tile). Else fluid-compacted storage
+    #: (:mod:`.compact`, opt-in): only fluid nodes, each direction block of a tile padded to a
+    #: multiple of this many values; full step or propagation probe, pull, no boundary code.
+    compact: int = 0
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
+        if self.compact:  # one in-tile order (XYZ ranks), no sector fill, 32-bit indices
+            v = replace(self, layout="xyz", sector_fill=False, wide_sources=False)
+            return replace(v, collision=PROBE_COLLISION, incompressible=True) \
+                if v.mode == "propagate" else v
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge))
         if v.mode != "full":  # the probes neither collide nor apply boundary conditions
             v = replace(v, collision=PROBE_COLLISION, incompressible=True, boundary="none")
@@ -144,6 +154,9 @@ class KernelVariant:
     def name(self) -> str:
         """Kernel (and namespace) name, unique per canonical variant."""
         v = self.canonical()
+        if v.compact:
+            return probe_name(v.lattice, v.precision, v.compact, True,
+                              None if v.mode == "propagate" else v.collision, v.incompressible)
         fluid = "inc" if v.incompressible else "qc"
         prec = ("f64" if v.precision == "float64" else "f32") + ("s16" if v.half else "")
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
@@ -154,11 +167,7 @@ class KernelVariant:
                 f"_a{v.tile_edge}{bc}{access}{unfilled}{wide}")
 
 
-def _lit(x: float, real: str) -> str:
-    """C literal of x in the kernel's precision (no silent promotion of float to double)."""
-    if real == "float":
-        return f"{float(np.float32(x))!r}f"
-    return repr(float(x))
+_lit = c_literal  # C literal of x in the kernel's precision (tables.c_literal)
 
 
 def _load(v: KernelVariant, i: int, index: str) -> str:
@@ -293,6 +302,8 @@ def collision_param_names(v: KernelVariant) -> list[str]:
 
 def real_param_names(v: KernelVariant) -> list[str]:
     """Names of all floating kernel arguments in order (tables.physics_args's values)."""
+    if v.canonical().compact and v.mode == "propagate":
+        return []  # the compact probe takes none
     return ["fx", "fy", "fz", *_REST_PARAMS, *collision_param_names(v),
             *storage_param_names(v.storage)]
 
@@ -320,6 +331,8 @@ def real_args(variant: KernelVariant, physics: list) -> list:
 def kernel_source(variant: KernelVariant) -> str:
     """Complete CUDA C++ source of one variant; its kernel is ``extern "C"`` ``variant.name``."""
     v = variant.canonical()
+    if v.compact:
+        return _compact_source(v)
     if v.mode not in MODES:
         raise ValueError(f"Unknown kernel mode {v.mode!r}; use one of {tuple(MODES)}.")
     if v.precision not in ("float32", "float64"):
@@ -365,6 +378,23 @@ def kernel_source(variant: KernelVariant) -> str:
         zou_he=zou_he_code(v.lattice, v.incompressible, lambda x: _lit(x, real))
         if full and v.boundary != "none" else "",
     )
+
+
+def _compact_source(v: KernelVariant) -> str:
+    """Source of a fluid-compacted variant (halo addressing), or why it does not exist."""
+    lacks = [what for what, bad in (
+        (f"mode {v.mode!r} (only 'full' and 'propagate')", v.mode not in ("full", "propagate")),
+        (f"lattice {v.lattice} with tile edge {v.tile_edge} (3D, edge 4)",
+         get_lattice(v.lattice).d != 3 or v.tile_edge != 4),
+        (f"boundary code {v.boundary!r}", v.boundary != "none"),
+        (f"streaming {v.streaming!r} (only two-copy 'pull')", v.streaming != "pull"),
+        (f"storage {v.storage!r}", v.storage != "auto"),
+    ) if bad]
+    if lacks:
+        raise ValueError("Fluid-compacted storage does not support " + ", ".join(lacks)
+                         + "; use the tiled storage (compact=0) for this run.")
+    return probe_source(v.lattice, v.precision, v.compact, True,
+                        None if v.mode == "propagate" else v.collision, v.incompressible)
 
 
 def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,

@@ -24,11 +24,18 @@ from .collisions import cuda_collision
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
     "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "geometry_args",
-    "physics_args", "launch_shape",
+    "physics_args", "launch_shape", "c_literal",
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
 LAYOUTS = GPU_LAYOUTS
+
+
+def c_literal(x: float, real: str) -> str:
+    """C literal of x in the kernel's precision (no silent promotion of float to double)."""
+    if real == "float":
+        return f"{float(np.float32(x))!r}f"
+    return repr(float(x))
 
 
 def effective_layout(lattice: str, layout: str, a: int) -> str:

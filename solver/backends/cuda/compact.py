@@ -1,0 +1,271 @@
+"""Fluid-compacted tile storage: only the fluid nodes of each 4^3 tile, popcount addressing.
+
+Issue 20 asks for throughput that follows the fluid, not the tiles: the tiled kernel moves all
+64 nodes of a non-empty tile, solid ones included, so its fluid updates/s is about eta_t times
+the dense figure. Here a tile keeps one 64-bit occupancy mask and a base offset (the prefix sum
+of the fluid counts, each rounded up to ``pad``); direction ``i`` of its fluid node of rank
+``r`` (fluid nodes before it in XYZ order) sits at ``q * base + i * padded_count + r``. No
+per-node index list: 12 bytes per tile of addressing.
+
+:class:`CompactTiling` builds that storage from a :class:`~solver.tiling.Tiling`, converts
+tiled populations to and from it, and mirrors the CUDA probe's index arithmetic in NumPy
+(:meth:`CompactTiling.pull_sources`), the reference the probe is checked against.
+:func:`probe_source` fills ``templates/compact_probe.cu``: a propagation-only kernel (pull with
+halfway bounce-back, no collision) on that storage, the answer to whether compaction can reach
+0.85 of the fluid-only limit (``benchmarks/compact_probe.py`` times it on the GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from string import Template
+
+import numpy as np
+
+from ...lattice import Lattice, get_lattice
+from ...tiling import Tiling
+from .collisions import cuda_collision
+from .tables import c_literal
+
+__all__ = ["CompactTiling", "SECTOR_BYTES", "popcount", "sector_pad", "probe_name", "probe_source",
+           "probe_shared_bytes", "real_param_names"]
+
+#: Bytes of one DRAM/L2 sector: the unit a GPU reads and writes.
+SECTOR_BYTES = 32
+_TEMPLATE = Path(__file__).with_name("templates") / "compact_probe.cu"
+
+
+def popcount(x: np.ndarray) -> np.ndarray:
+    """Set bits of each uint64 (``np.bitwise_count`` where NumPy has it, >= 2.0)."""
+    x = np.asarray(x, dtype=np.uint64)
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x)
+    flat = np.ascontiguousarray(x.ravel()).view(np.uint8).reshape(-1, 8)
+    return np.unpackbits(flat, axis=1).sum(axis=1).reshape(x.shape).astype(np.uint8)
+
+
+def sector_pad(value_bytes: int) -> int:
+    """Values per 32-byte sector: the padding that starts every direction block on a sector."""
+    return SECTOR_BYTES // value_bytes
+
+
+@dataclass
+class CompactTiling:
+    """Fluid-only storage of a 3D tiling with 4^3 tiles.
+
+    Attributes
+    ----------
+    tiling : the tiling whose fluid nodes are stored.
+    pad : a tile's direction block holds its fluid count rounded up to a multiple of ``pad``.
+    masks : uint64 (n_tiles,), bit n set where XYZ node n of the tile is fluid.
+    padded : int64 (n_tiles,), values per direction block of each tile.
+    base : int64 (n_tiles,), exclusive prefix sum of ``padded`` (in nodes, times q in values).
+    """
+
+    tiling: Tiling
+    pad: int = 1
+    masks: np.ndarray = field(init=False, repr=False)
+    padded: np.ndarray = field(init=False, repr=False)
+    base: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        t = self.tiling
+        if t.ndim != 3 or t.a != 4:
+            raise ValueError(f"Compact storage needs 3D tiles of 4^3 nodes (one 64-bit mask), "
+                             f"not {t.ndim}D tiles of edge {t.a}.")
+        if self.pad < 1 or self.pad & (self.pad - 1):
+            raise ValueError(f"pad must be a power of two >= 1, got {self.pad}.")
+        fluid = ~t.solid
+        bits = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+        self.masks = np.bitwise_or.reduce(np.where(fluid, bits, np.uint64(0)), axis=1)
+        counts = fluid.sum(axis=1).astype(np.int64)
+        self.padded = -(-counts // self.pad) * self.pad
+        self.base = np.concatenate(([0], np.cumsum(self.padded)[:-1])).astype(np.int64)
+
+    @property
+    def n_slots(self) -> int:
+        """Nodes' worth of storage per direction over all tiles (fluid nodes plus padding)."""
+        return int(self.padded.sum())
+
+    def ranks(self) -> np.ndarray:
+        """int64 (n_tiles, 64): rank of each fluid node among its tile's, -1 for solid."""
+        fluid = ~self.tiling.solid
+        return np.where(fluid, np.cumsum(fluid, axis=1) - 1, -1)
+
+    def memory_bytes(self, q: int, value_bytes: int, copies: int = 2) -> int:
+        """Device bytes: ``copies`` of the populations, masks and bases, tile map and list."""
+        t = self.tiling
+        return int(copies * q * self.n_slots * value_bytes + 12 * t.n_tiles + t.tile_map.nbytes
+                   + t.tiles.nbytes)
+
+    def _slots(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tile, node) index pair of every fluid node and its value index of direction 0;
+        direction i adds ``i * padded[tile]``."""
+        ranks = self.ranks()
+        tile, node = np.nonzero(ranks >= 0)
+        return (tile, node), q * self.base[tile] + ranks[tile, node]
+
+    def edge_index(self, q: int, slots: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Conversion at the storage's edges: int64 (compact, tiled) index pairs, one per
+        fluid node and direction, with ``compact_flat[c] == tiled_flat[t]``.
+
+        ``tiled_flat`` is a tiled copy ``(n_tiles, q, 64)`` raveled; ``slots`` (q, 64) the
+        in-tile slot of each direction and XYZ node (``tables.slot_table``; default XYZ, slot
+        = node). The same arrays convert on the device (``fc[c] = f.ravel()[t]`` and back), so
+        populations in and out, fields and checkpoints can keep the full tiled layout.
+        """
+        (tile, node), at = self._slots(q)
+        slots = np.tile(np.arange(64), (q, 1)) if slots is None else np.asarray(slots)
+        i = np.arange(q)[:, None]
+        compact = at[None, :] + i * self.padded[tile][None, :]
+        tiled = (tile[None, :] * q + i) * 64 + slots[i, node[None, :]]
+        return compact.ravel(), tiled.ravel()
+
+    def pack(self, f: np.ndarray, fill: float = 0.0) -> np.ndarray:
+        """Compact array (q * n_slots,) of tiled populations ``f`` (n_tiles, q, 64), XYZ order;
+        padding slots hold ``fill``."""
+        compact, tiled = self.edge_index(f.shape[1])
+        out = np.full(f.shape[1] * self.n_slots, fill, dtype=f.dtype)
+        out[compact] = f.ravel()[tiled]
+        return out
+
+    def unpack(self, fc: np.ndarray, q: int, fill: float = np.nan) -> np.ndarray:
+        """Tiled populations (n_tiles, q, 64) from a compact array; solid nodes get ``fill``."""
+        compact, tiled = self.edge_index(q)
+        out = np.full(self.tiling.n_tiles * q * 64, fill, dtype=fc.dtype)
+        out[tiled] = fc[compact]
+        return out.reshape(self.tiling.n_tiles, q, 64)
+
+    def pull_sources(self, lattice: Lattice, periodic: tuple[bool, ...]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Value indices (q, n_fluid) the probe writes and reads: destination of direction i
+        of every fluid node and its pull source, the same arithmetic as the CUDA probe (per-node
+        periodic wrap, halfway bounce-back from a solid or outside source)."""
+        t, q = self.tiling, lattice.q
+        (tile, node), at = self._slots(q)
+        local = t.local_coordinates()[node]                      # (n, 3)
+        coord = t.tiles[tile].astype(np.int64) * 4 - np.array(t.offset) + local
+        size, off = np.array(t.shape), np.array(t.offset)
+        dst = at[None, :] + np.arange(q)[:, None] * self.padded[tile][None, :]
+        src = np.empty_like(dst)
+        for i in range(q):
+            x = coord - lattice.c[i]
+            wrap = np.array(periodic, dtype=bool)
+            x = np.where(wrap & (x < 0), x + size, x)
+            x = np.where(wrap & (x >= size), x - size, x)
+            ok = np.all((x >= 0) & (x < size), axis=1)
+            s = np.where(ok[:, None], x + off, 0)
+            tt, k_axes = s // 4, s % 4
+            idx = t.tile_map[tuple(tt.T)]
+            m = np.where(idx >= 0, self.masks[np.maximum(idx, 0)], np.uint64(0))
+            k = (k_axes * np.array([1, 4, 16])).sum(axis=1).astype(np.uint64)
+            fluid = ok & ((m >> k) & np.uint64(1)).astype(bool)
+            below = m & ((np.uint64(1) << k) - np.uint64(1))
+            b = self.base[np.maximum(idx, 0)]
+            pulled = q * b + i * self.padded[np.maximum(idx, 0)] + popcount(below)
+            src[i] = np.where(fluid, pulled, dst[lattice.opposite[i]])
+        return dst, src
+
+    def pull(self, fc: np.ndarray, lattice: Lattice, periodic: tuple[bool, ...]) -> np.ndarray:
+        """One propagation (no collision) of a compact array, as the CUDA probe does it."""
+        dst, src = self.pull_sources(lattice, periodic)
+        out = fc.copy()
+        out[dst.ravel()] = fc[src.ravel()]
+        return out
+
+    def int_args(self, periodic: tuple[bool, ...]) -> list[int]:
+        """The probe's integer arguments: tiles, tile grid, domain size, offset, periodic bits."""
+        t = self.tiling
+        bits = sum(1 << ax for ax, p in enumerate(periodic) if p)
+        return [t.n_tiles, *t.tile_map.shape, *t.shape, *t.offset, bits]
+
+    def check_int32(self, q: int) -> None:
+        """Refuse storage the probe's 32-bit value indices cannot address."""
+        if q * self.n_slots >= 2**31:
+            raise ValueError(f"{q * self.n_slots} values per copy exceed the probe's 32-bit "
+                             "indices; use a smaller domain.")
+
+
+def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
+               collision: str | None = None, incompressible: bool = True) -> str:
+    """Kernel (and namespace) name of one compact kernel (``collision`` None: the probe)."""
+    prec = "f64" if precision == "float64" else "f32"
+    mode = "propagate" if collision is None else \
+        f"full_{collision}_{'inc' if incompressible else 'qc'}"
+    return f"lbm_compact_{mode}_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
+
+
+def probe_shared_bytes(tiles_per_block: int, halo: bool = False) -> int:
+    """Dynamic shared memory of one block: 27 masks (8 B) and bases (4 B) per tile, and with
+    ``halo`` the located source (two ints) of each of the 6^3 halo nodes."""
+    return tiles_per_block * (27 * 12 + (2 * 4 * 6**3 if halo else 0))
+
+
+_AXIS_TABLES = "\n".join(
+    f"    const AxisSrc a{ax}[3] = {{"
+    + ", ".join(f"axis_src(t[{k}], {ax}, {d}, size{ax}, off{ax}, (periodic >> {k}) & 1)"
+                for d in (-1, 0, 1)) + "};" for k, ax in enumerate("xyz"))
+
+
+def real_param_names(lattice: str, precision: str, collision: str | None,
+                     incompressible: bool = True) -> list[str]:
+    """Floating arguments of a compact kernel: none for the probe; for a step those of the
+    tiled kernel (force, rest state, collision constants: ``tables.physics_args`` order)."""
+    if collision is None:
+        return []
+    # kernels.real_param_names of the tiled variant with storage 'auto' (a test keeps them equal)
+    return ["fx", "fy", "fz", *(f"rest{k}" for k in range(4)),
+            *cuda_collision(collision).param_names(lattice)]
+
+
+@cache
+def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
+                 halo: bool = False, collision: str | None = None,
+                 incompressible: bool = True) -> str:
+    """CUDA source of a compact kernel; its kernel is ``probe_name(...)`` of the same arguments.
+
+    ``halo``: the tile's threads locate the source of each halo node once (shared memory),
+    and a pull is a shared load; otherwise every pull of every node locates its source
+    (popcounts and neighbourhood look-ups per direction). ``collision`` None: the propagation
+    probe; else a full step with that collision (:mod:`.collisions`), no boundary code (walls:
+    halfway bounce-back; faces periodic or walls).
+    """
+    lat = get_lattice(lattice)
+    if lat.d != 3:
+        raise ValueError(f"The compact probe is 3D (4^3 tiles), not {lattice}.")
+    if precision not in ("float32", "float64"):
+        raise ValueError(f"Unknown precision {precision!r}; use 'float32' or 'float64'.")
+    if pad < 1 or pad & (pad - 1):
+        raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
+    pulls, stores = [], []
+    for i, c in enumerate(lat.c.tolist()):
+        own = f"own + {int(lat.opposite[i])} * stride"
+        if not any(c):
+            pulls.append(f"    const real g{i} = fin[own + {i} * stride];")
+        elif halo:  # the source x - c sits at halo index hn - (cx + 6 cy + 36 cz)
+            shift = -(c[0] + 6 * c[1] + 36 * c[2])
+            h = f"hn {'+' if shift > 0 else '-'} {abs(shift)}"
+            pulls.append(f"    const real g{i} = fin[source_slot({i}, Found{{s_at[{h}], "
+                         f"s_pc[{h}]}}, {own})];")
+        else:  # the source is x - c: index d + 1 of the axis tables, d = -c
+            sx, sy, sz = (f"a{ax}[{1 - ci}]" for ax, ci in zip("xyz", c, strict=True))
+            pulls.append(f"    const real g{i} = fin[source_slot({i}, locate({sx}, {sy}, {sz}, "
+                         f"s_mask, s_base, masks, base, tile_map, gx, gy), {own})];")
+        stores.append(f"    fout[own + {i} * stride] = g{i};")
+    name = probe_name(lattice, precision, pad, halo, collision, incompressible)
+    real = "double" if precision == "float64" else "float"
+    if collision is None:
+        collide = "\n".join(stores)
+    else:
+        collide = cuda_collision(collision).code(
+            lattice, incompressible, lambda x: c_literal(x, real),
+            lambda i, value: f"    fout[own + {i} * stride] = {value};")
+    params = "".join(f",\n    const real {p}"
+                     for p in real_param_names(lattice, precision, collision, incompressible))
+    return Template(_TEMPLATE.read_text()).substitute(
+        namespace=name, kernel=name, real=real, q=lat.q, pad=pad, halo="true" if halo else "false",
+        axis_tables="" if halo else _AXIS_TABLES, pulls="\n".join(pulls), collide=collide,
+        real_params=params)

@@ -1,0 +1,162 @@
+// Compact-addressing kernel: the pull of a tiled step (propagation probe) or the whole step (pull
+// and BGK/TRT/MRT collision with Guo forcing, the tiled kernel's code) on storage that holds
+// only the fluid nodes of each tile (issue 20: throughput that follows the fluid, not the tiles).
+//
+// This file is a template: solver/backends/cuda/compact.py fills it for one lattice, precision
+// and padding. No headers: it compiles unchanged under NVRTC, nvcc and the g++ emulator.
+//
+// Storage (one copy): tile t owns the values [Q * base[t], Q * (base[t] + P_t)), P_t = its fluid
+// count popc(mask[t]) rounded up to PAD; direction i of its fluid node of rank r (the number of
+// fluid nodes before it in XYZ order, popc(mask & ((1 << n) - 1))) sits at
+//     Q * base[t] + i * P_t + r.
+// mask[t] is the tile's 64-bit occupancy (bit n = XYZ node n is fluid); base is the prefix sum
+// of P_t. No per-node index list: a node's slot is two popcounts away from the mask. PAD = 1
+// packs the fluid nodes exactly; PAD = the values per 32-byte sector starts every direction
+// block on a sector, so no sector is shared by two blocks (written whole by one warp).
+//
+// One thread per node of the tile (solid ones stop after the barrier), blockDim.x / NPT tiles
+// per block. The masks and bases of the 3^3 tile neighbourhood are copied to shared memory;
+// a source across a periodic face whose tile lies outside it reads the global tables (the same
+// per-node wrap as the tiled kernel). A source that is solid, in an empty tile or outside a
+// non-periodic face gives halfway bounce-back: the node's own value of the opposite direction.
+namespace ${namespace} {
+
+typedef ${real} real;
+typedef unsigned long long mask_t;
+
+constexpr int Q = ${q};      // discrete velocities
+constexpr int A = 4;         // tile edge: 64 nodes, one 64-bit mask
+constexpr int NPT = 64;      // nodes per tile
+constexpr int NB = 27;       // tiles of the 3^3 neighbourhood
+constexpr int PAD = ${pad};  // a tile's direction block is its fluid count rounded up to PAD
+constexpr bool HALO = ${halo};  // sources located once per tile halo node, not per pull
+constexpr int HE = A + 2;    // edge of the tile with its one-node halo
+constexpr int HN = HE * HE * HE;
+
+// Values of one direction block of a tile with occupancy m (its padded fluid count).
+__device__ __forceinline__ int padded(mask_t m)
+{
+    const int c = __popcll(m);
+    return PAD == 1 ? c : (c + PAD - 1) & ~(PAD - 1);
+}
+
+// Source of in-tile coordinate x of the tile at tile-grid coordinate t, shifted by d (-1, 0, 1)
+// along one axis: the source's tile-grid coordinate tt, in-tile coordinate, tile step dt and
+// whether it lies in the domain (after the periodic wrap).
+struct AxisSrc {
+    int tt, local, dt;
+    bool ok;
+};
+
+__device__ __forceinline__ AxisSrc axis_src(int t, int x, int d, int size, int off, bool wrap)
+{
+    int X = t * A - off + x + d;  // domain coordinate of the source
+    if (wrap) {
+        X += X < 0 ? size : 0;
+        X -= X >= size ? size : 0;
+    }
+    const bool ok = X >= 0 && X < size;
+    const int s = ok ? X + off : 0;
+    const int tt = s / A;
+    return {tt, s - tt * A, tt - t, ok};
+}
+
+// The source node (axis sources sx, sy, sz) of a pull: Q * base + rank (its value of direction
+// 0; direction i adds i * pc) and its tile's padded count pc, or at0 = -1 where the source is
+// not fluid (solid, empty tile, outside a non-periodic face).
+struct Found {
+    int at0, pc;
+};
+
+__device__ __forceinline__ Found locate(
+    const AxisSrc& sx, const AxisSrc& sy, const AxisSrc& sz, const mask_t* s_mask,
+    const int* s_base, const mask_t* __restrict__ masks, const int* __restrict__ base,
+    const int* __restrict__ tile_map, int gx, int gy)
+{
+    if (!(sx.ok && sy.ok && sz.ok)) return {-1, 0};
+    mask_t m = 0ull;
+    int b = 0;
+    if (sx.dt >= -1 && sx.dt <= 1 && sy.dt >= -1 && sy.dt <= 1 && sz.dt >= -1 && sz.dt <= 1) {
+        const int nb = (sx.dt + 1) + 3 * (sy.dt + 1) + 9 * (sz.dt + 1);
+        m = s_mask[nb];
+        b = s_base[nb];
+    } else {  // across a periodic face: outside the neighbourhood
+        const int idx = tile_map[sx.tt + gx * (sy.tt + gy * sz.tt)];
+        if (idx >= 0) {
+            m = masks[idx];
+            b = base[idx];
+        }
+    }
+    const int k = sx.local + A * sy.local + A * A * sz.local;
+    if (!((m >> k) & 1ull)) return {-1, 0};
+    return {Q * b + __popcll(m & ((1ull << k) - 1ull)), padded(m)};
+}
+
+// Slot of direction i at a located source, or `own` (the node's own value of the opposite
+// direction: halfway bounce-back).
+__device__ __forceinline__ int source_slot(int i, const Found& s, int own)
+{
+    return s.at0 >= 0 ? s.at0 + i * s.pc : own;
+}
+
+extern "C" __global__ void ${kernel}(
+    const real* __restrict__ fin, real* __restrict__ fout,
+    const mask_t* __restrict__ masks, const int* __restrict__ base,
+    const int* __restrict__ tiles, const int* __restrict__ tile_map,
+    int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,
+    int offx, int offy, int offz, int periodic${real_params})
+{
+    extern __shared__ int lbm_smem[];
+    const int n = threadIdx.x % NPT;
+    const int local_tile = threadIdx.x / NPT;
+    const int tile = blockIdx.x * (blockDim.x / NPT) + local_tile;
+    mask_t* s_mask = reinterpret_cast<mask_t*>(lbm_smem) + local_tile * NB;
+    int* s_base = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
+                                         + (blockDim.x / NPT) * NB) + local_tile * NB;
+    const bool active = tile < n_tiles;
+    int t[3] = {0, 0, 0};
+    if (active) {
+        t[0] = tiles[3 * tile];
+        t[1] = tiles[3 * tile + 1];
+        t[2] = tiles[3 * tile + 2];
+        if (n < NB) {
+            const int u = t[0] + n % 3 - 1, v = t[1] + (n / 3) % 3 - 1, w = t[2] + n / 9 - 1;
+            const bool in = u >= 0 && u < gx && v >= 0 && v < gy && w >= 0 && w < gz;
+            const int idx = in ? tile_map[u + gx * (v + gy * w)] : -1;
+            s_mask[n] = idx >= 0 ? masks[idx] : 0ull;
+            s_base[n] = idx >= 0 ? base[idx] : 0;
+        }
+    }
+    __syncthreads();
+    const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
+    int* s_at = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
+                                       + (blockDim.x / NPT) * NB) + (blockDim.x / NPT) * NB
+                + local_tile * 2 * HN;
+    int* s_pc = s_at + HN;
+    if (HALO) {  // every thread locates a share of the tile's halo (tile nodes included)
+        if (active) {
+            for (int h = n; h < HN; h += NPT) {
+                const int hx = h % HE - 1, hy = (h / HE) % HE - 1, hz = h / (HE * HE) - 1;
+                const Found s = locate(
+                    axis_src(t[0], hx, 0, sizex, offx, periodic & 1),
+                    axis_src(t[1], hy, 0, sizey, offy, (periodic >> 1) & 1),
+                    axis_src(t[2], hz, 0, sizez, offz, (periodic >> 2) & 1),
+                    s_mask, s_base, masks, base, tile_map, gx, gy);
+                s_at[h] = s.at0;
+                s_pc[h] = s.pc;
+            }
+        }
+        __syncthreads();
+    }
+    if (!active) return;
+    const mask_t mine = s_mask[13];
+    if (!((mine >> n) & 1ull)) return;
+    const int stride = padded(mine);
+    const int own = Q * s_base[13] + __popcll(mine & ((1ull << n) - 1ull));
+    const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo block
+${axis_tables}
+${pulls}
+${collide}
+}
+
+}  // namespace ${namespace}

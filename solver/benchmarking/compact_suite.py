@@ -1,0 +1,218 @@
+"""GPU measurement of the compact-addressing probe next to the tiled kernel (issue 20).
+
+On the sphere packs of the paper's Table 6 (phi 0.1-0.9, 192^3, d = 40), a rock-like pack of
+small grains (phi 0.2, eta_t about 0.5) and a dense periodic box, each in float32 and float64:
+fluid node updates per second of the tiled kernel (its propagation probe and the BGK step, best
+layout and tiles per block) and of the compact probe (:mod:`solver.backends.cuda.compact`: only
+fluid nodes stored, popcount addressing; direction blocks packed exactly, pad 1, or padded to
+whole 32-byte sectors; sources located per pull, or once per tile halo node), against the
+fluid-only limit ``copy bandwidth / (2 q n_d)`` measured in the same process. Before timing,
+the compact probe is checked on the device against its NumPy mirror on a 64^3 pack, every
+precision, padding and addressing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import date
+
+import numpy as np
+
+from ..backends.cuda.compact import CompactTiling, sector_pad
+from ..backends.cuda.compact_run import CompactProbe
+from ..config import GPU_LAYOUTS
+from .cases import BenchCase, git_commit, sphere_pack
+from .gpu_suite import _problem, pack_cases
+
+__all__ = ["CompactSuite", "check_on_device", "check_step_on_device", "run_compact_suite"]
+
+log = logging.getLogger(__name__)
+
+#: Tiled kernels timed next to the probe: label -> backend.probe mode.
+TILED = {"tiled propagation": "propagate", "tiled BGK": "full"}
+
+
+@dataclass
+class CompactSuite:
+    """What to measure."""
+
+    porosities: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+    pack_size: int = 192
+    diameter: float = 40.0
+    dense_size: int = 256
+    #: Grain diameter of the rock-like case (phi 0.2, eta_t about 0.5 at 192^3); 0: none.
+    rock_diameter: float = 22.0
+    precisions: tuple[str, ...] = ("float32", "float64")
+    tiles_per_block: tuple[int, ...] = (1, 2, 4)
+    layouts: tuple[str, ...] = GPU_LAYOUTS
+    min_seconds: float = 0.03
+    repeats: int = 3
+
+
+def _median_seconds(run: Callable[[int], float], suite: CompactSuite) -> tuple[int, float]:
+    """Steps per measurement and the median seconds per step of ``repeats`` measurements."""
+    warm = run(3) / 3  # compiles on first use; excluded
+    steps = int(np.clip(np.ceil(suite.min_seconds / max(warm, 1e-6)), 16, 800)) // 16 * 16
+    return steps, float(np.median([run(steps) / steps for _ in range(suite.repeats)]))
+
+
+def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> list[dict]:
+    """One probe launch on a periodic ``size``^3 pack from random values against the NumPy
+    mirror, per precision and padding: max |difference| (must be 0) and the case."""
+    from ..lattice import get_lattice
+    from ..tiling import Tiling
+
+    lat = get_lattice("D3Q19")
+    solid = sphere_pack((size,) * 3, porosity, size / 4, seed)
+    tiling = Tiling.build(solid, 4, (1, 2, 3))
+    periodic = (True, True, True)
+    checks = []
+    for precision in ("float32", "float64"):
+        for pad, halo in itertools.product((1, sector_pad(np.dtype(precision).itemsize)),
+                                           (False, True)):
+            compact = CompactTiling(tiling, pad)
+            rng = np.random.default_rng(seed)
+            fin = rng.random(lat.q * compact.n_slots).astype(precision)
+            probe = CompactProbe(compact, periodic, precision, halo=halo)
+            probe.upload(fin, 0)
+            probe.upload(fin, 1)  # padding slots as in the NumPy mirror
+            probe.launch(2)
+            got = probe.download(1)
+            probe.release()
+            want = compact.pull(fin, lat, periodic)
+            diff = float(np.abs(got - want).max())
+            checks.append({"precision": precision, "pad": pad, "halo": halo, "max_abs_diff": diff,
+                           "ok": diff == 0.0, "eta_t": round(tiling.eta_t, 4)})
+    return checks
+
+
+def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
+    """One compact BGK step on the device (both addressings, sector-padded) against a NumPy
+    backend step of the same problem from the same noisy start, per precision: max relative
+    difference over the fluid nodes (ok below 1e-12 float64, 1e-5 float32)."""
+    from ..backends.numpy_backend import NumpyBackend
+
+    case = BenchCase("check", sphere_pack((size,) * 3, 0.4, size / 4, seed))
+    checks = []
+    for precision in ("float32", "float64"):
+        problem = _problem(case, precision)
+        f0 = problem.initial_populations()
+        f0 *= 1.0 + 0.01 * np.random.default_rng(seed).standard_normal(f0.shape)
+        numpy_backend = NumpyBackend(threads=1)
+        state = numpy_backend.allocate(problem)
+        numpy_backend.set_populations(state, f0)
+        numpy_backend.step(state, 1)
+        ref = numpy_backend.populations(state)
+        fluid = np.broadcast_to(~problem.tiling.solid[:, None, :], ref.shape)
+        for halo in (False, True):
+            compact = CompactTiling(problem.tiling, sector_pad(np.dtype(precision).itemsize))
+            probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo,
+                                 step=problem)
+            probe.upload(compact.pack(f0.astype(precision)), 0)
+            probe.launch(2)
+            got = compact.unpack(probe.download(1), problem.lattice.q).astype(np.float64)
+            probe.release()
+            diff = float(np.abs(got - ref)[fluid].max() / np.abs(ref).max())
+            tol = 1e-12 if precision == "float64" else 1e-5
+            checks.append({"precision": precision, "pad": compact.pad, "halo": halo,
+                           "kernel": "BGK step vs NumPy", "max_abs_diff": diff,
+                           "ok": diff <= tol, "eta_t": round(problem.tiling.eta_t, 4)})
+    return checks
+
+
+def _row(case: BenchCase, problem, kernel: str, precision: str, sec: float, steps: int,
+         copy: float, **extra) -> dict:
+    q, value_bytes = problem.lattice.q, np.dtype(precision).itemsize
+    rate = problem.n_fluid / sec
+    limit = copy / (2 * q * value_bytes)
+    return {"case": case.label, "porosity": case.porosity, "eta_t": round(problem.tiling.eta_t, 4),
+            "fluid_nodes": problem.n_fluid, "kernel": kernel, "precision": precision,
+            "steps": steps, "seconds_per_step": sec, "fluid_g_per_s": rate / 1e9,
+            "limit_g_per_s": limit / 1e9, "of_limit": rate / limit, **extra}
+
+
+def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite, copy: float,
+                  rows: list[dict]) -> None:
+    """Tiled kernels (best layout and tiles per block) and compact probes on one case,
+    appended to ``rows`` as they are measured."""
+    problem = _problem(case, precision)
+    state = base = backend.allocate(problem)
+    try:
+        for label, mode in TILED.items():
+            best = None
+            for layout in suite.layouts:
+                state = backend.reconfigure(state, layout=layout)
+                for tpb in suite.tiles_per_block:
+                    steps, sec = _median_seconds(
+                        lambda n: backend.probe(state, mode, n, tpb), suite)  # noqa: B023
+                    if best is None or sec < best[1]:
+                        best = (steps, sec, layout, tpb)
+            rows.append(_row(case, problem, label, precision, best[1], best[0], copy,
+                             layout=best[2], tiles_per_block=best[3]))
+    finally:
+        backend.release(base)
+    for step, halo, pad in itertools.product(
+            (False, True), (False, True), (1, sector_pad(np.dtype(precision).itemsize))):
+        compact = CompactTiling(problem.tiling, pad)
+        probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo,
+                             problem if step else None)
+        try:
+            best = None
+            for tpb in suite.tiles_per_block:
+                steps, sec = _median_seconds(lambda n: probe.time(n, tpb), suite)  # noqa: B023
+                if best is None or sec < best[1]:
+                    best = (steps, sec, tpb)
+        finally:
+            probe.release()
+        label = (f"compact {'BGK' if step else 'propagation'} "
+                 f"{'exact' if pad == 1 else 'sector-padded'}{' halo' if halo else ''}")
+        rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=pad,
+                         tiles_per_block=best[2],
+                         slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),
+                         graphs=probe.use_graphs))
+
+
+def cases(suite: CompactSuite) -> list[BenchCase]:
+    """The dense periodic box, the rock-like pack (small grains, eta_t about 0.5), then the
+    sphere packs."""
+    n, out = suite.pack_size, []
+    if suite.dense_size:
+        out.append(BenchCase(f"periodic box {suite.dense_size}^3",
+                             np.zeros((suite.dense_size,) * 3, dtype=bool), tile_offset="origin"))
+    if suite.rock_diameter:
+        out.append(BenchCase(f"rock-like {n}^3 phi=0.2 d={suite.rock_diameter:g}",
+                             sphere_pack((n,) * 3, 0.2, suite.rock_diameter, 1), porosity=0.2))
+    return out + pack_cases(n, suite.porosities, suite.diameter)
+
+
+def run_compact_suite(backend, suite: CompactSuite | None = None,
+                      progress: Callable[[dict], None] | None = None) -> dict:
+    """Check the probe on the device, then measure every case; ``progress`` gets the partial
+    result after each case (so a cut-off run still leaves its table)."""
+    suite = suite or CompactSuite()
+    info = dict(backend.device_info())
+    meta = {"device": info["name"], "date": date.today().isoformat(), "commit": git_commit(),
+            "host": platform.node(), "copy_bandwidth": info["copy_bandwidth"],
+            "suite": asdict(suite)}
+    result = {"meta": meta, "checks": [], "results": [], "errors": []}
+    try:
+        result["checks"] = check_on_device() + check_step_on_device()
+    except Exception as exc:  # reported as a failed check; the timings still come
+        log.exception("device check failed")
+        result["checks"] = [{"precision": "-", "pad": 0, "max_abs_diff": float("nan"),
+                             "ok": False, "error": repr(exc)[:2000]}]
+    for case in cases(suite):
+        for precision in suite.precisions:
+            try:
+                _measure_case(backend, case, precision, suite, info["copy_bandwidth"],
+                              result["results"])
+            except Exception as exc:  # report and go on: one call must give every answer
+                log.exception("%s %s failed", case.label, precision)
+                result["errors"].append(f"{case.label} {precision}: {exc!r}"[:2000])
+            if progress:
+                progress(result)
+    return result
