@@ -62,6 +62,7 @@ class Simulation:
                              f"not this geometry's {self.solid.shape}.")
         self.problem = problem if problem is not None else Problem.from_config(
             self.solid, self.config, labels=self.geometry.labels)
+        self.problem.with_openings(self.geometry)
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
@@ -260,6 +261,21 @@ class Simulation:
     def voxel_size(self) -> float | None:
         """The geometry's voxel size in metres (None for a plain mask)."""
         return self.geometry.voxel_size
+
+    def opening_flows(self) -> tuple:
+        """Flow rate and mean density of every opening the config lists, lattice units
+        (:class:`solver.vessel.OpeningFlow`; flows of the last step, 0 before the first)."""
+        from .vessel import mean_densities, opening_flows
+
+        if not self.problem.opening_conditions:
+            return ()
+        self.allocate()
+        flux_of = getattr(self.backend, "iolet_flux", None)
+        flux = flux_of(self.state) if flux_of is not None and self.time_step else None
+        rho = mean_densities(self.problem, self.backend.device_populations(self.state),
+                             self.backend.xp)
+        return opening_flows(self.problem, flux,
+                             {k: float(self.backend.to_host(v)) for k, v in rho.items()})
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
         """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""

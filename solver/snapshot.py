@@ -17,6 +17,7 @@ import numpy as np
 
 from .monitor import History, Reading, RunMonitor
 from .simulation import QUANTITIES
+from .vessel import OpeningFlow
 
 __all__ = ["Snapshot", "OpeningFlow", "SliceView", "History", "FlowSummary", "STATUSES",
            "resolve_view"]
@@ -39,18 +40,6 @@ class SliceView:
             raise ValueError(f"Unknown quantity {self.quantity!r}; choose one of {QUANTITIES}.")
         if self.axis not in (0, 1, 2):
             raise ValueError(f"Slice axis must be 0, 1 or 2, got {self.axis!r}.")
-
-
-@dataclass(frozen=True)
-class OpeningFlow:
-    """Flow through one opening at one step (lattice units): its id and kind, the volumetric
-    flow rate into the fluid (nodes^3 per step, negative = leaving) and the mean density on its
-    nodes (pressure = density / 3)."""
-
-    id: int
-    kind: str
-    flow_rate: float
-    mean_density: float
 
 
 @dataclass(frozen=True)
