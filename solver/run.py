@@ -42,6 +42,8 @@ from .monitor import Reading, RunMonitor
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
+from .units import UnitSystem
+from .vessel import opening_columns, opening_row
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
            "RunOutcome", "HeadlessRun", "memory_required"]
@@ -112,6 +114,13 @@ class HeadlessRun:
         self.geometry = as_geometry(geometry if geometry is not None
                                     else load_geometry(case.geometry))
         self.voxel_size = self.geometry.voxel_size
+        self.units = _units(case, self.voxel_size)
+        if case.openings:  # SI entries -> lattice units, on this geometry's openings
+            from .opening_specs import resolve_openings
+
+            case.config.openings = resolve_openings(
+                case.openings, self.geometry, self.units, case.config.initial_density,
+                str(case.path or case.name))
         solid = np.asarray(self.geometry.solid)
         # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
         precheck_memory(solid, case.config, backend or case.config.backend).check()
@@ -149,7 +158,8 @@ class HeadlessRun:
         """Step until done; write outputs; return the outcome (never raises for divergence)."""
         self.sim.allocate()
         start = self.sim.time_step
-        self.csv = CsvLog(self.out / "history.csv", CSV_COLUMNS,
+        self.csv = CsvLog(self.out / "history.csv",
+                          CSV_COLUMNS + opening_columns(sorted(self.case.config.openings)),
                           keep_until=start if start else None)
         status = "max_steps"
         bar = tqdm(total=self.controls.max_steps, initial=start, unit="step",
@@ -244,6 +254,8 @@ class HeadlessRun:
             "eta_t": sim.tiling.eta_t,
         }
         row.update({f"u_mean_{ax}": float(v) for ax, v in zip("xyz", mean, strict=False)})
+        if sim.config.openings:
+            row.update(opening_row(sim.opening_flows(), self.units, sim.config.initial_density))
         self.csv.append(row)
         self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
@@ -285,6 +297,8 @@ class HeadlessRun:
         }
         for key in SUMMARY_KEYS:
             summary[key] = self.last.get(key)
+        for key in opening_columns(sorted(sim.config.openings)):
+            summary[key] = self.last.get(key)
         nu_phys = self.controls.viscosity
         if nu_phys and self.voxel_size:
             dt = self.case.config.viscosity * self.voxel_size**2 / nu_phys
@@ -292,6 +306,14 @@ class HeadlessRun:
             if summary["u_flow"] is not None:
                 summary["u_flow_m_s"] = summary["u_flow"] * self.voxel_size / dt
         return summary
+
+
+def _units(case: Case, voxel_size: float | None) -> UnitSystem | None:
+    """SI units of a run with a voxel size and ``run.viscosity`` (else None)."""
+    if not (voxel_size and case.run.viscosity):
+        return None
+    return UnitSystem.from_viscosity(voxel_size, case.run.viscosity, case.run.density,
+                                     case.config.tau)
 
 
 def _next(step: int, interval: int) -> int:

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OpeningFlow", "opening_flows", "mean_densities", "mass_balance", "pressure_drop"]
+__all__ = ["OpeningFlow", "opening_flows", "mean_densities", "mass_balance", "pressure_drop",
+           "opening_columns", "opening_row"]
 
 
 @dataclass(frozen=True)
@@ -78,3 +79,28 @@ def pressure_drop(readings: Sequence[Any]) -> float | None:
     if len(rho) < 2:
         return None
     return float(max(rho) - min(rho))
+
+
+def opening_columns(ids: Sequence[int]) -> list[str]:
+    """CSV columns of the openings ``ids``: flow rate (lattice, m^3/s), pressure (Pa), then
+    mass balance and pressure drop (Pa)."""
+    cols = []
+    for oid in ids:
+        cols += [f"q{oid}", f"q{oid}_m3_s", f"p{oid}_Pa"]
+    return [*cols, "mass_balance", "pressure_drop_Pa"] if cols else []
+
+
+def opening_row(flows: Sequence[OpeningFlow], units: Any, rho0: float) -> dict[str, Any]:
+    """One CSV row (and summary entries) of the openings' flows; SI values None without
+    ``units`` (:class:`solver.units.UnitSystem`); pressures relative to ``rho0``."""
+    row: dict[str, Any] = {}
+    for f in flows:
+        row[f"q{f.id}"] = f.flow_rate
+        row[f"q{f.id}_m3_s"] = None if units is None else units.flow_rate_to_si(f.flow_rate)
+        row[f"p{f.id}_Pa"] = (None if units is None or not np.isfinite(f.mean_density)
+                              else units.pressure_to_si(f.mean_density - rho0))
+    drop = pressure_drop(flows)
+    row["mass_balance"] = mass_balance(flows)
+    row["pressure_drop_Pa"] = None if units is None or drop is None else \
+        units.pressure_to_si(drop)
+    return row

@@ -23,7 +23,7 @@ __all__ = ["tube_geometry", "tube_gradient", "TubeResult", "tube_case", "bifurca
 
 #: Steady-state test: relative change of the outlet flow rate per check.
 _TOL = 2e-4
-_TAU = 0.8
+_TAU = 1.0
 _SPEED = 0.01  # mean inlet speed, lattice units (Re = U 2R / nu = 2 at R = 10)
 
 

@@ -1,0 +1,122 @@
+"""Openings of a case file in SI: which opening (by id or by a point) gets which condition.
+
+A case's ``openings:`` section is a list of entries::
+
+    openings:
+      - id: 1                      # or  at: [x, y, z]  (metres: the nearest opening centre)
+        kind: velocity             # velocity | pressure | outflow | closed
+        flow_rate: 2.0e-7          # m^3/s into the fluid  (or  mean_speed: 0.1  in m/s)
+        profile: poiseuille        # uniform | poiseuille
+      - id: 2
+        kind: pressure
+        pressure: 0.0              # Pa relative to the reference pressure (default 0)
+
+:func:`parse_opening_specs` checks the entries' shape when the case is read;
+:func:`resolve_openings` turns them, once the geometry is loaded, into
+``SimulationConfig.openings`` (lattice units) through :class:`solver.units.UnitSystem`, which
+needs the voxel size, ``run.viscosity`` (m^2/s) and ``run.density`` (kg/m^3).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .opening_kinds import OPENING_TYPES, PROFILES
+from .units import UnitSystem
+from .values import ConfigError, is_number
+
+__all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening"]
+
+SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile")
+
+
+def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
+    """The ``openings`` entries of a case, checked for shape (not yet against a geometry)."""
+    if not isinstance(data, list):
+        raise ConfigError(f"{source}: `openings` must be a list of entries such as "
+                          "{id: 1, kind: velocity, flow_rate: 1.0e-7}.")
+    out = []
+    for k, entry in enumerate(data):
+        where = f"{source}: openings[{k}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be a mapping with `id` or `at` and `kind`.")
+        unknown = sorted(set(entry) - set(SPEC_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}: unknown keys {unknown}; use {list(SPEC_KEYS)}.")
+        if ("id" in entry) == ("at" in entry):
+            raise ConfigError(f"{where} needs exactly one of `id` (an opening id) or `at` "
+                              "([x, y, z] in metres, the nearest opening).")
+        if entry.get("kind") not in OPENING_TYPES:
+            raise ConfigError(f"{where}: `kind` must be one of {list(OPENING_TYPES)}, got "
+                              f"{entry.get('kind')!r}.")
+        if entry.get("profile", "uniform") not in PROFILES:
+            raise ConfigError(f"{where}: `profile` must be one of {list(PROFILES)}.")
+        if entry["kind"] == "velocity" and ("flow_rate" in entry) == ("mean_speed" in entry):
+            raise ConfigError(f"{where}: a velocity opening needs exactly one of `flow_rate` "
+                              "(m^3/s into the fluid) or `mean_speed` (m/s).")
+        for key in ("flow_rate", "mean_speed", "pressure"):
+            if key in entry and not (is_number(entry[key]) and math.isfinite(entry[key])):
+                raise ConfigError(f"{where}: `{key}` must be a number, got {entry[key]!r}.")
+        out.append(dict(entry))
+    return out
+
+
+def nearest_opening(openings, point: Any, where: str) -> Any:
+    """The opening whose centre is nearest ``point`` (metres); refused when farther than that
+    opening's diameter."""
+    try:
+        p = np.asarray(point, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: `at` must be [x, y, z] in metres, got {point!r}.") from exc
+    if not openings:
+        raise ConfigError(f"{where}: the geometry has no openings; load it with openings "
+                          "detected (e.g. geometry options: {openings: auto}).")
+    if len(p) != len(openings[0].centre):
+        raise ConfigError(f"{where}: `at` must have {len(openings[0].centre)} coordinates.")
+    dist = [float(np.linalg.norm(np.asarray(o.centre) - p)) for o in openings]
+    best = int(np.argmin(dist))
+    opening = openings[best]
+    if dist[best] > opening.diameter:
+        raise ConfigError(f"{where}: no opening near {list(p)} m; the nearest, opening "
+                          f"{opening.id} at {[round(c, 6) for c in opening.centre]} m, is "
+                          f"{dist[best]:.3g} m away (more than its diameter "
+                          f"{opening.diameter:.3g} m).")
+    return opening
+
+
+def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
+                     rho0: float = 1.0, source: str = "case") -> dict[int, dict]:
+    """``SimulationConfig.openings`` (lattice units) of SI entries on a loaded geometry;
+    pressures are relative to the reference density ``rho0``."""
+    openings = tuple(getattr(geometry, "openings", ()) or ())
+    by_id = {o.id: o for o in openings}
+    out: dict[int, dict] = {}
+    for k, entry in enumerate(specs):
+        where = f"{source}: openings[{k}]"
+        if "id" in entry:
+            opening = by_id.get(entry["id"])
+            if opening is None:
+                raise ConfigError(f"{where}: the geometry has no opening {entry['id']!r} "
+                                  f"(its openings: {sorted(by_id) or 'none'}).")
+        else:
+            opening = nearest_opening(openings, entry["at"], where)
+        if opening.id in out:
+            raise ConfigError(f"{where}: opening {opening.id} is set twice.")
+        kind = entry["kind"]
+        spec: dict[str, Any] = {"kind": kind}
+        if kind in ("velocity", "pressure") and units is None:
+            raise ConfigError(f"{where}: SI values need the voxel size and the fluid: set "
+                              "run.viscosity (m^2/s) and use a geometry with a voxel size.")
+        if kind == "velocity":
+            speed = entry.get("mean_speed")
+            if speed is None:
+                speed = entry["flow_rate"] / opening.area
+            spec["value"] = units.velocity_to_lattice(float(speed))
+            spec["profile"] = entry.get("profile", "uniform")
+        elif kind == "pressure":
+            spec["value"] = rho0 + units.pressure_to_lattice(float(entry.get("pressure", 0.0)))
+        out[opening.id] = spec
+    return out
