@@ -16,13 +16,13 @@ the wall half-way along the link:
   1.5 u.u]`` with ``u`` the node's velocity from its own post-collision populations (Ginzburg,
   Verhaeghe & d'Humieres, Commun. Comput. Phys. 3, 427 (2008); Izquierdo & Fueyo, Phys. Rev. E
   78, 046707 (2008)); incompressible model: ``2 w_j [rho_w + 4.5 (c_j.u)^2 - 1.5 u.u]``.
-- ``outflow``: the population that the inward neighbours ``y1 = x + c_k``, ``y2 = x + 2 c_k``
-  (``c_k`` the lattice direction closest to ``-normal``) receive in the same direction,
-  extrapolated linearly, ``2 g(y1) - g(y2)`` (a copy ``g(y1)`` where ``y2`` is not fluid).
-  A plain copy (zero gradient of every population) also forces a zero pressure gradient at the
-  outlet: measured in a tube, a pressure-driven flow stopped and a velocity inlet filled the
-  tube, 44 % of the inflow leaving. The linear extrapolation keeps the constant gradient of a
-  developed flow.
+- ``outflow`` (zero gradient): the population that the inward neighbour ``y = x + c_k``
+  (``c_k`` the lattice direction closest to ``-normal``) receives in the same direction. It
+  sets no pressure, so it needs another opening that does: with only a velocity inlet the
+  density level drifts (measured in a tube: the density rose while 44 % of the inflow left), and
+  in a Stokes flow it also holds the pressure gradient near zero at the outlet (a tube between a
+  pressure inlet and an outflow stopped). A linear extrapolation from two inward nodes fixed
+  the axis-aligned tube but diverged on an oblique one; pressure outlets are the robust choice.
 - ``closed``: not in the tables; the link keeps its bounce-back.
 
 Why these: each rule acts on one link, so it works for an opening at any angle to the grid
@@ -60,7 +60,7 @@ KIND_CODES = {"velocity": 0, "pressure": 1, "outflow": 2}
 @dataclass(frozen=True)
 class IoletAddresses:
     """Flat slot addresses of one layout and AA phase (int64): ``write`` (m,), the node's
-    post-collision populations ``own`` (q, m), the outflow donors ``donor`` (2, m): y1, y2."""
+    post-collision populations ``own`` (q, m), the outflow ``donor`` (m,)."""
 
     write: np.ndarray
     own: np.ndarray
@@ -212,18 +212,14 @@ def build_iolets(problem: Any) -> IoletTables | None:
         parts["src"].append(src)
         parts["dir"].append(direction)
         parts["value"].append(value)
-        parts["donor"].append(np.stack([src + c[inward], src + 2 * c[inward]]))
+        parts["donor"].append(src + c[inward])
     src = np.concatenate(parts["src"])
     j = np.concatenate(parts["dir"])
     fluid, tile, node = _locate(tiling, src, problem.periodic)
     assert fluid.all(), "crossing links start at fluid nodes"
     own0, own1 = _own_locations(tiling, lattice, problem.periodic, src, tile, node)
-    ys = np.concatenate(parts["donor"], axis=1)
-    own_slot = (tile, j, node)
-    d1 = _donor_locations(tiling, lattice, problem.periodic, ys[0], j, (own_slot, own_slot))
-    d2 = _donor_locations(tiling, lattice, problem.periodic, ys[1], j, d1)
-    donor0, donor1 = (tuple(np.stack([a, b]) for a, b in zip(d1[p], d2[p], strict=True))
-                      for p in (0, 1))
+    donor0, donor1 = _donor_locations(tiling, lattice, problem.periodic,
+                                      np.concatenate(parts["donor"]), j, tile, node)
     mean_nodes = {}
     for oid in conditions:
         f_, t_, n_ = _locate(tiling, openings[oid].nodes, problem.periodic)
@@ -252,11 +248,12 @@ def _own_locations(tiling, lattice, periodic, src, tile, node):
     return phase0, phase1
 
 
-def _donor_locations(tiling, lattice, periodic, donor, j, fallback):
+def _donor_locations(tiling, lattice, periodic, donor, j, tile, node):
     """Where the population y = donor receives in direction opp(j) is stored, per AA phase.
 
     Phase 0: f*_i(y - c_i) at slot (y + c_j, i), i = opp(j), or (y, j) when y + c_j is not
-    fluid (bounce-back). Phase 1: slot (y, j). Without a fluid y: ``fallback`` (per phase)."""
+    fluid (bounce-back). Phase 1: slot (y, j). Without a fluid y the link keeps its own slot
+    (x, j): plain bounce-back."""
     c = lattice.c.astype(np.int64)
     yf, yt, yn = _locate(tiling, donor, periodic)
     sf, st, sn = _locate(tiling, donor + c[j], periodic)
@@ -264,9 +261,8 @@ def _donor_locations(tiling, lattice, periodic, donor, j, fallback):
     t0 = np.where(sf, st, yt)
     d0 = np.where(sf, i, j)
     n0 = np.where(sf, sn, yn)
-    (ft0, fd0, fn0), (ft1, fd1, fn1) = fallback
-    phase0 = (np.where(yf, t0, ft0), np.where(yf, d0, fd0), np.where(yf, n0, fn0))
-    phase1 = (np.where(yf, yt, ft1), np.where(yf, j, fd1), np.where(yf, yn, fn1))
+    phase0 = (np.where(yf, t0, tile), np.where(yf, d0, j), np.where(yf, n0, node))
+    phase1 = (np.where(yf, yt, tile), j.copy(), np.where(yf, yn, node))
     return phase0, phase1
 
 
@@ -274,8 +270,8 @@ def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattic
                  force: np.ndarray, incompressible: bool) -> tuple[np.ndarray, np.ndarray]:
     """(written values (m,), net mass flux into the fluid per link (m,)) in ``own``'s dtype.
 
-    ``own`` (q, m): each link's node's post-collision populations; ``donor`` (2, m): the
-    outflow donors y1, y2. The CUDA kernel (:mod:`solver.backends.cuda.iolets`) repeats this
+    ``own`` (q, m): each link's node's post-collision populations; ``donor`` (m,): the
+    outflow donors. The CUDA kernel (:mod:`solver.backends.cuda.iolets`) repeats this
     arithmetic.
     """
     real = own.dtype
@@ -308,8 +304,7 @@ def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattic
     quad = real.type(4.5) * cu * cu - real.type(1.5) * uu
     pressure = w2 * (value + quad) if incompressible else w2 * value * (real.type(1.0) + quad)
     out = np.where(tables.code == 0, fj + value,
-                   np.where(tables.code == 1, pressure - fj,
-                            real.type(2.0) * donor[0] - donor[1])).astype(real)
+                   np.where(tables.code == 1, pressure - fj, donor)).astype(real)
     return out, (out - fj).astype(real)
 
 
@@ -318,7 +313,7 @@ def apply_iolets(flat: np.ndarray, addr: IoletAddresses, tables: IoletTables, st
     """Rewrite the crossing links' slots of one stored copy ``flat`` (1-D, in place) for the
     next step; return the per-link mass flux (m,) in the arithmetic dtype."""
     own = _decode(storage, flat[addr.own], np.arange(lattice.q)[:, None])
-    donor = _decode(storage, flat[addr.donor], tables.direction[None, :])
+    donor = _decode(storage, flat[addr.donor], tables.direction)
     out, flux = iolet_values(own, donor, tables, lattice, force, incompressible)
     if storage.encoded:  # round to nearest, as the kernel's __float2half_rn
         shift = storage.shift[tables.direction]

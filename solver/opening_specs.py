@@ -28,7 +28,8 @@ from .opening_kinds import OPENING_TYPES, PROFILES
 from .units import UnitSystem
 from .values import ConfigError, is_number
 
-__all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening"]
+__all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening",
+           "case_units"]
 
 SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile")
 
@@ -120,3 +121,12 @@ def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
             spec["value"] = rho0 + units.pressure_to_lattice(float(entry.get("pressure", 0.0)))
         out[opening.id] = spec
     return out
+
+
+def case_units(case: Any, voxel_size: float | None) -> UnitSystem | None:
+    """SI units of a case's run: voxel size (m), ``run.viscosity`` (m^2/s), ``run.density``
+    (kg/m^3) and tau; None when the voxel size or the viscosity is unknown."""
+    if not (voxel_size and case.run.viscosity):
+        return None
+    return UnitSystem.from_viscosity(voxel_size, case.run.viscosity, case.run.density,
+                                     case.config.tau)

@@ -39,10 +39,10 @@ from .io import (
 )
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
+from .opening_specs import case_units, resolve_openings
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
-from .units import UnitSystem
 from .vessel import opening_columns, opening_row
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
@@ -114,10 +114,8 @@ class HeadlessRun:
         self.geometry = as_geometry(geometry if geometry is not None
                                     else load_geometry(case.geometry))
         self.voxel_size = self.geometry.voxel_size
-        self.units = _units(case, self.voxel_size)
+        self.units = case_units(case, self.voxel_size)
         if case.openings:  # SI entries -> lattice units, on this geometry's openings
-            from .opening_specs import resolve_openings
-
             case.config.openings = resolve_openings(
                 case.openings, self.geometry, self.units, case.config.initial_density,
                 str(case.path or case.name))
@@ -306,14 +304,6 @@ class HeadlessRun:
             if summary["u_flow"] is not None:
                 summary["u_flow_m_s"] = summary["u_flow"] * self.voxel_size / dt
         return summary
-
-
-def _units(case: Case, voxel_size: float | None) -> UnitSystem | None:
-    """SI units of a run with a voxel size and ``run.viscosity`` (else None)."""
-    if not (voxel_size and case.run.viscosity):
-        return None
-    return UnitSystem.from_viscosity(voxel_size, case.run.viscosity, case.run.density,
-                                     case.config.tau)
 
 
 def _next(step: int, interval: int) -> int:

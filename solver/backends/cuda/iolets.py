@@ -107,8 +107,7 @@ def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: 
               "    real o;",
               "    if (code[k] == 0) o = fj + v;",
               "    else if (code[k] == 1) o = p - fj;",
-              "    else o = (real)2 * IO_LOAD(f[donor[k]], shift[j])"
-              " - IO_LOAD(f[donor[m + k]], shift[j]);",
+              "    else o = IO_LOAD(f[donor[k]], shift[j]);",
               "    out[k] = o;",
               "    flux[k] = o - fj;",
               "}",
