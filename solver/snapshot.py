@@ -17,7 +17,7 @@ import numpy as np
 
 from .monitor import History, Reading, RunMonitor
 from .simulation import QUANTITIES
-from .vessel import OpeningFlow
+from .vessel import OpeningFlow, mass_balance
 
 __all__ = ["Snapshot", "OpeningFlow", "SliceView", "History", "FlowSummary", "STATUSES",
            "resolve_view"]
@@ -103,6 +103,8 @@ class FlowSummary:
     velocity: np.ndarray
     axes: tuple[str, str]
     reading: Reading | None = None
+    #: Flow through the openings the config lists (:meth:`Simulation.opening_flows`).
+    openings: tuple[OpeningFlow, ...] = ()
 
     @classmethod
     def of(cls, sim: Any, view: SliceView, health: bool = True,
@@ -112,7 +114,9 @@ class FlowSummary:
         leave the device."""
         view = resolve_view(view, sim.solid.shape)
         look = sim.view(view.axis, view.index, view.quantity, health=health)
-        flow = cls(view, look["plane"], look["velocity"], look["axes"])
+        # A few numbers per opening: the per-link fluxes and opening densities are small.
+        flow = cls(view, look["plane"], look["velocity"], look["axes"],
+                   openings=sim.opening_flows())
         if not health:
             return flow
         monitor = monitor if monitor is not None else RunMonitor(sim.problem, sim.config.tau)
@@ -131,7 +135,8 @@ class FlowSummary:
     def snapshot_fields(self) -> dict[str, Any]:
         """The :class:`Snapshot` fields this look provides (the health ones only if checked)."""
         out = dict(view=self.view, plane=self.plane, plane_velocity=self.velocity,
-                   plane_axes=self.axes)
+                   plane_axes=self.axes, openings=self.openings,
+                   mass_balance=mass_balance(self.openings))
         r = self.reading
         if r is not None and r.healthy:
             answer, label = r.verdict

@@ -204,3 +204,27 @@ def test_cuda_kernel_sources_compile_with_nvcc(tmp_path):
                                str(tmp_path / f"iolets{k}.o"), str(path)],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_runner_snapshots_carry_the_openings_flows_and_mass_balance():
+    from solver.runner import SimulationRunner
+
+    cfg = SimulationConfig(**TRT, backend="numpy", precision="float64",
+                           openings={1: {"kind": "velocity", "value": 0.02}, 2: "pressure"})
+    runner = SimulationRunner(tube(), cfg)
+    try:
+        runner.start()
+        snap = runner.wait_for(lambda s: s.step >= 50 and len(s.openings) == 2, timeout=60)
+    finally:
+        runner.stop()
+    inlet, outlet = snap.openings
+    assert (inlet.id, inlet.kind, outlet.kind) == (1, "velocity", "pressure")
+    assert inlet.flow_rate == pytest.approx(0.02 * inlet_area_of(tube()), rel=1e-9)
+    assert outlet.flow_rate < 0
+    assert snap.mass_balance == pytest.approx(mass_balance(snap.openings))
+
+
+def inlet_area_of(geometry) -> float:
+    opening = next(o for o in geometry.openings if o.id == 1)
+    return opening.area / geometry.voxel_size**2
