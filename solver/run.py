@@ -258,9 +258,14 @@ class HeadlessRun:
         self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
         if self.controls.vti:
-            solid = self.sim.solid.astype(np.uint8)
+            extra = {"solid": self.sim.solid.astype(np.uint8)}
+            if sim.config.openings:  # a vessel: its wall shear stress (lattice units, Pa)
+                wss = sim.wall_shear_stress()
+                extra["wall_shear_stress"] = wss
+                if self.units is not None:
+                    extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
             write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
-                       self.geometry.origin or None, extra={"solid": solid})
+                      self.geometry.origin or None, extra=extra)
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
 

@@ -70,6 +70,7 @@ class Simulation:
         self._slice_cache: dict = {}  # (axis, index) -> fields.Cut (backend index arrays)
         self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
         self._layers: tuple | None = None  # first/last flow-axis layers, made on first use
+        self._walls = None  # wall nodes of solver.wall_shear, made on first use
         self.metrics = Metrics(
             fluid_nodes=self.problem.n_fluid, n_tiles=self.problem.tiling.n_tiles,
             eta_t=self.problem.tiling.eta_t,
@@ -276,6 +277,20 @@ class Simulation:
                              self.backend.xp)
         return opening_flows(self.problem, flux,
                              {k: float(self.backend.to_host(v)) for k, v in rho.items()})
+
+    def wall_shear_stress(self) -> np.ndarray:
+        """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
+        units, NaN elsewhere; :mod:`solver.wall_shear`)."""
+        from .wall_shear import wall_nodes, wall_shear_stress
+
+        self.allocate()
+        if self._walls is None:
+            self._walls = wall_nodes(self.problem)
+        values = wall_shear_stress(self.problem, self.backend.device_populations(self.state),
+                                   self._walls, self.backend.xp)
+        out = np.full(self.solid.shape, np.nan)
+        out[tuple(self._walls.voxels.T)] = self.backend.to_host(values)
+        return out
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
         """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""

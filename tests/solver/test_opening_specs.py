@@ -82,3 +82,18 @@ def test_headless_run_writes_flow_rates_pressures_and_balance_in_si(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["q1_m3_s"] == pytest.approx(2e-9, rel=1e-9)
     assert np.isfinite(summary["mass_balance"])
+
+
+def test_vti_exports_of_a_vessel_carry_its_wall_shear_stress_in_pascal(tmp_path):
+    import pyvista as pv
+
+    case = case_with([{"id": 1, "kind": "velocity", "flow_rate": 2e-9},
+                      {"id": 2, "kind": "pressure"}], vti=True, max_steps=100)
+    run = HeadlessRun(case, out=tmp_path, geometry=tube(), backend="numpy")
+    assert run.execute(progress=False).exit_code == 0
+    grid = pv.read(tmp_path / "fields_00000100.vti")
+    lattice = np.asarray(grid.cell_data["wall_shear_stress"])
+    pascal = np.asarray(grid.cell_data["wall_shear_stress_Pa"])
+    wall = np.isfinite(lattice)
+    assert wall.sum() > 100 and (pascal[wall] > 0).all()
+    np.testing.assert_allclose(pascal[wall], run.units.stress_to_si(lattice[wall]))
