@@ -228,3 +228,16 @@ def test_runner_snapshots_carry_the_openings_flows_and_mass_balance():
 def inlet_area_of(geometry) -> float:
     opening = next(o for o in geometry.openings if o.id == 1)
     return opening.area / geometry.voxel_size**2
+
+
+def test_distributed_backend_refuses_driven_openings_before_allocating():
+    pytest.importorskip("mpi4py")
+    from solver.distributed import DistributedBackend
+
+    sim = Simulation(tube(), SimulationConfig(**TRT, openings={1: "pressure", 2: "pressure"}))
+    backend = DistributedBackend("numpy")
+    try:
+        with pytest.raises(ConfigError, match="do not run under MPI"):
+            backend.allocate(sim.problem)
+    finally:
+        backend.shutdown()
