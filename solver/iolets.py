@@ -47,14 +47,15 @@ from typing import Any
 import numpy as np
 
 from .lattice import Lattice
-from .opening_kinds import OpeningCondition
+from .opening_kinds import OpeningCondition, opening_kind
 from .values import ConfigError
 
-__all__ = ["KIND_CODES", "IoletTables", "IoletAddresses", "build_iolets", "apply_iolets",
+__all__ = ["IoletTables", "IoletAddresses", "build_iolets", "apply_iolets",
            "iolet_values"]
 
-#: Codes of the driven kinds in the per-link tables (``closed`` links are not listed).
-KIND_CODES = {"velocity": 0, "pressure": 1, "outflow": 2}
+#: Link-rule codes of the per-link tables (``OpeningKind.link_code``): Ladd velocity,
+#: anti-bounce-back pressure, zero-gradient outflow. ``closed`` links are not listed.
+VELOCITY, PRESSURE, OUTFLOW = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,9 @@ class IoletTables:
     """Per-link tables of the driven openings (m links), lattice units.
 
     ``ids``/``kinds``: the driven openings in order; ``opening`` (m,) index into them; ``code``
-    (m,) :data:`KIND_CODES`; ``tile``, ``node``, ``direction`` (m,): the link's source node and
-    outgoing direction ``j``; ``value`` (m,): Ladd's term (velocity), ``rho_w`` (pressure), 0
-    (outflow); ``rho_ref``: the density that turns mass flux into volume flux.
+    (m,) the kind's ``link_code``; ``tile``, ``node``, ``direction`` (m,): the link's source
+    node and outgoing direction ``j``; ``value`` (m,): Ladd's term (velocity), ``rho_w``
+    (pressure), 0 (outflow); ``rho_ref``: the density that turns mass flux into volume flux.
     ``mean_nodes``: per listed opening (id -> (tile, node) arrays) of its node set.
     """
 
@@ -174,7 +175,8 @@ def build_iolets(problem: Any) -> IoletTables | None:
         have = sorted(openings) or "none"
         raise ConfigError(f"openings {missing} are not openings of this geometry (its openings: "
                           f"{have}); load the geometry with openings detected, or drop them.")
-    driven = [k for k in sorted(conditions) if conditions[k].kind in KIND_CODES]
+    driven = [k for k in sorted(conditions)
+              if opening_kind(conditions[k].kind).link_code is not None]
     if not driven:
         return None
     if problem.owned is not None:
@@ -194,16 +196,16 @@ def build_iolets(problem: Any) -> IoletTables | None:
         if len(src) == 0:
             raise ConfigError(f"Opening {oid} has no lattice link crossing it on this grid; "
                               "re-detect the openings after changing the grid.")
-        code = KIND_CODES[cond.kind]
+        code = opening_kind(cond.kind).link_code
         value = np.zeros(len(src))
-        if cond.kind == "velocity":
+        if code == VELOCITY:
             cn = c[direction] @ np.asarray(opening.normal)
             shape = _profile(src, c[direction], opening, frame, cond.profile)
             weight = 6.0 * lattice.w[direction] * shape * cn
             area = opening.area / h ** (frame.ndim - 1)
             # Rescaled so the links' net mass flux is exactly rho_w U A (module docstring).
             value = rho_ref * cond.value * area * weight / weight.sum()
-        elif cond.kind == "pressure":
+        elif code == PRESSURE:
             value[:] = cond.value
         inward = int(np.argmax(-(c @ np.asarray(opening.normal))
                                / np.maximum(np.linalg.norm(c, axis=1), 1e-30)))
@@ -303,8 +305,8 @@ def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattic
     value = tables.value.astype(real)
     quad = real.type(4.5) * cu * cu - real.type(1.5) * uu
     pressure = w2 * (value + quad) if incompressible else w2 * value * (real.type(1.0) + quad)
-    out = np.where(tables.code == 0, fj + value,
-                   np.where(tables.code == 1, pressure - fj, donor)).astype(real)
+    out = np.where(tables.code == VELOCITY, fj + value,
+                   np.where(tables.code == PRESSURE, pressure - fj, donor)).astype(real)
     return out, (out - fj).astype(real)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .opening_kinds import OPENING_TYPES, PROFILES
+from .opening_kinds import OPENING_TYPES, PROFILES, opening_kind
 from .units import UnitSystem
 from .values import ConfigError, is_number
 
@@ -55,9 +55,15 @@ def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
                               f"{entry.get('kind')!r}.")
         if entry.get("profile", "uniform") not in PROFILES:
             raise ConfigError(f"{where}: `profile` must be one of {list(PROFILES)}.")
-        if entry["kind"] == "velocity" and ("flow_rate" in entry) == ("mean_speed" in entry):
-            raise ConfigError(f"{where}: a velocity opening needs exactly one of `flow_rate` "
-                              "(m^3/s into the fluid) or `mean_speed` (m/s).")
+        kind = opening_kind(entry["kind"])
+        given = [k for k in kind.si_keys if k in entry]
+        if len(given) > 1 or (kind.si_required and not given):
+            raise ConfigError(f"{where}: a {kind.name} opening needs exactly one of "
+                              f"{['`' + k + '`' for k in kind.si_keys]} (flow_rate in m^3/s "
+                              "into the fluid, mean_speed in m/s, pressure in Pa).")
+        extra = sorted({"flow_rate", "mean_speed", "pressure"} & set(entry) - set(kind.si_keys))
+        if extra:
+            raise ConfigError(f"{where}: a {kind.name} opening takes no {extra}.")
         for key in ("flow_rate", "mean_speed", "pressure"):
             if key in entry and not (is_number(entry[key]) and math.isfinite(entry[key])):
                 raise ConfigError(f"{where}: `{key}` must be a number, got {entry[key]!r}.")
@@ -106,19 +112,15 @@ def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
             opening = nearest_opening(openings, entry["at"], where)
         if opening.id in out:
             raise ConfigError(f"{where}: opening {opening.id} is set twice.")
-        kind = entry["kind"]
-        spec: dict[str, Any] = {"kind": kind}
-        if kind in ("velocity", "pressure") and units is None:
+        kind = opening_kind(entry["kind"])
+        spec: dict[str, Any] = {"kind": kind.name}
+        if "profile" in entry:
+            spec["profile"] = entry["profile"]
+        if any(k in entry for k in kind.si_keys) and units is None:
             raise ConfigError(f"{where}: SI values need the voxel size and the fluid: set "
                               "run.viscosity (m^2/s) and use a geometry with a voxel size.")
-        if kind == "velocity":
-            speed = entry.get("mean_speed")
-            if speed is None:
-                speed = entry["flow_rate"] / opening.area
-            spec["value"] = units.velocity_to_lattice(float(speed))
-            spec["profile"] = entry.get("profile", "uniform")
-        elif kind == "pressure":
-            spec["value"] = rho0 + units.pressure_to_lattice(float(entry.get("pressure", 0.0)))
+        if kind.si_value is not None:
+            spec["value"] = kind.si_value(entry, opening.area, units, rho0)
         out[opening.id] = spec
     return out
 

@@ -30,7 +30,8 @@ def case_with(openings, **run):
     ({"kind": "pressure"}, "exactly one of `id`"),
     ({"id": 1, "at": [0, 0, 0], "kind": "pressure"}, "exactly one of `id`"),
     ({"id": 1, "kind": "inlet"}, "`kind` must be one of"),
-    ({"id": 1, "kind": "velocity"}, "needs exactly one of `flow_rate`"),
+    ({"id": 1, "kind": "velocity"}, "velocity opening needs exactly one of"),
+    ({"id": 1, "kind": "outflow", "pressure": 0.0}, "outflow opening takes no"),
     ({"id": 1, "kind": "velocity", "flow_rate": "fast"}, "must be a number"),
     ({"id": 1, "kind": "pressure", "bar": 1}, "unknown keys"),
 ])

@@ -21,6 +21,7 @@ from functools import cache
 
 import numpy as np
 
+from ...iolets import PRESSURE, VELOCITY
 from ...lattice import get_lattice
 
 __all__ = ["IOLET_KERNELS", "iolet_source", "NVCC_OPTIONS"]
@@ -105,8 +106,8 @@ def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: 
               ("    const real p = W2[j] * (v + quad);" if incompressible else
                f"    const real p = W2[j] * v * ({_lit(1.0, real)} + quad);"),
               "    real o;",
-              "    if (code[k] == 0) o = fj + v;",
-              "    else if (code[k] == 1) o = p - fj;",
+              f"    if (code[k] == {VELOCITY}) o = fj + v;",
+              f"    else if (code[k] == {PRESSURE}) o = p - fj;",
               "    else o = IO_LOAD(f[donor[k]], shift[j]);",
               "    out[k] = o;",
               "    flux[k] = o - fj;",
