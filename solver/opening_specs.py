@@ -24,12 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from .opening_kinds import OPENING_TYPES, PROFILES, opening_kind
+from .opening_kinds import OPENING_TYPES, PROFILES, opening_conditions, opening_kind
 from .units import UnitSystem
 from .values import ConfigError, is_number
 
 __all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening",
            "case_units"]
+
+#: Largest relative density change a pressure opening may ask for (weakly compressible LBM).
+MAX_DENSITY_CHANGE = 0.1
 
 SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile")
 
@@ -121,6 +124,20 @@ def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
                               "run.viscosity (m^2/s) and use a geometry with a voxel size.")
         if kind.si_value is not None:
             spec["value"] = kind.si_value(entry, opening.area, units, rho0)
+        if "pressure" in entry and abs(spec["value"] - rho0) > MAX_DENSITY_CHANGE * rho0:
+            raise ConfigError(
+                f"{where}: {entry['pressure']:g} Pa is a density change of "
+                f"{(spec['value'] - rho0) / rho0:+.1%} on this grid (time step "
+                f"{units.dt:.3g} s), beyond {MAX_DENSITY_CHANGE:.0%}: the weakly compressible "
+                "scheme would be wrong or diverge. Lower the pressure, or shorten the time step "
+                "(a smaller tau or voxel size).")
+        try:  # the lattice limits (Mach), said in the user's units
+            opening_conditions({opening.id: spec}, rho0)
+        except ConfigError as exc:
+            si = {k: entry[k] for k in kind.si_keys if k in entry}
+            raise ConfigError(f"{where}: {si} (SI) is too fast on this grid, time step "
+                              f"{units.dt:.3g} s: {exc} Lower it, or shorten the time step "
+                              "(a smaller tau or voxel size).") from exc
         out[opening.id] = spec
     return out
 

@@ -44,12 +44,12 @@ def test_entries_by_point_pick_the_nearest_opening_and_convert_si_values():
     geom = tube()
     outlet = next(o for o in geom.openings if o.id == 2)
     inlet = next(o for o in geom.openings if o.id == 1)
-    case = case_with([{"at": list(outlet.centre), "kind": "pressure", "pressure": 0.5},
+    case = case_with([{"at": list(outlet.centre), "kind": "pressure", "pressure": 1e-4},
                       {"id": 1, "kind": "velocity", "flow_rate": 1e-9, "profile": "poiseuille"}])
     units = case_units(case, geom.voxel_size)
     openings = resolve_openings(case.openings, geom, units)
     assert openings[2] == {"kind": "pressure", "value": pytest.approx(
-        1.0 + 3 * 0.5 * units.dt**2 / (1000.0 * units.dx**2))}
+        1.0 + 3 * 1e-4 * units.dt**2 / (1000.0 * units.dx**2))}
     assert openings[1]["value"] == pytest.approx(1e-9 / inlet.area * units.dt / units.dx)
     assert openings[1]["profile"] == "poiseuille"
 
@@ -58,6 +58,20 @@ def test_a_point_far_from_every_opening_is_refused_with_the_nearest_one():
     geom = tube()
     case = case_with([{"at": [1.0, 1.0, 1.0], "kind": "pressure"}])
     with pytest.raises(ConfigError, match=r"no opening near .* the nearest, opening \d"):
+        resolve_openings(case.openings, geom, case_units(case, geom.voxel_size))
+
+
+def test_a_pressure_beyond_the_weakly_compressible_range_is_refused():
+    geom = tube()
+    case = case_with([{"id": 2, "kind": "pressure", "pressure": 0.1}])
+    with pytest.raises(ConfigError, match=r"0.1 Pa is a density change of \+300"):
+        resolve_openings(case.openings, geom, case_units(case, geom.voxel_size))
+
+
+def test_an_inflow_beyond_the_mach_limit_is_refused_in_si_units():
+    geom = tube()
+    case = case_with([{"id": 1, "kind": "velocity", "mean_speed": 0.1}])
+    with pytest.raises(ConfigError, match=r"\{'mean_speed': 0.1\} \(SI\) is too fast.*Mach"):
         resolve_openings(case.openings, geom, case_units(case, geom.voxel_size))
 
 
@@ -98,3 +112,22 @@ def test_vti_exports_of_a_vessel_carry_its_wall_shear_stress_in_pascal(tmp_path)
     wall = np.isfinite(lattice)
     assert wall.sum() > 100 and (pascal[wall] > 0).all()
     np.testing.assert_allclose(pascal[wall], run.units.stress_to_si(lattice[wall]))
+
+
+def test_a_vessel_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
+    openings = [{"id": 1, "kind": "velocity", "flow_rate": 2e-9, "profile": "poiseuille"},
+                {"id": 2, "kind": "pressure", "pressure": 1e-4}]
+    straight = HeadlessRun(case_with(openings), out=tmp_path / "a", geometry=tube(),
+                           backend="numpy")
+    straight.execute(progress=False)
+    first = HeadlessRun(case_with(openings, max_steps=100), out=tmp_path / "b", geometry=tube(),
+                        backend="numpy")
+    first.execute(progress=False)
+    resumed = HeadlessRun(case_with(openings), out=tmp_path / "c", geometry=tube(),
+                          backend="numpy")
+    resumed.resume(tmp_path / "b" / "checkpoint.npz")
+    assert resumed.execute(progress=False).exit_code == 0
+    a = np.load(tmp_path / "a" / "checkpoint.npz")
+    c = np.load(tmp_path / "c" / "checkpoint.npz")
+    key = next(k for k in a.files if "population" in k or k == "f")
+    np.testing.assert_array_equal(a[key], c[key])
