@@ -81,6 +81,8 @@ def test_cupy_pass_equals_numpy_in_float64(kinds, streaming):
     for a, b in zip(flows_cpu, flows_gpu, strict=True):
         assert b.flow_rate == pytest.approx(a.flow_rate, rel=1e-10, abs=1e-13)
         assert b.mean_density == pytest.approx(a.mean_density, rel=1e-12)
+    np.testing.assert_allclose(gpu.wall_shear_stress(), cpu.wall_shear_stress(), rtol=1e-9,
+                               atol=1e-15, equal_nan=True)
 
 
 @pytest.mark.parametrize("streaming", ["two-copy", "in-place"])
