@@ -196,6 +196,7 @@ def build_iolets(problem: Any) -> IoletTables | None:
         if len(src) == 0:
             raise ConfigError(f"Opening {oid} has no lattice link crossing it on this grid; "
                               "re-detect the openings after changing the grid.")
+        _check_not_periodic(oid, src + c[direction], frame.shape, problem.periodic)
         code = opening_kind(cond.kind).link_code
         value = np.zeros(len(src))
         if code == VELOCITY:
@@ -232,6 +233,18 @@ def build_iolets(problem: Any) -> IoletTables | None:
         code=np.concatenate(parts["code"]).astype(np.int8), tile=tile, node=node, direction=j,
         value=np.concatenate(parts["value"]).astype(np.float64), rho_ref=float(rho_ref),
         _own=(own0, own1), _donor=(donor0, donor1), mean_nodes=mean_nodes)
+
+
+def _check_not_periodic(oid: int, targets: np.ndarray, shape: tuple[int, ...],
+                        periodic: tuple[bool, ...]) -> None:
+    """Refuse an opening whose links leave the box through periodic faces: the pull step would
+    wrap them to the opposite face instead of reading the opening's value."""
+    for ax, is_periodic in enumerate(periodic):
+        if is_periodic and np.any((targets[:, ax] < 0) | (targets[:, ax] >= shape[ax])):
+            name = "xyz"[ax]
+            raise ConfigError(f"Opening {oid} lies on the {name} faces of the box, which are "
+                              f"periodic: set {name}_min and {name}_max to 'wall' so that fluid "
+                              "enters and leaves through the opening.")
 
 
 def _own_locations(tiling, lattice, periodic, src, tile, node):
