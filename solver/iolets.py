@@ -18,11 +18,14 @@ the wall half-way along the link:
   78, 046707 (2008)); incompressible model: ``2 w_j [rho_w + 4.5 (c_j.u)^2 - 1.5 u.u]``.
 - ``outflow`` (zero gradient): the population that the inward neighbour ``y = x + c_k``
   (``c_k`` the lattice direction closest to ``-normal``) receives in the same direction. It
-  sets no pressure, so it needs another opening that does: with only a velocity inlet the
-  density level drifts (measured in a tube: the density rose while 44 % of the inflow left), and
-  in a Stokes flow it also holds the pressure gradient near zero at the outlet (a tube between a
-  pressure inlet and an outflow stopped). A linear extrapolation from two inward nodes fixed
-  the axis-aligned tube but diverged on an oblique one; pressure outlets are the robust choice.
+  sets no pressure and, copying whole populations, also holds the pressure gradient near zero
+  at the outlet, which a developed (Poiseuille) flow cannot have: in slow flows it passes
+  little (measured: velocity inlet + outflow in a tube, the density rose while 44 % of the
+  inflow left; a pressure-driven tube stopped; in the bifurcation next to a pressure outlet
+  it carried 0.1 % of the flow). Variants tried and dropped because they diverged on oblique
+  openings: linear extrapolation of the populations from two inward nodes, anti-bounce-back
+  with the node's own or an extrapolated density. Use pressure outlets for vessels; outflow
+  suits fast flows leaving through a long straight segment.
 - ``closed``: not in the tables; the link keeps its bounce-back.
 
 Why these: each rule acts on one link, so it works for an opening at any angle to the grid
