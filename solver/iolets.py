@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from .face_kinds import face_kind
 from .lattice import Lattice
 from .opening_kinds import OpeningCondition, opening_kind
 from .values import ConfigError
@@ -199,7 +200,7 @@ def build_iolets(problem: Any) -> IoletTables | None:
         if len(src) == 0:
             raise ConfigError(f"Opening {oid} has no lattice link crossing it on this grid; "
                               "re-detect the openings after changing the grid.")
-        _check_not_periodic(oid, src + c[direction], frame.shape, problem.periodic)
+        _check_faces(oid, src + c[direction], frame.shape, problem.faces)
         code = opening_kind(cond.kind).link_code
         value = np.zeros(len(src))
         if code == VELOCITY:
@@ -238,16 +239,22 @@ def build_iolets(problem: Any) -> IoletTables | None:
         _own=(own0, own1), _donor=(donor0, donor1), mean_nodes=mean_nodes)
 
 
-def _check_not_periodic(oid: int, targets: np.ndarray, shape: tuple[int, ...],
-                        periodic: tuple[bool, ...]) -> None:
-    """Refuse an opening whose links leave the box through periodic faces: the pull step would
-    wrap them to the opposite face instead of reading the opening's value."""
-    for ax, is_periodic in enumerate(periodic):
-        if is_periodic and np.any((targets[:, ax] < 0) | (targets[:, ax] >= shape[ax])):
-            name = "xyz"[ax]
-            raise ConfigError(f"Opening {oid} lies on the {name} faces of the box, which are "
-                              f"periodic: set {name}_min and {name}_max to 'wall' so that fluid "
-                              "enters and leaves through the opening.")
+def _check_faces(oid: int, targets: np.ndarray, shape: tuple[int, ...], faces: dict) -> None:
+    """Refuse an opening whose links leave the box through a face that is not a resting wall:
+    a periodic face wraps them to the opposite face (the pull step would never read the
+    opening's value there), a Zou-He face or a moving wall would act on the same links."""
+    for ax in range(len(shape)):
+        for side, out in (("min", targets[:, ax] < 0), ("max", targets[:, ax] >= shape[ax])):
+            name = f"{'xyz'[ax]}_{side}"
+            cond = faces.get(name)
+            if cond is None or not np.any(out):
+                continue
+            kind = face_kind(cond.kind)
+            if kind.periodic or kind.node_type is not None or any(cond.velocity):
+                raise ConfigError(
+                    f"Opening {oid} lies on the {name} face of the box, which is "
+                    f"{cond.kind!r}: set {'xyz'[ax]}_min and {'xyz'[ax]}_max to 'wall' so that "
+                    "fluid enters and leaves through the opening's own condition.")
 
 
 def _own_locations(tiling, lattice, periodic, src, tile, node):

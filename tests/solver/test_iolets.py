@@ -241,3 +241,41 @@ def test_distributed_backend_refuses_driven_openings_before_allocating():
             backend.allocate(sim.problem)
     finally:
         backend.shutdown()
+
+
+def face_channel():
+    """A 2D channel whose two x faces are openings (face patches of a voxel image)."""
+    from geometries import VoxelGeometry
+    from geometries.openings import face_openings
+
+    solid = np.zeros((40, 12), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    plain = VoxelGeometry(solid, flow_axis=0)
+    return VoxelGeometry(solid, flow_axis=0, openings=face_openings(plain, (0,)))
+
+
+@pytest.mark.parametrize("faces, kind", [({}, "'periodic'"),
+                                         ({"x_min": "pressure", "x_max": "pressure"},
+                                          "'pressure'")])
+def test_openings_on_faces_that_are_not_walls_are_refused(faces, kind):
+    # Periodic x faces once wrapped a velocity inlet at x = 0 onto the x = nx-1 column.
+    cfg = SimulationConfig(lattice="D2Q9", openings={1: "pressure", 2: "pressure"}, **faces)
+    with pytest.raises(ConfigError, match=f"x_min face of the box, which is {kind}: set x_min"):
+        Simulation(face_channel(), cfg)
+
+
+def test_face_openings_with_wall_faces_drive_the_channel():
+    g = face_channel()
+    inlet = min(g.openings, key=lambda o: o.centre[0]).id
+    outlet = max(g.openings, key=lambda o: o.centre[0]).id
+    cfg = SimulationConfig(lattice="D2Q9", collision="TRT", trt_magic=3 / 16, tau=0.8,
+                           precision="float64", x_min="wall", x_max="wall",
+                           openings={inlet: {"kind": "velocity", "value": 0.02},
+                                     outlet: "pressure"})
+    sim = Simulation(g, cfg, backend="numpy")
+    sim.step(3000)
+    flows = {f.id: f for f in sim.opening_flows()}
+    assert flows[inlet].flow_rate == pytest.approx(0.02 * 10, rel=1e-12)
+    assert abs(mass_balance(tuple(flows.values()))) < 1e-3
+    ux = sim.fields()["u"][0]
+    assert np.all(ux[20, 1:-1] > 0)  # flowing from the inlet at x = 0 towards x = nx - 1
