@@ -14,6 +14,8 @@ A case has four sections (only ``geometry`` is required)::
     config: {tau: 0.8, body_force: [1.0e-6, 0, 0]}     # SimulationConfig parameters
     run: {max_steps: 5000, output_interval: 500}       # RunControls parameters
     permeability: {protocol: both, axes: all}          # optional: solver.rock protocol run
+    openings: [{id: 1, kind: velocity, flow_rate: 1.0e-7}, {id: 2, kind: pressure}]  # SI,
+                                       # by id or by `at: [x, y, z]` (solver.opening_specs)
 
 Files are parsed with ``yaml.safe_load`` or ``json`` only. Every section is validated by ``param``;
 an unknown key or a bad value raises :class:`CaseError` naming the key and how to fix it.
@@ -40,7 +42,7 @@ __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_fol
 
 GEOMETRY_SOURCES = ("sample", "file", "generator")
 GEOMETRY_KEYS = (*GEOMETRY_SOURCES, "parameters", "options", "voxel_size", "origin")
-TOP_KEYS = ("name", "description", "geometry", "config", "run", "permeability")
+TOP_KEYS = ("name", "description", "geometry", "config", "run", "permeability", "openings")
 
 
 class CaseError(ValueError):
@@ -76,6 +78,8 @@ class RunControls(param.Parameterized):
                              inclusive_bounds=(False, True),
                              doc="Physical kinematic viscosity (m^2/s), to report the time step "
                                  "and velocities in SI units when the voxel size is known.")
+    density = param.Number(default=1000.0, bounds=(0, None), inclusive_bounds=(False, True),
+                           doc="Physical fluid density (kg/m^3) for pressures in Pa.")
 
 
 @dataclass
@@ -100,6 +104,8 @@ class Case:
     run: RunControls
     path: Path | None = None
     permeability: Any = None  # solver.rock.PermeabilitySettings when the case asks for one
+    #: SI entries of the `openings` section (solver.opening_specs), resolved on the geometry.
+    openings: list = field(default_factory=list)
 
 
 #: Largest case file read (bytes): a case is a page of text; more is a mistake or an attack.
@@ -180,8 +186,17 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
 
         values = PermeabilitySettings.from_mapping(_section(data, "permeability", source))
         permeability = _build(PermeabilitySettings, values, source, "permeability")
+    openings = []
+    if data.get("openings") is not None:
+        from .opening_specs import parse_opening_specs
+
+        try:
+            openings = parse_opening_specs(data["openings"], source)
+        except ValueError as exc:
+            raise CaseError(str(exc)) from exc
     return Case(
         name=str(name),
+        openings=openings,
         geometry=_geometry_spec(data["geometry"], base, source),
         config=config,
         run=_build(RunControls, _section(data, "run", source), source, "run"),

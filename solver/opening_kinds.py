@@ -49,14 +49,27 @@ class OpeningCondition:
 ParseFn = Callable[[str, int, dict, float], OpeningCondition]
 
 
+#: ``si_value(entry, area_m2, units, rho0)``: the lattice value of a case file's SI entry.
+SiValueFn = Callable[[dict, float, Any, float], "float | None"]
+
+
 @dataclass(frozen=True)
 class OpeningKind:
-    """One boundary kind of an opening: its name, parser and whether fluid crosses it."""
+    """One boundary kind of an opening: its name, parser and whether fluid crosses it.
+
+    ``link_code``: the rule of :mod:`solver.iolets` on its crossing links (None: they keep
+    bounce-back); ``si_keys``: the case-file keys of its SI value, ``si_required`` whether one
+    of them must be given, ``si_value`` the conversion to lattice units.
+    """
 
     name: str
     parse: ParseFn
     flux: bool = True
     doc: str = ""
+    link_code: int | None = None
+    si_keys: tuple[str, ...] = ()
+    si_required: bool = False
+    si_value: SiValueFn | None = None
 
     def __reduce__(self):
         return opening_kind, (self.name,)
@@ -103,9 +116,24 @@ def _no_value(kind: str, opening_id: int, spec: dict, rho0: float) -> OpeningCon
     return OpeningCondition(kind)
 
 
-register(OpeningKind("velocity", _velocity, doc="velocity inlet (mean speed, profile)"))
-register(OpeningKind("pressure", _density, doc="pressure outlet (density)"))
-register(OpeningKind("outflow", _no_value, doc="zero-gradient outflow"))
+def _si_speed(entry: dict, area: float, units: Any, rho0: float) -> float:
+    """Mean speed into the fluid (lattice) of ``mean_speed`` (m/s) or ``flow_rate`` (m^3/s)."""
+    speed = entry["mean_speed"] if "mean_speed" in entry else entry["flow_rate"] / area
+    return units.velocity_to_lattice(float(speed))
+
+
+def _si_density(entry: dict, area: float, units: Any, rho0: float) -> float:
+    """Density (lattice) of ``pressure`` (Pa relative to the reference, default 0)."""
+    pressure = float(entry.get("pressure", 0.0))
+    return rho0 + (units.pressure_to_lattice(pressure) if pressure else 0.0)
+
+
+register(OpeningKind("velocity", _velocity, doc="velocity inlet (mean speed, profile)",
+                     link_code=0, si_keys=("flow_rate", "mean_speed"), si_required=True,
+                     si_value=_si_speed))
+register(OpeningKind("pressure", _density, doc="pressure outlet (density)", link_code=1,
+                     si_keys=("pressure",), si_value=_si_density))
+register(OpeningKind("outflow", _no_value, doc="zero-gradient outflow", link_code=2))
 register(OpeningKind("closed", _no_value, flux=False, doc="wall (bounce-back)"))
 
 #: The opening kinds, in registration order (the config's option set).

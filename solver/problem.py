@@ -59,6 +59,12 @@ class Problem:
     storage_kind: str = "auto"
     #: Population storage on the GPU (``SimulationConfig.streaming``): 'two-copy' or 'in-place'.
     streaming: str = "two-copy"
+    #: The geometry's openings (:class:`geometries.openings.Opening`), their frame (metres per
+    #: voxel or None, origin) and the validated conditions of ``SimulationConfig.openings``.
+    openings: tuple = ()
+    voxel_size: float | None = None
+    origin: tuple[float, ...] = ()
+    opening_conditions: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Decided once: a name (tests, reconfigure(collision=...)) becomes the model object.
@@ -103,7 +109,29 @@ class Problem:
             labels=None if labels is None else np.asarray(labels),
             viscosity=config.viscosity,
             streaming=config.streaming,
+            opening_conditions=config.opening_conditions(),
         )
+
+    def with_openings(self, geometry: Any) -> Problem:
+        """Attach ``geometry``'s openings and frame (metres) to this problem; returns self.
+
+        Done once by :class:`~solver.simulation.Simulation`, also for a problem built by a
+        preview without them. Unknown opening ids in the config are refused here."""
+        openings = tuple(getattr(geometry, "openings", ()) or ())
+        if openings and not self.openings:
+            self.openings = openings
+            self.voxel_size = getattr(geometry, "voxel_size", None)
+            self.origin = tuple(getattr(geometry, "origin", ()) or ())
+            self.__dict__.pop("iolets", None)
+        _ = self.iolets  # refuses unknown ids now, before any allocation
+        return self
+
+    @cached_property
+    def iolets(self):
+        """Per-link tables of the driven openings (:mod:`solver.iolets`), or None."""
+        from .iolets import build_iolets
+
+        return build_iolets(self)
 
     @property
     def kinematic_viscosity(self) -> float:

@@ -39,9 +39,11 @@ from .io import (
 )
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
+from .opening_specs import case_units, resolve_openings
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
+from .vessel import opening_columns, opening_row
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
            "RunOutcome", "HeadlessRun", "memory_required"]
@@ -112,6 +114,11 @@ class HeadlessRun:
         self.geometry = as_geometry(geometry if geometry is not None
                                     else load_geometry(case.geometry))
         self.voxel_size = self.geometry.voxel_size
+        self.units = case_units(case, self.voxel_size)
+        if case.openings:  # SI entries -> lattice units, on this geometry's openings
+            case.config.openings = resolve_openings(
+                case.openings, self.geometry, self.units, case.config.initial_density,
+                str(case.path or case.name))
         solid = np.asarray(self.geometry.solid)
         # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
         precheck_memory(solid, case.config, backend or case.config.backend).check()
@@ -149,7 +156,8 @@ class HeadlessRun:
         """Step until done; write outputs; return the outcome (never raises for divergence)."""
         self.sim.allocate()
         start = self.sim.time_step
-        self.csv = CsvLog(self.out / "history.csv", CSV_COLUMNS,
+        self.csv = CsvLog(self.out / "history.csv",
+                          CSV_COLUMNS + opening_columns(sorted(self.case.config.openings)),
                           keep_until=start if start else None)
         status = "max_steps"
         bar = tqdm(total=self.controls.max_steps, initial=start, unit="step",
@@ -244,13 +252,20 @@ class HeadlessRun:
             "eta_t": sim.tiling.eta_t,
         }
         row.update({f"u_mean_{ax}": float(v) for ax, v in zip("xyz", mean, strict=False)})
+        if sim.config.openings:
+            row.update(opening_row(sim.opening_flows(), self.units, sim.config.initial_density))
         self.csv.append(row)
         self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
         if self.controls.vti:
-            solid = self.sim.solid.astype(np.uint8)
+            extra = {"solid": self.sim.solid.astype(np.uint8)}
+            if sim.config.openings:  # a vessel: its wall shear stress (lattice units, Pa)
+                wss = sim.wall_shear_stress()
+                extra["wall_shear_stress"] = wss
+                if self.units is not None:
+                    extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
             write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
-                       self.geometry.origin or None, extra={"solid": solid})
+                      self.geometry.origin or None, extra=extra)
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
 
@@ -284,6 +299,8 @@ class HeadlessRun:
                                                         if k != "name"},
         }
         for key in SUMMARY_KEYS:
+            summary[key] = self.last.get(key)
+        for key in opening_columns(sorted(sim.config.openings)):
             summary[key] = self.last.get(key)
         nu_phys = self.controls.viscosity
         if nu_phys and self.voxel_size:

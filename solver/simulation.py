@@ -62,6 +62,7 @@ class Simulation:
                              f"not this geometry's {self.solid.shape}.")
         self.problem = problem if problem is not None else Problem.from_config(
             self.solid, self.config, labels=self.geometry.labels)
+        self.problem.with_openings(self.geometry)
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
@@ -69,6 +70,7 @@ class Simulation:
         self._slice_cache: dict = {}  # (axis, index) -> fields.Cut (backend index arrays)
         self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
         self._layers: tuple | None = None  # first/last flow-axis layers, made on first use
+        self._walls = None  # wall nodes of solver.wall_shear, made on first use
         self.metrics = Metrics(
             fluid_nodes=self.problem.n_fluid, n_tiles=self.problem.tiling.n_tiles,
             eta_t=self.problem.tiling.eta_t,
@@ -260,6 +262,35 @@ class Simulation:
     def voxel_size(self) -> float | None:
         """The geometry's voxel size in metres (None for a plain mask)."""
         return self.geometry.voxel_size
+
+    def opening_flows(self) -> tuple:
+        """Flow rate and mean density of every opening the config lists, lattice units
+        (:class:`solver.vessel.OpeningFlow`; flows of the last step, 0 before the first)."""
+        from .vessel import mean_densities, opening_flows
+
+        if not self.problem.opening_conditions:
+            return ()
+        self.allocate()
+        flux_of = getattr(self.backend, "iolet_flux", None)
+        flux = flux_of(self.state) if flux_of is not None and self.time_step else None
+        rho = mean_densities(self.problem, self.backend.device_populations(self.state),
+                             self.backend.xp)
+        return opening_flows(self.problem, flux,
+                             {k: float(self.backend.to_host(v)) for k, v in rho.items()})
+
+    def wall_shear_stress(self) -> np.ndarray:
+        """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
+        units, NaN elsewhere; :mod:`solver.wall_shear`)."""
+        from .wall_shear import wall_nodes, wall_shear_stress
+
+        self.allocate()
+        if self._walls is None:
+            self._walls = wall_nodes(self.problem)
+        values = wall_shear_stress(self.problem, self.backend.device_populations(self.state),
+                                   self._walls, self.backend.xp)
+        out = np.full(self.solid.shape, np.nan)
+        out[tuple(self._walls.voxels.T)] = self.backend.to_host(values)
+        return out
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
         """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""

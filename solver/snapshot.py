@@ -17,6 +17,7 @@ import numpy as np
 
 from .monitor import History, Reading, RunMonitor
 from .simulation import QUANTITIES
+from .vessel import OpeningFlow, mass_balance
 
 __all__ = ["Snapshot", "OpeningFlow", "SliceView", "History", "FlowSummary", "STATUSES",
            "resolve_view"]
@@ -39,18 +40,6 @@ class SliceView:
             raise ValueError(f"Unknown quantity {self.quantity!r}; choose one of {QUANTITIES}.")
         if self.axis not in (0, 1, 2):
             raise ValueError(f"Slice axis must be 0, 1 or 2, got {self.axis!r}.")
-
-
-@dataclass(frozen=True)
-class OpeningFlow:
-    """Flow through one opening at one step (lattice units): its id and kind, the volumetric
-    flow rate into the fluid (nodes^3 per step, negative = leaving) and the mean density on its
-    nodes (pressure = density / 3)."""
-
-    id: int
-    kind: str
-    flow_rate: float
-    mean_density: float
 
 
 @dataclass(frozen=True)
@@ -114,6 +103,8 @@ class FlowSummary:
     velocity: np.ndarray
     axes: tuple[str, str]
     reading: Reading | None = None
+    #: Flow through the openings the config lists (:meth:`Simulation.opening_flows`).
+    openings: tuple[OpeningFlow, ...] = ()
 
     @classmethod
     def of(cls, sim: Any, view: SliceView, health: bool = True,
@@ -123,7 +114,9 @@ class FlowSummary:
         leave the device."""
         view = resolve_view(view, sim.solid.shape)
         look = sim.view(view.axis, view.index, view.quantity, health=health)
-        flow = cls(view, look["plane"], look["velocity"], look["axes"])
+        # A few numbers per opening: the per-link fluxes and opening densities are small.
+        flow = cls(view, look["plane"], look["velocity"], look["axes"],
+                   openings=sim.opening_flows())
         if not health:
             return flow
         monitor = monitor if monitor is not None else RunMonitor(sim.problem, sim.config.tau)
@@ -142,7 +135,8 @@ class FlowSummary:
     def snapshot_fields(self) -> dict[str, Any]:
         """The :class:`Snapshot` fields this look provides (the health ones only if checked)."""
         out = dict(view=self.view, plane=self.plane, plane_velocity=self.velocity,
-                   plane_axes=self.axes)
+                   plane_axes=self.axes, openings=self.openings,
+                   mass_balance=mass_balance(self.openings))
         r = self.reading
         if r is not None and r.healthy:
             answer, label = r.verdict

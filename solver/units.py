@@ -134,6 +134,10 @@ class UnitSystem:
         """Lattice density change of a pressure in Pa (inverse of :meth:`pressure_to_si`)."""
         return 3.0 * pressure * self.dt**2 / (self.density * self.dx**2)
 
+    def stress_to_si(self, stress: float) -> float:
+        """Stress (e.g. wall shear stress) in Pa from lattice units (rho0 c^2)."""
+        return stress * self.density * self.dx**2 / self.dt**2
+
     def time_to_si(self, steps: float) -> float:
         """Physical time in seconds of ``steps`` time steps."""
         return steps * self.dt

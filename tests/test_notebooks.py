@@ -45,7 +45,7 @@ def test_notebooks_are_committed_without_outputs():
                     f"{path.name} has outputs; clear them before committing")
     assert {p.name for p in NOTEBOOKS.glob("*.ipynb")} == {
         "quickstart.ipynb", "porosity_sweep.ipynb", "stl_voxel_import.ipynb",
-        "rock_permeability.ipynb"}
+        "rock_permeability.ipynb", "vessel_flow.ipynb"}
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +133,16 @@ def test_rock_permeability(kernel_specs):
     assert 1.0 <= summary["anisotropy"] < 1.5
     # 8x fewer nodes; fewer steps too, but every run needs the 1000-step convergence window
     assert summary["preview"]["downsample x2"] < summary["preview"]["full"] / 5
+
+
+def test_vessel_flow(kernel_specs):
+    summary = execute("vessel_flow.ipynb", kernel_specs)
+    # The inlet's flow rate is exact; what enters leaves through the two daughters.
+    assert summary["inlet flow rate (m^3/s)"] == pytest.approx(1.25e-8, rel=1e-9)
+    outlets = summary["outlet flow rates (m^3/s)"]
+    assert len(outlets) == 2 and all(q < 0 for q in outlets)
+    assert abs(summary["mass balance"]) < 1e-3
+    assert outlets[0] == pytest.approx(outlets[1], rel=0.05)  # a symmetric bifurcation
+    assert summary["pressure drop (Pa)"] > 0
+    assert 0 < summary["mean wall shear stress (Pa)"] < 10
+    assert 0 < summary["peak speed (m/s)"] < 0.05

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..boundaries import ZouHeFace, ladd_links, zou_he, zou_he_faces
 from ..face_kinds import face_kind
+from ..iolets import IoletAddresses, apply_iolets
 from ..node_types import zou_he_type
 from ..problem import Problem
 from ..storage import dither
@@ -85,6 +86,10 @@ class NumpyState:
     step: int = 0
     chunks: list[slice] = field(default_factory=list, repr=False)
     boundaries: list[ChunkBoundary] = field(default_factory=list, repr=False)
+    #: Slot addresses of the opening links (:mod:`solver.iolets`), None without driven ones.
+    iolets: IoletAddresses | None = field(default=None, repr=False)
+    #: Net mass flux into the fluid per opening link in the last step (lattice units).
+    iolet_flux: np.ndarray | None = field(default=None, repr=False)
 
 
 def _chunk_boundaries(problem: Problem, chunks: list[slice]) -> list[ChunkBoundary]:
@@ -146,8 +151,12 @@ class NumpyBackend:
         chunks = [slice(s, min(s + CHUNK_NODES, hi))
                   for lo, hi in zip(edges[:-1], edges[1:], strict=True)
                   for s in range(lo, hi, CHUNK_NODES)]
+        iolets = problem.iolets
         return NumpyState(problem=problem, f=f, chunks=chunks,
-                          boundaries=_chunk_boundaries(problem, chunks))
+                          boundaries=_chunk_boundaries(problem, chunks),
+                          iolets=None if iolets is None else iolets.addresses(
+                              problem.lattice.q, t.nodes_per_tile),
+                          iolet_flux=None if iolets is None else np.zeros(iolets.n_links))
 
     def step(self, state: NumpyState, n: int = 1) -> float:
         """Advance by ``n`` steps; return wall time in seconds."""
@@ -155,6 +164,10 @@ class NumpyBackend:
         for _ in range(n):
             src = state.f[state.current].reshape(-1)
             dst = state.f[1 - state.current].reshape(-1)
+            if state.iolets is not None:  # the opening links' slots, before the step reads them
+                p = state.problem
+                state.iolet_flux = apply_iolets(src, state.iolets, p.iolets, p.storage,
+                                                p.lattice, p.force, p.incompressible)
             work = list(zip([src] * len(state.chunks), [dst] * len(state.chunks), state.chunks,
                             state.boundaries, strict=True))
             if self._pool is None or len(work) == 1:
@@ -186,6 +199,10 @@ class NumpyBackend:
                 + table.node[chunk]
             noise = dither(node, step, problem.lattice.q)
         dst[table.dst[:, chunk]] = storage.encode(out, dither=noise)
+
+    def iolet_flux(self, state: NumpyState) -> np.ndarray | None:
+        """Net mass flux into the fluid per opening link in the last step (host float64)."""
+        return None if state.iolet_flux is None else state.iolet_flux.astype(np.float64)
 
     def populations(self, state: NumpyState) -> np.ndarray:
         """Latest populations, float64 (n_tiles, q, a**d)."""

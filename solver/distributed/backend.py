@@ -135,6 +135,9 @@ class DistributedBackend:
             raise ConfigError("storage='float16' does not run under MPI yet: its stochastic "
                               "rounding hashes global node ids, which the ranks' local tilings "
                               "do not carry. Use storage='auto' for distributed runs.")
+        if problem.iolets is not None:
+            raise ConfigError("Driven openings (velocity, pressure, outflow) do not run under "
+                              "MPI yet; run this vessel on one GPU or mark its openings closed.")
         # A fresh copy: a cached pull table of the global problem must not travel.
         payload = (dataclasses.replace(problem), self.inner.name, self.axis, self.transport,
                    self.graphs)

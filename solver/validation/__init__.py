@@ -9,11 +9,13 @@ Cases (registered in :data:`CASES`, run by the tests in ``tests/solver/validatio
 - ``sphere_pipe_re1`` (D3Q19), ``sphere_pipe_re1_d3q13``: sphere moving in a pipe, drag vs
   Schiller-Naumann + Haberman-Sayre (Tolke & Krafczyk 2008, section 6).
 - ``cylinder_re100``: vortex shedding, Strouhal number.
+- ``tube_openings``: STL tube at 0/30/45 deg with a velocity inlet and a pressure outlet on its
+  openings vs Hagen-Poiseuille; mass balance of the bifurcation sample.
 """
 
 from __future__ import annotations
 
-from . import cavity, channels, objects, porous  # noqa: F401  (registers the cases)
+from . import cavity, channels, objects, porous, vessels  # noqa: F401  (registers the cases)
 from .core import CASES, SIZES, Case, CaseResult, run_case
 from .report import run_all, write_report
 

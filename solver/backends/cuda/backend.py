@@ -1,22 +1,16 @@
 """CuPy backend: the tiled stream-collide kernel of the paper on an NVIDIA GPU.
 
-With :mod:`.device`, the only module that imports CuPy. Kernels come from
-:mod:`solver.backends.cuda.kernels` as CUDA C++ text, are compiled by NVRTC through
-``cupy.RawModule`` once per variant (:mod:`.device`; cached on disk by CuPy), and run on device
-copies ``f[copy][tile][i][slot]`` whose in-tile slots follow the configured layout: two copies,
-or one updated in place by the AA pattern (``SimulationConfig.streaming``,
-:mod:`solver.backends.cuda.streaming`; ``state.current`` is then the phase and readers decode
-phase 1 in place first). :meth:`CupyBackend.populations` returns them in XYZ order like every
-backend. Step times are CUDA-event times. :meth:`CupyBackend.probe` runs the paper's
-read/write-only and propagation-only kernels (section 4.1) on the same state for the benchmark.
-Everything the NumPy reference does runs here: BGK, TRT and MRT (D2Q9, D3Q19, D3Q13) with Guo
-forcing, halfway bounce-back, Zou-He velocity/pressure faces and Ladd's moving walls and objects
-(``templates/PHYSICS_FOR_GPU.md``). With float16 storage (:mod:`solver.storage`) the device
-copies (two, or one in place) hold the shifted, scaled binary16 values the kernel decodes and
-encodes itself; reading or writing populations through this backend decodes or encodes them on
-the device. Solid nodes hold the rest equilibrium in every copy (the rule of
-:mod:`solver.backends.base`): the two-copy XYZ-layout kernels store it into solid nodes that
-share a 32-byte sector with a fluid node, and :meth:`CupyBackend.set_populations` keeps it.
+With :mod:`.device` (and :mod:`.iolet_launch`), the only modules that import CuPy. Kernels from
+:mod:`.kernels` are compiled by NVRTC once per variant (:mod:`.device`) and run on device copies
+``f[copy][tile][i][slot]`` in the configured in-tile layout: two copies, or one updated in place
+by the AA pattern (:mod:`.streaming`; ``state.current`` is then the phase and readers decode
+phase 1 in place first). :meth:`CupyBackend.populations` returns XYZ order like every backend;
+step times are CUDA-event times; :meth:`CupyBackend.probe` runs the paper's read/write-only and
+propagation-only kernels (section 4.1). Everything the NumPy reference does runs here: BGK, TRT,
+MRT with Guo forcing, halfway bounce-back, Zou-He faces, Ladd's moving walls and objects
+(``templates/PHYSICS_FOR_GPU.md``), the openings' link pass (:mod:`solver.iolets`, launched
+before each step) and float16 storage (:mod:`solver.storage`), encoded and decoded on the
+device. Solid nodes hold the rest equilibrium in every copy (:mod:`solver.backends.base`).
 """
 
 from __future__ import annotations
@@ -38,6 +32,7 @@ from .device import (
     device_name,
     probe_device,
 )
+from .iolet_launch import device_iolets
 from .kernels import KernelVariant, kernel_source, real_args
 from .streaming import next_phase
 from .tables import (
@@ -82,6 +77,7 @@ class CupyState:
     #: rounding; a launch from ``current`` c (copy c, or in place phase c) reads slot c
     #: (:mod:`solver.backends.cuda.storage`). None otherwise.
     seeds: cp.ndarray | None = field(default=None, repr=False)
+    iolets: object = field(default=None, repr=False)  # openings' pass (.iolet_launch) or None
 
     @property
     def in_place(self) -> bool:
@@ -115,9 +111,8 @@ class CupyBackend:
         return self._allocate(problem)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
-        """A distributed rank's two-phase stepper (:class:`~solver.backends.cuda.phases.
-        CupyPhases`) for a rank-local ``problem`` whose owned tiles are ``[0, n_owned_tiles)``,
-        the first ``n_boundary_tiles`` of them read by other ranks."""
+        """A rank's two-phase stepper (:class:`.phases.CupyPhases`) for a rank-local ``problem``
+        owning tiles ``[0, n_owned_tiles)``, the first ``n_boundary_tiles`` read by others."""
         from .phases import CupyPhases
 
         if problem.streaming != "two-copy":
@@ -152,7 +147,8 @@ class CupyBackend:
         seeds = cp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         return CupyState(problem=problem, f=f, tables=tables, slots=slots,
                          int_args=geometry_args(problem), real_args=real_args,
-                         stream=cp.cuda.Stream(non_blocking=True), seeds=seeds)
+                         stream=cp.cuda.Stream(non_blocking=True), seeds=seeds,
+                         iolets=device_iolets(problem, cp.asnumpy(slots)))
 
     def _entry(self, state: CupyState, mode: str, tiles_per_block: int,
                tiles: tuple[int, int] | None = None) -> tuple:
@@ -182,6 +178,8 @@ class CupyBackend:
 
     def _launch(self, state: CupyState, mode: str, tiles_per_block: int) -> None:
         kernel, grid, block, tail, smem = self._entry(state, mode, tiles_per_block)
+        if state.iolets is not None and mode == "full":
+            state.iolets.launch(state.copies()[0], state.current)  # before the step reads
         kernel(grid, block, (*state.copies(), *tail), shared_mem=smem)
         state.current = next_phase(state.problem.streaming, mode, state.current)
 
@@ -277,7 +275,8 @@ class CupyBackend:
         if tables["bc"].size > 1:
             tables["bc"] = cp.asarray(boundary_values(problem).astype(problem.dtype))
         new = replace(state, problem=problem, slots=slots, launches={}, graphs={},
-                      real_args=physics_args(problem), identity_slots=None, tables=tables)
+                      real_args=physics_args(problem), identity_slots=None, tables=tables,
+                      iolets=device_iolets(problem, cp.asnumpy(slots)))
         if not bool((slots == state.slots).all()):
             q = cp.arange(problem.lattice.q)[:, None]
             for c in range(state.f.shape[0]):
@@ -354,9 +353,12 @@ class CupyBackend:
         return DeviceInfo(name=device_name(), memory=int(total), memory_used=int(total - free),
                           peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
 
+    def iolet_flux(self, state: CupyState) -> np.ndarray | None:
+        """Net mass flux into the fluid per opening link in the last step (host float64)."""
+        return None if state.iolets is None else state.iolets.host_flux()
+
     def nccl_status(self) -> tuple[bool, str]:
-        """Whether CuPy's NCCL binding is usable (device-to-device halos), and its version or
-        what is missing."""
+        """Whether CuPy's NCCL binding is usable, and its version or what is missing."""
         try:
             from cupy.cuda import nccl
         except Exception as exc:  # a broken binding fails with several error types
@@ -394,6 +396,5 @@ class CupyBackend:
     def release(self, state: CupyState) -> None:
         """Free the device arrays."""
         state.f = cp.empty((2, 0, 0, 0), dtype=state.f.dtype)
-        state.views, state.launches, state.graphs = (), {}, {}
-        state.tables = {}
+        state.views, state.launches, state.graphs, state.tables, state.iolets = (), {}, {}, {}, None
         cp.get_default_memory_pool().free_all_blocks()

@@ -1,0 +1,74 @@
+"""The opening links' pass on the device: tables uploaded once, two launches before each step.
+
+The host tables and the arithmetic are :mod:`solver.iolets`'; the kernel text is
+:mod:`solver.backends.cuda.iolets`'. Addresses are per AA phase (two copies use phase 0) in the
+problem's in-tile layout; :class:`DeviceIolets` launches on the current CuPy stream, so the
+backend's CUDA graphs capture the pass with the steps.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import cupy as cp
+import numpy as np
+
+from ...problem import Problem
+from .iolets import IOLET_KERNELS, NVCC_OPTIONS, iolet_source
+
+__all__ = ["DeviceIolets", "device_iolets"]
+
+_THREADS = 128
+
+
+@cache
+def _kernels(source: str, device: int) -> tuple:
+    module = cp.RawModule(code=source, options=NVCC_OPTIONS)
+    return tuple(module.get_function(name) for name in IOLET_KERNELS)
+
+
+class DeviceIolets:
+    """Device tables of one run's opening links and the launches that apply them."""
+
+    def __init__(self, problem: Problem, slots: np.ndarray) -> None:
+        tables, lat, storage = problem.iolets, problem.lattice, problem.storage
+        self.m = tables.n_links
+        real = np.dtype(problem.dtype)
+        self.real = real
+        phases = (0, 1) if problem.population_copies == 1 else (0,)
+        self.addresses = {}
+        for parity in phases:
+            addr = tables.addresses(lat.q, problem.tiling.nodes_per_tile, slots, parity)
+            self.addresses[parity] = tuple(cp.asarray(np.ascontiguousarray(a, np.int64))
+                                           for a in (addr.own, addr.donor, addr.write))
+        self.code = cp.asarray(tables.code.astype(np.int8))
+        self.dir = cp.asarray(tables.direction.astype(np.int32))
+        self.value = cp.asarray(tables.value.astype(real))
+        self.shift = cp.asarray(np.asarray(storage.shift, dtype=real))
+        self.scale, self.inv_scale = real.type(storage.scale), real.type(1.0 / storage.scale)
+        self.out = cp.zeros(self.m, dtype=real)
+        self.flux = cp.zeros(self.m, dtype=real)
+        source = iolet_source(lat.name, real.name, storage.encoded, problem.incompressible,
+                              tuple(float(x) for x in problem.force))
+        self._values, self._write = _kernels(source, cp.cuda.Device().id)
+        self._grid = ((self.m + _THREADS - 1) // _THREADS,)
+
+    def launch(self, f: cp.ndarray, parity: int) -> None:
+        """Rewrite the opening links' slots of the copy ``f`` the next step reads (AA phase
+        ``parity``; two copies: 0) and record each link's mass flux."""
+        own, donor, write = self.addresses[parity if parity in self.addresses else 0]
+        m = np.int32(self.m)
+        self._values(self._grid, (_THREADS,),
+                     (f, own, donor, self.code, self.dir, self.value, self.shift, self.scale,
+                      self.inv_scale, self.out, self.flux, m))
+        self._write(self._grid, (_THREADS,),
+                    (f, write, self.dir, self.out, self.shift, self.scale, m))
+
+    def host_flux(self) -> np.ndarray:
+        """Mass flux per link of the last step, host float64 (m,)."""
+        return cp.asnumpy(self.flux).astype(np.float64)
+
+
+def device_iolets(problem: Problem, slots: np.ndarray) -> DeviceIolets | None:
+    """The device pass of ``problem``'s driven openings, or None without any."""
+    return None if problem.iolets is None else DeviceIolets(problem, slots)

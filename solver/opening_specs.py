@@ -1,0 +1,151 @@
+"""Openings of a case file in SI: which opening (by id or by a point) gets which condition.
+
+A case's ``openings:`` section is a list of entries::
+
+    openings:
+      - id: 1                      # or  at: [x, y, z]  (metres: the nearest opening centre)
+        kind: velocity             # velocity | pressure | outflow | closed
+        flow_rate: 2.0e-7          # m^3/s into the fluid  (or  mean_speed: 0.1  in m/s)
+        profile: poiseuille        # uniform | poiseuille
+      - id: 2
+        kind: pressure
+        pressure: 0.0              # Pa relative to the reference pressure (default 0)
+
+:func:`parse_opening_specs` checks the entries' shape when the case is read;
+:func:`resolve_openings` turns them, once the geometry is loaded, into
+``SimulationConfig.openings`` (lattice units) through :class:`solver.units.UnitSystem`, which
+needs the voxel size, ``run.viscosity`` (m^2/s) and ``run.density`` (kg/m^3).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .opening_kinds import OPENING_TYPES, PROFILES, opening_conditions, opening_kind
+from .units import UnitSystem
+from .values import ConfigError, is_number
+
+__all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening",
+           "case_units"]
+
+#: Largest relative density change a pressure opening may ask for (weakly compressible LBM).
+MAX_DENSITY_CHANGE = 0.1
+
+SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile")
+
+
+def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
+    """The ``openings`` entries of a case, checked for shape (not yet against a geometry)."""
+    if not isinstance(data, list):
+        raise ConfigError(f"{source}: `openings` must be a list of entries such as "
+                          "{id: 1, kind: velocity, flow_rate: 1.0e-7}.")
+    out = []
+    for k, entry in enumerate(data):
+        where = f"{source}: openings[{k}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be a mapping with `id` or `at` and `kind`.")
+        unknown = sorted(set(entry) - set(SPEC_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}: unknown keys {unknown}; use {list(SPEC_KEYS)}.")
+        if ("id" in entry) == ("at" in entry):
+            raise ConfigError(f"{where} needs exactly one of `id` (an opening id) or `at` "
+                              "([x, y, z] in metres, the nearest opening).")
+        if entry.get("kind") not in OPENING_TYPES:
+            raise ConfigError(f"{where}: `kind` must be one of {list(OPENING_TYPES)}, got "
+                              f"{entry.get('kind')!r}.")
+        if entry.get("profile", "uniform") not in PROFILES:
+            raise ConfigError(f"{where}: `profile` must be one of {list(PROFILES)}.")
+        kind = opening_kind(entry["kind"])
+        given = [k for k in kind.si_keys if k in entry]
+        if len(given) > 1 or (kind.si_required and not given):
+            raise ConfigError(f"{where}: a {kind.name} opening needs exactly one of "
+                              f"{['`' + k + '`' for k in kind.si_keys]} (flow_rate in m^3/s "
+                              "into the fluid, mean_speed in m/s, pressure in Pa).")
+        extra = sorted({"flow_rate", "mean_speed", "pressure"} & set(entry) - set(kind.si_keys))
+        if extra:
+            raise ConfigError(f"{where}: a {kind.name} opening takes no {extra}.")
+        for key in ("flow_rate", "mean_speed", "pressure"):
+            if key in entry and not (is_number(entry[key]) and math.isfinite(entry[key])):
+                raise ConfigError(f"{where}: `{key}` must be a number, got {entry[key]!r}.")
+        out.append(dict(entry))
+    return out
+
+
+def nearest_opening(openings, point: Any, where: str) -> Any:
+    """The opening whose centre is nearest ``point`` (metres); refused when farther than that
+    opening's diameter."""
+    try:
+        p = np.asarray(point, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: `at` must be [x, y, z] in metres, got {point!r}.") from exc
+    if not openings:
+        raise ConfigError(f"{where}: the geometry has no openings; load it with openings "
+                          "detected (e.g. geometry options: {openings: auto}).")
+    if len(p) != len(openings[0].centre):
+        raise ConfigError(f"{where}: `at` must have {len(openings[0].centre)} coordinates.")
+    dist = [float(np.linalg.norm(np.asarray(o.centre) - p)) for o in openings]
+    best = int(np.argmin(dist))
+    opening = openings[best]
+    if dist[best] > opening.diameter:
+        raise ConfigError(f"{where}: no opening near {list(p)} m; the nearest, opening "
+                          f"{opening.id} at {[round(c, 6) for c in opening.centre]} m, is "
+                          f"{dist[best]:.3g} m away (more than its diameter "
+                          f"{opening.diameter:.3g} m).")
+    return opening
+
+
+def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
+                     rho0: float = 1.0, source: str = "case") -> dict[int, dict]:
+    """``SimulationConfig.openings`` (lattice units) of SI entries on a loaded geometry;
+    pressures are relative to the reference density ``rho0``."""
+    openings = tuple(getattr(geometry, "openings", ()) or ())
+    by_id = {o.id: o for o in openings}
+    out: dict[int, dict] = {}
+    for k, entry in enumerate(specs):
+        where = f"{source}: openings[{k}]"
+        if "id" in entry:
+            opening = by_id.get(entry["id"])
+            if opening is None:
+                raise ConfigError(f"{where}: the geometry has no opening {entry['id']!r} "
+                                  f"(its openings: {sorted(by_id) or 'none'}).")
+        else:
+            opening = nearest_opening(openings, entry["at"], where)
+        if opening.id in out:
+            raise ConfigError(f"{where}: opening {opening.id} is set twice.")
+        kind = opening_kind(entry["kind"])
+        spec: dict[str, Any] = {"kind": kind.name}
+        if "profile" in entry:
+            spec["profile"] = entry["profile"]
+        if any(k in entry for k in kind.si_keys) and units is None:
+            raise ConfigError(f"{where}: SI values need the voxel size and the fluid: set "
+                              "run.viscosity (m^2/s) and use a geometry with a voxel size.")
+        if kind.si_value is not None:
+            spec["value"] = kind.si_value(entry, opening.area, units, rho0)
+        if "pressure" in entry and abs(spec["value"] - rho0) > MAX_DENSITY_CHANGE * rho0:
+            raise ConfigError(
+                f"{where}: {entry['pressure']:g} Pa is a density change of "
+                f"{(spec['value'] - rho0) / rho0:+.1%} on this grid (time step "
+                f"{units.dt:.3g} s), beyond {MAX_DENSITY_CHANGE:.0%}: the weakly compressible "
+                "scheme would be wrong or diverge. Lower the pressure, or shorten the time step "
+                "(a smaller tau or voxel size).")
+        try:  # the lattice limits (Mach), said in the user's units
+            opening_conditions({opening.id: spec}, rho0)
+        except ConfigError as exc:
+            si = {k: entry[k] for k in kind.si_keys if k in entry}
+            raise ConfigError(f"{where}: {si} (SI) is too fast on this grid, time step "
+                              f"{units.dt:.3g} s: {exc} Lower it, or shorten the time step "
+                              "(a smaller tau or voxel size).") from exc
+        out[opening.id] = spec
+    return out
+
+
+def case_units(case: Any, voxel_size: float | None) -> UnitSystem | None:
+    """SI units of a case's run: voxel size (m), ``run.viscosity`` (m^2/s), ``run.density``
+    (kg/m^3) and tau; None when the voxel size or the viscosity is unknown."""
+    if not (voxel_size and case.run.viscosity):
+        return None
+    return UnitSystem.from_viscosity(voxel_size, case.run.viscosity, case.run.density,
+                                     case.config.tau)
