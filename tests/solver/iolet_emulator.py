@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.cuda.iolets import iolet_source
+from solver.backends.cuda.iolets import iolet_plan, iolet_source
 
 __all__ = ["emulated_pass"]
 
@@ -31,14 +31,20 @@ static emu_dim3 threadIdx, blockIdx, blockDim;
 """
 
 _RUN = r"""
-extern "C" void emu_pass(int m, store_t* f, const long long* own, const long long* donor,
-    const long long* write, const signed char* code, const int* dir, const real* value,
-    const real* shift, real scale, real inv_scale, real* out, real* flux)
+extern "C" void emu_pass(int m, int n, store_t* f, const long long* own_j,
+    const long long* donor, const long long* write, const long long* node_own,
+    const int* link_node, real* node_u, const signed char* code, const int* dir,
+    const real* value, const real* shift, real scale, real inv_scale, real* out, real* flux)
 {
     blockDim.x = 1;
+    for (int t = 0; t < n; ++t) {
+        blockIdx.x = t;
+        iolet_moments(f, node_own, shift, inv_scale, node_u, n);
+    }
     for (int t = 0; t < m; ++t) {
         blockIdx.x = t;
-        iolet_values(f, own, donor, code, dir, value, shift, scale, inv_scale, out, flux, m);
+        iolet_values(f, own_j, donor, code, dir, value, link_node, node_u, shift, inv_scale,
+                     out, flux, m, n);
     }
     for (int t = 0; t < m; ++t) {
         blockIdx.x = t;
@@ -68,11 +74,11 @@ def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
     """Apply the kernel pass to the stored copy ``flat`` (1-D, in place); return the flux."""
     tables, lat, storage = problem.iolets, problem.lattice, problem.storage
     real = np.dtype(problem.dtype)
-    addr = tables.addresses(lat.q, problem.tiling.nodes_per_tile, slots, parity)
+    plan = iolet_plan(tables, lat.q, problem.tiling.nodes_per_tile, slots, parity)
     run = _load(iolet_source(lat.name, real.name, storage.encoded, problem.incompressible,
                              tuple(float(x) for x in problem.force)))
-    arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (addr.own, addr.donor,
-                                                                 addr.write)]
+    arrays = [plan.own_j, plan.donor, plan.write, plan.node_own, plan.link_node,
+              np.zeros((lat.d, max(plan.n_nodes, 1)), dtype=real)]
     code = np.ascontiguousarray(tables.code, dtype=np.int8)
     direction = np.ascontiguousarray(tables.direction, dtype=np.int32)
     value = np.ascontiguousarray(tables.value, dtype=real)
@@ -82,7 +88,8 @@ def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
     scalar = ctypes.c_double if real == np.float64 else ctypes.c_float
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
     assert flat.flags.c_contiguous
-    run(ctypes.c_int(tables.n_links), ptr(flat), *(ptr(a) for a in arrays), ptr(code),
+    run(ctypes.c_int(tables.n_links), ctypes.c_int(plan.n_nodes), ptr(flat),
+        *(ptr(a) for a in arrays), ptr(code),
         ptr(direction), ptr(value), ptr(shift), scalar(storage.scale),
         scalar(1.0 / storage.scale), ptr(out), ptr(flux))
     return flux

@@ -14,7 +14,7 @@ import cupy as cp
 import numpy as np
 
 from ...problem import Problem
-from .iolets import IOLET_KERNELS, NVCC_OPTIONS, iolet_source
+from .iolets import IOLET_KERNELS, NVCC_OPTIONS, iolet_plan, iolet_source
 
 __all__ = ["DeviceIolets", "device_iolets"]
 
@@ -36,11 +36,13 @@ class DeviceIolets:
         real = np.dtype(problem.dtype)
         self.real = real
         phases = (0, 1) if problem.population_copies == 1 else (0,)
-        self.addresses = {}
+        self.plans = {}
         for parity in phases:
-            addr = tables.addresses(lat.q, problem.tiling.nodes_per_tile, slots, parity)
-            self.addresses[parity] = tuple(cp.asarray(np.ascontiguousarray(a, np.int64))
-                                           for a in (addr.own, addr.donor, addr.write))
+            plan = iolet_plan(tables, lat.q, problem.tiling.nodes_per_tile, slots, parity)
+            self.plans[parity] = tuple(cp.asarray(a) for a in (
+                plan.own_j, plan.donor, plan.write, plan.node_own, plan.link_node))
+        self.n = plan.n_nodes
+        self.node_u = cp.zeros((lat.d, max(self.n, 1)), dtype=real)
         self.code = cp.asarray(tables.code.astype(np.int8))
         self.dir = cp.asarray(tables.direction.astype(np.int32))
         self.value = cp.asarray(tables.value.astype(real))
@@ -50,17 +52,22 @@ class DeviceIolets:
         self.flux = cp.zeros(self.m, dtype=real)
         source = iolet_source(lat.name, real.name, storage.encoded, problem.incompressible,
                               tuple(float(x) for x in problem.force))
-        self._values, self._write = _kernels(source, cp.cuda.Device().id)
+        self._moments, self._values, self._write = _kernels(source, cp.cuda.Device().id)
         self._grid = ((self.m + _THREADS - 1) // _THREADS,)
+        self._node_grid = ((self.n + _THREADS - 1) // _THREADS,)
 
     def launch(self, f: cp.ndarray, parity: int) -> None:
         """Rewrite the opening links' slots of the copy ``f`` the next step reads (AA phase
         ``parity``; two copies: 0) and record each link's mass flux."""
-        own, donor, write = self.addresses[parity if parity in self.addresses else 0]
-        m = np.int32(self.m)
+        own_j, donor, write, node_own, link_node = self.plans[
+            parity if parity in self.plans else 0]
+        m, n = np.int32(self.m), np.int32(self.n)
+        if self.n:
+            self._moments(self._node_grid, (_THREADS,),
+                          (f, node_own, self.shift, self.inv_scale, self.node_u, n))
         self._values(self._grid, (_THREADS,),
-                     (f, own, donor, self.code, self.dir, self.value, self.shift, self.scale,
-                      self.inv_scale, self.out, self.flux, m))
+                     (f, own_j, donor, self.code, self.dir, self.value, link_node, self.node_u,
+                      self.shift, self.inv_scale, self.out, self.flux, m, n))
         self._write(self._grid, (_THREADS,),
                     (f, write, self.dir, self.out, self.shift, self.scale, m))
 

@@ -1,33 +1,36 @@
-"""CUDA twin of :mod:`solver.iolets`: the opening links' pass as two small generated kernels.
+"""CUDA twin of :mod:`solver.iolets`: the opening links' pass as three small generated kernels.
 
-Before every step the backend launches ``iolet_values`` (one thread per crossing link: decode
-the node's post-collision populations and the outflow donor, compute the new bounced value and
-the link's mass flux, exactly the arithmetic and order of :func:`solver.iolets.iolet_values`)
-and then ``iolet_write`` (encode and store the values). Two launches because a link reads
-slots that another link of the same node, or a neighbour's outflow link, writes: every value is
-computed from the unchanged state, as on the NumPy reference. Both launches are captured in the
-backend's CUDA graphs; the main kernels are untouched.
+Before every step the backend launches ``iolet_moments`` (one thread per distinct source node
+of a pressure link: its velocity from its post-collision populations, computed once rather than
+per link), ``iolet_values`` (one thread per crossing link: the new bounced value and the link's
+mass flux from the unchanged state; velocity and outflow links read only the one or two
+populations they use) and ``iolet_write`` (encode and store the values). The arithmetic and its
+order are :func:`solver.iolets.iolet_values`'. Values are all computed before any is written
+because a link reads slots that another link of the same node, or a neighbour's outflow link,
+writes. The launches are captured in the backend's CUDA graphs; the main kernels are untouched.
 
 The kernels are compiled with ``--fmad=false`` so that no multiply-add is contracted: the same
 roundings as NumPy, hence CuPy == NumPy in float64 to round-off. Float16 storage decodes as
 :mod:`solver.storage` does and stores rounded to nearest (the NumPy pass does the same). This
-module holds no CuPy: the backend compiles :func:`iolet_source` (``import cupy`` stays in
-``backend.py``), and the tests compile it with nvcc and run it through g++.
+module holds no CuPy: the backend compiles :func:`iolet_source` with the addresses of
+:func:`iolet_plan` (``import cupy`` stays in ``iolet_launch.py``), and the tests compile it with
+nvcc and run it through g++.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
-from ...iolets import PRESSURE, VELOCITY
+from ...iolets import PRESSURE, VELOCITY, IoletTables
 from ...lattice import get_lattice
 
-__all__ = ["IOLET_KERNELS", "iolet_source", "NVCC_OPTIONS"]
+__all__ = ["IOLET_KERNELS", "IoletPlan", "iolet_plan", "iolet_source", "NVCC_OPTIONS"]
 
 #: Kernel names, in launch order.
-IOLET_KERNELS = ("iolet_values", "iolet_write")
+IOLET_KERNELS = ("iolet_moments", "iolet_values", "iolet_write")
 #: Compiler options: no contraction into FMA (bitwise the NumPy order of roundings).
 NVCC_OPTIONS = ("--fmad=false",)
 
@@ -58,10 +61,53 @@ def _lit(x: float, real: str) -> str:
     return f"(({real}){float(x)!r})"
 
 
+@dataclass(frozen=True)
+class IoletPlan:
+    """What the three kernels read, for one layout and AA phase (host arrays).
+
+    ``own_j`` (m,): the address of each link's bounced population ``f*_j(x)``; ``donor`` (m,),
+    ``write`` (m,) as in :class:`solver.iolets.IoletAddresses`; ``node_own`` (q, n): the
+    populations of the ``n`` distinct source nodes of pressure links; ``link_node`` (m,): each
+    link's row in them (-1 for other kinds).
+    """
+
+    own_j: np.ndarray
+    donor: np.ndarray
+    write: np.ndarray
+    node_own: np.ndarray
+    link_node: np.ndarray
+
+    @property
+    def n_nodes(self) -> int:
+        """Distinct source nodes of pressure links."""
+        return int(self.node_own.shape[1])
+
+
+def iolet_plan(tables: IoletTables, q: int, nodes_per_tile: int, slots: np.ndarray | None,
+               parity: int) -> IoletPlan:
+    """The kernels' addresses: a pressure node's velocity is computed once, not per link (a
+    node has up to 9 crossing links; reading its q populations per link cost 6 % of a step on
+    a 15 M node vessel)."""
+    addr = tables.addresses(q, nodes_per_tile, slots, parity)
+    m = tables.n_links
+    own_j = addr.own[tables.direction, np.arange(m)]
+    pressure = np.flatnonzero(tables.code == PRESSURE)
+    link_node = np.full(m, -1, dtype=np.int32)
+    if pressure.size:
+        node_own, inverse = np.unique(addr.own[:, pressure].T, axis=0, return_inverse=True)
+        link_node[pressure] = inverse.ravel()
+        node_own = node_own.T
+    else:
+        node_own = np.zeros((q, 0), dtype=np.int64)
+    as64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    return IoletPlan(as64(own_j), as64(addr.donor), as64(addr.write), as64(node_own),
+                     np.ascontiguousarray(link_node))
+
+
 @cache
 def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: bool,
                  force: tuple[float, ...]) -> str:
-    """CUDA C source of the two kernels for a lattice, arithmetic ``precision`` ('float32' or
+    """CUDA C source of the three kernels for a lattice, arithmetic ``precision`` ('float32' or
     'float64'), float16 storage or not, fluid model and body force (lattice units)."""
     lat = get_lattice(lattice_name)
     real = "double" if precision == "float64" else "float"
@@ -70,22 +116,16 @@ def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: 
     w2 = ", ".join(_lit(2.0 * float(w), real) for w in np.asarray(lat.w, dtype=np.float64))
     cx = [", ".join(_lit(float(c[i, a]), real) for i in range(q)) for a in range(d)]
     lines = [f"typedef {real} real;", _HALF if half else _PLAIN,
-             "extern \"C\" __global__ void iolet_values(",
-             "    const store_t* __restrict__ f, const long long* __restrict__ own,",
-             "    const long long* __restrict__ donor, const signed char* __restrict__ code,",
-             "    const int* __restrict__ dir, const real* __restrict__ value,",
-             "    const real* __restrict__ shift, const real scale, const real inv_scale,",
-             "    real* __restrict__ out, real* __restrict__ flux, const int m)",
+             "extern \"C\" __global__ void iolet_moments(",
+             "    const store_t* __restrict__ f, const long long* __restrict__ node_own,",
+             "    const real* __restrict__ shift, const real inv_scale,",
+             "    real* __restrict__ node_u, const int n)",
              "{",
              "    const int k = blockIdx.x * blockDim.x + threadIdx.x;",
-             "    if (k >= m) return;",
-             f"    const real W2[{q}] = {{{w2}}};",
-             *[f"    const real C{a}[{q}] = {{{cx[a]}}};" for a in range(d)],
+             "    if (k >= n) return;",
              f"    real g[{q}];",
              f"    for (int i = 0; i < {q}; ++i)",
-             "        g[i] = IO_LOAD(f[own[(long long)i * m + k]], shift[i]);",
-             "    const int j = dir[k];",
-             "    const real fj = g[j];",
+             "        g[i] = IO_LOAD(f[node_own[(long long)i * n + k]], shift[i]);",
              "    real rho = (real)0;"]
     lines += [f"    real m{a} = (real)0;" for a in range(d)]
     for i in range(q):  # sequential sums in the reference's order (solver.iolets)
@@ -98,16 +138,36 @@ def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: 
         lines.append(f"    real u{a} = m{a} + {_lit(0.5 * fa, real)};")
         if not incompressible:
             lines.append(f"    u{a} = u{a} / rho;")
-    lines += ["    real cu = (real)0;", "    real uu = (real)0;"]
-    for a in range(d):
-        lines += [f"    cu += C{a}[j] * u{a};", f"    uu += u{a} * u{a};"]
-    lines += ["    const real v = value[k];",
-              f"    const real quad = {_lit(4.5, real)} * cu * cu - {_lit(1.5, real)} * uu;",
-              ("    const real p = W2[j] * (v + quad);" if incompressible else
-               f"    const real p = W2[j] * v * ({_lit(1.0, real)} + quad);"),
+        lines.append(f"    node_u[{a} * n + k] = u{a};")
+    lines += ["}", "",
+              "extern \"C\" __global__ void iolet_values(",
+              "    const store_t* __restrict__ f, const long long* __restrict__ own_j,",
+              "    const long long* __restrict__ donor, const signed char* __restrict__ code,",
+              "    const int* __restrict__ dir, const real* __restrict__ value,",
+              "    const int* __restrict__ link_node, const real* __restrict__ node_u,",
+              "    const real* __restrict__ shift, const real inv_scale,",
+              "    real* __restrict__ out, real* __restrict__ flux, const int m, const int n)",
+              "{",
+              "    const int k = blockIdx.x * blockDim.x + threadIdx.x;",
+              "    if (k >= m) return;",
+              "    const int j = dir[k];",
+              "    const real fj = IO_LOAD(f[own_j[k]], shift[j]);",
+              "    const real v = value[k];",
               "    real o;",
               f"    if (code[k] == {VELOCITY}) o = fj + v;",
-              f"    else if (code[k] == {PRESSURE}) o = p - fj;",
+              f"    else if (code[k] == {PRESSURE}) {{",
+              f"        const real W2[{q}] = {{{w2}}};",
+              *[f"        const real C{a}[{q}] = {{{cx[a]}}};" for a in range(d)],
+              "        const int p = link_node[k];",
+              "        real cu = (real)0;",
+              "        real uu = (real)0;"]
+    for a in range(d):
+        lines += [f"        const real u{a} = node_u[{a} * n + p];",
+                  f"        cu += C{a}[j] * u{a};", f"        uu += u{a} * u{a};"]
+    lines += [f"        const real quad = {_lit(4.5, real)} * cu * cu - {_lit(1.5, real)} * uu;",
+              ("        o = W2[j] * (v + quad) - fj;" if incompressible else
+               f"        o = W2[j] * v * ({_lit(1.0, real)} + quad) - fj;"),
+              "    }",
               "    else o = IO_LOAD(f[donor[k]], shift[j]);",
               "    out[k] = o;",
               "    flux[k] = o - fj;",
