@@ -21,6 +21,7 @@ import numpy as np
 
 from geometries import VoxelGeometry
 from geometries.openings import Opening, face_openings
+from solver.opening_kinds import DENSITY, SPEED, opening_kind
 from solver.units import SOUND_SPEED, UnitSystem
 from solver.values import MAX_MACH, ConfigError
 
@@ -75,10 +76,20 @@ class OpeningGroup:
         return f"{self.name} (d {size}{count})"
 
 
+def quantity(kind: str) -> str | None:
+    """What a value of opening ``kind`` is: SPEED, DENSITY or None (the solver's registry)."""
+    return opening_kind(kind).quantity
+
+
+def drives(kind: str) -> bool:
+    """Whether fluid crosses an opening of ``kind`` (everything but a closed one)."""
+    return opening_kind(kind).flux
+
+
 def value_units(kind: str, group: OpeningGroup) -> tuple[str, ...]:
     """Units a value of ``kind`` may be given in for ``group`` (2D: no volumetric flow rate)."""
     units = VALUE_UNITS[kind]
-    return units[:1] if kind == "velocity" and len(group.centre_nodes) == 2 else units
+    return units[:1] if quantity(kind) == SPEED and len(group.centre_nodes) == 2 else units
 
 
 def length_text(metres: float) -> str:
@@ -166,11 +177,11 @@ class OpeningUnits:
              profile: str = "uniform") -> dict:
         """The config entry (lattice units) of ``value`` in ``unit``; ConfigError in SI when out
         of range."""
-        if kind in ("outflow", "closed"):
+        if quantity(kind) is None:
             return {"kind": kind}
         if value is None or not math.isfinite(value):
             raise ConfigError(f"Opening {group.name}: enter a number ({unit}).")
-        if kind == "pressure":
+        if quantity(kind) == DENSITY:
             density = self.initial_density + self.units.pressure_to_lattice(value)
             if density <= 0:
                 low = self.units.pressure_to_si(-self.initial_density)
@@ -203,11 +214,11 @@ class OpeningUnits:
 
     def value(self, spec: dict, unit: str, group: OpeningGroup) -> float | None:
         """The SI value of a config entry in ``unit`` (None for kinds without a value)."""
-        if spec["kind"] == "pressure":
+        if quantity(spec["kind"]) == DENSITY:
             density = spec.get("value")
             density = self.initial_density if density is None else density
             return self.units.pressure_to_si(density - self.initial_density)
-        if spec["kind"] == "velocity":
+        if quantity(spec["kind"]) == SPEED:
             return self.to_si(float(spec["value"]), unit, group)
         return None
 

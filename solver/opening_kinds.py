@@ -27,8 +27,10 @@ from .registry import Registry
 from .values import MAX_MACH, ConfigError, is_number
 
 __all__ = ["OpeningCondition", "OpeningKind", "OPENING_KIND_REGISTRY", "OPENING_TYPES",
-           "PROFILES", "opening_kind", "opening_conditions"]
+           "PROFILES", "SPEED", "DENSITY", "opening_kind", "opening_conditions"]
 
+#: What an opening kind's value is (:attr:`OpeningKind.quantity`).
+SPEED, DENSITY = "speed", "density"
 #: Velocity profiles of a velocity opening.
 PROFILES = ("uniform", "poiseuille")
 
@@ -59,7 +61,9 @@ class OpeningKind:
 
     ``link_code``: the rule of :mod:`solver.iolets` on its crossing links (None: they keep
     bounce-back); ``si_keys``: the case-file keys of its SI value, ``si_required`` whether one
-    of them must be given, ``si_value`` the conversion to lattice units.
+    of them must be given, ``si_value`` the conversion to lattice units. ``quantity``: what its
+    value is, :data:`SPEED` (a mean speed into the fluid, with a profile), :data:`DENSITY` (a
+    pressure) or None (no value); user interfaces decide by it, never by the name.
     """
 
     name: str
@@ -70,6 +74,7 @@ class OpeningKind:
     si_keys: tuple[str, ...] = ()
     si_required: bool = False
     si_value: SiValueFn | None = None
+    quantity: str | None = None
 
     def __reduce__(self):
         return opening_kind, (self.name,)
@@ -130,9 +135,9 @@ def _si_density(entry: dict, area: float, units: Any, rho0: float) -> float:
 
 register(OpeningKind("velocity", _velocity, doc="velocity inlet (mean speed, profile)",
                      link_code=0, si_keys=("flow_rate", "mean_speed"), si_required=True,
-                     si_value=_si_speed))
+                     si_value=_si_speed, quantity=SPEED))
 register(OpeningKind("pressure", _density, doc="pressure outlet (density)", link_code=1,
-                     si_keys=("pressure",), si_value=_si_density))
+                     si_keys=("pressure",), si_value=_si_density, quantity=DENSITY))
 register(OpeningKind("outflow", _no_value, doc="zero-gradient outflow", link_code=2))
 register(OpeningKind("closed", _no_value, flux=False, doc="wall (bounce-back)"))
 

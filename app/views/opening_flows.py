@@ -13,11 +13,12 @@ import html
 import numpy as np
 import panel as pn
 
+from solver.opening_kinds import SPEED
 from solver.snapshot import Snapshot
 from solver.units import UnitSystem
 
 from ..controller import Controller
-from ..openings import KIND_LABELS, flow_rate_text
+from ..openings import KIND_LABELS, drives, flow_rate_text, quantity
 from .counters import CARD_CSS
 from .physics_panel import PhysicalSetup
 
@@ -34,7 +35,7 @@ def _flow_text(q: float, units: UnitSystem, ndim: int) -> str:
 def flow_cards(snap: Snapshot, units: UnitSystem) -> list[tuple[str, str, str, str]]:
     """(key, label, value, detail) per driven opening, then the pressure drop and the mass
     balance; empty without a driven opening."""
-    driven = [o for o in snap.openings if o.kind != "closed"]
+    driven = [o for o in snap.openings if drives(o.kind)]
     if not driven:
         return []
     rho0 = float(snap.config.get("initial_density", 1.0))
@@ -46,8 +47,8 @@ def flow_cards(snap: Snapshot, units: UnitSystem) -> list[tuple[str, str, str, s
         cards.append((f"opening-{o.id}", f"Opening {o.id} · {KIND_LABELS.get(o.kind, o.kind)}",
                       _flow_text(abs(o.flow_rate), units, ndim),
                       f"{direction} · p {pressure:.3g} Pa"))
-    inlets = [o.mean_density for o in driven if o.kind == "velocity"]
-    outlets = [o.mean_density for o in driven if o.kind != "velocity"]
+    inlets = [o.mean_density for o in driven if quantity(o.kind) == SPEED]
+    outlets = [o.mean_density for o in driven if quantity(o.kind) != SPEED]
     if inlets and outlets:
         drop = units.pressure_to_si(float(np.mean(inlets)) - float(np.mean(outlets)))
         cards.append(("pressure-drop", "Pressure drop", f"{drop:.3g} Pa",

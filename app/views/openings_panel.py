@@ -16,7 +16,7 @@ import panel as pn
 import param
 
 from solver.config import SimulationConfig
-from solver.opening_kinds import PROFILES
+from solver.opening_kinds import DENSITY, PROFILES, SPEED
 from solver.values import ConfigError
 
 from ..openings import (
@@ -25,6 +25,8 @@ from ..openings import (
     VALUE_UNITS,
     OpeningGroup,
     OpeningUnits,
+    drives,
+    quantity,
     value_units,
 )
 
@@ -55,11 +57,11 @@ class OpeningRow(param.Parameterized):
 
 def lattice_text(spec: dict | None) -> str:
     """The config entry of an opening in words (lattice units)."""
-    if not spec or spec.get("kind") == "closed":
+    if not spec or not drives(spec["kind"]):
         return "closed"
-    if spec["kind"] == "velocity":
+    if quantity(spec["kind"]) == SPEED:
         return f"u* {spec['value']:.4g} {spec.get('profile', 'uniform')}"
-    if spec["kind"] == "pressure":
+    if quantity(spec["kind"]) == DENSITY:
         return f"ρ* {spec.get('value', 1.0):.6g}"
     return spec["kind"]
 
@@ -153,9 +155,9 @@ class OpeningsPanel(pn.viewable.Viewer):
         self._show(row)  # a refused value goes back to the config's
 
     def _default(self, kind: str, row: OpeningRow) -> dict:
-        if kind == "velocity":
+        if quantity(kind) == SPEED:
             return {"kind": kind, "value": DEFAULT_INLET_SPEED, "profile": row.profile}
-        if kind == "pressure":
+        if quantity(kind) == DENSITY:
             return {"kind": kind, "value": float(self.config.initial_density)}
         return {"kind": kind}
 
@@ -180,8 +182,8 @@ class OpeningsPanel(pn.viewable.Viewer):
         def fit(*events) -> None:  # only the units and options of the row's kind
             kind_name = _KINDS[row.kind]
             unit.options = list(value_units(kind_name, row.group))
-            value.visible = unit.visible = kind_name not in ("outflow", "closed")
-            profile.visible = kind_name == "velocity"
+            value.visible = unit.visible = quantity(kind_name) is not None
+            profile.visible = quantity(kind_name) == SPEED
         row.param.watch(fit, "kind")
         fit()
         lattice = pn.pane.HTML(pn.bind(lambda text: f'<span class="opening-lattice">'

@@ -23,6 +23,7 @@ from solver.units import UnitSystem, lattice_viscosity, mach_number, to_millidar
 
 from ..controller import Controller, copy_config
 from ..estimates import darcy_regime, estimate_flow
+from ..openings import drives
 from .settings_cards import readable_number_format
 
 __all__ = ["PhysicsPanel", "PhysicalSetup"]
@@ -168,7 +169,7 @@ class PhysicsPanel(pn.viewable.Viewer):
             self.apply_button.disabled = True
             return pn.pane.Alert(str(exc), alert_type="danger", sizing_mode="stretch_width")
         self.apply_button.disabled = bool(report.errors)
-        driven = [o for o in c.config.openings.values() if o.get("kind") != "closed"]
+        driven = [o for o in c.config.openings.values() if drives(o.get("kind", "closed"))]
         rows = [
             ("Drive", f"{len(driven)} openings" if driven else "body force",
              "Geometry → openings table; walls, no body force" if driven else

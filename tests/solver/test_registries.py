@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver import boundaries, collisions, face_kinds
+from solver import boundaries, collisions, face_kinds, opening_kinds
 from solver.backends.cuda import boundary as cuda_boundary
 from solver.backends.cuda import collisions as cuda_collisions
 from solver.backends.cuda.kernels import KernelVariant, all_variants, kernel_source
@@ -21,6 +21,7 @@ from solver.problem import Problem
 ROOT = Path(__file__).resolve().parents[2]
 #: The registries and the model modules they register: the only places that may compare names.
 REGISTRY_MODULES = {"solver/collisions.py", "solver/collision.py", "solver/face_kinds.py",
+                    "solver/opening_kinds.py",
                     "solver/backends/cuda/collisions.py", "solver/backends/cuda/boundary.py"}
 
 
@@ -60,7 +61,8 @@ def _name_comparisons(source: str, label: str, names: set[str]) -> list[str]:
 
 
 def test_no_model_or_kind_name_is_compared_outside_the_registries() -> None:
-    names = set(collisions.COLLISIONS) | set(face_kinds.FACE_TYPES)
+    names = (set(collisions.COLLISIONS) | set(face_kinds.FACE_TYPES)
+             | set(opening_kinds.OPENING_TYPES))
     found = [hit for package in ("solver", "app", "geometries")
              for path in sorted((ROOT / package).rglob("*.py"))
              if str(path.relative_to(ROOT)) not in REGISTRY_MODULES
