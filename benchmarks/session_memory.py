@@ -117,7 +117,8 @@ def report_md(result: dict) -> str:
         lines.append(f"| {r['label']} | {r['rss_mib']:.1f} | {r['rss_trimmed_mib']:.1f} | "
                      f"{live['Dashboard']} | {live['Controller']} | {live['Document']} | "
                      f"{r['runner_threads']} |")
-    lines += ["", f"Growth per cycle over the last {result['tail_cycles']} cycles: "
+    lines += ["", f"RSS growth per cycle (least squares over the last {result['tail_cycles']} "
+              "cycles): "
               f"{result['growth_per_cycle_mib']:.1f} MiB (gc), "
               f"{result['growth_per_cycle_trimmed_mib']:.1f} MiB (trimmed)."]
     return "\n".join(lines) + "\n"
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
         "commit": commit, "machine": f"{platform.node()} {os.cpu_count()} CPUs",
         "params": {"sessions": args.sessions, "cycles": args.cycles, "dwell_s": args.dwell,
                    "scene_3d": not args.no_3d, "autostart": not args.paused},
-        "records": records, "tail_cycles": len(tail) - 1,
+        "records": records, "tail_cycles": len(tail),
         "growth_per_cycle_mib": _slope([r["rss_mib"] for r in tail]),
         "growth_per_cycle_trimmed_mib": _slope([r["rss_trimmed_mib"] for r in tail]),
         "server_log_tail": (work / "server.log").read_text(errors="replace")[-4000:],

@@ -1,4 +1,8 @@
-"""Sessions of a served app each own a runner thread, and closing them ends those threads.
+"""Closed sessions of a served app end their runner threads and free their memory.
+
+Issue 16 item 6 (:func:`test_destroyed_sessions_free_their_dashboards`): a destroyed session's
+dashboard, controller and 3D scene must be garbage once the server has torn it down; before,
+Panel's per-document tables kept every closed session alive (see :mod:`app.session_refs`).
 
 Issue 7 item 4: 20 sessions are opened and closed against a served app and the server's live
 runner threads (:func:`solver.runner.live_runners`, shown in every page's sidebar as
@@ -154,3 +158,19 @@ def _answers(url: str) -> bool:
         return request_session(url) == 200
     except OSError:
         return False
+
+
+def test_weak_callback_calls_while_alive_and_does_not_keep_alive():
+    """The wrapper forwards calls to a live object and lets the object be collected."""
+    from app.session_refs import weak_callback
+
+    class Target:
+        def report(self, value):
+            return value * 2
+
+    target = Target()
+    call = weak_callback(target.report)
+    assert call(21) == 42
+    del target
+    gc.collect()
+    assert call(21) is None
