@@ -180,8 +180,10 @@ def main(argv: list[str] | None = None) -> dict:
         server.terminate()
         server.wait(timeout=30)
     tail = records[-min(3, len(records) - 1):] if len(records) > 2 else records
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
+    # LBM_COMMIT names the commit of a copy without .git (e.g. a `git archive` of an old one).
+    commit = os.environ.get("LBM_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        text=True).stdout.strip()
     tag = args.tag or f"{args.sessions}x{args.cycles}-{'noscene' if args.no_3d else '3d'}"
     result = {
         "tag": tag, "command": " ".join(["python", "benchmarks/session_memory.py",
