@@ -29,6 +29,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("POROUS_LBM_CHROMIUM", "/usr/bin/chromium")
@@ -77,7 +78,7 @@ def probe(port: int, probe_dir: Path, **query: str) -> dict:
     return json.loads(new[-1].read_text())
 
 
-def run_cycle(browser, url: str, sessions: int, dwell: float) -> None:
+def run_cycle(browser: Any, url: str, sessions: int, dwell: float) -> None:
     """Open ``sessions`` pages together, wait for their counters, keep them ``dwell`` s, close."""
     contexts = []
     for _ in range(sessions):
@@ -121,6 +122,14 @@ def report_md(result: dict) -> str:
               "cycles): "
               f"{result['growth_per_cycle_mib']:.1f} MiB (gc), "
               f"{result['growth_per_cycle_trimmed_mib']:.1f} MiB (trimmed)."]
+    later = result["records"][2:]  # from cycle 2: imports and caches are done
+    if len(later) > 1:
+        gc_rss = [r["rss_mib"] for r in later]
+        trimmed = [r["rss_trimmed_mib"] for r in later]
+        lines.append(f"Spread (max - min) from cycle 2 on: {max(gc_rss) - min(gc_rss):.1f} MiB "
+                     f"(gc), {max(trimmed) - min(trimmed):.1f} MiB (trimmed); net change "
+                     f"cycle 2 -> last: {gc_rss[-1] - gc_rss[0]:+.1f} MiB (gc), "
+                     f"{trimmed[-1] - trimmed[0]:+.1f} MiB (trimmed).")
     return "\n".join(lines) + "\n"
 
 
