@@ -50,7 +50,7 @@ def _connection_reader(document: Any):
     if context is None:  # a notebook: no session, no watchdog reader
         return None
 
-    # Weakly: the runner outlives nothing it must keep (its closure led to the document).
+    # Weakly: the runner holds this closure, and the context leads to the session's document.
     context_ref = weakref.ref(context)
 
     def reader() -> bool:
