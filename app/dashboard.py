@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import io
 import logging
+import weakref
 from typing import Any
 
 import panel as pn
@@ -21,6 +22,7 @@ from solver.config import SimulationConfig
 from solver.runner import live_runners
 
 from .controller import Controller
+from .session_refs import weak_callback
 from .settings import Settings, settings
 from .views.counters import CountersView
 from .views.geometry_panel import GeometryPanel
@@ -49,8 +51,11 @@ def _connection_reader(document: Any):
     if context is None:  # a notebook: no session, no watchdog reader
         return None
 
+    # Weakly: the runner holds this closure, and the context leads to the session's document.
+    context_ref = weakref.ref(context)
+
     def reader() -> bool:
-        session = getattr(context, "_session", None)
+        session = getattr(context_ref(), "_session", None)
         return session is not None and getattr(session, "connection_count", 0) > 0
 
     return reader
@@ -106,7 +111,9 @@ class Dashboard(pn.viewable.Viewer):
         self.controller = Controller(geometry, config, autostart=None if served else autostart,
                                      idle_timeout=idle_timeout, reader=reader)
         if served:
-            pn.state.onload(self.controller.start if autostart else self.controller.prepare)
+            # Weakly: Panel keeps a never-loaded page's onload callbacks after its session.
+            pn.state.onload(weak_callback(self.controller.start if autostart
+                                          else self.controller.prepare))
         self.slice = SlicePlot(self.controller)
         self.counters = CountersView(self.controller)
         self.scene = Scene3D(self.controller) if self.settings.scene_3d else None

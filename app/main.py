@@ -20,6 +20,7 @@ if _ROOT not in sys.path:
 
 from app.dashboard import Dashboard  # noqa: E402
 from app.server_log import quiet_closed_sockets  # noqa: E402
+from app.session_refs import weak_callback  # noqa: E402
 from app.settings import settings  # noqa: E402
 
 
@@ -41,7 +42,8 @@ quiet_closed_sockets()
 pn.extension("vtk", "filedropper", sizing_mode="stretch_width", notifications=False)
 
 dashboard = Dashboard(idle_timeout=settings.idle_timeout_s)
-pn.config.exception_handler = dashboard.controller.report  # per session
+# Per session, in a table Panel never clears: held weakly or it keeps the closed session alive.
+pn.config.exception_handler = weak_callback(dashboard.controller.report)
 # Bind the dashboard now: bokeh clears this module's globals before destroy callbacks run.
 pn.state.on_session_destroyed(lambda session_context, board=dashboard: board.close())
 dashboard.template().servable()

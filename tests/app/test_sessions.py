@@ -1,4 +1,8 @@
-"""Sessions of a served app each own a runner thread, and closing them ends those threads.
+"""Closed sessions of a served app end their runner threads and free their memory.
+
+Issue 16 item 6 (:func:`test_destroyed_sessions_free_their_dashboards`): a destroyed session's
+dashboard, controller and 3D scene must be garbage once the server has torn it down; before,
+Panel's per-document tables kept every closed session alive (see :mod:`app.session_refs`).
 
 Issue 7 item 4: 20 sessions are opened and closed against a served app and the server's live
 runner threads (:func:`solver.runner.live_runners`, shown in every page's sidebar as
@@ -18,15 +22,15 @@ here) without a poll. Either way the runner threads must all end.
 
 from __future__ import annotations
 
+import gc
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .conftest import browser_missing, serve, stop
+from .conftest import ROOT, browser_missing, free_port, serve, stop
 from .test_browser import wait_until
-
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
 
 BROWSER_SESSIONS = 3
 HTTP_SESSIONS = 17
@@ -64,6 +68,9 @@ def request_session(url: str) -> int:
         return response.status
 
 
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_closed_sessions_stop_their_runner_threads(chromium, light_app):
     observer_context, observer = open_page(chromium, light_app.url)
     # A running observer republishes its snapshot, and with it the live count, several times
@@ -97,3 +104,73 @@ def test_closed_sessions_stop_their_runner_threads(chromium, light_app):
     assert closed >= BROWSER_SESSIONS + HTTP_SESSIONS, (
         f"{closed} of {BROWSER_SESSIONS + HTTP_SESSIONS} closed sessions destroyed")
     observer_context.close()
+
+
+def _live(name: str) -> int:
+    """Instances of the app class ``name`` alive in this process (after a full collection)."""
+    gc.collect()
+    return sum(type(o).__name__ == name and type(o).__module__.startswith("app.")
+               for o in gc.get_objects())
+
+
+@pytest.mark.timeout(300)
+def test_destroyed_sessions_free_their_dashboards():
+    """Issue 16 item 6: a destroyed session's dashboard, controller and Bokeh document are freed.
+
+    The app runs in this process (Panel's threaded server, no browser) so that the test can
+    count live objects: sessions are opened by plain HTTP requests, as crawlers do, and
+    destroyed by the server a second later. Before the fix Panel's per-document tables
+    (``pn.config.exception_handler`` and ``pn.state.onload``, keyed weakly by the document)
+    held bound methods of the controller, whose views lead back to the document, so the entry
+    and the whole session (50-75 MiB per 3 sessions in the served app) were never freed.
+    """
+    import panel as pn
+
+    port = free_port()
+    before = {name: _live(name) for name in ("Dashboard", "Controller", "Scene3D")}
+    server = pn.serve({"app": str(ROOT / "app" / "main.py")}, port=port, address="127.0.0.1",
+                      websocket_origin=[f"127.0.0.1:{port}"], threaded=True, show=False,
+                      unused_session_lifetime_milliseconds=2000,
+                      check_unused_sessions_milliseconds=500)
+    try:
+        url = f"http://127.0.0.1:{port}/app"
+        wait_until(lambda: _answers(url), 120, "the in-process server to answer")
+        for _ in range(2):
+            assert request_session(url) == 200
+        bokeh_server = pn.state._servers[server.server_id][0]
+        assert _live("Dashboard") >= before["Dashboard"] + 2, "the requests built dashboards"
+        wait_until(lambda: not bokeh_server.get_sessions("/app"), 60,
+                   "the server to destroy the unconnected sessions")
+        # The server's loop finishes tearing a destroyed session down a moment later.
+        deadline = time.monotonic() + 30
+        while True:
+            after = {name: _live(name) for name in before}
+            if after == before or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+    finally:
+        server.stop()
+    assert after == before, f"objects of destroyed sessions still alive: {after} vs {before}"
+
+
+def _answers(url: str) -> bool:
+    try:
+        return request_session(url) == 200
+    except OSError:
+        return False
+
+
+def test_weak_callback_calls_while_alive_and_does_not_keep_alive():
+    """The wrapper forwards calls to a live object and lets the object be collected."""
+    from app.session_refs import weak_callback
+
+    class Target:
+        def report(self, value):
+            return value * 2
+
+    target = Target()
+    call = weak_callback(target.report)
+    assert call(21) == 42
+    del target
+    gc.collect()
+    assert call(21) is None
