@@ -32,7 +32,7 @@ import logging
 import numpy as np
 
 from geometries.errors import GeometryError
-from geometries.preprocess import downsample, keep_connected
+from geometries.preprocess import downsample, keep_connected, mirror
 
 from ..collision import equilibrium
 from ..config import SimulationConfig
@@ -54,13 +54,26 @@ def coarse_setup(setup: ProtocolSetup) -> ProtocolSetup | None:
     shape = setup.geometry.shape
     if any(n % FACTOR or n < 4 * FACTOR for n in shape):
         return None
-    coarse = downsample(setup.geometry, FACTOR)
+    geometry = setup.geometry
+    halve = setup.protocol == "mirrored" and setup.sample_layers % FACTOR == 0
+    if halve:
+        # Coarsen and filter the sample (the first half) and mirror that: half the voxels of
+        # the doubled box to vote and label, the same coarse box (the halves are even).
+        index = [slice(None)] * geometry.ndim
+        index[setup.axis] = slice(0, setup.sample_layers)
+        index = tuple(index)
+        labels = None if geometry.labels is None else geometry.labels[index]
+        geometry = dataclasses.replace(geometry, solid=geometry.solid[index], labels=labels,
+                                       openings=())
+    coarse = downsample(geometry, FACTOR)
     coarse.flow_axis = setup.axis
     try:
         coarse, _ = keep_connected(coarse, setup.axis, get_lattice(setup.config.lattice).c)
     except GeometryError:
         log.info("%s: the coarsened sample does not percolate; starting from rest.", setup.name)
         return None
+    if halve:
+        coarse = mirror(coarse, setup.axis)
     values = {k: v for k, v in setup.config.param.values().items() if k != "name"}
     values["body_force"] = tuple(FACTOR * f for f in setup.config.body_force)
     lo, hi = setup.window

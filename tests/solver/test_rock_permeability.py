@@ -129,6 +129,26 @@ def test_start_from_a_steady_field_stays_steady():
     assert fine["rho"].shape == (16, 6, 6) and np.all(fine["u"] == 2.0)
 
 
+def test_coarse_start_of_a_mirrored_run_is_the_mirrored_coarse_sample():
+    """The coarse box is built from the sample half (coarsened, filtered, then mirrored): the
+    downsample of the whole doubled box, less fluid no path joins, and an odd sample still
+    coarsens the doubled box."""
+    from geometries.preprocess import downsample
+    from solver.rock.initial import coarse_setup
+
+    pack = random_sphere_pack((20, 16, 16), 0.3, diameter=8, seed=4)
+    setup = setup_protocol(pack, _config(), 0, "mirrored", PermeabilitySettings())
+    coarse = coarse_setup(setup).geometry
+    whole = downsample(setup.geometry, 2).solid
+    assert coarse.shape == whole.shape == (20, 8, 8)
+    np.testing.assert_array_equal(coarse.solid, np.concatenate(
+        [coarse.solid[:10], coarse.solid[:10][::-1]]))  # mirror image of its first half
+    assert np.all(coarse.solid >= whole) and (~coarse.solid).sum() > 0.9 * (~whole).sum()
+    odd = random_sphere_pack((21, 16, 16), 0.3, diameter=8, seed=4)
+    setup = setup_protocol(odd, _config(), 0, "mirrored", PermeabilitySettings())
+    assert coarse_setup(setup).geometry.shape == (21, 8, 8)
+
+
 class _DeviceOnly:
     """A backend wrapper that refuses every read-back to the host (counts attempts)."""
 
