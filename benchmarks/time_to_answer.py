@@ -8,8 +8,10 @@ For each ``--sizes`` edge n a sandstone-like image is generated (overlapping sph
 - **before**: TRT (Lambda = 3/16), tau = 1, from rest (``accelerate: false``);
 - **after**: the accelerated set-up (``accelerate: true``: TRT Lambda = 3/16, tau =
   ``fast_tau``, same pore Re, started from the flow of the image coarsened by 2, prolongated on
-  the device) for each ``--fast-tau`` (default 0.6, 0.7, 0.55): the first is the default
-  setting, the others are the relaxation-time lever tried in the same call.
+  the device) for each ``--fast-tau`` (default auto, 0.6, 0.7): the first, 'auto', is the
+  default setting (tau chosen by the sample, :func:`solver.rock.protocol.choose_fast_tau`),
+  the others are the relaxation-time lever tried in the same call (one equal to the choice
+  is not run twice).
 
 Every run stops by the run monitor's test (:class:`solver.monitor.KConvergence`): k > 0 and
 changed by less than 0.1 % over the last 1000 steps, checked every ``--check-interval`` steps;
@@ -59,6 +61,7 @@ from solver.backends import get_backend  # noqa: E402
 from solver.benchmarking.cases import git_commit  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.rock import PermeabilitySettings, run_study  # noqa: E402
+from solver.rock.protocol import choose_fast_tau  # noqa: E402
 
 log = logging.getLogger("time_to_answer")
 
@@ -70,7 +73,7 @@ def sandstone(n: int, porosity: float, grain: float, voxel_size: float) -> Voxel
 
 
 def measure(sample: VoxelGeometry, accelerate: bool, args: argparse.Namespace,
-            backend, fast_tau: float = 0.7) -> dict:
+            backend, fast_tau: float | None = None) -> dict:
     """One mirrored k run from Start; its steps, seconds (total, set-up, coarse start) and k."""
     config = SimulationConfig(precision=args.precision, tau=1.0, collision="TRT",
                               tile_offset="origin")
@@ -90,6 +93,21 @@ def measure(sample: VoxelGeometry, accelerate: bool, args: argparse.Namespace,
             "k_mD": r.k_mD, "porosity": sample.porosity}
 
 
+def taus(sample: VoxelGeometry, args: argparse.Namespace) -> list[float | None]:
+    """``--fast-tau`` without repeats: 'auto' (None, the sample's default,
+    :func:`solver.rock.protocol.choose_fast_tau`) drops a later tau equal to its choice."""
+    auto = choose_fast_tau(sample, 0)
+    out: dict[float, float | None] = {}
+    for tau in args.fast_tau:
+        out.setdefault(auto if tau is None else tau, tau)
+    return list(out.values())
+
+
+def _tau(text: str) -> float | None:
+    """A ``--fast-tau`` value: 'auto' (None) or a number."""
+    return None if text == "auto" else float(text)
+
+
 def compare(before: dict, after: dict) -> dict:
     """Work, step and wall-time ratios before/after and the relative k difference."""
     return {"step_ratio": before["steps"] / max(after["steps"], 1),
@@ -107,7 +125,7 @@ def warm(args: argparse.Namespace, backend) -> float:
                                   "max_seconds": 0.0})
     sample = sandstone(n, args.porosity, min(args.grain, n / 3), args.voxel_size)
     tic = time.perf_counter()
-    for accelerate, tau in [(False, 1.0), *((True, t) for t in args.fast_tau)]:
+    for accelerate, tau in [(False, 1.0), *((True, t) for t in taus(sample, args))]:
         try:
             measure(sample, accelerate, short, backend, tau)
         except GeometryError as exc:  # no path through the small image: nothing warmed
@@ -126,7 +144,7 @@ def run(args: argparse.Namespace) -> dict:
     for n in args.sizes:
         sample = sandstone(n, args.porosity, args.grain, args.voxel_size)
         before = measure(sample, False, args, backend)
-        afters = [measure(sample, True, args, backend, tau) for tau in args.fast_tau]
+        afters = [measure(sample, True, args, backend, tau) for tau in taus(sample, args)]
         # 'after' is the first --fast-tau (the default settings); the others are levers tried.
         row = {"size": n, "before": before, "after": afters[0],
                **compare(before, afters[0]),
@@ -200,8 +218,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=60000, help="per run")
     p.add_argument("--max-seconds", type=float, default=60.0,
                    help="per run, stepping wall seconds; 0 = until converged")
-    p.add_argument("--fast-tau", type=float, nargs="+", default=[0.6, 0.7, 0.55],
-                   help="tau of the accelerated runs: one 'after' row each (first = default)")
+    p.add_argument("--fast-tau", type=_tau, nargs="+", default=[None, 0.6, 0.7],
+                   help="tau of the accelerated runs, 'auto' = chosen by the sample (the "
+                        "default setting): one 'after' row each (first = 'after')")
     p.add_argument("--no-coarse", action="store_true", help="accelerated runs start from rest")
     p.add_argument("--out", default="benchmarks/results", help="folder for JSON + md")
     p.add_argument("--quick", action="store_true", help="CPU smoke test: one 20³ image")

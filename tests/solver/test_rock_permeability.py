@@ -215,3 +215,24 @@ def test_runs_stop_where_the_monitor_says_converged():
     settings.max_steps = 600
     capped = measure_axis(setup, settings)
     assert capped.steps == 600 and not capped.converged
+
+
+def test_default_fast_tau_is_chosen_by_the_sample():
+    """tau 0.6 only for a short sample with wide throats (Kozeny-Carman k >= 0.05 voxel²);
+    thin throats or more than 256 layers along the flow get 0.7; a set fast_tau wins."""
+    from solver.rock.protocol import choose_fast_tau
+
+    wide = random_sphere_pack((24, 24, 24), 0.3, diameter=10, seed=1)  # KC k 0.062 voxel²
+    thin = random_sphere_pack((24, 24, 24), 0.22, diameter=8, seed=7)  # KC k 0.024 voxel²
+    long = VoxelGeometry(np.concatenate([wide.solid] * 11, axis=0))  # 264 layers along x
+    assert choose_fast_tau(wide, 0) == 0.6
+    assert choose_fast_tau(thin, 0) == 0.7
+    assert choose_fast_tau(long, 0) == 0.7 and choose_fast_tau(long, 1) == 0.6
+    assert PermeabilitySettings().fast_tau is None
+    for sample, tau in ((wide, 0.6), (thin, 0.7)):
+        setup = setup_protocol(sample, _config(), 0, "mirrored", PermeabilitySettings())
+        assert setup.config.tau == tau
+    setup = setup_protocol(thin, _config(), 0, "mirrored", PermeabilitySettings(fast_tau=0.55))
+    assert setup.config.tau == 0.55
+    pressure = setup_protocol(thin, _config(), 0, "pressure", PermeabilitySettings())
+    assert pressure.config.tau == _config().tau  # pressure runs keep the configured tau
