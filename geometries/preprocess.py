@@ -46,7 +46,9 @@ def keep_connected(geom: VoxelGeometry, axis: int | None = None,
             f"No fluid path connects the inlet and outlet faces along axis {a}. Check flow_axis, "
             "use a geometry with open pores, or add_buffer() layers before and after."
         )
-    keep = np.isin(components, through)
+    through_id = np.zeros(int(components.max()) + 1, dtype=bool)  # a lookup, not np.isin:
+    through_id[through] = True  # several times faster on a 400³ label image
+    keep = through_id[components]
     dropped = geom.n_fluid - int(np.count_nonzero(keep))
     logger.info("keep_connected: dropped %d isolated fluid voxels", dropped)
     openings = on_fluid(geom.openings, ~keep)
