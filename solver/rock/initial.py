@@ -76,6 +76,10 @@ def coarse_setup(setup: ProtocolSetup) -> ProtocolSetup | None:
         coarse = mirror(coarse, setup.axis)
     values = {k: v for k, v in setup.config.param.values().items() if k != "name"}
     values["body_force"] = tuple(FACTOR * f for f in setup.config.body_force)
+    # The coarse run is only a start: no search for the best tile-grid offset (a 64-way search
+    # over the coarse box, 1.0 s against 0.4 s at origin for the 400x200x200 coarse box of a
+    # 400³ sample on the 2-core CPU, for a few % of a short run).
+    values["tile_offset"] = "origin"
     lo, hi = setup.window
     window = (lo // FACTOR, -(-hi // FACTOR))
     return dataclasses.replace(setup, geometry=coarse, config=SimulationConfig(**values),

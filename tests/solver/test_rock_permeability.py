@@ -138,7 +138,9 @@ def test_coarse_start_of_a_mirrored_run_is_the_mirrored_coarse_sample():
 
     pack = random_sphere_pack((20, 16, 16), 0.3, diameter=8, seed=4)
     setup = setup_protocol(pack, _config(), 0, "mirrored", PermeabilitySettings())
-    coarse = coarse_setup(setup).geometry
+    coarse_run = coarse_setup(setup)
+    coarse = coarse_run.geometry
+    assert coarse_run.config.tile_offset == "origin"  # a start: no offset search
     whole = downsample(setup.geometry, 2).solid
     assert coarse.shape == whole.shape == (20, 8, 8)
     np.testing.assert_array_equal(coarse.solid, np.concatenate(
