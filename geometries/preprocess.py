@@ -9,6 +9,7 @@ kept by steps that keep the grid and dropped, with a log message, by steps that 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import Literal
@@ -45,7 +46,9 @@ def keep_connected(geom: VoxelGeometry, axis: int | None = None,
             f"No fluid path connects the inlet and outlet faces along axis {a}. Check flow_axis, "
             "use a geometry with open pores, or add_buffer() layers before and after."
         )
-    keep = np.isin(components, through)
+    through_id = np.zeros(int(components.max()) + 1, dtype=bool)  # a lookup, not np.isin:
+    through_id[through] = True  # several times faster on a 400³ label image
+    keep = through_id[components]
     dropped = geom.n_fluid - int(np.count_nonzero(keep))
     logger.info("keep_connected: dropped %d isolated fluid voxels", dropped)
     openings = on_fluid(geom.openings, ~keep)
@@ -109,8 +112,14 @@ def downsample(geom: VoxelGeometry, factor: int) -> VoxelGeometry:
         raise GeometryError(f"factor {f} is larger than the smallest axis {min(geom.shape)}.")
     if any(n % f for n in geom.shape):
         logger.info("downsample: cutting %s to a multiple of %d", geom.shape, f)
-    counts = _blocks(geom.solid, f, coarse).sum(axis=tuple(range(1, 2 * geom.ndim, 2)))
-    solid = counts * 2 > f**geom.ndim
+    # Solid voxels per block, one strided slice of each in-block offset at a time: summing
+    # the blocked view over its block axes is about 15x slower at 400³.
+    blocks = _blocks(np.asarray(geom.solid, dtype=bool).view(np.uint8), f, coarse)
+    counts = np.zeros(coarse, dtype=np.min_scalar_type(f**geom.ndim))
+    for inner in itertools.product(range(f), repeat=geom.ndim):
+        counts += blocks[tuple(i for pair in zip([slice(None)] * geom.ndim, inner, strict=True)
+                               for i in pair)]
+    solid = counts > f**geom.ndim // 2  # majority; ties are fluid
     labels = None
     if geom.labels is not None:
         labels = _blocks(geom.labels, f, coarse).max(axis=tuple(range(1, 2 * geom.ndim, 2)))

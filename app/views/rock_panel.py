@@ -8,9 +8,11 @@ and estimated time of the mirrored permeability protocol (:func:`solver.rock.pre
 at the throughput the run has measured (or 2 MFLUPS before it has). "Measure k (x, y, z)"
 runs the mirrored protocol along x, y and z one after another in a background thread on
 simulations of its own (:class:`solver.rock.job.TensorJob`), shows each axis's progress and,
-once converged, k in mD and the anisotropy ratio; "Stop measuring" cancels it. Nothing here
-touches the running simulation. The pressure protocol and the CLI's choices are ``python -m
-solver run CASE --protocol both --axes all``.
+once converged, k in mD and the anisotropy ratio; "Stop measuring" cancels it. On a GPU the
+job pauses the session's run while it measures and starts it again when it ends (they would
+share one device; see :mod:`solver.rock.job`), said under the table; on the CPU the run goes on
+beside it. The pressure protocol and the CLI's choices are ``python -m solver run CASE
+--protocol both --axes all``.
 """
 
 from __future__ import annotations
@@ -56,11 +58,12 @@ class RockPanel(pn.viewable.Viewer):
         self._callback = None
 
     def measure(self) -> None:
-        """Start measuring k along x, y and z (the running simulation carries on)."""
+        """Start measuring k along x, y and z (on a GPU the run pauses until it ends)."""
         if self.job is not None and self.job.running:
             return
         try:
-            self.job = TensorJob(self.controller.geometry, self.controller.applied_config)
+            self.job = TensorJob(self.controller.geometry, self.controller.applied_config,
+                                 runner=self.controller.runner)
             self.job.start()
         except Exception as exc:  # said in the panel, never raised into the server
             self.tensor.object = f"<p>Cannot measure k: {html.escape(str(exc))}</p>"
@@ -150,8 +153,9 @@ class RockPanel(pn.viewable.Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(
             pn.pane.Markdown("Pore connectivity follows the lattice (D3Q19: faces and edges). "
-                             "*Measure k* runs the mirrored protocol along x, y and z beside "
-                             "the running simulation; both protocols: `python -m solver run "
+                             "*Measure k* runs the mirrored protocol along x, y and z (on a "
+                             "GPU the simulation pauses meanwhile); both protocols: `python -m "
+                             "solver run "
                              "CASE --protocol both --axes all`."),
             pn.Row(self.check_button, self.price_button), self.pores, self.choices,
             pn.Row(self.measure_button, self.stop_button), self.tensor,
@@ -182,6 +186,9 @@ def _tensor_html(progress: TensorProgress) -> str:
                  f"(converged axes: {', '.join(progress.k_mD)})</p>")
     text += ("<p>Measuring… (converged: k changes &lt; 0.1 % per 1000 steps)</p>"
              if progress.running else "<p>Done.</p>")
+    if progress.paused_run:
+        text += ("<p class='paused-run'>The simulation is paused while k is measured (both "
+                 "would share the GPU); it starts again when the measurement ends.</p>")
     return text
 
 

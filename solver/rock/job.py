@@ -1,10 +1,21 @@
 """The k tensor measured in the background: k_x, k_y, k_z one after another, with progress.
 
 A :class:`TensorJob` runs the mirrored protocol (:mod:`solver.rock.protocol`) along each axis in
-a daemon thread, on simulations of its own: the dashboard's running simulation is never
-touched. The UI reads :meth:`TensorJob.progress` (host-side numbers only, a copy) and may
+a daemon thread, on simulations of its own: the dashboard's simulation keeps its state. The UI
+reads :meth:`TensorJob.progress` (host-side numbers only, a copy) and may
 :meth:`~TensorJob.cancel`; an axis without a connected pore path or a diverged run is reported
 on its row and the other axes still run. k in voxel² (lattice), m² and mD.
+
+Sharing the GPU with the session's runner: both would step on one device from two threads, the
+runner capturing and replaying CUDA graphs (:mod:`solver.backends.cuda.backend`, relaxed stream
+capture on its own non-blocking stream). A capture must not meet a device-wide call of another
+thread (a cudaFree of the memory pool synchronises the device), and two runs would only split
+the device's bandwidth. So a job on the GPU, given the ``runner``, pauses it while it measures
+(the pause is applied before the job's first launch: a no-op submitted after it has returned)
+and starts it again when it ends, cancelled or failed included, unless the user changed its
+state meanwhile. Should the user start the run during the job, the device's
+``CAPTURE_LOCK`` (:mod:`solver.backends.cuda.device`) still keeps captures, module loads and
+pool frees of the two threads apart.
 """
 
 from __future__ import annotations
@@ -13,10 +24,13 @@ import dataclasses
 import logging
 import math
 import threading
+from concurrent.futures import wait
 from dataclasses import dataclass, field
+from typing import Any
 
 from geometries import VoxelGeometry
 
+from ..backends import get_backend
 from ..config import SimulationConfig
 from ..observables import DARCY_M2
 from ..stability import DivergenceError
@@ -27,6 +41,9 @@ from .settings import AXIS_NAMES, PermeabilitySettings
 __all__ = ["AxisProgress", "TensorJob", "TensorProgress"]
 
 log = logging.getLogger(__name__)
+
+#: Longest wait for the runner to apply the pause before the job starts anyway, seconds.
+PAUSE_TIMEOUT = 60.0
 
 
 class _Cancelled(Exception):
@@ -57,15 +74,21 @@ class TensorProgress:
     running: bool
     anisotropy: float | None = None  # k_max / k_min over converged axes (>= 2 of them)
     k_mD: dict[str, float | None] = field(default_factory=dict)  # converged axes only
+    paused_run: bool = False  # the session's run is paused while the job holds the GPU
 
 
 class TensorJob:
     """Measure k along every axis of ``geometry`` one after another in a daemon thread."""
 
     def __init__(self, geometry: VoxelGeometry, config: SimulationConfig,
-                 settings: PermeabilitySettings | None = None) -> None:
+                 settings: PermeabilitySettings | None = None, runner: Any = None,
+                 pause_runner: bool | None = None) -> None:
+        """``runner``: the session's :class:`~solver.runner.SimulationRunner`, paused while
+        the job measures when ``pause_runner`` (default: when the job runs on the GPU)."""
         self.geometry, self.config = geometry, config
         self.settings = settings or PermeabilitySettings(protocol="mirrored")
+        self.runner, self._pause_runner = runner, pause_runner
+        self._paused_run = False
         self._axes = [AxisProgress(AXIS_NAMES[a]) for a in range(geometry.ndim)]
         self._results: list[AxisResult] = []
         self._lock = threading.Lock()
@@ -100,20 +123,58 @@ class TensorJob:
         done = [r for r in results if r.converged and r.k_lattice > 0]
         study = PermeabilityStudy(done, self.geometry.voxel_size)
         ratio = study.anisotropy("mirrored") if done else None
-        return TensorProgress(axes, self.running, ratio, {r.axis: r.k_mD for r in done})
+        return TensorProgress(axes, self.running, ratio, {r.axis: r.k_mD for r in done},
+                              self._paused_run and self.running)
 
     def _update(self, index: int, **changes) -> None:
         with self._lock:
             self._axes[index] = dataclasses.replace(self._axes[index], **changes)
 
     def _work(self) -> None:
+        try:
+            backend = get_backend(self.config.backend)
+        except Exception as exc:  # said on every row, never raised out of the thread
+            for index in range(self.geometry.ndim):
+                self._update(index, state="failed", message=f"{type(exc).__name__}: {exc}")
+            return
+        pause = self._pause_runner
+        self._paused_run = self._hold_runner(backend.name == "cupy" if pause is None else pause)
+        try:
+            self._measure_axes(backend)
+        finally:
+            if self._paused_run:
+                self._release_runner()
+
+    def _hold_runner(self, pause: bool) -> bool:
+        """Pause the session's run if it is running; True once the pause has taken effect."""
+        if not pause or self.runner is None or self.runner.snapshot().status != "running":
+            return False
+        self.runner.pause()
+        # Commands run in order on the runner's thread: when this no-op has run, the pause has
+        # been applied and the runner launches nothing until it is started again.
+        done, _ = wait([self.runner.submit(lambda sim: None)], timeout=PAUSE_TIMEOUT)
+        if not done:
+            log.warning("The run did not pause within %.0f s; measuring k beside it.",
+                        PAUSE_TIMEOUT)
+        return True
+
+    def _release_runner(self) -> None:
+        """Start the session's run again, unless it was stopped, reset or diverged meanwhile."""
+        self._paused_run = False
+        try:
+            if self.runner.alive and self.runner.snapshot().status == "paused":
+                self.runner.start()
+        except Exception:  # a closed session: nothing to resume
+            log.exception("Could not resume the run after measuring k")
+
+    def _measure_axes(self, backend: Any) -> None:
         for index in range(self.geometry.ndim):
             if self._cancel.is_set():
                 self._update(index, state="cancelled")
                 continue
             self._update(index, state="running")
             try:
-                result = self._measure(index)
+                result = self._measure(index, backend)
             except _Cancelled:
                 self._update(index, state="cancelled")
             except (ValueError, DivergenceError) as exc:  # no path along it, or diverged
@@ -129,7 +190,7 @@ class TensorJob:
                              step=result.steps, k_lattice=result.k_lattice, k_mD=result.k_mD,
                              change=change if math.isfinite(change) else None)
 
-    def _measure(self, index: int) -> AxisResult:
+    def _measure(self, index: int, backend: Any) -> AxisResult:
         setup = setup_protocol(self.geometry, self.config, index, "mirrored", self.settings)
         size = self.geometry.voxel_size
         to_mD = None if size is None else 1e3 * size**2 / DARCY_M2  # voxel² -> mD
@@ -141,5 +202,4 @@ class TensorJob:
                          k_mD=None if to_mD is None else k * to_mD,
                          change=change if math.isfinite(change) else None)
 
-        return measure_axis(setup, self.settings, self.config.backend,
-                            self.geometry.voxel_size, on_check)
+        return measure_axis(setup, self.settings, backend, self.geometry.voxel_size, on_check)

@@ -27,7 +27,8 @@ The speed-up (``accelerate``): in a porous sample the slowest transient is not m
 diffusion (its time k / (eps nu) is a few steps) but the pressure (density) field spreading
 through the sample, a diffusion with coefficient ``D = c_s² k / (eps nu)`` (Darcy flow of a
 weakly compressible fluid): its time ``L² eps nu / (pi² c_s² k)`` grows with nu. A smaller tau
-(``settings.fast_tau``, 0.6, mirrored runs) cuts it. With TRT and Lambda = 3/16 the steady
+(``settings.fast_tau``, by default 0.6 or 0.7 chosen by the sample: :func:`choose_fast_tau`,
+mirrored runs) cuts it. With TRT and Lambda = 3/16 the steady
 state of linear Stokes flow depends on Lambda only, not on tau (Ginzburg & d'Humieres, Phys.
 Rev. E 68, 066614 (2003); Talon et al., Water Resour. Res. 48, W04526 (2012)); here k still
 moves slightly with tau, the more the thinner the throats. Measured (NumPy, float64, mirrored,
@@ -37,9 +38,10 @@ grains at porosity 0.24 (k = 0.052 voxel²): tau 0.7 +0.05 %, tau 0.6 +0.07 %; a
 0.6 +2.3 %, 0.55 +2.6 %, 0.52 +2.75 % (+0.7 % at tau 0.7 with periodic sides); a 10x smaller
 force changed k by 1e-5, so it is not the drive. Time to answer on a 40³ image of 10-voxel
 grains at porosity 0.2 (k = 0.012 voxel², 0.1 % criterion, benchmarks/results): tau 0.7 with
-the coarse start 2.35x less work, k +0.17 %; tau 0.6 3.2x, k +0.33 %: so 0.6 is the default;
-an image whose k is a few thousandths of a voxel² is too coarse for k to 0.5 % at any tau < 1
-(set ``accelerate: false`` or image it finer). The drive is scaled with nu so the
+the coarse start 2.35x less work, k +0.17 %; tau 0.6 3.2x, k +0.33 %: 0.6 is the default
+of short samples with wide throats only (:func:`choose_fast_tau`); an image whose k is a few
+thousandths of a voxel² is too coarse for k to 0.5 % at any tau < 1 (set ``accelerate:
+false`` or image it finer). The drive is scaled with nu so the
 pore Reynolds number stays the same; and the run starts from the flow of the sample coarsened
 by 2 (:mod:`solver.rock.initial`). Measured here (NumPy, float64, mirrored, sphere packs;
 tests/solver/test_rock_permeability.py): tau 0.7 alone, 1.5-1.9x fewer steps, k within
@@ -69,12 +71,17 @@ from ..monitor import K_WINDOW
 from .settings import AXIS_NAMES, PermeabilitySettings
 
 __all__ = ["PROTOCOLS", "ProtocolSetup", "setup_protocol", "driving_gradient", "estimate_k",
-           "estimated_steps"]
+           "estimated_steps", "choose_fast_tau"]
 
 PROTOCOLS = ("mirrored", "pressure")
 #: Budget for the drive: mean pore speed (lattice units) and pore Reynolds number.
 U_PORE_MAX = 0.01
 RE_PORE_MAX = 0.1
+#: Accelerated tau of short samples with wide throats, and of the others
+#: (:func:`choose_fast_tau`; why: :class:`~solver.rock.settings.PermeabilitySettings`).
+FAST_TAU, SAFE_FAST_TAU = 0.6, 0.7
+#: Wide throats: a Kozeny-Carman k of at least this, voxel²; short: at most this many layers.
+WIDE_THROAT_K, SHORT_SAMPLE_LAYERS = 0.05, 256
 
 
 @dataclass
@@ -125,6 +132,15 @@ def driving_gradient(sample: VoxelGeometry, axis: int, nu: float) -> float:
     return u_pore * max(sample.porosity, 1e-6) * nu / k_est
 
 
+def choose_fast_tau(sample: VoxelGeometry, axis: int) -> float:
+    """tau of an accelerated mirrored run when ``fast_tau`` is unset: :data:`FAST_TAU` for a
+    sample of at most :data:`SHORT_SAMPLE_LAYERS` voxels along ``axis`` whose Kozeny-Carman k
+    (:func:`estimate_k`) is at least :data:`WIDE_THROAT_K` voxel², else :data:`SAFE_FAST_TAU`."""
+    k_est, _ = estimate_k(sample, axis)
+    short = sample.shape[axis] <= SHORT_SAMPLE_LAYERS
+    return FAST_TAU if short and k_est >= WIDE_THROAT_K else SAFE_FAST_TAU
+
+
 def estimated_steps(sample: VoxelGeometry, axis: int, nu: float, length: int) -> int:
     """Steps to a converged k from rest: twice the pressure-diffusion time
     ``L² eps nu / (pi² c_s² k)`` with k from :func:`estimate_k`, plus the 1000-step window of
@@ -161,7 +177,10 @@ def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, p
         # Pressure-driven runs settle with their sound waves, damped by viscosity: a small tau
         # slows them (measured: 8400 steps at tau 0.7 against 5400 at tau 1 on a 24³ pack),
         # and Zou-He faces diverged at tau 1.5; so only the mirrored runs change tau.
-        tau = settings.fast_tau if protocol == "mirrored" else values["tau"]
+        tau = values["tau"]
+        if protocol == "mirrored":
+            tau = settings.fast_tau if settings.fast_tau is not None else choose_fast_tau(kept,
+                                                                                         axis)
         values.update(collision="TRT", tau=tau, trt_magic=3 / 16, mrt_rates={})
         notes.append(f"accelerated: TRT, tau = {tau}, Lambda = 3/16")
     nu = (values["tau"] - 0.5) / 3.0

@@ -70,3 +70,18 @@ def test_measure_k_runs_the_tensor_beside_the_running_simulation(board):
     assert text.count("No connected pore path") == 2 and "Done." in text
     assert not board.rock.measure_button.disabled and board.rock.stop_button.disabled
     assert board.controller.runner is runner and runner.snapshot().step >= 20  # run kept
+
+
+def test_tensor_table_says_when_the_run_is_paused_for_the_measurement(board):
+    from app.views.rock_panel import _tensor_html
+    from solver.rock.job import AxisProgress, TensorProgress
+
+    axes = (AxisProgress("x", "running", 200, 0.01, 5.0, 0.3),)
+    paused = _tensor_html(TensorProgress(axes, True, paused_run=True))
+    assert "simulation is paused while k is measured" in paused
+    assert "paused" not in _tensor_html(TensorProgress(axes, True))
+    assert board.rock.job is None
+    board.rock.measure()  # the panel hands the session's runner to the job
+    assert board.rock.job.runner is board.controller.runner
+    board.rock.stop()
+    assert board.rock.job.join(60)

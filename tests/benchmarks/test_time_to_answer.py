@@ -29,3 +29,5 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
         row["after"]["k_voxel2"] * 5.345e-6**2 / 9.869233e-13 * 1e3)
     md = json_path.with_suffix(".md").read_text()
     assert "| 20³ | after |" in md and "work before/after" in md
+    # Kernels are warmed before timing (compilation is not time to answer), and said so.
+    assert report["warm_up_seconds"] > 0 and "compiled and loaded before timing" in md

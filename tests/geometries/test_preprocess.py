@@ -96,6 +96,22 @@ def test_downsample_cuts_remainder_and_keeps_porosity():
         downsample(geom, 0)
 
 
+@pytest.mark.parametrize("shape, factor", [((13, 10, 7), 2), ((9, 12, 6), 3), ((14, 9), 4),
+                                           ((12, 12, 12), 7)])
+def test_downsample_is_the_majority_of_every_whole_block(shape, factor):
+    # Against a direct count per block (ties fluid), for factors whose block holds more
+    # voxels than a uint8 doubles (7³ = 343) and trailing remainders that are cut off.
+    rng = np.random.default_rng(factor)
+    solid = rng.random(shape) < 0.5
+    out = downsample(VoxelGeometry(solid), factor)
+    coarse = tuple(n // factor for n in shape)
+    want = np.zeros(coarse, bool)
+    for index in np.ndindex(*coarse):
+        block = solid[tuple(slice(i * factor, (i + 1) * factor) for i in index)]
+        want[index] = 2 * int(block.sum()) > block.size
+    np.testing.assert_array_equal(out.solid, want)
+
+
 def test_mirror_appends_flipped_copy_with_new_ids():
     geom = sphere_array("sc", 16, 0.2)
     solid = geom.solid.copy()

@@ -129,6 +129,28 @@ def test_start_from_a_steady_field_stays_steady():
     assert fine["rho"].shape == (16, 6, 6) and np.all(fine["u"] == 2.0)
 
 
+def test_coarse_start_of_a_mirrored_run_is_the_mirrored_coarse_sample():
+    """The coarse box is built from the sample half (coarsened, filtered, then mirrored): the
+    downsample of the whole doubled box, less fluid no path joins, and an odd sample still
+    coarsens the doubled box."""
+    from geometries.preprocess import downsample
+    from solver.rock.initial import coarse_setup
+
+    pack = random_sphere_pack((20, 16, 16), 0.3, diameter=8, seed=4)
+    setup = setup_protocol(pack, _config(), 0, "mirrored", PermeabilitySettings())
+    coarse_run = coarse_setup(setup)
+    coarse = coarse_run.geometry
+    assert coarse_run.config.tile_offset == "origin"  # a start: no offset search
+    whole = downsample(setup.geometry, 2).solid
+    assert coarse.shape == whole.shape == (20, 8, 8)
+    np.testing.assert_array_equal(coarse.solid, np.concatenate(
+        [coarse.solid[:10], coarse.solid[:10][::-1]]))  # mirror image of its first half
+    assert np.all(coarse.solid >= whole) and (~coarse.solid).sum() > 0.9 * (~whole).sum()
+    odd = random_sphere_pack((21, 16, 16), 0.3, diameter=8, seed=4)
+    setup = setup_protocol(odd, _config(), 0, "mirrored", PermeabilitySettings())
+    assert coarse_setup(setup).geometry.shape == (21, 8, 8)
+
+
 class _DeviceOnly:
     """A backend wrapper that refuses every read-back to the host (counts attempts)."""
 
@@ -195,3 +217,24 @@ def test_runs_stop_where_the_monitor_says_converged():
     settings.max_steps = 600
     capped = measure_axis(setup, settings)
     assert capped.steps == 600 and not capped.converged
+
+
+def test_default_fast_tau_is_chosen_by_the_sample():
+    """tau 0.6 only for a short sample with wide throats (Kozeny-Carman k >= 0.05 voxel²);
+    thin throats or more than 256 layers along the flow get 0.7; a set fast_tau wins."""
+    from solver.rock.protocol import choose_fast_tau
+
+    wide = random_sphere_pack((24, 24, 24), 0.3, diameter=10, seed=1)  # KC k 0.062 voxel²
+    thin = random_sphere_pack((24, 24, 24), 0.22, diameter=8, seed=7)  # KC k 0.024 voxel²
+    long = VoxelGeometry(np.concatenate([wide.solid] * 11, axis=0))  # 264 layers along x
+    assert choose_fast_tau(wide, 0) == 0.6
+    assert choose_fast_tau(thin, 0) == 0.7
+    assert choose_fast_tau(long, 0) == 0.7 and choose_fast_tau(long, 1) == 0.6
+    assert PermeabilitySettings().fast_tau is None
+    for sample, tau in ((wide, 0.6), (thin, 0.7)):
+        setup = setup_protocol(sample, _config(), 0, "mirrored", PermeabilitySettings())
+        assert setup.config.tau == tau
+    setup = setup_protocol(thin, _config(), 0, "mirrored", PermeabilitySettings(fast_tau=0.55))
+    assert setup.config.tau == 0.55
+    pressure = setup_protocol(thin, _config(), 0, "pressure", PermeabilitySettings())
+    assert pressure.config.tau == _config().tau  # pressure runs keep the configured tau

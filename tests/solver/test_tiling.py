@@ -71,6 +71,26 @@ def test_gather_scatter_round_trip_with_offset():
     assert not tiling.solid[tile, node].any()
 
 
+@pytest.mark.parametrize("shape, a, offset", [((9, 11, 6), 4, (1, 3, 2)),
+                                              ((10, 7, 5), 4, (0, 0, 0)), ((13, 9), 8, (5, 2))])
+def test_gather_is_the_value_at_each_tile_node_and_fill_outside(shape, a, offset):
+    # The block gather must equal indexing the grid at every tile node's coordinates
+    # (node_coordinates), with ``fill`` for the padding, for scalar and vector fields.
+    rng = np.random.default_rng(5)
+    solid = rng.random(shape) < 0.6
+    tiling = Tiling.build(solid, a, offset)
+    coords = tiling.node_coordinates()
+    inside = tiling.inside()
+    for grid in (rng.random(shape), rng.random((*shape, 3)), solid):
+        fill = True if grid.dtype == bool else np.nan
+        got = tiling.gather(grid, fill=fill)
+        assert got.shape == (tiling.n_tiles, a**len(shape), *grid.shape[len(shape):])
+        want = np.empty_like(got)
+        want[inside] = grid[tuple(coords[inside].T)]
+        want[~inside] = fill
+        np.testing.assert_array_equal(got, want)
+
+
 def test_memory_estimate_counts_two_copies_and_node_types():
     tiling = Tiling.build(np.zeros((8, 8, 8), bool), 4, (0, 0, 0))
     expected = 8 * 64 * (2 * 19 * 4 + 1) + tiling.tile_map.nbytes + tiling.tiles.nbytes

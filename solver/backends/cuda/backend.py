@@ -27,9 +27,11 @@ from .boundary import boundary_values
 from .device import (
     ATTR_BUS_WIDTH_BITS,
     ATTR_MEMORY_CLOCK_KHZ,
+    CAPTURE_LOCK,
     compile_kernel,
     copy_bandwidth,
     device_name,
+    free_pool,
     probe_device,
 )
 from .iolet_launch import device_iolets
@@ -199,7 +201,7 @@ class CupyBackend:
             state.copies()
             current = state.current
             try:
-                with state.stream:
+                with CAPTURE_LOCK, state.stream:  # one capture on the device at a time
                     state.stream.begin_capture()
                     try:
                         for _ in range(GRAPH_STEPS):
@@ -397,4 +399,4 @@ class CupyBackend:
         """Free the device arrays."""
         state.f = cp.empty((2, 0, 0, 0), dtype=state.f.dtype)
         state.views, state.launches, state.graphs, state.tables, state.iolets = (), {}, {}, {}, None
-        cp.get_default_memory_pool().free_all_blocks()
+        free_pool()  # not while a run on another thread captures a graph

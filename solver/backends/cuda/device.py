@@ -3,6 +3,7 @@ and the kernels compiled for it by NVRTC (once per canonical variant and device)
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 
 import cupy as cp
@@ -10,12 +11,17 @@ import numpy as np
 
 from .kernels import KernelVariant, kernel_source
 
-__all__ = ["probe_device", "device_name", "compile_kernel", "copy_bandwidth",
-           "ATTR_MEMORY_CLOCK_KHZ", "ATTR_BUS_WIDTH_BITS"]
+__all__ = ["probe_device", "device_name", "compile_kernel", "copy_bandwidth", "free_pool",
+           "ATTR_MEMORY_CLOCK_KHZ", "ATTR_BUS_WIDTH_BITS", "CAPTURE_LOCK"]
 
 #: cudaDeviceAttr values (CUDA 13 dropped the matching cudaDeviceProp fields).
 ATTR_MEMORY_CLOCK_KHZ, ATTR_BUS_WIDTH_BITS = 36, 37
 _NVRTC_OPTIONS = ("-std=c++17",)
+#: Held while a stream is captured into a CUDA graph, while a kernel module is loaded and while
+#: the memory pool returns its blocks to the device: runs on other threads (the session's
+#: runner, the rock tab's k tensor) share the device, and a cudaFree synchronises it, which a
+#: capture on another thread's stream must not meet.
+CAPTURE_LOCK = threading.RLock()
 
 
 def probe_device() -> tuple[bool, str]:
@@ -45,7 +51,14 @@ def _compiled(variant: KernelVariant, device: int):
 
 def compile_kernel(variant: KernelVariant):
     """The compiled kernel of ``variant`` on the current device (compiled once, cached)."""
-    return _compiled(variant.canonical(), cp.cuda.Device().id)
+    with CAPTURE_LOCK:
+        return _compiled(variant.canonical(), cp.cuda.Device().id)
+
+
+def free_pool() -> None:
+    """Return CuPy's unused memory-pool blocks to the device (never during another capture)."""
+    with CAPTURE_LOCK:
+        cp.get_default_memory_pool().free_all_blocks()
 
 
 @cache
