@@ -11,6 +11,7 @@ CPU tests) and the launcher are arguments; by default CuPy and the compiled kern
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -21,7 +22,7 @@ from .compact import CompactTiling, probe_name, probe_shared_bytes, probe_source
 from .kernels import KernelVariant, kernel_source
 from .tables import physics_args
 
-__all__ = ["CompactRun", "CompactProbe", "Launcher"]
+__all__ = ["CompactRun", "CompactProbe", "Launcher", "edge_nodes", "EDGE_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,25 @@ def _cupy_launcher(variant: KernelVariant, blocks: int, threads: int, shared: in
     compile_kernel(variant)((blocks,), (threads,), args, shared_mem=shared)
 
 
+def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per fluid node: its compact value index of direction 0, its tile's direction block
+    length (direction i adds i times it), and its tiled XYZ index of direction 0 (direction i
+    adds 64 i). int32 where the indices fit (12 bytes per fluid node), else the tiled one int64:
+    the conversion tables of :class:`CompactRun`, a fraction of :meth:`CompactTiling.edge_index`
+    (16 q bytes per fluid node)."""
+    ranks = compact.ranks()
+    tile, node = np.nonzero(ranks >= 0)
+    at = q * compact.base[tile] + ranks[tile, node]
+    tiled = tile * (q * 64) + node
+    wide = compact.tiling.n_tiles * q * 64 >= 2**31
+    return (at.astype(np.int32), compact.padded[tile].astype(np.int32),
+            tiled.astype(np.int64 if wide else np.int32))
+
+
+#: Device bytes per fluid node of :func:`edge_nodes`' tables (tiled index int32).
+EDGE_BYTES = 12
+
+
 class CompactRun:
     """Two compact copies of ``problem``'s populations on the device, stepped two-copy.
 
@@ -43,11 +63,22 @@ class CompactRun:
     Refuses (ValueError, with what to use instead) what the compact kernel lacks.
     """
 
+    #: Launches per captured CUDA graph (even: the copies end where they began).
+    GRAPH_STEPS = 16
+
     def __init__(self, problem: Problem, pad: int | None = None, xp=None,
-                 launcher: Launcher | None = None, tiles_per_block: int = 2) -> None:
+                 launcher: Launcher | None = None, tiles_per_block: int = 2,
+                 cuda=None) -> None:
+        """``cuda``: the CUDA runtime namespace for streams, events and graphs (``cupy.cuda``
+        with CuPy; a fake in the CPU tests); None with NumPy arrays (plain launches, host
+        clock)."""
         if xp is None:
             import cupy as xp
         self.problem, self.xp = problem, xp
+        self.cuda = cuda if cuda is not None else getattr(xp, "cuda", None)
+        self.stream = self.cuda.Stream(non_blocking=True) if self.cuda is not None else None
+        self.graphs: dict[int, object] = {}
+        self.use_graphs = self.cuda is not None
         self.launcher = launcher or _cupy_launcher
         pad = pad or sector_pad(problem.dtype.itemsize)
         tiled = KernelVariant.for_problem(problem)
@@ -64,8 +95,7 @@ class CompactRun:
                                                        dtype=np.int32).ravel()))
         self.ints = tuple(np.int32(v) for v in self.compact.int_args(problem.periodic))
         self.reals = tuple(physics_args(problem))
-        c, tiled_index = self.compact.edge_index(q)
-        self.edge = (xp.asarray(c), xp.asarray(tiled_index))
+        self.edge = tuple(xp.asarray(a) for a in edge_nodes(self.compact, q))
         self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype) for _ in range(2)]
         self.current = 0
         self.tiles_per_block = tiles_per_block
@@ -74,33 +104,119 @@ class CompactRun:
     def set_populations(self, f: np.ndarray) -> None:
         """Overwrite the latest populations from tiled XYZ ones (n_tiles, q, 64); solid nodes
         are not stored."""
-        flat = self.xp.asarray(np.asarray(f, dtype=self.problem.dtype)).ravel()
-        self.f[self.current][self.edge[0]] = flat[self.edge[1]]
+        flat = self.xp.asarray(f).astype(self.problem.dtype).ravel()  # host or device array
+        self.synchronize()  # steps queued on the run's stream read the copy first
+        at, block, tiled = self.edge
+        for i in range(self.problem.lattice.q):  # one direction at a time: small temporaries
+            self.f[self.current][at + i * block] = flat[tiled + i * 64]
+        if self.cuda is not None:  # written on the default stream, before the next step
+            self.cuda.Device().synchronize()
+
+    def device_populations(self):
+        """Latest populations in the tiled XYZ layout (n_tiles, q, 64), arithmetic precision,
+        an array of ``xp`` (solid nodes at the rest equilibrium)."""
+        self.synchronize()
+        p, xp = self.problem, self.xp
+        rest = xp.asarray(p.rest_populations().astype(p.dtype))
+        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=p.dtype)
+        out[...] = rest[None, :, None]
+        at, block, tiled = self.edge
+        flat, latest = out.reshape(-1), self.f[self.current]
+        for i in range(p.lattice.q):
+            flat[tiled + i * 64] = latest[at + i * block]
+        return out
 
     def populations(self) -> np.ndarray:
         """Latest populations, tiled XYZ (n_tiles, q, 64), float64 on the host; solid nodes at
         the rest equilibrium."""
-        p = self.problem
-        out = p.initial_populations().astype(p.dtype).ravel()
-        latest = self.f[self.current]
-        host = latest.get() if hasattr(latest, "get") else np.asarray(latest)
-        edge = [e.get() if hasattr(e, "get") else np.asarray(e) for e in self.edge]
-        out[edge[1]] = host[edge[0]]
-        return out.reshape(p.tiling.n_tiles, p.lattice.q, -1).astype(np.float64)
+        out = self.device_populations()
+        host = out.get() if hasattr(out, "get") else np.asarray(out)
+        return host.astype(np.float64)
 
-    def step(self, n: int = 1) -> None:
-        """Advance ``n`` steps (two copies, one launch each)."""
+    def synchronize(self) -> None:
+        """Wait for the steps queued on this run's stream."""
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    def _launch(self) -> None:
         tpb = self.tiles_per_block
         blocks = -(-self.problem.tiling.n_tiles // tpb)
-        for _ in range(n):
-            src, dst = self.f[self.current], self.f[1 - self.current]
-            self.launcher(self.variant, blocks, 64 * tpb, probe_shared_bytes(tpb, True),
-                          (src, dst, *self.tables, *self.ints, *self.reals))
-            self.current = 1 - self.current
+        src, dst = self.f[self.current], self.f[1 - self.current]
+        self.launcher(self.variant, blocks, 64 * tpb, probe_shared_bytes(tpb, True),
+                      (src, dst, *self.tables, *self.ints, *self.reals))
+        self.current = 1 - self.current
+
+    def _graph(self):
+        """A captured graph of GRAPH_STEPS launches from the current copy, or None (the kernel
+        must have been launched once already: loading it is not capturable)."""
+        if not self.use_graphs:
+            return None
+        if self.current not in self.graphs:
+            self.stream.synchronize()
+            current = self.current
+            try:
+                with self.stream:
+                    self.stream.begin_capture()
+                    try:
+                        for _ in range(self.GRAPH_STEPS):
+                            self._launch()
+                    finally:
+                        graph = self.stream.end_capture()
+            except Exception as exc:  # capture unsupported here: plain launches from now on
+                log.warning("CUDA graph capture failed (%s); launching kernels one by one.", exc)
+                self.use_graphs = False
+                return None
+            finally:
+                self.current = current  # capturing runs nothing
+            self.graphs[current] = graph
+        return self.graphs[self.current]
+
+    def step(self, n: int = 1) -> float:
+        """Advance ``n`` steps (two copies, one launch each; captured graphs of GRAPH_STEPS
+        launches where ``n`` allows); the steps' seconds (CUDA events, else the host clock).
+
+        Before the first capture two of the ``n`` steps run as plain launches (they load the
+        kernel) outside the timed span, so that call's seconds cover ``n - 2`` steps."""
+        if self.cuda is None:
+            start = time.perf_counter()
+            for _ in range(n):
+                self._launch()
+            return time.perf_counter() - start
+        done = 0
+        if n >= self.GRAPH_STEPS + 2 and self.use_graphs and self.current not in self.graphs:
+            with self.stream:
+                self._launch()
+                self._launch()
+            done = 2
+        ready = done or self.current in self.graphs  # the kernel is loaded: capture is safe
+        graph = self._graph() if ready and n - done >= self.GRAPH_STEPS else None
+        start, end = self.cuda.Event(), self.cuda.Event()
+        with self.stream:
+            start.record(self.stream)
+            while graph is not None and n - done >= self.GRAPH_STEPS:
+                graph.launch(self.stream)  # an even number of steps: same copy current
+                done += self.GRAPH_STEPS
+            for _ in range(n - done):
+                self._launch()
+            end.record(self.stream)
+        end.synchronize()
+        return self.cuda.get_elapsed_time(start, end) / 1e3
+
+    def probe(self, mode: str, n: int = 1) -> float:
+        """``n`` full steps ('full'); the tiled probes are refused (ValueError)."""
+        if mode != "full":  # the compact probes are benchmarks/compact_probe.py's
+            raise ValueError(f"probe {mode!r} runs on the tiled storage; allocate with "
+                             "tile_storage='tiled' (compact probes: benchmarks/compact_probe.py).")
+        return self.step(n)
+
+    def release(self) -> None:
+        """Drop the device arrays (the caller frees its memory pool)."""
+        self.f, self.tables, self.edge, self.graphs = [], (), (), {}
 
     def memory_bytes(self) -> int:
-        """Device bytes of the two copies and the tables."""
-        return self.compact.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize)
+        """Device bytes of the two copies, the tables and the edge conversion tables."""
+        return self.compact.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize) \
+            + sum(int(a.nbytes) for a in self.edge)
 
 
 class CompactProbe:

@@ -8,9 +8,10 @@ from functools import cache
 import cupy as cp
 import numpy as np
 
+from ..base import DeviceInfo
 from .kernels import KernelVariant, kernel_source
 
-__all__ = ["probe_device", "device_name", "compile_kernel", "copy_bandwidth",
+__all__ = ["probe_device", "device_name", "compile_kernel", "copy_bandwidth", "device_info",
            "ATTR_MEMORY_CLOCK_KHZ", "ATTR_BUS_WIDTH_BITS"]
 
 #: cudaDeviceAttr values (CUDA 13 dropped the matching cudaDeviceProp fields).
@@ -67,3 +68,17 @@ def copy_bandwidth(device: int = 0, nbytes: int = 1 << 30, repeats: int = 10) ->
                 times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
         del src, dst
         return 2.0 * nbytes / float(np.median(times))
+
+
+def device_info() -> DeviceInfo:
+    """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""
+    dev = cp.cuda.Device().id
+    free, total = cp.cuda.runtime.memGetInfo()
+    try:
+        clock = cp.cuda.runtime.deviceGetAttribute(ATTR_MEMORY_CLOCK_KHZ, dev) * 1e3
+        bus = cp.cuda.runtime.deviceGetAttribute(ATTR_BUS_WIDTH_BITS, dev)
+        peak = 2.0 * clock * bus / 8.0  # double data rate
+    except Exception:  # attribute missing on some drivers: report unknown, not a guess
+        peak = None
+    return DeviceInfo(name=device_name(), memory=int(total), memory_used=int(total - free),
+                      peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
