@@ -116,13 +116,13 @@ def compile_compact(code: str, name: str, real: str, n_reals: int):
 
 
 def emulated(precision: str, pad: int, halo: bool, collision: str | None = None,
-             incompressible: bool = True):
+             incompressible: bool = True, packed: int = 0):
     """The emulated launch of one compact kernel (:func:`compile_compact`)."""
-    name = probe_name("D3Q19", precision, pad, halo, collision, incompressible)
+    name = probe_name("D3Q19", precision, pad, halo, collision, incompressible, packed)
     real = "double" if precision == "float64" else "float"
     n_reals = len(real_param_names("D3Q19", precision, collision, incompressible))
     return compile_compact(probe_source("D3Q19", precision, pad, halo, collision,
-                                        incompressible), name, real, n_reals)
+                                        incompressible, packed), name, real, n_reals)
 
 
 def _ptr(a: np.ndarray):
