@@ -18,7 +18,14 @@ from dataclasses import replace
 import numpy as np
 
 from ...problem import Problem
-from .compact import CompactTiling, probe_name, probe_shared_bytes, probe_source, sector_pad
+from .compact import (
+    CompactTiling,
+    packed_threads,
+    probe_name,
+    probe_shared_bytes,
+    probe_source,
+    sector_pad,
+)
 from .kernels import KernelVariant, kernel_source
 from .tables import physics_args
 
@@ -227,18 +234,19 @@ class CompactProbe:
     GRAPH_STEPS = 16
 
     def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
-                 halo: bool = False, step: Problem | None = None) -> None:
+                 halo: bool = False, step: Problem | None = None, packed: int = 0) -> None:
         """``step``: run the full step of that problem's collision (its physics arguments)
-        instead of the propagation probe."""
+        instead of the propagation probe; ``packed`` K: the packed kernel (K tiles per block,
+        one thread per fluid node; launches ignore their tiles per block)."""
         import cupy as cp
 
         self.cp, self.compact, self.q = cp, compact, q
         compact.check_int32(q)
-        self.halo = halo
+        self.halo, self.packed = halo, packed
         kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
-        name = probe_name("D3Q19", precision, compact.pad, halo, *kind)
-        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind),
-                              options=("-std=c++17",))
+        name = probe_name("D3Q19", precision, compact.pad, halo, *kind, packed)
+        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind,
+                                                packed), options=("-std=c++17",))
         self.reals = tuple(physics_args(step)) if step is not None else ()
         self.kernel = module.get_function(name)
         tiling = compact.tiling
@@ -260,10 +268,12 @@ class CompactProbe:
         """One propagation from the current copy into the other."""
         n_tiles = self.compact.tiling.n_tiles
         src, dst = self.f[self.current], self.f[1 - self.current]
+        k = self.packed or tpb
+        threads = packed_threads(k) if self.packed else 64 * tpb
         with self.stream:
-            self.kernel((-(-n_tiles // tpb),), (64 * tpb,), (src, dst, *self.tables, *self.ints,
-                                                               *self.reals),
-                        shared_mem=probe_shared_bytes(tpb, self.halo))
+            self.kernel((-(-n_tiles // k),), (threads,), (src, dst, *self.tables, *self.ints,
+                                                          *self.reals),
+                        shared_mem=probe_shared_bytes(tpb, self.halo, self.packed))
         self.current = 1 - self.current
 
     def upload(self, values: np.ndarray, copy: int) -> None:
