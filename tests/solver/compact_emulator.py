@@ -131,13 +131,14 @@ def _ptr(a: np.ndarray):
 
 def emulator_launcher(variant, blocks, threads, shared, args) -> None:
     """CompactRun's launcher on the g++ emulator (host arrays)."""
-    assert shared == probe_shared_bytes(threads // 64, True)
+    k = variant.packed
+    assert shared == probe_shared_bytes(threads // 64, True, k)
     fin, fout, masks, base, tiles, tile_map, *rest = args
     ints = np.array(rest[:11], dtype=np.int32)
     reals = np.array(rest[11:] or [0.0], dtype=fin.dtype)
     run = emulated(variant.precision, variant.compact, True,
                    None if variant.mode == "propagate" else variant.collision,
-                   variant.incompressible)
+                   variant.incompressible, k)
     run(ctypes.c_int(blocks), ctypes.c_int(threads), _ptr(fin), _ptr(fout), _ptr(masks),
         _ptr(base), _ptr(tiles), _ptr(tile_map), _ptr(ints), _ptr(reals))
 

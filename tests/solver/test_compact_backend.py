@@ -81,12 +81,13 @@ def test_device_bytes_follow_the_chosen_storage() -> None:
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
-@pytest.mark.parametrize("precision, collision, fluid, tpb", [
-    ("float32", "BGK", "incompressible", 2), ("float64", "MRT", "quasi-compressible", 1)])
-def test_compact_run_as_the_backend_steps_it(precision, collision, fluid, tpb) -> None:
-    """Exact padding (the one auto picks), 16 steps from a captured graph then 3 plain
-    launches: the NumPy backend's populations; set_populations takes device arrays; the
-    reported bytes are the allocated ones."""
+@pytest.mark.parametrize("precision, collision, fluid, tpb, packed", [
+    ("float32", "BGK", "incompressible", 2, 0), ("float64", "MRT", "quasi-compressible", 1, 0),
+    ("float32", "TRT", "incompressible", 1, 8)])
+def test_compact_run_as_the_backend_steps_it(precision, collision, fluid, tpb, packed) -> None:
+    """Exact padding (the one auto picks), per-node or packed kernel, 2 warm-up launches, 16
+    steps from a captured graph, 1 plain launch: the NumPy backend's populations;
+    set_populations takes device arrays; the reported bytes are the allocated ones."""
     from solver.backends.cuda.compact_run import CompactRun
 
     problem = replace(make_problem("D3Q19", precision, collision, fluid, offset=(1, 2, 0)),
@@ -102,7 +103,8 @@ def test_compact_run_as_the_backend_steps_it(precision, collision, fluid, tpb) -
             emulator_launcher(*args)
 
     run = CompactRun(problem, choice.pad, xp=np, launcher=launcher, tiles_per_block=tpb,
-                     cuda=fake.cuda)
+                     cuda=fake.cuda, packed=packed)
+    assert run.variant.packed == packed
     f0 = noisy_start(problem)
     run.set_populations(as_stored(problem, f0))
     seconds = run.step(16 + 3)

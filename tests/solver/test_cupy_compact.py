@@ -32,15 +32,19 @@ def backend():
     return get_backend("cupy")
 
 
+@pytest.mark.parametrize("packed", [0, 8], ids=["per-node", "packed8"])
 @pytest.mark.parametrize("name", list(PROBLEMS))
-def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name):
+def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, packed,
+                                                              monkeypatch):
+    from solver.backends.cuda import tile_storage
     from solver.backends.cuda.compact_run import CompactRun
 
+    monkeypatch.setattr(tile_storage, "COMPACT_PACKED", packed)
     precision, collision, fluid, tpb = PROBLEMS[name]
     problem = replace(make_problem("D3Q19", precision, collision, fluid, "xyz", tpb),
                       tile_storage="compact")
     state = backend.allocate(problem)
-    assert isinstance(state, CompactRun)
+    assert isinstance(state, CompactRun) and state.variant.packed == packed
     f0 = noisy_start(problem)
     backend.set_populations(state, as_stored(problem, f0))
     steps = 0

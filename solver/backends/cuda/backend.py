@@ -107,7 +107,8 @@ class CupyBackend:
         storage = choose_tile_storage(problem)
         log.info("tile storage: %s (%s)", storage.kind, storage.reason)
         if storage.compact:
-            return CompactRun(problem, storage.pad, cp, tiles_per_block=problem.tiles_per_block)
+            return CompactRun(problem, storage.pad, cp, tiles_per_block=problem.tiles_per_block,
+                              packed=storage.packed)
         return self._allocate(problem)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):

@@ -75,10 +75,11 @@ class CompactRun:
 
     def __init__(self, problem: Problem, pad: int | None = None, xp=None,
                  launcher: Launcher | None = None, tiles_per_block: int = 2,
-                 cuda=None) -> None:
+                 cuda=None, packed: int = 0) -> None:
         """``cuda``: the CUDA runtime namespace for streams, events and graphs (``cupy.cuda``
         with CuPy; a fake in the CPU tests); None with NumPy arrays (plain launches, host
-        clock)."""
+        clock). ``packed`` K: the packed kernel (K tiles per block, one thread per fluid node;
+        ``tiles_per_block`` is then ignored)."""
         if xp is None:
             import cupy as xp
         self.problem, self.xp = problem, xp
@@ -89,7 +90,7 @@ class CompactRun:
         self.launcher = launcher or _cupy_launcher
         pad = pad or sector_pad(problem.dtype.itemsize)
         tiled = KernelVariant.for_problem(problem)
-        self.variant = replace(tiled, compact=pad).canonical()
+        self.variant = replace(tiled, compact=pad, packed=packed).canonical()
         kernel_source(self.variant)  # ValueError: boundary code, in place, float16 storage, 2D
         self.compact = CompactTiling(problem.tiling, pad)
         q = problem.lattice.q
@@ -146,10 +147,11 @@ class CompactRun:
             self.stream.synchronize()
 
     def _launch(self) -> None:
-        tpb = self.tiles_per_block
-        blocks = -(-self.problem.tiling.n_tiles // tpb)
+        tpb, k = self.tiles_per_block, self.variant.packed
+        blocks = -(-self.problem.tiling.n_tiles // (k or tpb))
         src, dst = self.f[self.current], self.f[1 - self.current]
-        self.launcher(self.variant, blocks, 64 * tpb, probe_shared_bytes(tpb, True),
+        self.launcher(self.variant, blocks, packed_threads(k) if k else 64 * tpb,
+                      probe_shared_bytes(tpb, True, k),
                       (src, dst, *self.tables, *self.ints, *self.reals))
         self.current = 1 - self.current
 

@@ -110,6 +110,7 @@ class KernelVariant:
     #: (:mod:`.compact`, opt-in): only fluid nodes, each direction block of a tile padded to a
     #: multiple of this many values; full step or propagation probe, pull, no boundary code.
     compact: int = 0
+    packed: int = 0  #: compact only: K tiles per block, one thread per fluid node (0: per node)
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
@@ -117,7 +118,8 @@ class KernelVariant:
             v = replace(self, layout="xyz", sector_fill=False, wide_sources=False)
             return replace(v, collision=PROBE_COLLISION, incompressible=True) \
                 if v.mode == "propagate" else v
-        v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge))
+        v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge),
+                    packed=0)
         if v.mode != "full":  # the probes neither collide nor apply boundary conditions
             v = replace(v, collision=PROBE_COLLISION, incompressible=True, boundary="none")
         if v.mode == "swap" or (v.mode == "readwrite" and v.streaming != "pull"):
@@ -156,7 +158,8 @@ class KernelVariant:
         v = self.canonical()
         if v.compact:
             return probe_name(v.lattice, v.precision, v.compact, True,
-                              None if v.mode == "propagate" else v.collision, v.incompressible)
+                              None if v.mode == "propagate" else v.collision, v.incompressible,
+                              v.packed)
         fluid = "inc" if v.incompressible else "qc"
         prec = ("f64" if v.precision == "float64" else "f32") + ("s16" if v.half else "")
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
@@ -394,7 +397,7 @@ def _compact_source(v: KernelVariant) -> str:
         raise ValueError("Fluid-compacted storage does not support " + ", ".join(lacks)
                          + "; use the tiled storage (compact=0) for this run.")
     return probe_source(v.lattice, v.precision, v.compact, True,
-                        None if v.mode == "propagate" else v.collision, v.incompressible)
+                        None if v.mode == "propagate" else v.collision, v.incompressible, v.packed)
 
 
 def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,

@@ -16,7 +16,8 @@ from ...problem import Problem
 from ...values import ConfigError
 from .kernels import KernelVariant, kernel_source
 
-__all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_PAD"]
+__all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_PAD",
+           "COMPACT_PACKED"]
 
 #: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
 #: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-9c8bdb3-compact.md (full BGK
@@ -29,6 +30,9 @@ AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875}
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds in that run (float32 0.644 vs 0.567 at eta_t 0.50).
 COMPACT_PAD = 1
+#: Tiles per block of the packed compact kernel (one thread per fluid node), 0 for the
+#: per-node kernel timed above; set from the 'packed' rows of benchmarks/compact_probe.py.
+COMPACT_PACKED = 0
 #: Lattices whose compact kernel was timed (the thresholds above); others run compact only
 #: when asked for.
 _AUTO_LATTICES = ("D3Q19",)
@@ -36,11 +40,13 @@ _AUTO_LATTICES = ("D3Q19",)
 
 @dataclass(frozen=True)
 class TileStorage:
-    """The decided storage: ``kind`` 'tiled' or 'compact', ``pad`` (compact), and why."""
+    """The decided storage: ``kind`` 'tiled' or 'compact', ``pad`` and ``packed`` (compact:
+    :class:`~.compact_run.CompactRun`'s), and why."""
 
     kind: str
     reason: str
     pad: int = 0
+    packed: int = 0
 
     @property
     def compact(self) -> bool:
@@ -81,7 +87,8 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
             if why:
                 raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
                                   "tile_storage='tiled' (or 'auto').")
-            choice = TileStorage("compact", "tile_storage='compact'", COMPACT_PAD)
+            choice = TileStorage("compact", "tile_storage='compact'", COMPACT_PAD,
+                                 COMPACT_PACKED)
         elif why:
             choice = TileStorage("tiled", f"auto: compact storage lacks this case ({why})")
         elif problem.lattice.name not in _AUTO_LATTICES:
@@ -91,6 +98,7 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
             choice = TileStorage("tiled", f"auto: eta_t {eta:.3f} not below {limit} "
                                  f"({problem.lattice.name}, {problem.dtype.name})")
         else:
-            choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD)
+            choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD,
+                                 COMPACT_PACKED)
     problem.__dict__["_tile_storage"] = choice
     return choice
