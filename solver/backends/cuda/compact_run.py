@@ -185,19 +185,19 @@ class CompactRun:
         launches where ``n`` allows); the steps' seconds (CUDA events, else the host clock).
 
         Before the first capture two of the ``n`` steps run as plain launches (they load the
-        kernel) outside the timed span, so that call's seconds cover ``n - 2`` steps."""
+        kernel) outside the timed span; that call's seconds are scaled from ``n - 2`` steps."""
         if self.cuda is None:
             start = time.perf_counter()
             for _ in range(n):
                 self._launch()
             return time.perf_counter() - start
-        done = 0
+        done = warm = 0
         if n >= self.GRAPH_STEPS + 2 and self.use_graphs and self.current not in self.graphs:
             with self.stream:
                 self._launch()
                 self._launch()
-            done = 2
-        ready = done or self.current in self.graphs  # the kernel is loaded: capture is safe
+            done = warm = 2
+        ready = warm or self.current in self.graphs  # the kernel is loaded: capture is safe
         graph = self._graph() if ready and n - done >= self.GRAPH_STEPS else None
         start, end = self.cuda.Event(), self.cuda.Event()
         with self.stream:
@@ -209,7 +209,7 @@ class CompactRun:
                 self._launch()
             end.record(self.stream)
         end.synchronize()
-        return self.cuda.get_elapsed_time(start, end) / 1e3
+        return self.cuda.get_elapsed_time(start, end) / 1e3 * n / (n - warm)
 
     def probe(self, mode: str, n: int = 1) -> float:
         """``n`` full steps ('full'); the tiled probes are refused (ValueError)."""
