@@ -117,7 +117,8 @@ def device_bytes(problem: Problem) -> int:
 
         storage = choose_tile_storage(problem)
         if storage.compact:
-            state = (CompactTiling(t, storage.pad).memory_bytes(q, value)
+            state = (CompactTiling(t, storage.pad).memory_bytes(q, value,
+                                                                problem.population_copies)
                      + EDGE_BYTES * problem.n_fluid + nodes * q * value)
     return int(state + 2 * nodes + moments_bytes(problem))
 

@@ -46,7 +46,6 @@ def test_auto_compacts_porous_runs_below_the_threshold_only() -> None:
 
 
 @pytest.mark.parametrize("options, words", [
-    ({"streaming": "in-place"}, "two-copy"),
     ({"storage": "float16"}, "storage"),
     ({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure", "x_max_value": 1.0},
      "boundary code"),
@@ -124,3 +123,51 @@ def test_compact_run_as_the_backend_steps_it(precision, collision, fluid, tpb, p
     assert run.memory_bytes() == allocated
     with pytest.raises(ValueError, match="tile_storage='tiled'"):
         run.probe("propagate", 1)
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("precision, collision, packed", [
+    ("float32", "TRT", 0), ("float64", "BGK", 4)])
+def test_compact_in_place_equals_two_copy_bit_for_bit(precision, collision, packed) -> None:
+    """AA pattern on one compact copy: after odd and even step counts (graphs and plain
+    launches; reading an odd phase decodes it in place with the swap kernel) the populations
+    equal the two-copy compact run's bit for bit, and the copy is half the two-copy memory."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    base = make_problem("D3Q19", precision, collision, offset=(3, 0, 1))
+    fake = FakeCupy()
+
+    def launcher(*args) -> None:
+        if fake.capture is not None:
+            fake.capture.append(lambda: emulator_launcher(*args))
+        else:
+            emulator_launcher(*args)
+
+    runs = [CompactRun(replace(base, streaming=s, tile_storage="compact"), 1, xp=np,
+                       launcher=launcher, cuda=fake.cuda, packed=packed)
+            for s in ("in-place", "two-copy")]
+    one, two = runs
+    assert len(one.f) == 1 and one.variants[0].streaming == "aa_neighbour"
+    assert one.variants[1].streaming == "aa_local"
+    f0 = noisy_start(base)
+    for run in runs:
+        run.set_populations(as_stored(base, f0))
+    fluid = np.broadcast_to(~base.tiling.solid[:, None, :], f0.shape)
+    for n in (1, 2, 19, 3):  # odd: phase 1 read (swap); 19: warm-up, graph, plain
+        for run in runs:
+            run.step(n)
+        assert one.current == n % 2  # odd counts leave the streamed layout (phase 1)
+        np.testing.assert_array_equal(one.populations()[fluid], two.populations()[fluid])
+        assert one.current == 0  # reading decoded phase 1 in place
+    one.step(1)
+    one.set_populations(two.populations())  # writing in phase 1 lands in the natural layout
+    two.step(2)
+    one.step(2)
+    np.testing.assert_array_equal(one.populations()[fluid], two.populations()[fluid])
+    ref = reference(base, f0, 27)  # two ran 27 steps, one took its populations at 25
+    tol = 1e-12 if precision == "float64" else 5e-5
+    assert np.abs(one.populations() - ref)[fluid].max() <= tol * np.abs(ref).max()
+    q, value = 19, np.dtype(precision).itemsize
+    assert one.f[0].nbytes == two.f[0].nbytes and len(two.f) == 2
+    assert device_bytes(one.problem) < device_bytes(two.problem)
+    assert one.memory_bytes() == two.memory_bytes() - q * one.compact.n_slots * value

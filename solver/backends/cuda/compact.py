@@ -192,13 +192,13 @@ class CompactTiling:
 
 def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
                collision: str | None = None, incompressible: bool = True,
-               packed: int = 0) -> str:
+               packed: int = 0, streaming: str = "pull") -> str:
     """Kernel (and namespace) name of one compact kernel (``collision`` None: the probe)."""
     prec = "f64" if precision == "float64" else "f32"
     mode = "propagate" if collision is None else \
         f"full_{collision}_{'inc' if incompressible else 'qc'}"
     return (f"lbm_compact_{mode}_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
-            + (f"_k{packed}" if packed else ""))
+            + (f"_k{packed}" if packed else "") + _ACCESS[streaming])
 
 
 def probe_shared_bytes(tiles_per_block: int, halo: bool = False, packed: int = 0) -> int:
@@ -233,10 +233,14 @@ def real_param_names(lattice: str, precision: str, collision: str | None,
             *cuda_collision(collision).param_names(lattice)]
 
 
+#: Name suffix per address pattern (:mod:`.streaming`): two copies, or the AA pattern's kernels.
+_ACCESS = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal", "swap": "_swap"}
+
+
 @cache
 def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
                  halo: bool = False, collision: str | None = None,
-                 incompressible: bool = True, packed: int = 0) -> str:
+                 incompressible: bool = True, packed: int = 0, streaming: str = "pull") -> str:
     """CUDA source of a compact kernel; its kernel is ``probe_name(...)`` of the same arguments.
 
     ``halo``: the tile's threads locate the source of each halo node once (shared memory),
@@ -245,8 +249,14 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     probe; else a full step with that collision (:mod:`.collisions`), no boundary code (walls:
     halfway bounce-back; faces periodic or walls). ``packed`` K > 0: the packed kernel of
     ``templates/compact_packed.cu`` (K tiles per block, :func:`packed_threads` threads, one per
-    fluid node; halo addressing only).
+    fluid node; halo addressing only). ``streaming``: 'pull' (two copies) or one of the AA
+    pattern's in-place kernels of :mod:`.streaming` ('aa_neighbour' from the natural layout,
+    'aa_local' from the streamed one), with the same arithmetic per node; 'swap' (no collision)
+    decodes the streamed layout in place: the two slots of every fluid-fluid link exchanged,
+    each link by the node it leaves in a direction of positive first non-zero component.
     """
+    if streaming not in _ACCESS:
+        raise ValueError(f"Unknown streaming {streaming!r}; use one of {tuple(_ACCESS)}.")
     if packed and (not halo or packed not in (1, 2, 4, 8, 16)):
         raise ValueError(f"The packed kernel needs halo addressing and 1-16 tiles per block "
                          f"(a power of two), got halo={halo}, packed={packed}.")
@@ -258,28 +268,45 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     if pad < 1 or pad & (pad - 1):
         raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
     pulls, stores = [], []
-    for i, c in enumerate(lat.c.tolist()):
+
+    def at(i: int, c, sign: int) -> str:
+        """Slot of direction i at the node x + sign c, or the node's own slot of opp(i)."""
         own = f"own + {int(lat.opposite[i])} * stride"
-        if not any(c):
-            pulls.append(f"    const real g{i} = fin[own + {i} * stride];")
-        elif halo:  # the source x - c sits at halo index hn - (cx + 6 cy + 36 cz)
-            shift = -(c[0] + 6 * c[1] + 36 * c[2])
+        if halo:  # x + sign c sits at halo index hn + sign (cx + 6 cy + 36 cz)
+            shift = sign * (c[0] + 6 * c[1] + 36 * c[2])
             h = f"hn {'+' if shift > 0 else '-'} {abs(shift)}"
-            pulls.append(f"    const real g{i} = fin[source_slot({i}, Found{{s_at[{h}], "
-                         f"s_pc[{h}]}}, {own})];")
-        else:  # the source is x - c: index d + 1 of the axis tables, d = -c
-            sx, sy, sz = (f"a{ax}[{1 - ci}]" for ax, ci in zip("xyz", c, strict=True))
-            pulls.append(f"    const real g{i} = fin[source_slot({i}, locate({sx}, {sy}, {sz}, "
-                         f"s_mask, s_base, masks, base, tile_map, gx, gy), {own})];")
-        stores.append(f"    fout[own + {i} * stride] = g{i};")
-    name = probe_name(lattice, precision, pad, halo, collision, incompressible, packed)
+            return f"source_slot({i}, Found{{s_at[{h}], s_pc[{h}]}}, {own})"
+        sx, sy, sz = (f"a{ax}[{1 + sign * ci}]" for ax, ci in zip("xyz", c, strict=True))
+        return (f"source_slot({i}, locate({sx}, {sy}, {sz}, s_mask, s_base, masks, base, "
+                f"tile_map, gx, gy), {own})")
+
+    def store(i: int, value: str) -> str:
+        c, opp = lat.c[i].tolist(), int(lat.opposite[i])
+        if streaming == "aa_neighbour" and any(c):  # into the slot g_opp(i) came from
+            return f"    fout[{at(opp, c, 1)}] = {value};"  # (x, i) where x + c_i is not fluid
+        return f"    fout[own + {i} * stride] = {value};"
+
+    for i, c in enumerate(lat.c.tolist()):
+        if streaming == "aa_local":  # the arriving population waits in the own slot of opp(i)
+            pulls.append(f"    const real g{i} = fin[own + {int(lat.opposite[i])} * stride];")
+        elif not any(c):
+            pulls.append(f"    const real g{i} = fin[own + {i} * stride];")
+        else:  # the source is x - c
+            pulls.append(f"    const real g{i} = fin[{at(i, c, -1)}];")
+        stores.append(store(i, f"g{i}"))
+    if streaming == "swap":
+        stores, collision = [], None
+        pulls = [f"    {{ const int a = own + {i} * stride, b = {at(int(lat.opposite[i]), c, 1)};"
+                 f" const real t = fin[a]; fout[a] = fin[b]; fout[b] = t; }}"
+                 for i, c in enumerate(lat.c.tolist()) if tuple(c) > (0, 0, 0)]
+    name = probe_name(lattice, precision, pad, halo, collision, incompressible, packed, streaming)
     real = "double" if precision == "float64" else "float"
     if collision is None:
         collide = "\n".join(stores)
     else:
         collide = cuda_collision(collision).code(
             lattice, incompressible, lambda x: c_literal(x, real),
-            lambda i, value: f"    fout[own + {i} * stride] = {value};")
+            store)
     params = "".join(f",\n    const real {p}"
                      for p in real_param_names(lattice, precision, collision, incompressible))
     text = _TEMPLATE.read_text()
@@ -289,7 +316,8 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     return Template(text).substitute(
         namespace=name, kernel=name, real=real, q=lat.q, pad=pad, halo="true" if halo else "false",
         axis_tables="" if halo else _AXIS_TABLES, pulls=_indent(pulls, indent),
-        collide=_indent(collide.split("\n"), indent), real_params=params, packed=packed)
+        collide=_indent(collide.split("\n"), indent), real_params=params, packed=packed,
+        restrict="__restrict__" if streaming == "pull" else "")
 
 
 def _indent(lines: list[str], indent: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
@@ -89,9 +90,12 @@ class CompactRun:
         self.use_graphs = self.cuda is not None
         self.launcher = launcher or _cupy_launcher
         pad = pad or sector_pad(problem.dtype.itemsize)
-        tiled = KernelVariant.for_problem(problem)
-        self.variant = replace(tiled, compact=pad, packed=packed).canonical()
-        kernel_source(self.variant)  # ValueError: boundary code, in place, float16 storage, 2D
+        #: The kernel of each phase (in place: AA pattern, :mod:`.streaming`; two copies: one).
+        self.variants = [replace(KernelVariant.for_problem(problem, "full", phase), compact=pad,
+                                 packed=packed).canonical() for phase in (0, 1)]
+        self.variant = self.variants[0]
+        self.in_place = problem.population_copies == 1
+        kernel_source(self.variant)  # ValueError: boundary code, float16 storage, 2D
         self.compact = CompactTiling(problem.tiling, pad)
         q = problem.lattice.q
         self.compact.check_int32(q)
@@ -104,7 +108,8 @@ class CompactRun:
         self.ints = tuple(np.int32(v) for v in self.compact.int_args(problem.periodic))
         self.reals = tuple(physics_args(problem))
         self.edge = tuple(xp.asarray(a) for a in edge_nodes(self.compact, q))
-        self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype) for _ in range(2)]
+        self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype)
+                  for _ in range(problem.population_copies)]
         self.current = 0
         self.tiles_per_block = tiles_per_block
         self.set_populations(problem.initial_populations())
@@ -113,7 +118,7 @@ class CompactRun:
         """Overwrite the latest populations from tiled XYZ ones (n_tiles, q, 64); solid nodes
         are not stored."""
         flat = self.xp.asarray(f).astype(self.problem.dtype).ravel()  # host or device array
-        self.synchronize()  # steps queued on the run's stream read the copy first
+        self._natural()  # in place: the values arrive in the natural layout (phase 0)
         at, block, tiled = self.edge
         for i in range(self.problem.lattice.q):  # one direction at a time: small temporaries
             self.f[self.current][at + i * block] = flat[tiled + i * 64]
@@ -123,7 +128,7 @@ class CompactRun:
     def device_populations(self):
         """Latest populations in the tiled XYZ layout (n_tiles, q, 64), arithmetic precision,
         an array of ``xp`` (solid nodes at the rest equilibrium)."""
-        self.synchronize()
+        self._natural()
         p, xp = self.problem, self.xp
         rest = xp.asarray(p.rest_populations().astype(p.dtype))
         out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=p.dtype)
@@ -141,19 +146,32 @@ class CompactRun:
         host = out.get() if hasattr(out, "get") else np.asarray(out)
         return host.astype(np.float64)
 
+    def _natural(self) -> None:
+        """Wait for the queued steps; in place in phase 1, first decode the copy where it lies
+        (one 'swap' launch): phase 0 steps on to the same populations bit for bit."""
+        if self.in_place and self.current == 1:
+            self._launch_variant(replace(self.variant, mode="swap").canonical(), None)
+            self.current = 0
+        self.synchronize()
+
     def synchronize(self) -> None:
         """Wait for the steps queued on this run's stream."""
         if self.stream is not None:
             self.stream.synchronize()
 
     def _launch(self) -> None:
-        tpb, k = self.tiles_per_block, self.variant.packed
+        self._launch_variant(self.variants[self.current if self.in_place else 0], self.reals)
+        self.current = 1 - self.current  # two copies: the other copy; in place: the phase
+
+    def _launch_variant(self, variant: KernelVariant, reals: tuple | None) -> None:
+        tpb, k = self.tiles_per_block, variant.packed
         blocks = -(-self.problem.tiling.n_tiles // (k or tpb))
-        src, dst = self.f[self.current], self.f[1 - self.current]
-        self.launcher(self.variant, blocks, packed_threads(k) if k else 64 * tpb,
-                      probe_shared_bytes(tpb, True, k),
-                      (src, dst, *self.tables, *self.ints, *self.reals))
-        self.current = 1 - self.current
+        src, dst = (self.f[0], self.f[0]) if self.in_place else \
+            (self.f[self.current], self.f[1 - self.current])
+        with self.stream if self.stream is not None else nullcontext():
+            self.launcher(variant, blocks, packed_threads(k) if k else 64 * tpb,
+                          probe_shared_bytes(tpb, True, k),
+                          (src, dst, *self.tables, *self.ints, *(reals or ())))
 
     def _graph(self):
         """A captured graph of GRAPH_STEPS launches from the current copy, or None (the kernel
@@ -223,8 +241,9 @@ class CompactRun:
         self.f, self.tables, self.edge, self.graphs = [], (), (), {}
 
     def memory_bytes(self) -> int:
-        """Device bytes of the two copies, the tables and the edge conversion tables."""
-        return self.compact.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize) \
+        """Device bytes of the copies (one or two), the tables and the edge conversion tables."""
+        return self.compact.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize,
+                                         self.problem.population_copies) \
             + sum(int(a.nbytes) for a in self.edge)
 
 

@@ -6,7 +6,7 @@
 // node, the warps that stay resident move twice the bytes, and the K tiles' neighbourhoods and
 // halos are located once per block in shared memory as before.
 extern "C" __global__ void ${kernel}(
-    const real* __restrict__ fin, real* __restrict__ fout,
+    const real* ${restrict} fin, real* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
     int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,
