@@ -161,8 +161,8 @@ class SimulationConfig(param.Parameterized):
     tile_storage = param.Selector(objects=list(TILE_STORAGES), default="tiled",
                                   doc="Tile storage on the GPU: 'tiled' keeps every node of a "
                                       "tile, 'compact' only its fluid nodes (faster and smaller "
-                                      "on porous media; two-copy, no inlets/outlets, moving "
-                                      "walls or float16), 'auto' compact where it pays (tile "
+                                      "on porous media; no inlets/outlets, moving walls, "
+                                      "float16 or MPI), 'auto' compact where it pays (tile "
                                       "utilisation below ~0.9) and can run. NumPy ignores it.")
 
     @property

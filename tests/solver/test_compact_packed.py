@@ -95,13 +95,16 @@ def test_packed_needs_halo_addressing() -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
-def test_packed_compiles_with_nvcc(tmp_path: Path) -> None:
+def test_packed_and_in_place_compile_with_nvcc(tmp_path: Path) -> None:
     source = tmp_path / "packed.cu"
     source.write_text("\n".join(
         [probe_source("D3Q19", p, 1, True, None, True, k) for p in ("float32", "float64")
          for k in (4, 8)]
         + [probe_source("D3Q19", p, 1, True, coll, inc, k) for p in ("float32", "float64")
-           for coll in ("BGK", "TRT", "MRT") for inc in (True, False) for k in (4, 8)]))
+           for coll in ("BGK", "TRT", "MRT") for inc in (True, False) for k in (4, 8)]
+        # the in-place (AA) kernels and the swap decode, per-node and packed
+        + [probe_source("D3Q19", p, 1, True, "TRT", True, k, s) for p in ("float32", "float64")
+           for k in (0, 4) for s in ("aa_neighbour", "aa_local", "swap")]))
     out = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-o", str(tmp_path / "c.cubin"),
                           str(source)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
