@@ -41,6 +41,9 @@ def test_auto_compacts_porous_runs_below_the_threshold_only() -> None:
     dense = _problem("auto", np.zeros((16, 12, 12), dtype=bool))
     assert dense.tiling.eta_t == 1.0
     assert choose_tile_storage(dense).kind == "tiled"
+    in_place = _problem("auto", streaming="in-place")  # runs compact, but is not timed yet
+    assert choose_tile_storage(in_place).kind == "tiled"
+    assert choose_tile_storage(_problem("compact", streaming="in-place")).compact
     # precision matters: float64 gains less, so its threshold is lower
     assert AUTO_COMPACT_BELOW["float64"] < AUTO_COMPACT_BELOW["float32"]
 

@@ -91,6 +91,9 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                                  COMPACT_PACKED)
         elif why:
             choice = TileStorage("tiled", f"auto: compact storage lacks this case ({why})")
+        elif problem.streaming != "two-copy":  # AA on compact storage works; no timing yet
+            choice = TileStorage("tiled", "auto: compact storage in place is not timed yet; "
+                                 "tile_storage='compact' runs it")
         elif problem.lattice.name not in _AUTO_LATTICES:
             choice = TileStorage("tiled", f"auto: compact storage is timed for "
                                  f"{', '.join(_AUTO_LATTICES)} only, not {problem.lattice.name}")
