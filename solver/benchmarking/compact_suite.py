@@ -23,7 +23,7 @@ from datetime import date
 import numpy as np
 
 from ..backends.cuda.compact import CompactTiling, sector_pad
-from ..backends.cuda.compact_run import CompactProbe
+from ..backends.cuda.compact_run import CompactProbe, CompactRun
 from ..config import GPU_LAYOUTS
 from .cases import BenchCase, git_commit, sphere_pack
 from .gpu_suite import _problem, pack_cases
@@ -187,6 +187,27 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                          tiles_per_block=best[2],
                          slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),
                          graphs=probe.use_graphs))
+    _measure_in_place(case, problem, precision, suite, copy, rows)
+
+
+def _measure_in_place(case: BenchCase, problem, precision: str, suite: CompactSuite,
+                      copy: float, rows: list[dict]) -> None:
+    """The compact BGK step in place (AA pattern, one copy) as runs step it (CompactRun:
+    exact padding, per-node kernel, captured graphs), best tiles per block."""
+    from dataclasses import replace
+
+    best = None
+    for tpb in suite.tiles_per_block:
+        run = CompactRun(replace(problem, streaming="in-place", tile_storage="compact"), 1,
+                         tiles_per_block=tpb)
+        try:
+            steps, sec = _median_seconds(run.step, suite)
+        finally:
+            run.release()
+        if best is None or sec < best[1]:
+            best = (steps, sec, tpb)
+    rows.append(_row(case, problem, "compact BGK exact halo in place", precision, best[1],
+                     best[0], copy, pad=1, tiles_per_block=best[2]))
 
 
 def cases(suite: CompactSuite) -> list[BenchCase]:

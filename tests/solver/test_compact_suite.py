@@ -40,6 +40,20 @@ class _FakeBackend:
         pass
 
 
+class _FakeRun:
+    """CompactRun as the suite times it: 0.5e-5 s per step."""
+
+    def __init__(self, problem, pad=None, xp=None, launcher=None, tiles_per_block=2,
+                 cuda=None, packed=0) -> None:
+        assert problem.streaming == "in-place" and problem.tile_storage == "compact"
+
+    def step(self, n: int) -> float:
+        return n * 0.5e-5
+
+    def release(self) -> None:
+        pass
+
+
 class _FakeProbe:
     def __init__(self, compact, periodic, precision, q=19, halo=False, step=None,
                  packed=0) -> None:
@@ -61,6 +75,7 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     from solver.benchmarking import compact_suite
 
     monkeypatch.setattr(compact_suite, "CompactProbe", _FakeProbe)
+    monkeypatch.setattr(compact_suite, "CompactRun", _FakeRun)
     monkeypatch.setattr(compact_suite, "check_on_device", lambda: [
         {"precision": "float32", "pad": 1, "max_abs_diff": 0.0, "ok": True}])
     monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: [
@@ -74,8 +89,9 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     result = compact_suite.run_compact_suite(_FakeBackend(), suite, progress=seen.append)
     assert len(seen) == 6 and not result["errors"]
     kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
-    # cases x precisions x (2 tiled + 2 modes x (2 x 2 one thread per node + 2 packed))
-    assert len(kernels) == 3 * 2 * 14
+    # cases x precisions x (2 tiled + 2 modes x (2 x 2 one thread per node + 2 packed)
+    # + BGK in place)
+    assert len(kernels) == 3 * 2 * 15
     for r in result["results"]:
         per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
         assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
@@ -89,7 +105,8 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     assert "probe float32 pad 1: ok" in text and "NumPy float64 pad 4 halo: ok" in text
     assert ("| tiled | compact exact | compact sector-padded | compact exact halo | "
             "compact sector-padded halo | compact exact halo packed 4 | "
-            "compact exact halo packed 8 |") in text and "## Full step, BGK" in text
+            "compact exact halo packed 8 | compact exact halo in place |") in text
+    assert "## Full step, BGK" in text
     assert {r["pad"] for r in result["results"] if "pad" in r} == {1, 4, 8}
     assert "- compact BGK, float64: best variant" in text and "Errors" not in text
     assert text.count("| periodic box 16^3 | 1.000 | float32 |") == 2
@@ -234,7 +251,18 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
     and a fake tiled backend: checks pass, every compact kernel is timed, no errors."""
     from solver.benchmarking import compact_suite
 
-    monkeypatch.setitem(sys.modules, "cupy", FakeCupy())
+    fake = FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+    def launcher(*args) -> None:  # CUDA-graph capture records the emulated launches
+        if fake.capture is not None:
+            fake.capture.append(lambda: emulator_launcher(*args))
+        else:
+            emulator_launcher(*args)
+
+    real_run = compact_suite.CompactRun
+    monkeypatch.setattr(compact_suite, "CompactRun", lambda problem, pad, **kw: real_run(
+        problem, pad, xp=np, launcher=launcher, cuda=fake.cuda, **kw))
     small = compact_suite.check_on_device, compact_suite.check_step_on_device
     monkeypatch.setattr(compact_suite, "check_on_device", lambda: small[0](size=16))
     monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: small[1](16))
@@ -246,5 +274,5 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
     assert not result["errors"], result["errors"]
     assert result["checks"] and all(c["ok"] for c in result["checks"])
     compact_rows = [r for r in result["results"] if r["kernel"].startswith("compact")]
-    assert len(compact_rows) == 2 * 12 and all(r["seconds_per_step"] > 0 for r in compact_rows)
+    assert len(compact_rows) == 2 * 13 and all(r["seconds_per_step"] > 0 for r in compact_rows)
     assert {r["pad"] for r in compact_rows} == {1, 8}

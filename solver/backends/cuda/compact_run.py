@@ -88,6 +88,7 @@ class CompactRun:
         self.stream = self.cuda.Stream(non_blocking=True) if self.cuda is not None else None
         self.graphs: dict[int, object] = {}
         self.use_graphs = self.cuda is not None
+        self.loaded: set[str] = set()  # kernels launched once (loading is not capturable)
         self.launcher = launcher or _cupy_launcher
         pad = pad or sector_pad(problem.dtype.itemsize)
         #: The kernel of each phase (in place: AA pattern, :mod:`.streaming`; two copies: one).
@@ -168,6 +169,7 @@ class CompactRun:
         blocks = -(-self.problem.tiling.n_tiles // (k or tpb))
         src, dst = (self.f[0], self.f[0]) if self.in_place else \
             (self.f[self.current], self.f[1 - self.current])
+        self.loaded.add(variant.name)
         with self.stream if self.stream is not None else nullcontext():
             self.launcher(variant, blocks, packed_threads(k) if k else 64 * tpb,
                           probe_shared_bytes(tpb, True, k),
@@ -210,12 +212,13 @@ class CompactRun:
                 self._launch()
             return time.perf_counter() - start
         done = warm = 0
-        if n >= self.GRAPH_STEPS + 2 and self.use_graphs and self.current not in self.graphs:
+        kernels = {v.name for v in (self.variants if self.in_place else self.variants[:1])}
+        if n >= self.GRAPH_STEPS + 2 and self.use_graphs and not kernels <= self.loaded:
             with self.stream:
                 self._launch()
                 self._launch()
             done = warm = 2
-        ready = warm or self.current in self.graphs  # the kernel is loaded: capture is safe
+        ready = kernels <= self.loaded  # every kernel is loaded: capture is safe
         graph = self._graph() if ready and n - done >= self.GRAPH_STEPS else None
         start, end = self.cuda.Event(), self.cuda.Event()
         with self.stream:
