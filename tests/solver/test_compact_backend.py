@@ -174,3 +174,26 @@ def test_compact_in_place_equals_two_copy_bit_for_bit(precision, collision, pack
     assert one.f[0].nbytes == two.f[0].nbytes and len(two.f) == 2
     assert device_bytes(one.problem) < device_bytes(two.problem)
     assert one.memory_bytes() == two.memory_bytes() - q * one.compact.n_slots * value
+
+
+def test_checkpoints_resume_across_tile_storages() -> None:
+    """The storage is how a run executes, not what it computes: a checkpoint written by a
+    compact run resumes on the tiled storage (and the NumPy backend, which ignores it)."""
+    from solver.io import config_differences, config_values
+
+    saved = config_values(SimulationConfig(tile_storage="compact"))
+    assert config_differences(saved, SimulationConfig(tile_storage="tiled")) == []
+    assert config_differences(saved, SimulationConfig(tau=0.9)) != []
+
+
+def test_numpy_simulation_ignores_the_tile_storage() -> None:
+    from solver.simulation import Simulation
+
+    solid = porous_solid((12, 12, 12))
+    runs = [Simulation(solid, SimulationConfig(backend="numpy", tile_storage=s,
+                                               body_force=(1e-5, 0, 0)))
+            for s in ("compact", "tiled")]
+    for sim in runs:
+        sim.step(3)
+    np.testing.assert_array_equal(runs[0].populations(), runs[1].populations())
+    assert runs[0].memory_bytes() == runs[1].memory_bytes()
