@@ -32,7 +32,8 @@ from solver.benchmarking.report import results_stem  # noqa: E402
 
 TARGET = 0.85
 #: Table columns: what each kernel of a table is called there.
-VARIANTS = ("exact", "sector-padded", "exact halo", "sector-padded halo")
+VARIANTS = ("exact", "sector-padded", "exact halo", "sector-padded halo", "exact halo packed 4",
+            "exact halo packed 8", "exact halo in place")
 
 
 def _table(rows: dict, title: str, tiled: str, compact: str) -> list[str]:
@@ -80,11 +81,13 @@ def markdown(result: dict) -> str:
              f"per fluid node; target {TARGET}). Best layout and tiles per block per kernel. "
              "exact: direction blocks of exactly the fluid count; sector-padded: rounded up to "
              "whole 32-byte sectors; halo: sources located once per tile halo node in shared "
-             "memory, else per pull.", "",
+             "memory, else per pull; packed K: K tiles per block, one thread per fluid node "
+             "(else one per tile node, idle on solid ones).", "",
              "Device checks: the compact probe against its NumPy mirror (64^3 pack), one compact "
              "BGK step against the NumPy backend (48^3 pack, relative difference): "
              + ", ".join(f"{c.get('kernel', 'probe')} {c['precision']} pad {c['pad']}"
-                         f"{' halo' if c.get('halo') else ''}: "
+                         f"{' halo' if c.get('halo') else ''}"
+                         + (f" packed {c['packed']}" if c.get("packed") else "") + ": "
                          + ("ok" if c["ok"] else f"DIFFERS by {c['max_abs_diff']:g}")
                          for c in result["checks"]), ""]
     rows: dict[tuple, dict] = {}

@@ -37,7 +37,7 @@ from .values import MAX_MACH, ConfigError, velocity_vector
 __all__ = [
     "ConfigError", "SimulationConfig", "FaceCondition", "FACE_NAMES", "FACE_TYPES",
     "COLLISIONS", "FLUID_MODELS", "PRECISIONS", "STORAGES", "BACKENDS", "HALO_TRANSPORTS",
-    "STREAMING", "population_copies", "MAX_MACH", "OPENING_TYPES",
+    "STREAMING", "TILE_STORAGES", "population_copies", "MAX_MACH", "OPENING_TYPES",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ HALO_TRANSPORTS = ("auto", "nccl", "host")
 #: Population storage: two copies (pull, read one and write the other) or one copy updated in
 #: place (the AA pattern of the CuPy kernel; the NumPy reference keeps two copies either way).
 STREAMING = ("two-copy", "in-place")
+#: Population storage of a tile on the GPU: all its nodes, only its fluid nodes (issue 20), or
+#: auto (fluid only below a tile utilisation, solver/backends/cuda/tile_storage.py).
+TILE_STORAGES = ("auto", "tiled", "compact")
 
 def population_copies(streaming: str) -> int:
     """Copies of the populations the GPU keeps for a ``streaming`` option (2 or 1)."""
@@ -154,6 +157,13 @@ class SimulationConfig(param.Parameterized):
                                doc="Population storage on the GPU: two copies, or one copy "
                                    "updated in place (AA pattern: half the memory, same "
                                    "results bit for bit). The NumPy backend keeps two copies.")
+    # Default 'tiled' until the GPU tests have run the compact storage (issue 20); then 'auto'.
+    tile_storage = param.Selector(objects=list(TILE_STORAGES), default="tiled",
+                                  doc="Tile storage on the GPU: 'tiled' keeps every node of a "
+                                      "tile, 'compact' only its fluid nodes (faster and smaller "
+                                      "on porous media; no inlets/outlets, moving walls, "
+                                      "float16 or MPI), 'auto' compact where it pays (tile "
+                                      "utilisation below ~0.9) and can run. NumPy ignores it.")
 
     @property
     def viscosity(self) -> float:

@@ -38,7 +38,8 @@ FORMAT = "porous-lbm checkpoint"
 VERSION = 1
 #: Config parameters that choose how a run executes, not what it computes; a checkpoint may be
 #: resumed with other values (e.g. written on the CPU, resumed on a GPU).
-EXECUTION_ONLY = ("name", "backend", "gpu_layout", "tiles_per_block", "streaming")
+EXECUTION_ONLY = ("name", "backend", "gpu_layout", "tiles_per_block", "streaming",
+                  "tile_storage")
 #: Counters carried over on resume; the others describe the device or follow from the problem.
 RESUMED_METRICS = ("steps", "seconds", "mflups", "mflups_mean")
 

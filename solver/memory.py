@@ -102,12 +102,24 @@ def device_bytes(problem: Problem) -> int:
     The tiled state as allocated (:meth:`Tiling.memory_bytes`: population copies, node types,
     tile map and list; it agreed to 11 kB with the allocation on an H100), one byte per node
     each for the wall groups of moving walls and the fluid mask of health checks, and the
-    float64 moments of a check (:func:`moments_bytes`).
+    float64 moments of a check (:func:`moments_bytes`). Where the fluid-compacted storage is
+    chosen (:mod:`solver.backends.cuda.tile_storage`): its two copies and tables, its edge
+    tables, and the one tiled copy that reading the populations (fields, checkpoints) builds.
     """
     t = problem.tiling
     nodes = t.n_tiles * t.nodes_per_tile
-    state = t.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
-                           problem.population_copies)
+    q, value = problem.lattice.q, problem.storage_dtype.itemsize
+    state = t.memory_bytes(q, value, problem.population_copies)
+    if getattr(problem, "tile_storage", "tiled") != "tiled":  # decided by the CUDA backend
+        from .backends.cuda.compact import CompactTiling
+        from .backends.cuda.compact_run import EDGE_BYTES
+        from .backends.cuda.tile_storage import choose_tile_storage
+
+        storage = choose_tile_storage(problem)
+        if storage.compact:
+            state = (CompactTiling(t, storage.pad).memory_bytes(q, value,
+                                                                problem.population_copies)
+                     + EDGE_BYTES * problem.n_fluid + nodes * q * value)
     return int(state + 2 * nodes + moments_bytes(problem))
 
 

@@ -59,6 +59,9 @@ class Problem:
     storage_kind: str = "auto"
     #: Population storage on the GPU (``SimulationConfig.streaming``): 'two-copy' or 'in-place'.
     streaming: str = "two-copy"
+    #: Tile storage on the GPU (``SimulationConfig.tile_storage``): 'tiled', 'compact' or
+    #: 'auto' (decided by :func:`solver.backends.cuda.tile_storage.choose_tile_storage`).
+    tile_storage: str = "tiled"
     #: The geometry's openings (:class:`geometries.openings.Opening`), their frame (metres per
     #: voxel or None, origin) and the validated conditions of ``SimulationConfig.openings``.
     openings: tuple = ()
@@ -109,6 +112,7 @@ class Problem:
             labels=None if labels is None else np.asarray(labels),
             viscosity=config.viscosity,
             streaming=config.streaming,
+            tile_storage=config.tile_storage,
             opening_conditions=config.opening_conditions(),
         )
 

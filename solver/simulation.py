@@ -89,6 +89,8 @@ class Simulation:
 
     def memory_bytes(self) -> int:
         """Memory the state needs on the device, bytes (one or two population copies)."""
+        if hasattr(self.state, "memory_bytes"):  # fluid-compacted storage (CompactRun)
+            return int(self.state.memory_bytes())
         return self.tiling.memory_bytes(self.problem.lattice.q,
                                         self.problem.storage_dtype.itemsize,
                                         self.problem.population_copies)

@@ -26,7 +26,7 @@ SETTING_GROUPS = {
                  "body_force", "initial_density"],
     "Boundaries": [p for face in FACE_NAMES for p in (face, f"{face}_value")],
     "Tiling and device": ["tile_edge", "tile_offset", "backend", "gpu_layout",
-                          "tiles_per_block", "streaming"],
+                          "tiles_per_block", "streaming", "tile_storage"],
 }
 #: Parameters deliberately without a widget, and why.
 EXCLUDED_SETTINGS = {

@@ -23,7 +23,7 @@ from datetime import date
 import numpy as np
 
 from ..backends.cuda.compact import CompactTiling, sector_pad
-from ..backends.cuda.compact_run import CompactProbe
+from ..backends.cuda.compact_run import CompactProbe, CompactRun
 from ..config import GPU_LAYOUTS
 from .cases import BenchCase, git_commit, sphere_pack
 from .gpu_suite import _problem, pack_cases
@@ -53,6 +53,18 @@ class CompactSuite:
     repeats: int = 3
 
 
+#: Packed kernels timed (tiles per block; exact padding, halo addressing): issue 20 item 2.
+PACKED = (4, 8)
+
+
+def compact_variants(precision: str) -> list[tuple[bool, int, int]]:
+    """(halo, pad, packed) of every compact kernel timed: both addressings and paddings
+    (one thread per tile node), then the packed kernels (one thread per fluid node)."""
+    pads = (1, sector_pad(np.dtype(precision).itemsize))
+    return ([(halo, pad, 0) for halo in (False, True) for pad in pads]
+            + [(True, 1, k) for k in PACKED])
+
+
 def _median_seconds(run: Callable[[int], float], suite: CompactSuite) -> tuple[int, float]:
     """Steps per measurement and the median seconds per step of ``repeats`` measurements."""
     warm = run(3) / 3  # compiles on first use; excluded
@@ -72,12 +84,11 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
     periodic = (True, True, True)
     checks = []
     for precision in ("float32", "float64"):
-        for pad, halo in itertools.product((1, sector_pad(np.dtype(precision).itemsize)),
-                                           (False, True)):
+        for halo, pad, packed in compact_variants(precision):
             compact = CompactTiling(tiling, pad)
             rng = np.random.default_rng(seed)
             fin = rng.random(lat.q * compact.n_slots).astype(precision)
-            probe = CompactProbe(compact, periodic, precision, halo=halo)
+            probe = CompactProbe(compact, periodic, precision, halo=halo, packed=packed)
             probe.upload(fin, 0)
             probe.upload(fin, 1)  # padding slots as in the NumPy mirror
             probe.launch(2)
@@ -86,7 +97,7 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
             want = compact.pull(fin, lat, periodic)
             diff = float(np.abs(got - want).max())
             checks.append({"precision": precision, "pad": pad, "halo": halo, "max_abs_diff": diff,
-                           "ok": diff == 0.0, "eta_t": round(tiling.eta_t, 4)})
+                           "ok": diff == 0.0, "eta_t": round(tiling.eta_t, 4), "packed": packed})
     return checks
 
 
@@ -108,10 +119,12 @@ def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
         numpy_backend.step(state, 1)
         ref = numpy_backend.populations(state)
         fluid = np.broadcast_to(~problem.tiling.solid[:, None, :], ref.shape)
-        for halo in (False, True):
-            compact = CompactTiling(problem.tiling, sector_pad(np.dtype(precision).itemsize))
+        sector = sector_pad(np.dtype(precision).itemsize)
+        for halo, pad, packed in [(False, sector, 0), (True, sector, 0),
+                                  *((True, 1, k) for k in PACKED)]:
+            compact = CompactTiling(problem.tiling, pad)
             probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo,
-                                 step=problem)
+                                 step=problem, packed=packed)
             probe.upload(compact.pack(f0.astype(precision)), 0)
             probe.launch(2)
             got = compact.unpack(probe.download(1), problem.lattice.q).astype(np.float64)
@@ -119,7 +132,7 @@ def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
             diff = float(np.abs(got - ref)[fluid].max() / np.abs(ref).max())
             tol = 1e-12 if precision == "float64" else 1e-5
             checks.append({"precision": precision, "pad": compact.pad, "halo": halo,
-                           "kernel": "BGK step vs NumPy", "max_abs_diff": diff,
+                           "kernel": "BGK step vs NumPy", "max_abs_diff": diff, "packed": packed,
                            "ok": diff <= tol, "eta_t": round(problem.tiling.eta_t, 4)})
     return checks
 
@@ -155,25 +168,46 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                              layout=best[2], tiles_per_block=best[3]))
     finally:
         backend.release(base)
-    for step, halo, pad in itertools.product(
-            (False, True), (False, True), (1, sector_pad(np.dtype(precision).itemsize))):
+    for step, (halo, pad, packed) in itertools.product((False, True), compact_variants(precision)):
         compact = CompactTiling(problem.tiling, pad)
         probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo,
-                             problem if step else None)
+                             problem if step else None, packed)
         try:
             best = None
-            for tpb in suite.tiles_per_block:
+            for tpb in (packed,) if packed else suite.tiles_per_block:
                 steps, sec = _median_seconds(lambda n: probe.time(n, tpb), suite)  # noqa: B023
                 if best is None or sec < best[1]:
                     best = (steps, sec, tpb)
         finally:
             probe.release()
         label = (f"compact {'BGK' if step else 'propagation'} "
-                 f"{'exact' if pad == 1 else 'sector-padded'}{' halo' if halo else ''}")
+                 f"{'exact' if pad == 1 else 'sector-padded'}{' halo' if halo else ''}"
+                 + (f" packed {packed}" if packed else ""))
         rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=pad,
                          tiles_per_block=best[2],
                          slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),
                          graphs=probe.use_graphs))
+    _measure_in_place(case, problem, precision, suite, copy, rows)
+
+
+def _measure_in_place(case: BenchCase, problem, precision: str, suite: CompactSuite,
+                      copy: float, rows: list[dict]) -> None:
+    """The compact BGK step in place (AA pattern, one copy) as runs step it (CompactRun:
+    exact padding, per-node kernel, captured graphs), best tiles per block."""
+    from dataclasses import replace
+
+    best = None
+    for tpb in suite.tiles_per_block:
+        run = CompactRun(replace(problem, streaming="in-place", tile_storage="compact"), 1,
+                         tiles_per_block=tpb)
+        try:
+            steps, sec = _median_seconds(run.step, suite)
+        finally:
+            run.release()
+        if best is None or sec < best[1]:
+            best = (steps, sec, tpb)
+    rows.append(_row(case, problem, "compact BGK exact halo in place", precision, best[1],
+                     best[0], copy, pad=1, tiles_per_block=best[2]))
 
 
 def cases(suite: CompactSuite) -> list[BenchCase]:

@@ -116,13 +116,16 @@ def compile_compact(code: str, name: str, real: str, n_reals: int):
 
 
 def emulated(precision: str, pad: int, halo: bool, collision: str | None = None,
-             incompressible: bool = True):
+             incompressible: bool = True, packed: int = 0, streaming: str = "pull"):
     """The emulated launch of one compact kernel (:func:`compile_compact`)."""
-    name = probe_name("D3Q19", precision, pad, halo, collision, incompressible)
+    if streaming == "swap":
+        collision = None
+    name = probe_name("D3Q19", precision, pad, halo, collision, incompressible, packed,
+                      streaming)
     real = "double" if precision == "float64" else "float"
     n_reals = len(real_param_names("D3Q19", precision, collision, incompressible))
     return compile_compact(probe_source("D3Q19", precision, pad, halo, collision,
-                                        incompressible), name, real, n_reals)
+                                        incompressible, packed, streaming), name, real, n_reals)
 
 
 def _ptr(a: np.ndarray):
@@ -131,13 +134,15 @@ def _ptr(a: np.ndarray):
 
 def emulator_launcher(variant, blocks, threads, shared, args) -> None:
     """CompactRun's launcher on the g++ emulator (host arrays)."""
-    assert shared == probe_shared_bytes(threads // 64, True)
+    k = variant.packed
+    assert shared == probe_shared_bytes(threads // 64, True, k)
     fin, fout, masks, base, tiles, tile_map, *rest = args
     ints = np.array(rest[:11], dtype=np.int32)
     reals = np.array(rest[11:] or [0.0], dtype=fin.dtype)
     run = emulated(variant.precision, variant.compact, True,
-                   None if variant.mode == "propagate" else variant.collision,
-                   variant.incompressible)
+                   None if variant.mode != "full" else variant.collision,
+                   variant.incompressible, k, "swap" if variant.mode == "swap" else
+                   variant.streaming)
     run(ctypes.c_int(blocks), ctypes.c_int(threads), _ptr(fin), _ptr(fout), _ptr(masks),
         _ptr(base), _ptr(tiles), _ptr(tile_map), _ptr(ints), _ptr(reals))
 

@@ -218,8 +218,10 @@ def test_compact_kernel_variant_flag() -> None:
                                         layout="xyz").canonical()
     assert variant_reals(probe) == [] and "propagate" in probe.name
     assert kernel_source(replace(v, compact=0)) != src  # the tiled kernel is untouched
+    in_place = replace(v, streaming="aa_neighbour")  # AA pattern: no restrict, own names
+    assert in_place.name.endswith("_aan") and "__restrict__ fin" not in kernel_source(in_place)
+    assert replace(v, mode="swap").canonical().collision == "BGK"
     for bad, words in [({"boundary": "zou_he"}, "boundary code 'zou_he'"),
-                       ({"streaming": "aa_neighbour"}, "only two-copy"),
                        ({"storage": "float16"}, "storage 'float16'"),
                        ({"lattice": "D2Q9", "tile_edge": 8}, "3D, edge 4"),
                        ({"mode": "readwrite"}, "mode 'readwrite'")]:

@@ -40,8 +40,23 @@ class _FakeBackend:
         pass
 
 
+class _FakeRun:
+    """CompactRun as the suite times it: 0.5e-5 s per step."""
+
+    def __init__(self, problem, pad=None, xp=None, launcher=None, tiles_per_block=2,
+                 cuda=None, packed=0) -> None:
+        assert problem.streaming == "in-place" and problem.tile_storage == "compact"
+
+    def step(self, n: int) -> float:
+        return n * 0.5e-5
+
+    def release(self) -> None:
+        pass
+
+
 class _FakeProbe:
-    def __init__(self, compact, periodic, precision, q=19, halo=False, step=None) -> None:
+    def __init__(self, compact, periodic, precision, q=19, halo=False, step=None,
+                 packed=0) -> None:
         assert compact.tiling.n_tiles and len(periodic) == 3 and q == 19
         self.use_graphs = True
 
@@ -60,6 +75,7 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     from solver.benchmarking import compact_suite
 
     monkeypatch.setattr(compact_suite, "CompactProbe", _FakeProbe)
+    monkeypatch.setattr(compact_suite, "CompactRun", _FakeRun)
     monkeypatch.setattr(compact_suite, "check_on_device", lambda: [
         {"precision": "float32", "pad": 1, "max_abs_diff": 0.0, "ok": True}])
     monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: [
@@ -73,7 +89,9 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     result = compact_suite.run_compact_suite(_FakeBackend(), suite, progress=seen.append)
     assert len(seen) == 6 and not result["errors"]
     kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
-    assert len(kernels) == 3 * 2 * 10  # cases x precisions x (2 tiled + 2 x 2 x 2 compact)
+    # cases x precisions x (2 tiled + 2 modes x (2 x 2 one thread per node + 2 packed)
+    # + BGK in place)
+    assert len(kernels) == 3 * 2 * 15
     for r in result["results"]:
         per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
         assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
@@ -86,7 +104,9 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     text = script.markdown(result)
     assert "probe float32 pad 1: ok" in text and "NumPy float64 pad 4 halo: ok" in text
     assert ("| tiled | compact exact | compact sector-padded | compact exact halo | "
-            "compact sector-padded halo |") in text and "## Full step, BGK" in text
+            "compact sector-padded halo | compact exact halo packed 4 | "
+            "compact exact halo packed 8 | compact exact halo in place |") in text
+    assert "## Full step, BGK" in text
     assert {r["pad"] for r in result["results"] if "pad" in r} == {1, 4, 8}
     assert "- compact BGK, float64: best variant" in text and "Errors" not in text
     assert text.count("| periodic box 16^3 | 1.000 | float32 |") == 2
@@ -101,8 +121,9 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
 class _EmulatedProbe:
     """CompactProbe's interface on the g++ emulator: host arrays, the same kernel text."""
 
-    def __init__(self, compact, periodic, precision, q=19, halo=False, step=None) -> None:
-        self.compact, self.precision, self.halo = compact, precision, halo
+    def __init__(self, compact, periodic, precision, q=19, halo=False, step=None,
+                 packed=0) -> None:
+        self.compact, self.precision, self.halo, self.packed = compact, precision, halo, packed
         self.kind = (step.collision.name, step.incompressible) if step else (None, True)
         self.reals = np.array(physics_args(step) if step else [0.0], dtype=precision)
         self.ints = np.array(compact.int_args(periodic), dtype=np.int32)
@@ -120,9 +141,11 @@ class _EmulatedProbe:
         return self.f[copy].copy()
 
     def launch(self, tpb: int) -> None:
-        run = emulated(self.precision, self.compact.pad, self.halo, *self.kind)
+        run = emulated(self.precision, self.compact.pad, self.halo, *self.kind, self.packed)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
-        run(ctypes.c_int(-(-self.compact.tiling.n_tiles // tpb)), ctypes.c_int(64 * tpb),
+        k = self.packed or tpb
+        run(ctypes.c_int(-(-self.compact.tiling.n_tiles // k)),
+            ctypes.c_int(32 * k if self.packed else 64 * tpb),
             ptr(self.f[0]), ptr(self.f[1]), *(ptr(t) for t in self.tables), ptr(self.ints),
             ptr(self.reals))
 
@@ -142,7 +165,8 @@ def test_device_checks_pass_on_the_emulated_kernels(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
     monkeypatch.setattr(compact_suite, "CompactProbe", _EmulatedProbe)
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
-    assert len(checks) == 8 + 4 and all(c["ok"] for c in checks), checks
+    assert len(checks) == 12 + 8 and all(c["ok"] for c in checks), checks
+    assert {c["packed"] for c in checks} == {0, 4, 8}
 
     class _Unmoved(_EmulatedProbe):
         def launch(self, tpb: int) -> None:
@@ -186,8 +210,7 @@ def test_compact_run_refuses_what_the_kernel_lacks() -> None:
     from solver.problem import Problem
 
     solid = porous_solid((12, 12, 12))
-    for options, words in [({"streaming": "in-place"}, "only two-copy"),
-                           ({"storage": "float16", "precision": "float32"}, "storage"),
+    for options, words in [({"storage": "float16", "precision": "float32"}, "storage"),
                            ({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure",
                              "x_max_value": 1.0}, "boundary code")]:
         problem = Problem.from_config(solid, SimulationConfig(lattice="D3Q19", **options))
@@ -219,7 +242,7 @@ def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     from solver.benchmarking import compact_suite  # the script's device checks, same plumbing
 
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
-    assert len(checks) == 12 and all(c["ok"] for c in checks), checks
+    assert len(checks) == 20 and all(c["ok"] for c in checks), checks
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -228,7 +251,18 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
     and a fake tiled backend: checks pass, every compact kernel is timed, no errors."""
     from solver.benchmarking import compact_suite
 
-    monkeypatch.setitem(sys.modules, "cupy", FakeCupy())
+    fake = FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+    def launcher(*args) -> None:  # CUDA-graph capture records the emulated launches
+        if fake.capture is not None:
+            fake.capture.append(lambda: emulator_launcher(*args))
+        else:
+            emulator_launcher(*args)
+
+    real_run = compact_suite.CompactRun
+    monkeypatch.setattr(compact_suite, "CompactRun", lambda problem, pad, **kw: real_run(
+        problem, pad, xp=np, launcher=launcher, cuda=fake.cuda, **kw))
     small = compact_suite.check_on_device, compact_suite.check_step_on_device
     monkeypatch.setattr(compact_suite, "check_on_device", lambda: small[0](size=16))
     monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: small[1](16))
@@ -240,5 +274,5 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
     assert not result["errors"], result["errors"]
     assert result["checks"] and all(c["ok"] for c in result["checks"])
     compact_rows = [r for r in result["results"] if r["kernel"].startswith("compact")]
-    assert len(compact_rows) == 2 * 8 and all(r["seconds_per_step"] > 0 for r in compact_rows)
+    assert len(compact_rows) == 2 * 13 and all(r["seconds_per_step"] > 0 for r in compact_rows)
     assert {r["pad"] for r in compact_rows} == {1, 8}

@@ -24,13 +24,12 @@ import numpy as np
 from ...problem import Problem
 from ..base import DeviceInfo, with_rest_solids
 from .boundary import boundary_values
+from .compact_run import CompactRun
 from .device import (
-    ATTR_BUS_WIDTH_BITS,
-    ATTR_MEMORY_CLOCK_KHZ,
     CAPTURE_LOCK,
     compile_kernel,
     copy_bandwidth,
-    device_name,
+    device_info,
     free_pool,
     probe_device,
 )
@@ -45,6 +44,7 @@ from .tables import (
     physics_args,
     slot_table,
 )
+from .tile_storage import choose_tile_storage
 
 __all__ = ["CupyBackend", "CupyState", "probe_device", "compile_kernel", "copy_bandwidth"]
 
@@ -104,12 +104,18 @@ class CupyBackend:
     def __init__(self) -> None:
         self._use_graphs = True
 
-    def allocate(self, problem: Problem) -> CupyState:
-        """Upload the tiling tables and set the copies (one or two) to the rest equilibrium."""
+    def allocate(self, problem: Problem) -> CupyState | CompactRun:
+        """Upload the tiling tables and set the copies (one or two) to the rest equilibrium;
+        a :class:`.compact_run.CompactRun` where :mod:`.tile_storage` chooses compact."""
         if problem.owned is not None and not np.all(problem.owned):
             raise ValueError("step() advances every tile; a rank-local problem (owned tiles of "
                              "a distributed run) is allocated by phase_stepper(), which steps "
                              "only the owned tiles.")
+        storage = choose_tile_storage(problem)
+        log.info("tile storage: %s (%s)", storage.kind, storage.reason)
+        if storage.compact:
+            return CompactRun(problem, storage.pad, cp, tiles_per_block=problem.tiles_per_block,
+                              packed=storage.packed)
         return self._allocate(problem)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
@@ -117,6 +123,9 @@ class CupyBackend:
         owning tiles ``[0, n_owned_tiles)``, the first ``n_boundary_tiles`` read by others."""
         from .phases import CupyPhases
 
+        if problem.tile_storage == "compact":
+            raise ValueError("tile_storage='compact' does not run under MPI yet (the halo "
+                             "exchange reads tiled copies); use 'auto' or 'tiled' with MPI.")
         if problem.streaming != "two-copy":
             raise ValueError("A distributed run keeps two copies of f: its halo exchange reads "
                              "one copy while the step writes the other. Use "
@@ -236,6 +245,8 @@ class CupyBackend:
 
     def step(self, state: CupyState, n: int = 1) -> float:
         """Advance ``n`` steps; return their CUDA-event time in seconds."""
+        if isinstance(state, CompactRun):
+            return state.step(n)
         return self._timed(state, n, "full", state.problem.tiles_per_block)
 
     def probe(self, state: CupyState, mode: str, n: int = 1,
@@ -248,6 +259,8 @@ class CupyBackend:
         if mode not in ("full", "propagate", "readwrite"):
             raise ValueError(f"Unknown kernel mode {mode!r}; use 'full', 'propagate' or "
                              "'readwrite'.")
+        if isinstance(state, CompactRun):
+            return state.probe(mode, n)
         return self._timed(state, n, mode, tiles_per_block or state.problem.tiles_per_block)
 
     def reconfigure(self, state: CupyState, **changes) -> CupyState:
@@ -261,9 +274,10 @@ class CupyBackend:
         this way.
         """
         fixed = {"tiling", "dtype", "storage_kind", "lattice", "faces", "objects", "labels",
-                 "periodic", "rho0", "streaming"}
-        if fixed & changes.keys():
-            raise ValueError(f"reconfigure() keeps {', '.join(sorted(fixed))}; allocate anew.")
+                 "periodic", "rho0", "streaming", "tile_storage"}
+        if fixed & changes.keys() or isinstance(state, CompactRun):
+            raise ValueError(f"reconfigure() keeps {', '.join(sorted(fixed))} and runs on the "
+                             "tiled storage; allocate anew.")
         problem = replace(state.problem, **changes)
         cached = state.problem.__dict__.get("boundary")  # functools.cached_property storage
         if cached is not None:  # same geometry and faces: only Ladd's density may change
@@ -310,6 +324,8 @@ class CupyBackend:
     def device_populations(self, state: CupyState) -> cp.ndarray:
         """Latest populations on the device in XYZ in-tile order, arithmetic precision (a view
         for the XYZ layout without float16 storage)."""
+        if isinstance(state, CompactRun):
+            return state.device_populations()
         current = self._natural(state)
         if state.identity_slots is None:
             state.identity_slots = bool((state.slots == cp.arange(state.slots.shape[1])).all())
@@ -328,6 +344,8 @@ class CupyBackend:
 
         Solid nodes of every copy get the rest equilibrium (:mod:`solver.backends.base`).
         """
+        if isinstance(state, CompactRun):  # solid nodes are not stored: always at rest
+            return state.set_populations(f)
         problem, q = state.problem, cp.arange(state.problem.lattice.q)[:, None]
         if state.in_place:  # values arrive in the natural layout: decode to phase 0 first,
             self._natural(state)  # which also moves the float16 step counter there
@@ -339,38 +357,23 @@ class CupyBackend:
 
     def set_step(self, state: CupyState, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding (on resume)."""
-        if state.seeds is not None:
+        if getattr(state, "seeds", None) is not None:  # float16 storage (never compact)
             state.seeds[state.current] = np.uint32(step & 0xFFFFFFFF)
 
     def device_info(self) -> DeviceInfo:
         """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""
-        dev = cp.cuda.Device().id
-        free, total = cp.cuda.runtime.memGetInfo()
-        try:
-            clock = cp.cuda.runtime.deviceGetAttribute(ATTR_MEMORY_CLOCK_KHZ, dev) * 1e3
-            bus = cp.cuda.runtime.deviceGetAttribute(ATTR_BUS_WIDTH_BITS, dev)
-            peak = 2.0 * clock * bus / 8.0  # double data rate
-        except Exception:  # attribute missing on some drivers: report unknown, not a guess
-            peak = None
-        return DeviceInfo(name=device_name(), memory=int(total), memory_used=int(total - free),
-                          peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))
+        return device_info()
 
     def iolet_flux(self, state: CupyState) -> np.ndarray | None:
         """Net mass flux into the fluid per opening link in the last step (host float64)."""
-        return None if state.iolets is None else state.iolets.host_flux()
+        iolets = getattr(state, "iolets", None)  # compact runs have no openings' pass
+        return None if iolets is None else iolets.host_flux()
 
     def nccl_status(self) -> tuple[bool, str]:
         """Whether CuPy's NCCL binding is usable, and its version or what is missing."""
-        try:
-            from cupy.cuda import nccl
-        except Exception as exc:  # a broken binding fails with several error types
-            return False, f"cupy.cuda.nccl does not import ({exc.__class__.__name__}: {exc})"
-        if not getattr(nccl, "available", False):
-            return False, ("CuPy found no NCCL library; install the NCCL package of the CUDA "
-                           "version (e.g. nvidia-nccl-cu13) or use transport='host'")
-        from .nccl import nccl_version
+        from .nccl import nccl_status
 
-        return True, f"NCCL {nccl_version(nccl.get_version())}"
+        return nccl_status()
 
     def nccl_link(self, comm):
         """An NCCL communicator over the MPI communicator ``comm`` on the current device
@@ -384,7 +387,6 @@ class CupyBackend:
     def gpu_id(self) -> str:
         """PCI bus id of the current device: which physical GPU this process computes on."""
         return str(cp.cuda.Device().pci_bus_id)
-
     def memory_required(self, problem: Problem) -> int:
         """Device bytes a run of ``problem`` needs at its peak (see solver.memory.device_bytes)."""
         from ...memory import device_bytes
@@ -397,6 +399,9 @@ class CupyBackend:
 
     def release(self, state: CupyState) -> None:
         """Free the device arrays."""
-        state.f = cp.empty((2, 0, 0, 0), dtype=state.f.dtype)
-        state.views, state.launches, state.graphs, state.tables, state.iolets = (), {}, {}, {}, None
+        if isinstance(state, CompactRun):
+            state.release()
+        else:
+            state.f, state.views, state.launches, state.graphs, state.tables, state.iolets = \
+                cp.empty((2, 0, 0, 0), dtype=state.f.dtype), (), {}, {}, {}, None
         free_pool()  # not while a run on another thread captures a graph

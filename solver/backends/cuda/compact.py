@@ -30,11 +30,12 @@ from .collisions import cuda_collision
 from .tables import c_literal
 
 __all__ = ["CompactTiling", "SECTOR_BYTES", "popcount", "sector_pad", "probe_name", "probe_source",
-           "probe_shared_bytes", "real_param_names"]
+           "probe_shared_bytes", "packed_threads", "real_param_names"]
 
 #: Bytes of one DRAM/L2 sector: the unit a GPU reads and writes.
 SECTOR_BYTES = 32
 _TEMPLATE = Path(__file__).with_name("templates") / "compact_probe.cu"
+_PACKED = _TEMPLATE.with_name("compact_packed.cu")
 
 
 def popcount(x: np.ndarray) -> np.ndarray:
@@ -190,18 +191,29 @@ class CompactTiling:
 
 
 def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
-               collision: str | None = None, incompressible: bool = True) -> str:
+               collision: str | None = None, incompressible: bool = True,
+               packed: int = 0, streaming: str = "pull") -> str:
     """Kernel (and namespace) name of one compact kernel (``collision`` None: the probe)."""
     prec = "f64" if precision == "float64" else "f32"
     mode = "propagate" if collision is None else \
         f"full_{collision}_{'inc' if incompressible else 'qc'}"
-    return f"lbm_compact_{mode}_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
+    return (f"lbm_compact_{mode}_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
+            + (f"_k{packed}" if packed else "") + _ACCESS[streaming])
 
 
-def probe_shared_bytes(tiles_per_block: int, halo: bool = False) -> int:
+def probe_shared_bytes(tiles_per_block: int, halo: bool = False, packed: int = 0) -> int:
     """Dynamic shared memory of one block: 27 masks (8 B) and bases (4 B) per tile, and with
-    ``halo`` the located source (two ints) of each of the 6^3 halo nodes."""
+    ``halo`` the located source (two ints) of each of the 6^3 halo nodes; ``packed`` K: those
+    of its K tiles and the node of each fluid rank (one byte)."""
+    if packed:
+        return packed * (27 * 12 + 2 * 4 * 6**3 + 64)
     return tiles_per_block * (27 * 12 + (2 * 4 * 6**3 if halo else 0))
+
+
+def packed_threads(packed: int) -> int:
+    """Threads per block of the packed kernel of ``packed`` tiles: half their nodes (one pass
+    at eta_t <= 0.5, two on full tiles)."""
+    return 32 * packed
 
 
 _AXIS_TABLES = "\n".join(
@@ -221,18 +233,33 @@ def real_param_names(lattice: str, precision: str, collision: str | None,
             *cuda_collision(collision).param_names(lattice)]
 
 
+#: Name suffix per address pattern (:mod:`.streaming`): two copies, or the AA pattern's kernels.
+_ACCESS = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal", "swap": "_swap"}
+
+
 @cache
 def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
                  halo: bool = False, collision: str | None = None,
-                 incompressible: bool = True) -> str:
+                 incompressible: bool = True, packed: int = 0, streaming: str = "pull") -> str:
     """CUDA source of a compact kernel; its kernel is ``probe_name(...)`` of the same arguments.
 
     ``halo``: the tile's threads locate the source of each halo node once (shared memory),
     and a pull is a shared load; otherwise every pull of every node locates its source
     (popcounts and neighbourhood look-ups per direction). ``collision`` None: the propagation
     probe; else a full step with that collision (:mod:`.collisions`), no boundary code (walls:
-    halfway bounce-back; faces periodic or walls).
+    halfway bounce-back; faces periodic or walls). ``packed`` K > 0: the packed kernel of
+    ``templates/compact_packed.cu`` (K tiles per block, :func:`packed_threads` threads, one per
+    fluid node; halo addressing only). ``streaming``: 'pull' (two copies) or one of the AA
+    pattern's in-place kernels of :mod:`.streaming` ('aa_neighbour' from the natural layout,
+    'aa_local' from the streamed one), with the same arithmetic per node; 'swap' (no collision)
+    decodes the streamed layout in place: the two slots of every fluid-fluid link exchanged,
+    each link by the node it leaves in a direction of positive first non-zero component.
     """
+    if streaming not in _ACCESS:
+        raise ValueError(f"Unknown streaming {streaming!r}; use one of {tuple(_ACCESS)}.")
+    if packed and (not halo or packed not in (1, 2, 4, 8, 16)):
+        raise ValueError(f"The packed kernel needs halo addressing and 1-16 tiles per block "
+                         f"(a power of two), got halo={halo}, packed={packed}.")
     lat = get_lattice(lattice)
     if lat.d != 3:
         raise ValueError(f"The compact probe is 3D (4^3 tiles), not {lattice}.")
@@ -241,31 +268,57 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     if pad < 1 or pad & (pad - 1):
         raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
     pulls, stores = [], []
-    for i, c in enumerate(lat.c.tolist()):
+
+    def at(i: int, c, sign: int) -> str:
+        """Slot of direction i at the node x + sign c, or the node's own slot of opp(i)."""
         own = f"own + {int(lat.opposite[i])} * stride"
-        if not any(c):
-            pulls.append(f"    const real g{i} = fin[own + {i} * stride];")
-        elif halo:  # the source x - c sits at halo index hn - (cx + 6 cy + 36 cz)
-            shift = -(c[0] + 6 * c[1] + 36 * c[2])
+        if halo:  # x + sign c sits at halo index hn + sign (cx + 6 cy + 36 cz)
+            shift = sign * (c[0] + 6 * c[1] + 36 * c[2])
             h = f"hn {'+' if shift > 0 else '-'} {abs(shift)}"
-            pulls.append(f"    const real g{i} = fin[source_slot({i}, Found{{s_at[{h}], "
-                         f"s_pc[{h}]}}, {own})];")
-        else:  # the source is x - c: index d + 1 of the axis tables, d = -c
-            sx, sy, sz = (f"a{ax}[{1 - ci}]" for ax, ci in zip("xyz", c, strict=True))
-            pulls.append(f"    const real g{i} = fin[source_slot({i}, locate({sx}, {sy}, {sz}, "
-                         f"s_mask, s_base, masks, base, tile_map, gx, gy), {own})];")
-        stores.append(f"    fout[own + {i} * stride] = g{i};")
-    name = probe_name(lattice, precision, pad, halo, collision, incompressible)
+            return f"source_slot({i}, Found{{s_at[{h}], s_pc[{h}]}}, {own})"
+        sx, sy, sz = (f"a{ax}[{1 + sign * ci}]" for ax, ci in zip("xyz", c, strict=True))
+        return (f"source_slot({i}, locate({sx}, {sy}, {sz}, s_mask, s_base, masks, base, "
+                f"tile_map, gx, gy), {own})")
+
+    def store(i: int, value: str) -> str:
+        c, opp = lat.c[i].tolist(), int(lat.opposite[i])
+        if streaming == "aa_neighbour" and any(c):  # into the slot g_opp(i) came from
+            return f"    fout[{at(opp, c, 1)}] = {value};"  # (x, i) where x + c_i is not fluid
+        return f"    fout[own + {i} * stride] = {value};"
+
+    for i, c in enumerate(lat.c.tolist()):
+        if streaming == "aa_local":  # the arriving population waits in the own slot of opp(i)
+            pulls.append(f"    const real g{i} = fin[own + {int(lat.opposite[i])} * stride];")
+        elif not any(c):
+            pulls.append(f"    const real g{i} = fin[own + {i} * stride];")
+        else:  # the source is x - c
+            pulls.append(f"    const real g{i} = fin[{at(i, c, -1)}];")
+        stores.append(store(i, f"g{i}"))
+    if streaming == "swap":
+        stores, collision = [], None
+        pulls = [f"    {{ const int a = own + {i} * stride, b = {at(int(lat.opposite[i]), c, 1)};"
+                 f" const real t = fin[a]; fout[a] = fin[b]; fout[b] = t; }}"
+                 for i, c in enumerate(lat.c.tolist()) if tuple(c) > (0, 0, 0)]
+    name = probe_name(lattice, precision, pad, halo, collision, incompressible, packed, streaming)
     real = "double" if precision == "float64" else "float"
     if collision is None:
         collide = "\n".join(stores)
     else:
         collide = cuda_collision(collision).code(
             lattice, incompressible, lambda x: c_literal(x, real),
-            lambda i, value: f"    fout[own + {i} * stride] = {value};")
+            store)
     params = "".join(f",\n    const real {p}"
                      for p in real_param_names(lattice, precision, collision, incompressible))
-    return Template(_TEMPLATE.read_text()).substitute(
+    text = _TEMPLATE.read_text()
+    if packed:  # the helpers of compact_probe.cu, then the packed kernel
+        text = text[:text.index('extern "C"')] + _PACKED.read_text()
+    indent = "    " if packed else ""  # the packed kernel's body sits in its node loop
+    return Template(text).substitute(
         namespace=name, kernel=name, real=real, q=lat.q, pad=pad, halo="true" if halo else "false",
-        axis_tables="" if halo else _AXIS_TABLES, pulls="\n".join(pulls), collide=collide,
-        real_params=params)
+        axis_tables="" if halo else _AXIS_TABLES, pulls=_indent(pulls, indent),
+        collide=_indent(collide.split("\n"), indent), real_params=params, packed=packed,
+        restrict="__restrict__" if streaming == "pull" else "")
+
+
+def _indent(lines: list[str], indent: str) -> str:
+    return "\n".join(indent + line for line in lines)

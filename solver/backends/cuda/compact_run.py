@@ -11,17 +11,27 @@ CPU tests) and the launcher are arguments; by default CuPy and the compiled kern
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
 
 from ...problem import Problem
-from .compact import CompactTiling, probe_name, probe_shared_bytes, probe_source, sector_pad
+from .capture import CAPTURE_LOCK
+from .compact import (
+    CompactTiling,
+    packed_threads,
+    probe_name,
+    probe_shared_bytes,
+    probe_source,
+    sector_pad,
+)
 from .kernels import KernelVariant, kernel_source
 from .tables import physics_args
 
-__all__ = ["CompactRun", "CompactProbe", "Launcher"]
+__all__ = ["CompactRun", "CompactProbe", "Launcher", "edge_nodes", "EDGE_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +46,25 @@ def _cupy_launcher(variant: KernelVariant, blocks: int, threads: int, shared: in
     compile_kernel(variant)((blocks,), (threads,), args, shared_mem=shared)
 
 
+def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per fluid node: its compact value index of direction 0, its tile's direction block
+    length (direction i adds i times it), and its tiled XYZ index of direction 0 (direction i
+    adds 64 i). int32 where the indices fit (12 bytes per fluid node), else the tiled one int64:
+    the conversion tables of :class:`CompactRun`, a fraction of :meth:`CompactTiling.edge_index`
+    (16 q bytes per fluid node)."""
+    ranks = compact.ranks()
+    tile, node = np.nonzero(ranks >= 0)
+    at = q * compact.base[tile] + ranks[tile, node]
+    tiled = tile * (q * 64) + node
+    wide = compact.tiling.n_tiles * q * 64 >= 2**31
+    return (at.astype(np.int32), compact.padded[tile].astype(np.int32),
+            tiled.astype(np.int64 if wide else np.int32))
+
+
+#: Device bytes per fluid node of :func:`edge_nodes`' tables (tiled index int32).
+EDGE_BYTES = 12
+
+
 class CompactRun:
     """Two compact copies of ``problem``'s populations on the device, stepped two-copy.
 
@@ -43,16 +72,32 @@ class CompactRun:
     Refuses (ValueError, with what to use instead) what the compact kernel lacks.
     """
 
+    #: Launches per captured CUDA graph (even: the copies end where they began).
+    GRAPH_STEPS = 16
+
     def __init__(self, problem: Problem, pad: int | None = None, xp=None,
-                 launcher: Launcher | None = None, tiles_per_block: int = 2) -> None:
+                 launcher: Launcher | None = None, tiles_per_block: int = 2,
+                 cuda=None, packed: int = 0) -> None:
+        """``cuda``: the CUDA runtime namespace for streams, events and graphs (``cupy.cuda``
+        with CuPy; a fake in the CPU tests); None with NumPy arrays (plain launches, host
+        clock). ``packed`` K: the packed kernel (K tiles per block, one thread per fluid node;
+        ``tiles_per_block`` is then ignored)."""
         if xp is None:
             import cupy as xp
         self.problem, self.xp = problem, xp
+        self.cuda = cuda if cuda is not None else getattr(xp, "cuda", None)
+        self.stream = self.cuda.Stream(non_blocking=True) if self.cuda is not None else None
+        self.graphs: dict[int, object] = {}
+        self.use_graphs = self.cuda is not None
+        self.loaded: set[str] = set()  # kernels launched once (loading is not capturable)
         self.launcher = launcher or _cupy_launcher
         pad = pad or sector_pad(problem.dtype.itemsize)
-        tiled = KernelVariant.for_problem(problem)
-        self.variant = replace(tiled, compact=pad).canonical()
-        kernel_source(self.variant)  # ValueError: boundary code, in place, float16 storage, 2D
+        #: The kernel of each phase (in place: AA pattern, :mod:`.streaming`; two copies: one).
+        self.variants = [replace(KernelVariant.for_problem(problem, "full", phase), compact=pad,
+                                 packed=packed).canonical() for phase in (0, 1)]
+        self.variant = self.variants[0]
+        self.in_place = problem.population_copies == 1
+        kernel_source(self.variant)  # ValueError: boundary code, float16 storage, 2D
         self.compact = CompactTiling(problem.tiling, pad)
         q = problem.lattice.q
         self.compact.check_int32(q)
@@ -64,9 +109,9 @@ class CompactRun:
                                                        dtype=np.int32).ravel()))
         self.ints = tuple(np.int32(v) for v in self.compact.int_args(problem.periodic))
         self.reals = tuple(physics_args(problem))
-        c, tiled_index = self.compact.edge_index(q)
-        self.edge = (xp.asarray(c), xp.asarray(tiled_index))
-        self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype) for _ in range(2)]
+        self.edge = tuple(xp.asarray(a) for a in edge_nodes(self.compact, q))
+        self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype)
+                  for _ in range(problem.population_copies)]
         self.current = 0
         self.tiles_per_block = tiles_per_block
         self.set_populations(problem.initial_populations())
@@ -74,33 +119,136 @@ class CompactRun:
     def set_populations(self, f: np.ndarray) -> None:
         """Overwrite the latest populations from tiled XYZ ones (n_tiles, q, 64); solid nodes
         are not stored."""
-        flat = self.xp.asarray(np.asarray(f, dtype=self.problem.dtype)).ravel()
-        self.f[self.current][self.edge[0]] = flat[self.edge[1]]
+        flat = self.xp.asarray(f).astype(self.problem.dtype).ravel()  # host or device array
+        self._natural()  # in place: the values arrive in the natural layout (phase 0)
+        at, block, tiled = self.edge
+        for i in range(self.problem.lattice.q):  # one direction at a time: small temporaries
+            self.f[self.current][at + i * block] = flat[tiled + i * 64]
+        if self.cuda is not None:  # written on the default stream, before the next step
+            self.cuda.Device().synchronize()
+
+    def device_populations(self):
+        """Latest populations in the tiled XYZ layout (n_tiles, q, 64), arithmetic precision,
+        an array of ``xp`` (solid nodes at the rest equilibrium)."""
+        self._natural()
+        p, xp = self.problem, self.xp
+        rest = xp.asarray(p.rest_populations().astype(p.dtype))
+        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=p.dtype)
+        out[...] = rest[None, :, None]
+        at, block, tiled = self.edge
+        flat, latest = out.reshape(-1), self.f[self.current]
+        for i in range(p.lattice.q):
+            flat[tiled + i * 64] = latest[at + i * block]
+        return out
 
     def populations(self) -> np.ndarray:
         """Latest populations, tiled XYZ (n_tiles, q, 64), float64 on the host; solid nodes at
         the rest equilibrium."""
-        p = self.problem
-        out = p.initial_populations().astype(p.dtype).ravel()
-        latest = self.f[self.current]
-        host = latest.get() if hasattr(latest, "get") else np.asarray(latest)
-        edge = [e.get() if hasattr(e, "get") else np.asarray(e) for e in self.edge]
-        out[edge[1]] = host[edge[0]]
-        return out.reshape(p.tiling.n_tiles, p.lattice.q, -1).astype(np.float64)
+        out = self.device_populations()
+        host = out.get() if hasattr(out, "get") else np.asarray(out)
+        return host.astype(np.float64)
 
-    def step(self, n: int = 1) -> None:
-        """Advance ``n`` steps (two copies, one launch each)."""
-        tpb = self.tiles_per_block
-        blocks = -(-self.problem.tiling.n_tiles // tpb)
-        for _ in range(n):
-            src, dst = self.f[self.current], self.f[1 - self.current]
-            self.launcher(self.variant, blocks, 64 * tpb, probe_shared_bytes(tpb, True),
-                          (src, dst, *self.tables, *self.ints, *self.reals))
-            self.current = 1 - self.current
+    def _natural(self) -> None:
+        """Wait for the queued steps; in place in phase 1, first decode the copy where it lies
+        (one 'swap' launch): phase 0 steps on to the same populations bit for bit."""
+        if self.in_place and self.current == 1:
+            self._launch_variant(replace(self.variant, mode="swap").canonical(), None)
+            self.current = 0
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        """Wait for the steps queued on this run's stream."""
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    def _launch(self) -> None:
+        self._launch_variant(self.variants[self.current if self.in_place else 0], self.reals)
+        self.current = 1 - self.current  # two copies: the other copy; in place: the phase
+
+    def _launch_variant(self, variant: KernelVariant, reals: tuple | None) -> None:
+        tpb, k = self.tiles_per_block, variant.packed
+        blocks = -(-self.problem.tiling.n_tiles // (k or tpb))
+        src, dst = (self.f[0], self.f[0]) if self.in_place else \
+            (self.f[self.current], self.f[1 - self.current])
+        self.loaded.add(variant.name)
+        with self.stream if self.stream is not None else nullcontext():
+            self.launcher(variant, blocks, packed_threads(k) if k else 64 * tpb,
+                          probe_shared_bytes(tpb, True, k),
+                          (src, dst, *self.tables, *self.ints, *(reals or ())))
+
+    def _graph(self):
+        """A captured graph of GRAPH_STEPS launches from the current copy, or None (the kernel
+        must have been launched once already: loading it is not capturable)."""
+        if not self.use_graphs:
+            return None
+        if self.current not in self.graphs:
+            self.stream.synchronize()
+            current = self.current
+            try:
+                with CAPTURE_LOCK, self.stream:
+                    self.stream.begin_capture()
+                    try:
+                        for _ in range(self.GRAPH_STEPS):
+                            self._launch()
+                    finally:
+                        graph = self.stream.end_capture()
+            except Exception as exc:  # capture unsupported here: plain launches from now on
+                log.warning("CUDA graph capture failed (%s); launching kernels one by one.", exc)
+                self.use_graphs = False
+                return None
+            finally:
+                self.current = current  # capturing runs nothing
+            self.graphs[current] = graph
+        return self.graphs[self.current]
+
+    def step(self, n: int = 1) -> float:
+        """Advance ``n`` steps (two copies, one launch each; captured graphs of GRAPH_STEPS
+        launches where ``n`` allows); the steps' seconds (CUDA events, else the host clock).
+
+        Before the first capture two of the ``n`` steps run as plain launches (they load the
+        kernel) outside the timed span; that call's seconds are scaled from ``n - 2`` steps."""
+        if self.cuda is None:
+            start = time.perf_counter()
+            for _ in range(n):
+                self._launch()
+            return time.perf_counter() - start
+        done = warm = 0
+        kernels = {v.name for v in (self.variants if self.in_place else self.variants[:1])}
+        if n >= self.GRAPH_STEPS + 2 and self.use_graphs and not kernels <= self.loaded:
+            with self.stream:
+                self._launch()
+                self._launch()
+            done = warm = 2
+        ready = kernels <= self.loaded  # every kernel is loaded: capture is safe
+        graph = self._graph() if ready and n - done >= self.GRAPH_STEPS else None
+        start, end = self.cuda.Event(), self.cuda.Event()
+        with self.stream:
+            start.record(self.stream)
+            while graph is not None and n - done >= self.GRAPH_STEPS:
+                graph.launch(self.stream)  # an even number of steps: same copy current
+                done += self.GRAPH_STEPS
+            for _ in range(n - done):
+                self._launch()
+            end.record(self.stream)
+        end.synchronize()
+        return self.cuda.get_elapsed_time(start, end) / 1e3 * n / (n - warm)
+
+    def probe(self, mode: str, n: int = 1) -> float:
+        """``n`` full steps ('full'); the tiled probes are refused (ValueError)."""
+        if mode != "full":  # the compact probes are benchmarks/compact_probe.py's
+            raise ValueError(f"probe {mode!r} runs on the tiled storage; allocate with "
+                             "tile_storage='tiled' (compact probes: benchmarks/compact_probe.py).")
+        return self.step(n)
+
+    def release(self) -> None:
+        """Drop the device arrays (the caller frees its memory pool)."""
+        self.f, self.tables, self.edge, self.graphs = [], (), (), {}
 
     def memory_bytes(self) -> int:
-        """Device bytes of the two copies and the tables."""
-        return self.compact.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize)
+        """Device bytes of the copies (one or two), the tables and the edge conversion tables."""
+        return self.compact.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize,
+                                         self.problem.population_copies) \
+            + sum(int(a.nbytes) for a in self.edge)
 
 
 class CompactProbe:
@@ -111,18 +259,19 @@ class CompactProbe:
     GRAPH_STEPS = 16
 
     def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
-                 halo: bool = False, step: Problem | None = None) -> None:
+                 halo: bool = False, step: Problem | None = None, packed: int = 0) -> None:
         """``step``: run the full step of that problem's collision (its physics arguments)
-        instead of the propagation probe."""
+        instead of the propagation probe; ``packed`` K: the packed kernel (K tiles per block,
+        one thread per fluid node; launches ignore their tiles per block)."""
         import cupy as cp
 
         self.cp, self.compact, self.q = cp, compact, q
         compact.check_int32(q)
-        self.halo = halo
+        self.halo, self.packed = halo, packed
         kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
-        name = probe_name("D3Q19", precision, compact.pad, halo, *kind)
-        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind),
-                              options=("-std=c++17",))
+        name = probe_name("D3Q19", precision, compact.pad, halo, *kind, packed)
+        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind,
+                                                packed), options=("-std=c++17",))
         self.reals = tuple(physics_args(step)) if step is not None else ()
         self.kernel = module.get_function(name)
         tiling = compact.tiling
@@ -144,10 +293,12 @@ class CompactProbe:
         """One propagation from the current copy into the other."""
         n_tiles = self.compact.tiling.n_tiles
         src, dst = self.f[self.current], self.f[1 - self.current]
+        k = self.packed or tpb
+        threads = packed_threads(k) if self.packed else 64 * tpb
         with self.stream:
-            self.kernel((-(-n_tiles // tpb),), (64 * tpb,), (src, dst, *self.tables, *self.ints,
-                                                               *self.reals),
-                        shared_mem=probe_shared_bytes(tpb, self.halo))
+            self.kernel((-(-n_tiles // k),), (threads,), (src, dst, *self.tables, *self.ints,
+                                                          *self.reals),
+                        shared_mem=probe_shared_bytes(tpb, self.halo, self.packed))
         self.current = 1 - self.current
 
     def upload(self, values: np.ndarray, copy: int) -> None:
@@ -168,7 +319,7 @@ class CompactProbe:
             self.launch(tpb)
             self.stream.synchronize()
             try:
-                with self.stream:
+                with CAPTURE_LOCK, self.stream:
                     self.stream.begin_capture()
                     try:
                         for _ in range(self.GRAPH_STEPS):
@@ -201,4 +352,5 @@ class CompactProbe:
     def release(self) -> None:
         """Free the device arrays."""
         self.f, self.tables, self.graphs = [], (), {}
-        self.cp.get_default_memory_pool().free_all_blocks()
+        with CAPTURE_LOCK:  # not while a run on another thread captures a graph
+            self.cp.get_default_memory_pool().free_all_blocks()

@@ -3,25 +3,21 @@ and the kernels compiled for it by NVRTC (once per canonical variant and device)
 
 from __future__ import annotations
 
-import threading
 from functools import cache
 
 import cupy as cp
 import numpy as np
 
+from ..base import DeviceInfo
+from .capture import CAPTURE_LOCK
 from .kernels import KernelVariant, kernel_source
 
-__all__ = ["probe_device", "device_name", "compile_kernel", "copy_bandwidth", "free_pool",
-           "ATTR_MEMORY_CLOCK_KHZ", "ATTR_BUS_WIDTH_BITS", "CAPTURE_LOCK"]
+__all__ = ["probe_device", "device_name", "compile_kernel", "copy_bandwidth", "device_info",
+           "free_pool", "ATTR_MEMORY_CLOCK_KHZ", "ATTR_BUS_WIDTH_BITS", "CAPTURE_LOCK"]
 
 #: cudaDeviceAttr values (CUDA 13 dropped the matching cudaDeviceProp fields).
 ATTR_MEMORY_CLOCK_KHZ, ATTR_BUS_WIDTH_BITS = 36, 37
 _NVRTC_OPTIONS = ("-std=c++17",)
-#: Held while a stream is captured into a CUDA graph, while a kernel module is loaded and while
-#: the memory pool returns its blocks to the device: runs on other threads (the session's
-#: runner, the rock tab's k tensor) share the device, and a cudaFree synchronises it, which a
-#: capture on another thread's stream must not meet.
-CAPTURE_LOCK = threading.RLock()
 
 
 def probe_device() -> tuple[bool, str]:
@@ -80,3 +76,17 @@ def copy_bandwidth(device: int = 0, nbytes: int = 1 << 30, repeats: int = 10) ->
                 times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
         del src, dst
         return 2.0 * nbytes / float(np.median(times))
+
+
+def device_info() -> DeviceInfo:
+    """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""
+    dev = cp.cuda.Device().id
+    free, total = cp.cuda.runtime.memGetInfo()
+    try:
+        clock = cp.cuda.runtime.deviceGetAttribute(ATTR_MEMORY_CLOCK_KHZ, dev) * 1e3
+        bus = cp.cuda.runtime.deviceGetAttribute(ATTR_BUS_WIDTH_BITS, dev)
+        peak = 2.0 * clock * bus / 8.0  # double data rate
+    except Exception:  # attribute missing on some drivers: report unknown, not a guess
+        peak = None
+    return DeviceInfo(name=device_name(), memory=int(total), memory_used=int(total - free),
+                      peak_bandwidth=peak, copy_bandwidth=copy_bandwidth(dev))

@@ -14,6 +14,7 @@ import cupy as cp
 import numpy as np
 
 from ...problem import Problem
+from .capture import CAPTURE_LOCK
 from .iolets import IOLET_KERNELS, NVCC_OPTIONS, iolet_plan, iolet_source
 
 __all__ = ["DeviceIolets", "device_iolets"]
@@ -23,8 +24,9 @@ _THREADS = 128
 
 @cache
 def _kernels(source: str, device: int) -> tuple:
-    module = cp.RawModule(code=source, options=NVCC_OPTIONS)
-    return tuple(module.get_function(name) for name in IOLET_KERNELS)
+    with CAPTURE_LOCK:  # loading a module must not meet a capture on another thread
+        module = cp.RawModule(code=source, options=NVCC_OPTIONS)
+        return tuple(module.get_function(name) for name in IOLET_KERNELS)
 
 
 class DeviceIolets:

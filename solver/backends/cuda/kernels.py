@@ -110,14 +110,16 @@ class KernelVariant:
     #: (:mod:`.compact`, opt-in): only fluid nodes, each direction block of a tile padded to a
     #: multiple of this many values; full step or propagation probe, pull, no boundary code.
     compact: int = 0
+    packed: int = 0  #: compact only: K tiles per block, one thread per fluid node (0: per node)
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
         if self.compact:  # one in-tile order (XYZ ranks), no sector fill, 32-bit indices
             v = replace(self, layout="xyz", sector_fill=False, wide_sources=False)
             return replace(v, collision=PROBE_COLLISION, incompressible=True) \
-                if v.mode == "propagate" else v
-        v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge))
+                if v.mode in ("propagate", "swap") else v
+        v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge),
+                    packed=0)
         if v.mode != "full":  # the probes neither collide nor apply boundary conditions
             v = replace(v, collision=PROBE_COLLISION, incompressible=True, boundary="none")
         if v.mode == "swap" or (v.mode == "readwrite" and v.streaming != "pull"):
@@ -156,7 +158,8 @@ class KernelVariant:
         v = self.canonical()
         if v.compact:
             return probe_name(v.lattice, v.precision, v.compact, True,
-                              None if v.mode == "propagate" else v.collision, v.incompressible)
+                              None if v.mode != "full" else v.collision, v.incompressible,
+                              v.packed, "swap" if v.mode == "swap" else v.streaming)
         fluid = "inc" if v.incompressible else "qc"
         prec = ("f64" if v.precision == "float64" else "f32") + ("s16" if v.half else "")
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
@@ -302,8 +305,8 @@ def collision_param_names(v: KernelVariant) -> list[str]:
 
 def real_param_names(v: KernelVariant) -> list[str]:
     """Names of all floating kernel arguments in order (tables.physics_args's values)."""
-    if v.canonical().compact and v.mode == "propagate":
-        return []  # the compact probe takes none
+    if v.canonical().compact and v.mode in ("propagate", "swap"):
+        return []  # the compact probe and swap take none
     return ["fx", "fy", "fz", *_REST_PARAMS, *collision_param_names(v),
             *storage_param_names(v.storage)]
 
@@ -383,18 +386,19 @@ def kernel_source(variant: KernelVariant) -> str:
 def _compact_source(v: KernelVariant) -> str:
     """Source of a fluid-compacted variant (halo addressing), or why it does not exist."""
     lacks = [what for what, bad in (
-        (f"mode {v.mode!r} (only 'full' and 'propagate')", v.mode not in ("full", "propagate")),
+        (f"mode {v.mode!r} (only 'full', 'propagate', 'swap')",
+         v.mode not in ("full", "propagate", "swap")),
         (f"lattice {v.lattice} with tile edge {v.tile_edge} (3D, edge 4)",
          get_lattice(v.lattice).d != 3 or v.tile_edge != 4),
         (f"boundary code {v.boundary!r}", v.boundary != "none"),
-        (f"streaming {v.streaming!r} (only two-copy 'pull')", v.streaming != "pull"),
         (f"storage {v.storage!r}", v.storage != "auto"),
     ) if bad]
     if lacks:
         raise ValueError("Fluid-compacted storage does not support " + ", ".join(lacks)
                          + "; use the tiled storage (compact=0) for this run.")
     return probe_source(v.lattice, v.precision, v.compact, True,
-                        None if v.mode == "propagate" else v.collision, v.incompressible)
+                        None if v.mode != "full" else v.collision, v.incompressible, v.packed,
+                        "swap" if v.mode == "swap" else v.streaming)
 
 
 def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,

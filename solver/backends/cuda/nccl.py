@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NcclLink", "P2P_DEFAULTS", "nccl_version"]
+__all__ = ["NcclLink", "P2P_DEFAULTS", "nccl_version", "nccl_status"]
 
 #: NCCL settings applied unless the environment sets them. Point-to-point channels: each is a
 #: CTA that shares the SMs with the interior tiles while the halo travels; on 2 x H200 (NVLink,
@@ -84,3 +84,15 @@ class NcclLink:
         if self._comm is not None:
             self._comm.destroy()
             self._comm = None
+
+
+def nccl_status() -> tuple[bool, str]:
+    """Whether CuPy's NCCL binding is usable, and its version or what is missing."""
+    try:
+        from cupy.cuda import nccl
+    except Exception as exc:  # a broken binding fails with several error types
+        return False, f"cupy.cuda.nccl does not import ({exc.__class__.__name__}: {exc})"
+    if not getattr(nccl, "available", False):
+        return False, ("CuPy found no NCCL library; install the NCCL package of the CUDA "
+                       "version (e.g. nvidia-nccl-cu13) or use transport='host'")
+    return True, f"NCCL {nccl_version(nccl.get_version())}"

@@ -100,7 +100,7 @@ __device__ __forceinline__ int source_slot(int i, const Found& s, int own)
 }
 
 extern "C" __global__ void ${kernel}(
-    const real* __restrict__ fin, real* __restrict__ fout,
+    const real* ${restrict} fin, real* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
     int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,

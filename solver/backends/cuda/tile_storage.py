@@ -1,0 +1,107 @@
+"""Which storage a CuPy run's populations use: every node of each tile, or only its fluid nodes.
+
+``SimulationConfig.tile_storage`` asks for 'tiled', 'compact' (:mod:`.compact`, :mod:`.compact_run`)
+or 'auto'; :func:`choose_tile_storage` decides once per problem and returns a
+:class:`TileStorage` that the backend (allocation) and :func:`solver.memory.device_bytes`
+(estimate) both read, so the estimate always describes what gets allocated. Explicit 'compact'
+for a run the compact kernel cannot step is refused with what to change; 'auto' then falls back
+to the tiled storage and says why in ``reason``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ...problem import Problem
+from ...values import ConfigError
+from .kernels import KernelVariant, kernel_source
+
+__all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_PAD",
+           "COMPACT_PACKED"]
+
+#: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
+#: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-9c8bdb3-compact.md (full BGK
+#: step, fraction of the fluid-only limit, tiled -> compact exact halo): float32 0.558 -> 0.644
+#: at eta_t 0.50, 0.842 -> 0.887 at 0.86, 0.870 -> 0.895 at 0.90, 0.895 -> 0.893 at 0.93 (tie),
+#: 0.916 -> 0.893 at 0.97; float64 0.653 -> 0.817 at 0.50, 0.897 -> 0.913 at 0.86,
+#: 0.917 -> 0.908 at 0.90. So float32 gains up to eta_t ~0.92 and float64 up to ~0.88; the
+#: thresholds sit at those crossovers (compact also needs less memory, never more).
+AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875}
+#: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
+#: every eta_t below the thresholds in that run (float32 0.644 vs 0.567 at eta_t 0.50).
+COMPACT_PAD = 1
+#: Tiles per block of the packed compact kernel (one thread per fluid node), 0 for the
+#: per-node kernel timed above; set from the 'packed' rows of benchmarks/compact_probe.py.
+COMPACT_PACKED = 0
+#: Lattices whose compact kernel was timed (the thresholds above); others run compact only
+#: when asked for.
+_AUTO_LATTICES = ("D3Q19",)
+
+
+@dataclass(frozen=True)
+class TileStorage:
+    """The decided storage: ``kind`` 'tiled' or 'compact', ``pad`` and ``packed`` (compact:
+    :class:`~.compact_run.CompactRun`'s), and why."""
+
+    kind: str
+    reason: str
+    pad: int = 0
+    packed: int = 0
+
+    @property
+    def compact(self) -> bool:
+        """Whether only fluid nodes are stored."""
+        return self.kind == "compact"
+
+
+def _refusal(problem: Problem) -> str | None:
+    """Why the compact kernel cannot step ``problem``, or None."""
+    if problem.owned is not None:
+        return "a distributed (MPI) rank steps the tiled storage"
+    if problem.iolets is not None:
+        return "driven openings need the openings' link pass, written for the tiled storage"
+    if problem.tiling.ndim != 3 or problem.tiling.a != 4:
+        return f"it needs 3D tiles of edge 4 (this run: {problem.tiling.ndim}D, edge " \
+               f"{problem.tiling.a})"
+    try:
+        kernel_source(replace(KernelVariant.for_problem(problem), compact=COMPACT_PAD))
+    except ValueError as exc:
+        return str(exc).removeprefix("Fluid-compacted storage does not support ").split(";")[0]
+    return None
+
+
+def choose_tile_storage(problem: Problem) -> TileStorage:
+    """The storage of ``problem``'s run on the GPU (decided once, cached on the problem).
+
+    Raises ConfigError for ``tile_storage='compact'`` on a run the compact kernel lacks."""
+    cached = problem.__dict__.get("_tile_storage")
+    if cached is not None:
+        return cached
+    asked = getattr(problem, "tile_storage", "tiled")
+    if asked == "tiled":
+        choice = TileStorage("tiled", "tile_storage='tiled'")
+    else:
+        why = _refusal(problem)
+        eta, limit = problem.tiling.eta_t, AUTO_COMPACT_BELOW.get(problem.dtype.name, 0.0)
+        if asked == "compact":
+            if why:
+                raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
+                                  "tile_storage='tiled' (or 'auto').")
+            choice = TileStorage("compact", "tile_storage='compact'", COMPACT_PAD,
+                                 COMPACT_PACKED)
+        elif why:
+            choice = TileStorage("tiled", f"auto: compact storage lacks this case ({why})")
+        elif problem.streaming != "two-copy":  # AA on compact storage works; no timing yet
+            choice = TileStorage("tiled", "auto: compact storage in place is not timed yet; "
+                                 "tile_storage='compact' runs it")
+        elif problem.lattice.name not in _AUTO_LATTICES:
+            choice = TileStorage("tiled", f"auto: compact storage is timed for "
+                                 f"{', '.join(_AUTO_LATTICES)} only, not {problem.lattice.name}")
+        elif eta >= limit:
+            choice = TileStorage("tiled", f"auto: eta_t {eta:.3f} not below {limit} "
+                                 f"({problem.lattice.name}, {problem.dtype.name})")
+        else:
+            choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD,
+                                 COMPACT_PACKED)
+    problem.__dict__["_tile_storage"] = choice
+    return choice

@@ -1,0 +1,199 @@
+"""Fluid-compacted storage as a run option (issue 20): ``tile_storage`` chooses it, the memory
+estimate follows the choice, and :class:`CompactRun` as the CuPy backend steps it (captured
+graphs and plain launches, populations in and out) equals the NumPy backend, on the CPU (fake
+CUDA runtime, kernels through the g++ emulator). The same on the GPU: test_cupy_compact.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from solver.backends.cuda.compact import CompactTiling
+from solver.backends.cuda.tile_storage import AUTO_COMPACT_BELOW, choose_tile_storage
+from solver.config import SimulationConfig
+from solver.memory import device_bytes, moments_bytes
+from solver.problem import Problem
+from solver.values import ConfigError
+
+from .compact_emulator import FakeCupy, compiler, emulator_launcher
+from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, reference
+
+
+def _problem(tile_storage: str, solid=None, **options) -> Problem:
+    solid = porous_solid((16, 12, 12)) if solid is None else solid
+    config = SimulationConfig(lattice=options.pop("lattice", "D3Q19"), precision="float32",
+                              tile_storage=tile_storage, **options)
+    return Problem.from_config(solid, config)
+
+
+def test_config_default_keeps_the_tiled_storage() -> None:
+    problem = _problem(SimulationConfig().tile_storage)
+    assert choose_tile_storage(problem).kind == "tiled"
+
+
+def test_auto_compacts_porous_runs_below_the_threshold_only() -> None:
+    porous = _problem("auto")
+    assert porous.tiling.eta_t < AUTO_COMPACT_BELOW["float32"]
+    choice = choose_tile_storage(porous)
+    assert choice.compact and choice.pad == 1 and "below" in choice.reason
+    dense = _problem("auto", np.zeros((16, 12, 12), dtype=bool))
+    assert dense.tiling.eta_t == 1.0
+    assert choose_tile_storage(dense).kind == "tiled"
+    in_place = _problem("auto", streaming="in-place")  # runs compact, but is not timed yet
+    assert choose_tile_storage(in_place).kind == "tiled"
+    assert choose_tile_storage(_problem("compact", streaming="in-place")).compact
+    # precision matters: float64 gains less, so its threshold is lower
+    assert AUTO_COMPACT_BELOW["float64"] < AUTO_COMPACT_BELOW["float32"]
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"storage": "float16"}, "storage"),
+    ({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure", "x_max_value": 1.0},
+     "boundary code"),
+    ({"lattice": "D2Q9"}, "3D tiles"),
+])
+def test_what_compact_lacks_auto_keeps_tiled_and_compact_refuses(options, words) -> None:
+    solid = porous_solid((16, 16)) if options.get("lattice") == "D2Q9" else None
+    auto = choose_tile_storage(_problem("auto", solid, **dict(options)))
+    assert auto.kind == "tiled" and words in auto.reason
+    with pytest.raises(ConfigError, match=f"(?s){words}.*tile_storage='tiled'"):
+        choose_tile_storage(_problem("compact", solid, **dict(options)))
+
+
+def test_config_refuses_an_unknown_tile_storage() -> None:
+    with pytest.raises(ValueError, match="tile_storage"):
+        SimulationConfig(tile_storage="sparse")
+
+
+def test_device_bytes_follow_the_chosen_storage() -> None:
+    """Compact: its two copies and tables, 12 edge bytes per fluid node, and the tiled copy a
+    readout (fields, checkpoint) builds: at eta_t ~0.5 the state is about half the tiled
+    two-copy state, but the peak with a readout is about the same."""
+    tiled, compact = _problem("tiled"), _problem("compact")
+    t, q = tiled.tiling, 19
+    nodes = t.n_tiles * 64
+    expect = (CompactTiling(t, 1).memory_bytes(q, 4) + 12 * tiled.n_fluid + nodes * q * 4
+              + 2 * nodes + moments_bytes(tiled))
+    assert device_bytes(compact) == expect
+    state = CompactTiling(t, 1).memory_bytes(q, 4) + 12 * tiled.n_fluid
+    assert state < 0.7 * t.memory_bytes(q, 4, 2)
+    assert device_bytes(tiled) == t.memory_bytes(q, 4, 2) + 2 * nodes + moments_bytes(tiled)
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("precision, collision, fluid, tpb, packed", [
+    ("float32", "BGK", "incompressible", 2, 0), ("float64", "MRT", "quasi-compressible", 1, 0),
+    ("float32", "TRT", "incompressible", 1, 8)])
+def test_compact_run_as_the_backend_steps_it(precision, collision, fluid, tpb, packed) -> None:
+    """Exact padding (the one auto picks), per-node or packed kernel, 2 warm-up launches, 16
+    steps from a captured graph, 1 plain launch: the NumPy backend's populations;
+    set_populations takes device arrays; the reported bytes are the allocated ones."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    problem = replace(make_problem("D3Q19", precision, collision, fluid, offset=(1, 2, 0)),
+                      tiles_per_block=tpb, tile_storage="auto")
+    choice = choose_tile_storage(problem)
+    assert choice.compact
+    fake = FakeCupy()
+
+    def launcher(*args) -> None:  # the graph records launches as CUDA capture does
+        if fake.capture is not None:
+            fake.capture.append(lambda: emulator_launcher(*args))
+        else:
+            emulator_launcher(*args)
+
+    run = CompactRun(problem, choice.pad, xp=np, launcher=launcher, tiles_per_block=tpb,
+                     cuda=fake.cuda, packed=packed)
+    assert run.variant.packed == packed
+    f0 = noisy_start(problem)
+    run.set_populations(as_stored(problem, f0))
+    seconds = run.step(16 + 3)
+    assert seconds > 0 and run.graphs  # the 16 came from a replayed graph
+    ref = reference(problem, f0, 19)
+    got = run.populations()
+    solid = np.broadcast_to(problem.tiling.solid[:, None, :], ref.shape)
+    tol = 1e-12 if precision == "float64" else 2e-5
+    assert np.abs(got - ref)[~solid].max() <= tol * np.abs(ref).max()
+    rest = problem.initial_populations().astype(precision).astype(np.float64)
+    np.testing.assert_array_equal(got[solid], rest[solid])
+    # reading does not change the run, and writing back what was read changes nothing
+    run.set_populations(run.device_populations())
+    np.testing.assert_array_equal(run.populations(), got)
+    allocated = sum(f.nbytes for f in run.f) + sum(a.nbytes for a in run.tables) \
+        + sum(a.nbytes for a in run.edge)
+    assert run.memory_bytes() == allocated
+    with pytest.raises(ValueError, match="tile_storage='tiled'"):
+        run.probe("propagate", 1)
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("precision, collision, packed", [
+    ("float32", "TRT", 0), ("float64", "BGK", 4)])
+def test_compact_in_place_equals_two_copy_bit_for_bit(precision, collision, packed) -> None:
+    """AA pattern on one compact copy: after odd and even step counts (graphs and plain
+    launches; reading an odd phase decodes it in place with the swap kernel) the populations
+    equal the two-copy compact run's bit for bit, and the copy is half the two-copy memory."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    base = make_problem("D3Q19", precision, collision, offset=(3, 0, 1))
+    fake = FakeCupy()
+
+    def launcher(*args) -> None:
+        if fake.capture is not None:
+            fake.capture.append(lambda: emulator_launcher(*args))
+        else:
+            emulator_launcher(*args)
+
+    runs = [CompactRun(replace(base, streaming=s, tile_storage="compact"), 1, xp=np,
+                       launcher=launcher, cuda=fake.cuda, packed=packed)
+            for s in ("in-place", "two-copy")]
+    one, two = runs
+    assert len(one.f) == 1 and one.variants[0].streaming == "aa_neighbour"
+    assert one.variants[1].streaming == "aa_local"
+    f0 = noisy_start(base)
+    for run in runs:
+        run.set_populations(as_stored(base, f0))
+    fluid = np.broadcast_to(~base.tiling.solid[:, None, :], f0.shape)
+    for n in (1, 2, 19, 3):  # odd: phase 1 read (swap); 19: warm-up, graph, plain
+        for run in runs:
+            run.step(n)
+        assert one.current == n % 2  # odd counts leave the streamed layout (phase 1)
+        np.testing.assert_array_equal(one.populations()[fluid], two.populations()[fluid])
+        assert one.current == 0  # reading decoded phase 1 in place
+    one.step(1)
+    one.set_populations(two.populations())  # writing in phase 1 lands in the natural layout
+    two.step(2)
+    one.step(2)
+    np.testing.assert_array_equal(one.populations()[fluid], two.populations()[fluid])
+    ref = reference(base, f0, 27)  # two ran 27 steps, one took its populations at 25
+    tol = 1e-12 if precision == "float64" else 5e-5
+    assert np.abs(one.populations() - ref)[fluid].max() <= tol * np.abs(ref).max()
+    q, value = 19, np.dtype(precision).itemsize
+    assert one.f[0].nbytes == two.f[0].nbytes and len(two.f) == 2
+    assert device_bytes(one.problem) < device_bytes(two.problem)
+    assert one.memory_bytes() == two.memory_bytes() - q * one.compact.n_slots * value
+
+
+def test_checkpoints_resume_across_tile_storages() -> None:
+    """The storage is how a run executes, not what it computes: a checkpoint written by a
+    compact run resumes on the tiled storage (and the NumPy backend, which ignores it)."""
+    from solver.io import config_differences, config_values
+
+    saved = config_values(SimulationConfig(tile_storage="compact"))
+    assert config_differences(saved, SimulationConfig(tile_storage="tiled")) == []
+    assert config_differences(saved, SimulationConfig(tau=0.9)) != []
+
+
+def test_numpy_simulation_ignores_the_tile_storage() -> None:
+    from solver.simulation import Simulation
+
+    solid = porous_solid((12, 12, 12))
+    runs = [Simulation(solid, SimulationConfig(backend="numpy", tile_storage=s,
+                                               body_force=(1e-5, 0, 0)))
+            for s in ("compact", "tiled")]
+    for sim in runs:
+        sim.step(3)
+    np.testing.assert_array_equal(runs[0].populations(), runs[1].populations())
+    assert runs[0].memory_bytes() == runs[1].memory_bytes()

@@ -1,0 +1,146 @@
+"""Fluid-compacted storage through the CuPy backend (``pytest -m gpu``, issue 20).
+
+``tile_storage='compact'``/``'auto'`` makes :meth:`CupyBackend.allocate` return a
+:class:`~solver.backends.cuda.compact_run.CompactRun`; stepped through plain launches and
+captured graphs it must equal the NumPy backend, read fields and write checkpoints like the
+tiled storage, and report the bytes it allocated. The CPU twin (emulated kernels):
+test_compact_backend.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, reference
+
+pytestmark = pytest.mark.gpu
+
+PROBLEMS = {
+    "f32 BGK inc tpb2": ("float32", "BGK", "incompressible", 2),
+    "f64 TRT qc tpb1": ("float64", "TRT", "quasi-compressible", 1),
+    "f32 MRT inc tpb4": ("float32", "MRT", "incompressible", 4),
+}
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from solver.backends import get_backend
+
+    return get_backend("cupy")
+
+
+@pytest.mark.parametrize("packed", [0, 8], ids=["per-node", "packed8"])
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, packed,
+                                                              monkeypatch):
+    from solver.backends.cuda import tile_storage
+    from solver.backends.cuda.compact_run import CompactRun
+
+    monkeypatch.setattr(tile_storage, "COMPACT_PACKED", packed)
+    precision, collision, fluid, tpb = PROBLEMS[name]
+    problem = replace(make_problem("D3Q19", precision, collision, fluid, "xyz", tpb),
+                      tile_storage="compact")
+    state = backend.allocate(problem)
+    assert isinstance(state, CompactRun) and state.variant.packed == packed
+    f0 = noisy_start(problem)
+    backend.set_populations(state, as_stored(problem, f0))
+    steps = 0
+    for n in (1, 20, 3, 16):  # plain, warm-up + graph + plain, plain, graph replay
+        assert backend.step(state, n) > 0
+        steps += n
+        first = backend.populations(state)
+        np.testing.assert_array_equal(backend.populations(state), first)  # reading is pure
+    ref = reference(problem, f0, steps)
+    solid = np.broadcast_to(problem.tiling.solid[:, None, :], ref.shape)
+    tol = 1e-12 if precision == "float64" else 5e-5
+    assert np.abs(first - ref)[~solid].max() <= tol * np.abs(ref).max()
+    rest = problem.initial_populations().astype(precision).astype(np.float64)
+    np.testing.assert_array_equal(first[solid], rest[solid])
+    allocated = sum(int(a.nbytes) for a in (*state.f, *state.tables, *state.edge))
+    assert state.memory_bytes() == allocated
+    assert backend.memory_required(problem) >= allocated
+    with pytest.raises(ValueError, match="tiled"):
+        backend.reconfigure(state, layout="paper")
+    backend.release(state)
+
+
+def test_auto_chooses_by_tile_utilisation(backend):
+    from solver.backends.cuda.backend import CupyState
+    from solver.backends.cuda.compact_run import CompactRun
+
+    porous = replace(make_problem("D3Q19", "float32", "BGK"), tile_storage="auto")
+    dense = replace(porous, tiling=type(porous.tiling).build(
+        np.zeros(porous.tiling.shape, dtype=bool), 4), tile_storage="auto")
+    assert isinstance(backend.allocate(porous), CompactRun)
+    assert isinstance(backend.allocate(dense), CupyState)
+
+
+def test_simulation_fields_and_checkpoint_on_compact_storage(backend, tmp_path):
+    from solver.config import SimulationConfig
+    from solver.io import read_checkpoint, restore
+    from solver.simulation import Simulation
+
+    solid = porous_solid((26, 15, 11))
+
+    def config(tile_storage):
+        return SimulationConfig(lattice="D3Q19", precision="float32", collision="TRT",
+                                backend="cupy", body_force=(2e-5, 0.0, 1e-6), tau=0.7,
+                                y_min="wall", y_max="wall", tile_storage=tile_storage)
+
+    compact, tiled = Simulation(solid, config("compact")), Simulation(solid, config("tiled"))
+    for sim in (compact, tiled):
+        sim.step(7)
+    assert compact.memory_bytes() < tiled.memory_bytes()
+    fc, ft = compact.fields(), tiled.fields()
+    for key in ("rho", "u"):
+        np.testing.assert_allclose(fc[key], ft[key], rtol=1e-5, atol=1e-7)
+    path = compact.save(tmp_path / "checkpoint.npz")
+    for sim in (compact, tiled):
+        sim.step(9)
+    fluid = ~compact.problem.tiling.solid[:, None, :].repeat(19, axis=1)
+    final = compact.populations()[fluid]
+    np.testing.assert_allclose(final, tiled.populations()[fluid], rtol=1e-5)
+    resumed = Simulation(solid, config("tiled"))  # the storage is execution-only
+    restore(resumed, read_checkpoint(path))
+    assert resumed.time_step == 7
+    resumed.step(9)
+    np.testing.assert_allclose(resumed.populations()[fluid], final, rtol=1e-5)
+    for sim in (compact, tiled, resumed):
+        sim.close()
+
+
+def test_compact_refused_with_boundary_code(backend):
+    from solver.config import SimulationConfig
+    from solver.simulation import Simulation
+    from solver.values import ConfigError
+
+    config = SimulationConfig(lattice="D3Q19", backend="cupy", tile_storage="compact",
+                              x_min="velocity", x_min_value=0.01, x_max="pressure",
+                              x_max_value=1.0)
+    with pytest.raises(ConfigError, match="tile_storage='tiled'"):
+        Simulation(porous_solid((16, 12, 12)), config).step(1)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_compact_in_place_equals_two_copy_bit_for_bit(backend, precision):
+    """streaming='in-place' on compact storage (AA pattern): one copy, after odd and even step
+    counts (graphs and launches; odd reads decode in place) the two-copy compact populations."""
+    problem = make_problem("D3Q19", precision, "TRT", "quasi-compressible", "xyz", 2)
+    states = [backend.allocate(replace(problem, streaming=s, tile_storage="compact"))
+              for s in ("in-place", "two-copy")]
+    f0 = noisy_start(problem)
+    for state in states:
+        backend.set_populations(state, as_stored(problem, f0))
+    fluid = np.broadcast_to(~problem.tiling.solid[:, None, :], f0.shape)
+    for n in (1, 20, 3, 16):
+        for state in states:
+            backend.step(state, n)
+        one, two = (backend.populations(s) for s in states)
+        np.testing.assert_array_equal(one[fluid], two[fluid])
+    assert len(states[0].f) == 1 and 2 * states[0].f[0].nbytes == sum(f.nbytes
+                                                                      for f in states[1].f)
+    for state in states:
+        backend.release(state)
