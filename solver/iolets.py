@@ -170,8 +170,6 @@ def build_iolets(problem: Any) -> IoletTables | None:
 
     Raises :class:`ConfigError` for an opening id the geometry lacks or one without links.
     """
-    from geometries.openings import crossing_links
-
     conditions: dict[int, OpeningCondition] = problem.opening_conditions
     openings = {o.id: o for o in problem.openings}
     missing = sorted(set(conditions) - set(openings))
@@ -186,6 +184,9 @@ def build_iolets(problem: Any) -> IoletTables | None:
     if problem.owned is not None:
         raise ConfigError("Driven openings do not run distributed (MPI) yet; run this case on "
                           "one GPU or close the openings.")
+    # Imported only for driven openings: the geometries package costs ~20 MB and 0.6 s.
+    from geometries.openings import crossing_links
+
     lattice: Lattice = problem.lattice
     tiling = problem.tiling
     solid = tiling.scatter(tiling.solid[..., None], fill=True)[..., 0]
