@@ -70,10 +70,14 @@ def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, pac
 def test_auto_chooses_by_tile_utilisation(backend):
     from solver.backends.cuda.backend import CupyState
     from solver.backends.cuda.compact_run import CompactRun
+    from solver.config import SimulationConfig
+    from solver.problem import Problem
 
     porous = replace(make_problem("D3Q19", "float32", "BGK"), tile_storage="auto")
-    dense = replace(porous, tiling=type(porous.tiling).build(
-        np.zeros(porous.tiling.shape, dtype=bool), 4), tile_storage="auto")
+    # Whole tiles (eta_t = 1): a box whose edges are not multiples of 4 has partial tiles.
+    dense = Problem.from_config(np.zeros((16, 16, 16), dtype=bool),
+                                SimulationConfig(collision="BGK", tile_storage="auto"))
+    assert dense.tiling.eta_t == 1.0
     assert isinstance(backend.allocate(porous), CompactRun)
     assert isinstance(backend.allocate(dense), CupyState)
 
