@@ -176,6 +176,7 @@ class Dashboard(pn.viewable.Viewer):
         self._callbacks = []
         if self.scene is not None:
             self.scene.close()
+        self.geometry_panel.preview3d.close()
         log.info("dashboard closed (live runners: %d)", live_runners())
 
     # ------------------------------------------------------------------ layout

@@ -33,6 +33,7 @@ from ..openings import DRIVES, OpeningGroup, OpeningUnits
 from ..settings import Settings
 from ..uploads import BoundedFileDropper, UploadedFile, safe_text
 from .openings_panel import OpeningsPanel
+from .openings_preview3d import OpeningsPreview3D
 from .physics_panel import PhysicalSetup
 
 __all__ = ["GeometryPanel", "memory_verdict"]
@@ -97,6 +98,7 @@ class GeometryPanel(pn.viewable.Viewer):
                                    sizing_mode="stretch_width")
         self.info = pn.pane.Markdown("", sizing_mode="stretch_width")
         self.image = pn.pane.HoloViews(self._image(None), height=330, width=360)
+        self.preview3d = OpeningsPreview3D()
 
     # ------------------------------------------------------------------ layout
     @param.depends("source", "generator")
@@ -121,7 +123,8 @@ class GeometryPanel(pn.viewable.Viewer):
             pn.widgets.RadioButtonGroup.from_param(self.param.source, button_style="outline"),
             self._source_controls, width=340)
         drive = pn.widgets.Select.from_param(self.param.drive, width=320)
-        result = pn.Column(self.alert, pn.Row(self.image, self.info), drive, self.openings,
+        result = pn.Column(self.alert, pn.Row(self.image, self.info), self.preview3d,
+                           drive, self.openings,
                            self.use_button, sizing_mode="stretch_width")
         return pn.Row(chooser, result, sizing_mode="stretch_width")
 
@@ -186,6 +189,7 @@ class GeometryPanel(pn.viewable.Viewer):
         self.openings.bind(preview.groups, preview.config)
         verdict, sentence = self._memory(preview)
         self.image.object = self._image(preview)
+        self.preview3d.show(preview.geometry, preview.config.openings)
         self.info.object = self._table(preview, sentence)
         notes = " ".join(safe_text(n) for n in preview.notes)
         level = {"ok": "success", "warning": "warning", "refused": "danger"}[verdict]
@@ -204,6 +208,7 @@ class GeometryPanel(pn.viewable.Viewer):
         self.openings.bind((), None)
         self.info.object = ""
         self.image.object = self._image(None)
+        self.preview3d.clear()
         self.use_button.disabled = True
         self._show("danger", safe_text(message))
         self._error_status = f"Geometry not loaded: {message}"

@@ -25,7 +25,8 @@ import pyvista as pv
 from ..controller import Controller
 from ..openings import opening_groups
 
-__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state", "opening_marks"]
+__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state", "opening_marks",
+           "colour_openings", "add_opening_actors"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,29 @@ def opening_marks(geometry) -> tuple[pv.PolyData, pv.PolyData]:
                                             center=centre + normal * (radius * 0.5 + 2 * size),
                                             normal=normal))
     return discs, labels
+
+
+def colour_openings(discs: pv.PolyData, openings: dict[int, dict]) -> None:
+    """Set the discs' cell scalar 'kind' to the index in KIND_COLOURS of the kind ``openings``
+    (``SimulationConfig.openings``) gives each one's opening; unlisted = closed."""
+    codes = list(KIND_COLOURS)
+    ids = discs.cell_data["opening"] if "opening" in discs.cell_data else np.zeros(0, int)
+    code = {i: codes.index(openings.get(int(i), {}).get("kind", "closed"))
+            for i in np.unique(ids)}
+    discs.cell_data["kind"] = np.array([code[i] for i in ids], dtype=float)
+
+
+def add_opening_actors(plotter: pv.Plotter, discs: pv.PolyData, labels: pv.PolyData
+                       ) -> tuple[pv.Actor, pv.Actor]:
+    """Add the discs (coloured by their 'kind' scalar) and the labels to ``plotter``."""
+    if "kind" not in discs.cell_data:
+        discs.cell_data["kind"] = np.zeros(discs.n_cells)
+    # One colour per kind, looked up (not interpolated): vtk.js keeps a categorical table.
+    disc_actor = plotter.add_mesh(discs, scalars="kind", preference="cell",
+                                  cmap=list(KIND_COLOURS.values()), n_colors=len(KIND_COLOURS),
+                                  clim=(-0.5, len(KIND_COLOURS) - 0.5), opacity=0.85,
+                                  show_scalar_bar=False)
+    return disc_actor, plotter.add_mesh(labels, color=LABEL_RGB)
 
 
 class Scene3D(pn.viewable.Viewer):
@@ -189,13 +213,7 @@ class Scene3D(pn.viewable.Viewer):
 
     def _colour_openings(self) -> None:
         """Colour each disc by the kind the run applies to its opening (KIND_COLOURS)."""
-        mesh = self._meshes["openings"]
-        openings = self.controller.applied_config.openings
-        codes = list(KIND_COLOURS)
-        ids = mesh.cell_data["opening"] if mesh.n_cells else np.zeros(0, dtype=int)
-        code = {i: codes.index(openings.get(int(i), {}).get("kind", "closed"))
-                for i in np.unique(ids)}
-        mesh.cell_data["kind"] = np.array([code[i] for i in ids], dtype=float)
+        colour_openings(self._meshes["openings"], self.controller.applied_config.openings)
 
     def _add_actors(self) -> None:
         add = self.plotter.add_mesh
@@ -206,12 +224,8 @@ class Scene3D(pn.viewable.Viewer):
         self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
                                     clim=(0.0, 1.0), show_scalar_bar=False)
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
-        self._actors["openings"] = add(self._meshes["openings"], scalars="kind",
-                                       preference="cell",
-                                       cmap=list(KIND_COLOURS.values()),
-                                       clim=(0, len(KIND_COLOURS) - 1), opacity=0.85,
-                                       show_scalar_bar=False)
-        self._actors["labels"] = add(self._meshes["labels"], color=LABEL_RGB)
+        self._actors["openings"], self._actors["labels"] = add_opening_actors(
+            self.plotter, self._meshes["openings"], self._meshes["labels"])
 
     def close(self) -> None:
         """Release the VTK objects of this view (meshes, actors, render window)."""
