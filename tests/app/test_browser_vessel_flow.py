@@ -115,10 +115,14 @@ def test_the_vessel_sample_flows_in_the_browser(page):
         return steps > first_step + 200 and not card(page, "opening-3")[0].startswith("0 ")
     wait_until(settled, 120, "the run to go on for 200 steps", interval=1)
     inlet, outlets = card(page, "opening-1"), [card(page, f"opening-{i}") for i in (2, 3)]
-    assert inlet[1].startswith("in"), inlet
+    # The cards say which opening is the inlet, and their units.
+    label = page.locator('[data-counter="opening-1"] .label').first.text_content()
+    assert label == "Opening 1 · inlet", label
+    assert re.fullmatch(r"[\d.e+-]+ (mL|µL)/s", inlet[0]) and inlet[1].endswith(" Pa"), inlet
+    assert inlet[1].startswith("flow in"), inlet
     assert number(inlet[0]) > 0, inlet
     for value, detail in outlets:
-        assert detail.startswith("out"), (value, detail)
+        assert detail.startswith("flow out"), (value, detail)
         assert number(value) > 0, (value, detail)
     assert number(card(page, "pressure-drop")[0]) > 0, card(page, "pressure-drop")
     balance = number(card(page, "mass-balance")[0])

@@ -162,3 +162,19 @@ def test_a_flow_rate_above_the_mach_limit_names_the_largest_flow_rate(vessel):
     with pytest.raises(ConfigError) as err:
         convert.spec("velocity", 1.01 * largest, "mL/s", group)
     assert f"largest allowed value is {largest:.3g} mL/s" in str(err.value)
+
+
+def test_an_outflow_row_warns_that_it_acts_like_a_wall_in_slow_flows(vessel):
+    """#18 item 4: outflow passed 0.1 % of the flow in the vessel sample (solver/iolets.py);
+    the table says so while a row is an outflow."""
+    panel, config = _panel(vessel)
+    assert not panel.note.visible
+    panel.rows[2].kind = "outflow"
+    assert config.openings[3] == {"kind": "outflow"}
+    assert panel.note.visible and "Opening 3: an outflow" in panel.note.object
+    assert "like a wall" in panel.note.object and "outlet pressure" in panel.note.object
+    panel.rows[1].kind = "outflow"
+    assert "Openings 2, 3" in panel.note.object
+    config.openings = {**config.openings, 2: {"kind": "pressure", "value": 1.0},
+                       3: {"kind": "closed"}}  # set elsewhere (a case, Apply settings)
+    assert not panel.note.visible
