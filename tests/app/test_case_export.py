@@ -3,6 +3,8 @@ openings (#18 item 4: case files take the same settings)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import yaml
 
@@ -45,3 +47,35 @@ def test_a_saved_vessel_case_gives_the_same_openings_headless(tmp_path):
     assert rerun[1]["value"] == pytest.approx(0.02, rel=1e-10)
     assert rerun[2]["value"] == pytest.approx(openings[2]["value"], rel=1e-10)
     assert rerun[3] == {"kind": "closed"}
+
+
+def test_the_dashboard_saves_the_used_vessel_with_its_openings(tmp_path):
+    """The sidebar's Case (.yaml): the session's geometry and openings, rerunnable headless."""
+    from app.dashboard import Dashboard
+    from geometries import generators
+
+    pack = generators.random_sphere_pack((16,) * 3, porosity=0.6, diameter=6, seed=2)
+    board = Dashboard(pack, SimulationConfig(backend="numpy"), refresh=False, autostart=False)
+    try:
+        panel = board.geometry_panel
+        with pytest.raises(ValueError, match="Sample or Upload used"):
+            panel.case_text()  # the start-up case was generated
+        panel.source, panel.sample = "Sample", "vessel_bifurcation.stl"
+        asyncio.run(panel._preview_clicked(None))
+        panel.openings.rows[2].kind = "closed"  # edited in the table before Use
+        panel._use_clicked(None)
+        applied = board.controller.applied_config.openings
+        assert applied[3] == {"kind": "closed"}
+        path = tmp_path / "case.yaml"
+        path.write_text(panel.case_text())
+        case = parse_case(yaml.safe_load(path.read_text()), base=tmp_path, source=str(path))
+        geometry = load_geometry(case.geometry)
+        rerun = resolve_openings(case.openings, geometry,
+                                 case_units(case, geometry.voxel_size),
+                                 float(case.config.initial_density))
+        assert rerun.keys() == applied.keys()
+        for i, spec in applied.items():
+            assert rerun[i]["kind"] == spec["kind"]
+            assert rerun[i].get("value", 0) == pytest.approx(spec.get("value", 0), rel=1e-10)
+    finally:
+        board.close()
