@@ -104,6 +104,7 @@ class GeometryPanel(pn.viewable.Viewer):
         self.info = pn.pane.Markdown("", sizing_mode="stretch_width")
         self.image = pn.pane.HoloViews(self._image(None), height=330, width=360)
         self.preview3d = OpeningsPreview3D()
+        self._recolour = None  # the watcher that recolours the 3D openings on table edits
 
     # ------------------------------------------------------------------ layout
     @param.depends("source", "generator")
@@ -197,6 +198,7 @@ class GeometryPanel(pn.viewable.Viewer):
         verdict, sentence = self._memory(preview)
         self.image.object = self._image(preview)
         self.preview3d.show(preview.geometry, preview.config.openings)
+        self._follow_kinds(preview.config)
         self.info.object = self._table(preview, sentence)
         notes = " ".join(safe_text(n) for n in preview.notes)
         level = {"ok": "success", "warning": "warning", "refused": "danger"}[verdict]
@@ -238,6 +240,13 @@ class GeometryPanel(pn.viewable.Viewer):
             self._show("success", f"Simulating {name}.")
         else:  # the status bar holds the reason until the next action
             self._show("danger", f"Not used: {safe_text(self.controller.status)}")
+
+    def _follow_kinds(self, config) -> None:
+        """Recolour the 3D openings when the table edits ``config.openings`` (before Use)."""
+        if self._recolour is not None:
+            self._recolour[0].param.unwatch(self._recolour[1])
+        watcher = config.param.watch(lambda e: self.preview3d.recolour(e.new), "openings")
+        self._recolour = (config, watcher)
 
     def _source_recipe(self) -> dict | None:
         """The case-file geometry section of the current source (None for a generator)."""

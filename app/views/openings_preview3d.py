@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 WAITING = ("**Openings in 3D** · shown here after the preview of a 3D geometry with openings "
            "(an STL of a vessel)")
 SHOWING = ("**Openings in 3D** · red inlet, blue pressure outlet, green outflow, grey closed "
-           "(the table's kinds when previewed); drag to turn")
+           "(as set in the table below); drag to turn")
 
 
 def preview_meshes(geometry: VoxelGeometry, openings: dict[int, dict]) -> dict[str, pv.PolyData]:
@@ -92,6 +92,13 @@ class OpeningsPreview3D(pn.viewable.Viewer):
         self._replace(meshes)
         self.geometry = geometry
         self.caption.object = SHOWING
+
+    def recolour(self, openings: dict[int, dict]) -> None:
+        """Colour the discs by ``openings`` (``SimulationConfig.openings``: the table's edits)."""
+        if self.geometry is None:
+            return
+        colour_openings(self._meshes["openings"], openings)
+        self.pane.synchronize()
 
     def clear(self) -> None:
         """Empty the view (a failed preview, or a geometry without openings)."""

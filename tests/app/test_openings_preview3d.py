@@ -57,3 +57,26 @@ def test_no_3d_preview_without_openings():
     view.show(VoxelGeometry(np.zeros((8, 8, 8), dtype=bool)), {})
     assert not view.shown
     view.close()
+
+
+def test_the_discs_follow_the_kinds_set_in_the_table_before_use():
+    import asyncio
+
+    from app.controller import Controller
+    from app.settings import settings
+    from app.views.geometry_panel import GeometryPanel
+
+    controller = Controller(samples.load_sample("vessel_bifurcation.stl"), autostart=None)
+    panel = GeometryPanel(controller, settings)
+    try:
+        panel.source, panel.sample = "Sample", "vessel_bifurcation.stl"
+        asyncio.run(panel._preview_clicked(None))
+        assert panel.preview3d.shown
+        panel.openings.rows[1].kind = "closed"
+        discs = panel.preview3d._meshes["openings"]
+        ids = discs.cell_data["opening"]
+        assert list(KIND_COLOURS)[int(discs.cell_data["kind"][ids == 2][0])] == "closed"
+        assert list(KIND_COLOURS)[int(discs.cell_data["kind"][ids == 3][0])] == "pressure"
+    finally:
+        panel.preview3d.close()
+        controller.close()
