@@ -20,9 +20,10 @@ import pyvista as pv
 from geometries import VoxelGeometry
 
 from .scene3d import (
+    KIND_COLOURS,
+    LABEL_RGB,
     SOLID_RGB,
     _servable,
-    add_opening_actors,
     camera_state,
     colour_openings,
     opening_marks,
@@ -59,14 +60,18 @@ class OpeningsPreview3D(pn.viewable.Viewer):
         self.plotter.set_background("#f4f6f8")
         self.plotter.theme.allow_empty_mesh = True
         self._meshes = {key: _servable(pv.PolyData())
-                        for key in ("solid", "outline", "openings", "labels")}
+                        for key in ("solid", "outline", "labels", *KIND_COLOURS)}
         self._meshes["outline"].copy_from(pv.Box(bounds=(-0.5, 0.5) * 3).outline())
-        self._meshes["openings"].cell_data["kind"] = np.zeros(0)
+        self._discs = pv.PolyData()  # every disc, cell array 'opening' (id)
         # Translucent: the openings sit on the lumen's ends, partly inside the solid's surface.
         self.plotter.add_mesh(self._meshes["solid"], color=SOLID_RGB, opacity=0.35,
                               smooth_shading=True)
         self.plotter.add_mesh(self._meshes["outline"], color="#6b7785", line_width=1)
-        add_opening_actors(self.plotter, self._meshes["openings"], self._meshes["labels"])
+        self.plotter.add_mesh(self._meshes["labels"], color=LABEL_RGB)
+        # One plain-coloured mesh per kind: a recolour moves discs between meshes, which
+        # vtk.js follows; a changed scalar array on one mesh was drawn in the wrong colours.
+        for kind, colour in KIND_COLOURS.items():
+            self.plotter.add_mesh(self._meshes[kind], color=colour, opacity=0.9)
         self.geometry: VoxelGeometry | None = None
         self.caption = pn.pane.Markdown(WAITING, sizing_mode="stretch_width", margin=(0, 5))
         self.pane = pn.pane.VTK(self.plotter.ren_win, sizing_mode="stretch_width", height=360)
@@ -89,7 +94,7 @@ class OpeningsPreview3D(pn.viewable.Viewer):
             log.exception("3D openings preview failed")
             self.clear()
             return
-        self._replace(meshes)
+        self._replace(meshes, openings)
         self.geometry = geometry
         self.caption.object = SHOWING
 
@@ -97,23 +102,34 @@ class OpeningsPreview3D(pn.viewable.Viewer):
         """Colour the discs by ``openings`` (``SimulationConfig.openings``: the table's edits)."""
         if self.geometry is None:
             return
-        colour_openings(self._meshes["openings"], openings)
+        self._split_discs(openings)
         self.pane.synchronize()
+
+    def _split_discs(self, openings: dict[int, dict]) -> None:
+        """Put each disc in the mesh of its opening's kind (KIND_COLOURS)."""
+        discs = self._discs
+        if discs.n_cells:
+            colour_openings(discs, openings)
+        kinds = discs.cell_data["kind"] if discs.n_cells else np.zeros(0)
+        for code, kind in enumerate(KIND_COLOURS):
+            cells = np.flatnonzero(kinds == code)
+            mesh = discs.extract_cells(cells).extract_surface() if cells.size else pv.PolyData()
+            self._meshes[kind].copy_from(_servable(mesh))
 
     def clear(self) -> None:
         """Empty the view (a failed preview, or a geometry without openings)."""
         if self.geometry is None:
             return
-        self._replace({key: pv.PolyData() for key in self._meshes})
+        self._replace({key: pv.PolyData() for key in ("solid", "outline", "labels",
+                                                      "openings")}, {})
         self.geometry = None
         self.caption.object = WAITING
 
-    def _replace(self, meshes: dict[str, pv.PolyData]) -> None:
-        for key, mesh in meshes.items():
-            self._meshes[key].copy_from(_servable(mesh))
-        if "kind" not in self._meshes["openings"].cell_data:
-            self._meshes["openings"].cell_data["kind"] = np.zeros(
-                self._meshes["openings"].n_cells)
+    def _replace(self, meshes: dict[str, pv.PolyData], openings: dict[int, dict]) -> None:
+        for key in ("solid", "outline", "labels"):
+            self._meshes[key].copy_from(_servable(meshes[key]))
+        self._discs = meshes["openings"]
+        self._split_discs(openings)
         self.plotter.view_isometric()
         self.plotter.camera.zoom(1.1)
         self.pane.synchronize()
