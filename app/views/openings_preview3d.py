@@ -21,11 +21,12 @@ from geometries import VoxelGeometry
 
 from .scene3d import (
     KIND_COLOURS,
-    LABEL_RGB,
     SOLID_RGB,
     _servable,
+    add_opening_actors,
     camera_state,
     colour_openings,
+    discs_by_kind,
     opening_marks,
     solid_surface,
 )
@@ -67,11 +68,8 @@ class OpeningsPreview3D(pn.viewable.Viewer):
         self.plotter.add_mesh(self._meshes["solid"], color=SOLID_RGB, opacity=0.35,
                               smooth_shading=True)
         self.plotter.add_mesh(self._meshes["outline"], color="#6b7785", line_width=1)
-        self.plotter.add_mesh(self._meshes["labels"], color=LABEL_RGB)
-        # One plain-coloured mesh per kind: a recolour moves discs between meshes, which
-        # vtk.js follows; a changed scalar array on one mesh was drawn in the wrong colours.
-        for kind, colour in KIND_COLOURS.items():
-            self.plotter.add_mesh(self._meshes[kind], color=colour, opacity=0.9)
+        # One plain-coloured mesh per kind: a recolour moves discs between them.
+        add_opening_actors(self.plotter, self._meshes, self._meshes["labels"])
         self.geometry: VoxelGeometry | None = None
         self.caption = pn.pane.Markdown(WAITING, sizing_mode="stretch_width", margin=(0, 5))
         self.pane = pn.pane.VTK(self.plotter.ren_win, sizing_mode="stretch_width", height=360)
@@ -107,14 +105,8 @@ class OpeningsPreview3D(pn.viewable.Viewer):
 
     def _split_discs(self, openings: dict[int, dict]) -> None:
         """Put each disc in the mesh of its opening's kind (KIND_COLOURS)."""
-        discs = self._discs
-        if discs.n_cells:
-            colour_openings(discs, openings)
-        kinds = discs.cell_data["kind"] if discs.n_cells else np.zeros(0)
-        for code, kind in enumerate(KIND_COLOURS):
-            cells = np.flatnonzero(kinds == code)
-            mesh = discs.extract_cells(cells).extract_surface() if cells.size else pv.PolyData()
-            self._meshes[kind].copy_from(_servable(mesh))
+        for kind, mesh in discs_by_kind(self._discs, openings).items():
+            self._meshes[kind].copy_from(mesh)
 
     def clear(self) -> None:
         """Empty the view (a failed preview, or a geometry without openings)."""

@@ -37,11 +37,11 @@ SLICE_MAX = """() => {
 
 @pytest.fixture(scope="module")
 def page(chromium, tmp_path_factory):
-    """A page on an app served paused, the 3D view barely refreshed (software WebGL is slow)."""
+    """A page on an app served paused; the 3D view refreshed every 15 s (its syncs checked)."""
     if browser_missing():
         pytest.skip(browser_missing())
     app = serve(tmp_path_factory.mktemp("vessel"),
-                env={"POROUS_LBM_SCENE_REFRESH_S": "600", "POROUS_LBM_AUTOSTART": "0"})
+                env={"POROUS_LBM_SCENE_REFRESH_S": "15", "POROUS_LBM_AUTOSTART": "0"})
     context = chromium.new_context(viewport={"width": 1500, "height": 1100})
     page = context.new_page()
     page.errors = []
