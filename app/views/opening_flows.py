@@ -43,10 +43,10 @@ def flow_cards(snap: Snapshot, units: UnitSystem) -> list[tuple[str, str, str, s
     cards = []
     for o in driven:
         pressure = units.pressure_to_si(o.mean_density - rho0)
-        direction = "flow in" if o.flow_rate >= 0 else "flow out"
+        direction = "in" if o.flow_rate >= 0 else "out"
         cards.append((f"opening-{o.id}", f"Opening {o.id} · {_role(o.kind)}",
                       _flow_text(abs(o.flow_rate), units, ndim),
-                      f"{direction} · mean p {pressure:.3g} Pa"))
+                      f"{direction} · p {pressure:.3g} Pa"))
     inlets = [o for o in driven if quantity(o.kind) == SPEED]
     outlets = [o for o in driven if quantity(o.kind) != SPEED]
     if inlets and outlets:

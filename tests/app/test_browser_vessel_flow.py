@@ -124,10 +124,10 @@ def test_the_vessel_sample_flows_in_the_browser(page):
     label = page.locator('[data-counter="opening-1"] .label').first.text_content()
     assert label == "Opening 1 · inlet", label
     assert re.fullmatch(r"[\d.e+-]+ (mL|µL)/s", inlet[0]) and inlet[1].endswith(" Pa"), inlet
-    assert inlet[1].startswith("flow in"), inlet
+    assert inlet[1].startswith("in · p"), inlet
     assert number(inlet[0]) > 0, inlet
     for value, detail in outlets:
-        assert detail.startswith("flow out"), (value, detail)
+        assert detail.startswith("out · p"), (value, detail)
         assert number(value) > 0, (value, detail)
     assert number(card(page, "pressure-drop")[0]) > 0, card(page, "pressure-drop")
     balance = number(card(page, "mass-balance")[0])
