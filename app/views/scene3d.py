@@ -115,8 +115,9 @@ def discs_by_kind(discs: pv.PolyData, openings: dict[int, dict]) -> dict[str, pv
     out = {}
     for code, kind in enumerate(KIND_COLOURS):
         cells = np.flatnonzero(kinds == code)
-        out[kind] = _servable(discs.extract_cells(cells).extract_surface() if cells.size
-                              else pv.PolyData())
+        mesh = (discs.extract_cells(cells).extract_surface(algorithm="dataset_surface")
+                if cells.size else pv.PolyData())
+        out[kind] = _servable(mesh)
     return out
 
 
