@@ -183,6 +183,7 @@ class Dashboard(pn.viewable.Viewer):
         self._callbacks = []
         if self.scene is not None:
             self.scene.close()
+        self.geometry_panel.preview3d.close()
         log.info("dashboard closed (live runners: %d)", live_runners())
 
     # ------------------------------------------------------------------ layout
@@ -206,6 +207,9 @@ class Dashboard(pn.viewable.Viewer):
             self._download("Fields (.vti)", "fields.vti", c.export_vti),
             self._download("Slice (.png)", "slice.png", c.export_png),
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
+            # Reruns headless with the same openings: python -m solver run case.yaml
+            self._download("Case (.yaml)", "case.yaml",
+                           lambda: self.geometry_panel.case_text().encode()),
         ]
         return pn.Column(
             self.run_buttons, self.status,

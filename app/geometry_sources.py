@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import param
-import scipy.ndimage as ndi
 
 import geometries
 from geometries import GeometryError, VoxelGeometry, generators
@@ -23,6 +22,7 @@ from solver.memory import precheck_memory
 from solver.problem import Problem
 
 from .estimates import specific_surface
+from .geometry_doubts import geometry_doubts
 from .openings import DRIVES, OpeningGroup, default_drive, drive_setup, driven_values
 
 __all__ = [
@@ -325,7 +325,7 @@ def make_preview(geometry: VoxelGeometry, config: SimulationConfig,
     precheck_memory(solid, config, config.backend).check()
     problem = Problem.from_config(solid, config, labels=geometry.labels)
     tiling = problem.tiling
-    doubts = geometry_doubts(geometry)
+    doubts = geometry_doubts(geometry, config.openings)
     return GeometryPreview(
         geometry=geometry, config=config, mid_slice=mid_slice(solid),
         porosity=float(geometry.porosity), surface=specific_surface(solid),
@@ -355,27 +355,3 @@ def _driven(geometry: VoxelGeometry, config: SimulationConfig,
                             **{f: "periodic" for f in faces},
                             **{f"{f}_value": None for f in faces})
     return config
-
-
-#: Below this pore fraction an image is more likely mis-read (label, voxel type) than real.
-LOW_POROSITY = 0.01
-
-
-def geometry_doubts(geometry: VoxelGeometry) -> list[str]:
-    """Signs that a geometry was mis-read: implausible porosity, no fluid path along the flow."""
-    doubts = []
-    axis, name = geometry.flow_axis, "xyz"[geometry.flow_axis]
-    if geometry.porosity < LOW_POROSITY:
-        doubts.append(
-            f"Check the geometry: its porosity is {geometry.porosity:.3g}, implausibly low; is "
-            "the pore label right (Pore label), or the RAW shape and voxel type?")
-    # Face-connected fluid clusters; one touching both ends along the flow carries flow.
-    labels = ndi.label(~np.asarray(geometry.solid, dtype=bool))[0]
-    inlet = np.unique(np.take(labels, 0, axis=axis))
-    outlet = np.unique(np.take(labels, -1, axis=axis))
-    if not np.intersect1d(inlet[inlet > 0], outlet[outlet > 0]).size:
-        doubts.append(
-            f"Check the geometry: no fluid path connects the two {name} ends (the flow axis), "
-            "so the flow and the permeability will be zero. Check the pore label, RAW shape "
-            "and voxel type, or the STL's Encloses option.")
-    return doubts

@@ -22,6 +22,7 @@ import numpy as np
 from geometries import VoxelGeometry
 from geometries.openings import Opening, face_openings
 from solver.opening_kinds import DENSITY, SPEED, opening_kind
+from solver.opening_specs import MAX_DENSITY_CHANGE
 from solver.units import SOUND_SPEED, UnitSystem
 from solver.values import MAX_MACH, ConfigError
 
@@ -183,10 +184,16 @@ class OpeningUnits:
             raise ConfigError(f"Opening {group.name}: enter a number ({unit}).")
         if quantity(kind) == DENSITY:
             density = self.initial_density + self.units.pressure_to_lattice(value)
-            if density <= 0:
-                low = self.units.pressure_to_si(-self.initial_density)
-                raise ConfigError(f"Opening {group.name}: {value:g} Pa is below the vacuum of "
-                                  f"the lattice ({low:.3g} Pa); enter a higher pressure.")
+            # The limit case files hold (solver.opening_specs): a saved case must rerun.
+            limit = MAX_DENSITY_CHANGE * self.initial_density
+            if abs(density - self.initial_density) > limit:
+                largest = self.units.pressure_to_si(limit)
+                raise ConfigError(
+                    f"Opening {group.name}: {value:g} Pa is a density change of "
+                    f"{(density - self.initial_density) / self.initial_density:+.1%} on this "
+                    f"grid, beyond {MAX_DENSITY_CHANGE:.0%} (the weakly compressible scheme "
+                    f"would be wrong or diverge); enter at most ±{largest:.3g} Pa, or shorten "
+                    "the time step (a smaller τ or voxel size).")
             return {"kind": kind, "value": density}
         speed = self._speed(value, unit, group)
         limit = MAX_MACH * SOUND_SPEED / PROFILE_PEAK[profile]

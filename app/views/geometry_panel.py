@@ -18,7 +18,9 @@ import panel as pn
 import param
 
 from solver.memory import assess_memory, judge
+from solver.values import ConfigError
 
+from ..case_export import case_document, case_yaml
 from ..controller import Controller
 from ..geometry_sources import (
     GENERATORS,
@@ -33,6 +35,7 @@ from ..openings import DRIVES, OpeningGroup, OpeningUnits
 from ..settings import Settings
 from ..uploads import BoundedFileDropper, UploadedFile, safe_text
 from .openings_panel import OpeningsPanel
+from .openings_preview3d import OpeningsPreview3D
 from .physics_panel import PhysicalSetup
 
 __all__ = ["GeometryPanel", "memory_verdict"]
@@ -69,6 +72,9 @@ class GeometryPanel(pn.viewable.Viewer):
         self.openings = OpeningsPanel(self._opening_units)
         self.setup.param.watch(self.openings.refresh, ["voxel_size_um", "viscosity", "density"])
         self._build: tuple | None = None  # the last preview's (build, what): a drive re-runs it
+        # Where the previewed and the used geometry came from: a case's geometry section.
+        self._recipe: dict | None = None
+        self.used_recipe: dict | None = None
         self._drive_set = False
         self.param.watch(self._drive_changed, "drive")
         names = sample_names()
@@ -97,6 +103,8 @@ class GeometryPanel(pn.viewable.Viewer):
                                    sizing_mode="stretch_width")
         self.info = pn.pane.Markdown("", sizing_mode="stretch_width")
         self.image = pn.pane.HoloViews(self._image(None), height=330, width=360)
+        self.preview3d = OpeningsPreview3D()
+        self._recolour = None  # the watcher that recolours the 3D openings on table edits
 
     # ------------------------------------------------------------------ layout
     @param.depends("source", "generator")
@@ -121,7 +129,8 @@ class GeometryPanel(pn.viewable.Viewer):
             pn.widgets.RadioButtonGroup.from_param(self.param.source, button_style="outline"),
             self._source_controls, width=340)
         drive = pn.widgets.Select.from_param(self.param.drive, width=320)
-        result = pn.Column(self.alert, pn.Row(self.image, self.info), drive, self.openings,
+        result = pn.Column(self.alert, pn.Row(self.image, self.info), self.preview3d,
+                           drive, self.openings,
                            self.use_button, sizing_mode="stretch_width")
         return pn.Row(chooser, result, sizing_mode="stretch_width")
 
@@ -166,6 +175,8 @@ class GeometryPanel(pn.viewable.Viewer):
             await self._make_preview(*self._build, drive=event.new)
 
     async def _make_preview(self, build, what: str, drive: str | None = None) -> None:
+        if drive is None:  # a new geometry (a drive change keeps the one previewed)
+            self._recipe = self._source_recipe()
         self._generation += 1
         generation = self._generation
         self._build = (build, what)
@@ -186,6 +197,8 @@ class GeometryPanel(pn.viewable.Viewer):
         self.openings.bind(preview.groups, preview.config)
         verdict, sentence = self._memory(preview)
         self.image.object = self._image(preview)
+        self.preview3d.show(preview.geometry, preview.config.openings)
+        self._follow_kinds(preview.config)
         self.info.object = self._table(preview, sentence)
         notes = " ".join(safe_text(n) for n in preview.notes)
         level = {"ok": "success", "warning": "warning", "refused": "danger"}[verdict]
@@ -204,6 +217,7 @@ class GeometryPanel(pn.viewable.Viewer):
         self.openings.bind((), None)
         self.info.object = ""
         self.image.object = self._image(None)
+        self.preview3d.clear()
         self.use_button.disabled = True
         self._show("danger", safe_text(message))
         self._error_status = f"Geometry not loaded: {message}"
@@ -219,12 +233,44 @@ class GeometryPanel(pn.viewable.Viewer):
         if self.preview is None:
             return
         if self.controller.use_geometry(self.preview):
+            self.used_recipe = self._recipe
             # From now on the rows edit the session's pending settings (Apply settings).
             self.openings.bind(self.preview.groups, self.controller.config)
             name = safe_text(self.preview.geometry.name or "the geometry")
             self._show("success", f"Simulating {name}.")
         else:  # the status bar holds the reason until the next action
             self._show("danger", f"Not used: {safe_text(self.controller.status)}")
+
+    def _follow_kinds(self, config) -> None:
+        """Recolour the 3D openings when the table edits ``config.openings`` (before Use)."""
+        if self._recolour is not None:
+            self._recolour[0].param.unwatch(self._recolour[1])
+        watcher = config.param.watch(lambda e: self.preview3d.recolour(e.new), "openings")
+        self._recolour = (config, watcher)
+
+    def _source_recipe(self) -> dict | None:
+        """The case-file geometry section of the current source (None for a generator)."""
+        if self.source == "Sample":
+            return {"sample": self.sample}
+        if self.source == "Upload" and self.upload is not None:
+            options = self.upload_options.options(self.upload.name)
+            return {"file": self.upload.name,
+                    "options": {k: list(v) if isinstance(v, tuple) else v
+                                for k, v in options.items()}}
+        return None
+
+    def case_text(self) -> str:
+        """The session's run as a case file (YAML, openings by id in SI)."""
+        if self.used_recipe is None:
+            raise ConfigError("A case file needs a geometry from Sample or Upload used with "
+                              "“Use this geometry”; a generated geometry is saved as a case "
+                              "with `geometry: {generator: ..., parameters: ...}` by hand.")
+        config = self.controller.applied_config
+        geometry = self.controller.geometry
+        units = self.setup.units(config.tau, geometry.voxel_size)
+        name = (geometry.name or "dashboard").rsplit(".", 1)[0]
+        return case_yaml(case_document(name, self.used_recipe, config, units,
+                                       self.setup.viscosity, self.setup.density))
 
     def _set_drive(self, drive: str) -> None:
         """Show the preview's drive without re-running it."""

@@ -13,7 +13,7 @@ import html
 import numpy as np
 import panel as pn
 
-from solver.opening_kinds import SPEED
+from solver.opening_kinds import DENSITY, SPEED
 from solver.snapshot import Snapshot
 from solver.units import UnitSystem
 
@@ -44,20 +44,31 @@ def flow_cards(snap: Snapshot, units: UnitSystem) -> list[tuple[str, str, str, s
     for o in driven:
         pressure = units.pressure_to_si(o.mean_density - rho0)
         direction = "in" if o.flow_rate >= 0 else "out"
-        cards.append((f"opening-{o.id}", f"Opening {o.id} · {KIND_LABELS.get(o.kind, o.kind)}",
+        cards.append((f"opening-{o.id}", f"Opening {o.id} · {_role(o.kind)}",
                       _flow_text(abs(o.flow_rate), units, ndim),
                       f"{direction} · p {pressure:.3g} Pa"))
-    inlets = [o.mean_density for o in driven if quantity(o.kind) == SPEED]
-    outlets = [o.mean_density for o in driven if quantity(o.kind) != SPEED]
+    inlets = [o for o in driven if quantity(o.kind) == SPEED]
+    outlets = [o for o in driven if quantity(o.kind) != SPEED]
     if inlets and outlets:
-        drop = units.pressure_to_si(float(np.mean(inlets)) - float(np.mean(outlets)))
+        drop = units.pressure_to_si(float(np.mean([o.mean_density for o in inlets]))
+                                    - float(np.mean([o.mean_density for o in outlets])))
         cards.append(("pressure-drop", "Pressure drop", f"{drop:.3g} Pa",
-                      "mean inlet − mean outlet"))
+                      f"inlet {_ids(inlets)} − outlet {_ids(outlets)}, mean p"))
     balance = snap.mass_balance
     cards.append(("mass-balance", "Mass balance",
                   "—" if balance is None or not np.isfinite(balance) else f"{100 * balance:.2f} %",
                   "net flow / inflow (0 at steady state)"))
     return cards
+
+
+def _role(kind: str) -> str:
+    """What an opening of ``kind`` is in a card: inlet (a set speed), outlet (a set pressure)
+    or outflow (neither)."""
+    return {SPEED: "inlet", DENSITY: "outlet"}.get(quantity(kind), KIND_LABELS.get(kind, kind))
+
+
+def _ids(openings) -> str:
+    return ", ".join(str(o.id) for o in openings)
 
 
 class OpeningFlowsView(pn.viewable.Viewer):

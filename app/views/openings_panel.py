@@ -84,11 +84,14 @@ class OpeningsPanel(pn.viewable.Viewer):
                                    sizing_mode="stretch_width")
         self.param.watch(lambda e: self.alert.param.update(object=html.escape(e.new),
                                                            visible=bool(e.new)), "message")
+        # Outflow stays offered (fast flows out of a long straight segment) with this warning.
+        self.note = pn.pane.Alert("", alert_type="warning", visible=False,
+                                  sizing_mode="stretch_width", css_classes=["outflow-note"])
         header = pn.pane.Markdown("**Openings** · kind and value in SI (the solver's lattice "
                                   "value on the right); the box faces are walls",
                                   sizing_mode="stretch_width")
-        self.view = pn.Column(header, self.alert, self.layout, sizing_mode="stretch_width",
-                              visible=False)
+        self.view = pn.Column(header, self.alert, self.note, self.layout,
+                              sizing_mode="stretch_width", visible=False)
 
     def bind(self, groups: Sequence[OpeningGroup], config: SimulationConfig | None) -> None:
         """Show ``groups`` and edit ``config.openings`` (no rows when there are none)."""
@@ -115,6 +118,18 @@ class OpeningsPanel(pn.viewable.Viewer):
             return
         for row in self.rows:
             self._show(row)
+        self._warn_outflow()
+
+    def _warn_outflow(self) -> None:
+        """Warn while any row is an outflow: in slow flows it acts almost like a wall."""
+        names = [row.group.name for row in self.rows if _KINDS[row.kind] == "outflow"]
+        text = "" if not names else (
+            f"Opening{'s' if len(names) > 1 else ''} {', '.join(names)}: an outflow sets no "
+            "pressure and in slow flows acts almost like a wall (in the vessel sample next to "
+            "a pressure outlet it passed 0.1 % of the flow). Use outlet pressure for vessels; "
+            "outflow suits fast flows leaving through a long straight segment.")
+        if text != self.note.object or self.note.visible != bool(text):
+            self.note.param.update(object=text, visible=bool(text))
 
     # ------------------------------------------------------------------ editing
     def _spec(self, row: OpeningRow) -> dict:
@@ -153,6 +168,7 @@ class OpeningsPanel(pn.viewable.Viewer):
         except ConfigError as exc:
             self.message = str(exc)
         self._show(row)  # a refused value goes back to the config's
+        self._warn_outflow()
 
     def _default(self, kind: str, row: OpeningRow) -> dict:
         if quantity(kind) == SPEED:

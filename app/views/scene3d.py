@@ -25,7 +25,8 @@ import pyvista as pv
 from ..controller import Controller
 from ..openings import opening_groups
 
-__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state", "opening_marks"]
+__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state", "opening_marks",
+           "colour_openings", "discs_by_kind", "add_opening_actors"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,42 @@ def opening_marks(geometry) -> tuple[pv.PolyData, pv.PolyData]:
     return discs, labels
 
 
+def colour_openings(discs: pv.PolyData, openings: dict[int, dict]) -> None:
+    """Set the discs' cell scalar 'kind' to the index in KIND_COLOURS of the kind ``openings``
+    (``SimulationConfig.openings``) gives each one's opening; unlisted = closed."""
+    codes = list(KIND_COLOURS)
+    ids = discs.cell_data["opening"] if "opening" in discs.cell_data else np.zeros(0, int)
+    code = {i: codes.index(openings.get(int(i), {}).get("kind", "closed"))
+            for i in np.unique(ids)}
+    discs.cell_data["kind"] = np.array([code[i] for i in ids], dtype=float)
+
+
+def discs_by_kind(discs: pv.PolyData, openings: dict[int, dict]) -> dict[str, pv.PolyData]:
+    """The discs of :func:`opening_marks` split by the kind ``openings`` gives each one's
+    opening, one servable mesh per key of KIND_COLOURS. vtk.js draws these in plain colours:
+    a replaced scalar array on one disc mesh was drawn in the wrong colours (closed as red)."""
+    kinds = np.zeros(0)
+    if discs.n_cells:
+        colour_openings(discs, openings)
+        kinds = discs.cell_data["kind"]
+    out = {}
+    for code, kind in enumerate(KIND_COLOURS):
+        cells = np.flatnonzero(kinds == code)
+        mesh = (discs.extract_cells(cells).extract_surface(algorithm="dataset_surface")
+                if cells.size else pv.PolyData())
+        out[kind] = _servable(mesh)
+    return out
+
+
+def add_opening_actors(plotter: pv.Plotter, kind_meshes: dict[str, pv.PolyData],
+                       labels: pv.PolyData) -> dict[str, pv.Actor]:
+    """Add the discs of :func:`discs_by_kind` (each kind its colour) and the labels."""
+    actors = {kind: plotter.add_mesh(kind_meshes[kind], color=colour, opacity=0.85)
+              for kind, colour in KIND_COLOURS.items()}
+    actors["labels"] = plotter.add_mesh(labels, color=LABEL_RGB)
+    return actors
+
+
 class Scene3D(pn.viewable.Viewer):
     """Cutaway 3D view of the geometry with the live slice plane."""
 
@@ -109,8 +146,10 @@ class Scene3D(pn.viewable.Viewer):
         self._surface: pv.PolyData | None = None
         self._meshes = {"solid": pv.PolyData(), "fluid": pv.UnstructuredGrid(),
                         "grains": pv.UnstructuredGrid(), "outline": pv.PolyData(),
-                        "openings": _servable(pv.PolyData()),
-                        "labels": _servable(pv.PolyData())}
+                        "labels": _servable(pv.PolyData()),
+                        **{kind: _servable(pv.PolyData()) for kind in KIND_COLOURS}}
+        self._discs = pv.PolyData()  # every opening's disc, cell array 'opening' (id)
+        self._kinds: dict | None = None  # the kinds the discs are coloured by
         self._actors: dict = {}
         self._key: tuple | None = None
         self._geometry = None
@@ -159,8 +198,8 @@ class Scene3D(pn.viewable.Viewer):
             self._surface = solid_surface(np.asarray(geometry.solid, dtype=bool))
             self._meshes["outline"].copy_from(pv.Box(
                 bounds=[v for n in geometry.shape for v in (-0.5, n - 0.5)]).outline())
-            discs, labels = opening_marks(geometry)
-            self._meshes["openings"].copy_from(_servable(discs))
+            self._discs, labels = opening_marks(geometry)
+            self._kinds = None
             self._meshes["labels"].copy_from(_servable(labels))
         self._colour_openings()
         index = view.index or 0
@@ -189,13 +228,13 @@ class Scene3D(pn.viewable.Viewer):
 
     def _colour_openings(self) -> None:
         """Colour each disc by the kind the run applies to its opening (KIND_COLOURS)."""
-        mesh = self._meshes["openings"]
         openings = self.controller.applied_config.openings
-        codes = list(KIND_COLOURS)
-        ids = mesh.cell_data["opening"] if mesh.n_cells else np.zeros(0, dtype=int)
-        code = {i: codes.index(openings.get(int(i), {}).get("kind", "closed"))
-                for i in np.unique(ids)}
-        mesh.cell_data["kind"] = np.array([code[i] for i in ids], dtype=float)
+        kinds = {i: spec.get("kind") for i, spec in openings.items()}
+        if kinds == self._kinds:
+            return  # unchanged: nothing to send to the browser
+        self._kinds = kinds
+        for kind, mesh in discs_by_kind(self._discs, openings).items():
+            self._meshes[kind].copy_from(mesh)
 
     def _add_actors(self) -> None:
         add = self.plotter.add_mesh
@@ -206,12 +245,8 @@ class Scene3D(pn.viewable.Viewer):
         self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
                                     clim=(0.0, 1.0), show_scalar_bar=False)
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
-        self._actors["openings"] = add(self._meshes["openings"], scalars="kind",
-                                       preference="cell",
-                                       cmap=list(KIND_COLOURS.values()),
-                                       clim=(0, len(KIND_COLOURS) - 1), opacity=0.85,
-                                       show_scalar_bar=False)
-        self._actors["labels"] = add(self._meshes["labels"], color=LABEL_RGB)
+        self._actors.update(add_opening_actors(self.plotter, self._meshes,
+                                               self._meshes["labels"]))
 
     def close(self) -> None:
         """Release the VTK objects of this view (meshes, actors, render window)."""
@@ -221,6 +256,7 @@ class Scene3D(pn.viewable.Viewer):
         self._meshes.clear()
         self._actors.clear()
         self._surface = self._geometry = None
+        self._discs = pv.PolyData()
 
     def __panel__(self) -> pn.viewable.Viewable:
         return self.pane

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 
 import numpy as np
@@ -22,6 +23,7 @@ from app.geometry_sources import (
 )
 from app.views.geometry_panel import memory_verdict
 from geometries import GeometryError, VoxelGeometry
+from geometries.openings import face_openings
 from solver.config import SimulationConfig
 from solver.tiling import Tiling, tile_utilisation
 
@@ -187,3 +189,29 @@ def test_a_connected_pore_space_raises_no_doubt():
     solid[6] = True  # a wall across the channel
     preview = make_preview(VoxelGeometry(solid), SimulationConfig())
     assert preview.doubtful and "no fluid path" in preview.notes[0]
+
+
+def test_the_vessel_sample_driven_by_its_openings_raises_no_doubt():
+    """Seen in the browser: the vessel sample, driven by its openings, was flagged "no fluid
+    path connects the two x ends ... the flow will be zero" (its x max end is solid) while it
+    flows from opening 1 to 2 and 3."""
+    preview = make_preview(load_sample("vessel_bifurcation.stl"), SimulationConfig())
+    assert preview.groups and not preview.doubtful, preview.notes
+
+
+def test_openings_with_no_fluid_path_between_them_are_doubted():
+    solid = np.ones((12, 10, 10), dtype=bool)
+    solid[:, 4:7, 4:7] = False
+    solid[6] = True  # a wall across the channel
+    for drive in ("x faces: inlet x min, outlet x max", "openings of the geometry"):
+        geometry = VoxelGeometry(solid, voxel_size=1e-4)
+        if drive.startswith("openings"):  # the two face patches as the geometry's own
+            geometry = dataclasses.replace(geometry, openings=face_openings(geometry, axes=(0,)))
+        preview = make_preview(geometry, SimulationConfig(), drive)
+        assert preview.doubtful and "no fluid path connects two of its open openings" in (
+            preview.notes[0]), (drive, preview.notes)
+    solid[6] = False
+    geometry = VoxelGeometry(solid, voxel_size=1e-4)
+    geometry = dataclasses.replace(geometry, openings=face_openings(geometry, axes=(0,)))
+    preview = make_preview(geometry, SimulationConfig(), "openings of the geometry")
+    assert not preview.doubtful, preview.notes

@@ -28,10 +28,10 @@ def test_cards_give_flow_rates_pressure_drop_and_mass_balance_in_si():
     cards = {key: (label, value, detail) for key, label, value, detail
              in flow_cards(vessel_snapshot(), UNITS)}
     # 2000 nodes^3/step = 2e-6 m^3/s = 2 mL/s into the fluid.
-    assert cards["opening-1"] == ("Opening 1 · inlet velocity", "2 mL/s", "in · p 0.01 Pa")
-    assert cards["opening-2"][1:] == ("1.2 mL/s", "out · p 0 Pa")
+    assert cards["opening-1"] == ("Opening 1 · inlet", "2 mL/s", "in · p 0.01 Pa")
+    assert cards["opening-2"] == ("Opening 2 · outlet", "1.2 mL/s", "out · p 0 Pa")
     # p = c_s^2 (rho_in - rho_out) rho dx^2/dt^2 = 0.003 / 3 * 10 Pa = 0.01 Pa.
-    assert cards["pressure-drop"][1] == "0.01 Pa"
+    assert cards["pressure-drop"][1:] == ("0.01 Pa", "inlet 1 − outlet 2, 3, mean p")
     assert cards["mass-balance"][1] == "0.50 %"
 
 

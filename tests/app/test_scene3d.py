@@ -56,11 +56,13 @@ def test_the_openings_of_a_vessel_are_discs_with_labels_at_their_centres():
     controller = Controller(vessel, config, autostart=None)
     scene = Scene3D(controller)
     try:
-        assert scene._meshes["openings"].n_cells == discs.n_cells
         assert scene._meshes["labels"].n_cells == labels.n_cells
-        # Coloured by the applied kind: inlet, closed, outlet (KIND_COLOURS order).
-        kinds = scene._meshes["openings"].cell_data["kind"].reshape(3, 32)
-        assert kinds[:, 0].tolist() == [1.0, 0.0, 2.0] and (kinds == kinds[:, :1]).all()
+        # Coloured by the applied kind: one plain-coloured mesh per kind (KIND_COLOURS).
+        by_kind = {kind: sorted(set(scene._meshes[kind].cell_data["opening"].tolist()))
+                   for kind in ("velocity", "closed", "pressure")}
+        assert by_kind == {"velocity": [1], "closed": [2], "pressure": [3]}
+        assert sum(scene._meshes[k].n_cells for k in by_kind) == discs.n_cells
+        assert scene._meshes["outflow"].n_cells == 0
         scene.pane.get_root(Document())
     finally:
         scene.close()
