@@ -53,6 +53,25 @@ def status(page) -> str:
     return counter(page, "status").strip()
 
 
+def recording_page(chromium, url: str, height: int = 1000):
+    """A context and a page open on ``url`` with its counters shown; console errors and uncaught
+    exceptions (with their stack) are collected in ``page.errors``."""
+    context = chromium.new_context(viewport={"width": 1500, "height": height})
+    page = context.new_page()
+    page.errors = []
+    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" and not any(
+        s in m.text for s in IGNORED_CONSOLE) else None)
+    page.on("pageerror", lambda e: page.errors.append(f"uncaught: {e} {e.stack}"))
+    page.set_default_timeout(120_000)  # the CI machine has 2 busy cores
+    try:
+        page.goto(url, timeout=180_000)
+        wait_until(lambda: page.locator('[data-counter="steps"]').count(), 120, "the counters")
+    except BaseException:
+        context.close()
+        raise
+    return context, page
+
+
 def slice_png(page) -> bytes:
     """Pixels of the slice plot (a page clip: the element never waits to be 'stable')."""
     box = page.locator(".slice-plot").first.bounding_box()
@@ -62,15 +81,8 @@ def slice_png(page) -> bytes:
 @pytest.fixture(scope="module")
 def page(chromium, served_app):
     """One page on the served app for the whole module; console errors are collected."""
-    context = chromium.new_context(viewport={"width": 1500, "height": 1000})
-    page = context.new_page()
-    page.errors = []
-    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" and not any(
-        s in m.text for s in IGNORED_CONSOLE) else None)
-    page.on("pageerror", lambda e: page.errors.append(f"uncaught: {e}"))
     start = time.monotonic()
-    page.goto(served_app.url, timeout=180_000)
-    wait_until(lambda: page.locator('[data-counter="steps"]').count(), 120, "the counters")
+    context, page = recording_page(chromium, served_app.url)
     wait_until(lambda: steps(page) > 0, 120, "the default case to start stepping")
     page.load_to_first_frame = time.monotonic() - start
     yield page

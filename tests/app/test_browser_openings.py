@@ -9,7 +9,7 @@ import time
 import pytest
 
 from .conftest import ARTIFACTS, browser_missing, serve, stop
-from .test_browser import IGNORED_CONSOLE, wait_until
+from .test_browser import recording_page, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -21,16 +21,12 @@ def page(chromium, tmp_path_factory):
         pytest.skip(browser_missing())
     app = serve(tmp_path_factory.mktemp("openings"),
                 env={"POROUS_LBM_SCENE_REFRESH_S": "60", "POROUS_LBM_AUTOSTART": "0"})
-    context = chromium.new_context(viewport={"width": 1500, "height": 1100})
-    page = context.new_page()
-    page.errors = []
-    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" and not any(
-        s in m.text for s in IGNORED_CONSOLE) else None)
-    page.on("pageerror", lambda e: page.errors.append(f"uncaught: {e}"))
-    page.set_default_timeout(120_000)  # the CI machine has 2 busy cores
     try:
-        page.goto(app.url, timeout=180_000)
-        wait_until(lambda: page.locator('[data-counter="steps"]').count(), 120, "the counters")
+        context, page = recording_page(chromium, app.url, height=1100)
+    except BaseException:
+        stop(app)
+        raise
+    try:
         page.get_by_text("Geometry", exact=True).click()
         yield page
     finally:

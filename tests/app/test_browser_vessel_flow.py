@@ -11,7 +11,7 @@ import time
 import pytest
 
 from .conftest import ARTIFACTS, browser_missing, serve, stop
-from .test_browser import IGNORED_CONSOLE, counter, wait_until
+from .test_browser import counter, recording_page, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -42,17 +42,13 @@ def page(chromium, tmp_path_factory):
         pytest.skip(browser_missing())
     app = serve(tmp_path_factory.mktemp("vessel"),
                 env={"POROUS_LBM_SCENE_REFRESH_S": "15", "POROUS_LBM_AUTOSTART": "0"})
-    context = chromium.new_context(viewport={"width": 1500, "height": 1100})
-    page = context.new_page()
-    page.errors = []
-    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" and not any(
-        s in m.text for s in IGNORED_CONSOLE) else None)
-    page.on("pageerror", lambda e: page.errors.append(f"uncaught: {e} {e.stack}"))
-    page.set_default_timeout(120_000)  # the CI machine has 2 busy cores
+    try:
+        context, page = recording_page(chromium, app.url, height=1100)
+    except BaseException:
+        stop(app)
+        raise
     page.app = app
     try:
-        page.goto(app.url, timeout=180_000)
-        wait_until(lambda: page.locator('[data-counter="steps"]').count(), 120, "the counters")
         yield page
     finally:
         context.close()

@@ -26,7 +26,7 @@ from solver.tiling import Tiling
 from .kernel_emulator import _SHIM, compiler
 from .porous_cases import porous_solid
 
-__all__ = ["LAT", "CASES", "case", "emulated", "compile_compact", "emulator_launcher",
+__all__ = ["LAT", "CASES", "case", "dense_pull", "emulated", "compile_compact", "emulator_launcher",
            "FakeCupy", "compiler"]
 
 LAT = get_lattice("D3Q19")

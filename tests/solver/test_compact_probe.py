@@ -32,30 +32,9 @@ from solver.backends.cuda.compact import (
 from solver.backends.cuda.tables import physics_args
 from solver.tiling import Tiling
 
-from .compact_emulator import CASES, LAT, case, compiler, emulated
+from .compact_emulator import CASES, LAT, case, compiler, dense_pull, emulated
 from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, reference
 from .test_kernel_compile import NVCC
-
-
-def dense_pull(f: np.ndarray, solid: np.ndarray, periodic: tuple[bool, ...]) -> np.ndarray:
-    """Reference pull on the voxel grid, f (q, nx, ny, nz): f_i(x) <- f_i(x - c_i), or
-    f_opp(i)(x) where x - c_i is solid or outside a non-periodic face; solid nodes keep f."""
-    out = f.copy()
-    shape = np.array(solid.shape)
-    fluid = np.argwhere(~solid)
-    for i, c in enumerate(LAT.c):
-        src = fluid - c
-        for ax in range(3):
-            if periodic[ax]:
-                src[:, ax] %= shape[ax]
-        inside = np.all((src >= 0) & (src < shape), axis=1)
-        clipped = np.clip(src, 0, shape - 1)
-        from_fluid = inside & ~solid[tuple(clipped.T)]
-        pulled = f[i][tuple(clipped.T)]
-        bounced = f[LAT.opposite[i]][tuple(fluid.T)]
-        out[i][tuple(fluid.T)] = np.where(from_fluid, pulled, bounced)
-    return out
-
 
 
 @pytest.mark.parametrize("pad", [1, 8])
