@@ -121,19 +121,9 @@ class CupyBackend:
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
         """A rank's two-phase stepper (:class:`.phases.CupyPhases`) for a rank-local ``problem``
         owning tiles ``[0, n_owned_tiles)``, the first ``n_boundary_tiles`` read by others."""
-        from .phases import CupyPhases
+        from .phases import CupyPhases, refuse_undistributable
 
-        if problem.tile_storage == "compact":
-            raise ValueError("tile_storage='compact' does not run under MPI yet (the halo "
-                             "exchange reads tiled copies); use 'auto' or 'tiled' with MPI.")
-        if problem.streaming != "two-copy":
-            raise ValueError("A distributed run keeps two copies of f: its halo exchange reads "
-                             "one copy while the step writes the other. Use "
-                             "streaming='two-copy' with MPI.")
-        if problem.storage.encoded:
-            raise ValueError("storage='float16' does not run under MPI yet: its stochastic "
-                             "rounding hashes global node ids, which the ranks' local tilings "
-                             "do not carry. Use storage='auto' with MPI.")
+        refuse_undistributable(problem)
         n = problem.tiling.n_tiles
         owned = np.arange(n) < n_owned_tiles
         if not 0 <= n_boundary_tiles <= n_owned_tiles <= n or (

@@ -60,7 +60,7 @@ import numpy as np
 from .tables import slot_table
 from .timeline import timeline_from_environment
 
-__all__ = ["CupyPhases", "COPY_PER_THREAD", "halo_copy_source"]
+__all__ = ["CupyPhases", "refuse_undistributable", "COPY_PER_THREAD", "halo_copy_source"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,21 @@ log = logging.getLogger(__name__)
 #: keeps several in flight, and the chain launches an eighth of the blocks (2 x H200, weak
 #: scaling: with one value per thread, gather and scatter cost 7 us of a 142 us step).
 COPY_PER_THREAD = 8
+
+
+def refuse_undistributable(problem) -> None:
+    """ValueError, saying what to use instead, for options a distributed rank cannot step."""
+    if problem.tile_storage == "compact":
+        raise ValueError("tile_storage='compact' does not run under MPI yet (the halo "
+                         "exchange reads tiled copies); use 'auto' or 'tiled' with MPI.")
+    if problem.streaming != "two-copy":
+        raise ValueError("A distributed run keeps two copies of f: its halo exchange reads "
+                         "one copy while the step writes the other. Use "
+                         "streaming='two-copy' with MPI.")
+    if problem.storage.encoded:
+        raise ValueError("storage='float16' does not run under MPI yet: its stochastic "
+                         "rounding hashes global node ids, which the ranks' local tilings "
+                         "do not carry. Use storage='auto' with MPI.")
 
 
 def halo_copy_source(real: str, index: str = "long long") -> str:
