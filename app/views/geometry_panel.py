@@ -17,6 +17,7 @@ import numpy as np
 import panel as pn
 import param
 
+from geometries.errors import GeometryError
 from solver.memory import assess_memory, judge
 from solver.values import ConfigError
 
@@ -253,7 +254,10 @@ class GeometryPanel(pn.viewable.Viewer):
         if self.source == "Sample":
             return {"sample": self.sample}
         if self.source == "Upload" and self.upload is not None:
-            options = self.upload_options.options(self.upload.name)
+            try:
+                options = self.upload_options.options(self.upload.name)
+            except GeometryError:
+                return None  # options that cannot load the file: the preview says what is wrong
             return {"file": self.upload.name,
                     "options": {k: list(v) if isinstance(v, tuple) else v
                                 for k, v in options.items()}}
