@@ -82,6 +82,11 @@ def quantity(kind: str) -> str | None:
     return opening_kind(kind).quantity
 
 
+def caveat(kind: str) -> str:
+    """What to know before choosing opening ``kind`` (empty for most), from the registry."""
+    return opening_kind(kind).caveat
+
+
 def drives(kind: str) -> bool:
     """Whether fluid crosses an opening of ``kind`` (everything but a closed one)."""
     return opening_kind(kind).flux

@@ -63,7 +63,8 @@ class OpeningKind:
     bounce-back); ``si_keys``: the case-file keys of its SI value, ``si_required`` whether one
     of them must be given, ``si_value`` the conversion to lattice units. ``quantity``: what its
     value is, :data:`SPEED` (a mean speed into the fluid, with a profile), :data:`DENSITY` (a
-    pressure) or None (no value); user interfaces decide by it, never by the name.
+    pressure) or None (no value); user interfaces decide by it, never by the name. ``caveat``:
+    what a user should know before choosing it (shown while it is chosen), or empty.
     """
 
     name: str
@@ -75,6 +76,7 @@ class OpeningKind:
     si_required: bool = False
     si_value: SiValueFn | None = None
     quantity: str | None = None
+    caveat: str = ""
 
     def __reduce__(self):
         return opening_kind, (self.name,)
@@ -138,7 +140,12 @@ register(OpeningKind("velocity", _velocity, doc="velocity inlet (mean speed, pro
                      si_value=_si_speed, quantity=SPEED))
 register(OpeningKind("pressure", _density, doc="pressure outlet (density)", link_code=1,
                      si_keys=("pressure",), si_value=_si_density, quantity=DENSITY))
-register(OpeningKind("outflow", _no_value, doc="zero-gradient outflow", link_code=2))
+register(OpeningKind(
+    "outflow", _no_value, doc="zero-gradient outflow", link_code=2,
+    caveat="an outflow sets no pressure and in slow flows acts almost like a wall (in the "
+           "vessel sample next to a pressure outlet it passed 0.1 % of the flow). Use outlet "
+           "pressure for vessels; outflow suits fast flows leaving through a long straight "
+           "segment."))
 register(OpeningKind("closed", _no_value, flux=False, doc="wall (bounce-back)"))
 
 #: The opening kinds, in registration order (the config's option set).

@@ -25,6 +25,7 @@ from ..openings import (
     VALUE_UNITS,
     OpeningGroup,
     OpeningUnits,
+    caveat,
     drives,
     quantity,
     value_units,
@@ -121,13 +122,13 @@ class OpeningsPanel(pn.viewable.Viewer):
         self._warn_outflow()
 
     def _warn_outflow(self) -> None:
-        """Warn while any row is an outflow: in slow flows it acts almost like a wall."""
-        names = [row.group.name for row in self.rows if _KINDS[row.kind] == "outflow"]
-        text = "" if not names else (
-            f"Opening{'s' if len(names) > 1 else ''} {', '.join(names)}: an outflow sets no "
-            "pressure and in slow flows acts almost like a wall (in the vessel sample next to "
-            "a pressure outlet it passed 0.1 % of the flow). Use outlet pressure for vessels; "
-            "outflow suits fast flows leaving through a long straight segment.")
+        """Warn while a row's kind has a caveat (an outflow: in slow flows almost a wall)."""
+        chosen: dict[str, list[str]] = {}
+        for row in self.rows:
+            chosen.setdefault(_KINDS[row.kind], []).append(row.group.name)
+        text = " ".join(
+            f"Opening{'s' if len(names) > 1 else ''} {', '.join(names)}: {caveat(kind)}"
+            for kind, names in chosen.items() if caveat(kind))
         if text != self.note.object or self.note.visible != bool(text):
             self.note.param.update(object=text, visible=bool(text))
 
