@@ -9,9 +9,9 @@ starts from its equilibrium populations instead of from rest.
 
 The prolongation runs on the backend's device (:func:`start_on_device`, through the backend's
 array module: ``device_populations``, ``set_populations``): no field leaves the device, which
-at 400³ (an 800x400x400 mirrored box) was what made the host-built start slower than running
-from rest. :func:`prolongate` and :func:`start_from` are the host form of the same map (a
-steady field saved on the host, the tests' reference).
+at 400³ (an 800x400x400 mirrored box) was what made the host-built start slower than a run
+starting at rest. :func:`prolongate` and :func:`start_from` are the host form of the same map
+(a steady field saved on the host, the tests' reference).
 
 How close the coarse run must get matters little: on a 40³ sandstone-like image (tau 0.6) the
 fine run took 1600 steps whether the coarse run stopped at 10x, 3x or 1x the tolerance (1400,
