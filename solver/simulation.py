@@ -71,6 +71,7 @@ class Simulation:
         self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
         self._layers: tuple | None = None  # first/last flow-axis layers, made on first use
         self._walls = None  # wall nodes of solver.wall_shear, made on first use
+        self._opening_nodes = None  # device indices of the openings' nodes, made on first use
         self.metrics = Metrics(
             fluid_nodes=self.problem.n_fluid, n_tiles=self.problem.tiling.n_tiles,
             eta_t=self.problem.tiling.eta_t,
@@ -268,15 +269,18 @@ class Simulation:
     def opening_flows(self) -> tuple:
         """Flow rate and mean density of every opening the config lists, lattice units
         (:class:`solver.vessel.OpeningFlow`; flows of the last step, 0 before the first)."""
-        from .vessel import mean_densities, opening_flows
+        from .vessel import mean_densities, opening_flows, opening_nodes
 
         if not self.problem.opening_conditions:
             return ()
         self.allocate()
         flux_of = getattr(self.backend, "iolet_flux", None)
         flux = flux_of(self.state) if flux_of is not None and self.time_step else None
-        rho = mean_densities(self.problem, self.backend.device_populations(self.state),
-                             self.backend.xp)
+        if self._opening_nodes is None:
+            self._opening_nodes = opening_nodes(self.problem, self.backend.xp)
+        # Only driven openings have nodes to average: a run of closed ones reads no populations.
+        rho = mean_densities(self._opening_nodes, self.backend.device_populations(self.state)) \
+            if self._opening_nodes else {}
         return opening_flows(self.problem, flux,
                              {k: float(self.backend.to_host(v)) for k, v in rho.items()})
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OpeningFlow", "opening_flows", "mean_densities", "mass_balance", "pressure_drop",
-           "opening_columns", "opening_row"]
+__all__ = ["OpeningFlow", "opening_flows", "mean_densities", "opening_nodes", "mass_balance",
+           "pressure_drop", "opening_columns", "opening_row"]
 
 
 @dataclass(frozen=True)
@@ -47,19 +47,20 @@ def opening_flows(problem: Any, flux: np.ndarray | None, densities: dict[int, fl
         for oid, cond in sorted(problem.opening_conditions.items()))
 
 
-def mean_densities(problem: Any, populations: Any, xp: Any = np) -> dict[int, Any]:
-    """Mean density on each listed opening's nodes, from populations (n_tiles, q, a^d) of the
-    backend (device scalars: the caller moves them to the host)."""
+def opening_nodes(problem: Any, xp: Any = np) -> dict[int, tuple[Any, Any]]:
+    """Backend index arrays (tile, node) of each listed opening's nodes, made once per run."""
     tables = problem.iolets
     if tables is None:
         return {}
-    out = {}
-    for oid, (tile, node) in tables.mean_nodes.items():
-        if len(tile) == 0:
-            continue
-        f = populations[xp.asarray(tile), :, xp.asarray(node)]  # (n, q)
-        out[oid] = f.sum(axis=1).mean()
-    return out
+    return {oid: (xp.asarray(tile), xp.asarray(node))
+            for oid, (tile, node) in tables.mean_nodes.items() if len(tile)}
+
+
+def mean_densities(nodes: dict[int, tuple[Any, Any]], populations: Any) -> dict[int, Any]:
+    """Mean density on each opening's ``nodes`` (:func:`opening_nodes`) from the backend's
+    populations (n_tiles, q, a^d) (device scalars: the caller moves them to the host)."""
+    return {oid: populations[tile, :, node].sum(axis=1).mean()
+            for oid, (tile, node) in nodes.items()}
 
 
 def mass_balance(readings: Sequence[Any]) -> float | None:
