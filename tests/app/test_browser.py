@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import re
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from geometries import samples
 
-from .conftest import ARTIFACTS
+from .conftest import ARTIFACTS, serve, stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 log = logging.getLogger(__name__)
@@ -70,6 +71,24 @@ def recording_page(chromium, url: str, height: int = 1000):
         context.close()
         raise
     return context, page
+
+
+@contextmanager
+def served_page(chromium, folder, env: dict[str, str], height: int = 1100):
+    """A :func:`recording_page` on an app served from ``folder`` with ``env`` (``page.app``);
+    the page is closed and the app stopped afterwards."""
+    app = serve(folder, env=env)
+    try:
+        context, page = recording_page(chromium, app.url, height=height)
+    except BaseException:
+        stop(app)
+        raise
+    page.app = app
+    try:
+        yield page
+    finally:
+        context.close()
+        stop(app)
 
 
 def slice_png(page) -> bytes:

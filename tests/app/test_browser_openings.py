@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from .conftest import ARTIFACTS, browser_missing, serve, stop
-from .test_browser import recording_page, wait_until
+from .conftest import ARTIFACTS, browser_missing
+from .test_browser import served_page, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -19,19 +19,10 @@ def page(chromium, tmp_path_factory):
     """A page on an app served paused (less CPU), on its Geometry tab."""
     if browser_missing():
         pytest.skip(browser_missing())
-    app = serve(tmp_path_factory.mktemp("openings"),
-                env={"POROUS_LBM_SCENE_REFRESH_S": "60", "POROUS_LBM_AUTOSTART": "0"})
-    try:
-        context, page = recording_page(chromium, app.url, height=1100)
-    except BaseException:
-        stop(app)
-        raise
-    try:
+    with served_page(chromium, tmp_path_factory.mktemp("openings"),
+                     {"POROUS_LBM_SCENE_REFRESH_S": "60", "POROUS_LBM_AUTOSTART": "0"}) as page:
         page.get_by_text("Geometry", exact=True).click()
         yield page
-    finally:
-        context.close()
-        stop(app)
 
 
 def row(page, opening: int):

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from .conftest import ARTIFACTS, browser_missing, serve, stop
-from .test_browser import counter, recording_page, wait_until
+from .conftest import ARTIFACTS, browser_missing
+from .test_browser import counter, served_page, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -40,19 +40,9 @@ def page(chromium, tmp_path_factory):
     """A page on an app served paused; the 3D view refreshed every 15 s (its syncs checked)."""
     if browser_missing():
         pytest.skip(browser_missing())
-    app = serve(tmp_path_factory.mktemp("vessel"),
-                env={"POROUS_LBM_SCENE_REFRESH_S": "15", "POROUS_LBM_AUTOSTART": "0"})
-    try:
-        context, page = recording_page(chromium, app.url, height=1100)
-    except BaseException:
-        stop(app)
-        raise
-    page.app = app
-    try:
+    with served_page(chromium, tmp_path_factory.mktemp("vessel"),
+                     {"POROUS_LBM_SCENE_REFRESH_S": "15", "POROUS_LBM_AUTOSTART": "0"}) as page:
         yield page
-    finally:
-        context.close()
-        stop(app)
 
 
 def card(page, key: str) -> tuple[str, str]:
