@@ -23,36 +23,96 @@ KERNELS = ("BGK incompressible", "TRT incompressible", "MRT incompressible")
 
 
 def fluid_rows(suite: dict, kernel: str) -> list[dict]:
-    """Per case, storage and streaming: fluid updates (1e9/s) and the fraction of the limit."""
+    """Per case, storage, tile storage and streaming: the fastest layout and tiles per block's
+    fluid updates (1e9/s) and fraction of the limit."""
     copy = suite["meta"]["copy_bandwidth"]
-    rows = []
+    best: dict[tuple, dict] = {}
     for r in suite["results"]:
         if r["kernel"] != kernel:
             continue
+        key = (r["case"], r["precision"], r.get("tile_storage", "tiled"), r["streaming"])
+        if key not in best or r["mflups"] > best[key]["mflups"]:
+            best[key] = r
+    rows = []
+    for (case, precision, tiles, streaming), r in best.items():
         limit = copy / r["bytes_per_node"]
         rate = r["mflups"] * 1e6
-        rows.append({"case": r["case"], "porosity": r["porosity"], "eta_t": r["eta_t"],
-                     "storage": r["precision"], "streaming": r["streaming"],
-                     "fluid_g_per_s": rate / 1e9, "limit_g_per_s": limit / 1e9,
-                     "of_limit": rate / limit})
+        rows.append({"case": case, "porosity": r["porosity"], "eta_t": r["eta_t"],
+                     "storage": precision, "tile_storage": tiles, "streaming": streaming,
+                     "mflups": r["mflups"], "fluid_g_per_s": rate / 1e9,
+                     "limit_g_per_s": limit / 1e9, "of_limit": rate / limit})
     return rows
 
 
+def _option(row: dict) -> str:
+    return f"{row['storage']} {row['tile_storage']} {row['streaming']}"
+
+
+def _cases(rows: list[dict]) -> list[tuple[str, float]]:
+    """Cases in the order dense first, then by porosity."""
+    seen = {(r["case"], r["eta_t"]): r["porosity"] for r in rows}
+    return sorted(seen, key=lambda c: (seen[c] is not None, seen[c] or 0.0, c[0]))
+
+
+def throughput_table(suite: dict, kernel: str) -> list[str]:
+    """Per case (rows) and option (columns: storage, tile storage, streaming): fluid G
+    updates/s and, in brackets, the fraction of the fluid-only limit."""
+    rows = fluid_rows(suite, kernel)
+    options = sorted({_option(r) for r in rows})
+    cell = {(r["case"], _option(r)): r for r in rows}
+    lines = ["| case | eta_t | " + " | ".join(options) + " |",
+             "| --- | ---: |" + " ---: |" * len(options)]
+    for case, eta in _cases(rows):
+        cells = [f"{cell[case, o]['fluid_g_per_s']:.2f} ({cell[case, o]['of_limit']:.3f})"
+                 if (case, o) in cell else "-" for o in options]
+        lines.append(f"| {case} | {eta:.3f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def ratio_table(suite: dict, base: str = KERNELS[0]) -> list[str]:
+    """Issue 20 item 4 per case and storage: MRT over BGK (two copies) and in place over two
+    copies (BGK), each for the tiled storage and, where timed, the compact one."""
+    by = {}
+    for kernel in KERNELS:
+        for r in fluid_rows(suite, kernel):
+            by[(kernel, r["case"], r["storage"], r["tile_storage"], r["streaming"])] = r
+    storages = sorted({k[2] for k in by})
+    tiles = sorted({k[3] for k in by})
+    heads, lines = [], []
+    for t in tiles:
+        for st in storages:
+            heads += [f"MRT/BGK {st} {t}", f"in place/two-copy {st} {t}"]
+    rows = fluid_rows(suite, base)
+    for case, eta in _cases(rows):
+        cells = []
+        for t in tiles:
+            for st in storages:
+                two = by.get((base, case, st, t, "two-copy"))
+                mrt = by.get(("MRT incompressible", case, st, t, "two-copy"))
+                aa = by.get((base, case, st, t, "in-place"))
+                cells += [f"{mrt['mflups'] / two['mflups']:.3f}" if two and mrt else "-",
+                          f"{aa['mflups'] / two['mflups']:.3f}" if two and aa else "-"]
+        lines.append(f"| {case} | {eta:.3f} | " + " | ".join(cells) + " |")
+    return ["| case | eta_t | " + " | ".join(heads) + " |",
+            "| --- | ---: |" + " ---: |" * len(heads), *lines]
+
+
 def markdown(suite: dict, kernel: str) -> str:
-    """The table of :func:`fluid_rows` with the run's GPU, date, commit and copy bandwidth."""
+    """Both tables with the run's GPU, date, commit and copy bandwidth."""
     meta = suite["meta"]
     lines = [f"# Fluid throughput against the fluid-only limit: {meta['device']}", "",
              f"Date {meta['date']}, commit {meta['commit']}, kernel {kernel}, D3Q19; "
              f"copy bandwidth {meta['copy_bandwidth'] / 1e9:.0f} GB/s measured in the same run. "
              "Fluid-only limit = copy bandwidth / (2 q n_d) bytes per fluid node and step; "
-             "target 0.85 of it.", "",
-             "| case | eta_t | storage | streaming | fluid G/s | limit G/s | of limit |",
-             "| --- | ---: | --- | --- | ---: | ---: | ---: |"]
-    for row in sorted(fluid_rows(suite, kernel),
-                      key=lambda r: (r["case"], r["storage"], r["streaming"])):
-        lines.append(f"| {row['case']} | {row['eta_t']:.3f} | {row['storage']} | "
-                     f"{row['streaming']} | {row['fluid_g_per_s']:.2f} | "
-                     f"{row['limit_g_per_s']:.2f} | {row['of_limit']:.3f} |")
+             "target 0.85 of it. Each cell: fluid G updates/s (fraction of the limit), the "
+             "fastest layout and tiles per block; columns: storage precision (float16 = float16 "
+             "storage, float32 arithmetic), tile storage (every node of a tile, or its fluid "
+             "nodes only), streaming.", "", *throughput_table(suite, kernel), "",
+             "Ratios of fluid updates/s (issue 20 item 4: each at least 0.9):", "",
+             *ratio_table(suite, kernel)]
+    skipped = meta.get("skipped") or {}
+    if skipped:
+        lines += ["", "Not timed:", *[f"- {k}: {v}" for k, v in sorted(skipped.items())]]
     return "\n".join(lines) + "\n"
 
 

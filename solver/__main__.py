@@ -159,7 +159,8 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
     suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),
                      pack_size=args.pack_size, precisions=tuple(args.precision),
                      layouts=tuple(args.layouts), tiles_per_block=tuple(args.tpb),
-                     streaming=tuple(args.streaming))
+                     streaming=tuple(args.streaming), tile_storages=tuple(args.tile_storage),
+                     rock_diameter=args.rock)
     report = run_gpu_suite(backend, suite)
     json_path, md_path = write_report(report, Path(args.out or "benchmarks/results"))
     print(f"wrote {json_path} and {md_path}")
@@ -197,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="GPU suite: tiles per block")
     bench.add_argument("--streaming", nargs="+", default=["two-copy"], choices=list(STREAMING),
                        help="GPU suite: population storage (in-place: one copy, AA pattern)")
+    bench.add_argument("--tile-storage", nargs="+", default=["tiled"],
+                       choices=["tiled", "compact"],
+                       help="GPU suite: every node of each tile, or its fluid nodes only "
+                            "(compact: full steps only)")
+    bench.add_argument("--rock", type=float, default=0.0, metavar="D",
+                       help="GPU suite: also a rock-like pack (phi 0.2, grains of D nodes; 22 "
+                            "gives eta_t about 0.5 at 192^3)")
     bench.set_defaults(func=_bench)
     validate = sub.add_parser("validate", help="run the physics validation cases and write "
                               "benchmarks/results/validation-<device>-<date>.md")

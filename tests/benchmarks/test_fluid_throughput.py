@@ -30,4 +30,31 @@ def test_limit_is_copy_bandwidth_over_bytes_per_fluid_node() -> None:
 
 def test_markdown_names_gpu_commit_and_every_row() -> None:
     text = fluid_throughput.markdown(_suite(), "BGK incompressible")
-    assert "commit c" in text and "| 0.500 |" in text and "read/write" not in text
+    assert "commit c" in text and "10.00 (0.500)" in text and "read/write" not in text
+
+
+def _option_rows() -> dict:
+    suite = _suite()
+    row = suite["results"][0]
+    slow_layout = dict(row, mflups=5000.0, layout="paper")
+    in_place = dict(row, streaming="in-place", mflups=8800.0)
+    mrt = dict(row, kernel="MRT incompressible", mflups=9500.0)
+    compact = dict(row, tile_storage="compact", mflups=12000.0)
+    suite["results"] += [slow_layout, in_place, mrt, compact]
+    suite["meta"]["skipped"] = {"compact float16 two-copy": "no float16 storage"}
+    return suite
+
+
+def test_each_option_takes_its_fastest_layout_and_gets_its_own_column() -> None:
+    rows = fluid_throughput.fluid_rows(_option_rows(), "BGK incompressible")
+    by = {(r["tile_storage"], r["streaming"]): r["fluid_g_per_s"] for r in rows}
+    assert by == pytest.approx({("tiled", "two-copy"): 10.0, ("tiled", "in-place"): 8.8,
+                                ("compact", "two-copy"): 12.0})
+
+
+def test_ratio_table_states_mrt_over_bgk_and_in_place_over_two_copy() -> None:
+    text = fluid_throughput.markdown(_option_rows(), "BGK incompressible")
+    tiled_row = [line for line in text.splitlines()
+                 if line.startswith("| spheres") and "0.950" in line]
+    assert tiled_row and "0.880" in tiled_row[0]
+    assert "compact float16 two-copy: no float16 storage" in text
