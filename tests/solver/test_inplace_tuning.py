@@ -150,3 +150,66 @@ def test_neighbour_step_does_the_two_copy_arithmetic(tmp_path: Path, precision, 
     assert sum(ref.values()) > 100
     for aa in (AATuning(), TUNED):
         assert _float_ops(tmp_path, replace(pull, streaming="aa_neighbour", aa=aa)) == ref
+
+
+class _FakeState:
+    def __init__(self, problem) -> None:
+        self.problem, self.launches, self.graphs = problem, {}, {}
+        self.in_place = problem.streaming == "in-place"
+
+
+class _FakeBackend:
+    """Times a step at 1.0 ms in two copies and 1.25 ms in place (0.8 of two-copy)."""
+
+    def __init__(self) -> None:
+        self.released, self.stepped = 0, []
+
+    def allocate(self, problem):
+        return _FakeState(problem)
+
+    def reconfigure(self, state, **changes):
+        return _FakeState(replace(state.problem, **changes))
+
+    def probe(self, state, mode, n, tpb):
+        assert mode == "full"
+        self.stepped.append(KernelVariant.for_problem(state.problem).name)
+        return n * (1.25e-3 if state.in_place else 1e-3)
+
+    def release(self, state) -> None:
+        self.released += 1
+
+
+def test_inplace_tune_times_every_tuning_through_the_backend_choice() -> None:
+    """benchmarks/inplace_tune.py (run on the GPU) on a fake backend: one two-copy row and
+    one in-place row per tuning and tiles per block, the tuned kernels are what the backend
+    resolves, their registers reported, and the backend's choice restored afterwards."""
+    import importlib.util
+
+    from solver.benchmarking.cases import BenchCase
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "inplace_tune.py"
+    spec = importlib.util.spec_from_file_location("inplace_tune", path)
+    tune = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune)
+
+    class Compiled:
+        def __init__(self, variant) -> None:
+            self.num_regs, self.local_size_bytes = variant.aa.max_registers or 42, 0
+
+    backend = _FakeBackend()
+    case = BenchCase("box 8^3", np.zeros((8, 8, 8), dtype=bool), tile_offset="origin")
+    rows = tune.measure(backend, Compiled, case, "float32", [2, 4], 0.01, 3)
+    tunings = tune.TUNINGS["float32"]
+    assert len(rows) == 2 * (1 + len(tunings)) and backend.released == 2
+    assert [r["tuning"] for r in rows if r["tpb"] == 2] == ["-", "-", "r40", "r36", "nc",
+                                                            "r40_nc"]
+    for r in rows:
+        in_place = r["streaming"] == "in-place"
+        assert r["of_two_copy"] == pytest.approx(0.8 if in_place else 1.0)
+        assert len(r["kernels"]) == len(r["registers"]) == (2 if in_place else 1)
+        if r["tuning"].startswith("r40"):
+            assert r["registers"] == [40, 40]
+            assert all(k.endswith(("_aan_" + r["tuning"], "_aal_" + r["tuning"]))
+                       for k in r["kernels"])
+    assert any(name.endswith("_aan_r36") for name in backend.stepped)
+    assert streaming.AA_TUNING["float32"] == AATuning()
