@@ -215,10 +215,11 @@ def deferred_stores(pattern: str, lattice: Lattice, kinds, halo_edge: int) -> tu
     q = lattice.q
     declare = "    store_t " + ", ".join(f"out{i}" for i in range(q)) + ";"
     lines = ["    const src_t own = node_source(tile, n);"] if _xyz(kinds) else []
-    for i, c in enumerate(lattice.c.tolist()):
-        if not any(c):
-            lines.append(f"    fout[{_own(i, kinds)}] = out{i};")
-            continue
+    moving = [i for i, c in enumerate(lattice.c.tolist()) if any(c)]
+    lines += [f"    fout[{_own(i, kinds)}] = out{i};" for i in range(q) if i not in moving]
+    # Last computed, first stored: ptxas 13.0-13.5 then hold 2 registers fewer (float32 40
+    # instead of 42: 48 resident warps per SM instead of 40 at 4 warps per block).
+    for i in reversed(moving):
         opp = int(lattice.opposite[i])
         # The slot g_opp(i) came from: neighbour x + c_i = x - c_opp(i), or (x, i) at a wall.
         # volatile: read the source again rather than keep every load address live.
