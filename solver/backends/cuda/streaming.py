@@ -234,12 +234,14 @@ def deferred_stores(pattern: str, lattice: Lattice, kinds, halo_edge: int) -> tu
 def _store_slot(i: int, opp: int, kinds) -> str:
     """Slot ``f*_i`` of the neighbour step goes to: (s, opp(i)) of source ``s``, or (x, i).
 
-    In the XYZ layout this is the address g_opp(i) was loaded from, written the way
-    :func:`load_code` writes it: a 32-bit select between ``s`` and the node's own offset
-    shifted by (i - opp(i)) data blocks, then one wide multiply-add with ``opp(i) * NPT`` as
-    the store's immediate. (A select between two 64-bit slots cost a sign extension, a 64-bit
-    compare, two 64-bit adds, two selects and a 64-bit address: about 11 instructions per
-    direction, and the registers to hold them.)
+    In the XYZ layout this is the address g_opp(i) was loaded from, written much as
+    :func:`load_code` writes it: a 32-bit select between ``s`` shifted by (opp(i) - i) data
+    blocks and the node's own offset ``own``, then one wide multiply-add with ``i * NPT`` as the
+    store's immediate (about 5 instructions per direction with the shared load; a select
+    between two 64-bit slots cost about 11, and 18 fallback addresses that a compiler may
+    compute before the collision and hold). Shifting ``s`` rather than ``own`` keeps one own
+    offset live: the loads' shifted own offsets, reused here, would be 6 registers held
+    through the collision (float32: 48 registers instead of 42).
     """
     if _xyz(kinds):
         return f"(size_t)(s >= 0 ? s + ({opp - i}) * NPT : own) + {i} * NPT"
