@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
+from solver.backends.cuda.streaming import AATuning  # noqa: E402
 from solver.benchmarking.cases import git_commit  # noqa: E402
 
 #: The measured variants: D3Q19 incompressible, XYZ layout, two copies unless named.
@@ -54,6 +55,15 @@ VARIANTS = {
     "MRT float32": KernelVariant("D3Q19", "float32", "MRT", True, "xyz", sector_fill=False),
     "BGK float32 in place (neighbour step)": KernelVariant(
         "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_neighbour"),
+    "BGK float32 in place (local step)": KernelVariant(
+        "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_local"),
+    "BGK float32 in place (neighbour step), cap 40, nc loads": KernelVariant(
+        "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_neighbour",
+        aa=AATuning(40, True)),
+    "BGK float16 storage in place (neighbour step)": KernelVariant(
+        "D3Q19", "float32", "BGK", True, "xyz", storage="float16", streaming="aa_neighbour"),
+    "BGK float64 in place (neighbour step)": KernelVariant(
+        "D3Q19", "float64", "BGK", True, "xyz", streaming="aa_neighbour"),
     "BGK float32, 64-bit sources": KernelVariant(
         "D3Q19", "float32", "BGK", True, "xyz", sector_fill=False, wide_sources=True),
     "BGK float16 storage, 64-bit sources": KernelVariant(
@@ -89,7 +99,7 @@ def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
 def count(sass: str) -> dict:
     """Instructions before and from the block barrier, and the opcode mix of the node path."""
     ops = [m.group(1) for line in sass.splitlines() if (m := _INSTRUCTION.match(line))]
-    barrier = next(k for k, op in enumerate(ops) if op == "BAR")
+    barrier = next((k for k, op in enumerate(ops) if op == "BAR"), 0)  # none: no halo
     mix = Counter(op for op in ops[barrier:])
     return {"halo": barrier, "node": len(ops) - barrier,
             "node_mix": dict(mix.most_common(12))}

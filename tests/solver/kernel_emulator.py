@@ -78,6 +78,8 @@ extern "C" { alignas(16) int lbm_smem[1 << 16]; }
 #define __forceinline__ inline
 #define __shared__
 #define __launch_bounds__(...)
+#define __maxnreg__(...)
+template <class T> static inline T __ldg(const T* p) { return *p; }  // read-only cache: none
 #include <bit>
 #define LBM_HOST_HALF
 static inline float lbm_host_half_to_float(unsigned short h)

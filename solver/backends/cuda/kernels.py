@@ -52,7 +52,9 @@ from .storage import (
     storage_signature,
 )
 from .streaming import (
+    AA_TUNING,
     KERNEL_STREAMING,
+    AATuning,
     deferred_stores,
     kernel_streaming,
     load_code,
@@ -111,11 +113,14 @@ class KernelVariant:
     #: multiple of this many values; full step or propagation probe, pull, no boundary code.
     compact: int = 0
     packed: int = 0  #: compact only: K tiles per block, one thread per fluid node (0: per node)
+    #: In-place step kernels only (tiled storage, full step or propagation probe, tiles of at
+    #: most 64 nodes): register cap and read-only-cache loads (:class:`.streaming.AATuning`).
+    aa: AATuning = AATuning()
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
         if self.compact:  # one in-tile order (XYZ ranks), no sector fill, 32-bit indices
-            v = replace(self, layout="xyz", sector_fill=False, wide_sources=False)
+            v = replace(self, layout="xyz", sector_fill=False, wide_sources=False, aa=AATuning())
             return replace(v, collision=PROBE_COLLISION, incompressible=True) \
                 if v.mode in ("propagate", "swap") else v
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge),
@@ -128,6 +133,8 @@ class KernelVariant:
             v = replace(v, sector_fill=False)
         if not needs_halo(v.streaming, v.mode, v.boundary):
             v = replace(v, wide_sources=False)  # no halo sources to hold
+        if v.streaming == "pull" or v.mode not in ("full", "propagate"):
+            v = replace(v, aa=AATuning())  # two-copy kernels stay as they are
         return v
 
     @classmethod
@@ -142,7 +149,8 @@ class KernelVariant:
                 boundary_kind(problem) if mode == "full" else "none",
                 kernel_streaming(problem.streaming, phase),
                 "float16" if problem.storage.encoded else "auto",
-                wide_sources=needs_wide_sources(problem)).canonical()
+                wide_sources=needs_wide_sources(problem),
+                aa=AA_TUNING[problem.storage_dtype.name]).canonical()
         if v.sector_fill:  # only where it can apply: the geometry's mix is computed once
             v = replace(v, sector_fill=problem.sector_mix >= SECTOR_FILL_MIN_MIX)
         return v
@@ -167,7 +175,7 @@ class KernelVariant:
         unfilled = "_nf" if _can_fill_sectors(v) and not v.sector_fill else ""
         wide = "_s64" if v.wide_sources else ""
         return (f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}"
-                f"_a{v.tile_edge}{bc}{access}{unfilled}{wide}")
+                f"_a{v.tile_edge}{bc}{access}{unfilled}{wide}{v.aa.suffix}")
 
 
 _lit = c_literal  # C literal of x in the kernel's precision (tables.c_literal)
@@ -176,7 +184,8 @@ _lit = c_literal  # C literal of x in the kernel's precision (tables.c_literal)
 def _load(v: KernelVariant, i: int, index: str) -> str:
     """C expression: the population of direction i (or its opposite) at ``fin[index]``, as
     real (decoded from the storage)."""
-    return decode(v.storage, get_lattice(v.lattice), i, f"fin[{index}]")
+    stored = f"__ldg(&fin[{index}])" if v.aa.nc_loads else f"fin[{index}]"
+    return decode(v.storage, get_lattice(v.lattice), i, stored)
 
 
 def _gather(v: KernelVariant, real: str) -> str:
@@ -370,7 +379,8 @@ def kernel_source(variant: KernelVariant) -> str:
         skip_corners="true" if int(np.abs(lat.c).sum(axis=1).max()) < d else "false",
         # Only big tiles need a register cap for their block size; a cap at 256 threads makes
         # ptxas trade registers for occupancy and spill, which costs more than it gains here.
-        launch_bounds=f"__launch_bounds__({min(1024, 4 * a**d)}) " if a**d > 64 else "",
+        launch_bounds=v.aa.qualifier(a**d)
+        or (f"__launch_bounds__({min(1024, 4 * a**d)}) " if a**d > 64 else ""),
         readwrite=_readwrite(v) if v.mode == "readwrite" else "",
         gather=_gather(v, real) if computes else "",
         collide=_collide(v, real) if v.mode != "readwrite" else "",

@@ -30,15 +30,54 @@ the same bytes either way (2 q values per node); only the memory for f halves.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...config import STREAMING
 from ...lattice import Lattice
 
-__all__ = ["KERNEL_STREAMING", "kernel_streaming", "next_phase", "phase_code",
-           "pointer_qualifier", "needs_halo", "own_offset_name", "own_offsets", "load_code",
-           "store_code", "deferred_stores", "swap_code"]
+__all__ = ["KERNEL_STREAMING", "AATuning", "AA_TUNING", "kernel_streaming", "next_phase",
+           "phase_code", "pointer_qualifier", "needs_halo", "own_offset_name", "own_offsets",
+           "load_code", "store_code", "deferred_stores", "swap_code"]
 
 #: Kernel address patterns: two-copy pull, and the two alternating kernels of the AA pattern.
 KERNEL_STREAMING = ("pull", "aa_neighbour", "aa_local")
+
+
+@dataclass(frozen=True)
+class AATuning:
+    """Compile-time tuning of the in-place (AA) step kernels; two-copy kernels ignore it.
+
+    ``max_registers``: ``__maxnreg__`` cap per thread (0: the compiler's choice). More
+    resident warps hide more latency where the neighbour step is latency-bound, unless ptxas
+    spills (check ``local_size_bytes`` of the compiled kernel). ``nc_loads``: population loads
+    through the read-only data cache (``__ldg``, what ``__restrict__`` gives two-copy kernels).
+    In place that is safe although ``fin == fout``: in one launch every slot is read by one
+    thread only, before that thread writes it, and no slot is read after it was written.
+    """
+
+    max_registers: int = 0
+    nc_loads: bool = False
+
+    @property
+    def suffix(self) -> str:
+        """Kernel-name suffix of the non-default choices ('' for the default)."""
+        return (f"_r{self.max_registers}" if self.max_registers else "") + (
+            "_nc" if self.nc_loads else "")
+
+    def qualifier(self, nodes_per_tile: int) -> str:
+        """``__maxnreg__`` qualifier of the kernel, or '' (CUDA refuses it next to the
+        ``__launch_bounds__`` that tiles of more than 64 nodes get)."""
+        if not self.max_registers:
+            return ""
+        if nodes_per_tile > 64:
+            raise ValueError(f"A register cap applies to tiles of at most 64 nodes, not "
+                             f"{nodes_per_tile}; use AATuning() for this tile edge.")
+        return f"__maxnreg__({self.max_registers}) "
+
+
+#: The tuning each storage precision's in-place steps get (KernelVariant.for_problem). All at
+#: the compiler's choice until the variants are timed on the GPU (benchmarks/inplace_tune.py).
+AA_TUNING = {"float32": AATuning(), "float16": AATuning(), "float64": AATuning()}
 
 
 def kernel_streaming(streaming: str, phase: int) -> str:
@@ -175,20 +214,38 @@ def deferred_stores(pattern: str, lattice: Lattice, kinds, halo_edge: int) -> tu
         return "", ""
     q = lattice.q
     declare = "    store_t " + ", ".join(f"out{i}" for i in range(q)) + ";"
-    lines = []
-    for i, c in enumerate(lattice.c.tolist()):
-        if not any(c):
-            lines.append(f"    fout[{_own(i, kinds)}] = out{i};")
-            continue
+    lines = ["    const src_t own = node_source(tile, n);"] if _xyz(kinds) else []
+    moving = [i for i, c in enumerate(lattice.c.tolist()) if any(c)]
+    lines += [f"    fout[{_own(i, kinds)}] = out{i};" for i in range(q) if i not in moving]
+    # Last computed, first stored: ptxas 13.0-13.5 then hold 2 registers fewer (float32 40
+    # instead of 42: 48 resident warps per SM instead of 40 at 4 warps per block).
+    for i in reversed(moving):
         opp = int(lattice.opposite[i])
         # The slot g_opp(i) came from: neighbour x + c_i = x - c_opp(i), or (x, i) at a wall.
         # volatile: read the source again rather than keep every load address live.
         shift = _shift(lattice.c[opp], halo_edge)
         lines += ["    {",
                   f"        const src_t s = ((const volatile src_t*)s_src)[centre - ({shift})];",
-                  f"        fout[{_linked(opp, kinds, _own(i, kinds))}] = out{i};",
+                  f"        fout[{_store_slot(i, opp, kinds)}] = out{i};",
                   "    }"]
     return declare, "\n".join(lines)
+
+
+def _store_slot(i: int, opp: int, kinds) -> str:
+    """Slot ``f*_i`` of the neighbour step goes to: (s, opp(i)) of source ``s``, or (x, i).
+
+    In the XYZ layout this is the address g_opp(i) was loaded from, written much as
+    :func:`load_code` writes it: a 32-bit select between ``s`` shifted by (opp(i) - i) data
+    blocks and the node's own offset ``own``, then one wide multiply-add with ``i * NPT`` as the
+    store's immediate (about 5 instructions per direction with the shared load; a select
+    between two 64-bit slots cost about 11, and 18 fallback addresses that a compiler may
+    compute before the collision and hold). Shifting ``s`` rather than ``own`` keeps one own
+    offset live: the loads' shifted own offsets, reused here, would be 6 registers held
+    through the collision (float32: 48 registers instead of 42).
+    """
+    if _xyz(kinds):
+        return f"(size_t)(s >= 0 ? s + ({opp - i}) * NPT : own) + {i} * NPT"
+    return _linked(opp, kinds, _own(i, kinds))
 
 
 def swap_code(lattice: Lattice, kinds, halo_edge: int) -> str:
@@ -215,3 +272,7 @@ def swap_code(lattice: Lattice, kinds, halo_edge: int) -> str:
             "    }",
         ]
     return "\n".join(lines)
+
+
+def _xyz(kinds) -> bool:
+    return all(k == "xyz" for k in kinds)
