@@ -59,6 +59,10 @@ VARIANTS = {
                                               sector_fill=False),
     "compact BGK float32 exact halo": KernelVariant("D3Q19", "float32", "BGK", True, "xyz",
                                                     compact=1),
+    "compact BGK float32 exact halo packed 4": KernelVariant(
+        "D3Q19", "float32", "BGK", True, "xyz", compact=1, packed=4),
+    "compact BGK float64 exact halo": KernelVariant("D3Q19", "float64", "BGK", True, "xyz",
+                                                    compact=1),
     "BGK float32 in place (neighbour step)": KernelVariant(
         "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_neighbour"),
     "BGK float32, 64-bit sources": KernelVariant(
