@@ -6,14 +6,21 @@ does the same update in moment space, where it is sparse:
 
 1. pair sums and differences ``g_i +- g_opp(i)``: every row of ``M`` is an even or an odd
    polynomial of ``c``, so even moments need only the sums and odd ones the differences;
-2. ``m = M g`` with the integer entries of ``M`` as literals, ``rho`` and ``j = sum c g + F/2``;
+2. ``m = M g`` with the integer entries of ``M`` as literals and partial sums shared between
+   rows (:mod:`.linear_sums`: D3Q19 45 operations instead of 90), ``rho`` and
+   ``j = sum c g + F/2``;
 3. per non-conserved row ``k``: ``r_k = A_k m_k + B_k m_eq,k + C_k m_F,k`` with
    ``m_eq = (M E) b``, ``m_F = (M E) b_F`` (literal, sparse ``M E``) and the run's constants
    ``A_k = (1 - s_k)/|M_k|^2``, ``B_k = s_k/|M_k|^2``, ``C_k = (1 - s_k/2)/|M_k|^2`` (kernel
-   arguments, so other rates never recompile); conserved rows give ``rho`` and ``m_j + F``
-   whatever their rate;
+   arguments, so other rates never recompile), each times the factor the kernel leaves out of
+   the combination it multiplies (:class:`_Plan`: fewer multiplies, and rows proportional to
+   each other share one combination); zero terms are left out; conserved rows give ``rho``
+   and ``m_j + F`` whatever their rate;
 4. ``f* = M^T r`` (``M^-1 = M^T diag(1/|M_k|^2)``, the scale folded into ``r``), again by
-   even and odd halves.
+   even and odd halves with shared partial sums (D3Q19 43 operations instead of 89).
+
+About 0.65x the operations of the row-by-row form (D3Q19: 210 against 321 per node, the
+closed-form BGK 130); only the order of additions, hence the last bits, differs.
 
 The same code serves D2Q9, D3Q19 and D3Q13 (both D3Q13 sublattices live in the tiles).
 """
