@@ -53,6 +53,17 @@ VARIANTS = {
     "BGK float64": KernelVariant("D3Q19", "float64", "BGK", True, "xyz", sector_fill=False),
     "BGK float64 paper layout": KernelVariant("D3Q19", "float64", "BGK", True, "paper"),
     "MRT float32": KernelVariant("D3Q19", "float32", "MRT", True, "xyz", sector_fill=False),
+    "MRT float16 storage": KernelVariant("D3Q19", "float32", "MRT", True, "xyz",
+                                         storage="float16", sector_fill=False),
+    "TRT float32": KernelVariant("D3Q19", "float32", "TRT", True, "xyz", sector_fill=False),
+    "BGK float32 compressible": KernelVariant("D3Q19", "float32", "BGK", False, "xyz",
+                                              sector_fill=False),
+    "compact BGK float32 exact halo": KernelVariant("D3Q19", "float32", "BGK", True, "xyz",
+                                                    compact=1),
+    "compact BGK float32 exact halo packed 4": KernelVariant(
+        "D3Q19", "float32", "BGK", True, "xyz", compact=1, packed=4),
+    "compact BGK float64 exact halo": KernelVariant("D3Q19", "float64", "BGK", True, "xyz",
+                                                    compact=1),
     "BGK float32 in place (neighbour step)": KernelVariant(
         "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_neighbour"),
     "BGK float32 in place (local step)": KernelVariant(
@@ -82,7 +93,7 @@ def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
     """SASS text of the variant's kernel and its registers per thread; ``inner_only``: with
     the edge-tile halo path compiled out."""
     source = kernel_source(variant)
-    if inner_only:
+    if inner_only and not variant.compact:  # the compact kernel has one halo path
         assert _INNER_HALO in source, "the kernel no longer chooses its halo path this way"
         source = source.replace(_INNER_HALO, "if (true)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -124,6 +124,7 @@ needs_gxx = pytest.mark.skipif(compiler() is None, reason="g++ is not installed"
     ("D3Q19", "float32", "BGK", "incompressible", "xyz", 4, None),
     ("D2Q9", "float64", "TRT", "incompressible", "xyz", 1, (5, 2)),
     ("D3Q27", "float64", "BGK", "quasi-compressible", "paper", 1, None),
+    ("D3Q19", "float32", "TRT", "quasi-compressible", "xyz", 2, None),
 ])
 def test_emulated_kernel_matches_numpy(lattice, precision, collision, fluid, layout, tpb,
                                        offset) -> None:
@@ -191,6 +192,8 @@ def test_emulated_wide_sources_match_narrow_bit_for_bit(case, lattice, precision
     ("far_field", "D2Q9", "float64", "MRT", "quasi-compressible", "xyz", 2),
     ("mrt", "D2Q9", "float32", "MRT", "quasi-compressible", "xyz", 1),
     ("mrt", "D3Q13", "float64", "MRT", "quasi-compressible", "paper", 2),
+    ("mrt", "D3Q19", "float64", "MRT", "quasi-compressible", "xyz", 2),
+    ("mrt", "D3Q19", "float32", "MRT", "incompressible", "xyz", 1),
 ])
 def test_emulated_boundaries_and_mrt_match_numpy(case, lattice, precision, collision, fluid,
                                                  layout, tpb) -> None:
