@@ -210,3 +210,26 @@ def test_halo_codes_compile_and_the_cap_holds(tmp_path: Path) -> None:
     capped = probe_name("D3Q19", "float64", 1, True, "BGK", code=INNER_R48)
     free = probe_name("D3Q19", "float64", 1, True, "BGK", code=INNER)
     assert int(used[capped]) <= 48 < int(used[free]), (used.get(capped), used.get(free))
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("code", [DEFAULT_CODE, INNER_PAIRED], ids=["default", "inner-paired"])
+def test_d3q27_probe_reads_the_halo_corners(code) -> None:
+    """D3Q27 pulls across the tile's corners, which the inner fill skips for D3Q19 only: the
+    D3Q27 probe through the emulator equals the NumPy mirror bit for bit."""
+    from solver.lattice import get_lattice
+
+    from .compact_emulator import compile_compact
+
+    lat = get_lattice("D3Q27")
+    _, tiling, compact, _, periodic = case("periodic xyz, offset (1, 2, 3)", 1, seed=5)
+    fin = np.random.default_rng(5).random(lat.q * compact.n_slots)
+    fout = np.full_like(fin, -9.0)
+    ints = np.array(compact.int_args(periodic), dtype=np.int32)
+    name = probe_name("D3Q27", "float64", 1, True, code=code)
+    run = compile_compact(probe_source("D3Q27", "float64", 1, True, code=code), name, "double", 0)
+    run(ctypes.c_int(tiling.n_tiles), ctypes.c_int(64), _ptr(fin), _ptr(fout),
+        *(_ptr(t) for t in _tables(compact)), _ptr(ints), _ptr(np.zeros(1)))
+    dst, _ = compact.pull_sources(lat, periodic)
+    want = compact.pull(fin, lat, periodic)
+    np.testing.assert_array_equal(fout[dst.ravel()], want[dst.ravel()])

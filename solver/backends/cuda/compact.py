@@ -376,7 +376,8 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         collide=_indent(collide.split("\n"), indent), real_params=params, packed=packed,
         restrict="__restrict__" if streaming == "pull" else "",
         inner="true" if code.inner else "false", paired="true" if code.paired else "false",
-        launch_bounds=code.launch_bounds())
+        launch_bounds=code.launch_bounds(),
+        corners="true" if (np.count_nonzero(lat.c, axis=1) == 3).any() else "false")
 
 
 def _indent(lines: list[str], indent: str) -> str:

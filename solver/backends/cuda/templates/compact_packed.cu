@@ -61,13 +61,18 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     }
     __syncthreads();
     for (int j = threadIdx.x; j < first[K]; j += blockDim.x) {
-        int k = 0;
+        // j's tile k and the block's fluid nodes before it, by selects (first[k] with k known
+        // at run time only would put first[] in local memory)
+        int k = 0, before = 0;
 #pragma unroll
-        for (int kk = 1; kk < K; ++kk) k += j >= first[kk] ? 1 : 0;
+        for (int kk = 1; kk < K; ++kk) {
+            k = j >= first[kk] ? kk : k;
+            before = j >= first[kk] ? first[kk] : before;
+        }
         const int n = s_node[j];
         const mask_t mine = s_mask[k * NB + 13];
         const int stride = padded(mine);
-        const int own = Q * s_base[k * NB + 13] + (j - first[k]);
+        const int own = Q * s_base[k * NB + 13] + (j - before);
         const int* s_halo = s_halo_all + k * 2 * HN;
         const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
         const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);

@@ -37,6 +37,8 @@ constexpr int HN = HE * HE * HE;
 constexpr bool INNER = ${inner};
 // A halo node's (at0, pc) side by side, one 64-bit shared load per pull; else two arrays.
 constexpr bool PAIRED = ${paired};
+// Whether a velocity has three non-zero components (reads the 8 corner nodes of the halo).
+constexpr bool CORNERS = ${corners};
 
 // Values of one direction block of a tile with occupancy m (its padded fluid count).
 __device__ __forceinline__ int padded(mask_t m)
@@ -175,6 +177,36 @@ __device__ __forceinline__ void fill_column(int c, const mask_t* s_mask, const i
     }
 }
 
+// Entry j of the 4 corner columns (x and y of the halo both outside the tile) of an inner tile,
+// one per thread: z = 0..A-1, or -1..A where a velocity has three non-zero components (CORNERS;
+// else the 8 corner nodes of the halo are never read). A general entry, decoded at run time.
+__device__ __forceinline__ void fill_corner(int j, const mask_t* s_mask, const int* s_base,
+                                            int* s_halo)
+{
+    const int cc = j & 3, hz = (j >> 2) - (CORNERS ? 1 : 0);
+    const int sx = (cc & 1) * 2, sy = (cc >> 1) * 2;  // the tile below (0) or above (2)
+    const int sz = (hz + A) / A;
+    const int nb = sx + 3 * sy + 9 * sz;
+    const int k = (sx ? 0 : A - 1) + A * (sy ? 0 : A - 1) + A * A * (hz + A - sz * A);
+    const mask_t m = s_mask[nb];
+    const bool fluid = (m >> k) & 1ull;
+    put_src(s_halo, (sx ? HE - 1 : 0) + HE * (sy ? HE - 1 : 0) + HE * HE * (hz + 1),
+            fluid ? Q * s_base[nb] + __popcll(m & ((1ull << k) - 1ull)) : -1, padded(m));
+}
+
+// The halo of an inner tile by its 64 threads, one warp each: the first warp fills the 32
+// columns that are not corner columns (fill_column, 6 entries each), the second the corner
+// columns' entries (fill_corner, one each). 36 columns over the first 36 threads would make the
+// second warp run a whole column pass for 4 lanes.
+__device__ __forceinline__ void fill_inner(int n, const mask_t* s_mask, const int* s_base,
+                                           int* s_halo)
+{
+    if (n < 32)  // column index (x + 1) + HE (y + 1), skipping 0, HE - 1, HE (HE - 1), HE^2 - 1
+        fill_column(n + 1 + (n >= A ? 1 : 0) + (n >= HE * A + A ? 1 : 0), s_mask, s_base, s_halo);
+    else if (n < 32 + 4 * (CORNERS ? HE : A))
+        fill_corner(n - 32, s_mask, s_base, s_halo);
+}
+
 // Sources of halo entries h0, h0 + step, ... (< HN) of the tile at tile-grid coordinate t, each
 // located in full (periodic wrap per node, faces, the global tables across a periodic face).
 __device__ __forceinline__ void fill_general(
@@ -229,7 +261,7 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     if (HALO) {  // the tile's threads locate its halo (tile nodes included) once
         if (active) {
             if (INNER && halo_inside(t[0], t[1], t[2], sizex, sizey, sizez, offx, offy, offz)) {
-                if (n < HE * HE) fill_column(n, s_mask, s_base, s_halo);
+                fill_inner(n, s_mask, s_base, s_halo);
             } else {
                 fill_general(n, NPT, t[0], t[1], t[2], s_halo, s_mask, s_base, masks, base,
                              tile_map, gx, gy, sizex, sizey, sizez, offx, offy, offz, periodic);
