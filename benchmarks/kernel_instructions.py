@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from solver.backends.cuda.compact import CompactCode  # noqa: E402
 from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
 from solver.benchmarking.cases import git_commit  # noqa: E402
 
@@ -60,11 +61,25 @@ VARIANTS = {
         "D3Q19", "float32", "BGK", True, "xyz", storage="float16", sector_fill=False,
         wide_sources=True),
 }
+#: Fluid-compacted storage (issue 20), exact padding, one thread per tile node unless packed:
+#: the halo codes of solver.backends.cuda.compact.CompactCode. Their 'halo' counts include the
+#: first barrier's neighbourhood load; 'inner' is what an inner tile's warps run there.
+_INNER, _PAIRED = CompactCode(inner=True), CompactCode(inner=True, paired=True)
+for _prec in ("float32", "float64"):
+    for _label, _code, _packed in (("", CompactCode(), 0), (" inner", _INNER, 0),
+                                   (" inner paired", _PAIRED, 0), (" packed 4", CompactCode(), 4),
+                                   (" inner paired packed 4", _PAIRED, 4)):
+        VARIANTS[f"compact BGK {_prec}{_label}"] = KernelVariant(
+            "D3Q19", _prec, "BGK", True, "xyz", compact=1, packed=_packed, code=_code)
+VARIANTS["compact BGK float64 inner r48"] = KernelVariant(
+    "D3Q19", "float64", "BGK", True, "xyz", compact=1, code=CompactCode(inner=True, registers=48))
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_]*)")
 
 
-#: The kernel's choice between the inner-tile and the edge-tile halo paths.
-_INNER_HALO = "if (halo_inside(t, size, off))"
+#: The kernel's choice between the inner-tile and the edge-tile halo paths (tiled, compact).
+_INNER_HALO = ("if (halo_inside(t, size, off))",
+               "if (INNER && halo_inside(t[0], t[1], t[2], sizex, sizey, sizez, offx, offy, offz))",
+               "if (halo_inside(tx, ty, tz, sizex, sizey, sizez, offx, offy, offz))")
 
 
 def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
@@ -72,9 +87,11 @@ def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
     """SASS text of the variant's kernel and its registers per thread; ``inner_only``: with
     the edge-tile halo path compiled out."""
     source = kernel_source(variant)
-    if inner_only:
-        assert _INNER_HALO in source, "the kernel no longer chooses its halo path this way"
-        source = source.replace(_INNER_HALO, "if (true)")
+    if inner_only and not (variant.compact and not variant.code.inner):  # else: one path
+        assert any(m in source for m in _INNER_HALO), "the kernel no longer chooses its halo " \
+            "path this way"
+        for marker in _INNER_HALO:
+            source = source.replace(marker, "if (true)")
     with tempfile.TemporaryDirectory() as tmp:
         cu, cubin = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
         cu.write_text(source)
@@ -87,9 +104,10 @@ def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
 
 
 def count(sass: str) -> dict:
-    """Instructions before and from the block barrier, and the opcode mix of the node path."""
+    """Instructions before and from the (last) block barrier, and the opcode mix of the node
+    path (the compact kernels have two barriers: the neighbourhood, then the halo)."""
     ops = [m.group(1) for line in sass.splitlines() if (m := _INSTRUCTION.match(line))]
-    barrier = next(k for k, op in enumerate(ops) if op == "BAR")
+    barrier = max(k for k, op in enumerate(ops) if op == "BAR")
     mix = Counter(op for op in ops[barrier:])
     return {"halo": barrier, "node": len(ops) - barrier,
             "node_mix": dict(mix.most_common(12))}
