@@ -12,8 +12,9 @@ only, read once and written once, at the copy bandwidth measured in the same pro
 its fraction is what a compact full step could reach at most; the tiled propagation probe is
 the same bound for today's storage.
 
-Usage, from the repository root: ``python benchmarks/compact_probe.py --out DIR`` (estimated 4-6
-minutes on an H100; ``--quick`` for a 1-minute smoke run on smaller cases).
+Usage, from the repository root: ``python benchmarks/compact_probe.py --out DIR`` (estimated 3-4
+minutes on an H100: 7 cases, 2 and 4 tiles per block; ``--quick`` for a 1-minute smoke run on
+smaller cases).
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
-"""GPU measurement of the compact-addressing probe next to the tiled kernel (issue 20).
+"""GPU measurement of the compact kernels next to the tiled kernel (issue 20).
 
-On the sphere packs of the paper's Table 6 (phi 0.1-0.9, 192^3, d = 40), a rock-like pack of
-small grains (phi 0.2, eta_t about 0.5) and a dense periodic box, each in float32 and float64:
-fluid node updates per second of the tiled kernel (its propagation probe and the BGK step, best
-layout and tiles per block) and of the compact probe (:mod:`solver.backends.cuda.compact`: only
-fluid nodes stored, popcount addressing; direction blocks packed exactly, pad 1, or padded to
-whole 32-byte sectors; sources located per pull, or once per tile halo node), against the
+On the sphere packs of the paper's Table 6 (phi 0.1, 0.3, ..., 0.9, 192^3, d = 40), a rock-like
+pack of small grains (phi 0.2, eta_t about 0.5) and a dense periodic box, each in float32 and
+float64: fluid node updates per second of the tiled kernel (its propagation probe and the BGK
+step, best layout and tiles per block) and of the compact kernels
+(:mod:`solver.backends.cuda.compact`: only fluid nodes stored, popcount addressing, sources
+located once per tile halo node; direction blocks packed exactly, pad 1, or padded to whole
+32-byte sectors; the halo codes of :class:`~solver.backends.cuda.compact.CompactCode`; one
+thread per tile node or packed), propagation probe, BGK step and BGK in place, against the
 fluid-only limit ``copy bandwidth / (2 q n_d)`` measured in the same process. Before timing,
-the compact probe is checked on the device against its NumPy mirror on a 64^3 pack, every
-precision, padding and addressing.
+every timed compact kernel is checked on the device: the probe against its NumPy mirror (64^3
+pack), the BGK step against the NumPy backend (48^3 pack).
 """
 
 from __future__ import annotations
