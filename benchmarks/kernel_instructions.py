@@ -71,8 +71,9 @@ for _prec in ("float32", "float64"):
                                    (" inner paired packed 4", _PAIRED, 4)):
         VARIANTS[f"compact BGK {_prec}{_label}"] = KernelVariant(
             "D3Q19", _prec, "BGK", True, "xyz", compact=1, packed=_packed, code=_code)
-VARIANTS["compact BGK float64 inner r48"] = KernelVariant(
-    "D3Q19", "float64", "BGK", True, "xyz", compact=1, code=CompactCode(inner=True, registers=48))
+for _prec, _cap in (("float32", 32), ("float64", 48)):
+    VARIANTS[f"compact BGK {_prec} inner r{_cap}"] = KernelVariant(
+        "D3Q19", _prec, "BGK", True, "xyz", compact=1, code=CompactCode(inner=True, registers=_cap))
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_]*)")
 
 

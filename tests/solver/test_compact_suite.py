@@ -89,9 +89,9 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     result = compact_suite.run_compact_suite(_FakeBackend(), suite, progress=seen.append)
     assert len(seen) == 6 and not result["errors"]
     kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
-    # cases x (2 tiled + propagation: 3 per node, 2 packed + BGK: float32 4 per node, float64
-    # 5 (r48), 2 packed + BGK in place: 2 codes)
-    assert len(kernels) == 3 * (2 + 5 + 6 + 2) + 3 * (2 + 5 + 7 + 2)
+    # cases x precisions x (2 tiled + propagation: 3 per node, 2 packed + BGK: 5 per node
+    # (a register cap each), 2 packed + BGK in place: 2 codes)
+    assert len(kernels) == 3 * 2 * (2 + 5 + 7 + 2)
     for r in result["results"]:
         per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
         assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
@@ -108,6 +108,7 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
             "compact exact halo inner paired packed 4 | padded") in text  # propagation
     assert ("| tiled | compact exact halo | compact sector-padded halo | "
             "compact exact halo inner | compact exact halo inner paired | "
+            "compact exact halo inner r32 | "
             "compact exact halo packed 4 | compact exact halo inner paired packed 4 | "
             "compact exact halo in place | compact exact halo inner paired in place | "
             "compact exact halo inner r48 | padded") in text  # BGK: float64's r48 last
@@ -172,9 +173,9 @@ def test_device_checks_pass_on_the_emulated_kernels(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
     monkeypatch.setattr(compact_suite, "CompactProbe", _EmulatedProbe)
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
-    assert len(checks) == 10 + 13 and all(c["ok"] for c in checks), checks
+    assert len(checks) == 10 + 14 and all(c["ok"] for c in checks), checks
     assert {c["packed"] for c in checks} == {0, 4}
-    assert {c["code"] for c in checks} == {"", "inner", "inner paired", "inner r48"}
+    assert {c["code"] for c in checks} == {"", "inner", "inner paired", "inner r32", "inner r48"}
 
     class _Unmoved(_EmulatedProbe):
         def launch(self, tpb: int) -> None:
@@ -250,7 +251,7 @@ def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     from solver.benchmarking import compact_suite  # the script's device checks, same plumbing
 
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
-    assert len(checks) == 23 and all(c["ok"] for c in checks), checks
+    assert len(checks) == 24 and all(c["ok"] for c in checks), checks
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -282,5 +283,5 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
     assert not result["errors"], result["errors"]
     assert result["checks"] and all(c["ok"] for c in result["checks"])
     compact_rows = [r for r in result["results"] if r["kernel"].startswith("compact")]
-    assert len(compact_rows) == 2 * 13 and all(r["seconds_per_step"] > 0 for r in compact_rows)
+    assert len(compact_rows) == 2 * 14 and all(r["seconds_per_step"] > 0 for r in compact_rows)
     assert {r["pad"] for r in compact_rows} == {1, 8}
