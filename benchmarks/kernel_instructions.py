@@ -133,6 +133,7 @@ def main() -> None:
               f"halo {rows[-1]['halo']:4d}  registers {registers}", flush=True)
     if args.out is None:
         return
+    args.out.mkdir(parents=True, exist_ok=True)
     commit = git_commit()
     record = {"arch": args.arch, "nvcc": version, "date": date.today().isoformat(),
               "commit": commit, "rows": rows}
