@@ -3,7 +3,7 @@
 One call on the GPU machine (issue 20 item 1): checks the compact propagation probe against its
 NumPy mirror on the device, then times it and the tiled kernel (propagation probe and BGK step)
 on a dense periodic 256^3 box, a rock-like 192^3 pack (phi 0.2, grains of 22 nodes, eta_t about
-0.5) and the 192^3 sphere packs phi 0.1-0.9 (d = 40), float32 and float64, and
+0.5) and the 192^3 sphere packs phi 0.1, 0.3, ..., 0.9 (d = 40), float32 and float64, and
 writes ``<gpu>-<date>-<commit>-compact.json`` / ``.md`` into ``--out`` after every case (a run
 cut off still leaves its table). Each number is fluid node updates per second over the
 fluid-only limit ``copy bandwidth / (2 q n_d)`` (bytes of the populations of the fluid nodes
@@ -12,8 +12,9 @@ only, read once and written once, at the copy bandwidth measured in the same pro
 its fraction is what a compact full step could reach at most; the tiled propagation probe is
 the same bound for today's storage.
 
-Usage, from the repository root: ``python benchmarks/compact_probe.py --out DIR`` (estimated 4-6
-minutes on an H100; ``--quick`` for a 1-minute smoke run on smaller cases).
+Usage, from the repository root: ``python benchmarks/compact_probe.py --out DIR`` (estimated 3-4
+minutes on an H100: 7 cases, 2 and 4 tiles per block; ``--quick`` for a 1-minute smoke run on
+smaller cases).
 """
 
 from __future__ import annotations
@@ -31,16 +32,16 @@ from solver.benchmarking.compact_suite import CompactSuite, run_compact_suite  #
 from solver.benchmarking.report import results_stem  # noqa: E402
 
 TARGET = 0.85
-#: Table columns: what each kernel of a table is called there.
-VARIANTS = ("exact", "sector-padded", "exact halo", "sector-padded halo", "exact halo packed 4",
-            "exact halo packed 8", "exact halo in place")
 
 
 def _table(rows: dict, title: str, tiled: str, compact: str) -> list[str]:
-    """One table: the tiled kernel ``tiled`` and the compact ``compact`` variants per case."""
-    kernels = [tiled] + [f"{compact} {v}" for v in VARIANTS]
-    lines = [f"## {title}", "", "| case | eta_t | storage | tiled | compact "
-             + " | compact ".join(VARIANTS) + " | padded slots / fluid node |",
+    """One table: the tiled kernel ``tiled`` and every compact kernel named ``compact ...``
+    (in the order measured) per case."""
+    variants = list(dict.fromkeys(k.removeprefix(compact + " ") for by_kernel in rows.values()
+                                  for k in by_kernel if k.startswith(compact + " ")))
+    kernels = [tiled] + [f"{compact} {v}" for v in variants]
+    lines = [f"## {title}", "", "| case | eta_t | storage | tiled | "
+             + " | ".join(f"compact {v}" for v in variants) + " | padded slots / fluid node |",
              "| --- | ---: | --- |" + " ---: |" * (len(kernels) + 1)]
     for (case, precision), by_kernel in rows.items():
         first = next(iter(by_kernel.values()))
@@ -81,12 +82,16 @@ def markdown(result: dict) -> str:
              f"per fluid node; target {TARGET}). Best layout and tiles per block per kernel. "
              "exact: direction blocks of exactly the fluid count; sector-padded: rounded up to "
              "whole 32-byte sectors; halo: sources located once per tile halo node in shared "
-             "memory, else per pull; packed K: K tiles per block, one thread per fluid node "
-             "(else one per tile node, idle on solid ones).", "",
+             "memory; inner: tiles whose halo lies inside the domain locate it by columns "
+             "(compile-time neighbour per entry), others in full; paired: a halo node's two "
+             "ints in one 64-bit shared load per pull; r48: at most 48 registers per thread; "
+             "packed K: K tiles per block, one thread per fluid node (else one per tile node, "
+             "idle on solid ones).", "",
              "Device checks: the compact probe against its NumPy mirror (64^3 pack), one compact "
              "BGK step against the NumPy backend (48^3 pack, relative difference): "
              + ", ".join(f"{c.get('kernel', 'probe')} {c['precision']} pad {c['pad']}"
                          f"{' halo' if c.get('halo') else ''}"
+                         + (f" {c['code']}" if c.get("code") else "")
                          + (f" packed {c['packed']}" if c.get("packed") else "") + ": "
                          + ("ok" if c["ok"] else f"DIFFERS by {c['max_abs_diff']:g}")
                          for c in result["checks"]), ""]

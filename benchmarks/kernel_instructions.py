@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from solver.backends.cuda.compact import CompactCode  # noqa: E402
 from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
 from solver.backends.cuda.streaming import AATuning  # noqa: E402
 from solver.benchmarking.cases import git_commit  # noqa: E402
@@ -58,12 +59,6 @@ VARIANTS = {
     "TRT float32": KernelVariant("D3Q19", "float32", "TRT", True, "xyz", sector_fill=False),
     "BGK float32 compressible": KernelVariant("D3Q19", "float32", "BGK", False, "xyz",
                                               sector_fill=False),
-    "compact BGK float32 exact halo": KernelVariant("D3Q19", "float32", "BGK", True, "xyz",
-                                                    compact=1),
-    "compact BGK float32 exact halo packed 4": KernelVariant(
-        "D3Q19", "float32", "BGK", True, "xyz", compact=1, packed=4),
-    "compact BGK float64 exact halo": KernelVariant("D3Q19", "float64", "BGK", True, "xyz",
-                                                    compact=1),
     "BGK float32 in place (neighbour step)": KernelVariant(
         "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_neighbour"),
     "BGK float32 in place (local step)": KernelVariant(
@@ -81,11 +76,26 @@ VARIANTS = {
         "D3Q19", "float32", "BGK", True, "xyz", storage="float16", sector_fill=False,
         wide_sources=True),
 }
+#: Fluid-compacted storage (issue 20), exact padding, one thread per tile node unless packed:
+#: the halo codes of solver.backends.cuda.compact.CompactCode. Their 'halo' counts include the
+#: first barrier's neighbourhood load; 'inner' is what an inner tile's warps run there.
+_INNER, _PAIRED = CompactCode(inner=True), CompactCode(inner=True, paired=True)
+for _prec in ("float32", "float64"):
+    for _label, _code, _packed in (("", CompactCode(), 0), (" inner", _INNER, 0),
+                                   (" inner paired", _PAIRED, 0), (" packed 4", CompactCode(), 4),
+                                   (" inner paired packed 4", _PAIRED, 4)):
+        VARIANTS[f"compact BGK {_prec}{_label}"] = KernelVariant(
+            "D3Q19", _prec, "BGK", True, "xyz", compact=1, packed=_packed, code=_code)
+for _prec, _cap in (("float32", 32), ("float64", 48)):
+    VARIANTS[f"compact BGK {_prec} inner r{_cap}"] = KernelVariant(
+        "D3Q19", _prec, "BGK", True, "xyz", compact=1, code=CompactCode(inner=True, registers=_cap))
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_]*)")
 
 
-#: The kernel's choice between the inner-tile and the edge-tile halo paths.
-_INNER_HALO = "if (halo_inside(t, size, off))"
+#: The kernel's choice between the inner-tile and the edge-tile halo paths (tiled, compact).
+_INNER_HALO = ("if (halo_inside(t, size, off))",
+               "if (INNER && halo_inside(t[0], t[1], t[2], sizex, sizey, sizez, offx, offy, offz))",
+               "if (halo_inside(tx, ty, tz, sizex, sizey, sizez, offx, offy, offz))")
 
 
 def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
@@ -93,9 +103,11 @@ def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
     """SASS text of the variant's kernel and its registers per thread; ``inner_only``: with
     the edge-tile halo path compiled out."""
     source = kernel_source(variant)
-    if inner_only and not variant.compact:  # the compact kernel has one halo path
-        assert _INNER_HALO in source, "the kernel no longer chooses its halo path this way"
-        source = source.replace(_INNER_HALO, "if (true)")
+    if inner_only and not (variant.compact and not variant.code.inner):  # else: one path
+        assert any(m in source for m in _INNER_HALO), "the kernel no longer chooses its halo " \
+            "path this way"
+        for marker in _INNER_HALO:
+            source = source.replace(marker, "if (true)")
     with tempfile.TemporaryDirectory() as tmp:
         cu, cubin = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
         cu.write_text(source)
@@ -108,9 +120,10 @@ def disassemble(variant: KernelVariant, arch: str, nvcc: str, nvdisasm: str,
 
 
 def count(sass: str) -> dict:
-    """Instructions before and from the block barrier, and the opcode mix of the node path."""
+    """Instructions before and from the (last) block barrier, and the opcode mix of the node
+    path (the compact kernels have two barriers: the neighbourhood, then the halo)."""
     ops = [m.group(1) for line in sass.splitlines() if (m := _INSTRUCTION.match(line))]
-    barrier = next((k for k, op in enumerate(ops) if op == "BAR"), 0)  # none: no halo
+    barrier = max((k for k, op in enumerate(ops) if op == "BAR"), default=0)  # none: no halo
     mix = Counter(op for op in ops[barrier:])
     return {"halo": barrier, "node": len(ops) - barrier,
             "node_mix": dict(mix.most_common(12))}
@@ -135,6 +148,7 @@ def main() -> None:
               f"halo {rows[-1]['halo']:4d}  registers {registers}", flush=True)
     if args.out is None:
         return
+    args.out.mkdir(parents=True, exist_ok=True)
     commit = git_commit()
     record = {"arch": args.arch, "nvcc": version, "date": date.today().isoformat(),
               "commit": commit, "rows": rows}

@@ -1,19 +1,20 @@
-"""GPU measurement of the compact-addressing probe next to the tiled kernel (issue 20).
+"""GPU measurement of the compact kernels next to the tiled kernel (issue 20).
 
-On the sphere packs of the paper's Table 6 (phi 0.1-0.9, 192^3, d = 40), a rock-like pack of
-small grains (phi 0.2, eta_t about 0.5) and a dense periodic box, each in float32 and float64:
-fluid node updates per second of the tiled kernel (its propagation probe and the BGK step, best
-layout and tiles per block) and of the compact probe (:mod:`solver.backends.cuda.compact`: only
-fluid nodes stored, popcount addressing; direction blocks packed exactly, pad 1, or padded to
-whole 32-byte sectors; sources located per pull, or once per tile halo node), against the
+On the sphere packs of the paper's Table 6 (phi 0.1, 0.3, ..., 0.9, 192^3, d = 40), a rock-like
+pack of small grains (phi 0.2, eta_t about 0.5) and a dense periodic box, each in float32 and
+float64: fluid node updates per second of the tiled kernel (its propagation probe and the BGK
+step, best layout and tiles per block) and of the compact kernels
+(:mod:`solver.backends.cuda.compact`: only fluid nodes stored, popcount addressing, sources
+located once per tile halo node; direction blocks packed exactly, pad 1, or padded to whole
+32-byte sectors; the halo codes of :class:`~solver.backends.cuda.compact.CompactCode`; one
+thread per tile node or packed), propagation probe, BGK step and BGK in place, against the
 fluid-only limit ``copy bandwidth / (2 q n_d)`` measured in the same process. Before timing,
-the compact probe is checked on the device against its NumPy mirror on a 64^3 pack, every
-precision, padding and addressing.
+every timed compact kernel is checked on the device: the probe against its NumPy mirror (64^3
+pack), the BGK step against the NumPy backend (48^3 pack).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import platform
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from datetime import date
 
 import numpy as np
 
-from ..backends.cuda.compact import CompactTiling, sector_pad
+from ..backends.cuda.compact import CompactCode, CompactTiling, sector_pad
 from ..backends.cuda.compact_run import CompactProbe, CompactRun
 from ..config import GPU_LAYOUTS
 from .cases import BenchCase, git_commit, sphere_pack
@@ -40,29 +41,56 @@ TILED = {"tiled propagation": "propagate", "tiled BGK": "full"}
 class CompactSuite:
     """What to measure."""
 
-    porosities: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+    #: Table 6 porosities (0.1-0.9) every other one: the whole call within 4 minutes.
+    porosities: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
     pack_size: int = 192
     diameter: float = 40.0
     dense_size: int = 256
     #: Grain diameter of the rock-like case (phi 0.2, eta_t about 0.5 at 192^3); 0: none.
     rock_diameter: float = 22.0
     precisions: tuple[str, ...] = ("float32", "float64")
-    tiles_per_block: tuple[int, ...] = (1, 2, 4)
+    #: 1 tile per block won 3 of 88 compact timings on the H100 (085d55d): not timed.
+    tiles_per_block: tuple[int, ...] = (2, 4)
     layouts: tuple[str, ...] = GPU_LAYOUTS
     min_seconds: float = 0.03
     repeats: int = 3
 
 
-#: Packed kernels timed (tiles per block; exact padding, halo addressing): issue 20 item 2.
-PACKED = (4, 8)
+#: Halo codes timed next to the default one (issue 20: the inner-tile column fill, paired
+#: shared loads; also with a register cap for occupancy: float32 40 -> 32 registers, 6 spill
+#: stores; float64 56 -> 48, 8 spill stores; sm_90 ptxas).
+INNER = CompactCode(inner=True)
+INNER_PAIRED = CompactCode(inner=True, paired=True)
+INNER_CAPPED = {"float32": CompactCode(inner=True, registers=32),
+                "float64": CompactCode(inner=True, registers=48)}
+#: Tiles per block of the packed kernel timed (exact padding, halo addressing).
+PACKED = 4
 
 
-def compact_variants(precision: str) -> list[tuple[bool, int, int]]:
-    """(halo, pad, packed) of every compact kernel timed: both addressings and paddings
-    (one thread per tile node), then the packed kernels (one thread per fluid node)."""
-    pads = (1, sector_pad(np.dtype(precision).itemsize))
-    return ([(halo, pad, 0) for halo in (False, True) for pad in pads]
-            + [(True, 1, k) for k in PACKED])
+@dataclass(frozen=True)
+class CompactKernel:
+    """One timed compact kernel: padding, packed tiles per block (0: one thread per tile
+    node) and halo code; halo addressing throughout (the per-pull addressing lost clearly)."""
+
+    pad: int
+    packed: int = 0
+    code: CompactCode = CompactCode()
+
+    @property
+    def label(self) -> str:
+        """'exact halo inner paired packed 4' and the like (table column)."""
+        return " ".join(w for w in ("exact" if self.pad == 1 else "sector-padded", "halo",
+                                    self.code.label, f"packed {self.packed}" if self.packed
+                                    else "") if w)
+
+
+def compact_variants(precision: str, step: bool = True) -> list[CompactKernel]:
+    """The compact kernels timed: the H100 run's best (exact halo, sector-padded halo, packed
+    4) and the new halo codes; fewer for the propagation probe (``step`` False)."""
+    sector = sector_pad(np.dtype(precision).itemsize)
+    codes = [INNER, INNER_PAIRED, INNER_CAPPED[precision]] if step else [INNER_PAIRED]
+    return ([CompactKernel(1), CompactKernel(sector)] + [CompactKernel(1, 0, c) for c in codes]
+            + [CompactKernel(1, PACKED), CompactKernel(1, PACKED, INNER_PAIRED)])
 
 
 def _median_seconds(run: Callable[[int], float], suite: CompactSuite) -> tuple[int, float]:
@@ -84,11 +112,12 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
     periodic = (True, True, True)
     checks = []
     for precision in ("float32", "float64"):
-        for halo, pad, packed in compact_variants(precision):
-            compact = CompactTiling(tiling, pad)
+        for kernel in compact_variants(precision, step=False):
+            compact = CompactTiling(tiling, kernel.pad)
             rng = np.random.default_rng(seed)
             fin = rng.random(lat.q * compact.n_slots).astype(precision)
-            probe = CompactProbe(compact, periodic, precision, halo=halo, packed=packed)
+            probe = CompactProbe(compact, periodic, precision, halo=True, packed=kernel.packed,
+                                 code=kernel.code)
             probe.upload(fin, 0)
             probe.upload(fin, 1)  # padding slots as in the NumPy mirror
             probe.launch(2)
@@ -96,15 +125,16 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
             probe.release()
             want = compact.pull(fin, lat, periodic)
             diff = float(np.abs(got - want).max())
-            checks.append({"precision": precision, "pad": pad, "halo": halo, "max_abs_diff": diff,
-                           "ok": diff == 0.0, "eta_t": round(tiling.eta_t, 4), "packed": packed})
+            checks.append({"precision": precision, "pad": kernel.pad, "halo": True,
+                           "max_abs_diff": diff, "ok": diff == 0.0, "eta_t": round(tiling.eta_t, 4),
+                           "packed": kernel.packed, "code": kernel.code.label})
     return checks
 
 
 def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
-    """One compact BGK step on the device (both addressings, sector-padded) against a NumPy
-    backend step of the same problem from the same noisy start, per precision: max relative
-    difference over the fluid nodes (ok below 1e-12 float64, 1e-5 float32)."""
+    """One compact BGK step on the device (every timed kernel) against a NumPy backend step
+    of the same problem from the same noisy start, per precision: max relative difference over
+    the fluid nodes (ok below 1e-12 float64, 1e-5 float32)."""
     from ..backends.numpy_backend import NumpyBackend
 
     case = BenchCase("check", sphere_pack((size,) * 3, 0.4, size / 4, seed))
@@ -119,20 +149,19 @@ def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
         numpy_backend.step(state, 1)
         ref = numpy_backend.populations(state)
         fluid = np.broadcast_to(~problem.tiling.solid[:, None, :], ref.shape)
-        sector = sector_pad(np.dtype(precision).itemsize)
-        for halo, pad, packed in [(False, sector, 0), (True, sector, 0),
-                                  *((True, 1, k) for k in PACKED)]:
-            compact = CompactTiling(problem.tiling, pad)
-            probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo,
-                                 step=problem, packed=packed)
+        for kernel in compact_variants(precision):
+            compact = CompactTiling(problem.tiling, kernel.pad)
+            probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, True,
+                                 step=problem, packed=kernel.packed, code=kernel.code)
             probe.upload(compact.pack(f0.astype(precision)), 0)
             probe.launch(2)
             got = compact.unpack(probe.download(1), problem.lattice.q).astype(np.float64)
             probe.release()
             diff = float(np.abs(got - ref)[fluid].max() / np.abs(ref).max())
             tol = 1e-12 if precision == "float64" else 1e-5
-            checks.append({"precision": precision, "pad": compact.pad, "halo": halo,
-                           "kernel": "BGK step vs NumPy", "max_abs_diff": diff, "packed": packed,
+            checks.append({"precision": precision, "pad": compact.pad, "halo": True,
+                           "kernel": "BGK step vs NumPy", "max_abs_diff": diff,
+                           "packed": kernel.packed, "code": kernel.code.label,
                            "ok": diff <= tol, "eta_t": round(problem.tiling.eta_t, 4)})
     return checks
 
@@ -168,46 +197,49 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                              layout=best[2], tiles_per_block=best[3]))
     finally:
         backend.release(base)
-    for step, (halo, pad, packed) in itertools.product((False, True), compact_variants(precision)):
-        compact = CompactTiling(problem.tiling, pad)
-        probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, halo,
-                             problem if step else None, packed)
-        try:
-            best = None
-            for tpb in (packed,) if packed else suite.tiles_per_block:
-                steps, sec = _median_seconds(lambda n: probe.time(n, tpb), suite)  # noqa: B023
-                if best is None or sec < best[1]:
-                    best = (steps, sec, tpb)
-        finally:
-            probe.release()
-        label = (f"compact {'BGK' if step else 'propagation'} "
-                 f"{'exact' if pad == 1 else 'sector-padded'}{' halo' if halo else ''}"
-                 + (f" packed {packed}" if packed else ""))
-        rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=pad,
-                         tiles_per_block=best[2],
-                         slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),
-                         graphs=probe.use_graphs))
+    for step in (False, True):
+        for kernel in compact_variants(precision, step):
+            compact = CompactTiling(problem.tiling, kernel.pad)
+            probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, True,
+                                 problem if step else None, kernel.packed, kernel.code)
+            try:
+                best = None
+                tpbs = (kernel.packed,) if kernel.packed else suite.tiles_per_block
+                for tpb in tpbs:
+                    steps, sec = _median_seconds(lambda n: probe.time(n, tpb), suite)  # noqa: B023
+                    if best is None or sec < best[1]:
+                        best = (steps, sec, tpb)
+            finally:
+                probe.release()
+            label = f"compact {'BGK' if step else 'propagation'} {kernel.label}"
+            rows.append(_row(case, problem, label, precision, best[1], best[0], copy,
+                             pad=kernel.pad, tiles_per_block=best[2],
+                             slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),
+                             graphs=probe.use_graphs))
     _measure_in_place(case, problem, precision, suite, copy, rows)
 
 
 def _measure_in_place(case: BenchCase, problem, precision: str, suite: CompactSuite,
                       copy: float, rows: list[dict]) -> None:
     """The compact BGK step in place (AA pattern, one copy) as runs step it (CompactRun:
-    exact padding, per-node kernel, captured graphs), best tiles per block."""
+    exact padding, per-node kernel, captured graphs), default and inner-tile halo code, best
+    tiles per block."""
     from dataclasses import replace
 
-    best = None
-    for tpb in suite.tiles_per_block:
-        run = CompactRun(replace(problem, streaming="in-place", tile_storage="compact"), 1,
-                         tiles_per_block=tpb)
-        try:
-            steps, sec = _median_seconds(run.step, suite)
-        finally:
-            run.release()
-        if best is None or sec < best[1]:
-            best = (steps, sec, tpb)
-    rows.append(_row(case, problem, "compact BGK exact halo in place", precision, best[1],
-                     best[0], copy, pad=1, tiles_per_block=best[2]))
+    for code in (CompactCode(), INNER_PAIRED):
+        best = None
+        for tpb in suite.tiles_per_block:
+            run = CompactRun(replace(problem, streaming="in-place", tile_storage="compact"), 1,
+                             tiles_per_block=tpb, code=code)
+            try:
+                steps, sec = _median_seconds(run.step, suite)
+            finally:
+                run.release()
+            if best is None or sec < best[1]:
+                best = (steps, sec, tpb)
+        label = " ".join(w for w in ("compact BGK exact halo", code.label, "in place") if w)
+        rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=1,
+                         tiles_per_block=best[2]))
 
 
 def cases(suite: CompactSuite) -> list[BenchCase]:

@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from solver.backends.cuda.compact import (
+    DEFAULT_CODE,
+    CompactCode,
     CompactTiling,
     probe_name,
     probe_shared_bytes,
@@ -71,6 +73,7 @@ def case(name: str, pad: int, seed: int = 0):
 
 _LAUNCH = r"""
 #define __popcll(x) __builtin_popcountll(x)
+#define __popc(x) __builtin_popcount(x)
 """, r"""
 extern "C" void emu_compact(int grid, int block, const REAL* fin, REAL* fout,
     const unsigned long long* masks, const int* base, const int* tiles, const int* tile_map,
@@ -116,16 +119,18 @@ def compile_compact(code: str, name: str, real: str, n_reals: int):
 
 
 def emulated(precision: str, pad: int, halo: bool, collision: str | None = None,
-             incompressible: bool = True, packed: int = 0, streaming: str = "pull"):
+             incompressible: bool = True, packed: int = 0, streaming: str = "pull",
+             code: CompactCode = DEFAULT_CODE):
     """The emulated launch of one compact kernel (:func:`compile_compact`)."""
     if streaming == "swap":
         collision = None
     name = probe_name("D3Q19", precision, pad, halo, collision, incompressible, packed,
-                      streaming)
+                      streaming, code)
     real = "double" if precision == "float64" else "float"
     n_reals = len(real_param_names("D3Q19", precision, collision, incompressible))
     return compile_compact(probe_source("D3Q19", precision, pad, halo, collision,
-                                        incompressible, packed, streaming), name, real, n_reals)
+                                        incompressible, packed, streaming, code), name, real,
+                           n_reals)
 
 
 def _ptr(a: np.ndarray):
@@ -142,7 +147,7 @@ def emulator_launcher(variant, blocks, threads, shared, args) -> None:
     run = emulated(variant.precision, variant.compact, True,
                    None if variant.mode != "full" else variant.collision,
                    variant.incompressible, k, "swap" if variant.mode == "swap" else
-                   variant.streaming)
+                   variant.streaming, variant.code)
     run(ctypes.c_int(blocks), ctypes.c_int(threads), _ptr(fin), _ptr(fout), _ptr(masks),
         _ptr(base), _ptr(tiles), _ptr(tile_map), _ptr(ints), _ptr(reals))
 

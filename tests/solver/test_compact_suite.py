@@ -44,7 +44,7 @@ class _FakeRun:
     """CompactRun as the suite times it: 0.5e-5 s per step."""
 
     def __init__(self, problem, pad=None, xp=None, launcher=None, tiles_per_block=2,
-                 cuda=None, packed=0) -> None:
+                 cuda=None, packed=0, code=None) -> None:
         assert problem.streaming == "in-place" and problem.tile_storage == "compact"
 
     def step(self, n: int) -> float:
@@ -56,8 +56,8 @@ class _FakeRun:
 
 class _FakeProbe:
     def __init__(self, compact, periodic, precision, q=19, halo=False, step=None,
-                 packed=0) -> None:
-        assert compact.tiling.n_tiles and len(periodic) == 3 and q == 19
+                 packed=0, code=None) -> None:
+        assert compact.tiling.n_tiles and len(periodic) == 3 and q == 19 and halo
         self.use_graphs = True
 
     def time(self, n: int, tpb: int) -> float:
@@ -89,9 +89,9 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     result = compact_suite.run_compact_suite(_FakeBackend(), suite, progress=seen.append)
     assert len(seen) == 6 and not result["errors"]
     kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
-    # cases x precisions x (2 tiled + 2 modes x (2 x 2 one thread per node + 2 packed)
-    # + BGK in place)
-    assert len(kernels) == 3 * 2 * 15
+    # cases x precisions x (2 tiled + propagation: 3 per node, 2 packed + BGK: 5 per node
+    # (a register cap each), 2 packed + BGK in place: 2 codes)
+    assert len(kernels) == 3 * 2 * (2 + 5 + 7 + 2)
     for r in result["results"]:
         per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
         assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
@@ -103,9 +103,15 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     spec.loader.exec_module(script)
     text = script.markdown(result)
     assert "probe float32 pad 1: ok" in text and "NumPy float64 pad 4 halo: ok" in text
-    assert ("| tiled | compact exact | compact sector-padded | compact exact halo | "
-            "compact sector-padded halo | compact exact halo packed 4 | "
-            "compact exact halo packed 8 | compact exact halo in place |") in text
+    assert ("| tiled | compact exact halo | compact sector-padded halo | "
+            "compact exact halo inner paired | compact exact halo packed 4 | "
+            "compact exact halo inner paired packed 4 | padded") in text  # propagation
+    assert ("| tiled | compact exact halo | compact sector-padded halo | "
+            "compact exact halo inner | compact exact halo inner paired | "
+            "compact exact halo inner r32 | "
+            "compact exact halo packed 4 | compact exact halo inner paired packed 4 | "
+            "compact exact halo in place | compact exact halo inner paired in place | "
+            "compact exact halo inner r48 | padded") in text  # BGK: float64's r48 last
     assert "## Full step, BGK" in text
     assert {r["pad"] for r in result["results"] if "pad" in r} == {1, 4, 8}
     assert "- compact BGK, float64: best variant" in text and "Errors" not in text
@@ -122,8 +128,9 @@ class _EmulatedProbe:
     """CompactProbe's interface on the g++ emulator: host arrays, the same kernel text."""
 
     def __init__(self, compact, periodic, precision, q=19, halo=False, step=None,
-                 packed=0) -> None:
+                 packed=0, code=None) -> None:
         self.compact, self.precision, self.halo, self.packed = compact, precision, halo, packed
+        self.code = code
         self.kind = (step.collision.name, step.incompressible) if step else (None, True)
         self.reals = np.array(physics_args(step) if step else [0.0], dtype=precision)
         self.ints = np.array(compact.int_args(periodic), dtype=np.int32)
@@ -141,7 +148,8 @@ class _EmulatedProbe:
         return self.f[copy].copy()
 
     def launch(self, tpb: int) -> None:
-        run = emulated(self.precision, self.compact.pad, self.halo, *self.kind, self.packed)
+        run = emulated(self.precision, self.compact.pad, self.halo, *self.kind, self.packed,
+                       code=self.code)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
         k = self.packed or tpb
         run(ctypes.c_int(-(-self.compact.tiling.n_tiles // k)),
@@ -165,8 +173,9 @@ def test_device_checks_pass_on_the_emulated_kernels(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
     monkeypatch.setattr(compact_suite, "CompactProbe", _EmulatedProbe)
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
-    assert len(checks) == 12 + 8 and all(c["ok"] for c in checks), checks
-    assert {c["packed"] for c in checks} == {0, 4, 8}
+    assert len(checks) == 10 + 14 and all(c["ok"] for c in checks), checks
+    assert {c["packed"] for c in checks} == {0, 4}
+    assert {c["code"] for c in checks} == {"", "inner", "inner paired", "inner r32", "inner r48"}
 
     class _Unmoved(_EmulatedProbe):
         def launch(self, tpb: int) -> None:
@@ -242,7 +251,7 @@ def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     from solver.benchmarking import compact_suite  # the script's device checks, same plumbing
 
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
-    assert len(checks) == 20 and all(c["ok"] for c in checks), checks
+    assert len(checks) == 24 and all(c["ok"] for c in checks), checks
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -274,5 +283,5 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
     assert not result["errors"], result["errors"]
     assert result["checks"] and all(c["ok"] for c in result["checks"])
     compact_rows = [r for r in result["results"] if r["kernel"].startswith("compact")]
-    assert len(compact_rows) == 2 * 13 and all(r["seconds_per_step"] > 0 for r in compact_rows)
+    assert len(compact_rows) == 2 * 14 and all(r["seconds_per_step"] > 0 for r in compact_rows)
     assert {r["pad"] for r in compact_rows} == {1, 8}

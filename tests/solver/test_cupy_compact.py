@@ -32,19 +32,29 @@ def backend():
     return get_backend("cupy")
 
 
-@pytest.mark.parametrize("packed", [0, 8], ids=["per-node", "packed8"])
+#: (packed tiles per block, CompactCode arguments) of the kernels the backend may be set to run.
+KERNELS = {"per-node": (0, {}), "packed8": (8, {}), "inner-paired": (0, {"inner": True,
+           "paired": True}), "packed4-inner-paired": (4, {"inner": True, "paired": True}),
+           "inner-r48": (0, {"inner": True, "registers": 48})}
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("name", list(PROBLEMS))
-def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, packed,
+def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, kernel,
                                                               monkeypatch):
     from solver.backends.cuda import tile_storage
+    from solver.backends.cuda.compact import CompactCode
     from solver.backends.cuda.compact_run import CompactRun
 
+    packed, code = KERNELS[kernel]
     monkeypatch.setattr(tile_storage, "COMPACT_PACKED", packed)
+    monkeypatch.setattr(tile_storage, "COMPACT_CODE", CompactCode(**code))
     precision, collision, fluid, tpb = PROBLEMS[name]
     problem = replace(make_problem("D3Q19", precision, collision, fluid, "xyz", tpb),
                       tile_storage="compact")
     state = backend.allocate(problem)
     assert isinstance(state, CompactRun) and state.variant.packed == packed
+    assert state.variant.code == CompactCode(**code)
     f0 = noisy_start(problem)
     backend.set_populations(state, as_stored(problem, f0))
     steps = 0

@@ -115,7 +115,7 @@ class CupyBackend:
         log.info("tile storage: %s (%s)", storage.kind, storage.reason)
         if storage.compact:
             return CompactRun(problem, storage.pad, cp, tiles_per_block=problem.tiles_per_block,
-                              packed=storage.packed)
+                              packed=storage.packed, code=storage.code)
         return self._allocate(problem)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):

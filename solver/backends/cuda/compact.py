@@ -29,8 +29,8 @@ from ...tiling import Tiling
 from .collisions import cuda_collision
 from .tables import c_literal
 
-__all__ = ["CompactTiling", "SECTOR_BYTES", "popcount", "sector_pad", "probe_name", "probe_source",
-           "probe_shared_bytes", "packed_threads", "real_param_names"]
+__all__ = ["CompactTiling", "CompactCode", "DEFAULT_CODE", "SECTOR_BYTES", "popcount", "sector_pad",
+           "probe_name", "probe_source", "probe_shared_bytes", "packed_threads", "real_param_names"]
 
 #: Bytes of one DRAM/L2 sector: the unit a GPU reads and writes.
 SECTOR_BYTES = 32
@@ -190,15 +190,64 @@ class CompactTiling:
                              "indices; use a smaller domain.")
 
 
+@dataclass(frozen=True)
+class CompactCode:
+    """How a halo-addressed compact kernel locates and reads its tile's halo (issue 20: the
+    compact float32 kernels are bound by instruction issue, the float64 one by registers).
+
+    ``inner``: tiles whose halo lies inside the domain locate it by columns (one per thread,
+    compile-time neighbour and plane per entry: a bit test and popcounts) instead of entry by
+    entry with the general wrap and face logic (about 3.4 entries of ~140 instructions per
+    thread). ``paired``: a halo node's (value index, padded count) side by side in shared
+    memory, one 64-bit load per pull instead of two. ``registers``: cap the registers per thread
+    (``__launch_bounds__(256, min blocks)``; 0: none) for occupancy; blocks of at most 256
+    threads (4 tiles per block, or the packed kernel of up to 8 tiles).
+    """
+
+    inner: bool = False
+    paired: bool = False
+    registers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.registers and not 24 <= self.registers <= 255:
+            raise ValueError(f"registers must be 0 (no cap) or 24-255, got {self.registers}.")
+
+    @property
+    def suffix(self) -> str:
+        """Kernel name suffix ('' for the default code: names of existing kernels unchanged)."""
+        return (("_i" if self.inner else "") + ("_w" if self.paired else "")
+                + (f"_r{self.registers}" if self.registers else ""))
+
+    @property
+    def label(self) -> str:
+        """Words for tables: 'inner paired r48', or '' for the default code."""
+        return " ".join(w for w, on in (("inner", self.inner), ("paired", self.paired),
+                                        (f"r{self.registers}", self.registers)) if on)
+
+    def launch_bounds(self) -> str:
+        """``__launch_bounds__`` text of the kernel: the most blocks of 256 threads per SM
+        (65536 registers) that ``registers`` per thread allow."""
+        if not self.registers:
+            return ""
+        return f"__launch_bounds__({_MAX_THREADS}, {65536 // (_MAX_THREADS * self.registers)}) "
+
+
+#: Threads per block a register-capped kernel may be launched with (CompactCode.registers).
+_MAX_THREADS = 256
+#: The halo code of the kernels timed first (entry by entry, two arrays, no register cap).
+DEFAULT_CODE = CompactCode()
+
+
 def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
                collision: str | None = None, incompressible: bool = True,
-               packed: int = 0, streaming: str = "pull") -> str:
+               packed: int = 0, streaming: str = "pull", code: CompactCode = DEFAULT_CODE
+               ) -> str:
     """Kernel (and namespace) name of one compact kernel (``collision`` None: the probe)."""
     prec = "f64" if precision == "float64" else "f32"
     mode = "propagate" if collision is None else \
         f"full_{collision}_{'inc' if incompressible else 'qc'}"
     return (f"lbm_compact_{mode}_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
-            + (f"_k{packed}" if packed else "") + _ACCESS[streaming])
+            + (f"_k{packed}" if packed else "") + _ACCESS[streaming] + code.suffix)
 
 
 def probe_shared_bytes(tiles_per_block: int, halo: bool = False, packed: int = 0) -> int:
@@ -240,7 +289,8 @@ _ACCESS = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal", "swap": "_swa
 @cache
 def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
                  halo: bool = False, collision: str | None = None,
-                 incompressible: bool = True, packed: int = 0, streaming: str = "pull") -> str:
+                 incompressible: bool = True, packed: int = 0, streaming: str = "pull",
+                 code: CompactCode = DEFAULT_CODE) -> str:
     """CUDA source of a compact kernel; its kernel is ``probe_name(...)`` of the same arguments.
 
     ``halo``: the tile's threads locate the source of each halo node once (shared memory),
@@ -254,7 +304,13 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     'aa_local' from the streamed one), with the same arithmetic per node; 'swap' (no collision)
     decodes the streamed layout in place: the two slots of every fluid-fluid link exchanged,
     each link by the node it leaves in a direction of positive first non-zero component.
+    ``code``: how the halo is located and read (:class:`CompactCode`; halo addressing only).
     """
+    if code != DEFAULT_CODE and not halo:
+        raise ValueError(f"{code} needs halo addressing (halo=True).")
+    if code.registers and packed_threads(packed) > _MAX_THREADS:
+        raise ValueError(f"A register cap allows blocks of {_MAX_THREADS} threads, not the "
+                         f"{packed_threads(packed)} of {packed} packed tiles.")
     if streaming not in _ACCESS:
         raise ValueError(f"Unknown streaming {streaming!r}; use one of {tuple(_ACCESS)}.")
     if packed and (not halo or packed not in (1, 2, 4, 8, 16)):
@@ -275,7 +331,7 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         if halo:  # x + sign c sits at halo index hn + sign (cx + 6 cy + 36 cz)
             shift = sign * (c[0] + 6 * c[1] + 36 * c[2])
             h = f"hn {'+' if shift > 0 else '-'} {abs(shift)}"
-            return f"source_slot({i}, Found{{s_at[{h}], s_pc[{h}]}}, {own})"
+            return f"source_slot({i}, halo_src(s_halo, {h}), {own})"
         sx, sy, sz = (f"a{ax}[{1 + sign * ci}]" for ax, ci in zip("xyz", c, strict=True))
         return (f"source_slot({i}, locate({sx}, {sy}, {sz}, s_mask, s_base, masks, base, "
                 f"tile_map, gx, gy), {own})")
@@ -299,7 +355,8 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         pulls = [f"    {{ const int a = own + {i} * stride, b = {at(int(lat.opposite[i]), c, 1)};"
                  f" const real t = fin[a]; fout[a] = fin[b]; fout[b] = t; }}"
                  for i, c in enumerate(lat.c.tolist()) if tuple(c) > (0, 0, 0)]
-    name = probe_name(lattice, precision, pad, halo, collision, incompressible, packed, streaming)
+    name = probe_name(lattice, precision, pad, halo, collision, incompressible, packed, streaming,
+                      code)
     real = "double" if precision == "float64" else "float"
     if collision is None:
         collide = "\n".join(stores)
@@ -317,7 +374,10 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         namespace=name, kernel=name, real=real, q=lat.q, pad=pad, halo="true" if halo else "false",
         axis_tables="" if halo else _AXIS_TABLES, pulls=_indent(pulls, indent),
         collide=_indent(collide.split("\n"), indent), real_params=params, packed=packed,
-        restrict="__restrict__" if streaming == "pull" else "")
+        restrict="__restrict__" if streaming == "pull" else "",
+        inner="true" if code.inner else "false", paired="true" if code.paired else "false",
+        launch_bounds=code.launch_bounds(),
+        corners="true" if (np.count_nonzero(lat.c, axis=1) == 3).any() else "false")
 
 
 def _indent(lines: list[str], indent: str) -> str:

@@ -21,6 +21,8 @@ import numpy as np
 from ...problem import Problem
 from .capture import CAPTURE_LOCK
 from .compact import (
+    DEFAULT_CODE,
+    CompactCode,
     CompactTiling,
     packed_threads,
     probe_name,
@@ -77,11 +79,12 @@ class CompactRun:
 
     def __init__(self, problem: Problem, pad: int | None = None, xp=None,
                  launcher: Launcher | None = None, tiles_per_block: int = 2,
-                 cuda=None, packed: int = 0) -> None:
+                 cuda=None, packed: int = 0, code: CompactCode = DEFAULT_CODE) -> None:
         """``cuda``: the CUDA runtime namespace for streams, events and graphs (``cupy.cuda``
         with CuPy; a fake in the CPU tests); None with NumPy arrays (plain launches, host
         clock). ``packed`` K: the packed kernel (K tiles per block, one thread per fluid node;
-        ``tiles_per_block`` is then ignored)."""
+        ``tiles_per_block`` is then ignored). ``code``: how the kernel locates and reads its
+        halo (a register cap allows at most 4 tiles per block: more are launched as 4)."""
         if xp is None:
             import cupy as xp
         self.problem, self.xp = problem, xp
@@ -94,7 +97,7 @@ class CompactRun:
         pad = pad or sector_pad(problem.dtype.itemsize)
         #: The kernel of each phase (in place: AA pattern, :mod:`.streaming`; two copies: one).
         self.variants = [replace(KernelVariant.for_problem(problem, "full", phase), compact=pad,
-                                 packed=packed).canonical() for phase in (0, 1)]
+                                 packed=packed, code=code).canonical() for phase in (0, 1)]
         self.variant = self.variants[0]
         self.in_place = problem.population_copies == 1
         kernel_source(self.variant)  # ValueError: boundary code, float16 storage, 2D
@@ -113,7 +116,7 @@ class CompactRun:
         self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype)
                   for _ in range(problem.population_copies)]
         self.current = 0
-        self.tiles_per_block = tiles_per_block
+        self.tiles_per_block = min(tiles_per_block, 4) if code.registers else tiles_per_block
         self.set_populations(problem.initial_populations())
 
     def set_populations(self, f: np.ndarray) -> None:
@@ -259,19 +262,21 @@ class CompactProbe:
     GRAPH_STEPS = 16
 
     def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
-                 halo: bool = False, step: Problem | None = None, packed: int = 0) -> None:
+                 halo: bool = False, step: Problem | None = None, packed: int = 0,
+                 code: CompactCode = DEFAULT_CODE) -> None:
         """``step``: run the full step of that problem's collision (its physics arguments)
         instead of the propagation probe; ``packed`` K: the packed kernel (K tiles per block,
-        one thread per fluid node; launches ignore their tiles per block)."""
+        one thread per fluid node; launches ignore their tiles per block); ``code``: how the
+        kernel locates and reads its halo."""
         import cupy as cp
 
         self.cp, self.compact, self.q = cp, compact, q
         compact.check_int32(q)
         self.halo, self.packed = halo, packed
         kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
-        name = probe_name("D3Q19", precision, compact.pad, halo, *kind, packed)
+        name = probe_name("D3Q19", precision, compact.pad, halo, *kind, packed, code=code)
         module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind,
-                                                packed), options=("-std=c++17",))
+                                                packed, code=code), options=("-std=c++17",))
         self.reals = tuple(physics_args(step)) if step is not None else ()
         self.kernel = module.get_function(name)
         tiling = compact.tiling

@@ -39,7 +39,7 @@ from ...lattice import get_lattice
 from ...problem import Problem
 from .boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
-from .compact import probe_name, probe_source
+from .compact import CompactCode, probe_name, probe_source
 from .storage import (
     KERNEL_STORAGES,
     counter_code,
@@ -116,6 +116,7 @@ class KernelVariant:
     #: In-place step kernels only (tiled storage, full step or propagation probe, tiles of at
     #: most 64 nodes): register cap and read-only-cache loads (:class:`.streaming.AATuning`).
     aa: AATuning = AATuning()
+    code: CompactCode = CompactCode()  #: compact only: how its halo is located and read
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
@@ -124,7 +125,7 @@ class KernelVariant:
             return replace(v, collision=PROBE_COLLISION, incompressible=True) \
                 if v.mode in ("propagate", "swap") else v
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge),
-                    packed=0)
+                    packed=0, code=CompactCode())
         if v.mode != "full":  # the probes neither collide nor apply boundary conditions
             v = replace(v, collision=PROBE_COLLISION, incompressible=True, boundary="none")
         if v.mode == "swap" or (v.mode == "readwrite" and v.streaming != "pull"):
@@ -167,7 +168,7 @@ class KernelVariant:
         if v.compact:
             return probe_name(v.lattice, v.precision, v.compact, True,
                               None if v.mode != "full" else v.collision, v.incompressible,
-                              v.packed, "swap" if v.mode == "swap" else v.streaming)
+                              v.packed, "swap" if v.mode == "swap" else v.streaming, v.code)
         fluid = "inc" if v.incompressible else "qc"
         prec = ("f64" if v.precision == "float64" else "f32") + ("s16" if v.half else "")
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
@@ -408,7 +409,7 @@ def _compact_source(v: KernelVariant) -> str:
                          + "; use the tiled storage (compact=0) for this run.")
     return probe_source(v.lattice, v.precision, v.compact, True,
                         None if v.mode != "full" else v.collision, v.incompressible, v.packed,
-                        "swap" if v.mode == "swap" else v.streaming)
+                        "swap" if v.mode == "swap" else v.streaming, v.code)
 
 
 def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,

@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 
 from ...problem import Problem
 from ...values import ConfigError
+from .compact import CompactCode
 from .kernels import KernelVariant, kernel_source
 
 __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_PAD",
-           "COMPACT_PACKED"]
+           "COMPACT_PACKED", "COMPACT_CODE"]
 
 #: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
 #: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-9c8bdb3-compact.md (full BGK
@@ -33,6 +34,10 @@ COMPACT_PAD = 1
 #: Tiles per block of the packed compact kernel (one thread per fluid node), 0 for the
 #: per-node kernel timed above; set from the 'packed' rows of benchmarks/compact_probe.py.
 COMPACT_PACKED = 0
+#: How the compact kernel locates and reads its halo (CompactCode: the inner-tile column fill,
+#: paired shared loads, a register cap); the default is the code timed above. Set from the
+#: 'inner'/'paired'/'r48' rows of benchmarks/compact_probe.py, e.g. CompactCode(inner=True).
+COMPACT_CODE = CompactCode()
 #: Lattices whose compact kernel was timed (the thresholds above); others run compact only
 #: when asked for.
 _AUTO_LATTICES = ("D3Q19",)
@@ -40,13 +45,14 @@ _AUTO_LATTICES = ("D3Q19",)
 
 @dataclass(frozen=True)
 class TileStorage:
-    """The decided storage: ``kind`` 'tiled' or 'compact', ``pad`` and ``packed`` (compact:
-    :class:`~.compact_run.CompactRun`'s), and why."""
+    """The decided storage: ``kind`` 'tiled' or 'compact', ``pad``, ``packed`` and ``code``
+    (compact: :class:`~.compact_run.CompactRun`'s), and why."""
 
     kind: str
     reason: str
     pad: int = 0
     packed: int = 0
+    code: CompactCode = CompactCode()
 
     @property
     def compact(self) -> bool:
@@ -64,7 +70,8 @@ def _refusal(problem: Problem) -> str | None:
         return f"it needs 3D tiles of edge 4 (this run: {problem.tiling.ndim}D, edge " \
                f"{problem.tiling.a})"
     try:
-        kernel_source(replace(KernelVariant.for_problem(problem), compact=COMPACT_PAD))
+        kernel_source(replace(KernelVariant.for_problem(problem), compact=COMPACT_PAD,
+                              packed=COMPACT_PACKED, code=COMPACT_CODE))
     except ValueError as exc:
         return str(exc).removeprefix("Fluid-compacted storage does not support ").split(";")[0]
     return None
@@ -88,7 +95,7 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                 raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
                                   "tile_storage='tiled' (or 'auto').")
             choice = TileStorage("compact", "tile_storage='compact'", COMPACT_PAD,
-                                 COMPACT_PACKED)
+                                 COMPACT_PACKED, COMPACT_CODE)
         elif why:
             choice = TileStorage("tiled", f"auto: compact storage lacks this case ({why})")
         elif problem.streaming != "two-copy":  # AA on compact storage works; no timing yet
@@ -102,6 +109,6 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                                  f"({problem.lattice.name}, {problem.dtype.name})")
         else:
             choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD,
-                                 COMPACT_PACKED)
+                                 COMPACT_PACKED, COMPACT_CODE)
     problem.__dict__["_tile_storage"] = choice
     return choice

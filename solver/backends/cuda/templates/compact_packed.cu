@@ -5,7 +5,7 @@
 // eta_t 0.5 half the lanes of a warp issue loads; here every lane of a warp works on a fluid
 // node, the warps that stay resident move twice the bytes, and the K tiles' neighbourhoods and
 // halos are located once per block in shared memory as before.
-extern "C" __global__ void ${kernel}(
+extern "C" __global__ void ${launch_bounds}${kernel}(
     const real* ${restrict} fin, real* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
@@ -16,9 +16,8 @@ extern "C" __global__ void ${kernel}(
     extern __shared__ int lbm_smem[];
     mask_t* s_mask = reinterpret_cast<mask_t*>(lbm_smem);
     int* s_base = reinterpret_cast<int*>(s_mask + K * NB);
-    int* s_at_all = s_base + K * NB;
-    int* s_pc_all = s_at_all + K * HN;
-    unsigned char* s_node = reinterpret_cast<unsigned char*>(s_pc_all + K * HN);
+    int* s_halo_all = s_base + K * NB;  // 2 HN ints per tile (put_src)
+    unsigned char* s_node = reinterpret_cast<unsigned char*>(s_halo_all + K * 2 * HN);
     const int first_tile = blockIdx.x * K;
     const int nk = n_tiles - first_tile < K ? n_tiles - first_tile : K;
     for (int e = threadIdx.x; e < nk * NB; e += blockDim.x) {
@@ -31,16 +30,24 @@ extern "C" __global__ void ${kernel}(
         s_base[e] = idx >= 0 ? base[idx] : 0;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < nk * HN; e += blockDim.x) {
-        const int k = e / HN, h = e % HN, tile = first_tile + k;
-        const int hx = h % HE - 1, hy = (h / HE) % HE - 1, hz = h / (HE * HE) - 1;
-        const Found s = locate(
-            axis_src(tiles[3 * tile], hx, 0, sizex, offx, periodic & 1),
-            axis_src(tiles[3 * tile + 1], hy, 0, sizey, offy, (periodic >> 1) & 1),
-            axis_src(tiles[3 * tile + 2], hz, 0, sizez, offz, (periodic >> 2) & 1),
-            s_mask + k * NB, s_base + k * NB, masks, base, tile_map, gx, gy);
-        s_at_all[e] = s.at0;
-        s_pc_all[e] = s.pc;
+    if (INNER) {  // one halo column per thread: fill_column on inner tiles, else in full
+        for (int e = threadIdx.x; e < nk * HE * HE; e += blockDim.x) {
+            const int k = e / (HE * HE), c = e % (HE * HE), tile = first_tile + k;
+            const int tx = tiles[3 * tile], ty = tiles[3 * tile + 1], tz = tiles[3 * tile + 2];
+            if (halo_inside(tx, ty, tz, sizex, sizey, sizez, offx, offy, offz))
+                fill_column(c, s_mask + k * NB, s_base + k * NB, s_halo_all + k * 2 * HN);
+            else
+                fill_general(c, HE * HE, tx, ty, tz, s_halo_all + k * 2 * HN, s_mask + k * NB,
+                             s_base + k * NB, masks, base, tile_map, gx, gy, sizex, sizey,
+                             sizez, offx, offy, offz, periodic);
+        }
+    } else {
+        for (int e = threadIdx.x; e < nk * HN; e += blockDim.x) {
+            const int k = e / HN, tile = first_tile + k;
+            fill_general(e % HN, HN, tiles[3 * tile], tiles[3 * tile + 1], tiles[3 * tile + 2],
+                         s_halo_all + k * 2 * HN, s_mask + k * NB, s_base + k * NB, masks, base,
+                         tile_map, gx, gy, sizex, sizey, sizez, offx, offy, offz, periodic);
+        }
     }
     int first[K + 1];  // fluid nodes of the block's tiles before tile k (unrolled: registers)
     first[0] = 0;
@@ -54,15 +61,19 @@ extern "C" __global__ void ${kernel}(
     }
     __syncthreads();
     for (int j = threadIdx.x; j < first[K]; j += blockDim.x) {
-        int k = 0;
+        // j's tile k and the block's fluid nodes before it, by selects (first[k] with k known
+        // at run time only would put first[] in local memory)
+        int k = 0, before = 0;
 #pragma unroll
-        for (int kk = 1; kk < K; ++kk) k += j >= first[kk] ? 1 : 0;
+        for (int kk = 1; kk < K; ++kk) {
+            k = j >= first[kk] ? kk : k;
+            before = j >= first[kk] ? first[kk] : before;
+        }
         const int n = s_node[j];
         const mask_t mine = s_mask[k * NB + 13];
         const int stride = padded(mine);
-        const int own = Q * s_base[k * NB + 13] + (j - first[k]);
-        const int* s_at = s_at_all + k * HN;
-        const int* s_pc = s_pc_all + k * HN;
+        const int own = Q * s_base[k * NB + 13] + (j - before);
+        const int* s_halo = s_halo_all + k * 2 * HN;
         const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
         const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);
 ${pulls}

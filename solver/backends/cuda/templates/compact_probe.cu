@@ -32,6 +32,13 @@ constexpr int PAD = ${pad};  // a tile's direction block is its fluid count roun
 constexpr bool HALO = ${halo};  // sources located once per tile halo node, not per pull
 constexpr int HE = A + 2;    // edge of the tile with its one-node halo
 constexpr int HN = HE * HE * HE;
+// Inner tiles (halo inside the domain) locate their halo by columns (fill_column), others
+// entry by entry with the general wrap and face logic (locate).
+constexpr bool INNER = ${inner};
+// A halo node's (at0, pc) side by side, one 64-bit shared load per pull; else two arrays.
+constexpr bool PAIRED = ${paired};
+// Whether a velocity has three non-zero components (reads the 8 corner nodes of the halo).
+constexpr bool CORNERS = ${corners};
 
 // Values of one direction block of a tile with occupancy m (its padded fluid count).
 __device__ __forceinline__ int padded(mask_t m)
@@ -99,7 +106,126 @@ __device__ __forceinline__ int source_slot(int i, const Found& s, int own)
     return s.at0 >= 0 ? s.at0 + i * s.pc : own;
 }
 
-extern "C" __global__ void ${kernel}(
+// The located sources of a tile's halo: 2 HN ints of shared memory, either (PAIRED) HN
+// aligned pairs (at0, pc) or HN at0 followed by HN pc.
+struct alignas(8) Pair {
+    int at0, pc;
+};
+
+__device__ __forceinline__ void put_src(int* s_halo, int h, int at0, int pc)
+{
+    if (PAIRED) {
+        reinterpret_cast<Pair*>(s_halo)[h] = Pair{at0, pc};
+    } else {
+        s_halo[h] = at0;
+        s_halo[HN + h] = pc;
+    }
+}
+
+__device__ __forceinline__ Found halo_src(const int* s_halo, int h)
+{
+    if (PAIRED) {
+        const Pair p = reinterpret_cast<const Pair*>(s_halo)[h];
+        return {p.at0, p.pc};
+    }
+    return {s_halo[h], s_halo[HN + h]};
+}
+
+// Whether the whole halo of the tile at tile-grid coordinate t lies inside the domain (no wrap,
+// no face): then every halo node lies in the 3^3 neighbourhood and fill_column applies.
+__device__ __forceinline__ bool halo_inside(int tx, int ty, int tz, int sizex, int sizey,
+                                            int sizez, int offx, int offy, int offz)
+{
+    return tx * A - 1 >= offx && tx * A + A < sizex + offx && ty * A - 1 >= offy
+           && ty * A + A < sizey + offy && tz * A - 1 >= offz && tz * A + A < sizez + offz;
+}
+
+// Sources of halo column c (< HE^2: x and y of the halo, z = -1..A) of an inner tile: only x and
+// y are decoded at run time; along the column the neighbour tile and the 16-node z plane are
+// compile-time constants of the unrolled loop, so an entry is a bit test and the popcounts of
+// 32-bit words (the planes below, then this plane's nodes below the node). The column's 3
+// neighbour masks are read before any store (shared stores would otherwise force reloads).
+__device__ __forceinline__ void fill_column(int c, const mask_t* s_mask, const int* s_base,
+                                            int* s_halo)
+{
+    const int hx = c % HE - 1, hy = c / HE - 1;
+    const int sx = (hx + A) / A, sy = (hy + A) / A;  // 0 the tile below, 1 this one, 2 above
+    const int kxy = (hx + A - sx * A) + A * (hy + A - sy * A);  // node in its 16-node plane
+    const unsigned below = (1u << kxy) - 1u;
+    const int nbxy = sx + 3 * sy;
+    unsigned lo[3], hi[3];
+    int at[3], pc[3];
+#pragma unroll
+    for (int sz = 0; sz < 3; ++sz) {
+        const mask_t m = s_mask[nbxy + 9 * sz];
+        lo[sz] = (unsigned)m;
+        hi[sz] = (unsigned)(m >> 32);
+        at[sz] = Q * s_base[nbxy + 9 * sz];
+        pc[sz] = padded(m);
+    }
+#pragma unroll
+    for (int hz = -1; hz <= A; ++hz) {
+        const int sz = (hz + A) / A, lz = hz + A - sz * A;  // compile-time
+        const unsigned word = lz < 2 ? lo[sz] : hi[sz];
+        const unsigned plane = lz & 1 ? word >> 16 : word & 0xffffu;
+        int rank = __popc(plane & below);
+        if (lz == 1) rank += __popc(lo[sz] & 0xffffu);
+        if (lz >= 2) rank += __popc(lo[sz]);
+        if (lz == 3) rank += __popc(hi[sz] & 0xffffu);
+        const bool fluid = (plane >> kxy) & 1u;
+        put_src(s_halo, c + HE * HE * (hz + 1), fluid ? at[sz] + rank : -1, pc[sz]);
+    }
+}
+
+// Entry j of the 4 corner columns (x and y of the halo both outside the tile) of an inner tile,
+// one per thread: z = 0..A-1, or -1..A where a velocity has three non-zero components (CORNERS;
+// else the 8 corner nodes of the halo are never read). A general entry, decoded at run time.
+__device__ __forceinline__ void fill_corner(int j, const mask_t* s_mask, const int* s_base,
+                                            int* s_halo)
+{
+    const int cc = j & 3, hz = (j >> 2) - (CORNERS ? 1 : 0);
+    const int sx = (cc & 1) * 2, sy = (cc >> 1) * 2;  // the tile below (0) or above (2)
+    const int sz = (hz + A) / A;
+    const int nb = sx + 3 * sy + 9 * sz;
+    const int k = (sx ? 0 : A - 1) + A * (sy ? 0 : A - 1) + A * A * (hz + A - sz * A);
+    const mask_t m = s_mask[nb];
+    const bool fluid = (m >> k) & 1ull;
+    put_src(s_halo, (sx ? HE - 1 : 0) + HE * (sy ? HE - 1 : 0) + HE * HE * (hz + 1),
+            fluid ? Q * s_base[nb] + __popcll(m & ((1ull << k) - 1ull)) : -1, padded(m));
+}
+
+// The halo of an inner tile by its 64 threads, one warp each: the first warp fills the 32
+// columns that are not corner columns (fill_column, 6 entries each), the second the corner
+// columns' entries (fill_corner, one each). 36 columns over the first 36 threads would make the
+// second warp run a whole column pass for 4 lanes.
+__device__ __forceinline__ void fill_inner(int n, const mask_t* s_mask, const int* s_base,
+                                           int* s_halo)
+{
+    if (n < 32)  // column index (x + 1) + HE (y + 1), skipping 0, HE - 1, HE (HE - 1), HE^2 - 1
+        fill_column(n + 1 + (n >= A ? 1 : 0) + (n >= HE * A + A ? 1 : 0), s_mask, s_base, s_halo);
+    else if (n < 32 + 4 * (CORNERS ? HE : A))
+        fill_corner(n - 32, s_mask, s_base, s_halo);
+}
+
+// Sources of halo entries h0, h0 + step, ... (< HN) of the tile at tile-grid coordinate t, each
+// located in full (periodic wrap per node, faces, the global tables across a periodic face).
+__device__ __forceinline__ void fill_general(
+    int h0, int step, int tx, int ty, int tz, int* s_halo, const mask_t* s_mask,
+    const int* s_base, const mask_t* __restrict__ masks, const int* __restrict__ base,
+    const int* __restrict__ tile_map, int gx, int gy, int sizex, int sizey, int sizez,
+    int offx, int offy, int offz, int periodic)
+{
+    for (int h = h0; h < HN; h += step) {
+        const int hx = h % HE - 1, hy = (h / HE) % HE - 1, hz = h / (HE * HE) - 1;
+        const Found s = locate(axis_src(tx, hx, 0, sizex, offx, periodic & 1),
+                               axis_src(ty, hy, 0, sizey, offy, (periodic >> 1) & 1),
+                               axis_src(tz, hz, 0, sizez, offz, (periodic >> 2) & 1),
+                               s_mask, s_base, masks, base, tile_map, gx, gy);
+        put_src(s_halo, h, s.at0, s.pc);
+    }
+}
+
+extern "C" __global__ void ${launch_bounds}${kernel}(
     const real* ${restrict} fin, real* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
@@ -129,21 +255,16 @@ extern "C" __global__ void ${kernel}(
     }
     __syncthreads();
     const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
-    int* s_at = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
-                                       + (blockDim.x / NPT) * NB) + (blockDim.x / NPT) * NB
-                + local_tile * 2 * HN;
-    int* s_pc = s_at + HN;
-    if (HALO) {  // every thread locates a share of the tile's halo (tile nodes included)
+    int* s_halo = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
+                                         + (blockDim.x / NPT) * NB) + (blockDim.x / NPT) * NB
+                  + local_tile * 2 * HN;
+    if (HALO) {  // the tile's threads locate its halo (tile nodes included) once
         if (active) {
-            for (int h = n; h < HN; h += NPT) {
-                const int hx = h % HE - 1, hy = (h / HE) % HE - 1, hz = h / (HE * HE) - 1;
-                const Found s = locate(
-                    axis_src(t[0], hx, 0, sizex, offx, periodic & 1),
-                    axis_src(t[1], hy, 0, sizey, offy, (periodic >> 1) & 1),
-                    axis_src(t[2], hz, 0, sizez, offz, (periodic >> 2) & 1),
-                    s_mask, s_base, masks, base, tile_map, gx, gy);
-                s_at[h] = s.at0;
-                s_pc[h] = s.pc;
+            if (INNER && halo_inside(t[0], t[1], t[2], sizex, sizey, sizez, offx, offy, offz)) {
+                fill_inner(n, s_mask, s_base, s_halo);
+            } else {
+                fill_general(n, NPT, t[0], t[1], t[2], s_halo, s_mask, s_base, masks, base,
+                             tile_map, gx, gy, sizex, sizey, sizez, offx, offy, offz, periodic);
             }
         }
         __syncthreads();
