@@ -169,7 +169,7 @@ def test_compact_run_with_the_configured_code_steps_like_numpy(monkeypatch, stre
 
 
 def test_default_code_keeps_kernel_names_and_refuses_what_it_cannot() -> None:
-    assert tile_storage.COMPACT_CODE == DEFAULT_CODE  # switched only after GPU timings
+    assert tile_storage.COMPACT_CODE == INNER  # the winner of the H100 timings (ch-0654955)
     assert probe_name("D3Q19", "float32", 1, True, "BGK") \
         == "lbm_compact_full_BGK_inc_D3Q19_f32_p1_h"
     assert probe_name("D3Q19", "float64", 1, True, "BGK", code=INNER_R48) \

@@ -21,23 +21,25 @@ __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_
            "COMPACT_PACKED", "COMPACT_CODE"]
 
 #: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
-#: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-9c8bdb3-compact.md (full BGK
-#: step, fraction of the fluid-only limit, tiled -> compact exact halo): float32 0.558 -> 0.644
-#: at eta_t 0.50, 0.842 -> 0.887 at 0.86, 0.870 -> 0.895 at 0.90, 0.895 -> 0.893 at 0.93 (tie),
-#: 0.916 -> 0.893 at 0.97; float64 0.653 -> 0.817 at 0.50, 0.897 -> 0.913 at 0.86,
-#: 0.917 -> 0.908 at 0.90. So float32 gains up to eta_t ~0.92 and float64 up to ~0.88; the
-#: thresholds sit at those crossovers (compact also needs less memory, never more).
+#: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-ch-0654955-compact.md (full
+#: BGK step, fraction of the fluid-only limit, tiled -> compact 'exact halo inner'): float32
+#: 0.559 -> 0.775 at eta_t 0.50, 0.811 -> 0.882 at 0.81, 0.872 -> 0.887 at 0.90, 0.918 -> 0.880
+#: at 0.97; float64 0.653 -> 0.902 at 0.50, 0.872 -> 0.919 at 0.81, 0.919 -> 0.907 at 0.90. So
+#: float32 gains up to eta_t ~0.92 and float64 up to ~0.875 (as in the earlier 9c8bdb3 run);
+#: the thresholds sit at those crossovers (compact also needs less memory, never more).
 AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875}
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
-#: every eta_t below the thresholds in that run (float32 0.644 vs 0.567 at eta_t 0.50).
+#: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
 COMPACT_PAD = 1
 #: Tiles per block of the packed compact kernel (one thread per fluid node), 0 for the
-#: per-node kernel timed above; set from the 'packed' rows of benchmarks/compact_probe.py.
+#: per-node kernel: in that run packed 4 lost to the per-node inner code at every case
+#: (float32 0.687 vs 0.775 at eta_t 0.50).
 COMPACT_PACKED = 0
-#: How the compact kernel locates and reads its halo (CompactCode: the inner-tile column fill,
-#: paired shared loads, a register cap); the default is the code timed above. Set from the
-#: 'inner'/'paired'/'r48' rows of benchmarks/compact_probe.py, e.g. CompactCode(inner=True).
-COMPACT_CODE = CompactCode()
+#: How the compact kernel locates and reads its halo (CompactCode). The inner-tile column fill
+#: won in that run (float32 0.634 -> 0.775, float64 0.853 -> 0.902 at eta_t 0.50); paired
+#: shared loads were level or slower (0.755, 0.890) and the register caps lost (r32 0.546,
+#: r48 0.509: spills).
+COMPACT_CODE = CompactCode(inner=True)
 #: Lattices whose compact kernel was timed (the thresholds above); others run compact only
 #: when asked for.
 _AUTO_LATTICES = ("D3Q19",)
