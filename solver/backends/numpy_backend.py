@@ -30,7 +30,7 @@ from ..face_kinds import face_kind
 from ..iolets import IoletAddresses, apply_iolets
 from ..node_types import zou_he_type
 from ..problem import Problem
-from ..storage import dither
+from ..storage import collides_deviations, dither
 from .base import DeviceInfo, with_rest_solids
 
 __all__ = ["NumpyBackend", "NumpyState"]
@@ -184,7 +184,10 @@ class NumpyBackend:
     def _chunk(problem: Problem, src: np.ndarray, dst: np.ndarray, chunk: slice,
                bc: ChunkBoundary, step: int) -> None:
         table, storage = problem.pull_table, problem.storage
-        g = storage.decode(src[table.src[:, chunk]])
+        deviations = collides_deviations(  # solver.storage: as the float16 kernel collides
+            storage.encoded, problem.collision.name, problem.incompressible,
+            problem.boundary.needs_boundary_kernel)
+        g = storage.decode(src[table.src[:, chunk]], deviations=deviations)
         if bc.ladd is not None:
             direction, node, value = bc.ladd
             g[direction, node] += value
@@ -198,15 +201,15 @@ class NumpyBackend:
             node = table.tile[chunk].astype(np.int64) * problem.tiling.nodes_per_tile \
                 + table.node[chunk]
             noise = dither(node, step, problem.lattice.q)
-        dst[table.dst[:, chunk]] = storage.encode(out, dither=noise)
+        dst[table.dst[:, chunk]] = storage.encode(out, dither=noise, deviations=deviations)
 
     def iolet_flux(self, state: NumpyState) -> np.ndarray | None:
         """Net mass flux into the fluid per opening link in the last step (host float64)."""
         return None if state.iolet_flux is None else state.iolet_flux.astype(np.float64)
 
     def populations(self, state: NumpyState) -> np.ndarray:
-        """Latest populations, float64 (n_tiles, q, a**d)."""
-        return self.device_populations(state).astype(np.float64)
+        """Latest populations, float64 (n_tiles, q, a**d), exactly as stored."""
+        return state.problem.storage.exact(state.f[state.current])
 
     def device_populations(self, state: NumpyState) -> np.ndarray:
         """Latest populations in the arithmetic precision (a view unless stored as float16)."""
