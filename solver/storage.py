@@ -37,13 +37,13 @@ every load decodes to float32 and every store of a step rounds once, *stochastic
   same bits as the kernel, and resuming a checkpoint restores the step counter (the backends'
   ``set_step``).
 - **Deviations**: where the collision commutes with the shift by the rest state,
-  ``C(s + d) = s + C(d)`` (incompressible BGK/TRT: equilibrium affine in rho, u = j, Guo's
+  ``C(s + d) = s + C(d)`` (incompressible BGK/TRT/MRT: equilibrium affine in rho, u = j, Guo's
   forcing independent of rho; no Zou-He node, whose density is a ratio of population sums),
   both backends collide the deviations ``d_i = h_i / S`` themselves (:func:`collides_deviations`)
   and round ``S C(d)``: float32 then rounds relative to the deviations, not to the populations
   (whose spacing near ``w_i rho0``, 2^-24 w_i rho0, is as coarse as the binary16 step of a
-  deviation of 2^-13 w_i rho0), and the kernel saves a multiply-add per load and per store
-  (:mod:`solver.backends.cuda.storage`).
+  deviation of 2^-13 w_i rho0), and the kernel saves the shift constants' registers and, for
+  BGK/TRT, a multiply-add per store (:mod:`solver.backends.cuda.storage`).
 - **Round trip**: decoding a stored value, encoding the float32 result and decoding again gives
   the same float32 (``decode . encode . decode == decode``; checked for every finite binary16
   and every shift in the tests). A float32 population cannot hold every binary16 deviation
@@ -83,7 +83,7 @@ DITHER_BITS = 13
 #: 2^32 / golden ratio, odd: spreads the step counter and seeds the per-direction multipliers.
 GOLDEN = 0x9E3779B9
 #: Collision models that float16 storage collides as deviations (:func:`collides_deviations`).
-DEVIATION_COLLISIONS = ("BGK", "TRT")
+DEVIATION_COLLISIONS = ("BGK", "TRT", "MRT")
 _U32 = np.uint32
 
 

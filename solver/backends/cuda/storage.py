@@ -14,16 +14,14 @@ reasons) each stored value is the binary16 bits of ``S (f_i - w_k rho0)``, ``k =
   pointer ``fs_seed`` to a two-slot step counter (uint32) that seeds the random bits.
 - What the arithmetic sees (:func:`half_form`, chosen per kernel): ``'populations'``, the
   decoded ``f_i = w_k rho0 + h_i / S`` (one FFMA per load) and ``S f_i - S w_k rho0`` to store
-  (one FFMA per store); or ``'deviations'``, where the collision runs on ``d_i = h_i / S``
-  (exact: S is a power of two) and its output constants arrive multiplied by S
-  (:func:`kernel_constants`), so its result already is the ``S (f*_i - w_k rho0)`` to round
-  and store: one FMUL per load, nothing per store, no shift constants held in registers.
-  Deviations are right where the collision commutes with the shift by the rest state,
-  ``C(s + d) = s + C(d)``: the incompressible closed forms (equilibrium affine in rho, u = j,
-  rest state a fixed point, Guo's forcing independent of rho) without Zou-He faces (whose
-  density is a ratio of population sums). Their float32 arithmetic then rounds relative to
-  the deviations instead of the populations, so it is never less accurate than the shifted
-  form of the NumPy reference.
+  (one FFMA per store); or the deviations ``d_i = h_i / S`` (one FMUL per load, exact: S is a
+  power of two) where :func:`solver.storage.collides_deviations` allows it (the collision
+  commutes with the shift by the rest state: incompressible BGK/TRT/MRT without Zou-He or
+  Ladd code; the NumPy reference collides the same deviations). BGK and TRT get their output
+  constants multiplied by S (:func:`kernel_constants`), so their result already is the
+  ``S (f*_i - w_k rho0)`` to round and store (``'scaled'``: nothing per store); MRT, whose
+  conserved rows carry literals, multiplies on store (``'deviations'``). Either way no shift
+  constant is held in registers, and float32 rounds relative to the deviations.
 - The counter is double-buffered like the populations: a launch reads the slot of the phase it
   reads (:func:`solver.backends.cuda.streaming.phase_code`: the copy, or the in-place layout),
   and one thread writes the value the next launch reads into the other slot: the step + 1
@@ -38,7 +36,6 @@ import re
 
 from ...lattice import Lattice
 from ...storage import (
-    DEVIATION_COLLISIONS,
     DITHER_BITS,
     GOLDEN,
     collides_deviations,
@@ -54,14 +51,17 @@ KERNEL_STORAGES = ("auto", "float16")
 #: Trailing floating arguments of float16-storage kernels (tables.physics_args): the shift
 #: w_k rho0 per weight class k = |c|^2, the scale S and 1/S.
 STORAGE_PARAMS = ["fs_shift0", "fs_shift1", "fs_shift2", "fs_shift3", "fs_scale", "fs_inv_scale"]
-#: What the arithmetic of a float16 kernel works on (:func:`half_form`).
-HALF_FORMS = ("populations", "deviations")
+#: What the arithmetic of a float16 kernel works on (:func:`half_form`): populations, or
+#: deviations, whose collision yields S times the new deviation ('scaled', through its
+#: constants: :func:`kernel_constants`) or the new deviation itself ('deviations', scaled on
+#: store).
+HALF_FORMS = ("populations", "deviations", "scaled")
 #: Collisions whose result is linear in these constants (every term of f*_i carries exactly
 #: one: BGK/TRT keep g_i omp - hm g_opp, equilibrium r wpw_k, (4.5 cu^2 + r) wpw_k, Guo's
 #: cu fe_i + fo_i and cu wmw_k of :func:`~solver.backends.cuda.collisions.closed_form_code`):
 #: times S on the host, the collision of deviations yields S (f*_i - w_k rho0) itself.
 _SCALED_OUTPUT = {name: re.compile(r"omp|hm|wpw\d|wmw\d|fe\d+|fo\d+")
-                  for name in DEVIATION_COLLISIONS}
+                  for name in ("BGK", "TRT")}
 
 #: float16 storage: bit casts and conversions (PTX; the CPU emulator defines LBM_HOST_HALF and
 #: its own), the hash of solver.storage.dither, and decode / encode with stochastic rounding.
@@ -194,19 +194,22 @@ def counter_code(storage: str, mode: str, phase: str) -> str:
 
 def half_form(storage: str, collision: str, incompressible: bool, boundary: str,
               mode: str) -> str:
-    """What the arithmetic of a kernel works on: 'deviations' (float16 full steps of an
-    incompressible BGK/TRT without boundary code) or 'populations' (everything else)."""
+    """What the arithmetic of a kernel works on (:data:`HALF_FORMS`): deviations in float16
+    full steps of the models :func:`solver.storage.collides_deviations` allows ('scaled'
+    where their output is linear in their constants), else populations."""
     deviations = mode == "full" and collides_deviations(_half(storage), collision,
                                                         incompressible, boundary != "none")
-    return "deviations" if deviations else "populations"
+    if not deviations:
+        return "populations"
+    return "scaled" if collision in _SCALED_OUTPUT else "deviations"
 
 
 def kernel_constants(form: str, collision: str, names: list[str], values: list) -> list:
     """Floating kernel arguments ``values`` (named ``names``) for a kernel of ``form``: in
-    'deviations' the collision's output constants times S (exact: a power of two)."""
+    'scaled' the collision's output constants times S (exact: a power of two)."""
     if form not in HALF_FORMS:
         raise ValueError(f"Unknown float16 form {form!r}; use one of {HALF_FORMS}.")
-    if form == "populations":
+    if form != "scaled":
         return list(values)
     scale = values[names.index("fs_scale")]
     output = _SCALED_OUTPUT[collision]
@@ -230,20 +233,22 @@ def decode(storage: str, lattice: Lattice, i: int, stored: str,
     the population, or in form 'deviations' its deviation from the rest state."""
     if not _half(storage):
         return stored
-    if form == "deviations":
+    if form != "populations":
         return f"half_bits_to_float({stored}) * fs_inv_scale"
     return f"decode_f({stored}, fs_shift{_class(lattice, i)}, fs_inv_scale)"
 
 
 def encode(storage: str, lattice: Lattice, i: int, value: str,
            form: str = "populations") -> str:
-    """C expression: ``value`` (real: the population, or in form 'deviations' S times its
-    deviation) as direction i of this node's stored value (store_t)."""
+    """C expression: ``value`` (real: the population, its deviation, or in form 'scaled' S
+    times its deviation) as direction i of this node's stored value (store_t)."""
     if not _half(storage):
         return value
     r = f"(fs_hash * {direction_multiplier(i):#010x}u) >> (32 - DITHER_BITS)"
-    if form == "deviations":
+    if form == "scaled":
         return f"encode_scaled({value}, {r})"
+    if form == "deviations":
+        return f"encode_scaled(({value}) * fs_scale, {r})"
     return f"encode_f({value}, fs_offset{_class(lattice, i)}, fs_scale, {r})"
 
 
