@@ -90,6 +90,9 @@ class NumpyState:
     iolets: IoletAddresses | None = field(default=None, repr=False)
     #: Net mass flux into the fluid per opening link in the last step (lattice units).
     iolet_flux: np.ndarray | None = field(default=None, repr=False)
+    #: float16 storage collided as deviations (solver.storage.collides_deviations), decided
+    #: once per allocation as the kernel's variant decides it.
+    deviations: bool = False
 
 
 def _chunk_boundaries(problem: Problem, chunks: list[slice]) -> list[ChunkBoundary]:
@@ -156,7 +159,10 @@ class NumpyBackend:
                           boundaries=_chunk_boundaries(problem, chunks),
                           iolets=None if iolets is None else iolets.addresses(
                               problem.lattice.q, t.nodes_per_tile),
-                          iolet_flux=None if iolets is None else np.zeros(iolets.n_links))
+                          iolet_flux=None if iolets is None else np.zeros(iolets.n_links),
+                          deviations=problem.storage.encoded and collides_deviations(
+                              True, problem.collision.name, problem.incompressible,
+                              problem.boundary.needs_boundary_kernel))
 
     def step(self, state: NumpyState, n: int = 1) -> float:
         """Advance by ``n`` steps; return wall time in seconds."""
@@ -172,21 +178,18 @@ class NumpyBackend:
                             state.boundaries, strict=True))
             if self._pool is None or len(work) == 1:
                 for item in work:
-                    self._chunk(state.problem, *item, state.step)
+                    self._chunk(state.problem, *item, state.step, state.deviations)
             else:
-                list(self._pool.map(lambda item: self._chunk(state.problem, *item, state.step),
-                                    work))
+                list(self._pool.map(lambda item: self._chunk(state.problem, *item, state.step,
+                                                             state.deviations), work))
             state.current = 1 - state.current
             state.step += 1
         return time.perf_counter() - start
 
     @staticmethod
     def _chunk(problem: Problem, src: np.ndarray, dst: np.ndarray, chunk: slice,
-               bc: ChunkBoundary, step: int) -> None:
+               bc: ChunkBoundary, step: int, deviations: bool) -> None:
         table, storage = problem.pull_table, problem.storage
-        deviations = collides_deviations(  # solver.storage: as the float16 kernel collides
-            storage.encoded, problem.collision.name, problem.incompressible,
-            problem.boundary.needs_boundary_kernel)
         g = storage.decode(src[table.src[:, chunk]], deviations=deviations)
         if bc.ladd is not None:
             direction, node, value = bc.ladd
