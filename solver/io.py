@@ -193,11 +193,12 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 
 def checkpoint_of(sim, extra: dict[str, Any] | None = None) -> Checkpoint:
-    """Snapshot of a Simulation (populations in its arithmetic dtype, decoded)."""
+    """Snapshot of a Simulation (populations decoded, in the arithmetic dtype; float64 with
+    float16 storage, which holds every stored value exactly: solver.storage)."""
     return Checkpoint(
         config=config_values(sim.config), shape=tuple(sim.solid.shape),
         mask_sha256=mask_hash(sim.solid), step=sim.time_step,
-        populations=sim.populations().astype(sim.problem.dtype),
+        populations=sim.populations().astype(sim.problem.storage.checkpoint_dtype),
         metrics=sim.metrics.as_dict(), extra=dict(extra or {}),
     )
 

@@ -36,10 +36,21 @@ every load decodes to float32 and every store of a step rounds once, *stochastic
   hash of (node, direction, step): the run stays deterministic, the NumPy reference draws the
   same bits as the kernel, and resuming a checkpoint restores the step counter (the backends'
   ``set_step``).
+- **Deviations**: where the collision commutes with the shift by the rest state,
+  ``C(s + d) = s + C(d)`` (incompressible BGK/TRT/MRT: equilibrium affine in rho, u = j, Guo's
+  forcing independent of rho; no Zou-He node, whose density is a ratio of population sums),
+  both backends collide the deviations ``d_i = h_i / S`` themselves (:func:`collides_deviations`)
+  and round ``S C(d)``: float32 then rounds relative to the deviations, not to the populations
+  (whose spacing near ``w_i rho0``, 2^-24 w_i rho0, is as coarse as the binary16 step of a
+  deviation of 2^-13 w_i rho0), and the kernel saves the shift constants' registers and, for
+  BGK/TRT, a multiply-add per store (:mod:`solver.backends.cuda.storage`).
 - **Round trip**: decoding a stored value, encoding the float32 result and decoding again gives
   the same float32 (``decode . encode . decode == decode``; checked for every finite binary16
-  and every shift in the tests), so checkpoints store the decoded float32 populations and a
-  resumed run continues bit for bit.
+  and every shift in the tests). A float32 population cannot hold every binary16 deviation
+  (collided as deviations, a deviation far below the float32 spacing of ``w_i rho0`` is kept),
+  so host read-backs and checkpoints take the exact float64 value :meth:`Storage.exact`, and
+  :meth:`Storage.encode` stores a float64 value that is exactly a stored one as that value:
+  a resumed run continues bit for bit.
 
 The NumPy reference stores exactly these binary16 values (rounded at every store with the same
 random bits, decoded in float32 at every load), so the GPU kernel and NumPy agree to a few
@@ -57,7 +68,8 @@ import numpy as np
 from .lattice import Lattice
 
 __all__ = ["STORAGES", "PRECISION_LABELS", "Storage", "storage_for", "stored_dtype", "dither",
-           "HALF_SCALE_EXPONENT", "DITHER_BITS", "GOLDEN"]
+           "collides_deviations", "DEVIATION_COLLISIONS", "HALF_SCALE_EXPONENT", "DITHER_BITS",
+           "GOLDEN"]
 
 #: Storage settings (``SimulationConfig.storage``): 'auto' = the arithmetic precision.
 STORAGES = ("auto", "float16")
@@ -70,6 +82,8 @@ HALF_SCALE_EXPONENT = 14
 DITHER_BITS = 13
 #: 2^32 / golden ratio, odd: spreads the step counter and seeds the per-direction multipliers.
 GOLDEN = 0x9E3779B9
+#: Collision models that float16 storage collides as deviations (:func:`collides_deviations`).
+DEVIATION_COLLISIONS = ("BGK", "TRT", "MRT")
 _U32 = np.uint32
 
 
@@ -127,30 +141,61 @@ class Storage:
     def _column(self, xp):
         return xp.asarray(self.shift.reshape(-1, 1))
 
-    def decode(self, stored, xp=np):
-        """Populations in ``real`` from stored values (..., q, n); no copy when not encoded."""
+    def decode(self, stored, xp=np, deviations: bool = False):
+        """Populations in ``real`` from stored values (..., q, n); no copy when not encoded.
+        ``deviations``: their deviations from the rest state ``f - shift`` instead (exact)."""
         if not self.encoded:
             return stored
         inv = self.real.type(1.0 / self.scale)
+        if deviations:
+            return stored.astype(self.real) * inv
         return stored.astype(self.real) * inv + self._column(xp)
 
-    def encode(self, f, xp=np, dither=None):
-        """Stored values (..., q, n) of populations ``f`` (any float type, rounded to ``real``).
+    @property
+    def checkpoint_dtype(self) -> np.dtype:
+        """dtype that holds every stored value exactly: float64 when encoded, else ``real``."""
+        return np.dtype(np.float64) if self.encoded else self.real
+
+    def exact(self, stored, xp=np):
+        """Populations (..., q, n) as float64, exactly the stored values (``shift + h / S``
+        needs at most 47 significand bits)."""
+        if not self.encoded:
+            return stored.astype(np.float64)
+        shift = xp.asarray(self.shift.astype(np.float64).reshape(-1, 1))
+        return stored.astype(np.float64) * (1.0 / self.scale) + shift
+
+    def encode(self, f, xp=np, dither=None, deviations: bool = False):
+        """Stored values (..., q, n) of populations ``f`` (any float type, rounded to ``real``);
+        ``deviations``: ``f`` holds deviations ``f - shift`` (:meth:`decode`).
 
         Rounds to nearest even, or stochastically with the addends ``dither`` (q, n) of
         :func:`dither`: the float32 ``(f - shift) S`` gets the addend on its 13 lowest
         significand bits and is then cut to binary16 precision (exact for the normal binary16
         range; Inf stays Inf).
         """
+        if self.encoded and dither is None and not deviations \
+                and getattr(f, "dtype", None) == np.float64:
+            return self._encode_wide(f, xp)
         f = xp.asarray(f, dtype=self.real)
         if not self.encoded:
             return f
-        scaled = (f - self._column(xp)) * self.real.type(self.scale)
+        scaled = (f if deviations else f - self._column(xp)) * self.real.type(self.scale)
         if dither is not None:
             bits = scaled.view(_U32) + dither
             scaled = (bits & _U32(~((1 << DITHER_BITS) - 1) & 0xFFFFFFFF)).view(self.real)
         with np.errstate(over="ignore"):  # beyond 65504: Inf, and the run reports divergence
             return scaled.astype(self.dtype)
+
+    def _encode_wide(self, f, xp):
+        """Round-to-nearest encoding of float64 ``f``: where ``f`` is exactly a stored value
+        (:meth:`exact`, e.g. a checkpoint) that value, else as float32 input is rounded (so
+        that float64 ``w_i rho0`` still stores as binary16 zero)."""
+        shift = xp.asarray(self.shift.astype(np.float64).reshape(-1, 1))
+        scaled = (xp.asarray(f) - shift) * self.scale
+        with np.errstate(over="ignore", invalid="ignore"):
+            wide = scaled.astype(self.dtype)
+            kept = wide.astype(np.float64) == scaled
+        return xp.where(kept, wide, self.encode(f.astype(self.real), xp))
 
     def class_shifts(self, lattice: Lattice) -> list[float]:
         """Shift per weight class ``k = |c|^2`` (k = 0..3; 0 where the lattice has none)."""
@@ -158,6 +203,14 @@ class Storage:
         for k, shift in zip(lattice.weight_class, self.shift.tolist(), strict=True):
             out[k] = shift
         return out
+
+
+def collides_deviations(encoded: bool, collision: str, incompressible: bool,
+                        boundary_code: bool) -> bool:
+    """Whether a step collides deviations ``f - shift`` (module docstring, 'Deviations'):
+    float16 storage (``encoded``), an incompressible model of :data:`DEVIATION_COLLISIONS`
+    (by name), and no Zou-He or Ladd boundary code (``boundary_code``)."""
+    return encoded and incompressible and not boundary_code and collision in DEVIATION_COLLISIONS
 
 
 def stored_dtype(precision: str | np.dtype, storage: str = "auto") -> np.dtype:

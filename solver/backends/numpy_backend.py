@@ -30,7 +30,7 @@ from ..face_kinds import face_kind
 from ..iolets import IoletAddresses, apply_iolets
 from ..node_types import zou_he_type
 from ..problem import Problem
-from ..storage import dither
+from ..storage import collides_deviations, dither
 from .base import DeviceInfo, with_rest_solids
 
 __all__ = ["NumpyBackend", "NumpyState"]
@@ -90,6 +90,9 @@ class NumpyState:
     iolets: IoletAddresses | None = field(default=None, repr=False)
     #: Net mass flux into the fluid per opening link in the last step (lattice units).
     iolet_flux: np.ndarray | None = field(default=None, repr=False)
+    #: float16 storage collided as deviations (solver.storage.collides_deviations), decided
+    #: once per allocation as the kernel's variant decides it.
+    deviations: bool = False
 
 
 def _chunk_boundaries(problem: Problem, chunks: list[slice]) -> list[ChunkBoundary]:
@@ -156,7 +159,10 @@ class NumpyBackend:
                           boundaries=_chunk_boundaries(problem, chunks),
                           iolets=None if iolets is None else iolets.addresses(
                               problem.lattice.q, t.nodes_per_tile),
-                          iolet_flux=None if iolets is None else np.zeros(iolets.n_links))
+                          iolet_flux=None if iolets is None else np.zeros(iolets.n_links),
+                          deviations=problem.storage.encoded and collides_deviations(
+                              True, problem.collision.name, problem.incompressible,
+                              problem.boundary.needs_boundary_kernel))
 
     def step(self, state: NumpyState, n: int = 1) -> float:
         """Advance by ``n`` steps; return wall time in seconds."""
@@ -172,19 +178,19 @@ class NumpyBackend:
                             state.boundaries, strict=True))
             if self._pool is None or len(work) == 1:
                 for item in work:
-                    self._chunk(state.problem, *item, state.step)
+                    self._chunk(state.problem, *item, state.step, state.deviations)
             else:
-                list(self._pool.map(lambda item: self._chunk(state.problem, *item, state.step),
-                                    work))
+                list(self._pool.map(lambda item: self._chunk(state.problem, *item, state.step,
+                                                             state.deviations), work))
             state.current = 1 - state.current
             state.step += 1
         return time.perf_counter() - start
 
     @staticmethod
     def _chunk(problem: Problem, src: np.ndarray, dst: np.ndarray, chunk: slice,
-               bc: ChunkBoundary, step: int) -> None:
+               bc: ChunkBoundary, step: int, deviations: bool) -> None:
         table, storage = problem.pull_table, problem.storage
-        g = storage.decode(src[table.src[:, chunk]])
+        g = storage.decode(src[table.src[:, chunk]], deviations=deviations)
         if bc.ladd is not None:
             direction, node, value = bc.ladd
             g[direction, node] += value
@@ -198,15 +204,15 @@ class NumpyBackend:
             node = table.tile[chunk].astype(np.int64) * problem.tiling.nodes_per_tile \
                 + table.node[chunk]
             noise = dither(node, step, problem.lattice.q)
-        dst[table.dst[:, chunk]] = storage.encode(out, dither=noise)
+        dst[table.dst[:, chunk]] = storage.encode(out, dither=noise, deviations=deviations)
 
     def iolet_flux(self, state: NumpyState) -> np.ndarray | None:
         """Net mass flux into the fluid per opening link in the last step (host float64)."""
         return None if state.iolet_flux is None else state.iolet_flux.astype(np.float64)
 
     def populations(self, state: NumpyState) -> np.ndarray:
-        """Latest populations, float64 (n_tiles, q, a**d)."""
-        return self.device_populations(state).astype(np.float64)
+        """Latest populations, float64 (n_tiles, q, a**d), exactly as stored."""
+        return state.problem.storage.exact(state.f[state.current])
 
     def device_populations(self, state: NumpyState) -> np.ndarray:
         """Latest populations in the arithmetic precision (a view unless stored as float16)."""

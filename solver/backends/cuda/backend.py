@@ -308,21 +308,24 @@ class CupyBackend:
         return state.f[0]
 
     def populations(self, state: CupyState) -> np.ndarray:
-        """Latest populations, host float64 (n_tiles, q, a**d) in XYZ in-tile order."""
-        return cp.asnumpy(self.device_populations(state)).astype(np.float64)
+        """Latest populations, host float64 (n_tiles, q, a**d) in XYZ order, as stored."""
+        run = isinstance(state, CompactRun)  # compact: never float16
+        stored = state.device_populations() if run else self._stored(state)
+        return cp.asnumpy(state.problem.storage.exact(stored, cp))
 
     def device_populations(self, state: CupyState) -> cp.ndarray:
-        """Latest populations on the device in XYZ in-tile order, arithmetic precision (a view
-        for the XYZ layout without float16 storage)."""
+        """Latest populations on the device, XYZ order, arithmetic precision (maybe a view)."""
         if isinstance(state, CompactRun):
             return state.device_populations()
-        current = self._natural(state)
+        return state.problem.storage.decode(self._stored(state), cp)
+
+    def _stored(self, state: CupyState) -> cp.ndarray:
+        current = self._natural(state)  # the stored values in XYZ order (XYZ layout: a view)
         if state.identity_slots is None:
             state.identity_slots = bool((state.slots == cp.arange(state.slots.shape[1])).all())
         if not state.identity_slots:
-            q = cp.arange(state.problem.lattice.q)[:, None]
-            current = current[:, q, state.slots]
-        return state.problem.storage.decode(current, cp)
+            return current[:, cp.arange(state.problem.lattice.q)[:, None], state.slots]
+        return current
 
     def to_host(self, array: cp.ndarray) -> np.ndarray:
         """Copy a device array to the host."""

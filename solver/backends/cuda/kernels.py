@@ -45,6 +45,8 @@ from .storage import (
     counter_code,
     decode,
     encode,
+    half_form,
+    kernel_constants,
     node_code,
     rest_value,
     storage_code,
@@ -162,6 +164,12 @@ class KernelVariant:
         return self.storage == "float16"
 
     @property
+    def half_form(self) -> str:
+        """What a float16 kernel's arithmetic works on (:func:`.storage.half_form`)."""
+        v = self.canonical()
+        return half_form(v.storage, v.collision, v.incompressible, v.boundary, v.mode)
+
+    @property
     def name(self) -> str:
         """Kernel (and namespace) name, unique per canonical variant."""
         v = self.canonical()
@@ -186,7 +194,7 @@ def _load(v: KernelVariant, i: int, index: str) -> str:
     """C expression: the population of direction i (or its opposite) at ``fin[index]``, as
     real (decoded from the storage)."""
     stored = f"__ldg(&fin[{index}])" if v.aa.nc_loads else f"fin[{index}]"
-    return decode(v.storage, get_lattice(v.lattice), i, stored)
+    return decode(v.storage, get_lattice(v.lattice), i, stored, v.half_form)
 
 
 def _gather(v: KernelVariant, real: str) -> str:
@@ -209,7 +217,8 @@ def _gather(v: KernelVariant, real: str) -> str:
     if v.boundary == "moving":  # group of this node's solid neighbours, NO_WALL if none moves
         lines.insert(0, "    const int wgroup = wall_group[tile * NPT + n];")
         lines.append(ladd_code(v.lattice, he))
-    return "\n".join(node_code(v.storage, lat) + own_offsets(v.streaming, lat, kinds) + lines)
+    return "\n".join(node_code(v.storage, lat, v.half_form)
+                     + own_offsets(v.streaming, lat, kinds) + lines)
 
 
 def _storer(v: KernelVariant):
@@ -218,10 +227,11 @@ def _storer(v: KernelVariant):
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
     lat = get_lattice(v.lattice)
     if not _fills_sectors(v):
-        return lambda i, value: store_code(v.streaming, kinds, i, encode(v.storage, lat, i, value))
+        return lambda i, value: store_code(v.streaming, kinds, i,
+                                           encode(v.storage, lat, i, value, v.half_form))
     return lambda i, value: store_code(  # the sector fill's solid lanes store the rest state
         v.streaming, kinds, i, f"solid ? {rest_value(v.storage, lat.weight_class[i])} : "
-                               f"{encode(v.storage, lat, i, value)}")
+                               f"{encode(v.storage, lat, i, value, v.half_form)}")
 
 
 def _collide(v: KernelVariant, real: str) -> str:
@@ -332,8 +342,8 @@ def real_args(variant: KernelVariant, physics: list) -> list:
     kernel of a storage takes (the last ``len(storage_param_names(...))`` of ``physics``).
     """
     v = variant.canonical()
-    if v.mode == "full":
-        return list(physics)
+    if v.mode == "full":  # float16 deviations: the collision's output constants times S
+        return kernel_constants(v.half_form, v.collision, real_param_names(v), physics)
     zero, rest = type(physics[0])(0), len(_REST_PARAMS)
     n_storage = len(storage_param_names(v.storage))
     return ([zero] * 3 + list(physics[3:3 + rest]) + [zero] * len(collision_param_names(v))

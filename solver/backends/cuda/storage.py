@@ -12,6 +12,16 @@ reasons) each stored value is the binary16 bits of ``S (f_i - w_k rho0)``, ``k =
 - The shifts per weight class, ``S`` and ``1/S`` are trailing kernel arguments
   (:data:`STORAGE_PARAMS`, filled by :func:`solver.backends.cuda.tables.physics_args`), then the
   pointer ``fs_seed`` to a two-slot step counter (uint32) that seeds the random bits.
+- What the arithmetic sees (:func:`half_form`, chosen per kernel): ``'populations'``, the
+  decoded ``f_i = w_k rho0 + h_i / S`` (one FFMA per load) and ``S f_i - S w_k rho0`` to store
+  (one FFMA per store); or the deviations ``d_i = h_i / S`` (one FMUL per load, exact: S is a
+  power of two) where :func:`solver.storage.collides_deviations` allows it (the collision
+  commutes with the shift by the rest state: incompressible BGK/TRT/MRT without Zou-He or
+  Ladd code; the NumPy reference collides the same deviations). BGK and TRT get their output
+  constants multiplied by S (:func:`kernel_constants`), so their result already is the
+  ``S (f*_i - w_k rho0)`` to round and store (``'scaled'``: nothing per store); MRT, whose
+  conserved rows carry literals, multiplies on store (``'deviations'``). Either way no shift
+  constant is held in registers, and float32 rounds relative to the deviations.
 - The counter is double-buffered like the populations: a launch reads the slot of the phase it
   reads (:func:`solver.backends.cuda.streaming.phase_code`: the copy, or the in-place layout),
   and one thread writes the value the next launch reads into the other slot: the step + 1
@@ -22,17 +32,37 @@ reasons) each stored value is the binary16 bits of ``S (f_i - w_k rho0)``, ``k =
 
 from __future__ import annotations
 
-from ...lattice import Lattice
-from ...storage import DITHER_BITS, GOLDEN, direction_multiplier
+import re
 
-__all__ = ["KERNEL_STORAGES", "STORAGE_PARAMS", "storage_param_names", "storage_signature",
-           "storage_code", "counter_code", "node_code", "decode", "encode", "rest_value"]
+from ...lattice import Lattice
+from ...storage import (
+    DITHER_BITS,
+    GOLDEN,
+    collides_deviations,
+    direction_multiplier,
+)
+
+__all__ = ["KERNEL_STORAGES", "STORAGE_PARAMS", "HALF_FORMS", "storage_param_names",
+           "storage_signature", "storage_code", "counter_code", "node_code", "decode", "encode",
+           "rest_value", "half_form", "kernel_constants"]
 
 #: Kernel storages: the arithmetic type, or shifted, scaled binary16 (float32 arithmetic).
 KERNEL_STORAGES = ("auto", "float16")
 #: Trailing floating arguments of float16-storage kernels (tables.physics_args): the shift
 #: w_k rho0 per weight class k = |c|^2, the scale S and 1/S.
 STORAGE_PARAMS = ["fs_shift0", "fs_shift1", "fs_shift2", "fs_shift3", "fs_scale", "fs_inv_scale"]
+#: What the arithmetic of a float16 kernel works on (:func:`half_form`): populations, or
+#: deviations, whose collision yields S times the new deviation ('scaled', through its
+#: constants: :func:`kernel_constants`) or the new deviation itself ('deviations', scaled on
+#: store).
+HALF_FORMS = ("populations", "deviations", "scaled")
+#: Collisions whose result is linear in these constants (every term of f*_i carries exactly
+#: one: of :func:`~solver.backends.cuda.collisions.closed_form_code`'s pair form, the rest
+#: direction's g kr + r wpw_k, the even part cu (cu eqw_k + fe_i) + r wpw_k + s kp and the odd
+#: part cu wmw_k + fo_i + d km; af stays, it acts inside r): times S on the host, the
+#: collision of deviations yields S (f*_i - w_k rho0) itself.
+_SCALED_OUTPUT = {name: re.compile(r"kr|kp|km|wpw\d|eqw\d|wmw\d|fe\d+|fo\d+")
+                  for name in ("BGK", "TRT")}
 
 #: float16 storage: bit casts and conversions (PTX; the CPU emulator defines LBM_HOST_HALF and
 #: its own), the hash of solver.storage.dither, and decode / encode with stochastic rounding.
@@ -97,13 +127,19 @@ __device__ __forceinline__ real decode_f(store_t h, real shift, real inv_scale)
     return shift + half_bits_to_float(h) * inv_scale;  // exact product: one rounding
 }
 
-// Stochastic rounding: r (13 random bits) added below binary16 precision, then cut there.
+// Stochastic rounding of y = S (f - shift): r (13 random bits) added below binary16
+// precision, then cut there.
+__device__ __forceinline__ store_t encode_scaled(real y, unsigned int r)
+{
+    const unsigned int b = (float_bits(y) + r) & ~((1u << DITHER_BITS) - 1u);
+    return float_to_half_bits(bits_float(b));
+}
+
 // offset = -shift * scale; the scale is a power of two, so f * scale is exact and f * scale +
 // offset (one FFMA) rounds exactly as (f - shift) * scale does in solver.storage.
 __device__ __forceinline__ store_t encode_f(real f, real offset, real scale, unsigned int r)
 {
-    const unsigned int b = (float_bits(f * scale + offset) + r) & ~((1u << DITHER_BITS) - 1u);
-    return float_to_half_bits(bits_float(b));
+    return encode_scaled(f * scale + offset, r);
 }
 """
 
@@ -157,28 +193,63 @@ def counter_code(storage: str, mode: str, phase: str) -> str:
             f"fs_seed[fs_slot ^ 1u] = fs_step + {advance};\n")
 
 
-def node_code(storage: str, lattice: Lattice) -> list[str]:
+def half_form(storage: str, collision: str, incompressible: bool, boundary: str,
+              mode: str) -> str:
+    """What the arithmetic of a kernel works on (:data:`HALF_FORMS`): deviations in float16
+    full steps of the models :func:`solver.storage.collides_deviations` allows ('scaled'
+    where their output is linear in their constants), else populations."""
+    deviations = mode == "full" and collides_deviations(_half(storage), collision,
+                                                        incompressible, boundary != "none")
+    if not deviations:
+        return "populations"
+    return "scaled" if collision in _SCALED_OUTPUT else "deviations"
+
+
+def kernel_constants(form: str, collision: str, names: list[str], values: list) -> list:
+    """Floating kernel arguments ``values`` (named ``names``) for a kernel of ``form``: in
+    'scaled' the collision's output constants times S (exact: a power of two)."""
+    if form not in HALF_FORMS:
+        raise ValueError(f"Unknown float16 form {form!r}; use one of {HALF_FORMS}.")
+    if form != "scaled":
+        return list(values)
+    scale = values[names.index("fs_scale")]
+    output = _SCALED_OUTPUT[collision]
+    return [v * scale if output.fullmatch(name) else v
+            for name, v in zip(names, values, strict=True)]
+
+
+def node_code(storage: str, lattice: Lattice, form: str = "populations") -> list[str]:
     """Per-node lines before the loads: the node's hash for the step and the store offsets."""
     if not _half(storage):
         return []
     classes = sorted({_class(lattice, i) for i in range(lattice.q)})
+    offsets = [f"    const real fs_offset{k} = -fs_shift{k} * fs_scale;" for k in classes]
     return ([f"    const unsigned int fs_hash = mix32((unsigned int)(tile * NPT + n)"
-             f" + fs_step * {GOLDEN:#x}u);"]
-            + [f"    const real fs_offset{k} = -fs_shift{k} * fs_scale;" for k in classes])
+             f" + fs_step * {GOLDEN:#x}u);"] + (offsets if form == "populations" else []))
 
 
-def decode(storage: str, lattice: Lattice, i: int, stored: str) -> str:
-    """C expression: the stored value ``stored`` of direction i (or its opposite), as real."""
+def decode(storage: str, lattice: Lattice, i: int, stored: str,
+           form: str = "populations") -> str:
+    """C expression: the stored value ``stored`` of direction i (or its opposite), as real:
+    the population, or in form 'deviations' its deviation from the rest state."""
     if not _half(storage):
         return stored
+    if form != "populations":
+        return f"half_bits_to_float({stored}) * fs_inv_scale"
     return f"decode_f({stored}, fs_shift{_class(lattice, i)}, fs_inv_scale)"
 
 
-def encode(storage: str, lattice: Lattice, i: int, value: str) -> str:
-    """C expression: ``value`` (real) as direction i of this node's stored value (store_t)."""
+def encode(storage: str, lattice: Lattice, i: int, value: str,
+           form: str = "populations") -> str:
+    """C expression: ``value`` (real: the population, its deviation, or in form 'scaled' S
+    times its deviation) as direction i of this node's stored value (store_t)."""
     if not _half(storage):
         return value
     r = f"(fs_hash * {direction_multiplier(i):#010x}u) >> (32 - DITHER_BITS)"
+    if form == "scaled":
+        return f"encode_scaled({value}, {r})"
+    if form == "deviations":
+        return f"encode_scaled(({value}) * fs_scale, {r})"
     return f"encode_f({value}, fs_offset{_class(lattice, i)}, fs_scale, {r})"
 
 
