@@ -157,8 +157,9 @@ class SimulationConfig(param.Parameterized):
                                doc="Population storage on the GPU: two copies, or one copy "
                                    "updated in place (AA pattern: half the memory, same "
                                    "results bit for bit). The NumPy backend keeps two copies.")
-    # Default 'tiled' until the GPU tests have run the compact storage (issue 20); then 'auto'.
-    tile_storage = param.Selector(objects=list(TILE_STORAGES), default="tiled",
+    # 'auto': compact wherever it runs and the tile utilisation is low enough to gain (issue 20;
+    # thresholds and timings in solver/backends/cuda/tile_storage.py).
+    tile_storage = param.Selector(objects=list(TILE_STORAGES), default="auto",
                                   doc="Tile storage on the GPU: 'tiled' keeps every node of a "
                                       "tile, 'compact' only its fluid nodes (faster and smaller "
                                       "on porous media; no inlets/outlets, moving walls, "
