@@ -255,9 +255,12 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     }
     __syncthreads();
     const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
+    // Paired halo entries are 8-byte loads: the bases of an odd number of tiles (27 ints
+    // each) are padded by one int so that the pairs start on 8 bytes.
+    const int bases = (blockDim.x / NPT) * NB;
     int* s_halo = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
-                                         + (blockDim.x / NPT) * NB) + (blockDim.x / NPT) * NB
-                  + local_tile * 2 * HN;
+                                         + (blockDim.x / NPT) * NB)
+                  + (PAIRED ? (bases + 1) & ~1 : bases) + local_tile * 2 * HN;
     if (HALO) {  // the tile's threads locate its halo (tile nodes included) once
         if (active) {
             if (INNER && halo_inside(t[0], t[1], t[2], sizex, sizey, sizez, offx, offy, offz)) {
