@@ -41,8 +41,10 @@ def porous_solid(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
 def make_problem(lattice: str = "D3Q19", precision: str = "float64", collision: str = "TRT",
                  fluid_model: str = "incompressible", layout: str = "paper",
                  tiles_per_block: int = 1, offset: tuple[int, ...] | None = None,
-                 seed: int = 0, storage: str = "auto") -> Problem:
-    """A porous problem; ``offset`` forces the tile-grid offset (else the best one)."""
+                 seed: int = 0, storage: str = "auto", tile_storage: str = "tiled") -> Problem:
+    """A porous problem; ``offset`` forces the tile-grid offset (else the best one). Tiled
+    storage unless asked: these problems test the tiled kernels (layouts, tiles per block),
+    which the default 'auto' would replace by the compact one on porous geometries."""
     shape = SHAPES[lattice]
     d = len(shape)
     faces = {"x_min": "periodic", "x_max": "periodic", "y_min": "wall", "y_max": "wall"}
@@ -52,7 +54,7 @@ def make_problem(lattice: str = "D3Q19", precision: str = "float64", collision: 
     config = SimulationConfig(lattice=lattice, precision=precision, collision=collision,
                               fluid_model=fluid_model, gpu_layout=layout,
                               tiles_per_block=tiles_per_block, body_force=force, tau=0.7,
-                              storage=storage, **faces)
+                              storage=storage, tile_storage=tile_storage, **faces)
     solid = porous_solid(shape, seed)
     problem = Problem.from_config(solid, config)
     if offset is not None:
