@@ -68,7 +68,8 @@ def narrow_problem(shape: tuple[int, int, int]) -> Problem:
     itself along x and z, walls in y, a body force."""
     config = SimulationConfig(lattice="D3Q19", precision="float64", collision="TRT",
                               fluid_model="quasi-compressible", body_force=(1e-5, 0.0, 2e-6),
-                              y_min="wall", y_max="wall", tile_offset="origin")
+                              y_min="wall", y_max="wall", tile_offset="origin",
+                              tile_storage="tiled")  # tests the tiled kernels' wrap
     return Problem.from_config(np.zeros(shape, dtype=bool), config)
 
 

@@ -28,9 +28,12 @@ def _problem(tile_storage: str, solid=None, **options) -> Problem:
     return Problem.from_config(solid, config)
 
 
-def test_config_default_keeps_the_tiled_storage() -> None:
-    problem = _problem(SimulationConfig().tile_storage)
-    assert choose_tile_storage(problem).kind == "tiled"
+def test_config_default_compacts_a_porous_run() -> None:
+    """The default is 'auto' since the GPU tests ran the compact storage (issue 20): a porous
+    float32 run stores only its fluid nodes, with the timed inner-tile halo code."""
+    assert SimulationConfig().tile_storage == "auto"
+    choice = choose_tile_storage(_problem(SimulationConfig().tile_storage))
+    assert choice.kind == "compact" and choice.code.inner
 
 
 def test_auto_compacts_porous_runs_below_the_threshold_only() -> None:

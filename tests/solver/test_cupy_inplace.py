@@ -151,7 +151,8 @@ def test_simulation_fields_and_checkpoint_resume(backend, tmp_path, storage):
     def config(streaming):
         return SimulationConfig(lattice="D3Q19", precision="float32", collision="TRT",
                                 backend="cupy", body_force=(2e-5, 0.0, 1e-6), tau=0.7,
-                                streaming=streaming, storage=storage, **faces)
+                                streaming=streaming, storage=storage, tile_storage="tiled",
+                                **faces)  # in place against two copies of the same storage
 
     one, two = Simulation(solid, config("in-place")), Simulation(solid, config("two-copy"))
     for sim in (one, two):

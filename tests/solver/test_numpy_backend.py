@@ -37,7 +37,9 @@ def test_mass_is_conserved_in_closed_periodic_box(backend_name, lattice):
     mass0 = sim.populations()[fluid[:, None, :].repeat(f.shape[1], 1)].sum()
     sim.step(1000)
     mass = sim.populations()[fluid[:, None, :].repeat(f.shape[1], 1)].sum()
-    assert mass == pytest.approx(mass0, rel=1e-13)
+    # Round-off of 1000 float64 steps: 1.1e-13 measured on the H100 once the kernel summed
+    # the density per pair of opposite directions; a leak would be orders of magnitude more.
+    assert mass == pytest.approx(mass0, rel=1e-12)
 
 
 def test_matches_dense_roll_reference():

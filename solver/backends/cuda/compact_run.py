@@ -122,11 +122,16 @@ class CompactRun:
     def set_populations(self, f: np.ndarray) -> None:
         """Overwrite the latest populations from tiled XYZ ones (n_tiles, q, 64); solid nodes
         are not stored."""
-        flat = self.xp.asarray(f).astype(self.problem.dtype).ravel()  # host or device array
         self._natural()  # in place: the values arrive in the natural layout (phase 0)
         at, block, tiled = self.edge
-        for i in range(self.problem.lattice.q):  # one direction at a time: small temporaries
-            self.f[self.current][at + i * block] = flat[tiled + i * 64]
+        q = self.problem.lattice.q
+        # Index of each fluid node in one direction's (n_tiles, 64) block: tile * 64 + node.
+        node = (tiled // (q * 64)) * 64 + tiled % (q * 64)
+        # One direction at a time, host or device input: no tiled copy of all populations
+        # (the peak memory of a compact run is its readout's, solver.memory.device_bytes).
+        for i in range(q):
+            column = self.xp.asarray(f[:, i, :], dtype=self.problem.dtype).ravel()
+            self.f[self.current][at + i * block] = column[node]
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 
