@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from solver.backends import get_backend  # noqa: E402
 from solver.backends.cuda.compact import CompactTiling  # noqa: E402
 from solver.backends.cuda.compact_run import CompactProbe  # noqa: E402
+from solver.backends.cuda.tile_storage import COMPACT_CODE  # noqa: E402
 from solver.benchmarking.cases import BenchCase, sphere_pack  # noqa: E402
 from solver.benchmarking.gpu_suite import _problem, _rates  # noqa: E402
 
@@ -45,10 +46,11 @@ def tiled(backend, case: BenchCase, precision: str, streaming: str = "two-copy",
 
 
 def compact(case: BenchCase, precision: str, step: bool, packed: int = 0) -> None:
-    """Two launches of a compact kernel (exact padding, halo addressing)."""
+    """Two launches of a compact kernel (exact padding, halo addressing, the runs' code)."""
     problem = _problem(case, precision)
     probe = CompactProbe(CompactTiling(problem.tiling, 1), problem.periodic, precision,
-                         problem.lattice.q, True, problem if step else None, packed)
+                         problem.lattice.q, True, problem if step else None, packed,
+                         COMPACT_CODE)
     try:
         probe.launch(packed or 2)
         probe.launch(packed or 2)

@@ -22,3 +22,15 @@ def test_rock_like_pack_is_judged_against_the_dense_box_and_compact_rows_are_not
                  layout="compact", tile_storage="compact")]
     (pack,) = [t for t in targets({"results": rows}) if t["target"].startswith("sphere packs")]
     assert pack["value"] == 0.6 and "xyz" in pack["target"]
+
+
+def test_dense_targets_compare_tiled_kernels_only() -> None:
+    """The compact run of an all-fluid box does the same work; the float16 ratio must divide
+    tiled by tiled (it took the compact float32 row: 1.62 instead of 1.649 on the H100)."""
+    rows = [_row("cavity3D 256^3", 18600.0),
+            _row("cavity3D 256^3", 19000.0, layout="compact", tile_storage="compact"),
+            _row("cavity3D 256^3", 31000.0, precision="float16")]
+    by = {t["target"]: t for t in targets({"results": rows})}
+    assert by["BGK dense 256^3 float16 storage: MFLUPS / float32 MFLUPS"]["value"] \
+        == round(31000.0 / 18600.0, 3)
+    assert "18600 MFLUPS" in by["BGK dense 256^3 float32: fraction of copy bandwidth"]["detail"]
