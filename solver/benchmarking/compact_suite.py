@@ -27,7 +27,7 @@ from ..backends.cuda.compact import CompactCode, CompactTiling, sector_pad
 from ..backends.cuda.compact_run import CompactProbe, CompactRun
 from ..config import GPU_LAYOUTS
 from .cases import BenchCase, git_commit, sphere_pack
-from .gpu_suite import _problem, pack_cases
+from .gpu_suite import _problem, pack_cases, rock_case
 
 __all__ = ["CompactSuite", "check_on_device", "check_step_on_device", "run_compact_suite"]
 
@@ -250,8 +250,7 @@ def cases(suite: CompactSuite) -> list[BenchCase]:
         out.append(BenchCase(f"periodic box {suite.dense_size}^3",
                              np.zeros((suite.dense_size,) * 3, dtype=bool), tile_offset="origin"))
     if suite.rock_diameter:
-        out.append(BenchCase(f"rock-like {n}^3 phi=0.2 d={suite.rock_diameter:g}",
-                             sphere_pack((n,) * 3, 0.2, suite.rock_diameter, 1), porosity=0.2))
+        out.append(rock_case(n, suite.rock_diameter))
     return out + pack_cases(n, suite.porosities, suite.diameter)
 
 
