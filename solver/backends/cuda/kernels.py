@@ -47,6 +47,7 @@ from .storage import (
     encode,
     half_form,
     kernel_constants,
+    kinetic,
     node_code,
     rest_value,
     storage_code,
@@ -250,7 +251,10 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     if v.mode == "propagate":
         return "\n".join(store(i, g[i]) for i in range(lat.q))
     lit = lambda x: _lit(x, real)  # noqa: E731
-    return cuda_collision(v.collision).code(v.lattice, v.incompressible, lit, store)
+    code = cuda_collision(v.collision).code
+    if v.half_form == "scaled":  # the closed form on S-scaled deviations (.storage)
+        return code(v.lattice, v.incompressible, lit, store, kinetic=kinetic(v.half_form))
+    return code(v.lattice, v.incompressible, lit, store)
 
 
 def _can_fill_sectors(v: KernelVariant) -> bool:
