@@ -11,6 +11,7 @@ checkpoints keep every stored value exactly (a deviation far below the float32 s
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from unittest import mock
 
 import numpy as np
@@ -108,23 +109,26 @@ def _stored_after(problem: Problem, steps: int, form: str | None = None) -> np.n
         with mock.patch.object(kernels, "half_form", lambda *_: form) if form else nullcontext():
             emu = EmulatedKernel(problem, 1)
             emu.set_populations(problem.initial_populations())
-            emu.f[1 - emu.current] = emu.f[emu.current]
+            emu.f[:] = emu.f[emu.current]
             emu.set_populations(as_stored(problem, f0))
             emu.step(steps)
-            return emu.f[emu.current].view(np.uint16).copy()
+            return emu.f[0 if emu.in_place else emu.current].view(np.uint16).copy()
     finally:
         kernel_source.cache_clear()
 
 
 @pytest.mark.skipif(compiler() is None, reason="needs g++")
-@pytest.mark.parametrize("lattice, collision", [("D3Q19", "BGK"), ("D3Q19", "TRT"),
-                                                ("D2Q9", "BGK")])
-def test_scaled_deviations_store_the_bits_of_the_deviations_form(lattice, collision) -> None:
+@pytest.mark.parametrize("lattice, collision, streaming", [
+    ("D3Q19", "BGK", "two-copy"), ("D3Q19", "TRT", "two-copy"), ("D2Q9", "BGK", "two-copy"),
+    ("D3Q19", "TRT", "in-place")])
+def test_scaled_deviations_store_the_bits_of_the_deviations_form(lattice, collision,
+                                                                 streaming) -> None:
     """Colliding S-scaled deviations (decode: the bare conversion) stores, bit for bit, what
     colliding the deviations (h / S, result times S) does: every value is S times the other
-    form's, S a power of two. With a body force (fe, fo, F/2 and af F.u all act), 6 steps."""
-    problem = make_problem(lattice, "float32", collision, "incompressible", "xyz", 1,
-                           storage="float16")
+    form's, S a power of two. With a body force (fe, fo, F/2 and af F.u all act), 6 steps,
+    two copies and in place."""
+    problem = replace(make_problem(lattice, "float32", collision, "incompressible", "xyz", 1,
+                                   storage="float16"), streaming=streaming)
     assert any(problem.force) and KernelVariant.for_problem(problem).half_form == "scaled"
     scaled = _stored_after(problem, 6)
     np.testing.assert_array_equal(scaled, _stored_after(problem, 6, "deviations"))
