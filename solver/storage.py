@@ -43,7 +43,8 @@ every load decodes to float32 and every store of a step rounds once, *stochastic
   and round ``S C(d)``: float32 then rounds relative to the deviations, not to the populations
   (whose spacing near ``w_i rho0``, 2^-24 w_i rho0, is as coarse as the binary16 step of a
   deviation of 2^-13 w_i rho0), and the kernel saves the shift constants' registers and, for
-  BGK/TRT, a multiply-add per store (:mod:`solver.backends.cuda.storage`).
+  BGK/TRT, which collide ``S d_i`` with rescaled constants (the same bits: S is a power of
+  two), a multiply per load and per store (:mod:`solver.backends.cuda.storage`).
 - **Round trip**: decoding a stored value, encoding the float32 result and decoding again gives
   the same float32 (``decode . encode . decode == decode``; checked for every finite binary16
   and every shift in the tests). A float32 population cannot hold every binary16 deviation

@@ -168,8 +168,10 @@ def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
 #: A deliberate change of the tiled kernels updates this value in the same commit.
 #: Updated by collide2 (BGK/TRT per pair of opposite directions, MRT with shared moment sums)
 #: and aaregs (in-place neighbour step: cheaper store addresses) and f16path (float16 kernels
-#: collide deviations).
-TILED_SOURCES_SHA256 = "ff2db83826bee9681f80c17f516fa4c49ee21df612271b26cd8570fe990a2930"
+#: collide deviations) and f16scaled (float16 BGK/TRT collide S-scaled deviations: a bare
+#: conversion per load; every float16 kernel takes fs_kinetic; the float16 sector fill zeroes
+#: solid lanes through the rounding mask).
+TILED_SOURCES_SHA256 = "a475901f607d4ee5753c77d158576c3f13af593c324fa166a1a453b7295cb031"
 
 
 def test_tiled_kernel_sources_are_byte_identical() -> None:

@@ -208,7 +208,7 @@ def test_every_launch_gets_its_kernels_argument_count(storage) -> None:
                       streaming="in-place", storage_kind=storage)
     physics = physics_args(problem)
     n_storage = len(storage_param_names(storage))
-    assert n_storage == (6 if storage == "float16" else 0)
+    assert n_storage == (7 if storage == "float16" else 0)
     for mode, phase in (("full", 0), ("full", 1), ("swap", 1), ("propagate", 0),
                         ("readwrite", 0)):
         variant = KernelVariant.for_problem(problem, mode, phase)

@@ -319,12 +319,15 @@ def test_emulated_kernel_without_sector_fill_never_writes_solid_nodes(monkeypatc
 
 
 @needs_gxx
-@pytest.mark.parametrize("precision, storage", [("float32", "auto"), ("float64", "auto"),
-                                                ("float32", "float16")])
-def test_emulated_sector_fill_writes_rest_state_into_solid_nodes(precision, storage) -> None:
+@pytest.mark.parametrize("precision, storage, fluid", [
+    ("float32", "auto", "quasi-compressible"), ("float64", "auto", "quasi-compressible"),
+    ("float32", "float16", "quasi-compressible"),  # float16 populations
+    ("float32", "float16", "incompressible")])  # float16 S-scaled deviations
+def test_emulated_sector_fill_writes_rest_state_into_solid_nodes(precision, storage,
+                                                                 fluid) -> None:
     from solver.backends.numpy_backend import NumpyBackend
 
-    problem = replace(make_problem("D3Q19", precision, "TRT", "quasi-compressible", "xyz", 2,
+    problem = replace(make_problem("D3Q19", precision, "TRT", fluid, "xyz", 2,
                                    (1, 3, 2), storage=storage), rho0=1.037)  # w_i rho0 rounds
     solid, filled = problem.tiling.solid, sector_filled(problem)
     assert filled.any() and (solid & ~filled).any()  # both kinds of solid node occur

@@ -1,18 +1,29 @@
 """float16 storage collided as deviations from the rest state (solver.storage, 'Deviations').
 
 Why it is allowed (the collision commutes with the shift by the rest state, only for the
-incompressible closed forms), which kernels use it, that the kernel's constants are the
-collision's output constants times S and nothing else, and that host read-backs and
+incompressible closed forms), which kernels use it, that BGK/TRT kernels collide S times the
+deviations with their constants rescaled exactly so and store the very bits of the unscaled
+deviations, and that host read-backs and
 checkpoints keep every stored value exactly (a deviation far below the float32 spacing of
 ``w_i rho0`` survives a resume).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from dataclasses import replace
+from unittest import mock
+
 import numpy as np
 import pytest
 
-from solver.backends.cuda.kernels import KernelVariant, real_args, real_param_names
+from solver.backends.cuda import kernels
+from solver.backends.cuda.kernels import (
+    KernelVariant,
+    kernel_source,
+    real_args,
+    real_param_names,
+)
 from solver.backends.cuda.tables import physics_args
 from solver.config import SimulationConfig
 from solver.lattice import LATTICE_NAMES, get_lattice
@@ -68,22 +79,60 @@ def test_which_float16_kernels_collide_deviations(collision, fluid_model, bounda
 
 
 @pytest.mark.parametrize("collision", ["BGK", "TRT"])
-def test_deviation_kernels_get_the_output_constants_times_the_scale(collision) -> None:
+def test_scaled_deviation_kernels_get_their_constants_times_powers_of_the_scale(collision
+                                                                                ) -> None:
+    """Colliding S d instead of d: the force and fo_i times S, af and eqw_k over S (the
+    quadratic terms), the -1.5 of u.u an argument, -1.5 / S; everything else as it is."""
     p = _problem(collision, "incompressible")
     v = KernelVariant.for_problem(p)
     assert v.half_form == "scaled"
     names, physics = real_param_names(v), physics_args(p)
     args = real_args(v, physics)
-    scale = p.storage.scale
-    scaled = {n for n, a, b in zip(names, args, physics, strict=True) if a != b}
-    output = {n for n, b in zip(names, physics, strict=True)
-              if b != 0 and (n in ("kr", "kp", "km") or n[:3] in ("wpw", "eqw", "wmw")
-                             or n[:2] in ("fe", "fo"))}  # keep, equilibrium, Guo's forcing
-    assert scaled == output and len(output) > 25
+    scale = np.float32(p.storage.scale)
+    assert scale == 2.0**14
+    times = {n for n in names if n in ("fx", "fy", "fz") or n[:2] == "fo"}
+    over = {n for n in names if n == "af" or n[:3] == "eqw"}
+    assert len(times) == 3 + 9 and len(over) == 5
     for n, a, b in zip(names, args, physics, strict=True):
         assert a.dtype == np.float32
-        assert a == (b * np.float32(scale) if n in scaled else b)  # exact: a power of two
-    assert {"fx", "fy", "fz", "af", "fs_scale", "fs_inv_scale"}.isdisjoint(scaled)
+        assert a == (b * scale if n in times else b / scale if n in over else b)  # exact
+    kinetic = args[names.index("fs_kinetic")]
+    assert kinetic == np.float32(-1.5) / scale and "fs_kinetic * (" in kernel_source(v)
+
+
+def _stored_after(problem: Problem, steps: int, form: str | None = None) -> np.ndarray:
+    """Stored bits (uint16) after ``steps`` emulated steps from a noisy start, with the
+    kernels generated in ``form`` (default the problem's own)."""
+    f0 = noisy_start(problem)
+    kernel_source.cache_clear()  # it caches per variant, whatever the form
+    try:
+        with mock.patch.object(kernels, "half_form", lambda *_: form) if form else nullcontext():
+            emu = EmulatedKernel(problem, 1)
+            emu.set_populations(problem.initial_populations())
+            emu.f[:] = emu.f[emu.current]
+            emu.set_populations(as_stored(problem, f0))
+            emu.step(steps)
+            return emu.f[0 if emu.in_place else emu.current].view(np.uint16).copy()
+    finally:
+        kernel_source.cache_clear()
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs g++")
+@pytest.mark.parametrize("lattice, collision, streaming", [
+    ("D3Q19", "BGK", "two-copy"), ("D3Q19", "TRT", "two-copy"), ("D2Q9", "BGK", "two-copy"),
+    ("D3Q19", "TRT", "in-place")])
+def test_scaled_deviations_store_the_bits_of_the_deviations_form(lattice, collision,
+                                                                 streaming) -> None:
+    """Colliding S-scaled deviations (decode: the bare conversion) stores, bit for bit, what
+    colliding the deviations (h / S, result times S) does: every value is S times the other
+    form's, S a power of two. With a body force (fe, fo, F/2 and af F.u all act), 6 steps,
+    two copies and in place."""
+    problem = replace(make_problem(lattice, "float32", collision, "incompressible", "xyz", 1,
+                                   storage="float16"), streaming=streaming)
+    assert any(problem.force) and KernelVariant.for_problem(problem).half_form == "scaled"
+    scaled = _stored_after(problem, 6)
+    np.testing.assert_array_equal(scaled, _stored_after(problem, 6, "deviations"))
+    assert (scaled != _stored_after(problem, 0)).mean() > 0.3  # fluid values moved (solids: 0)
 
 
 @pytest.mark.parametrize("lattice", LATTICE_NAMES)

@@ -115,7 +115,8 @@ def closed_form_constants(problem: Problem) -> list[float]:
     return values
 
 
-def closed_form_code(lattice: str, incompressible: bool, lit, store) -> str:
+def closed_form_code(lattice: str, incompressible: bool, lit, store, *,
+                     kinetic: str | None = None) -> str:
     """CUDA of :func:`solver.collision.collide` with Guo forcing (BGK is TRT with wp = wm).
 
     Worked per pair (i, o) of opposite directions, from ``s = g_i + g_o`` and ``d = g_i - g_o``
@@ -124,7 +125,9 @@ def closed_form_code(lattice: str, incompressible: bool, lit, store) -> str:
     fo_i`` are computed once and ``f*_i = E + O``, ``f*_o = E - O`` (times rho where
     compressible, folded into the per-class factors): about half the instructions of one
     closed form per direction, and TRT costs what BGK does. The rounding order differs from
-    the NumPy reference's by a few ulp (within the backends' tolerances).
+    the NumPy reference's by a few ulp (within the backends' tolerances). ``kinetic``: the C
+    expression of the -1.5 that multiplies u.u in ``r`` (incompressible; default that literal),
+    for float16 storage's S-scaled deviations (:func:`.storage.kernel_constants`).
     """
     lat = get_lattice(lattice)
     axes = "xyz"[: lat.d]
@@ -138,7 +141,7 @@ def closed_form_code(lattice: str, incompressible: bool, lit, store) -> str:
     usq = " + ".join(f"u{ax} * u{ax}" for ax in axes)
     ufd = " + ".join(f"f{ax} * u{ax}" for ax in axes)
     if incompressible:
-        out += [f"    real r = {lit(-1.5)} * ({usq}) + rho;"]
+        out += [f"    real r = {kinetic or lit(-1.5)} * ({usq}) + rho;"]
     else:
         out += [f"    const real inv_rho = {lit(1.0)} / rho;"]
         out += [f"    u{ax} *= inv_rho;" for ax in axes]

@@ -47,6 +47,7 @@ from .storage import (
     encode,
     half_form,
     kernel_constants,
+    kinetic,
     node_code,
     rest_value,
     storage_code,
@@ -226,9 +227,10 @@ def _storer(v: KernelVariant):
     node, encoded to the storage, where the streaming pattern puts it."""
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
     lat = get_lattice(v.lattice)
-    if not _fills_sectors(v):
-        return lambda i, value: store_code(v.streaming, kinds, i,
-                                           encode(v.storage, lat, i, value, v.half_form))
+    if not _fills_sectors(v) or v.half:  # float16: encode zeroes a solid lane's store
+        return lambda i, value: store_code(
+            v.streaming, kinds, i, encode(v.storage, lat, i, value, v.half_form,
+                                          _fills_sectors(v)))
     return lambda i, value: store_code(  # the sector fill's solid lanes store the rest state
         v.streaming, kinds, i, f"solid ? {rest_value(v.storage, lat.weight_class[i])} : "
                                f"{encode(v.storage, lat, i, value, v.half_form)}")
@@ -250,7 +252,10 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     if v.mode == "propagate":
         return "\n".join(store(i, g[i]) for i in range(lat.q))
     lit = lambda x: _lit(x, real)  # noqa: E731
-    return cuda_collision(v.collision).code(v.lattice, v.incompressible, lit, store)
+    code = cuda_collision(v.collision).code
+    if v.half_form == "scaled":  # the closed form on S-scaled deviations (.storage)
+        return code(v.lattice, v.incompressible, lit, store, kinetic=kinetic(v.half_form))
+    return code(v.lattice, v.incompressible, lit, store)
 
 
 def _can_fill_sectors(v: KernelVariant) -> bool:
@@ -273,11 +278,12 @@ def _solid_exit(v: KernelVariant) -> str:
     ballot of the fluid lanes tells each solid lane whether its group holds a fluid node. Such
     a lane runs the fluid path as if it were fluid (its sources are valid slots: neighbours or,
     across a solid link, its own; what it computes is discarded) and every store selects the
-    rest value for it, so its slots are written by the same store instructions as its fluid
-    neighbours' and the sector is written whole: a partly written sector costs a DRAM read
-    first (read-modify-write). The ballot sits after the barrier, where all 32 lanes of a warp
-    are alive (warps never straddle tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT;
-    inactive tiles left as whole warps), so the full mask is exact. Sectors line up with lane
+    rest value for it (float16: the rounding mask zeroes the stored bits), so its slots are
+    written by the same store instructions as its fluid neighbours' and the sector is written
+    whole: a partly written sector costs a DRAM read first (read-modify-write). The ballot
+    sits after the barrier, where all 32 lanes of a warp are alive (warps never straddle
+    tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT; inactive tiles left as whole
+    warps), so the full mask is exact. Sectors line up with lane
     groups because every copy starts on a 32-element boundary; the values stored never depend
     on it. The paper layout permutes slots per direction, so sectors there mix other nodes: no
     fill. In place (AA) a step reads every sector it writes, so partial writes cost no DRAM

@@ -9,7 +9,7 @@ reasons) each stored value is the binary16 bits of ``S (f_i - w_k rho0)``, ``k =
   :func:`solver.storage.dither`). Where a value is loaded from or stored to is the business of
   :mod:`solver.backends.cuda.streaming`; opposite directions share a weight class, so a value
   read from its neighbour's slot (in-place streaming, bounce-back) decodes with its own shift.
-- The shifts per weight class, ``S`` and ``1/S`` are trailing kernel arguments
+- The shifts per weight class, ``S``, ``1/S`` and ``-1.5/S`` are trailing kernel arguments
   (:data:`STORAGE_PARAMS`, filled by :func:`solver.backends.cuda.tables.physics_args`), then the
   pointer ``fs_seed`` to a two-slot step counter (uint32) that seeds the random bits.
 - What the arithmetic sees (:func:`half_form`, chosen per kernel): ``'populations'``, the
@@ -17,11 +17,16 @@ reasons) each stored value is the binary16 bits of ``S (f_i - w_k rho0)``, ``k =
   (one FFMA per store); or the deviations ``d_i = h_i / S`` (one FMUL per load, exact: S is a
   power of two) where :func:`solver.storage.collides_deviations` allows it (the collision
   commutes with the shift by the rest state: incompressible BGK/TRT/MRT without Zou-He or
-  Ladd code; the NumPy reference collides the same deviations). BGK and TRT get their output
-  constants multiplied by S (:func:`kernel_constants`), so their result already is the
-  ``S (f*_i - w_k rho0)`` to round and store (``'scaled'``: nothing per store); MRT, whose
-  conserved rows carry literals, multiplies on store (``'deviations'``). Either way no shift
-  constant is held in registers, and float32 rounds relative to the deviations.
+  Ladd code; the NumPy reference collides the same deviations). MRT, whose conserved rows
+  carry literals, collides those deviations and multiplies by S on store (``'deviations'``).
+  BGK and TRT collide the scaled deviations ``S d_i``, the bare conversion of h_i
+  (``'scaled'``: nothing per load but the conversion, nothing per store): their collision is
+  linear in the populations but for the quadratic terms, so with the constants of
+  :func:`kernel_constants` every value it computes is S times the one of the deviations
+  form, and its result the ``S (f*_i - w_k rho0)`` to round and store. S being a power of two,
+  every rounding is S times that form's: the stored bits are the same (float32 subnormals
+  aside). Either way no shift constant is held in registers, and float32 rounds relative to
+  the deviations.
 - The counter is double-buffered like the populations: a launch reads the slot of the phase it
   reads (:func:`solver.backends.cuda.streaming.phase_code`: the copy, or the in-place layout),
   and one thread writes the value the next launch reads into the other slot: the step + 1
@@ -44,25 +49,29 @@ from ...storage import (
 
 __all__ = ["KERNEL_STORAGES", "STORAGE_PARAMS", "HALF_FORMS", "storage_param_names",
            "storage_signature", "storage_code", "counter_code", "node_code", "decode", "encode",
-           "rest_value", "half_form", "kernel_constants"]
+           "rest_value", "half_form", "kernel_constants", "kinetic"]
 
 #: Kernel storages: the arithmetic type, or shifted, scaled binary16 (float32 arithmetic).
 KERNEL_STORAGES = ("auto", "float16")
 #: Trailing floating arguments of float16-storage kernels (tables.physics_args): the shift
-#: w_k rho0 per weight class k = |c|^2, the scale S and 1/S.
-STORAGE_PARAMS = ["fs_shift0", "fs_shift1", "fs_shift2", "fs_shift3", "fs_scale", "fs_inv_scale"]
+#: w_k rho0 per weight class k = |c|^2, the scale S, 1/S and -1.5/S (form 'scaled': the -1.5
+#: of u.u in the closed form's r; an argument, since computing it in the kernel cost 8
+#: registers a thread).
+STORAGE_PARAMS = ["fs_shift0", "fs_shift1", "fs_shift2", "fs_shift3", "fs_scale", "fs_inv_scale",
+                  "fs_kinetic"]
 #: What the arithmetic of a float16 kernel works on (:func:`half_form`): populations, or
-#: deviations, whose collision yields S times the new deviation ('scaled', through its
-#: constants: :func:`kernel_constants`) or the new deviation itself ('deviations', scaled on
-#: store).
+#: deviations (scaled by S on store), or S times the deviations ('scaled': the collision's
+#: constants rescaled, :func:`kernel_constants`).
 HALF_FORMS = ("populations", "deviations", "scaled")
-#: Collisions whose result is linear in these constants (every term of f*_i carries exactly
-#: one: of :func:`~solver.backends.cuda.collisions.closed_form_code`'s pair form, the rest
-#: direction's g kr + r wpw_k, the even part cu (cu eqw_k + fe_i) + r wpw_k + s kp and the odd
-#: part cu wmw_k + fo_i + d km; af stays, it acts inside r): times S on the host, the
-#: collision of deviations yields S (f*_i - w_k rho0) itself.
-_SCALED_OUTPUT = {name: re.compile(r"kr|kp|km|wpw\d|eqw\d|wmw\d|fe\d+|fo\d+")
-                  for name in ("BGK", "TRT")}
+#: Powers of S of the BGK/TRT constants (:func:`~solver.backends.cuda.collisions.closed_form_code`)
+#: that make the collision of S-scaled deviations g' = S g yield S f* (every value S times
+#: the unscaled one): with u' = S u (the force times S: u = j + F/2), the terms linear in the
+#: populations (g kr, s kp, d km, r wpw_k, cu wmw_k) keep their constants; the quadratic ones
+#: divide theirs by S (cu^2 eqw_k; af F.u, with F times S; the -1.5 of u.u: the argument
+#: fs_kinetic); of the population-free ones fo_i multiplies by S, fe_i keeps (it is added to
+#: cu eqw_k, then multiplied by cu).
+_SCALE_POWERS = {name: [(re.compile(r"f[xyz]|fo\d+"), 1), (re.compile(r"af|eqw\d"), -1)]
+                 for name in ("BGK", "TRT")}
 
 #: float16 storage: bit casts and conversions (PTX; the CPU emulator defines LBM_HOST_HALF and
 #: its own), the hash of solver.storage.dither, and decode / encode with stochastic rounding.
@@ -135,6 +144,15 @@ __device__ __forceinline__ store_t encode_scaled(real y, unsigned int r)
     return float_to_half_bits(bits_float(b));
 }
 
+// The sector fill's store: keep = 0 (a solid lane) stores binary16 +0, the rest state, whatever
+// y is, through the mask (cheaper than selecting the stored bits: 15 of 454 BGK node
+// instructions).
+__device__ __forceinline__ store_t encode_kept(real y, unsigned int r, unsigned int keep)
+{
+    const unsigned int b = (float_bits(y) + r) & ~((1u << DITHER_BITS) - 1u) & keep;
+    return float_to_half_bits(bits_float(b));
+}
+
 // offset = -shift * scale; the scale is a power of two, so f * scale is exact and f * scale +
 // offset (one FFMA) rounds exactly as (f - shift) * scale does in solver.storage.
 __device__ __forceinline__ store_t encode_f(real f, real offset, real scale, unsigned int r)
@@ -202,20 +220,28 @@ def half_form(storage: str, collision: str, incompressible: bool, boundary: str,
                                                         incompressible, boundary != "none")
     if not deviations:
         return "populations"
-    return "scaled" if collision in _SCALED_OUTPUT else "deviations"
+    return "scaled" if collision in _SCALE_POWERS else "deviations"
 
 
 def kernel_constants(form: str, collision: str, names: list[str], values: list) -> list:
     """Floating kernel arguments ``values`` (named ``names``) for a kernel of ``form``: in
-    'scaled' the collision's output constants times S (exact: a power of two)."""
+    'scaled' the collision's constants times their power of S (:data:`_SCALE_POWERS`; exact:
+    S is a power of two)."""
     if form not in HALF_FORMS:
         raise ValueError(f"Unknown float16 form {form!r}; use one of {HALF_FORMS}.")
     if form != "scaled":
         return list(values)
     scale = values[names.index("fs_scale")]
-    output = _SCALED_OUTPUT[collision]
-    return [v * scale if output.fullmatch(name) else v
+    factors = {+1: scale, -1: 1 / scale}
+    powers = _SCALE_POWERS[collision]
+    return [next((v * factors[p] for pattern, p in powers if pattern.fullmatch(name)), v)
             for name, v in zip(names, values, strict=True)]
+
+
+def kinetic(form: str) -> str | None:
+    """C name of the -1.5 of u.u in the closed form's r in ``form`` ('scaled': the argument
+    -1.5 / S), or None (the literal)."""
+    return "fs_kinetic" if form == "scaled" else None
 
 
 def node_code(storage: str, lattice: Lattice, form: str = "populations") -> list[str]:
@@ -231,21 +257,32 @@ def node_code(storage: str, lattice: Lattice, form: str = "populations") -> list
 def decode(storage: str, lattice: Lattice, i: int, stored: str,
            form: str = "populations") -> str:
     """C expression: the stored value ``stored`` of direction i (or its opposite), as real:
-    the population, or in form 'deviations' its deviation from the rest state."""
+    the population, in form 'deviations' its deviation from the rest state, in 'scaled' S
+    times that (the bare conversion)."""
     if not _half(storage):
         return stored
-    if form != "populations":
+    if form == "scaled":
+        return f"half_bits_to_float({stored})"
+    if form == "deviations":
         return f"half_bits_to_float({stored}) * fs_inv_scale"
     return f"decode_f({stored}, fs_shift{_class(lattice, i)}, fs_inv_scale)"
 
 
 def encode(storage: str, lattice: Lattice, i: int, value: str,
-           form: str = "populations") -> str:
+           form: str = "populations", fill: bool = False) -> str:
     """C expression: ``value`` (real: the population, its deviation, or in form 'scaled' S
-    times its deviation) as direction i of this node's stored value (store_t)."""
+    times its deviation) as direction i of this node's stored value (store_t); ``fill``: the
+    sector fill's store, binary16 zero (the rest state) in a solid lane, through the mask.
+
+    (The mask as a per-node variable instead saved 16 more instructions of the BGK node path
+    but took 40 registers, not 32: held through the gather.)"""
     if not _half(storage):
         return value
     r = f"(fs_hash * {direction_multiplier(i):#010x}u) >> (32 - DITHER_BITS)"
+    if fill:  # the same float32 value as below, then kept or zeroed
+        y = {"scaled": value, "deviations": f"({value}) * fs_scale",
+             "populations": f"({value}) * fs_scale + fs_offset{_class(lattice, i)}"}[form]
+        return f"encode_kept({y}, {r}, solid ? 0u : ~0u)"
     if form == "scaled":
         return f"encode_scaled({value}, {r})"
     if form == "deviations":

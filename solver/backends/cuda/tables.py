@@ -170,8 +170,8 @@ def physics_args(problem: Problem) -> list:
     as the NumPy reference does, keeps the float32 kernel's mass drift at the reference's level; the
     forcing being constants of a run spares the kernel two multiplies per direction and node.
     MRT: A_k, B_k, C_k per relaxed moment row (:func:`solver.backends.cuda.mrt.mrt_params`).
-    With float16 storage, last: the shift ``w_k rho0`` per weight class k, the scale S and 1/S
-    (:mod:`solver.storage`).
+    With float16 storage, last: the shift ``w_k rho0`` per weight class k, the scale S, 1/S and
+    -1.5/S (:mod:`solver.storage`, :data:`.storage.STORAGE_PARAMS`).
     """
     lat = problem.lattice
     force = list(problem.force) + [0.0] * (3 - len(problem.force))
@@ -179,8 +179,8 @@ def physics_args(problem: Problem) -> list:
     for k, value in zip(lat.weight_class, problem.rest_populations().tolist(), strict=True):
         rest[k] = value
     storage = problem.storage
-    tail = [*storage.class_shifts(lat), storage.scale, 1.0 / storage.scale] \
-        if storage.encoded else []
+    tail = [*storage.class_shifts(lat), storage.scale, 1.0 / storage.scale,
+            -1.5 / storage.scale] if storage.encoded else []
     constants = cuda_collision(problem.collision.name).constants(problem)
     return [problem.dtype.type(v) for v in force + rest + constants + tail]
 
