@@ -11,7 +11,7 @@ how it stores them ('auto': the arithmetic type; 'float16': the shifted, scaled 
 velocity set: the pull of every direction, the boundary code of
 :mod:`solver.backends.cuda.boundary`, the closed form BGK/TRT collision with Guo forcing of
 :mod:`solver.collision` or the moment-space MRT of :mod:`solver.backends.cuda.mrt`, and
-coalesced stores (and, in the XYZ layout, the sector fill of :func:`_solid_exit`). Every
+coalesced stores (and, in the XYZ layout, the sector fill of :mod:`.sector_fill`). Every
 population load and store is one of :func:`_load` and :func:`_storer`: where a value is read or
 written is the streaming's (:mod:`solver.backends.cuda.streaming`), how it is decoded or encoded
 the storage's (:mod:`solver.backends.cuda.storage`), so every streaming works with every storage.
@@ -40,6 +40,7 @@ from ...problem import Problem
 from .boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
 from .compact import CompactCode, probe_name, probe_source
+from .sector_fill import SECTOR_FILL_MIN_MIX, can_fill_sectors, fills_sectors, solid_exit
 from .storage import (
     KERNEL_STORAGES,
     counter_code,
@@ -86,12 +87,6 @@ MODES = {"full": 0, "propagate": 1, "readwrite": 2, "swap": 3}
 COLLISIONS = tuple(CUDA_COLLISIONS)
 #: Rest equilibrium w_k rho0 per weight class k = |c|^2: what solid nodes hold (sector fill).
 _REST_PARAMS = [f"rest{k}" for k in range(4)]
-#: Least ``Problem.sector_mix`` for which a step gets the sector fill (:func:`_solid_exit`).
-#: Measured on the H100 (tune_kernel.py, 2026-11-23, 1d8228a, 192^3 packs): the fill gains
-#: float32 +17 % at porosity 0.1 (47 % of the sectors mixed), +0.7 % at 0.9 (3.3 %), nothing
-#: at 0.95 (1.6 %), and costs 0.5 % on the all-fluid box (float64: +18 %, +1.4 %, +0.5 % at
-#: 1.2 % mixed, -0.2 %).
-SECTOR_FILL_MIN_MIX = 0.01
 _TEMPLATE = Path(__file__).with_name("templates") / "tiled_lbm.cu"
 
 
@@ -133,7 +128,7 @@ class KernelVariant:
             v = replace(v, collision=PROBE_COLLISION, incompressible=True, boundary="none")
         if v.mode == "swap" or (v.mode == "readwrite" and v.streaming != "pull"):
             v = replace(v, streaming="aa_local")  # in place, same node: one kernel each
-        if not _can_fill_sectors(v):
+        if not can_fill_sectors(v):
             v = replace(v, sector_fill=False)
         if not needs_halo(v.streaming, v.mode, v.boundary):
             v = replace(v, wide_sources=False)  # no halo sources to hold
@@ -182,7 +177,7 @@ class KernelVariant:
         prec = ("f64" if v.precision == "float64" else "f32") + ("s16" if v.half else "")
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
         access = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal"}[v.streaming]
-        unfilled = "_nf" if _can_fill_sectors(v) and not v.sector_fill else ""
+        unfilled = "_nf" if can_fill_sectors(v) and not v.sector_fill else ""
         wide = "_s64" if v.wide_sources else ""
         return (f"lbm_{v.mode}_{v.lattice}_{prec}_{v.collision}_{fluid}_{v.layout}"
                 f"_a{v.tile_edge}{bc}{access}{unfilled}{wide}{v.aa.suffix}")
@@ -227,10 +222,10 @@ def _storer(v: KernelVariant):
     node, encoded to the storage, where the streaming pattern puts it."""
     kinds = direction_layouts(v.lattice, v.layout, v.tile_edge)
     lat = get_lattice(v.lattice)
-    if not _fills_sectors(v) or v.half:  # float16: encode zeroes a solid lane's store
+    if not fills_sectors(v) or v.half:  # float16: encode zeroes a solid lane's store
         return lambda i, value: store_code(
             v.streaming, kinds, i, encode(v.storage, lat, i, value, v.half_form,
-                                          _fills_sectors(v)))
+                                          fills_sectors(v)))
     return lambda i, value: store_code(  # the sector fill's solid lanes store the rest state
         v.streaming, kinds, i, f"solid ? {rest_value(v.storage, lat.weight_class[i])} : "
                                f"{encode(v.storage, lat, i, value, v.half_form)}")
@@ -256,56 +251,6 @@ def _arithmetic(v: KernelVariant, real: str) -> str:
     if v.half_form == "scaled":  # the closed form on S-scaled deviations (.storage)
         return code(v.lattice, v.incompressible, lit, store, kinetic=kinetic(v.half_form))
     return code(v.lattice, v.incompressible, lit, store)
-
-
-def _can_fill_sectors(v: KernelVariant) -> bool:
-    """Whether the sector fill (:func:`_solid_exit`) applies to the kernel: XYZ-layout two-copy
-    steps and propagation probes (``layout`` the effective one)."""
-    return v.layout == "xyz" and v.mode in ("full", "propagate") and v.streaming == "pull"
-
-
-def _fills_sectors(v: KernelVariant) -> bool:
-    """Whether the kernel has the sector fill: it applies, and the variant asks for it."""
-    return v.sector_fill and _can_fill_sectors(v)
-
-
-def _solid_exit(v: KernelVariant) -> str:
-    """Where solid nodes stop; with the sector fill, solid nodes sharing a 32-byte sector with a
-    fluid node go on and store the rest equilibrium w_i rho0.
-
-    A 32-byte sector of a direction's data block holds 32 / sizeof(storage) consecutive slots,
-    i.e. (XYZ layout, slot = n, NPT % 32 == 0) the nodes of one aligned group of lanes; a warp
-    ballot of the fluid lanes tells each solid lane whether its group holds a fluid node. Such
-    a lane runs the fluid path as if it were fluid (its sources are valid slots: neighbours or,
-    across a solid link, its own; what it computes is discarded) and every store selects the
-    rest value for it (float16: the rounding mask zeroes the stored bits), so its slots are
-    written by the same store instructions as its fluid neighbours' and the sector is written
-    whole: a partly written sector costs a DRAM read first (read-modify-write). The ballot
-    sits after the barrier, where all 32 lanes of a warp are alive (warps never straddle
-    tiles: NPT % 32 == 0 and blockDim.x is a multiple of NPT; inactive tiles left as whole
-    warps), so the full mask is exact. Sectors line up with lane
-    groups because every copy starts on a 32-element boundary; the values stored never depend
-    on it. The paper layout permutes slots per direction, so sectors there mix other nodes: no
-    fill. In place (AA) a step reads every sector it writes, so partial writes cost no DRAM
-    read there: two-copy kernels only. The value is stored as is, never rounded
-    (:func:`~solver.backends.cuda.storage.rest_value`).
-
-    History (tune_kernel.py, H100): a fill that stored from a branch of its own, before the
-    fluid path, gained 2-7 % on porous packs from porosity 0.5 up but lost 6 % (float32) and
-    14 % (float64) at porosity 0.1 (19 more store instructions per warp); placed before the
-    halo work it lost 20-25 %. Predicating the solid lanes' loads off cost float32 3-7 % at
-    porosity 0.1-0.7 against these plain loads (float64 the same either way).
-    """
-    if not _fills_sectors(v):
-        return "    if (type == 0) return;"
-    return "\n".join([
-        "    const bool solid = type == 0;",
-        "    {  // sector fill: solid lanes whose sector holds no fluid node stop",
-        "        constexpr int SECTOR = 32 / (int)sizeof(*fout);  // slots per 32-byte sector",
-        "        const unsigned fluid = __ballot_sync(0xffffffffu, !solid);",
-        "        if (solid && !((fluid >> (n & (32 - SECTOR))) & ((1u << SECTOR) - 1u))) return;",
-        "    }",
-    ])
 
 
 def _readwrite(v: KernelVariant) -> str:
@@ -344,7 +289,7 @@ def real_args(variant: KernelVariant, physics: list) -> list:
     and the in-place decoding are compiled as BGK and read neither the force nor collision
     constants: zeros there (another collision's constants would pass the wrong number of
     arguments; D2Q9 MRT has fewer), but the rest state itself, which the XYZ propagation probe
-    stores into solid nodes (:func:`_solid_exit`), and the storage constants, which every
+    stores into solid nodes (:mod:`.sector_fill`), and the storage constants, which every
     kernel of a storage takes (the last ``len(storage_param_names(...))`` of ``physics``).
     """
     v = variant.canonical()
@@ -401,7 +346,7 @@ def kernel_source(variant: KernelVariant) -> str:
         readwrite=_readwrite(v) if v.mode == "readwrite" else "",
         gather=_gather(v, real) if computes else "",
         collide=_collide(v, real) if v.mode != "readwrite" else "",
-        solid_exit=_solid_exit(v),
+        solid_exit=solid_exit(v),
         restrict=pointer_qualifier(v.streaming),
         halo="true" if needs_halo(v.streaming, v.mode, v.boundary) else "false",
         collision_params=params + storage_signature(v.storage),
