@@ -24,9 +24,9 @@ import numpy as np
 from ...problem import Problem
 from ..base import DeviceInfo, with_rest_solids
 from .boundary import boundary_values
+from .capture import capture_graph
 from .compact_run import CompactRun
 from .device import (
-    CAPTURE_LOCK,
     compile_kernel,
     copy_bandwidth,
     device_info,
@@ -200,13 +200,9 @@ class CupyBackend:
             state.copies()
             current = state.current
             try:
-                with CAPTURE_LOCK, state.stream:  # one capture on the device at a time
-                    state.stream.begin_capture()
-                    try:
-                        for _ in range(GRAPH_STEPS):
-                            self._launch(state, mode, tiles_per_block)
-                    finally:
-                        graph = state.stream.end_capture()
+                graph = capture_graph(state.stream,
+                                      lambda: self._launch(state, mode, tiles_per_block),
+                                      GRAPH_STEPS)
             except Exception as exc:  # capture unsupported here: plain launches from now on
                 log.warning("CUDA graph capture failed (%s); launching kernels one by one.", exc)
                 self._use_graphs = False

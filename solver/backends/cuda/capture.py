@@ -9,7 +9,23 @@ another thread's stream must not meet. No CuPy here, so the CPU tests' fake CuPy
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["CAPTURE_LOCK"]
+__all__ = ["CAPTURE_LOCK", "capture_graph"]
 
 CAPTURE_LOCK = threading.RLock()
+
+
+def capture_graph(stream: Any, launch: Callable[[], None], launches: int) -> Any:
+    """A CUDA graph of ``launches`` calls of ``launch`` captured on ``stream`` under
+    :data:`CAPTURE_LOCK` (nothing runs); raises what the capture raised, the stream out of
+    capture. The kernels must have been launched once before: loading is not capturable."""
+    with CAPTURE_LOCK, stream:
+        stream.begin_capture()
+        try:
+            for _ in range(launches):
+                launch()
+        finally:
+            graph = stream.end_capture()
+    return graph

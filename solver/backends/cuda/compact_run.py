@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...problem import Problem
-from .capture import CAPTURE_LOCK
+from .capture import CAPTURE_LOCK, capture_graph
 from .compact import (
     DEFAULT_CODE,
     CompactCode,
@@ -193,13 +193,7 @@ class CompactRun:
             self.stream.synchronize()
             current = self.current
             try:
-                with CAPTURE_LOCK, self.stream:
-                    self.stream.begin_capture()
-                    try:
-                        for _ in range(self.GRAPH_STEPS):
-                            self._launch()
-                    finally:
-                        graph = self.stream.end_capture()
+                graph = capture_graph(self.stream, self._launch, self.GRAPH_STEPS)
             except Exception as exc:  # capture unsupported here: plain launches from now on
                 log.warning("CUDA graph capture failed (%s); launching kernels one by one.", exc)
                 self.use_graphs = False
@@ -329,13 +323,8 @@ class CompactProbe:
             self.launch(tpb)
             self.stream.synchronize()
             try:
-                with CAPTURE_LOCK, self.stream:
-                    self.stream.begin_capture()
-                    try:
-                        for _ in range(self.GRAPH_STEPS):
-                            self.launch(tpb)
-                    finally:
-                        self.graphs[tpb] = self.stream.end_capture()
+                self.graphs[tpb] = capture_graph(self.stream, lambda: self.launch(tpb),
+                                                 self.GRAPH_STEPS)
             except Exception as exc:  # capture unsupported: plain launches
                 log.warning("graph capture failed (%s); plain launches", exc)
                 self.use_graphs = False
