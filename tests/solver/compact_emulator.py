@@ -229,3 +229,23 @@ class FakeCupy:
             Device=lambda: SimpleNamespace(synchronize=lambda: None))
         self.get_default_memory_pool = lambda: SimpleNamespace(free_all_blocks=lambda: None)
 
+    def launcher(self):
+        """CompactRun's launcher through the emulator; a capture in progress records the
+        launch (as a CUDA graph does) instead of running it."""
+        def launch(*args) -> None:
+            if self.capture is not None:
+                self.capture.append(lambda: emulator_launcher(*args))
+            else:
+                emulator_launcher(*args)
+        return launch
+
+
+def assert_pull_matches_mirror(compact, fin: np.ndarray, fout: np.ndarray, periodic) -> None:
+    """Every slot a compact pull writes holds the NumPy mirror's value; the others (padding,
+    filled with -9) are left as they were."""
+    want = compact.pull(fin, LAT, periodic)
+    dst, _ = compact.pull_sources(LAT, periodic)
+    written = np.zeros(fin.size, bool)
+    written[dst.ravel()] = True
+    np.testing.assert_array_equal(fout[written], want[written])
+    assert (fout[~written] == -9.0).all()

@@ -17,7 +17,7 @@ from solver.memory import device_bytes, moments_bytes
 from solver.problem import Problem
 from solver.values import ConfigError
 
-from .compact_emulator import FakeCupy, compiler, emulator_launcher
+from .compact_emulator import FakeCupy, compiler
 from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, reference
 
 
@@ -100,12 +100,7 @@ def test_compact_run_as_the_backend_steps_it(precision, collision, fluid, tpb, p
     choice = choose_tile_storage(problem)
     assert choice.compact
     fake = FakeCupy()
-
-    def launcher(*args) -> None:  # the graph records launches as CUDA capture does
-        if fake.capture is not None:
-            fake.capture.append(lambda: emulator_launcher(*args))
-        else:
-            emulator_launcher(*args)
+    launcher = fake.launcher()
 
     run = CompactRun(problem, choice.pad, xp=np, launcher=launcher, tiles_per_block=tpb,
                      cuda=fake.cuda, packed=packed)
@@ -142,12 +137,7 @@ def test_compact_in_place_equals_two_copy_bit_for_bit(precision, collision, pack
 
     base = make_problem("D3Q19", precision, collision, offset=(3, 0, 1))
     fake = FakeCupy()
-
-    def launcher(*args) -> None:
-        if fake.capture is not None:
-            fake.capture.append(lambda: emulator_launcher(*args))
-        else:
-            emulator_launcher(*args)
+    launcher = fake.launcher()
 
     runs = [CompactRun(replace(base, streaming=s, tile_storage="compact"), 1, xp=np,
                        launcher=launcher, cuda=fake.cuda, packed=packed)

@@ -34,7 +34,15 @@ from solver.backends.cuda.compact import (
 from solver.backends.cuda.kernels import KernelVariant, kernel_source
 from solver.backends.cuda.tables import physics_args
 
-from .compact_emulator import CASES, LAT, FakeCupy, case, compiler, emulated, emulator_launcher
+from .compact_emulator import (
+    CASES,
+    LAT,
+    FakeCupy,
+    assert_pull_matches_mirror,
+    case,
+    compiler,
+    emulated,
+)
 from .porous_cases import as_stored, make_problem, noisy_start, reference
 from .test_kernel_compile import NVCC
 
@@ -96,12 +104,7 @@ def test_probe_with_halo_code_equals_numpy_mirror(code, precision, pad, tpb, pac
     # Paired halo entries after the bases of one tile were 4 bytes off an 8-byte boundary:
     # the H100 stopped with "misaligned address"; the emulator's sanitizer says it here.
     assert "misaligned" not in capfd.readouterr().err
-    want = compact.pull(fin, LAT, periodic)
-    dst, _ = compact.pull_sources(LAT, periodic)
-    written = np.zeros(fin.size, bool)
-    written[dst.ravel()] = True
-    np.testing.assert_array_equal(fout[written], want[written])
-    assert (fout[~written] == -9.0).all()
+    assert_pull_matches_mirror(compact, fin, fout, periodic)
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -152,12 +155,7 @@ def test_compact_run_with_the_configured_code_steps_like_numpy(monkeypatch, stre
     choice = tile_storage.choose_tile_storage(problem)
     assert choice.compact and choice.code == INNER_PAIRED
     fake = FakeCupy()
-
-    def launcher(*args) -> None:  # the graph records launches as CUDA capture does
-        if fake.capture is not None:
-            fake.capture.append(lambda: emulator_launcher(*args))
-        else:
-            emulator_launcher(*args)
+    launcher = fake.launcher()
 
     run = CompactRun(problem, choice.pad, xp=np, launcher=launcher, cuda=fake.cuda,
                      packed=choice.packed, code=choice.code)

@@ -20,7 +20,7 @@ from solver.backends.cuda.compact import (
 )
 from solver.backends.cuda.tables import physics_args
 
-from .compact_emulator import LAT, case, compiler, emulated
+from .compact_emulator import LAT, assert_pull_matches_mirror, case, compiler, emulated
 from .porous_cases import as_stored, make_problem, noisy_start, reference
 from .test_kernel_compile import NVCC
 
@@ -54,12 +54,7 @@ def test_packed_probe_equals_numpy_mirror(precision, pad, packed, name) -> None:
     run(ctypes.c_int(-(-tiling.n_tiles // packed)), ctypes.c_int(packed_threads(packed)),
         _ptr(fin), _ptr(fout), *(_ptr(t) for t in _tables(compact)), _ptr(ints),
         _ptr(np.zeros(1, dtype)))
-    want = compact.pull(fin, LAT, periodic)
-    dst, _ = compact.pull_sources(LAT, periodic)
-    written = np.zeros(fin.size, bool)
-    written[dst.ravel()] = True
-    np.testing.assert_array_equal(fout[written], want[written])
-    assert (fout[~written] == -9.0).all()
+    assert_pull_matches_mirror(compact, fin, fout, periodic)
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")

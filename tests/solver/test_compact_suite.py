@@ -262,12 +262,7 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
 
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
-
-    def launcher(*args) -> None:  # CUDA-graph capture records the emulated launches
-        if fake.capture is not None:
-            fake.capture.append(lambda: emulator_launcher(*args))
-        else:
-            emulator_launcher(*args)
+    launcher = fake.launcher()
 
     real_run = compact_suite.CompactRun
     monkeypatch.setattr(compact_suite, "CompactRun", lambda problem, pad, **kw: real_run(
