@@ -41,6 +41,10 @@ class CudaCollision:
     param_names: Callable[[str], list[str]]
     constants: Callable[[Problem], list[float]]
     code: CodeFn
+    #: float16 storage: (name pattern, power of S) of the kernel arguments that make the
+    #: collision of S-scaled deviations yield S times its result (:func:`.storage.half_form`
+    #: 'scaled'); empty where the model has no such form (it collides plain deviations).
+    scale_powers: tuple[tuple[str, int], ...] = ()
 
 
 CUDA_COLLISIONS: Registry[CudaCollision] = Registry("CUDA collision", "collision")
@@ -180,8 +184,16 @@ def mrt_constants(problem: Problem) -> list[float]:
     return list(mrt_params(problem.rates))
 
 
+#: Powers of S of the closed form's arguments that make the collision of S-scaled deviations
+#: g' = S g yield S f* (every value S times the unscaled one): with u' = S u (the force times
+#: S: u = j + F/2), the terms linear in the populations (g kr, s kp, d km, r wpw_k, cu wmw_k)
+#: keep their constants; the quadratic ones divide theirs by S (cu^2 eqw_k; af F.u, with F
+#: times S; the -1.5 of u.u: the storage argument fs_kinetic); of the population-free ones
+#: fo_i multiplies by S, fe_i keeps (it is added to cu eqw_k, then multiplied by cu).
+CLOSED_FORM_SCALE_POWERS = ((r"f[xyz]|fo\d+", 1), (r"af|eqw\d", -1))
+
 register(CudaCollision("BGK", LATTICE_NAMES, closed_form_param_names, closed_form_constants,
-                       closed_form_code))
+                       closed_form_code, CLOSED_FORM_SCALE_POWERS))
 register(CudaCollision("TRT", LATTICE_NAMES, closed_form_param_names, closed_form_constants,
-                       closed_form_code))
+                       closed_form_code, CLOSED_FORM_SCALE_POWERS))
 register(CudaCollision("MRT", MRT_LATTICES, mrt_param_names, mrt_constants, mrt_collide_code))

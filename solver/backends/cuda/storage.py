@@ -46,6 +46,7 @@ from ...storage import (
     collides_deviations,
     direction_multiplier,
 )
+from .collisions import cuda_collision
 
 __all__ = ["KERNEL_STORAGES", "STORAGE_PARAMS", "HALF_FORMS", "storage_param_names",
            "storage_signature", "storage_code", "counter_code", "node_code", "decode", "encode",
@@ -63,15 +64,6 @@ STORAGE_PARAMS = ["fs_shift0", "fs_shift1", "fs_shift2", "fs_shift3", "fs_scale"
 #: deviations (scaled by S on store), or S times the deviations ('scaled': the collision's
 #: constants rescaled, :func:`kernel_constants`).
 HALF_FORMS = ("populations", "deviations", "scaled")
-#: Powers of S of the BGK/TRT constants (:func:`~solver.backends.cuda.collisions.closed_form_code`)
-#: that make the collision of S-scaled deviations g' = S g yield S f* (every value S times
-#: the unscaled one): with u' = S u (the force times S: u = j + F/2), the terms linear in the
-#: populations (g kr, s kp, d km, r wpw_k, cu wmw_k) keep their constants; the quadratic ones
-#: divide theirs by S (cu^2 eqw_k; af F.u, with F times S; the -1.5 of u.u: the argument
-#: fs_kinetic); of the population-free ones fo_i multiplies by S, fe_i keeps (it is added to
-#: cu eqw_k, then multiplied by cu).
-_SCALE_POWERS = {name: [(re.compile(r"f[xyz]|fo\d+"), 1), (re.compile(r"af|eqw\d"), -1)]
-                 for name in ("BGK", "TRT")}
 
 #: float16 storage: bit casts and conversions (PTX; the CPU emulator defines LBM_HOST_HALF and
 #: its own), the hash of solver.storage.dither, and decode / encode with stochastic rounding.
@@ -220,20 +212,20 @@ def half_form(storage: str, collision: str, incompressible: bool, boundary: str,
                                                         incompressible, boundary != "none")
     if not deviations:
         return "populations"
-    return "scaled" if collision in _SCALE_POWERS else "deviations"
+    return "scaled" if cuda_collision(collision).scale_powers else "deviations"
 
 
 def kernel_constants(form: str, collision: str, names: list[str], values: list) -> list:
     """Floating kernel arguments ``values`` (named ``names``) for a kernel of ``form``: in
-    'scaled' the collision's constants times their power of S (:data:`_SCALE_POWERS`; exact:
-    S is a power of two)."""
+    'scaled' the collision's constants times their power of S (its ``scale_powers`` in
+    :mod:`.collisions`; exact: S is a power of two)."""
     if form not in HALF_FORMS:
         raise ValueError(f"Unknown float16 form {form!r}; use one of {HALF_FORMS}.")
     if form != "scaled":
         return list(values)
     scale = values[names.index("fs_scale")]
     factors = {+1: scale, -1: 1 / scale}
-    powers = _SCALE_POWERS[collision]
+    powers = [(re.compile(pattern), p) for pattern, p in cuda_collision(collision).scale_powers]
     return [next((v * factors[p] for pattern, p in powers if pattern.fullmatch(name)), v)
             for name, v in zip(names, values, strict=True)]
 
