@@ -20,15 +20,16 @@ OPENINGS = {1: {"kind": "velocity", "value": 0.02, "profile": "poiseuille"},
 
 @pytest.mark.parametrize("precision, storage", [("float64", "auto"), ("float32", "auto"),
                                                 ("float32", "float16")])
-def test_a_loaded_vessel_reports_the_flows_it_was_saved_with(tmp_path, precision, storage):
-    config = SimulationConfig(**TRT, backend="numpy", precision=precision, storage=storage,
+def test_a_loaded_vessel_reports_the_flows_it_was_saved_with(tmp_path, backend_name, precision,
+                                                            storage):
+    config = SimulationConfig(**TRT, backend=backend_name, precision=precision, storage=storage,
                               openings=OPENINGS)
     sim = Simulation(tube(), config)
     sim.step(40)
     saved = sim.opening_flows()
     assert saved[0].flow_rate > 0 > saved[1].flow_rate, "a flow from inlet to outlet"
     sim.save(tmp_path / "vessel.npz")
-    back = Simulation.load(tmp_path / "vessel.npz", tube(), backend="numpy")
+    back = Simulation.load(tmp_path / "vessel.npz", tube(), backend=backend_name)
     assert back.time_step == 40
     assert back.opening_flows() == saved  # flow rates and mean densities, exactly
     assert mass_balance(back.opening_flows()) == mass_balance(saved)
@@ -37,11 +38,15 @@ def test_a_loaded_vessel_reports_the_flows_it_was_saved_with(tmp_path, precision
     back.step(1)
     assert back.opening_flows() == sim.opening_flows()
     np.testing.assert_array_equal(back.populations(), sim.populations())
+    for s in (sim, back):
+        s.close()
 
 
-def test_a_rolled_back_vessel_reports_the_flows_of_the_kept_step():
-    sim = Simulation(tube(), SimulationConfig(**TRT, backend="numpy", precision="float32",
-                                              openings=OPENINGS))
+@pytest.mark.parametrize("room", [True, False], ids=["device copy", "host copy"])
+def test_a_rolled_back_vessel_reports_the_flows_of_the_kept_step(backend_name, room):
+    sim = Simulation(tube(), SimulationConfig(**TRT, backend=backend_name, precision="float32",
+                                              storage="float16", openings=OPENINGS))
+    sim.backend.free_memory = lambda: 1 << 50 if room else 0
     sim.step(20)
     kept = sim.opening_flows()
     good = LastGood()
@@ -50,3 +55,4 @@ def test_a_rolled_back_vessel_reports_the_flows_of_the_kept_step():
     assert sim.opening_flows() != kept
     good.restore(sim)
     assert sim.opening_flows() == kept
+    sim.close()
