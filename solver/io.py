@@ -1,12 +1,14 @@
 """Files a run writes: checkpoints (``.npz``), fields (``.vti``), counters (``.csv``), JSON.
 
 A checkpoint holds what resuming needs to reproduce an uninterrupted run bit for bit: the latest
-populations in the arithmetic dtype (n_tiles, q, a**d; with float16 storage the decoded float32
+populations in the arithmetic dtype (n_tiles, q, a**d; with float16 storage their exact float64
 values, which encode back to the very same stored state), the step count and metrics, the
-configuration as JSON of its ``param`` values, and a SHA-256 hash of the solid mask and its
-shape so that a checkpoint is never resumed on another geometry. Nothing is pickled; files are
-read with ``allow_pickle=False``. Checkpoints and JSON are written atomically: a temporary file
-in the same folder, fsync, then ``os.replace``, so a crash mid-write leaves the previous file.
+opening links' mass flux of the last step (what a resumed vessel reports as its flows until its
+next step), the configuration as JSON of its ``param`` values, and a SHA-256 hash of the solid
+mask and its shape so that a checkpoint is never resumed on another geometry. Nothing is
+pickled; files are read with ``allow_pickle=False``. Checkpoints and JSON are written
+atomically: a temporary file in the same folder, fsync, then ``os.replace``, so a crash
+mid-write leaves the previous file.
 Fields go to ParaView-readable ``.vti`` (VTK ImageData): one cell per voxel, spacing = voxel size
 in metres (1 when unknown, i.e. lattice units), origin = lower corner of voxel (0, 0, 0).
 """
@@ -59,6 +61,9 @@ class Checkpoint:
     populations: np.ndarray = field(repr=False)
     metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Mass flux per opening link in the last step (float64), None without driven openings
+    #: (or in a checkpoint written before it was kept: the flows then read 0 until a step).
+    iolet_flux: np.ndarray | None = field(default=None, repr=False)
 
 
 def mask_hash(solid: np.ndarray) -> str:
@@ -165,6 +170,8 @@ def write_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
         "extra": np.array(json.dumps(checkpoint.extra)),
         "populations": checkpoint.populations,
     }
+    if checkpoint.iolet_flux is not None:
+        arrays["iolet_flux"] = np.asarray(checkpoint.iolet_flux, dtype=np.float64)
     return atomic_write(path, lambda fh: _write_npz(fh, arrays))
 
 
@@ -180,6 +187,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
                 mask_sha256=str(data["mask_sha256"]), step=int(data["step"]),
                 populations=data["populations"], metrics=json.loads(str(data["metrics"])),
                 extra=json.loads(str(data["extra"])),
+                iolet_flux=data["iolet_flux"] if "iolet_flux" in data.files else None,
             )
     except CheckpointError:
         raise
@@ -200,6 +208,7 @@ def checkpoint_of(sim, extra: dict[str, Any] | None = None) -> Checkpoint:
         mask_sha256=mask_hash(sim.solid), step=sim.time_step,
         populations=sim.populations().astype(sim.problem.storage.checkpoint_dtype),
         metrics=sim.metrics.as_dict(), extra=dict(extra or {}),
+        iolet_flux=sim.backend.iolet_flux(sim.state),
     )
 
 
@@ -221,9 +230,16 @@ def restore(sim, checkpoint: Checkpoint) -> None:
     if checkpoint.populations.shape != expected:
         raise CheckpointError(f"Checkpoint populations have shape {checkpoint.populations.shape}"
                               f", this run needs {expected}; the tiling code has changed.")
+    flux = checkpoint.iolet_flux if sim.problem.iolets is not None else None
+    if flux is not None and flux.shape != (sim.problem.iolets.n_links,):
+        raise CheckpointError(f"Checkpoint has {flux.size} opening links, this run "
+                              f"{sim.problem.iolets.n_links}; the opening tables have changed: "
+                              "resume with the version that wrote it, or start a new run.")
     sim.allocate()
     sim.backend.set_populations(sim.state, checkpoint.populations)
     sim.backend.set_step(sim.state, checkpoint.step)  # seeds float16 stochastic rounding
+    if flux is not None:
+        sim.backend.set_iolet_flux(sim.state, flux)  # the saved step's flows until the next
     for key in RESUMED_METRICS:
         if key in checkpoint.metrics:
             setattr(sim.metrics, key, checkpoint.metrics[key])

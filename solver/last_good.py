@@ -1,12 +1,15 @@
 """The last healthy state of a run, kept so that a divergence can be undone.
 
 :class:`LastGood` holds a copy of a Simulation's latest populations, taken right after a health
-check passed. It lives where the state lives when the backend has room for it (a device-to-device
-copy: about a millisecond for a 256 x 256 x 128 float32 state on a GPU, nothing crosses to the
-host), else on the host (a read-back of the whole state, seconds at that size). Either way it is
-refreshed at most every :data:`REFRESH_S` seconds and never more often than keeps its own cost
-below :data:`MAX_SHARE` of the wall time, so a long run loses at most a few seconds of steps when
-it diverges. Restoring writes the copy back bit for bit.
+check passed: the stored array itself (:meth:`~solver.backends.base.Backend.stored_populations`:
+the storage dtype at its stored size, float16 included, whose values float32 populations cannot
+all hold), and the opening links' flux of that step. It lives where the state lives when the
+backend has room for it (a device-to-device copy: about a millisecond for a 256 x 256 x 128
+float32 state on a GPU, nothing crosses to the host), else on the host (a read-back of the whole
+state, seconds at that size). Either way it is refreshed at most every :data:`REFRESH_S` seconds
+and never more often than keeps its own cost below :data:`MAX_SHARE` of the wall time, so a long
+run loses at most a few seconds of steps when it diverges. Restoring writes the copy back bit for
+bit: the run continues as if the steps after it never ran.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+
+import numpy as np
 
 __all__ = ["LastGood", "REFRESH_S", "MAX_SHARE"]
 
@@ -32,24 +37,29 @@ class LastGood:
         self.step: int | None = None
         self.on_device = False
         self._f: Any = None
+        self._flux: np.ndarray | None = None  # the opening links' flux of that step
         self._taken = float("-inf")
         self._cost = 0.0
 
     def keep(self, sim: Any) -> float:
-        """Copy ``sim``'s current populations now; the seconds it took on this thread."""
+        """Copy ``sim``'s current stored populations now; the seconds it took on this thread."""
         start = time.perf_counter()
         backend = sim.backend
-        f = backend.device_populations(sim.state)
-        if self.on_device and self._f.shape == f.shape and self._f.dtype == f.dtype:
-            backend.xp.copyto(self._f, f)  # reuse the buffer: no allocation per refresh
+        stored = backend.stored_populations(sim.state)
+        if self.on_device and self._f.shape == stored.shape and self._f.dtype == stored.dtype:
+            backend.xp.copyto(self._f, stored)  # reuse the buffer: no allocation per refresh
         else:
             self.clear()  # the old copy's memory counts for the decision below
-            if _device_has_room(backend, f.nbytes):
-                self._f, self.on_device = backend.xp.array(f, copy=True), True
+            if _device_has_room(backend, stored.nbytes):
+                self._f, self.on_device = backend.xp.array(stored, copy=True), True
             else:
-                self._f, self.on_device = backend.populations(sim.state), False
+                host = backend.to_host(stored)
+                if isinstance(stored, np.ndarray) and np.may_share_memory(host, stored):
+                    host = host.copy()  # a host backend's stored array is the state itself
+                self._f, self.on_device = host, False
                 log.info("last good state kept on the host (%.0f MB): not enough free device "
                          "memory for a copy", self._f.nbytes / 1e6)
+        self._flux = backend.iolet_flux(sim.state)
         self.step = sim.time_step
         self._taken = time.perf_counter()
         self._cost = self._taken - start
@@ -70,14 +80,16 @@ class LastGood:
         """Write the copy back into ``sim`` and rewind its step count; the restored step."""
         if self.step is None:
             raise RuntimeError("No good state was kept: nothing to restore.")
-        sim.backend.set_populations(sim.state, self._f)
+        sim.backend.set_stored_populations(sim.state, self._f)
         sim.backend.set_step(sim.state, self.step)  # float16 storage: that step's rounding
+        if self._flux is not None:  # the openings read that step's flows until the next one
+            sim.backend.set_iolet_flux(sim.state, self._flux)
         sim.metrics.steps = self.step
         return self.step
 
     def clear(self) -> None:
         """Drop the copy (frees its memory)."""
-        self._f, self.on_device, self.step = None, False, None
+        self._f, self._flux, self.on_device, self.step = None, None, False, None
         self._taken = float("-inf")
 
 

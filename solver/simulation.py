@@ -268,7 +268,8 @@ class Simulation:
 
     def opening_flows(self) -> tuple:
         """Flow rate and mean density of every opening the config lists, lattice units
-        (:class:`solver.vessel.OpeningFlow`; flows of the last step, 0 before the first)."""
+        (:class:`solver.vessel.OpeningFlow`; flows of the last step, 0 before the first; after
+        :meth:`load` those of the saved step, which the checkpoint keeps)."""
         from .vessel import mean_densities, opening_flows, opening_nodes
 
         if not self.problem.opening_conditions:

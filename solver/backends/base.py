@@ -76,6 +76,24 @@ class Backend(Protocol):
         Solid nodes of both copies get the rest equilibrium, whatever ``f`` holds there.
         """
 
+    def stored_populations(self, state: Any) -> Any:
+        """The latest populations exactly as stored: a backend array (maybe a view of the
+        state) in the storage dtype and the state's own layout, which only
+        :meth:`set_stored_populations` of the same state reads back. Copy it to keep it: a
+        rollback copy of a run at its stored size, bit for bit (:mod:`solver.last_good`)."""
+
+    def set_stored_populations(self, state: Any, stored: Any) -> None:
+        """Overwrite the latest populations with a host or backend copy of what
+        :meth:`stored_populations` gave, bit for bit."""
+
+    def iolet_flux(self, state: Any) -> np.ndarray | None:
+        """Net mass flux into the fluid per opening link in the last step (host float64,
+        lattice units), None without driven openings."""
+
+    def set_iolet_flux(self, state: Any, flux: np.ndarray) -> None:
+        """Set what :meth:`iolet_flux` reads until the next step (a resumed or restored run
+        reports the flows of the step it was saved at)."""
+
     def set_step(self, state: Any, step: int) -> None:
         """Set the step counter that seeds the stochastic rounding of float16 storage
         (:mod:`solver.storage`); a checkpoint restores it so that a resumed run continues bit

@@ -230,6 +230,22 @@ class NumpyBackend:
         other = state.f[1 - state.current]
         other[...] = with_rest_solids(problem, other)
 
+    def stored_populations(self, state: NumpyState) -> np.ndarray:
+        """The latest copy as stored (a view; storage dtype, n_tiles, q, a**d)."""
+        return state.f[state.current]
+
+    def set_stored_populations(self, state: NumpyState, stored: np.ndarray) -> None:
+        """Write a copy of :meth:`stored_populations` back bit for bit (its solid nodes hold the
+        rest state, as the other copy's always do)."""
+        np.copyto(state.f[state.current], stored, casting="no")
+
+    def set_iolet_flux(self, state: NumpyState, flux: np.ndarray) -> None:
+        """Set the per-link flux :meth:`iolet_flux` reads until the next step."""
+        if state.iolet_flux is None or np.shape(flux) != state.iolet_flux.shape:
+            raise ValueError(f"{np.shape(flux)} opening-link fluxes for a run with "
+                             f"{0 if state.iolet_flux is None else state.iolet_flux.size}.")
+        state.iolet_flux = np.array(flux, dtype=np.float64)  # holds float32 fluxes exactly
+
     def set_step(self, state: NumpyState, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding (on resume)."""
         state.step = int(step)

@@ -171,6 +171,23 @@ class DistributedBackend:
         self._scatter_rows = np.ascontiguousarray(np.asarray(f, dtype=np.float64)[state.order])
         self._command("scatter", None)
 
+    def stored_populations(self, state: DistributedState) -> np.ndarray:
+        """The gathered populations: float64 holds every stored float32/float64 value exactly
+        (float16 storage is refused under MPI)."""
+        return self.populations(state)
+
+    def set_stored_populations(self, state: DistributedState, stored: np.ndarray) -> None:
+        """Scatter a copy of :meth:`stored_populations` back, bit for bit."""
+        self.set_populations(state, stored)
+
+    def iolet_flux(self, state: DistributedState) -> None:
+        """None: driven openings are refused under MPI."""
+        return None
+
+    def set_iolet_flux(self, state: DistributedState, flux: np.ndarray) -> None:
+        """Refused: a distributed run has no driven openings."""
+        raise ValueError("A distributed run has no driven openings to set the flux of.")
+
     def set_step(self, state: DistributedState, step: int) -> None:
         """Nothing to seed: float16 storage (stochastic rounding) is refused under MPI."""
 

@@ -1,10 +1,11 @@
 """CuPy backend: the tiled stream-collide kernel of the paper on an NVIDIA GPU.
 
-With :mod:`.device` (and :mod:`.iolet_launch`), the only modules that import CuPy. Kernels from
-:mod:`.kernels` are compiled by NVRTC once per variant (:mod:`.device`) and run on device copies
-``f[copy][tile][i][slot]`` in the configured in-tile layout: two copies, or one updated in place
-by the AA pattern (:mod:`.streaming`; ``state.current`` is then the phase and readers decode
-phase 1 in place first). :meth:`CupyBackend.populations` returns XYZ order like every backend;
+With :mod:`.device`, :mod:`.iolet_launch` and :mod:`.stored_state` (exact copies of the stored
+state), the only modules that import CuPy. Kernels from :mod:`.kernels` are compiled by NVRTC
+once per variant (:mod:`.device`) and run on device copies ``f[copy][tile][i][slot]`` in the
+configured in-tile layout: two copies, or one updated in place by the AA pattern
+(:mod:`.streaming`; ``state.current`` is then the phase and readers decode phase 1 in place
+first). :meth:`CupyBackend.populations` returns XYZ order like every backend;
 step times are CUDA-event times; :meth:`CupyBackend.probe` runs the paper's read/write-only and
 propagation-only kernels (section 4.1). Everything the NumPy reference does runs here: BGK, TRT,
 MRT with Guo forcing, halfway bounce-back, Zou-He faces, Ladd's moving walls and objects
@@ -35,6 +36,7 @@ from .device import (
 )
 from .iolet_launch import device_iolets
 from .kernels import KernelVariant, kernel_source, real_args
+from .stored_state import StoredState
 from .streaming import next_phase
 from .tables import (
     check_tile_shape,
@@ -95,7 +97,7 @@ class CupyState:
         return self.views[self.current], self.views[1 - self.current]
 
 
-class CupyBackend:
+class CupyBackend(StoredState):
     """Tiled fused stream-collide on the GPU (float32/float64 arithmetic, storage per problem)."""
 
     name = "cupy"
@@ -231,7 +233,8 @@ class CupyBackend:
 
     def step(self, state: CupyState, n: int = 1) -> float:
         """Advance ``n`` steps; return their CUDA-event time in seconds."""
-        if isinstance(state, CompactRun):
+        if isinstance(state, CompactRun):  # as _timed: copies queued here (LastGood's) read
+            cp.cuda.get_current_stream().synchronize()  # the state before the run's stream
             return state.step(n)
         return self._timed(state, n, "full", state.problem.tiles_per_block)
 
