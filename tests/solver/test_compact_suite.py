@@ -219,8 +219,7 @@ def test_compact_run_refuses_what_the_kernel_lacks() -> None:
     from solver.problem import Problem
 
     solid = porous_solid((12, 12, 12))
-    for options, words in [({"storage": "float16", "precision": "float32"}, "storage"),
-                           ({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure",
+    for options, words in [({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure",
                              "x_max_value": 1.0}, "boundary code")]:
         problem = Problem.from_config(solid, SimulationConfig(lattice="D3Q19", **options))
         with pytest.raises(ValueError, match=words):

@@ -305,8 +305,8 @@ class CupyBackend:
 
     def populations(self, state: CupyState) -> np.ndarray:
         """Latest populations, host float64 (n_tiles, q, a**d) in XYZ order, as stored."""
-        run = isinstance(state, CompactRun)  # compact: never float16
-        stored = state.device_populations() if run else self._stored(state)
+        run = isinstance(state, CompactRun)
+        stored = state.stored_populations() if run else self._stored(state)
         return cp.asnumpy(state.problem.storage.exact(stored, cp))
 
     def device_populations(self, state: CupyState) -> cp.ndarray:
@@ -346,7 +346,7 @@ class CupyBackend:
 
     def set_step(self, state: CupyState, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding (on resume)."""
-        if getattr(state, "seeds", None) is not None:  # float16 storage (never compact)
+        if getattr(state, "seeds", None) is not None:  # float16 storage (tiled or compact)
             state.seeds[state.current] = np.uint32(step & 0xFFFFFFFF)
 
     def device_info(self) -> DeviceInfo:

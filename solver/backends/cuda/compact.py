@@ -26,7 +26,20 @@ import numpy as np
 
 from ...lattice import Lattice, get_lattice
 from ...tiling import Tiling
-from .collisions import cuda_collision
+from .collisions import PROBE_COLLISION, cuda_collision
+from .storage import (
+    KERNEL_STORAGES,
+    counter_code,
+    decode,
+    encode,
+    half_form,
+    kinetic,
+    node_code,
+    storage_code,
+    storage_param_names,
+    storage_signature,
+)
+from .streaming import phase_code
 from .tables import c_literal
 
 __all__ = ["CompactTiling", "CompactCode", "DEFAULT_CODE", "SECTOR_BYTES", "popcount", "sector_pad",
@@ -240,10 +253,10 @@ DEFAULT_CODE = CompactCode()
 
 def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
                collision: str | None = None, incompressible: bool = True,
-               packed: int = 0, streaming: str = "pull", code: CompactCode = DEFAULT_CODE
-               ) -> str:
+               packed: int = 0, streaming: str = "pull", code: CompactCode = DEFAULT_CODE,
+               storage: str = "auto") -> str:
     """Kernel (and namespace) name of one compact kernel (``collision`` None: the probe)."""
-    prec = "f64" if precision == "float64" else "f32"
+    prec = ("f64" if precision == "float64" else "f32") + ("s16" if storage == "float16" else "")
     mode = "propagate" if collision is None else \
         f"full_{collision}_{'inc' if incompressible else 'qc'}"
     return (f"lbm_compact_{mode}_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
@@ -273,14 +286,17 @@ _AXIS_TABLES = "\n".join(
 
 
 def real_param_names(lattice: str, precision: str, collision: str | None,
-                     incompressible: bool = True) -> list[str]:
-    """Floating arguments of a compact kernel: none for the probe; for a step those of the
-    tiled kernel (force, rest state, collision constants: ``tables.physics_args`` order)."""
+                     incompressible: bool = True, storage: str = "auto") -> list[str]:
+    """Floating arguments of a compact kernel: for a step those of the tiled kernel (force,
+    rest state, collision constants: ``tables.physics_args`` order); then, with float16
+    storage, the storage constants (every float16 kernel, the probe and 'swap' included: they
+    precede the step counter ``fs_seed``, the last argument)."""
+    stored = storage_param_names(storage)
     if collision is None:
-        return []
-    # kernels.real_param_names of the tiled variant with storage 'auto' (a test keeps them equal)
+        return stored
+    # kernels.real_param_names of the tiled variant (a test keeps them equal)
     return ["fx", "fy", "fz", *(f"rest{k}" for k in range(4)),
-            *cuda_collision(collision).param_names(lattice)]
+            *cuda_collision(collision).param_names(lattice), *stored]
 
 
 #: Name suffix per address pattern (:mod:`.streaming`): two copies, or the AA pattern's kernels.
@@ -291,7 +307,7 @@ _ACCESS = {"pull": "", "aa_neighbour": "_aan", "aa_local": "_aal", "swap": "_swa
 def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
                  halo: bool = False, collision: str | None = None,
                  incompressible: bool = True, packed: int = 0, streaming: str = "pull",
-                 code: CompactCode = DEFAULT_CODE) -> str:
+                 code: CompactCode = DEFAULT_CODE, storage: str = "auto") -> str:
     """CUDA source of a compact kernel; its kernel is ``probe_name(...)`` of the same arguments.
 
     ``halo``: the tile's threads locate the source of each halo node once (shared memory),
@@ -306,6 +322,10 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     decodes the streamed layout in place: the two slots of every fluid-fluid link exchanged,
     each link by the node it leaves in a direction of positive first non-zero component.
     ``code``: how the halo is located and read (:class:`CompactCode`; halo addressing only).
+    ``storage``: 'auto' (the arithmetic type) or 'float16' (float32 arithmetic), stored, decoded
+    and rounded by the tiled kernel's code (:mod:`.storage`): the same form per collision, the
+    same step counter and the same random bits, keyed by the node's tiled identity
+    ``tile * 64 + n``, so a compact float16 run stores the tiled run's bits.
     """
     if code != DEFAULT_CODE and not halo:
         raise ValueError(f"{code} needs halo addressing (halo=True).")
@@ -322,9 +342,18 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         raise ValueError(f"The compact probe is 3D (4^3 tiles), not {lattice}.")
     if precision not in ("float32", "float64"):
         raise ValueError(f"Unknown precision {precision!r}; use 'float32' or 'float64'.")
+    if storage not in KERNEL_STORAGES:
+        raise ValueError(f"Unknown storage {storage!r}; use one of {KERNEL_STORAGES}.")
+    if storage == "float16" and precision != "float32":
+        raise ValueError(f"float16 storage needs float32 arithmetic, not {precision}.")
+    mode = "swap" if streaming == "swap" else "propagate" if collision is None else "full"
+    form = half_form(storage, collision or PROBE_COLLISION, incompressible, "none", mode)
     if pad < 1 or pad & (pad - 1):
         raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
     pulls, stores = [], []
+
+    def load(i: int, index: str) -> str:
+        return f"    const real g{i} = {decode(storage, lat, i, f'fin[{index}]', form)};"
 
     def at(i: int, c, sign: int) -> str:
         """Slot of direction i at the node x + sign c, or the node's own slot of opp(i)."""
@@ -339,40 +368,45 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
 
     def store(i: int, value: str) -> str:
         c, opp = lat.c[i].tolist(), int(lat.opposite[i])
+        value = encode(storage, lat, i, value, form)
         if streaming == "aa_neighbour" and any(c):  # into the slot g_opp(i) came from
             return f"    fout[{at(opp, c, 1)}] = {value};"  # (x, i) where x + c_i is not fluid
         return f"    fout[own + {i} * stride] = {value};"
 
     for i, c in enumerate(lat.c.tolist()):
         if streaming == "aa_local":  # the arriving population waits in the own slot of opp(i)
-            pulls.append(f"    const real g{i} = fin[own + {int(lat.opposite[i])} * stride];")
+            pulls.append(load(i, f"own + {int(lat.opposite[i])} * stride"))
         elif not any(c):
-            pulls.append(f"    const real g{i} = fin[own + {i} * stride];")
+            pulls.append(load(i, f"own + {i} * stride"))
         else:  # the source is x - c
-            pulls.append(f"    const real g{i} = fin[{at(i, c, -1)}];")
+            pulls.append(load(i, at(i, c, -1)))
         stores.append(store(i, f"g{i}"))
-    if streaming == "swap":
+    # float16: this node's hash for the step's random bits, keyed by its tiled identity
+    pulls = node_code(storage, lat, form) + pulls
+    if streaming == "swap":  # moves stored values as they are: no decoding, no rounding
         stores, collision = [], None
         pulls = [f"    {{ const int a = own + {i} * stride, b = {at(int(lat.opposite[i]), c, 1)};"
-                 f" const real t = fin[a]; fout[a] = fin[b]; fout[b] = t; }}"
+                 f" const store_t t = fin[a]; fout[a] = fin[b]; fout[b] = t; }}"
                  for i, c in enumerate(lat.c.tolist()) if tuple(c) > (0, 0, 0)]
     name = probe_name(lattice, precision, pad, halo, collision, incompressible, packed, streaming,
-                      code)
+                      code, storage)
     real = "double" if precision == "float64" else "float"
     if collision is None:
         collide = "\n".join(stores)
     else:
         collide = cuda_collision(collision).code(
-            lattice, incompressible, lambda x: c_literal(x, real),
-            store)
-    params = "".join(f",\n    const real {p}"
-                     for p in real_param_names(lattice, precision, collision, incompressible))
+            lattice, incompressible, lambda x: c_literal(x, real), store,
+            **({"kinetic": kinetic(form)} if form == "scaled" else {}))
+    params = "".join(f",\n    const real {p}" for p in real_param_names(
+        lattice, precision, collision, incompressible)) + storage_signature(storage)
     text = _TEMPLATE.read_text()
     if packed:  # the helpers of compact_probe.cu, then the packed kernel
         text = text[:text.index('extern "C"')] + _PACKED.read_text()
     indent = "    " if packed else ""  # the packed kernel's body sits in its node loop
     return Template(text).substitute(
-        namespace=name, kernel=name, real=real, q=lat.q, pad=pad, halo="true" if halo else "false",
+        namespace=name, kernel=name, real=real, q=lat.q, storage_code=storage_code(storage),
+        storage_prologue=counter_code(storage, mode, phase_code(streaming)), pad=pad,
+        halo="true" if halo else "false",
         axis_tables="" if halo else _AXIS_TABLES, pulls=_indent(pulls, indent),
         collide=_indent(collide.split("\n"), indent), real_params=params, packed=packed,
         restrict="__restrict__" if streaming == "pull" else "",

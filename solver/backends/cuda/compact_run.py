@@ -6,6 +6,11 @@ converts at its edges: populations go in and come out in the tiled XYZ layout th
 solver uses (solid nodes at the rest equilibrium, as every backend keeps them), so fields and
 checkpoints need not know. The array module (CuPy, or NumPy with an emulated launcher in the
 CPU tests) and the launcher are arguments; by default CuPy and the compiled kernel.
+
+With float16 storage (:mod:`solver.storage`) the copies hold the binary16 bits the tiled run
+holds, encoded and decoded the same way, and the kernels take the same two-slot step counter
+(``seeds``, slot = ``current``: copy 0 lies below copy 1 in one array, as the tiled copies do),
+so a compact float16 run draws the tiled run's random bits and stores its values.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from .compact import (
     probe_source,
     sector_pad,
 )
-from .kernels import KernelVariant, kernel_source
+from .kernels import KernelVariant, kernel_source, real_args
 from .tables import physics_args
 
 __all__ = ["CompactRun", "CompactProbe", "Launcher", "edge_nodes", "EDGE_BYTES"]
@@ -94,13 +99,13 @@ class CompactRun:
         self.use_graphs = self.cuda is not None
         self.loaded: set[str] = set()  # kernels launched once (loading is not capturable)
         self.launcher = launcher or _cupy_launcher
-        pad = pad or sector_pad(problem.dtype.itemsize)
+        pad = pad or sector_pad(problem.storage_dtype.itemsize)
         #: The kernel of each phase (in place: AA pattern, :mod:`.streaming`; two copies: one).
         self.variants = [replace(KernelVariant.for_problem(problem, "full", phase), compact=pad,
                                  packed=packed, code=code).canonical() for phase in (0, 1)]
         self.variant = self.variants[0]
         self.in_place = problem.population_copies == 1
-        kernel_source(self.variant)  # ValueError: boundary code, float16 storage, 2D
+        kernel_source(self.variant)  # ValueError: boundary code, 2D
         self.compact = CompactTiling(problem.tiling, pad)
         q = problem.lattice.q
         self.compact.check_int32(q)
@@ -111,10 +116,16 @@ class CompactRun:
                        xp.asarray(np.ascontiguousarray(t.tile_map.transpose(),
                                                        dtype=np.int32).ravel()))
         self.ints = tuple(np.int32(v) for v in self.compact.int_args(problem.periodic))
-        self.reals = tuple(physics_args(problem))
+        self.physics = list(physics_args(problem))
+        self.reals = tuple(real_args(self.variant, self.physics))
         self.edge = tuple(xp.asarray(a) for a in edge_nodes(self.compact, q))
-        self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype)
-                  for _ in range(problem.population_copies)]
+        # One array, copy 0 first: the float16 step counter's slot is the copy a launch reads
+        # (fin < fout), so slot = current, as in the tiled state.
+        copies = xp.zeros((problem.population_copies, q * self.compact.n_slots),
+                          dtype=problem.storage_dtype)
+        self.f = [copies[c] for c in range(problem.population_copies)]
+        #: float16 storage: the kernels' two-slot step counter (uint32), None otherwise.
+        self.seeds = xp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         self.current = 0
         self.tiles_per_block = min(tiles_per_block, 4) if code.registers else tiles_per_block
         self.set_populations(problem.initial_populations())
@@ -124,25 +135,35 @@ class CompactRun:
         are not stored."""
         self._natural()  # in place: the values arrive in the natural layout (phase 0)
         at, block, tiled = self.edge
-        q = self.problem.lattice.q
+        q, storage = self.problem.lattice.q, self.problem.storage
         # Index of each fluid node in one direction's (n_tiles, 64) block: tile * 64 + node.
         node = (tiled // (q * 64)) * 64 + tiled % (q * 64)
         # One direction at a time, host or device input: no tiled copy of all populations
         # (the peak memory of a compact run is its readout's, solver.memory.device_bytes).
+        # Encoded as the tiled state encodes (float64 input that is exactly a stored value, a
+        # checkpoint's, stores as that value), with direction i's shift.
         for i in range(q):
-            column = self.xp.asarray(f[:, i, :], dtype=self.problem.dtype).ravel()
-            self.f[self.current][at + i * block] = column[node]
+            column = self.xp.asarray(f[:, i, :]).ravel()[node]
+            one = replace(storage, shift=storage.shift[i:i + 1])
+            self.f[self.current][at + i * block] = one.encode(column[None, :], self.xp)[0]
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 
     def device_populations(self):
         """Latest populations in the tiled XYZ layout (n_tiles, q, 64), arithmetic precision,
         an array of ``xp`` (solid nodes at the rest equilibrium)."""
+        return self.problem.storage.decode(self.stored_populations(), self.xp)
+
+    def stored_populations(self):
+        """Latest populations in the tiled XYZ layout (n_tiles, q, 64) as stored (float16
+        storage: binary16, decoded by ``problem.storage``), an array of ``xp``; solid nodes
+        hold the stored rest equilibrium (binary16 zero with float16 storage)."""
         self._natural()
         p, xp = self.problem, self.xp
-        rest = xp.asarray(p.rest_populations().astype(p.dtype))
-        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=p.dtype)
-        out[...] = rest[None, :, None]
+        rest = p.storage.encode(p.rest_populations()[:, None])[:, 0]
+        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile),
+                       dtype=p.storage_dtype)
+        out[...] = xp.asarray(rest)[None, :, None]
         at, block, tiled = self.edge
         flat, latest = out.reshape(-1), self.f[self.current]
         for i in range(p.lattice.q):
@@ -152,15 +173,21 @@ class CompactRun:
     def populations(self) -> np.ndarray:
         """Latest populations, tiled XYZ (n_tiles, q, 64), float64 on the host; solid nodes at
         the rest equilibrium."""
-        out = self.device_populations()
+        out = self.stored_populations()
         host = out.get() if hasattr(out, "get") else np.asarray(out)
-        return host.astype(np.float64)
+        return self.problem.storage.exact(host)  # float16: exactly the stored values
+
+    def set_step(self, step: int) -> None:
+        """Set the float16 stochastic-rounding step counter the next launch reads (resume)."""
+        if self.seeds is not None:
+            self.seeds[self.current] = np.uint32(step & 0xFFFFFFFF)
 
     def _natural(self) -> None:
         """Wait for the queued steps; in place in phase 1, first decode the copy where it lies
         (one 'swap' launch): phase 0 steps on to the same populations bit for bit."""
         if self.in_place and self.current == 1:
-            self._launch_variant(replace(self.variant, mode="swap").canonical(), None)
+            swap = replace(self.variant, mode="swap").canonical()
+            self._launch_variant(swap, tuple(real_args(swap, self.physics)))
             self.current = 0
         self.synchronize()
 
@@ -173,7 +200,7 @@ class CompactRun:
         self._launch_variant(self.variants[self.current if self.in_place else 0], self.reals)
         self.current = 1 - self.current  # two copies: the other copy; in place: the phase
 
-    def _launch_variant(self, variant: KernelVariant, reals: tuple | None) -> None:
+    def _launch_variant(self, variant: KernelVariant, reals: tuple) -> None:
         tpb, k = self.tiles_per_block, variant.packed
         blocks = -(-self.problem.tiling.n_tiles // (k or tpb))
         src, dst = (self.f[0], self.f[0]) if self.in_place else \
@@ -182,7 +209,8 @@ class CompactRun:
         with self.stream if self.stream is not None else nullcontext():
             self.launcher(variant, blocks, packed_threads(k) if k else 64 * tpb,
                           probe_shared_bytes(tpb, True, k),
-                          (src, dst, *self.tables, *self.ints, *(reals or ())))
+                          (src, dst, *self.tables, *self.ints, *reals,
+                           *(() if self.seeds is None else (self.seeds,))))
 
     def _graph(self):
         """A captured graph of GRAPH_STEPS launches from the current copy, or None (the kernel
@@ -244,13 +272,16 @@ class CompactRun:
 
     def release(self) -> None:
         """Drop the device arrays (the caller frees its memory pool)."""
-        self.f, self.tables, self.edge, self.graphs = [], (), (), {}
+        self.f, self.tables, self.edge, self.graphs, self.seeds = [], (), (), {}, None
 
     def memory_bytes(self) -> int:
-        """Device bytes of the copies (one or two), the tables and the edge conversion tables."""
-        return self.compact.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize,
+        """Device bytes of the copies (one or two; float16 storage: 2 bytes a value), the
+        tables, the edge conversion tables and the float16 step counter."""
+        return self.compact.memory_bytes(self.problem.lattice.q,
+                                         self.problem.storage_dtype.itemsize,
                                          self.problem.population_copies) \
-            + sum(int(a.nbytes) for a in self.edge)
+            + sum(int(a.nbytes) for a in self.edge) \
+            + (0 if self.seeds is None else int(self.seeds.nbytes))
 
 
 class CompactProbe:

@@ -17,9 +17,16 @@ from ...values import ConfigError
 from .compact import CompactCode
 from .kernels import KernelVariant, kernel_source
 
-__all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_PAD",
+__all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW",
+           "AUTO_COMPACT_BELOW_FLOAT16", "storage_label", "COMPACT_PAD",
            "COMPACT_PACKED", "COMPACT_CODE"]
 
+#: float16 storage (float32 arithmetic, binary16 values) has its own crossover: 0 keeps every
+#: float16 run on the tiled storage under 'auto' until the compact float16 kernel is timed
+#: against the tiled one ('compact' runs it meanwhile). To be set from the H100 rows "BGK
+#: incompressible, float16, tiled / compact" of ``python -m solver bench --tile-storage tiled
+#: compact --precision float16`` (the eta_t where compact stops winning).
+AUTO_COMPACT_BELOW_FLOAT16 = 0.0
 #: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
 #: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-ch-0654955-compact.md (full
 #: BGK step, fraction of the fluid-only limit, tiled -> compact 'exact halo inner'): float32
@@ -27,7 +34,7 @@ __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_
 #: at 0.97; float64 0.653 -> 0.902 at 0.50, 0.872 -> 0.919 at 0.81, 0.919 -> 0.907 at 0.90. So
 #: float32 gains up to eta_t ~0.92 and float64 up to ~0.875 (as in the earlier 9c8bdb3 run);
 #: the thresholds sit at those crossovers (compact also needs less memory, never more).
-AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875}
+AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875, "float16": AUTO_COMPACT_BELOW_FLOAT16}
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
 COMPACT_PAD = 1
@@ -62,6 +69,11 @@ class TileStorage:
         return self.kind == "compact"
 
 
+def storage_label(problem: Problem) -> str:
+    """Key of :data:`AUTO_COMPACT_BELOW`: 'float16' for float16 storage, else the precision."""
+    return "float16" if problem.storage.encoded else problem.dtype.name
+
+
 def _refusal(problem: Problem) -> str | None:
     """Why the compact kernel cannot step ``problem``, or None."""
     if problem.owned is not None:
@@ -91,7 +103,8 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
         choice = TileStorage("tiled", "tile_storage='tiled'")
     else:
         why = _refusal(problem)
-        eta, limit = problem.tiling.eta_t, AUTO_COMPACT_BELOW.get(problem.dtype.name, 0.0)
+        label = storage_label(problem)
+        eta, limit = problem.tiling.eta_t, AUTO_COMPACT_BELOW.get(label, 0.0)
         if asked == "compact":
             if why:
                 raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
@@ -106,6 +119,9 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
         elif problem.lattice.name not in _AUTO_LATTICES:
             choice = TileStorage("tiled", f"auto: compact storage is timed for "
                                  f"{', '.join(_AUTO_LATTICES)} only, not {problem.lattice.name}")
+        elif limit <= 0.0:
+            choice = TileStorage("tiled", f"auto: compact {label} storage is not timed yet; "
+                                 "tile_storage='compact' runs it")
         elif eta >= limit:
             choice = TileStorage("tiled", f"auto: eta_t {eta:.3f} not below {limit} "
                                  f"({problem.lattice.name}, {problem.dtype.name})")

@@ -22,6 +22,7 @@
 namespace ${namespace} {
 
 typedef ${real} real;
+${storage_code}  // store_t: a stored value (real, or float16 storage's binary16 bits)
 typedef unsigned long long mask_t;
 
 constexpr int Q = ${q};      // discrete velocities
@@ -226,13 +227,13 @@ __device__ __forceinline__ void fill_general(
 }
 
 extern "C" __global__ void ${launch_bounds}${kernel}(
-    const real* ${restrict} fin, real* ${restrict} fout,
+    const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
     int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,
     int offx, int offy, int offz, int periodic${real_params})
 {
-    extern __shared__ int lbm_smem[];
+${storage_prologue}    extern __shared__ int lbm_smem[];
     const int n = threadIdx.x % NPT;
     const int local_tile = threadIdx.x / NPT;
     const int tile = blockIdx.x * (blockDim.x / NPT) + local_tile;
