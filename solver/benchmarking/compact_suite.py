@@ -24,7 +24,8 @@ from datetime import date
 import numpy as np
 
 from ..backends.cuda.compact import CompactCode, CompactTiling, sector_pad
-from ..backends.cuda.compact_run import CompactProbe, CompactRun
+from ..backends.cuda.compact_run import CompactRun
+from ..backends.cuda.compact_timing import CompactProbe
 from ..config import GPU_LAYOUTS
 from .cases import BenchCase, git_commit, sphere_pack
 from .gpu_suite import _problem, pack_cases, rock_case

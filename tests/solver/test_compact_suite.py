@@ -231,7 +231,7 @@ def test_compact_run_refuses_what_the_kernel_lacks() -> None:
 def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     """CompactProbe as the GPU script drives it (module, launches, graph capture and replay,
     events), with CuPy replaced by NumPy and the emulator: n timed launches are n pulls."""
-    from solver.backends.cuda.compact_run import CompactProbe
+    from solver.backends.cuda.compact_timing import CompactProbe
 
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)

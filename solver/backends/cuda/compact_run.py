@@ -24,21 +24,20 @@ from dataclasses import replace
 import numpy as np
 
 from ...problem import Problem
-from .capture import CAPTURE_LOCK, capture_graph
+from ...storage import Storage
+from .capture import capture_graph
 from .compact import (
     DEFAULT_CODE,
     CompactCode,
     CompactTiling,
     packed_threads,
-    probe_name,
     probe_shared_bytes,
-    probe_source,
     sector_pad,
 )
 from .kernels import KernelVariant, kernel_source, real_args
 from .tables import physics_args
 
-__all__ = ["CompactRun", "CompactProbe", "Launcher", "edge_nodes", "EDGE_BYTES"]
+__all__ = ["CompactRun", "Launcher", "edge_nodes", "EDGE_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +69,11 @@ def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, 
 
 #: Device bytes per fluid node of :func:`edge_nodes`' tables (tiled index int32).
 EDGE_BYTES = 12
+
+
+def _one(storage: Storage, i: int) -> Storage:
+    """``storage`` of direction i alone (its shift): encodes and decodes arrays (1, n)."""
+    return replace(storage, shift=storage.shift[i:i + 1])
 
 
 class CompactRun:
@@ -144,30 +148,38 @@ class CompactRun:
         # checkpoint's, stores as that value), with direction i's shift.
         for i in range(q):
             column = self.xp.asarray(f[:, i, :]).ravel()[node]
-            one = replace(storage, shift=storage.shift[i:i + 1])
-            self.f[self.current][at + i * block] = one.encode(column[None, :], self.xp)[0]
+            self.f[self.current][at + i * block] = _one(storage, i).encode(column[None, :],
+                                                                             self.xp)[0]
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 
     def device_populations(self):
         """Latest populations in the tiled XYZ layout (n_tiles, q, 64), arithmetic precision,
-        an array of ``xp`` (solid nodes at the rest equilibrium)."""
-        return self.problem.storage.decode(self.stored_populations(), self.xp)
+        an array of ``xp`` (solid nodes at the rest equilibrium). float16 storage: decoded as
+        the tiled state decodes, direction by direction (no stored tiled copy on the way)."""
+        storage = self.problem.storage
+        return self._tiled(self.problem.dtype, self.problem.rest_populations(),
+                           lambda i, v: _one(storage, i).decode(v[None, :], self.xp)[0])
 
     def stored_populations(self):
         """Latest populations in the tiled XYZ layout (n_tiles, q, 64) as stored (float16
         storage: binary16, decoded by ``problem.storage``), an array of ``xp``; solid nodes
         hold the stored rest equilibrium (binary16 zero with float16 storage)."""
+        p = self.problem
+        return self._tiled(p.storage_dtype, p.storage.encode(p.rest_populations()[:, None])[:, 0],
+                           lambda i, v: v)
+
+    def _tiled(self, dtype, rest, convert):
+        """A tiled XYZ copy (n_tiles, q, 64) of ``dtype``: ``rest`` (q,) in solid nodes,
+        ``convert(i, values)`` of the stored values of direction i in fluid nodes."""
         self._natural()
         p, xp = self.problem, self.xp
-        rest = p.storage.encode(p.rest_populations()[:, None])[:, 0]
-        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile),
-                       dtype=p.storage_dtype)
-        out[...] = xp.asarray(rest)[None, :, None]
+        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=dtype)
+        out[...] = xp.asarray(np.asarray(rest).astype(dtype))[None, :, None]
         at, block, tiled = self.edge
         flat, latest = out.reshape(-1), self.f[self.current]
         for i in range(p.lattice.q):
-            flat[tiled + i * 64] = latest[at + i * block]
+            flat[tiled + i * 64] = convert(i, latest[at + i * block])
         return out
 
     def populations(self) -> np.ndarray:
@@ -282,105 +294,3 @@ class CompactRun:
                                          self.problem.population_copies) \
             + sum(int(a.nbytes) for a in self.edge) \
             + (0 if self.seeds is None else int(self.seeds.nbytes))
-
-
-class CompactProbe:
-    """One compact kernel (probe or full step, either addressing) on the device for timing:
-    two copies, CUDA events around launches (a captured graph of 16 launches where capture
-    works). The benchmark's twin of :class:`CompactRun`, which steps real runs."""
-
-    GRAPH_STEPS = 16
-
-    def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
-                 halo: bool = False, step: Problem | None = None, packed: int = 0,
-                 code: CompactCode = DEFAULT_CODE) -> None:
-        """``step``: run the full step of that problem's collision (its physics arguments)
-        instead of the propagation probe; ``packed`` K: the packed kernel (K tiles per block,
-        one thread per fluid node; launches ignore their tiles per block); ``code``: how the
-        kernel locates and reads its halo."""
-        import cupy as cp
-
-        self.cp, self.compact, self.q = cp, compact, q
-        compact.check_int32(q)
-        self.halo, self.packed = halo, packed
-        kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
-        name = probe_name("D3Q19", precision, compact.pad, halo, *kind, packed, code=code)
-        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind,
-                                                packed, code=code), options=("-std=c++17",))
-        self.reals = tuple(physics_args(step)) if step is not None else ()
-        self.kernel = module.get_function(name)
-        tiling = compact.tiling
-        self.tables = (cp.asarray(compact.masks.astype(np.uint64)),
-                       cp.asarray(compact.base.astype(np.int32)),
-                       cp.asarray(np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel()),
-                       cp.asarray(np.ascontiguousarray(tiling.tile_map.transpose(),
-                                                       dtype=np.int32).ravel()))
-        self.ints = tuple(np.int32(v) for v in compact.int_args(periodic))
-        size = q * compact.n_slots
-        self.f = [cp.full(size, 0.05, dtype=precision), cp.full(size, 0.05, dtype=precision)]
-        self.current = 0
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.graphs: dict[int, object] = {}
-        self.use_graphs = True
-        cp.cuda.Device().synchronize()  # the fills ran on the default stream
-
-    def launch(self, tpb: int) -> None:
-        """One propagation from the current copy into the other."""
-        n_tiles = self.compact.tiling.n_tiles
-        src, dst = self.f[self.current], self.f[1 - self.current]
-        k = self.packed or tpb
-        threads = packed_threads(k) if self.packed else 64 * tpb
-        with self.stream:
-            self.kernel((-(-n_tiles // k),), (threads,), (src, dst, *self.tables, *self.ints,
-                                                          *self.reals),
-                        shared_mem=probe_shared_bytes(tpb, self.halo, self.packed))
-        self.current = 1 - self.current
-
-    def upload(self, values: np.ndarray, copy: int) -> None:
-        """Overwrite copy ``copy`` (0 or 1) with host values (all slots, padding included)."""
-        self.f[copy][...] = self.cp.asarray(values)
-        self.cp.cuda.Device().synchronize()  # the upload ran on the default stream
-
-    def download(self, copy: int) -> np.ndarray:
-        """Copy ``copy`` on the host, after the launches queued so far."""
-        self.stream.synchronize()
-        return self.cp.asnumpy(self.f[copy])
-
-    def _graph(self, tpb: int):
-        if not self.use_graphs:
-            return None
-        if tpb not in self.graphs:
-            self.launch(tpb)  # loads the kernel outside the capture
-            self.launch(tpb)
-            self.stream.synchronize()
-            try:
-                self.graphs[tpb] = capture_graph(self.stream, lambda: self.launch(tpb),
-                                                 self.GRAPH_STEPS)
-            except Exception as exc:  # capture unsupported: plain launches
-                log.warning("graph capture failed (%s); plain launches", exc)
-                self.use_graphs = False
-                return None
-        return self.graphs[tpb]
-
-    def time(self, n: int, tpb: int) -> float:
-        """Seconds of ``n`` launches (CUDA events)."""
-        cp = self.cp
-        graph = self._graph(tpb) if n >= self.GRAPH_STEPS else None
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        done = 0
-        with self.stream:
-            start.record(self.stream)
-            while graph is not None and n - done >= self.GRAPH_STEPS:
-                graph.launch(self.stream)  # an even number of launches: copies end as they began
-                done += self.GRAPH_STEPS
-            for _ in range(n - done):
-                self.launch(tpb)
-            end.record(self.stream)
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3
-
-    def release(self) -> None:
-        """Free the device arrays."""
-        self.f, self.tables, self.graphs = [], (), {}
-        with CAPTURE_LOCK:  # not while a run on another thread captures a graph
-            self.cp.get_default_memory_pool().free_all_blocks()
