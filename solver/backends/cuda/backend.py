@@ -305,9 +305,9 @@ class CupyBackend:
 
     def populations(self, state: CupyState) -> np.ndarray:
         """Latest populations, host float64 (n_tiles, q, a**d) in XYZ order, as stored."""
-        run = isinstance(state, CompactRun)
-        stored = state.stored_populations() if run else self._stored(state)
-        return cp.asnumpy(state.problem.storage.exact(stored, cp))
+        if isinstance(state, CompactRun):  # exact values on the host, not the device
+            return state.populations()
+        return cp.asnumpy(state.problem.storage.exact(self._stored(state), cp))
 
     def device_populations(self, state: CupyState) -> cp.ndarray:
         """Latest populations on the device, XYZ order, arithmetic precision (maybe a view)."""
