@@ -346,7 +346,9 @@ class CupyBackend:
 
     def set_step(self, state: CupyState, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding (on resume)."""
-        if getattr(state, "seeds", None) is not None:  # float16 storage (tiled or compact)
+        if isinstance(state, CompactRun):  # written before its stream's next step
+            return state.set_step(step)
+        if getattr(state, "seeds", None) is not None:  # float16 storage
             state.seeds[state.current] = np.uint32(step & 0xFFFFFFFF)
 
     def device_info(self) -> DeviceInfo:

@@ -192,7 +192,10 @@ class CompactRun:
     def set_step(self, step: int) -> None:
         """Set the float16 stochastic-rounding step counter the next launch reads (resume)."""
         if self.seeds is not None:
+            self.synchronize()  # after the queued steps, which advance the counter
             self.seeds[self.current] = np.uint32(step & 0xFFFFFFFF)
+            if self.cuda is not None:  # written on the default stream, before the next step
+                self.cuda.Device().synchronize()
 
     def _natural(self) -> None:
         """Wait for the queued steps; in place in phase 1, first decode the copy where it lies
