@@ -172,6 +172,18 @@ def test_compact_accepts_float16_and_auto_keeps_it_tiled_until_timed() -> None:
     assert choose_tile_storage(float32).compact  # the float32 rule is unchanged
 
 
+def test_float16_has_its_own_packed_setting(monkeypatch) -> None:
+    """COMPACT_PACKED_FLOAT16 sets the float16 compact kernel (the lead sets it after timing)
+    without touching float32's."""
+    from solver.backends.cuda import tile_storage
+
+    monkeypatch.setattr(tile_storage, "COMPACT_PACKED_FLOAT16", 4)
+    assert choose_tile_storage(_problem()).packed == 4
+    single = replace(make_problem("D3Q19", "float32", "BGK", offset=(1, 2, 3)),
+                     tile_storage="compact")
+    assert choose_tile_storage(single).packed == tile_storage.COMPACT_PACKED == 0
+
+
 def test_compact_float16_memory_counts_two_byte_values() -> None:
     """The estimate (solver.memory) counts 2 bytes a stored value and the float32 tiled copy
     a readout decodes into (device_populations, one direction at a time: no binary16 copy on

@@ -19,7 +19,7 @@ from .kernels import KernelVariant, kernel_source
 
 __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW",
            "AUTO_COMPACT_BELOW_FLOAT16", "storage_label", "COMPACT_PAD",
-           "COMPACT_PACKED", "COMPACT_CODE"]
+           "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE"]
 
 #: float16 storage (float32 arithmetic, binary16 values) has its own crossover: 0 keeps every
 #: float16 run on the tiled storage under 'auto' until the compact float16 kernel is timed
@@ -42,6 +42,11 @@ COMPACT_PAD = 1
 #: per-node kernel: in that run packed 4 lost to the per-node inner code at every case
 #: (float32 0.687 vs 0.775 at eta_t 0.50).
 COMPACT_PACKED = 0
+#: The same for float16 storage, whose compact kernel issues 28 % more instructions per node
+#: (sm_90 BGK: 504 vs 393) on half the bytes, so instruction issue may bind it where the
+#: packed kernel (every lane a fluid node) helps: set from ``benchmarks/compact_probe.py
+#: --precision float16`` ("compact BGK exact halo inner packed 4/8" against "... inner").
+COMPACT_PACKED_FLOAT16 = 0
 #: How the compact kernel locates and reads its halo (CompactCode). The inner-tile column fill
 #: won in that run (float32 0.634 -> 0.775, float64 0.853 -> 0.902 at eta_t 0.50); paired
 #: shared loads were level or slower (0.755, 0.890) and the register caps lost (r32 0.546,
@@ -74,6 +79,11 @@ def storage_label(problem: Problem) -> str:
     return "float16" if problem.storage.encoded else problem.dtype.name
 
 
+def _packed(problem: Problem) -> int:
+    """Packed tiles per block of ``problem``'s compact kernel (0: one thread per tile node)."""
+    return COMPACT_PACKED_FLOAT16 if storage_label(problem) == "float16" else COMPACT_PACKED
+
+
 def _refusal(problem: Problem) -> str | None:
     """Why the compact kernel cannot step ``problem``, or None."""
     if problem.owned is not None:
@@ -85,7 +95,7 @@ def _refusal(problem: Problem) -> str | None:
                f"{problem.tiling.a})"
     try:
         kernel_source(replace(KernelVariant.for_problem(problem), compact=COMPACT_PAD,
-                              packed=COMPACT_PACKED, code=COMPACT_CODE))
+                              packed=_packed(problem), code=COMPACT_CODE))
     except ValueError as exc:
         return str(exc).removeprefix("Fluid-compacted storage does not support ").split(";")[0]
     return None
@@ -110,7 +120,7 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                 raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
                                   "tile_storage='tiled' (or 'auto').")
             choice = TileStorage("compact", "tile_storage='compact'", COMPACT_PAD,
-                                 COMPACT_PACKED, COMPACT_CODE)
+                                 _packed(problem), COMPACT_CODE)
         elif why:
             choice = TileStorage("tiled", f"auto: compact storage lacks this case ({why})")
         elif problem.streaming != "two-copy":  # AA on compact storage works; no timing yet
@@ -127,6 +137,6 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                                  f"({problem.lattice.name}, {problem.dtype.name})")
         else:
             choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD,
-                                 COMPACT_PACKED, COMPACT_CODE)
+                                 _packed(problem), COMPACT_CODE)
     problem.__dict__["_tile_storage"] = choice
     return choice
