@@ -2,8 +2,12 @@
 // and BGK/TRT/MRT collision with Guo forcing, the tiled kernel's code) on storage that holds
 // only the fluid nodes of each tile (issue 20: throughput that follows the fluid, not the tiles).
 //
-// This file is a template: solver/backends/cuda/compact.py fills it for one lattice, precision
-// and padding. No headers: it compiles unchanged under NVRTC, nvcc and the g++ emulator.
+// This file is a template: solver/backends/cuda/compact.py fills it for one lattice, precision,
+// storage and padding. No headers: it compiles unchanged under NVRTC, nvcc and the g++ emulator.
+// A stored value is a store_t: the arithmetic type, or with float16 storage the binary16 bits
+// of the tiled kernel (solver/backends/cuda/storage.py: decoded on load, rounded stochastically
+// on store with random bits keyed by the node's tiled identity tile * 64 + n and the step
+// counter fs_seed, exactly as the tiled kernel draws them).
 //
 // Storage (one copy): tile t owns the values [Q * base[t], Q * (base[t] + P_t)), P_t = its fluid
 // count popc(mask[t]) rounded up to PAD; direction i of its fluid node of rank r (the number of
