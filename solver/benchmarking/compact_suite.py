@@ -71,8 +71,9 @@ PACKED = 4
 #: float16 storage: (packed tiles per block, halo code) of the two-copy kernels timed as runs
 #: step them (CompactRun). Its kernels issue about 28 % more instructions per node than
 #: float32's (sm_90: 504 vs 393 for BGK) on half the bytes, so instruction issue binds them
-#: sooner: the packed kernel (every lane a fluid node) is timed next to the per-node one.
-FLOAT16_RUNS = ((0, INNER), (4, INNER), (8, INNER))
+#: sooner: the packed kernel (every lane a fluid node) and paired halo entries (one shared
+#: load per pull instead of two: 38 -> 19 LDS) are timed next to the per-node inner code.
+FLOAT16_RUNS = ((0, INNER), (0, INNER_PAIRED), (4, INNER), (8, INNER))
 
 
 @dataclass(frozen=True)

@@ -173,15 +173,21 @@ def test_compact_accepts_float16_and_auto_keeps_it_tiled_until_timed() -> None:
 
 
 def test_float16_has_its_own_packed_setting(monkeypatch) -> None:
-    """COMPACT_PACKED_FLOAT16 sets the float16 compact kernel (the lead sets it after timing)
-    without touching float32's."""
+    """COMPACT_PACKED_FLOAT16 / COMPACT_CODE_FLOAT16 set the float16 compact kernel (the lead
+    sets them after timing) without touching float32's."""
     from solver.backends.cuda import tile_storage
+    from solver.backends.cuda.compact import CompactCode
 
+    paired = CompactCode(inner=True, paired=True)
     monkeypatch.setattr(tile_storage, "COMPACT_PACKED_FLOAT16", 4)
-    assert choose_tile_storage(_problem()).packed == 4
+    monkeypatch.setattr(tile_storage, "COMPACT_CODE_FLOAT16", paired)
+    half = choose_tile_storage(_problem())
+    assert half.packed == 4 and half.code == paired
     single = replace(make_problem("D3Q19", "float32", "BGK", offset=(1, 2, 3)),
                      tile_storage="compact")
-    assert choose_tile_storage(single).packed == tile_storage.COMPACT_PACKED == 0
+    choice = choose_tile_storage(single)
+    assert choice.packed == tile_storage.COMPACT_PACKED == 0
+    assert choice.code == tile_storage.COMPACT_CODE == CompactCode(inner=True)
 
 
 def test_compact_float16_memory_counts_two_byte_values() -> None:

@@ -146,6 +146,7 @@ def test_float16_is_timed_as_runs_step_it(monkeypatch) -> None:
     assert not result["errors"], result["errors"]
     kernels = [r["kernel"] for r in result["results"]]
     assert kernels == ["tiled propagation", "tiled BGK", "compact BGK exact halo inner",
+                       "compact BGK exact halo inner paired",
                        "compact BGK exact halo inner packed 4",
                        "compact BGK exact halo inner packed 8", "compact BGK exact halo in place",
                        "compact BGK exact halo inner paired in place"]

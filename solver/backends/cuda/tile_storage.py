@@ -19,7 +19,7 @@ from .kernels import KernelVariant, kernel_source
 
 __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW",
            "AUTO_COMPACT_BELOW_FLOAT16", "storage_label", "COMPACT_PAD",
-           "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE"]
+           "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
 #: float16 storage (float32 arithmetic, binary16 values) has its own crossover: 0 keeps every
 #: float16 run on the tiled storage under 'auto' until the compact float16 kernel is timed
@@ -42,16 +42,19 @@ COMPACT_PAD = 1
 #: per-node kernel: in that run packed 4 lost to the per-node inner code at every case
 #: (float32 0.687 vs 0.775 at eta_t 0.50).
 COMPACT_PACKED = 0
-#: The same for float16 storage, whose compact kernel issues 28 % more instructions per node
-#: (sm_90 BGK: 504 vs 393) on half the bytes, so instruction issue may bind it where the
-#: packed kernel (every lane a fluid node) helps: set from ``benchmarks/compact_probe.py
-#: --precision float16`` ("compact BGK exact halo inner packed 4/8" against "... inner").
+#: The same for float16 storage (and COMPACT_CODE_FLOAT16 below), whose compact kernel issues
+#: 28 % more instructions per node (sm_90 BGK: 504 vs 393) on half the bytes, so instruction
+#: issue may bind it where the packed kernel (every lane a fluid node) or paired halo entries
+#: help: set from ``benchmarks/compact_probe.py --precision float16`` (rows "compact BGK exact
+#: halo inner packed 4/8" and "... inner paired" against "... inner").
 COMPACT_PACKED_FLOAT16 = 0
 #: How the compact kernel locates and reads its halo (CompactCode). The inner-tile column fill
 #: won in that run (float32 0.634 -> 0.775, float64 0.853 -> 0.902 at eta_t 0.50); paired
 #: shared loads were level or slower (0.755, 0.890) and the register caps lost (r32 0.546,
 #: r48 0.509: spills).
 COMPACT_CODE = CompactCode(inner=True)
+#: float16 storage's halo code (see COMPACT_PACKED_FLOAT16): the float32 choice until timed.
+COMPACT_CODE_FLOAT16 = COMPACT_CODE
 #: Lattices whose compact kernel was timed (the thresholds above); others run compact only
 #: when asked for.
 _AUTO_LATTICES = ("D3Q19",)
@@ -79,9 +82,12 @@ def storage_label(problem: Problem) -> str:
     return "float16" if problem.storage.encoded else problem.dtype.name
 
 
-def _packed(problem: Problem) -> int:
-    """Packed tiles per block of ``problem``'s compact kernel (0: one thread per tile node)."""
-    return COMPACT_PACKED_FLOAT16 if storage_label(problem) == "float16" else COMPACT_PACKED
+def _kernel(problem: Problem) -> tuple[int, CompactCode]:
+    """Packed tiles per block (0: one thread per tile node) and halo code of ``problem``'s
+    compact kernel."""
+    if storage_label(problem) == "float16":
+        return COMPACT_PACKED_FLOAT16, COMPACT_CODE_FLOAT16
+    return COMPACT_PACKED, COMPACT_CODE
 
 
 def _refusal(problem: Problem) -> str | None:
@@ -94,8 +100,9 @@ def _refusal(problem: Problem) -> str | None:
         return f"it needs 3D tiles of edge 4 (this run: {problem.tiling.ndim}D, edge " \
                f"{problem.tiling.a})"
     try:
+        packed, code = _kernel(problem)
         kernel_source(replace(KernelVariant.for_problem(problem), compact=COMPACT_PAD,
-                              packed=_packed(problem), code=COMPACT_CODE))
+                              packed=packed, code=code))
     except ValueError as exc:
         return str(exc).removeprefix("Fluid-compacted storage does not support ").split(";")[0]
     return None
@@ -120,7 +127,7 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                 raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
                                   "tile_storage='tiled' (or 'auto').")
             choice = TileStorage("compact", "tile_storage='compact'", COMPACT_PAD,
-                                 _packed(problem), COMPACT_CODE)
+                                 *_kernel(problem))
         elif why:
             choice = TileStorage("tiled", f"auto: compact storage lacks this case ({why})")
         elif problem.streaming != "two-copy":  # AA on compact storage works; no timing yet
@@ -137,6 +144,6 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                                  f"({problem.lattice.name}, {problem.dtype.name})")
         else:
             choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD,
-                                 _packed(problem), COMPACT_CODE)
+                                 *_kernel(problem))
     problem.__dict__["_tile_storage"] = choice
     return choice
