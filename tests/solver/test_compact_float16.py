@@ -112,11 +112,14 @@ def test_compact_float16_stores_the_tiled_bits(collision, fluid, tpb, packed) ->
 
 
 @needs_gxx
-def test_compact_float16_in_place_equals_two_copy_bit_for_bit() -> None:
-    """AA pattern on one compact float16 copy: after odd and even step counts (the swap
-    kernel decodes an odd phase and keeps the step counter) the bits equal the two-copy
-    run's, and the one copy is half the two-copy populations' bytes, 2 bytes a value."""
-    one, two = (_compact_run(_problem("TRT", streaming=s)) for s in ("in-place", "two-copy"))
+@pytest.mark.parametrize("packed", [0, 4])
+def test_compact_float16_in_place_equals_two_copy_bit_for_bit(packed) -> None:
+    """AA pattern on one compact float16 copy (per-node and packed kernels): after odd and
+    even step counts (the swap kernel decodes an odd phase and keeps the step counter) the
+    bits equal the two-copy run's, and the one copy is half the two-copy populations' bytes,
+    2 bytes a value."""
+    one, two = (_compact_run(_problem("TRT", streaming=s), packed)
+                for s in ("in-place", "two-copy"))
     assert len(one.f) == 1 and one.variants[0].streaming == "aa_neighbour"
     f0 = noisy_start(one.problem)
     for run in (one, two):
