@@ -14,7 +14,8 @@ the same bound for today's storage.
 
 Usage, from the repository root: ``python benchmarks/compact_probe.py --out DIR`` (estimated 3-4
 minutes on an H100: 7 cases, 2 and 4 tiles per block; ``--quick`` for a 1-minute smoke run on
-smaller cases).
+smaller cases; ``--precision float32 float16 --porosity 0.1 0.5`` for float16 storage against
+float32 on fewer packs).
 """
 
 from __future__ import annotations
@@ -114,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--quick", action="store_true", help="smaller cases (smoke run)")
+    parser.add_argument("--precision", nargs="+", default=list(CompactSuite.precisions),
+                        choices=["float32", "float64", "float16"],
+                        help="float16 = float16 storage (its kernels timed as runs step them)")
+    parser.add_argument("--porosity", type=float, nargs="*", default=None,
+                        help="sphere-pack porosities (default: the suite's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from solver.backends import get_backend, gpu_available
@@ -124,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     suite = (CompactSuite(porosities=(0.2, 0.8), pack_size=96, dense_size=128, rock_diameter=11)
              if args.quick else CompactSuite())
+    suite.precisions = tuple(args.precision)
+    if args.porosity is not None:
+        suite.porosities = tuple(args.porosity)
     args.out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
 

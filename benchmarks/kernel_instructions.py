@@ -86,6 +86,10 @@ for _prec in ("float32", "float64"):
                                    (" inner paired packed 4", _PAIRED, 4)):
         VARIANTS[f"compact BGK {_prec}{_label}"] = KernelVariant(
             "D3Q19", _prec, "BGK", True, "xyz", compact=1, packed=_packed, code=_code)
+for _kind, _streaming in (("", "pull"), (" in place (neighbour step)", "aa_neighbour")):
+    VARIANTS[f"compact BGK float16 storage inner{_kind}"] = KernelVariant(
+        "D3Q19", "float32", "BGK", True, "xyz", streaming=_streaming, storage="float16",
+        compact=1, code=_INNER)
 for _prec, _cap in (("float32", 32), ("float64", 48)):
     VARIANTS[f"compact BGK {_prec} inner r{_cap}"] = KernelVariant(
         "D3Q19", _prec, "BGK", True, "xyz", compact=1, code=CompactCode(inner=True, registers=_cap))

@@ -162,9 +162,10 @@ class SimulationConfig(param.Parameterized):
     tile_storage = param.Selector(objects=list(TILE_STORAGES), default="auto",
                                   doc="Tile storage on the GPU: 'tiled' keeps every node of a "
                                       "tile, 'compact' only its fluid nodes (faster and smaller "
-                                      "on porous media; no inlets/outlets, moving walls, "
-                                      "float16 or MPI), 'auto' compact where it pays (tile "
-                                      "utilisation below ~0.9) and can run. NumPy ignores it.")
+                                      "on porous media; no inlets/outlets, moving walls "
+                                      "or MPI), 'auto' compact where it pays (tile "
+                                      "utilisation below ~0.9; float16 storage: tiled until "
+                                      "timed) and can run. NumPy ignores it.")
 
     @property
     def viscosity(self) -> float:

@@ -117,9 +117,10 @@ def device_bytes(problem: Problem) -> int:
 
         storage = choose_tile_storage(problem)
         if storage.compact:
+            # the readout's tiled copy is decoded: arithmetic precision (float16 storage: 4 B)
             state = (CompactTiling(t, storage.pad).memory_bytes(q, value,
                                                                 problem.population_copies)
-                     + EDGE_BYTES * problem.n_fluid + nodes * q * value)
+                     + EDGE_BYTES * problem.n_fluid + nodes * q * problem.dtype.itemsize)
     return int(state + 2 * nodes + moments_bytes(problem))
 
 

@@ -2,7 +2,8 @@
 
 On the sphere packs of the paper's Table 6 (phi 0.1, 0.3, ..., 0.9, 192^3, d = 40), a rock-like
 pack of small grains (phi 0.2, eta_t about 0.5) and a dense periodic box, each in float32 and
-float64: fluid node updates per second of the tiled kernel (its propagation probe and the BGK
+float64 (and 'float16': float16 storage, timed as runs step it, :func:`_measure_runs`): fluid
+node updates per second of the tiled kernel (its propagation probe and the BGK
 step, best layout and tiles per block) and of the compact kernels
 (:mod:`solver.backends.cuda.compact`: only fluid nodes stored, popcount addressing, sources
 located once per tile halo node; direction blocks packed exactly, pad 1, or padded to whole
@@ -24,7 +25,8 @@ from datetime import date
 import numpy as np
 
 from ..backends.cuda.compact import CompactCode, CompactTiling, sector_pad
-from ..backends.cuda.compact_run import CompactProbe, CompactRun
+from ..backends.cuda.compact_run import CompactRun
+from ..backends.cuda.compact_timing import CompactProbe
 from ..config import GPU_LAYOUTS
 from .cases import BenchCase, git_commit, sphere_pack
 from .gpu_suite import _problem, pack_cases, rock_case
@@ -48,6 +50,7 @@ class CompactSuite:
     dense_size: int = 256
     #: Grain diameter of the rock-like case (phi 0.2, eta_t about 0.5 at 192^3); 0: none.
     rock_diameter: float = 22.0
+    #: Precision labels; 'float16' (float16 storage) times the kernels of FLOAT16_RUNS.
     precisions: tuple[str, ...] = ("float32", "float64")
     #: 1 tile per block won 3 of 88 compact timings on the H100 (085d55d): not timed.
     tiles_per_block: tuple[int, ...] = (2, 4)
@@ -65,6 +68,12 @@ INNER_CAPPED = {"float32": CompactCode(inner=True, registers=32),
                 "float64": CompactCode(inner=True, registers=48)}
 #: Tiles per block of the packed kernel timed (exact padding, halo addressing).
 PACKED = 4
+#: float16 storage: (packed tiles per block, halo code) of the two-copy kernels timed as runs
+#: step them (CompactRun). Its kernels issue about 28 % more instructions per node than
+#: float32's (sm_90: 504 vs 393 for BGK) on half the bytes, so instruction issue binds them
+#: sooner: the packed kernel (every lane a fluid node) and paired halo entries (one shared
+#: load per pull instead of two: 38 -> 19 LDS) are timed next to the per-node inner code.
+FLOAT16_RUNS = ((0, INNER), (0, INNER_PAIRED), (4, INNER), (8, INNER))
 
 
 @dataclass(frozen=True)
@@ -197,6 +206,10 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                              layout=best[2], tiles_per_block=best[3]))
     finally:
         backend.release(base)
+    if precision == "float16":  # the probe's kernels are float32/float64: runs instead
+        _measure_runs(case, problem, precision, suite, copy, rows)
+        _measure_in_place(case, problem, precision, suite, copy, rows)
+        return
     for step in (False, True):
         for kernel in compact_variants(precision, step):
             compact = CompactTiling(problem.tiling, kernel.pad)
@@ -217,6 +230,29 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                              slots_per_fluid_node=round(compact.n_slots / problem.n_fluid, 4),
                              graphs=probe.use_graphs))
     _measure_in_place(case, problem, precision, suite, copy, rows)
+
+
+def _measure_runs(case: BenchCase, problem, precision: str, suite: CompactSuite,
+                  copy: float, rows: list[dict]) -> None:
+    """The compact BGK step of each of FLOAT16_RUNS, two copies, as runs step it (CompactRun:
+    exact padding, captured graphs), best tiles per block (packed: its own)."""
+    from dataclasses import replace
+
+    for packed, code in FLOAT16_RUNS:
+        best = None
+        for tpb in (packed,) if packed else suite.tiles_per_block:
+            run = CompactRun(replace(problem, tile_storage="compact"), 1, tiles_per_block=tpb,
+                             packed=packed, code=code)
+            try:
+                steps, sec = _median_seconds(run.step, suite)
+            finally:
+                run.release()
+            if best is None or sec < best[1]:
+                best = (steps, sec, tpb)
+        label = " ".join(w for w in ("compact BGK exact halo", code.label,
+                                     f"packed {packed}" if packed else "") if w)
+        rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=1,
+                         tiles_per_block=best[2]))
 
 
 def _measure_in_place(case: BenchCase, problem, precision: str, suite: CompactSuite,

@@ -12,8 +12,9 @@ means float16 storage with float32 arithmetic (:mod:`solver.storage`; B = 2 q 2 
 f instead of two, each (precision, streaming) option on its own allocation.
 ``GpuSuite.tile_storages`` adds fluid-compacted storage ('compact': only the fluid nodes of each
 tile, :mod:`solver.backends.cuda.compact_run`): its full steps only (the probes and layouts are
-the tiled storage's), one allocation per kernel; options it cannot run (float16 storage) are
-listed under ``skipped`` with the reason.
+the tiled storage's), one allocation per kernel, every precision label float16 storage
+included; options it cannot run (boundary code, 2D) are listed under ``skipped`` with the
+reason.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def _measure_storages(backend, case, options, suite, info, tpbs_for, bar, skippe
                 continue
             try:
                 rows += _measure_compact(backend, case, precision, streaming, suite, info, bar)
-            except (ConfigError, ValueError) as exc:  # e.g. float16 storage: said, not timed
+            except (ConfigError, ValueError) as exc:  # e.g. boundary code: said, not timed
                 skipped.setdefault(f"{storage} {precision} {streaming}", str(exc))
     return rows
 

@@ -75,9 +75,9 @@ _LAUNCH = r"""
 #define __popcll(x) __builtin_popcountll(x)
 #define __popc(x) __builtin_popcount(x)
 """, r"""
-extern "C" void emu_compact(int grid, int block, const REAL* fin, REAL* fout,
+extern "C" void emu_compact(int grid, int block, const STORE* fin, STORE* fout,
     const unsigned long long* masks, const int* base, const int* tiles, const int* tile_map,
-    const int* ia, const REAL* ra)
+    const int* ia, const REAL* ra, unsigned int* seeds)
 {
     blockDim.x = block;
     std::barrier<> bar(block), end(block);
@@ -101,11 +101,15 @@ extern "C" void emu_compact(int grid, int block, const REAL* fin, REAL* fout,
 """
 
 
-def compile_compact(code: str, name: str, real: str, n_reals: int):
+def compile_compact(code: str, name: str, real: str, n_reals: int, half: bool = False):
     """The emulated launch of compact kernel ``name`` in ``code``: (blocks, threads, fin, fout,
-    masks, base, tiles, tile_map, ints, reals) with the 11 ints and ``n_reals`` reals packed."""
-    rargs = "".join(f", ra[{k}]" for k in range(n_reals))
-    src = (_SHIM + _LAUNCH[0] + code + f"\n#define REAL {real}\n#define KERNEL {name}::{name}\n"
+    masks, base, tiles, tile_map, ints, reals, seeds) with the 11 ints and ``n_reals`` reals
+    packed; ``half``: float16 storage (binary16 bits; the kernel also takes ``seeds``, its
+    step-counter pair)."""
+    rargs = "".join(f", ra[{k}]" for k in range(n_reals)) + (", seeds" if half else "")
+    store = "unsigned short" if half else real
+    src = (_SHIM + _LAUNCH[0] + code + f"\n#define REAL {real}\n#define STORE {store}\n"
+           f"#define KERNEL {name}::{name}\n"
            f"#define RARGS {rargs}\n" + _LAUNCH[1] + "\n// built with -fsanitize=alignment\n")
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
     lib = Path(tempfile.gettempdir()) / "lbm_kernel_emulator" / f"{name}_{key}.so"
@@ -122,17 +126,17 @@ def compile_compact(code: str, name: str, real: str, n_reals: int):
 
 def emulated(precision: str, pad: int, halo: bool, collision: str | None = None,
              incompressible: bool = True, packed: int = 0, streaming: str = "pull",
-             code: CompactCode = DEFAULT_CODE):
+             code: CompactCode = DEFAULT_CODE, storage: str = "auto"):
     """The emulated launch of one compact kernel (:func:`compile_compact`)."""
     if streaming == "swap":
         collision = None
     name = probe_name("D3Q19", precision, pad, halo, collision, incompressible, packed,
-                      streaming, code)
+                      streaming, code, storage)
     real = "double" if precision == "float64" else "float"
-    n_reals = len(real_param_names("D3Q19", precision, collision, incompressible))
+    n_reals = len(real_param_names("D3Q19", precision, collision, incompressible, storage))
     return compile_compact(probe_source("D3Q19", precision, pad, halo, collision,
-                                        incompressible, packed, streaming, code), name, real,
-                           n_reals)
+                                        incompressible, packed, streaming, code, storage), name,
+                           real, n_reals, storage == "float16")
 
 
 def _ptr(a: np.ndarray):
@@ -144,14 +148,15 @@ def emulator_launcher(variant, blocks, threads, shared, args) -> None:
     k = variant.packed
     assert shared == probe_shared_bytes(threads // 64, True, k)
     fin, fout, masks, base, tiles, tile_map, *rest = args
+    seeds = rest.pop() if variant.half else np.zeros(2, np.uint32)  # the last argument
     ints = np.array(rest[:11], dtype=np.int32)
-    reals = np.array(rest[11:] or [0.0], dtype=fin.dtype)
+    reals = np.array(rest[11:] or [0.0], dtype=variant.precision)
     run = emulated(variant.precision, variant.compact, True,
                    None if variant.mode != "full" else variant.collision,
                    variant.incompressible, k, "swap" if variant.mode == "swap" else
-                   variant.streaming, variant.code)
+                   variant.streaming, variant.code, variant.storage)
     run(ctypes.c_int(blocks), ctypes.c_int(threads), _ptr(fin), _ptr(fout), _ptr(masks),
-        _ptr(base), _ptr(tiles), _ptr(tile_map), _ptr(ints), _ptr(reals))
+        _ptr(base), _ptr(tiles), _ptr(tile_map), _ptr(ints), _ptr(reals), _ptr(seeds))
 
 
 class FakeCupy:
@@ -177,7 +182,8 @@ class FakeCupy:
                 reals = np.array(args[17:] or [0.0], dtype=fin.dtype)
                 run = compile_compact(self.code, self.name, real, n_reals)
                 run(ctypes.c_int(grid[0]), ctypes.c_int(block[0]), *(_ptr(a) for a in args[:6]),
-                    _ptr(np.array(args[6:17], dtype=np.int32)), _ptr(reals))
+                    _ptr(np.array(args[6:17], dtype=np.int32)), _ptr(reals),
+                    _ptr(np.zeros(2, np.uint32)))
                 fake.launches += 1
 
         class Module:

@@ -52,7 +52,6 @@ def test_auto_compacts_porous_runs_below_the_threshold_only() -> None:
 
 
 @pytest.mark.parametrize("options, words", [
-    ({"storage": "float16"}, "storage"),
     ({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure", "x_max_value": 1.0},
      "boundary code"),
     ({"lattice": "D2Q9"}, "3D tiles"),

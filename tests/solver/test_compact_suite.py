@@ -41,11 +41,15 @@ class _FakeBackend:
 
 
 class _FakeRun:
-    """CompactRun as the suite times it: 0.5e-5 s per step."""
+    """CompactRun as the suite times it: 0.5e-5 s per step (in place, or float16 storage)."""
+
+    made: list[tuple] = []
 
     def __init__(self, problem, pad=None, xp=None, launcher=None, tiles_per_block=2,
                  cuda=None, packed=0, code=None) -> None:
-        assert problem.streaming == "in-place" and problem.tile_storage == "compact"
+        assert problem.tile_storage == "compact"
+        assert problem.streaming == "in-place" or problem.storage.encoded
+        self.made.append((problem.storage_dtype.name, problem.streaming, packed))
 
     def step(self, n: int) -> float:
         return n * 0.5e-5
@@ -122,6 +126,35 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     assert len(broken["errors"]) == 6 and "Errors:" in script.markdown(broken)
     assert {r["kernel"] for r in broken["results"]} == {"tiled BGK", "tiled propagation"}
 
+
+
+def test_float16_is_timed_as_runs_step_it(monkeypatch) -> None:
+    """Precision label 'float16' (float16 storage): the tiled kernels, then the compact
+    kernels of FLOAT16_RUNS (per node and packed) and in place through CompactRun, against
+    the float16 fluid-only limit (2 bytes a value); the probe is not used."""
+    from solver.benchmarking import compact_suite
+
+    monkeypatch.setattr(compact_suite, "CompactProbe", None)  # would fail the case
+    monkeypatch.setattr(compact_suite, "CompactRun", _FakeRun)
+    monkeypatch.setattr(compact_suite, "check_on_device", lambda: [])
+    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: [])
+    _FakeRun.made = []
+    suite = compact_suite.CompactSuite(porosities=(0.5,), pack_size=24, diameter=8.0,
+                                       dense_size=0, rock_diameter=0, precisions=("float16",),
+                                       min_seconds=0.0, repeats=1)
+    result = compact_suite.run_compact_suite(_FakeBackend(), suite)
+    assert not result["errors"], result["errors"]
+    kernels = [r["kernel"] for r in result["results"]]
+    assert kernels == ["tiled propagation", "tiled BGK", "compact BGK exact halo inner",
+                       "compact BGK exact halo inner paired",
+                       "compact BGK exact halo inner packed 4",
+                       "compact BGK exact halo inner packed 8", "compact BGK exact halo in place",
+                       "compact BGK exact halo inner paired in place"]
+    assert {m for m in _FakeRun.made if m[1] == "two-copy"} == {
+        ("float16", "two-copy", k) for k in (0, 4, 8)}
+    for r in result["results"]:
+        assert r["precision"] == "float16"
+        assert r["limit_g_per_s"] == pytest.approx(3.0e12 / (2 * 19 * 2) / 1e9)
 
 
 class _EmulatedProbe:
@@ -219,8 +252,7 @@ def test_compact_run_refuses_what_the_kernel_lacks() -> None:
     from solver.problem import Problem
 
     solid = porous_solid((12, 12, 12))
-    for options, words in [({"storage": "float16", "precision": "float32"}, "storage"),
-                           ({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure",
+    for options, words in [({"x_min": "velocity", "x_min_value": 0.01, "x_max": "pressure",
                              "x_max_value": 1.0}, "boundary code")]:
         problem = Problem.from_config(solid, SimulationConfig(lattice="D3Q19", **options))
         with pytest.raises(ValueError, match=words):
@@ -232,7 +264,7 @@ def test_compact_run_refuses_what_the_kernel_lacks() -> None:
 def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     """CompactProbe as the GPU script drives it (module, launches, graph capture and replay,
     events), with CuPy replaced by NumPy and the emulator: n timed launches are n pulls."""
-    from solver.backends.cuda.compact_run import CompactProbe
+    from solver.backends.cuda.compact_timing import CompactProbe
 
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)

@@ -3,8 +3,10 @@
 ``tile_storage='compact'``/``'auto'`` makes :meth:`CupyBackend.allocate` return a
 :class:`~solver.backends.cuda.compact_run.CompactRun`; stepped through plain launches and
 captured graphs it must equal the NumPy backend, read fields and write checkpoints like the
-tiled storage, and report the bytes it allocated. The CPU twin (emulated kernels):
-test_compact_backend.py.
+tiled storage, and report the bytes it allocated. With float16 storage it must store the tiled
+float16 run's bits (same code, same step counter, random bits keyed by the tiled node) and
+checkpoints must resume bit for bit on either storage. The CPU twins (emulated kernels):
+test_compact_backend.py, test_compact_float16.py.
 """
 
 from __future__ import annotations
@@ -138,11 +140,14 @@ def test_compact_refused_with_boundary_code(backend):
         Simulation(porous_solid((16, 12, 12)), config).step(1)
 
 
-@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("precision", ["float32", "float64", "float16"])
 def test_compact_in_place_equals_two_copy_bit_for_bit(backend, precision):
     """streaming='in-place' on compact storage (AA pattern): one copy, after odd and even step
-    counts (graphs and launches; odd reads decode in place) the two-copy compact populations."""
-    problem = make_problem("D3Q19", precision, "TRT", "quasi-compressible", "xyz", 2)
+    counts (graphs and launches; odd reads decode in place) the two-copy compact populations
+    ('float16': float16 storage, float32 arithmetic)."""
+    storage = "float16" if precision == "float16" else "auto"
+    problem = make_problem("D3Q19", "float32" if storage == "float16" else precision, "TRT",
+                           "quasi-compressible", "xyz", 2, storage=storage)
     states = [backend.allocate(replace(problem, streaming=s, tile_storage="compact"))
               for s in ("in-place", "two-copy")]
     f0 = noisy_start(problem)
@@ -158,3 +163,74 @@ def test_compact_in_place_equals_two_copy_bit_for_bit(backend, precision):
                                                                       for f in states[1].f)
     for state in states:
         backend.release(state)
+
+
+def _half_tolerance(problem, ref: np.ndarray) -> float:
+    """A few binary16 steps of the largest stored deviation over 48 steps
+    (test_compact_float16.py's bound)."""
+    return 8 * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()
+
+
+@pytest.mark.parametrize("collision, fluid, tpb", [
+    ("BGK", "incompressible", 2), ("MRT", "incompressible", 1), ("TRT", "quasi-compressible", 4)])
+def test_compact_float16_stores_the_tiled_bits(backend, collision, fluid, tpb):
+    """Compact and tiled float16 runs of one problem, stepped alike (plain launches, graphs, a
+    resumed step counter), hold the same binary16 bits in every fluid node, and both stay
+    within a few binary16 steps of the NumPy reference."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    problem = make_problem("D3Q19", "float32", collision, fluid, "xyz", tpb, storage="float16")
+    states = [backend.allocate(replace(problem, tile_storage=s)) for s in ("compact", "tiled")]
+    compact, tiled = states
+    assert isinstance(compact, CompactRun) and compact.f[0].dtype == np.float16
+    f0 = noisy_start(problem)
+    for state in states:
+        backend.set_populations(state, as_stored(problem, f0))
+    fluid_nodes = np.broadcast_to(~problem.tiling.solid[:, None, :], f0.shape)
+    for counter in (None, 100):  # then a resume: both draw the bits of step 100 on
+        if counter is not None:
+            for state in states:
+                backend.set_step(state, counter)
+        for n in (1, 20, 3):  # plain, warm-up + graph + plain, plain
+            for state in states:
+                backend.step(state, n)
+            got, want = (backend.populations(s) for s in states)
+            differ = np.count_nonzero(got[fluid_nodes] != want[fluid_nodes])
+            assert differ == 0, f"{differ} of {fluid_nodes.sum()} fluid values differ"
+    ref = reference(problem, f0, 24, then_from_step=100)  # 24 steps, then 24 from step 100
+    assert np.abs(got - ref).max() <= _half_tolerance(problem, ref)
+    allocated = sum(int(a.nbytes) for a in (*compact.f, *compact.tables, *compact.edge,
+                                            compact.seeds))
+    assert compact.memory_bytes() == allocated
+    assert backend.memory_required(replace(problem, tile_storage="compact")) >= allocated
+    for state in states:
+        backend.release(state)
+
+
+def test_float16_checkpoint_of_a_compact_run_resumes_bit_for_bit(backend, tmp_path):
+    """A compact float16 run's checkpoint (exact float64 values, the step counter) resumes
+    on the compact and on the tiled storage to the very values the run reaches."""
+    from solver.config import SimulationConfig
+    from solver.io import read_checkpoint, restore
+    from solver.simulation import Simulation
+
+    solid = porous_solid((26, 15, 11))
+
+    def config(tile_storage):
+        return SimulationConfig(lattice="D3Q19", precision="float32", storage="float16",
+                                collision="BGK", backend="cupy", body_force=(2e-5, 0.0, 1e-6),
+                                tau=0.7, y_min="wall", y_max="wall", tile_storage=tile_storage)
+
+    run = Simulation(solid, config("compact"))
+    run.step(7)
+    path = run.save(tmp_path / "checkpoint.npz")
+    run.step(9)
+    final = run.populations()
+    for tile_storage in ("compact", "tiled"):
+        resumed = Simulation(solid, config(tile_storage))
+        restore(resumed, read_checkpoint(path))
+        assert resumed.time_step == 7
+        resumed.step(9)
+        np.testing.assert_array_equal(resumed.populations(), final)
+        resumed.close()
+    run.close()

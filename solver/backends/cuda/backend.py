@@ -308,9 +308,9 @@ class CupyBackend(StoredState):
 
     def populations(self, state: CupyState) -> np.ndarray:
         """Latest populations, host float64 (n_tiles, q, a**d) in XYZ order, as stored."""
-        run = isinstance(state, CompactRun)  # compact: never float16
-        stored = state.device_populations() if run else self._stored(state)
-        return cp.asnumpy(state.problem.storage.exact(stored, cp))
+        if isinstance(state, CompactRun):  # exact values on the host, not the device
+            return state.populations()
+        return cp.asnumpy(state.problem.storage.exact(self._stored(state), cp))
 
     def device_populations(self, state: CupyState) -> cp.ndarray:
         """Latest populations on the device, XYZ order, arithmetic precision (maybe a view)."""
@@ -349,7 +349,9 @@ class CupyBackend(StoredState):
 
     def set_step(self, state: CupyState, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding (on resume)."""
-        if getattr(state, "seeds", None) is not None:  # float16 storage (never compact)
+        if isinstance(state, CompactRun):  # written before its stream's next step
+            return state.set_step(step)
+        if getattr(state, "seeds", None) is not None:  # float16 storage
             state.seeds[state.current] = np.uint32(step & 0xFFFFFFFF)
 
     def device_info(self) -> DeviceInfo:

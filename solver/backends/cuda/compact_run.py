@@ -6,6 +6,11 @@ converts at its edges: populations go in and come out in the tiled XYZ layout th
 solver uses (solid nodes at the rest equilibrium, as every backend keeps them), so fields and
 checkpoints need not know. The array module (CuPy, or NumPy with an emulated launcher in the
 CPU tests) and the launcher are arguments; by default CuPy and the compiled kernel.
+
+With float16 storage (:mod:`solver.storage`) the copies hold the binary16 bits the tiled run
+holds, encoded and decoded the same way, and the kernels take the same two-slot step counter
+(``seeds``, slot = ``current``: copy 0 lies below copy 1 in one array, as the tiled copies do),
+so a compact float16 run draws the tiled run's random bits and stores its values.
 """
 
 from __future__ import annotations
@@ -19,21 +24,20 @@ from dataclasses import replace
 import numpy as np
 
 from ...problem import Problem
-from .capture import CAPTURE_LOCK, capture_graph
+from ...storage import Storage
+from .capture import capture_graph
 from .compact import (
     DEFAULT_CODE,
     CompactCode,
     CompactTiling,
     packed_threads,
-    probe_name,
     probe_shared_bytes,
-    probe_source,
     sector_pad,
 )
-from .kernels import KernelVariant, kernel_source
+from .kernels import KernelVariant, kernel_source, real_args
 from .tables import physics_args
 
-__all__ = ["CompactRun", "CompactProbe", "Launcher", "edge_nodes", "EDGE_BYTES"]
+__all__ = ["CompactRun", "Launcher", "edge_nodes", "EDGE_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,11 @@ def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, 
 EDGE_BYTES = 12
 
 
+def _one(storage: Storage, i: int) -> Storage:
+    """``storage`` of direction i alone (its shift): encodes and decodes arrays (1, n)."""
+    return replace(storage, shift=storage.shift[i:i + 1])
+
+
 class CompactRun:
     """Two compact copies of ``problem``'s populations on the device, stepped two-copy.
 
@@ -94,13 +103,13 @@ class CompactRun:
         self.use_graphs = self.cuda is not None
         self.loaded: set[str] = set()  # kernels launched once (loading is not capturable)
         self.launcher = launcher or _cupy_launcher
-        pad = pad or sector_pad(problem.dtype.itemsize)
+        pad = pad or sector_pad(problem.storage_dtype.itemsize)
         #: The kernel of each phase (in place: AA pattern, :mod:`.streaming`; two copies: one).
         self.variants = [replace(KernelVariant.for_problem(problem, "full", phase), compact=pad,
                                  packed=packed, code=code).canonical() for phase in (0, 1)]
         self.variant = self.variants[0]
         self.in_place = problem.population_copies == 1
-        kernel_source(self.variant)  # ValueError: boundary code, float16 storage, 2D
+        kernel_source(self.variant)  # ValueError: boundary code, 2D
         self.compact = CompactTiling(problem.tiling, pad)
         q = problem.lattice.q
         self.compact.check_int32(q)
@@ -111,10 +120,16 @@ class CompactRun:
                        xp.asarray(np.ascontiguousarray(t.tile_map.transpose(),
                                                        dtype=np.int32).ravel()))
         self.ints = tuple(np.int32(v) for v in self.compact.int_args(problem.periodic))
-        self.reals = tuple(physics_args(problem))
+        self.physics = list(physics_args(problem))
+        self.reals = tuple(real_args(self.variant, self.physics))
         self.edge = tuple(xp.asarray(a) for a in edge_nodes(self.compact, q))
-        self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype)
-                  for _ in range(problem.population_copies)]
+        # One array, copy 0 first: the float16 step counter's slot is the copy a launch reads
+        # (fin < fout), so slot = current, as in the tiled state.
+        copies = xp.zeros((problem.population_copies, q * self.compact.n_slots),
+                          dtype=problem.storage_dtype)
+        self.f = [copies[c] for c in range(problem.population_copies)]
+        #: float16 storage: the kernels' two-slot step counter (uint32), None otherwise.
+        self.seeds = xp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         self.current = 0
         self.tiles_per_block = min(tiles_per_block, 4) if code.registers else tiles_per_block
         self.set_populations(problem.initial_populations())
@@ -124,43 +139,70 @@ class CompactRun:
         are not stored."""
         self._natural()  # in place: the values arrive in the natural layout (phase 0)
         at, block, tiled = self.edge
-        q = self.problem.lattice.q
+        q, storage = self.problem.lattice.q, self.problem.storage
         # Index of each fluid node in one direction's (n_tiles, 64) block: tile * 64 + node.
         node = (tiled // (q * 64)) * 64 + tiled % (q * 64)
         # One direction at a time, host or device input: no tiled copy of all populations
         # (the peak memory of a compact run is its readout's, solver.memory.device_bytes).
+        # Encoded as the tiled state encodes (float64 input that is exactly a stored value, a
+        # checkpoint's, stores as that value), with direction i's shift.
         for i in range(q):
-            column = self.xp.asarray(f[:, i, :], dtype=self.problem.dtype).ravel()
-            self.f[self.current][at + i * block] = column[node]
+            column = self.xp.asarray(f[:, i, :]).ravel()[node]
+            self.f[self.current][at + i * block] = _one(storage, i).encode(column[None, :],
+                                                                             self.xp)[0]
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 
     def device_populations(self):
         """Latest populations in the tiled XYZ layout (n_tiles, q, 64), arithmetic precision,
-        an array of ``xp`` (solid nodes at the rest equilibrium)."""
+        an array of ``xp`` (solid nodes at the rest equilibrium). float16 storage: decoded as
+        the tiled state decodes, direction by direction (no stored tiled copy on the way)."""
+        storage = self.problem.storage
+        return self._tiled(self.problem.dtype, self.problem.rest_populations(),
+                           lambda i, v: _one(storage, i).decode(v[None, :], self.xp)[0])
+
+    def stored_populations(self):
+        """Latest populations in the tiled XYZ layout (n_tiles, q, 64) as stored (float16
+        storage: binary16, decoded by ``problem.storage``), an array of ``xp``; solid nodes
+        hold the stored rest equilibrium (binary16 zero with float16 storage)."""
+        p = self.problem
+        return self._tiled(p.storage_dtype, p.storage.encode(p.rest_populations()[:, None])[:, 0],
+                           lambda i, v: v)
+
+    def _tiled(self, dtype, rest, convert):
+        """A tiled XYZ copy (n_tiles, q, 64) of ``dtype``: ``rest`` (q,) in solid nodes,
+        ``convert(i, values)`` of the stored values of direction i in fluid nodes."""
         self._natural()
         p, xp = self.problem, self.xp
-        rest = xp.asarray(p.rest_populations().astype(p.dtype))
-        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=p.dtype)
-        out[...] = rest[None, :, None]
+        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=dtype)
+        out[...] = xp.asarray(np.asarray(rest).astype(dtype))[None, :, None]
         at, block, tiled = self.edge
         flat, latest = out.reshape(-1), self.f[self.current]
         for i in range(p.lattice.q):
-            flat[tiled + i * 64] = latest[at + i * block]
+            flat[tiled + i * 64] = convert(i, latest[at + i * block])
         return out
 
     def populations(self) -> np.ndarray:
         """Latest populations, tiled XYZ (n_tiles, q, 64), float64 on the host; solid nodes at
         the rest equilibrium."""
-        out = self.device_populations()
+        out = self.stored_populations()
         host = out.get() if hasattr(out, "get") else np.asarray(out)
-        return host.astype(np.float64)
+        return self.problem.storage.exact(host)  # float16: exactly the stored values
+
+    def set_step(self, step: int) -> None:
+        """Set the float16 stochastic-rounding step counter the next launch reads (resume)."""
+        if self.seeds is not None:
+            self.synchronize()  # after the queued steps, which advance the counter
+            self.seeds[self.current] = np.uint32(step & 0xFFFFFFFF)
+            if self.cuda is not None:  # written on the default stream, before the next step
+                self.cuda.Device().synchronize()
 
     def _natural(self) -> None:
         """Wait for the queued steps; in place in phase 1, first decode the copy where it lies
         (one 'swap' launch): phase 0 steps on to the same populations bit for bit."""
         if self.in_place and self.current == 1:
-            self._launch_variant(replace(self.variant, mode="swap").canonical(), None)
+            swap = replace(self.variant, mode="swap").canonical()
+            self._launch_variant(swap, tuple(real_args(swap, self.physics)))
             self.current = 0
         self.synchronize()
 
@@ -173,7 +215,7 @@ class CompactRun:
         self._launch_variant(self.variants[self.current if self.in_place else 0], self.reals)
         self.current = 1 - self.current  # two copies: the other copy; in place: the phase
 
-    def _launch_variant(self, variant: KernelVariant, reals: tuple | None) -> None:
+    def _launch_variant(self, variant: KernelVariant, reals: tuple) -> None:
         tpb, k = self.tiles_per_block, variant.packed
         blocks = -(-self.problem.tiling.n_tiles // (k or tpb))
         src, dst = (self.f[0], self.f[0]) if self.in_place else \
@@ -182,7 +224,8 @@ class CompactRun:
         with self.stream if self.stream is not None else nullcontext():
             self.launcher(variant, blocks, packed_threads(k) if k else 64 * tpb,
                           probe_shared_bytes(tpb, True, k),
-                          (src, dst, *self.tables, *self.ints, *(reals or ())))
+                          (src, dst, *self.tables, *self.ints, *reals,
+                           *(() if self.seeds is None else (self.seeds,))))
 
     def _graph(self):
         """A captured graph of GRAPH_STEPS launches from the current copy, or None (the kernel
@@ -244,112 +287,13 @@ class CompactRun:
 
     def release(self) -> None:
         """Drop the device arrays (the caller frees its memory pool)."""
-        self.f, self.tables, self.edge, self.graphs = [], (), (), {}
+        self.f, self.tables, self.edge, self.graphs, self.seeds = [], (), (), {}, None
 
     def memory_bytes(self) -> int:
-        """Device bytes of the copies (one or two), the tables and the edge conversion tables."""
-        return self.compact.memory_bytes(self.problem.lattice.q, self.problem.dtype.itemsize,
+        """Device bytes of the copies (one or two; float16 storage: 2 bytes a value), the
+        tables, the edge conversion tables and the float16 step counter."""
+        return self.compact.memory_bytes(self.problem.lattice.q,
+                                         self.problem.storage_dtype.itemsize,
                                          self.problem.population_copies) \
-            + sum(int(a.nbytes) for a in self.edge)
-
-
-class CompactProbe:
-    """One compact kernel (probe or full step, either addressing) on the device for timing:
-    two copies, CUDA events around launches (a captured graph of 16 launches where capture
-    works). The benchmark's twin of :class:`CompactRun`, which steps real runs."""
-
-    GRAPH_STEPS = 16
-
-    def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
-                 halo: bool = False, step: Problem | None = None, packed: int = 0,
-                 code: CompactCode = DEFAULT_CODE) -> None:
-        """``step``: run the full step of that problem's collision (its physics arguments)
-        instead of the propagation probe; ``packed`` K: the packed kernel (K tiles per block,
-        one thread per fluid node; launches ignore their tiles per block); ``code``: how the
-        kernel locates and reads its halo."""
-        import cupy as cp
-
-        self.cp, self.compact, self.q = cp, compact, q
-        compact.check_int32(q)
-        self.halo, self.packed = halo, packed
-        kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
-        name = probe_name("D3Q19", precision, compact.pad, halo, *kind, packed, code=code)
-        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind,
-                                                packed, code=code), options=("-std=c++17",))
-        self.reals = tuple(physics_args(step)) if step is not None else ()
-        self.kernel = module.get_function(name)
-        tiling = compact.tiling
-        self.tables = (cp.asarray(compact.masks.astype(np.uint64)),
-                       cp.asarray(compact.base.astype(np.int32)),
-                       cp.asarray(np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel()),
-                       cp.asarray(np.ascontiguousarray(tiling.tile_map.transpose(),
-                                                       dtype=np.int32).ravel()))
-        self.ints = tuple(np.int32(v) for v in compact.int_args(periodic))
-        size = q * compact.n_slots
-        self.f = [cp.full(size, 0.05, dtype=precision), cp.full(size, 0.05, dtype=precision)]
-        self.current = 0
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.graphs: dict[int, object] = {}
-        self.use_graphs = True
-        cp.cuda.Device().synchronize()  # the fills ran on the default stream
-
-    def launch(self, tpb: int) -> None:
-        """One propagation from the current copy into the other."""
-        n_tiles = self.compact.tiling.n_tiles
-        src, dst = self.f[self.current], self.f[1 - self.current]
-        k = self.packed or tpb
-        threads = packed_threads(k) if self.packed else 64 * tpb
-        with self.stream:
-            self.kernel((-(-n_tiles // k),), (threads,), (src, dst, *self.tables, *self.ints,
-                                                          *self.reals),
-                        shared_mem=probe_shared_bytes(tpb, self.halo, self.packed))
-        self.current = 1 - self.current
-
-    def upload(self, values: np.ndarray, copy: int) -> None:
-        """Overwrite copy ``copy`` (0 or 1) with host values (all slots, padding included)."""
-        self.f[copy][...] = self.cp.asarray(values)
-        self.cp.cuda.Device().synchronize()  # the upload ran on the default stream
-
-    def download(self, copy: int) -> np.ndarray:
-        """Copy ``copy`` on the host, after the launches queued so far."""
-        self.stream.synchronize()
-        return self.cp.asnumpy(self.f[copy])
-
-    def _graph(self, tpb: int):
-        if not self.use_graphs:
-            return None
-        if tpb not in self.graphs:
-            self.launch(tpb)  # loads the kernel outside the capture
-            self.launch(tpb)
-            self.stream.synchronize()
-            try:
-                self.graphs[tpb] = capture_graph(self.stream, lambda: self.launch(tpb),
-                                                 self.GRAPH_STEPS)
-            except Exception as exc:  # capture unsupported: plain launches
-                log.warning("graph capture failed (%s); plain launches", exc)
-                self.use_graphs = False
-                return None
-        return self.graphs[tpb]
-
-    def time(self, n: int, tpb: int) -> float:
-        """Seconds of ``n`` launches (CUDA events)."""
-        cp = self.cp
-        graph = self._graph(tpb) if n >= self.GRAPH_STEPS else None
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        done = 0
-        with self.stream:
-            start.record(self.stream)
-            while graph is not None and n - done >= self.GRAPH_STEPS:
-                graph.launch(self.stream)  # an even number of launches: copies end as they began
-                done += self.GRAPH_STEPS
-            for _ in range(n - done):
-                self.launch(tpb)
-            end.record(self.stream)
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3
-
-    def release(self) -> None:
-        """Free the device arrays."""
-        self.f, self.tables, self.graphs = [], (), {}
-        with CAPTURE_LOCK:  # not while a run on another thread captures a graph
-            self.cp.get_default_memory_pool().free_all_blocks()
+            + sum(int(a.nbytes) for a in self.edge) \
+            + (0 if self.seeds is None else int(self.seeds.nbytes))

@@ -172,7 +172,8 @@ class KernelVariant:
         if v.compact:
             return probe_name(v.lattice, v.precision, v.compact, True,
                               None if v.mode != "full" else v.collision, v.incompressible,
-                              v.packed, "swap" if v.mode == "swap" else v.streaming, v.code)
+                              v.packed, "swap" if v.mode == "swap" else v.streaming, v.code,
+                              v.storage)
         fluid = "inc" if v.incompressible else "qc"
         prec = ("f64" if v.precision == "float64" else "f32") + ("s16" if v.half else "")
         bc = {"none": "", "zou_he": "_zh", "moving": "_mw"}[v.boundary]
@@ -277,7 +278,7 @@ def collision_param_names(v: KernelVariant) -> list[str]:
 def real_param_names(v: KernelVariant) -> list[str]:
     """Names of all floating kernel arguments in order (tables.physics_args's values)."""
     if v.canonical().compact and v.mode in ("propagate", "swap"):
-        return []  # the compact probe and swap take none
+        return storage_param_names(v.storage)  # the compact probe and swap: storage only
     return ["fx", "fy", "fz", *_REST_PARAMS, *collision_param_names(v),
             *storage_param_names(v.storage)]
 
@@ -297,6 +298,8 @@ def real_args(variant: KernelVariant, physics: list) -> list:
         return kernel_constants(v.half_form, v.collision, real_param_names(v), physics)
     zero, rest = type(physics[0])(0), len(_REST_PARAMS)
     n_storage = len(storage_param_names(v.storage))
+    if v.compact:  # the compact probe and swap take the storage constants only
+        return list(physics[len(physics) - n_storage:]) if n_storage else []
     return ([zero] * 3 + list(physics[3:3 + rest]) + [zero] * len(collision_param_names(v))
             + list(physics[len(physics) - n_storage:]))
 
@@ -363,14 +366,13 @@ def _compact_source(v: KernelVariant) -> str:
         (f"lattice {v.lattice} with tile edge {v.tile_edge} (3D, edge 4)",
          get_lattice(v.lattice).d != 3 or v.tile_edge != 4),
         (f"boundary code {v.boundary!r}", v.boundary != "none"),
-        (f"storage {v.storage!r}", v.storage != "auto"),
     ) if bad]
     if lacks:
         raise ValueError("Fluid-compacted storage does not support " + ", ".join(lacks)
                          + "; use the tiled storage (compact=0) for this run.")
     return probe_source(v.lattice, v.precision, v.compact, True,
                         None if v.mode != "full" else v.collision, v.incompressible, v.packed,
-                        "swap" if v.mode == "swap" else v.streaming, v.code)
+                        "swap" if v.mode == "swap" else v.streaming, v.code, v.storage)
 
 
 def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,

@@ -17,9 +17,16 @@ from ...values import ConfigError
 from .compact import CompactCode
 from .kernels import KernelVariant, kernel_source
 
-__all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_PAD",
-           "COMPACT_PACKED", "COMPACT_CODE"]
+__all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW",
+           "AUTO_COMPACT_BELOW_FLOAT16", "storage_label", "COMPACT_PAD",
+           "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
+#: float16 storage (float32 arithmetic, binary16 values) has its own crossover: 0 keeps every
+#: float16 run on the tiled storage under 'auto' until the compact float16 kernel is timed
+#: against the tiled one ('compact' runs it meanwhile). To be set from the H100 rows "BGK
+#: incompressible, float16, tiled / compact" of ``python -m solver bench --tile-storage tiled
+#: compact --precision float16`` (the eta_t where compact stops winning).
+AUTO_COMPACT_BELOW_FLOAT16 = 0.0
 #: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
 #: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-ch-0654955-compact.md (full
 #: BGK step, fraction of the fluid-only limit, tiled -> compact 'exact halo inner'): float32
@@ -27,7 +34,7 @@ __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW", "COMPACT_
 #: at 0.97; float64 0.653 -> 0.902 at 0.50, 0.872 -> 0.919 at 0.81, 0.919 -> 0.907 at 0.90. So
 #: float32 gains up to eta_t ~0.92 and float64 up to ~0.875 (as in the earlier 9c8bdb3 run);
 #: the thresholds sit at those crossovers (compact also needs less memory, never more).
-AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875}
+AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875, "float16": AUTO_COMPACT_BELOW_FLOAT16}
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
 COMPACT_PAD = 1
@@ -35,11 +42,19 @@ COMPACT_PAD = 1
 #: per-node kernel: in that run packed 4 lost to the per-node inner code at every case
 #: (float32 0.687 vs 0.775 at eta_t 0.50).
 COMPACT_PACKED = 0
+#: The same for float16 storage (and COMPACT_CODE_FLOAT16 below), whose compact kernel issues
+#: 28 % more instructions per node (sm_90 BGK: 504 vs 393) on half the bytes, so instruction
+#: issue may bind it where the packed kernel (every lane a fluid node) or paired halo entries
+#: help: set from ``benchmarks/compact_probe.py --precision float16`` (rows "compact BGK exact
+#: halo inner packed 4/8" and "... inner paired" against "... inner").
+COMPACT_PACKED_FLOAT16 = 0
 #: How the compact kernel locates and reads its halo (CompactCode). The inner-tile column fill
 #: won in that run (float32 0.634 -> 0.775, float64 0.853 -> 0.902 at eta_t 0.50); paired
 #: shared loads were level or slower (0.755, 0.890) and the register caps lost (r32 0.546,
 #: r48 0.509: spills).
 COMPACT_CODE = CompactCode(inner=True)
+#: float16 storage's halo code (see COMPACT_PACKED_FLOAT16): the float32 choice until timed.
+COMPACT_CODE_FLOAT16 = COMPACT_CODE
 #: Lattices whose compact kernel was timed (the thresholds above); others run compact only
 #: when asked for.
 _AUTO_LATTICES = ("D3Q19",)
@@ -62,6 +77,19 @@ class TileStorage:
         return self.kind == "compact"
 
 
+def storage_label(problem: Problem) -> str:
+    """Key of :data:`AUTO_COMPACT_BELOW`: 'float16' for float16 storage, else the precision."""
+    return "float16" if problem.storage.encoded else problem.dtype.name
+
+
+def _kernel(problem: Problem) -> tuple[int, CompactCode]:
+    """Packed tiles per block (0: one thread per tile node) and halo code of ``problem``'s
+    compact kernel."""
+    if storage_label(problem) == "float16":
+        return COMPACT_PACKED_FLOAT16, COMPACT_CODE_FLOAT16
+    return COMPACT_PACKED, COMPACT_CODE
+
+
 def _refusal(problem: Problem) -> str | None:
     """Why the compact kernel cannot step ``problem``, or None."""
     if problem.owned is not None:
@@ -72,8 +100,9 @@ def _refusal(problem: Problem) -> str | None:
         return f"it needs 3D tiles of edge 4 (this run: {problem.tiling.ndim}D, edge " \
                f"{problem.tiling.a})"
     try:
+        packed, code = _kernel(problem)
         kernel_source(replace(KernelVariant.for_problem(problem), compact=COMPACT_PAD,
-                              packed=COMPACT_PACKED, code=COMPACT_CODE))
+                              packed=packed, code=code))
     except ValueError as exc:
         return str(exc).removeprefix("Fluid-compacted storage does not support ").split(";")[0]
     return None
@@ -91,13 +120,14 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
         choice = TileStorage("tiled", "tile_storage='tiled'")
     else:
         why = _refusal(problem)
-        eta, limit = problem.tiling.eta_t, AUTO_COMPACT_BELOW.get(problem.dtype.name, 0.0)
+        label = storage_label(problem)
+        eta, limit = problem.tiling.eta_t, AUTO_COMPACT_BELOW.get(label, 0.0)
         if asked == "compact":
             if why:
                 raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
                                   "tile_storage='tiled' (or 'auto').")
             choice = TileStorage("compact", "tile_storage='compact'", COMPACT_PAD,
-                                 COMPACT_PACKED, COMPACT_CODE)
+                                 *_kernel(problem))
         elif why:
             choice = TileStorage("tiled", f"auto: compact storage lacks this case ({why})")
         elif problem.streaming != "two-copy":  # AA on compact storage works; no timing yet
@@ -106,11 +136,14 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
         elif problem.lattice.name not in _AUTO_LATTICES:
             choice = TileStorage("tiled", f"auto: compact storage is timed for "
                                  f"{', '.join(_AUTO_LATTICES)} only, not {problem.lattice.name}")
+        elif limit <= 0.0:
+            choice = TileStorage("tiled", f"auto: compact {label} storage is not timed yet; "
+                                 "tile_storage='compact' runs it")
         elif eta >= limit:
             choice = TileStorage("tiled", f"auto: eta_t {eta:.3f} not below {limit} "
                                  f"({problem.lattice.name}, {problem.dtype.name})")
         else:
             choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD,
-                                 COMPACT_PACKED, COMPACT_CODE)
+                                 *_kernel(problem))
     problem.__dict__["_tile_storage"] = choice
     return choice

@@ -6,13 +6,13 @@
 // node, the warps that stay resident move twice the bytes, and the K tiles' neighbourhoods and
 // halos are located once per block in shared memory as before.
 extern "C" __global__ void ${launch_bounds}${kernel}(
-    const real* ${restrict} fin, real* ${restrict} fout,
+    const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
     int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,
     int offx, int offy, int offz, int periodic${real_params})
 {
-    constexpr int K = ${packed};  // tiles per block
+${storage_prologue}    constexpr int K = ${packed};  // tiles per block
     extern __shared__ int lbm_smem[];
     mask_t* s_mask = reinterpret_cast<mask_t*>(lbm_smem);
     int* s_base = reinterpret_cast<int*>(s_mask + K * NB);
@@ -71,6 +71,7 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
             before = j >= first[kk] ? first[kk] : before;
         }
         const int n = s_node[j];
+        const int tile = first_tile + k;  // float16 storage: keys the node's random bits
         const mask_t mine = s_mask[k * NB + 13];
         const int stride = padded(mine);
         const int own = Q * s_base[k * NB + 13] + (j - before);

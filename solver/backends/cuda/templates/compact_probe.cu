@@ -2,8 +2,12 @@
 // and BGK/TRT/MRT collision with Guo forcing, the tiled kernel's code) on storage that holds
 // only the fluid nodes of each tile (issue 20: throughput that follows the fluid, not the tiles).
 //
-// This file is a template: solver/backends/cuda/compact.py fills it for one lattice, precision
-// and padding. No headers: it compiles unchanged under NVRTC, nvcc and the g++ emulator.
+// This file is a template: solver/backends/cuda/compact.py fills it for one lattice, precision,
+// storage and padding. No headers: it compiles unchanged under NVRTC, nvcc and the g++ emulator.
+// A stored value is a store_t: the arithmetic type, or with float16 storage the binary16 bits
+// of the tiled kernel (solver/backends/cuda/storage.py: decoded on load, rounded stochastically
+// on store with random bits keyed by the node's tiled identity tile * 64 + n and the step
+// counter fs_seed, exactly as the tiled kernel draws them).
 //
 // Storage (one copy): tile t owns the values [Q * base[t], Q * (base[t] + P_t)), P_t = its fluid
 // count popc(mask[t]) rounded up to PAD; direction i of its fluid node of rank r (the number of
@@ -22,6 +26,7 @@
 namespace ${namespace} {
 
 typedef ${real} real;
+${storage_code}  // store_t: a stored value (real, or float16 storage's binary16 bits)
 typedef unsigned long long mask_t;
 
 constexpr int Q = ${q};      // discrete velocities
@@ -226,13 +231,13 @@ __device__ __forceinline__ void fill_general(
 }
 
 extern "C" __global__ void ${launch_bounds}${kernel}(
-    const real* ${restrict} fin, real* ${restrict} fout,
+    const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
     int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,
     int offx, int offy, int offz, int periodic${real_params})
 {
-    extern __shared__ int lbm_smem[];
+${storage_prologue}    extern __shared__ int lbm_smem[];
     const int n = threadIdx.x % NPT;
     const int local_tile = threadIdx.x / NPT;
     const int tile = blockIdx.x * (blockDim.x / NPT) + local_tile;

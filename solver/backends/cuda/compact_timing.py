@@ -1,0 +1,132 @@
+"""Timing one compact kernel on the device: the benchmarks' twin of `.compact_run.CompactRun`.
+
+:class:`CompactProbe` holds two compact copies of one :class:`~.compact.CompactTiling` and
+launches one compact kernel (propagation probe or full step, either addressing, per-node or
+packed) between them, timed with CUDA events around captured graphs;
+``solver.benchmarking.compact_suite`` and ``benchmarks/compact_probe.py`` drive it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ...problem import Problem
+from .capture import CAPTURE_LOCK, capture_graph
+from .compact import (
+    DEFAULT_CODE,
+    CompactCode,
+    CompactTiling,
+    packed_threads,
+    probe_name,
+    probe_shared_bytes,
+    probe_source,
+)
+from .tables import physics_args
+
+__all__ = ["CompactProbe"]
+
+log = logging.getLogger(__name__)
+
+
+class CompactProbe:
+    """One compact kernel (probe or full step, either addressing) on the device for timing:
+    two copies, CUDA events around launches (a captured graph of 16 launches where capture
+    works). The benchmark's twin of :class:`CompactRun`, which steps real runs."""
+
+    GRAPH_STEPS = 16
+
+    def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
+                 halo: bool = False, step: Problem | None = None, packed: int = 0,
+                 code: CompactCode = DEFAULT_CODE) -> None:
+        """``step``: run the full step of that problem's collision (its physics arguments)
+        instead of the propagation probe; ``packed`` K: the packed kernel (K tiles per block,
+        one thread per fluid node; launches ignore their tiles per block); ``code``: how the
+        kernel locates and reads its halo."""
+        import cupy as cp
+
+        self.cp, self.compact, self.q = cp, compact, q
+        compact.check_int32(q)
+        self.halo, self.packed = halo, packed
+        kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
+        name = probe_name("D3Q19", precision, compact.pad, halo, *kind, packed, code=code)
+        module = cp.RawModule(code=probe_source("D3Q19", precision, compact.pad, halo, *kind,
+                                                packed, code=code), options=("-std=c++17",))
+        self.reals = tuple(physics_args(step)) if step is not None else ()
+        self.kernel = module.get_function(name)
+        tiling = compact.tiling
+        self.tables = (cp.asarray(compact.masks.astype(np.uint64)),
+                       cp.asarray(compact.base.astype(np.int32)),
+                       cp.asarray(np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel()),
+                       cp.asarray(np.ascontiguousarray(tiling.tile_map.transpose(),
+                                                       dtype=np.int32).ravel()))
+        self.ints = tuple(np.int32(v) for v in compact.int_args(periodic))
+        size = q * compact.n_slots
+        self.f = [cp.full(size, 0.05, dtype=precision), cp.full(size, 0.05, dtype=precision)]
+        self.current = 0
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.graphs: dict[int, object] = {}
+        self.use_graphs = True
+        cp.cuda.Device().synchronize()  # the fills ran on the default stream
+
+    def launch(self, tpb: int) -> None:
+        """One propagation from the current copy into the other."""
+        n_tiles = self.compact.tiling.n_tiles
+        src, dst = self.f[self.current], self.f[1 - self.current]
+        k = self.packed or tpb
+        threads = packed_threads(k) if self.packed else 64 * tpb
+        with self.stream:
+            self.kernel((-(-n_tiles // k),), (threads,), (src, dst, *self.tables, *self.ints,
+                                                          *self.reals),
+                        shared_mem=probe_shared_bytes(tpb, self.halo, self.packed))
+        self.current = 1 - self.current
+
+    def upload(self, values: np.ndarray, copy: int) -> None:
+        """Overwrite copy ``copy`` (0 or 1) with host values (all slots, padding included)."""
+        self.f[copy][...] = self.cp.asarray(values)
+        self.cp.cuda.Device().synchronize()  # the upload ran on the default stream
+
+    def download(self, copy: int) -> np.ndarray:
+        """Copy ``copy`` on the host, after the launches queued so far."""
+        self.stream.synchronize()
+        return self.cp.asnumpy(self.f[copy])
+
+    def _graph(self, tpb: int):
+        if not self.use_graphs:
+            return None
+        if tpb not in self.graphs:
+            self.launch(tpb)  # loads the kernel outside the capture
+            self.launch(tpb)
+            self.stream.synchronize()
+            try:
+                self.graphs[tpb] = capture_graph(self.stream, lambda: self.launch(tpb),
+                                                 self.GRAPH_STEPS)
+            except Exception as exc:  # capture unsupported: plain launches
+                log.warning("graph capture failed (%s); plain launches", exc)
+                self.use_graphs = False
+                return None
+        return self.graphs[tpb]
+
+    def time(self, n: int, tpb: int) -> float:
+        """Seconds of ``n`` launches (CUDA events)."""
+        cp = self.cp
+        graph = self._graph(tpb) if n >= self.GRAPH_STEPS else None
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        done = 0
+        with self.stream:
+            start.record(self.stream)
+            while graph is not None and n - done >= self.GRAPH_STEPS:
+                graph.launch(self.stream)  # an even number of launches: copies end as they began
+                done += self.GRAPH_STEPS
+            for _ in range(n - done):
+                self.launch(tpb)
+            end.record(self.stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / 1e3
+
+    def release(self) -> None:
+        """Free the device arrays."""
+        self.f, self.tables, self.graphs = [], (), {}
+        with CAPTURE_LOCK:  # not while a run on another thread captures a graph
+            self.cp.get_default_memory_pool().free_all_blocks()
