@@ -25,6 +25,7 @@ from ...problem import Problem
 from ..base import DeviceInfo, with_rest_solids
 from .boundary import boundary_values
 from .capture import capture_graph
+from .compact_readout import state_bytes
 from .compact_run import CompactRun
 from .device import (
     compile_kernel,
@@ -305,15 +306,25 @@ class CupyBackend:
 
     def populations(self, state: CupyState) -> np.ndarray:
         """Latest populations, host float64 (n_tiles, q, a**d) in XYZ order, as stored."""
-        run = isinstance(state, CompactRun)  # compact: never float16
-        stored = state.device_populations() if run else self._stored(state)
-        return cp.asnumpy(state.problem.storage.exact(stored, cp))
+        if isinstance(state, CompactRun):  # never float16; read in bounded chunks
+            return state.populations()
+        return cp.asnumpy(state.problem.storage.exact(self._stored(state), cp))
 
-    def device_populations(self, state: CupyState) -> cp.ndarray:
-        """Latest populations on the device, XYZ order, arithmetic precision (maybe a view)."""
+    def device_populations(self, state: CupyState, tiles=None) -> cp.ndarray:
+        """Latest populations on the device (of ``tiles``: a slice or index array), XYZ order."""
         if isinstance(state, CompactRun):
-            return state.device_populations()
-        return state.problem.storage.decode(self._stored(state), cp)
+            return state.device_populations(tiles)
+        f = state.problem.storage.decode(self._stored(state), cp)
+        return f if tiles is None else f[tiles]
+
+    def readout_tiles(self, state: CupyState) -> int:
+        """Tiles per readout chunk (compact: bounded, .compact_readout; tiled: all)."""
+        run = isinstance(state, CompactRun)
+        return state.readout_tiles if run else state.problem.tiling.n_tiles
+
+    def state_bytes(self, problem: Problem) -> int:
+        """Device bytes of the resident state :meth:`allocate` makes for ``problem``."""
+        return state_bytes(problem)
 
     def _stored(self, state: CupyState) -> cp.ndarray:
         current = self._natural(state)  # the stored values in XYZ order (XYZ layout: a view)

@@ -30,6 +30,7 @@ from .compact import (
     probe_source,
     sector_pad,
 )
+from .compact_readout import fluid_starts, readout_tiles, tiled_chunk
 from .kernels import KernelVariant, kernel_source
 from .tables import physics_args
 
@@ -113,10 +114,13 @@ class CompactRun:
         self.ints = tuple(np.int32(v) for v in self.compact.int_args(problem.periodic))
         self.reals = tuple(physics_args(problem))
         self.edge = tuple(xp.asarray(a) for a in edge_nodes(self.compact, q))
+        self.starts = fluid_starts(self.compact)  # host: each tile's first edge-table entry
         self.f = [xp.zeros(q * self.compact.n_slots, dtype=problem.dtype)
                   for _ in range(problem.population_copies)]
         self.current = 0
         self.tiles_per_block = min(tiles_per_block, 4) if code.registers else tiles_per_block
+        #: Tiles per chunk of a readout (:mod:`.compact_readout`: bounded temporaries).
+        self.readout_tiles = readout_tiles(problem, self.memory_bytes())
         self.set_populations(problem.initial_populations())
 
     def set_populations(self, f: np.ndarray) -> None:
@@ -135,26 +139,26 @@ class CompactRun:
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 
-    def device_populations(self):
-        """Latest populations in the tiled XYZ layout (n_tiles, q, 64), arithmetic precision,
-        an array of ``xp`` (solid nodes at the rest equilibrium)."""
+    def device_populations(self, tiles=None):
+        """Latest populations in the tiled XYZ layout (tiles, q, 64), arithmetic precision, an
+        array of ``xp`` (solid nodes at the rest equilibrium): of all tiles, or of ``tiles`` (a
+        slice or an index array) only, which is what a chunked readout asks for
+        (:attr:`readout_tiles` at a time)."""
         self._natural()
-        p, xp = self.problem, self.xp
-        rest = xp.asarray(p.rest_populations().astype(p.dtype))
-        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=p.dtype)
-        out[...] = rest[None, :, None]
-        at, block, tiled = self.edge
-        flat, latest = out.reshape(-1), self.f[self.current]
-        for i in range(p.lattice.q):
-            flat[tiled + i * 64] = latest[at + i * block]
-        return out
+        return tiled_chunk(self, slice(None) if tiles is None else tiles)
 
     def populations(self) -> np.ndarray:
         """Latest populations, tiled XYZ (n_tiles, q, 64), float64 on the host; solid nodes at
-        the rest equilibrium."""
-        out = self.device_populations()
-        host = out.get() if hasattr(out, "get") else np.asarray(out)
-        return host.astype(np.float64)
+        the rest equilibrium. Converted :attr:`readout_tiles` tiles at a time: the device never
+        holds a tiled copy of all populations."""
+        p = self.problem
+        out = np.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile))
+        self._natural()
+        for first in range(0, p.tiling.n_tiles, self.readout_tiles):
+            part = slice(first, first + self.readout_tiles)
+            chunk = tiled_chunk(self, part)
+            out[part] = chunk.get() if hasattr(chunk, "get") else np.asarray(chunk)
+        return out
 
     def _natural(self) -> None:
         """Wait for the queued steps; in place in phase 1, first decode the copy where it lies
