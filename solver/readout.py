@@ -21,6 +21,7 @@ import numpy as np
 from . import observables
 from .fields import Cut, speed, tile_moments
 from .problem import Problem
+from .wall_shear import WallNodes, wall_shear_stress
 
 __all__ = ["Readout"]
 
@@ -102,6 +103,31 @@ class Readout:
             looked = (*whole, cut.nodes) if whole is not None else \
                 (*self.moments(cut.tiles), cut.local)
         return self._numbers(numbers), looked
+
+    def wall_shear(self, walls: WallNodes) -> np.ndarray:
+        """Wall shear stress magnitude (n,) at ``walls``' nodes on the host, lattice units
+        (:func:`solver.wall_shear.wall_shear_stress`). In chunks: the wall nodes of a range of
+        own tiles (direction 0 is the node's own tile) with the tiles their pulls read, at
+        most a 3^3 neighbourhood each, so the range is 1/27 of a readout chunk."""
+        backend, n = self.backend, self.problem.tiling.n_tiles
+        per = backend.readout_tiles(self.state)
+        if per >= n:  # one chunk: all populations at once
+            f = backend.device_populations(self.state)
+            return backend.to_host(wall_shear_stress(self.problem, f, walls, self.xp))
+        own = max(1, per // 27)
+        order = np.argsort(walls.tile[0], kind="stable")
+        bounds = np.searchsorted(walls.tile[0][order], np.arange(0, n + own, own))
+        out = np.empty(len(walls.voxels))
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            pick = order[lo:hi]
+            if pick.size:
+                tiles = np.unique(walls.tile[:, pick])  # sorted: local index by searchsorted
+                part = WallNodes(walls.voxels[pick], walls.normals[pick],
+                                 np.searchsorted(tiles, walls.tile[:, pick]),
+                                 walls.direction[:, pick], walls.node[:, pick])
+                f = backend.device_populations(self.state, self.xp.asarray(tiles))
+                out[pick] = backend.to_host(wall_shear_stress(self.problem, f, part, self.xp))
+        return out
 
     def _partial(self, part: slice, rho, u):
         """Per chunk (2 + 2d,): finite (1/0), max speed, sum of u and of j over fluid nodes."""

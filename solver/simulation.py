@@ -244,15 +244,13 @@ class Simulation:
     def wall_shear_stress(self) -> np.ndarray:
         """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
-        from .wall_shear import wall_nodes, wall_shear_stress
+        from .wall_shear import wall_nodes
 
-        self.allocate()
+        reader = self._reader()
         if self._walls is None:
             self._walls = wall_nodes(self.problem)
-        values = wall_shear_stress(self.problem, self.backend.device_populations(self.state),
-                                   self._walls, self.backend.xp)
         out = np.full(self.solid.shape, np.nan)
-        out[tuple(self._walls.voxels.T)] = self.backend.to_host(values)
+        out[tuple(self._walls.voxels.T)] = reader.wall_shear(self._walls)
         return out
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:

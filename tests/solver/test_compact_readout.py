@@ -105,11 +105,12 @@ def sim() -> Simulation:
     return _simulation(x_min="wall", x_max="wall")
 
 
-@pytest.mark.parametrize("tiles", [1, 3, 7, 10**6])
+@pytest.mark.parametrize("tiles", [1, 3, 7, 60, 10**6])
 def test_chunked_readout_equals_one_whole_conversion_bit_for_bit(sim, tiles, tmp_path) -> None:
-    """Chunks of 1, 3 and 7 tiles (7 leaves a short last chunk) and one chunk of all tiles:
-    populations, checkpoint, fields, cuts and view planes all the same bits as the readout
-    that converted all tiles at once; health numbers the same up to the order of the sums."""
+    """Chunks of 1, 3, 7 and 60 tiles (7 leaves a short last chunk; wall shear reads
+    chunk/27 own tiles at a time, 60 makes that 2) and one chunk of all tiles: populations,
+    checkpoint, fields, cuts and view planes all the same bits as the readout that converted
+    all tiles at once; health numbers and wall shear the same up to the order of sums."""
     run = sim.state
     n = sim.tiling.n_tiles
     assert n % 7 and n > 20
@@ -128,7 +129,10 @@ def test_chunked_readout_equals_one_whole_conversion_bit_for_bit(sim, tiles, tmp
     fields, health = sim.fields(), sim.health()
     views = [sim.view(axis, 5, "umag", health=h) for axis in range(3) for h in (True, False)]
     cut = sim.slice(2, 4, "rho")
+    shear = sim.wall_shear_stress()
     run.readout_tiles = min(tiles, n)
+    np.testing.assert_array_equal(np.isnan(sim.wall_shear_stress()), np.isnan(shear))
+    np.testing.assert_allclose(sim.wall_shear_stress(), shear, rtol=1e-12, atol=0)
     for key in ("rho", "u"):
         np.testing.assert_array_equal(sim.fields()[key], fields[key])
     np.testing.assert_array_equal(sim.slice(2, 4, "rho"), cut)
