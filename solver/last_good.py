@@ -39,17 +39,23 @@ class LastGood:
         """Copy ``sim``'s current populations now; the seconds it took on this thread."""
         start = time.perf_counter()
         backend = sim.backend
-        f = backend.device_populations(sim.state)
-        if self.on_device and self._f.shape == f.shape and self._f.dtype == f.dtype:
+        # A state read in chunks (compact storage) has no tiled copy to take on the device:
+        # building one would cost what its chunked readout saves; it goes to the host.
+        whole = backend.readout_tiles(sim.state) >= sim.tiling.n_tiles
+        f = backend.device_populations(sim.state) if whole else None
+        if f is not None and self.on_device and self._f.shape == f.shape \
+                and self._f.dtype == f.dtype:
             backend.xp.copyto(self._f, f)  # reuse the buffer: no allocation per refresh
         else:
             self.clear()  # the old copy's memory counts for the decision below
-            if _device_has_room(backend, f.nbytes):
+            if f is not None and _device_has_room(backend, f.nbytes):
                 self._f, self.on_device = backend.xp.array(f, copy=True), True
             else:
+                del f  # a chunked read-back needs no whole copy beside it
                 self._f, self.on_device = backend.populations(sim.state), False
-                log.info("last good state kept on the host (%.0f MB): not enough free device "
-                         "memory for a copy", self._f.nbytes / 1e6)
+                log.info("last good state kept on the host (%.0f MB): %s", self._f.nbytes / 1e6,
+                         "not enough free device memory for a copy" if whole
+                         else "the state is read in chunks")
         self.step = sim.time_step
         self._taken = time.perf_counter()
         self._cost = self._taken - start

@@ -227,3 +227,24 @@ def test_estimate_is_the_state_plus_one_chunk_and_bounds_the_measured_peak() -> 
         sim.health()
         peak, _ = _peak_during(sim.health)
         assert 0.5 * tiles * per_tile <= peak <= tiles * per_tile + SLACK
+
+
+def test_last_good_of_a_compact_run_goes_to_the_host_in_chunks() -> None:
+    """A compact run's last good state: no tiled copy on the device (a whole copy would cost
+    what the chunked readout saves), read back chunk by chunk, restored bit for bit; before,
+    keep() converted all tiles at once (device_populations) even for a host copy."""
+    from solver.last_good import LastGood
+
+    sim = _simulation(shape=(40, 31, 29))
+    run = sim.state
+    run.readout_tiles = 4
+    sim.backend.free_memory = lambda: 1 << 50  # room for a device copy: still not taken
+    good = LastGood()
+    peak, _ = _peak_during(lambda: good.keep(sim))
+    assert not good.on_device and good.step == sim.time_step
+    assert peak - good._f.nbytes <= 4 * readout_tile_bytes(sim.problem) + SLACK
+    kept = sim.populations()
+    sim.step(2)
+    assert not np.array_equal(sim.populations(), kept)
+    good.restore(sim)
+    np.testing.assert_array_equal(sim.populations(), kept)
