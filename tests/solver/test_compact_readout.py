@@ -248,3 +248,24 @@ def test_last_good_of_a_compact_run_goes_to_the_host_in_chunks() -> None:
     assert not np.array_equal(sim.populations(), kept)
     good.restore(sim)
     np.testing.assert_array_equal(sim.populations(), kept)
+
+
+@pytest.mark.parametrize("tiles", [1, 7, 10**6])
+def test_writing_in_chunks_stores_the_same_bits_in_one_chunk_of_memory(tiles) -> None:
+    """set_populations (checkpoint resume, rollback) writes readout_tiles tiles at a time: the
+    compact copy gets the same bits as from one whole write, the padding is left alone, and
+    the write allocates one chunk's temporaries, not a column of every tile node per
+    direction plus tile-node indices of every fluid node as before."""
+    sim = _simulation(shape=(40, 31, 29))
+    run, p = sim.state, sim.problem
+    f = noisy_start(p, seed=5)
+    run.readout_tiles = p.tiling.n_tiles
+    run.f[run.current][...] = -9.0
+    run.set_populations(f)
+    whole = run.f[run.current].copy()
+    run.readout_tiles = min(tiles, p.tiling.n_tiles)
+    run.f[run.current][...] = -9.0
+    peak, _ = _peak_during(lambda: run.set_populations(f))
+    np.testing.assert_array_equal(run.f[run.current], whole)
+    if tiles < p.tiling.n_tiles:
+        assert peak <= run.readout_tiles * readout_tile_bytes(p) + SLACK

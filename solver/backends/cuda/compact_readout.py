@@ -21,7 +21,7 @@ from .compact import CompactTiling
 
 __all__ = ["READOUT_MAX_BYTES", "READOUT_MIN_BYTES", "readout_tile_bytes", "readout_budget",
            "readout_tiles", "compact_state_bytes", "compact_peak_bytes", "fluid_starts",
-           "tiled_chunk", "edge_bytes", "state_bytes"]
+           "tiled_chunk", "write_chunk", "edge_bytes", "state_bytes"]
 
 #: Largest budget of one readout chunk's temporaries, bytes.
 READOUT_MAX_BYTES = 64 << 20
@@ -123,3 +123,18 @@ def tiled_chunk(run, tiles):
     for i in range(q):
         flat[dest + i * 64] = latest[at + i * block]
     return out
+
+
+def write_chunk(run, first: int, f) -> None:
+    """Store tiled XYZ populations ``f`` (tiles, q, 64; host or ``xp``) of the tiles from
+    ``first`` on into the latest copy of ``run`` (natural layout), rounded to its precision;
+    solid nodes are not stored. One direction at a time: a column of the chunk's tiles."""
+    q = run.problem.lattice.q
+    k0, k1 = int(run.starts[first]), int(run.starts[first + len(f)])
+    at, block, tiled = (a[k0:k1] for a in run.edge)
+    local = tiled - first * q * 64
+    node = (local // (q * 64)) * 64 + local % (q * 64)  # tile * 64 + node within the chunk
+    latest = run.f[run.current]
+    for i in range(q):
+        column = run.xp.asarray(f[:, i, :], dtype=run.problem.dtype).ravel()
+        latest[at + i * block] = column[node]

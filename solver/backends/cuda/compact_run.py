@@ -30,7 +30,7 @@ from .compact import (
     probe_source,
     sector_pad,
 )
-from .compact_readout import fluid_starts, readout_tiles, tiled_chunk
+from .compact_readout import fluid_starts, readout_tiles, tiled_chunk, write_chunk
 from .kernels import KernelVariant, kernel_source
 from .tables import physics_args
 
@@ -127,15 +127,10 @@ class CompactRun:
         """Overwrite the latest populations from tiled XYZ ones (n_tiles, q, 64); solid nodes
         are not stored."""
         self._natural()  # in place: the values arrive in the natural layout (phase 0)
-        at, block, tiled = self.edge
-        q = self.problem.lattice.q
-        # Index of each fluid node in one direction's (n_tiles, 64) block: tile * 64 + node.
-        node = (tiled // (q * 64)) * 64 + tiled % (q * 64)
-        # One direction at a time, host or device input: no tiled copy of all populations
-        # (the peak memory of a compact run is its readout's, solver.memory.device_bytes).
-        for i in range(q):
-            column = self.xp.asarray(f[:, i, :], dtype=self.problem.dtype).ravel()
-            self.f[self.current][at + i * block] = column[node]
+        # readout_tiles tiles at a time, host or device input: temporaries of one chunk
+        # (the peak memory of a compact run, solver.memory.device_bytes).
+        for first in range(0, self.problem.tiling.n_tiles, self.readout_tiles):
+            write_chunk(self, first, f[first:first + self.readout_tiles])
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 
