@@ -38,24 +38,27 @@ class LastGood:
     def keep(self, sim: Any) -> float:
         """Copy ``sim``'s current populations now; the seconds it took on this thread."""
         start = time.perf_counter()
-        backend = sim.backend
-        # A state read in chunks (compact storage) has no tiled copy to take on the device:
-        # building one would cost what its chunked readout saves; it goes to the host.
-        whole = backend.readout_tiles(sim.state) >= sim.tiling.n_tiles
-        f = backend.device_populations(sim.state) if whole else None
-        if f is not None and self.on_device and self._f.shape == f.shape \
-                and self._f.dtype == f.dtype:
-            backend.xp.copyto(self._f, f)  # reuse the buffer: no allocation per refresh
-        else:
+        backend, n = sim.backend, sim.tiling.n_tiles
+        # Read as the backend reads (solver.readout): all tiles at once where the state holds
+        # the tiled layout, bounded chunks where it converts (compact storage), so taking the
+        # copy costs no second tiled copy beside it.
+        per = backend.readout_tiles(sim.state)
+        first = backend.device_populations(sim.state, slice(0, per))
+        shape = (n, *first.shape[1:])
+        if not (self.on_device and self._f.shape == shape and self._f.dtype == first.dtype):
             self.clear()  # the old copy's memory counts for the decision below
-            if f is not None and _device_has_room(backend, f.nbytes):
-                self._f, self.on_device = backend.xp.array(f, copy=True), True
-            else:
-                del f  # a chunked read-back needs no whole copy beside it
-                self._f, self.on_device = backend.populations(sim.state), False
-                log.info("last good state kept on the host (%.0f MB): %s", self._f.nbytes / 1e6,
-                         "not enough free device memory for a copy" if whole
-                         else "the state is read in chunks")
+            if _device_has_room(backend, n * first[:1].nbytes):
+                self._f, self.on_device = backend.xp.empty(shape, dtype=first.dtype), True
+        if self.on_device:  # the same buffer on every refresh: no allocation
+            backend.xp.copyto(self._f[:per], first)
+            for lo in range(per, n, per):
+                backend.xp.copyto(self._f[lo:lo + per],
+                                  backend.device_populations(sim.state, slice(lo, lo + per)))
+        else:
+            del first
+            self._f = backend.populations(sim.state)
+            log.info("last good state kept on the host (%.0f MB): not enough free device "
+                     "memory for a copy", self._f.nbytes / 1e6)
         self.step = sim.time_step
         self._taken = time.perf_counter()
         self._cost = self._taken - start

@@ -229,25 +229,33 @@ def test_estimate_is_the_state_plus_one_chunk_and_bounds_the_measured_peak() -> 
         assert 0.5 * tiles * per_tile <= peak <= tiles * per_tile + SLACK
 
 
-def test_last_good_of_a_compact_run_goes_to_the_host_in_chunks() -> None:
-    """A compact run's last good state: no tiled copy on the device (a whole copy would cost
-    what the chunked readout saves), read back chunk by chunk, restored bit for bit; before,
-    keep() converted all tiles at once (device_populations) even for a host copy."""
+@pytest.mark.parametrize("room", [True, False], ids=["device copy", "host copy"])
+def test_last_good_of_a_compact_run_is_taken_in_chunks(room) -> None:
+    """A compact run's last good state is filled chunk by chunk, into a device buffer where
+    there is room, else on the host: beside the copy itself only one chunk's temporaries
+    (before, keep() converted all tiles into a tiled copy first, then copied that); restoring
+    gives the kept populations back bit for bit."""
     from solver.last_good import LastGood
 
     sim = _simulation(shape=(40, 31, 29))
     run = sim.state
     run.readout_tiles = 4
-    sim.backend.free_memory = lambda: 1 << 50  # room for a device copy: still not taken
+    sim.backend.free_memory = lambda: 1 << 50 if room else 0
     good = LastGood()
     peak, _ = _peak_during(lambda: good.keep(sim))
-    assert not good.on_device and good.step == sim.time_step
+    assert good.on_device is room and good.step == sim.time_step
     assert peak - good._f.nbytes <= 4 * readout_tile_bytes(sim.problem) + SLACK
     kept = sim.populations()
+    copy = good._f
     sim.step(2)
     assert not np.array_equal(sim.populations(), kept)
     good.restore(sim)
     np.testing.assert_array_equal(sim.populations(), kept)
+    if room:
+        sim.step(1)
+        peak, _ = _peak_during(lambda: good.keep(sim))
+        assert good._f is copy and peak <= 4 * readout_tile_bytes(sim.problem) + SLACK
+        np.testing.assert_array_equal(good._f, sim.state.device_populations())
 
 
 @pytest.mark.parametrize("tiles", [1, 7, 10**6])
