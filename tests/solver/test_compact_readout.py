@@ -118,7 +118,7 @@ def test_chunked_readout_equals_one_whole_conversion_bit_for_bit(sim, tiles, tmp
     whole = whole_tiled_copy(run)
     np.testing.assert_array_equal(run.device_populations(), whole)
     np.testing.assert_array_equal(sim.populations(), whole.astype(np.float64))
-    picked = np.array([n - 1, 0, 5, 6, 2])  # any order, host or backend index array
+    picked = np.array([n - 1, 0, 5, 6, 2])  # a cut's tiles: an index array, any order
     np.testing.assert_array_equal(run.device_populations(picked), whole[picked])
     np.testing.assert_array_equal(run.device_populations(slice(4, 11)), whole[4:11])
     checkpoint = read_checkpoint(sim.save(tmp_path / "c.npz"))
