@@ -147,14 +147,41 @@ def write(rows: list[dict], size: int, out: Path) -> None:
     print("\n".join(lines))
 
 
+def estimates(size: int, diameter: float) -> None:
+    """Print the resident state and the estimated peak (device_bytes) in bytes per fluid node
+    of every storage and streaming on a phi 0.2 pack (no GPU needed)."""
+    from solver.backends.cuda.compact_readout import state_bytes
+
+    solid = sphere_pack((size,) * 3, 0.2, diameter, 1)
+    kinds = [("tiled", "two-copy"), ("compact", "two-copy"), ("tiled", "in-place"),
+             ("compact", "in-place")]
+    print(f"{size}^3 pack phi 0.2 d {diameter:g}: state / peak bytes per fluid node")
+    print("| storage | " + " | ".join(f"{k} {s}" for k, s in kinds) + " |")
+    print("| --- |" + " ---: |" * len(kinds))
+    for precision in ("float32", "float64"):
+        cells = []
+        for storage, streaming in kinds:
+            p = Problem.from_config(solid, SimulationConfig(
+                lattice="D3Q19", collision="BGK", precision=precision, tile_storage=storage,
+                streaming=streaming))
+            cells.append(f"{state_bytes(p) / p.n_fluid:.0f} / {device_bytes(p) / p.n_fluid:.0f}")
+        print(f"| {precision} (eta_t {p.tiling.eta_t:.3f}) | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     """Command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=192)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--estimates", type=float, default=0.0, metavar="DIAMETER",
+                        help="only print the estimated bytes per fluid node (CPU) of a pack "
+                             "of this grain diameter")
     args = parser.parse_args()
-    run(args.size, args.steps, args.out)
+    if args.estimates:
+        estimates(args.size, args.estimates)
+    else:
+        run(args.size, args.steps, args.out)
 
 
 if __name__ == "__main__":
