@@ -322,9 +322,8 @@ class CupyBackend:
         run = isinstance(state, CompactRun)
         return state.readout_tiles if run else state.problem.tiling.n_tiles
 
-    def state_bytes(self, problem: Problem) -> int:
-        """Device bytes of the resident state :meth:`allocate` makes for ``problem``."""
-        return state_bytes(problem)
+    #: Device bytes of the resident state :meth:`allocate` makes for a problem.
+    state_bytes = staticmethod(state_bytes)
 
     def _stored(self, state: CupyState) -> cp.ndarray:
         current = self._natural(state)  # the stored values in XYZ order (XYZ layout: a view)
