@@ -27,8 +27,8 @@ from .problem import Problem
 from .tiling import default_tile_edge
 
 __all__ = ["MemoryVerdict", "REFUSE_SHARE", "WARN_SHARE", "judge", "assess_memory",
-           "precheck_memory", "device_bytes", "MemoryRefused", "check_memory", "moments_bytes",
-           "format_bytes"]
+           "precheck_memory", "device_bytes", "cut_bytes", "MemoryRefused", "check_memory",
+           "moments_bytes", "format_bytes"]
 
 #: A run needing more than this share of the free memory is refused (the rest is for the
 #: process itself, the user interface and the operating system).
@@ -103,25 +103,33 @@ def device_bytes(problem: Problem) -> int:
     tile map and list; it agreed to 11 kB with the allocation on an H100), one byte per node
     each for the wall groups of moving walls and the fluid mask of health checks, and the
     float64 moments of a check (:func:`moments_bytes`). Where the fluid-compacted storage is
-    chosen (:mod:`solver.backends.cuda.tile_storage`): its two copies and tables, its edge
-    tables, and the one tiled copy that reading the populations (fields, checkpoints) builds.
+    chosen (:mod:`solver.backends.cuda.tile_storage`): its copies and tables, its edge tables
+    and one readout chunk (:func:`~solver.backends.cuda.compact_readout.compact_peak_bytes`:
+    fields, checks and checkpoints read bounded chunks of tiles, :mod:`solver.readout`), the
+    same two bytes per node, and the float64 moments of the tiles a cut passes through.
     """
     t = problem.tiling
     nodes = t.n_tiles * t.nodes_per_tile
     q, value = problem.lattice.q, problem.storage_dtype.itemsize
-    state = t.memory_bytes(q, value, problem.population_copies)
     if getattr(problem, "tile_storage", "tiled") != "tiled":  # decided by the CUDA backend
-        from .backends.cuda.compact import CompactTiling
-        from .backends.cuda.compact_run import EDGE_BYTES
+        from .backends.cuda.compact_readout import compact_peak_bytes
         from .backends.cuda.tile_storage import choose_tile_storage
 
         storage = choose_tile_storage(problem)
         if storage.compact:
-            # the readout's tiled copy is decoded: arithmetic precision (float16 storage: 4 B)
-            state = (CompactTiling(t, storage.pad).memory_bytes(q, value,
-                                                                problem.population_copies)
-                     + EDGE_BYTES * problem.n_fluid + nodes * q * problem.dtype.itemsize)
+            return int(compact_peak_bytes(problem, storage.pad) + 2 * nodes
+                       + cut_bytes(problem))
+    state = t.memory_bytes(q, value, problem.population_copies)
     return int(state + 2 * nodes + moments_bytes(problem))
+
+
+def cut_bytes(problem: Problem) -> int:
+    """Bytes of the float64 density and velocity of the tiles one cut (a slice normal to an
+    axis) can pass through: at most the tiles of one layer of the tile grid."""
+    t, d = problem.tiling, problem.lattice.d
+    grid = t.tile_map.shape
+    layer = max(int(np.prod(grid)) // g for g in grid)
+    return int(min(t.n_tiles, layer) * t.nodes_per_tile * 8 * (1 + d))
 
 
 class MemoryRefused(MemoryError):

@@ -17,10 +17,11 @@ import numpy as np
 from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
-from .fields import locate_cut, speed, tile_moments
+from .fields import locate_cut, speed
 from .io import CheckpointError, config_from_values, read_checkpoint, restore, save_simulation
 from .metrics import Metrics
 from .problem import GeometryLike, Problem, as_geometry
+from .readout import Readout
 
 __all__ = ["Simulation", "SimulationConfig", "ConfigError", "QUANTITIES"]
 
@@ -68,8 +69,8 @@ class Simulation:
         self.backend = backend
         self.state: Any = None
         self._slice_cache: dict = {}  # (axis, index) -> fields.Cut (backend index arrays)
-        self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
-        self._layers: tuple | None = None  # first/last flow-axis layers, made on first use
+        self._readout: Readout | None = None  # chunked reads of the state, made on first use
+        self._state_bytes: tuple | None = None  # (problem, bytes) of memory_bytes
         self._walls = None  # wall nodes of solver.wall_shear, made on first use
         self._opening_nodes = None  # device indices of the openings' nodes, made on first use
         self.metrics = Metrics(
@@ -89,12 +90,11 @@ class Simulation:
         return self.metrics.steps
 
     def memory_bytes(self) -> int:
-        """Memory the state needs on the device, bytes (one or two population copies)."""
-        if hasattr(self.state, "memory_bytes"):  # fluid-compacted storage (CompactRun)
-            return int(self.state.memory_bytes())
-        return self.tiling.memory_bytes(self.problem.lattice.q,
-                                        self.problem.storage_dtype.itemsize,
-                                        self.problem.population_copies)
+        """Bytes of the resident state on the device (population copies and tables, as the
+        backend allocates them for this problem, fluid-compacted storage included)."""
+        if self._state_bytes is None or self._state_bytes[0] is not self.problem:
+            self._state_bytes = (self.problem, int(self.backend.state_bytes(self.problem)))
+        return self._state_bytes[1]
 
     def allocate(self) -> None:
         """Allocate and initialise the backend state (equilibrium at rest)."""
@@ -117,19 +117,16 @@ class Simulation:
         self.allocate()
         return self.backend.populations(self.state)
 
-    def _device_moments(self, tiles=None):
-        """Density (T, N) and velocity (d, T, N) as float64 backend arrays, of all tiles or of
-        the backend index array ``tiles`` only."""
+    def _reader(self) -> Readout:
+        """The chunked reader of the allocated state (:mod:`solver.readout`)."""
         self.allocate()
-        p = self.problem
-        f = self.backend.device_populations(self.state)
-        if tiles is not None:
-            f = f[tiles]
-        return tile_moments(f, p.lattice, p.force, p.incompressible, self.backend.xp)
+        if self._readout is None or self._readout.state is not self.state:
+            self._readout = Readout(self.problem, self.backend, self.state, self.flow_axis)
+        return self._readout
 
     def fields(self) -> dict[str, np.ndarray]:
         """Density ``rho`` (grid shape) and velocity ``u`` (d + grid shape); NaN in solids."""
-        rho, u = (self.backend.to_host(a) for a in self._device_moments())
+        rho, u = self._reader().host_moments()  # chunk by chunk: bounded device memory
         solid = self.tiling.solid
         rho = np.where(solid, np.nan, rho)
         u = np.where(solid, np.nan, u).transpose(1, 2, 0)
@@ -175,7 +172,7 @@ class Simulation:
 
         A handful of scalars cross from the device, so runs can check every chunk.
         """
-        return self._health(*self._device_moments())
+        return self._reader().health()[0]
 
     def _check_cut(self, axis: int, index: int, quantity: str) -> None:
         if quantity not in QUANTITIES:
@@ -194,9 +191,9 @@ class Simulation:
             self._slice_cache[key] = locate_cut(self.tiling, *key, self.backend.xp)
         cut = self._slice_cache[key]
         if health:
-            rho, u = self._device_moments()
-            return self._planes(rho, u, cut.nodes, cut.solid, names), self._health(rho, u)
-        rho, u = self._device_moments(cut.tiles)
+            numbers, (rho, u, index) = self._reader().health(cut)
+            return self._planes(rho, u, index, cut.solid, names), numbers
+        rho, u = self._reader().moments(cut.tiles)
         return self._planes(rho, u, cut.local, cut.solid, names), None
 
     def _planes(self, rho, u, index, solid: np.ndarray, names: list[str]) -> np.ndarray:
@@ -215,46 +212,6 @@ class Simulation:
         planes = self.backend.to_host(xp.stack([one(name) for name in names]))
         planes[:, solid] = np.nan
         return planes
-
-    def _health(self, rho, u) -> dict:
-        """:meth:`health` of the moments ``rho`` (T, N), ``u`` (d, T, N); one transfer."""
-        xp = self.backend.xp
-        if self._fluid is None:
-            self._fluid = xp.asarray(~self.tiling.solid)
-        d = u.shape[0]
-        u_fluid = xp.where(self._fluid, u, 0.0)  # solid nodes hold no flow (may hold NaN)
-        finite = xp.isfinite(xp.where(self._fluid, rho, 1.0)).all() & xp.isfinite(u_fluid).all()
-        j = observables.momentum_density(self.problem, xp.where(self._fluid, rho, 0.0), u_fluid)
-        layers = self._flow_layers()
-        flat_rho = rho.reshape(-1)
-        numbers = self.backend.to_host(xp.concatenate([
-            finite.astype(xp.float64).reshape(1), speed(u_fluid, xp).max().reshape(1),
-            u_fluid.reshape(d, -1).sum(axis=1), j.reshape(d, -1).sum(axis=1),
-            *(flat_rho[index].mean().reshape(1) for index in layers)]))
-        if numbers[0] != 1.0:
-            return {"finite": False, "max_speed": float("inf"),
-                    "mean_velocity": np.full(self.solid.ndim, np.nan),
-                    "mean_momentum": np.full(self.solid.ndim, np.nan), "layer_density": None}
-        volume = float(np.prod(self.solid.shape))
-        return {"finite": True, "max_speed": float(numbers[1]),
-                "mean_velocity": numbers[2:2 + d] / volume,
-                "mean_momentum": numbers[2 + d:2 + 2 * d] / volume,
-                "layer_density": tuple(float(v) for v in numbers[2 + 2 * d:]) or None}
-
-    def _flow_layers(self) -> tuple:
-        """Flat fluid-node indices (backend arrays) of the first and last layers along the flow
-        axis when it is not periodic (what a pressure drop is measured between), else ()."""
-        if self._layers is None:
-            axis = self.flow_axis
-            self._layers = ()
-            if not self.problem.periodic[axis]:
-                coords = self.tiling.node_coordinates()[..., axis].reshape(-1)
-                fluid = ~self.tiling.solid.reshape(-1)
-                ends = (0, self.solid.shape[axis] - 1)
-                found = [np.flatnonzero(fluid & (coords == end)) for end in ends]
-                if all(index.size for index in found):
-                    self._layers = tuple(self.backend.xp.asarray(i) for i in found)
-        return self._layers
 
     @property
     def flow_axis(self) -> int:
@@ -288,15 +245,13 @@ class Simulation:
     def wall_shear_stress(self) -> np.ndarray:
         """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
-        from .wall_shear import wall_nodes, wall_shear_stress
+        from .wall_shear import wall_nodes
 
-        self.allocate()
+        reader = self._reader()
         if self._walls is None:
             self._walls = wall_nodes(self.problem)
-        values = wall_shear_stress(self.problem, self.backend.device_populations(self.state),
-                                   self._walls, self.backend.xp)
         out = np.full(self.solid.shape, np.nan)
-        out[tuple(self._walls.voxels.T)] = self.backend.to_host(values)
+        out[tuple(self._walls.voxels.T)] = reader.wall_shear(self._walls)
         return out
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
@@ -316,8 +271,7 @@ class Simulation:
     def close(self) -> None:
         """Free the backend state (device memory)."""
         self._slice_cache.clear()
-        self._fluid = None
-        self._layers = None
+        self._readout = None
         if self.state is not None:
             self.backend.release(self.state)
             self.state = None

@@ -62,9 +62,18 @@ class Backend(Protocol):
     def populations(self, state: Any) -> np.ndarray:
         """Latest populations as a host float64 array (n_tiles, q, a**d)."""
 
-    def device_populations(self, state: Any) -> Any:
+    def device_populations(self, state: Any, tiles: Any = None) -> Any:
         """Latest populations as a backend array (n_tiles, q, a**d), XYZ in-tile order, decoded
-        to the arithmetic precision."""
+        to the arithmetic precision; of ``tiles`` only (a slice or an index array) if given."""
+
+    def readout_tiles(self, state: Any) -> int:
+        """Tiles per chunk of a readout (fields, health checks, checkpoints): all of them where
+        the state holds the tiled layout already, fewer where reading converts (fluid-compacted
+        storage), so that a readout's temporaries stay bounded."""
+
+    def state_bytes(self, problem: Problem) -> int:
+        """Bytes of the resident state of a run of ``problem`` as :meth:`allocate` makes it
+        (population copies and tables), known before anything is allocated."""
 
     def to_host(self, array: Any) -> np.ndarray:
         """Copy a backend array to a host NumPy array."""

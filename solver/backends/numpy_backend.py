@@ -214,9 +214,20 @@ class NumpyBackend:
         """Latest populations, float64 (n_tiles, q, a**d), exactly as stored."""
         return state.problem.storage.exact(state.f[state.current])
 
-    def device_populations(self, state: NumpyState) -> np.ndarray:
-        """Latest populations in the arithmetic precision (a view unless stored as float16)."""
-        return state.problem.storage.decode(state.f[state.current])
+    def device_populations(self, state: NumpyState, tiles=None) -> np.ndarray:
+        """Latest populations in the arithmetic precision (a view unless stored as float16), of
+        all tiles or of ``tiles`` (a slice or an index array)."""
+        f = state.f[state.current]
+        return state.problem.storage.decode(f if tiles is None else f[tiles])
+
+    def readout_tiles(self, state: NumpyState) -> int:
+        """Tiles per readout chunk: all (the state is tiled already; fields chunk themselves)."""
+        return state.problem.tiling.n_tiles
+
+    def state_bytes(self, problem: Problem) -> int:
+        """Bytes of the resident population copies and tiling tables (Tiling.memory_bytes)."""
+        return int(problem.tiling.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
+                                               problem.population_copies))
 
     def to_host(self, array: np.ndarray) -> np.ndarray:
         """Already on the host."""

@@ -158,9 +158,20 @@ class DistributedBackend:
         out[state.order] = self._gathered
         return out
 
-    def device_populations(self, state: DistributedState) -> np.ndarray:
-        """The gathered populations (host float64, global order): fields on rank 0."""
-        return self.populations(state)
+    def device_populations(self, state: DistributedState, tiles=None) -> np.ndarray:
+        """The gathered populations (host float64, global order; of ``tiles``, a slice or an
+        index array, if given): fields on rank 0."""
+        f = self.populations(state)
+        return f if tiles is None else f[tiles]
+
+    def readout_tiles(self, state: DistributedState) -> int:
+        """Tiles per readout chunk: all (one gather per readout)."""
+        return state.problem.tiling.n_tiles
+
+    def state_bytes(self, problem: Problem) -> int:
+        """Bytes of the whole run's populations and tiling tables (Tiling.memory_bytes)."""
+        return int(problem.tiling.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
+                                               problem.population_copies))
 
     def to_host(self, array: np.ndarray) -> np.ndarray:
         """Rank 0's arrays are host arrays already."""

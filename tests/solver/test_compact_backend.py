@@ -70,16 +70,18 @@ def test_config_refuses_an_unknown_tile_storage() -> None:
 
 
 def test_device_bytes_follow_the_chosen_storage() -> None:
-    """Compact: its two copies and tables, 12 edge bytes per fluid node, and the tiled copy a
-    readout (fields, checkpoint) builds: at eta_t ~0.5 the state is about half the tiled
-    two-copy state, but the peak with a readout is about the same."""
+    """Compact: its two copies and tables, 12 edge bytes per fluid node, one readout chunk
+    (fields, checks and checkpoints read bounded chunks: test_compact_readout.py) and one
+    cut's moments: at eta_t ~0.5 the state is about half the tiled two-copy state."""
+    from solver.backends.cuda.compact_readout import readout_tile_bytes, readout_tiles
+    from solver.memory import cut_bytes
+
     tiled, compact = _problem("tiled"), _problem("compact")
     t, q = tiled.tiling, 19
     nodes = t.n_tiles * 64
-    expect = (CompactTiling(t, 1).memory_bytes(q, 4) + 12 * tiled.n_fluid + nodes * q * 4
-              + 2 * nodes + moments_bytes(tiled))
-    assert device_bytes(compact) == expect
     state = CompactTiling(t, 1).memory_bytes(q, 4) + 12 * tiled.n_fluid
+    chunk = readout_tiles(compact, state) * readout_tile_bytes(compact)
+    assert device_bytes(compact) == state + chunk + 2 * nodes + cut_bytes(compact)
     assert state < 0.7 * t.memory_bytes(q, 4, 2)
     assert device_bytes(tiled) == t.memory_bytes(q, 4, 2) + 2 * nodes + moments_bytes(tiled)
 

@@ -100,7 +100,7 @@ def test_compact_float16_stores_the_tiled_bits(collision, fluid, tpb, packed) ->
     np.testing.assert_array_equal(run.seeds, emu.seeds)
     assert int(run.seeds[run.current]) == 119
     fluid_nodes = np.broadcast_to(~problem.tiling.solid[:, None, :], f0.shape)
-    got = run.stored_populations().view(np.uint16)
+    got = run.stored_tiled().view(np.uint16)
     want = _tiled_bits(emu)
     np.testing.assert_array_equal(got[fluid_nodes], want[fluid_nodes])
     assert (got[~fluid_nodes] == 0).all()
@@ -129,8 +129,8 @@ def test_compact_float16_in_place_equals_two_copy_bit_for_bit(packed) -> None:
         for run in (one, two):
             run.step(n)
         assert one.current == n % 2
-        np.testing.assert_array_equal(one.stored_populations().view(np.uint16)[fluid],
-                                      two.stored_populations().view(np.uint16)[fluid])
+        np.testing.assert_array_equal(one.stored_tiled().view(np.uint16)[fluid],
+                                      two.stored_tiled().view(np.uint16)[fluid])
         assert one.current == 0 and int(one.seeds[0]) == int(two.seeds[two.current])
     q, slots = 19, one.compact.n_slots
     assert one.f[0].nbytes == q * slots * 2
@@ -153,12 +153,12 @@ def test_compact_float16_reads_back_and_resumes_exactly() -> None:
     saved = run.populations()
     assert saved.dtype == np.float64 and (saved == tiny).sum() == 1
     run.step(2)
-    after = run.stored_populations().copy()
+    after = run.stored_tiled().copy()
     again = _compact_run(problem)
     again.set_populations(saved)
     np.testing.assert_array_equal(again.populations(), saved)
     again.step(2)
-    np.testing.assert_array_equal(again.stored_populations().view(np.uint16),
+    np.testing.assert_array_equal(again.stored_tiled().view(np.uint16),
                                   after.view(np.uint16))
 
 

@@ -1,17 +1,18 @@
 """CuPy backend: the tiled stream-collide kernel of the paper on an NVIDIA GPU.
 
-With :mod:`.device`, :mod:`.iolet_launch` and :mod:`.stored_state` (exact copies of the stored
-state), the only modules that import CuPy. Kernels from :mod:`.kernels` are compiled by NVRTC
-once per variant (:mod:`.device`) and run on device copies ``f[copy][tile][i][slot]`` in the
-configured in-tile layout: two copies, or one updated in place by the AA pattern
-(:mod:`.streaming`; ``state.current`` is then the phase and readers decode phase 1 in place
-first). :meth:`CupyBackend.populations` returns XYZ order like every backend;
-step times are CUDA-event times; :meth:`CupyBackend.probe` runs the paper's read/write-only and
-propagation-only kernels (section 4.1). Everything the NumPy reference does runs here: BGK, TRT,
-MRT with Guo forcing, halfway bounce-back, Zou-He faces, Ladd's moving walls and objects
-(``templates/PHYSICS_FOR_GPU.md``), the openings' link pass (:mod:`solver.iolets`, launched
-before each step) and float16 storage (:mod:`solver.storage`), encoded and decoded on the
-device. Solid nodes hold the rest equilibrium in every copy (:mod:`solver.backends.base`).
+With :mod:`.device`, :mod:`.iolet_launch` and :mod:`.state_access` (reading and writing a
+run's populations), the only modules that import CuPy. Kernels from :mod:`.kernels` are
+compiled by NVRTC once per variant (:mod:`.device`) and run on device copies
+``f[copy][tile][i][slot]`` in the configured in-tile layout: two copies, or one updated in
+place by the AA pattern (:mod:`.streaming`; ``state.current`` is then the phase and readers
+decode phase 1 in place first). :meth:`CupyBackend.populations` returns XYZ order like every
+backend; step times are CUDA-event times; :meth:`CupyBackend.probe` runs the paper's
+read/write-only and propagation-only kernels (section 4.1). Everything the NumPy reference
+does runs here: BGK, TRT, MRT with Guo forcing, halfway bounce-back, Zou-He faces, Ladd's
+moving walls and objects (``templates/PHYSICS_FOR_GPU.md``), the openings' link pass
+(:mod:`solver.iolets`, launched before each step) and float16 storage (:mod:`solver.storage`),
+encoded and decoded on the device. Solid nodes hold the rest equilibrium in every copy
+(:mod:`solver.backends.base`). Fluid-compacted runs are :class:`~.compact_run.CompactRun`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import cupy as cp
 import numpy as np
 
 from ...problem import Problem
-from ..base import DeviceInfo, with_rest_solids
+from ..base import DeviceInfo
 from .boundary import boundary_values
 from .capture import capture_graph
 from .compact_run import CompactRun
@@ -36,7 +37,7 @@ from .device import (
 )
 from .iolet_launch import device_iolets
 from .kernels import KernelVariant, kernel_source, real_args
-from .stored_state import StoredState
+from .state_access import StateAccess
 from .streaming import next_phase
 from .tables import (
     check_tile_shape,
@@ -97,7 +98,7 @@ class CupyState:
         return self.views[self.current], self.views[1 - self.current]
 
 
-class CupyBackend(StoredState):
+class CupyBackend(StateAccess):
     """Tiled fused stream-collide on the GPU (float32/float64 arithmetic, storage per problem)."""
 
     name = "cupy"
@@ -306,62 +307,9 @@ class CupyBackend(StoredState):
             state.stream.synchronize()
         return state.f[0]
 
-    def populations(self, state: CupyState) -> np.ndarray:
-        """Latest populations, host float64 (n_tiles, q, a**d) in XYZ order, as stored."""
-        if isinstance(state, CompactRun):  # exact values on the host, not the device
-            return state.populations()
-        return cp.asnumpy(state.problem.storage.exact(self._stored(state), cp))
-
-    def device_populations(self, state: CupyState) -> cp.ndarray:
-        """Latest populations on the device, XYZ order, arithmetic precision (maybe a view)."""
-        if isinstance(state, CompactRun):
-            return state.device_populations()
-        return state.problem.storage.decode(self._stored(state), cp)
-
-    def _stored(self, state: CupyState) -> cp.ndarray:
-        current = self._natural(state)  # the stored values in XYZ order (XYZ layout: a view)
-        if state.identity_slots is None:
-            state.identity_slots = bool((state.slots == cp.arange(state.slots.shape[1])).all())
-        if not state.identity_slots:
-            return current[:, cp.arange(state.problem.lattice.q)[:, None], state.slots]
-        return current
-
-    def to_host(self, array: cp.ndarray) -> np.ndarray:
-        """Copy a device array to the host."""
-        return cp.asnumpy(array)
-
-    def set_populations(self, state: CupyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations from a host or device array in XYZ in-tile order
-        (rounded to the storage on the device).
-
-        Solid nodes of every copy get the rest equilibrium (:mod:`solver.backends.base`).
-        """
-        if isinstance(state, CompactRun):  # solid nodes are not stored: always at rest
-            return state.set_populations(f)
-        problem, q = state.problem, cp.arange(state.problem.lattice.q)[:, None]
-        if state.in_place:  # values arrive in the natural layout: decode to phase 0 first,
-            self._natural(state)  # which also moves the float16 step counter there
-        others = [c for c in range(state.f.shape[0]) if c != state.current]
-        for copy in (state.current, *others):
-            stored = (problem.storage.encode(cp.asarray(f), cp) if copy == state.current
-                      else state.f[copy][:, q, state.slots])
-            state.f[copy][:, q, state.slots] = with_rest_solids(problem, stored, cp)
-
-    def set_step(self, state: CupyState, step: int) -> None:
-        """Set the step counter that seeds float16 stochastic rounding (on resume)."""
-        if isinstance(state, CompactRun):  # written before its stream's next step
-            return state.set_step(step)
-        if getattr(state, "seeds", None) is not None:  # float16 storage
-            state.seeds[state.current] = np.uint32(step & 0xFFFFFFFF)
-
     def device_info(self) -> DeviceInfo:
         """GPU name, memory (bytes), theoretical and measured copy bandwidth (bytes/s)."""
         return device_info()
-
-    def iolet_flux(self, state: CupyState) -> np.ndarray | None:
-        """Net mass flux into the fluid per opening link in the last step (host float64)."""
-        iolets = getattr(state, "iolets", None)  # compact runs have no openings' pass
-        return None if iolets is None else iolets.host_flux()
 
     def nccl_status(self) -> tuple[bool, str]:
         """Whether CuPy's NCCL binding is usable, and its version or what is missing."""
@@ -381,6 +329,7 @@ class CupyBackend(StoredState):
     def gpu_id(self) -> str:
         """PCI bus id of the current device: which physical GPU this process computes on."""
         return str(cp.cuda.Device().pci_bus_id)
+
     def memory_required(self, problem: Problem) -> int:
         """Device bytes a run of ``problem`` needs at its peak (see solver.memory.device_bytes)."""
         from ...memory import device_bytes

@@ -24,7 +24,6 @@ from dataclasses import replace
 import numpy as np
 
 from ...problem import Problem
-from ...storage import Storage
 from .capture import capture_graph
 from .compact import (
     DEFAULT_CODE,
@@ -34,6 +33,7 @@ from .compact import (
     probe_shared_bytes,
     sector_pad,
 )
+from .compact_readout import fluid_starts, readout_tiles, tiled_chunk, write_chunk
 from .kernels import KernelVariant, kernel_source, real_args
 from .tables import physics_args
 
@@ -69,11 +69,6 @@ def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, 
 
 #: Device bytes per fluid node of :func:`edge_nodes`' tables (tiled index int32).
 EDGE_BYTES = 12
-
-
-def _one(storage: Storage, i: int) -> Storage:
-    """``storage`` of direction i alone (its shift): encodes and decodes arrays (1, n)."""
-    return replace(storage, shift=storage.shift[i:i + 1])
 
 
 class CompactRun:
@@ -123,6 +118,7 @@ class CompactRun:
         self.physics = list(physics_args(problem))
         self.reals = tuple(real_args(self.variant, self.physics))
         self.edge = tuple(xp.asarray(a) for a in edge_nodes(self.compact, q))
+        self.starts = fluid_starts(self.compact)  # host: each tile's first edge-table entry
         # One array, copy 0 first: the float16 step counter's slot is the copy a launch reads
         # (fin < fout), so slot = current, as in the tiled state.
         copies = xp.zeros((problem.population_copies, q * self.compact.n_slots),
@@ -132,62 +128,51 @@ class CompactRun:
         self.seeds = xp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         self.current = 0
         self.tiles_per_block = min(tiles_per_block, 4) if code.registers else tiles_per_block
+        #: Tiles per chunk of a readout (:mod:`.compact_readout`: bounded temporaries).
+        self.readout_tiles = readout_tiles(problem, self.memory_bytes())
         self.set_populations(problem.initial_populations())
 
     def set_populations(self, f: np.ndarray) -> None:
         """Overwrite the latest populations from tiled XYZ ones (n_tiles, q, 64); solid nodes
         are not stored."""
         self._natural()  # in place: the values arrive in the natural layout (phase 0)
-        at, block, tiled = self.edge
-        q, storage = self.problem.lattice.q, self.problem.storage
-        # Index of each fluid node in one direction's (n_tiles, 64) block: tile * 64 + node.
-        node = (tiled // (q * 64)) * 64 + tiled % (q * 64)
-        # One direction at a time, host or device input: no tiled copy of all populations
-        # (the peak memory of a compact run is its readout's, solver.memory.device_bytes).
-        # Encoded as the tiled state encodes (float64 input that is exactly a stored value, a
-        # checkpoint's, stores as that value), with direction i's shift.
-        for i in range(q):
-            column = self.xp.asarray(f[:, i, :]).ravel()[node]
-            self.f[self.current][at + i * block] = _one(storage, i).encode(column[None, :],
-                                                                             self.xp)[0]
+        # readout_tiles tiles at a time, host or device input: temporaries of one chunk
+        # (the peak memory of a compact run, solver.memory.device_bytes).
+        for first in range(0, self.problem.tiling.n_tiles, self.readout_tiles):
+            write_chunk(self, first, f[first:first + self.readout_tiles])
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 
-    def device_populations(self):
-        """Latest populations in the tiled XYZ layout (n_tiles, q, 64), arithmetic precision,
-        an array of ``xp`` (solid nodes at the rest equilibrium). float16 storage: decoded as
-        the tiled state decodes, direction by direction (no stored tiled copy on the way)."""
-        storage = self.problem.storage
-        return self._tiled(self.problem.dtype, self.problem.rest_populations(),
-                           lambda i, v: _one(storage, i).decode(v[None, :], self.xp)[0])
-
-    def stored_populations(self):
-        """Latest populations in the tiled XYZ layout (n_tiles, q, 64) as stored (float16
-        storage: binary16, decoded by ``problem.storage``), an array of ``xp``; solid nodes
-        hold the stored rest equilibrium (binary16 zero with float16 storage)."""
-        p = self.problem
-        return self._tiled(p.storage_dtype, p.storage.encode(p.rest_populations()[:, None])[:, 0],
-                           lambda i, v: v)
-
-    def _tiled(self, dtype, rest, convert):
-        """A tiled XYZ copy (n_tiles, q, 64) of ``dtype``: ``rest`` (q,) in solid nodes,
-        ``convert(i, values)`` of the stored values of direction i in fluid nodes."""
+    def device_populations(self, tiles=None):
+        """Latest populations in the tiled XYZ layout (tiles, q, 64), arithmetic precision, an
+        array of ``xp`` (solid nodes at the rest equilibrium): of all tiles, or of ``tiles`` (a
+        slice or an index array) only, which is what a chunked readout asks for
+        (:attr:`readout_tiles` at a time). float16 storage: decoded as the tiled state
+        decodes."""
         self._natural()
-        p, xp = self.problem, self.xp
-        out = xp.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile), dtype=dtype)
-        out[...] = xp.asarray(np.asarray(rest).astype(dtype))[None, :, None]
-        at, block, tiled = self.edge
-        flat, latest = out.reshape(-1), self.f[self.current]
-        for i in range(p.lattice.q):
-            flat[tiled + i * 64] = convert(i, latest[at + i * block])
-        return out
+        return tiled_chunk(self, slice(None) if tiles is None else tiles)
+
+    def stored_tiled(self):
+        """Latest populations of all tiles in the tiled XYZ layout (n_tiles, q, 64) as stored
+        (float16 storage: binary16, decoded by ``problem.storage``), an array of ``xp``; solid
+        nodes hold the stored rest equilibrium (binary16 zero with float16 storage)."""
+        self._natural()
+        return tiled_chunk(self, slice(None), stored=True)
 
     def populations(self) -> np.ndarray:
-        """Latest populations, tiled XYZ (n_tiles, q, 64), float64 on the host; solid nodes at
-        the rest equilibrium."""
-        out = self.stored_populations()
-        host = out.get() if hasattr(out, "get") else np.asarray(out)
-        return self.problem.storage.exact(host)  # float16: exactly the stored values
+        """Latest populations, tiled XYZ (n_tiles, q, 64), float64 on the host (float16
+        storage: exactly the stored values); solid nodes at the rest equilibrium. Converted
+        :attr:`readout_tiles` tiles at a time: the device never holds a tiled copy of all
+        populations."""
+        p = self.problem
+        out = np.empty((p.tiling.n_tiles, p.lattice.q, p.tiling.nodes_per_tile))
+        self._natural()
+        for first in range(0, p.tiling.n_tiles, self.readout_tiles):
+            part = slice(first, first + self.readout_tiles)
+            chunk = tiled_chunk(self, part, stored=True)
+            host = chunk.get() if hasattr(chunk, "get") else np.asarray(chunk)
+            out[part] = p.storage.exact(host)
+        return out
 
     def set_step(self, step: int) -> None:
         """Set the float16 stochastic-rounding step counter the next launch reads (resume)."""

@@ -1,0 +1,160 @@
+"""Reading a fluid-compacted run in bounded chunks of tiles (issue 20 item 1).
+
+A readout (fields, a health check, a checkpoint) needs the populations in the tiled XYZ layout
+(tiles, q, 64) and their float64 moments. Converting all tiles at once would build one tiled
+copy of the populations (q x value bytes per tile node) next to the compact state, so the peak
+of a compact run would be about the tiled two-copy state that compaction halves. Here a
+readout converts a range (or a list) of tiles at a time: :func:`readout_tiles` sizes the
+chunks so their temporaries (:func:`readout_tile_bytes`) stay within :func:`readout_budget`,
+about 1/8 of the resident state and at most :data:`READOUT_MAX_BYTES`; the peak of a compact
+run is then its state plus one chunk (:func:`compact_peak_bytes`, what
+:func:`solver.memory.device_bytes` reports). Values are converted one by one, so every chunking
+gives the same bits as one whole conversion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ...problem import Problem
+from ...storage import Storage
+from .compact import CompactTiling
+
+__all__ = ["READOUT_MAX_BYTES", "READOUT_MIN_BYTES", "readout_tile_bytes", "readout_budget",
+           "readout_tiles", "compact_state_bytes", "compact_peak_bytes", "fluid_starts",
+           "tiled_chunk", "write_chunk", "edge_bytes", "state_bytes", "direction_storage"]
+
+#: Largest budget of one readout chunk's temporaries, bytes.
+READOUT_MAX_BYTES = 64 << 20
+#: Smallest budget (small runs: a few chunks, not hundreds of tiny launches), bytes.
+READOUT_MIN_BYTES = 8 << 20
+
+
+def edge_bytes(compact: CompactTiling, q: int) -> int:
+    """Device bytes per fluid node of the edge conversion tables (compact_run.edge_nodes):
+    two int32 and the tiled index, int32 where it fits, else int64."""
+    wide = compact.tiling.n_tiles * q * 64 >= 2**31
+    return 16 if wide else 12
+
+
+def compact_state_bytes(problem: Problem, compact: CompactTiling) -> int:
+    """Resident device bytes of a compact run of ``problem``: its copies (one or two), tables
+    and edge conversion tables, as :class:`~.compact_run.CompactRun` allocates them."""
+    q = problem.lattice.q
+    value = problem.storage_dtype.itemsize
+    return int(compact.memory_bytes(q, value, problem.population_copies)
+               + edge_bytes(compact, q) * problem.n_fluid)
+
+
+def readout_tile_bytes(problem: Problem) -> int:
+    """Device bytes one tile adds to a readout chunk, an upper bound: its tiled copy in the
+    arithmetic precision, the float64 copy and moments of :func:`solver.fields.tile_moments`
+    and their temporaries, the health check's masked copies, and the conversion's index
+    arrays (32 bytes per node)."""
+    q, d, value = problem.lattice.q, problem.lattice.d, problem.dtype.itemsize
+    per_node = q * value + 8 * q + 8 * (1 + d) + (8 + 16 * d) + 8 * (2 + d) + 32
+    return int(64 * per_node)
+
+
+def readout_budget(state_bytes: int) -> int:
+    """Bytes one readout chunk may use: 1/8 of the resident state, within
+    [:data:`READOUT_MIN_BYTES`, :data:`READOUT_MAX_BYTES`]."""
+    return int(min(READOUT_MAX_BYTES, max(READOUT_MIN_BYTES, state_bytes // 8)))
+
+
+def readout_tiles(problem: Problem, state_bytes: int) -> int:
+    """Tiles per readout chunk of a compact run whose resident state is ``state_bytes``."""
+    per_tile = readout_tile_bytes(problem)
+    return int(min(problem.tiling.n_tiles, max(1, readout_budget(state_bytes) // per_tile)))
+
+
+def state_bytes(problem: Problem) -> int:
+    """Device bytes of the resident state of a run of ``problem`` on the CuPy backend: compact
+    where :mod:`.tile_storage` chooses it, else the tiled state (populations and tables)."""
+    from .tile_storage import choose_tile_storage
+
+    storage = choose_tile_storage(problem)
+    if storage.compact:
+        return compact_state_bytes(problem, CompactTiling(problem.tiling, storage.pad))
+    return int(problem.tiling.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
+                                           problem.population_copies))
+
+
+def compact_peak_bytes(problem: Problem, pad: int) -> int:
+    """Device bytes of a compact run at its peak: the resident state and one readout chunk."""
+    state = compact_state_bytes(problem, CompactTiling(problem.tiling, pad))
+    return state + readout_tiles(problem, state) * readout_tile_bytes(problem)
+
+
+def fluid_starts(compact: CompactTiling) -> np.ndarray:
+    """Host int64 (n_tiles + 1): index of each tile's first fluid node in the edge tables
+    (which list fluid nodes tile by tile), and the fluid count at the end."""
+    counts = np.count_nonzero(compact.ranks() >= 0, axis=1)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+def direction_storage(storage: Storage, i: int) -> Storage:
+    """``storage`` of direction i alone (its shift): encodes and decodes arrays (1, n)."""
+    return replace(storage, shift=storage.shift[i:i + 1])
+
+
+def tiled_chunk(run, tiles, stored: bool = False):
+    """The latest populations of ``run`` (a :class:`~.compact_run.CompactRun` in the natural
+    layout) for ``tiles``, a slice of tile indices or an index array (host or ``xp``), as an
+    ``xp`` array (len(tiles), q, 64) in the arithmetic precision (float16 storage: decoded as
+    the tiled state decodes), or with ``stored`` as stored (binary16 bits); solid nodes at
+    rest."""
+    p, xp = run.problem, run.xp
+    q, n_tiles = p.lattice.q, p.tiling.n_tiles
+    at, block, tiled = run.edge
+    if isinstance(tiles, slice):
+        first, stop, _ = tiles.indices(n_tiles)
+        stop = max(stop, first)
+        k0, k1 = int(run.starts[first]), int(run.starts[stop])
+        at, block = at[k0:k1], block[k0:k1]
+        dest = tiled[k0:k1] - first * q * 64  # same in-tile offset, tiles counted from first
+        count = stop - first
+    else:
+        host = np.asarray(getattr(xp, "asnumpy", np.asarray)(tiles), dtype=np.int64).ravel()
+        begin, end = run.starts[host], run.starts[host + 1]
+        sizes = end - begin
+        # Fluid nodes of the listed tiles, tile by tile, and the position of their tile.
+        k = np.repeat(begin - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+        position = xp.asarray(np.repeat(np.arange(host.size, dtype=np.int64), sizes))
+        k = xp.asarray(k)
+        at, block = at[k], block[k]
+        dest = position * (q * 64) + tiled[k] % (q * 64)
+        count = host.size
+    storage, rest = p.storage, p.rest_populations()
+    if stored:
+        rest = storage.encode(rest[:, None])[:, 0]
+    dtype = p.storage_dtype if stored else p.dtype
+    out = xp.empty((count, q, p.tiling.nodes_per_tile), dtype=dtype)
+    out[...] = xp.asarray(np.asarray(rest).astype(dtype))[None, :, None]
+    flat, latest = out.reshape(-1), run.f[run.current]
+    for i in range(q):
+        values = latest[at + i * block]
+        if not stored:
+            values = direction_storage(storage, i).decode(values[None, :], xp)[0]
+        flat[dest + i * 64] = values
+    return out
+
+
+def write_chunk(run, first: int, f) -> None:
+    """Store tiled XYZ populations ``f`` (tiles, q, 64; host or ``xp``) of the tiles from
+    ``first`` on into the latest copy of ``run`` (natural layout), encoded as the tiled state
+    encodes (float64 input that is exactly a stored value, a checkpoint's, stores as that
+    value); solid nodes are not stored. One direction at a time: a column of the chunk's
+    tiles."""
+    q = run.problem.lattice.q
+    k0, k1 = int(run.starts[first]), int(run.starts[first + len(f)])
+    at, block, tiled = (a[k0:k1] for a in run.edge)
+    local = tiled - first * q * 64
+    node = (local // (q * 64)) * 64 + local % (q * 64)  # tile * 64 + node within the chunk
+    latest, storage = run.f[run.current], run.problem.storage
+    for i in range(q):
+        column = run.xp.asarray(f[:, i, :]).ravel()[node]
+        latest[at + i * block] = direction_storage(storage, i).encode(column[None, :],
+                                                                      run.xp)[0]

@@ -1,0 +1,181 @@
+"""Reading a run's state in chunks of tiles: moments, fields and health numbers (lattice units).
+
+A backend hands out its latest populations ``backend.readout_tiles(state)`` tiles at a time
+(``device_populations(state, tiles)``). The tiled storage holds the tiled layout already and
+reads all tiles in one chunk, exactly as a whole read; the fluid-compacted storage converts
+each chunk from its compact copy (:mod:`solver.backends.cuda.compact_readout`), so a readout
+never builds a tiled copy of all populations nor float64 moments of every tile node on the
+device: the peak of a compact run stays near its resident state (issue 20). Every node's
+moments are computed alone (:func:`solver.fields.tile_moments`), so fields and cuts have the
+same bits under any chunking; health sums add per-chunk sums (the last bits may differ from
+one whole sum, never more).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from . import observables
+from .fields import Cut, speed, tile_moments
+from .problem import Problem
+from .wall_shear import WallNodes, wall_shear_stress
+
+__all__ = ["Readout"]
+
+
+class Readout:
+    """Chunked reads of ``state`` (allocated by ``backend`` for ``problem``); ``flow_axis``:
+    the axis whose first and last fluid layers' densities a health check reports when it is
+    not periodic."""
+
+    def __init__(self, problem: Problem, backend: Any, state: Any, flow_axis: int) -> None:
+        self.problem, self.backend, self.state, self.xp = problem, backend, state, backend.xp
+        self.flow_axis = flow_axis
+        self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
+        self._layers: tuple | None = None  # (host, device) flat indices of the end layers
+
+    def chunks(self, tiles: Any = None) -> Iterator[tuple[slice, Any, Any]]:
+        """``(part, rho, u)`` per chunk: the chunk's positions in the state's tiles (``tiles``
+        None) or in the index array ``tiles``, its density (t, N) and velocity (d, t, N),
+        float64 backend arrays."""
+        p, backend = self.problem, self.backend
+        n = p.tiling.n_tiles if tiles is None else len(tiles)
+        per = backend.readout_tiles(self.state)
+        for first in range(0, n, per):
+            part = slice(first, min(n, first + per))
+            f = backend.device_populations(self.state, part if tiles is None else tiles[part])
+            yield (part, *tile_moments(f, p.lattice, p.force, p.incompressible, self.xp))
+
+    def moments(self, tiles: Any = None) -> tuple[Any, Any]:
+        """Density (T, N) and velocity (d, T, N), float64 backend arrays, of all tiles or of the
+        index array ``tiles``; one chunk is returned as it is (no copy)."""
+        n = self.problem.tiling.n_tiles if tiles is None else len(tiles)
+        chunks = self.chunks(tiles)
+        part, rho, u = next(chunks)
+        if part.stop == n:
+            return rho, u
+        out_rho = self.xp.empty((n, rho.shape[1]), dtype=rho.dtype)
+        out_u = self.xp.empty((u.shape[0], n, u.shape[2]), dtype=u.dtype)
+        out_rho[part], out_u[:, part] = rho, u
+        for part, rho, u in chunks:
+            out_rho[part], out_u[:, part] = rho, u
+        return out_rho, out_u
+
+    def host_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`moments` of all tiles on the host, filled chunk by chunk."""
+        t, d = self.problem.tiling, self.problem.lattice.d
+        to_host = self.backend.to_host
+        chunks = self.chunks()
+        part, rho, u = next(chunks)
+        if part.stop == t.n_tiles:
+            return to_host(rho), to_host(u)
+        out_rho = np.empty((t.n_tiles, t.nodes_per_tile))
+        out_u = np.empty((d, t.n_tiles, t.nodes_per_tile))
+        out_rho[part], out_u[:, part] = to_host(rho), to_host(u)
+        for part, rho, u in chunks:
+            out_rho[part], out_u[:, part] = to_host(rho), to_host(u)
+        return out_rho, out_u
+
+    def health(self, cut: Cut | None = None) -> tuple[dict, Any]:
+        """The health numbers (:meth:`solver.simulation.Simulation.health`) from one pass over
+        the chunks, and with a ``cut`` its moments ``(rho, u, index)`` (index into them):
+        taken from the pass when it was one chunk, else from the cut's tiles alone."""
+        xp, t = self.xp, self.problem.tiling
+        layers = self._flow_layers()
+        values = [xp.empty(len(host), dtype=xp.float64) for host, _ in layers]
+        total, whole = None, None
+        for part, rho, u in self.chunks():
+            total = self._combine(total, self._partial(part, rho, u))
+            nodes = slice(part.start * t.nodes_per_tile, part.stop * t.nodes_per_tile)
+            flat_rho = rho.reshape(-1)
+            for (host, device), out in zip(layers, values, strict=True):
+                lo, hi = np.searchsorted(host, (nodes.start, nodes.stop))
+                out[lo:hi] = flat_rho[device[lo:hi] - nodes.start]
+            if part.stop - part.start == t.n_tiles:
+                whole = (rho, u)
+        means = [v.mean().reshape(1) for v in values]
+        numbers = self.backend.to_host(xp.concatenate([total, *means]))
+        looked = None
+        if cut is not None:
+            looked = (*whole, cut.nodes) if whole is not None else \
+                (*self.moments(cut.tiles), cut.local)
+        return self._numbers(numbers), looked
+
+    def wall_shear(self, walls: WallNodes) -> np.ndarray:
+        """Wall shear stress magnitude (n,) at ``walls``' nodes on the host, lattice units
+        (:func:`solver.wall_shear.wall_shear_stress`). In chunks: the wall nodes of a range of
+        own tiles (direction 0 is the node's own tile) with the tiles their pulls read, at
+        most a 3^3 neighbourhood each, so the range is 1/27 of a readout chunk."""
+        backend, n = self.backend, self.problem.tiling.n_tiles
+        per = backend.readout_tiles(self.state)
+        if per >= n:  # one chunk: all populations at once
+            f = backend.device_populations(self.state)
+            return backend.to_host(wall_shear_stress(self.problem, f, walls, self.xp))
+        own = max(1, per // 27)
+        order = np.argsort(walls.tile[0], kind="stable")
+        bounds = np.searchsorted(walls.tile[0][order], np.arange(0, n + own, own))
+        out = np.empty(len(walls.voxels))
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            pick = order[lo:hi]
+            if pick.size:
+                tiles = np.unique(walls.tile[:, pick])  # sorted: local index by searchsorted
+                part = WallNodes(walls.voxels[pick], walls.normals[pick],
+                                 np.searchsorted(tiles, walls.tile[:, pick]),
+                                 walls.direction[:, pick], walls.node[:, pick])
+                f = backend.device_populations(self.state, self.xp.asarray(tiles))
+                out[pick] = backend.to_host(wall_shear_stress(self.problem, f, part, self.xp))
+        return out
+
+    def _partial(self, part: slice, rho, u):
+        """Per chunk (2 + 2d,): finite (1/0), max speed, sum of u and of j over fluid nodes."""
+        xp = self.xp
+        if self._fluid is None:
+            self._fluid = xp.asarray(~self.problem.tiling.solid)
+        fluid = self._fluid[part]
+        d = u.shape[0]
+        u_fluid = xp.where(fluid, u, 0.0)  # solid nodes hold no flow (may hold NaN)
+        finite = xp.isfinite(xp.where(fluid, rho, 1.0)).all() & xp.isfinite(u_fluid).all()
+        j = observables.momentum_density(self.problem, xp.where(fluid, rho, 0.0), u_fluid)
+        return xp.concatenate([
+            finite.astype(xp.float64).reshape(1), speed(u_fluid, xp).max().reshape(1),
+            u_fluid.reshape(d, -1).sum(axis=1), j.reshape(d, -1).sum(axis=1)])
+
+    def _combine(self, total, part):
+        """Running partials of the chunks so far: finite of all, largest speed, sums added in
+        chunk order (one chunk: its own numbers exactly); constant memory for any count."""
+        if total is None:
+            return part
+        xp = self.xp
+        return xp.concatenate([xp.minimum(total[:1], part[:1]), xp.maximum(total[1:2], part[1:2]),
+                               total[2:] + part[2:]])
+
+    def _numbers(self, numbers: np.ndarray) -> dict:
+        """The health dict from the combined partials (2 + 2d) and the layer means."""
+        d = self.problem.lattice.d
+        if numbers[0] != 1.0:
+            return {"finite": False, "max_speed": float("inf"),
+                    "mean_velocity": np.full(d, np.nan), "mean_momentum": np.full(d, np.nan),
+                    "layer_density": None}
+        volume = float(np.prod(self.problem.tiling.shape))
+        return {"finite": True, "max_speed": float(numbers[1]),
+                "mean_velocity": numbers[2:2 + d] / volume,
+                "mean_momentum": numbers[2 + d:2 + 2 * d] / volume,
+                "layer_density": tuple(float(v) for v in numbers[2 + 2 * d:]) or None}
+
+    def _flow_layers(self) -> tuple:
+        """(host, backend) sorted flat fluid-node indices of the first and last layers along
+        the flow axis when it is not periodic (what a pressure drop is measured between)."""
+        if self._layers is None:
+            t, axis = self.problem.tiling, self.flow_axis
+            self._layers = ()
+            if not self.problem.periodic[axis]:
+                coords = t.node_coordinates()[..., axis].reshape(-1)
+                fluid = ~t.solid.reshape(-1)
+                ends = (0, t.shape[axis] - 1)
+                found = [np.flatnonzero(fluid & (coords == end)) for end in ends]
+                if all(index.size for index in found):
+                    self._layers = tuple((i, self.xp.asarray(i)) for i in found)
+        return self._layers
