@@ -232,8 +232,10 @@ class Tiling:
         return tile, (local * weights).sum(axis=-1)
 
     def memory_bytes(self, q: int, value_bytes: int, copies: int = 2) -> int:
-        """Device memory of the tiled state in bytes: f copies, node types, tile map and list."""
-        per_tile = self.nodes_per_tile * (copies * q * value_bytes + 1)
+        """Device memory of the tiled state in bytes: f copies, node types, fluid masks (8
+        bytes per 64 nodes of a tile), tile map and list."""
+        per_tile = (self.nodes_per_tile * (copies * q * value_bytes + 1)
+                    + 8 * -(-self.nodes_per_tile // 64))
         return int(self.n_tiles * per_tile + self.tile_map.nbytes + self.tiles.nbytes)
 
     def offsets(self) -> list[tuple[int, ...]]:

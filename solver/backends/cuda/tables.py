@@ -23,8 +23,8 @@ from .collisions import cuda_collision
 
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
-    "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "geometry_args",
-    "physics_args", "launch_shape", "c_literal",
+    "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "fluid_masks",
+    "geometry_args", "physics_args", "launch_shape", "c_literal",
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
@@ -101,20 +101,25 @@ def needs_wide_sources(problem: Problem) -> bool:
 
 def shared_bytes(lattice: str, a: int, tiles_per_block: int, mode: str = "full",
                  source_bytes: int = 4) -> int:
-    """Dynamic shared memory of one block: halo sources (``source_bytes`` each) per tile and
-    per-warp tile neighbourhoods (4 bytes each)."""
+    """Dynamic shared memory of one block: halo sources (``source_bytes`` each) per tile and,
+    per warp, the tile neighbourhood's fluid masks (8 bytes per 64 nodes of a tile) and tile
+    indices (4 bytes each)."""
     if mode == "readwrite":
         return 0
     d = get_lattice(lattice).d
     warps = tiles_per_block * a**d // 32
-    return source_bytes * tiles_per_block * (a + 2) ** d + 4 * warps * 3**d
+    mask_words = -(-a**d // 64)
+    return (source_bytes * tiles_per_block * (a + 2) ** d
+            + (8 * mask_words + 4) * warps * 3**d)
 
 
 def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np.ndarray]:
     """Arrays the kernel reads, in kernel-argument order.
 
     ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
-    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``wall_group``, uint8 per
+    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``fluid_masks``: per tile,
+    :func:`fluid_masks` of ``types`` (the halo fill reads 8 bytes per neighbour tile instead
+    of one byte per halo node); ``wall_group``, uint8 per
     node (:func:`~solver.backends.cuda.boundary.wall_groups`), for kernels with ``boundary``
     'moving', and ``bc``, arithmetic precision
     (:func:`~solver.backends.cuda.boundary.boundary_values`), for 'zou_he' and 'moving';
@@ -134,14 +139,27 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
         bc = boundary_values(problem).astype(problem.dtype)
         if boundary == "moving":
             wall_group = wall_groups(problem)
+    types = np.ascontiguousarray(types, dtype=np.uint8)
     return {
-        "types": np.ascontiguousarray(types, dtype=np.uint8).ravel(),
+        "types": types.ravel(),
         "tiles": np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel(),
         # x fastest, the order the kernel flattens tile-grid coordinates in.
         "tile_map": np.ascontiguousarray(tiling.tile_map.transpose(), dtype=np.int32).ravel(),
+        "fluid_masks": fluid_masks(types.reshape(tiling.n_tiles, -1)),
         "wall_group": wall_group,
         "bc": bc,
     }
+
+
+def fluid_masks(types: np.ndarray) -> np.ndarray:
+    """Per tile, which nodes are not solid: (n_tiles * ceil(npt / 64),) uint64, node n of a
+    tile at bit n % 64 of its word n // 64, from node types (n_tiles, npt) in XYZ order."""
+    n_tiles, npt = types.shape
+    words = -(-npt // 64)
+    bits = np.zeros((n_tiles, 64 * words), dtype=bool)
+    bits[:, :npt] = types != 0
+    packed = np.packbits(bits, axis=1, bitorder="little")
+    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64).ravel()
 
 
 def geometry_args(problem: Problem, tiles: tuple[int, int] | None = None) -> list[np.int32]:

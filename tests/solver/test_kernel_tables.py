@@ -1,0 +1,22 @@
+"""The kernel's per-tile fluid masks: bit n % 64 of word n // 64 says whether node n is fluid."""
+
+import numpy as np
+import pytest
+
+from solver.backends.cuda.tables import fluid_masks, shared_bytes
+
+
+@pytest.mark.parametrize("npt", [64, 256, 512])
+def test_fluid_mask_bits_follow_the_node_types(npt):
+    rng = np.random.default_rng(npt)
+    types = rng.choice(np.array([0, 1, 2, 9], np.uint8), size=(5, npt), p=[0.4, 0.4, 0.1, 0.1])
+    masks = fluid_masks(types).reshape(5, -1)
+    assert masks.dtype == np.uint64 and masks.shape[1] == -(-npt // 64)
+    node = np.arange(npt)
+    bits = (masks[:, node // 64] >> (node % 64).astype(np.uint64)) & np.uint64(1)
+    np.testing.assert_array_equal(bits.astype(bool), types != 0)
+
+
+def test_shared_memory_holds_one_mask_word_and_one_tile_index_per_neighbour_and_warp():
+    # D3Q19, edge 4, two tiles: 2 x 216 four-byte sources, 4 warps x 27 x (8 + 4) bytes.
+    assert shared_bytes("D3Q19", 4, 2) == 2 * 216 * 4 + 4 * 27 * 12
