@@ -131,8 +131,7 @@ def load(source: str, name: str, real: str, n_reals: int, store: str | None = No
     wall_group, bc, ints, reals, seeds) with the 12 integer and ``n_reals`` floating arguments
     of the kernel packed in two arrays; ``reverse`` runs the blocks last to first. ``store``
     is the C type of the stored populations (default ``real``); with 'unsigned short'
-    (float16 storage) the
-    kernel also gets ``seeds``, its step-counter pair.
+    (float16 storage) the kernel also gets ``seeds``, its step-counter pair.
     """
     args = ", ".join([f"ia[{k}]" for k in range(12)] + [f"ra[{k}]" for k in range(n_reals)]
                      + (["seeds"] if store == "unsigned short" else []))
