@@ -171,8 +171,6 @@ def reordered_tables(state, order: np.ndarray) -> dict:
     npt, d = tiling.nodes_per_tile, tiling.ndim
     tables = dict(state.tables)
     tables["types"] = tables["types"].reshape(-1, npt)[cp.asarray(order)].ravel()
-    words = tables["fluid_masks"].size // len(order)
-    tables["fluid_masks"] = tables["fluid_masks"].reshape(-1, words)[cp.asarray(order)].ravel()
     tiles = tiling.tiles[order]
     tables["tiles"] = cp.asarray(np.ascontiguousarray(tiles, dtype=np.int32).ravel())
     tile_map = np.full(tiling.tile_map.shape, -1, dtype=np.int32)

@@ -175,7 +175,7 @@ def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
 #: conversion per load; every float16 kernel takes fs_kinetic; the float16 sector fill zeroes
 #: solid lanes through the rounding mask) and masks (the halo fill tests fluid nodes with
 #: per-tile 64-bit fluid masks copied to shared memory, not one node-type byte per halo node).
-TILED_SOURCES_SHA256 = "8ae20a33ec269a412706a50a79605bd6f42ad61b328940ff169914f713eb1247"
+TILED_SOURCES_SHA256 = "3003ce0f6e8576c14312643cf53190cfdc217b8274042767ff29c47732514108"
 
 
 def test_tiled_kernel_sources_are_byte_identical() -> None:

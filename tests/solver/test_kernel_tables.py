@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from solver.backends.cuda.tables import fluid_masks, shared_bytes
+from solver.backends.cuda.tables import fluid_masks, mask_map, shared_bytes
 
 
 @pytest.mark.parametrize("npt", [64, 256, 512])
@@ -20,3 +20,9 @@ def test_fluid_mask_bits_follow_the_node_types(npt):
 def test_shared_memory_holds_one_mask_word_and_one_tile_index_per_neighbour_and_warp():
     # D3Q19, edge 4, two tiles: 2 x 216 four-byte sources, 4 warps x 27 x (8 + 4) bytes.
     assert shared_bytes("D3Q19", 4, 2) == 2 * 216 * 4 + 4 * 27 * 12
+
+
+def test_mask_map_puts_each_tiles_mask_in_its_tile_map_cell():
+    tile_map = np.array([-1, 2, 0, -1, 1], np.int32)
+    masks = np.array([[5], [7], [9]], np.uint64)
+    np.testing.assert_array_equal(mask_map(masks, tile_map), [0, 9, 5, 0, 7])

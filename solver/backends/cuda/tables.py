@@ -24,7 +24,7 @@ from .collisions import cuda_collision
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
     "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "fluid_masks",
-    "geometry_args", "physics_args", "launch_shape", "c_literal",
+    "mask_map", "geometry_args", "physics_args", "launch_shape", "c_literal",
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
@@ -117,9 +117,10 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
     """Arrays the kernel reads, in kernel-argument order.
 
     ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
-    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``fluid_masks``: per tile,
-    :func:`fluid_masks` of ``types`` (the halo fill reads 8 bytes per neighbour tile instead
-    of one byte per halo node); ``wall_group``, uint8 per
+    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``fluid_masks``: per cell
+    of the flat tile map, :func:`fluid_masks` of the tile there (0 where there is none; the
+    halo fill reads 8 bytes per neighbour tile instead of one byte per halo node, by cell, so
+    beside the tile map's load, not after it); ``wall_group``, uint8 per
     node (:func:`~solver.backends.cuda.boundary.wall_groups`), for kernels with ``boundary``
     'moving', and ``bc``, arithmetic precision
     (:func:`~solver.backends.cuda.boundary.boundary_values`), for 'zou_he' and 'moving';
@@ -140,26 +141,36 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
         if boundary == "moving":
             wall_group = wall_groups(problem)
     types = np.ascontiguousarray(types, dtype=np.uint8)
+    # x fastest, the order the kernel flattens tile-grid coordinates in.
+    tile_map = np.ascontiguousarray(tiling.tile_map.transpose(), dtype=np.int32).ravel()
     return {
         "types": types.ravel(),
         "tiles": np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel(),
-        # x fastest, the order the kernel flattens tile-grid coordinates in.
-        "tile_map": np.ascontiguousarray(tiling.tile_map.transpose(), dtype=np.int32).ravel(),
-        "fluid_masks": fluid_masks(types.reshape(tiling.n_tiles, -1)),
+        "tile_map": tile_map,
+        "fluid_masks": mask_map(fluid_masks(types.reshape(tiling.n_tiles, -1)), tile_map),
         "wall_group": wall_group,
         "bc": bc,
     }
 
 
 def fluid_masks(types: np.ndarray) -> np.ndarray:
-    """Per tile, which nodes are not solid: (n_tiles * ceil(npt / 64),) uint64, node n of a
+    """Per tile, which nodes are not solid: (n_tiles, ceil(npt / 64)) uint64, node n of a
     tile at bit n % 64 of its word n // 64, from node types (n_tiles, npt) in XYZ order."""
     n_tiles, npt = types.shape
     words = -(-npt // 64)
     bits = np.zeros((n_tiles, 64 * words), dtype=bool)
     bits[:, :npt] = types != 0
     packed = np.packbits(bits, axis=1, bitorder="little")
-    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64).ravel()
+    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64)
+
+
+def mask_map(masks: np.ndarray, tile_map: np.ndarray) -> np.ndarray:
+    """Per cell of the flat ``tile_map``, the fluid-mask words of its tile (``masks``
+    (n_tiles, words), as :func:`fluid_masks` gives them), zero in cells without a tile; flat."""
+    out = np.zeros((tile_map.size, masks.shape[1]), dtype=np.uint64)
+    has = tile_map >= 0
+    out[has] = masks[tile_map[has]]
+    return out.ravel()
 
 
 def geometry_args(problem: Problem, tiles: tuple[int, int] | None = None) -> list[np.int32]:

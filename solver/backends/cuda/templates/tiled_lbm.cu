@@ -162,7 +162,7 @@ __device__ __forceinline__ void fill_pencil(
             const bool wrapped = far || dt < -1 || dt > 1;
             const int tile = wrapped ? tile_map[flat + a.tt] : s_nbr[nbr + dt + 1];
             const int local = node + a.local;
-            if (tile >= 0 && is_fluid(fluid_masks[tile * MW + local / 64], local))
+            if (is_fluid(fluid_masks[(flat + a.tt) * MW + local / 64], local))
                 src = node_source(tile, local);
         }
         s_src[k + HE * pencil] = src;
@@ -287,11 +287,11 @@ ${readwrite}
                 flat += c * stride;
                 stride *= grid[ax];
             }
-            const int nbr = inside ? tile_map[flat] : -1;
-            s_nbr[lane] = nbr;
+            // Both by tile-grid cell, so the two loads do not wait for each other.
+            s_nbr[lane] = inside ? tile_map[flat] : -1;
 #pragma unroll
-            for (int w = 0; w < MW; ++w)  // an empty tile has no fluid node
-                s_mask[lane * MW + w] = nbr >= 0 ? fluid_masks[nbr * MW + w] : 0ull;
+            for (int w = 0; w < MW; ++w)
+                s_mask[lane * MW + w] = inside ? fluid_masks[flat * MW + w] : 0ull;
         }
         __syncwarp();
         // Pencils spread evenly over the tile's warps: fewer idle lanes than one per thread.
