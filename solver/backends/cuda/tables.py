@@ -24,7 +24,7 @@ from .collisions import cuda_collision
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
     "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "fluid_masks",
-    "mask_map", "geometry_args", "physics_args", "launch_shape", "c_literal",
+    "mask_map", "halo_masks", "geometry_args", "physics_args", "launch_shape", "c_literal",
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
@@ -99,18 +99,26 @@ def needs_wide_sources(problem: Problem) -> bool:
     return (tiling.n_tiles + 1) * problem.lattice.q * tiling.nodes_per_tile > SOURCE32_LIMIT
 
 
+def halo_masks(storage: str) -> bool:
+    """Whether kernels of ``storage`` ('auto' or 'float16') test the halo's fluid nodes with
+    the fluid masks (8 bytes per neighbour tile and warp, few instructions) rather than the
+    node types (one byte per halo node). Timed on an H100 (benchmarks/README.md, issue 20
+    fourth round): masks win 3.5-4.8 % with float16 storage, which is bound by instruction
+    issue, and lose 1.6-2.4 % on the dense box in float32/float64, bound by L2 bytes."""
+    return storage == "float16"
+
+
 def shared_bytes(lattice: str, a: int, tiles_per_block: int, mode: str = "full",
-                 source_bytes: int = 4) -> int:
+                 source_bytes: int = 4, masks: bool = False) -> int:
     """Dynamic shared memory of one block: halo sources (``source_bytes`` each) per tile and,
-    per warp, the tile neighbourhood's fluid masks (8 bytes per 64 nodes of a tile) and tile
-    indices (4 bytes each)."""
+    per warp, the tile neighbourhood's tile indices (4 bytes each) and, with ``masks``
+    (:func:`halo_masks`), fluid masks (8 bytes per 64 nodes of a tile)."""
     if mode == "readwrite":
         return 0
     d = get_lattice(lattice).d
     warps = tiles_per_block * a**d // 32
-    mask_words = -(-a**d // 64)
-    return (source_bytes * tiles_per_block * (a + 2) ** d
-            + (8 * mask_words + 4) * warps * 3**d)
+    mask_bytes = 8 * -(-a**d // 64) if masks else 0
+    return source_bytes * tiles_per_block * (a + 2) ** d + (mask_bytes + 4) * warps * 3**d
 
 
 def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np.ndarray]:
@@ -225,4 +233,5 @@ def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full",
     blocks = -(-n // tiles_per_block)
     return blocks, tiles_per_block * a**problem.lattice.d, shared_bytes(
         lattice, a, tiles_per_block, mode,
-        8 if (needs_wide_sources(problem) if wide is None else wide) else 4)
+        8 if (needs_wide_sources(problem) if wide is None else wide) else 4,
+        halo_masks("float16" if problem.storage.encoded else "auto"))

@@ -56,6 +56,10 @@ constexpr int HE = A + 2;          // edge of the tile with its one-node halo
 constexpr int HN = ${halo_nodes};  // nodes of the tile with halo, HE^D
 constexpr int NB = ${neighbours};  // tiles in the 3^D neighbourhood
 constexpr int MW = (NPT + 63) / 64;  // 64-bit words of a tile's fluid mask
+// Halo fluid test from the fluid masks (one 8-byte load per neighbour tile and warp: float16
+// storage, bound by instruction issue) or from the node types (one byte per halo node: fewer
+// L2 bytes, what float32/float64 need; tables.halo_masks).
+constexpr bool HALO_MASKS = ${halo_masks};
 constexpr int MODE = ${mode};      // 0 full step, 1 propagation only, 2 read/write only, 3 swap
 constexpr bool HALO = ${halo};     // resolve halo sources (not needed by in-place local steps)
 constexpr bool SKIP_HALO_CORNERS = ${skip_corners};  // no velocity reaches the halo corners
@@ -127,7 +131,7 @@ __device__ __forceinline__ AxisSource axis_source(
 __device__ __forceinline__ void fill_pencil(
     int pencil, src_t* s_src, const int (&t)[3], const int* s_nbr,
     const int* __restrict__ tile_map, const unsigned long long* __restrict__ fluid_masks,
-    const int (&grid)[3], const int (&size)[3], const int (&off)[3], int periodic)
+    const unsigned char* __restrict__ types, const int (&grid)[3], const int (&size)[3], const int (&off)[3], int periodic)
 {
     bool ok = true, far = false;
     int node = 0, nbr = 0, flat = 0, edges = 0, stride = A, nstride = 3, fstride = grid[0];
@@ -162,8 +166,10 @@ __device__ __forceinline__ void fill_pencil(
             const bool wrapped = far || dt < -1 || dt > 1;
             const int tile = wrapped ? tile_map[flat + a.tt] : s_nbr[nbr + dt + 1];
             const int local = node + a.local;
-            if (is_fluid(fluid_masks[(flat + a.tt) * MW + local / 64], local))
-                src = node_source(tile, local);
+            const bool fluid = HALO_MASKS
+                ? is_fluid(fluid_masks[(flat + a.tt) * MW + local / 64], local)
+                : tile >= 0 && types[tile * NPT + local] != 0;
+            if (fluid) src = node_source(tile, local);
         }
         s_src[k + HE * pencil] = src;
     }
@@ -190,7 +196,8 @@ __device__ __forceinline__ bool halo_inside(
 // in-tile offset are compile-time constants of the unrolled loop. (Every NPT-th entry per
 // thread, decoded in all D axes, kept every lane busy but cost 4x the instructions.)
 __device__ __forceinline__ void fill_inner(
-    int n, src_t* s_src, const int* s_nbr, const unsigned long long* s_mask)
+    int n, src_t* s_src, const int* s_nbr, const unsigned long long* s_mask,
+    const unsigned char* __restrict__ types)
 {
     constexpr int COLUMNS = HN / HE;
     static_assert(COLUMNS <= NPT, "one halo column per thread");
@@ -214,18 +221,23 @@ __device__ __forceinline__ void fill_inner(
 #pragma unroll
     for (int s = 0; s < 3; ++s) {
         tile3[s] = s_nbr[nb + s * nstride];
-        bits3[s] = MW == 1 ? s_mask[nb + s * nstride] >> local : 0ull;
+        bits3[s] = HALO_MASKS && MW == 1 ? s_mask[nb + s * nstride] >> local : 0ull;
     }
 #pragma unroll
     for (int k = 0; k < HE; ++k) {
         const int side = (k + A - 1) / A;
         const int along = k + A - 1 - side * A;  // a constant of the unrolled loop
-        const int at = local + along * stride;
-        // An empty tile's mask is 0 (s_mask), so no test of the tile per entry.
-        const bool fluid = MW == 1
-            ? ((bits3[side] >> (along * stride)) & 1ull) != 0
-            : is_fluid(s_mask[(nb + side * nstride) * MW + at / 64], at);
-        s_src[n + COLUMNS * k] = fluid ? node_source(tile3[side], at) : (src_t)-1;
+        const int at = local + along * stride, tile = tile3[side];
+        bool fluid;
+        if (!HALO_MASKS) {  // loaded whatever the tile (tile 0 stands in for an empty one)
+            const bool typed = types[(tile < 0 ? 0 : tile) * NPT + at] != 0;
+            fluid = tile >= 0 && typed;
+        } else if (MW == 1) {  // an empty tile's mask is 0: no test of the tile
+            fluid = ((bits3[side] >> (along * stride)) & 1ull) != 0;
+        } else {
+            fluid = is_fluid(s_mask[(nb + side * nstride) * MW + at / 64], at);
+        }
+        s_src[n + COLUMNS * k] = fluid ? node_source(tile, at) : (src_t)-1;
     }
 }
 
@@ -259,14 +271,15 @@ ${readwrite}
     }
 
     // Halo sources first: src_t may be 8 bytes, so it takes the aligned start; then per warp
-    // the fluid masks (8 bytes each; HN src_t per tile keep them aligned) and the tile indices
-    // of the 3^D neighbourhood.
+    // the fluid masks (HALO_MASKS only; 8 bytes each, HN src_t per tile keep them aligned) and
+    // the tile indices of the 3^D neighbourhood.
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
     src_t* s_src = reinterpret_cast<src_t*>(lbm_smem) + local_tile * HN;
     unsigned long long* s_masks = reinterpret_cast<unsigned long long*>(
         reinterpret_cast<src_t*>(lbm_smem) + (blockDim.x / NPT) * HN);
     unsigned long long* s_mask = s_masks + warp * NB * MW;
-    int* s_nbr = reinterpret_cast<int*>(s_masks + warps * NB * MW) + warp * NB;
+    int* s_nbr = reinterpret_cast<int*>(s_masks + (HALO_MASKS ? warps * NB * MW : 0))
+                 + warp * NB;
     const bool active = tile < n_tiles;
     if (HALO && active) {
         const int grid[3] = {gx, gy, gz};
@@ -290,7 +303,7 @@ ${readwrite}
             // Both by tile-grid cell, so the two loads do not wait for each other.
             s_nbr[lane] = inside ? tile_map[flat] : -1;
 #pragma unroll
-            for (int w = 0; w < MW; ++w)
+            for (int w = 0; w < (HALO_MASKS ? MW : 0); ++w)
                 s_mask[lane * MW + w] = inside ? fluid_masks[flat * MW + w] : 0ull;
         }
         __syncwarp();
@@ -300,9 +313,9 @@ ${readwrite}
         static_assert(PER_WARP <= 32, "a warp fills at most 32 halo pencils");
         const int pencil = (n / 32) * PER_WARP + lane;
         if (halo_inside(t, size, off))  // the same for the whole tile: no divergence
-            fill_inner(n, s_src, s_nbr, s_mask);
+            fill_inner(n, s_src, s_nbr, s_mask, types);
         else if (lane < PER_WARP && pencil < PENCILS)
-            fill_pencil(pencil, s_src, t, s_nbr, tile_map, fluid_masks, grid, size, off,
+            fill_pencil(pencil, s_src, t, s_nbr, tile_map, fluid_masks, types, grid, size, off,
                         periodic);
     }
     if (HALO) __syncthreads();  // the one block barrier: halo sources are read across warps
