@@ -175,7 +175,7 @@ def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
 #: conversion per load; every float16 kernel takes fs_kinetic; the float16 sector fill zeroes
 #: solid lanes through the rounding mask) and masks (the halo fill tests fluid nodes with
 #: per-tile 64-bit fluid masks copied to shared memory, not one node-type byte per halo node).
-TILED_SOURCES_SHA256 = "c2280869231ffd870bf3589cb02d659443d4da9cc30279b08f97bf74c86eb106"
+TILED_SOURCES_SHA256 = "62aa82d770986a062b5a4e018c6967dcc0e3f4d77b5ec2f9ed29b3e099c229f5"
 
 
 def test_tiled_kernel_sources_are_byte_identical() -> None:
