@@ -232,9 +232,11 @@ class Tiling:
         return tile, (local * weights).sum(axis=-1)
 
     def memory_bytes(self, q: int, value_bytes: int, copies: int = 2) -> int:
-        """Device memory of the tiled state in bytes: f copies, node types, tile map and list."""
+        """Device memory of the tiled state in bytes: f copies, node types, tile map and list,
+        and per tile-map cell the fluid mask of its tile (8 bytes per 64 nodes of a tile)."""
         per_tile = self.nodes_per_tile * (copies * q * value_bytes + 1)
-        return int(self.n_tiles * per_tile + self.tile_map.nbytes + self.tiles.nbytes)
+        masks = 8 * -(-self.nodes_per_tile // 64) * self.tile_map.size
+        return int(self.n_tiles * per_tile + self.tile_map.nbytes + masks + self.tiles.nbytes)
 
     def offsets(self) -> list[tuple[int, ...]]:
         """All ``a**d`` admissible tile-grid offsets."""

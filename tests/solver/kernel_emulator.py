@@ -93,7 +93,8 @@ static inline float lbm_host_bits_float(unsigned int u) { return std::bit_cast<f
 _LAUNCH = r"""
 extern "C" void emu_run(int grid, int block, int reverse, const STORE* fin, STORE* fout,
     const unsigned char* types, const int* tiles, const int* tile_map,
-    const unsigned char* wall_group, const REAL* bc, const int* ia, const REAL* ra,
+    const unsigned long long* fluid_masks, const unsigned char* wall_group, const REAL* bc,
+    const int* ia, const REAL* ra,
     unsigned int* seeds)
 {
     blockDim.x = block;
@@ -107,7 +108,7 @@ extern "C" void emu_run(int grid, int block, int reverse, const STORE* fin, STOR
             threadIdx.x = t;
             for (int b = 0; b < grid; ++b) {
                 blockIdx.x = reverse ? grid - 1 - b : b;
-                KERNEL(fin, fout, types, tiles, tile_map, wall_group, bc, ARGS);
+                KERNEL(fin, fout, types, tiles, tile_map, fluid_masks, wall_group, bc, ARGS);
                 end.arrive_and_wait();  // shared memory is reused by the next block
             }
         });
@@ -126,11 +127,11 @@ def compiler() -> str | None:
 def load(source: str, name: str, real: str, n_reals: int, store: str | None = None):
     """Compile kernel ``source`` (kernel ``name``, scalar type ``real``) for the CPU; its runner.
 
-    The runner takes (blocks, threads, reverse, fin, fout, types, tiles, tile_map, wall_group,
-    bc, ints, reals, seeds) with the 12 integer and ``n_reals`` floating arguments of the kernel
-    packed in two arrays; ``reverse`` runs the blocks last to first. ``store`` is the C type of
-    the stored populations (default ``real``); with 'unsigned short' (float16 storage) the
-    kernel also gets ``seeds``, its step-counter pair.
+    The runner takes (blocks, threads, reverse, fin, fout, types, tiles, tile_map, fluid_masks,
+    wall_group, bc, ints, reals, seeds) with the 12 integer and ``n_reals`` floating arguments
+    of the kernel packed in two arrays; ``reverse`` runs the blocks last to first. ``store``
+    is the C type of the stored populations (default ``real``); with 'unsigned short'
+    (float16 storage) the kernel also gets ``seeds``, its step-counter pair.
     """
     args = ", ".join([f"ia[{k}]" for k in range(12)] + [f"ra[{k}]" for k in range(n_reals)]
                      + (["seeds"] if store == "unsigned short" else []))

@@ -173,8 +173,9 @@ def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
 #: and aaregs (in-place neighbour step: cheaper store addresses) and f16path (float16 kernels
 #: collide deviations) and f16scaled (float16 BGK/TRT collide S-scaled deviations: a bare
 #: conversion per load; every float16 kernel takes fs_kinetic; the float16 sector fill zeroes
-#: solid lanes through the rounding mask).
-TILED_SOURCES_SHA256 = "a475901f607d4ee5753c77d158576c3f13af593c324fa166a1a453b7295cb031"
+#: solid lanes through the rounding mask) and masks (the halo fill tests fluid nodes with
+#: per-tile 64-bit fluid masks copied to shared memory, not one node-type byte per halo node).
+TILED_SOURCES_SHA256 = "62aa82d770986a062b5a4e018c6967dcc0e3f4d77b5ec2f9ed29b3e099c229f5"
 
 
 def test_tiled_kernel_sources_are_byte_identical() -> None:

@@ -91,9 +91,10 @@ def test_gather_is_the_value_at_each_tile_node_and_fill_outside(shape, a, offset
         np.testing.assert_array_equal(got, want)
 
 
-def test_memory_estimate_counts_two_copies_and_node_types():
+def test_memory_estimate_counts_two_copies_node_types_and_fluid_masks():
     tiling = Tiling.build(np.zeros((8, 8, 8), bool), 4, (0, 0, 0))
-    expected = 8 * 64 * (2 * 19 * 4 + 1) + tiling.tile_map.nbytes + tiling.tiles.nbytes
+    masks = 8 * tiling.tile_map.size  # one 64-bit word per tile-map cell
+    expected = 8 * 64 * (2 * 19 * 4 + 1) + tiling.tile_map.nbytes + masks + tiling.tiles.nbytes
     assert tiling.memory_bytes(q=19, value_bytes=4) == expected
 
 

@@ -75,6 +75,7 @@ from .tables import (
     check_tile_shape,
     direction_layouts,
     effective_layout,
+    halo_masks,
     needs_wide_sources,
 )
 
@@ -352,6 +353,7 @@ def kernel_source(variant: KernelVariant) -> str:
         solid_exit=solid_exit(v),
         restrict=pointer_qualifier(v.streaming),
         halo="true" if needs_halo(v.streaming, v.mode, v.boundary) else "false",
+        halo_masks="true" if halo_masks(v.storage) else "false",
         collision_params=params + storage_signature(v.storage),
         zou_he=zou_he_code(v.lattice, v.incompressible, lambda x: _lit(x, real))
         if full and v.boundary != "none" else "",

@@ -23,8 +23,8 @@ from .collisions import cuda_collision
 
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
-    "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "geometry_args",
-    "physics_args", "launch_shape", "c_literal",
+    "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "fluid_masks",
+    "mask_map", "halo_masks", "geometry_args", "physics_args", "launch_shape", "c_literal",
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
@@ -99,22 +99,36 @@ def needs_wide_sources(problem: Problem) -> bool:
     return (tiling.n_tiles + 1) * problem.lattice.q * tiling.nodes_per_tile > SOURCE32_LIMIT
 
 
+def halo_masks(storage: str) -> bool:
+    """Whether kernels of ``storage`` ('auto' or 'float16') test the halo's fluid nodes with
+    the fluid masks (8 bytes per neighbour tile and warp, few instructions) rather than the
+    node types (one byte per halo node). Timed on an H100 (benchmarks/README.md, issue 20
+    fourth round): masks win 3.5-4.8 % with float16 storage, which is bound by instruction
+    issue, and lose 1.6-2.4 % on the dense box in float32/float64, bound by L2 bytes."""
+    return storage == "float16"
+
+
 def shared_bytes(lattice: str, a: int, tiles_per_block: int, mode: str = "full",
-                 source_bytes: int = 4) -> int:
-    """Dynamic shared memory of one block: halo sources (``source_bytes`` each) per tile and
-    per-warp tile neighbourhoods (4 bytes each)."""
+                 source_bytes: int = 4, masks: bool = False) -> int:
+    """Dynamic shared memory of one block: halo sources (``source_bytes`` each) per tile and,
+    per warp, the tile neighbourhood's tile indices (4 bytes each) and, with ``masks``
+    (:func:`halo_masks`), fluid masks (8 bytes per 64 nodes of a tile)."""
     if mode == "readwrite":
         return 0
     d = get_lattice(lattice).d
     warps = tiles_per_block * a**d // 32
-    return source_bytes * tiles_per_block * (a + 2) ** d + 4 * warps * 3**d
+    mask_bytes = 8 * -(-a**d // 64) if masks else 0
+    return source_bytes * tiles_per_block * (a + 2) ** d + (mask_bytes + 4) * warps * 3**d
 
 
 def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np.ndarray]:
     """Arrays the kernel reads, in kernel-argument order.
 
     ``types``: node type per node (uint8, :class:`~solver.node_types.NodeType`, 0 = solid);
-    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``wall_group``, uint8 per
+    ``tiles``, ``tile_map``: tile coordinates and the flat tile map; ``fluid_masks``: per cell
+    of the flat tile map, :func:`fluid_masks` of the tile there (0 where there is none; the
+    halo fill reads 8 bytes per neighbour tile instead of one byte per halo node, by cell, so
+    beside the tile map's load, not after it); ``wall_group``, uint8 per
     node (:func:`~solver.backends.cuda.boundary.wall_groups`), for kernels with ``boundary``
     'moving', and ``bc``, arithmetic precision
     (:func:`~solver.backends.cuda.boundary.boundary_values`), for 'zou_he' and 'moving';
@@ -134,14 +148,37 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
         bc = boundary_values(problem).astype(problem.dtype)
         if boundary == "moving":
             wall_group = wall_groups(problem)
+    types = np.ascontiguousarray(types, dtype=np.uint8)
+    # x fastest, the order the kernel flattens tile-grid coordinates in.
+    tile_map = np.ascontiguousarray(tiling.tile_map.transpose(), dtype=np.int32).ravel()
     return {
-        "types": np.ascontiguousarray(types, dtype=np.uint8).ravel(),
+        "types": types.ravel(),
         "tiles": np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel(),
-        # x fastest, the order the kernel flattens tile-grid coordinates in.
-        "tile_map": np.ascontiguousarray(tiling.tile_map.transpose(), dtype=np.int32).ravel(),
+        "tile_map": tile_map,
+        "fluid_masks": mask_map(fluid_masks(types.reshape(tiling.n_tiles, -1)), tile_map),
         "wall_group": wall_group,
         "bc": bc,
     }
+
+
+def fluid_masks(types: np.ndarray) -> np.ndarray:
+    """Per tile, which nodes are not solid: (n_tiles, ceil(npt / 64)) uint64, node n of a
+    tile at bit n % 64 of its word n // 64, from node types (n_tiles, npt) in XYZ order."""
+    n_tiles, npt = types.shape
+    words = -(-npt // 64)
+    bits = np.zeros((n_tiles, 64 * words), dtype=bool)
+    bits[:, :npt] = types != 0
+    packed = np.packbits(bits, axis=1, bitorder="little")
+    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64)
+
+
+def mask_map(masks: np.ndarray, tile_map: np.ndarray) -> np.ndarray:
+    """Per cell of the flat ``tile_map``, the fluid-mask words of its tile (``masks``
+    (n_tiles, words), as :func:`fluid_masks` gives them), zero in cells without a tile; flat."""
+    out = np.zeros((tile_map.size, masks.shape[1]), dtype=np.uint64)
+    has = tile_map >= 0
+    out[has] = masks[tile_map[has]]
+    return out.ravel()
 
 
 def geometry_args(problem: Problem, tiles: tuple[int, int] | None = None) -> list[np.int32]:
@@ -196,4 +233,5 @@ def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full",
     blocks = -(-n // tiles_per_block)
     return blocks, tiles_per_block * a**problem.lattice.d, shared_bytes(
         lattice, a, tiles_per_block, mode,
-        8 if (needs_wide_sources(problem) if wide is None else wide) else 4)
+        8 if (needs_wide_sources(problem) if wide is None else wide) else 4,
+        halo_masks("float16" if problem.storage.encoded else "auto"))

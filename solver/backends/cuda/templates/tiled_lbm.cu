@@ -55,6 +55,11 @@ constexpr int NPT = ${npt};        // nodes per tile, A^D
 constexpr int HE = A + 2;          // edge of the tile with its one-node halo
 constexpr int HN = ${halo_nodes};  // nodes of the tile with halo, HE^D
 constexpr int NB = ${neighbours};  // tiles in the 3^D neighbourhood
+constexpr int MW = (NPT + 63) / 64;  // 64-bit words of a tile's fluid mask
+// Halo fluid test from the fluid masks (one 8-byte load per neighbour tile and warp: float16
+// storage, bound by instruction issue) or from the node types (one byte per halo node: fewer
+// L2 bytes, what float32/float64 need; tables.halo_masks).
+constexpr bool HALO_MASKS = ${halo_masks};
 constexpr int MODE = ${mode};      // 0 full step, 1 propagation only, 2 read/write only, 3 swap
 constexpr bool HALO = ${halo};     // resolve halo sources (not needed by in-place local steps)
 constexpr bool SKIP_HALO_CORNERS = ${skip_corners};  // no velocity reaches the halo corners
@@ -83,6 +88,13 @@ __device__ __forceinline__ int slot_zigzag(int n)  // defined for A == 4, D == 3
 __device__ __forceinline__ src_t node_source(int tile, int local)
 {
     return (src_t)tile * (Q * NPT) + local;
+}
+
+// Whether node `local` of a tile is fluid (any non-solid type), from the word of the tile's
+// fluid mask that holds it: bit local % 64 (solver/backends/cuda/tables.py fluid_masks).
+__device__ __forceinline__ bool is_fluid(unsigned long long word, int local)
+{
+    return (word >> ((unsigned)local % 64u)) & 1ull;
 }
 
 // Where halo coordinate k (0..HE-1) along axis ax of the tile at tile-grid coordinates t
@@ -118,8 +130,8 @@ __device__ __forceinline__ AxisSource axis_source(
 // source tile outside the 3^D neighbourhood (periodic wrap) comes from the global tile map.
 __device__ __forceinline__ void fill_pencil(
     int pencil, src_t* s_src, const int (&t)[3], const int* s_nbr,
-    const int* __restrict__ tile_map, const unsigned char* __restrict__ types,
-    const int (&grid)[3], const int (&size)[3], const int (&off)[3], int periodic)
+    const int* __restrict__ tile_map, const unsigned long long* __restrict__ fluid_masks,
+    const unsigned char* __restrict__ types, const int (&grid)[3], const int (&size)[3], const int (&off)[3], int periodic)
 {
     bool ok = true, far = false;
     int node = 0, nbr = 0, flat = 0, edges = 0, stride = A, nstride = 3, fstride = grid[0];
@@ -154,7 +166,10 @@ __device__ __forceinline__ void fill_pencil(
             const bool wrapped = far || dt < -1 || dt > 1;
             const int tile = wrapped ? tile_map[flat + a.tt] : s_nbr[nbr + dt + 1];
             const int local = node + a.local;
-            if (tile >= 0 && types[tile * NPT + local] != 0) src = node_source(tile, local);
+            const bool fluid = HALO_MASKS
+                ? is_fluid(fluid_masks[(flat + a.tt) * MW + local / 64], local)
+                : tile >= 0 && types[tile * NPT + local] != 0;
+            if (fluid) src = node_source(tile, local);
         }
         s_src[k + HE * pencil] = src;
     }
@@ -181,7 +196,8 @@ __device__ __forceinline__ bool halo_inside(
 // in-tile offset are compile-time constants of the unrolled loop. (Every NPT-th entry per
 // thread, decoded in all D axes, kept every lane busy but cost 4x the instructions.)
 __device__ __forceinline__ void fill_inner(
-    int n, src_t* s_src, const int* s_nbr, const unsigned char* __restrict__ types)
+    int n, src_t* s_src, const int* s_nbr, const unsigned long long* s_mask,
+    const unsigned char* __restrict__ types)
 {
     constexpr int COLUMNS = HN / HE;
     static_assert(COLUMNS <= NPT, "one halo column per thread");
@@ -197,21 +213,47 @@ __device__ __forceinline__ void fill_inner(
         nstride *= 3;
         stride *= A;
     }
+    if (!HALO_MASKS) {
+#pragma unroll
+        for (int k = 0; k < HE; ++k) {
+            const int side = (k + A - 1) / A;
+            const int tile = s_nbr[nb + side * nstride];
+            const int at = local + (k + A - 1 - side * A) * stride;
+            // Loaded whatever the tile (tile 0 stands in for an empty one): no branch per entry.
+            const bool fluid = types[(tile < 0 ? 0 : tile) * NPT + at] != 0;
+            s_src[n + COLUMNS * k] = (tile >= 0 && fluid) ? node_source(tile, at) : (src_t)-1;
+        }
+        return;
+    }
+    // The column meets three tiles (below, this one, above); their indices and, with one mask
+    // word per tile, their fluid bits shifted to this column's first node are read once: the
+    // stores into s_src below could alias shared memory for the compiler. (Hoisting the tile
+    // indices alone slowed the node-type path above by 1-2 % in float32/float64, H100.)
+    int tile3[3];
+    unsigned long long bits3[3];
+#pragma unroll
+    for (int s = 0; s < 3; ++s) {
+        tile3[s] = s_nbr[nb + s * nstride];
+        bits3[s] = MW == 1 ? s_mask[nb + s * nstride] >> local : 0ull;
+    }
 #pragma unroll
     for (int k = 0; k < HE; ++k) {
         const int side = (k + A - 1) / A;
-        const int tile = s_nbr[nb + side * nstride];
-        const int at = local + (k + A - 1 - side * A) * stride;
-        // Loaded whatever the tile (tile 0 stands in for an empty one): no branch per entry.
-        const bool fluid = types[(tile < 0 ? 0 : tile) * NPT + at] != 0;
-        s_src[n + COLUMNS * k] = (tile >= 0 && fluid) ? node_source(tile, at) : (src_t)-1;
+        const int along = k + A - 1 - side * A;  // a constant of the unrolled loop
+        const int at = local + along * stride;
+        // An empty tile's mask is 0 (s_mask), so no test of the tile per entry.
+        const bool fluid = MW == 1
+            ? ((bits3[side] >> (along * stride)) & 1ull) != 0
+            : is_fluid(s_mask[(nb + side * nstride) * MW + at / 64], at);
+        s_src[n + COLUMNS * k] = fluid ? node_source(tile3[side], at) : (src_t)-1;
     }
 }
 
 extern "C" __global__ void ${launch_bounds}${kernel}(
     const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const unsigned char* __restrict__ types, const int* __restrict__ tiles,
-    const int* __restrict__ tile_map, const unsigned char* __restrict__ wall_group,
+    const int* __restrict__ tile_map, const unsigned long long* __restrict__ fluid_masks,
+    const unsigned char* __restrict__ wall_group,
     // Only tiles [first_tile, n_tiles) are stepped (a distributed rank launches its boundary
     // and interior tile ranges separately); any tile of tile_map may be read.
     const real* __restrict__ bc, const int first_tile, const int n_tiles,
@@ -236,10 +278,16 @@ ${readwrite}
         return;
     }
 
-    // Halo sources first: src_t may be 8 bytes, so it takes the aligned start.
+    // Halo sources first: src_t may be 8 bytes, so it takes the aligned start; then per warp
+    // the fluid masks (HALO_MASKS only; 8 bytes each, HN src_t per tile keep them aligned) and
+    // the tile indices of the 3^D neighbourhood.
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
     src_t* s_src = reinterpret_cast<src_t*>(lbm_smem) + local_tile * HN;
-    int* s_nbr = reinterpret_cast<int*>(reinterpret_cast<src_t*>(lbm_smem)
-                                        + (blockDim.x / NPT) * HN) + (threadIdx.x / 32) * NB;
+    unsigned long long* s_masks = reinterpret_cast<unsigned long long*>(
+        reinterpret_cast<src_t*>(lbm_smem) + (blockDim.x / NPT) * HN);
+    unsigned long long* s_mask = s_masks + warp * NB * MW;
+    int* s_nbr = reinterpret_cast<int*>(s_masks + (HALO_MASKS ? warps * NB * MW : 0))
+                 + warp * NB;
     const bool active = tile < n_tiles;
     if (HALO && active) {
         const int grid[3] = {gx, gy, gz};
@@ -260,7 +308,11 @@ ${readwrite}
                 flat += c * stride;
                 stride *= grid[ax];
             }
+            // Both by tile-grid cell, so the two loads do not wait for each other.
             s_nbr[lane] = inside ? tile_map[flat] : -1;
+#pragma unroll
+            for (int w = 0; w < (HALO_MASKS ? MW : 0); ++w)
+                s_mask[lane * MW + w] = inside ? fluid_masks[flat * MW + w] : 0ull;
         }
         __syncwarp();
         // Pencils spread evenly over the tile's warps: fewer idle lanes than one per thread.
@@ -269,9 +321,10 @@ ${readwrite}
         static_assert(PER_WARP <= 32, "a warp fills at most 32 halo pencils");
         const int pencil = (n / 32) * PER_WARP + lane;
         if (halo_inside(t, size, off))  // the same for the whole tile: no divergence
-            fill_inner(n, s_src, s_nbr, types);
+            fill_inner(n, s_src, s_nbr, s_mask, types);
         else if (lane < PER_WARP && pencil < PENCILS)
-            fill_pencil(pencil, s_src, t, s_nbr, tile_map, types, grid, size, off, periodic);
+            fill_pencil(pencil, s_src, t, s_nbr, tile_map, fluid_masks, types, grid, size, off,
+                        periodic);
     }
     if (HALO) __syncthreads();  // the one block barrier: halo sources are read across warps
     if (!active) return;
