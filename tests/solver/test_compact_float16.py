@@ -162,14 +162,19 @@ def test_compact_float16_reads_back_and_resumes_exactly() -> None:
                                   after.view(np.uint16))
 
 
-def test_compact_accepts_float16_and_auto_keeps_it_tiled_until_timed() -> None:
+def test_compact_accepts_float16_and_auto_follows_its_own_crossover(monkeypatch) -> None:
+    from solver.backends.cuda import tile_storage
+
     problem = _problem()
-    assert choose_tile_storage(problem).compact  # 'compact' runs float16 now
+    assert choose_tile_storage(problem).compact  # 'compact' runs float16
     auto = replace(problem, tile_storage="auto")
-    assert problem.tiling.eta_t < AUTO_COMPACT_BELOW["float32"]
+    assert AUTO_COMPACT_BELOW["float16"] == AUTO_COMPACT_BELOW_FLOAT16 == 0.75
+    assert problem.tiling.eta_t < AUTO_COMPACT_BELOW_FLOAT16
     choice = choose_tile_storage(auto)
-    assert AUTO_COMPACT_BELOW["float16"] == AUTO_COMPACT_BELOW_FLOAT16 == 0.0
-    assert choice.kind == "tiled" and "float16" in choice.reason and "not timed" in choice.reason
+    assert choice.compact and choice.packed == tile_storage.COMPACT_PACKED_FLOAT16 == 4
+    monkeypatch.setitem(AUTO_COMPACT_BELOW, "float16", problem.tiling.eta_t)  # just above it
+    choice = choose_tile_storage(replace(problem, tile_storage="auto"))
+    assert choice.kind == "tiled" and "float16" in choice.reason
     float32 = replace(make_problem("D3Q19", "float32", "BGK", offset=(1, 2, 3)),
                       tile_storage="auto")
     assert choose_tile_storage(float32).compact  # the float32 rule is unchanged

@@ -21,12 +21,12 @@ __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW",
            "AUTO_COMPACT_BELOW_FLOAT16", "storage_label", "COMPACT_PAD",
            "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
-#: float16 storage (float32 arithmetic, binary16 values) has its own crossover: 0 keeps every
-#: float16 run on the tiled storage under 'auto' until the compact float16 kernel is timed
-#: against the tiled one ('compact' runs it meanwhile). To be set from the H100 rows "BGK
-#: incompressible, float16, tiled / compact" of ``python -m solver bench --tile-storage tiled
-#: compact --precision float16`` (the eta_t where compact stops winning).
-AUTO_COMPACT_BELOW_FLOAT16 = 0.0
+#: float16 storage (float32 arithmetic, binary16 values) has its own crossover. From the H100
+#: run benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-0019bc5-compact.md (full BGK step,
+#: G fluid updates/s, tiled -> compact 'exact halo inner packed 4'): 17.08 -> 19.27 at eta_t
+#: 0.50, 17.28 -> 18.06 at 0.55, 26.55 -> 26.39 at 0.81, 32.27 -> 30.00 at 1.0: compact wins
+#: below about 0.78; the threshold sits a little under it (compact also needs less memory).
+AUTO_COMPACT_BELOW_FLOAT16 = 0.75
 #: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
 #: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-ch-0654955-compact.md (full
 #: BGK step, fraction of the fluid-only limit, tiled -> compact 'exact halo inner'): float32
@@ -44,16 +44,16 @@ COMPACT_PAD = 1
 COMPACT_PACKED = 0
 #: The same for float16 storage (and COMPACT_CODE_FLOAT16 below), whose compact kernel issues
 #: 28 % more instructions per node (sm_90 BGK: 504 vs 393) on half the bytes, so instruction
-#: issue may bind it where the packed kernel (every lane a fluid node) or paired halo entries
-#: help: set from ``benchmarks/compact_probe.py --precision float16`` (rows "compact BGK exact
-#: halo inner packed 4/8" and "... inner paired" against "... inner").
-COMPACT_PACKED_FLOAT16 = 0
+#: issue binds it and the packed kernel (every lane a fluid node) wins there: in that run
+#: (``benchmarks/compact_probe.py --precision float16``) packed 4 gave 19.27 G/s at eta_t 0.50
+#: against 16.77 per node, 16.93 paired and 15.68 packed 8.
+COMPACT_PACKED_FLOAT16 = 4
 #: How the compact kernel locates and reads its halo (CompactCode). The inner-tile column fill
 #: won in that run (float32 0.634 -> 0.775, float64 0.853 -> 0.902 at eta_t 0.50); paired
 #: shared loads were level or slower (0.755, 0.890) and the register caps lost (r32 0.546,
 #: r48 0.509: spills).
 COMPACT_CODE = CompactCode(inner=True)
-#: float16 storage's halo code (see COMPACT_PACKED_FLOAT16): the float32 choice until timed.
+#: float16 storage's halo code (see COMPACT_PACKED_FLOAT16): the inner column fill as float32.
 COMPACT_CODE_FLOAT16 = COMPACT_CODE
 #: Lattices whose compact kernel was timed (the thresholds above); others run compact only
 #: when asked for.
@@ -141,7 +141,7 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                                  "tile_storage='compact' runs it")
         elif eta >= limit:
             choice = TileStorage("tiled", f"auto: eta_t {eta:.3f} not below {limit} "
-                                 f"({problem.lattice.name}, {problem.dtype.name})")
+                                 f"({problem.lattice.name}, {label})")
         else:
             choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD,
                                  *_kernel(problem))
