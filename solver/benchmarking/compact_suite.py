@@ -232,6 +232,21 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
     _measure_in_place(case, problem, precision, suite, copy, rows)
 
 
+def _best_run(problem, tiles_per_block, suite: CompactSuite, **run_options):
+    """(steps, seconds per step, tiles per block) of the fastest CompactRun of ``problem`` (its
+    BGK step as runs step it: exact padding, captured graphs) over ``tiles_per_block``."""
+    best = None
+    for tpb in tiles_per_block:
+        run = CompactRun(problem, 1, tiles_per_block=tpb, **run_options)
+        try:
+            steps, sec = _median_seconds(run.step, suite)
+        finally:
+            run.release()
+        if best is None or sec < best[1]:
+            best = (steps, sec, tpb)
+    return best
+
+
 def _measure_runs(case: BenchCase, problem, precision: str, suite: CompactSuite,
                   copy: float, rows: list[dict]) -> None:
     """The compact BGK step of each of FLOAT16_RUNS, two copies, as runs step it (CompactRun:
@@ -239,16 +254,9 @@ def _measure_runs(case: BenchCase, problem, precision: str, suite: CompactSuite,
     from dataclasses import replace
 
     for packed, code in FLOAT16_RUNS:
-        best = None
-        for tpb in (packed,) if packed else suite.tiles_per_block:
-            run = CompactRun(replace(problem, tile_storage="compact"), 1, tiles_per_block=tpb,
-                             packed=packed, code=code)
-            try:
-                steps, sec = _median_seconds(run.step, suite)
-            finally:
-                run.release()
-            if best is None or sec < best[1]:
-                best = (steps, sec, tpb)
+        best = _best_run(replace(problem, tile_storage="compact"),
+                         (packed,) if packed else suite.tiles_per_block, suite,
+                         packed=packed, code=code)
         label = " ".join(w for w in ("compact BGK exact halo", code.label,
                                      f"packed {packed}" if packed else "") if w)
         rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=1,
@@ -263,16 +271,8 @@ def _measure_in_place(case: BenchCase, problem, precision: str, suite: CompactSu
     from dataclasses import replace
 
     for code in (CompactCode(), INNER_PAIRED):
-        best = None
-        for tpb in suite.tiles_per_block:
-            run = CompactRun(replace(problem, streaming="in-place", tile_storage="compact"), 1,
-                             tiles_per_block=tpb, code=code)
-            try:
-                steps, sec = _median_seconds(run.step, suite)
-            finally:
-                run.release()
-            if best is None or sec < best[1]:
-                best = (steps, sec, tpb)
+        best = _best_run(replace(problem, streaming="in-place", tile_storage="compact"),
+                         suite.tiles_per_block, suite, code=code)
         label = " ".join(w for w in ("compact BGK exact halo", code.label, "in place") if w)
         rows.append(_row(case, problem, label, precision, best[1], best[0], copy, pad=1,
                          tiles_per_block=best[2]))
