@@ -152,6 +152,12 @@ class CompactRun:
         self._natural()
         return tiled_chunk(self, slice(None) if tiles is None else tiles)
 
+    def latest(self):
+        """The compact array holding the latest populations as stored (natural layout: in
+        place in phase 1 it is first decoded where it lies), a view of ``f``."""
+        self._natural()
+        return self.f[self.current]
+
     def stored_tiled(self):
         """Latest populations of all tiles in the tiled XYZ layout (n_tiles, q, 64) as stored
         (float16 storage: binary16, decoded by ``problem.storage``), an array of ``xp``; solid

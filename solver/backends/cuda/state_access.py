@@ -89,13 +89,11 @@ class StateAccess:
         iolets = getattr(state, "iolets", None)  # compact runs have no openings' pass
         return None if iolets is None else iolets.host_flux()
 
-
     def _latest(self, state: Any) -> cp.ndarray:
         """The array holding the latest populations as stored; in place in phase 0, as every
         reader of the state sees it (one decoding launch from phase 1, same values after)."""
         if isinstance(state, CompactRun):
-            state._natural()  # same package: CompactRun has no public stored-state access yet
-            return state.f[state.current]
+            return state.latest()
         return self._natural(state)
 
     def stored_populations(self, state: Any) -> cp.ndarray:
