@@ -50,6 +50,8 @@ A = 4  # tile edge
 Q = 19  # D3Q19
 #: Device bytes of a state besides the per-tile arrays: slots table, bc, pool rounding.
 FIXED_BYTES = 1 << 20
+#: Device bytes per tile-map cell: its tile index and its tile's 64-bit fluid mask.
+CELL_BYTES = 4 + 8
 
 _STAMP = r"""
 extern "C" __global__ void stamp(unsigned char* solid, const double* centres, const int n,
@@ -156,7 +158,7 @@ def largest_edge(tiles_per_voxel: float, tile_bytes: int, budget: int) -> int:
     while True:
         m = n + A
         tiles = tiles_per_voxel * m**3
-        need = tiles * tile_bytes + (m // A) ** 3 * 4 + FIXED_BYTES
+        need = tiles * tile_bytes + (m // A) ** 3 * CELL_BYTES + FIXED_BYTES
         if need > budget or tiles * A**3 >= 2**31:
             return n
         n = m

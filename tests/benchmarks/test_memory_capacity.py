@@ -34,12 +34,13 @@ def test_capacity_formula_matches_the_memory_estimate() -> None:
     for precision, streaming in capacity.storage_options():
         itemsize = np.dtype(precision).itemsize
         copies = 1 if streaming == "in-place" else 2
-        expected = tiling.memory_bytes(19, itemsize, copies) - tiling.tile_map.nbytes
+        cells = tiling.tile_map.size * capacity.CELL_BYTES  # tile index and fluid mask
+        expected = tiling.memory_bytes(19, itemsize, copies) - cells
         assert capacity.per_tile_bytes(precision, streaming) * tiling.n_tiles == expected
     assert ("float32", "in-place") in capacity.storage_options()
     # Largest edge: a dense box of 64 GiB in float32 in place (76 + 1 + 12/64 bytes a node).
     budget = 64 * 2**30
     n = capacity.largest_edge(1 / 64, capacity.per_tile_bytes("float32", "in-place"), budget)
-    per_node = capacity.per_tile_bytes("float32", "in-place") / 64 + 4 / 64
+    per_node = capacity.per_tile_bytes("float32", "in-place") / 64 + capacity.CELL_BYTES / 64
     assert n % 4 == 0 and per_node * n**3 <= budget < per_node * (n + 4) ** 3 + (1 << 20)
     assert capacity.largest_edge(1 / 64, 64, 2**62) ** 3 * 1 < 2**31  # 32-bit node ids
