@@ -1,7 +1,8 @@
 """A vessel that really flows, watched in headless Chromium (#18 item 4 end to end): the sample
 bifurcation with the default drive (largest opening a velocity inlet, the others 0 Pa outlets)
 runs on the CPU backend; the flow cards show inflow at opening 1, outflow at 2 and 3, a positive
-pressure drop and a falling mass balance, and the velocity cut is non-zero in the lumen."""
+pressure drop and a mass balance that settles within a few percent of the inflow, and the
+velocity cut is non-zero in the lumen."""
 
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ def page(chromium, tmp_path_factory):
     with served_page(chromium, tmp_path_factory.mktemp("vessel"),
                      {"POROUS_LBM_SCENE_REFRESH_S": "15", "POROUS_LBM_AUTOSTART": "0"}) as page:
         yield page
+
+
+#: Largest |inflow - outflow| / inflow in percent after 200 steps of the default vessel (a
+#: zero-gradient outflow in a slow flow passes only a third of it: tests/solver/test_outflow_slow).
+MAX_IMBALANCE_PERCENT = 5.0
 
 
 def card(page, key: str) -> tuple[str, str]:
@@ -98,7 +104,6 @@ def test_the_vessel_sample_flows_in_the_browser(page):
     page.locator(".run-button", has_text="Start").first.click()
     wait_until(lambda: page.locator('[data-counter="mass-balance"]').count()
                and card(page, "mass-balance")[0] != "—", 90, "the flow cards")
-    first_balance = number(card(page, "mass-balance")[0])
     first_step = int(counter(page, "steps").replace(",", "") or 0)
 
     def settled() -> bool:
@@ -116,11 +121,14 @@ def test_the_vessel_sample_flows_in_the_browser(page):
         assert detail.startswith("out · p"), (value, detail)
         assert number(value) > 0, (value, detail)
     assert number(card(page, "pressure-drop")[0]) > 0, card(page, "pressure-drop")
+    # Settled, not monotone: pressure waves cross the vessel during the start, so two early
+    # readings may come in either order (CI once read -0.03 % then -2.05 %).
     balance = number(card(page, "mass-balance")[0])
-    assert abs(balance) < abs(first_balance), (first_balance, balance)
+    assert abs(balance) < MAX_IMBALANCE_PERCENT, balance
     peak = page.evaluate(SLICE_MAX)
     assert peak is not None and peak > 0, f"the velocity cut is {peak} in the lumen"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "vessel-flowing.png"))
     assert page.errors == [], f"console errors: {page.errors}"
-    print(f"vessel flowing in the browser after {time.monotonic() - start:.0f} s")
+    print(f"vessel flowing in the browser after {time.monotonic() - start:.0f} s, mass balance "
+          f"{balance} %")
