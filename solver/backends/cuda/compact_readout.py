@@ -15,17 +15,14 @@ gives the same bits as one whole conversion.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from ...problem import Problem
-from ...storage import Storage
 from .compact import CompactTiling
 
 __all__ = ["READOUT_MAX_BYTES", "READOUT_MIN_BYTES", "readout_tile_bytes", "readout_budget",
            "readout_tiles", "compact_state_bytes", "compact_peak_bytes", "fluid_starts",
-           "tiled_chunk", "write_chunk", "edge_bytes", "state_bytes", "direction_storage"]
+           "tiled_chunk", "write_chunk", "edge_bytes", "state_bytes"]
 
 #: Largest budget of one readout chunk's temporaries, bytes.
 READOUT_MAX_BYTES = 256 << 20
@@ -55,9 +52,10 @@ def readout_tile_bytes(problem: Problem) -> int:
     """Device bytes one tile adds to a readout chunk, an upper bound: its tiled copy in the
     arithmetic precision, the float64 copy and moments of :func:`solver.fields.tile_moments`
     and their temporaries, the health check's masked copies, and the conversion's index
-    arrays (32 bytes per node)."""
+    arrays (32 bytes per node, and per direction two 8-byte indices and the gathered value)."""
     q, d, value = problem.lattice.q, problem.lattice.d, problem.dtype.itemsize
-    per_node = q * value + 8 * q + 8 * (1 + d) + (8 + 16 * d) + 8 * (2 + d) + 32
+    per_node = (q * value + 8 * q + 8 * (1 + d) + (8 + 16 * d) + 8 * (2 + d) + 32
+                + q * (16 + value))
     return int(64 * per_node)
 
 
@@ -98,11 +96,6 @@ def fluid_starts(compact: CompactTiling) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
-def direction_storage(storage: Storage, i: int) -> Storage:
-    """``storage`` of direction i alone (its shift): encodes and decodes arrays (1, n)."""
-    return replace(storage, shift=storage.shift[i:i + 1])
-
-
 def tiled_chunk(run, tiles, stored: bool = False):
     """The latest populations of ``run`` (a :class:`~.compact_run.CompactRun` in the natural
     layout) for ``tiles``, a slice of tile indices or an index array (host or ``xp``), as an
@@ -130,34 +123,28 @@ def tiled_chunk(run, tiles, stored: bool = False):
         at, block = at[k], block[k]
         dest = position * (q * 64) + tiled[k] % (q * 64)
         count = host.size
-    storage, rest = p.storage, p.rest_populations()
-    if stored:
-        rest = storage.encode(rest[:, None])[:, 0]
-    dtype = p.storage_dtype if stored else p.dtype
+    storage, dtype = p.storage, p.storage_dtype
+    rest = storage.encode(p.rest_populations()[:, None])[:, 0]
     out = xp.empty((count, q, p.tiling.nodes_per_tile), dtype=dtype)
     out[...] = xp.asarray(np.asarray(rest).astype(dtype))[None, :, None]
-    flat, latest = out.reshape(-1), run.f[run.current]
-    for i in range(q):
-        values = latest[at + i * block]
-        if not stored:
-            values = direction_storage(storage, i).decode(values[None, :], xp)[0]
-        flat[dest + i * 64] = values
-    return out
+    # Every direction of every fluid node in one gather and one scatter: a few small launches
+    # per direction were most of a readout's time on the GPU (health check of a 192^3 rock-like
+    # run: 79 ms compact against 4 ms tiled). Decoded as a whole (elementwise: the same bits).
+    i = xp.arange(q, dtype=at.dtype)
+    out.reshape(-1)[dest[:, None] + 64 * i] = run.f[run.current][at[:, None] + block[:, None] * i]
+    return out if stored else storage.decode(out, xp)
 
 
 def write_chunk(run, first: int, f) -> None:
     """Store tiled XYZ populations ``f`` (tiles, q, 64; host or ``xp``) of the tiles from
     ``first`` on into the latest copy of ``run`` (natural layout), encoded as the tiled state
     encodes (float64 input that is exactly a stored value, a checkpoint's, stores as that
-    value); solid nodes are not stored. One direction at a time: a column of the chunk's
-    tiles."""
-    q = run.problem.lattice.q
+    value); solid nodes are not stored. Encoded as a whole (elementwise: the same bits as
+    direction by direction), stored with one gather and one scatter."""
+    q, xp = run.problem.lattice.q, run.xp
     k0, k1 = int(run.starts[first]), int(run.starts[first + len(f)])
     at, block, tiled = (a[k0:k1] for a in run.edge)
-    local = tiled - first * q * 64
-    node = (local // (q * 64)) * 64 + local % (q * 64)  # tile * 64 + node within the chunk
-    latest, storage = run.f[run.current], run.problem.storage
-    for i in range(q):
-        column = run.xp.asarray(f[:, i, :]).ravel()[node]
-        latest[at + i * block] = direction_storage(storage, i).encode(column[None, :],
-                                                                      run.xp)[0]
+    local = tiled - first * q * 64  # direction 0's offset in the chunk: tile * q * 64 + node
+    encoded = run.problem.storage.encode(xp.asarray(f), xp).reshape(-1)
+    i = xp.arange(q, dtype=at.dtype)
+    run.f[run.current][at[:, None] + block[:, None] * i] = encoded[local[:, None] + 64 * i]
