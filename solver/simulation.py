@@ -70,7 +70,7 @@ class Simulation:
         self.state: Any = None
         self._slice_cache: dict = {}  # (axis, index) -> fields.Cut (backend index arrays)
         self._readout: Readout | None = None  # chunked reads of the state, made on first use
-        self._state_bytes: tuple | None = None  # (problem, bytes) of memory_bytes
+        self._state_bytes: int | None = None  # memory_bytes, made on first use
         self._walls = None  # wall nodes of solver.wall_shear, made on first use
         self._opening_nodes = None  # device indices of the openings' nodes, made on first use
         self.metrics = Metrics(
@@ -92,9 +92,9 @@ class Simulation:
     def memory_bytes(self) -> int:
         """Bytes of the resident state on the device (population copies and tables, as the
         backend allocates them for this problem, fluid-compacted storage included)."""
-        if self._state_bytes is None or self._state_bytes[0] is not self.problem:
-            self._state_bytes = (self.problem, int(self.backend.state_bytes(self.problem)))
-        return self._state_bytes[1]
+        if self._state_bytes is None:  # the problem is fixed for the simulation's life
+            self._state_bytes = int(self.backend.state_bytes(self.problem))
+        return self._state_bytes
 
     def allocate(self) -> None:
         """Allocate and initialise the backend state (equilibrium at rest)."""

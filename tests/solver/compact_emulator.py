@@ -232,7 +232,8 @@ class FakeCupy:
             np.asarray
         self.cuda = SimpleNamespace(
             Stream=Stream, Event=Event, get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
-            Device=lambda: SimpleNamespace(synchronize=lambda: None))
+            Device=lambda: SimpleNamespace(synchronize=lambda: None),
+            get_current_stream=lambda: Stream())
         self.get_default_memory_pool = lambda: SimpleNamespace(free_all_blocks=lambda: None)
 
     def launcher(self):

@@ -8,11 +8,14 @@ another thread's stream must not meet. No CuPy here, so the CPU tests' fake CuPy
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["CAPTURE_LOCK", "capture_graph"]
+
+log = logging.getLogger(__name__)
 
 CAPTURE_LOCK = threading.RLock()
 
@@ -26,6 +29,10 @@ def capture_graph(stream: Any, launch: Callable[[], None], launches: int) -> Any
         try:
             for _ in range(launches):
                 launch()
-        finally:
-            graph = stream.end_capture()
-    return graph
+        except BaseException:
+            try:
+                stream.end_capture()
+            except Exception as exc:  # an invalidated capture also ends with an error
+                log.debug("Ending the failed capture: %s", exc)
+            raise  # the launch's error, not the end's
+        return stream.end_capture()

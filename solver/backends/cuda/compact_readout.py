@@ -22,7 +22,7 @@ from .compact import CompactTiling
 
 __all__ = ["READOUT_MAX_BYTES", "READOUT_MIN_BYTES", "readout_tile_bytes", "readout_budget",
            "readout_tiles", "compact_state_bytes", "compact_peak_bytes", "fluid_starts",
-           "tiled_chunk", "write_chunk", "edge_bytes", "state_bytes"]
+           "tiled_chunk", "write_chunk", "edge_bytes", "wide_edges", "state_bytes"]
 
 #: Largest budget of one readout chunk's temporaries, bytes.
 READOUT_MAX_BYTES = 256 << 20
@@ -32,11 +32,15 @@ READOUT_MAX_BYTES = 256 << 20
 READOUT_MIN_BYTES = 64 << 20
 
 
+def wide_edges(compact: CompactTiling, q: int) -> bool:
+    """Whether the tiled index of the edge conversion tables needs 64 bits."""
+    return compact.tiling.n_tiles * q * 64 >= 2**31
+
+
 def edge_bytes(compact: CompactTiling, q: int) -> int:
     """Device bytes per fluid node of the edge conversion tables (compact_run.edge_nodes):
     two int32 and the tiled index, int32 where it fits, else int64."""
-    wide = compact.tiling.n_tiles * q * 64 >= 2**31
-    return 16 if wide else 12
+    return 16 if wide_edges(compact, q) else 12
 
 
 def compact_state_bytes(problem: Problem, compact: CompactTiling) -> int:

@@ -33,11 +33,18 @@ from .compact import (
     probe_shared_bytes,
     sector_pad,
 )
-from .compact_readout import fluid_starts, readout_tiles, tiled_chunk, write_chunk
+from .compact_readout import (
+    compact_state_bytes,
+    fluid_starts,
+    readout_tiles,
+    tiled_chunk,
+    wide_edges,
+    write_chunk,
+)
 from .kernels import KernelVariant, kernel_source, real_args
 from .tables import physics_args
 
-__all__ = ["CompactRun", "Launcher", "edge_nodes", "EDGE_BYTES"]
+__all__ = ["CompactRun", "Launcher", "edge_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +69,8 @@ def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, 
     tile, node = np.nonzero(ranks >= 0)
     at = q * compact.base[tile] + ranks[tile, node]
     tiled = tile * (q * 64) + node
-    wide = compact.tiling.n_tiles * q * 64 >= 2**31
     return (at.astype(np.int32), compact.padded[tile].astype(np.int32),
-            tiled.astype(np.int64 if wide else np.int32))
-
-
-#: Device bytes per fluid node of :func:`edge_nodes`' tables (tiled index int32).
-EDGE_BYTES = 12
+            tiled.astype(np.int64 if wide_edges(compact, q) else np.int32))
 
 
 class CompactRun:
@@ -129,7 +131,7 @@ class CompactRun:
         self.current = 0
         self.tiles_per_block = min(tiles_per_block, 4) if code.registers else tiles_per_block
         #: Tiles per chunk of a readout (:mod:`.compact_readout`: bounded temporaries).
-        self.readout_tiles = readout_tiles(problem, self.memory_bytes())
+        self.readout_tiles = readout_tiles(problem, compact_state_bytes(problem, self.compact))
         self.set_populations(problem.initial_populations())
 
     def set_populations(self, f: np.ndarray) -> None:
@@ -248,6 +250,9 @@ class CompactRun:
             for _ in range(n):
                 self._launch()
             return time.perf_counter() - start
+        # Copies queued on the current stream (a rollback copy, set_stored_populations) read
+        # or write f before the run's stream steps it, as the tiled backend's steps wait.
+        self.cuda.get_current_stream().synchronize()
         done = warm = 0
         kernels = {v.name for v in (self.variants if self.in_place else self.variants[:1])}
         if n >= self.GRAPH_STEPS + 2 and self.use_graphs and not kernels <= self.loaded:
@@ -283,8 +288,5 @@ class CompactRun:
     def memory_bytes(self) -> int:
         """Device bytes of the copies (one or two; float16 storage: 2 bytes a value), the
         tables, the edge conversion tables and the float16 step counter."""
-        return self.compact.memory_bytes(self.problem.lattice.q,
-                                         self.problem.storage_dtype.itemsize,
-                                         self.problem.population_copies) \
-            + sum(int(a.nbytes) for a in self.edge) \
+        return compact_state_bytes(self.problem, self.compact) \
             + (0 if self.seeds is None else int(self.seeds.nbytes))

@@ -121,7 +121,7 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
     else:
         why = _refusal(problem)
         label = storage_label(problem)
-        eta, limit = problem.tiling.eta_t, AUTO_COMPACT_BELOW.get(label, 0.0)
+        eta, limit = problem.tiling.eta_t, AUTO_COMPACT_BELOW[label]
         if asked == "compact":
             if why:
                 raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
@@ -136,9 +136,6 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
         elif problem.lattice.name not in _AUTO_LATTICES:
             choice = TileStorage("tiled", f"auto: compact storage is timed for "
                                  f"{', '.join(_AUTO_LATTICES)} only, not {problem.lattice.name}")
-        elif limit <= 0.0:
-            choice = TileStorage("tiled", f"auto: compact {label} storage is not timed yet; "
-                                 "tile_storage='compact' runs it")
         elif eta >= limit:
             choice = TileStorage("tiled", f"auto: eta_t {eta:.3f} not below {limit} "
                                  f"({problem.lattice.name}, {label})")
