@@ -110,7 +110,6 @@ def device_bytes(problem: Problem) -> int:
     """
     t = problem.tiling
     nodes = t.n_tiles * t.nodes_per_tile
-    q, value = problem.lattice.q, problem.storage_dtype.itemsize
     if getattr(problem, "tile_storage", "tiled") != "tiled":  # decided by the CUDA backend
         from .backends.cuda.compact_readout import compact_peak_bytes
         from .backends.cuda.tile_storage import choose_tile_storage
@@ -119,8 +118,7 @@ def device_bytes(problem: Problem) -> int:
         if storage.compact:
             return int(compact_peak_bytes(problem, storage.pad) + 2 * nodes
                        + cut_bytes(problem))
-    state = t.memory_bytes(q, value, problem.population_copies)
-    return int(state + 2 * nodes + moments_bytes(problem))
+    return int(problem.tiled_state_bytes() + 2 * nodes + moments_bytes(problem))
 
 
 def cut_bytes(problem: Problem) -> int:
@@ -164,9 +162,7 @@ def assess_memory(problem: Problem, backend: Any, reclaimable: int = 0) -> Memor
         backend = _backend(backend)
     ask = getattr(backend, "memory_required", None)
     if ask is None:  # a backend without an estimate (e.g. a distributed wrapper): the state
-        t = problem.tiling
-        return judge(t.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
-                                    problem.population_copies), None)
+        return judge(problem.tiled_state_bytes(), None)
     free = backend.free_memory()
     device = "GPU" if backend.name == "cupy" else "host"
     return judge(ask(problem), None if free is None else free + int(reclaimable), device)

@@ -206,6 +206,12 @@ class Problem:
         """Copies of the populations the GPU state holds: 2 (two-copy) or 1 (in-place)."""
         return population_copies(self.streaming)
 
+    def tiled_state_bytes(self) -> int:
+        """Device bytes of this problem's tiled state: its population copies in the storage
+        precision and the tiling's tables (:meth:`~solver.tiling.Tiling.memory_bytes`)."""
+        return int(self.tiling.memory_bytes(self.lattice.q, self.storage_dtype.itemsize,
+                                            self.population_copies))
+
     def bytes_per_fluid_node_step(self) -> int:
         """Minimum bytes moved per fluid node and step, 2 q n_d (paper eq. 10)."""
         return 2 * self.lattice.q * self.storage_dtype.itemsize

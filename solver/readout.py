@@ -52,31 +52,25 @@ class Readout:
     def moments(self, tiles: Any = None) -> tuple[Any, Any]:
         """Density (T, N) and velocity (d, T, N), float64 backend arrays, of all tiles or of the
         index array ``tiles``; one chunk is returned as it is (no copy)."""
+        return self._assemble(tiles, self.xp.empty, lambda a: a)
+
+    def host_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`moments` of all tiles on the host, filled chunk by chunk."""
+        return self._assemble(None, np.empty, self.backend.to_host)
+
+    def _assemble(self, tiles: Any, empty, convert) -> tuple[Any, Any]:
+        """The chunks' moments of all tiles (or of ``tiles``), each ``convert``-ed, in arrays
+        from ``empty`` (float64); one chunk is returned converted as it is."""
         n = self.problem.tiling.n_tiles if tiles is None else len(tiles)
         chunks = self.chunks(tiles)
         part, rho, u = next(chunks)
         if part.stop == n:
-            return rho, u
-        out_rho = self.xp.empty((n, rho.shape[1]), dtype=rho.dtype)
-        out_u = self.xp.empty((u.shape[0], n, u.shape[2]), dtype=u.dtype)
-        out_rho[part], out_u[:, part] = rho, u
+            return convert(rho), convert(u)
+        out_rho = empty((n, rho.shape[1]), dtype=np.float64)
+        out_u = empty((u.shape[0], n, u.shape[2]), dtype=np.float64)
+        out_rho[part], out_u[:, part] = convert(rho), convert(u)
         for part, rho, u in chunks:
-            out_rho[part], out_u[:, part] = rho, u
-        return out_rho, out_u
-
-    def host_moments(self) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`moments` of all tiles on the host, filled chunk by chunk."""
-        t, d = self.problem.tiling, self.problem.lattice.d
-        to_host = self.backend.to_host
-        chunks = self.chunks()
-        part, rho, u = next(chunks)
-        if part.stop == t.n_tiles:
-            return to_host(rho), to_host(u)
-        out_rho = np.empty((t.n_tiles, t.nodes_per_tile))
-        out_u = np.empty((d, t.n_tiles, t.nodes_per_tile))
-        out_rho[part], out_u[:, part] = to_host(rho), to_host(u)
-        for part, rho, u in chunks:
-            out_rho[part], out_u[:, part] = to_host(rho), to_host(u)
+            out_rho[part], out_u[:, part] = convert(rho), convert(u)
         return out_rho, out_u
 
     def health(self, cut: Cut | None = None) -> tuple[dict, Any]:

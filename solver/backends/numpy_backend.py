@@ -226,8 +226,7 @@ class NumpyBackend:
 
     def state_bytes(self, problem: Problem) -> int:
         """Bytes of the resident population copies and tiling tables (Tiling.memory_bytes)."""
-        return int(problem.tiling.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
-                                               problem.population_copies))
+        return problem.tiled_state_bytes()
 
     def to_host(self, array: np.ndarray) -> np.ndarray:
         """Already on the host."""

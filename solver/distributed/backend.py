@@ -170,8 +170,7 @@ class DistributedBackend:
 
     def state_bytes(self, problem: Problem) -> int:
         """Bytes of the whole run's populations and tiling tables (Tiling.memory_bytes)."""
-        return int(problem.tiling.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
-                                               problem.population_copies))
+        return problem.tiled_state_bytes()
 
     def to_host(self, array: np.ndarray) -> np.ndarray:
         """Rank 0's arrays are host arrays already."""

@@ -116,3 +116,11 @@ def sector_filled(problem: Problem) -> np.ndarray:
         return np.zeros_like(solid)
     sectors = solid.reshape(solid.shape[0], -1, 32 // problem.storage_dtype.itemsize)
     return (sectors & ~sectors.all(axis=2, keepdims=True)).reshape(solid.shape)
+
+
+def half_tolerance(problem: Problem, ref: np.ndarray, steps: int = 4) -> float:
+    """``steps`` binary16 steps of the largest stored deviation |f - w rho0| of ``ref``
+    (solver.storage): how far float16 runs whose float32 arithmetic runs in another order may
+    differ (rounding thresholds crossed differently add up over the steps)."""
+    return steps * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()
+

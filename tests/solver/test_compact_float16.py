@@ -32,7 +32,7 @@ from solver.problem import Problem
 
 from .compact_emulator import FakeCupy, compiler
 from .kernel_emulator import EmulatedKernel
-from .porous_cases import as_stored, make_problem, noisy_start, reference
+from .porous_cases import as_stored, half_tolerance, make_problem, noisy_start, reference
 from .test_kernel_compile import NVCC
 
 needs_gxx = pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -59,13 +59,6 @@ def _tiled_bits(emu: EmulatedKernel) -> np.ndarray:
         emu.step(1, "swap")
     q = np.arange(emu.problem.lattice.q)[:, None]
     return emu.f[0 if emu.in_place else emu.current][:, q, emu.slots].view(np.uint16)
-
-
-def _half_tolerance(problem: Problem, ref: np.ndarray) -> float:
-    """A few binary16 steps of the largest stored deviation: test_kernel_compile's bound for
-    12 steps, doubled for the 38 here (the rounding thresholds that float32 arithmetic in
-    another order crosses differently add up over the steps)."""
-    return 8 * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()
 
 
 @needs_gxx
@@ -108,7 +101,7 @@ def test_compact_float16_stores_the_tiled_bits(collision, fluid, tpb, packed) ->
                              .view(np.uint16)[fluid_nodes])
     assert moved > 0.5 * fluid_nodes.sum()  # the flow moved most values
     ref = reference(problem, f0, 19, then_from_step=100)  # 19 steps, then 19 from step 100
-    assert np.abs(run.populations() - ref).max() <= _half_tolerance(problem, ref)
+    assert np.abs(run.populations() - ref).max() <= half_tolerance(problem, ref, 8)
 
 
 @needs_gxx

@@ -23,6 +23,7 @@ import pytest
 
 from .porous_cases import (
     as_stored,
+    half_tolerance,
     make_problem,
     narrow_problem,
     noisy_start,
@@ -106,11 +107,6 @@ def test_wide_sources_give_the_narrow_result(backend, monkeypatch, lattice, prec
     assert error <= TOL[precision], f"max relative deviation {error:.3g}"
 
 
-def _half_tolerance(problem, ref: np.ndarray, steps: int = 4) -> float:
-    """``steps`` binary16 steps of the largest stored deviation |f - w rho0|."""
-    return steps * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()
-
-
 def _half_cases():
     for lattice, coll, fluid in itertools.product(("D3Q19", "D2Q9"), ("BGK", "TRT"),
                                                   ("incompressible", "quasi-compressible")):
@@ -142,7 +138,7 @@ def test_float16_storage_matches_numpy_reference(backend, lattice, collision, fl
     # up (7.7 steps measured on the H100). Incompressible kernels collide deviations and stay
     # within 4.
     steps = 16 if fluid == "quasi-compressible" else 4
-    assert error <= _half_tolerance(problem, ref, steps), f"max deviation {error:.3g}"
+    assert error <= half_tolerance(problem, ref, steps), f"max deviation {error:.3g}"
 
 
 @pytest.mark.parametrize("case, lattice, collision", [("zou_he_moving", "D3Q19", "MRT"),
@@ -161,7 +157,7 @@ def test_float16_storage_with_boundaries_matches_numpy(backend, case, lattice, c
     ref = reference(problem, f0, 50, then_from_step=1000)
     got = backend.populations(state)
     backend.release(state)
-    assert np.abs(got - ref).max() <= _half_tolerance(problem, ref)
+    assert np.abs(got - ref).max() <= half_tolerance(problem, ref)
 
 
 def test_float16_storage_resumes_bit_for_bit(backend):

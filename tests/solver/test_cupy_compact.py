@@ -16,7 +16,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, reference
+from .porous_cases import (
+    as_stored,
+    half_tolerance,
+    make_problem,
+    noisy_start,
+    porous_solid,
+    reference,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -165,12 +172,6 @@ def test_compact_in_place_equals_two_copy_bit_for_bit(backend, precision):
         backend.release(state)
 
 
-def _half_tolerance(problem, ref: np.ndarray) -> float:
-    """A few binary16 steps of the largest stored deviation over 48 steps
-    (test_compact_float16.py's bound)."""
-    return 8 * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()
-
-
 @pytest.mark.parametrize("collision, fluid, tpb", [
     ("BGK", "incompressible", 2), ("MRT", "incompressible", 1), ("TRT", "quasi-compressible", 4)])
 def test_compact_float16_stores_the_tiled_bits(backend, collision, fluid, tpb):
@@ -198,7 +199,7 @@ def test_compact_float16_stores_the_tiled_bits(backend, collision, fluid, tpb):
             differ = np.count_nonzero(got[fluid_nodes] != want[fluid_nodes])
             assert differ == 0, f"{differ} of {fluid_nodes.sum()} fluid values differ"
     ref = reference(problem, f0, 24, then_from_step=100)  # 24 steps, then 24 from step 100
-    assert np.abs(got - ref).max() <= _half_tolerance(problem, ref)
+    assert np.abs(got - ref).max() <= half_tolerance(problem, ref, 8)
     allocated = sum(int(a.nbytes) for a in (*compact.f, *compact.tables, *compact.edge,
                                             compact.seeds))
     assert compact.memory_bytes() == allocated

@@ -44,7 +44,14 @@ from solver.problem import Problem
 
 from .kernel_emulator import EmulatedKernel, compiler, emulate
 from .physics_cases import physics_problem
-from .porous_cases import as_stored, make_problem, noisy_start, reference, sector_filled
+from .porous_cases import (
+    as_stored,
+    half_tolerance,
+    make_problem,
+    noisy_start,
+    reference,
+    sector_filled,
+)
 
 NVCC = shutil.which("nvcc") or next(
     (p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if Path(p).exists()), None)
@@ -219,11 +226,6 @@ def test_kernel_without_ladd_only_where_no_link_needs_it(case) -> None:
     assert (links.node.size == 0) == (kind != "moving")
 
 
-def _half_tolerance(problem, ref: np.ndarray) -> float:
-    """A few binary16 steps of the largest stored deviation |f - w rho0| (solver.storage)."""
-    return 4 * 2.0**-10 * np.abs(ref - problem.storage.shift[:, None]).max()
-
-
 @needs_gxx
 @pytest.mark.parametrize("case, lattice, collision, fluid, layout, tpb", [
     ("porous", "D3Q19", "BGK", "incompressible", "xyz", 2),
@@ -254,7 +256,7 @@ def test_emulated_float16_storage_matches_numpy(case, lattice, collision, fluid,
     ref = reference(problem, f0, 6, then_from_step=100)
     got = emu.populations()
     assert emu.f.dtype == np.float16 and emu.seeds[emu.current] == 106
-    assert np.abs(got - ref).max() <= _half_tolerance(problem, ref)
+    assert np.abs(got - ref).max() <= half_tolerance(problem, ref)
 
 
 @needs_gxx
@@ -350,7 +352,7 @@ def test_emulated_sector_fill_writes_rest_state_into_solid_nodes(precision, stor
                               equal_nan=True)  # never written
     ref = reference(problem, f0, 12)
     tol = {"float64": 1e-12 * np.abs(ref).max(), "float32": 1e-5 * np.abs(ref).max()}[
-        precision] if not st.encoded else _half_tolerance(problem, ref)
+        precision] if not st.encoded else half_tolerance(problem, ref)
     fluid = ~solid
     assert np.abs(node(latest)[fluid] - node(ref)[fluid]).max() <= tol
 

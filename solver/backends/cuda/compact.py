@@ -33,6 +33,7 @@ from .compact_source import (  # noqa: F401
     probe_source,
     real_param_names,
 )
+from .tables import fluid_masks
 
 __all__ = ["CompactTiling", "CompactCode", "DEFAULT_CODE", "SECTOR_BYTES", "popcount", "sector_pad",
            "probe_name", "probe_source", "probe_shared_bytes", "packed_threads", "real_param_names"]
@@ -82,8 +83,7 @@ class CompactTiling:
         if self.pad < 1 or self.pad & (self.pad - 1):
             raise ValueError(f"pad must be a power of two >= 1, got {self.pad}.")
         fluid = ~t.solid
-        bits = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
-        self.masks = np.bitwise_or.reduce(np.where(fluid, bits, np.uint64(0)), axis=1)
+        self.masks = fluid_masks(fluid)[:, 0]  # the tiled kernels' masks: one word a tile
         counts = fluid.sum(axis=1).astype(np.int64)
         self.padded = -(-counts // self.pad) * self.pad
         self.base = np.concatenate(([0], np.cumsum(self.padded)[:-1])).astype(np.int64)

@@ -83,8 +83,7 @@ def state_bytes(problem: Problem) -> int:
     storage = choose_tile_storage(problem)
     if storage.compact:
         return compact_state_bytes(problem, CompactTiling(problem.tiling, storage.pad))
-    return int(problem.tiling.memory_bytes(problem.lattice.q, problem.storage_dtype.itemsize,
-                                           problem.population_copies))
+    return problem.tiled_state_bytes()
 
 
 def compact_peak_bytes(problem: Problem, pad: int) -> int:

@@ -76,6 +76,7 @@ from .tables import (
     direction_layouts,
     effective_layout,
     halo_masks,
+    kernel_storage,
     needs_wide_sources,
 )
 
@@ -148,7 +149,7 @@ class KernelVariant:
                 problem.incompressible, problem.layout, mode, problem.tiling.a,
                 boundary_kind(problem) if mode == "full" else "none",
                 kernel_streaming(problem.streaming, phase),
-                "float16" if problem.storage.encoded else "auto",
+                kernel_storage(problem),
                 wide_sources=needs_wide_sources(problem),
                 aa=AA_TUNING[problem.storage_dtype.name]).canonical()
         if v.sector_fill:  # only where it can apply: the geometry's mix is computed once

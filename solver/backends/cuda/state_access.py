@@ -37,8 +37,8 @@ class StateAccess:
         """Latest populations on the device (of ``tiles``: a slice or index array), XYZ order."""
         if isinstance(state, CompactRun):
             return state.device_populations(tiles)
-        f = state.problem.storage.decode(self._stored(state), cp)
-        return f if tiles is None else f[tiles]
+        # The tiles first: a cut reads one layer of them, not a decoded copy of the state.
+        return state.problem.storage.decode(self._stored(state, tiles), cp)
 
     def readout_tiles(self, state: Any) -> int:
         """Tiles per readout chunk (compact: bounded, .compact_readout; tiled: all)."""
@@ -48,8 +48,12 @@ class StateAccess:
     #: Device bytes of the resident state :meth:`allocate` makes for a problem.
     state_bytes = staticmethod(state_bytes)
 
-    def _stored(self, state: Any) -> cp.ndarray:
-        current = self._natural(state)  # the stored values in XYZ order (XYZ layout: a view)
+    def _stored(self, state: Any, tiles=None) -> cp.ndarray:
+        """The stored values of all tiles (or of ``tiles``) in XYZ order (XYZ layout, all
+        tiles: a view)."""
+        current = self._natural(state)
+        if tiles is not None:
+            current = current[tiles]
         if state.identity_slots is None:
             state.identity_slots = bool((state.slots == cp.arange(state.slots.shape[1])).all())
         if not state.identity_slots:
@@ -89,20 +93,17 @@ class StateAccess:
         iolets = getattr(state, "iolets", None)  # compact runs have no openings' pass
         return None if iolets is None else iolets.host_flux()
 
-    def _latest(self, state: Any) -> cp.ndarray:
-        """The array holding the latest populations as stored; in place in phase 0, as every
-        reader of the state sees it (one decoding launch from phase 1, same values after)."""
+    def stored_populations(self, state: Any) -> cp.ndarray:
+        """The latest copy exactly as stored, in the state's own layout (a view of it); in
+        place in phase 0, as every reader of the state sees it (one decoding launch from phase
+        1, same values after)."""
         if isinstance(state, CompactRun):
             return state.latest()
         return self._natural(state)
 
-    def stored_populations(self, state: Any) -> cp.ndarray:
-        """The latest copy exactly as stored, in the state's own layout (a view of it)."""
-        return self._latest(state)
-
     def set_stored_populations(self, state: Any, stored: Any) -> None:
         """Write a host or device copy of :meth:`stored_populations` back bit for bit."""
-        target = self._latest(state)
+        target = self.stored_populations(state)
         if target.shape != stored.shape:
             raise ValueError(f"A stored copy of shape {stored.shape} does not fit this run's "
                              f"{target.shape}.")

@@ -24,7 +24,8 @@ from .collisions import cuda_collision
 __all__ = [
     "LAYOUTS", "effective_layout", "direction_layouts", "slot_table", "check_tile_shape",
     "SOURCE32_LIMIT", "needs_wide_sources", "shared_bytes", "device_tables", "fluid_masks",
-    "mask_map", "halo_masks", "geometry_args", "physics_args", "launch_shape", "c_literal",
+    "mask_map", "kernel_storage", "halo_masks", "geometry_args", "physics_args",
+    "launch_shape", "c_literal",
 ]
 
 #: Layout settings (``SimulationConfig.gpu_layout``).
@@ -97,6 +98,12 @@ def needs_wide_sources(problem: Problem) -> bool:
     in a copy, and with the offsets of the node's own slots it must stay below 2^31."""
     tiling = problem.tiling
     return (tiling.n_tiles + 1) * problem.lattice.q * tiling.nodes_per_tile > SOURCE32_LIMIT
+
+
+def kernel_storage(problem: Problem) -> str:
+    """The kernels' storage option of ``problem`` (``KernelVariant.storage``): 'float16' for
+    float16 storage, else 'auto' (the arithmetic type)."""
+    return "float16" if problem.storage.encoded else "auto"
 
 
 def halo_masks(storage: str) -> bool:
@@ -234,4 +241,4 @@ def launch_shape(problem: Problem, tiles_per_block: int, mode: str = "full",
     return blocks, tiles_per_block * a**problem.lattice.d, shared_bytes(
         lattice, a, tiles_per_block, mode,
         8 if (needs_wide_sources(problem) if wide is None else wide) else 4,
-        halo_masks("float16" if problem.storage.encoded else "auto"))
+        halo_masks(kernel_storage(problem)))
