@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends.cuda.compact import CompactCode  # noqa: E402
+from solver.backends.cuda.compact_source import CompactCode  # noqa: E402
 from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
 from solver.backends.cuda.streaming import AATuning  # noqa: E402
 from solver.benchmarking.cases import git_commit  # noqa: E402

@@ -24,8 +24,9 @@ from datetime import date
 
 import numpy as np
 
-from ..backends.cuda.compact import CompactCode, CompactTiling, sector_pad
+from ..backends.cuda.compact import CompactTiling, sector_pad
 from ..backends.cuda.compact_run import CompactRun
+from ..backends.cuda.compact_source import CompactCode
 from ..backends.cuda.compact_timing import CompactProbe
 from ..config import GPU_LAYOUTS
 from .cases import BenchCase, git_commit, sphere_pack

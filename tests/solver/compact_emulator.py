@@ -13,10 +13,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from solver.backends.cuda.compact import (
+from solver.backends.cuda.compact import CompactTiling
+from solver.backends.cuda.compact_source import (
     DEFAULT_CODE,
     CompactCode,
-    CompactTiling,
     probe_name,
     probe_shared_bytes,
     probe_source,

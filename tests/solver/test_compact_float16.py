@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.backends.cuda.compact import CompactTiling, probe_source, real_param_names
+from solver.backends.cuda.compact import CompactTiling
+from solver.backends.cuda.compact_source import probe_source, real_param_names
 from solver.backends.cuda.kernels import KernelVariant, kernel_source
 from solver.backends.cuda.kernels import real_param_names as variant_reals
 from solver.backends.cuda.tile_storage import (
@@ -177,7 +178,7 @@ def test_float16_has_its_own_packed_setting(monkeypatch) -> None:
     """COMPACT_PACKED_FLOAT16 / COMPACT_CODE_FLOAT16 set the float16 compact kernel (the lead
     sets them after timing) without touching float32's."""
     from solver.backends.cuda import tile_storage
-    from solver.backends.cuda.compact import CompactCode
+    from solver.backends.cuda.compact_source import CompactCode
 
     paired = CompactCode(inner=True, paired=True)
     monkeypatch.setattr(tile_storage, "COMPACT_PACKED_FLOAT16", 4)

@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from solver.backends.cuda import tile_storage
-from solver.backends.cuda.compact import (
+from solver.backends.cuda.compact import CompactTiling
+from solver.backends.cuda.compact_source import (
     DEFAULT_CODE,
     CompactCode,
-    CompactTiling,
     packed_threads,
     probe_name,
     probe_source,

@@ -12,12 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.backends.cuda.compact import (
-    CompactTiling,
-    packed_threads,
-    probe_shared_bytes,
-    probe_source,
-)
+from solver.backends.cuda.compact import CompactTiling
+from solver.backends.cuda.compact_source import packed_threads, probe_shared_bytes, probe_source
 from solver.backends.cuda.tables import physics_args
 
 from .compact_emulator import LAT, assert_pull_matches_mirror, case, compiler, emulated

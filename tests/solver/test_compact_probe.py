@@ -22,13 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.backends.cuda.compact import (
-    CompactTiling,
-    probe_shared_bytes,
-    probe_source,
-    real_param_names,
-    sector_pad,
-)
+from solver.backends.cuda.compact import CompactTiling, sector_pad
+from solver.backends.cuda.compact_source import probe_shared_bytes, probe_source, real_param_names
 from solver.backends.cuda.tables import physics_args
 from solver.tiling import Tiling
 

@@ -52,8 +52,8 @@ KERNELS = {"per-node": (0, {}), "packed8": (8, {}), "inner-paired": (0, {"inner"
 def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, kernel,
                                                               monkeypatch):
     from solver.backends.cuda import tile_storage
-    from solver.backends.cuda.compact import CompactCode
     from solver.backends.cuda.compact_run import CompactRun
+    from solver.backends.cuda.compact_source import CompactCode
 
     packed, code = KERNELS[kernel]
     monkeypatch.setattr(tile_storage, "COMPACT_PACKED", packed)

@@ -22,21 +22,9 @@ import numpy as np
 
 from ...lattice import Lattice
 from ...tiling import Tiling
-
-# The kernels on this storage (their generator, :mod:`.compact_source`), importable from here.
-from .compact_source import (  # noqa: F401
-    DEFAULT_CODE,
-    CompactCode,
-    packed_threads,
-    probe_name,
-    probe_shared_bytes,
-    probe_source,
-    real_param_names,
-)
 from .tables import fluid_masks
 
-__all__ = ["CompactTiling", "CompactCode", "DEFAULT_CODE", "SECTOR_BYTES", "popcount", "sector_pad",
-           "probe_name", "probe_source", "probe_shared_bytes", "packed_threads", "real_param_names"]
+__all__ = ["CompactTiling", "SECTOR_BYTES", "popcount", "sector_pad"]
 
 #: Bytes of one DRAM/L2 sector: the unit a GPU reads and writes.
 SECTOR_BYTES = 32

@@ -25,14 +25,7 @@ import numpy as np
 
 from ...problem import Problem
 from .capture import capture_graph
-from .compact import (
-    DEFAULT_CODE,
-    CompactCode,
-    CompactTiling,
-    packed_threads,
-    probe_shared_bytes,
-    sector_pad,
-)
+from .compact import CompactTiling, sector_pad
 from .compact_readout import (
     compact_state_bytes,
     fluid_starts,
@@ -41,6 +34,7 @@ from .compact_readout import (
     wide_edges,
     write_chunk,
 )
+from .compact_source import DEFAULT_CODE, CompactCode, packed_threads, probe_shared_bytes
 from .kernels import KernelVariant, kernel_source, real_args
 from .tables import physics_args
 

@@ -14,10 +14,10 @@ import numpy as np
 
 from ...problem import Problem
 from .capture import CAPTURE_LOCK, capture_graph
-from .compact import (
+from .compact import CompactTiling
+from .compact_source import (
     DEFAULT_CODE,
     CompactCode,
-    CompactTiling,
     packed_threads,
     probe_name,
     probe_shared_bytes,

@@ -39,7 +39,7 @@ from ...lattice import get_lattice
 from ...problem import Problem
 from .boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
-from .compact import CompactCode, probe_name, probe_source
+from .compact_source import CompactCode, probe_name, probe_source
 from .sector_fill import SECTOR_FILL_MIN_MIX, can_fill_sectors, fills_sectors, solid_exit
 from .storage import (
     KERNEL_STORAGES,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from ...problem import Problem
 from ...values import ConfigError
-from .compact import CompactCode
+from .compact_source import CompactCode
 from .kernels import KernelVariant, kernel_source
 
 __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW",
