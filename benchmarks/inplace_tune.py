@@ -32,14 +32,15 @@ from solver.backends.cuda import streaming  # noqa: E402
 from solver.backends.cuda.kernels import KernelVariant  # noqa: E402
 from solver.backends.cuda.streaming import AATuning  # noqa: E402
 from solver.benchmarking.cases import BenchCase, git_commit, sphere_pack  # noqa: E402
-from solver.benchmarking.gpu_suite import _problem  # noqa: E402
+from solver.benchmarking.gpu_suite import _problem, rock_case  # noqa: E402
 
-#: Tunings timed per precision: the compiler's choice first, then caps without spills in
-#: ptxas 13.x at sm_90 (float64 at 56 spills 12 bytes in the neighbour step) and nc loads.
+#: Tunings timed per precision: the compiler's choice first, then register caps between the
+#: neighbour step's registers under NVRTC (float32 and float16 storage 56, float64 76) and the
+#: caps that spilled in the 54698e2 run (40 and 56; read-only-cache loads were level there).
 TUNINGS = {
-    "float32": [AATuning(), AATuning(40), AATuning(36), AATuning(0, True), AATuning(40, True)],
-    "float16": [AATuning(), AATuning(40), AATuning(0, True), AATuning(40, True)],
-    "float64": [AATuning(), AATuning(56), AATuning(0, True), AATuning(56, True)],
+    "float32": [AATuning(), AATuning(48), AATuning(44), AATuning(40)],
+    "float16": [AATuning(), AATuning(48), AATuning(44), AATuning(40)],
+    "float64": [AATuning(), AATuning(72), AATuning(68), AATuning(64)],
 }
 
 
@@ -98,6 +99,8 @@ def main() -> None:
     parser.add_argument("--dense", type=int, default=256)
     parser.add_argument("--pack", type=int, default=192)
     parser.add_argument("--porosity", type=float, default=0.5)
+    parser.add_argument("--rock", type=float, default=0.0,
+                        help="grain diameter of a rock-like pack (phi 0.2) also timed; 0: none")
     parser.add_argument("--precisions", nargs="*", default=list(TUNINGS))
     parser.add_argument("--tpb", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--min-seconds", type=float, default=0.05)
@@ -112,6 +115,8 @@ def main() -> None:
              BenchCase(f"spheres {args.pack}^3 phi={args.porosity}",
                        sphere_pack((args.pack,) * 3, args.porosity, 40.0, 0),
                        porosity=args.porosity)]
+    if args.rock:
+        cases.append(rock_case(args.pack, args.rock))
     rows = [r for case in cases for p in args.precisions
             for r in measure(backend, compile_kernel, case, p, args.tpb, args.min_seconds,
                              args.repeats)]

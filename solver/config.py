@@ -164,8 +164,8 @@ class SimulationConfig(param.Parameterized):
                                       "tile, 'compact' only its fluid nodes (faster and smaller "
                                       "on porous media; no inlets/outlets, moving walls "
                                       "or MPI), 'auto' compact where it pays (tile "
-                                      "utilisation below ~0.9; float16 storage: tiled until "
-                                      "timed) and can run. NumPy ignores it.")
+                                      "utilisation below 0.6-1.0 by precision and streaming, "
+                                      "as timed) and can run. NumPy ignores it.")
 
     @property
     def viscosity(self) -> float:

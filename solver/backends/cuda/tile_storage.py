@@ -18,8 +18,9 @@ from .compact_source import CompactCode
 from .kernels import KernelVariant, kernel_source
 
 __all__ = ["TileStorage", "choose_tile_storage", "AUTO_COMPACT_BELOW",
-           "AUTO_COMPACT_BELOW_FLOAT16", "storage_label", "COMPACT_PAD",
-           "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
+           "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "storage_label",
+           "COMPACT_PAD", "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE",
+           "COMPACT_CODE_FLOAT16"]
 
 #: float16 storage (float32 arithmetic, binary16 values) has its own crossover. From the H100
 #: run benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-0019bc5-compact.md (full BGK step,
@@ -35,6 +36,15 @@ AUTO_COMPACT_BELOW_FLOAT16 = 0.75
 #: float32 gains up to eta_t ~0.92 and float64 up to ~0.875 (as in the earlier 9c8bdb3 run);
 #: the thresholds sit at those crossovers (compact also needs less memory, never more).
 AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875, "float16": AUTO_COMPACT_BELOW_FLOAT16}
+#: The same for in-place streaming (AA pattern: one copy). From the H100 run of
+#: benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-0460fb9-fluid.md (BGK in place, G fluid
+#: updates/s, tiled -> compact): float32 8.69 -> 10.87 at eta_t 0.50, 9.09 -> 10.90 at 0.55,
+#: 11.16 -> 12.18 at 0.71, 13.08 -> 13.14 at 0.81, 14.53 -> 13.71 at 0.90; float64 compact
+#: ahead on every case, the all-fluid box included (5.43 -> 7.28 at 0.50, 7.78 -> 7.90 at
+#: 0.97, 7.98 -> 8.69 at 1.0), so 1.01 = always; float16 storage 12.32 -> 13.28 at 0.50,
+#: 13.08 -> 16.24 at 0.55, 14.98 -> 14.51 at 0.65. Compact in place also stores one copy of
+#: the fluid nodes only: the least memory of any option.
+AUTO_COMPACT_IN_PLACE_BELOW = {"float32": 0.85, "float64": 1.01, "float16": 0.6}
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
 COMPACT_PAD = 1
@@ -121,7 +131,9 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
     else:
         why = _refusal(problem)
         label = storage_label(problem)
-        eta, limit = problem.tiling.eta_t, AUTO_COMPACT_BELOW[label]
+        limits = AUTO_COMPACT_BELOW if problem.streaming == "two-copy" \
+            else AUTO_COMPACT_IN_PLACE_BELOW
+        eta, limit = problem.tiling.eta_t, limits[label]
         if asked == "compact":
             if why:
                 raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
@@ -130,15 +142,12 @@ def choose_tile_storage(problem: Problem) -> TileStorage:
                                  *_kernel(problem))
         elif why:
             choice = TileStorage("tiled", f"auto: compact storage lacks this case ({why})")
-        elif problem.streaming != "two-copy":  # AA on compact storage works; no timing yet
-            choice = TileStorage("tiled", "auto: compact storage in place is not timed yet; "
-                                 "tile_storage='compact' runs it")
         elif problem.lattice.name not in _AUTO_LATTICES:
             choice = TileStorage("tiled", f"auto: compact storage is timed for "
                                  f"{', '.join(_AUTO_LATTICES)} only, not {problem.lattice.name}")
         elif eta >= limit:
             choice = TileStorage("tiled", f"auto: eta_t {eta:.3f} not below {limit} "
-                                 f"({problem.lattice.name}, {label})")
+                                 f"({problem.lattice.name}, {label}, {problem.streaming})")
         else:
             choice = TileStorage("compact", f"auto: eta_t {eta:.3f} below {limit}", COMPACT_PAD,
                                  *_kernel(problem))
