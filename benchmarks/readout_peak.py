@@ -4,7 +4,8 @@ On a rock-like periodic pack (192^3, phi 0.2, grains of 22 nodes, eta_t about 0.
 compact and the tiled storage in float32 and float64, a BGK run is stepped, then each readout
 the dashboard, the CLI and the runner make is done once: a health check, a live view with
 health, a slice, the fields, the populations a checkpoint writes, a checkpoint file and the
-wall shear stress. Reported per readout: the peak of the CuPy pool's bytes in use (every
+wall shear stress (``--streaming in-place``: the same in place, AA pattern, one copy). Reported
+per readout: the peak of the CuPy pool's bytes in use (every
 allocation passes through a tracking allocator) above the resident state, and the peak in
 bytes per fluid node next to the resident state's and the estimate
 (:func:`solver.memory.device_bytes`), and the readout's wall time. Usage on the GPU machine:
@@ -87,7 +88,7 @@ def readouts(sim: Simulation, folder: Path) -> dict:
             "wall shear": sim.wall_shear_stress}
 
 
-def run(size: int, steps: int, out: Path | None) -> list[dict]:
+def run(size: int, steps: int, out: Path | None, streaming: str = "two-copy") -> list[dict]:
     """Measure every storage and precision; print and write a table."""
     try:
         import cupy as cp
@@ -101,14 +102,15 @@ def run(size: int, steps: int, out: Path | None) -> list[dict]:
         for storage in ("compact", "tiled"):
             config = SimulationConfig(lattice="D3Q19", collision="BGK", precision=precision,
                                       tile_storage=storage, backend=backend,
-                                      body_force=(1e-6, 0.0, 0.0))
+                                      streaming=streaming, body_force=(1e-6, 0.0, 0.0))
             problem = Problem.from_config(solid, config)
             sim = Simulation(solid, config, problem=problem)
             sim.step(steps)
             sim.health()  # the fluid mask and the kernels' loading, once per run
             resident = tracker.used()
             fluid = sim.problem.n_fluid
-            row = {"storage": storage, "precision": precision, "n_fluid": fluid,
+            row = {"storage": storage, "precision": precision, "streaming": streaming,
+                   "n_fluid": fluid,
                    "eta_t": round(float(sim.tiling.eta_t), 3),
                    "state_B_per_fluid": round(sim.memory_bytes() / fluid, 1),
                    "resident_B_per_fluid": round(resident / fluid, 1),
@@ -123,18 +125,20 @@ def run(size: int, steps: int, out: Path | None) -> list[dict]:
             rows.append(row)
             print(json.dumps(row), flush=True)
             if out is not None:
-                write(rows, size, out)
+                write(rows, size, out, streaming)
     return rows
 
 
-def write(rows: list[dict], size: int, out: Path) -> None:
-    """``readout-peak.json`` and a markdown table in ``out``."""
+def write(rows: list[dict], size: int, out: Path, streaming: str = "two-copy") -> None:
+    """``readout-peak.json`` (in place: ``readout-peak-in-place.json``) and a markdown table in
+    ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "readout-peak.json").write_text(json.dumps(
-        {"commit": git_commit(), "size": size, "rows": rows}, indent=1))
+    stem = "readout-peak" + ("" if streaming == "two-copy" else f"-{streaming}")
+    (out / f"{stem}.json").write_text(json.dumps(
+        {"commit": git_commit(), "size": size, "streaming": streaming, "rows": rows}, indent=1))
     names = [k for k in rows[0] if isinstance(rows[0][k], dict)]
-    lines = [f"Rock-like {size}^3 (phi 0.2, d 22), commit {git_commit()}: bytes per fluid "
-             "node at each readout's peak (extra MiB over the resident state, ms)", "",
+    lines = [f"Rock-like {size}^3 (phi 0.2, d 22), {streaming}, commit {git_commit()}: bytes per "
+             "fluid node at each readout's peak (extra MiB over the resident state, ms)", "",
              "| storage | state | resident | estimate | " + " | ".join(names) + " |",
              "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in names) + " |"]
     for r in rows:
@@ -143,7 +147,7 @@ def write(rows: list[dict], size: int, out: Path) -> None:
         lines.append(f"| {r['storage']} {r['precision']} | {r['state_B_per_fluid']:.0f} | "
                      f"{r['resident_B_per_fluid']:.0f} | {r['estimate_B_per_fluid']:.0f} | "
                      + " | ".join(cells) + " |")
-    (out / "readout-peak.md").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -177,11 +181,12 @@ def main() -> None:
     parser.add_argument("--estimates", type=float, default=0.0, metavar="DIAMETER",
                         help="only print the estimated bytes per fluid node (CPU) of a pack "
                              "of this grain diameter")
+    parser.add_argument("--streaming", choices=("two-copy", "in-place"), default="two-copy")
     args = parser.parse_args()
     if args.estimates:
         estimates(args.size, args.estimates)
     else:
-        run(args.size, args.steps, args.out)
+        run(args.size, args.steps, args.out, args.streaming)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,15 @@ def test_readout_peak_writes_a_row_per_storage_and_precision(tmp_path) -> None:
     assert table.count("\n| compact") == 2 and "| health |" in table
 
 
+def test_readout_peak_in_place_writes_its_own_files(tmp_path) -> None:
+    rows = readout_peak.run(24, 3, tmp_path, "in-place")  # odd: the streamed layout is read
+    assert {r["streaming"] for r in rows} == {"in-place"} and len(rows) == 4
+    saved = json.loads((tmp_path / "readout-peak-in-place.json").read_text())
+    assert saved["streaming"] == "in-place"
+    assert "in-place" in (tmp_path / "readout-peak-in-place.md").read_text()
+    assert not (tmp_path / "readout-peak.json").exists()
+
+
 def test_estimates_print_state_and_peak_of_every_storage(capsys) -> None:
     readout_peak.estimates(24, 8)
     out = capsys.readouterr().out
