@@ -1,6 +1,7 @@
 """Running a loader that reaches native code in a limited worker process.
 
-VTK's readers (and tifffile's page walk) are C/C++ or loops driven by the file: a hostile upload
+VTK's readers, tifffile's page walk and SciPy's MATLAB reader (Cython) are C/C++ or loops
+driven by the file: a hostile upload
 can abort them (``std::bad_alloc``), corrupt their heap, crash them (SIGSEGV) or make them spin.
 In the server process that would kill every session, so for uploads these loaders run in a
 child process with an address-space limit (``RLIMIT_AS``) and a wall-time limit. The child sends
@@ -28,11 +29,12 @@ from ..voxel import VoxelGeometry
 
 __all__ = ["ISOLATED_FORMATS", "Limits", "load_isolated"]
 
-#: Formats whose loaders reach native code or walk file-driven structures.
-ISOLATED_FORMATS = frozenset({"vti", "vtk", "mha", "mhd", "tiff"})
+#: Formats whose loaders reach native code or walk file-driven structures. ``mat``: a mutated
+#: MATLAB file crashed scipy.io.loadmat 1.17 with SIGSEGV in its mio5 reader (CI fuzz test).
+ISOLATED_FORMATS = frozenset({"vti", "vtk", "mha", "mhd", "tiff", "mat"})
 
 _PRELOAD = ["geometries.loaders.dispatch", "pyvista", "vtkmodules.vtkIOXML",
-            "vtkmodules.vtkIOImage", "vtkmodules.vtkIOLegacy", "tifffile"]  # fmt: skip
+            "vtkmodules.vtkIOImage", "vtkmodules.vtkIOLegacy", "tifffile", "scipy.io"]  # fmt: skip
 _GIB = 1024**3
 
 
@@ -113,7 +115,9 @@ def load_isolated(data: bytes, fmt: str, options: dict, limits: Limits) -> Voxel
         raise GeometryError(str(status.get("error", f"The {fmt} file could not be read.")))
     for message in status.get("warnings", []):
         warnings.warn(str(message), GeometryWarning, stacklevel=3)
-    return VoxelGeometry.from_npz(body, max_voxels=int(options.get("max_voxels", 1024**3)))
+    geometry = VoxelGeometry.from_npz(body, max_voxels=int(options.get("max_voxels", 1024**3)))
+    geometry.notes = tuple(str(note) for note in status.get("notes", ()))  # not in the .npz
+    return geometry
 
 
 def _crash_message(fmt: str, exitcode: int | None) -> str:
@@ -134,6 +138,10 @@ def _native_loader(fmt: str):
         from .tiff import load_tiff
 
         return load_tiff
+    if fmt == "mat":
+        from .mat import load_mat
+
+        return load_mat
     from .vtkimage import load_vtk_image
 
     return functools.partial(load_vtk_image, format=fmt)
@@ -156,7 +164,8 @@ def _work(send: Connection, data: bytes, fmt: str, options: dict, memory_bytes: 
         buffer = io.BytesIO()
         geometry.save(buffer, compress=False)  # zlib would cost seconds for 256³; a pipe is free
         notes = [str(w.message) for w in caught if issubclass(w.category, GeometryWarning)]
-        send.send_bytes(json.dumps({"ok": True, "warnings": notes}).encode())
+        send.send_bytes(json.dumps({"ok": True, "warnings": notes,
+                                    "notes": list(geometry.notes)}).encode())
         send.send_bytes(buffer.getbuffer())
     except GeometryError as exc:
         send.send_bytes(json.dumps({"ok": False, "error": str(exc)}).encode())

@@ -97,3 +97,20 @@ def gzip_nrrd_bomb(megabytes: int = 64) -> bytes:
     """A gzip NRRD declaring 4×5×6 bytes whose body inflates to ``megabytes`` MB."""
     header = b"NRRD0004\ntype: uint8\ndimension: 3\nsizes: 4 5 6\nencoding: gzip\n\n"
     return header + gzip.compress(bytes(megabytes << 20), compresslevel=1)
+
+
+#: A .mat file the fuzz test made from scipy.io.savemat output (zlib-compressed variable, header
+#: bytes mutated, then cut): SciPy 1.17.1's mio5 reader dies on it with SIGSEGV in about one load
+#: of four, depending on the heap (a crash of the CI run on 2026-11-25).
+_CRASHING_MAT = bytes.fromhex(
+    "4d41544c414200022e30024d4154fe66696c6520506c6174666f72803a20706f7369782c2043726561746564"
+    "206f6e3a20576564204e6f762001352030363a30383a32322032303236000000000000000000000000000000"
+    "0000000000000000000000000000000000000080000000000000000000000000000000000001494d0f000000"
+    "4d000000789c5d8b510a80300c4313a743617852c13ff1581ed140e2505b5e1ada740570892a66b1c0358926"
+    "c6f89a3d5170ec0106f9134f91514f8fa80d497ec2fdee"
+)
+
+
+def crashing_mat() -> bytes:
+    """A mutated MATLAB file that crashes SciPy's reader in-process now and then."""
+    return _CRASHING_MAT

@@ -87,6 +87,14 @@ def test_server_killers_cost_one_failed_upload(data, fmt, match):
     _refused(data, fmt, match)
 
 
+def test_a_mat_file_that_crashes_scipy_costs_one_failed_upload_each_time():
+    """In-process loadmat died (SIGSEGV) on about one load in four of this file; 20 loads would
+    have killed the server with probability 0.997. In the worker each one is a GeometryError."""
+    data = hostile.crashing_mat()
+    for _ in range(20):
+        _refused(data, "mat", "reader failed|could not be read|not a readable")
+
+
 def test_decoy_extent_in_an_xml_comment_does_not_bypass_the_size_check():
     decoy = '<!-- <ImageData WholeExtent="0 3 0 4 0 5"> -->\n'
     _refused(hostile.vti(whole="0 9999 0 9999 0 9999", prefix=decoy), "vti", "more than the limit")
