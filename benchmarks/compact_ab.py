@@ -14,6 +14,11 @@ fill, with or without paired shared entries), the per-node kernel at 1, 2 and 4 
 block, and the packed kernel (4 tiles, one thread per fluid node), float32, float64 and float16
 storage, on the rock-like pack and the phi 0.1 and 0.5 sphere packs.
 
+``--what staged``: the staged kernels (``CompactCode(staged=True)``: a block copies its tiles'
+range to shared memory, pulls what lies in it from there and writes its outputs back as one
+range) against the kernels runs use now, per node at 1, 2 and 4 tiles per block and packed 4,
+two copies, on the rock-like pack and the phi 0.1, 0.2, 0.5 and 0.9 sphere packs.
+
 Usage, on the GPU machine from the repository root: ``python benchmarks/compact_ab.py --what
 pad --out DIR`` (about 1 minute on an H100; ``--what in-place`` about 2); writes
 ``compact-<what>-ab-<gpu>-<date>.json``.
@@ -41,6 +46,7 @@ from solver.benchmarking.gpu_suite import _problem, pack_cases, rock_case  # noq
 
 INNER = CompactCode(inner=True)
 INNER_PAIRED = CompactCode(inner=True, paired=True)
+STAGED = CompactCode(inner=True, staged=True)
 #: Values per 32-byte sector per storage precision.
 SECTOR = {"float32": 8, "float64": 4, "float16": 16}
 
@@ -50,6 +56,10 @@ def configs(what: str, precision: str) -> list[tuple[int, int, int, CompactCode]
     runs (packed 4) and per node, float32/float64 per node at 1 and 2 tiles per block, each
     exact and sector-padded; 'in-place': exact, both halo codes, per node at 1, 2 and 4 tiles
     per block and packed 4."""
+    if what == "staged":
+        now = (1, 4, 0, INNER) if precision == "float16" else (1, 0, 2, INNER)
+        return [now, (1, 0, 1, STAGED), (1, 0, 2, STAGED), (1, 0, 4, STAGED)] + \
+            ([] if precision == "float64" else [(1, 4, 0, STAGED)])  # float64: over 48 KB
     if what == "in-place":
         return [(1, packed, tpb, code) for code in (INNER, INNER_PAIRED)
                 for packed, tpb in ((0, 1), (0, 2), (0, 4), (4, 0))]
@@ -63,14 +73,15 @@ def configs(what: str, precision: str) -> list[tuple[int, int, int, CompactCode]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    parser.add_argument("--what", choices=("pad", "in-place"), default="pad")
+    parser.add_argument("--what", choices=("pad", "in-place", "staged"), default="pad")
     args = parser.parse_args()
     streaming = "in-place" if args.what == "in-place" else "two-copy"
     suite = CompactSuite(min_seconds=0.05, repeats=5)
     info = CupyBackend().device_info()
     copy = info["copy_bandwidth"]
     rows = []
-    for case in [rock_case(192, 22)] + pack_cases(192, (0.1, 0.5), 40.0):
+    porosities = (0.1, 0.2, 0.5, 0.9) if args.what == "staged" else (0.1, 0.5)
+    for case in [rock_case(192, 22)] + pack_cases(192, porosities, 40.0):
         for precision in ("float32", "float16", "float64"):
             problem = replace(_problem(case, precision, streaming), tile_storage="compact")
             value_bytes = 2 if precision == "float16" else np.dtype(precision).itemsize
@@ -100,6 +111,36 @@ def main() -> None:
     gpu = info["name"].lower().replace(" ", "-")
     stem = f"compact-{args.what}-ab-{gpu}-{date.today().isoformat()}"
     (args.out / f"{stem}.json").write_text(json.dumps({"copy": copy, "rows": rows}, indent=1))
+    table = summary(rows, info["name"], copy)
+    (args.out / f"{stem}.md").write_text(table)
+    print(table)
+
+
+def summary(rows: list[dict], gpu: str, copy: float) -> str:
+    """Markdown table: fraction of the fluid-only limit of each configuration, mean of its
+    two timings, per case and storage precision (the best of a row in bold)."""
+    timed = [r for r in rows if "of_limit" in r]
+    label = {}
+    for r in timed:
+        kernel = f"packed {r['packed']}" if r["packed"] else f"{r['tpb']} tiles/block"
+        label[id(r)] = f"pad {r['pad']} {r['code'] or 'plain'} {kernel}"
+    columns = list(dict.fromkeys(label[id(r)] for r in timed))
+    lines = [f"# Compact A/B on {gpu} ({date.today().isoformat()}), copy {copy / 1e9:.0f} GB/s",
+             "", "Fraction of the fluid-only limit (copy bandwidth / 2 q value bytes per fluid "
+             "node), mean of two timings.", "",
+             "| case | storage | " + " | ".join(columns) + " |",
+             "| --- | --- |" + " ---: |" * len(columns)]
+    for key in dict.fromkeys((r["case"], r["precision"]) for r in timed):
+        cells = {}
+        for c in columns:
+            got = [r["of_limit"] for r in timed if (r["case"], r["precision"]) == key
+                   and label[id(r)] == c]
+            cells[c] = sum(got) / len(got) if got else None
+        best = max((v for v in cells.values() if v is not None), default=None)
+        text = ["" if v is None else (f"**{v:.3f}**" if v == best else f"{v:.3f}")
+                for v in cells.values()]
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(text) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
