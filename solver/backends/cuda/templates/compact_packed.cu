@@ -67,7 +67,7 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
     if (STAGE) {
         stage_range(masks, base, first_tile, nk, lo, span);
         ph = vec_phase(fin);
-        char* buffer = align16(s_node + K * NPT);
+        char* buffer = align16(lbm_smem, s_node + K * NPT);
         s_in = stage_view(buffer, lo, ph);
         s_out = stage_view(buffer + 16 * ((K * Q * NPT + V + V - 1) / V), lo, ph);
         copy_range(fin, 0, s_in, -lo, lo, lo + span, ph, true);

@@ -250,10 +250,13 @@ __device__ __forceinline__ int vec_phase(const store_t* p)
     return (int)((reinterpret_cast<unsigned long long>(p) & 15ull) / sizeof(store_t));
 }
 
-// The first 16-byte boundary at or after p: where a staged buffer starts.
-__device__ __forceinline__ char* align16(void* p)
+// The first 16-byte boundary at or after p in the dynamic shared memory smem: where a staged
+// buffer starts. Pointer arithmetic on smem, no integer round trip, so that the compiler
+// keeps the shared address space (LDS/STS, not generic loads and stores).
+__device__ __forceinline__ char* align16(int* smem, const void* p)
 {
-    return reinterpret_cast<char*>((reinterpret_cast<unsigned long long>(p) + 15ull) & ~15ull);
+    char* const s = reinterpret_cast<char*>(smem);
+    return s + ((static_cast<const char*>(p) - s + 15) & ~15);
 }
 
 // Shared view of values [lo, hi) of an array of phase ph in a 16-byte aligned buffer of
@@ -356,7 +359,7 @@ ${storage_prologue}    extern __shared__ int lbm_smem[];
         const int k = blockDim.x / NPT, first = blockIdx.x * k;
         stage_range(masks, base, first, n_tiles - first < k ? n_tiles - first : k, lo, span);
         ph = vec_phase(fin);
-        s_in = stage_view(align16(s_halo + 2 * HN * (blockDim.x / NPT - local_tile)), lo, ph);
+        s_in = stage_view(align16(lbm_smem, s_halo + 2 * HN * (blockDim.x / NPT - local_tile)), lo, ph);
         copy_range(fin, 0, s_in, -lo, lo, lo + span, ph, true);
         __syncthreads();
     }
