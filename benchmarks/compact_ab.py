@@ -14,14 +14,9 @@ fill, with or without paired shared entries), the per-node kernel at 1, 2 and 4 
 block, and the packed kernel (4 tiles, one thread per fluid node), float32, float64 and float16
 storage, on the rock-like pack and the phi 0.1 and 0.5 sphere packs.
 
-``--what staged``: the staged kernels (``CompactCode(staged=True)``: a block copies its tiles'
-range to shared memory, pulls what lies in it from there and writes its outputs back as one
-range) against the kernels runs use now, per node at 1, 2 and 4 tiles per block and packed 4,
-two copies, on the rock-like pack and the phi 0.1, 0.2, 0.5 and 0.9 sphere packs.
-
 Usage, on the GPU machine from the repository root: ``python benchmarks/compact_ab.py --what
 pad --out DIR`` (about 1 minute on an H100; ``--what in-place`` about 2); writes
-``compact-<what>-ab-<gpu>-<date>.json``.
+``compact-<what>-ab-<gpu>-<date>.json`` and a table of it (``.md``).
 """
 
 from __future__ import annotations
@@ -38,7 +33,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends.cuda.backend import CupyBackend  # noqa: E402
 from solver.backends.cuda.compact_run import CompactRun  # noqa: E402
 from solver.backends.cuda.compact_source import CompactCode  # noqa: E402
 from solver.benchmarking.compact_suite import CompactSuite, _median_seconds  # noqa: E402
@@ -46,7 +40,6 @@ from solver.benchmarking.gpu_suite import _problem, pack_cases, rock_case  # noq
 
 INNER = CompactCode(inner=True)
 INNER_PAIRED = CompactCode(inner=True, paired=True)
-STAGED = CompactCode(inner=True, staged=True)
 #: Values per 32-byte sector per storage precision.
 SECTOR = {"float32": 8, "float64": 4, "float16": 16}
 
@@ -56,10 +49,6 @@ def configs(what: str, precision: str) -> list[tuple[int, int, int, CompactCode]
     runs (packed 4) and per node, float32/float64 per node at 1 and 2 tiles per block, each
     exact and sector-padded; 'in-place': exact, both halo codes, per node at 1, 2 and 4 tiles
     per block and packed 4."""
-    if what == "staged":
-        now = (1, 4, 0, INNER) if precision == "float16" else (1, 0, 2, INNER)
-        return [now, (1, 0, 1, STAGED), (1, 0, 2, STAGED), (1, 0, 4, STAGED)] + \
-            ([] if precision == "float64" else [(1, 4, 0, STAGED)])  # float64: over 48 KB
     if what == "in-place":
         return [(1, packed, tpb, code) for code in (INNER, INNER_PAIRED)
                 for packed, tpb in ((0, 1), (0, 2), (0, 4), (4, 0))]
@@ -73,18 +62,19 @@ def configs(what: str, precision: str) -> list[tuple[int, int, int, CompactCode]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    parser.add_argument("--what", choices=("pad", "in-place", "staged"), default="pad")
+    parser.add_argument("--what", choices=("pad", "in-place"), default="pad")
     parser.add_argument("--porosity", type=float, nargs="*", default=None,
-                        help="sphere packs to time besides the rock-like pack (default: "
-                             "0.1 0.2 0.5 0.9 for 'staged', 0.1 0.5 otherwise)")
+                        help="porosities of the sphere packs timed besides the rock-like "
+                             "pack (default: 0.1 0.5)")
     args = parser.parse_args()
     streaming = "in-place" if args.what == "in-place" else "two-copy"
+    from solver.backends.cuda.backend import CupyBackend  # CuPy: the GPU machine only
+
     suite = CompactSuite(min_seconds=0.05, repeats=5)
     info = CupyBackend().device_info()
     copy = info["copy_bandwidth"]
     rows = []
-    porosities = args.porosity if args.porosity is not None else \
-        (0.1, 0.2, 0.5, 0.9) if args.what == "staged" else (0.1, 0.5)
+    porosities = args.porosity if args.porosity is not None else (0.1, 0.5)
     for case in [rock_case(192, 22)] + pack_cases(192, porosities, 40.0):
         for precision in ("float32", "float16", "float64"):
             problem = replace(_problem(case, precision, streaming), tile_storage="compact")

@@ -12,7 +12,12 @@ it, the speed ratio of two storage precisions that an L2-bound kernel can reach 
 value bytes times sectors per byte, compared. Measured ratios are in ``benchmarks/README.md``.
 
 Usage: ``python benchmarks/sector_model.py --out DIR`` (about 2 minutes on 2 cores); writes
-``sector-model-<date>.json`` and ``.md``.
+``sector-model-<date>.json`` and ``.md``. ``--staged`` counts instead the loads of a kernel
+whose blocks of K consecutive tiles first copy their contiguous range of the compact array to
+shared memory in whole sectors and read from L2 only the sources outside it (K = 1, 2, 4, 8;
+compact rock-like pack): ``sector-model-staged-<date>.{json,md}``. Such a kernel was built and
+timed (issue 20, sixth round in ``benchmarks/README.md``): it touches fewer sectors and runs
+slower.
 """
 
 from __future__ import annotations
@@ -54,6 +59,43 @@ def sector_multiples(value_bytes: int, dst: np.ndarray, src: np.ndarray,
     return touched[0], touched[1]
 
 
+def staged_load_multiple(value_bytes: int, src: np.ndarray, warp: np.ndarray,
+                         compact: CompactTiling, tiles_per_block: int) -> float:
+    """Sectors the loads of a staged step touch, as a multiple of the sectors their bytes would
+    fill: each block of ``tiles_per_block`` consecutive tiles reads its contiguous range once
+    in whole sectors, and per warp instruction the sources that lie outside its range."""
+    q, n_fluid = src.shape
+    tile_of_value = np.repeat(np.arange(compact.tiling.n_tiles), q * compact.padded)
+    block_of_lane = warp // 2 // tiles_per_block  # warp = 2 tile + half
+    outside = 0
+    for i in range(q):
+        far = tile_of_value[src[i]] // tiles_per_block != block_of_lane
+        sectors = src[i][far] * value_bytes // SECTOR_BYTES
+        outside += len(np.unique(warp[far] * (1 << 40) + sectors))
+    starts = q * compact.base[::tiles_per_block] * value_bytes
+    ends = np.append(starts[1:], q * compact.n_slots * value_bytes)
+    staged = int((-(-ends // SECTOR_BYTES) - starts // SECTOR_BYTES).sum())
+    return (outside + staged) / (q * n_fluid * value_bytes / SECTOR_BYTES)
+
+
+def staged_case(label: str, solid: np.ndarray, blocks=(1, 2, 4, 8)) -> list[dict]:
+    """Load multiples of the compact storage unstaged and staged in blocks of K tiles, for
+    every storage precision (periodic faces)."""
+    lattice = get_lattice("D3Q19")
+    compact = CompactTiling(Tiling.build(solid, 4, "best"), 1)
+    dst, src = compact.pull_sources(lattice, (True,) * 3)
+    tile, node = np.nonzero(compact.ranks() >= 0)
+    warp = (tile * 2 + node // 32).astype(np.int64)
+    rows = []
+    for precision, value_bytes in VALUE_BYTES.items():
+        row = {"case": label, "precision": precision,
+               "unstaged": round(sector_multiples(value_bytes, dst, src, warp)[0], 3)}
+        for k in blocks:
+            row[f"staged {k}"] = round(staged_load_multiple(value_bytes, src, warp, compact, k), 3)
+        rows.append(row)
+    return rows
+
+
 def tiled_indices(tiling: Tiling, q: int, compact: CompactTiling, dst: np.ndarray,
                   src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The same loads and stores in the tiled storage (every node of a tile): value index
@@ -93,8 +135,13 @@ def model_case(label: str, solid: np.ndarray, tiled: bool = False) -> list[dict]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--staged", action="store_true",
+                        help="count the loads of staged blocks of 1-8 tiles instead")
     args = parser.parse_args()
     rock = sphere_pack((192,) * 3, 0.2, 22, 1)
+    if args.staged:
+        write_staged(staged_case("rock-like 192^3 phi=0.2 d=22, compact", rock), args.out)
+        return
     cases = [("all-fluid box 64^3 (tiled = compact)", np.zeros((64,) * 3, dtype=bool), False),
              ("rock-like 192^3 phi=0.2 d=22, compact", rock, False),
              ("rock-like 192^3 phi=0.2 d=22, tiled", rock, True),
@@ -116,6 +163,24 @@ def main() -> None:
     lines += [f"| {r['case']} | {r['eta_t']} | {r['precision']} | {r['loads']} | {r['stores']} "
               f"| {r['l2_per_float32_ideal']} | {r['l2_bound_speed_vs_float32']} |" for r in rows]
     (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def write_staged(rows: list[dict], out: Path) -> None:
+    """``sector-model-staged-<date>.json`` and its table."""
+    stem = f"sector-model-staged-{date.today().isoformat()}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+    keys = [k for k in rows[0] if k not in ("case", "precision")]
+    lines = ["# L2 sectors of the loads, staged blocks (`python benchmarks/sector_model.py "
+             "--staged`)", "", "Sectors touched over the sectors the bytes would fill; staged "
+             "K: blocks of K tiles copy their range once, whole sectors, and load the sources "
+             "outside it per warp instruction.", "",
+             "| case | storage | " + " | ".join(keys) + " |",
+             "| --- | --- |" + " ---: |" * len(keys)]
+    lines += [f"| {r['case']} | {r['precision']} | " + " | ".join(str(r[k]) for k in keys)
+              + " |" for r in rows]
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

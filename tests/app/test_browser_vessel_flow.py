@@ -46,9 +46,12 @@ def page(chromium, tmp_path_factory):
         yield page
 
 
-#: Largest |inflow - outflow| / inflow in percent after 200 steps of the default vessel (a
-#: zero-gradient outflow in a slow flow passes only a third of it: tests/solver/test_outflow_slow).
+#: Largest |inflow - outflow| / inflow in percent once the default vessel's start-up waves have
+#: passed (a zero-gradient outflow in a slow flow passes only a third of it:
+#: tests/solver/test_outflow_slow; the steady bifurcation balances to 0.5 %: solver validate).
 MAX_IMBALANCE_PERCENT = 5.0
+#: Readings in a row (one a second) that must all lie within MAX_IMBALANCE_PERCENT: settled.
+SETTLED_READINGS = 3
 
 
 def card(page, key: str) -> tuple[str, str]:
@@ -121,10 +124,23 @@ def test_the_vessel_sample_flows_in_the_browser(page):
         assert detail.startswith("out · p"), (value, detail)
         assert number(value) > 0, (value, detail)
     assert number(card(page, "pressure-drop")[0]) > 0, card(page, "pressure-drop")
-    # Settled, not monotone: pressure waves cross the vessel during the start, so two early
-    # readings may come in either order (CI once read -0.03 % then -2.05 %).
-    balance = number(card(page, "mass-balance")[0])
-    assert abs(balance) < MAX_IMBALANCE_PERCENT, balance
+    # Settled, not at a fixed step: pressure waves cross the vessel during the start, and how
+    # many steps a reading lands after depends on the machine's speed (CI read -0.03 % then
+    # -2.05 %, and once -5.98 % just after 200 steps): the balance must come within 5 % of the
+    # inflow and stay there for SETTLED_READINGS readings.
+    readings: list[float] = []
+
+    def balanced() -> bool:
+        readings.append(number(card(page, "mass-balance")[0]))
+        recent = readings[-SETTLED_READINGS:]
+        return len(recent) == SETTLED_READINGS and all(
+            abs(b) < MAX_IMBALANCE_PERCENT for b in recent)
+    try:
+        wait_until(balanced, 240, "the mass balance to settle", interval=1)
+    except pytest.fail.Exception:
+        pytest.fail(f"the mass balance did not settle within {MAX_IMBALANCE_PERCENT} % of the "
+                    f"inflow in 240 s; last readings (%): {readings[-10:]}")
+    balance = readings[-1]
     peak = page.evaluate(SLICE_MAX)
     assert peak is not None and peak > 0, f"the velocity cut is {peak} in the lumen"
     ARTIFACTS.mkdir(exist_ok=True)

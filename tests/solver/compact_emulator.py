@@ -146,8 +146,7 @@ def _ptr(a: np.ndarray):
 def emulator_launcher(variant, blocks, threads, shared, args) -> None:
     """CompactRun's launcher on the g++ emulator (host arrays)."""
     k = variant.packed
-    value_bytes = 2 if variant.half else np.dtype(variant.precision).itemsize
-    assert shared == probe_shared_bytes(threads // 64, True, k, variant.code, 19, value_bytes)
+    assert shared == probe_shared_bytes(threads // 64, True, k)
     fin, fout, masks, base, tiles, tile_map, *rest = args
     seeds = rest.pop() if variant.half else np.zeros(2, np.uint32)  # the last argument
     ints = np.array(rest[:11], dtype=np.int32)

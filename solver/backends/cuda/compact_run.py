@@ -210,8 +210,7 @@ class CompactRun:
         self.loaded.add(variant.name)
         with self.stream if self.stream is not None else nullcontext():
             self.launcher(variant, blocks, packed_threads(k) if k else 64 * tpb,
-                          probe_shared_bytes(tpb, True, k, variant.code, self.problem.lattice.q,
-                                             self.problem.storage_dtype.itemsize),
+                          probe_shared_bytes(tpb, True, k),
                           (src, dst, *self.tables, *self.ints, *reals,
                            *(() if self.seeds is None else (self.seeds,))))
 

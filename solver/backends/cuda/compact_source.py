@@ -53,16 +53,12 @@ class CompactCode:
     thread). ``paired``: a halo node's (value index, padded count) side by side in shared
     memory, one 64-bit load per pull instead of two. ``registers``: cap the registers per thread
     (``__launch_bounds__(256, min blocks)``; 0: none) for occupancy; blocks of at most 256
-    threads (4 tiles per block, or the packed kernel of up to 8 tiles). ``staged`` (two copies
-    only): the block copies its tiles' contiguous range of the array to shared memory with
-    16-byte loads, pulls the sources inside it from there and writes its outputs back as one
-    range (:func:`probe_shared_bytes` counts the buffers).
+    threads (4 tiles per block, or the packed kernel of up to 8 tiles).
     """
 
     inner: bool = False
     paired: bool = False
     registers: int = 0
-    staged: bool = False
 
     def __post_init__(self) -> None:
         if self.registers and not 24 <= self.registers <= 255:
@@ -72,14 +68,13 @@ class CompactCode:
     def suffix(self) -> str:
         """Kernel name suffix ('' for the default code: names of existing kernels unchanged)."""
         return (("_i" if self.inner else "") + ("_w" if self.paired else "")
-                + (f"_r{self.registers}" if self.registers else "") + ("_s" if self.staged else ""))
+                + (f"_r{self.registers}" if self.registers else ""))
 
     @property
     def label(self) -> str:
         """Words for tables: 'inner paired r48', or '' for the default code."""
         return " ".join(w for w, on in (("inner", self.inner), ("paired", self.paired),
-                                        (f"r{self.registers}", self.registers),
-                                        ("staged", self.staged)) if on)
+                                        (f"r{self.registers}", self.registers)) if on)
 
     def launch_bounds(self) -> str:
         """``__launch_bounds__`` text of the kernel: the most blocks of 256 threads per SM
@@ -107,25 +102,14 @@ def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
             + (f"_k{packed}" if packed else "") + _ACCESS[streaming] + code.suffix)
 
 
-def probe_shared_bytes(tiles_per_block: int, halo: bool = False, packed: int = 0,
-                       code: CompactCode = DEFAULT_CODE, q: int = 19,
-                       value_bytes: int = 4) -> int:
+def probe_shared_bytes(tiles_per_block: int, halo: bool = False, packed: int = 0) -> int:
     """Dynamic shared memory of one block: 27 masks (8 B) and bases (4 B) per tile, and with
     ``halo`` the located source (two ints) of each of the 6^3 halo nodes; ``packed`` K: those
-    of its K tiles and the node of each fluid rank (one byte). A ``code.staged`` kernel adds
-    its buffers of the block's values (``q`` directions of ``value_bytes`` each; the packed
-    kernel two: inputs and outputs), 16-byte aligned."""
+    of its K tiles and the node of each fluid rank (one byte)."""
     pad = 4  # paired halo entries start on 8 bytes (one int after an odd number of bases)
-    tiles = packed or tiles_per_block
     if packed:
-        tables = packed * (27 * 12 + 2 * 4 * 6**3 + 64) + pad
-    else:
-        tables = tiles_per_block * (27 * 12 + (2 * 4 * 6**3 if halo else 0)) + (pad if halo else 0)
-    if not code.staged:
-        return tables
-    per_vector = 16 // value_bytes  # a buffer holds the range plus its alignment phase
-    buffer = 16 * ((tiles * q * 64 + 2 * per_vector - 1) // per_vector)
-    return tables + 16 + (2 if packed else 1) * buffer
+        return packed * (27 * 12 + 2 * 4 * 6**3 + 64) + pad
+    return tiles_per_block * (27 * 12 + (2 * 4 * 6**3 if halo else 0)) + (pad if halo else 0)
 
 
 def packed_threads(packed: int) -> int:
@@ -184,12 +168,6 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     """
     if code != DEFAULT_CODE and not halo:
         raise ValueError(f"{code} needs halo addressing (halo=True).")
-    if code.staged and pad != 1:
-        raise ValueError(f"A staged compact kernel writes its tiles' range whole: exact "
-                         f"packing (pad 1), not pad {pad}.")
-    if code.staged and streaming != "pull":
-        raise ValueError(f"A staged compact kernel steps two copies; {streaming!r} reads and "
-                         "writes one in place.")
     if code.registers and packed_threads(packed) > _MAX_THREADS:
         raise ValueError(f"A register cap allows blocks of {_MAX_THREADS} threads, not the "
                          f"{packed_threads(packed)} of {packed} packed tiles.")
@@ -213,17 +191,8 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
     pulls, stores = [], []
 
-    staged_per_node = code.staged and not packed  # one buffer: loads, barrier, stores
-
     def load(i: int, index: str) -> str:
-        if not code.staged:
-            stored = f"fin[{index}]"
-        elif index.startswith("own"):  # the node's own slots lie in the staged range
-            stored = f"s_in[{index} - lo]"
-        else:
-            stored = f"fetch(fin, s_in, {index}, lo, span)"
-        value = decode(storage, lat, i, stored, form)
-        return f"        g{i} = {value};" if staged_per_node else f"    const real g{i} = {value};"
+        return f"    const real g{i} = {decode(storage, lat, i, f'fin[{index}]', form)};"
 
     def at(i: int, c, sign: int) -> str:
         """Slot of direction i at the node x + sign c, or the node's own slot of opp(i)."""
@@ -241,8 +210,6 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         value = encode(storage, lat, i, value, form)
         if streaming == "aa_neighbour" and any(c):  # into the slot g_opp(i) came from
             return f"    fout[{at(opp, c, 1)}] = {value};"  # (x, i) where x + c_i is not fluid
-        if code.staged:
-            return f"    s_out[own - lo + {i} * stride] = {value};"
         return f"    fout[own + {i} * stride] = {value};"
 
     for i, c in enumerate(lat.c.tolist()):
@@ -253,10 +220,6 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         else:  # the source is x - c
             pulls.append(load(i, at(i, c, -1)))
         stores.append(store(i, f"g{i}"))
-    if staged_per_node:  # fluid lanes load, the block waits, fluid lanes store to the buffer
-        pulls = ([f"    real {', '.join(f'g{i}' for i in range(lat.q))};", "    if (live) {"]
-                 + pulls + ["    }", "    __syncthreads();  // every load from s_in is done",
-                            "    if (live) {"])
     # float16: this node's hash for the step's random bits, keyed by its tiled identity
     pulls = node_code(storage, lat, form) + pulls
     if streaming == "swap":  # moves stored values as they are: no decoding, no rounding
@@ -273,8 +236,6 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         collide = cuda_collision(collision).code(
             lattice, incompressible, lambda x: c_literal(x, real), store,
             **({"kinetic": kinetic(form)} if form == "scaled" else {}))
-    if staged_per_node:
-        collide += "\n    }"
     params = "".join(f",\n    const real {p}" for p in real_param_names(
         lattice, precision, collision, incompressible)) + storage_signature(storage)
     text = _TEMPLATE.read_text()
@@ -289,7 +250,6 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         collide=_indent(collide.split("\n"), indent), real_params=params, packed=packed,
         restrict="__restrict__" if streaming == "pull" else "",
         inner="true" if code.inner else "false", paired="true" if code.paired else "false",
-        stage="true" if code.staged else "false",
         launch_bounds=code.launch_bounds(),
         corners="true" if (np.count_nonzero(lat.c, axis=1) == 3).any() else "false")
 

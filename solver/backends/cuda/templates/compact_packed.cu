@@ -60,18 +60,6 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
         const mask_t m = s_mask[k * NB + 13];
         if ((m >> n) & 1ull) s_node[first[k] + __popcll(m & ((1ull << n) - 1ull))] = n;
     }
-    // Staged (STAGE): the K tiles' range in one shared buffer, the outputs in a second one
-    // (a thread steps several nodes: no barrier between a node's loads and its stores).
-    int lo = 0, span = 0, ph = 0;
-    store_t *s_in = nullptr, *s_out = nullptr;
-    if (STAGE) {
-        stage_range(masks, base, first_tile, nk, lo, span);
-        ph = vec_phase(fin);
-        char* buffer = align16(lbm_smem, s_node + K * NPT);
-        s_in = stage_view(buffer, lo, ph);
-        s_out = stage_view(buffer + 16 * ((K * Q * NPT + V + V - 1) / V), lo, ph);
-        copy_range(fin, 0, s_in, -lo, lo, lo + span, ph, true);
-    }
     __syncthreads();
     for (int j = threadIdx.x; j < first[K]; j += blockDim.x) {
         // j's tile k and the block's fluid nodes before it, by selects (first[k] with k known
@@ -92,10 +80,6 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
         const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);
 ${pulls}
 ${collide}
-    }
-    if (STAGE) {
-        __syncthreads();
-        copy_range(s_out, -lo, fout, 0, lo, lo + span, ph, vec_phase(fout) == ph);
     }
 }
 

@@ -44,14 +44,6 @@ constexpr bool INNER = ${inner};
 constexpr bool PAIRED = ${paired};
 // Whether a velocity has three non-zero components (reads the 8 corner nodes of the halo).
 constexpr bool CORNERS = ${corners};
-// Staged block (two copies only): the block's tiles own one contiguous range [lo, hi) of the
-// compact array (consecutive tiles, consecutive ranges), copied to shared memory with whole
-// 16-byte loads; a pull whose source lies in it reads shared memory, others the array. The
-// block's outputs are collected there too and written back as one range with whole 16-byte
-// stores. A face pull then reads a neighbour tile's block from L2 only when the neighbour is
-// in another block, and no 32-byte sector is written in parts by several warps (the L2
-// sectors that bind the unstaged kernel below eta_t 0.6: benchmarks/README.md, issue 20).
-constexpr bool STAGE = ${stage};
 
 // Values of one direction block of a tile with occupancy m (its padded fluid count).
 __device__ __forceinline__ int padded(mask_t m)
@@ -238,72 +230,6 @@ __device__ __forceinline__ void fill_general(
     }
 }
 
-// 16 bytes moved by one vector load or store (CUDA's uint4 without its header).
-struct alignas(16) Vec16 {
-    unsigned int x, y, z, w;
-};
-constexpr int V = 16 / (int)sizeof(store_t);  // stored values per 16-byte vector
-
-// Alignment phase of an array: its value j starts a 16-byte vector where (j + phase) % V == 0.
-__device__ __forceinline__ int vec_phase(const store_t* p)
-{
-    return (int)((reinterpret_cast<unsigned long long>(p) & 15ull) / sizeof(store_t));
-}
-
-// The first 16-byte boundary at or after p in the dynamic shared memory smem: where a staged
-// buffer starts. Pointer arithmetic on smem, no integer round trip, so that the compiler
-// keeps the shared address space (LDS/STS, not generic loads and stores).
-__device__ __forceinline__ char* align16(int* smem, const void* p)
-{
-    char* const s = reinterpret_cast<char*>(smem);
-    return s + ((static_cast<const char*>(p) - s + 15) & ~15);
-}
-
-// Shared view of values [lo, hi) of an array of phase ph in a 16-byte aligned buffer of
-// hi - lo + V values: view[j - lo] shares value j's place in its 16-byte vector.
-__device__ __forceinline__ store_t* stage_view(char* buffer, int lo, int ph)
-{
-    return reinterpret_cast<store_t*>(buffer) + ((lo + ph) & (V - 1));
-}
-
-// dst[j + dd] = src[j + sd] for j in [lo, hi), by all threads of the block: whole 16-byte
-// vectors from the first j with (j + ph) % V == 0 where both sides share that phase (vec),
-// single values at the ends (everywhere without vec).
-__device__ __forceinline__ void copy_range(const store_t* src, int sd, store_t* dst, int dd,
-                                           int lo, int hi, int ph, bool vec)
-{
-    int a0 = hi, a1 = hi;
-    if (vec) {
-        a0 = lo + ((V - ((lo + ph) & (V - 1))) & (V - 1));
-        a0 = a0 < hi ? a0 : hi;
-        a1 = hi - ((hi + ph) & (V - 1));
-        a1 = a1 > a0 ? a1 : a0;
-    }
-    for (int j = lo + (int)threadIdx.x; j < a0; j += blockDim.x) dst[j + dd] = src[j + sd];
-    for (int j = a1 + (int)threadIdx.x; j < hi; j += blockDim.x) dst[j + dd] = src[j + sd];
-    const Vec16* sv = reinterpret_cast<const Vec16*>(src + a0 + sd);
-    Vec16* dv = reinterpret_cast<Vec16*>(dst + a0 + dd);
-    for (int k = threadIdx.x; k < (a1 - a0) / V; k += blockDim.x) dv[k] = sv[k];
-}
-
-// Value idx of the input: from the staged range [lo, lo + span) in shared memory, else the array.
-__device__ __forceinline__ store_t fetch(const store_t* fin, const store_t* s_in, int idx,
-                                         int lo, int span)
-{
-    return (unsigned)(idx - lo) < (unsigned)span ? s_in[idx - lo] : fin[idx];
-}
-
-// The staged range of the block's tiles first .. first + k - 1: its first value (lo) and its
-// length (span), from the global tables.
-__device__ __forceinline__ void stage_range(const mask_t* __restrict__ masks,
-                                            const int* __restrict__ base, int first, int k,
-                                            int& lo, int& span)
-{
-    const int last = first + k - 1;
-    lo = Q * base[first];
-    span = Q * (base[last] + padded(masks[last])) - lo;
-}
-
 extern "C" __global__ void ${launch_bounds}${kernel}(
     const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
@@ -351,33 +277,15 @@ ${storage_prologue}    extern __shared__ int lbm_smem[];
         }
         __syncthreads();
     }
-    // Staged (STAGE): every thread of the block takes part in the copies and barriers; only
-    // fluid nodes (live) load and store.
-    int lo = 0, span = 0, ph = 0;
-    store_t* s_in = nullptr;
-    if (STAGE) {
-        const int k = blockDim.x / NPT, first = blockIdx.x * k;
-        stage_range(masks, base, first, n_tiles - first < k ? n_tiles - first : k, lo, span);
-        ph = vec_phase(fin);
-        s_in = stage_view(align16(lbm_smem, s_halo + 2 * HN * (blockDim.x / NPT - local_tile)), lo, ph);
-        copy_range(fin, 0, s_in, -lo, lo, lo + span, ph, true);
-        __syncthreads();
-    }
-    store_t* s_out = s_in;  // one buffer: the outputs overwrite it after a barrier
-    if (!STAGE && !active) return;
-    const mask_t mine = active ? s_mask[13] : 0ull;
-    const bool live = (mine >> n) & 1ull;
-    if (!STAGE && !live) return;
+    if (!active) return;
+    const mask_t mine = s_mask[13];
+    if (!((mine >> n) & 1ull)) return;
     const int stride = padded(mine);
-    const int own = Q * (active ? s_base[13] : 0) + __popcll(mine & ((1ull << n) - 1ull));
+    const int own = Q * s_base[13] + __popcll(mine & ((1ull << n) - 1ull));
     const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo block
 ${axis_tables}
 ${pulls}
 ${collide}
-    if (STAGE) {
-        __syncthreads();
-        copy_range(s_out, -lo, fout, 0, lo, lo + span, ph, vec_phase(fout) == ph);
-    }
 }
 
 }  // namespace ${namespace}
