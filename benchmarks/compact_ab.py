@@ -110,15 +110,17 @@ def main() -> None:
     print(table)
 
 
+def _config(row: dict) -> str:
+    """A timed configuration in words: 'pad 1 inner packed 4', 'pad 8 plain 2 tiles/block'."""
+    kernel = f"packed {row['packed']}" if row["packed"] else f"{row['tpb']} tiles/block"
+    return f"pad {row['pad']} {row['code'] or 'plain'} {kernel}"
+
+
 def summary(rows: list[dict], gpu: str, copy: float) -> str:
     """Markdown table: fraction of the fluid-only limit of each configuration, mean of its
     two timings, per case and storage precision (the best of a row in bold)."""
     timed = [r for r in rows if "of_limit" in r]
-    label = {}
-    for r in timed:
-        kernel = f"packed {r['packed']}" if r["packed"] else f"{r['tpb']} tiles/block"
-        label[id(r)] = f"pad {r['pad']} {r['code'] or 'plain'} {kernel}"
-    columns = list(dict.fromkeys(label[id(r)] for r in timed))
+    columns = list(dict.fromkeys(_config(r) for r in timed))
     lines = [f"# Compact A/B on {gpu} ({date.today().isoformat()}), copy {copy / 1e9:.0f} GB/s",
              "", "Fraction of the fluid-only limit (copy bandwidth / 2 q value bytes per fluid "
              "node), mean of two timings.", "",
@@ -128,7 +130,7 @@ def summary(rows: list[dict], gpu: str, copy: float) -> str:
         cells = {}
         for c in columns:
             got = [r["of_limit"] for r in timed if (r["case"], r["precision"]) == key
-                   and label[id(r)] == c]
+                   and _config(r) == c]
             cells[c] = sum(got) / len(got) if got else None
         best = max((v for v in cells.values() if v is not None), default=None)
         text = ["" if v is None else (f"**{v:.3f}**" if v == best else f"{v:.3f}")

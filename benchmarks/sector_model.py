@@ -59,6 +59,17 @@ def sector_multiples(value_bytes: int, dst: np.ndarray, src: np.ndarray,
     return touched[0], touched[1]
 
 
+def compact_pulls(solid: np.ndarray) -> tuple[CompactTiling, np.ndarray, np.ndarray,
+                                               np.ndarray]:
+    """Compact storage of ``solid`` (4^3 tiles, best offset, periodic faces), the value
+    indices of a step's stores and loads (q, n_fluid) and each fluid node's warp (32 tile
+    nodes a warp, fluid lanes only)."""
+    compact = CompactTiling(Tiling.build(solid, 4, "best"), 1)
+    dst, src = compact.pull_sources(get_lattice("D3Q19"), (True,) * 3)
+    tile, node = np.nonzero(compact.ranks() >= 0)
+    return compact, dst, src, (tile * 2 + node // 32).astype(np.int64)
+
+
 def staged_load_multiple(value_bytes: int, src: np.ndarray, warp: np.ndarray,
                          compact: CompactTiling, tiles_per_block: int) -> float:
     """Sectors the loads of a staged step touch, as a multiple of the sectors their bytes would
@@ -81,11 +92,7 @@ def staged_load_multiple(value_bytes: int, src: np.ndarray, warp: np.ndarray,
 def staged_case(label: str, solid: np.ndarray, blocks=(1, 2, 4, 8)) -> list[dict]:
     """Load multiples of the compact storage unstaged and staged in blocks of K tiles, for
     every storage precision (periodic faces)."""
-    lattice = get_lattice("D3Q19")
-    compact = CompactTiling(Tiling.build(solid, 4, "best"), 1)
-    dst, src = compact.pull_sources(lattice, (True,) * 3)
-    tile, node = np.nonzero(compact.ranks() >= 0)
-    warp = (tile * 2 + node // 32).astype(np.int64)
+    compact, dst, src, warp = compact_pulls(solid)
     rows = []
     for precision, value_bytes in VALUE_BYTES.items():
         row = {"case": label, "precision": precision,
@@ -110,15 +117,10 @@ def model_case(label: str, solid: np.ndarray, tiled: bool = False) -> list[dict]
     """Sector multiples of one geometry (periodic faces) for every storage precision, in the
     compact storage or (``tiled``) the tiled one (its solid lanes store nothing here; the sector
     fill's stores would complete sectors already touched)."""
-    lattice = get_lattice("D3Q19")
-    tiling = Tiling.build(solid, 4, "best")
-    compact = CompactTiling(tiling, 1)
-    dst, src = compact.pull_sources(lattice, (True,) * 3)
+    compact, dst, src, warp = compact_pulls(solid)
+    tiling = compact.tiling
     if tiled:
-        dst, src = tiled_indices(tiling, lattice.q, compact, dst, src)
-    ranks = compact.ranks()
-    tile, node = np.nonzero(ranks >= 0)
-    warp = (tile * 2 + node // 32).astype(np.int64)  # 32 tile nodes a warp, fluid lanes only
+        dst, src = tiled_indices(tiling, dst.shape[0], compact, dst, src)
     rows = []
     for precision, value_bytes in VALUE_BYTES.items():
         loads, stores = sector_multiples(value_bytes, dst, src, warp)

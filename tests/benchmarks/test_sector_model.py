@@ -10,24 +10,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import sector_model  # noqa: E402
-
-from solver.backends.cuda.compact import CompactTiling  # noqa: E402
-from solver.lattice import get_lattice  # noqa: E402
-from solver.tiling import Tiling  # noqa: E402
 
 from ..solver.porous_cases import porous_solid  # noqa: E402
 
 
 def _case():
-    compact = CompactTiling(Tiling.build(porous_solid((16, 12, 12), 3), 4, "best"), 1)
-    _, src = compact.pull_sources(get_lattice("D3Q19"), (True,) * 3)
-    tile, node = np.nonzero(compact.ranks() >= 0)
-    return compact, src, (tile * 2 + node // 32).astype(np.int64)
+    compact, _, src, warp = sector_model.compact_pulls(porous_solid((16, 12, 12), 3))
+    return compact, src, warp
 
 
 def test_one_block_of_every_tile_reads_its_range_once() -> None:
