@@ -119,23 +119,24 @@ def _config(row: dict) -> str:
 def summary(rows: list[dict], gpu: str, copy: float) -> str:
     """Markdown table: fraction of the fluid-only limit of each configuration, mean of its
     two timings, per case and storage precision (the best of a row in bold)."""
-    timed = [r for r in rows if "of_limit" in r]
-    columns = list(dict.fromkeys(_config(r) for r in timed))
+    timings: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in rows:
+        if "of_limit" in r:  # refused configurations have no timing
+            cells = timings.setdefault((r["case"], r["precision"]), {})
+            cells.setdefault(_config(r), []).append(r["of_limit"])
+    columns = list(dict.fromkeys(c for cells in timings.values() for c in cells))
     lines = [f"# Compact A/B on {gpu} ({date.today().isoformat()}), copy {copy / 1e9:.0f} GB/s",
              "", "Fraction of the fluid-only limit (copy bandwidth / 2 q value bytes per fluid "
              "node), mean of two timings.", "",
              "| case | storage | " + " | ".join(columns) + " |",
              "| --- | --- |" + " ---: |" * len(columns)]
-    for key in dict.fromkeys((r["case"], r["precision"]) for r in timed):
-        cells = {}
-        for c in columns:
-            got = [r["of_limit"] for r in timed if (r["case"], r["precision"]) == key
-                   and _config(r) == c]
-            cells[c] = sum(got) / len(got) if got else None
-        best = max((v for v in cells.values() if v is not None), default=None)
-        text = ["" if v is None else (f"**{v:.3f}**" if v == best else f"{v:.3f}")
-                for v in cells.values()]
-        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(text) + " |")
+    for (case, precision), cells in timings.items():
+        means = {c: sum(t) / len(t) for c, t in cells.items()}
+        best = max(means.values())
+        text = ["" if c not in means else
+                (f"**{means[c]:.3f}**" if means[c] == best else f"{means[c]:.3f}")
+                for c in columns]
+        lines.append(f"| {case} | {precision} | " + " | ".join(text) + " |")
     return "\n".join(lines) + "\n"
 
 
