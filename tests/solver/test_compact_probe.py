@@ -183,6 +183,49 @@ def test_tiled_kernel_sources_are_byte_identical() -> None:
     assert hashlib.sha256(text.encode()).hexdigest() == TILED_SOURCES_SHA256
 
 
+#: sha256 of every compact-family variant's name and source (3D lattices, every collision,
+#: precision and storage, modes, pads 1 and 8, per node or packed 4, every address pattern, four
+#: halo codes), as on main at ccff6fb before the execution plan (issue 27) moved the family's
+#: support into declared data: that move must leave every compact kernel byte-identical.
+COMPACT_SOURCES_SHA256 = "72ed06356612c2d82c23116e74d5f4fefb522db58bd5557aae30f59748a3b1c4"
+
+
+def compact_family() -> list:
+    """Every distinct compact variant the hash above covers (canonical, sorted by name)."""
+    import itertools
+
+    from solver.backends.cuda.compact_source import CompactCode
+    from solver.backends.cuda.kernels import KernelVariant, kernel_source
+    from solver.collisions import COLLISION_MODELS
+
+    codes = (CompactCode(), CompactCode(inner=True), CompactCode(inner=True, paired=True),
+             CompactCode(registers=48))
+    seen = {}
+    for lattice in ("D3Q19", "D3Q27", "D3Q13"):
+        models = [m.name for m in COLLISION_MODELS.values() if lattice in m.lattices]
+        for (prec, store), coll, inc, mode, pad, packed, access, code in itertools.product(
+                (("float32", "auto"), ("float64", "auto"), ("float32", "float16")), models,
+                (True, False), ("full", "propagate", "swap"), (1, 8), (0, 4),
+                ("pull", "aa_neighbour", "aa_local"), codes):
+            v = KernelVariant(lattice, prec, coll, inc, "xyz", mode, 4, "none", access, store,
+                              compact=pad, packed=packed, code=code).canonical()
+            try:
+                kernel_source(v)
+            except ValueError:  # e.g. a register cap on the packed kernel
+                continue
+            seen.setdefault(v.name, v)
+    return sorted(seen.values(), key=lambda v: v.name)
+
+
+def test_compact_kernel_sources_are_byte_identical() -> None:
+    from solver.backends.cuda.kernels import kernel_source
+
+    variants = compact_family()
+    text = "\n".join(v.name + kernel_source(v) for v in variants)
+    assert len(variants) == 2304
+    assert hashlib.sha256(text.encode()).hexdigest() == COMPACT_SOURCES_SHA256
+
+
 def test_compact_kernel_variant_flag() -> None:
     """``KernelVariant(compact=pad)`` is the compact kernel (halo addressing): its name is the
     kernel's, probes collapse to one, and what it lacks is refused with what to do."""
