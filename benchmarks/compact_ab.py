@@ -9,7 +9,7 @@ sphere packs, each configuration twice in alternating order (``CompactRun.step``
 captured graphs).
 
 ``--what in-place``: ``auto`` runs porous in-place cases on compact storage (AA pattern,
-``tile_storage.py``); this times its kernel choices there: the halo code (inner-tile column
+``solver/backends/plan.py``); this times its kernel choices there: the halo code (inner-tile column
 fill, with or without paired shared entries), the per-node kernel at 1, 2 and 4 tiles per
 block, and the packed kernel (4 tiles, one thread per fluid node), float32, float64 and float16
 storage, on the rock-like pack and the phi 0.1 and 0.5 sphere packs.

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from solver.backends import get_backend  # noqa: E402
 from solver.backends.cuda.compact import CompactTiling  # noqa: E402
 from solver.backends.cuda.compact_timing import CompactProbe  # noqa: E402
-from solver.backends.cuda.tile_storage import COMPACT_CODE  # noqa: E402
+from solver.backends.plan import COMPACT_CODE  # noqa: E402
 from solver.benchmarking.cases import BenchCase, sphere_pack  # noqa: E402
 from solver.benchmarking.gpu_suite import _problem, _rates  # noqa: E402
 

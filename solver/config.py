@@ -53,7 +53,7 @@ HALO_TRANSPORTS = ("auto", "nccl", "host")
 #: place (the AA pattern of the CuPy kernel; the NumPy reference keeps two copies either way).
 STREAMING = ("two-copy", "in-place")
 #: Population storage of a tile on the GPU: all its nodes, only its fluid nodes (issue 20), or
-#: auto (fluid only below a tile utilisation, solver/backends/cuda/tile_storage.py).
+#: auto (fluid only below a tile utilisation, solver/backends/plan.py).
 TILE_STORAGES = ("auto", "tiled", "compact")
 
 def population_copies(streaming: str) -> int:
@@ -158,7 +158,7 @@ class SimulationConfig(param.Parameterized):
                                    "updated in place (AA pattern: half the memory, same "
                                    "results bit for bit). The NumPy backend keeps two copies.")
     # 'auto': compact wherever it runs and the tile utilisation is low enough to gain (issue 20;
-    # thresholds and timings in solver/backends/cuda/tile_storage.py).
+    # thresholds and timings in solver/backends/plan.py).
     tile_storage = param.Selector(objects=list(TILE_STORAGES), default="auto",
                                   doc="Tile storage on the GPU: 'tiled' keeps every node of a "
                                       "tile, 'compact' only its fluid nodes (faster and smaller "

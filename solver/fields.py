@@ -11,7 +11,7 @@ touches 1/64 of the tiles.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -19,7 +19,11 @@ from .collision import combine_rows
 from .lattice import Lattice
 from .tiling import Tiling
 
-__all__ = ["tile_moments", "slice_indices", "speed", "Cut", "locate_cut"]
+if TYPE_CHECKING:  # annotations only: the problem is built from fields' neighbours
+    from .problem import Problem
+
+__all__ = ["tile_moments", "slice_indices", "speed", "Cut", "locate_cut", "moments_bytes",
+           "cut_bytes"]
 
 #: Tiles per chunk of the float64 moment reduction (~4M nodes, ~600 MB temporaries for D3Q19).
 TILE_CHUNK = 1 << 16
@@ -88,3 +92,22 @@ def locate_cut(tiling: Tiling, axis: int, index: int, xp=np) -> Cut:
         return Cut(xp.asarray(nodes), None, xp.asarray(nodes), solid)
     local = np.where(solid, 0, np.searchsorted(tiles, nodes // n) * n + nodes % n)
     return Cut(xp.asarray(nodes), xp.asarray(tiles), xp.asarray(local), solid)
+
+
+def moments_bytes(problem: Problem, chunk_tiles: int = TILE_CHUNK) -> int:
+    """Bytes of the moment computation of a health check or slice (:func:`fields.tile_moments`
+    and :meth:`Simulation.health`): a float64 copy of the populations of up to ``chunk_tiles``
+    tiles, then density and velocity, their momentum and fluid-masked copies, all float64."""
+    t, q, d = problem.tiling, problem.lattice.q, problem.lattice.d
+    nodes = t.n_tiles * t.nodes_per_tile
+    chunk = min(t.n_tiles, chunk_tiles) * t.nodes_per_tile
+    return int(chunk * 8 * q + nodes * (8 + 16 * d))
+
+
+def cut_bytes(problem: Problem) -> int:
+    """Bytes of the float64 density and velocity of the tiles one cut (a slice normal to an
+    axis) can pass through: at most the tiles of one layer of the tile grid."""
+    t, d = problem.tiling, problem.lattice.d
+    grid = t.tile_map.shape
+    layer = max(int(np.prod(grid)) // g for g in grid)
+    return int(min(t.n_tiles, layer) * t.nodes_per_tile * 8 * (1 + d))

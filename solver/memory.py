@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from .backends.cuda.footprint import device_bytes
 from .config import SimulationConfig
-from .fields import TILE_CHUNK
+from .fields import cut_bytes, moments_bytes
 from .lattice import get_lattice
 from .problem import Problem
 from .tiling import default_tile_edge
@@ -44,16 +45,6 @@ def format_bytes(n: float) -> str:
             return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.3g} GiB"
-
-
-def moments_bytes(problem: Problem, chunk_tiles: int = TILE_CHUNK) -> int:
-    """Bytes of the moment computation of a health check or slice (:func:`fields.tile_moments`
-    and :meth:`Simulation.health`): a float64 copy of the populations of up to ``chunk_tiles``
-    tiles, then density and velocity, their momentum and fluid-masked copies, all float64."""
-    t, q, d = problem.tiling, problem.lattice.q, problem.lattice.d
-    nodes = t.n_tiles * t.nodes_per_tile
-    chunk = min(t.n_tiles, chunk_tiles) * t.nodes_per_tile
-    return int(chunk * 8 * q + nodes * (8 + 16 * d))
 
 
 @dataclass(frozen=True)
@@ -94,40 +85,6 @@ class MemoryVerdict:
         if self.level == "refused":
             raise MemoryRefused(self.message)
         return self
-
-
-def device_bytes(problem: Problem) -> int:
-    """GPU bytes a run of ``problem`` needs at its peak, before allocating anything.
-
-    The tiled state as allocated (:meth:`Tiling.memory_bytes`: population copies, node types,
-    tile map and list; it agreed to 11 kB with the allocation on an H100), one byte per node
-    each for the wall groups of moving walls and the fluid mask of health checks, and the
-    float64 moments of a check (:func:`moments_bytes`). Where the fluid-compacted storage is
-    chosen (:mod:`solver.backends.cuda.tile_storage`): its copies and tables, its edge tables
-    and one readout chunk (:func:`~solver.backends.cuda.compact_readout.compact_peak_bytes`:
-    fields, checks and checkpoints read bounded chunks of tiles, :mod:`solver.readout`), the
-    same two bytes per node, and the float64 moments of the tiles a cut passes through.
-    """
-    t = problem.tiling
-    nodes = t.n_tiles * t.nodes_per_tile
-    if getattr(problem, "tile_storage", "tiled") != "tiled":  # decided by the CUDA backend
-        from .backends.cuda.compact_readout import compact_peak_bytes
-        from .backends.cuda.tile_storage import choose_tile_storage
-
-        storage = choose_tile_storage(problem)
-        if storage.compact:
-            return int(compact_peak_bytes(problem, storage.pad) + 2 * nodes
-                       + cut_bytes(problem))
-    return int(problem.tiled_state_bytes() + 2 * nodes + moments_bytes(problem))
-
-
-def cut_bytes(problem: Problem) -> int:
-    """Bytes of the float64 density and velocity of the tiles one cut (a slice normal to an
-    axis) can pass through: at most the tiles of one layer of the tile grid."""
-    t, d = problem.tiling, problem.lattice.d
-    grid = t.tile_map.shape
-    layer = max(int(np.prod(grid)) // g for g in grid)
-    return int(min(t.n_tiles, layer) * t.nodes_per_tile * 8 * (1 + d))
 
 
 class MemoryRefused(MemoryError):

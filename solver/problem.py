@@ -60,7 +60,7 @@ class Problem:
     #: Population storage on the GPU (``SimulationConfig.streaming``): 'two-copy' or 'in-place'.
     streaming: str = "two-copy"
     #: Tile storage on the GPU (``SimulationConfig.tile_storage``): 'tiled', 'compact' or
-    #: 'auto' (decided by :func:`solver.backends.cuda.tile_storage.choose_tile_storage`).
+    #: 'auto' (decided by :func:`solver.backends.plan.plan_for`).
     tile_storage: str = "tiled"
     #: The geometry's openings (:class:`geometries.openings.Opening`), their frame (metres per
     #: voxel or None, origin) and the validated conditions of ``SimulationConfig.openings``.

@@ -19,6 +19,7 @@ import numpy as np
 
 from .config import MAX_MACH, ConfigError, SimulationConfig
 from .memory import MemoryRefused, check_memory
+from .streaming import pull_table_bytes  # re-exported: the NumPy backend's table
 
 __all__ = [
     "CS", "MAX_MACH", "WARN_MACH", "WARN_TAU", "DivergenceError", "MemoryRefused",
@@ -130,9 +131,3 @@ def check_stability(
     if report.errors:
         raise ConfigError(" ".join(report.errors))
     return report.warnings
-
-
-def pull_table_bytes(n_fluid: int, q: int, n_tiles: int, nodes_per_tile: int) -> int:
-    """Bytes of the NumPy backend's pull table: src/dst indices, bounce mask, tile/node ids."""
-    index_bytes = 4 if n_tiles * q * nodes_per_tile < np.iinfo(np.int32).max else 8
-    return n_fluid * (q * (2 * index_bytes + 1) + 2 * 8)

@@ -18,7 +18,7 @@ import numpy as np
 from .lattice import Lattice
 from .tiling import Tiling
 
-__all__ = ["PullTable", "build_pull_table"]
+__all__ = ["PullTable", "build_pull_table", "pull_table_bytes"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +90,9 @@ def build_pull_table(tiling: Tiling, lattice: Lattice, periodic: tuple[bool, ...
         dst[i] = (own + i) * n_node + node
         bounce[i] = hit
     return PullTable(src=src, dst=dst, bounce=bounce, tile=tile, node=node)
+
+
+def pull_table_bytes(n_fluid: int, q: int, n_tiles: int, nodes_per_tile: int) -> int:
+    """Bytes of the NumPy backend's pull table: src/dst indices, bounce mask, tile/node ids."""
+    index_bytes = 4 if n_tiles * q * nodes_per_tile < np.iinfo(np.int32).max else 8
+    return n_fluid * (q * (2 * index_bytes + 1) + 2 * 8)

@@ -27,10 +27,12 @@ import numpy as np
 
 from ..boundaries import ZouHeFace, ladd_links, zou_he, zou_he_faces
 from ..face_kinds import face_kind
+from ..fields import moments_bytes
 from ..iolets import IoletAddresses, apply_iolets
 from ..node_types import zou_he_type
 from ..problem import Problem
 from ..storage import collides_deviations, dither
+from ..streaming import pull_table_bytes
 from .base import DeviceInfo, with_rest_solids
 
 __all__ = ["NumpyBackend", "NumpyState"]
@@ -278,15 +280,12 @@ class NumpyBackend:
         """Host bytes a run of ``problem`` adds at its peak (a health check or slice).
 
         The tiling and problem (:data:`HOST_BYTES_PER_VOXEL` per box voxel), the gather
-        tables (:func:`~solver.stability.pull_table_bytes` and 16 bytes per tile node of
+        tables (:func:`~solver.streaming.pull_table_bytes` and 16 bytes per tile node of
         boundary and coordinate tables), both population copies (this backend always keeps
-        two), the moments of a check (:func:`solver.memory.moments_bytes`) and the threads'
+        two), the moments of a check (:func:`solver.fields.moments_bytes`) and the threads'
         chunk temporaries. Within a few % of the measured peak resident set
         (``benchmarks/numpy_memory_peak.py``).
         """
-        from ..memory import moments_bytes
-        from ..stability import pull_table_bytes
-
         t, q = problem.tiling, problem.lattice.q
         nodes = t.n_tiles * t.nodes_per_tile
         box = 1

@@ -1,4 +1,4 @@
-"""Fluid-compacted storage as a run option (issue 20): ``tile_storage`` chooses it, the memory
+"""Fluid-compacted storage as a run option (issue 20): the execution plan chooses it, the memory
 estimate follows the choice, and :class:`CompactRun` as the CuPy backend steps it (captured
 graphs and plain launches, populations in and out) equals the NumPy backend, on the CPU (fake
 CUDA runtime, kernels through the g++ emulator). The same on the GPU: test_cupy_compact.py."""
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from solver.backends.cuda.compact import CompactTiling
-from solver.backends.cuda.tile_storage import (
+from solver.backends.plan import (
     AUTO_COMPACT_BELOW,
     AUTO_COMPACT_IN_PLACE_BELOW,
-    choose_tile_storage,
+    plan_for,
 )
 from solver.config import SimulationConfig
 from solver.memory import device_bytes, moments_bytes
@@ -36,36 +36,36 @@ def test_config_default_compacts_a_porous_run() -> None:
     """The default is 'auto' since the GPU tests ran the compact storage (issue 20): a porous
     float32 run stores only its fluid nodes, with the timed inner-tile halo code."""
     assert SimulationConfig().tile_storage == "auto"
-    choice = choose_tile_storage(_problem(SimulationConfig().tile_storage))
-    assert choice.kind == "compact" and choice.code.inner
+    choice = plan_for(_problem(SimulationConfig().tile_storage))
+    assert choice.tile_storage == "compact" and choice.code.inner
 
 
 def test_auto_compacts_porous_runs_below_the_threshold_only() -> None:
     porous = _problem("auto")
     assert porous.tiling.eta_t < AUTO_COMPACT_BELOW["float32"]
-    choice = choose_tile_storage(porous)
+    choice = plan_for(porous)
     assert choice.compact and choice.pad == 1 and "below" in choice.reason
     dense = _problem("auto", np.zeros((16, 12, 12), dtype=bool))
     assert dense.tiling.eta_t == 1.0
-    assert choose_tile_storage(dense).kind == "tiled"
-    assert choose_tile_storage(_problem("compact", streaming="in-place")).compact
+    assert plan_for(dense).tile_storage == "tiled"
+    assert plan_for(_problem("compact", streaming="in-place")).compact
     # precision matters: float64 gains less, so its threshold is lower
     assert AUTO_COMPACT_BELOW["float64"] < AUTO_COMPACT_BELOW["float32"]
 
 
 def test_auto_compacts_in_place_runs_by_their_own_thresholds() -> None:
     """In place, compact storage was timed faster than tiled below eta_t 0.85 in float32 and
-    everywhere in float64 (tile_storage.py), and it holds the fewest bytes."""
+    everywhere in float64 (solver/backends/plan.py), and it holds the fewest bytes."""
     porous = _problem("auto", streaming="in-place")
     assert porous.tiling.eta_t < AUTO_COMPACT_IN_PLACE_BELOW["float32"]
-    choice = choose_tile_storage(porous)
+    choice = plan_for(porous)
     assert choice.compact and "below 0.85" in choice.reason
     dense = np.zeros((16, 12, 12), dtype=bool)
-    choice = choose_tile_storage(_problem("auto", dense, streaming="in-place"))
-    assert choice.kind == "tiled" and "in-place" in choice.reason
+    choice = plan_for(_problem("auto", dense, streaming="in-place"))
+    assert choice.tile_storage == "tiled" and "in-place" in choice.reason
     float64 = Problem.from_config(dense, SimulationConfig(precision="float64",
                                                           streaming="in-place"))
-    assert choose_tile_storage(float64).compact
+    assert plan_for(float64).compact
 
 
 def test_compact_in_place_needs_fewer_bytes_than_tiled_in_place() -> None:
@@ -76,7 +76,7 @@ def test_compact_in_place_needs_fewer_bytes_than_tiled_in_place() -> None:
     solid = sphere_pack((96,) * 3, 0.2, 11.0, 1)
     compact, tiled = (_problem(kind, solid, streaming="in-place", tile_offset="origin")
                       for kind in ("auto", "tiled"))
-    assert choose_tile_storage(compact).compact
+    assert plan_for(compact).compact
     assert device_bytes(compact) < 0.6 * device_bytes(tiled)
 
 
@@ -87,10 +87,10 @@ def test_compact_in_place_needs_fewer_bytes_than_tiled_in_place() -> None:
 ])
 def test_what_compact_lacks_auto_keeps_tiled_and_compact_refuses(options, words) -> None:
     solid = porous_solid((16, 16)) if options.get("lattice") == "D2Q9" else None
-    auto = choose_tile_storage(_problem("auto", solid, **dict(options)))
-    assert auto.kind == "tiled" and words in auto.reason
+    auto = plan_for(_problem("auto", solid, **dict(options)))
+    assert auto.tile_storage == "tiled" and words in auto.reason
     with pytest.raises(ConfigError, match=f"(?s){words}.*tile_storage='tiled'"):
-        choose_tile_storage(_problem("compact", solid, **dict(options)))
+        plan_for(_problem("compact", solid, **dict(options)))
 
 
 def test_config_refuses_an_unknown_tile_storage() -> None:
@@ -127,7 +127,7 @@ def test_compact_run_as_the_backend_steps_it(precision, collision, fluid, tpb, p
 
     problem = replace(make_problem("D3Q19", precision, collision, fluid, offset=(1, 2, 0)),
                       tiles_per_block=tpb, tile_storage="auto")
-    choice = choose_tile_storage(problem)
+    choice = plan_for(problem)
     assert choice.compact
     fake = FakeCupy()
     launcher = fake.launcher()

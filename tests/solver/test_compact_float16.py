@@ -23,10 +23,10 @@ from solver.backends.cuda.compact import CompactTiling
 from solver.backends.cuda.compact_source import probe_source, real_param_names
 from solver.backends.cuda.kernels import KernelVariant, kernel_source
 from solver.backends.cuda.kernels import real_param_names as variant_reals
-from solver.backends.cuda.tile_storage import (
+from solver.backends.plan import (
     AUTO_COMPACT_BELOW,
     AUTO_COMPACT_BELOW_FLOAT16,
-    choose_tile_storage,
+    plan_for,
 )
 from solver.memory import device_bytes
 from solver.problem import Problem
@@ -75,7 +75,7 @@ def test_compact_float16_stores_the_tiled_bits(collision, fluid, tpb, packed) ->
     kernel's (through the emulator), solid nodes hold binary16 zero (the rest state), the
     counters agree, and the values are within a few binary16 steps of the NumPy reference."""
     problem = _problem(collision, fluid, tpb=tpb)
-    assert choose_tile_storage(problem).compact
+    assert plan_for(problem).compact
     run = _compact_run(problem, packed)
     assert run.variant.half and run.f[0].dtype == np.float16 and run.seeds is not None
     f0 = noisy_start(problem)
@@ -157,39 +157,39 @@ def test_compact_float16_reads_back_and_resumes_exactly() -> None:
 
 
 def test_compact_accepts_float16_and_auto_follows_its_own_crossover(monkeypatch) -> None:
-    from solver.backends.cuda import tile_storage
+    from solver.backends import plan
 
     problem = _problem()
-    assert choose_tile_storage(problem).compact  # 'compact' runs float16
+    assert plan_for(problem).compact  # 'compact' runs float16
     auto = replace(problem, tile_storage="auto")
     assert AUTO_COMPACT_BELOW["float16"] == AUTO_COMPACT_BELOW_FLOAT16 == 0.75
     assert problem.tiling.eta_t < AUTO_COMPACT_BELOW_FLOAT16
-    choice = choose_tile_storage(auto)
-    assert choice.compact and choice.packed == tile_storage.COMPACT_PACKED_FLOAT16 == 4
+    choice = plan_for(auto)
+    assert choice.compact and choice.packed == plan.COMPACT_PACKED_FLOAT16 == 4
     monkeypatch.setitem(AUTO_COMPACT_BELOW, "float16", problem.tiling.eta_t)  # just above it
-    choice = choose_tile_storage(replace(problem, tile_storage="auto"))
-    assert choice.kind == "tiled" and "float16" in choice.reason
+    choice = plan_for(replace(problem, tile_storage="auto"))
+    assert choice.tile_storage == "tiled" and "float16" in choice.reason
     float32 = replace(make_problem("D3Q19", "float32", "BGK", offset=(1, 2, 3)),
                       tile_storage="auto")
-    assert choose_tile_storage(float32).compact  # the float32 rule is unchanged
+    assert plan_for(float32).compact  # the float32 rule is unchanged
 
 
 def test_float16_has_its_own_packed_setting(monkeypatch) -> None:
     """COMPACT_PACKED_FLOAT16 / COMPACT_CODE_FLOAT16 set the float16 compact kernel (the lead
     sets them after timing) without touching float32's."""
-    from solver.backends.cuda import tile_storage
+    from solver.backends import plan
     from solver.backends.cuda.compact_source import CompactCode
 
     paired = CompactCode(inner=True, paired=True)
-    monkeypatch.setattr(tile_storage, "COMPACT_PACKED_FLOAT16", 4)
-    monkeypatch.setattr(tile_storage, "COMPACT_CODE_FLOAT16", paired)
-    half = choose_tile_storage(_problem())
+    monkeypatch.setattr(plan, "COMPACT_PACKED_FLOAT16", 4)
+    monkeypatch.setattr(plan, "COMPACT_CODE_FLOAT16", paired)
+    half = plan_for(_problem())
     assert half.packed == 4 and half.code == paired
     single = replace(make_problem("D3Q19", "float32", "BGK", offset=(1, 2, 3)),
                      tile_storage="compact")
-    choice = choose_tile_storage(single)
-    assert choice.packed == tile_storage.COMPACT_PACKED == 0
-    assert choice.code == tile_storage.COMPACT_CODE == CompactCode(inner=True)
+    choice = plan_for(single)
+    assert choice.packed == plan.COMPACT_PACKED == 0
+    assert choice.code == plan.COMPACT_CODE == CompactCode(inner=True)
 
 
 def test_compact_float16_memory_counts_two_byte_values() -> None:
@@ -233,7 +233,7 @@ def test_compact_float16_kernel_text_and_arguments() -> None:
 @pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compact_float16_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
-    from solver.backends.cuda.tile_storage import COMPACT_CODE
+    from solver.backends.plan import COMPACT_CODE
 
     sources = [probe_source("D3Q19", "float32", 1, True, coll, inc, packed, streaming,
                             COMPACT_CODE, "float16")

@@ -7,7 +7,7 @@ issue, most of it locating the halo; float64 by registers), checked on the CPU.
   equals the NumPy mirror of the pull bit for bit and the NumPy backend over full steps, two
   copies and in place, as :class:`CompactRun` steps them.
 * The default code keeps the names (and so the timings' labels) of the kernels timed before;
-  the backend runs the code ``tile_storage.COMPACT_CODE`` names; nvcc compiles every code and
+  the backend runs the code ``plan.COMPACT_CODE`` names; nvcc compiles every code and
   the register cap holds without changing results.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.backends.cuda import tile_storage
+from solver.backends import plan
 from solver.backends.cuda.compact import CompactTiling
 from solver.backends.cuda.compact_source import (
     DEFAULT_CODE,
@@ -143,16 +143,16 @@ def test_step_with_halo_code_equals_numpy_reference(precision, collision, fluid,
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
 @pytest.mark.parametrize("streaming", ["two-copy", "in-place"])
 def test_compact_run_with_the_configured_code_steps_like_numpy(monkeypatch, streaming) -> None:
-    """The backend's choice carries tile_storage.COMPACT_CODE into CompactRun's kernels (the
+    """The backend's choice carries plan.COMPACT_CODE into CompactRun's kernels (the
     one-line switch after the GPU timings); two copies or in place (AA pattern, its swap
     decode included), 16 steps from a captured graph and 3 plain ones equal NumPy's."""
     from solver.backends.cuda.compact_run import CompactRun
 
-    monkeypatch.setattr(tile_storage, "COMPACT_CODE", INNER_PAIRED)
+    monkeypatch.setattr(plan, "COMPACT_CODE", INNER_PAIRED)
     problem = replace(make_problem("D3Q19", "float32", "BGK", "incompressible",
                                    offset=(1, 2, 0)),
                       tile_storage="compact", streaming=streaming)
-    choice = tile_storage.choose_tile_storage(problem)
+    choice = plan.plan_for(problem)
     assert choice.compact and choice.code == INNER_PAIRED
     fake = FakeCupy()
     launcher = fake.launcher()
@@ -170,7 +170,7 @@ def test_compact_run_with_the_configured_code_steps_like_numpy(monkeypatch, stre
 
 
 def test_default_code_keeps_kernel_names_and_refuses_what_it_cannot() -> None:
-    assert tile_storage.COMPACT_CODE == INNER  # the winner of the H100 timings (ch-0654955)
+    assert plan.COMPACT_CODE == INNER  # the winner of the H100 timings (ch-0654955)
     assert probe_name("D3Q19", "float32", 1, True, "BGK") \
         == "lbm_compact_full_BGK_inc_D3Q19_f32_p1_h"
     assert probe_name("D3Q19", "float64", 1, True, "BGK", code=INNER_R48) \

@@ -51,13 +51,13 @@ KERNELS = {"per-node": (0, {}), "packed8": (8, {}), "inner-paired": (0, {"inner"
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, kernel,
                                                               monkeypatch):
-    from solver.backends.cuda import tile_storage
+    from solver.backends import plan
     from solver.backends.cuda.compact_run import CompactRun
     from solver.backends.cuda.compact_source import CompactCode
 
     packed, code = KERNELS[kernel]
-    monkeypatch.setattr(tile_storage, "COMPACT_PACKED", packed)
-    monkeypatch.setattr(tile_storage, "COMPACT_CODE", CompactCode(**code))
+    monkeypatch.setattr(plan, "COMPACT_PACKED", packed)
+    monkeypatch.setattr(plan, "COMPACT_CODE", CompactCode(**code))
     precision, collision, fluid, tpb = PROBLEMS[name]
     problem = replace(make_problem("D3Q19", precision, collision, fluid, "xyz", tpb),
                       tile_storage="compact")
@@ -106,7 +106,7 @@ def test_simulation_fields_and_checkpoint_on_compact_storage(backend, tmp_path, 
                                                               storage):
     """Fields, populations and a checkpoint (resumed on tiled storage) of a compact run agree
     with the tiled run; in place 'auto' picks compact storage on this porous box (timed faster
-    below eta_t 0.85 in float32, tile_storage.py), after 7 steps in the streamed layout."""
+    below eta_t 0.85 in float32, solver/backends/plan.py), after 7 steps in the streamed layout."""
     from solver.backends.cuda.compact_run import CompactRun
     from solver.config import SimulationConfig
     from solver.io import read_checkpoint, restore

@@ -25,6 +25,7 @@ import numpy as np
 
 from ...problem import Problem
 from ..base import DeviceInfo
+from ..plan import ExecutionPlan, plan_for
 from .boundary import boundary_values
 from .capture import capture_graph
 from .compact_run import CompactRun
@@ -35,6 +36,7 @@ from .device import (
     free_pool,
     probe_device,
 )
+from .footprint import device_bytes
 from .iolet_launch import device_iolets
 from .kernels import KernelVariant, kernel_source, real_args
 from .state_access import StateAccess
@@ -47,7 +49,6 @@ from .tables import (
     physics_args,
     slot_table,
 )
-from .tile_storage import choose_tile_storage
 
 __all__ = ["CupyBackend", "CupyState", "probe_device", "compile_kernel", "copy_bandwidth"]
 
@@ -107,18 +108,20 @@ class CupyBackend(StateAccess):
     def __init__(self) -> None:
         self._use_graphs = True
 
-    def allocate(self, problem: Problem) -> CupyState | CompactRun:
+    def allocate(self, problem: Problem, plan: ExecutionPlan | None = None
+                 ) -> CupyState | CompactRun:
         """Upload the tiling tables and set the copies (one or two) to the rest equilibrium;
-        a :class:`.compact_run.CompactRun` where :mod:`.tile_storage` chooses compact."""
+        a :class:`.compact_run.CompactRun` where the execution plan (``plan``, by default
+        :func:`~solver.backends.plan.plan_for` ``problem``) stores fluid nodes only."""
         if problem.owned is not None and not np.all(problem.owned):
             raise ValueError("step() advances every tile; a rank-local problem (owned tiles of "
                              "a distributed run) is allocated by phase_stepper(), which steps "
                              "only the owned tiles.")
-        storage = choose_tile_storage(problem)
-        log.info("tile storage: %s (%s)", storage.kind, storage.reason)
-        if storage.compact:
-            return CompactRun(problem, storage.pad, cp, tiles_per_block=problem.tiles_per_block,
-                              packed=storage.packed, code=storage.code)
+        plan = plan or plan_for(problem)
+        log.info("tile storage: %s (%s)", plan.tile_storage, plan.reason)
+        if plan.compact:
+            return CompactRun(problem, plan.pad, cp, tiles_per_block=plan.tiles_per_block,
+                              packed=plan.packed, code=plan.code)
         return self._allocate(problem)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
@@ -330,9 +333,7 @@ class CupyBackend(StateAccess):
         return str(cp.cuda.Device().pci_bus_id)
 
     def memory_required(self, problem: Problem) -> int:
-        """Device bytes a run of ``problem`` needs at its peak (see solver.memory.device_bytes)."""
-        from ...memory import device_bytes
-
+        """Device bytes a run of ``problem`` needs at its peak (:func:`.footprint.device_bytes`)."""
         return device_bytes(problem)
 
     def free_memory(self) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...problem import Problem
+from ..plan import plan_for
 from .compact import CompactTiling
 
 __all__ = ["READOUT_MAX_BYTES", "READOUT_MIN_BYTES", "readout_tile_bytes", "readout_budget",
@@ -77,12 +78,11 @@ def readout_tiles(problem: Problem, state_bytes: int) -> int:
 
 def state_bytes(problem: Problem) -> int:
     """Device bytes of the resident state of a run of ``problem`` on the CuPy backend: compact
-    where :mod:`.tile_storage` chooses it, else the tiled state (populations and tables)."""
-    from .tile_storage import choose_tile_storage
-
-    storage = choose_tile_storage(problem)
-    if storage.compact:
-        return compact_state_bytes(problem, CompactTiling(problem.tiling, storage.pad))
+    where its execution plan (:func:`~solver.backends.plan.plan_for`) stores fluid nodes only,
+    else the tiled state (populations and tables)."""
+    plan = plan_for(problem)
+    if plan.compact:
+        return compact_state_bytes(problem, CompactTiling(problem.tiling, plan.pad))
     return problem.tiled_state_bytes()
 
 

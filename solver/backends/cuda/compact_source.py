@@ -26,6 +26,7 @@ from .storage import (
     decode,
     encode,
     half_form,
+    is_float16,
     kinetic,
     node_code,
     storage_code,
@@ -95,7 +96,7 @@ def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
                packed: int = 0, streaming: str = "pull", code: CompactCode = DEFAULT_CODE,
                storage: str = "auto") -> str:
     """Kernel (and namespace) name of one compact kernel (``collision`` None: the probe)."""
-    prec = ("f64" if precision == "float64" else "f32") + ("s16" if storage == "float16" else "")
+    prec = ("f64" if precision == "float64" else "f32") + ("s16" if is_float16(storage) else "")
     mode = "propagate" if collision is None else \
         f"full_{collision}_{'inc' if incompressible else 'qc'}"
     return (f"lbm_compact_{mode}_{lattice}_{prec}_p{pad}" + ("_h" if halo else "")
@@ -183,7 +184,7 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
         raise ValueError(f"Unknown precision {precision!r}; use 'float32' or 'float64'.")
     if storage not in KERNEL_STORAGES:
         raise ValueError(f"Unknown storage {storage!r}; use one of {KERNEL_STORAGES}.")
-    if storage == "float16" and precision != "float32":
+    if is_float16(storage) and precision != "float32":
         raise ValueError(f"float16 storage needs float32 arithmetic, not {precision}.")
     mode = "swap" if streaming == "swap" else "propagate" if collision is None else "full"
     form = half_form(storage, collision or PROBE_COLLISION, incompressible, "none", mode)

@@ -37,6 +37,7 @@ import numpy as np
 from ...collisions import COLLISION_MODELS
 from ...lattice import get_lattice
 from ...problem import Problem
+from ..plan import COMPACT
 from .boundary import BOUNDARY_KINDS, boundary_kind, ladd_code, zou_he_code
 from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
 from .compact_source import CompactCode, probe_name, probe_source
@@ -47,6 +48,7 @@ from .storage import (
     decode,
     encode,
     half_form,
+    is_float16,
     kernel_constants,
     kinetic,
     node_code,
@@ -159,7 +161,7 @@ class KernelVariant:
     @property
     def half(self) -> bool:
         """Whether populations are stored as float16 (solver.storage)."""
-        return self.storage == "float16"
+        return is_float16(self.storage)
 
     @property
     def half_form(self) -> str:
@@ -362,14 +364,10 @@ def kernel_source(variant: KernelVariant) -> str:
 
 
 def _compact_source(v: KernelVariant) -> str:
-    """Source of a fluid-compacted variant (halo addressing), or why it does not exist."""
-    lacks = [what for what, bad in (
-        (f"mode {v.mode!r} (only 'full', 'propagate', 'swap')",
-         v.mode not in ("full", "propagate", "swap")),
-        (f"lattice {v.lattice} with tile edge {v.tile_edge} (3D, edge 4)",
-         get_lattice(v.lattice).d != 3 or v.tile_edge != 4),
-        (f"boundary code {v.boundary!r}", v.boundary != "none"),
-    ) if bad]
+    """Source of a fluid-compacted variant (halo addressing), or why it does not exist
+    (:data:`~solver.backends.plan.COMPACT`: what the family supports, declared)."""
+    lacks = COMPACT.variant_lacks(v.mode, get_lattice(v.lattice).d, v.tile_edge, v.lattice,
+                                  v.boundary)  # the family's declared support
     if lacks:
         raise ValueError("Fluid-compacted storage does not support " + ", ".join(lacks)
                          + "; use the tiled storage (compact=0) for this run.")

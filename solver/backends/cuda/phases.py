@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from ..plan import distributed_refusal
 from .tables import slot_table
 from .timeline import timeline_from_environment
 
@@ -72,18 +73,11 @@ COPY_PER_THREAD = 8
 
 
 def refuse_undistributable(problem) -> None:
-    """ValueError, saying what to use instead, for options a distributed rank cannot step."""
-    if problem.tile_storage == "compact":
-        raise ValueError("tile_storage='compact' does not run under MPI yet (the halo "
-                         "exchange reads tiled copies); use 'auto' or 'tiled' with MPI.")
-    if problem.streaming != "two-copy":
-        raise ValueError("A distributed run keeps two copies of f: its halo exchange reads "
-                         "one copy while the step writes the other. Use "
-                         "streaming='two-copy' with MPI.")
-    if problem.storage.encoded:
-        raise ValueError("storage='float16' does not run under MPI yet: its stochastic "
-                         "rounding hashes global node ids, which the ranks' local tilings "
-                         "do not carry. Use storage='auto' with MPI.")
+    """ValueError, saying what to use instead, for options a distributed rank cannot step
+    (:func:`~solver.backends.plan.distributed_refusal`)."""
+    why = distributed_refusal(problem)
+    if why:
+        raise ValueError(why)
 
 
 def halo_copy_source(real: str, index: str = "long long") -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from .tables import natural_order
+
 
 class KernelVariant(Protocol):
     """What the sector fill reads of a :class:`.kernels.KernelVariant`."""
@@ -32,7 +34,7 @@ SECTOR_FILL_MIN_MIX = 0.01
 def can_fill_sectors(v: KernelVariant) -> bool:
     """Whether the sector fill (:func:`solid_exit`) applies to the kernel: XYZ-layout two-copy
     steps and propagation probes (``layout`` the effective one)."""
-    return v.layout == "xyz" and v.mode in ("full", "propagate") and v.streaming == "pull"
+    return natural_order(v.layout) and v.mode in ("full", "propagate") and v.streaming == "pull"
 
 
 def fills_sectors(v: KernelVariant) -> bool:

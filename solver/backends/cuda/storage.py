@@ -50,7 +50,7 @@ from .collisions import cuda_collision
 
 __all__ = ["KERNEL_STORAGES", "STORAGE_PARAMS", "HALF_FORMS", "storage_param_names",
            "storage_signature", "storage_code", "counter_code", "node_code", "decode", "encode",
-           "rest_value", "half_form", "kernel_constants", "kinetic"]
+           "rest_value", "half_form", "kernel_constants", "kinetic", "is_float16"]
 
 #: Kernel storages: the arithmetic type, or shifted, scaled binary16 (float32 arithmetic).
 KERNEL_STORAGES = ("auto", "float16")
@@ -154,10 +154,15 @@ __device__ __forceinline__ store_t encode_f(real f, real offset, real scale, uns
 """
 
 
+def is_float16(storage: str) -> bool:
+    """Whether kernel storage ``storage`` ('auto' or 'float16') stores binary16 values."""
+    return storage == "float16"
+
+
 def _half(storage: str) -> bool:
     if storage not in KERNEL_STORAGES:
         raise ValueError(f"Unknown storage {storage!r}; use one of {KERNEL_STORAGES}.")
-    return storage == "float16"
+    return is_float16(storage)
 
 
 def _class(lattice: Lattice, i: int) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...config import STREAMING
+from ...config import population_copies
 from ...lattice import Lattice
 
 __all__ = ["KERNEL_STREAMING", "AATuning", "AA_TUNING", "kernel_streaming", "next_phase",
@@ -82,9 +82,7 @@ AA_TUNING = {"float32": AATuning(), "float16": AATuning(), "float64": AATuning()
 
 def kernel_streaming(streaming: str, phase: int) -> str:
     """Kernel pattern that steps a state of config ``streaming`` in ``phase`` (0 or 1)."""
-    if streaming not in STREAMING:
-        raise ValueError(f"Unknown streaming {streaming!r}; use one of {STREAMING}.")
-    if streaming == "two-copy":
+    if population_copies(streaming) == 2:  # ConfigError (a ValueError) for an unknown one
         return "pull"
     return "aa_neighbour" if phase == 0 else "aa_local"
 
@@ -95,7 +93,7 @@ def next_phase(streaming: str, mode: str, phase: int) -> int:
     Two copies: every launch writes the other copy. In place: a step or a propagation probe
     changes the layout, the read/write probe leaves it, and 'swap' decodes phase 1 to 0.
     """
-    if streaming == "two-copy":
+    if population_copies(streaming) == 2:
         if mode == "swap":
             raise ValueError("The 'swap' kernel decodes in-place storage; two copies need none.")
         return 1 - phase

@@ -46,6 +46,11 @@ def effective_layout(lattice: str, layout: str, a: int) -> str:
     return "paper" if layout == "paper" and get_lattice(lattice).d == 3 and a == 4 else "xyz"
 
 
+def natural_order(layout: str) -> bool:
+    """Whether the effective ``layout`` stores every direction's block in XYZ node order."""
+    return layout == "xyz"
+
+
 def direction_layouts(lattice: str, layout: str, a: int) -> tuple[str, ...]:
     """Per direction 'xyz', 'yxz' or 'zigzag' (the section 3.2 rule of the module doc)."""
     lat = get_lattice(lattice)

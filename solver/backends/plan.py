@@ -1,0 +1,294 @@
+"""The execution plan of a run: how a :class:`~solver.problem.Problem` executes on the GPU,
+decided once, with the reason for every choice.
+
+The ``Problem`` is the physics; the plan is the rest (lbmpy's split of a method from its
+optimisation and target): the arithmetic and storage precision, the in-tile layout, the
+streaming (two copies or one in place), the tile storage (every node of a tile, or only its
+fluid nodes) and with it the kernel family, and the launch shape. :func:`plan_for` decides it
+from the problem's options, the geometry's numbers (tile utilisation eta_t, dimensions, tile
+edge) and the families' support, which is declared data (:class:`KernelFamily`), never learned
+by compiling a kernel. It needs no GPU, so every automatic choice is unit-tested on the CPU.
+
+This module (with :mod:`solver.config`, which declares the options, and the kernel generators
+that own the kernels' vocabulary) is the only code that compares an execution option's name;
+everything else asks the plan (``plan.compact``, ``plan.in_place``, ``plan.half``), which
+``tests/solver/test_plan.py`` checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import population_copies
+from ..problem import Problem
+from ..values import ConfigError
+from .cuda.boundary import boundary_kind
+from .cuda.compact_source import CompactCode
+from .cuda.tables import effective_layout
+
+__all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "plan_for",
+           "storage_label", "distributed_refusal", "AUTO_COMPACT_BELOW",
+           "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
+           "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
+
+
+# ------------------------------------------------------------------ what each family supports
+@dataclass(frozen=True)
+class KernelFamily:
+    """What one family of kernels can step, declared (checked against the generated kernels by
+    ``tests/solver/test_plan.py``): lattice dimensions, tile edge (None: any the tiling takes),
+    kernel modes, whether it has the boundary code of Zou-He faces and moving walls, the
+    openings' link pass and distributed (MPI) ranks, and the lattices whose crossover against
+    the tiled storage was timed (None: every lattice; 'auto' picks the family only for these)."""
+
+    name: str
+    dims: tuple[int, ...]
+    tile_edge: int | None
+    modes: tuple[str, ...]
+    boundary_code: bool
+    openings: bool
+    distributed: bool
+    timed_lattices: tuple[str, ...] | None = None
+
+    def variant_lacks(self, mode: str, dim: int, tile_edge: int, lattice: str,
+                      boundary: str) -> list[str]:
+        """What a kernel of this family lacks for one variant (words; empty: it exists)."""
+        shape = f"{'/'.join(f'{d}D' for d in self.dims)}, edge {self.tile_edge}"
+        return [what for what, bad in (
+            (f"mode {mode!r} (only {', '.join(repr(m) for m in self.modes)})",
+             mode not in self.modes),
+            (f"lattice {lattice} with tile edge {tile_edge} ({shape})",
+             not self._fits(dim, tile_edge)),
+            (f"boundary code {boundary!r}", boundary != "none" and not self.boundary_code),
+        ) if bad]
+
+    def problem_lacks(self, problem: Problem) -> str | None:
+        """Why this family cannot step ``problem``, or None (the first reason only)."""
+        if problem.owned is not None and not self.distributed:
+            return f"a distributed (MPI) rank steps the {TILED.name} storage"
+        if problem.iolets is not None and not self.openings:
+            return "driven openings need the openings' link pass, written for the " \
+                   f"{TILED.name} storage"
+        t = problem.tiling
+        if not self._fits(t.ndim, t.a):
+            return f"it needs {'/'.join(f'{d}D' for d in self.dims)} tiles of edge " \
+                   f"{self.tile_edge} (this run: {t.ndim}D, edge {t.a})"
+        lacks = self.variant_lacks("full", t.ndim, t.a, problem.lattice.name,
+                                   boundary_kind(problem))
+        return ", ".join(lacks) or None
+
+    def _fits(self, dim: int, tile_edge: int) -> bool:
+        return dim in self.dims and self.tile_edge in (None, tile_edge)
+
+
+#: Every node of each non-empty tile (the paper's storage): every mode, boundary and run.
+TILED = KernelFamily("tiled", (2, 3), None, ("full", "propagate", "readwrite", "swap"),
+                     boundary_code=True, openings=True, distributed=True)
+#: Only the fluid nodes of each tile (issue 20, :mod:`.cuda.compact`): 3D tiles of edge 4, the
+#: full step, the propagation probe and the in-place decoding, no boundary code, one process.
+COMPACT = KernelFamily("compact", (3,), 4, ("full", "propagate", "swap"),
+                       boundary_code=False, openings=False, distributed=False,
+                       timed_lattices=("D3Q19",))
+#: The families by ``SimulationConfig.tile_storage`` name.
+FAMILIES = {f.name: f for f in (TILED, COMPACT)}
+
+# ---------------------------------------------------------- the timings automatic choices use
+#: float16 storage (float32 arithmetic, binary16 values) has its own crossover. From the H100
+#: run benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-0019bc5-compact.md (full BGK step,
+#: G fluid updates/s, tiled -> compact 'exact halo inner packed 4'): 17.08 -> 19.27 at eta_t
+#: 0.50, 17.28 -> 18.06 at 0.55, 26.55 -> 26.39 at 0.81, 32.27 -> 30.00 at 1.0: compact wins
+#: below about 0.78; the threshold sits a little under it (compact also needs less memory).
+AUTO_COMPACT_BELOW_FLOAT16 = 0.75
+#: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
+#: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-ch-0654955-compact.md (full
+#: BGK step, fraction of the fluid-only limit, tiled -> compact 'exact halo inner'): float32
+#: 0.559 -> 0.775 at eta_t 0.50, 0.811 -> 0.882 at 0.81, 0.872 -> 0.887 at 0.90, 0.918 -> 0.880
+#: at 0.97; float64 0.653 -> 0.902 at 0.50, 0.872 -> 0.919 at 0.81, 0.919 -> 0.907 at 0.90. So
+#: float32 gains up to eta_t ~0.92 and float64 up to ~0.875 (as in the earlier 9c8bdb3 run);
+#: the thresholds sit at those crossovers (compact also needs less memory, never more).
+AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875, "float16": AUTO_COMPACT_BELOW_FLOAT16}
+#: The same for in-place streaming (AA pattern: one copy). From the H100 run of
+#: benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-0460fb9-fluid.md (BGK in place, G fluid
+#: updates/s, tiled -> compact): float32 8.69 -> 10.87 at eta_t 0.50, 9.09 -> 10.90 at 0.55,
+#: 11.16 -> 12.18 at 0.71, 13.08 -> 13.14 at 0.81, 14.53 -> 13.71 at 0.90; float64 compact
+#: ahead on every case, the all-fluid box included (5.43 -> 7.28 at 0.50, 7.78 -> 7.90 at
+#: 0.97, 7.98 -> 8.69 at 1.0), so 1.01 = always; float16 storage 12.32 -> 13.28 at 0.50,
+#: 13.08 -> 16.24 at 0.55, 14.98 -> 14.51 at 0.65. Compact in place also stores one copy of
+#: the fluid nodes only: the least memory of any option.
+AUTO_COMPACT_IN_PLACE_BELOW = {"float32": 0.85, "float64": 1.01, "float16": 0.6}
+#: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
+#: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
+COMPACT_PAD = 1
+#: Tiles per block of the packed compact kernel (one thread per fluid node), 0 for the
+#: per-node kernel: in that run packed 4 lost to the per-node inner code at every case
+#: (float32 0.687 vs 0.775 at eta_t 0.50).
+COMPACT_PACKED = 0
+#: The same for float16 storage (and COMPACT_CODE_FLOAT16 below), whose compact kernel issues
+#: 28 % more instructions per node (sm_90 BGK: 504 vs 393) on half the bytes, so instruction
+#: issue binds it and the packed kernel (every lane a fluid node) wins there: in that run
+#: (``benchmarks/compact_probe.py --precision float16``) packed 4 gave 19.27 G/s at eta_t 0.50
+#: against 16.77 per node, 16.93 paired and 15.68 packed 8.
+COMPACT_PACKED_FLOAT16 = 4
+#: How the compact kernel locates and reads its halo (CompactCode). The inner-tile column fill
+#: won in that run (float32 0.634 -> 0.775, float64 0.853 -> 0.902 at eta_t 0.50); paired
+#: shared loads were level or slower (0.755, 0.890) and the register caps lost (r32 0.546,
+#: r48 0.509: spills).
+COMPACT_CODE = CompactCode(inner=True)
+#: float16 storage's halo code (see COMPACT_PACKED_FLOAT16): the inner column fill as float32.
+COMPACT_CODE_FLOAT16 = COMPACT_CODE
+
+
+# -------------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """How one problem runs on the GPU; ``reasons`` says why, per choice (choice, words).
+
+    ``storage``: the storage precision ('float32', 'float64' or 'float16'); ``layout`` the
+    effective in-tile layout; ``tile_storage`` 'tiled' or 'compact' (``family``); ``pad``,
+    ``packed`` and ``code`` the compact kernel's padding, tiles per packed block and halo code;
+    ``tiles_per_block`` the launch shape of the per-node kernels."""
+
+    precision: str
+    storage: str
+    layout: str
+    streaming: str
+    family: KernelFamily
+    tiles_per_block: int
+    pad: int = 0
+    packed: int = 0
+    code: CompactCode = CompactCode()
+    reasons: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def tile_storage(self) -> str:
+        """'tiled' or 'compact': the family's name."""
+        return self.family.name
+
+    @property
+    def compact(self) -> bool:
+        """Whether only fluid nodes are stored (the compact kernel family)."""
+        return self.family is COMPACT
+
+    @property
+    def copies(self) -> int:
+        """Population copies the state holds: 2 (two copies) or 1 (in place)."""
+        return population_copies(self.streaming)
+
+    @property
+    def in_place(self) -> bool:
+        """Whether one copy is updated in place (AA pattern)."""
+        return self.copies == 1
+
+    @property
+    def half(self) -> bool:
+        """Whether populations are stored as (shifted, scaled) binary16."""
+        return self.storage == "float16"
+
+    @property
+    def reason(self) -> str:
+        """Why this tile storage (kept for the log line of the allocation)."""
+        return self.why("tile_storage")
+
+    def why(self, choice: str) -> str:
+        """The reason of one choice ('precision', 'storage', 'layout', 'streaming',
+        'tile_storage', 'launch')."""
+        return dict(self.reasons)[choice]
+
+    def describe(self) -> str:
+        """One line per choice: 'choice: value (reason)'."""
+        values = {"precision": self.precision, "storage": self.storage, "layout": self.layout,
+                  "streaming": self.streaming, "tile_storage": self.tile_storage,
+                  "launch": self._launch()}
+        return "\n".join(f"{k}: {values[k]} ({why})" for k, why in self.reasons)
+
+    def _launch(self) -> str:
+        if self.packed:
+            return f"{self.packed} tiles per block, one thread per fluid node"
+        return f"{self.tiles_per_block} tiles per block"
+
+
+def storage_label(problem: Problem) -> str:
+    """Storage precision of ``problem``'s populations: 'float16', else the arithmetic's."""
+    return "float16" if problem.storage.encoded else problem.dtype.name
+
+
+def _compact_kernel(label: str) -> tuple[int, CompactCode]:
+    """Packed tiles per block (0: one thread per tile node) and halo code of the compact
+    kernel for storage precision ``label``."""
+    if label == "float16":
+        return COMPACT_PACKED_FLOAT16, COMPACT_CODE_FLOAT16
+    return COMPACT_PACKED, COMPACT_CODE
+
+
+def _tile_storage(problem: Problem, label: str) -> tuple[KernelFamily, str]:
+    """The family of ``problem``'s run and why. ConfigError for an explicit 'compact' that
+    the compact family cannot step."""
+    asked = problem.tile_storage
+    if asked == "tiled":
+        return TILED, "tile_storage='tiled'"
+    why = COMPACT.problem_lacks(problem)
+    if asked == "compact":
+        if why:
+            raise ConfigError(f"tile_storage='compact' cannot run this case: {why}. Use "
+                              "tile_storage='tiled' (or 'auto').")
+        return COMPACT, "tile_storage='compact'"
+    if asked != "auto":
+        raise ConfigError(f"Unknown tile_storage {asked!r}; use 'auto', 'tiled' or 'compact'.")
+    limits = AUTO_COMPACT_BELOW if population_copies(problem.streaming) == 2 \
+        else AUTO_COMPACT_IN_PLACE_BELOW
+    eta, limit, lattice = problem.tiling.eta_t, limits[label], problem.lattice.name
+    if why:
+        return TILED, f"auto: compact storage lacks this case ({why})"
+    timed = COMPACT.timed_lattices
+    if timed is not None and lattice not in timed:
+        return TILED, f"auto: compact storage is timed for {', '.join(timed)} only, not {lattice}"
+    if eta >= limit:
+        return TILED, f"auto: eta_t {eta:.3f} not below {limit} ({lattice}, {label}, " \
+                      f"{problem.streaming})"
+    return COMPACT, f"auto: eta_t {eta:.3f} below {limit}"
+
+
+def plan_for(problem: Problem) -> ExecutionPlan:
+    """The execution plan of ``problem`` (pure: the same problem always gets the same plan).
+
+    Raises ConfigError for ``tile_storage='compact'`` on a run the compact family lacks."""
+    label = storage_label(problem)
+    family, why_family = _tile_storage(problem, label)
+    asked_layout, a = problem.layout, problem.tiling.a
+    layout = effective_layout(problem.lattice.name, asked_layout, a)
+    reasons = [
+        ("precision", f"precision='{problem.dtype.name}'"),
+        ("storage", "storage='float16': binary16 values, float32 arithmetic"
+         if problem.storage.encoded else "storage='auto': the arithmetic precision"),
+        ("layout", f"gpu_layout='{asked_layout}'" if layout == asked_layout else
+         f"gpu_layout='{asked_layout}' applies to 3D tiles of edge 4 only (edge {a}, "
+         f"{problem.lattice.d}D): XYZ"),
+        ("streaming", f"streaming='{problem.streaming}'"),
+        ("tile_storage", why_family),
+    ]
+    if family is COMPACT:
+        packed, code = _compact_kernel(label)
+        reasons.append(("launch", f"compact {label} kernel: packed {packed}"
+                        f"{' (instruction issue binds float16)' if packed else ''}, "
+                        f"halo code {code.label or 'default'}"))
+        return ExecutionPlan(problem.dtype.name, label, layout, problem.streaming, family,
+                             problem.tiles_per_block, COMPACT_PAD, packed, code, tuple(reasons))
+    reasons.append(("launch", f"tiles_per_block={problem.tiles_per_block}"))
+    return ExecutionPlan(problem.dtype.name, label, layout, problem.streaming, family,
+                         problem.tiles_per_block, reasons=tuple(reasons))
+
+
+def distributed_refusal(problem: Problem) -> str | None:
+    """Why a distributed (MPI) rank cannot step ``problem``'s options, saying what to use
+    instead, or None."""
+    if problem.tile_storage == "compact":
+        return ("tile_storage='compact' does not run under MPI yet (the halo exchange reads "
+                "tiled copies); use 'auto' or 'tiled' with MPI.")
+    if population_copies(problem.streaming) != 2:
+        return ("A distributed run keeps two copies of f: its halo exchange reads one copy "
+                "while the step writes the other. Use streaming='two-copy' with MPI.")
+    if problem.storage.encoded:
+        return ("storage='float16' does not run under MPI yet: its stochastic rounding hashes "
+                "global node ids, which the ranks' local tilings do not carry. Use "
+                "storage='auto' with MPI.")
+    return None
