@@ -6,7 +6,9 @@ module-level or inside a function, is read with :mod:`ast` and checked against t
 * ``app`` reaches the solver through its host-side API, never ``solver.backends`` or
   ``solver.tiling``;
 * only the CuPy backend (``solver/backends/cuda/``) imports ``cupy``;
-* inside ``solver``, the physics modules never import the simulation or the ways of running it.
+* inside ``solver``, the physics modules never import the simulation or the ways of running it;
+* no import circle, however long, module-level or inside functions (Tarjan's strongly connected
+  components of the module graph).
 """
 
 from __future__ import annotations
@@ -126,3 +128,70 @@ def test_no_two_modules_import_each_other() -> None:
     pairs = sorted(f"{a} <-> {b}" for a in modules for b in graph[a] & modules
                    if a < b and a in graph[b])
     assert pairs == []
+
+
+def _module_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Module -> the modules of the three packages it imports. ``from pkg import sub`` of a
+    submodule counts as importing ``sub`` only: the package ``__init__`` that Python runs on
+    the way is a re-export (``app/__init__`` imports ``Dashboard`` lazily), not a dependency on
+    every module it names; ``from pkg import name`` of anything else imports ``pkg``."""
+    edges: dict[str, set[str]] = {}
+    for module, names in graph.items():
+        found = {n for n in names if n in graph}
+        found -= {n for n in found if any(other.startswith(n + ".") and other in graph
+                                          for other in names)}
+        found |= {n.rpartition(".")[0] for n in names
+                  if n not in graph and n.rpartition(".")[0] in graph}
+        edges[module] = found - {module}
+    return edges
+
+
+def import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle: the strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan; the graph is a few hundred modules deep at most
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(circles)
+
+
+def test_no_import_circles() -> None:
+    """No chain of imports, function-level ones included, leads back to where it started (a
+    circle is a layer inverted: move what both sides need down a layer instead)."""
+    assert import_circles(_module_edges(import_graph())) == []
+
+
+def test_the_circle_check_sees_a_circle_through_a_function_import(tmp_path: Path) -> None:
+    """The checker itself: a three-module circle closed by an import inside a function, and a
+    package re-export of a submodule that is no circle."""
+    files = {"solver.a": "from .b import x\n", "solver.b": "from . import c\n",
+             "solver.c": "def f():\n    from .a import y\n", "solver.d": "from solver import a\n"}
+    graph = {}
+    for name, text in files.items():
+        path = tmp_path / f"{name.rpartition('.')[2]}.py"
+        path.write_text(text)
+        graph[name] = _imports(path, name)
+    graph["solver"] = set()
+    edges = _module_edges(graph)
+    assert edges["solver.b"] == {"solver.c"} and edges["solver.d"] == {"solver.a"}
+    assert import_circles(edges) == [["solver.a", "solver.b", "solver.c"]]
