@@ -68,15 +68,29 @@ import numpy as np
 
 from .lattice import Lattice
 
-__all__ = ["STORAGES", "PRECISION_LABELS", "Storage", "storage_for", "stored_dtype", "dither",
-           "collides_deviations", "DEVIATION_COLLISIONS", "HALF_SCALE_EXPONENT", "DITHER_BITS",
-           "GOLDEN"]
+__all__ = ["STORAGES", "PRECISION_LABELS", "label_options", "precision_label", "Storage",
+           "storage_for", "stored_dtype", "dither", "collides_deviations", "DEVIATION_COLLISIONS",
+           "HALF_SCALE_EXPONENT", "DITHER_BITS", "GOLDEN"]
 
 #: Storage settings (``SimulationConfig.storage``): 'auto' = the arithmetic precision.
 STORAGES = ("auto", "float16")
 #: Precision labels of the benchmarks and reports: the arithmetic (and storage) type, or
 #: 'float16' for float16 storage with float32 arithmetic.
 PRECISION_LABELS = ("float64", "float32", "float16")
+
+
+def label_options(label: str) -> dict[str, str]:
+    """SimulationConfig ``precision`` and ``storage`` of a precision label."""
+    if label not in PRECISION_LABELS:
+        raise ValueError(f"Unknown precision {label!r}; use one of {PRECISION_LABELS}.")
+    if label == "float16":
+        return {"precision": "float32", "storage": "float16"}
+    return {"precision": label, "storage": "auto"}
+
+
+def precision_label(precision: str, storage: str) -> str:
+    """The precision label of a ``precision`` and ``storage`` setting (:data:`PRECISION_LABELS`)."""
+    return "float16" if storage == "float16" else precision
 #: log2 of the binary16 scale at rho0 = 1 (see the module docstring).
 HALF_SCALE_EXPONENT = 14
 #: float32 significand bits that binary16 drops (23 - 10): the width of the random addend.

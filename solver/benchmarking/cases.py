@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ..config import SimulationConfig
 from ..simulation import Simulation
-from ..storage import PRECISION_LABELS
+from ..storage import PRECISION_LABELS, label_options, precision_label
 
 __all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit",
            "PRECISION_LABELS", "precision_options"]
@@ -32,11 +32,7 @@ log = logging.getLogger(__name__)
 
 def precision_options(label: str) -> dict[str, str]:
     """SimulationConfig ``precision`` and ``storage`` of a benchmark precision label."""
-    if label not in PRECISION_LABELS:
-        raise ValueError(f"Unknown precision {label!r}; use one of {PRECISION_LABELS}.")
-    if label == "float16":
-        return {"precision": "float32", "storage": "float16"}
-    return {"precision": label, "storage": "auto"}
+    return label_options(label)
 
 
 @dataclass
@@ -89,7 +85,7 @@ def run_case(case: BenchCase, config: SimulationConfig, steps: int, warmup: int 
     result = {
         "case": case.label, "backend": sim.backend.name, "lattice": config.lattice,
         "collision": config.collision,
-        "precision": "float16" if config.storage == "float16" else config.precision,
+        "precision": precision_label(config.precision, config.storage),
         "fluid_nodes": sim.problem.n_fluid, "eta_t": round(sim.tiling.eta_t, 4),
         "steps": steps, "seconds": seconds,
         "mflups": sim.problem.n_fluid * steps / seconds / 1e6,

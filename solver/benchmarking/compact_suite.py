@@ -207,7 +207,7 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
                              layout=best[2], tiles_per_block=best[3]))
     finally:
         backend.release(base)
-    if precision == "float16":  # the probe's kernels are float32/float64: runs instead
+    if problem.storage.encoded:  # the probe's kernels are float32/float64: runs instead
         _measure_runs(case, problem, precision, suite, copy, rows)
         _measure_in_place(case, problem, precision, suite, copy, rows)
         return

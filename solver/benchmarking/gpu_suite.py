@@ -27,6 +27,7 @@ from datetime import date
 import numpy as np
 from tqdm import tqdm
 
+from ..backends.plan import FAMILIES, TILED
 from ..collisions import collision_model
 from ..config import GPU_LAYOUTS, SimulationConfig
 from ..problem import Problem
@@ -182,7 +183,7 @@ def _measure_storages(backend, case, options, suite, info, tpbs_for, bar, skippe
     rows = []
     for precision, streaming in options:
         for storage in suite.tile_storages:
-            if storage == "tiled":
+            if FAMILIES[storage] is TILED:
                 rows += _measure_case(backend, case, precision, streaming, suite, info,
                                       tpbs_for, bar)
                 continue

@@ -16,6 +16,8 @@ import json
 import re
 from pathlib import Path
 
+from ..backends.plan import FAMILIES, TILED
+from ..config import STREAMING, population_copies
 from ..storage import PRECISION_LABELS
 
 __all__ = ["targets", "markdown", "summary", "write_report", "results_stem"]
@@ -32,15 +34,25 @@ def _best(rows, **match) -> dict | None:
     return max(hits, key=lambda r: r["mflups"]) if hits else None
 
 
+def _copies(row: dict) -> int:
+    """Population copies of a result row's run (rows before the option existed: two)."""
+    return population_copies(row.get("streaming", STREAMING[0]))
+
+
+def _tiled(row: dict) -> bool:
+    """Whether a result row's run stored every tile node (rows before the option: tiled)."""
+    return FAMILIES[row.get("tile_storage", TILED.name)] is TILED
+
+
 def _two_copy(rows) -> list[dict]:
     """Rows of the two-copy runs (all rows when the suite measured only another option)."""
-    main = [r for r in rows if r.get("streaming", "two-copy") == "two-copy"]
+    main = [r for r in rows if _copies(r) == 2]
     return main or list(rows)
 
 
 def _streaming_table(rows) -> list[str]:
     """In-place against two-copy MFLUPS per case, kernel and precision (best variant each)."""
-    if not any(r.get("streaming") == "in-place" for r in rows):
+    if not any(_copies(r) == 1 for r in rows):
         return []
     lines = ["| case | kernel | precision | two-copy MFLUPS | of copy | in-place MFLUPS | of copy "
              "| in-place / two-copy |", "| --- | --- | --- |" + " ---: |" * 5]
@@ -63,7 +75,7 @@ def targets(report: dict) -> list[dict]:
     """Each target with its measured value and whether it is met (two-copy rows)."""
     # Tiled storage: the dense targets compare kernels on the same storage (a compact run of
     # an all-fluid box is the same work under another name).
-    rows = [r for r in _two_copy(report["results"]) if r.get("tile_storage", "tiled") == "tiled"]
+    rows = [r for r in _two_copy(report["results"]) if _tiled(r)]
     out: list[dict] = []
     big = max((int(m.group(1)) for r in rows if (m := re.match(r"cavity3D (\d+)\^3", r["case"]))),
               default=None)
@@ -103,7 +115,7 @@ def _pack_ratios(rows) -> list[dict]:
     # Tiled storage only: eta_t x dense is its model; compact storage is judged against the
     # fluid-only limit (benchmarks/fluid_throughput.py).
     for r in (r for r in rows if r["porosity"] is not None and r["kernel"] == _TARGET_KERNEL
-              and r.get("tile_storage", "tiled") == "tiled"):
+              and _tiled(r)):
         size = re.match(r"\D*(\d+)", r["case"]).group(1)  # 'spheres 192^3 ...', 'rock-like ...'
         dense = _best(rows, case=f"cavity3D {size}^3", kernel=r["kernel"],
                       precision=r["precision"], layout=r["layout"],

@@ -54,7 +54,7 @@ def natural_order(layout: str) -> bool:
 def direction_layouts(lattice: str, layout: str, a: int) -> tuple[str, ...]:
     """Per direction 'xyz', 'yxz' or 'zigzag' (the section 3.2 rule of the module doc)."""
     lat = get_lattice(lattice)
-    if effective_layout(lattice, layout, a) == "xyz":
+    if natural_order(effective_layout(lattice, layout, a)):
         return ("xyz",) * lat.q
     out = []
     for cx, cy, *_ in lat.c.tolist():
