@@ -1,6 +1,6 @@
 // Tiled sparse lattice-Boltzmann step: Algorithm 2 of Tomczak & Szafran (tiled-sparse-lbm-gpu).
 //
-// This file is a template: solver/backends/gpu_kernels.py fills the template fields for one
+// This file is a template: solver/backends/cuda/kernels.py fills the template fields for one
 // variant (lattice, precision, collision, fluid model, in-tile layout, kernel mode, tile edge)
 // and wraps everything in a namespace of its own, so that many variants can share one
 // translation unit (the nvcc compile test) while NVRTC compiles just the one a run needs.
@@ -8,15 +8,15 @@
 //
 // Layout: f[copy][tile][i][slot], one data block of NPT values per (tile, direction), each value
 // a store_t: the arithmetic type real, or the binary16 bits of S (f - w_i rho0) with float16
-// storage (gpu_storage.py, solver/storage.py; decoded on load, rounded once on store,
+// storage (cuda/storage.py, solver/storage.py; decoded on load, rounded once on store,
 // arithmetic in float). Or one copy updated in place by two alternating kernels in the AA
-// pattern (gpu_streaming.py: fin == fout, so those kernels take the pointers without
+// pattern (cuda/streaming.py: fin == fout, so those kernels take the pointers without
 // __restrict__); any storage works with either. Node n of a
 // tile (XYZ order, n = x + A*y + A*A*z) stores direction i at slot_i(n); slot_i is XYZ, YXZ or
 // zigzagNE (paper eq. 11-13) per direction. Per node, in XYZ order, one byte of node type
 // (solver.node_types: 0 solid, 1 fluid, 2 + face velocity, 8 + face pressure) and, in boundary
 // kernels, one byte of wall-velocity group; everything else of the boundary conditions sits in
-// the small table bc (gpu_boundary.py): per face (ux, uy, uz, rho), then Ladd's term per
+// the small table bc (cuda/boundary.py): per face (ux, uy, uz, rho), then Ladd's term per
 // direction for each way a link can hit a wall (27 out-of-domain codes, then one row per group).
 //
 // One thread per node, blockDim.x / NPT tiles per block (the tiles-per-block setting is a launch
@@ -33,7 +33,7 @@
 // that in the XYZ layout its slot of direction i is the source plus i * NPT: a pull costs a
 // select (bounce-back reads the node's own slot instead) and one wide multiply-add, with i * NPT
 // the load's immediate offset. Sources are 32-bit unless a copy holds 2^31 values or more
-// (gpu_tables.needs_wide_sources); negative values code walls and faces.
+// (tables.needs_wide_sources); negative values code walls and faces.
 //
 // Solid nodes (tile padding included) carry no physics; every backend keeps the rest equilibrium
 // w_i rho0 there in both copies (solver/backends/base.py), which rest0..rest3 hold per weight
@@ -261,9 +261,9 @@ extern "C" __global__ void ${launch_bounds}${kernel}(
     const int ox, const int oy, const int oz, const int periodic,
     const real fx, const real fy, const real fz,
     const real rest0, const real rest1, const real rest2, const real rest3,  // w_k rho0, k = |c|^2
-    // Collision constants, each rounded once from double on the host (gpu_tables.physics_args),
+    // Collision constants, each rounded once from double on the host (tables.physics_args),
     // then, with float16 storage, the shifts and scale of solver.storage and the two-slot step
-    // counter fs_seed (gpu_storage.py).
+    // counter fs_seed (cuda/storage.py).
 ${collision_params})
 {
 ${storage_prologue}    extern __shared__ int lbm_smem[];
