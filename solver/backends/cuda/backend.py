@@ -27,7 +27,7 @@ from ...problem import Problem
 from ..base import DeviceInfo
 from ..plan import ExecutionPlan, plan_for
 from .boundary import boundary_values
-from .capture import capture_graph
+from .capture import GRAPH_STEPS, capture_or_none, replay_timed
 from .compact_run import CompactRun
 from .device import (
     compile_kernel,
@@ -53,10 +53,6 @@ from .tables import (
 __all__ = ["CupyBackend", "CupyState", "probe_device", "compile_kernel", "copy_bandwidth"]
 
 log = logging.getLogger(__name__)
-
-#: Launches per captured CUDA graph (even, so the copies or the in-place phase end where they
-#: began).
-GRAPH_STEPS = 16
 
 
 @dataclass
@@ -205,35 +201,20 @@ class CupyBackend(StateAccess):
                 state.current = next_phase(state.problem.streaming, mode, state.current)
             state.copies()
             current = state.current
-            try:
-                graph = capture_graph(state.stream,
-                                      lambda: self._launch(state, mode, tiles_per_block),
-                                      GRAPH_STEPS)
-            except Exception as exc:  # capture unsupported here: plain launches from now on
-                log.warning("CUDA graph capture failed (%s); launching kernels one by one.", exc)
+            graph = capture_or_none(state.stream,
+                                    lambda: self._launch(state, mode, tiles_per_block),
+                                    GRAPH_STEPS, lambda: setattr(state, "current", current))
+            if graph is None:
                 self._use_graphs = False
                 return None
-            finally:
-                state.current = current  # capturing runs nothing
             state.graphs[key] = graph
         return state.graphs[key]
 
     def _timed(self, state: CupyState, n: int, mode: str, tiles_per_block: int) -> float:
         cp.cuda.get_current_stream().synchronize()  # uploads queued elsewhere come first
-        stream = state.stream
         graph = self._graph(state, mode, tiles_per_block) if n >= GRAPH_STEPS else None
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        done = 0
-        with stream:
-            start.record(stream)
-            while graph is not None and n - done >= GRAPH_STEPS:
-                graph.launch(stream)  # an even number of steps: the copies end where they began
-                done += GRAPH_STEPS
-            for _ in range(n - done):
-                self._launch(state, mode, tiles_per_block)
-            end.record(stream)
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3
+        return replay_timed(cp.cuda, state.stream, n, graph, GRAPH_STEPS,
+                            lambda: self._launch(state, mode, tiles_per_block))
 
     def step(self, state: CupyState, n: int = 1) -> float:
         """Advance ``n`` steps; return their CUDA-event time in seconds."""

@@ -4,6 +4,11 @@ Held while a stream is captured into a CUDA graph, while a kernel module is load
 the memory pool returns its blocks to the device: runs on other threads (the session's runner,
 the rock tab's k tensor) share the device, and a cudaFree synchronises it, which a capture on
 another thread's stream must not meet. No CuPy here, so the CPU tests' fake CuPy can use it.
+
+The graph launcher both runs share (the tiled state of :mod:`.backend` and
+:class:`~.compact_run.CompactRun`): :func:`capture_or_none` captures GRAPH_STEPS launches or
+falls back to plain launches, :func:`replay_timed` replays the graph while whole graphs fit and
+launches the rest one by one, timed by CUDA events.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CAPTURE_LOCK", "capture_graph"]
+__all__ = ["CAPTURE_LOCK", "GRAPH_STEPS", "capture_graph", "capture_or_none", "replay_timed"]
 
 log = logging.getLogger(__name__)
 
 CAPTURE_LOCK = threading.RLock()
+#: Launches per captured CUDA graph (even: two copies end where they began, in place the phase).
+GRAPH_STEPS = 16
 
 
 def capture_graph(stream: Any, launch: Callable[[], None], launches: int) -> Any:
@@ -36,3 +43,35 @@ def capture_graph(stream: Any, launch: Callable[[], None], launches: int) -> Any
                 log.debug("Ending the failed capture: %s", exc)
             raise  # the launch's error, not the end's
         return stream.end_capture()
+
+
+def capture_or_none(stream: Any, launch: Callable[[], None], launches: int,
+                    restore: Callable[[], None]) -> Any:
+    """:func:`capture_graph`, or None (logged) where capture fails here: the caller then
+    launches kernels one by one. ``restore()`` runs after either: capturing runs nothing, so
+    the phase the launches advanced goes back."""
+    try:
+        return capture_graph(stream, launch, launches)
+    except Exception as exc:  # capture unsupported here: plain launches from now on
+        log.warning("CUDA graph capture failed (%s); launching kernels one by one.", exc)
+        return None
+    finally:
+        restore()
+
+
+def replay_timed(cuda: Any, stream: Any, n: int, graph: Any, launches: int,
+                 launch: Callable[[], None]) -> float:
+    """Seconds (CUDA events on ``stream``) of ``n`` launches: replays of ``graph`` (of
+    ``launches`` each; None: none) while whole graphs fit, then ``launch()`` for the rest."""
+    start, end = cuda.Event(), cuda.Event()
+    done = 0
+    with stream:
+        start.record(stream)
+        while graph is not None and n - done >= launches:
+            graph.launch(stream)  # an even number of steps: the copies end where they began
+            done += launches
+        for _ in range(n - done):
+            launch()
+        end.record(stream)
+    end.synchronize()
+    return cuda.get_elapsed_time(start, end) / 1e3

@@ -15,7 +15,6 @@ so a compact float16 run draws the tiled run's random bits and stores its values
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -24,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...problem import Problem
-from .capture import capture_graph
+from .capture import GRAPH_STEPS, capture_or_none, replay_timed
 from .compact import CompactTiling, sector_pad
 from .compact_readout import (
     compact_state_bytes,
@@ -40,7 +39,6 @@ from .tables import physics_args
 
 __all__ = ["CompactRun", "Launcher", "edge_nodes"]
 
-log = logging.getLogger(__name__)
 
 #: ``launcher(variant, blocks, threads, shared_bytes, args)``: run one kernel launch.
 Launcher = Callable[[KernelVariant, int, int, int, tuple], None]
@@ -74,8 +72,8 @@ class CompactRun:
     Refuses (ValueError, with what to use instead) what the compact kernel lacks.
     """
 
-    #: Launches per captured CUDA graph (even: the copies end where they began).
-    GRAPH_STEPS = 16
+    #: Launches per captured CUDA graph (:data:`.capture.GRAPH_STEPS`, shared with the tiled run).
+    GRAPH_STEPS = GRAPH_STEPS
 
     def __init__(self, problem: Problem, pad: int | None = None, xp=None,
                  launcher: Launcher | None = None, tiles_per_block: int = 2,
@@ -222,14 +220,11 @@ class CompactRun:
         if self.current not in self.graphs:
             self.stream.synchronize()
             current = self.current
-            try:
-                graph = capture_graph(self.stream, self._launch, self.GRAPH_STEPS)
-            except Exception as exc:  # capture unsupported here: plain launches from now on
-                log.warning("CUDA graph capture failed (%s); launching kernels one by one.", exc)
+            graph = capture_or_none(self.stream, self._launch, self.GRAPH_STEPS,
+                                    lambda: setattr(self, "current", current))
+            if graph is None:
                 self.use_graphs = False
                 return None
-            finally:
-                self.current = current  # capturing runs nothing
             self.graphs[current] = graph
         return self.graphs[self.current]
 
@@ -256,17 +251,9 @@ class CompactRun:
             done = warm = 2
         ready = kernels <= self.loaded  # every kernel is loaded: capture is safe
         graph = self._graph() if ready and n - done >= self.GRAPH_STEPS else None
-        start, end = self.cuda.Event(), self.cuda.Event()
-        with self.stream:
-            start.record(self.stream)
-            while graph is not None and n - done >= self.GRAPH_STEPS:
-                graph.launch(self.stream)  # an even number of steps: same copy current
-                done += self.GRAPH_STEPS
-            for _ in range(n - done):
-                self._launch()
-            end.record(self.stream)
-        end.synchronize()
-        return self.cuda.get_elapsed_time(start, end) / 1e3 * n / (n - warm)
+        seconds = replay_timed(self.cuda, self.stream, n - done, graph, self.GRAPH_STEPS,
+                               self._launch)
+        return seconds * n / (n - warm)
 
     def probe(self, mode: str, n: int = 1) -> float:
         """``n`` full steps ('full'); the tiled probes are refused (ValueError)."""

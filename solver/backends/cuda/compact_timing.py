@@ -8,12 +8,10 @@ packed) between them, timed with CUDA events around captured graphs;
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from ...problem import Problem
-from .capture import CAPTURE_LOCK, capture_graph
+from .capture import CAPTURE_LOCK, GRAPH_STEPS, capture_or_none, replay_timed
 from .compact import CompactTiling
 from .compact_source import (
     DEFAULT_CODE,
@@ -27,7 +25,6 @@ from .tables import physics_args
 
 __all__ = ["CompactProbe"]
 
-log = logging.getLogger(__name__)
 
 
 class CompactProbe:
@@ -35,7 +32,7 @@ class CompactProbe:
     two copies, CUDA events around launches (a captured graph of 16 launches where capture
     works). The benchmark's twin of :class:`CompactRun`, which steps real runs."""
 
-    GRAPH_STEPS = 16
+    GRAPH_STEPS = GRAPH_STEPS
 
     def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
                  halo: bool = False, step: Problem | None = None, packed: int = 0,
@@ -99,31 +96,19 @@ class CompactProbe:
             self.launch(tpb)  # loads the kernel outside the capture
             self.launch(tpb)
             self.stream.synchronize()
-            try:
-                self.graphs[tpb] = capture_graph(self.stream, lambda: self.launch(tpb),
-                                                 self.GRAPH_STEPS)
-            except Exception as exc:  # capture unsupported: plain launches
-                log.warning("graph capture failed (%s); plain launches", exc)
+            graph = capture_or_none(self.stream, lambda: self.launch(tpb), self.GRAPH_STEPS,
+                                    lambda: None)  # the probe keeps no phase
+            if graph is None:
                 self.use_graphs = False
                 return None
+            self.graphs[tpb] = graph
         return self.graphs[tpb]
 
     def time(self, n: int, tpb: int) -> float:
         """Seconds of ``n`` launches (CUDA events)."""
-        cp = self.cp
         graph = self._graph(tpb) if n >= self.GRAPH_STEPS else None
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        done = 0
-        with self.stream:
-            start.record(self.stream)
-            while graph is not None and n - done >= self.GRAPH_STEPS:
-                graph.launch(self.stream)  # an even number of launches: copies end as they began
-                done += self.GRAPH_STEPS
-            for _ in range(n - done):
-                self.launch(tpb)
-            end.record(self.stream)
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3
+        return replay_timed(self.cp.cuda, self.stream, n, graph, self.GRAPH_STEPS,
+                            lambda: self.launch(tpb))
 
     def release(self) -> None:
         """Free the device arrays."""
