@@ -115,6 +115,7 @@ class CupyBackend(StateAccess):
                              "only the owned tiles.")
         plan = plan or plan_for(problem)
         log.info("tile storage: %s (%s)", plan.tile_storage, plan.reason)
+        log.debug("execution plan:\n%s", plan.describe())
         if plan.compact:
             return CompactRun(problem, plan.pad, cp, tiles_per_block=plan.tiles_per_block,
                               packed=plan.packed, code=plan.code)

@@ -9,7 +9,7 @@ chunks so their temporaries (:func:`readout_tile_bytes`) stay within :func:`read
 about 1/8 of the resident state, within [:data:`READOUT_MIN_BYTES`,
 :data:`READOUT_MAX_BYTES`]; the peak of a compact
 run is then its state plus one chunk (:func:`compact_peak_bytes`, what
-:func:`solver.memory.device_bytes` reports). Values are converted one by one, so every chunking
+:func:`.footprint.device_bytes` reports). Values are converted one by one, so every chunking
 gives the same bits as one whole conversion.
 """
 

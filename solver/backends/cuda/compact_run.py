@@ -131,7 +131,7 @@ class CompactRun:
         are not stored."""
         self._natural()  # in place: the values arrive in the natural layout (phase 0)
         # readout_tiles tiles at a time, host or device input: temporaries of one chunk
-        # (the peak memory of a compact run, solver.memory.device_bytes).
+        # (the peak memory of a compact run, .footprint.device_bytes).
         for first in range(0, self.problem.tiling.n_tiles, self.readout_tiles):
             write_chunk(self, first, f[first:first + self.readout_tiles])
         if self.cuda is not None:  # written on the default stream, before the next step
