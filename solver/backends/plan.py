@@ -268,9 +268,10 @@ def plan_for(problem: Problem) -> ExecutionPlan:
     ]
     if family is COMPACT:
         packed, code = _compact_kernel(label)
-        reasons.append(("launch", f"compact {label} kernel: packed {packed}"
-                        f"{' (instruction issue binds float16)' if packed else ''}, "
-                        f"halo code {code.label or 'default'}"))
+        shape = f"packed {packed} (COMPACT_PACKED_FLOAT16: instruction issue binds it)" \
+            if packed else f"per node (COMPACT_PACKED), tiles_per_block={problem.tiles_per_block}"
+        reasons.append(("launch", f"compact {label} kernel {shape}, halo code "
+                        f"{code.label or 'default'} (timed fastest, see COMPACT_CODE)"))
         return ExecutionPlan(problem.dtype.name, label, layout, problem.streaming, family,
                              problem.tiles_per_block, COMPACT_PAD, packed, code, tuple(reasons))
     reasons.append(("launch", f"tiles_per_block={problem.tiles_per_block}"))
