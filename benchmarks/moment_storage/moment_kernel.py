@@ -100,7 +100,7 @@ def _pull(i: int) -> list[str]:
              f"        const int h = hn - ({shift});",
              "        const bool fluid = s_halo[h] >= 0;",
              "        const real s = fluid ? (real)1 : (real)-1;  // bounce-back: c -> -c",
-             f"        const real* p = fluid ? s_mom + h : o_ptr;"]
+             "        const real* p = fluid ? s_mom + h : o_ptr;"]
     # f_i - w_i = w [drho + 3 c.j + 9/2 (sum_ab c_a c_b A_ab - tr A / 3)]
     cj = " + ".join(f"{'' if c[a] > 0 else '-'}p[{1 + a} * HN]" for a in range(3) if c[a])
     diag = [a for a in range(3) if c[a]]
@@ -110,7 +110,7 @@ def _pull(i: int) -> list[str]:
         a, b = diag
         sign = "+" if c[a] * c[b] > 0 else "-"
         quad += f" {sign} (real)2 * p[{off[(a, b)]} * HN]"
-    lines += [f"        const real tr = p[4 * HN] + p[5 * HN] + p[6 * HN];",
+    lines += ["        const real tr = p[4 * HN] + p[5 * HN] + p[6 * HN];",
               f"        g{i} = {_lit(w)} * (p[0] + s * (real)3 * ({cj}) "
               f"+ (real)4.5 * ({quad}) - (real)1.5 * tr);", "    }"]
     return lines
