@@ -128,12 +128,11 @@ class MomentGrid:
     def pull(self, m: np.ndarray) -> np.ndarray:
         """Populations (19, n_fluid) arriving at each node from stored moments (10, n_fluid):
         rebuilt at the source, or the node's own opposite one (halfway bounce-back)."""
+        rebuilt = populations(m)  # each node's own post-collision populations
         f = np.empty((LAT.q, self.n_fluid))
         for i in range(LAT.q):
             src = self.source[i]
-            ok = src >= 0
-            f[i] = LAT.w[i] + REBUILD[LAT.opposite[i]] @ m
-            f[i, ok] = LAT.w[i] + REBUILD[i] @ m[:, src[ok]]
+            f[i] = np.where(src >= 0, rebuilt[i, src], rebuilt[LAT.opposite[i]])
         return f
 
     def step(self, m: np.ndarray, omega: float, force) -> np.ndarray:
