@@ -168,13 +168,20 @@ def halo_sources(compact: CompactTiling, tiles: np.ndarray, periodic: tuple[bool
 
 
 def moment_sector_multiples(compact: CompactTiling, periodic: tuple[bool, ...],
-                            value_bytes: int, block: int = 0,
+                            value_bytes: int, block: int = 0, layout: str = "soa",
                             chunk: int = 4096) -> tuple[float, float]:
     """Sectors the moment probe's staging loads and its stores touch per step, over the
     sectors of the bytes a step needs (ten values read and ten written per fluid node).
-    ``block`` 0: warp instructions apart (no reuse between them, as :func:`sector_multiples`);
-    K > 0: each sector loaded once per block of K consecutive tiles (perfect reuse inside a
-    block, none between blocks: a lower bound of a block's loads)."""
+
+    ``layout`` 'soa': a tile's moment k of rank r at ``10 base + k padded + r`` (one load
+    instruction per moment, each counted apart; stores by each node, per moment); 'aos': the
+    ten moments of a node side by side at ``10 (base + rank) + k`` (a node's ten values
+    loaded by one thread in one pass, the sectors of a warp's pass counted once; stores of a
+    tile's contiguous range in whole warps, staged through shared memory). ``block`` 0: warp
+    passes apart (no reuse between them, as :func:`sector_multiples`); K > 0: each sector
+    loaded once per block of K consecutive tiles (a lower bound of a block's loads)."""
+    if layout not in ("soa", "aos"):
+        raise ValueError(f"layout must be 'soa' or 'aos', not {layout!r}.")
     n_tiles = compact.tiling.n_tiles
     h = np.arange(HALO_EDGE**3)
     instruction = (h % 64) // 32 * 4 + h // 64  # warp of thread h % 64, loop pass h // 64
@@ -182,21 +189,34 @@ def moment_sector_multiples(compact: CompactTiling, periodic: tuple[bool, ...],
     chunk = chunk // max(block, 1) * max(block, 1)  # blocks never straddle chunks
     for first in range(0, n_tiles, chunk):
         tiles = np.arange(first, min(first + chunk, n_tiles))
-        at0, pc = halo_sources(compact, tiles, periodic)
-        key = (tiles[:, None] // block + 0 * instruction[None, :] if block
+        key = (np.repeat(tiles[:, None] // block, len(h), axis=1) if block
                else tiles[:, None] * 8 + instruction[None, :])
-        ok = at0 >= 0
-        sectors = [(at0 + m * pc)[ok] * value_bytes // SECTOR_BYTES for m in range(N_MOMENTS)]
-        if block:  # one set of sectors per block, whatever moment or instruction
-            loads += len(np.unique(np.concatenate([key[ok] * (1 << 32) + s for s in sectors])))
+        if layout == "soa":
+            at0, pc = halo_sources(compact, tiles, periodic)
+            index = [at0 + m * pc for m in range(N_MOMENTS)]
         else:
-            loads += sum(len(np.unique(key[ok] * (1 << 32) + s)) for s in sectors)
+            at0 = halo_sources(compact, tiles, periodic, values=1)[0]
+            index = [N_MOMENTS * at0 + m for m in range(N_MOMENTS)]
+        ok = at0 >= 0
+        keyed = [key[ok] * (1 << 32) + i[ok] * value_bytes // SECTOR_BYTES for i in index]
+        if block or layout == "aos":  # one set of sectors per block or warp pass
+            loads += len(np.unique(np.concatenate(keyed)))
+        else:
+            loads += sum(len(np.unique(k)) for k in keyed)
     ranks = compact.ranks()
     tile, node = np.nonzero(ranks >= 0)
-    own = N_MOMENTS * compact.base[tile] + ranks[tile, node]
-    warp = tile * 2 + node // 32
-    stores = sum(len(np.unique(warp * (1 << 32) + (own + m * compact.padded[tile])
-                               * value_bytes // SECTOR_BYTES)) for m in range(N_MOMENTS))
+    if layout == "soa":
+        own = N_MOMENTS * compact.base[tile] + ranks[tile, node]
+        warp = tile * 2 + node // 32
+        stores = sum(len(np.unique(warp * (1 << 32) + (own + m * compact.padded[tile])
+                                   * value_bytes // SECTOR_BYTES)) for m in range(N_MOMENTS))
+    else:  # the tile's range [10 base, 10 (base + padded)), lane after lane, 2 warps a pass
+        starts = N_MOMENTS * compact.base
+        lengths = N_MOMENTS * compact.padded
+        value = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        at = np.repeat(starts, lengths) + value
+        warp = np.repeat(np.arange(n_tiles), lengths) * 64 + value // 32
+        stores = len(np.unique(warp * (1 << 32) + at * value_bytes // SECTOR_BYTES))
     ideal = N_MOMENTS * len(tile) * value_bytes / SECTOR_BYTES
     return loads / ideal, stores / ideal
 

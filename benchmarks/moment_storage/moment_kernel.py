@@ -56,36 +56,45 @@ def value_dtype(storage: str) -> str:
     return {"float32": "float32", "float64": "float64", "float16": "uint16"}[storage]
 
 
-def kernel_name(storage: str, pad: int = 1, inner: bool = True) -> str:
-    """Name of the probe kernel of one storage, padding and halo code."""
-    return f"lbm_moments_{storage}_p{pad}" + ("_i" if inner else "")
+#: Moment layouts: per tile one block per moment ('soa': moment k of rank r at ``10 base +
+#: k padded + r``) or the ten moments of a node side by side ('aos': ``10 (base + r) + k``).
+LAYOUTS = ("soa", "aos")
+
+
+def kernel_name(storage: str, pad: int = 1, inner: bool = True, layout: str = "soa") -> str:
+    """Name of the probe kernel of one storage, padding, halo code and layout."""
+    return f"lbm_moments_{layout}_{storage}_p{pad}" + ("_i" if inner else "")
 
 
 def _real_bytes(storage: str) -> int:
     return 8 if storage == "float64" else 4
 
 
-def shared_bytes(tiles_per_block: int, storage: str) -> int:
+def shared_bytes(tiles_per_block: int, storage: str, layout: str = "soa") -> int:
     """Dynamic shared memory of a block: per tile 27 masks (8 B), 27 bases (4 B), the located
-    halo (2 ints per halo node), then (8-byte aligned) ten reals per halo node."""
+    halo (2 ints per halo node), then (8-byte aligned) ten reals per halo node and, 'aos',
+    ten reals per tile node (the new moments, stored from there in whole warps)."""
     head = tiles_per_block * (27 * 12 + 2 * 4 * _HN)
     head = -(-head // 8) * 8
-    return head + tiles_per_block * N_MOMENTS * _HN * _real_bytes(storage)
+    nodes = _HN + (64 if layout == "aos" else 0)
+    return head + tiles_per_block * N_MOMENTS * nodes * _real_bytes(storage)
 
 
 def _lit(x: float) -> str:
     return repr(float(x))
 
 
-def _helpers(storage: str, pad: int, inner: bool) -> str:
-    """The compact kernels' helpers (halo location) for ten values per node."""
+def _helpers(storage: str, pad: int, inner: bool, layout: str) -> str:
+    """The compact kernels' helpers (halo location): with Q = 10 ('soa': a located node's
+    first value ``10 base + rank``) or Q = 1 ('aos': its slot ``base + rank``)."""
     text = _TEMPLATE.read_text()
     text = text[:text.index('extern "C"')]
     return Template(text).substitute(
-        namespace=kernel_name(storage, pad, inner),
+        namespace=kernel_name(storage, pad, inner, layout),
         real="double" if storage == "float64" else "float",
         storage_code=storage_code("float16" if storage == "float16" else "auto"),
-        q=N_MOMENTS, pad=pad, halo="true", inner="true" if inner else "false",
+        q=N_MOMENTS if layout == "soa" else 1, pad=pad, halo="true",
+        inner="true" if inner else "false",
         paired="false", corners="false")
 
 
@@ -116,8 +125,8 @@ def _pull(i: int) -> list[str]:
     return lines
 
 
-def _collide(storage: str) -> list[str]:
-    """Moments of the g's, collision, stores."""
+def _collide(storage: str, layout: str) -> list[str]:
+    """Moments of the g's, collision, stores ('aos': into shared memory, stored later)."""
     q = LAT.q
     terms = lambda coef: " + ".join(  # noqa: E731
         (f"g{i}" if k == 1 else f"-g{i}") for i in range(q) for k in [coef(i)] if k)
@@ -139,13 +148,26 @@ def _collide(storage: str) -> list[str]:
                              "f" + "xyz"[a], "f" + "xyz"[b])
         out.append(f"keep * p{n} + omega * {ua} * {ub} + half * ({ua} * {fb} + {ub} * {fa})")
     for k, value in enumerate(out):
-        stored = (f"float_to_half_bits((float)({value}) * {_lit(SCALE)}f)"
-                  if storage == "float16" else f"({value})")
-        lines.append(f"    fout[own + {k} * stride] = {stored};")
-    return lines
+        if layout == "aos":
+            lines.append(f"    s_out[rank * M + {k}] = {value};")
+        else:
+            lines.append(f"    fout[own + {k} * stride] = {_encode(storage, value)};")
+    return ["    " + line for line in lines]
+
+
+def _encode(storage: str, value: str) -> str:
+    """C expression: the stored form (store_t) of a real moment."""
+    return (f"float_to_half_bits((float)({value}) * {_lit(SCALE)}f)" if storage == "float16"
+            else f"({value})")
 
 
 _KERNEL = r"""
+// Two stored values side by side: one vector load ('aos': a node's ten values start on
+// 10 values, so on 8 bytes in float32, 4 in float16, 16 in float64).
+struct alignas(2 * sizeof(store_t)) Two {
+    store_t a, b;
+};
+
 extern "C" __global__ void ${kernel}(
     const store_t* __restrict__ fin, store_t* __restrict__ fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
@@ -166,7 +188,9 @@ extern "C" __global__ void ${kernel}(
                   + T * NB + local_tile * 2 * HN;
     const int head = ((T * (NB * 12 + 2 * 4 * HN)) + 7) & ~7;  // bytes before the moments
     real* s_mom = reinterpret_cast<real*>(reinterpret_cast<char*>(lbm_smem) + head)
-                  + local_tile * M * HN;
+                  + local_tile * M * (HN + (AOS ? NPT : 0));
+    real* s_out = s_mom + M * HN;  // 'aos': the tile's new moments, rank-major
+    (void)s_out;
     const bool active = tile < n_tiles;
     int t[3] = {0, 0, 0};
     if (active) {
@@ -196,48 +220,86 @@ extern "C" __global__ void ${kernel}(
             const int hx = h % HE, hy = (h / HE) % HE, hz = h / (HE * HE);
             const bool corner = (hx == 0 || hx == HE - 1) && (hy == 0 || hy == HE - 1)
                                 && (hz == 0 || hz == HE - 1);
-            const int at0 = s_halo[h], pc = s_halo[HN + h];
-            if (at0 >= 0 && !corner) {
-#pragma unroll
-                for (int k = 0; k < M; ++k) s_mom[k * HN + h] = ${decode};
-            }
+            if (corner) continue;
+            const int at0 = s_halo[h];
+            if (at0 < 0) continue;
+${stage}
         }
     }
     __syncthreads();
-    if (!active) return;
-    const mask_t mine = s_mask[13];
-    if (!((mine >> n) & 1ull)) return;
+    const mask_t mine = active ? s_mask[13] : 0ull;
+    const bool fluid = (mine >> n) & 1ull;
     const int stride = padded(mine);
-    const int own = Q * s_base[13] + __popcll(mine & ((1ull << n) - 1ull));
-    const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
-    const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo block
-    const real* o_ptr = s_mom + hn;  // the node's own moments
-    real o[7];
+    const int rank = __popcll(mine & ((1ull << n) - 1ull));
+    const int own = Q * (active ? s_base[13] : 0) + rank;
+    (void)stride;
+    (void)own;
+    if (fluid) {
+        const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
+        const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo
+        const real* o_ptr = s_mom + hn;  // the node's own moments
+        real o[7];
 #pragma unroll
-    for (int k = 0; k < 7; ++k) o[k] = o_ptr[k * HN];
-    (void)o;
+        for (int k = 0; k < 7; ++k) o[k] = o_ptr[k * HN];
 ${body}
+    }
+${store}
 }
 
 }  // namespace ${namespace}
 """
 
+_STAGE = {
+    "soa": """            const int pc = s_halo[HN + h];
+#pragma unroll
+            for (int k = 0; k < M; ++k) s_mom[k * HN + h] = ${dec(fin[at0 + k * pc])};""",
+    "aos": """            const Two* src = reinterpret_cast<const Two*>(fin + M * at0);
+#pragma unroll
+            for (int k = 0; k < M / 2; ++k) {
+                const Two v = src[k];
+                s_mom[(2 * k) * HN + h] = ${dec(v.a)};
+                s_mom[(2 * k + 1) * HN + h] = ${dec(v.b)};
+            }""",
+}
 
-def kernel_source(storage: str = "float32", pad: int = 1, inner: bool = True) -> str:
-    """CUDA source of the probe kernel ``kernel_name(storage, pad, inner)``."""
+#: 'aos': after every node has collided, the tile's threads store its contiguous range of
+#: ten values per fluid node in whole warps.
+_AOS_STORE = """    __syncthreads();
+    if (active) {
+        store_t* dst = fout + M * s_base[13];
+        for (int v = n; v < M * __popcll(mine); v += NPT) dst[v] = ${enc};
+    }"""
+
+
+def _decode(storage: str, stored: str) -> str:
+    """C expression: the real moment of a stored value."""
+    if storage == "float16":
+        return f"half_bits_to_float({stored}) * {_lit(1 / SCALE)}f"
+    return stored
+
+
+def kernel_source(storage: str = "float32", pad: int = 1, inner: bool = True,
+                  layout: str = "soa") -> str:
+    """CUDA source of the probe kernel ``kernel_name(storage, pad, inner, layout)``."""
     if storage not in STORAGES:
         raise ValueError(f"Unknown storage {storage!r}; use one of {STORAGES}.")
-    if pad < 1 or pad & (pad - 1):
-        raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
-    name = kernel_name(storage, pad, inner)
-    body = [line for i in range(LAT.q) for line in _pull(i)] + _collide(storage)
-    decode = ("half_bits_to_float(fin[at0 + k * pc]) * " + _lit(1 / SCALE) + "f"
-              if storage == "float16" else "fin[at0 + k * pc]")
+    if layout not in LAYOUTS:
+        raise ValueError(f"Unknown layout {layout!r}; use one of {LAYOUTS}.")
+    if pad < 1 or pad & (pad - 1) or (layout == "aos" and pad != 1):
+        raise ValueError(f"pad must be a power of two >= 1 ('aos': 1), got {pad}.")
+    name = kernel_name(storage, pad, inner, layout)
+    body = ["    " + line for i in range(LAT.q) for line in _pull(i)] + _collide(storage, layout)
+    stage = _STAGE[layout]
+    for stored in ("fin[at0 + k * pc]", "v.a", "v.b"):
+        stage = stage.replace("${dec(" + stored + ")}", _decode(storage, stored))
+    store = (_AOS_STORE.replace("${enc}", _encode(storage, "s_out[v]")) if layout == "aos"
+             else "")
     kernel = Template(_KERNEL).substitute(
-        kernel=name, namespace=name, decode=decode, body="\n".join(body),
+        kernel=name, namespace=name, body="\n".join(body), stage=stage, store=store,
         seed=",\n    unsigned int* fs_seed" if storage == "float16" else "")
-    return (_helpers(storage, pad, inner) + f"constexpr int M = {N_MOMENTS};  // moments a node\n"
-            + kernel)
+    return (_helpers(storage, pad, inner, layout)
+            + f"constexpr int M = {N_MOMENTS};  // moments a node\n"
+            + f"constexpr bool AOS = {'true' if layout == 'aos' else 'false'};\n" + kernel)
 
 
 def encode(m, storage: str):
@@ -258,20 +320,38 @@ def decode(values, storage: str):
     return np.asarray(values, dtype=np.float64)
 
 
-def pack(compact, grid, m, storage: str):
+def aos_order(compact):
+    """int64 (10 n_slots,): the 'soa' index of each 'aos' value (pad 1: slots = nodes)."""
+    import numpy as np
+
+    slot = np.arange(compact.n_slots)
+    tile = np.repeat(np.arange(compact.tiling.n_tiles), compact.padded)
+    rank = slot - compact.base[tile]
+    k = np.arange(N_MOMENTS)[None, :]
+    return (N_MOMENTS * compact.base[tile][:, None] + k * compact.padded[tile][:, None]
+            + rank[:, None]).ravel()
+
+
+def pack(compact, grid, m, storage: str, layout: str = "soa"):
     """Compact array (10 n_slots,) of moments m (10, n_fluid) of ``grid`` (a
     ``moment_reference.MomentGrid`` of the same mask as ``compact``'s tiling); padding 0."""
     import numpy as np
 
     dense = np.moveaxis(grid.to_grid(m, fill=0.0), 0, -1)           # (nx, ny, nz, 10)
     tiled = compact.tiling.gather(dense, fill=0.0).transpose(0, 2, 1)  # (n_tiles, 10, 64)
-    return encode(compact.pack(np.ascontiguousarray(tiled)), storage)
+    soa = compact.pack(np.ascontiguousarray(tiled))
+    return encode(soa if layout == "soa" else soa[aos_order(compact)], storage)
 
 
-def unpack(compact, grid, values, storage: str):
+def unpack(compact, grid, values, storage: str, layout: str = "soa"):
     """Moments (10, n_fluid), float64, of a compact array of stored values."""
     import numpy as np
 
-    tiled = compact.unpack(decode(values, storage), N_MOMENTS)      # (n_tiles, 10, 64)
+    values = decode(values, storage)
+    if layout == "aos":
+        soa = np.empty_like(values)
+        soa[aos_order(compact)] = values
+        values = soa
+    tiled = compact.unpack(values, N_MOMENTS)                        # (n_tiles, 10, 64)
     dense = compact.tiling.scatter(np.ascontiguousarray(tiled.transpose(0, 2, 1)))
     return dense[tuple(grid.nodes.T)].T
