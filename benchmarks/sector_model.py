@@ -221,28 +221,34 @@ def moment_sector_multiples(compact: CompactTiling, periodic: tuple[bool, ...],
     return loads / ideal, stores / ideal
 
 
-def moment_case(label: str, solid: np.ndarray) -> list[dict]:
-    """Per storage precision: the moment probe's L2 sectors next to the compact population
-    step's on the same geometry (periodic faces), in bytes per fluid node and step."""
+def moment_case(label: str, solid: np.ndarray,
+                precisions: tuple[str, ...] = ("float16", "float32")) -> list[dict]:
+    """Per storage precision and moment layout: the moment probe's L2 sectors next to the
+    compact population step's on the same geometry (periodic faces), in bytes per fluid node
+    and step; loads without reuse between warp passes and with each sector once per block of
+    4 tiles."""
     populations = {r["precision"]: r for r in model_case(label, solid)}
     compact = CompactTiling(Tiling.build(solid, 4, "best"), 1)
     rows = []
-    for precision, value_bytes in VALUE_BYTES.items():
-        loads, stores = moment_sector_multiples(compact, (True,) * 3, value_bytes)
-        reused = moment_sector_multiples(compact, (True,) * 3, value_bytes, block=4)[0]
-        p = populations[precision]
-        moment_l2 = (loads + stores) * N_MOMENTS * value_bytes
-        population_l2 = p["l2_per_float32_ideal"] * 2 * 19 * 4
-        rows.append({"case": label, "eta_t": p["eta_t"], "precision": precision,
-                     "moment_loads": round(loads, 3), "moment_stores": round(stores, 3),
-                     "moment_loads_reused_in_4_tiles": round(reused, 3),
-                     "moment_dram_bytes": 2 * N_MOMENTS * value_bytes,
-                     "moment_l2_bytes": round(moment_l2, 1),
-                     "moment_l2_bytes_reused_in_4_tiles": round((reused + stores) * N_MOMENTS
-                                                                * value_bytes, 1),
-                     "population_dram_bytes": 2 * 19 * value_bytes,
-                     "population_l2_bytes": round(population_l2, 1),
-                     "l2_ratio_population_over_moment": round(population_l2 / moment_l2, 3)})
+    for precision in precisions:
+        value_bytes = VALUE_BYTES[precision]
+        population_l2 = populations[precision]["l2_per_float32_ideal"] * 2 * 19 * 4
+        for layout in ("soa", "aos"):
+            loads, stores = moment_sector_multiples(compact, (True,) * 3, value_bytes,
+                                                    layout=layout)
+            reused = moment_sector_multiples(compact, (True,) * 3, value_bytes, 4, layout)[0]
+            moment_l2 = (loads + stores) * N_MOMENTS * value_bytes
+            rows.append({"case": label, "eta_t": populations[precision]["eta_t"],
+                         "precision": precision, "layout": layout,
+                         "loads": round(loads, 3), "stores": round(stores, 3),
+                         "loads_reused_in_4_tiles": round(reused, 3),
+                         "dram_bytes": 2 * N_MOMENTS * value_bytes,
+                         "l2_bytes": round(moment_l2, 1),
+                         "l2_bytes_reused_in_4_tiles": round((reused + stores) * N_MOMENTS
+                                                             * value_bytes, 1),
+                         "population_dram_bytes": 2 * 19 * value_bytes,
+                         "population_l2_bytes": round(population_l2, 1),
+                         "population_over_moment_l2": round(population_l2 / moment_l2, 3)})
     return rows
 
 
@@ -254,10 +260,13 @@ def write_moments(rows: list[dict], out: Path) -> None:
     keys = [k for k in rows[0] if k not in ("case", "precision")]
     lines = ["# L2 sectors of moment storage vs population storage (`python "
              "benchmarks/sector_model.py --moments`)", "",
-             "Compact tiles, periodic faces. moment loads/stores: sectors the probe's staging "
-             "loads and its stores touch over the sectors of 10 values a fluid node; *_bytes: "
-             "per fluid node and step (DRAM: each value read and written once; L2: sectors "
-             "touched x 32 B, no reuse between warp instructions).", "",
+             "Compact tiles (pad 1), periodic faces. loads/stores: sectors the moment probe's "
+             "staging loads and its stores touch over the sectors of 10 values a fluid node "
+             "(layout soa: one block per moment a tile; aos: a node's ten moments side by "
+             "side); *_bytes: per fluid node and step (DRAM: each value read and written "
+             "once; L2: sectors touched x 32 B, no reuse between warp passes, or once per "
+             "block of 4 tiles); population_*: the compact population step on the same "
+             "geometry, counted the same way (no reuse).", "",
              "| case | storage | " + " | ".join(keys) + " |",
              "| --- | --- |" + " ---: |" * len(keys)]
     lines += [f"| {r['case']} | {r['precision']} | " + " | ".join(str(r[k]) for k in keys)

@@ -72,12 +72,12 @@ def _real_bytes(storage: str) -> int:
 
 def shared_bytes(tiles_per_block: int, storage: str, layout: str = "soa") -> int:
     """Dynamic shared memory of a block: per tile 27 masks (8 B), 27 bases (4 B), the located
-    halo (2 ints per halo node), then (8-byte aligned) ten reals per halo node and, 'aos',
-    ten reals per tile node (the new moments, stored from there in whole warps)."""
+    halo (2 ints per halo node), then (8-byte aligned) ten reals per halo node ('aos': after
+    the pulls, the tile's new moments, stored from there in whole warps). ``layout`` does not
+    change it."""
     head = tiles_per_block * (27 * 12 + 2 * 4 * _HN)
     head = -(-head // 8) * 8
-    nodes = _HN + (64 if layout == "aos" else 0)
-    return head + tiles_per_block * N_MOMENTS * nodes * _real_bytes(storage)
+    return head + tiles_per_block * N_MOMENTS * _HN * _real_bytes(storage)
 
 
 def _lit(x: float) -> str:
@@ -149,7 +149,7 @@ def _collide(storage: str, layout: str) -> list[str]:
         out.append(f"keep * p{n} + omega * {ua} * {ub} + half * ({ua} * {fb} + {ub} * {fa})")
     for k, value in enumerate(out):
         if layout == "aos":
-            lines.append(f"    s_out[rank * M + {k}] = {value};")
+            lines.append(f"    r{k} = {value};")
         else:
             lines.append(f"    fout[own + {k} * stride] = {_encode(storage, value)};")
     return ["    " + line for line in lines]
@@ -188,9 +188,7 @@ extern "C" __global__ void ${kernel}(
                   + T * NB + local_tile * 2 * HN;
     const int head = ((T * (NB * 12 + 2 * 4 * HN)) + 7) & ~7;  // bytes before the moments
     real* s_mom = reinterpret_cast<real*>(reinterpret_cast<char*>(lbm_smem) + head)
-                  + local_tile * M * (HN + (AOS ? NPT : 0));
-    real* s_out = s_mom + M * HN;  // 'aos': the tile's new moments, rank-major
-    (void)s_out;
+                  + local_tile * M * HN;
     const bool active = tile < n_tiles;
     int t[3] = {0, 0, 0};
     if (active) {
@@ -234,6 +232,7 @@ ${stage}
     const int own = Q * (active ? s_base[13] : 0) + rank;
     (void)stride;
     (void)own;
+${results}
     if (fluid) {
         const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
         const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo
@@ -264,7 +263,11 @@ _STAGE = {
 
 #: 'aos': after every node has collided, the tile's threads store its contiguous range of
 #: ten values per fluid node in whole warps.
-_AOS_STORE = """    __syncthreads();
+_AOS_STORE = """    __syncthreads();  // every node has pulled: the staged moments make room
+    if (fluid) {
+${keep}
+    }
+    __syncthreads();
     if (active) {
         store_t* dst = fout + M * s_base[13];
         for (int v = n; v < M * __popcll(mine); v += NPT) dst[v] = ${enc};
@@ -292,10 +295,14 @@ def kernel_source(storage: str = "float32", pad: int = 1, inner: bool = True,
     stage = _STAGE[layout]
     for stored in ("fin[at0 + k * pc]", "v.a", "v.b"):
         stage = stage.replace("${dec(" + stored + ")}", _decode(storage, stored))
-    store = (_AOS_STORE.replace("${enc}", _encode(storage, "s_out[v]")) if layout == "aos"
-             else "")
+    keep = "\n".join(f"        s_mom[rank * M + {k}] = r{k};" for k in range(N_MOMENTS))
+    store = (_AOS_STORE.replace("${enc}", _encode(storage, "s_mom[v]")).replace("${keep}", keep)
+             if layout == "aos" else "")
+    results = ("    real " + ", ".join(f"r{k} = 0" for k in range(N_MOMENTS)) + ";"
+               if layout == "aos" else "")
     kernel = Template(_KERNEL).substitute(
         kernel=name, namespace=name, body="\n".join(body), stage=stage, store=store,
+        results=results,
         seed=",\n    unsigned int* fs_seed" if storage == "float16" else "")
     return (_helpers(storage, pad, inner, layout)
             + f"constexpr int M = {N_MOMENTS};  // moments a node\n"

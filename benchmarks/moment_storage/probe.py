@@ -48,30 +48,35 @@ STOP_RULE = 1.3
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 5e-3}
 TAU = 0.8
 FORCE = (1e-6, 0.0, 0.0)
-#: (label, storage precision, tiles per block) of the moment probe timings.
-MOMENT_RUNS = [("moments float32", "float32", 1), ("moments float32", "float32", 2),
-               ("moments float32", "float32", 4), ("moments float16", "float16", 2),
-               ("moments float16", "float16", 4)]
+#: (storage precision, layout, tiles per block) of the moment probe timings: the per-moment
+#: tile blocks ('soa') once, the node-major layout ('aos', fewer L2 sectors by
+#: ``benchmarks/sector_model.py --moments``) at several tiles per block.
+MOMENT_RUNS = [("float32", "soa", 2), ("float32", "aos", 1), ("float32", "aos", 2),
+               ("float32", "aos", 4), ("float16", "soa", 2), ("float16", "aos", 2),
+               ("float16", "aos", 4)]
 #: (label, precision, packed tiles per block, tiles per block): the compact kernels of runs.
 COMPACT_RUNS = [("compact BGK float32", "float32", 0, 2), ("compact BGK float16", "float16", 4, 0)]
 
 
 class MomentProbe:
     """Two compact copies of ten moments a fluid node on the device, stepped by the probe
-    kernel of one storage; CUDA events around captured graphs of 16 launches."""
+    kernel of one storage and layout; CUDA events around captured graphs of 16 launches."""
 
     GRAPH_STEPS = 16
 
-    def __init__(self, tiling, periodic, storage: str, tau: float = TAU, force=FORCE) -> None:
+    def __init__(self, tiling, periodic, storage: str, layout: str = "soa", tau: float = TAU,
+                 force=FORCE) -> None:
         import cupy as cp
 
         from solver.backends.cuda.capture import capture_graph
 
         self.cp, self.capture_graph, self.storage = cp, capture_graph, storage
+        self.layout = layout
         self.compact = CompactTiling(tiling, 1)
         self.compact.check_int32(mk.N_MOMENTS)
-        name = mk.kernel_name(storage)
-        module = cp.RawModule(code=mk.kernel_source(storage), options=("-std=c++17",))
+        name = mk.kernel_name(storage, layout=layout)
+        module = cp.RawModule(code=mk.kernel_source(storage, layout=layout),
+                              options=("-std=c++17",))
         self.kernel = module.get_function(name)
         self.tables = (cp.asarray(self.compact.masks.astype(np.uint64)),
                        cp.asarray(self.compact.base.astype(np.int32)),
@@ -95,7 +100,7 @@ class MomentProbe:
         with self.stream:
             self.kernel((-(-self.compact.tiling.n_tiles // tpb),), (64 * tpb,),
                         (src, dst, *self.tables, *self.ints, *self.reals, *self.extra),
-                        shared_mem=mk.shared_bytes(tpb, self.storage))
+                        shared_mem=mk.shared_bytes(tpb, self.storage, self.layout))
         self.current = 1 - self.current
 
     def upload(self, values: np.ndarray) -> None:
@@ -146,28 +151,29 @@ def check_case() -> tuple[np.ndarray, tuple[bool, bool, bool]]:
     return sphere_pack((40, 36, 28), 0.5, 10.0, 3), (True, False, True)
 
 
-def device_check(storage: str, steps: int = 4, tpb: int = 2, case=None) -> dict:
-    """The probe kernel of ``storage`` against the NumPy reference from random moments, on
-    ``case`` (solid, periodic axes; default :func:`check_case`)."""
+def device_check(storage: str, layout: str = "soa", steps: int = 4, tpb: int = 2,
+                 case=None) -> dict:
+    """The probe kernel of ``storage`` and ``layout`` against the NumPy reference from random
+    moments, on ``case`` (solid, periodic axes; default :func:`check_case`)."""
     from solver.tiling import Tiling
 
     solid, periodic = case or check_case()
     grid = MomentGrid(solid, periodic)
-    probe = MomentProbe(Tiling.build(solid, 4, (1, 2, 3)), periodic, storage,
+    probe = MomentProbe(Tiling.build(solid, 4, (1, 2, 3)), periodic, storage, layout,
                         force=(2e-5, -1e-5, 5e-6))
     try:
         m = np.random.default_rng(1).normal(size=(mk.N_MOMENTS, grid.n_fluid)) * 1e-3
-        stored = mk.pack(probe.compact, grid, m, storage)
-        ref = mk.unpack(probe.compact, grid, stored, storage)  # start from the stored values
+        stored = mk.pack(probe.compact, grid, m, storage, layout)
+        ref = mk.unpack(probe.compact, grid, stored, storage, layout)  # from the stored values
         probe.upload(stored)
         for _ in range(steps):
             probe.launch(tpb)
             ref = grid.step(ref, 1.0 / TAU, (2e-5, -1e-5, 5e-6))
-        got = mk.unpack(probe.compact, grid, probe.download(), storage)
+        got = mk.unpack(probe.compact, grid, probe.download(), storage, layout)
     finally:
         probe.release()
     rel = float(np.abs(got - ref).max() / np.abs(ref).max())
-    return dict(storage=storage, steps=steps, relative_difference=rel,
+    return dict(storage=storage, layout=layout, steps=steps, relative_difference=rel,
                 tolerance=TOLERANCE[storage], ok=bool(rel <= TOLERANCE[storage]))
 
 
@@ -199,13 +205,14 @@ def time_case(case: BenchCase, copy: float) -> list[dict]:
     tiling = problems["float32"].tiling
     periodic = problems["float32"].periodic
     n_fluid = problems["float32"].n_fluid
-    jobs = [("moments", *r) for r in MOMENT_RUNS] + [("compact", *r) for r in COMPACT_RUNS]
+    jobs = ([("moments", f"moments {layout} {p}", p, layout, tpb)
+             for p, layout, tpb in MOMENT_RUNS] + [("compact", *r) for r in COMPACT_RUNS])
     rows = []
     for rep in range(2):
         for kind, label, precision, *shape in (jobs if rep == 0 else jobs[::-1]):
             if kind == "moments":
-                (tpb,) = shape
-                run = MomentProbe(tiling, periodic, precision)
+                layout, tpb = shape
+                run = MomentProbe(tiling, periodic, precision, layout)
                 sec = _median_seconds(lambda k, run=run, tpb=tpb: run.time(k, tpb))
                 value_bytes, values = np.dtype(mk.value_dtype(precision)).itemsize, mk.N_MOMENTS
                 config = f"{tpb} tiles/block"
@@ -240,7 +247,7 @@ def summary(result: dict) -> str:
              "use (BGK, 19 values). Cells: fluid G updates/s, mean of two timings, best "
              "configuration; 'own limit': copy bandwidth / (2 x values x bytes) per node.", "",
              "Device checks against the NumPy float64 reference: " + ", ".join(
-                 f"{c['storage']} {c['relative_difference']:.1e} "
+                 f"{c['layout']} {c['storage']} {c['relative_difference']:.1e} "
                  f"({'ok' if c['ok'] else 'FAILS'} <= {c['tolerance']:g})"
                  for c in result["checks"]), "",
              "| case | kernel | best config | G fluid updates/s | of own limit | B/node/step "
@@ -293,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                        "commit": git_commit(), "copy_bandwidth": copy, "tau": TAU,
                        "force": FORCE},
               "checks": [], "results": [], "errors": []}
-    result["checks"] = [device_check(s) for s in ("float64", "float32", "float16")]
+    result["checks"] = [device_check(s, layout) for layout in mk.LAYOUTS
+                        for s in ("float64", "float32", "float16")]
     print(json.dumps(result["checks"]), flush=True)
     if all(c["ok"] for c in result["checks"]):
         for case in cases(args.quick):

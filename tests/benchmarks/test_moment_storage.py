@@ -75,17 +75,17 @@ def test_channel_flow_is_poiseuille_with_halfway_walls_and_mass_is_kept() -> Non
     assert abs(m[0].sum()) < 1e-13  # bounce-back walls keep the mass
 
 
-def _emulated_steps(storage: str, steps: int = 3):
+def _emulated_steps(storage: str, layout: str, steps: int = 3):
     shape, offset, periodic = CASE
     solid = porous_solid(shape, 0)
     grid, tiling = MomentGrid(solid, periodic), Tiling.build(solid, 4, offset)
     compact = CompactTiling(tiling, 1)
     real = "double" if storage == "float64" else "float"
-    run = compile_compact(mk.kernel_source(storage), mk.kernel_name(storage), real, 4,
-                          storage == "float16")
+    run = compile_compact(mk.kernel_source(storage, layout=layout),
+                          mk.kernel_name(storage, layout=layout), real, 4, storage == "float16")
     m = np.random.default_rng(2).normal(size=(10, grid.n_fluid)) * 1e-3
-    fin = mk.pack(compact, grid, m, storage)
-    ref = mk.unpack(compact, grid, fin, storage)
+    fin = mk.pack(compact, grid, m, storage, layout)
+    ref = mk.unpack(compact, grid, fin, storage, layout)
     fout = np.zeros_like(fin)
     tables = [compact.masks.astype(np.uint64), compact.base.astype(np.int32),
               np.ascontiguousarray(tiling.tiles, dtype=np.int32).ravel(),
@@ -98,15 +98,17 @@ def _emulated_steps(storage: str, steps: int = 3):
             fin.ctypes.data_as(ctypes.c_void_p), fout.ctypes.data_as(ctypes.c_void_p), *ptr)
         fin, fout = fout, fin
         ref = grid.step(ref, 1 / 0.7, FORCE)
-    got = mk.unpack(compact, grid, fin, storage)
+    got = mk.unpack(compact, grid, fin, storage, layout)
     return np.abs(got - ref).max() / np.abs(ref).max()
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
-@pytest.mark.parametrize("storage, tolerance", [("float64", 1e-12), ("float32", 1e-5),
-                                                ("float16", 5e-3)])
-def test_probe_kernel_on_the_emulator_steps_as_the_reference(storage, tolerance) -> None:
-    assert _emulated_steps(storage) <= tolerance
+@pytest.mark.parametrize("storage, layout, tolerance", [
+    ("float64", "soa", 1e-12), ("float32", "soa", 1e-5), ("float64", "aos", 1e-12),
+    ("float16", "aos", 5e-3)])
+def test_probe_kernel_on_the_emulator_steps_as_the_reference(storage, layout,
+                                                             tolerance) -> None:
+    assert _emulated_steps(storage, layout) <= tolerance
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -117,7 +119,8 @@ def test_probe_device_check_passes_through_a_fake_cupy(monkeypatch) -> None:
     import probe
 
     shape, _, periodic = CASE
-    check = probe.device_check("float64", steps=2, case=(porous_solid(shape, 1), periodic))
+    check = probe.device_check("float64", "aos", steps=2,
+                               case=(porous_solid(shape, 1), periodic))
     assert check["ok"] and check["relative_difference"] < 1e-12
     assert fake.launches == 2
 
@@ -134,11 +137,12 @@ def test_probe_table_names_the_best_configuration_and_the_stop_rule() -> None:
                               ok=True)],
               "results": [row("compact BGK float32", "2 tiles/block", 15.0),
                           row("compact BGK float32", "2 tiles/block", 15.0),
-                          row("moments float32", "1 tiles/block", 12.0),
-                          row("moments float32", "2 tiles/block", 18.0),
-                          row("moments float32", "2 tiles/block", 16.0)]}
+                          row("moments aos float32", "1 tiles/block", 12.0),
+                          row("moments aos float32", "2 tiles/block", 18.0),
+                          row("moments aos float32", "2 tiles/block", 16.0)]}
+    result["checks"][0]["layout"] = "aos"
     table = probe.summary(result)
-    assert "| rock-like 192^3 | moments float32 | 2 tiles/block | 17.00 |" in table
+    assert "| rock-like 192^3 | moments aos float32 | 2 tiles/block | 17.00 |" in table
     assert "best moment probe 1.13 x: FAILS" in table
 
 
@@ -158,9 +162,10 @@ def test_moment_sector_count_of_an_all_fluid_box() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["soa", "aos"])
 @pytest.mark.parametrize("storage", ["float64", "float32", "float16"])
-def test_probe_kernel_on_the_gpu_steps_as_the_reference(storage) -> None:
+def test_probe_kernel_on_the_gpu_steps_as_the_reference(storage, layout) -> None:
     import probe
 
-    check = probe.device_check(storage)
+    check = probe.device_check(storage, layout)
     assert check["ok"], check
