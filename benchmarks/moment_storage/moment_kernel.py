@@ -102,8 +102,8 @@ def _pull(i: int) -> list[str]:
     """Lines computing g<i> (population deviation f_i - w_i) arriving at this node."""
     c = LAT.c[i]
     w = LAT.w[i]
-    if not any(c):  # rest population: the node's own, rebuilt: w (drho - tr A / 3 * 9/2)
-        return [f"    const real g{i} = {_lit(w)} * (o[0] - (real)1.5 * (o[4] + o[5] + o[6]));"]
+    if not any(c):  # rest population: the node's own, rebuilt: w (drho - 3/2 tr A) = w P
+        return [f"    const real g{i} = {_lit(w)} * o_ptr[0];"]
     shift = int(c[0] + 6 * c[1] + 36 * c[2])
     lines = [f"    real g{i};", "    {",
              f"        const int h = hn - ({shift});",
@@ -111,6 +111,7 @@ def _pull(i: int) -> list[str]:
              "        const real s = fluid ? (real)1 : (real)-1;  // bounce-back: c -> -c",
              "        const real* p = fluid ? s_mom + h : o_ptr;"]
     # f_i - w_i = w [drho + 3 c.j + 9/2 (sum_ab c_a c_b A_ab - tr A / 3)]
+    #           = w [P + 3 c.j + 9/2 sum_ab c_a c_b A_ab], P = drho - 3/2 tr A (staged)
     cj = " + ".join(f"{'' if c[a] > 0 else '-'}p[{1 + a} * HN]" for a in range(3) if c[a])
     diag = [a for a in range(3) if c[a]]
     quad = " + ".join(f"p[{4 + a} * HN]" for a in diag)
@@ -119,9 +120,8 @@ def _pull(i: int) -> list[str]:
         a, b = diag
         sign = "+" if c[a] * c[b] > 0 else "-"
         quad += f" {sign} (real)2 * p[{off[(a, b)]} * HN]"
-    lines += ["        const real tr = p[4 * HN] + p[5 * HN] + p[6 * HN];",
-              f"        g{i} = {_lit(w)} * (p[0] + s * (real)3 * ({cj}) "
-              f"+ (real)4.5 * ({quad}) - (real)1.5 * tr);", "    }"]
+    lines += [f"        g{i} = {_lit(w)} * (p[0] + s * (real)3 * ({cj}) "
+              f"+ (real)4.5 * ({quad}));", "    }"]
     return lines
 
 
@@ -237,9 +237,6 @@ ${results}
         const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
         const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo
         const real* o_ptr = s_mom + hn;  // the node's own moments
-        real o[7];
-#pragma unroll
-        for (int k = 0; k < 7; ++k) o[k] = o_ptr[k * HN];
 ${body}
     }
 ${store}
@@ -248,18 +245,27 @@ ${store}
 }  // namespace ${namespace}
 """
 
+#: Staging one halo node: its ten moments, the first replaced by P = drho - 3/2 tr A (the
+#: part of every rebuilt population that does not depend on its direction: fewer shared loads
+#: per pull).
 _STAGE = {
     "soa": """            const int pc = s_halo[HN + h];
+            real v[M];
 #pragma unroll
-            for (int k = 0; k < M; ++k) s_mom[k * HN + h] = ${dec(fin[at0 + k * pc])};""",
+            for (int k = 0; k < M; ++k) v[k] = ${dec(fin[at0 + k * pc])};""",
     "aos": """            const Two* src = reinterpret_cast<const Two*>(fin + M * at0);
+            real v[M];
 #pragma unroll
             for (int k = 0; k < M / 2; ++k) {
-                const Two v = src[k];
-                s_mom[(2 * k) * HN + h] = ${dec(v.a)};
-                s_mom[(2 * k + 1) * HN + h] = ${dec(v.b)};
+                const Two two = src[k];
+                v[2 * k] = ${dec(two.a)};
+                v[2 * k + 1] = ${dec(two.b)};
             }""",
 }
+_STAGE_END = """
+            v[0] -= (real)1.5 * (v[4] + v[5] + v[6]);
+#pragma unroll
+            for (int k = 0; k < M; ++k) s_mom[k * HN + h] = v[k];"""
 
 #: 'aos': after every node has collided, the tile's threads store its contiguous range of
 #: ten values per fluid node in whole warps.
@@ -292,8 +298,8 @@ def kernel_source(storage: str = "float32", pad: int = 1, inner: bool = True,
         raise ValueError(f"pad must be a power of two >= 1 ('aos': 1), got {pad}.")
     name = kernel_name(storage, pad, inner, layout)
     body = ["    " + line for i in range(LAT.q) for line in _pull(i)] + _collide(storage, layout)
-    stage = _STAGE[layout]
-    for stored in ("fin[at0 + k * pc]", "v.a", "v.b"):
+    stage = _STAGE[layout] + _STAGE_END
+    for stored in ("fin[at0 + k * pc]", "two.a", "two.b"):
         stage = stage.replace("${dec(" + stored + ")}", _decode(storage, stored))
     keep = "\n".join(f"        s_mom[rank * M + {k}] = r{k};" for k in range(N_MOMENTS))
     store = (_AOS_STORE.replace("${enc}", _encode(storage, "s_mom[v]")).replace("${keep}", keep)
