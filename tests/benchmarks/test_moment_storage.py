@@ -169,3 +169,16 @@ def test_probe_kernel_on_the_gpu_steps_as_the_reference(storage, layout) -> None
 
     check = probe.device_check(storage, layout)
     assert check["ok"], check
+
+
+def test_moment_table_lists_both_layouts_next_to_populations(tmp_path) -> None:
+    rows = sector_model.moment_case("small", porous_solid((16, 12, 12), 3))
+    assert [(r["precision"], r["layout"]) for r in rows] == [
+        ("float16", "soa"), ("float16", "aos"), ("float32", "soa"), ("float32", "aos")]
+    for r in rows:
+        assert r["dram_bytes"] * 19 == r["population_dram_bytes"] * 10
+        assert r["l2_bytes_reused_in_4_tiles"] <= r["l2_bytes"]
+        assert r["l2_bytes"] >= r["dram_bytes"]  # at least the ideal sectors
+    sector_model.write_moments(rows, tmp_path)
+    table = next(tmp_path.glob("sector-model-moments-*.md")).read_text()
+    assert table.count("\n| small |") == 4 and "| layout |" in table
