@@ -13,9 +13,10 @@ and a dense periodic 256^3 box, each configuration twice in alternating order. W
 ``benchmarks/moment_storage/results``). Stop rule of the issue: the probe must reach 1.3x the
 compact float32 step in fluid updates/s on the rock-like pack.
 
-Usage, on the GPU machine from the repository root: ``python benchmarks/moment_storage/probe.py``
-(about 2 minutes on an H100; ``--quick``: 96^3 cases, a smoke run). Set ``LBM_COMMIT`` where
-the copy has no ``.git``.
+Usage, on the GPU machine from the repository root: ``python benchmarks/moment_storage/probe.py
+--out DIR`` (estimated 2-3 minutes on an H100, not yet run; ``--quick``: 96^3 and 128^3 cases,
+a smoke run). Set ``LBM_COMMIT`` where the copy has no ``.git``. The files are written after
+the checks and after each case.
 """
 
 from __future__ import annotations
@@ -300,25 +301,39 @@ def main(argv: list[str] | None = None) -> int:
                        "commit": git_commit(), "copy_bandwidth": copy, "tau": TAU,
                        "force": FORCE},
               "checks": [], "results": [], "errors": []}
-    result["checks"] = [device_check(s, layout) for layout in mk.LAYOUTS
-                        for s in ("float64", "float32", "float16")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    gpu = "".join(ch if ch.isalnum() else "-" for ch in info["name"].lower()).strip("-")
+    stem = args.out / f"moment-probe-{gpu}-{result['meta']['date']}-{result['meta']['commit']}"
+
+    def write() -> str:  # after every stage: a run cut off still leaves its table
+        result["meta"]["seconds"] = round(time.perf_counter() - started, 1)
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
+        table = summary(result)
+        stem.with_suffix(".md").write_text(table)
+        return table
+
+    for layout in mk.LAYOUTS:
+        for storage in ("float64", "float32", "float16"):
+            try:
+                result["checks"].append(device_check(storage, layout))
+            except Exception as exc:  # a kernel that does not build or launch
+                result["checks"].append(dict(storage=storage, layout=layout, ok=False,
+                                             relative_difference=float("nan"),
+                                             tolerance=TOLERANCE[storage]))
+                result["errors"].append(f"check {layout} {storage}: {type(exc).__name__}: "
+                                        f"{exc}"[:400])
     print(json.dumps(result["checks"]), flush=True)
+    write()
     if all(c["ok"] for c in result["checks"]):
         for case in cases(args.quick):
             try:
                 result["results"] += time_case(case, copy)
             except Exception as exc:  # keep what was measured
                 result["errors"].append(f"{case.label}: {type(exc).__name__}: {exc}"[:400])
+            write()
     else:
         result["errors"].append("a device check failed: nothing timed")
-    result["meta"]["seconds"] = round(time.perf_counter() - started, 1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    gpu = "".join(ch if ch.isalnum() else "-" for ch in info["name"].lower()).strip("-")
-    stem = f"moment-probe-{gpu}-{result['meta']['date']}-{result['meta']['commit']}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    table = summary(result)
-    (args.out / f"{stem}.md").write_text(table)
-    print(table)
+    print(write())
     return 0 if not result["errors"] else 1
 
 
