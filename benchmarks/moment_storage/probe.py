@@ -14,9 +14,9 @@ and a dense periodic 256^3 box, each configuration twice in alternating order. W
 compact float32 step in fluid updates/s on the rock-like pack.
 
 Usage, on the GPU machine from the repository root: ``python benchmarks/moment_storage/probe.py
---out DIR`` (estimated 2-3 minutes on an H100, not yet run; ``--quick``: 96^3 and 128^3 cases,
-a smoke run). Set ``LBM_COMMIT`` where the copy has no ``.git``. The files are written after
-the checks and after each case.
+--out DIR`` (about 4.6 minutes held on an H100, machine start included; ``--quick``: 96^3
+and 128^3 cases, a smoke run). Set ``LBM_COMMIT`` where the copy has no ``.git``. The files are
+written after the checks and after each case.
 """
 
 from __future__ import annotations

@@ -182,3 +182,22 @@ def test_moment_table_lists_both_layouts_next_to_populations(tmp_path) -> None:
     sector_model.write_moments(rows, tmp_path)
     table = next(tmp_path.glob("sector-model-moments-*.md")).read_text()
     assert table.count("\n| small |") == 4 and "| layout |" in table
+
+
+def test_static_counts_occupancy_and_sass_classes() -> None:
+    """The H100 occupancy of the timed block shapes (shared memory binds the moment probe,
+    registers the compact kernel), the SASS classes split at barriers, and the float-weight
+    variant replacing exactly the 19 double weight literals of the timed probe."""
+    import static_counts as sc
+
+    probe = sc.occupancy(40, 128, mk.shared_bytes(2, "float32", "aos"))
+    assert (probe["warps_per_sm"], probe["bound_by"]) == (40, "shared")
+    compact = sc.occupancy(40, 128, 4108)
+    assert (compact["warps_per_sm"], compact["bound_by"]) == (48, "registers")
+    sass = "\n".join(f"        /*{k:04x}*/  {op} ;" for k, op in enumerate(
+        ["LDG.E", "STS", "BAR.SYNC", "LDS", "FFMA", "@P0 DMUL", "F2F.F64.F32", "STG.E"]))
+    counted = sc.count(sass)
+    assert counted["segments"] == [2, 6] and counted["doubles"] == 2
+    assert counted["segment_classes"][1]["fp32"] == 1 and counted["shared load"] == 1
+    source = sc.KERNELS["moments aos float32, float weights (not timed)"]()[0]
+    assert "= (real)0.05555555555555555 *" in source
