@@ -23,8 +23,8 @@ from geometries import VoxelGeometry
 from geometries.openings import Opening, face_openings
 from solver.opening_kinds import DENSITY, SPEED, opening_kind
 from solver.opening_specs import MAX_DENSITY_CHANGE
-from solver.units import SOUND_SPEED, UnitSystem
-from solver.values import MAX_MACH, ConfigError
+from solver.units import UnitSystem
+from solver.values import MAX_MACH, PROFILE_PEAK, ConfigError, mean_speed_limit
 
 __all__ = [
     "KIND_LABELS", "VALUE_UNITS", "PROFILE_PEAK", "DEFAULT_INLET_SPEED", "OpeningGroup",
@@ -40,8 +40,6 @@ VALUE_UNITS = {"velocity": ("m/s", "mL/s", "µL/s"), "pressure": ("Pa",),
                "outflow": ("",), "closed": ("",)}
 #: m^3/s in one unit of each flow-rate choice.
 FLOW_UNITS = {"mL/s": 1e-6, "µL/s": 1e-9}
-#: Peak over mean speed of each inlet profile: the Mach limit holds for the peak.
-PROFILE_PEAK = {"uniform": 1.0, "poiseuille": 2.0}
 #: Default inlet mean speed, lattice units (Mach 0.017: well inside the limit at any resolution).
 DEFAULT_INLET_SPEED = 0.01
 #: What drives the flow -> None (the body force, periodic box), "openings" (the geometry's own:
@@ -201,7 +199,7 @@ class OpeningUnits:
                     "the time step (a smaller τ or voxel size).")
             return {"kind": kind, "value": density}
         speed = self._speed(value, unit, group)
-        limit = MAX_MACH * SOUND_SPEED / PROFILE_PEAK[profile]
+        limit = mean_speed_limit(profile)  # the limit case files hold (solver.values)
         if abs(speed) > limit:
             largest = self.to_si(limit, unit, group)
             raise ConfigError(

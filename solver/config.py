@@ -136,6 +136,11 @@ class SimulationConfig(param.Parameterized):
                           doc="Condition of each opening of the geometry, {id: {'kind': k, "
                               "'value': v, 'profile': p}} (lattice units; solver/"
                               "opening_kinds.py); unlisted openings are closed.")
+    ramp_steps = param.Integer(default=None, allow_None=True, bounds=(0, None),
+                               doc="Soft start of the openings: steps over which inflow and "
+                                   "pressure differences ramp up smoothly (solver/"
+                                   "soft_start.py); None = one characteristic time of the "
+                                   "flow, 0 = impulsive start.")
     mrt_rates = param.Dict(default={},
                            doc="MRT relaxation rates overriding the defaults, {group: rate}; "
                                "groups: e, eps, q, pi, m (D2Q9/D3Q19), e, h (D3Q13).")
