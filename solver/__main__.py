@@ -96,6 +96,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BACKEND
         run = HeadlessRun(case, out=output, backend=backend)
+        if run.lattice_choice is not None:  # the choice and its cost, before the run
+            print(f"lattice: {run.lattice_choice.text()}")
         if args.resume:
             _resume(run, args.resume, CheckpointError)
     except (ValueError, MemoryError, OSError) as exc:  # user errors: case, config, geometry

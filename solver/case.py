@@ -11,7 +11,9 @@ A case has four sections (only ``geometry`` is required)::
       options: {}                      # keyword options of geometries.load (file / sample)
       voxel_size: 1.0e-6               # optional override, metres
       origin: [0, 0, 0]                # optional override, metres
-    config: {tau: 0.8, body_force: [1.0e-6, 0, 0]}     # SimulationConfig parameters
+    config: {tau: 0.8, body_force: [1.0e-6, 0, 0]}     # SimulationConfig parameters; without
+                                       # tau, a case driven through its openings in SI gets the
+                                       # tau of solver.lattice_parameters (Mach target)
     run: {max_steps: 5000, output_interval: 500}       # RunControls parameters
     permeability: {protocol: both, axes: all}          # optional: solver.rock protocol run
     openings: [{id: 1, kind: velocity, flow_rate: 1.0e-7}, {id: 2, kind: pressure}]  # SI,
@@ -106,6 +108,9 @@ class Case:
     permeability: Any = None  # solver.rock.PermeabilitySettings when the case asks for one
     #: SI entries of the `openings` section (solver.opening_specs), resolved on the geometry.
     openings: list = field(default_factory=list)
+    #: Whether the case set `config.tau`; without it an opening-driven case in SI gets the tau
+    #: chosen by :func:`solver.lattice_parameters.choose_lattice`.
+    tau_given: bool = True
 
 
 #: Largest case file read (bytes): a case is a page of text; more is a mistake or an attack.
@@ -197,6 +202,7 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
     return Case(
         name=str(name),
         openings=openings,
+        tau_given="tau" in _section(data, "config", source),
         geometry=_geometry_spec(data["geometry"], base, source),
         config=config,
         run=_build(RunControls, _section(data, "run", source), source, "run"),

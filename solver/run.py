@@ -39,7 +39,7 @@ from .io import (
 )
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
-from .opening_specs import case_units, resolve_openings
+from .opening_specs import case_lattice, case_units, resolve_openings
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
@@ -114,6 +114,12 @@ class HeadlessRun:
         self.geometry = as_geometry(geometry if geometry is not None
                                     else load_geometry(case.geometry))
         self.voxel_size = self.geometry.voxel_size
+        # SI in, lattice parameters out: tau chosen (or the given one judged) before the units.
+        self.lattice_choice = case_lattice(case, self.geometry, _backend_name(case, backend))
+        if self.lattice_choice is not None:
+            case.config.tau = self.lattice_choice.tau
+            for warning in self.lattice_choice.warnings:
+                log.warning(warning)
         self.units = case_units(case, self.voxel_size)
         if case.openings:  # SI entries -> lattice units, on this geometry's openings
             case.config.openings = resolve_openings(
@@ -302,6 +308,8 @@ class HeadlessRun:
             summary[key] = self.last.get(key)
         for key in opening_columns(sorted(sim.config.openings)):
             summary[key] = self.last.get(key)
+        if self.lattice_choice is not None:
+            summary["lattice_choice"] = self.lattice_choice.text()
         nu_phys = self.controls.viscosity
         if nu_phys and self.voxel_size:
             dt = self.case.config.viscosity * self.voxel_size**2 / nu_phys
@@ -309,6 +317,16 @@ class HeadlessRun:
             if summary["u_flow"] is not None:
                 summary["u_flow_m_s"] = summary["u_flow"] * self.voxel_size / dt
         return summary
+
+
+def _backend_name(case: Case, backend: Any) -> str:
+    """The name of the backend a run will use ('numpy' or 'cupy'), for its cost estimate."""
+    name = getattr(backend, "name", None) or backend or case.config.backend
+    if name == "auto":
+        from .backends import gpu_available
+
+        name = "cupy" if gpu_available()[0] else "numpy"
+    return str(name)
 
 
 def _next(step: int, interval: int) -> int:
