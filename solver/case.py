@@ -37,7 +37,7 @@ import param
 import yaml
 
 from .config import SimulationConfig
-from .monitor import DIVERGENCE_SPEED, K_TOLERANCE
+from .monitor import DIVERGENCE_SPEED, FLOW_TOLERANCE, K_TOLERANCE, K_WINDOW
 
 __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_folder", "load_case",
            "parse_case", "load_geometry"]
@@ -73,6 +73,13 @@ class RunControls(param.Parameterized):
                                inclusive_bounds=(False, True),
                                doc="k counts as converged when it changes by less than this "
                                    "(relative) per 1000 steps; 1e-3 = 0.1 %.")
+    flow_tolerance = param.Number(default=FLOW_TOLERANCE, bounds=(0, 1),
+                                  doc="A flow through openings is steady (and the run stops) "
+                                      "when its flow rates, pressures and pressure drop change "
+                                      "by less than this (relative) per flow_window steps; "
+                                      "0 = never stop on it.")
+    flow_window = param.Integer(default=K_WINDOW, bounds=(1, None),
+                                doc="Steps over which the openings' steady state is judged.")
     output = param.String(default="", doc="Output folder (relative to the working directory); "
                                           "default runs/<case name>.")
     vti = param.Boolean(default=True, doc="Write rho and u as .vti at every output interval.")

@@ -54,6 +54,8 @@ EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
 CSV_COLUMNS = ["step", "wall_s", "mflups", "residual", "u_mean_x", "u_mean_y", "u_mean_z",
                "u_flow", "u_max", "permeability", "permeability_m2", "permeability_mD",
                "k_change", "k_converged", "steps_to_converge", "eta_t"]
+#: Extra CSV columns of a run driven through openings: its steady-state test (solver.monitor).
+FLOW_COLUMNS = ["flow_change", "steady"]
 #: Summary keys copied from the last CSV row.
 SUMMARY_KEYS = ("residual", "u_mean_x", "u_mean_y", "u_mean_z", "u_flow", "u_max",
                 "permeability", "permeability_m2", "permeability_mD", "k_change", "k_converged",
@@ -136,7 +138,10 @@ class HeadlessRun:
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
                                   u_limit=self.controls.u_limit,
                                   k_tolerance=self.controls.k_tolerance,
-                                  axis=self.sim.flow_axis, voxel_size=self.voxel_size)
+                                  axis=self.sim.flow_axis, voxel_size=self.voxel_size,
+                                  flow_tolerance=self.controls.flow_tolerance,
+                                  flow_window=self.controls.flow_window)
+        self.reading: Reading | None = None
         self.wall = 0.0
         self.last: dict[str, Any] = {}
         self._interval = (0, 0.0)  # (steps, solver seconds) at the previous output
@@ -163,7 +168,8 @@ class HeadlessRun:
         self.sim.allocate()
         start = self.sim.time_step
         self.csv = CsvLog(self.out / "history.csv",
-                          CSV_COLUMNS + opening_columns(sorted(self.case.config.openings)),
+                          CSV_COLUMNS + opening_columns(sorted(self.case.config.openings))
+                          + (FLOW_COLUMNS if self._vessel else []),
                           keep_until=start if start else None)
         status = "max_steps"
         bar = tqdm(total=self.controls.max_steps, initial=start, unit="step",
@@ -185,7 +191,16 @@ class HeadlessRun:
         if status == "interrupted":
             return self._finish(status, EXIT_INTERRUPTED, "Interrupted; resume with --resume "
                                 f"{self.checkpoint_path}.", t0)
-        return self._finish(status, EXIT_OK, f"Finished: {status}.", t0)
+        message = f"Finished: {status}."
+        if status == "converged" and self._vessel and self.reading is not None:
+            message = (f"Converged at step {self.sim.time_step}: {self.reading.steady_label} "
+                       "(steady state of the openings).")
+        return self._finish(status, EXIT_OK, message, t0)
+
+    @property
+    def _vessel(self) -> bool:
+        """Whether the run is driven through openings (its steady state is theirs)."""
+        return self.sim.problem.iolets is not None
 
     def _loop(self, bar: tqdm, interrupt: _Interrupt) -> str:
         c = self.controls
@@ -200,8 +215,9 @@ class HeadlessRun:
                 log.warning("Interrupted at step %d: writing a checkpoint (Ctrl-C again aborts "
                             "without one).", step)
                 return "interrupted"
-            if step % c.output_interval == 0 or step == c.max_steps:
-                if self._output(reading, bar):
+            steady = self._vessel and c.flow_tolerance > 0 and reading.steady
+            if step % c.output_interval == 0 or step == c.max_steps or steady:
+                if self._output(reading, bar) or steady:
                     return "converged"
             if c.checkpoint_interval and step % c.checkpoint_interval == 0:
                 self._checkpoint()
@@ -224,7 +240,9 @@ class HeadlessRun:
     def _observe(self) -> Reading:
         """The monitor's reading of the current state; DivergenceError if unhealthy."""
         tic = time.perf_counter()
-        reading = self.monitor.check(self.sim.time_step, self.sim.health())
+        flows = self.sim.opening_flows() if self._vessel else None
+        reading = self.monitor.check(self.sim.time_step, self.sim.health(), flows)
+        self.reading = reading
         self.check_seconds += time.perf_counter() - tic
         if not self._slow_warned and self.check_seconds > 0.2 * max(self.wall, 1.0):
             # A host read-back per check can cost more than the steps on a fast GPU.
@@ -260,6 +278,8 @@ class HeadlessRun:
         row.update({f"u_mean_{ax}": float(v) for ax, v in zip("xyz", mean, strict=False)})
         if sim.config.openings:
             row.update(opening_row(sim.opening_flows(), self.units, sim.config.initial_density))
+        if self._vessel:
+            row.update(flow_change=reading.flow_change, steady=reading.steady)
         self.csv.append(row)
         self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
@@ -272,6 +292,8 @@ class HeadlessRun:
                     extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
             write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
                       self.geometry.origin or None, extra=extra)
+        if self._vessel:  # a flow through openings stops on its own steady state (_loop)
+            return False
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
 
@@ -308,6 +330,9 @@ class HeadlessRun:
             summary[key] = self.last.get(key)
         for key in opening_columns(sorted(sim.config.openings)):
             summary[key] = self.last.get(key)
+        if self._vessel and self.reading is not None:
+            summary.update(steady=self.reading.steady, flow_change=self.reading.flow_change,
+                           steady_label=self.reading.steady_label)
         if self.lattice_choice is not None:
             summary["lattice_choice"] = self.lattice_choice.text()
         nu_phys = self.controls.viscosity
