@@ -215,10 +215,10 @@ def test_flow_convergence_waits_for_the_soft_start_and_a_window_of_small_changes
 def test_a_vessel_run_without_tau_stops_when_its_openings_converge(tmp_path, capsys):
     import json
 
+    import trimesh
     import yaml
 
     from solver.__main__ import main
-    import trimesh
 
     mesh = trimesh.creation.cylinder(radius=4.0, height=24.0, sections=64)
     keep = np.abs(mesh.face_normals[:, 2]) < 0.9  # open at both ends (mm)
