@@ -30,6 +30,7 @@ __all__ = [
     "KIND_LABELS", "VALUE_UNITS", "PROFILE_PEAK", "DEFAULT_INLET_SPEED", "OpeningGroup",
     "OpeningUnits", "opening_groups", "face_drive", "default_openings", "driven_values",
     "length_text", "flow_rate_text", "value_units", "DRIVES", "default_drive", "drive_setup",
+    "si_specs", "retimed_openings",
 ]
 
 #: Solver kind -> what the table calls it (the kinds of solver/opening_kinds.py).
@@ -258,3 +259,36 @@ def drive_setup(geometry: VoxelGeometry, drive: str, initial_density: float
                           f"{' or '.join('xyz'[: geometry.ndim])}.")
     geometry, groups = face_drive(geometry, how)
     return geometry, groups, default_openings(groups, initial_density, inlet=groups[0])
+
+
+def si_specs(openings: dict[int, dict], groups: Sequence[OpeningGroup],
+             units: OpeningUnits) -> list[dict]:
+    """The table's conditions in SI, one entry per group (its first opening's id): a mean
+    speed (m/s) or a pressure (Pa), as :func:`solver.lattice_parameters.demand_of_specs`
+    reads them."""
+    out = []
+    for group in groups:
+        spec = openings.get(group.ids[0], {"kind": "closed"})
+        entry = {"id": group.ids[0], "kind": spec["kind"]}
+        if quantity(spec["kind"]) == SPEED:
+            entry.update(mean_speed=units.to_si(float(spec["value"]), "m/s", group),
+                         profile=spec.get("profile", "uniform"))
+        elif quantity(spec["kind"]) == DENSITY:
+            entry["pressure"] = units.value(spec, "Pa", group)
+        out.append(entry)
+    return out
+
+
+def retimed_openings(openings: dict[int, dict], ratio: float, initial_density: float
+                     ) -> dict[int, dict]:
+    """The same SI conditions on a time step ``ratio`` times the old one: lattice speeds scale
+    with dt, lattice pressures (density changes) with dt^2."""
+    out = {}
+    for oid, spec in openings.items():
+        spec = dict(spec)
+        if quantity(spec["kind"]) == SPEED:
+            spec["value"] = float(spec["value"]) * ratio
+        elif quantity(spec["kind"]) == DENSITY and spec.get("value") is not None:
+            spec["value"] = initial_density + (float(spec["value"]) - initial_density) * ratio**2
+        out[oid] = spec
+    return out

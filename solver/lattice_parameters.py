@@ -293,38 +293,47 @@ def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
 
 
 def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,
-                    density: float) -> FlowDemand:
+                    density: float, voxel_size: float | None = None,
+                    cache: dict | None = None) -> FlowDemand:
     """The :class:`FlowDemand` of SI opening entries on a loaded geometry.
 
     ``specs``: ``{"id": opening id, "kind": ..., "mean_speed" (m/s) | "flow_rate" (m^3/s) |
     "pressure" (Pa), "profile": ...}`` (a case file's entries resolved to ids, or the app's
     table). The main inlet is the velocity opening with the largest flow into the fluid.
+    ``voxel_size`` (m) stands in for a geometry without one (the dashboard's setting);
+    ``cache`` keeps the area ratios measured on this geometry (the dashboard asks on each edit).
     """
-    if not geometry.voxel_size:
+    h = float(voxel_size or geometry.voxel_size or 0.0)
+    if not h:
         raise ConfigError("Choosing tau from SI values needs the voxel size of the geometry "
                           "(metres); give one, or set tau.")
     by_id = {o.id: o for o in geometry.openings}
+    solid = np.asarray(geometry.solid)
     inlets, pressures, driven = [], [], []
     for spec in specs:
         opening = by_id[spec["id"]]
         if spec["kind"] == "velocity":
-            speed = (spec["mean_speed"] if "mean_speed" in spec
-                     else spec["flow_rate"] / opening.area)
+            # m^2; a geometry without a voxel size has its openings in voxels
+            area = opening.area * (1.0 if geometry.voxel_size else h ** (solid.ndim - 1))
+            speed = (spec["mean_speed"] if "mean_speed" in spec else spec["flow_rate"] / area)
             inlets.append((float(speed) * opening.area, float(speed), spec))
         elif spec["kind"] == "pressure":
             pressures.append(float(spec.get("pressure", 0.0)))
         if spec["kind"] != "closed":
             driven.append(opening.id)
-    solid = np.asarray(geometry.solid)
-    h = float(geometry.voxel_size)
     speed, profile, ratio = 0.0, "uniform", 1.0
     if inlets:
         _, speed, spec = max(inlets, key=lambda item: item[0])
         profile = spec.get("profile", "uniform")
         outlets = [oid for oid in driven if oid != spec["id"]]
-        if outlets:
-            ratio = narrowing(solid, geometry.openings, spec["id"], outlets, h,
-                              tuple(geometry.origin or ())).area_ratio
+        key = (spec["id"], tuple(sorted(outlets)))
+        if outlets and cache is not None and key in cache:
+            ratio = cache[key]
+        elif outlets:
+            ratio = narrowing(solid, geometry.openings, spec["id"], outlets,
+                              geometry.voxel_size, tuple(geometry.origin or ())).area_ratio
+            if cache is not None:
+                cache[key] = ratio
     return FlowDemand(voxel_size=h, viscosity=viscosity, density=density, inlet_speed=speed,
                       profile=profile,
                       pressure_difference=(max(pressures) - min(pressures)) if pressures else 0.0,
