@@ -153,8 +153,9 @@ class OpeningsPanel(pn.viewable.Viewer):
         if events and any(getattr(e, "name", "") != "openings" for e in events):
             self._choose()  # the units or tau changed: the choice and its cost too
 
-    def _choose(self) -> None:
-        """State (and with :attr:`choose_tau` apply) the lattice parameters of the rows."""
+    def _choose(self, strict: bool = False) -> None:
+        """State (and with :attr:`choose_tau` apply) the lattice parameters of the rows;
+        ``strict``: raise the ConfigError of a refusal instead of showing it."""
         if self._syncing or self.chooser is None or self.config is None or not self.rows:
             self.choice = ""
             return
@@ -163,6 +164,8 @@ class OpeningsPanel(pn.viewable.Viewer):
             choice = self.chooser(config, groups, self.geometry,
                                   None if self.choose_tau else config.tau)
         except (ConfigError, ValueError) as exc:
+            if strict:
+                raise ConfigError(str(exc)) from exc
             self.choice = f"⚠ {exc}"
             return
         if choice is None:
@@ -227,6 +230,8 @@ class OpeningsPanel(pn.viewable.Viewer):
                 pass  # the same condition, shown in the new unit below
             elif "kind" in names:
                 self._write(row, self._default(kind, row))
+            elif self.choose_tau and self.chooser is not None:
+                self._write_choosing(row, kind)
             else:
                 units = self.units(self.config, row.group)
                 self._write(row, units.spec(kind, row.value, row.unit, row.group, row.profile))
@@ -237,6 +242,28 @@ class OpeningsPanel(pn.viewable.Viewer):
         self._warn_outflow()
         if not self.message:
             self._choose()
+
+    def _write_choosing(self, row: OpeningRow, kind: str) -> None:
+        """Write the row's SI value and choose tau for it: a value too fast for the present tau
+        is what a new tau is for. ConfigError (config unchanged) when none can run it."""
+        config = self.config
+        before = (config.tau, dict(config.openings))
+        units = self.units(config, row.group)
+        self._write(row, units.spec(kind, row.value, row.unit, row.group, row.profile,
+                                    check=False))
+        try:
+            self._choose(strict=True)
+            # The lattice limits at the chosen tau (Mach, density change), said in SI.
+            self.units(config, row.group).spec(kind, row.value, row.unit, row.group,
+                                               row.profile)
+        except ConfigError:
+            self._syncing = True
+            try:
+                config.param.update(tau=before[0], openings=before[1])
+            finally:
+                self._syncing = False
+            self._choose()
+            raise
 
     def _default(self, kind: str, row: OpeningRow) -> dict:
         if quantity(kind) == SPEED:
