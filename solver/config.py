@@ -107,7 +107,9 @@ class SimulationConfig(param.Parameterized):
                                  "'float16' stores f_i - w_i rho0, scaled, in 16 bits (half "
                                  "the memory and traffic; float32 arithmetic only).")
     tau = _Tau(default=0.8, softbounds=(0.5, 2.0),
-               doc="Relaxation time (lattice units); viscosity nu = (tau - 1/2)/3.")
+               doc="Relaxation time (lattice units); viscosity nu = (tau - 1/2)/3. A case "
+                   "driven through its openings in SI may leave it out: solver/"
+                   "lattice_parameters.py then chooses it for the Mach target.")
     trt_magic = param.Number(default=3 / 16, bounds=(0, None), inclusive_bounds=(False, True),
                              softbounds=(0.01, 1.0),
                              doc="TRT magic parameter Lambda; 3/16 puts bounce-back walls exactly "
