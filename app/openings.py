@@ -268,7 +268,9 @@ def si_specs(openings: dict[int, dict], groups: Sequence[OpeningGroup],
     reads them."""
     out = []
     for group in groups:
-        spec = openings.get(group.ids[0], {"kind": "closed"})
+        spec = openings.get(group.ids[0])
+        if spec is None:  # unlisted: closed
+            continue
         entry = {"id": group.ids[0], "kind": spec["kind"]}
         if quantity(spec["kind"]) == SPEED:
             entry.update(mean_speed=units.to_si(float(spec["value"]), "m/s", group),

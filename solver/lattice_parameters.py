@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .opening_kinds import DENSITY, SPEED, opening_kind
 from .units import SOUND_SPEED, UnitSystem
 from .values import MAX_MACH, PROFILE_PEAK, ConfigError
 
@@ -312,14 +313,15 @@ def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,
     inlets, pressures, driven = [], [], []
     for spec in specs:
         opening = by_id[spec["id"]]
-        if spec["kind"] == "velocity":
+        kind = opening_kind(spec["kind"])
+        if kind.quantity == SPEED:
             # m^2; a geometry without a voxel size has its openings in voxels
             area = opening.area * (1.0 if geometry.voxel_size else h ** (solid.ndim - 1))
             speed = (spec["mean_speed"] if "mean_speed" in spec else spec["flow_rate"] / area)
             inlets.append((float(speed) * opening.area, float(speed), spec))
-        elif spec["kind"] == "pressure":
+        elif kind.quantity == DENSITY:
             pressures.append(float(spec.get("pressure", 0.0)))
-        if spec["kind"] != "closed":
+        if kind.flux:
             driven.append(opening.id)
     speed, profile, ratio = 0.0, "uniform", 1.0
     if inlets:

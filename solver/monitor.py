@@ -27,6 +27,7 @@ import numpy as np
 
 from . import observables
 from .observables import Permeability
+from .opening_kinds import opening_kind
 from .problem import Problem
 from .stability import WARN_TAU, DivergenceError
 
@@ -333,7 +334,7 @@ class RunMonitor:
         k = self.permeability(health)
         change, converged, remaining = (self.k.update(step, k.lattice) if k is not None
                                         else (None, False, None))
-        driven = [f for f in flows or () if f.kind != "closed"]
+        driven = [f for f in flows or () if opening_kind(f.kind).flux]
         flow_change, steady = self.flows.update(step, driven) if driven else (None, False)
         label = self.flows.label(flow_change, steady, step) if driven else ""
         return Reading(residual=residual, permeability=k, k_change=change, converged=converged,

@@ -30,6 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .opening_kinds import SPEED, opening_kind
 from .units import SOUND_SPEED
 
 __all__ = ["ramp_factor", "characteristic_steps", "resolve_ramp_steps"]
@@ -57,7 +58,7 @@ def characteristic_steps(conditions: Mapping[int, Any], openings: Sequence[Any],
     by_id = {o.id: o for o in openings}
     inlets = [(abs(c.value) * by_id[oid].area, by_id[oid], abs(c.value))
               for oid, c in conditions.items()
-              if c.kind == "velocity" and c.value and oid in by_id]
+              if opening_kind(c.kind).quantity == SPEED and c.value and oid in by_id]
     if inlets:
         _, opening, speed = max(inlets, key=lambda item: item[0])
         return max(1, int(math.ceil(opening.diameter / h / speed)))

@@ -290,8 +290,8 @@ class GeometryPanel(pn.viewable.Viewer):
     def _lattice_choice(self, config, groups, geometry, tau):
         """The lattice parameters of the openings' SI values on ``geometry``
         (:func:`solver.lattice_parameters.choose_lattice`), None without a driven opening."""
-        if geometry is None or not any(drives(config.openings.get(g.ids[0], {"kind": "closed"})
-                                              ["kind"]) for g in groups):
+        listed = [config.openings[g.ids[0]] for g in groups if g.ids[0] in config.openings]
+        if geometry is None or not any(drives(spec["kind"]) for spec in listed):
             return None
         units = OpeningUnits(self.setup.units(config.tau, geometry.voxel_size),
                              config.initial_density)
