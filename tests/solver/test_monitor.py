@@ -245,3 +245,28 @@ def test_a_vessel_run_without_tau_stops_when_its_openings_converge(tmp_path, cap
     assert "openings: converged" in out and "pressure drop" in out
     assert summary["steps"] < 20000 and abs(summary["mass_balance"]) < 1e-3
     assert summary["flow_change"] < 1e-3
+
+
+@pytest.mark.timeout(200)
+def test_the_dashboard_runner_stops_and_says_converged_when_the_openings_are_steady():
+    import time
+
+    from solver.runner import SimulationRunner
+    from solver.validation.vessels import tube_geometry
+
+    config = SimulationConfig(lattice="D3Q19", collision="TRT", tau=1.0, precision="float64",
+                              backend="numpy", ramp_steps=100,
+                              openings={1: {"kind": "velocity", "value": 0.01,
+                                            "profile": "poiseuille"}, 2: "pressure"})
+    runner = SimulationRunner(tube_geometry(4, 0.0), config)
+    try:
+        runner.start()
+        snap = runner.wait_for(lambda s: s.status == "converged", timeout=150)
+        time.sleep(0.5)
+        later = runner.snapshot()  # stopped: no more steps after the verdict
+    finally:
+        runner.stop()
+    assert snap.steady and "converged: the openings' flow rates" in snap.steady_label
+    assert "converged" in snap.message and f"Step {snap.step}" in snap.message
+    assert 1100 <= snap.step < 5000  # after the soft start and one window of 1000 steps
+    assert later.step == snap.step
