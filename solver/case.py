@@ -64,7 +64,8 @@ class RunControls(param.Parameterized):
     convergence = param.Number(default=1e-6, bounds=(0, None),
                                doc="Stop when the relative change of the mean velocity over "
                                    "one output interval (the residual per step times "
-                                   "output_interval) is below this; 0 = never.")
+                                   "output_interval) is below this; 0 = never. A run driven "
+                                   "through openings stops on flow_tolerance instead.")
     u_limit = param.Number(default=DIVERGENCE_SPEED, bounds=(0, 1),
                            inclusive_bounds=(False, True),
                            doc="Maximum speed |u| (lattice units) before the run counts as "
