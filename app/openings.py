@@ -23,13 +23,14 @@ from geometries import VoxelGeometry
 from geometries.openings import Opening, face_openings
 from solver.opening_kinds import DENSITY, SPEED, opening_kind
 from solver.opening_specs import MAX_DENSITY_CHANGE
-from solver.units import SOUND_SPEED, UnitSystem
-from solver.values import MAX_MACH, ConfigError
+from solver.units import UnitSystem
+from solver.values import MAX_MACH, PROFILE_PEAK, ConfigError, mean_speed_limit
 
 __all__ = [
     "KIND_LABELS", "VALUE_UNITS", "PROFILE_PEAK", "DEFAULT_INLET_SPEED", "OpeningGroup",
     "OpeningUnits", "opening_groups", "face_drive", "default_openings", "driven_values",
     "length_text", "flow_rate_text", "value_units", "DRIVES", "default_drive", "drive_setup",
+    "si_specs", "retimed_openings",
 ]
 
 #: Solver kind -> what the table calls it (the kinds of solver/opening_kinds.py).
@@ -40,8 +41,6 @@ VALUE_UNITS = {"velocity": ("m/s", "mL/s", "µL/s"), "pressure": ("Pa",),
                "outflow": ("",), "closed": ("",)}
 #: m^3/s in one unit of each flow-rate choice.
 FLOW_UNITS = {"mL/s": 1e-6, "µL/s": 1e-9}
-#: Peak over mean speed of each inlet profile: the Mach limit holds for the peak.
-PROFILE_PEAK = {"uniform": 1.0, "poiseuille": 2.0}
 #: Default inlet mean speed, lattice units (Mach 0.017: well inside the limit at any resolution).
 DEFAULT_INLET_SPEED = 0.01
 #: What drives the flow -> None (the body force, periodic box), "openings" (the geometry's own:
@@ -180,9 +179,9 @@ class OpeningUnits:
     initial_density: float = 1.0
 
     def spec(self, kind: str, value: float | None, unit: str, group: OpeningGroup,
-             profile: str = "uniform") -> dict:
+             profile: str = "uniform", check: bool = True) -> dict:
         """The config entry (lattice units) of ``value`` in ``unit``; ConfigError in SI when out
-        of range."""
+        of range (``check``; off while a new tau is being chosen for it)."""
         if quantity(kind) is None:
             return {"kind": kind}
         if value is None or not math.isfinite(value):
@@ -191,7 +190,7 @@ class OpeningUnits:
             density = self.initial_density + self.units.pressure_to_lattice(value)
             # The limit case files hold (solver.opening_specs): a saved case must rerun.
             limit = MAX_DENSITY_CHANGE * self.initial_density
-            if abs(density - self.initial_density) > limit:
+            if check and abs(density - self.initial_density) > limit:
                 largest = self.units.pressure_to_si(limit)
                 raise ConfigError(
                     f"Opening {group.name}: {value:g} Pa is a density change of "
@@ -201,8 +200,8 @@ class OpeningUnits:
                     "the time step (a smaller τ or voxel size).")
             return {"kind": kind, "value": density}
         speed = self._speed(value, unit, group)
-        limit = MAX_MACH * SOUND_SPEED / PROFILE_PEAK[profile]
-        if abs(speed) > limit:
+        limit = mean_speed_limit(profile)  # the limit case files hold (solver.values)
+        if check and abs(speed) > limit:
             largest = self.to_si(limit, unit, group)
             raise ConfigError(
                 f"Opening {group.name}: {value:g} {unit} is above the Mach limit {MAX_MACH} of "
@@ -260,3 +259,38 @@ def drive_setup(geometry: VoxelGeometry, drive: str, initial_density: float
                           f"{' or '.join('xyz'[: geometry.ndim])}.")
     geometry, groups = face_drive(geometry, how)
     return geometry, groups, default_openings(groups, initial_density, inlet=groups[0])
+
+
+def si_specs(openings: dict[int, dict], groups: Sequence[OpeningGroup],
+             units: OpeningUnits) -> list[dict]:
+    """The table's conditions in SI, one entry per group (its first opening's id): a mean
+    speed (m/s) or a pressure (Pa), as :func:`solver.lattice_parameters.demand_of_specs`
+    reads them."""
+    out = []
+    for group in groups:
+        spec = openings.get(group.ids[0])
+        if spec is None:  # unlisted: closed
+            continue
+        entry = {"id": group.ids[0], "kind": spec["kind"]}
+        if quantity(spec["kind"]) == SPEED:
+            entry.update(mean_speed=units.to_si(float(spec["value"]), "m/s", group),
+                         profile=spec.get("profile", "uniform"))
+        elif quantity(spec["kind"]) == DENSITY:
+            entry["pressure"] = units.value(spec, "Pa", group)
+        out.append(entry)
+    return out
+
+
+def retimed_openings(openings: dict[int, dict], ratio: float, initial_density: float
+                     ) -> dict[int, dict]:
+    """The same SI conditions on a time step ``ratio`` times the old one: lattice speeds scale
+    with dt, lattice pressures (density changes) with dt^2."""
+    out = {}
+    for oid, spec in openings.items():
+        spec = dict(spec)
+        if quantity(spec["kind"]) == SPEED:
+            spec["value"] = float(spec["value"]) * ratio
+        elif quantity(spec["kind"]) == DENSITY and spec.get("value") is not None:
+            spec["value"] = initial_density + (float(spec["value"]) - initial_density) * ratio**2
+        out[oid] = spec
+    return out

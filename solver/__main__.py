@@ -96,6 +96,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BACKEND
         run = HeadlessRun(case, out=output, backend=backend)
+        if run.lattice_choice is not None:  # the choice and its cost, before the run
+            print(f"lattice: {run.lattice_choice.text()}")
         if args.resume:
             _resume(run, args.resume, CheckpointError)
     except (ValueError, MemoryError, OSError) as exc:  # user errors: case, config, geometry
@@ -141,6 +143,12 @@ def _report(run: HeadlessRun, outcome: RunOutcome) -> int:
         name = "permeability k" if s.get("k_answer") else "k so far (NOT the answer)"
         print(f"{name} = {s['permeability']:.6g} (lattice units){extra}, residual "
               f"{residual}/step; {s.get('k_label', '')}")
+    if s.get("steady_label"):  # a flow through openings: its own steady state
+        balance = s.get("mass_balance")
+        drop = s.get("pressure_drop_Pa")
+        extra = "".join([f", mass balance {100 * balance:.3g} %" if balance is not None else "",
+                         f", pressure drop {drop:.4g} Pa" if drop is not None else ""])
+        print(f"openings: {s['steady_label']}{extra}")
     print(f"outputs in {run.out}")
     if outcome.exit_code != EXIT_OK:
         print(f"error: {outcome.message}" if outcome.exit_code != 130 else outcome.message,

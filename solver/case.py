@@ -11,7 +11,9 @@ A case has four sections (only ``geometry`` is required)::
       options: {}                      # keyword options of geometries.load (file / sample)
       voxel_size: 1.0e-6               # optional override, metres
       origin: [0, 0, 0]                # optional override, metres
-    config: {tau: 0.8, body_force: [1.0e-6, 0, 0]}     # SimulationConfig parameters
+    config: {tau: 0.8, body_force: [1.0e-6, 0, 0]}     # SimulationConfig parameters; without
+                                       # tau, a case driven through its openings in SI gets the
+                                       # tau of solver.lattice_parameters (Mach target)
     run: {max_steps: 5000, output_interval: 500}       # RunControls parameters
     permeability: {protocol: both, axes: all}          # optional: solver.rock protocol run
     openings: [{id: 1, kind: velocity, flow_rate: 1.0e-7}, {id: 2, kind: pressure}]  # SI,
@@ -35,7 +37,7 @@ import param
 import yaml
 
 from .config import SimulationConfig
-from .monitor import DIVERGENCE_SPEED, K_TOLERANCE
+from .monitor import DIVERGENCE_SPEED, FLOW_TOLERANCE, K_TOLERANCE, K_WINDOW
 
 __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_folder", "load_case",
            "parse_case", "load_geometry"]
@@ -62,7 +64,8 @@ class RunControls(param.Parameterized):
     convergence = param.Number(default=1e-6, bounds=(0, None),
                                doc="Stop when the relative change of the mean velocity over "
                                    "one output interval (the residual per step times "
-                                   "output_interval) is below this; 0 = never.")
+                                   "output_interval) is below this; 0 = never. A run driven "
+                                   "through openings stops on flow_tolerance instead.")
     u_limit = param.Number(default=DIVERGENCE_SPEED, bounds=(0, 1),
                            inclusive_bounds=(False, True),
                            doc="Maximum speed |u| (lattice units) before the run counts as "
@@ -71,6 +74,13 @@ class RunControls(param.Parameterized):
                                inclusive_bounds=(False, True),
                                doc="k counts as converged when it changes by less than this "
                                    "(relative) per 1000 steps; 1e-3 = 0.1 %.")
+    flow_tolerance = param.Number(default=FLOW_TOLERANCE, bounds=(0, 1),
+                                  doc="A flow through openings is steady (and the run stops) "
+                                      "when its flow rates, pressures and pressure drop change "
+                                      "by less than this (relative) per flow_window steps; "
+                                      "0 = never stop on it.")
+    flow_window = param.Integer(default=K_WINDOW, bounds=(1, None),
+                                doc="Steps over which the openings' steady state is judged.")
     output = param.String(default="", doc="Output folder (relative to the working directory); "
                                           "default runs/<case name>.")
     vti = param.Boolean(default=True, doc="Write rho and u as .vti at every output interval.")
@@ -106,6 +116,9 @@ class Case:
     permeability: Any = None  # solver.rock.PermeabilitySettings when the case asks for one
     #: SI entries of the `openings` section (solver.opening_specs), resolved on the geometry.
     openings: list = field(default_factory=list)
+    #: Whether the case set `config.tau`; without it an opening-driven case in SI gets the tau
+    #: chosen by :func:`solver.lattice_parameters.choose_lattice`.
+    tau_given: bool = True
 
 
 #: Largest case file read (bytes): a case is a page of text; more is a mistake or an attack.
@@ -197,6 +210,7 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
     return Case(
         name=str(name),
         openings=openings,
+        tau_given="tau" in _section(data, "config", source),
         geometry=_geometry_spec(data["geometry"], base, source),
         config=config,
         run=_build(RunControls, _section(data, "run", source), source, "run"),

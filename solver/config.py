@@ -107,7 +107,9 @@ class SimulationConfig(param.Parameterized):
                                  "'float16' stores f_i - w_i rho0, scaled, in 16 bits (half "
                                  "the memory and traffic; float32 arithmetic only).")
     tau = _Tau(default=0.8, softbounds=(0.5, 2.0),
-               doc="Relaxation time (lattice units); viscosity nu = (tau - 1/2)/3.")
+               doc="Relaxation time (lattice units); viscosity nu = (tau - 1/2)/3. A case "
+                   "driven through its openings in SI may leave it out: solver/"
+                   "lattice_parameters.py then chooses it for the Mach target.")
     trt_magic = param.Number(default=3 / 16, bounds=(0, None), inclusive_bounds=(False, True),
                              softbounds=(0.01, 1.0),
                              doc="TRT magic parameter Lambda; 3/16 puts bounce-back walls exactly "
@@ -136,6 +138,11 @@ class SimulationConfig(param.Parameterized):
                           doc="Condition of each opening of the geometry, {id: {'kind': k, "
                               "'value': v, 'profile': p}} (lattice units; solver/"
                               "opening_kinds.py); unlisted openings are closed.")
+    ramp_steps = param.Integer(default=None, allow_None=True, bounds=(0, None),
+                               doc="Soft start of the openings: steps over which inflow and "
+                                   "pressure differences ramp up smoothly (solver/"
+                                   "soft_start.py); None = one characteristic time of the "
+                                   "flow, 0 = impulsive start.")
     mrt_rates = param.Dict(default={},
                            doc="MRT relaxation rates overriding the defaults, {group: rate}; "
                                "groups: e, eps, q, pi, m (D2Q9/D3Q19), e, h (D3Q13).")

@@ -40,6 +40,10 @@ and only ``x`` reads it. The pass first computes every new value from the unchan
 writes them all, so the order of links does not matter. Addresses per layout and AA phase come
 from :meth:`IoletTables.addresses`; the NumPy backend calls :func:`apply_iolets`, the CuPy
 backend a generated kernel with the same arithmetic in the same order. Lattice units throughout.
+
+Soft start (:mod:`solver.soft_start`): over the first ``IoletTables.ramp_steps`` steps the pass
+applies ``s U`` (velocity) and ``rho0 + s (rho_w - rho0)`` (pressure) with the smoothstep
+factor ``s`` of the step count, computed by the same double arithmetic on both backends.
 """
 
 from __future__ import annotations
@@ -52,10 +56,11 @@ import numpy as np
 from .face_kinds import face_kind
 from .lattice import Lattice
 from .opening_kinds import OpeningCondition, opening_kind
+from .soft_start import ramp_factor, resolve_ramp_steps
 from .values import ConfigError
 
 __all__ = ["IoletTables", "IoletAddresses", "build_iolets", "apply_iolets",
-           "iolet_values"]
+           "iolet_values", "ramp_factor"]
 
 #: Link-rule codes of the per-link tables (``OpeningKind.link_code``): Ladd velocity,
 #: anti-bounce-back pressure, zero-gradient outflow. ``closed`` links are not listed.
@@ -81,6 +86,8 @@ class IoletTables:
     node and outgoing direction ``j``; ``value`` (m,): Ladd's term (velocity), ``rho_w``
     (pressure), 0 (outflow); ``rho_ref``: the density that turns mass flux into volume flux.
     ``mean_nodes``: per listed opening (id -> (tile, node) arrays) of its node set.
+    ``ramp_steps``: steps of the soft start (0: impulsive); ``rho0``: the density a pressure
+    opening ramps from (:mod:`solver.soft_start`).
     """
 
     ids: tuple[int, ...]
@@ -96,6 +103,12 @@ class IoletTables:
     _own: tuple = field(repr=False)
     _donor: tuple = field(repr=False)
     mean_nodes: dict = field(default_factory=dict, repr=False)
+    ramp_steps: int = 0
+    rho0: float = 1.0
+
+    def ramp(self, step: int) -> float:
+        """Fraction of the target values applied before step ``step`` (0-based)."""
+        return ramp_factor(step, self.ramp_steps)
 
     @property
     def n_links(self) -> int:
@@ -237,7 +250,11 @@ def build_iolets(problem: Any) -> IoletTables | None:
         opening=np.concatenate(parts["opening"]).astype(np.int64),
         code=np.concatenate(parts["code"]).astype(np.int8), tile=tile, node=node, direction=j,
         value=np.concatenate(parts["value"]).astype(np.float64), rho_ref=float(rho_ref),
-        _own=(own0, own1), _donor=(donor0, donor1), mean_nodes=mean_nodes)
+        _own=(own0, own1), _donor=(donor0, donor1), mean_nodes=mean_nodes,
+        ramp_steps=resolve_ramp_steps(getattr(problem, "ramp_steps", None), conditions,
+                                      problem.openings, problem.voxel_size,
+                                      problem.tiling.shape),
+        rho0=float(problem.rho0))
 
 
 def _check_faces(oid: int, targets: np.ndarray, shape: tuple[int, ...], faces: dict) -> None:
@@ -293,12 +310,13 @@ def _donor_locations(tiling, lattice, periodic, donor, j, tile, node):
 
 
 def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattice: Lattice,
-                 force: np.ndarray, incompressible: bool) -> tuple[np.ndarray, np.ndarray]:
+                 force: np.ndarray, incompressible: bool, ramp: float = 1.0
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(written values (m,), net mass flux into the fluid per link (m,)) in ``own``'s dtype.
 
     ``own`` (q, m): each link's node's post-collision populations; ``donor`` (m,): the
-    outflow donors. The CUDA kernel (:mod:`solver.backends.cuda.iolets`) repeats this
-    arithmetic.
+    outflow donors; ``ramp``: the soft start's factor (1: the target values). The CUDA kernel
+    (:mod:`solver.backends.cuda.iolets`) repeats this arithmetic.
     """
     real = own.dtype
     m = own.shape[1]
@@ -327,6 +345,9 @@ def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattic
         uu += u[a] * u[a]
     w2 = 2.0 * np.asarray(lattice.w, dtype=np.float64)[j].astype(real)
     value = tables.value.astype(real)
+    if ramp < 1.0:  # soft start: the same real-typed products as the kernel
+        r, rho0 = real.type(ramp), real.type(tables.rho0)
+        value = np.where(tables.code == VELOCITY, r * value, rho0 + r * (value - rho0))
     quad = real.type(4.5) * cu * cu - real.type(1.5) * uu
     pressure = w2 * (value + quad) if incompressible else w2 * value * (real.type(1.0) + quad)
     out = np.where(tables.code == VELOCITY, fj + value,
@@ -335,12 +356,15 @@ def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattic
 
 
 def apply_iolets(flat: np.ndarray, addr: IoletAddresses, tables: IoletTables, storage: Any,
-                 lattice: Lattice, force: np.ndarray, incompressible: bool) -> np.ndarray:
+                 lattice: Lattice, force: np.ndarray, incompressible: bool,
+                 step: int | None = None) -> np.ndarray:
     """Rewrite the crossing links' slots of one stored copy ``flat`` (1-D, in place) for the
-    next step; return the per-link mass flux (m,) in the arithmetic dtype."""
+    next step, number ``step`` (0-based; None: past the soft start); return the per-link mass
+    flux (m,) in the arithmetic dtype."""
     own = _decode(storage, flat[addr.own], np.arange(lattice.q)[:, None])
     donor = _decode(storage, flat[addr.donor], tables.direction)
-    out, flux = iolet_values(own, donor, tables, lattice, force, incompressible)
+    ramp = 1.0 if step is None else tables.ramp(step)
+    out, flux = iolet_values(own, donor, tables, lattice, force, incompressible, ramp)
     if storage.encoded:  # round to nearest, as the kernel's __float2half_rn
         shift = storage.shift[tables.direction]
         with np.errstate(over="ignore"):

@@ -9,7 +9,13 @@ step), the permeability (:func:`solver.observables.darcy_permeability`, the one 
 steady-state test on k itself (:class:`KConvergence`): converged when k changes by less than
 ``k_tolerance`` (0.1 %) per ``k_window`` (1000) steps, with an estimate of the steps still
 needed from the geometric decay of successive changes. :func:`k_verdict` says whether a k may
-be presented as the answer (converged, positive, Darcy flow). Lattice units throughout.
+be presented as the answer (converged, positive, Darcy flow).
+
+A flow through openings has its own steady state (:class:`FlowConvergence`, the one definition
+for the dashboard, the CLI and validation): every opening's flow rate, relative to the total
+inflow, every opening's mean density and the pressure drop, relative to the pressure drop,
+change by less than ``flow_tolerance`` (0.1 %) per ``flow_window`` (1000) steps, once the soft
+start is over (:mod:`solver.soft_start`). Lattice units throughout.
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ import numpy as np
 
 from . import observables
 from .observables import Permeability
+from .opening_kinds import opening_kind
 from .problem import Problem
 from .stability import WARN_TAU, DivergenceError
 
 __all__ = ["DIVERGENCE_SPEED", "K_TOLERANCE", "K_WINDOW", "DARCY_REYNOLDS", "Reading",
-           "RunMonitor", "KConvergence", "History", "divergence_message", "check_health",
-           "k_verdict"]
+           "RunMonitor", "KConvergence", "FlowConvergence", "FLOW_TOLERANCE", "History",
+           "divergence_message", "check_health", "k_verdict"]
 
 #: Speed |u| (lattice units) above which a run counts as diverged: Mach ~0.5, far outside the
 #: validity of the lattice (the one threshold of the dashboard, the CLI and validation).
@@ -37,6 +44,9 @@ K_TOLERANCE = 1e-3
 K_WINDOW = 1000
 #: Darcy's law holds for creeping flow: Reynolds number Re_k = |<u>| sqrt(k) / nu below this.
 DARCY_REYNOLDS = 1.0
+#: Default steady-state tolerance of a flow through openings: relative change of the flow rates
+#: (to the inflow) and pressures (to the pressure drop) per :data:`K_WINDOW` steps.
+FLOW_TOLERANCE = 1e-3
 #: Points kept in the dashboard's time series.
 HISTORY_LENGTH = 2000
 
@@ -94,6 +104,12 @@ class Reading:
     tolerance: float = K_TOLERANCE
     window: int = K_WINDOW
     viscosity: float = 1.0
+    #: Flow through openings: largest relative change of its flow rates and pressures per
+    #: window (None until a window of history after the soft start), whether it is steady, and
+    #: what to tell the user (:class:`FlowConvergence`).
+    flow_change: float | None = None
+    steady: bool = False
+    steady_label: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -175,6 +191,69 @@ class KConvergence:
         return change, False, int(math.ceil(decay * math.log(change / self.tolerance)))
 
 
+class FlowConvergence:
+    """Steady state of a flow through openings (module text): flow rates relative to the total
+    inflow, mean densities and the pressure drop relative to the pressure drop, each changing
+    by less than ``tolerance`` per ``window`` steps, after step ``start`` (the soft start)."""
+
+    def __init__(self, tolerance: float = FLOW_TOLERANCE, window: int = K_WINDOW,
+                 start: int = 0) -> None:
+        self.tolerance, self.window, self.start = float(tolerance), int(window), int(start)
+        self.points: list[tuple[int, np.ndarray]] = []
+
+    @staticmethod
+    def _vector(flows) -> np.ndarray:
+        """Flow rates, mean densities and the pressure drop of one look."""
+        rates = np.array([f.flow_rate for f in flows], dtype=float)
+        rho = np.array([f.mean_density for f in flows], dtype=float)
+        finite = rho[np.isfinite(rho)]
+        drop = float(finite.max() - finite.min()) if finite.size > 1 else 0.0
+        return np.concatenate([rates, rho, [drop]])
+
+    def update(self, step: int, flows) -> tuple[float | None, bool]:
+        """Record the openings' ``flows`` at ``step``; return (largest relative change per
+        window, steady)."""
+        if step < self.start or not flows:
+            return None, False
+        if self.points and step <= self.points[-1][0]:
+            self.points = [p for p in self.points if p[0] < step]
+        now = (int(step), self._vector(flows))
+        self.points.append(now)
+        del self.points[: max(0, len(self.points) - 4 * HISTORY_LENGTH)]
+        ref = None
+        for point in self.points:
+            if point[0] > step - self.window:
+                break
+            ref = point
+        if ref is None:
+            return None, False
+        n = len(flows)
+        a, b = ref[1], now[1]
+        inflow = float(np.sum(np.clip(b[:n], 0.0, None)))
+        drop = b[-1]
+        scale = np.concatenate([np.full(n, inflow), np.full(n + 1, drop)])
+        diff = np.abs(b - a)
+        # A quantity with no scale (no inflow, no pressure drop) must simply not move.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(scale > 0, diff / scale, np.where(diff > 0, np.inf, 0.0))
+        rel = rel[np.isfinite(a) & np.isfinite(b)]  # an opening without nodes has no density
+        change = float(rel.max()) * self.window / (now[0] - ref[0]) if rel.size else 0.0
+        return change, bool(change < self.tolerance)
+
+    def label(self, change: float | None, steady: bool, step: int) -> str:
+        """What the run says about its openings' steady state."""
+        target = f"{100 * self.tolerance:.3g} % per {self.window} steps"
+        if step < self.start:
+            return f"soft start: the openings reach their values at step {self.start}"
+        if change is None:
+            return f"not steady yet: flow rates and pressures are compared over {self.window} steps"
+        if steady:
+            return (f"converged: the openings' flow rates, pressures and the pressure drop "
+                    f"change less than {target} (largest {100 * change:.2g} %)")
+        return (f"not steady: the openings' flows or pressures change {100 * change:.3g} % per "
+                f"{self.window} steps (target < {target})")
+
+
 class History:
     """Bounded time series of (sample, step, mflups, residual, permeability, k_change)."""
 
@@ -209,11 +288,15 @@ class RunMonitor:
 
     def __init__(self, problem: Problem, tau: float, *, u_limit: float = DIVERGENCE_SPEED,
                  k_tolerance: float = K_TOLERANCE, k_window: int = K_WINDOW,
-                 axis: int | None = None, voxel_size: float | None = None) -> None:
+                 axis: int | None = None, voxel_size: float | None = None,
+                 flow_tolerance: float = FLOW_TOLERANCE, flow_window: int = K_WINDOW) -> None:
         self.problem, self.tau, self.u_limit = problem, float(tau), float(u_limit)
         self.axis = observables.flow_axis(problem, axis)
         self.voxel_size = voxel_size
         self.k = KConvergence(k_tolerance, k_window)
+        tables = problem.iolets if problem.opening_conditions else None
+        self.flows = FlowConvergence(flow_tolerance, flow_window,
+                                     0 if tables is None else tables.ramp_steps)
         self._last: tuple[int, np.ndarray] | None = None
         self._residual = math.inf
 
@@ -227,8 +310,9 @@ class RunMonitor:
         except ValueError:
             return None
 
-    def observe(self, step: int, health: dict) -> Reading:
-        """The reading of :meth:`Simulation.health` ``health`` at ``step``."""
+    def observe(self, step: int, health: dict, flows=None) -> Reading:
+        """The reading of :meth:`Simulation.health` ``health`` at ``step``; with ``flows``
+        (:meth:`Simulation.opening_flows`) also the openings' steady state."""
         finite, speed = bool(health["finite"]), float(health["max_speed"])
         mean = np.asarray(health["mean_velocity"], dtype=float)
         base = dict(step=int(step), finite=finite, max_speed=speed, mean_velocity=mean,
@@ -250,13 +334,18 @@ class RunMonitor:
         k = self.permeability(health)
         change, converged, remaining = (self.k.update(step, k.lattice) if k is not None
                                         else (None, False, None))
+        driven = [f for f in flows or () if opening_kind(f.kind).flux]
+        flow_change, steady = self.flows.update(step, driven) if driven else (None, False)
+        label = self.flows.label(flow_change, steady, step) if driven else ""
         return Reading(residual=residual, permeability=k, k_change=change, converged=converged,
-                       steps_to_converge=remaining, **base)
+                       steps_to_converge=remaining, flow_change=flow_change, steady=steady,
+                       steady_label=label, **base)
 
     def state(self) -> dict:
         """What a checkpoint keeps so that a resumed run judges convergence as an unbroken one."""
         last = None if self._last is None else [self._last[0], self._last[1].tolist()]
-        return {"last": last, "residual": self._residual, "k_points": list(self.k.points)}
+        return {"last": last, "residual": self._residual, "k_points": list(self.k.points),
+                "flow_points": [[s, v.tolist()] for s, v in self.flows.points]}
 
     def restore(self, state: dict | None) -> None:
         """Continue from :meth:`state` (None: from scratch)."""
@@ -266,10 +355,12 @@ class RunMonitor:
         self._last = None if last is None else (int(last[0]), np.asarray(last[1], dtype=float))
         self._residual = float(state.get("residual", math.inf))
         self.k.points = [(int(s), float(k)) for s, k in state.get("k_points", [])]
+        self.flows.points = [(int(s), np.asarray(v, dtype=float))
+                             for s, v in state.get("flow_points", [])]
 
-    def check(self, step: int, health: dict) -> Reading:
+    def check(self, step: int, health: dict, flows=None) -> Reading:
         """:meth:`observe`, raising DivergenceError with the message when unhealthy."""
-        reading = self.observe(step, health)
+        reading = self.observe(step, health, flows)
         if not reading.healthy:
             raise DivergenceError(reading.message)
         return reading

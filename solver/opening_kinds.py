@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .registry import Registry
-from .values import MAX_MACH, ConfigError, is_number
+from .values import MAX_MACH, PROFILE_PEAK, ConfigError, is_number, mean_speed_limit
 
 __all__ = ["OpeningCondition", "OpeningKind", "OPENING_KIND_REGISTRY", "OPENING_TYPES",
            "PROFILES", "SPEED", "DENSITY", "opening_kind", "opening_conditions"]
@@ -32,7 +32,7 @@ __all__ = ["OpeningCondition", "OpeningKind", "OPENING_KIND_REGISTRY", "OPENING_
 #: What an opening kind's value is (:attr:`OpeningKind.quantity`).
 SPEED, DENSITY = "speed", "density"
 #: Velocity profiles of a velocity opening.
-PROFILES = ("uniform", "poiseuille")
+PROFILES = tuple(PROFILE_PEAK)
 
 
 @dataclass(frozen=True)
@@ -100,13 +100,15 @@ def _velocity(kind: str, opening_id: int, spec: dict, rho0: float) -> OpeningCon
     if not is_number(value) or not math.isfinite(value):
         raise ConfigError(f"{_where(opening_id)} is a velocity opening: set its value to the "
                           "mean speed into the fluid (lattice units; negative = out of it).")
-    if abs(value) > MAX_MACH / math.sqrt(3.0):
-        raise ConfigError(f"{_where(opening_id)}: mean speed {value:g} exceeds the Mach limit "
-                          f"{MAX_MACH} (|u| <= {MAX_MACH / math.sqrt(3.0):.3g} lattice units); "
-                          "lower it or refine the grid.")
     profile = spec.get("profile", "uniform")
     if profile not in PROFILES:
         raise ConfigError(f"{_where(opening_id)}: profile {profile!r} is not one of {PROFILES}.")
+    limit = mean_speed_limit(profile)
+    if abs(value) > limit:  # the profile's peak, not its mean, must stay below the limit
+        raise ConfigError(f"{_where(opening_id)}: mean speed {value:g} puts the {profile} "
+                          f"profile's peak ({PROFILE_PEAK[profile]:g} x the mean) above the "
+                          f"Mach limit {MAX_MACH} (mean |u| <= {limit:.3g} lattice units); "
+                          "lower it or refine the grid.")
     return OpeningCondition(kind, float(value), profile)
 
 

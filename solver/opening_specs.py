@@ -29,7 +29,7 @@ from .units import UnitSystem
 from .values import ConfigError, is_number
 
 __all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening",
-           "case_units"]
+           "case_units", "specs_by_id", "case_lattice"]
 
 #: Largest relative density change a pressure opening may ask for (weakly compressible LBM).
 MAX_DENSITY_CHANGE = 0.1
@@ -97,6 +97,42 @@ def nearest_opening(openings, point: Any, where: str) -> Any:
     return opening
 
 
+def specs_by_id(specs: list[dict], geometry: Any, source: str = "case") -> list[dict]:
+    """The entries with ``at`` replaced by the ``id`` of the nearest opening; ConfigError for
+    an unknown id or an opening set twice."""
+    openings = tuple(getattr(geometry, "openings", ()) or ())
+    by_id = {o.id: o for o in openings}
+    out, seen = [], set()
+    for k, entry in enumerate(specs):
+        where = f"{source}: openings[{k}]"
+        if "id" in entry:
+            if entry["id"] not in by_id:
+                raise ConfigError(f"{where}: the geometry has no opening {entry['id']!r} "
+                                  f"(its openings: {sorted(by_id) or 'none'}).")
+            oid = entry["id"]
+        else:
+            oid = nearest_opening(openings, entry["at"], where).id
+        if oid in seen:
+            raise ConfigError(f"{where}: opening {oid} is set twice.")
+        seen.add(oid)
+        out.append({**{k: v for k, v in entry.items() if k != "at"}, "id": oid})
+    return out
+
+
+def case_lattice(case: Any, geometry: Any, backend: str = "numpy") -> Any:
+    """The lattice parameters of a case driven through its openings in SI
+    (:class:`solver.lattice_parameters.LatticeChoice`): tau chosen where the case gives none,
+    the case's own tau judged otherwise; None without SI openings, viscosity or voxel size."""
+    from .lattice_parameters import choose_lattice, demand_of_specs
+
+    if not (case.openings and case.run.viscosity and getattr(geometry, "voxel_size", None)):
+        return None
+    specs = specs_by_id(case.openings, geometry, str(case.path or case.name))
+    demand = demand_of_specs(specs, geometry, case.run.viscosity, case.run.density)
+    return choose_lattice(demand, tau=case.config.tau if case.tau_given else None,
+                          backend=backend, precision=case.config.precision)
+
+
 def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
                      rho0: float = 1.0, source: str = "case") -> dict[int, dict]:
     """``SimulationConfig.openings`` (lattice units) of SI entries on a loaded geometry;
@@ -104,17 +140,9 @@ def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
     openings = tuple(getattr(geometry, "openings", ()) or ())
     by_id = {o.id: o for o in openings}
     out: dict[int, dict] = {}
-    for k, entry in enumerate(specs):
+    for k, entry in enumerate(specs_by_id(specs, geometry, source)):
         where = f"{source}: openings[{k}]"
-        if "id" in entry:
-            opening = by_id.get(entry["id"])
-            if opening is None:
-                raise ConfigError(f"{where}: the geometry has no opening {entry['id']!r} "
-                                  f"(its openings: {sorted(by_id) or 'none'}).")
-        else:
-            opening = nearest_opening(openings, entry["at"], where)
-        if opening.id in out:
-            raise ConfigError(f"{where}: opening {opening.id} is set twice.")
+        opening = by_id[entry["id"]]
         kind = opening_kind(entry["kind"])
         spec: dict[str, Any] = {"kind": kind.name}
         if "profile" in entry:

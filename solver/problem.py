@@ -68,6 +68,8 @@ class Problem:
     voxel_size: float | None = None
     origin: tuple[float, ...] = ()
     opening_conditions: dict = field(default_factory=dict)
+    #: ``SimulationConfig.ramp_steps``: the openings' soft start (None: one characteristic time).
+    ramp_steps: int | None = None
 
     def __post_init__(self) -> None:
         # Decided once: a name (tests, reconfigure(collision=...)) becomes the model object.
@@ -114,6 +116,7 @@ class Problem:
             streaming=config.streaming,
             tile_storage=config.tile_storage,
             opening_conditions=config.opening_conditions(),
+            ramp_steps=config.ramp_steps,
         )
 
     def with_openings(self, geometry: Any) -> Problem:

@@ -39,7 +39,7 @@ from .io import (
 )
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
-from .opening_specs import case_units, resolve_openings
+from .opening_specs import case_lattice, case_units, resolve_openings
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
@@ -54,6 +54,8 @@ EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
 CSV_COLUMNS = ["step", "wall_s", "mflups", "residual", "u_mean_x", "u_mean_y", "u_mean_z",
                "u_flow", "u_max", "permeability", "permeability_m2", "permeability_mD",
                "k_change", "k_converged", "steps_to_converge", "eta_t"]
+#: Extra CSV columns of a run driven through openings: its steady-state test (solver.monitor).
+FLOW_COLUMNS = ["flow_change", "steady"]
 #: Summary keys copied from the last CSV row.
 SUMMARY_KEYS = ("residual", "u_mean_x", "u_mean_y", "u_mean_z", "u_flow", "u_max",
                 "permeability", "permeability_m2", "permeability_mD", "k_change", "k_converged",
@@ -114,6 +116,12 @@ class HeadlessRun:
         self.geometry = as_geometry(geometry if geometry is not None
                                     else load_geometry(case.geometry))
         self.voxel_size = self.geometry.voxel_size
+        # SI in, lattice parameters out: tau chosen (or the given one judged) before the units.
+        self.lattice_choice = case_lattice(case, self.geometry, _backend_name(case, backend))
+        if self.lattice_choice is not None:
+            case.config.tau = self.lattice_choice.tau
+            for warning in self.lattice_choice.warnings:
+                log.warning(warning)
         self.units = case_units(case, self.voxel_size)
         if case.openings:  # SI entries -> lattice units, on this geometry's openings
             case.config.openings = resolve_openings(
@@ -130,7 +138,10 @@ class HeadlessRun:
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
                                   u_limit=self.controls.u_limit,
                                   k_tolerance=self.controls.k_tolerance,
-                                  axis=self.sim.flow_axis, voxel_size=self.voxel_size)
+                                  axis=self.sim.flow_axis, voxel_size=self.voxel_size,
+                                  flow_tolerance=self.controls.flow_tolerance,
+                                  flow_window=self.controls.flow_window)
+        self.reading: Reading | None = None
         self.wall = 0.0
         self.last: dict[str, Any] = {}
         self._interval = (0, 0.0)  # (steps, solver seconds) at the previous output
@@ -157,7 +168,8 @@ class HeadlessRun:
         self.sim.allocate()
         start = self.sim.time_step
         self.csv = CsvLog(self.out / "history.csv",
-                          CSV_COLUMNS + opening_columns(sorted(self.case.config.openings)),
+                          CSV_COLUMNS + opening_columns(sorted(self.case.config.openings))
+                          + (FLOW_COLUMNS if self._vessel else []),
                           keep_until=start if start else None)
         status = "max_steps"
         bar = tqdm(total=self.controls.max_steps, initial=start, unit="step",
@@ -179,7 +191,16 @@ class HeadlessRun:
         if status == "interrupted":
             return self._finish(status, EXIT_INTERRUPTED, "Interrupted; resume with --resume "
                                 f"{self.checkpoint_path}.", t0)
-        return self._finish(status, EXIT_OK, f"Finished: {status}.", t0)
+        message = f"Finished: {status}."
+        if status == "converged" and self._vessel and self.reading is not None:
+            message = (f"Converged at step {self.sim.time_step}: {self.reading.steady_label} "
+                       "(steady state of the openings).")
+        return self._finish(status, EXIT_OK, message, t0)
+
+    @property
+    def _vessel(self) -> bool:
+        """Whether the run is driven through openings (its steady state is theirs)."""
+        return self.sim.problem.iolets is not None
 
     def _loop(self, bar: tqdm, interrupt: _Interrupt) -> str:
         c = self.controls
@@ -194,8 +215,9 @@ class HeadlessRun:
                 log.warning("Interrupted at step %d: writing a checkpoint (Ctrl-C again aborts "
                             "without one).", step)
                 return "interrupted"
-            if step % c.output_interval == 0 or step == c.max_steps:
-                if self._output(reading, bar):
+            steady = self._vessel and c.flow_tolerance > 0 and reading.steady
+            if step % c.output_interval == 0 or step == c.max_steps or steady:
+                if self._output(reading, bar) or steady:
                     return "converged"
             if c.checkpoint_interval and step % c.checkpoint_interval == 0:
                 self._checkpoint()
@@ -218,7 +240,9 @@ class HeadlessRun:
     def _observe(self) -> Reading:
         """The monitor's reading of the current state; DivergenceError if unhealthy."""
         tic = time.perf_counter()
-        reading = self.monitor.check(self.sim.time_step, self.sim.health())
+        flows = self.sim.opening_flows() if self._vessel else None
+        reading = self.monitor.check(self.sim.time_step, self.sim.health(), flows)
+        self.reading = reading
         self.check_seconds += time.perf_counter() - tic
         if not self._slow_warned and self.check_seconds > 0.2 * max(self.wall, 1.0):
             # A host read-back per check can cost more than the steps on a fast GPU.
@@ -254,6 +278,8 @@ class HeadlessRun:
         row.update({f"u_mean_{ax}": float(v) for ax, v in zip("xyz", mean, strict=False)})
         if sim.config.openings:
             row.update(opening_row(sim.opening_flows(), self.units, sim.config.initial_density))
+        if self._vessel:
+            row.update(flow_change=reading.flow_change, steady=reading.steady)
         self.csv.append(row)
         self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
@@ -266,6 +292,8 @@ class HeadlessRun:
                     extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
             write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
                       self.geometry.origin or None, extra=extra)
+        if self._vessel:  # a flow through openings stops on its own steady state (_loop)
+            return False
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
 
@@ -302,6 +330,11 @@ class HeadlessRun:
             summary[key] = self.last.get(key)
         for key in opening_columns(sorted(sim.config.openings)):
             summary[key] = self.last.get(key)
+        if self._vessel and self.reading is not None:
+            summary.update(steady=self.reading.steady, flow_change=self.reading.flow_change,
+                           steady_label=self.reading.steady_label)
+        if self.lattice_choice is not None:
+            summary["lattice_choice"] = self.lattice_choice.text()
         nu_phys = self.controls.viscosity
         if nu_phys and self.voxel_size:
             dt = self.case.config.viscosity * self.voxel_size**2 / nu_phys
@@ -309,6 +342,16 @@ class HeadlessRun:
             if summary["u_flow"] is not None:
                 summary["u_flow_m_s"] = summary["u_flow"] * self.voxel_size / dt
         return summary
+
+
+def _backend_name(case: Case, backend: Any) -> str:
+    """The name of the backend a run will use ('numpy' or 'cupy'), for its cost estimate."""
+    name = getattr(backend, "name", None) or backend or case.config.backend
+    if name == "auto":
+        from .backends import gpu_available
+
+        name = "cupy" if gpu_available()[0] else "numpy"
+    return str(name)
 
 
 def _next(step: int, interval: int) -> int:

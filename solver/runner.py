@@ -91,6 +91,7 @@ class SimulationRunner(RunnerCommands):
         self._sim: Simulation | None = None
         self._backends: dict[str, Any] = {}
         self._running, self._status, self._message = False, "starting", ""
+        self._steady_seen = False
         self._error: str | None = None
         self._seq, self._run_id = 0, 0
         self._pacer = Pacer(snapshot_interval)
@@ -242,6 +243,7 @@ class SimulationRunner(RunnerCommands):
         old, old_geometry, old_config = self._sim, self._geometry, self._config
         was_running = self._running and keep_flow
         self._running, self._status, self._message = False, "starting", "Building the simulation"
+        self._steady_seen = False
         self._emit({})
         # Host-side construction validates the configuration and tiles the geometry; a failure
         # here leaves the current simulation untouched.
@@ -325,6 +327,11 @@ class SimulationRunner(RunnerCommands):
                 kept = self._good.refresh(sim)  # a state that just passed its check
             if check and flow.checked and flow.healthy:
                 self._history.record(flow.reading, sim.metrics.mflups)
+                # The openings' flow has converged: stop once and say so (Run goes on after).
+                if flow.reading.steady and self._running and not self._steady_seen:
+                    self._running, self._status = False, "converged"
+                    self._message = f"Step {sim.time_step}: {flow.reading.steady_label}"
+                self._steady_seen = flow.reading.steady
             extra = flow.snapshot_fields()
             extra["steps_per_second"] = self._steps_per_second(sim.time_step)
         self._emit(extra)

@@ -82,6 +82,10 @@ class Snapshot:
     openings: tuple[OpeningFlow, ...] = ()
     #: Net flow over inflow through the openings (0 at a mass-conserving steady state).
     mass_balance: float | None = None
+    #: Steady state of the openings' flow (:class:`solver.monitor.FlowConvergence`): whether
+    #: reached, and what the run says about it (empty without openings).
+    steady: bool = False
+    steady_label: str = ""
     device: dict = field(default_factory=dict)
     memory_bytes: int = 0
     config: dict = field(default_factory=dict)
@@ -120,7 +124,7 @@ class FlowSummary:
         if not health:
             return flow
         monitor = monitor if monitor is not None else RunMonitor(sim.problem, sim.config.tau)
-        return replace(flow, reading=monitor.observe(sim.time_step, look))
+        return replace(flow, reading=monitor.observe(sim.time_step, look, flow.openings))
 
     @property
     def checked(self) -> bool:
@@ -144,7 +148,8 @@ class FlowSummary:
                        permeability=None if r.permeability is None else r.permeability.lattice,
                        mean_velocity=tuple(float(m) for m in r.mean_velocity),
                        k_change=r.k_change, k_converged=r.converged,
-                       steps_to_converge=r.steps_to_converge, k_answer=answer, k_label=label)
+                       steps_to_converge=r.steps_to_converge, k_answer=answer, k_label=label,
+                       steady=r.steady, steady_label=r.steady_label)
         elif r is not None:
             out.update(max_speed=r.max_speed)
         return out

@@ -8,10 +8,13 @@ import numbers
 
 from .lattice import CS2
 
-__all__ = ["ConfigError", "MAX_MACH", "is_number", "velocity_vector"]
+__all__ = ["ConfigError", "MAX_MACH", "PROFILE_PEAK", "mean_speed_limit", "is_number",
+           "velocity_vector"]
 
 #: Above this lattice Mach number |u|/c_s compressibility errors dominate; the run is refused.
 MAX_MACH = 0.3
+#: Peak over mean speed of each inlet profile of an opening: the Mach limit holds for the peak.
+PROFILE_PEAK = {"uniform": 1.0, "poiseuille": 2.0}
 
 
 class ConfigError(ValueError):
@@ -39,3 +42,11 @@ def velocity_vector(value, ndim: int, what: str) -> tuple[float, float, float]:
                           f"(|u| <= {MAX_MACH * math.sqrt(CS2):.3f} in lattice units); lower "
                           "the velocity and raise the resolution or tau instead.")
     return (vec[0], vec[1], vec[2])
+
+
+def mean_speed_limit(profile: str = "uniform", mach: float = MAX_MACH) -> float:
+    """Largest mean inlet speed (lattice units) whose profile peak stays at Mach ``mach``: the one
+    limit of an opening's speed, for case files, the dashboard and the Python API alike."""
+    if profile not in PROFILE_PEAK:
+        raise ConfigError(f"profile {profile!r} is not one of {tuple(PROFILE_PEAK)}.")
+    return mach * math.sqrt(CS2) / PROFILE_PEAK[profile]

@@ -38,7 +38,8 @@ CARD_CSS = """
          font-variant-numeric: tabular-nums; white-space: nowrap; }
 .sub { font-size: 12px; color: #6b7785; white-space: nowrap; overflow: hidden;
        text-overflow: ellipsis; }
-.status-running .value { color: #1a7f37; } .status-paused .value { color: #9a6700; }
+.status-running .value, .status-converged .value { color: #1a7f37; }
+.status-paused .value { color: #9a6700; }
 .status-diverged .value, .status-error .value { color: #cf222e; }
 """
 

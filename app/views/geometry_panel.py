@@ -18,6 +18,7 @@ import panel as pn
 import param
 
 from geometries.errors import GeometryError
+from solver.lattice_parameters import choose_lattice, demand_of_specs
 from solver.memory import assess_memory, judge
 from solver.values import ConfigError
 
@@ -32,7 +33,7 @@ from ..geometry_sources import (
     make_preview,
     sample_names,
 )
-from ..openings import DRIVES, OpeningGroup, OpeningUnits
+from ..openings import DRIVES, OpeningGroup, OpeningUnits, drives, si_specs
 from ..settings import Settings
 from ..uploads import BoundedFileDropper, UploadedFile, safe_text
 from .openings_panel import OpeningsPanel
@@ -70,7 +71,8 @@ class GeometryPanel(pn.viewable.Viewer):
         self.controller, self.settings = controller, settings
         # The fluid and the physical units the openings' SI values are read in (Physics tab).
         self.setup = setup or PhysicalSetup(name="Physical setup")
-        self.openings = OpeningsPanel(self._opening_units)
+        self.openings = OpeningsPanel(self._opening_units, chooser=self._lattice_choice)
+        self._narrowings: dict = {}  # per geometry: the narrowest sections already measured
         self.setup.param.watch(self.openings.refresh, ["voxel_size_um", "viscosity", "density"])
         self._build: tuple | None = None  # the last preview's (build, what): a drive re-runs it
         # Where the previewed and the used geometry came from: a case's geometry section.
@@ -195,7 +197,7 @@ class GeometryPanel(pn.viewable.Viewer):
             return  # a newer preview was started meanwhile
         self.preview = preview
         self._set_drive(preview.drive)
-        self.openings.bind(preview.groups, preview.config)
+        self.openings.bind(preview.groups, preview.config, preview.geometry)
         verdict, sentence = self._memory(preview)
         self.image.object = self._image(preview)
         self.preview3d.show(preview.geometry, preview.config.openings)
@@ -236,7 +238,8 @@ class GeometryPanel(pn.viewable.Viewer):
         if self.controller.use_geometry(self.preview):
             self.used_recipe = self._recipe
             # From now on the rows edit the session's pending settings (Apply settings).
-            self.openings.bind(self.preview.groups, self.controller.config)
+            self.openings.bind(self.preview.groups, self.controller.config,
+                               self.preview.geometry)
             name = safe_text(self.preview.geometry.name or "the geometry")
             self._show("success", f"Simulating {name}.")
         else:  # the status bar holds the reason until the next action
@@ -283,6 +286,25 @@ class GeometryPanel(pn.viewable.Viewer):
             self.drive = drive
         finally:
             self._drive_set = False
+
+    def _lattice_choice(self, config, groups, geometry, tau):
+        """The lattice parameters of the openings' SI values on ``geometry``
+        (:func:`solver.lattice_parameters.choose_lattice`), None without a driven opening."""
+        listed = [config.openings[g.ids[0]] for g in groups if g.ids[0] in config.openings]
+        if geometry is None or not any(drives(spec["kind"]) for spec in listed):
+            return None
+        units = OpeningUnits(self.setup.units(config.tau, geometry.voxel_size),
+                             config.initial_density)
+        specs = si_specs(config.openings, groups, units)
+        cache = self._narrowings.setdefault(id(geometry), {})
+        if len(self._narrowings) > 4:  # previews come and go: keep the latest few
+            self._narrowings.pop(next(iter(self._narrowings)))
+        demand = demand_of_specs(specs, geometry, self.setup.viscosity, self.setup.density,
+                                 geometry.voxel_size or self.setup.voxel_size_um * 1e-6,
+                                 cache=cache)
+        device = str((self.controller.snapshot.device or {}).get("name", "CPU"))
+        return choose_lattice(demand, tau=tau, precision=config.precision,
+                              backend="numpy" if device.startswith("CPU") else "cupy")
 
     def _opening_units(self, config, group: OpeningGroup) -> OpeningUnits:
         """SI <-> lattice units of an opening of the previewed (or used) geometry."""

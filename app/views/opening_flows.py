@@ -58,6 +58,9 @@ def flow_cards(snap: Snapshot, units: UnitSystem) -> list[tuple[str, str, str, s
     cards.append(("mass-balance", "Mass balance",
                   "—" if balance is None or not np.isfinite(balance) else f"{100 * balance:.2f} %",
                   "net flow / inflow (0 at steady state)"))
+    if snap.steady_label:  # the run monitor's verdict (solver.monitor.FlowConvergence)
+        cards.append(("steady-state", "Steady state", "converged" if snap.steady else "not yet",
+                      snap.steady_label))
     return cards
 
 

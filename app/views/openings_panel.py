@@ -5,6 +5,12 @@ geometry is used, then the session's pending settings) through
 :class:`~app.openings.OpeningUnits`; the config is the truth and the SI values are re-derived
 from it when the units (voxel size, fluid, τ) change. A refused value (above the Mach limit, a
 pressure below the lattice's vacuum) leaves the config as it was and says, in SI, what is allowed.
+
+Below the rows the panel states the lattice parameters of these SI values
+(:func:`solver.lattice_parameters.choose_lattice`: τ, time step, steps per flow-through and
+their wall time). With "Choose τ" on (the default) the chosen τ is applied to the config and
+the openings' lattice values are re-derived so that their SI values stay as entered: no τ is
+needed; with it off, the config's τ is kept and judged against the Mach target.
 """
 
 from __future__ import annotations
@@ -28,10 +34,16 @@ from ..openings import (
     caveat,
     drives,
     quantity,
+    retimed_openings,
     value_units,
 )
 
-__all__ = ["OpeningRow", "OpeningsPanel", "lattice_text"]
+__all__ = ["OpeningRow", "OpeningsPanel", "lattice_text", "Chooser"]
+
+#: ``chooser(config, groups, geometry, tau)``: the lattice parameters of the table's SI values
+#: (:class:`solver.lattice_parameters.LatticeChoice`; tau None = choose it), None without a
+#: driven opening; ConfigError when no stable tau can run them.
+Chooser = Callable[[SimulationConfig, Sequence[OpeningGroup], object, "float | None"], object]
 
 _KINDS = {label: kind for kind, label in KIND_LABELS.items()}
 _ALL_UNITS = list(dict.fromkeys(u for units in VALUE_UNITS.values() for u in units))
@@ -71,11 +83,19 @@ class OpeningsPanel(pn.viewable.Viewer):
     """Rows of the openings of one geometry, bound to the config they edit."""
 
     message = param.String(default="", doc="Why the last edit was refused (SI).")
+    choose_tau = param.Boolean(default=True, label="Choose τ and the time step from these SI "
+                               "values (Mach target)",
+                               doc="Apply the τ chosen for the openings' SI values; off: keep "
+                                   "the configured τ and judge it.")
+    choice = param.String(default="", doc="The lattice parameters of the openings and their "
+                                          "cost (SI), or why none can run them.")
 
     def __init__(self, units: Callable[[SimulationConfig, OpeningGroup], OpeningUnits],
-                 **params) -> None:
+                 chooser: Chooser | None = None, **params) -> None:
         super().__init__(**params)
         self.units = units
+        self.chooser = chooser
+        self.geometry = None
         self.rows: list[OpeningRow] = []
         self.config: SimulationConfig | None = None
         self._syncing = False
@@ -91,11 +111,20 @@ class OpeningsPanel(pn.viewable.Viewer):
         header = pn.pane.Markdown("**Openings** · kind and value in SI (the solver's lattice "
                                   "value on the right); the box faces are walls",
                                   sizing_mode="stretch_width")
-        self.view = pn.Column(header, self.alert, self.note, self.layout,
-                              sizing_mode="stretch_width", visible=False)
+        self.choice_pane = pn.pane.Alert("", alert_type="info", visible=False,
+                                         sizing_mode="stretch_width",
+                                         css_classes=["lattice-choice"])
+        self.param.watch(self._show_choice, "choice")
+        self.param.watch(lambda e: self._choose(), "choose_tau")
+        auto = pn.widgets.Checkbox.from_param(self.param.choose_tau)
+        self.view = pn.Column(header, self.alert, self.note, self.layout, auto,
+                              self.choice_pane, sizing_mode="stretch_width", visible=False)
 
-    def bind(self, groups: Sequence[OpeningGroup], config: SimulationConfig | None) -> None:
-        """Show ``groups`` and edit ``config.openings`` (no rows when there are none)."""
+    def bind(self, groups: Sequence[OpeningGroup], config: SimulationConfig | None,
+             geometry=None) -> None:
+        """Show ``groups`` of ``geometry`` and edit ``config.openings`` (no rows when there are
+        none)."""
+        self.geometry = geometry
         if self.config is not None:
             for watcher in self._watchers:
                 self.config.param.unwatch(watcher)
@@ -112,6 +141,7 @@ class OpeningsPanel(pn.viewable.Viewer):
         self.refresh()
         self.layout.objects = [self._row_view(row) for row in self.rows]
         self.view.visible = bool(self.rows)
+        self._choose()
 
     def refresh(self, *events) -> None:
         """Re-derive every row's SI value from the config (units or config changed)."""
@@ -120,6 +150,44 @@ class OpeningsPanel(pn.viewable.Viewer):
         for row in self.rows:
             self._show(row)
         self._warn_outflow()
+        if events and any(getattr(e, "name", "") != "openings" for e in events):
+            self._choose()  # the units or tau changed: the choice and its cost too
+
+    def _choose(self, strict: bool = False) -> None:
+        """State (and with :attr:`choose_tau` apply) the lattice parameters of the rows;
+        ``strict``: raise the ConfigError of a refusal instead of showing it."""
+        if self._syncing or self.chooser is None or self.config is None or not self.rows:
+            self.choice = ""
+            return
+        config, groups = self.config, [row.group for row in self.rows]
+        try:
+            choice = self.chooser(config, groups, self.geometry,
+                                  None if self.choose_tau else config.tau)
+        except (ConfigError, ValueError) as exc:
+            if strict:
+                raise ConfigError(str(exc)) from exc
+            self.choice = f"⚠ {exc}"
+            return
+        if choice is None:
+            self.choice = ""
+            return
+        if self.choose_tau and abs(choice.tau - config.tau) > 1e-12:
+            # The same SI values on the new time step (dt is proportional to tau - 1/2).
+            ratio = (choice.tau - 0.5) / (config.tau - 0.5)
+            openings = retimed_openings(config.openings, ratio, config.initial_density)
+            self._syncing = True
+            try:
+                config.param.update(tau=choice.tau, openings=openings)
+            finally:
+                self._syncing = False
+            for row in self.rows:
+                self._show(row)
+        self.choice = choice.text() if not choice.warnings else f"⚠ {choice.text()}"
+
+    def _show_choice(self, event) -> None:
+        text = event.new
+        self.choice_pane.param.update(object=html.escape(text), visible=bool(text),
+                                      alert_type="warning" if text.startswith("⚠") else "info")
 
     def _warn_outflow(self) -> None:
         """Warn while a row's kind has a caveat (an outflow: in slow flows almost a wall)."""
@@ -162,6 +230,8 @@ class OpeningsPanel(pn.viewable.Viewer):
                 pass  # the same condition, shown in the new unit below
             elif "kind" in names:
                 self._write(row, self._default(kind, row))
+            elif self.choose_tau and self.chooser is not None:
+                self._write_choosing(row, kind)
             else:
                 units = self.units(self.config, row.group)
                 self._write(row, units.spec(kind, row.value, row.unit, row.group, row.profile))
@@ -170,6 +240,30 @@ class OpeningsPanel(pn.viewable.Viewer):
             self.message = str(exc)
         self._show(row)  # a refused value goes back to the config's
         self._warn_outflow()
+        if not self.message:
+            self._choose()
+
+    def _write_choosing(self, row: OpeningRow, kind: str) -> None:
+        """Write the row's SI value and choose tau for it: a value too fast for the present tau
+        is what a new tau is for. ConfigError (config unchanged) when none can run it."""
+        config = self.config
+        before = (config.tau, dict(config.openings))
+        units = self.units(config, row.group)
+        self._write(row, units.spec(kind, row.value, row.unit, row.group, row.profile,
+                                    check=False))
+        try:
+            self._choose(strict=True)
+            # The lattice limits at the chosen tau (Mach, density change), said in SI.
+            self.units(config, row.group).spec(kind, row.value, row.unit, row.group,
+                                               row.profile)
+        except ConfigError:
+            self._syncing = True
+            try:
+                config.param.update(tau=before[0], openings=before[1])
+            finally:
+                self._syncing = False
+            self._choose()
+            raise
 
     def _default(self, kind: str, row: OpeningRow) -> dict:
         if quantity(kind) == SPEED:

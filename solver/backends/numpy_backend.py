@@ -175,7 +175,8 @@ class NumpyBackend:
             if state.iolets is not None:  # the opening links' slots, before the step reads them
                 p = state.problem
                 state.iolet_flux = apply_iolets(src, state.iolets, p.iolets, p.storage,
-                                                p.lattice, p.force, p.incompressible)
+                                                p.lattice, p.force, p.incompressible,
+                                                state.step)
             work = list(zip([src] * len(state.chunks), [dst] * len(state.chunks), state.chunks,
                             state.boundaries, strict=True))
             if self._pool is None or len(work) == 1:

@@ -61,3 +61,12 @@ def test_the_dashboard_shows_them_next_to_the_counters_only_for_driven_runs():
         assert not flows.visible
     finally:
         board.close()
+
+
+def test_the_steady_state_card_shows_the_monitors_verdict():
+    from dataclasses import replace
+
+    snap = replace(vessel_snapshot(), steady=True, steady_label="converged: the openings' ...")
+    cards = {key: (value, detail) for key, _, value, detail in flow_cards(snap, UNITS)}
+    assert cards["steady-state"] == ("converged", "converged: the openings' ...")
+    assert "steady-state" not in {c[0] for c in flow_cards(vessel_snapshot(), UNITS)}

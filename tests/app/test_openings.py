@@ -189,3 +189,51 @@ def test_an_outflow_row_warns_that_it_acts_like_a_wall_in_slow_flows(vessel):
     config.openings = {**config.openings, 2: {"kind": "pressure", "value": 1.0},
                        3: {"kind": "closed"}}  # set elsewhere (a case, Apply settings)
     assert not panel.note.visible
+
+
+# ------------------------------------------ lattice parameters from the SI values (#28 item 1)
+def _chosen_panel(vessel):
+    from app.openings import si_specs
+    from solver.lattice_parameters import choose_lattice, demand_of_specs
+
+    nu, rho = 3.3e-6, 1060.0
+
+    def units_of(config):
+        return UnitSystem.from_viscosity(vessel.voxel_size, nu, rho, config.tau)
+
+    def chooser(config, groups, geometry, tau):
+        units = OpeningUnits(units_of(config), config.initial_density)
+        demand = demand_of_specs(si_specs(config.openings, groups, units), geometry, nu, rho)
+        return choose_lattice(demand, tau=tau)
+
+    groups = opening_groups(vessel)
+    config = SimulationConfig(**driven_values(default_openings(groups, 1.0), 3))
+    panel = OpeningsPanel(lambda config, group: OpeningUnits(units_of(config),
+                                                             config.initial_density),
+                          chooser=chooser)
+    panel.bind(groups, config, vessel)
+    return panel, config
+
+
+def test_the_panel_chooses_tau_for_the_si_values_and_keeps_them(vessel):
+    panel, config = _chosen_panel(vessel)
+    inlet = panel.rows[0]
+    inlet.param.update(value=0.05, unit="m/s", profile="poiseuille")
+    assert inlet.value == pytest.approx(0.05)  # the SI value as entered survives the new tau
+    tau = config.tau
+    assert "(chosen)" in panel.choice and "time step" in panel.choice
+    assert "flow-through" in panel.choice and "about" in panel.choice  # its cost
+    # The chosen tau puts the expected peak (2 x the mean, x the narrowing) at the target.
+    u = config.openings[1]["value"]
+    assert u * 2.0 <= 0.1 * SOUND_SPEED * 1.0001
+    inlet.value = 0.02
+    assert config.tau > tau  # slower: a longer time step is allowed
+    # Far too fast for any stable tau on this grid: refused, saying which resolution would do.
+    before = (config.tau, dict(config.openings))
+    inlet.value = 50.0
+    assert "voxel size of" in panel.message and "voxels along the geometry" in panel.message
+    assert (config.tau, config.openings) == before and inlet.value == pytest.approx(0.02)
+    # Off: the configured tau is kept and judged.
+    panel.choose_tau = False
+    config.tau = 0.9
+    assert config.tau == 0.9 and "(given)" in panel.choice

@@ -43,7 +43,12 @@ def test_a_vessel_preview_lists_its_openings_driven_by_default(board):
     assert [r.kind for r in rows] == ["inlet velocity", "outlet pressure", "outlet pressure"]
     config = panel.preview.config
     assert config.body_force == (0.0, 0.0, 0.0) and config.x_min == "wall"
-    assert config.openings[1]["value"] == DEFAULT_INLET_SPEED
+    # The default inlet speed is set at the default tau (0.8); the panel then chooses tau for
+    # the Mach target and keeps that SI speed: the lattice value follows the time step.
+    assert config.openings[1]["value"] == pytest.approx(
+        DEFAULT_INLET_SPEED * (config.tau - 0.5) / (0.8 - 0.5), rel=1e-12)
+    choice = panel.openings.choice
+    assert f"tau {config.tau:.4g} (chosen)" in choice and "flow-through" in choice
     assert "3 openings" in panel.info.object
     # The preview image marks them (a labelled overlay) and renders.
     panel.image.get_root(Document())

@@ -34,7 +34,8 @@ _RUN = r"""
 extern "C" void emu_pass(int m, int n, store_t* f, const long long* own_j,
     const long long* donor, const long long* write, const long long* node_own,
     const int* link_node, real* node_u, const signed char* code, const int* dir,
-    const real* value, const real* shift, real scale, real inv_scale, real* out, real* flux)
+    const real* value, const real* shift, real scale, real inv_scale, real* out, real* flux,
+    long long* step, long long ramp_steps)
 {
     blockDim.x = 1;
     for (int t = 0; t < n; ++t) {
@@ -44,11 +45,11 @@ extern "C" void emu_pass(int m, int n, store_t* f, const long long* own_j,
     for (int t = 0; t < m; ++t) {
         blockIdx.x = t;
         iolet_values(f, own_j, donor, code, dir, value, link_node, node_u, shift, inv_scale,
-                     out, flux, m, n);
+                     out, flux, m, n, step, ramp_steps);
     }
     for (int t = 0; t < m; ++t) {
         blockIdx.x = t;
-        iolet_write(f, write, dir, out, shift, scale, m);
+        iolet_write(f, write, dir, out, shift, scale, m, step);
     }
 }
 """
@@ -70,13 +71,15 @@ def _load(source: str):
 
 
 def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
-                  slots: np.ndarray | None = None) -> np.ndarray:
-    """Apply the kernel pass to the stored copy ``flat`` (1-D, in place); return the flux."""
+                  slots: np.ndarray | None = None, step: int | None = None) -> np.ndarray:
+    """Apply the kernel pass to the stored copy ``flat`` (1-D, in place) before step ``step``
+    (the device counter's value, the soft start's clock; None: past the ramp); return the
+    flux."""
     tables, lat, storage = problem.iolets, problem.lattice, problem.storage
     real = np.dtype(problem.dtype)
     plan = iolet_plan(tables, lat.q, problem.tiling.nodes_per_tile, slots, parity)
     run = _load(iolet_source(lat.name, real.name, storage.encoded, problem.incompressible,
-                             tuple(float(x) for x in problem.force)))
+                             tuple(float(x) for x in problem.force), float(tables.rho0)))
     arrays = [plan.own_j, plan.donor, plan.write, plan.node_own, plan.link_node,
               np.zeros((lat.d, max(plan.n_nodes, 1)), dtype=real)]
     code = np.ascontiguousarray(tables.code, dtype=np.int8)
@@ -86,10 +89,14 @@ def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
     out = np.zeros(tables.n_links, dtype=real)
     flux = np.zeros(tables.n_links, dtype=real)
     scalar = ctypes.c_double if real == np.float64 else ctypes.c_float
+    step = tables.ramp_steps if step is None else step
+    counter = np.array([step], dtype=np.int64)
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
     assert flat.flags.c_contiguous
     run(ctypes.c_int(tables.n_links), ctypes.c_int(plan.n_nodes), ptr(flat),
         *(ptr(a) for a in arrays), ptr(code),
         ptr(direction), ptr(value), ptr(shift), scalar(storage.scale),
-        scalar(1.0 / storage.scale), ptr(out), ptr(flux))
+        scalar(1.0 / storage.scale), ptr(out), ptr(flux), ptr(counter),
+        ctypes.c_longlong(tables.ramp_steps))
+    assert counter[0] == step + 1  # the write kernel advanced the clock once
     return flux

@@ -42,7 +42,8 @@ def inlet_area(sim: Simulation) -> float:
 
 @pytest.mark.parametrize("profile", ["uniform", "poiseuille"])
 def test_velocity_inlet_flow_rate_is_exact_from_the_first_step(profile):
-    sim = run({1: {"kind": "velocity", "value": 0.02, "profile": profile}, 2: "pressure"}, 1)
+    sim = run({1: {"kind": "velocity", "value": 0.02, "profile": profile}, 2: "pressure"}, 1,
+              ramp_steps=0)  # impulsive start: the full rate at once
     first = sim.opening_flows()[0]
     assert first.kind == "velocity"
     assert first.flow_rate == pytest.approx(0.02 * inlet_area(sim), rel=1e-12)
@@ -220,7 +221,13 @@ def test_runner_snapshots_carry_the_openings_flows_and_mass_balance():
         runner.stop()
     inlet, outlet = snap.openings
     assert (inlet.id, inlet.kind, outlet.kind) == (1, "velocity", "pressure")
-    assert inlet.flow_rate == pytest.approx(0.02 * inlet_area_of(tube()), rel=1e-9)
+    # The runner steps through the default soft start (400 steps here) like every other way.
+    ramp = runner_ramp = Simulation(tube(), cfg).problem.iolets.ramp_steps
+    assert runner_ramp > snap.step
+    from solver.soft_start import ramp_factor
+
+    assert inlet.flow_rate == pytest.approx(
+        0.02 * inlet_area_of(tube()) * ramp_factor(snap.step - 1, ramp), rel=1e-9)
     assert outlet.flow_rate < 0
     assert snap.mass_balance == pytest.approx(mass_balance(snap.openings))
 
@@ -279,3 +286,69 @@ def test_face_openings_with_wall_faces_drive_the_channel():
     assert abs(mass_balance(tuple(flows.values()))) < 1e-3
     ux = sim.fields()["u"][0]
     assert np.all(ux[20, 1:-1] > 0)  # flowing from the inlet at x = 0 towards x = nx - 1
+
+
+# ------------------------------------------------------------------ soft start (issue 28 item 3)
+def test_soft_start_flow_rate_follows_the_smoothstep_and_then_holds():
+    from solver.soft_start import ramp_factor
+
+    ramp = 40
+    sim = run({1: {"kind": "velocity", "value": 0.02, "profile": "poiseuille"}, 2: "pressure"},
+              0, ramp_steps=ramp)
+    assert sim.problem.iolets.ramp_steps == ramp
+    target = 0.02 * inlet_area(sim)
+    rates = []
+    for _ in range(ramp + 5):
+        sim.step(1)
+        rates.append(sim.opening_flows()[0].flow_rate)
+    x = np.minimum(np.arange(1, ramp + 6) / ramp, 1.0)
+    expected = target * x * x * (3 - 2 * x)  # the stated curve: cubic smoothstep
+    np.testing.assert_allclose(rates, expected, rtol=1e-12, atol=1e-15)
+    assert rates[0] < 0.01 * target and rates[ramp - 1] == pytest.approx(target, rel=1e-12)
+    assert np.all(np.diff(rates[:ramp]) > 0)
+    assert ramp_factor(0, 0) == 1.0 and ramp_factor(ramp - 1, ramp) == 1.0
+
+
+def test_soft_start_ramps_a_pressure_difference_from_the_initial_density():
+    sim = run({1: {"kind": "pressure", "value": 1.01}, 2: {"kind": "pressure", "value": 1.0}},
+              0, ramp_steps=100)
+    tables = sim.problem.iolets
+    p = sim.problem
+    q, npt = p.lattice.q, p.tiling.nodes_per_tile
+    rest = sim.populations().reshape(-1)
+    # At rest every pressure link writes 2 w_j rho_w - f*_j: its flux is 2 w_j (rho_w - rho0),
+    # so the ramp shows as the inlet's flux scaled by s while the outlet (rho_w = rho0) has none.
+    full = apply_iolets(rest.copy(), tables.addresses(q, npt), tables, p.storage, p.lattice,
+                        p.force, p.incompressible)
+    half = apply_iolets(rest.copy(), tables.addresses(q, npt), tables, p.storage, p.lattice,
+                        p.force, p.incompressible, step=49)
+    inlet = tables.opening == 0
+    np.testing.assert_allclose(half[inlet], 0.5 * full[inlet], rtol=1e-9, atol=1e-15)
+    assert np.abs(full[inlet]).max() > 1e-4
+
+
+def test_default_soft_start_is_one_inlet_diameter_over_the_mean_speed():
+    sim = run({1: {"kind": "velocity", "value": 0.02}, 2: "pressure"}, 0)
+    opening = next(o for o in sim.geometry.openings if o.id == 1)
+    expected = int(np.ceil(opening.diameter / sim.geometry.voxel_size / 0.02))
+    assert sim.problem.iolets.ramp_steps == expected
+    impulsive = run({1: {"kind": "velocity", "value": 0.02}, 2: "pressure"}, 0, ramp_steps=0)
+    assert impulsive.problem.iolets.ramp_steps == 0
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("step", [0, 17, 59, 60])
+def test_cuda_kernel_text_ramps_like_the_numpy_pass(step):
+    openings = {1: {"kind": "velocity", "value": 0.02, "profile": "poiseuille"},
+                2: {"kind": "pressure", "value": 0.995}}
+    sim = noisy_state(openings, precision="float64", ramp_steps=60)
+    p, tables = sim.problem, sim.problem.iolets
+    q, npt = p.lattice.q, p.tiling.nodes_per_tile
+    start = sim.populations().reshape(-1)
+    ref = start.copy()
+    flux = apply_iolets(ref, tables.addresses(q, npt), tables, p.storage, p.lattice, p.force,
+                        p.incompressible, step=step)
+    emu = start.copy()
+    flux_emu = emulated_pass(p, emu, 0, step=step)
+    assert np.abs(emu - ref).max() <= 1e-12
+    assert np.abs(flux_emu - flux).max() <= 1e-12

@@ -184,3 +184,89 @@ def test_pressure_driven_k_from_the_device_look_equals_the_field_definition(mode
     k = sim.permeability().lattice
     assert k > 0
     assert reading.permeability.lattice == pytest.approx(k, rel=1e-12, abs=0)
+
+
+# ------------------------------------------- steady state of a flow through openings (#28)
+def test_flow_convergence_waits_for_the_soft_start_and_a_window_of_small_changes():
+    from solver.monitor import FlowConvergence
+    from solver.vessel import OpeningFlow
+
+    conv = FlowConvergence(tolerance=1e-3, window=100, start=200)
+
+    def flows(t):  # an inflow held at 1, the outflow and the inlet pressure settling
+        decay = np.exp(-t / 150.0)
+        return (OpeningFlow(1, "velocity", 1.0, 1.01 + 0.01 * decay),
+                OpeningFlow(2, "pressure", -1.0 + 0.5 * decay, 1.0))
+
+    verdicts = {t: conv.update(t, flows(t)) for t in range(0, 3001, 50)}
+    assert verdicts[150] == (None, False)  # inside the soft start
+    assert verdicts[250] == (None, False)  # no window of history yet
+    change, steady = verdicts[300]
+    assert change > 0.1 and not steady
+    first = min(t for t, (_, ok) in verdicts.items() if ok)
+    # The inlet density's change per window relative to the drop (~0.01) is the slowest:
+    # 0.948 exp(-t/150), below 1e-3 from t = 1028 (the outflow's 0.474 exp(-t/150) from 924).
+    assert first == 1050
+    assert "converged" in conv.label(*verdicts[first], first)
+    assert "soft start" in conv.label(None, False, 100)
+
+
+@pytest.mark.timeout(300)
+def test_a_vessel_run_without_tau_stops_when_its_openings_converge(tmp_path, capsys):
+    import json
+
+    import trimesh
+    import yaml
+
+    from solver.__main__ import main
+
+    mesh = trimesh.creation.cylinder(radius=4.0, height=24.0, sections=64)
+    keep = np.abs(mesh.face_normals[:, 2]) < 0.9  # open at both ends (mm)
+    trimesh.Trimesh(mesh.vertices, mesh.faces[keep]).export(tmp_path / "tube.stl")
+    case = {"name": "tube", "geometry": {"file": "tube.stl", "options": {
+                "inside": "fluid", "unit": 1e-3, "voxel_size": 1e-3, "openings": "loops"}},
+            "config": {"lattice": "D3Q19", "collision": "TRT", "precision": "float64"},
+            "run": {"viscosity": 1e-6, "density": 1000.0, "max_steps": 20000,
+                    "output_interval": 1000, "check_interval": 100, "checkpoint_interval": 0,
+                    "vti": False},
+            "openings": [{"id": 1, "kind": "velocity", "mean_speed": 1e-4,
+                          "profile": "poiseuille"},
+                         {"id": 2, "kind": "pressure", "pressure": 0.0}]}
+    (tmp_path / "tube.yaml").write_text(yaml.safe_dump(case))
+    code = main(["run", str(tmp_path / "tube.yaml"), "--output", str(tmp_path / "out"),
+                 "--backend", "numpy", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    # The choice and its cost before the run: no tau in the case, so one was chosen.
+    assert "lattice: tau 1 (chosen)" in out and "flow-through" in out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "converged" and summary["steady"] is True
+    assert "steady state of the openings" in summary["message"]
+    assert "openings: converged" in out and "pressure drop" in out
+    assert summary["steps"] < 20000 and abs(summary["mass_balance"]) < 1e-3
+    assert summary["flow_change"] < 1e-3
+
+
+@pytest.mark.timeout(200)
+def test_the_dashboard_runner_stops_and_says_converged_when_the_openings_are_steady():
+    import time
+
+    from solver.runner import SimulationRunner
+    from solver.validation.vessels import tube_geometry
+
+    config = SimulationConfig(lattice="D3Q19", collision="TRT", tau=1.0, precision="float64",
+                              backend="numpy", ramp_steps=100,
+                              openings={1: {"kind": "velocity", "value": 0.01,
+                                            "profile": "poiseuille"}, 2: "pressure"})
+    runner = SimulationRunner(tube_geometry(4, 0.0), config)
+    try:
+        runner.start()
+        snap = runner.wait_for(lambda s: s.status == "converged", timeout=150)
+        time.sleep(0.5)
+        later = runner.snapshot()  # stopped: no more steps after the verdict
+    finally:
+        runner.stop()
+    assert snap.steady and "converged: the openings' flow rates" in snap.steady_label
+    assert "converged" in snap.message and f"Step {snap.step}" in snap.message
+    assert 1100 <= snap.step < 5000  # after the soft start and one window of 1000 steps
+    assert later.step == snap.step

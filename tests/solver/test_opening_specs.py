@@ -18,7 +18,8 @@ from .test_iolets import tube
 
 RUN = {"viscosity": 1e-6, "density": 1000.0, "max_steps": 200, "output_interval": 100,
        "checkpoint_interval": 0, "vti": False, "convergence": 0}
-CONFIG = {"lattice": "D3Q19", "collision": "TRT", "tau": 0.8, "precision": "float64"}
+CONFIG = {"lattice": "D3Q19", "collision": "TRT", "tau": 0.8, "precision": "float64",
+          "ramp_steps": 0}  # impulsive: the exact inflow from the first row
 
 
 def case_with(openings, **run):

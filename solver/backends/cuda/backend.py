@@ -267,6 +267,8 @@ class CupyBackend(StateAccess):
         new = replace(state, problem=problem, slots=slots, launches={}, graphs={},
                       real_args=physics_args(problem), identity_slots=None, tables=tables,
                       iolets=device_iolets(problem, cp.asnumpy(slots)))
+        if new.iolets is not None and state.iolets is not None:  # the soft start goes on
+            new.iolets.step[...] = state.iolets.step
         if not bool((slots == state.slots).all()):
             q = cp.arange(problem.lattice.q)[:, None]
             for c in range(state.f.shape[0]):

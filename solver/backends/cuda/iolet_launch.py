@@ -50,10 +50,12 @@ class DeviceIolets:
         self.value = cp.asarray(tables.value.astype(real))
         self.shift = cp.asarray(np.asarray(storage.shift, dtype=real))
         self.scale, self.inv_scale = real.type(storage.scale), real.type(1.0 / storage.scale)
+        self.step = cp.zeros(1, dtype=np.int64)  # the run's step: the soft start's clock
+        self.ramp_steps = np.int64(tables.ramp_steps)
         self.out = cp.zeros(self.m, dtype=real)
         self.flux = cp.zeros(self.m, dtype=real)
         source = iolet_source(lat.name, real.name, storage.encoded, problem.incompressible,
-                              tuple(float(x) for x in problem.force))
+                              tuple(float(x) for x in problem.force), float(tables.rho0))
         self._moments, self._values, self._write = _kernels(source, cp.cuda.Device().id)
         self._grid = ((self.m + _THREADS - 1) // _THREADS,)
         self._node_grid = ((self.n + _THREADS - 1) // _THREADS,)
@@ -69,9 +71,14 @@ class DeviceIolets:
                           (f, node_own, self.shift, self.inv_scale, self.node_u, n))
         self._values(self._grid, (_THREADS,),
                      (f, own_j, donor, self.code, self.dir, self.value, link_node, self.node_u,
-                      self.shift, self.inv_scale, self.out, self.flux, m, n))
+                      self.shift, self.inv_scale, self.out, self.flux, m, n, self.step,
+                      self.ramp_steps))
         self._write(self._grid, (_THREADS,),
-                    (f, write, self.dir, self.out, self.shift, self.scale, m))
+                    (f, write, self.dir, self.out, self.shift, self.scale, m, self.step))
+
+    def set_step(self, step: int) -> None:
+        """Set the device step counter (resume, rollback): the ramp goes on from ``step``."""
+        self.step[...] = np.int64(step)
 
     def host_flux(self) -> np.ndarray:
         """Mass flux per link of the last step, host float64 (m,)."""

@@ -9,6 +9,11 @@ order are :func:`solver.iolets.iolet_values`'. Values are all computed before an
 because a link reads slots that another link of the same node, or a neighbour's outflow link,
 writes. The launches are captured in the backend's CUDA graphs; the main kernels are untouched.
 
+Soft start (:mod:`solver.soft_start`): ``iolet_values`` reads the run's step from a device
+counter and scales the values by the smoothstep of it in double, as NumPy does; thread 0 of
+``iolet_write`` advances the counter once the values are written, so CUDA graph replays ramp
+without any host update (the backend sets the counter on resume and rollback).
+
 The kernels are compiled with ``--fmad=false`` so that no multiply-add is contracted: the same
 roundings as NumPy, hence CuPy == NumPy in float64 to round-off. Float16 storage decodes as
 :mod:`solver.storage` does and stores rounded to nearest (the NumPy pass does the same). This
@@ -106,9 +111,10 @@ def iolet_plan(tables: IoletTables, q: int, nodes_per_tile: int, slots: np.ndarr
 
 @cache
 def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: bool,
-                 force: tuple[float, ...]) -> str:
+                 force: tuple[float, ...], rho0: float = 1.0) -> str:
     """CUDA C source of the three kernels for a lattice, arithmetic ``precision`` ('float32' or
-    'float64'), float16 storage or not, fluid model and body force (lattice units)."""
+    'float64'), float16 storage or not, fluid model, body force and the density a pressure
+    opening ramps from (lattice units)."""
     lat = get_lattice(lattice_name)
     real = "double" if precision == "float64" else "float"
     q, d = lat.q, lat.d
@@ -146,13 +152,22 @@ def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: 
               "    const int* __restrict__ dir, const real* __restrict__ value,",
               "    const int* __restrict__ link_node, const real* __restrict__ node_u,",
               "    const real* __restrict__ shift, const real inv_scale,",
-              "    real* __restrict__ out, real* __restrict__ flux, const int m, const int n)",
+              "    real* __restrict__ out, real* __restrict__ flux, const int m, const int n,",
+              "    const long long* __restrict__ step, const long long ramp_steps)",
               "{",
               "    const int k = blockIdx.x * blockDim.x + threadIdx.x;",
               "    if (k >= m) return;",
               "    const int j = dir[k];",
               "    const real fj = IO_LOAD(f[own_j[k]], shift[j]);",
-              "    const real v = value[k];",
+              "    real v = value[k];",
+              "    if (ramp_steps > 0) {  // soft start: solver.soft_start.ramp_factor",
+              "        const double x = (double)(step[0] + 1) / (double)ramp_steps;",
+              "        if (x < 1.0) {",
+              "            const real s = (real)(x * x * (3.0 - 2.0 * x));",
+              f"            const real r0 = {_lit(rho0, real)};",
+              f"            v = (code[k] == {VELOCITY}) ? s * v : r0 + s * (v - r0);",
+              "        }",
+              "    }",
               "    real o;",
               f"    if (code[k] == {VELOCITY}) o = fj + v;",
               f"    else if (code[k] == {PRESSURE}) {{",
@@ -176,9 +191,11 @@ def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: 
               "extern \"C\" __global__ void iolet_write(",
               "    store_t* __restrict__ f, const long long* __restrict__ write,",
               "    const int* __restrict__ dir, const real* __restrict__ out,",
-              "    const real* __restrict__ shift, const real scale, const int m)",
+              "    const real* __restrict__ shift, const real scale, const int m,",
+              "    long long* __restrict__ step)",
               "{",
               "    const int k = blockIdx.x * blockDim.x + threadIdx.x;",
+              "    if (k == 0) step[0] += 1;  // after every link's value: the next step's count",
               "    if (k >= m) return;",
               "    f[write[k]] = IO_STORE(out[k], shift[dir[k]]);",
               "}"]

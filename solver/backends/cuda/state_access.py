@@ -87,6 +87,8 @@ class StateAccess:
             return state.set_step(step)
         if getattr(state, "seeds", None) is not None:  # float16 storage
             state.seeds[state.current] = np.uint32(step & 0xFFFFFFFF)
+        if getattr(state, "iolets", None) is not None:  # the openings' soft start
+            state.iolets.set_step(step)
 
     def iolet_flux(self, state: Any) -> np.ndarray | None:
         """Net mass flux into the fluid per opening link in the last step (host float64)."""

@@ -1,0 +1,344 @@
+"""SI in, lattice parameters out: the relaxation time and time step of a flow through openings.
+
+A user of a vessel gives physical quantities only: the voxel size, the fluid's kinematic
+viscosity and density, and what drives the flow (an inlet's mean speed or flow rate, or
+pressures at the openings). :func:`choose_lattice` turns them into ``tau`` and the time step
+``dt = (tau - 1/2) dx^2 / (3 nu)`` so that the EXPECTED PEAK lattice speed stays at a target
+Mach number (:data:`MACH_TARGET`); the app, case files and the Python API all call it.
+
+The expected peak speed (m/s, :func:`peak_speed`) is the larger of
+
+- the main inlet's profile peak (Poiseuille: 2 x the mean; :data:`solver.values.PROFILE_PEAK`)
+  times ``A_inlet / A_min``, the ratio of the inlet's cross-section to the narrowest one on the
+  way to the outlets (:func:`narrowing`): the same flow through a narrower section is faster;
+- for a pressure difference ``dp`` between openings, Bernoulli's ``sqrt(2 dp / rho)``, the
+  speed an inviscid jet would reach; viscous losses only lower it.
+
+Because the lattice speed is ``u dt / dx = u (tau - 1/2) dx / (3 nu)``, the largest ``tau``
+that keeps the peak at ``Ma = MACH_TARGET`` is ``1/2 + 3 nu Ma c_s / (u_peak dx)``; larger tau
+means fewer, longer steps (cheaper), so that one is taken, capped at :data:`TAU_MAX` (beyond
+it bounce-back walls and the TRT/MRT accuracy gain nothing). Below :data:`TAU_MIN` no collision
+is trusted to stay stable; the run is then given TAU_MIN with a warning while its peak stays
+under the hard limit :data:`solver.values.MAX_MACH`, and refused above it, the message saying
+which voxel size (and how many voxels along the geometry) would meet the target. A ``tau``
+given by the user is honoured, with a warning when it breaks the target.
+
+The cost is stated before the run (:meth:`LatticeChoice.text`): tau, dt, the steps of one
+flow-through (the geometry's longest side at the inlet's mean speed) and the wall time they
+take at the backend's measured throughput (:data:`THROUGHPUT_MFLUPS`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .opening_kinds import DENSITY, SPEED, opening_kind
+from .units import SOUND_SPEED, UnitSystem
+from .values import MAX_MACH, PROFILE_PEAK, ConfigError
+
+__all__ = ["MACH_TARGET", "TAU_MIN", "TAU_MAX", "THROUGHPUT_MFLUPS", "Narrowing", "narrowing",
+           "FlowDemand", "peak_speed", "LatticeChoice", "choose_lattice", "demand_of_specs"]
+
+#: Target Mach number |u|/c_s of the expected peak speed. 0.1 keeps the compressibility error
+#: (~Ma^2) near 1 % and leaves a factor 3 to the refusal at MAX_MACH for jets faster than the
+#: estimate.
+MACH_TARGET = 0.1
+#: Smallest relaxation time chosen: nu_lattice = 1/300. TRT diverged at tau 0.5186 on an
+#: aneurysm (issue 28) while MRT ran; a collision stable nearer 1/2 is on its way, so the bound
+#: is set by it, with a margin.
+TAU_MIN = 0.51
+#: Largest relaxation time chosen (the former default 0.8 and 1.0 are the well-tested range).
+TAU_MAX = 1.0
+#: Fluid-node updates per second assumed before a run has measured its own, millions, per
+#: backend and precision: NumPy as the dashboard's rock panel assumes on a laptop core; CuPy the
+#: vessel benchmark on an H100 (README "Performance": 16747 MFLUPS float32 with openings),
+#: float64 half of it (the kernels are bandwidth-bound).
+THROUGHPUT_MFLUPS = {("numpy", "float32"): 2.0, ("numpy", "float64"): 2.0,
+                     ("cupy", "float32"): 16700.0, ("cupy", "float64"): 8400.0}
+#: Grids with more voxels than this are subsampled for the narrowing estimate (it is coarse).
+_NARROWING_VOXELS = 8_000_000
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """Radii (nodes) of the inlet and of the narrowest section on the widest route from it to
+    an outlet, and ``area_ratio`` = A_inlet / A_min (>= 1 in practice)."""
+
+    inlet_radius: float
+    throat_radius: float
+    ndim: int
+
+    @property
+    def area_ratio(self) -> float:
+        """A_inlet / A_min: (r_in / r_min)^2 in 3D, r_in / r_min in 2D."""
+        ratio = self.inlet_radius / max(self.throat_radius, 0.5)
+        return ratio ** (self.ndim - 1)
+
+
+def _node_centre(opening: Any, voxel_size: float | None, origin: Sequence[float]) -> np.ndarray:
+    h = voxel_size or 1.0
+    o = np.asarray(origin if len(origin) else (0.0,) * len(opening.centre), dtype=float)
+    return (np.asarray(opening.centre, dtype=float) - o) / h - 0.5
+
+
+def _seed(edt: np.ndarray, centre: np.ndarray, reach: float) -> tuple[int, ...]:
+    """The node of largest distance to the wall within ``reach`` nodes of ``centre``: the
+    lumen's middle next to an opening (its own plane is closed, so the wall distance there is
+    small)."""
+    lo = np.maximum(np.floor(centre - reach).astype(int), 0)
+    hi = np.minimum(np.ceil(centre + reach).astype(int) + 1, edt.shape)
+    box = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
+    grids = np.meshgrid(*(np.arange(a, b) for a, b in zip(lo, hi, strict=True)), indexing="ij")
+    dist2 = sum((g - c) ** 2 for g, c in zip(grids, centre, strict=True))
+    local = np.where(dist2 <= reach * reach, edt[box], 0.0)
+    index = np.unravel_index(int(np.argmax(local)), local.shape)
+    return tuple(int(i + a) for i, a in zip(index, lo, strict=True))
+
+
+def narrowing(solid: np.ndarray, openings: Sequence[Any], inlet: int, outlets: Sequence[int],
+              voxel_size: float | None = None, origin: Sequence[float] = ()) -> Narrowing:
+    """The narrowest cross-section on the way from opening ``inlet`` to ``outlets``, from the
+    voxels (True = solid).
+
+    Estimate: the Euclidean distance of each fluid node to the nearest solid node is the local
+    lumen radius (within a voxel; on voxelised tubes the area ratio comes out 5-15 % high, the
+    safe side). The widest route from the inlet to any outlet is the path whose
+    smallest radius is largest; that smallest radius (found by bisection: the largest ``r``
+    for which the nodes with radius >= ``r`` still connect the inlet's middle to an outlet's)
+    is the throat. Where the flow can reach an outlet through a wider branch, a narrower
+    branch carries less of it, so the widest route's throat is the one that carries all of it.
+    Costs a distance transform and about ten labellings; grids above 8 M voxels are
+    subsampled first.
+    """
+    from scipy import ndimage
+
+    solid = np.asarray(solid, dtype=bool)
+    step = max(1, math.ceil((solid.size / _NARROWING_VOXELS) ** (1.0 / solid.ndim)))
+    coarse = solid[(slice(None, None, step),) * solid.ndim]
+    edt = ndimage.distance_transform_edt(~coarse)
+    by_id = {o.id: o for o in openings}
+    h = voxel_size or 1.0
+
+    def seed(oid: int) -> tuple[int, ...]:
+        o = by_id[oid]
+        centre = _node_centre(o, voxel_size, origin) / step
+        return _seed(edt, centre, max(o.diameter / h / step, 2.0))
+
+    start = seed(inlet)
+    ends = [seed(oid) for oid in outlets if oid in by_id and oid != inlet]
+    r_in = float(edt[start])
+    if not ends:
+        return Narrowing(step * r_in, step * r_in, solid.ndim)
+    lo, hi = 0.0, min(r_in, max(float(edt[e]) for e in ends))
+
+    def connected(r: float) -> bool:
+        labels, _ = ndimage.label(edt >= r)
+        return labels[start] > 0 and any(labels[e] == labels[start] for e in ends)
+
+    if connected(hi):
+        lo = hi
+    while hi - lo > 0.05:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if connected(mid) else (lo, mid)
+    return Narrowing(step * r_in, step * max(lo, 0.5), solid.ndim)
+
+
+@dataclass(frozen=True)
+class FlowDemand:
+    """What a run through openings asks of the lattice, in SI.
+
+    ``voxel_size`` (m), ``viscosity`` (m^2/s), ``density`` (kg/m^3); ``inlet_speed`` the main
+    inlet's mean speed (m/s, 0 without one) and its ``profile``; ``pressure_difference`` the
+    largest minus the smallest pressure over the pressure openings (Pa); ``area_ratio``
+    A_inlet / A_min (:func:`narrowing`); ``length`` the geometry's longest side (m) and
+    ``n_fluid`` its fluid nodes, for the cost.
+    """
+
+    voxel_size: float
+    viscosity: float
+    density: float = 1000.0
+    inlet_speed: float = 0.0
+    profile: str = "uniform"
+    pressure_difference: float = 0.0
+    area_ratio: float = 1.0
+    length: float = 0.0
+    n_fluid: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("voxel_size", "viscosity", "density"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"{name} must be a positive number (SI), got {value!r}.")
+        if self.profile not in PROFILE_PEAK:
+            raise ConfigError(f"profile {self.profile!r} is not one of {tuple(PROFILE_PEAK)}.")
+
+
+def peak_speed(demand: FlowDemand) -> float:
+    """Expected peak speed of the flow, m/s (module text); 0 when nothing drives it."""
+    inlet = abs(demand.inlet_speed) * PROFILE_PEAK[demand.profile] * max(demand.area_ratio, 1.0)
+    jet = math.sqrt(2.0 * abs(demand.pressure_difference) / demand.density)
+    return max(inlet, jet)
+
+
+@dataclass(frozen=True)
+class LatticeChoice:
+    """The lattice parameters of a run and what they cost.
+
+    ``tau``, ``dt`` (s), ``units``; ``peak`` the expected peak speed (m/s) and ``mach`` its
+    lattice Mach number; ``steps_per_flow_through`` and ``wall_seconds`` of one flow-through
+    at ``mflups`` on ``backend``; ``given``: tau was the user's; ``warnings``: what breaks the
+    target and what would meet it.
+    """
+
+    tau: float
+    dt: float
+    units: UnitSystem
+    peak: float
+    mach: float
+    mach_target: float
+    area_ratio: float
+    steps_per_flow_through: int | None
+    wall_seconds: float | None
+    mflups: float
+    backend: str
+    given: bool
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def text(self) -> str:
+        """One paragraph: the choice, its cost and any warning (SI)."""
+        how = "given" if self.given else "chosen"
+        parts = [f"tau {self.tau:.4g} ({how}), time step {self.dt:.3g} s: expected peak "
+                 f"{self.peak:.3g} m/s (x{self.area_ratio:.2g} at the narrowest section) = "
+                 f"Mach {self.mach:.3g} (target {self.mach_target:g})."]
+        if self.steps_per_flow_through is not None:
+            cost = (f" One flow-through: {self.steps_per_flow_through:,} steps, about "
+                    f"{_duration(self.wall_seconds)} on {self.backend} at "
+                    f"{self.mflups:g} MFLUPS.") if self.wall_seconds is not None else (
+                f" One flow-through: {self.steps_per_flow_through:,} steps.")
+            parts.append(cost)
+        parts += [f" {w}" for w in self.warnings]
+        return "".join(parts)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
+
+
+def _resolution(demand: FlowDemand, peak: float, target: float) -> str:
+    """The voxel size (and voxels along the geometry) at which TAU_MIN meets ``target``."""
+    dx = 3.0 * demand.viscosity * target * SOUND_SPEED / (peak * (TAU_MIN - 0.5))
+    along = (f" ({math.ceil(demand.length / dx):,} voxels along the geometry's "
+             f"{demand.length * 1e3:.3g} mm, now {round(demand.length / demand.voxel_size):,})"
+             if demand.length > 0 else "")
+    return f"a voxel size of {dx:.3g} m or less{along}"
+
+
+def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
+                   mach_target: float = MACH_TARGET, backend: str = "numpy",
+                   precision: str = "float32") -> LatticeChoice:
+    """tau and the time step of ``demand`` (SI) under ``mach_target`` (module text); a given
+    ``tau`` is kept and warned about. ConfigError where even TAU_MIN exceeds MAX_MACH."""
+    peak = peak_speed(demand)
+    dx, nu = demand.voxel_size, demand.viscosity
+    warnings: list[str] = []
+    u_target = mach_target * SOUND_SPEED
+    if tau is not None:
+        chosen = float(tau)
+    elif peak <= 0:
+        chosen = TAU_MAX
+    else:
+        best = 0.5 + 3.0 * nu * u_target / (peak * dx)
+        chosen = min(best, TAU_MAX)
+        if best < TAU_MIN:
+            chosen = TAU_MIN
+            mach = peak * (TAU_MIN - 0.5) * dx / (3.0 * nu) / SOUND_SPEED
+            needed = _resolution(demand, peak, mach_target)
+            if mach > MAX_MACH:
+                raise ConfigError(
+                    f"This flow is too fast for this grid: its expected peak {peak:.3g} m/s "
+                    f"reaches Mach {mach:.2f} even at the smallest stable tau {TAU_MIN} (the "
+                    f"limit is {MAX_MACH}). Use {needed} for the target Mach {mach_target:g}, "
+                    "or lower the inflow or pressure difference.")
+            warnings.append(f"No tau >= {TAU_MIN} keeps Mach {mach_target:g} on this grid; "
+                            f"tau {TAU_MIN} gives Mach {mach:.3g}. For the target use {needed}.")
+    units = UnitSystem.from_viscosity(dx, nu, demand.density, chosen)
+    mach = units.velocity_to_lattice(peak) / SOUND_SPEED
+    if tau is not None and mach > mach_target:
+        best = 0.5 + 3.0 * nu * u_target / (peak * dx)
+        hint = (f"tau {best:.4g} would meet it" if best >= TAU_MIN
+                else f"it needs {_resolution(demand, peak, mach_target)}")
+        warnings.append(f"The given tau {chosen:g} puts the expected peak at Mach {mach:.3g}, "
+                        f"above the target {mach_target:g}: {hint}.")
+    mean = abs(demand.inlet_speed) or peak
+    steps = (math.ceil(demand.length / (mean * units.dt)) if demand.length > 0 and mean > 0
+             else None)
+    mflups = THROUGHPUT_MFLUPS.get((backend, precision), THROUGHPUT_MFLUPS[("numpy",
+                                                                             "float32")])
+    wall = (steps * demand.n_fluid / (mflups * 1e6)
+            if steps is not None and demand.n_fluid > 0 else None)
+    return LatticeChoice(tau=chosen, dt=units.dt, units=units, peak=peak, mach=mach,
+                         mach_target=mach_target, area_ratio=max(demand.area_ratio, 1.0),
+                         steps_per_flow_through=steps, wall_seconds=wall, mflups=mflups,
+                         backend=backend, given=tau is not None, warnings=tuple(warnings))
+
+
+def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,
+                    density: float, voxel_size: float | None = None,
+                    cache: dict | None = None) -> FlowDemand:
+    """The :class:`FlowDemand` of SI opening entries on a loaded geometry.
+
+    ``specs``: ``{"id": opening id, "kind": ..., "mean_speed" (m/s) | "flow_rate" (m^3/s) |
+    "pressure" (Pa), "profile": ...}`` (a case file's entries resolved to ids, or the app's
+    table). The main inlet is the velocity opening with the largest flow into the fluid.
+    ``voxel_size`` (m) stands in for a geometry without one (the dashboard's setting);
+    ``cache`` keeps the area ratios measured on this geometry (the dashboard asks on each edit).
+    """
+    h = float(voxel_size or geometry.voxel_size or 0.0)
+    if not h:
+        raise ConfigError("Choosing tau from SI values needs the voxel size of the geometry "
+                          "(metres); give one, or set tau.")
+    by_id = {o.id: o for o in geometry.openings}
+    solid = np.asarray(geometry.solid)
+    inlets, pressures, driven = [], [], []
+    for spec in specs:
+        opening = by_id[spec["id"]]
+        kind = opening_kind(spec["kind"])
+        if kind.quantity == SPEED:
+            # m^2; a geometry without a voxel size has its openings in voxels
+            area = opening.area * (1.0 if geometry.voxel_size else h ** (solid.ndim - 1))
+            speed = (spec["mean_speed"] if "mean_speed" in spec else spec["flow_rate"] / area)
+            inlets.append((float(speed) * opening.area, float(speed), spec))
+        elif kind.quantity == DENSITY:
+            pressures.append(float(spec.get("pressure", 0.0)))
+        if kind.flux:
+            driven.append(opening.id)
+    speed, profile, ratio = 0.0, "uniform", 1.0
+    if inlets:
+        _, speed, spec = max(inlets, key=lambda item: item[0])
+        profile = spec.get("profile", "uniform")
+        outlets = [oid for oid in driven if oid != spec["id"]]
+        key = (spec["id"], tuple(sorted(outlets)))
+        if outlets and cache is not None and key in cache:
+            ratio = cache[key]
+        elif outlets:
+            ratio = narrowing(solid, geometry.openings, spec["id"], outlets,
+                              geometry.voxel_size, tuple(geometry.origin or ())).area_ratio
+            if cache is not None:
+                cache[key] = ratio
+    return FlowDemand(voxel_size=h, viscosity=viscosity, density=density, inlet_speed=speed,
+                      profile=profile,
+                      pressure_difference=(max(pressures) - min(pressures)) if pressures else 0.0,
+                      area_ratio=max(ratio, 1.0), length=max(solid.shape) * h,
+                      n_fluid=int(np.count_nonzero(~solid)))
+
