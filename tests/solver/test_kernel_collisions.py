@@ -25,6 +25,8 @@ from solver.lattice import get_lattice
 from solver.moments import MRT_LATTICES, moment_basis
 from solver.mrt import collide as mrt_collide
 from solver.mrt import mrt_rates
+from solver.regularized import RR_LATTICES, rr_rates
+from solver.regularized import collide as rr_collide
 
 #: Python literal of a constant (the kernels' ``lit`` writes C literals).
 _lit = lambda x: repr(float(x))  # noqa: E731
@@ -33,14 +35,23 @@ _OPS = re.compile(r"(?<![eE])[-+*/](?![=])")
 
 
 def _python(code: str) -> str:
-    """The generated C statements as Python (declarations dropped, blocks flattened)."""
-    lines = []
+    """The generated C statements as Python (declarations dropped, blocks flattened, an
+    ``if (x) {`` block indented under ``if x:``)."""
+    lines, indent = [], ""
     for line in code.splitlines():
         line = line.strip()
+        if line == "}" and indent:
+            indent = ""
+            continue
         if line in ("{", "}") or not line:
             continue
+        branch = re.fullmatch(r"if \((.*)\) \{", line)
+        if branch:
+            lines.append(f"if {branch.group(1)}:")
+            indent = "    "
+            continue
         line = _DECLARATION.sub("", line).rstrip(";")
-        lines.append(re.sub(r",\s*(\w+) = ", r"; \1 = ", line))  # 'a = x, b = y'
+        lines.append(indent + re.sub(r",\s*(\w+) = ", r"; \1 = ", line))  # 'a = x, b = y'
     return "\n".join(lines)
 
 
@@ -53,7 +64,7 @@ def _run(name: str, collision: str, incompressible: bool, g: np.ndarray, constan
     out = np.full_like(g, np.nan)
     scope = {f"g{i}": g[i] for i in range(lat.q)}
     scope.update(dict(zip(("fx", "fy", "fz"), list(force) + [0.0] * (3 - len(force)),
-                          strict=True)), out=out, **constants)
+                          strict=True)), out=out, sqrt=np.sqrt, **constants)
     exec(_python(code), {}, scope)  # noqa: S102 - our own generated arithmetic
     return out
 
@@ -96,6 +107,24 @@ def test_mrt_code_is_the_numpy_collision_with_distinct_rates(name, incompressibl
     got = _run(name, "MRT", incompressible, g, constants, force)
     ref = mrt_collide(g, lat, rates, force, incompressible)
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", RR_LATTICES)
+@pytest.mark.parametrize("incompressible", [True, False])
+@pytest.mark.parametrize("smagorinsky", [0.0, 0.17])
+def test_rr_code_is_the_numpy_collision(name, incompressible, smagorinsky) -> None:
+    """Near tau = 1/2, with a body force, with and without the Smagorinsky branch."""
+    lat, g, force = _state(name, incompressible)
+    rates = rr_rates(0.51, smagorinsky)
+    entry = cuda_collision("RR")
+    problem = SimpleNamespace(lattice=lat, force=tuple(force), rates=rates)
+    constants = dict(zip(entry.param_names(name), entry.constants(problem), strict=True))
+    got = _run(name, "RR", incompressible, g, constants, force)
+    ref = rr_collide(g, lat, rates, force, incompressible)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-14)
+    if smagorinsky:  # the branch ran: the eddy viscosity changed the result
+        plain = rr_collide(g, lat, rr_rates(0.51), force, incompressible)
+        assert np.abs(plain - ref).max() > 1e-6
 
 
 def _operations(code: str) -> int:
