@@ -21,8 +21,8 @@ from ...lattice import LATTICE_NAMES, get_lattice
 from ...moments import MRT_LATTICES
 from ...mrt import MRTRates
 from ...problem import Problem
-from ...regularized import RR_LATTICES
 from ...registry import Registry
+from ...regularized import RR_LATTICES
 from .mrt import mrt_collide_code, mrt_param_names, mrt_params
 from .regularized import rr_collide_code, rr_constants, rr_param_names
 
