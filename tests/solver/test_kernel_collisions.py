@@ -158,10 +158,13 @@ def test_shared_sums_compute_the_matrix_product(seed) -> None:
 def test_collision_code_shares_work() -> None:
     """D3Q19, incompressible, counted on the generated code (SASS agrees within a few %):
     the closed form per pair of directions costs 130 operations (178 BGK and 197 TRT one
-    direction at a time), MRT with shared moment sums 210 (321 row by row)."""
+    direction at a time), MRT with shared moment sums 210 (321 row by row), RR 266 (stress,
+    second- and third-order Hermite coefficients, the Smagorinsky branch)."""
     store = lambda i, v: f"out[{i}] = {v};"  # noqa: E731
     bgk = _operations(cuda_collision("BGK").code("D3Q19", True, _lit, store))
     trt = _operations(cuda_collision("TRT").code("D3Q19", True, _lit, store))
     mrt = _operations(mrt_collide_code("D3Q19", True, _lit, store))
+    rr = _operations(cuda_collision("RR").code("D3Q19", True, _lit, store))
     assert bgk == trt <= 140
     assert mrt <= 220 and mrt < 1.7 * bgk
+    assert rr <= 270  # 266, of which 16 in the Smagorinsky branch (skipped when off)
