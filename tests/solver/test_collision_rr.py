@@ -133,3 +133,15 @@ def test_smagorinsky_is_refused_for_models_without_it():
     SimulationConfig(collision="RR", smagorinsky_cs=0.1).check()
     with pytest.raises(ConfigError, match="RR"):
         SimulationConfig(lattice="D3Q13", collision="RR").check()
+
+
+def test_case_files_choose_rr_and_smagorinsky():
+    from solver.case import CaseError, parse_case
+
+    geometry = {"generator": "channel", "parameters": {"shape": [8, 6]}}
+    case = parse_case({"geometry": geometry, "config": {
+        "lattice": "D2Q9", "collision": "RR", "smagorinsky_cs": 0.12, "tau": 0.505}})
+    assert case.config.collision_model().name == "RR" and case.config.smagorinsky_cs == 0.12
+    with pytest.raises(CaseError, match="smagorinsky_cs applies to collision='RR'"):
+        parse_case({"geometry": geometry, "config": {"lattice": "D2Q9", "collision": "TRT",
+                                                     "smagorinsky_cs": 0.1}})
