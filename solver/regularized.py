@@ -11,8 +11,10 @@ also xxz, xzz, yyz, yzz; D3Q27 also xyz) follow from it by the recursive relatio
 
 and the equilibrium is the Hermite expansion to the same third-order terms. Every ghost moment
 is thereby reset each step instead of relaxing at a rate near 2 (BGK, or TRT's even rate) or
-near 0 (TRT's odd rate at small viscosity): this is what keeps the scheme stable down to
-tau -> 1/2 at lattice speeds where BGK and TRT diverge (Coreixas et al. 2017, Figs. 8-10).
+near 0 (TRT's odd rate at small viscosity): this is what keeps the scheme stable towards
+tau -> 1/2 at lattice speeds where BGK and TRT diverge (Coreixas et al. 2017's linear stability
+analysis; here a shear layer at tau = 0.505, U = 0.2 and a tube through openings at tau = 0.51,
+tests/solver/test_collision_rr.py).
 Per node it needs only rho, u and the non-equilibrium stress (6 numbers in 3D), so it fits the
 fused stream-collide kernel like BGK does.
 
@@ -56,8 +58,8 @@ from .lattice import Lattice
 __all__ = ["RegularizedRates", "rr_rates", "hermite_rows", "collide", "RR_LATTICES",
            "SMAGORINSKY_MAX"]
 
-#: Lattices RR runs on: the third-order Hermite terms above are exact there (D3Q13 lacks the
-#: second-order isotropy the stress projection needs).
+#: Lattices RR runs on (D3Q13's fourth velocity moment is not isotropic, :mod:`solver.mrt`: its
+#: stress projection would not give the Navier-Stokes viscous stress).
 RR_LATTICES = ("D2Q9", "D3Q19", "D3Q27")
 #: Largest accepted Smagorinsky constant (published values are 0.1-0.2).
 SMAGORINSKY_MAX = 0.5
