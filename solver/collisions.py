@@ -99,7 +99,7 @@ register(CollisionModel(
     lambda lattice, tau, _, overrides, *__: mrt.mrt_rates(lattice, tau, overrides), mrt.collide,
     takes_mrt_rates=True, doc=f"moment space; {', '.join(MRT_LATTICES)}"))
 register(CollisionModel(
-    "RR", regularized.RR_LATTICES, "needs the third-order Hermite terms of a full lattice",
+    "RR", regularized.RR_LATTICES, "needs an isotropic fourth velocity moment",
     lambda lattice, tau, _, __, smagorinsky: regularized.rr_rates(tau, smagorinsky),
     regularized.collide, takes_smagorinsky=True,
     doc="recursive regularized, stable near tau = 1/2; optional Smagorinsky"))
