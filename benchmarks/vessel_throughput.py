@@ -8,7 +8,9 @@ nodes runs in the same process. Per row: tile utilisation eta_t, fluid MFLUPS (f
 only), bandwidth ``MFLUPS * 2 q n_d`` as a fraction of the device-to-device copy bandwidth
 measured in the same run, and the vessel's MFLUPS over the dense box's. The openings' cost is
 ``1 - t_closed / t_driven`` per step. Times are CUDA events after a warm-up (the backend's
-``step``), the median of ``--repeats`` measurements.
+``step``), the median of ``--repeats`` measurements. ``--collision TRT RR`` times each model
+in turn on the same device (issue 28: RR within 15 % of TRT); ``--smagorinsky`` adds RR's
+eddy viscosity.
 
 Usage (GPU): ``python benchmarks/vessel_throughput.py [--fluid-nodes 15e6]`` writes
 ``benchmarks/results/<gpu>-<date>-<commit>-vessel.{json,md}`` and prints the table.
@@ -29,6 +31,7 @@ from geometries import VoxelGeometry
 from geometries.samples import load_sample
 from solver.benchmarking.cases import git_commit
 from solver.benchmarking.report import results_stem
+from solver.collisions import COLLISIONS, collision_model
 from solver.config import SimulationConfig
 from solver.simulation import Simulation
 
@@ -45,13 +48,16 @@ def vessel(fluid_nodes: float) -> VoxelGeometry:
                        max_voxels=2**31)
 
 
-def config(precision: str, streaming: str, openings: dict) -> SimulationConfig:
-    """D3Q19 BGK with walls on every face, the storage option and the openings' conditions."""
+def config(precision: str, streaming: str, openings: dict, collision: str = "BGK",
+           smagorinsky: float = 0.0) -> SimulationConfig:
+    """D3Q19 ``collision`` with walls on every face, the storage option and the openings'
+    conditions."""
     storage = dict(precision="float32", storage="float16") if precision == "float16" \
         else dict(precision=precision)
     faces = {f"{ax}_{side}": "wall" for ax in "xyz" for side in ("min", "max")}
-    return SimulationConfig(lattice="D3Q19", collision="BGK", tau=0.8, backend="cupy",
-                            streaming=streaming, openings=openings, **storage, **faces)
+    return SimulationConfig(lattice="D3Q19", collision=collision, tau=0.8, backend="cupy",
+                            streaming=streaming, openings=openings,
+                            smagorinsky_cs=smagorinsky, **storage, **faces)
 
 
 def driven(geometry: VoxelGeometry) -> dict:
@@ -89,21 +95,26 @@ def measure(label: str, geometry, cfg: SimulationConfig, args) -> dict:
 
 def markdown(meta: dict, rows: list[dict]) -> str:
     """The table with GPU, date, commit and copy bandwidth."""
-    dense = next(r for r in rows if r["case"].startswith("dense"))
     lines = [f"# Vessel throughput (paper Table 8): {meta['device']}", "",
-             f"Date {meta['date']}, commit {meta['commit']}, D3Q19 BGK {meta['precision']} "
+             f"Date {meta['date']}, commit {meta['commit']}, D3Q19 "
+             f"{'/'.join(meta['collisions'])} {meta['precision']} "
              f"{meta['streaming']}; copy bandwidth {meta['copy_bandwidth'] / 1e9:.0f} GB/s "
              f"measured in the same run. Voxelising took {meta['voxelise_s']:.0f} s.", "",
              "| case | box | fluid nodes | eta_t | MFLUPS | of copy BW | of dense |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
+        dense = next(d for d in rows if d["case"].startswith("dense")
+                     and d.get("collision") == r.get("collision"))
         box = "x".join(str(n) for n in r["box"])
         lines.append(f"| {r['case']} | {box} | {r['fluid_nodes']:,} | {r['eta_t']:.3f} | "
                      f"{r['mflups']:.0f} | {r['fraction_copy']:.3f} | "
                      f"{r['mflups'] / dense['mflups']:.3f} |")
-    if "openings_cost" in meta:
-        lines += ["", f"Openings (inlet + outlets) cost {100 * meta['openings_cost']:.2f} % of "
-                  "a step (1 - t_closed / t_driven)."]
+    for name, cost in meta.get("openings_cost", {}).items():
+        lines += ["", f"{name}: openings (inlet + outlets) cost {100 * cost:.2f} % of a step "
+                  "(1 - t_closed / t_driven)."]
+    for name, ratio in meta.get("of_first", {}).items():
+        lines += ["", f"{name}: {100 * ratio:.1f} % of {meta['collisions'][0]}'s fluid MFLUPS "
+                  "on the driven vessel."]
     return "\n".join(lines) + "\n"
 
 
@@ -118,25 +129,43 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--closed-only", action="store_true",
                         help="skip the driven openings (a solver without opening kinds)")
+    parser.add_argument("--collision", nargs="+", default=["BGK"], choices=list(COLLISIONS),
+                        help="collision models, timed one after another (default BGK)")
+    parser.add_argument("--smagorinsky", type=float, default=0.0,
+                        help="Smagorinsky constant of the models that take one (RR)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     geometry = vessel(args.fluid_nodes)
     voxelise_s = time.perf_counter() - start
-    rows = [measure("vessel, openings closed", geometry,
-                    config(args.precision, args.streaming, {}), args)]
-    if not args.closed_only:
-        rows.append(measure("vessel, inlet + outlets driven", geometry,
-                            config(args.precision, args.streaming, driven(geometry)), args))
     n = 4 * int(round(args.fluid_nodes ** (1 / 3) / 4))  # whole 4^3 tiles: eta_t 1
     box = VoxelGeometry(np.zeros((n, n, n), dtype=bool), name=f"dense {n}^3")
-    rows.append(measure(f"dense {n}^3", box, config(args.precision, args.streaming, {}),
-                        args))
+    rows, cost, driven_rows = [], {}, {}
+    for name in args.collision:
+        smag = args.smagorinsky if collision_model(name).takes_smagorinsky else 0.0
+        made = lambda openings, name=name, smag=smag: config(  # noqa: E731
+            args.precision, args.streaming, openings, name, smag)
+        mine = [measure("vessel, openings closed", geometry, made({}), args)]
+        if not args.closed_only:
+            mine.append(measure("vessel, inlet + outlets driven", geometry,
+                                made(driven(geometry)), args))
+            cost[name] = 1.0 - mine[0]["seconds_per_step"] / mine[1]["seconds_per_step"]
+            driven_rows[name] = mine[1]
+        mine.append(measure(f"dense {n}^3", box, made({}), args))
+        for row in mine:
+            row["collision"] = name
+            row["case"] = f"{name}: {row['case']}" if len(args.collision) > 1 else row["case"]
+        rows += mine
     meta = {"device": rows[0]["device"], "date": date.today().isoformat(),
             "commit": git_commit(), "precision": args.precision, "streaming": args.streaming,
-            "copy_bandwidth": rows[0]["copy_bandwidth"], "voxelise_s": voxelise_s}
-    if not args.closed_only:
-        meta["openings_cost"] = 1.0 - rows[0]["seconds_per_step"] / rows[1]["seconds_per_step"]
-    stem = results_stem(meta["device"], meta["date"]) + f"-{meta['commit']}-vessel"
+            "copy_bandwidth": rows[0]["copy_bandwidth"], "voxelise_s": voxelise_s,
+            "collisions": args.collision, "smagorinsky": args.smagorinsky}
+    if cost:
+        meta["openings_cost"] = cost
+    if len(driven_rows) > 1:
+        first = driven_rows[args.collision[0]]["mflups"]
+        meta["of_first"] = {k: r["mflups"] / first for k, r in driven_rows.items()}
+    suffix = "" if args.collision == ["BGK"] else "-" + "-".join(args.collision)
+    stem = results_stem(meta["device"], meta["date"]) + f"-{meta['commit']}-vessel{suffix}"
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows},
                                                      indent=1))

@@ -26,11 +26,20 @@ import math
 
 import param
 
-from .collisions import COLLISION_MODELS, COLLISIONS, collision_model, options_doc
+from .collisions import (
+    AUTO_TAU,
+    COLLISION_MODELS,
+    COLLISION_OPTIONS,
+    COLLISIONS,
+    CollisionModel,
+    chosen_collision,
+    options_doc,
+)
 from .face_kinds import FACE_TYPES, FaceCondition, face_kind
 from .lattice import LATTICE_NAMES, get_lattice
 from .node_types import FACE_NAMES
-from .opening_kinds import OPENING_TYPES, OpeningCondition, opening_conditions
+from .opening_kinds import OPENING_TYPES, OpeningCondition, opening_conditions, opening_kind
+from .regularized import SMAGORINSKY_MAX
 from .storage import STORAGES
 from .values import MAX_MACH, ConfigError, velocity_vector
 
@@ -95,8 +104,9 @@ class SimulationConfig(param.Parameterized):
     lattice = param.Selector(objects=list(LATTICE_NAMES), default="D3Q19",
                              doc="Velocity set; D2Q9 for 2D geometries, D3Q19/D3Q27 for 3D, "
                                  "D3Q13 (3D, MRT only, least memory).")
-    collision = param.Selector(objects=list(COLLISIONS), default="TRT",
-                               doc=options_doc() + ".")
+    collision = param.Selector(objects=list(COLLISION_OPTIONS), default="auto",
+                               doc=f"auto (RR for a run driven through openings at tau < "
+                                   f"{AUTO_TAU}, else TRT), " + options_doc() + ".")
     fluid_model = param.Selector(objects=list(FLUID_MODELS), default="incompressible",
                                  doc="Equilibrium: incompressible (He-Luo) or quasi-compressible.")
     precision = param.Selector(objects=list(PRECISIONS), default="float32",
@@ -114,6 +124,10 @@ class SimulationConfig(param.Parameterized):
                              softbounds=(0.01, 1.0),
                              doc="TRT magic parameter Lambda; 3/16 puts bounce-back walls exactly "
                                  "half-way for Poiseuille flow.")
+    smagorinsky_cs = param.Number(default=0.0, bounds=(0.0, SMAGORINSKY_MAX),
+                                  doc="Smagorinsky constant of RR's eddy viscosity (0 = off; "
+                                      "0.1-0.17 for transitional jets), filter width one "
+                                      "voxel.")
     body_force = param.NumericTuple(default=(0.0, 0.0, 0.0), length=3,
                                     doc="Constant body force per unit volume (lattice units), "
                                         "(Fx, Fy, Fz); Fz is ignored in 2D.")
@@ -212,8 +226,14 @@ class SimulationConfig(param.Parameterized):
         geometry lacks are checked by the Problem, which knows the openings."""
         return opening_conditions(self.openings, self.initial_density)
 
+    def collision_model(self) -> CollisionModel:
+        """The collision model of this run: ``collision``, or the one 'auto' picks for this
+        tau and these openings (:func:`solver.collisions.chosen_collision`)."""
+        driven = any(opening_kind(c.kind).flux for c in self.opening_conditions().values())
+        return chosen_collision(self.collision, self.tau, driven)
+
     def _check_collision(self) -> None:
-        model = collision_model(self.collision)
+        model = self.collision_model()
         refusal = model.refusal(self.lattice)
         if refusal:
             raise ConfigError(refusal)
@@ -221,8 +241,14 @@ class SimulationConfig(param.Parameterized):
             users = " or ".join(f"collision='{m.name}'" for m in COLLISION_MODELS.values()
                                 if m.takes_mrt_rates)
             raise ConfigError(f"mrt_rates only apply to {users}; clear them or switch to it.")
+        if self.smagorinsky_cs and not model.takes_smagorinsky:
+            users = " or ".join(f"collision='{m.name}'" for m in COLLISION_MODELS.values()
+                                if m.takes_smagorinsky)
+            raise ConfigError(f"smagorinsky_cs applies to {users}, not {model.name}; set it "
+                              "to 0 or switch to it.")
         try:
-            model.rates(self.lattice, self.tau, self.trt_magic, self.mrt_rates)
+            model.rates(self.lattice, self.tau, self.trt_magic, self.mrt_rates,
+                        self.smagorinsky_cs)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 

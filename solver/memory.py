@@ -164,6 +164,6 @@ def precheck_memory(solid: np.ndarray, config: SimulationConfig, backend: Any,
     bound = Problem(lattice=lattice, tiling=_PackedTiles(tuple(solid.shape), a, n_fluid),
                     rates=None, force=np.zeros(lattice.d), incompressible=True,
                     rho0=float(config.initial_density), periodic=(True,) * solid.ndim,
-                    dtype=np.dtype(config.precision), collision=config.collision,
+                    dtype=np.dtype(config.precision), collision=config.collision_model(),
                     storage_kind=config.storage, streaming=config.streaming)
     return assess_memory(bound, backend, reclaimable)

@@ -94,8 +94,9 @@ class Problem:
         lattice = get_lattice(config.lattice)
         offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
         tiling = Tiling.build(solid, config.tile_edge, offset)
-        collision = collision_model(config.collision)
-        rates = collision.rates(config.lattice, config.tau, config.trt_magic, config.mrt_rates)
+        collision = config.collision_model()
+        rates = collision.rates(config.lattice, config.tau, config.trt_magic, config.mrt_rates,
+                                config.smagorinsky_cs)
         return cls(
             lattice=lattice,
             tiling=tiling,

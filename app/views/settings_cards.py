@@ -23,7 +23,7 @@ __all__ = ["SETTING_GROUPS", "EXCLUDED_SETTINGS", "WIDGETS", "VALUE_HINTS", "Set
 #: Sidebar cards: title -> SimulationConfig parameters.
 SETTING_GROUPS = {
     "Numerics": ["lattice", "collision", "fluid_model", "precision", "storage", "tau", "trt_magic",
-                 "body_force", "initial_density", "ramp_steps"],
+                 "smagorinsky_cs", "body_force", "initial_density", "ramp_steps"],
     "Boundaries": [p for face in FACE_NAMES for p in (face, f"{face}_value")],
     "Tiling and device": ["tile_edge", "tile_offset", "backend", "gpu_layout",
                           "tiles_per_block", "streaming", "tile_storage"],
@@ -51,6 +51,7 @@ WIDGETS: dict[str, dict[str, Any]] = {
     # refuses tau <= 0.5 with a message instead.
     "tau": {"type": pn.widgets.FloatInput, "step": 0.01, "start": None, "end": None},
     "trt_magic": {"type": pn.widgets.FloatInput, "step": 0.01, "start": None, "end": None},
+    "smagorinsky_cs": {"type": pn.widgets.FloatInput, "step": 0.01, "start": None, "end": None},
     "initial_density": {"type": pn.widgets.FloatInput, "step": 0.01},
     "ramp_steps": {"type": pn.widgets.IntInput, "start": 0, "name": "soft start (steps)",
                    "placeholder": "auto: one characteristic time"},

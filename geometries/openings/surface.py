@@ -9,10 +9,15 @@
   normal is turned to point away from the wall triangles that meet the loop, i.e. out of the
   lumen.
 - **Flat caps** (watertight surfaces, e.g. a vessel closed by planar caps): trimesh's facets
-  (groups of adjacent coplanar triangles) whose area is between ``min_fraction`` and 4 times the
-  mean lumen cross-section (volume / longest box edge: larger flat facets are duct walls); or,
-  when points are given, the facet nearest to each point. Each cap is cut out of the surface and
-  then treated as an open loop.
+  (groups of adjacent coplanar triangles) that end the vessel (:func:`end_caps`): area between
+  ``min_fraction`` and 4 times the mean lumen cross-section (volume / longest box edge: larger
+  flat facets are duct walls); a disc (Euler characteristic 1: the annular step of a sudden
+  expansion has a hole the lumen runs through); and a rim where the wall turns away at a sharp
+  convex edge all around (at least :data:`_RIM_ANGLE` between the normals along
+  :data:`_RIM_SHARE` of the rim's length: the vessel's axis crosses the cap, while the wall
+  meets a flat patch of itself, e.g. a facet of a faceted cylinder or a flattened side, at a
+  shallow angle along the axis). When points are given, the facet nearest to each point is
+  taken instead. Each cap is cut out of the surface and then treated as an open loop.
 
 All lengths here are in the STL's own units; :mod:`.lumen` converts to metres.
 """
@@ -32,7 +37,7 @@ from ..errors import GeometryError, GeometryWarning
 if TYPE_CHECKING:
     import trimesh
 
-__all__ = ["Loop", "cut_caps", "find_loops"]
+__all__ = ["Loop", "cut_caps", "end_caps", "find_loops"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,13 @@ _MAX_CAP = 4.0
 # Facets smaller than this fraction of the cross-section are never taken as caps, even when a
 # point names them (they are wall triangles).
 _MIN_NAMED = 0.02
+# A cap's rim: the wall leaves it at a convex edge of at least this angle between normals
+# (degrees; a cut at right angles to the vessel gives 90, one tilted by 30 degrees 60 at least)
+# along at least this share of the rim's length (a few odd triangles allowed). The sides of a
+# faceted cylinder meet at 360/sections degrees (22.5 for 16), a flattened patch of a round
+# wall at a few tens of degrees.
+_RIM_ANGLE = 60.0
+_RIM_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -131,7 +143,8 @@ def cut_caps(
     section = abs(float(mesh.volume)) / float(mesh.extents.max())
     if points is None:
         # A cap is about as large as a cross-section; a flat wall of a duct is much larger.
-        chosen = np.flatnonzero((areas >= min_fraction * section) & (areas <= _MAX_CAP * section))
+        sized = (areas >= min_fraction * section) & (areas <= _MAX_CAP * section)
+        chosen = np.flatnonzero(sized & end_caps(mesh))
     else:
         chosen = _nearest_facets(mesh, facets, areas >= _MIN_NAMED * section, points)
     if len(chosen) == 0:
@@ -142,6 +155,38 @@ def cut_caps(
     # process=False keeps the vertex numbering, so loop ids index the original vertices.
     opened = trimesh.Trimesh(mesh.vertices, mesh.faces[~drop], process=False)
     return opened, find_loops(opened, source="stl-cap")
+
+
+def end_caps(mesh: trimesh.Trimesh) -> np.ndarray:
+    """Per facet of ``mesh``, whether it can end the vessel: a disc whose rim is a sharp convex
+    edge all around (module docstring; bool, one per ``mesh.facets``)."""
+    facets = mesh.facets
+    label = np.full(len(mesh.faces), -1)
+    for k, faces in enumerate(facets):
+        label[faces] = k
+    pairs = np.asarray(mesh.face_adjacency)
+    edges = np.asarray(mesh.vertices)[np.asarray(mesh.face_adjacency_edges)]
+    length = np.linalg.norm(edges[:, 0] - edges[:, 1], axis=1)
+    sharp = (np.degrees(mesh.face_adjacency_angles) >= _RIM_ANGLE) & mesh.face_adjacency_convex
+    rim = np.zeros(len(facets))
+    good = np.zeros(len(facets))
+    for side in (0, 1):  # an adjacency across a facet's rim counts for the facet on each side
+        own, other = label[pairs[:, side]], label[pairs[:, 1 - side]]
+        at_rim = (own >= 0) & (own != other)
+        rim += np.bincount(own[at_rim], length[at_rim], minlength=len(facets))
+        good += np.bincount(own[at_rim], (length * sharp)[at_rim], minlength=len(facets))
+    ends = (good >= _RIM_SHARE * rim) & (rim > 0)
+    for k in np.flatnonzero(ends):  # few facets have such a rim: test only those
+        ends[k] = _is_disc(mesh, facets[k])
+    return ends
+
+
+def _is_disc(mesh: trimesh.Trimesh, faces: np.ndarray) -> bool:
+    """Whether the triangles ``faces`` form a disc (V - E + F = 1; an annulus gives 0)."""
+    tri = np.asarray(mesh.faces)[faces]
+    edges = np.sort(tri[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=1)
+    n_edges = len(np.unique(edges, axis=0))
+    return len(np.unique(tri)) - n_edges + len(faces) == 1
 
 
 def _nearest_facets(

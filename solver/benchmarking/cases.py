@@ -84,7 +84,7 @@ def run_case(case: BenchCase, config: SimulationConfig, steps: int, warmup: int 
             bar.update(n)
     result = {
         "case": case.label, "backend": sim.backend.name, "lattice": config.lattice,
-        "collision": config.collision,
+        "collision": config.collision_model().name,
         "precision": precision_label(config.precision, config.storage),
         "fluid_nodes": sim.problem.n_fluid, "eta_t": round(sim.tiling.eta_t, 4),
         "steps": steps, "seconds": seconds,

@@ -353,3 +353,77 @@ def test_flat_walls_of_a_square_duct_are_not_caps():
     normals = sorted(o.normal for o in geom.openings)
     assert normals == [(-1.0, 0.0, 0.0), (1.0, 0.0, 0.0)]
     assert all(o.area == pytest.approx(1e-6) for o in geom.openings)
+
+
+# ---------------------------------------------------------------- caps without false positives
+def _size_only(mesh: trimesh.Trimesh) -> int:
+    """Facets the cap search took before issue 28: any facet of about a cross-section's area."""
+    section = abs(mesh.volume) / mesh.extents.max()
+    areas = mesh.facets_area
+    return int(((areas >= 0.2 * section) & (areas <= 4 * section)).sum())
+
+
+def _check_caps(loops, expected) -> None:
+    """``loops`` are exactly the caps ``expected`` ((point, outward normal) pairs, mm)."""
+    assert len(loops) == len(expected)
+    for point, normal in expected:
+        near = [loop for loop in loops if np.allclose(loop.normal, normal, atol=1e-6)]
+        assert len(near) == 1, (point, normal, [(lp.centre, lp.normal) for lp in loops])
+        assert abs((near[0].centre - np.asarray(point)) @ np.asarray(normal)) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def aorta_mesh() -> trimesh.Trimesh:
+    from .vessel_meshes import aorta
+
+    mesh = aorta()
+    assert mesh.is_watertight and mesh.is_winding_consistent and mesh.volume > 0
+    return mesh
+
+
+@pytest.mark.parametrize("sections", [8, 16, 24])
+def test_a_faceted_nozzle_has_exactly_its_two_end_caps(sections):
+    """The sides of the faceted pipe (flat, about a cross-section in area) and the annular step
+    of the sudden expansion (flat, across the axis, with the throat through it) are not caps."""
+    from geometries.openings.surface import cut_caps
+
+    from .vessel_meshes import NOZZLE_CAPS, nozzle
+
+    mesh = nozzle(sections)
+    assert _size_only(mesh) > 2 * sections  # what the search used to take
+    _, loops = cut_caps(mesh)
+    _check_caps(loops, NOZZLE_CAPS)
+    polygon = 0.5 * sections * 36 * np.sin(2 * np.pi / sections)
+    assert all(loop.area == pytest.approx(polygon) for loop in loops)
+
+
+def test_an_aorta_like_vessel_has_exactly_its_three_caps(aorta_mesh):
+    """Marching-tetrahedra wall (flat strips along the tubes) with a flattened patch of 14 mm x
+    10 mm on top (normal +z, about half a cross-section): only the three cut ends are caps."""
+    from geometries.openings.surface import cut_caps
+
+    from .vessel_meshes import AORTA_CAPS
+
+    top = [k for k, n in enumerate(aorta_mesh.facets_normal)
+           if n[2] > 0.999 and aorta_mesh.facets_area[k] > 50]
+    assert len(top) == 2  # the branch's cap and the flattened patch
+    assert _size_only(aorta_mesh) > 10
+    _, loops = cut_caps(aorta_mesh)
+    _check_caps(loops, AORTA_CAPS)
+
+
+@pytest.mark.parametrize("resolution", [96, 192])
+@pytest.mark.parametrize("vessel", ["nozzle", "aorta"])
+def test_capped_vessels_open_at_their_caps_when_voxelised(vessel, resolution, aorta_mesh):
+    """The lumen is closed only at the true caps, each with nodes (384 voxels: measured once,
+    same openings)."""
+    from .vessel_meshes import AORTA_CAPS, NOZZLE_CAPS, nozzle
+
+    mesh, caps = (nozzle(16), NOZZLE_CAPS) if vessel == "nozzle" else (aorta_mesh, AORTA_CAPS)
+    geom = geometries.load(stl_bytes(mesh), format="stl", inside="fluid", unit=1e-3,
+                           resolution=resolution, openings="caps")
+    assert len(geom.openings) == len(caps)
+    for point, normal in caps:
+        opening = next(o for o in geom.openings if np.allclose(o.normal, normal, atol=1e-6))
+        assert abs((np.asarray(opening.centre) * 1e3 - point) @ np.asarray(normal)) < 1e-3
+        assert opening.n_nodes > 0 and opening.source == "stl-cap"

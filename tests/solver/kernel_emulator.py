@@ -46,6 +46,8 @@ from .porous_cases import as_stored
 __all__ = ["compiler", "load", "EmulatedKernel", "emulate"]
 
 _SHIM = r"""
+#include <cmath>
+using std::sqrt;  // CUDA's sqrt overloads (RR's Smagorinsky branch)
 #include <atomic>
 #include <barrier>
 #include <cstdlib>

@@ -183,12 +183,14 @@ def test_tiled_kernel_sources_are_byte_identical() -> None:
     from solver.backends.cuda.kernels import all_variants, kernel_source
     from solver.backends.cuda.streaming import KERNEL_STREAMING
 
-    variants = sorted(all_variants(streaming=KERNEL_STREAMING), key=lambda v: v.name)
+    every = sorted(all_variants(streaming=KERNEL_STREAMING), key=lambda v: v.name)
+    # RR (issue 28) added kernels of its own; those of the other models are unchanged.
+    variants = [v for v in every if v.collision != "RR"]
     sources = [kernel_source(v) for v in variants]
     text = "\n".join(v.name + s for v, s in zip(variants, sources, strict=True))
     code = "\n".join(v.name + re.sub(r"//[^\n]*", "", s)
                      for v, s in zip(variants, sources, strict=True))
-    assert len(variants) == 1110 and not any(v.compact for v in variants)
+    assert len(variants) == 1110 and len(every) == 1434 and not any(v.compact for v in every)
     assert hashlib.sha256(code.encode()).hexdigest() == TILED_CODE_SHA256
     assert hashlib.sha256(text.encode()).hexdigest() == TILED_SOURCES_SHA256
 

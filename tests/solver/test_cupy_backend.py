@@ -48,6 +48,12 @@ def _cases():
             yield lattice, prec, coll, fluid, layout, tpb
     yield "D3Q27", "float64", "TRT", "quasi-compressible", "paper", 2
     yield "D3Q27", "float32", "BGK", "incompressible", "xyz", 1
+    # RR (issue 28): both fluid models and precisions, every lattice it runs on.
+    yield "D3Q19", "float64", "RR", "quasi-compressible", "xyz", 2
+    yield "D3Q19", "float32", "RR", "incompressible", "paper", 1
+    yield "D3Q19", "float32", "RR", "quasi-compressible", "xyz", 4
+    yield "D2Q9", "float64", "RR", "incompressible", "xyz", 2
+    yield "D3Q27", "float64", "RR", "quasi-compressible", "paper", 1
 
 
 def _reference(lattice, prec, coll, fluid):
@@ -114,6 +120,8 @@ def _half_cases():
         for layout, tpb in itertools.product(layouts, (1, 2, 4)):
             yield lattice, coll, fluid, layout, tpb
     yield "D3Q27", "BGK", "incompressible", "xyz", 1
+    # RR collides decoded populations (not deviations), as the quasi-compressible kernels do.
+    yield "D3Q19", "RR", "quasi-compressible", "xyz", 2
 
 
 @pytest.mark.parametrize("lattice, collision, fluid, layout, tpb", list(_half_cases()))

@@ -182,7 +182,8 @@ def test_compact_in_place_equals_two_copy_bit_for_bit(backend, precision):
 
 
 @pytest.mark.parametrize("collision, fluid, tpb", [
-    ("BGK", "incompressible", 2), ("MRT", "incompressible", 1), ("TRT", "quasi-compressible", 4)])
+    ("BGK", "incompressible", 2), ("MRT", "incompressible", 1), ("TRT", "quasi-compressible", 4),
+    ("RR", "quasi-compressible", 2)])
 def test_compact_float16_stores_the_tiled_bits(backend, collision, fluid, tpb):
     """Compact and tiled float16 runs of one problem, stepped alike (plain launches, graphs, a
     resumed step counter), hold the same binary16 bits in every fluid node, and both stay

@@ -4,7 +4,7 @@ The cases of :mod:`physics_cases` (``templates/PHYSICS_FOR_GPU.md`` section 4): 
 inlet and pressure outlet on a porous box with solids through both faces (with resting walls,
 and with a moving wall meeting them), the lid cavity (moving-wall face and the corner rule),
 labelled objects sliding at their own velocities, velocity faces meeting at edges (far field)
-and MRT with a body force, for every lattice with MRT (D2Q9, D3Q19, D3Q13), collision,
+and MRT with a body force, for every lattice with MRT (D2Q9, D3Q19, D3Q13), registered collision,
 precision and fluid model; layouts and tiles per block rotate over the matrix so each
 combination runs.
 
@@ -23,6 +23,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from solver.collisions import COLLISION_MODELS
 from solver.mrt import mrt_rates
 
 from .physics_cases import CASES, physics_problem
@@ -43,8 +44,8 @@ def _cases():
     for case in CASES:
         turn = itertools.cycle(_LAUNCH)
         for lattice in LATTICES[case]:
-            collisions = ("MRT",) if case == "mrt" or lattice == "D3Q13" else (
-                "BGK", "TRT", "MRT")
+            collisions = ("MRT",) if case == "mrt" or lattice == "D3Q13" else tuple(
+                m.name for m in COLLISION_MODELS.values() if lattice in m.lattices)
             for prec, coll, fluid in itertools.product(
                 ("float64", "float32"), collisions, ("incompressible", "quasi-compressible")
             ):

@@ -25,6 +25,8 @@ from solver.lattice import get_lattice
 from solver.moments import MRT_LATTICES, moment_basis
 from solver.mrt import collide as mrt_collide
 from solver.mrt import mrt_rates
+from solver.regularized import RR_LATTICES, rr_rates
+from solver.regularized import collide as rr_collide
 
 #: Python literal of a constant (the kernels' ``lit`` writes C literals).
 _lit = lambda x: repr(float(x))  # noqa: E731
@@ -33,14 +35,23 @@ _OPS = re.compile(r"(?<![eE])[-+*/](?![=])")
 
 
 def _python(code: str) -> str:
-    """The generated C statements as Python (declarations dropped, blocks flattened)."""
-    lines = []
+    """The generated C statements as Python (declarations dropped, blocks flattened, an
+    ``if (x) {`` block indented under ``if x:``)."""
+    lines, indent = [], ""
     for line in code.splitlines():
         line = line.strip()
+        if line == "}" and indent:
+            indent = ""
+            continue
         if line in ("{", "}") or not line:
             continue
+        branch = re.fullmatch(r"if \((.*)\) \{", line)
+        if branch:
+            lines.append(f"if {branch.group(1)}:")
+            indent = "    "
+            continue
         line = _DECLARATION.sub("", line).rstrip(";")
-        lines.append(re.sub(r",\s*(\w+) = ", r"; \1 = ", line))  # 'a = x, b = y'
+        lines.append(indent + re.sub(r",\s*(\w+) = ", r"; \1 = ", line))  # 'a = x, b = y'
     return "\n".join(lines)
 
 
@@ -53,7 +64,7 @@ def _run(name: str, collision: str, incompressible: bool, g: np.ndarray, constan
     out = np.full_like(g, np.nan)
     scope = {f"g{i}": g[i] for i in range(lat.q)}
     scope.update(dict(zip(("fx", "fy", "fz"), list(force) + [0.0] * (3 - len(force)),
-                          strict=True)), out=out, **constants)
+                          strict=True)), out=out, sqrt=np.sqrt, **constants)
     exec(_python(code), {}, scope)  # noqa: S102 - our own generated arithmetic
     return out
 
@@ -98,6 +109,24 @@ def test_mrt_code_is_the_numpy_collision_with_distinct_rates(name, incompressibl
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", RR_LATTICES)
+@pytest.mark.parametrize("incompressible", [True, False])
+@pytest.mark.parametrize("smagorinsky", [0.0, 0.17])
+def test_rr_code_is_the_numpy_collision(name, incompressible, smagorinsky) -> None:
+    """Near tau = 1/2, with a body force, with and without the Smagorinsky branch."""
+    lat, g, force = _state(name, incompressible)
+    rates = rr_rates(0.51, smagorinsky)
+    entry = cuda_collision("RR")
+    problem = SimpleNamespace(lattice=lat, force=tuple(force), rates=rates)
+    constants = dict(zip(entry.param_names(name), entry.constants(problem), strict=True))
+    got = _run(name, "RR", incompressible, g, constants, force)
+    ref = rr_collide(g, lat, rates, force, incompressible)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-14)
+    if smagorinsky:  # the branch ran: the eddy viscosity changed the result
+        plain = rr_collide(g, lat, rr_rates(0.51), force, incompressible)
+        assert np.abs(plain - ref).max() > 1e-6
+
+
 def _operations(code: str) -> int:
     """Floating-point operations of straight-line code: binary operators, where a multiply
     directly followed by an add or subtract counts once (a fused multiply-add)."""
@@ -129,10 +158,13 @@ def test_shared_sums_compute_the_matrix_product(seed) -> None:
 def test_collision_code_shares_work() -> None:
     """D3Q19, incompressible, counted on the generated code (SASS agrees within a few %):
     the closed form per pair of directions costs 130 operations (178 BGK and 197 TRT one
-    direction at a time), MRT with shared moment sums 210 (321 row by row)."""
+    direction at a time), MRT with shared moment sums 210 (321 row by row), RR 266 (stress,
+    second- and third-order Hermite coefficients, the Smagorinsky branch)."""
     store = lambda i, v: f"out[{i}] = {v};"  # noqa: E731
     bgk = _operations(cuda_collision("BGK").code("D3Q19", True, _lit, store))
     trt = _operations(cuda_collision("TRT").code("D3Q19", True, _lit, store))
     mrt = _operations(mrt_collide_code("D3Q19", True, _lit, store))
+    rr = _operations(cuda_collision("RR").code("D3Q19", True, _lit, store))
     assert bgk == trt <= 140
     assert mrt <= 220 and mrt < 1.7 * bgk
+    assert rr <= 270  # 266, of which 16 in the Smagorinsky branch (skipped when off)

@@ -57,7 +57,7 @@ def test_matches_dense_roll_reference():
     np.testing.assert_allclose(sim.fields()["u"], expected, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("collision", ["BGK", "TRT"])
+@pytest.mark.parametrize("collision", ["BGK", "TRT", "RR"])
 @pytest.mark.parametrize("fluid_model", ["incompressible", "quasi-compressible"])
 def test_results_do_not_depend_on_tile_offset_or_edge(collision, fluid_model):
     shape = (13, 10, 7)

@@ -32,7 +32,7 @@ def test_numpy_and_cuda_registries_have_the_same_keys() -> None:
 
 def test_option_sets_are_the_registries() -> None:
     params = SimulationConfig.param
-    assert params.collision.objects == list(collisions.COLLISION_MODELS)
+    assert params.collision.objects == [collisions.AUTO, *collisions.COLLISION_MODELS]
     for face in ("x_min", "x_max", "y_min", "y_max", "z_min", "z_max"):
         assert params[face].objects == list(face_kinds.FACE_KIND_REGISTRY)
     assert boundaries.FACE_KINDS == face_kinds.FACE_TYPES

@@ -6,7 +6,8 @@ double on the host and rounded once, as the NumPy reference rounds them) and the
 collision itself. :mod:`.kernels` and :mod:`.tables` go through :func:`cuda_collision` only.
 
 BGK and TRT share the closed form of :func:`solver.collision.collide` with Guo forcing
-(:func:`closed_form_code`); MRT is the moment-space code of :mod:`.mrt`.
+(:func:`closed_form_code`); MRT is the moment-space code of :mod:`.mrt`, RR the recursive
+regularized code of :mod:`.regularized`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from ...moments import MRT_LATTICES
 from ...mrt import MRTRates
 from ...problem import Problem
 from ...registry import Registry
+from ...regularized import RR_LATTICES
 from .mrt import mrt_collide_code, mrt_param_names, mrt_params
+from .regularized import rr_collide_code, rr_constants, rr_param_names
 
 __all__ = ["CudaCollision", "CUDA_COLLISIONS", "PROBE_COLLISION", "cuda_collision",
            "closed_form_code", "signed_sum"]
@@ -197,3 +200,4 @@ register(CudaCollision("BGK", LATTICE_NAMES, closed_form_param_names, closed_for
 register(CudaCollision("TRT", LATTICE_NAMES, closed_form_param_names, closed_form_constants,
                        closed_form_code, CLOSED_FORM_SCALE_POWERS))
 register(CudaCollision("MRT", MRT_LATTICES, mrt_param_names, mrt_constants, mrt_collide_code))
+register(CudaCollision("RR", RR_LATTICES, rr_param_names, rr_constants, rr_collide_code))
