@@ -1,12 +1,15 @@
 """Run permeability protocols to a converged k, along one axis or all three (the k tensor).
 
-Convergence: k is measured every ``check_interval`` steps by Darcy's law
-(:func:`solver.observables.permeability`) and judged by the run monitor's steady-state test
+Convergence: k is measured every ``check_interval`` steps by Darcy's law on the run's device
+(:class:`solver.rock.check.KCheck`: the same quantity as :func:`solver.observables.permeability`
+of the fields, without copying them to the host) and judged by the run monitor's steady-state test
 (:class:`solver.monitor.KConvergence`, the one definition of "converged" of the dashboard, the
 CLI and these runs): converged when k is positive and changed by less than ``tolerance``
 (relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps.
 Axes and protocols run one after the other on one backend (one device); under MPI each rank
 runs its share (:func:`study_runs`, :mod:`solver.rock.cli`).
+Each run's wall time is split into :data:`PHASES` (``AxisResult.phases``, summed by
+:meth:`PermeabilityStudy.phases` into ``summary.json``'s ``phases_s``).
 Units: k in lattice units (voxels²), m² and mD (with a voxel size), steps are time steps.
 """
 
@@ -19,23 +22,29 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from geometries import VoxelGeometry
 
-from .. import observables
 from ..backends import get_backend
 from ..config import SimulationConfig
 from ..monitor import K_WINDOW, KConvergence, check_health
 from ..simulation import Simulation
+from .check import KCheck, Phases
 from .initial import FACTOR, coarse_setup, start_on_device
 from .protocol import ProtocolSetup, setup_protocol
 from .settings import AXIS_NAMES, PermeabilitySettings
+from .uncertainty import KInterval, interval
 
 __all__ = ["AxisResult", "PermeabilityStudy", "measure_axis", "run_study",
            "study_runs"]
 
 log = logging.getLogger(__name__)
+
+#: The phases a run's wall time is split into (seconds in ``AxisResult.phases``): the pore
+#: analysis and protocol geometry, tiling, device allocation, the first chunk of steps of each
+#: simulation (kernel compilation and graph capture), the coarse start's steps and checks, its
+#: prolongation to the fine grid, the fine run's steps and checks.
+PHASES = ("connectivity", "tiling", "allocation", "compile_first_chunk", "coarse_steps",
+          "coarse_checks", "prolongation", "fine_steps", "fine_checks")
 
 #: The coarse start stops when k changes by less than this times the tolerance per 1000 steps.
 COARSE_TOLERANCE_FACTOR = 10.0
@@ -61,28 +70,8 @@ class AxisResult:
     coarse_steps: int = 0  # steps of the coarse start run
     work_steps: float = 0.0  # fine steps + coarse steps x (coarse / fine fluid nodes)
     start_seconds: float = 0.0  # wall time of the coarse start (its run and prolongation)
-
-
-def _k(sim: Simulation, setup: ProtocolSetup, voxel_size: float | None, health: dict):
-    """Permeability of the sample from the current state (the protocol's window only).
-
-    A periodic, incompressible run needs only the superficial mean velocity, which
-    :meth:`Simulation.health` already brought back: it is passed as a one-node field, so the
-    formula stays :func:`observables.permeability` without copying every node to the host.
-    """
-    p = sim.problem
-    if p.periodic[setup.axis] and p.incompressible:
-        mean = np.asarray(health["mean_velocity"], dtype=np.float64)
-        ones = (1,) * mean.size
-        fields = {"rho": np.ones(ones), "u": mean.reshape((mean.size, *ones))}
-        return observables.permeability(p, fields, setup.axis, voxel_size)
-    fields = sim.fields()
-    lo, hi = setup.window
-    if (lo, hi) != (0, fields["rho"].shape[setup.axis]):
-        index = np.arange(lo, hi)
-        fields = {"rho": np.take(fields["rho"], index, axis=setup.axis),
-                  "u": np.take(fields["u"], index, axis=setup.axis + 1)}
-    return observables.permeability(sim.problem, fields, setup.axis, voxel_size)
+    phases: dict = field(default_factory=dict)  # wall seconds per phase (:data:`PHASES`)
+    coarse_k_lattice: float | None = None  # k of the coarse start, fine voxel²
 
 
 def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
@@ -98,52 +87,74 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or setup.config.backend)
     tic = time.perf_counter()
+    phases = Phases()
     # The fine run's host set-up (tiling) comes first: a run from rest pays it too, so the
     # coarse start's seconds are its own (coarsening, its run, the prolongation).
-    sim = Simulation(setup.geometry, setup.config, backend)
-    coarse_sim, coarse_steps, start_seconds = None, 0, 0.0
+    with phases.timed("tiling"):
+        sim = Simulation(setup.geometry, setup.config, backend)
+    coarse_sim, coarse_steps, start_seconds, coarse_k = None, 0, 0.0, None
     try:
         start = time.perf_counter()
-        coarse = coarse_setup(setup) if settings.accelerate and settings.coarse_start else None
+        coarse = None
+        if settings.accelerate and settings.coarse_start:
+            with phases.timed("connectivity"):
+                coarse = coarse_setup(setup)
         if coarse is not None:
             # The start only has to be close: the coarse run stops at 10x the tolerance.
             loose = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
-            coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
-            result = _run(coarse_sim, coarse, settings, loose, voxel_size, None)
-            coarse_steps = result.steps
+            with phases.timed("tiling"):
+                coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
+            result = _run(coarse_sim, coarse, settings, loose, voxel_size, None, phases,
+                          "coarse")
+            coarse_steps, coarse_k = result.steps, FACTOR**2 * result.k_lattice
             log.info("%s: coarse start after %d coarse steps (k = %.4g voxel² fine)",
                      setup.name, coarse_steps, FACTOR**2 * result.k_lattice)
-            start_on_device(sim, coarse_sim)
-            coarse_sim.close()
+            with phases.timed("allocation"):
+                sim.allocate()
+            with phases.timed("prolongation"):
+                start_on_device(sim, coarse_sim)
+                coarse_sim.close()
             coarse_sim = None
             start_seconds = time.perf_counter() - start
-        result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check)
+        result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check, phases,
+                      "fine")
     finally:
         if coarse_sim is not None:
             coarse_sim.close()
         sim.close()
     result.coarse_steps, result.start_seconds = coarse_steps, start_seconds
+    result.coarse_k_lattice = coarse_k
     ratio = coarse.geometry.n_fluid / setup.geometry.n_fluid if coarse is not None else 0.0
     result.work_steps = result.steps + coarse_steps * ratio
     result.seconds = time.perf_counter() - tic  # the coarse start included
+    result.phases = dict(phases)
     return result
 
 
 def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
          tolerance: float, voxel_size: float | None,
-         on_check: Callable[[int, float, float], None] | None) -> AxisResult:
+         on_check: Callable[[int, float, float], None] | None,
+         phases: Phases | None = None, stage: str = "fine") -> AxisResult:
     """Step ``sim`` (of ``setup``) until the monitor's :class:`KConvergence` says k converged
-    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit."""
+    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit; wall time
+    goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...; :data:`PHASES`)."""
+    phases = Phases() if phases is None else phases
     every = settings.check_interval
     history: list[tuple[int, float]] = []
     test = KConvergence(tolerance, K_WINDOW)
     change, converged = math.inf, False
     tic = time.perf_counter()
+    with phases.timed("allocation"):
+        check = KCheck(sim, setup.axis, setup.window, voxel_size)
+    first = True
     while sim.time_step < settings.max_steps:
-        sim.step(min(every, settings.max_steps - sim.time_step))
-        health = sim.health()
-        check_health(health, setup.config.tau, sim.problem.force)
-        k = _k(sim, setup, voxel_size, health)
+        # The first chunk compiles the kernels (and captures a graph) on a GPU.
+        with phases.timed("compile_first_chunk" if first else f"{stage}_steps"):
+            sim.step(min(every, settings.max_steps - sim.time_step))
+        first = False
+        with phases.timed(f"{stage}_checks"):
+            health, k = check.read()
+            check_health(health, setup.config.tau, sim.problem.force)
         measured, calm, _ = test.update(sim.time_step, k.lattice)
         change = math.inf if measured is None else measured
         history.append((sim.time_step, k.lattice))
@@ -186,6 +197,25 @@ class PermeabilityStudy:
         return {a: (pressure[a] - mirrored[a]) / mirrored[a]
                 for a in mirrored if a in pressure and mirrored[a]}
 
+    def intervals(self) -> list[KInterval]:
+        """Per run (in :attr:`results` order), k with its stated interval
+        (:mod:`solver.rock.uncertainty`): convergence remainder, discretisation from the coarse
+        start, and the protocol spread where both protocols ran along the axis."""
+        out = []
+        for r in self.results:
+            other = [o.k_lattice for o in self.results
+                     if o.axis == r.axis and o.protocol != r.protocol]
+            out.append(interval(r.k_lattice, r.history, r.coarse_k_lattice,
+                                other[0] if other else None))
+        return out
+
+    def phases(self) -> dict[str, float]:
+        """Wall seconds per phase (:data:`PHASES`) summed over the runs."""
+        total = Phases()
+        for r in self.results:
+            total.add(r.phases)
+        return {name: total[name] for name in PHASES if name in total}
+
     @property
     def converged(self) -> bool:
         """Whether every run reached the tolerance."""
@@ -206,6 +236,16 @@ class PermeabilityStudy:
             "tensor_m2": {p: self.k(p, "m2") for p in protocols},
             "anisotropy_max_over_min": {p: self.anisotropy(p) for p in protocols},
             "protocol_difference": self.protocol_difference(),
+            "intervals": [{"protocol": r.protocol, "axis": r.axis,
+                           **_finite(i.as_dict()),
+                           "low_mD": _scaled(i.low, r), "high_mD": _scaled(i.high, r)}
+                          for r, i in zip(self.results, self.intervals(), strict=True)],
+            "interval_definition": "k (1 ± (remainder + discretisation + protocol)): "
+                                   "convergence remainder, Richardson estimate from the coarse "
+                                   "start (order 2 assumed), half the protocol difference; "
+                                   "not covered: segmentation, sub-voxel features, REV",
+            "phases_s": self.phases(),
+            "seconds": sum(r.seconds for r in self.results),
         }
 
     def lines(self) -> list[str]:
@@ -218,13 +258,41 @@ class PermeabilityStudy:
             out.append(f"{r.protocol:<8} {r.axis}: k = {r.k_lattice:.5g} voxel²{si}; {flag} "
                        f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps}"
                        f"{start} steps, {r.seconds:.1f} s)")
+        for r, i in zip(self.results, self.intervals(), strict=True):
+            unit, scale = ("mD", r.k_mD / r.k_lattice) if r.k_mD and r.k_lattice else \
+                ("voxel²", 1.0)
+            terms = [f"remainder {100 * i.remainder:.2g} %"]
+            if i.discretisation is not None:
+                terms.append(f"grid {100 * i.discretisation:.2g} % (order 2 assumed)")
+            if i.protocol is not None:
+                terms.append(f"protocol {100 * i.protocol:.2g} %")
+            out.append(f"{r.protocol:<8} {r.axis}: k in [{i.low * scale:.4g}, "
+                       f"{i.high * scale:.4g}] {unit} (±{100 * i.relative:.2g} %: "
+                       + ", ".join(terms) + ")")
         for p in sorted({r.protocol for r in self.results}):
             ratio = self.anisotropy(p)
             if ratio is not None:
                 out.append(f"{p}: anisotropy k_max/k_min = {ratio:.3f}")
         for a, d in self.protocol_difference().items():
             out.append(f"{a}: pressure vs mirrored differ by {100 * d:+.2f} %")
+        phases = self.phases()
+        if phases:
+            out.append(f"wall time {sum(r.seconds for r in self.results):.1f} s: " + ", ".join(
+                f"{name} {seconds:.1f} s" for name, seconds in phases.items()))
         return out
+
+
+def _finite(values: dict) -> dict:
+    """``values`` with non-finite floats as None (JSON)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in values.items()}
+
+
+def _scaled(k_lattice: float, r: AxisResult) -> float | None:
+    """A k in voxel² in mD with the run's voxel size (None without one)."""
+    if r.k_mD is None or not r.k_lattice or not math.isfinite(k_lattice):
+        return None
+    return k_lattice * r.k_mD / r.k_lattice
 
 
 def study_runs(sample: VoxelGeometry, settings: PermeabilitySettings) -> list[tuple[int, str]]:
@@ -243,11 +311,16 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
         backend = get_backend(backend or config.backend)
     results = []
     for axis, protocol in study_runs(sample, settings) if runs is None else runs:
+        tic = time.perf_counter()
         setup = setup_protocol(sample, config, axis, protocol, settings)
+        connectivity = time.perf_counter() - tic
         log.info("%s: %s", setup.name, setup.report.summary())
         for hint in setup.report.hints:
             log.warning(hint)
         cb = None if on_check is None else (
             lambda s, k, c, name=setup.name: on_check(name, s, k, c))
-        results.append(measure_axis(setup, settings, backend, sample.voxel_size, cb))
+        result = measure_axis(setup, settings, backend, sample.voxel_size, cb)
+        result.phases["connectivity"] = result.phases.get("connectivity", 0.0) + connectivity
+        result.seconds += connectivity
+        results.append(result)
     return PermeabilityStudy(results, sample.voxel_size)
