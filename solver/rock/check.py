@@ -39,7 +39,9 @@ class KCheck:
         self.reader = Readout(sim.problem, sim.backend, sim.state, axis)
 
     def read(self) -> tuple[dict, Permeability | None]:
-        """``({'finite', 'max_speed'}, k)`` of the current state; k is None when not finite."""
+        """``({'finite', 'max_speed', 'flow_tortuosity'}, k)`` of the current state; k is None
+        when not finite. ``flow_tortuosity``: sum of |u| over sum of u along the axis over the
+        window's fluid nodes (:func:`solver.observables.tortuosity`)."""
         sim, xp = self.sim, self.sim.backend.xp
         if self.reader.state is not sim.state:  # reallocated (e.g. a new start)
             self.reader = Readout(sim.problem, sim.backend, sim.state, self.window.axis)
@@ -49,17 +51,24 @@ class KCheck:
             u = xp.where(fluid, u, 0.0)  # solid nodes hold no flow (may hold NaN)
             rho = xp.where(fluid, rho, 1.0)
             finite = xp.isfinite(rho).all() & xp.isfinite(u).all()
-            sums = observables.darcy_sums(sim.problem, self.window.part(part), fluid, rho, u, xp)
+            window = self.window.part(part)
+            sums = observables.darcy_sums(sim.problem, window, fluid, rho, u, xp)
+            inside = fluid if window.inside is None else window.inside
+            magnitude = speed(u, xp)
+            flow = xp.stack([xp.where(inside, magnitude, 0.0).sum(),
+                             xp.where(inside, u[window.axis], 0.0).sum()])
             numbers = xp.concatenate([finite.astype(xp.float64).reshape(1),
-                                      speed(u, xp).max().reshape(1), sums])
+                                      magnitude.max().reshape(1), flow, sums])
             total = numbers if total is None else xp.concatenate([
                 xp.minimum(total[:1], numbers[:1]), xp.maximum(total[1:2], numbers[1:2]),
                 total[2:] + numbers[2:]])
         host = np.asarray(sim.backend.to_host(total), dtype=np.float64)
         if host[0] != 1.0:
             return {"finite": False, "max_speed": float("inf")}, None
-        health = {"finite": True, "max_speed": float(host[1])}
-        return health, observables.window_permeability(sim.problem, self.window, host[2:],
+        along = float(host[3])
+        health = {"finite": True, "max_speed": float(host[1]),
+                  "flow_tortuosity": float(host[2]) / along if along else float("nan")}
+        return health, observables.window_permeability(sim.problem, self.window, host[4:],
                                                         self.voxel_size)
 
 

@@ -29,6 +29,7 @@ from ..config import SimulationConfig
 from ..monitor import K_WINDOW, KConvergence, check_health
 from ..simulation import Simulation
 from .check import KCheck, Phases
+from .conduction import Conduction, formation_factor
 from .initial import FACTOR, coarse_setup, start_on_device
 from .protocol import ProtocolSetup, setup_protocol
 from .settings import AXIS_NAMES, PermeabilitySettings
@@ -42,9 +43,10 @@ log = logging.getLogger(__name__)
 #: The phases a run's wall time is split into (seconds in ``AxisResult.phases``): the pore
 #: analysis and protocol geometry, tiling, device allocation, the first chunk of steps of each
 #: simulation (kernel compilation and graph capture), the coarse start's steps and checks, its
-#: prolongation to the fine grid, the fine run's steps and checks.
+#: prolongation to the fine grid, the fine run's steps and checks; and the conduction solves
+#: of the formation factor (per study, :mod:`solver.rock.conduction`).
 PHASES = ("connectivity", "tiling", "allocation", "compile_first_chunk", "coarse_steps",
-          "coarse_checks", "prolongation", "fine_steps", "fine_checks")
+          "coarse_checks", "prolongation", "fine_steps", "fine_checks", "formation_factor")
 
 #: The coarse start stops when k changes by less than this times the tolerance per 1000 steps.
 COARSE_TOLERANCE_FACTOR = 10.0
@@ -72,6 +74,7 @@ class AxisResult:
     start_seconds: float = 0.0  # wall time of the coarse start (its run and prolongation)
     phases: dict = field(default_factory=dict)  # wall seconds per phase (:data:`PHASES`)
     coarse_k_lattice: float | None = None  # k of the coarse start, fine voxel²
+    flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
 
 
 def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
@@ -167,9 +170,12 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
             log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
                         settings.max_seconds)
             break
-    return AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2, k.millidarcy,
-                      sim.time_step, converged, change, time.perf_counter() - tic,
-                      setup.config.tau, setup.gradient, setup.report.as_dict(), history)
+    result = AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2,
+                        k.millidarcy, sim.time_step, converged, change,
+                        time.perf_counter() - tic, setup.config.tau, setup.gradient,
+                        setup.report.as_dict(), history)
+    result.flow_tortuosity = health["flow_tortuosity"]
+    return result
 
 
 @dataclass
@@ -178,6 +184,8 @@ class PermeabilityStudy:
 
     results: list[AxisResult]
     voxel_size: float | None
+    conduction: dict[str, Conduction] = field(default_factory=dict)  # per axis name
+    seconds: dict[str, float] = field(default_factory=dict)  # study-wide phases (F solves)
 
     def k(self, protocol: str, unit: str = "mD") -> dict[str, float | None]:
         """k per axis name for ``protocol`` in ``unit`` ('mD', 'm2' or 'lattice')."""
@@ -211,10 +219,14 @@ class PermeabilityStudy:
 
     def phases(self) -> dict[str, float]:
         """Wall seconds per phase (:data:`PHASES`) summed over the runs."""
-        total = Phases()
+        total = Phases(self.seconds)
         for r in self.results:
             total.add(r.phases)
         return {name: total[name] for name in PHASES if name in total}
+
+    def total_seconds(self) -> float:
+        """Wall seconds of the runs and the study-wide phases."""
+        return sum(r.seconds for r in self.results) + sum(self.seconds.values())
 
     @property
     def converged(self) -> bool:
@@ -240,12 +252,19 @@ class PermeabilityStudy:
                            **_finite(i.as_dict()),
                            "low_mD": _scaled(i.low, r), "high_mD": _scaled(i.high, r)}
                           for r, i in zip(self.results, self.intervals(), strict=True)],
-            "interval_definition": "k (1 ± (remainder + discretisation + protocol)): "
+            "interval_definition": "k (1 ± (remainder + discretisation + protocol_spread)): "
                                    "convergence remainder, Richardson estimate from the coarse "
                                    "start (order 2 assumed), half the protocol difference; "
                                    "not covered: segmentation, sub-voxel features, REV",
+            "formation_factor": {a: c.as_dict() for a, c in self.conduction.items()},
+            "tortuosity": {
+                "electrical_F_times_porosity": {a: c.tortuosity
+                                                for a, c in self.conduction.items()},
+                "flow_mean_speed_over_mean_axial": {
+                    p: {r.axis: r.flow_tortuosity for r in self.results if r.protocol == p}
+                    for p in protocols}},
             "phases_s": self.phases(),
-            "seconds": sum(r.seconds for r in self.results),
+            "seconds": self.total_seconds(),
         }
 
     def lines(self) -> list[str]:
@@ -264,8 +283,8 @@ class PermeabilityStudy:
             terms = [f"remainder {100 * i.remainder:.2g} %"]
             if i.discretisation is not None:
                 terms.append(f"grid {100 * i.discretisation:.2g} % (order 2 assumed)")
-            if i.protocol is not None:
-                terms.append(f"protocol {100 * i.protocol:.2g} %")
+            if i.protocol_spread is not None:
+                terms.append(f"protocol {100 * i.protocol_spread:.2g} %")
             out.append(f"{r.protocol:<8} {r.axis}: k in [{i.low * scale:.4g}, "
                        f"{i.high * scale:.4g}] {unit} (±{100 * i.relative:.2g} %: "
                        + ", ".join(terms) + ")")
@@ -275,9 +294,15 @@ class PermeabilityStudy:
                 out.append(f"{p}: anisotropy k_max/k_min = {ratio:.3f}")
         for a, d in self.protocol_difference().items():
             out.append(f"{a}: pressure vs mirrored differ by {100 * d:+.2f} %")
+        for a, c in self.conduction.items():
+            flow = [f"{r.protocol} {r.flow_tortuosity:.3f}" for r in self.results
+                    if r.axis == a and r.flow_tortuosity is not None]
+            out.append(f"{a}: formation factor F = {c.formation_factor:.4g}, electrical "
+                       f"tortuosity F·φ = {c.tortuosity:.4g} (φ = {c.porosity:.4f})"
+                       + (f"; flow tortuosity <|u|>/<u_{a}> " + ", ".join(flow) if flow else ""))
         phases = self.phases()
         if phases:
-            out.append(f"wall time {sum(r.seconds for r in self.results):.1f} s: " + ", ".join(
+            out.append(f"wall time {self.total_seconds():.1f} s: " + ", ".join(
                 f"{name} {seconds:.1f} s" for name, seconds in phases.items()))
         return out
 
@@ -323,4 +348,19 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
         result.phases["connectivity"] = result.phases.get("connectivity", 0.0) + connectivity
         result.seconds += connectivity
         results.append(result)
-    return PermeabilityStudy(results, sample.voxel_size)
+    study = PermeabilityStudy(results, sample.voxel_size)
+    if settings.formation_factor and runs is None:
+        add_formation_factors(study, sample, settings, backend)
+    return study
+
+
+def add_formation_factors(study: PermeabilityStudy, sample: VoxelGeometry,
+                          settings: PermeabilitySettings, backend: Any) -> None:
+    """F and F·φ of ``sample`` along the study's axes (:mod:`solver.rock.conduction`, sides as
+    the permeability runs), on the backend's device; timed as the ``formation_factor`` phase."""
+    phases = Phases()
+    with phases.timed("formation_factor"):
+        for axis in settings.axis_indices(sample.ndim):
+            study.conduction[AXIS_NAMES[axis]] = formation_factor(
+                sample.solid, axis, settings.sides, backend.xp)
+    study.seconds.update(phases)

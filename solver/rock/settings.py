@@ -59,6 +59,10 @@ class PermeabilitySettings(param.Parameterized):
                                    doc="Steps between k measurements.")
     max_steps = param.Integer(default=20000, bounds=(1, None),
                               doc="Step limit of each protocol run (not converged beyond).")
+    formation_factor = param.Boolean(default=True,
+                                     doc="Also solve the electrical conduction in the pores "
+                                         "along each axis: formation factor F and tortuosity "
+                                         "F x porosity (solver.rock.conduction).")
     max_seconds = param.Number(default=0.0, bounds=(0, None),
                                doc="Wall-time limit of each protocol run, seconds; 0 = none.")
 

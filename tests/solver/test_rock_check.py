@@ -39,6 +39,11 @@ def test_device_k_equals_the_host_fields_k(protocol, axis):
     assert k.lattice == pytest.approx(host.lattice, rel=1e-12, abs=0)
     assert k.gradient == pytest.approx(host.gradient, rel=1e-12)
     assert k.m2 == pytest.approx(host.m2, rel=1e-12)
+    fields = sim.fields()
+    index = np.arange(*setup.window)
+    fields = {"u": np.take(fields["u"], index, axis=axis + 1)}
+    assert health["flow_tortuosity"] == pytest.approx(observables.tortuosity(fields, axis),
+                                                      rel=1e-12)
     sim.close()
 
 
