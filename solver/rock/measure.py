@@ -30,7 +30,7 @@ from ..monitor import K_WINDOW, KConvergence, check_health
 from ..simulation import Simulation
 from .check import KCheck, Phases
 from .conduction import Conduction, formation_factor
-from .initial import FACTOR, coarse_setup, start_on_device
+from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
 from .protocol import ProtocolSetup, setup_protocol
 from .settings import AXIS_NAMES, PermeabilitySettings
 from .uncertainty import KInterval, interval
@@ -44,9 +44,11 @@ log = logging.getLogger(__name__)
 #: analysis and protocol geometry, tiling, device allocation, the first chunk of steps of each
 #: simulation (kernel compilation and graph capture), the coarse start's steps and checks, its
 #: prolongation to the fine grid, the fine run's steps and checks; and the conduction solves
-#: of the formation factor (per study, :mod:`solver.rock.conduction`).
+#: of the formation factor and the REV curve's runs (per study, :mod:`solver.rock.conduction`,
+#: :mod:`solver.rock.rev`).
 PHASES = ("connectivity", "tiling", "allocation", "compile_first_chunk", "coarse_steps",
-          "coarse_checks", "prolongation", "fine_steps", "fine_checks", "formation_factor")
+          "coarse_checks", "prolongation", "fine_steps", "fine_checks", "formation_factor",
+          "rev")
 
 #: The coarse start stops when k changes by less than this times the tolerance per 1000 steps.
 COARSE_TOLERANCE_FACTOR = 10.0
@@ -107,6 +109,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
             loose = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
             with phases.timed("tiling"):
                 coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
+            _ramp(coarse_sim, coarse, settings, phases)
             result = _run(coarse_sim, coarse, settings, loose, voxel_size, None, phases,
                           "coarse")
             coarse_steps, coarse_k = result.steps, FACTOR**2 * result.k_lattice
@@ -119,6 +122,8 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 coarse_sim.close()
             coarse_sim = None
             start_seconds = time.perf_counter() - start
+        else:
+            _ramp(sim, setup, settings, phases)
         result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check, phases,
                       "fine")
     finally:
@@ -132,6 +137,18 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     result.seconds = time.perf_counter() - tic  # the coarse start included
     result.phases = dict(phases)
     return result
+
+
+def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
+          phases: Phases) -> None:
+    """Start a pressure-driven ``sim`` from :func:`~solver.rock.initial.pressure_ramp` (with
+    ``settings.accelerate``; other protocols start at rest)."""
+    fields = pressure_ramp(setup) if settings.accelerate else None
+    if fields is not None:
+        with phases.timed("allocation"):
+            sim.allocate()
+        with phases.timed("prolongation"):
+            start_from(sim, fields)
 
 
 def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
@@ -185,7 +202,8 @@ class PermeabilityStudy:
     results: list[AxisResult]
     voxel_size: float | None
     conduction: dict[str, Conduction] = field(default_factory=dict)  # per axis name
-    seconds: dict[str, float] = field(default_factory=dict)  # study-wide phases (F solves)
+    seconds: dict[str, float] = field(default_factory=dict)  # study-wide phases (F, REV)
+    rev: dict = field(default_factory=dict)  # {'axis': name, 'points': [RevPoint...]}
 
     def k(self, protocol: str, unit: str = "mD") -> dict[str, float | None]:
         """k per axis name for ``protocol`` in ``unit`` ('mD', 'm2' or 'lattice')."""
@@ -263,6 +281,8 @@ class PermeabilityStudy:
                 "flow_mean_speed_over_mean_axial": {
                     p: {r.axis: r.flow_tortuosity for r in self.results if r.protocol == p}
                     for p in protocols}},
+            "rev": {"axis": self.rev["axis"],
+                    "points": [p.as_dict() for p in self.rev["points"]]} if self.rev else None,
             "phases_s": self.phases(),
             "seconds": self.total_seconds(),
         }
@@ -300,6 +320,10 @@ class PermeabilityStudy:
             out.append(f"{a}: formation factor F = {c.formation_factor:.4g}, electrical "
                        f"tortuosity F·φ = {c.tortuosity:.4g} (φ = {c.porosity:.4f})"
                        + (f"; flow tortuosity <|u|>/<u_{a}> " + ", ".join(flow) if flow else ""))
+        if self.rev:
+            from .rev import rev_lines
+
+            out += rev_lines(self.rev["points"], AXIS_NAMES.index(self.rev["axis"]))
         phases = self.phases()
         if phases:
             out.append(f"wall time {self.total_seconds():.1f} s: " + ", ".join(
@@ -351,7 +375,28 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
     study = PermeabilityStudy(results, sample.voxel_size)
     if settings.formation_factor and runs is None:
         add_formation_factors(study, sample, settings, backend)
+    if settings.rev and runs is None:
+        add_rev(study, sample, config, settings, backend)
     return study
+
+
+def add_rev(study: PermeabilityStudy, sample: VoxelGeometry, config: SimulationConfig,
+            settings: PermeabilitySettings, backend: Any) -> None:
+    """The REV curve (:mod:`solver.rock.rev`) along the study's first axis, reusing the whole
+    sample's mirrored k and F where the study has them; timed as the ``rev`` phase."""
+    from .rev import rev_curve
+
+    axis = settings.axis_indices(sample.ndim)[0]
+    name = AXIS_NAMES[axis]
+    whole = next((r for r in study.results if r.axis == name and r.protocol == "mirrored"),
+                 None)
+    conduction = study.conduction.get(name)
+    phases = Phases()
+    with phases.timed("rev"):
+        points = rev_curve(sample, config, settings, axis, backend, whole,
+                           conduction.formation_factor if conduction else None)
+    study.rev = {"axis": name, "points": points}
+    study.seconds.update(phases)
 
 
 def add_formation_factors(study: PermeabilityStudy, sample: VoxelGeometry,

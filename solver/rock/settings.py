@@ -63,6 +63,10 @@ class PermeabilitySettings(param.Parameterized):
                                      doc="Also solve the electrical conduction in the pores "
                                          "along each axis: formation factor F and tortuosity "
                                          "F x porosity (solver.rock.conduction).")
+    rev = param.Boolean(default=False,
+                        doc="Also measure k (mirrored), porosity and F on centred sub-volumes "
+                            "of 1/8, 1/4 and 1/2 of the volume along the first axis: the REV "
+                            "curve (solver.rock.rev; about 0.9x the work of that axis again).")
     max_seconds = param.Number(default=0.0, bounds=(0, None),
                                doc="Wall-time limit of each protocol run, seconds; 0 = none.")
 

@@ -22,10 +22,10 @@ Three estimates, each a relative half-width, from what a study already computes:
     ran: how much the choice of boundary set-up moves k.
 
 The interval is ``k (1 ± (remainder + discretisation + protocol_spread))``: the terms are
-added, not combined in quadrature, because they are not independent random errors. It does not cover the
-image itself: segmentation (which voxels are grain), resolution below the voxel (the
-sub-voxel throats no grid resolves), nor whether the sample is a representative volume (see
-the REV curve, :mod:`solver.rock.rev`).
+added, not combined in quadrature, because they are not independent random errors. It does
+not cover the image itself: segmentation (which voxels are grain), resolution below the voxel
+(the sub-voxel throats no grid resolves), nor whether the sample is a representative volume
+(see the REV curve, :mod:`solver.rock.rev`).
 """
 
 from __future__ import annotations
