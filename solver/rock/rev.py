@@ -79,9 +79,11 @@ def _change(now: float | None, before: float | None) -> float | None:
 def rev_curve(sample: VoxelGeometry, config: SimulationConfig, settings: PermeabilitySettings,
               axis: int, backend: Any, whole: AxisResult | None = None,
               whole_f: float | None = None, fractions: tuple[float, ...] = FRACTIONS,
-              on_point: Callable[[RevPoint], None] | None = None) -> list[RevPoint]:
+              on_point: Callable[[RevPoint], None] | None = None,
+              on_check: Callable[[int, float, float], None] | None = None) -> list[RevPoint]:
     """The REV curve along ``axis``; ``whole`` / ``whole_f``: the whole sample's mirrored
-    result and F when the study has them already (not measured again)."""
+    result and F when the study has them already (not measured again); ``on_point`` gets each
+    point, ``on_check`` each k check of the runs (:func:`~solver.rock.measure.measure_axis`)."""
     points: list[RevPoint] = []
     for fraction in fractions:
         sub = sub_volume(sample, fraction)
@@ -92,7 +94,7 @@ def rev_curve(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
         else:
             try:
                 setup = setup_protocol(sub, config, axis, "mirrored", settings)
-                result = measure_axis(setup, settings, backend, sample.voxel_size)
+                result = measure_axis(setup, settings, backend, sample.voxel_size, on_check)
                 k, k_mD, seconds = result.k_lattice, result.k_mD, result.seconds
                 if not result.converged:
                     message = "k not converged"
