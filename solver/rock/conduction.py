@@ -10,7 +10,8 @@ a conductance 2 to its face's potential; a face shared with a grain carries noth
 without a face-connected path to both ends carry no current and are dropped first.
 
 The symmetric positive definite system is solved by conjugate gradients with a Jacobi
-(diagonal) preconditioner, matrix-free, on the dense voxel grid in the array module ``xp``
+(diagonal) preconditioner, matrix-free, over the connected pore voxels only (a compact vector
+and a table of each one's face neighbours, built on the host) in the array module ``xp``
 (NumPy on the CPU, CuPy on a GPU: the same code). With the current ``I`` through the inlet face
 of area ``A`` (voxels normal to the axis) over a length of ``n`` voxels and a unit potential
 drop, ``sigma_eff / sigma_fluid = I n / A`` and
@@ -97,33 +98,40 @@ def _connected(pore: np.ndarray, axis: int, sides: str) -> np.ndarray:
     return np.isin(labels, both)
 
 
-def _links(pore, axis: int, sides: str, xp):
-    """Per axis, the conductance (0/1) between each voxel and the next along that axis."""
-    out = []
+def _neighbours(pore: np.ndarray, axis: int, sides: str) -> tuple[np.ndarray, np.ndarray]:
+    """Host tables of the pore voxels: their coordinate along ``axis`` (n,) and, per face
+    direction (2 d, n), the pore index of the neighbour through that face, or n where the face
+    is a grain wall, a sealed side or the end of the sample along ``axis``."""
+    shape = pore.shape
+    index = np.flatnonzero(pore)
+    n = index.size
+    dtype = np.int32 if n < 2**31 - 1 else np.int64
+    lookup = np.full(pore.size, n, dtype=dtype)
+    lookup[index] = np.arange(n, dtype=dtype)
+    coords = np.unravel_index(index, shape)
+    strides = np.cumprod((1,) + shape[:0:-1])[::-1]  # C order: the last axis varies fastest
+    table = np.empty((2 * pore.ndim, n), dtype=dtype)
     for a in range(pore.ndim):
-        g = pore & xp.roll(pore, -1, axis=a)
-        if a == axis or sides == "wall":  # no link across the box's end
-            index = [slice(None)] * pore.ndim
-            index[a] = -1
-            g[tuple(index)] = False
-        out.append(g.astype(xp.float64))
-    return out
-
-
-def _apply(x, links, ends, xp):
-    """The finite-volume operator: the net current out of each voxel for potentials ``x``."""
-    out = ends * x
-    for a, g in enumerate(links):
-        up = g * (x - xp.roll(x, -1, axis=a))  # current to the next voxel along a
-        out = out + up - xp.roll(up, 1, axis=a)
-    return out
+        for k, step in enumerate((1, -1)):
+            c = coords[a] + step
+            if a != axis and sides == "periodic":
+                c %= shape[a]
+                valid = np.ones(n, bool)
+            else:
+                valid = (c >= 0) & (c < shape[a])
+            target = index + (np.clip(c, 0, shape[a] - 1) - coords[a]) * strides[a]
+            table[2 * a + k] = np.where(valid, lookup[target], n)
+    return coords[axis], table
 
 
 def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: Any = np,
-                     tolerance: float = 1e-9, max_iterations: int | None = None) -> Conduction:
+                     tolerance: float = 1e-8, max_iterations: int | None = None) -> Conduction:
     """F, porosity and ``F phi`` of the pore space of ``solid`` (True = grain) along ``axis``
     (see the module doc for the equations and boundary conditions); ``xp``: numpy or cupy.
 
+    The unknowns are the potentials of the connected pore voxels only (a compact vector with a
+    neighbour table, about 90 bytes per pore voxel on the device); the conjugate-gradient solve
+    stops when the residual is ``tolerance`` times the right-hand side's norm.
     Raises ValueError when no pore path joins the two faces along ``axis``."""
     solid = np.asarray(solid, dtype=bool)
     if sides not in SIDES:
@@ -131,36 +139,36 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
     if not 0 <= axis < solid.ndim:
         raise ValueError(f"axis {axis} is not an axis of a {solid.ndim}D image.")
     porosity = float(1.0 - solid.mean())
-    pore_host = _connected(~solid, axis, sides)
-    if not pore_host.any():
+    pore = _connected(~solid, axis, sides)
+    if not pore.any():
         raise ValueError(f"No face-connected pore path joins the two faces along axis {axis}: "
                          "the formation factor is infinite.")
-    pore = xp.asarray(pore_host)
-    n = solid.shape[axis]
-    area = solid.size // n
-    links = _links(pore, axis, sides, xp)
-    shape = [1] * solid.ndim
-    shape[axis] = n
-    first = np.zeros(shape)
-    first.reshape(-1)[0] = 1.0
-    last = np.zeros(shape)
-    last.reshape(-1)[-1] = 1.0
-    first, last = xp.asarray(first), xp.asarray(last)
-    mask = pore.astype(xp.float64)
-    ends = 2.0 * (first + last) * mask  # conductance 2 to the fixed potential of each face
-    b = 2.0 * first * mask  # potential 1 before the first layer, 0 after the last
-    diagonal = ends + sum(g + xp.roll(g, 1, axis=a) for a, g in enumerate(links))
-    inverse = xp.where(diagonal > 0, 1.0 / xp.where(diagonal > 0, diagonal, 1.0), 0.0) * mask
-    x = xp.zeros(solid.shape, dtype=xp.float64)
+    length = solid.shape[axis]
+    area = solid.size // length
+    along, table = _neighbours(pore, axis, sides)
+    count = table.shape[1]
+    first = xp.asarray((along == 0).astype(np.float64))
+    last = xp.asarray((along == length - 1).astype(np.float64))
+    links = xp.asarray(table)
+    # Conductance 2 to the fixed potential of each end face: 1 before the first layer, 0 after
+    # the last; 1 to each face neighbour in the pores.
+    diagonal = 2.0 * (first + last) + (links != count).sum(axis=0)
+    inverse = 1.0 / diagonal
+    b = 2.0 * first
+    x = xp.zeros(count)
     r = b.copy()
     z = inverse * r
-    p = z.copy()
+    padded = xp.zeros(count + 1)  # p and a 0 at the index of "no neighbour"
+    p = padded[:count]
+    p[...] = z
     rz = float((r * z).sum())
     norm_b = float(xp.sqrt((b * b).sum()))
     limit = max_iterations or 20 * max(solid.shape) ** 2
     residual, iterations = 1.0, 0
     for iterations in range(1, limit + 1):  # noqa: B007 (the count is reported)
-        q = _apply(p, links, ends, xp)
+        q = diagonal * p
+        for direction in links:
+            q -= padded[direction]
         alpha = rz / float((p * q).sum())
         x += alpha * p
         r -= alpha * q
@@ -169,10 +177,11 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
             break
         z = inverse * r
         rz, rz_old = float((r * z).sum()), rz
-        p = z + (rz / rz_old) * p
-    current_in = float((2.0 * first * mask * (1.0 - x)).sum())
-    current_out = float((2.0 * last * mask * x).sum())
-    conductivity = current_in * n / area
+        p *= rz / rz_old
+        p += z
+    current_in = float((2.0 * first * (1.0 - x)).sum())
+    current_out = float((2.0 * last * x).sum())
+    conductivity = current_in * length / area
     f = 1.0 / conductivity
     return Conduction(axis, f, porosity, f * porosity, conductivity, iterations, residual,
                       abs(current_in - current_out) / current_in)

@@ -39,8 +39,9 @@ from ..observables import DARCY_M2
 from ..stability import DivergenceError
 from .check import Phases
 from .conduction import Conduction, formation_factor
-from .measure import AxisResult, PermeabilityStudy, measure_axis
+from .measure import AxisResult, PermeabilityStudy, measure_axis, rev_measure
 from .protocol import setup_protocol
+from .rev import rev_curve
 from .settings import AXIS_NAMES, PermeabilitySettings
 from .uncertainty import KInterval
 
@@ -251,8 +252,6 @@ class TensorJob:
 
     def _rev_curve(self, backend: Any) -> None:
         """The REV curve along x (:mod:`solver.rock.rev`), reusing the x result and F."""
-        from .rev import rev_curve
-
         with self._lock:
             self._stage = "REV"
             whole = next((r for r in self._results if r.axis == "x"), None)
@@ -266,10 +265,13 @@ class TensorJob:
             if self._cancel.is_set():
                 raise _Cancelled
 
+        measure = rev_measure(self.config, self.settings, 0, backend,
+                              self.geometry.voxel_size, on_check)
         with self._seconds.timed("REV"):
-            rev_curve(self.geometry, self.config, self.settings, 0, backend, whole,
-                      f.formation_factor if f else None, on_point=on_point,
-                      on_check=on_check)
+            rev_curve(self.geometry, 0, self.settings.sides, backend.xp, measure,
+                      None if whole is None else (whole.k_lattice, whole.k_mD, whole.seconds,
+                                                  whole.converged),
+                      f.formation_factor if f else None, on_point=on_point)
 
     def _measure(self, index: int, backend: Any) -> AxisResult:
         setup = setup_protocol(self.geometry, self.config, index, "mirrored", self.settings)

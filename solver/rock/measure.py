@@ -32,6 +32,7 @@ from .check import KCheck, Phases
 from .conduction import Conduction, formation_factor
 from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
 from .protocol import ProtocolSetup, setup_protocol
+from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
 from .uncertainty import KInterval, interval
 
@@ -321,8 +322,6 @@ class PermeabilityStudy:
                        f"tortuosity F·φ = {c.tortuosity:.4g} (φ = {c.porosity:.4f})"
                        + (f"; flow tortuosity <|u|>/<u_{a}> " + ", ".join(flow) if flow else ""))
         if self.rev:
-            from .rev import rev_lines
-
             out += rev_lines(self.rev["points"], AXIS_NAMES.index(self.rev["axis"]))
         phases = self.phases()
         if phases:
@@ -380,12 +379,23 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
     return study
 
 
+def rev_measure(config: SimulationConfig, settings: PermeabilitySettings, axis: int,
+                backend: Any, voxel_size: float | None,
+                on_check: Callable[[int, float, float], None] | None = None):
+    """The k run of a REV point (:func:`solver.rock.rev.rev_curve`): the mirrored protocol
+    along ``axis`` with ``settings``; returns (k voxel², k mD, seconds, converged)."""
+    def measure(sub: VoxelGeometry) -> tuple[float, float | None, float, bool]:
+        setup = setup_protocol(sub, config, axis, "mirrored", settings)
+        r = measure_axis(setup, settings, backend, voxel_size, on_check)
+        return r.k_lattice, r.k_mD, r.seconds, r.converged
+
+    return measure
+
+
 def add_rev(study: PermeabilityStudy, sample: VoxelGeometry, config: SimulationConfig,
             settings: PermeabilitySettings, backend: Any) -> None:
     """The REV curve (:mod:`solver.rock.rev`) along the study's first axis, reusing the whole
     sample's mirrored k and F where the study has them; timed as the ``rev`` phase."""
-    from .rev import rev_curve
-
     axis = settings.axis_indices(sample.ndim)[0]
     name = AXIS_NAMES[axis]
     whole = next((r for r in study.results if r.axis == name and r.protocol == "mirrored"),
@@ -393,8 +403,12 @@ def add_rev(study: PermeabilityStudy, sample: VoxelGeometry, config: SimulationC
     conduction = study.conduction.get(name)
     phases = Phases()
     with phases.timed("rev"):
-        points = rev_curve(sample, config, settings, axis, backend, whole,
-                           conduction.formation_factor if conduction else None)
+        points = rev_curve(
+            sample, axis, settings.sides, backend.xp,
+            rev_measure(config, settings, axis, backend, sample.voxel_size),
+            None if whole is None else (whole.k_lattice, whole.k_mD, whole.seconds,
+                                        whole.converged),
+            conduction.formation_factor if conduction else None)
     study.rev = {"axis": name, "points": points}
     study.seconds.update(phases)
 
@@ -402,7 +416,10 @@ def add_rev(study: PermeabilityStudy, sample: VoxelGeometry, config: SimulationC
 def add_formation_factors(study: PermeabilityStudy, sample: VoxelGeometry,
                           settings: PermeabilitySettings, backend: Any) -> None:
     """F and F·φ of ``sample`` along the study's axes (:mod:`solver.rock.conduction`, sides as
-    the permeability runs), on the backend's device; timed as the ``formation_factor`` phase."""
+    the permeability runs), on the backend's device (or its name); timed as the
+    ``formation_factor`` phase."""
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend or "auto")
     phases = Phases()
     with phases.timed("formation_factor"):
         for axis in settings.axis_indices(sample.ndim):

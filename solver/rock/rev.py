@@ -23,11 +23,11 @@ from geometries import VoxelGeometry
 from geometries.errors import GeometryError
 from geometries.preprocess import crop
 
-from ..config import SimulationConfig
 from .conduction import formation_factor
-from .measure import AxisResult, measure_axis
-from .protocol import setup_protocol
-from .settings import AXIS_NAMES, PermeabilitySettings
+from .settings import AXIS_NAMES
+
+#: What a REV point needs from a k run: k (voxel²), k (mD or None), seconds, converged.
+Measured = tuple[float, float | None, float, bool]
 
 __all__ = ["FRACTIONS", "RevPoint", "rev_curve", "sub_volume"]
 
@@ -76,35 +76,31 @@ def _change(now: float | None, before: float | None) -> float | None:
     return (now - before) / before
 
 
-def rev_curve(sample: VoxelGeometry, config: SimulationConfig, settings: PermeabilitySettings,
-              axis: int, backend: Any, whole: AxisResult | None = None,
+def rev_curve(sample: VoxelGeometry, axis: int, sides: str, xp: Any,
+              measure: Callable[[VoxelGeometry], Measured], whole: Measured | None = None,
               whole_f: float | None = None, fractions: tuple[float, ...] = FRACTIONS,
-              on_point: Callable[[RevPoint], None] | None = None,
-              on_check: Callable[[int, float, float], None] | None = None) -> list[RevPoint]:
-    """The REV curve along ``axis``; ``whole`` / ``whole_f``: the whole sample's mirrored
-    result and F when the study has them already (not measured again); ``on_point`` gets each
-    point, ``on_check`` each k check of the runs (:func:`~solver.rock.measure.measure_axis`)."""
+              on_point: Callable[[RevPoint], None] | None = None) -> list[RevPoint]:
+    """The REV curve along ``axis``: ``measure`` runs k on a sub-volume (the mirrored protocol
+    of :mod:`solver.rock.measure`, :func:`~solver.rock.measure.rev_measure`), F is solved with
+    ``sides`` in the array module ``xp``; ``whole`` / ``whole_f``: the whole sample's k and F
+    when the study has them already (not measured again); ``on_point`` gets each point."""
     points: list[RevPoint] = []
     for fraction in fractions:
         sub = sub_volume(sample, fraction)
         k = k_mD = f = None
         message, seconds = "", 0.0
-        if fraction >= 1.0 and whole is not None:
-            k, k_mD, seconds = whole.k_lattice, whole.k_mD, whole.seconds
-        else:
-            try:
-                setup = setup_protocol(sub, config, axis, "mirrored", settings)
-                result = measure_axis(setup, settings, backend, sample.voxel_size, on_check)
-                k, k_mD, seconds = result.k_lattice, result.k_mD, result.seconds
-                if not result.converged:
-                    message = "k not converged"
-            except (GeometryError, ValueError) as exc:
-                message = str(exc)
+        try:
+            found = whole if fraction >= 1.0 and whole is not None else measure(sub)
+            k, k_mD, seconds, converged = found
+            if not converged:
+                message = "k not converged"
+        except (GeometryError, ValueError) as exc:
+            message = str(exc)
         if fraction >= 1.0 and whole_f is not None:
             f = whole_f
         else:
             try:
-                f = formation_factor(sub.solid, axis, settings.sides, backend.xp).formation_factor
+                f = formation_factor(sub.solid, axis, sides, xp).formation_factor
             except ValueError as exc:
                 message = message or str(exc)
         before = points[-1] if points else None

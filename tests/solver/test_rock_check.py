@@ -23,13 +23,15 @@ def _host_k(sim: Simulation, axis: int, window: tuple[int, int]):
 
 
 @pytest.mark.parametrize("protocol,axis", [("pressure", 0), ("pressure", 2), ("mirrored", 1)])
-def test_device_k_equals_the_host_fields_k(protocol, axis):
+def test_device_k_equals_the_host_fields_k(protocol, axis, backend_name):
+    """The check's k (sums on the device) is the host fields' k; NumPy and, on a GPU machine,
+    CuPy (the same quantity from the same populations)."""
     sample = random_sphere_pack((14, 12, 12), porosity=0.35, diameter=6, seed=2)
     sample.voxel_size = 1e-5
     config = SimulationConfig(precision="float64", tau=0.8, tile_offset="origin")
     setup = setup_protocol(sample, config, axis, protocol,
                            PermeabilitySettings(buffer_layers=3, accelerate=False))
-    sim = Simulation(setup.geometry, setup.config, "numpy")
+    sim = Simulation(setup.geometry, setup.config, backend_name)
     # A partly developed flow: the layers' densities and the flux still vary in the window.
     sim.step(60)
     health, k = KCheck(sim, axis, setup.window, 1e-5).read()

@@ -34,7 +34,7 @@ def test_straight_channels_give_one_over_porosity_on_every_axis():
     solid[:, 2:6, 3:8] = False  # along x
     c = formation_factor(solid, 0)
     assert c.formation_factor == pytest.approx(1.0 / c.porosity, rel=1e-8)
-    assert c.tortuosity == pytest.approx(1.0, rel=1e-8) and c.current_balance < 1e-8
+    assert c.tortuosity == pytest.approx(1.0, rel=1e-8) and c.current_balance < 1e-6
     cube = np.ones((9, 9, 9), bool)
     cube[2:5, 2:5, :] = False  # along z
     assert formation_factor(cube, 2).formation_factor == pytest.approx(81 / 9, rel=1e-8)
@@ -81,3 +81,14 @@ def test_sphere_arrays_match_the_published_insulating_sphere_values(centres, rad
     extrapolated = 2 * ratios[1] - ratios[0]
     assert ratios[0] > ratios[1] > 1.0  # converging from above
     assert extrapolated == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_same_solve_runs_in_the_backend_array_module(backend_name):
+    """NumPy and, on a GPU machine, CuPy give the same F (one code, ``xp``)."""
+    from solver.backends import get_backend
+
+    solid = _cells(SC, 5.0, 16, 2)
+    reference = formation_factor(solid, 0)
+    c = formation_factor(solid, 0, xp=get_backend(backend_name).xp)
+    assert c.formation_factor == pytest.approx(reference.formation_factor, rel=1e-9)
+    assert c.iterations == pytest.approx(reference.iterations, abs=2)
