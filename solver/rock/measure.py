@@ -31,7 +31,7 @@ from ..simulation import Simulation
 from .check import KCheck, Phases
 from .conduction import Conduction, formation_factor
 from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
-from .protocol import ProtocolSetup, setup_protocol
+from .protocol import ProtocolSetup, checked_sample, setup_protocol
 from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
 from .uncertainty import KInterval, interval
@@ -358,9 +358,12 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or config.backend)
     results = []
+    checked: dict[int, tuple] = {}  # per axis: the pore check and the connected sample
     for axis, protocol in study_runs(sample, settings) if runs is None else runs:
         tic = time.perf_counter()
-        setup = setup_protocol(sample, config, axis, protocol, settings)
+        if axis not in checked:
+            checked[axis] = checked_sample(sample, config, axis)
+        setup = setup_protocol(sample, config, axis, protocol, settings, checked[axis])
         connectivity = time.perf_counter() - tic
         log.info("%s: %s", setup.name, setup.report.summary())
         for hint in setup.report.hints:

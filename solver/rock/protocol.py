@@ -70,8 +70,8 @@ from ..lattice import CS2, get_lattice
 from ..monitor import K_WINDOW
 from .settings import AXIS_NAMES, PermeabilitySettings
 
-__all__ = ["PROTOCOLS", "ProtocolSetup", "setup_protocol", "driving_gradient", "estimate_k",
-           "estimated_steps", "choose_fast_tau"]
+__all__ = ["PROTOCOLS", "ProtocolSetup", "checked_sample", "setup_protocol",
+           "driving_gradient", "estimate_k", "estimated_steps", "choose_fast_tau"]
 
 PROTOCOLS = ("mirrored", "pressure")
 #: Budget for the drive: mean pore speed (lattice units) and pore Reynolds number.
@@ -158,18 +158,29 @@ def estimated_steps(sample: VoxelGeometry, axis: int, nu: float, length: int) ->
     return int(math.ceil((diffusion + K_WINDOW) / 100) * 100)
 
 
+def checked_sample(sample: VoxelGeometry, config: SimulationConfig,
+                   axis: int) -> tuple[PoreReport, VoxelGeometry]:
+    """The pore report of ``sample`` along ``axis`` (refusing a sample without a connected
+    path) and the sample with the pores not joining inlet and outlet dropped; the lattice's own
+    connectivity. Both protocols of one axis share it (:func:`setup_protocol`'s ``checked``)."""
+    links = get_lattice(config.lattice).c
+    report = check_sample(sample, axis, links)
+    kept, _ = keep_connected(sample, axis, links)
+    return report, kept
+
+
 def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, protocol: str,
-                   settings: PermeabilitySettings) -> ProtocolSetup:
+                   settings: PermeabilitySettings,
+                   checked: tuple[PoreReport, VoxelGeometry] | None = None) -> ProtocolSetup:
     """Build the geometry and configuration of ``protocol`` along ``axis`` (checks the sample).
 
     The sample's pores are checked with the lattice's own connectivity (a sample without a
     connected path is refused); pores not joining inlet and outlet are dropped (no flow there).
+    ``checked``: :func:`checked_sample` of this sample, config and axis, when already made.
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"Unknown permeability protocol {protocol!r}; use one of {PROTOCOLS}.")
-    links = get_lattice(config.lattice).c
-    report = check_sample(sample, axis, links)
-    kept, _ = keep_connected(sample, axis, links)
+    report, kept = checked if checked is not None else checked_sample(sample, config, axis)
     values = {k: v for k, v in config.param.values().items() if k != "name"}
     values["openings"] = {}  # the protocol sets every face itself; a vessel's openings stay shut
     notes = []
