@@ -62,3 +62,20 @@ def test_a_nan_in_a_fluid_node_is_reported_not_finite():
     sim.backend.set_populations(sim.state, f)
     health, k = check.read()
     assert not health["finite"] and k is None
+
+
+def test_pressure_runs_start_from_a_density_ramp_across_the_sample():
+    from solver.rock.initial import pressure_ramp
+
+    sample = random_sphere_pack((12, 10, 10), porosity=0.35, diameter=5, seed=1)
+    config = SimulationConfig(precision="float64", tau=0.8)
+    setup = setup_protocol(sample, config, 1, "pressure", PermeabilitySettings(buffer_layers=3))
+    fields = pressure_ramp(setup)
+    rho = fields["rho"][0, :, 0]
+    lo, hi = setup.window  # the buffer layers next to the sample: where the drop is measured
+    assert rho[: lo + 1] == pytest.approx([setup.config.y_min_value] * (lo + 1))
+    assert rho[hi - 1:] == pytest.approx([setup.config.y_max_value] * (len(rho) - hi + 1))
+    assert np.allclose(np.diff(rho[lo:hi]), np.diff(rho[lo:hi])[0]) and rho[lo] > rho[hi - 1]
+    assert not fields["u"].any()
+    mirrored = setup_protocol(sample, config, 1, "mirrored", PermeabilitySettings())
+    assert pressure_ramp(mirrored) is None
