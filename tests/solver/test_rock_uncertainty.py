@@ -16,6 +16,16 @@ def test_remainder_of_a_geometric_approach_is_the_rest_of_the_series():
     assert convergence_remainder(history) == pytest.approx(a * r**11 / history[-1][1], rel=1e-9)
 
 
+def test_remainder_of_a_slowing_decay_uses_the_latest_ratio():
+    # Changes 8, 4, 2.4, 1.68 (ratios 0.5, 0.6, 0.7): the tail is at least as slow as 0.7.
+    ks = [1.0]
+    for change in (8e-3, 4e-3, 2.4e-3, 1.68e-3):
+        ks.append(ks[-1] - change)
+    history = list(enumerate(ks))
+    expected = 1.68e-3 * 0.7 / 0.3 / ks[-1]
+    assert convergence_remainder(history) == pytest.approx(expected, rel=1e-9)
+
+
 def test_remainder_without_decay_is_the_change_over_the_last_window():
     history = [(0, 1.0), (500, 1.02), (1000, 1.01), (1500, 1.015)]
     assert convergence_remainder(history) == pytest.approx(abs(1.015 - 1.02) / 1.015)
