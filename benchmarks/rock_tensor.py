@@ -60,7 +60,7 @@ def image(n: int, voxel_size: float, porosity: float = 0.2, grain: float = 20.0,
 
 
 def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
-            huge: bool = False) -> dict:
+            huge: bool = False, pressure_start: str = "rest") -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
     formation factor (the issue's 1000³ target is the mirrored k tensor)."""
     tic = time.perf_counter()
@@ -68,7 +68,7 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     generated = time.perf_counter() - tic
     config = SimulationConfig(precision=precision, collision="TRT")
     settings = PermeabilitySettings(protocol=protocol, axes=["x", "y", "z"],
-                                    formation_factor=not huge)
+                                    formation_factor=not huge, pressure_start=pressure_start)
     tic = time.perf_counter()
     study = run_study(sample, config, settings, backend)
     seconds = time.perf_counter() - tic
@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> dict:
     for n in sizes:
         voxel, protocol, target = CASES.get(n, (5.345e-6, "both", None))
         before = len(compiles.entries)
-        row = measure(n, protocol, voxel, args.precision, backend, args.huge and n >= 1000)
+        row = measure(n, protocol, voxel, args.precision, backend, args.huge and n >= 1000,
+                      args.pressure_start)
         row["target_seconds"] = target
         row["compiles"] = {"count": len(compiles.entries) - before,
                            "seconds": sum(s for _, s in compiles.entries[before:])}
@@ -148,13 +149,15 @@ def run(args: argparse.Namespace) -> dict:
     info = backend.device_info()
     return {"device": info.get("name"), "backend": backend.name,
             "date": date.today().isoformat(), "commit": git_commit(),
-            "precision": args.precision, "rows": rows, "compiles": compiles.summary()}
+            "precision": args.precision, "pressure_start": args.pressure_start, "rows": rows,
+            "compiles": compiles.summary()}
 
 
 def markdown(report: dict) -> str:
     """The report as a Markdown table per image."""
     out = [f"# Rock tensor time to answer ({report['device']}, {report['date']}, "
-           f"commit {report['commit']}, {report['precision']})", ""]
+           f"commit {report['commit']}, {report['precision']}, pressure start "
+           f"{report.get('pressure_start', 'rest')})", ""]
     for row in report["rows"]:
         target = row["target_seconds"]
         out += [f"## {row['size']}³, protocol {row['protocol']}, porosity "
@@ -196,7 +199,8 @@ def write(report: dict, out: Path) -> tuple[Path, Path]:
     """Write the JSON and Markdown reports; their paths."""
     out.mkdir(parents=True, exist_ok=True)
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
-    sizes = "-".join(str(row["size"]) for row in report["rows"])
+    sizes = "-".join(str(row["size"]) for row in report["rows"]) + (
+        "-ramp" if report.get("pressure_start") == "ramp" else "")
     stem = out / f"rock_tensor-{device}-{report['date']}-{sizes}"
     json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
     json_path.write_text(json.dumps(report, indent=2, default=float))
@@ -212,6 +216,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--huge", action="store_true", help="also the 1000³ mirrored tensor")
     p.add_argument("--precision", default="float32", choices=["float32", "float64"])
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    p.add_argument("--pressure-start", default="rest", choices=["rest", "ramp"],
+                   help="start of the pressure runs (PermeabilitySettings.pressure_start)")
     p.add_argument("--baseline", default=None, help="summary.json of an earlier 200³ run")
     p.add_argument("--out", default="benchmarks/results", help="folder for JSON + md")
     p.add_argument("--quick", action="store_true", help="CPU smoke test: one 16³ image")

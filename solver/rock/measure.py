@@ -143,8 +143,9 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
 def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
           phases: Phases) -> None:
     """Start a pressure-driven ``sim`` from :func:`~solver.rock.initial.pressure_ramp` (with
-    ``settings.accelerate``; other protocols start at rest)."""
-    fields = pressure_ramp(setup) if settings.accelerate else None
+    ``settings.accelerate`` and ``pressure_start: ramp``; else it starts at rest)."""
+    ramp = settings.accelerate and settings.pressure_start == "ramp"
+    fields = pressure_ramp(setup) if ramp else None
     if fields is not None:
         with phases.timed("allocation"):
             sim.allocate()

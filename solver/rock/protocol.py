@@ -50,12 +50,14 @@ itself is under-resolved); with the coarse start, 24³ and 32³ packs at porosit
 2.1-3.2x fewer fine steps (1.8-2.7x less work counting the coarse run), k within 0.2 %.
 Pressure-driven runs settle with their sound waves, which viscosity damps, so they keep the
 configured tau and only start coarse: on the 48³ pack downsampled to 24³, 5400 steps from
-rest against 1100 (+ 2550 coarse) steps, 3.8x less work, k within 0.03 %. The coarse run
-itself starts from a density ramp across the sample (:func:`~solver.rock.initial.pressure_ramp`)
-instead of uniform density (NumPy, float64, tau 0.8, sphere packs): 24³ at porosity 0.3, 9600
--> 1200 coarse steps (work 2717 -> 1652 fine-step equivalents), k +0.07 %; 32³ at porosity
-0.25, 14,700 -> 1600 coarse steps (3673 -> 2104), k +0.14 %: differences of the size of the
-runs' own convergence remainder (they stop once k changes by under 0.1 % per 1000 steps).
+rest against 1100 (+ 2550 coarse) steps, 3.8x less work, k within 0.03 %. With
+``pressure_start: ramp`` the coarse run itself starts from a density ramp across the sample
+(:func:`~solver.rock.initial.pressure_ramp`) instead of uniform density (NumPy, float64, tau
+0.8, sphere packs): 24³ at porosity 0.3, 9600 -> 1200 coarse steps (work 2717 -> 1652
+fine-step equivalents), k +0.07 %; 32³ at porosity 0.25, 14,700 -> 1600 coarse steps (3673 ->
+2104), k +0.14 %. Against that 32³ run converged to 2e-5 per 1000 steps (26,300 steps) the
+default start stops at +0.16 %, the ramp at +0.30 %: the fine run keeps a slow tail the long
+coarse run had removed, so the ramp is opt-in (default ``rest``: today's k).
 Lengths are in voxels, k in voxels² (lattice units) until converted.
 """
 
