@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from .node_types import FACE_NAMES
 from .problem import Problem
 
 __all__ = ["ObjectForce", "forces", "Permeability", "permeability", "darcy_permeability",
+           "DarcyWindow", "darcy_window", "darcy_sums", "window_permeability",
            "momentum_density", "residual", "porosity", "tortuosity",
            "ConvergenceMonitor", "face_fluxes", "flow_axis", "DARCY_M2"]
 
@@ -206,6 +208,75 @@ def darcy_permeability(problem: Problem, mean_momentum: float, axis: int,
     return Permeability(k, gradient,
                         mean_momentum / (1.0 if problem.incompressible else problem.rho0),
                         None if voxel_size is None else k * float(voxel_size) ** 2)
+
+
+@dataclass(frozen=True)
+class DarcyWindow:
+    """Where :func:`permeability` reads Darcy's law, on the tiled node arrays of a run: the
+    layers ``[lo, hi)`` along ``axis``. ``inside`` (T, N) marks the fluid nodes of the window
+    (None: every fluid node, the whole box), ``ends`` the fluid nodes of its first and last
+    layers on a non-periodic axis (empty on a periodic one), ``end_counts`` their numbers;
+    masks are backend arrays, so the sums stay on the device."""
+
+    axis: int
+    lo: int
+    hi: int
+    volume: int  # nodes of the window, solids included (the superficial mean divides by it)
+    inside: Any = field(repr=False)
+    ends: tuple = field(repr=False)
+    end_counts: tuple[int, ...] = ()
+
+    def part(self, tiles: slice) -> DarcyWindow:
+        """This window with its masks cut to the tiles ``tiles`` (a readout chunk)."""
+        return DarcyWindow(self.axis, self.lo, self.hi, self.volume,
+                           None if self.inside is None else self.inside[tiles],
+                           tuple(e[tiles] for e in self.ends), self.end_counts)
+
+
+def darcy_window(problem: Problem, axis: int, window: tuple[int, int] | None = None,
+                 xp: Any = np) -> DarcyWindow:
+    """The :class:`DarcyWindow` of layers ``window`` (default: all) along ``axis``."""
+    tiling = problem.tiling
+    n = tiling.shape[axis]
+    lo, hi = (0, n) if window is None else (int(window[0]), int(window[1]))
+    if not 0 <= lo < hi <= n:
+        raise ValueError(f"Darcy window {lo}..{hi} is outside the {n} layers along axis {axis}.")
+    fluid = ~tiling.solid
+    # The axis coordinate of every tile node, (T, N): one int per node, not the (T, N, d) table.
+    corner = tiling.tiles[:, axis].astype(np.int64) * tiling.a - tiling.offset[axis]
+    coord = corner[:, None] + tiling.local_coordinates()[None, :, axis]
+    inside = None if (lo, hi) == (0, n) else xp.asarray(fluid & (coord >= lo) & (coord < hi))
+    ends, counts = (), ()
+    if not problem.periodic[axis]:
+        masks = [fluid & (coord == layer) for layer in (lo, hi - 1)]
+        ends = tuple(xp.asarray(m) for m in masks)
+        counts = tuple(int(np.count_nonzero(m)) for m in masks)
+    volume = (hi - lo) * int(np.prod(tiling.shape)) // n
+    return DarcyWindow(axis, lo, hi, volume, inside, ends, counts)
+
+
+def darcy_sums(problem: Problem, window: DarcyWindow, fluid, rho, u, xp: Any = np):
+    """Backend array (1 + len(ends),): the sum of :func:`momentum_density` along the axis over
+    the window's fluid nodes and the density sums of its end layers, from tile moments
+    ``rho`` (t, N), ``u`` (d, t, N) of tiles whose fluid mask is ``fluid`` (t, N) and whose
+    window masks are ``window`` cut alike (:meth:`DarcyWindow.part`)."""
+    mask = fluid if window.inside is None else window.inside
+    j = momentum_density(problem, rho, u[window.axis])
+    parts = [xp.where(mask, j, 0.0).sum().reshape(1)]
+    parts += [xp.where(end, rho, 0.0).sum().reshape(1) for end in window.ends]
+    return xp.concatenate(parts)
+
+
+def window_permeability(problem: Problem, window: DarcyWindow, sums: np.ndarray,
+                        voxel_size: float | None = None) -> Permeability:
+    """k (:func:`darcy_permeability`) from the host totals of :func:`darcy_sums` over all
+    tiles: the same quantity as :func:`permeability` of the window's fields."""
+    layers = None
+    if window.ends:
+        layers = tuple(float(s) / c if c else math.nan
+                       for s, c in zip(sums[1:], window.end_counts, strict=True))
+    return darcy_permeability(problem, float(sums[0]) / window.volume, window.axis, layers,
+                              voxel_size, length=window.hi - window.lo)
 
 
 def porosity(solid: np.ndarray) -> float:

@@ -133,6 +133,15 @@ def test_rock_permeability(kernel_specs):
     assert 1.0 <= summary["anisotropy"] < 1.5
     # 8x fewer nodes; fewer steps too, but every run needs the 1000-step convergence window
     assert summary["preview"]["downsample x2"] < summary["preview"]["full"] / 5
+    assert all(0 < r < 1 for r in summary["interval relative"])
+    # Insulating grains: F > 1 / porosity > 1, so the electrical tortuosity F phi > 1.
+    assert all(f > 1 for f in summary["formation factor"].values())
+    assert all(t > 1 for t in summary["electrical tortuosity"].values())
+    assert all(t > 1 for t in summary["flow tortuosity"])
+    rev = summary["rev"]
+    assert [p["fraction"] for p in rev] == [0.125, 0.25, 0.5, 1.0]
+    assert rev[-1]["k_mD"] == pytest.approx(tensor["x"])  # the same mirrored x run
+    assert all(p["k_lattice"] > 0 and p["formation_factor"] > 1 for p in rev)
 
 
 def test_vessel_flow(kernel_specs):

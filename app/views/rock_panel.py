@@ -8,7 +8,11 @@ and estimated time of the mirrored permeability protocol (:func:`solver.rock.pre
 at the throughput the run has measured (or 2 MFLUPS before it has). "Measure k (x, y, z)"
 runs the mirrored protocol along x, y and z one after another in a background thread on
 simulations of its own (:class:`solver.rock.job.TensorJob`), shows each axis's progress and,
-once converged, k in mD and the anisotropy ratio; "Stop measuring" cancels it. On a GPU the
+once converged, k in mD with its interval (:mod:`solver.rock.uncertainty`), the flow
+tortuosity, then the formation factor F and the electrical tortuosity F·φ per axis and, with
+"REV curve" ticked, k, φ and F on nested sub-volumes (:mod:`solver.rock.rev`), with the wall
+time of each part; "Stop measuring" cancels it. "JSON" and "CSV" download what has been
+measured (SI units: m², mD, m). On a GPU the
 job pauses the session's run while it measures and starts it again when it ends (they would
 share one device; see :mod:`solver.rock.job`), said under the table; on the CPU the run goes on
 beside it. The pressure protocol and the CLI's choices are ``python -m solver run CASE
@@ -17,13 +21,16 @@ beside it. The pressure protocol and the CLI's choices are ``python -m solver ru
 
 from __future__ import annotations
 
+import csv
 import html
+import io
+import json
 
 import panel as pn
 
 from geometries.pores import pore_reports
 from solver.lattice import get_lattice
-from solver.rock import preview_choices
+from solver.rock import PermeabilitySettings, preview_choices
 from solver.rock.job import TensorJob, TensorProgress
 
 from ..controller import Controller
@@ -53,7 +60,16 @@ class RockPanel(pn.viewable.Viewer):
         self.stop_button = pn.widgets.Button(name="Stop measuring", disabled=True)
         self.measure_button.on_click(lambda _: self.measure())
         self.stop_button.on_click(lambda _: self.stop())
+        self.rev_box = pn.widgets.Checkbox(name="REV curve (k, φ, F on 1/8, 1/4, 1/2 of the "
+                                                "volume; about 2x the time of k_x)", value=False)
         self.tensor = pn.pane.HTML("", sizing_mode="stretch_width")
+        self.extras = pn.pane.HTML("", sizing_mode="stretch_width")
+        self.json_download = pn.widgets.FileDownload(
+            callback=self.export_json, filename="rock_results.json", label="JSON",
+            disabled=True, button_type="light")
+        self.csv_download = pn.widgets.FileDownload(
+            callback=self.export_csv, filename="rock_results.csv", label="CSV",
+            disabled=True, button_type="light")
         self.job: TensorJob | None = None
         self._callback = None
 
@@ -62,8 +78,9 @@ class RockPanel(pn.viewable.Viewer):
         if self.job is not None and self.job.running:
             return
         try:
+            settings = PermeabilitySettings(protocol="mirrored", rev=self.rev_box.value)
             self.job = TensorJob(self.controller.geometry, self.controller.applied_config,
-                                 runner=self.controller.runner)
+                                 settings, runner=self.controller.runner)
             self.job.start()
         except Exception as exc:  # said in the panel, never raised into the server
             self.tensor.object = f"<p>Cannot measure k: {html.escape(str(exc))}</p>"
@@ -84,9 +101,49 @@ class RockPanel(pn.viewable.Viewer):
             return
         progress = self.job.progress()
         self.tensor.object = _tensor_html(progress)
+        self.extras.object = _extras_html(progress)
         if not progress.running:
             self.measure_button.disabled, self.stop_button.disabled = False, True
+            self.json_download.disabled = self.csv_download.disabled = False
             self._stop_callback()
+
+    def export_json(self) -> io.StringIO:
+        """The measured results as JSON (:meth:`PermeabilityStudy.as_dict`, SI units)."""
+        study = self.job.study() if self.job is not None else None
+        data = study.as_dict() if study is not None else {}
+        return io.StringIO(json.dumps(data, indent=2, default=_json_default))
+
+    def export_csv(self) -> io.StringIO:
+        """The measured results as CSV: one row per axis (k in m² and mD with its interval,
+        F, electrical and flow tortuosity, seconds), then the REV points."""
+        out = io.StringIO()
+        writer = csv.writer(out)
+        if self.job is None:
+            return out
+        progress = self.job.progress()
+        study = self.job.study()
+        writer.writerow(["axis", "k_m2", "k_mD", "k_low_mD", "k_high_mD", "interval_relative",
+                         "formation_factor", "electrical_tortuosity", "flow_tortuosity",
+                         "porosity", "seconds"])
+        for r in study.results:
+            i = progress.intervals.get(r.axis)
+            c = study.conduction.get(r.axis)
+            scale = (r.k_mD / r.k_lattice) if r.k_mD and r.k_lattice else None
+            writer.writerow([r.axis, r.k_m2, r.k_mD,
+                             i.low * scale if i and scale else "",
+                             i.high * scale if i and scale else "",
+                             i.relative if i else "",
+                             c.formation_factor if c else "", c.tortuosity if c else "",
+                             r.flow_tortuosity, c.porosity if c else "", r.seconds])
+        if progress.rev:
+            writer.writerow([])
+            writer.writerow(["rev_volume_fraction", "shape", "porosity", "k_mD",
+                             "formation_factor", "change_k", "change_formation_factor"])
+            for p in progress.rev:
+                writer.writerow([p.fraction, "x".join(map(str, p.shape)), p.porosity, p.k_mD,
+                                 p.formation_factor, p.change_k, p.change_formation_factor])
+        out.seek(0)
+        return out
 
     def _stop_callback(self) -> None:
         if self._callback is not None:
@@ -158,7 +215,8 @@ class RockPanel(pn.viewable.Viewer):
                              "solver run "
                              "CASE --protocol both --axes all`."),
             pn.Row(self.check_button, self.price_button), self.pores, self.choices,
-            pn.Row(self.measure_button, self.stop_button), self.tensor,
+            pn.Row(self.measure_button, self.stop_button, self.rev_box), self.tensor,
+            self.extras, pn.Row(self.json_download, self.csv_download),
             sizing_mode="stretch_width")
 
 
@@ -170,8 +228,17 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _json_default(value):
+    """JSON for numpy scalars and tuples in the study's dict."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _tensor_html(progress: TensorProgress) -> str:
-    """The tensor table: per axis state, steps, k (mD; 'so far' until converged), change."""
+    """The tensor table: per axis state, steps, k (mD; 'so far' until converged), its
+    interval, change, flow tortuosity and seconds."""
     rows = []
     for a in progress.axes:
         k = "" if a.k_mD is None else f"{a.k_mD:.4g}"
@@ -179,16 +246,56 @@ def _tensor_html(progress: TensorProgress) -> str:
             k += " (so far, not the answer)"
         change = "" if a.change is None else f"{100 * a.change:.3g} %"
         state = a.state + (f": {a.message}" if a.message else "")
-        rows.append([a.axis, state, f"{a.step}", k, change])
-    text = _table(["axis", "state", "steps", "k (mD)", "change per 1000 steps"], rows)
+        i = progress.intervals.get(a.axis)
+        interval = ""
+        if i is not None and a.k_mD:
+            interval = (f"[{a.k_mD * (1 - i.relative):.4g}, {a.k_mD * (1 + i.relative):.4g}]"
+                        f" (±{100 * i.relative:.2g} %)")
+        flow = progress.flow_tortuosity.get(a.axis)
+        seconds = progress.seconds.get(f"k {a.axis}")
+        rows.append([a.axis, state, f"{a.step}", k, interval, change,
+                     "" if flow is None else f"{flow:.3f}",
+                     "" if seconds is None else f"{seconds:.1f}"])
+    text = _table(["axis", "state", "steps", "k (mD)", "interval (mD)",
+                   "change per 1000 steps", "flow tortuosity", "seconds"], rows)
     if progress.anisotropy is not None:
         text += (f"<p class='anisotropy'>Anisotropy k_max/k_min = {progress.anisotropy:.3f} "
                  f"(converged axes: {', '.join(progress.k_mD)})</p>")
-    text += ("<p>Measuring… (converged: k changes &lt; 0.1 % per 1000 steps)</p>"
-             if progress.running else "<p>Done.</p>")
+    text += (f"<p>Measuring {html.escape(progress.stage)}… (converged: k changes &lt; 0.1 % "
+             "per 1000 steps)</p>" if progress.running else "<p>Done.</p>")
     if progress.paused_run:
         text += ("<p class='paused-run'>The simulation is paused while k is measured (both "
                  "would share the GPU); it starts again when the measurement ends.</p>")
+    return text
+
+
+def _extras_html(progress: TensorProgress) -> str:
+    """F and electrical tortuosity per axis, the REV curve and the time of each part."""
+    text = ""
+    if progress.conduction:
+        rows = [[a, f"{c.formation_factor:.4g}", f"{c.tortuosity:.4g}", f"{c.porosity:.4f}"]
+                for a, c in progress.conduction.items()]
+        text += _table(["axis", "formation factor F", "electrical tortuosity F·φ", "φ"], rows)
+        text += ("<p>F: conduction in the pores only (insulating grains, fixed potential on "
+                 "the two faces, no flux through grain walls and sealed sides). Interval: "
+                 "convergence remainder + grid estimate (coarse start, order 2 assumed); not "
+                 "covered: segmentation, REV.</p>")
+    if progress.rev:
+        rows = []
+        for p in progress.rev:
+            k = "" if p.k_mD is None else f"{p.k_mD:.4g}"
+            if p.change_k is not None:
+                k += f" ({100 * p.change_k:+.1f} %)"
+            f = "" if p.formation_factor is None else f"{p.formation_factor:.4g}"
+            if p.change_formation_factor is not None:
+                f += f" ({100 * p.change_formation_factor:+.1f} %)"
+            rows.append([f"{p.fraction:.3g}", "×".join(map(str, p.shape)), f"{p.porosity:.4f}",
+                         k, f, p.message])
+        text += "<p class='rev'>REV along x (centred sub-volumes; change from the previous):</p>"
+        text += _table(["volume fraction", "shape", "φ", "k (mD)", "F", ""], rows)
+    if progress.seconds:
+        text += "<p class='timing'>Time: " + ", ".join(
+            f"{html.escape(name)} {s:.1f} s" for name, s in progress.seconds.items()) + "</p>"
     return text
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..io import write_json
 from ..stability import DivergenceError
-from .measure import PermeabilityStudy, run_study, study_runs
+from .measure import PermeabilityStudy, add_formation_factors, run_study, study_runs
 from .settings import PermeabilitySettings
 
 __all__ = ["run_permeability", "run_permeability_mpi", "settings_for", "write_study"]
@@ -100,8 +100,11 @@ def run_permeability_mpi(case: Any, settings: PermeabilitySettings, out: str | P
                      "one per rank" if size == len(runs) else "all on rank 0")
             results = [r for part in replies if part for r in part]
             split = {"ranks": size, "runs_per_rank": [len(part or []) for part in replies]}
-            code = write_study(case, settings, PermeabilityStudy(results, geometry.voxel_size),
-                               out, {"mpi": split})
+            study = PermeabilityStudy(results, geometry.voxel_size)
+            if settings.formation_factor:  # the conduction solves: on rank 0, after the runs
+                add_formation_factors(study, geometry, settings,
+                                      backend or case.config.backend)
+            code = write_study(case, settings, study, out, {"mpi": split})
     return comm.bcast(code, root=0)
 
 

@@ -1,4 +1,7 @@
-"""The k tensor measured in the background: k_x, k_y, k_z one after another, with progress.
+"""The k tensor measured in the background: k_x, k_y, k_z one after another, with progress;
+then the formation factor per axis (:mod:`.conduction`) and, with ``settings.rev``, the REV
+curve along x (:mod:`.rev`); each k with its interval (:mod:`.uncertainty`), the wall time of
+each part, and :meth:`TensorJob.study` for the export.
 
 A :class:`TensorJob` runs the mirrored protocol (:mod:`solver.rock.protocol`) along each axis in
 a daemon thread, on simulations of its own: the dashboard's simulation keeps its state. The UI
@@ -34,9 +37,13 @@ from ..backends import get_backend
 from ..config import SimulationConfig
 from ..observables import DARCY_M2
 from ..stability import DivergenceError
-from .measure import AxisResult, PermeabilityStudy, measure_axis
+from .check import Phases
+from .conduction import Conduction, formation_factor
+from .measure import AxisResult, PermeabilityStudy, measure_axis, rev_measure
 from .protocol import setup_protocol
+from .rev import rev_curve
 from .settings import AXIS_NAMES, PermeabilitySettings
+from .uncertainty import KInterval
 
 __all__ = ["AxisProgress", "TensorJob", "TensorProgress"]
 
@@ -75,6 +82,12 @@ class TensorProgress:
     anisotropy: float | None = None  # k_max / k_min over converged axes (>= 2 of them)
     k_mD: dict[str, float | None] = field(default_factory=dict)  # converged axes only
     paused_run: bool = False  # the session's run is paused while the job holds the GPU
+    stage: str = "k"  # what is measured now: 'k', 'formation factor', 'REV' or 'done'
+    intervals: dict[str, KInterval] = field(default_factory=dict)  # converged axes
+    flow_tortuosity: dict[str, float] = field(default_factory=dict)  # converged axes
+    conduction: dict[str, Conduction] = field(default_factory=dict)  # F per axis
+    rev: tuple = ()  # RevPoint of the REV curve so far (solver.rock.rev)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per part
 
 
 class TensorJob:
@@ -91,6 +104,10 @@ class TensorJob:
         self._paused_run = False
         self._axes = [AxisProgress(AXIS_NAMES[a]) for a in range(geometry.ndim)]
         self._results: list[AxisResult] = []
+        self._conduction: dict[str, Conduction] = {}
+        self._rev: list = []
+        self._stage = "k"
+        self._seconds = Phases()  # wall seconds per part: 'k x', ..., 'formation factor', 'REV'
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
@@ -120,11 +137,30 @@ class TensorJob:
         """The state of every axis, the converged k (mD) and their anisotropy."""
         with self._lock:
             axes, results = tuple(self._axes), list(self._results)
+        with self._lock:
+            conduction, rev = dict(self._conduction), tuple(self._rev)
+            stage, seconds = self._stage, dict(self._seconds)
         done = [r for r in results if r.converged and r.k_lattice > 0]
         study = PermeabilityStudy(done, self.geometry.voxel_size)
         ratio = study.anisotropy("mirrored") if done else None
+        intervals = {r.axis: i for r, i in zip(done, study.intervals(), strict=True)}
         return TensorProgress(axes, self.running, ratio, {r.axis: r.k_mD for r in done},
-                              self._paused_run and self.running)
+                              self._paused_run and self.running,
+                              stage if self.running else "done", intervals,
+                              {r.axis: r.flow_tortuosity for r in done}, conduction, rev,
+                              seconds)
+
+    def study(self) -> PermeabilityStudy:
+        """What has been measured so far as a study (every finished axis, F, REV, times):
+        :meth:`PermeabilityStudy.as_dict` is the JSON export, SI units stated."""
+        with self._lock:
+            results, conduction = list(self._results), dict(self._conduction)
+            rev, seconds = list(self._rev), dict(self._seconds)
+        study = PermeabilityStudy(results, self.geometry.voxel_size, conduction)
+        study.seconds.update({k: v for k, v in seconds.items() if not k.startswith("k ")})
+        if rev:
+            study.rev = {"axis": AXIS_NAMES[0], "points": rev}
+        return study
 
     def _update(self, index: int, **changes) -> None:
         with self._lock:
@@ -141,6 +177,14 @@ class TensorJob:
         self._paused_run = self._hold_runner(backend.name == "cupy" if pause is None else pause)
         try:
             self._measure_axes(backend)
+            if not self._cancel.is_set() and self.settings.formation_factor:
+                self._formation_factors(backend)
+            if not self._cancel.is_set() and self.settings.rev:
+                self._rev_curve(backend)
+        except _Cancelled:
+            pass
+        except Exception:  # said in the log; the rows keep what was measured
+            log.exception("formation factor / REV failed")
         finally:
             if self._paused_run:
                 self._release_runner()
@@ -190,6 +234,45 @@ class TensorJob:
                              step=result.steps, k_lattice=result.k_lattice, k_mD=result.k_mD,
                              change=change if math.isfinite(change) else None)
 
+    def _formation_factors(self, backend: Any) -> None:
+        """F along every axis with a pore path (:mod:`solver.rock.conduction`)."""
+        with self._lock:
+            self._stage = "formation factor"
+        for index in range(self.geometry.ndim):
+            if self._cancel.is_set():
+                raise _Cancelled
+            with self._seconds.timed("formation factor"):
+                try:
+                    c = formation_factor(self.geometry.solid, index, self.settings.sides,
+                                         backend.xp)
+                except ValueError:  # no path along this axis: its row says so already
+                    continue
+            with self._lock:
+                self._conduction[AXIS_NAMES[index]] = c
+
+    def _rev_curve(self, backend: Any) -> None:
+        """The REV curve along x (:mod:`solver.rock.rev`), reusing the x result and F."""
+        with self._lock:
+            self._stage = "REV"
+            whole = next((r for r in self._results if r.axis == "x"), None)
+            f = self._conduction.get("x")
+
+        def on_point(point) -> None:
+            with self._lock:
+                self._rev.append(point)
+
+        def on_check(step: int, k: float, change: float) -> None:
+            if self._cancel.is_set():
+                raise _Cancelled
+
+        measure = rev_measure(self.config, self.settings, 0, backend,
+                              self.geometry.voxel_size, on_check)
+        with self._seconds.timed("REV"):
+            rev_curve(self.geometry, 0, self.settings.sides, backend.xp, measure,
+                      None if whole is None else (whole.k_lattice, whole.k_mD, whole.seconds,
+                                                  whole.converged),
+                      f.formation_factor if f else None, on_point=on_point)
+
     def _measure(self, index: int, backend: Any) -> AxisResult:
         setup = setup_protocol(self.geometry, self.config, index, "mirrored", self.settings)
         size = self.geometry.voxel_size
@@ -202,4 +285,6 @@ class TensorJob:
                          k_mD=None if to_mD is None else k * to_mD,
                          change=change if math.isfinite(change) else None)
 
-        return measure_axis(setup, self.settings, backend, self.geometry.voxel_size, on_check)
+        with self._seconds.timed(f"k {AXIS_NAMES[index]}"):
+            return measure_axis(setup, self.settings, backend, self.geometry.voxel_size,
+                                on_check)

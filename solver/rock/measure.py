@@ -1,12 +1,15 @@
 """Run permeability protocols to a converged k, along one axis or all three (the k tensor).
 
-Convergence: k is measured every ``check_interval`` steps by Darcy's law
-(:func:`solver.observables.permeability`) and judged by the run monitor's steady-state test
+Convergence: k is measured every ``check_interval`` steps by Darcy's law on the run's device
+(:class:`solver.rock.check.KCheck`: the same quantity as :func:`solver.observables.permeability`
+of the fields, without copying them to the host) and judged by the run monitor's steady-state test
 (:class:`solver.monitor.KConvergence`, the one definition of "converged" of the dashboard, the
 CLI and these runs): converged when k is positive and changed by less than ``tolerance``
 (relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps.
 Axes and protocols run one after the other on one backend (one device); under MPI each rank
 runs its share (:func:`study_runs`, :mod:`solver.rock.cli`).
+Each run's wall time is split into :data:`PHASES` (``AxisResult.phases``, summed by
+:meth:`PermeabilityStudy.phases` into ``summary.json``'s ``phases_s``).
 Units: k in lattice units (voxels²), m² and mD (with a voxel size), steps are time steps.
 """
 
@@ -19,23 +22,34 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from geometries import VoxelGeometry
 
-from .. import observables
 from ..backends import get_backend
 from ..config import SimulationConfig
 from ..monitor import K_WINDOW, KConvergence, check_health
 from ..simulation import Simulation
-from .initial import FACTOR, coarse_setup, start_on_device
-from .protocol import ProtocolSetup, setup_protocol
+from .check import KCheck, Phases
+from .conduction import Conduction, formation_factor
+from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
+from .protocol import ProtocolSetup, checked_sample, setup_protocol
+from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
+from .uncertainty import KInterval, interval
 
 __all__ = ["AxisResult", "PermeabilityStudy", "measure_axis", "run_study",
            "study_runs"]
 
 log = logging.getLogger(__name__)
+
+#: The phases a run's wall time is split into (seconds in ``AxisResult.phases``): the pore
+#: analysis and protocol geometry, tiling, device allocation, the first chunk of steps of each
+#: simulation (kernel compilation and graph capture), the coarse start's steps and checks, its
+#: prolongation to the fine grid, the fine run's steps and checks; and the conduction solves
+#: of the formation factor and the REV curve's runs (per study, :mod:`solver.rock.conduction`,
+#: :mod:`solver.rock.rev`).
+PHASES = ("connectivity", "tiling", "allocation", "compile_first_chunk", "coarse_steps",
+          "coarse_checks", "prolongation", "fine_steps", "fine_checks", "formation_factor",
+          "rev")
 
 #: The coarse start stops when k changes by less than this times the tolerance per 1000 steps.
 COARSE_TOLERANCE_FACTOR = 10.0
@@ -61,28 +75,9 @@ class AxisResult:
     coarse_steps: int = 0  # steps of the coarse start run
     work_steps: float = 0.0  # fine steps + coarse steps x (coarse / fine fluid nodes)
     start_seconds: float = 0.0  # wall time of the coarse start (its run and prolongation)
-
-
-def _k(sim: Simulation, setup: ProtocolSetup, voxel_size: float | None, health: dict):
-    """Permeability of the sample from the current state (the protocol's window only).
-
-    A periodic, incompressible run needs only the superficial mean velocity, which
-    :meth:`Simulation.health` already brought back: it is passed as a one-node field, so the
-    formula stays :func:`observables.permeability` without copying every node to the host.
-    """
-    p = sim.problem
-    if p.periodic[setup.axis] and p.incompressible:
-        mean = np.asarray(health["mean_velocity"], dtype=np.float64)
-        ones = (1,) * mean.size
-        fields = {"rho": np.ones(ones), "u": mean.reshape((mean.size, *ones))}
-        return observables.permeability(p, fields, setup.axis, voxel_size)
-    fields = sim.fields()
-    lo, hi = setup.window
-    if (lo, hi) != (0, fields["rho"].shape[setup.axis]):
-        index = np.arange(lo, hi)
-        fields = {"rho": np.take(fields["rho"], index, axis=setup.axis),
-                  "u": np.take(fields["u"], index, axis=setup.axis + 1)}
-    return observables.permeability(sim.problem, fields, setup.axis, voxel_size)
+    phases: dict = field(default_factory=dict)  # wall seconds per phase (:data:`PHASES`)
+    coarse_k_lattice: float | None = None  # k of the coarse start, fine voxel²
+    flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
 
 
 def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
@@ -98,52 +93,90 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or setup.config.backend)
     tic = time.perf_counter()
+    phases = Phases()
     # The fine run's host set-up (tiling) comes first: a run from rest pays it too, so the
     # coarse start's seconds are its own (coarsening, its run, the prolongation).
-    sim = Simulation(setup.geometry, setup.config, backend)
-    coarse_sim, coarse_steps, start_seconds = None, 0, 0.0
+    with phases.timed("tiling"):
+        sim = Simulation(setup.geometry, setup.config, backend)
+    coarse_sim, coarse_steps, start_seconds, coarse_k = None, 0, 0.0, None
     try:
         start = time.perf_counter()
-        coarse = coarse_setup(setup) if settings.accelerate and settings.coarse_start else None
+        coarse = None
+        if settings.accelerate and settings.coarse_start:
+            with phases.timed("connectivity"):
+                coarse = coarse_setup(setup)
         if coarse is not None:
             # The start only has to be close: the coarse run stops at 10x the tolerance.
             loose = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
-            coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
-            result = _run(coarse_sim, coarse, settings, loose, voxel_size, None)
-            coarse_steps = result.steps
+            with phases.timed("tiling"):
+                coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
+            _ramp(coarse_sim, coarse, settings, phases)
+            result = _run(coarse_sim, coarse, settings, loose, voxel_size, None, phases,
+                          "coarse")
+            coarse_steps, coarse_k = result.steps, FACTOR**2 * result.k_lattice
             log.info("%s: coarse start after %d coarse steps (k = %.4g voxel² fine)",
                      setup.name, coarse_steps, FACTOR**2 * result.k_lattice)
-            start_on_device(sim, coarse_sim)
-            coarse_sim.close()
+            with phases.timed("allocation"):
+                sim.allocate()
+            with phases.timed("prolongation"):
+                start_on_device(sim, coarse_sim)
+                coarse_sim.close()
             coarse_sim = None
             start_seconds = time.perf_counter() - start
-        result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check)
+        else:
+            _ramp(sim, setup, settings, phases)
+        result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check, phases,
+                      "fine")
     finally:
         if coarse_sim is not None:
             coarse_sim.close()
         sim.close()
     result.coarse_steps, result.start_seconds = coarse_steps, start_seconds
+    result.coarse_k_lattice = coarse_k
     ratio = coarse.geometry.n_fluid / setup.geometry.n_fluid if coarse is not None else 0.0
     result.work_steps = result.steps + coarse_steps * ratio
     result.seconds = time.perf_counter() - tic  # the coarse start included
+    result.phases = dict(phases)
     return result
+
+
+def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
+          phases: Phases) -> None:
+    """Start a pressure-driven ``sim`` from :func:`~solver.rock.initial.pressure_ramp` (with
+    ``settings.accelerate`` and ``pressure_start: ramp``; else it starts at rest)."""
+    ramp = settings.accelerate and settings.pressure_start == "ramp"
+    fields = pressure_ramp(setup) if ramp else None
+    if fields is not None:
+        with phases.timed("allocation"):
+            sim.allocate()
+        with phases.timed("prolongation"):
+            start_from(sim, fields)
 
 
 def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
          tolerance: float, voxel_size: float | None,
-         on_check: Callable[[int, float, float], None] | None) -> AxisResult:
+         on_check: Callable[[int, float, float], None] | None,
+         phases: Phases | None = None, stage: str = "fine") -> AxisResult:
     """Step ``sim`` (of ``setup``) until the monitor's :class:`KConvergence` says k converged
-    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit."""
+    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit; wall time
+    goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...; :data:`PHASES`)."""
+    phases = Phases() if phases is None else phases
     every = settings.check_interval
     history: list[tuple[int, float]] = []
     test = KConvergence(tolerance, K_WINDOW)
     change, converged = math.inf, False
     tic = time.perf_counter()
+    with phases.timed("allocation"):
+        check = KCheck(sim, setup.axis, setup.window, voxel_size)
+    first = True
     while sim.time_step < settings.max_steps:
-        sim.step(min(every, settings.max_steps - sim.time_step))
-        health = sim.health()
-        check_health(health, setup.config.tau, sim.problem.force)
-        k = _k(sim, setup, voxel_size, health)
+        # The first chunk compiles the kernels (and captures a graph) on a GPU.
+        with phases.timed("compile_first_chunk" if first else f"{stage}_steps"):
+            sim.step(min(every, settings.max_steps - sim.time_step))
+        first = False
+        with phases.timed(f"{stage}_checks"):
+            health, k = check.read()
+            check_health(health, setup.config.tau, sim.problem.force)
         measured, calm, _ = test.update(sim.time_step, k.lattice)
         change = math.inf if measured is None else measured
         history.append((sim.time_step, k.lattice))
@@ -156,9 +189,12 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
             log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
                         settings.max_seconds)
             break
-    return AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2, k.millidarcy,
-                      sim.time_step, converged, change, time.perf_counter() - tic,
-                      setup.config.tau, setup.gradient, setup.report.as_dict(), history)
+    result = AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2,
+                        k.millidarcy, sim.time_step, converged, change,
+                        time.perf_counter() - tic, setup.config.tau, setup.gradient,
+                        setup.report.as_dict(), history)
+    result.flow_tortuosity = health["flow_tortuosity"]
+    return result
 
 
 @dataclass
@@ -167,6 +203,9 @@ class PermeabilityStudy:
 
     results: list[AxisResult]
     voxel_size: float | None
+    conduction: dict[str, Conduction] = field(default_factory=dict)  # per axis name
+    seconds: dict[str, float] = field(default_factory=dict)  # study-wide phases (F, REV)
+    rev: dict = field(default_factory=dict)  # {'axis': name, 'points': [RevPoint...]}
 
     def k(self, protocol: str, unit: str = "mD") -> dict[str, float | None]:
         """k per axis name for ``protocol`` in ``unit`` ('mD', 'm2' or 'lattice')."""
@@ -185,6 +224,29 @@ class PermeabilityStudy:
         mirrored, pressure = self.k("mirrored", "lattice"), self.k("pressure", "lattice")
         return {a: (pressure[a] - mirrored[a]) / mirrored[a]
                 for a in mirrored if a in pressure and mirrored[a]}
+
+    def intervals(self) -> list[KInterval]:
+        """Per run (in :attr:`results` order), k with its stated interval
+        (:mod:`solver.rock.uncertainty`): convergence remainder, discretisation from the coarse
+        start, and the protocol spread where both protocols ran along the axis."""
+        out = []
+        for r in self.results:
+            other = [o.k_lattice for o in self.results
+                     if o.axis == r.axis and o.protocol != r.protocol]
+            out.append(interval(r.k_lattice, r.history, r.coarse_k_lattice,
+                                other[0] if other else None))
+        return out
+
+    def phases(self) -> dict[str, float]:
+        """Wall seconds per phase (:data:`PHASES`) summed over the runs."""
+        total = Phases(self.seconds)
+        for r in self.results:
+            total.add(r.phases)
+        return {name: total[name] for name in PHASES if name in total}
+
+    def total_seconds(self) -> float:
+        """Wall seconds of the runs and the study-wide phases."""
+        return sum(r.seconds for r in self.results) + sum(self.seconds.values())
 
     @property
     def converged(self) -> bool:
@@ -206,6 +268,25 @@ class PermeabilityStudy:
             "tensor_m2": {p: self.k(p, "m2") for p in protocols},
             "anisotropy_max_over_min": {p: self.anisotropy(p) for p in protocols},
             "protocol_difference": self.protocol_difference(),
+            "intervals": [{"protocol": r.protocol, "axis": r.axis,
+                           **_finite(i.as_dict()),
+                           "low_mD": _scaled(i.low, r), "high_mD": _scaled(i.high, r)}
+                          for r, i in zip(self.results, self.intervals(), strict=True)],
+            "interval_definition": "k (1 ± (remainder + discretisation + protocol_spread)): "
+                                   "convergence remainder, Richardson estimate from the coarse "
+                                   "start (order 2 assumed), half the protocol difference; "
+                                   "not covered: segmentation, sub-voxel features, REV",
+            "formation_factor": {a: c.as_dict() for a, c in self.conduction.items()},
+            "tortuosity": {
+                "electrical_F_times_porosity": {a: c.tortuosity
+                                                for a, c in self.conduction.items()},
+                "flow_mean_speed_over_mean_axial": {
+                    p: {r.axis: r.flow_tortuosity for r in self.results if r.protocol == p}
+                    for p in protocols}},
+            "rev": {"axis": self.rev["axis"],
+                    "points": [p.as_dict() for p in self.rev["points"]]} if self.rev else None,
+            "phases_s": self.phases(),
+            "seconds": self.total_seconds(),
         }
 
     def lines(self) -> list[str]:
@@ -218,13 +299,49 @@ class PermeabilityStudy:
             out.append(f"{r.protocol:<8} {r.axis}: k = {r.k_lattice:.5g} voxel²{si}; {flag} "
                        f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps}"
                        f"{start} steps, {r.seconds:.1f} s)")
+        for r, i in zip(self.results, self.intervals(), strict=True):
+            unit, scale = ("mD", r.k_mD / r.k_lattice) if r.k_mD and r.k_lattice else \
+                ("voxel²", 1.0)
+            terms = [f"remainder {100 * i.remainder:.2g} %"]
+            if i.discretisation is not None:
+                terms.append(f"grid {100 * i.discretisation:.2g} % (order 2 assumed)")
+            if i.protocol_spread is not None:
+                terms.append(f"protocol {100 * i.protocol_spread:.2g} %")
+            out.append(f"{r.protocol:<8} {r.axis}: k in [{i.low * scale:.4g}, "
+                       f"{i.high * scale:.4g}] {unit} (±{100 * i.relative:.2g} %: "
+                       + ", ".join(terms) + ")")
         for p in sorted({r.protocol for r in self.results}):
             ratio = self.anisotropy(p)
             if ratio is not None:
                 out.append(f"{p}: anisotropy k_max/k_min = {ratio:.3f}")
         for a, d in self.protocol_difference().items():
             out.append(f"{a}: pressure vs mirrored differ by {100 * d:+.2f} %")
+        for a, c in self.conduction.items():
+            flow = [f"{r.protocol} {r.flow_tortuosity:.3f}" for r in self.results
+                    if r.axis == a and r.flow_tortuosity is not None]
+            out.append(f"{a}: formation factor F = {c.formation_factor:.4g}, electrical "
+                       f"tortuosity F·φ = {c.tortuosity:.4g} (φ = {c.porosity:.4f})"
+                       + (f"; flow tortuosity <|u|>/<u_{a}> " + ", ".join(flow) if flow else ""))
+        if self.rev:
+            out += rev_lines(self.rev["points"], AXIS_NAMES.index(self.rev["axis"]))
+        phases = self.phases()
+        if phases:
+            out.append(f"wall time {self.total_seconds():.1f} s: " + ", ".join(
+                f"{name} {seconds:.1f} s" for name, seconds in phases.items()))
         return out
+
+
+def _finite(values: dict) -> dict:
+    """``values`` with non-finite floats as None (JSON)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in values.items()}
+
+
+def _scaled(k_lattice: float, r: AxisResult) -> float | None:
+    """A k in voxel² in mD with the run's voxel size (None without one)."""
+    if r.k_mD is None or not r.k_lattice or not math.isfinite(k_lattice):
+        return None
+    return k_lattice * r.k_mD / r.k_lattice
 
 
 def study_runs(sample: VoxelGeometry, settings: PermeabilitySettings) -> list[tuple[int, str]]:
@@ -242,12 +359,74 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or config.backend)
     results = []
+    checked: dict[int, tuple] = {}  # per axis: the pore check and the connected sample
     for axis, protocol in study_runs(sample, settings) if runs is None else runs:
-        setup = setup_protocol(sample, config, axis, protocol, settings)
+        tic = time.perf_counter()
+        if axis not in checked:
+            checked[axis] = checked_sample(sample, config, axis)
+        setup = setup_protocol(sample, config, axis, protocol, settings, checked[axis])
+        connectivity = time.perf_counter() - tic
         log.info("%s: %s", setup.name, setup.report.summary())
         for hint in setup.report.hints:
             log.warning(hint)
         cb = None if on_check is None else (
             lambda s, k, c, name=setup.name: on_check(name, s, k, c))
-        results.append(measure_axis(setup, settings, backend, sample.voxel_size, cb))
-    return PermeabilityStudy(results, sample.voxel_size)
+        result = measure_axis(setup, settings, backend, sample.voxel_size, cb)
+        result.phases["connectivity"] = result.phases.get("connectivity", 0.0) + connectivity
+        result.seconds += connectivity
+        results.append(result)
+    study = PermeabilityStudy(results, sample.voxel_size)
+    if settings.formation_factor and runs is None:
+        add_formation_factors(study, sample, settings, backend)
+    if settings.rev and runs is None:
+        add_rev(study, sample, config, settings, backend)
+    return study
+
+
+def rev_measure(config: SimulationConfig, settings: PermeabilitySettings, axis: int,
+                backend: Any, voxel_size: float | None,
+                on_check: Callable[[int, float, float], None] | None = None):
+    """The k run of a REV point (:func:`solver.rock.rev.rev_curve`): the mirrored protocol
+    along ``axis`` with ``settings``; returns (k voxel², k mD, seconds, converged)."""
+    def measure(sub: VoxelGeometry) -> tuple[float, float | None, float, bool]:
+        setup = setup_protocol(sub, config, axis, "mirrored", settings)
+        r = measure_axis(setup, settings, backend, voxel_size, on_check)
+        return r.k_lattice, r.k_mD, r.seconds, r.converged
+
+    return measure
+
+
+def add_rev(study: PermeabilityStudy, sample: VoxelGeometry, config: SimulationConfig,
+            settings: PermeabilitySettings, backend: Any) -> None:
+    """The REV curve (:mod:`solver.rock.rev`) along the study's first axis, reusing the whole
+    sample's mirrored k and F where the study has them; timed as the ``rev`` phase."""
+    axis = settings.axis_indices(sample.ndim)[0]
+    name = AXIS_NAMES[axis]
+    whole = next((r for r in study.results if r.axis == name and r.protocol == "mirrored"),
+                 None)
+    conduction = study.conduction.get(name)
+    phases = Phases()
+    with phases.timed("rev"):
+        points = rev_curve(
+            sample, axis, settings.sides, backend.xp,
+            rev_measure(config, settings, axis, backend, sample.voxel_size),
+            None if whole is None else (whole.k_lattice, whole.k_mD, whole.seconds,
+                                        whole.converged),
+            conduction.formation_factor if conduction else None)
+    study.rev = {"axis": name, "points": points}
+    study.seconds.update(phases)
+
+
+def add_formation_factors(study: PermeabilityStudy, sample: VoxelGeometry,
+                          settings: PermeabilitySettings, backend: Any) -> None:
+    """F and F·φ of ``sample`` along the study's axes (:mod:`solver.rock.conduction`, sides as
+    the permeability runs), on the backend's device (or its name); timed as the
+    ``formation_factor`` phase."""
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend or "auto")
+    phases = Phases()
+    with phases.timed("formation_factor"):
+        for axis in settings.axis_indices(sample.ndim):
+            study.conduction[AXIS_NAMES[axis]] = formation_factor(
+                sample.solid, axis, settings.sides, backend.xp)
+    study.seconds.update(phases)

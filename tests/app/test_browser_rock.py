@@ -36,6 +36,17 @@ def _tensor_text(page) -> str:
         walk(document); return found; }""")
 
 
+def _pane_text(page, marker: str) -> str:
+    """Text of the HTML pane holding ``marker`` (inside shadow roots); '' when absent."""
+    return page.evaluate("""marker => {
+        let found = '';
+        const walk = root => root.querySelectorAll('*').forEach(e => {
+            if (e.tagName === 'TABLE' && (e.textContent || '').includes(marker))
+                found = e.parentElement.textContent;
+            if (e.shadowRoot) walk(e.shadowRoot); });
+        walk(document); return found; }""", marker)
+
+
 def test_measure_k_button_gives_the_tensor_and_keeps_the_run(chromium, served_app, tmp_path):
     context = chromium.new_context(viewport={"width": 1500, "height": 1000})
     page = context.new_page()
@@ -62,6 +73,13 @@ def test_measure_k_button_gives_the_tensor_and_keeps_the_run(chromium, served_ap
         ratio = re.search(r"Anisotropy k_max/k_min = ([0-9.]+)", text)
         assert ratio and float(ratio.group(1)) > 2, text  # the chimney throttles k_z
         assert page.get_by_role("button", name="Measure k (x, y, z)").is_enabled()
+        # Each k with its interval; F and F·φ per axis and the time of each part (issue 29).
+        assert "interval (mD)" in text and "±" in text, text
+        extras = wait_until(lambda: _pane_text(page, "formation factor F"), 60,
+                            "the formation factor table")
+        assert "electrical tortuosity" in extras and "Time: k x" in extras, extras
+        assert page.get_by_text("JSON", exact=True).count() >= 1
+        assert page.get_by_text("CSV", exact=True).count() >= 1
         # The session's simulation was never stopped or replaced: it kept stepping.
         wait_until(lambda: steps(page) > before, 60, "the running simulation to go on")
     finally:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import json
+
 import numpy as np
 import pytest
 
@@ -58,6 +61,8 @@ def test_rock_tab_is_in_the_dashboard(board):
 def test_measure_k_runs_the_tensor_beside_the_running_simulation(board):
     board.controller.step(20)
     runner = board.controller.runner
+    assert board.rock.json_download.disabled  # nothing to export yet
+    board.rock.rev_box.value = True
     board.rock.measure_button.clicks += 1
     assert board.rock.measure_button.disabled and not board.rock.stop_button.disabled
     board.rock.measure_button.clicks += 1  # a second click while measuring starts nothing
@@ -70,6 +75,24 @@ def test_measure_k_runs_the_tensor_beside_the_running_simulation(board):
     assert text.count("No connected pore path") == 2 and "Done." in text
     assert not board.rock.measure_button.disabled and board.rock.stop_button.disabled
     assert board.controller.runner is runner and runner.snapshot().step >= 20  # run kept
+    # k_x with its interval and flow tortuosity; F along x only (the straight channel is the
+    # one face-connected path: F = 256 / 1, the cross-section over one open voxel)
+    x_row = text.split("<tr>")[2]
+    assert "±" in x_row and "[" in x_row
+    extras = board.rock.extras.object
+    assert "formation factor F" in extras and "<td>256</td>" in extras
+    assert "REV along x" in extras and "0.125" in extras and "8×8×8" in extras
+    assert "Time: k x" in extras and "formation factor" in extras and "REV" in extras
+    # exports in SI: JSON (the study's dict) and CSV (a row per measured axis, then REV)
+    assert not board.rock.json_download.disabled
+    data = json.loads(board.rock.export_json().read())
+    assert data["units"]["k_m2"] == "m^2" and data["formation_factor"]["x"][
+        "formation_factor"] == pytest.approx(256.0, rel=1e-6)
+    assert len(data["rev"]["points"]) == 4 and data["intervals"][0]["axis"] == "x"
+    rows = list(csv.reader(board.rock.export_csv()))
+    assert rows[0][:3] == ["axis", "k_m2", "k_mD"] and rows[1][0] == "x"
+    assert float(rows[1][1]) == pytest.approx(data["tensor_m2"]["mirrored"]["x"])
+    assert any(r and r[0] == "rev_volume_fraction" for r in rows)
 
 
 def test_tensor_table_says_when_the_run_is_paused_for_the_measurement(board):
