@@ -103,7 +103,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
              "| case | box | fluid nodes | eta_t | MFLUPS | of copy BW | of dense |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        dense = next(d for d in rows if d["case"].startswith("dense")
+        # Several collisions prefix each case with the model's name ("RR: dense 248^3").
+        dense = next(d for d in rows if d["case"].split(": ")[-1].startswith("dense")
                      and d.get("collision") == r.get("collision"))
         box = "x".join(str(n) for n in r["box"])
         lines.append(f"| {r['case']} | {box} | {r['fluid_nodes']:,} | {r['eta_t']:.3f} | "
