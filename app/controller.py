@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import param
 
 from geometries import VoxelGeometry, generators
@@ -185,7 +186,7 @@ class Controller(param.Parameterized):
         shape = self.geometry.shape
         n = shape[self.axis] if len(shape) == 3 else 1
         self.param.position.bounds = (0, max(n - 1, 0))
-        self.position = n // 2
+        self.position = fullest_layer(self.geometry.solid, self.axis) if len(shape) == 3 else 0
 
     def _view(self) -> SliceView:
         return SliceView(self.quantity, self.axis, self.position)
@@ -225,6 +226,15 @@ class Controller(param.Parameterized):
     def close(self) -> None:
         """Stop the runner and free the simulation's memory."""
         self.runner.stop()
+
+
+def fullest_layer(solid: np.ndarray, axis: int) -> int:
+    """The layer normal to ``axis`` with the most fluid nodes (the one nearest the middle among
+    equals): a thin vessel's middle layer may hold no fluid at all, a blank first slice."""
+    fluid = (~np.asarray(solid, dtype=bool)).sum(axis=tuple(a for a in range(3) if a != axis))
+    n = len(fluid)
+    best = np.flatnonzero(fluid == fluid.max())
+    return int(best[np.argmin(np.abs(best - (n - 1) / 2))])
 
 
 def _values(config: SimulationConfig) -> dict:

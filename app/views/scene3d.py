@@ -25,13 +25,16 @@ import pyvista as pv
 from ..controller import Controller
 from ..openings import opening_groups
 
-__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state", "opening_marks",
+__all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
            "colour_openings", "discs_by_kind", "add_opening_actors"]
 
 log = logging.getLogger(__name__)
 
 pv.OFF_SCREEN = True
 SOLID_RGB = "#c9b28f"
+#: A vessel's wall: see-through, so the cut and the flow inside the lumen stay visible.
+VESSEL_RGB = "#d98c8c"
+VESSEL_OPACITY = 0.3
 #: Mask size per axis above which the surface is built from a coarsened mask.
 MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
@@ -44,11 +47,21 @@ KIND_COLOURS = {"closed": "#8c8c8c", "velocity": "#d62728", "pressure": "#1f77b4
 MAX_LABELS = 12
 
 
-def solid_surface(solid: np.ndarray) -> pv.PolyData:
-    """Triangulated solid-fluid interface of a 3D mask, node coordinates (lattice units)."""
+def is_vessel(geometry) -> bool:
+    """Whether ``geometry`` is read as a vessel: a lumen with openings found on an STL surface
+    (a box face's fluid patches make a porous sample's openings, not a vessel's)."""
+    return any(o.source != "face-patch" for o in getattr(geometry, "openings", ()))
+
+
+def solid_surface(solid: np.ndarray, close_box: bool = True) -> pv.PolyData:
+    """Triangulated solid-fluid interface of a 3D mask, node coordinates (lattice units).
+
+    ``close_box``: close the surface at the box faces (a porous sample's grains cut by the box
+    look solid); False leaves it open there (a vessel: the wall with its openings, without the
+    box of solid around the lumen)."""
     stride = max(1, int(np.ceil(max(solid.shape) / MAX_SURFACE_EDGE)))
     coarse = solid[::stride, ::stride, ::stride].astype(np.float32)
-    padded = np.pad(coarse, 1)  # close the surface at the box faces
+    padded = np.pad(coarse, 1, mode="constant" if close_box else "edge")
     image = pv.ImageData(dimensions=padded.shape, spacing=(stride,) * 3,
                          origin=(-stride,) * 3)
     image.point_data["solid"] = padded.ravel(order="F")
@@ -144,6 +157,7 @@ class Scene3D(pn.viewable.Viewer):
         # the cut leaves an empty mesh; pyvista refuses those unless its theme allows them.
         self.plotter.theme.allow_empty_mesh = True
         self._surface: pv.PolyData | None = None
+        self._vessel = False
         self._meshes = {"solid": pv.PolyData(), "fluid": pv.UnstructuredGrid(),
                         "grains": pv.UnstructuredGrid(), "outline": pv.PolyData(),
                         "labels": _servable(pv.PolyData()),
@@ -195,7 +209,9 @@ class Scene3D(pn.viewable.Viewer):
         new_geometry = geometry is not self._geometry
         if new_geometry:
             self._geometry = geometry
-            self._surface = solid_surface(np.asarray(geometry.solid, dtype=bool))
+            self._vessel = is_vessel(geometry)
+            self._surface = solid_surface(np.asarray(geometry.solid, dtype=bool),
+                                          close_box=not self._vessel)
             self._meshes["outline"].copy_from(pv.Box(
                 bounds=[v for n in geometry.shape for v in (-0.5, n - 0.5)]).outline())
             self._discs, labels = opening_marks(geometry)
@@ -203,16 +219,19 @@ class Scene3D(pn.viewable.Viewer):
             self._meshes["labels"].copy_from(_servable(labels))
         self._colour_openings()
         index = view.index or 0
-        # Keep the solid behind the plane (below it along the normal) so the cut is visible.
-        clipped = self._surface.clip(normal=tuple(np.eye(3)[view.axis]),
-                                     origin=_point(view.axis, index), invert=True)
+        # Keep the solid behind the plane (below it along the normal) so the cut is visible;
+        # a vessel's see-through wall stays whole, and its cut shows the lumen alone.
+        clipped = self._surface if self._vessel else self._surface.clip(
+            normal=tuple(np.eye(3)[view.axis]), origin=_point(view.axis, index), invert=True)
         self._meshes["solid"].copy_from(_servable(clipped))
         fluid, grains = slice_plane(plane, view.axis, index)
         self._meshes["fluid"].copy_from(fluid)
-        self._meshes["grains"].copy_from(grains)
+        self._meshes["grains"].copy_from(grains if not self._vessel else pv.UnstructuredGrid())
         if not self._actors:
             self._add_actors()
             new_geometry = True
+        if new_geometry:
+            self._style_solid()
         finite = plane[np.isfinite(plane)]
         if finite.size:
             low, high = float(finite.min()), float(finite.max())
@@ -235,6 +254,12 @@ class Scene3D(pn.viewable.Viewer):
         self._kinds = kinds
         for kind, mesh in discs_by_kind(self._discs, openings).items():
             self._meshes[kind].copy_from(mesh)
+
+    def _style_solid(self) -> None:
+        """A vessel's wall see-through and reddish, a porous sample's grains opaque sand."""
+        prop = self._actors["solid"].prop
+        prop.opacity = VESSEL_OPACITY if self._vessel else 1.0
+        prop.color = VESSEL_RGB if self._vessel else SOLID_RGB
 
     def _add_actors(self) -> None:
         add = self.plotter.add_mesh

@@ -1,0 +1,57 @@
+"""What a new user sees first (issue 30): a vessel's wall, a slice through fluid, fitting cards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.controller import Controller, fullest_layer
+from app.views.counters import counter_cards
+from app.views.scene3d import VESSEL_OPACITY, Scene3D, is_vessel, solid_surface
+from geometries import samples
+from solver.snapshot import OpeningFlow, Snapshot
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_vessel_is_drawn_as_its_see_through_wall_without_the_box_of_solid():
+    vessel = samples.load_sample("vessel_bifurcation.stl")
+    assert is_vessel(vessel)
+    solid = np.asarray(vessel.solid)
+    boxed, wall = solid_surface(solid), solid_surface(solid, close_box=False)
+    # The box's six faces are gone: no point of the wall lies on the padded box's faces.
+    lo = wall.points.min(axis=0)
+    assert (lo > -1.0).all() and wall.n_cells < boxed.n_cells
+    controller = Controller(vessel, autostart=None)
+    scene = Scene3D(controller)
+    try:
+        assert scene._actors["solid"].prop.opacity == pytest.approx(VESSEL_OPACITY)
+        assert scene._meshes["solid"].n_cells == scene._surface.n_cells  # not cut away
+        assert scene._meshes["grains"].n_cells == 0  # the cut shows the lumen alone
+        assert scene._meshes["fluid"].n_cells > 0  # ... and the slice holds fluid
+    finally:
+        scene.close()
+        controller.close()
+
+
+def test_the_slice_opens_at_the_layer_with_the_most_fluid():
+    solid = np.ones((9, 9, 20), dtype=bool)
+    solid[2:5, 2:5, 3] = False  # a thin pocket far from the middle (z = 10)
+    solid[4, 4, 12] = False
+    assert fullest_layer(solid, 2) == 3
+    assert fullest_layer(np.zeros((4, 4, 7), dtype=bool), 2) == 3  # equals: the middle
+    vessel = samples.load_sample("vessel_bifurcation.stl")
+    controller = Controller(vessel, autostart=None)
+    try:
+        layer = np.take(np.asarray(vessel.solid), controller.position, axis=controller.axis)
+        assert (~layer).any()
+    finally:
+        controller.close()
+
+
+def test_a_run_driven_through_openings_shows_no_permeability_card():
+    driven = Snapshot(openings=(OpeningFlow(1, "velocity", 0.1, 1.0),
+                                OpeningFlow(2, "pressure", -0.1, 1.0)))
+    assert "k" not in {key for key, *_ in counter_cards(driven)}
+    assert "k" in {key for key, *_ in counter_cards(Snapshot(permeability=1.0))}
+    assert "k" in {key for key, *_ in counter_cards(Snapshot())}  # a body-force run at rest
