@@ -30,7 +30,9 @@ __all__ = ["Controller", "default_case", "copy_config", "DEFAULT_FORCE", "QUANTI
 
 log = logging.getLogger(__name__)
 
-QUANTITY_CHOICES = {"|u|": "umag", "u_x": "ux", "u_y": "uy", "u_z": "uz", "density": "rho"}
+QUANTITY_CHOICES = {"|u|": "umag", "u_x": "ux", "u_y": "uy", "u_z": "uz", "density": "rho",
+                    "pressure": "pressure", "vorticity |ω|": "vorticity", "Q-criterion": "qcrit",
+                    "wall shear stress": "wss"}
 LEVELS = ("info", "success", "warning", "danger")
 EXPORT_TIMEOUT_S = 60.0
 

@@ -114,10 +114,10 @@ class Dashboard(pn.viewable.Viewer):
             # Weakly: Panel keeps a never-loaded page's onload callbacks after its session.
             pn.state.onload(weak_callback(self.controller.start if autostart
                                           else self.controller.prepare))
-        self.slice = SlicePlot(self.controller)
+        self.physics = PhysicsPanel(self.controller)
+        self.slice = SlicePlot(self.controller, self.physics.setup)  # SI units of the setup
         self.counters = CountersView(self.controller)
         self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
-        self.physics = PhysicsPanel(self.controller)
         self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
         self.rock = RockPanel(self.controller)
         self.flows = OpeningFlowsView(self.controller, self.physics.setup)

@@ -24,6 +24,7 @@ import pyvista as pv
 
 from ..controller import Controller
 from ..openings import opening_groups
+from .slice_view import colour_range
 
 __all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
            "colour_openings", "discs_by_kind", "add_opening_actors"]
@@ -232,10 +233,9 @@ class Scene3D(pn.viewable.Viewer):
             new_geometry = True
         if new_geometry:
             self._style_solid()
-        finite = plane[np.isfinite(plane)]
-        if finite.size:
-            low, high = float(finite.min()), float(finite.max())
-            self._actors["fluid"].mapper.scalar_range = (low, high if high > low else low + 1e-12)
+        if np.isfinite(plane).any():  # the slice's automatic range (a wall's extreme node
+            # would wash the plane out), lattice units: the colours match the slice's
+            self._actors["fluid"].mapper.scalar_range = colour_range(plane, view.quantity)
         if new_geometry:
             self.plotter.view_isometric()
             self.plotter.camera.zoom(1.15)

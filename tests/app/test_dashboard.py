@@ -44,7 +44,11 @@ def advance(board: Dashboard, steps: int):
 def test_snapshots_reach_the_views(dashboard):
     snap = advance(dashboard, 5)
     frame = dashboard.slice.pipe.data
-    np.testing.assert_array_equal(frame["plane"], snap.plane)
+    # In SI (m/s) with the physical setup's units (issue 30).
+    units = dashboard.physics.setup.units(snap.config.get("tau", 0.8),
+                                          dashboard.controller.geometry.voxel_size)
+    np.testing.assert_allclose(frame["plane"], snap.plane * units.dx / units.dt, rtol=1e-12)
+    assert frame["label"] == "|u| (m/s)"
     assert f"step {snap.step}" in frame["title"]
     assert len(dashboard.counters.buffer.data) == len(snap.history["step"])
     assert 'data-counter="mflups"' in dashboard.counters.cards.object

@@ -8,7 +8,7 @@ import pytest
 from app.controller import Controller, fullest_layer
 from app.views.counters import counter_cards
 from app.views.scene3d import VESSEL_OPACITY, Scene3D, is_vessel, solid_surface
-from geometries import samples
+from geometries import VoxelGeometry, samples
 from solver.snapshot import OpeningFlow, Snapshot
 
 pytestmark = pytest.mark.timeout(300)
@@ -55,3 +55,41 @@ def test_a_run_driven_through_openings_shows_no_permeability_card():
     assert "k" not in {key for key, *_ in counter_cards(driven)}
     assert "k" in {key for key, *_ in counter_cards(Snapshot(permeability=1.0))}
     assert "k" in {key for key, *_ in counter_cards(Snapshot())}  # a body-force run at rest
+
+
+def test_the_slice_shows_a_chosen_field_in_si_with_a_sensible_range():
+    from app.views.physics_panel import PhysicalSetup
+    from app.views.slice_view import SlicePlot, colour_range, frame_of
+    from solver.config import SimulationConfig
+    from solver.snapshot import SliceView
+
+    plane = np.full((6, 5), 0.01)
+    plane[0, 0] = 5.0  # one extreme node must not set the range
+    plane[1, 1] = np.nan
+    low, high = colour_range(plane, "umag")
+    assert low == pytest.approx(0.01) and high < 5.0
+    low, high = colour_range(np.array([[-0.2, 0.1]]), "pressure")
+    assert low == -high and high == pytest.approx(0.2, rel=0.02)  # signed: symmetric
+    setup = PhysicalSetup()
+    units = setup.units(0.8, 1e-5)
+    snap = Snapshot(plane=plane, view=SliceView("pressure", 2, 3), step=7)
+    frame = frame_of(snap, False, (6, 5, 4), units)
+    assert frame["label"] == "pressure p − p0 (Pa)"
+    assert frame["plane"][0, 0] == pytest.approx(units.stress_to_si(5.0))
+    assert frame_of(snap, False, (6, 5, 4), units, fixed=(-1.0, 2.0))["clim"] == (-1.0, 2.0)
+    solid = np.zeros((8, 8, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(backend="numpy"),
+                            autostart=None)
+    try:
+        view = SlicePlot(controller, setup)
+        controller.quantity = "vorticity"
+        controller.runner.wait_for(lambda s: s.view.quantity == "vorticity"
+                                   and s.plane is not None, 60)
+        controller.poll()
+        assert view.pipe.data["label"] == "vorticity |ω| (1/s)"
+        view.low.value, view.high.value = 0.0, 3.0
+        view.fix_range.value = True
+        assert view.pipe.data["clim"] == (0.0, 3.0)
+    finally:
+        controller.close()
