@@ -40,6 +40,7 @@ from .io import (
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
 from .opening_specs import case_units, resolve_openings
+from .probes import ProbeSet, line_columns, line_rows, probe_columns, probe_row
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
@@ -125,6 +126,7 @@ class HeadlessRun:
         for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
+        self.probes = (case.probes or ProbeSet()).check(np.asarray(self.geometry.solid).shape)
         # Refused before anything is allocated, by the same verdict as the dashboard's.
         self.required = assess_memory(self.sim.problem, self.sim.backend).check().required
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
@@ -159,6 +161,7 @@ class HeadlessRun:
         self.csv = CsvLog(self.out / "history.csv",
                           CSV_COLUMNS + opening_columns(sorted(self.case.config.openings)),
                           keep_until=start if start else None)
+        self._probe_logs()
         status = "max_steps"
         bar = tqdm(total=self.controls.max_steps, initial=start, unit="step",
                    desc=self.case.name, disable=not progress, dynamic_ncols=True)
@@ -255,6 +258,7 @@ class HeadlessRun:
         if sim.config.openings:
             row.update(opening_row(sim.opening_flows(), self.units, sim.config.initial_density))
         self.csv.append(row)
+        self._write_probes()
         self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
         if self.controls.vti:
@@ -268,6 +272,27 @@ class HeadlessRun:
                       self.geometry.origin or None, extra=extra)
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
+
+    def _probe_logs(self) -> None:
+        """probes.csv (a row per output) and lines.csv (a row per line node and output), SI."""
+        probes, keep = self.probes, self.sim.time_step or None
+        self.probe_csv = self.line_csv = None
+        if probes.probes:
+            self.probe_csv = CsvLog(self.out / "probes.csv", probe_columns(probes, self.units),
+                                    keep_until=keep)
+        if probes.lines:
+            self.line_csv = CsvLog(self.out / "lines.csv", line_columns(self.units),
+                                   keep_until=keep)
+
+    def _write_probes(self) -> None:
+        if not self.probes:
+            return
+        readings = self.sim.sample(self.probes)  # the probed nodes alone leave the device
+        if self.probe_csv is not None:
+            self.probe_csv.append(probe_row(readings, self.units))
+        if self.line_csv is not None:
+            for row in line_rows(readings, self.units):
+                self.line_csv.append(row)
 
     def _checkpoint(self) -> None:
         extra = {"wall_s": self.wall, "last": self.last, "monitor": self.monitor.state()}

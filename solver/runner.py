@@ -98,6 +98,7 @@ class SimulationRunner(RunnerCommands):
         self._monitor: RunMonitor | None = None
         self._history = History()
         self._good = LastGood()
+        self._probes = None  # solver.probes.ProbeSet sampled with each snapshot
         self._device: dict = {}
         self._rate = (time.perf_counter(), 0, 0.0)
 
@@ -220,9 +221,11 @@ class SimulationRunner(RunnerCommands):
             self._install(geometry, config or self._config, False, problem)
         elif command == "view":
             self._view = payload
+        elif command == "probes":
+            self._probes = payload
         else:
             raise ValueError(f"Unknown runner command {command!r}.")
-        self._publish(check=command in ("step", "view"))
+        self._publish(check=command in ("step", "view", "probes"))
 
     def _require(self) -> Simulation:
         if self._sim is None:
@@ -326,6 +329,9 @@ class SimulationRunner(RunnerCommands):
             if check and flow.checked and flow.healthy:
                 self._history.record(flow.reading, sim.metrics.mflups)
             extra = flow.snapshot_fields()
+            # The probed nodes alone (solver.probes), where the state lives.
+            extra["probes"] = (sim.sample(self._probes) if self._probes
+                               and self._probes.fits(sim.solid.shape) else None)
             extra["steps_per_second"] = self._steps_per_second(sim.time_step)
         self._emit(extra)
         # The copy of the last good state has its own schedule: not a cost of publishing. Only

@@ -67,6 +67,11 @@ class RunnerCommands:
             raise TypeError(f"set_view needs a SliceView, got {view!r}.")
         self._send("view", view)
 
+    def set_probes(self, probes: Any) -> None:
+        """Sample a :class:`solver.probes.ProbeSet` with every snapshot (an empty one: stop);
+        publishes at once."""
+        self._send("probes", probes)
+
     def submit(self, fn: Callable[[Simulation], Any]) -> Future:
         """Run ``fn(simulation)`` on the runner thread; the Future holds its result."""
         future: Future = Future()

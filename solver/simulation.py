@@ -149,6 +149,13 @@ class Simulation:
         return grid_field(name, fields["rho"], fields["u"], self.solid,
                           self.config.initial_density, periodic=tuple(self.problem.periodic))
 
+    def sample(self, probes: Any) -> Any:
+        """:class:`solver.probes.Readings` of a :class:`solver.probes.ProbeSet` now (lattice
+        units): only the probed nodes' tiles are reduced, only their values leave the device."""
+        from .probes import sample
+
+        return sample(self, probes, self._reader())
+
     def to_pyvista(self, names: tuple[str, ...] = ("umag", "pressure")) -> Any:
         """The named fields as a :class:`pyvista.ImageData` (cell data, lattice units; cells
         of the geometry's voxel size in metres, 1 if unknown) for one's own plots."""

@@ -86,6 +86,8 @@ class Snapshot:
     memory_bytes: int = 0
     config: dict = field(default_factory=dict)
     geometry_name: str = ""
+    #: The probes' and lines' latest :class:`solver.probes.Readings` (None: none are set).
+    probes: Any = None
 
 
 @dataclass(frozen=True)
