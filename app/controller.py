@@ -18,6 +18,7 @@ import param
 
 from geometries import VoxelGeometry, generators
 from solver.config import SimulationConfig
+from solver.probes import Probe, ProbeSet
 from solver.runner import SimulationRunner
 from solver.snapshot import SliceView, Snapshot
 
@@ -63,6 +64,8 @@ class Controller(param.Parameterized):
     status = param.String(default="Starting the simulation", precedence=-1)
     level = param.Selector(objects=list(LEVELS), default="info", precedence=-1)
     settings_changed = param.Boolean(default=False, precedence=-1)
+    probes = param.ClassSelector(class_=ProbeSet, default=ProbeSet(), precedence=-1,
+                                 doc="Point probes and lines sampled with each snapshot.")
 
     def __init__(
         self, geometry: VoxelGeometry | None = None, config: SimulationConfig | None = None,
@@ -177,6 +180,25 @@ class Controller(param.Parameterized):
             self.notify(level, f"{snap.status.capitalize()} · {snap.message}")
         self._last_error, self._last_state = snap.error, (snap.status, snap.message)
         self.snapshot = snap
+
+    def set_probes(self, probes: ProbeSet) -> bool:
+        """Sample ``probes`` (voxel indices) with every snapshot; True if accepted."""
+        def send() -> None:
+            self.probes = probes.check(tuple(self.geometry.shape))
+        return self._act(f"{len(probes.probes)} probes, {len(probes.lines)} lines", send)
+
+    def add_probe(self, point: tuple[int, ...]) -> bool:
+        """Add a probe at ``point`` (voxel indices), named p1, p2, ... in order."""
+        names = {p.name for p in self.probes.probes}
+        name = next(f"p{k}" for k in range(1, len(names) + 2) if f"p{k}" not in names)
+        probes = ProbeSet((*self.probes.probes, Probe(name, tuple(int(v) for v in point))),
+                          self.probes.lines)
+        return self.set_probes(probes)
+
+    @param.depends("probes", watch=True)
+    def _probes_changed(self) -> None:
+        if self.runner is not None:
+            self.runner.set_probes(self.probes)
 
     @param.depends("quantity", "axis", "position", watch=True)
     def _view_changed(self) -> None:

@@ -119,6 +119,9 @@ class SlicePlot(pn.viewable.Viewer):
         first = self._frame(controller.snapshot)
         self.pipe = hv.streams.Pipe(data=first)
         self.dmap = hv.DynamicMap(self._render, streams=[self.pipe])
+        self.click_probe = pn.widgets.Checkbox(name="click adds a probe", value=True, width=140,
+                                               align="end")
+        self._tap = self._tap_stream()
         self._shape = first["plane"].shape
         self._shown = -1
         controller.param.watch(self._update, ["snapshot", "arrows"])
@@ -140,6 +143,7 @@ class SlicePlot(pn.viewable.Viewer):
                                                 sizing_mode="stretch_width"),
                 pn.widgets.Checkbox.from_param(p.arrows, name="velocity arrows", width=140,
                                                align="end"),
+                self.click_probe,
                 sizing_mode="stretch_width",
             ),
             sizing_mode="stretch_width",
@@ -166,7 +170,22 @@ class SlicePlot(pn.viewable.Viewer):
         self._shape = frame["plane"].shape
         self.pipe = hv.streams.Pipe(data=frame)
         self.dmap = hv.DynamicMap(self._render, streams=[self.pipe])
+        self._tap = self._tap_stream()
         self._pane.object = self.dmap
+
+    def _tap_stream(self) -> hv.streams.Tap:
+        """A click on the cut: a probe at that node (when ``click_probe`` is on)."""
+        tap = hv.streams.Tap(source=self.dmap, transient=True)
+        tap.add_subscriber(self._tapped)
+        return tap
+
+    def _tapped(self, x=None, y=None, **_) -> None:
+        if x is None or y is None or not self.click_probe.value:
+            return
+        point = [int(round(x)), int(round(y))]
+        if len(self.controller.geometry.shape) == 3:
+            point.insert(self.controller.axis, self.controller.position)
+        self.controller.add_probe(tuple(point))
 
     def _frame(self, snap) -> dict:
         """:func:`frame_of` with this view's units and colour range; an automatic range is

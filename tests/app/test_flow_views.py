@@ -93,3 +93,45 @@ def test_the_slice_shows_a_chosen_field_in_si_with_a_sensible_range():
         assert view.pipe.data["clim"] == (0.0, 3.0)
     finally:
         controller.close()
+
+
+def test_probes_and_a_line_stream_live_values_and_a_click_adds_a_probe():
+    from app.views.physics_panel import PhysicalSetup
+    from app.views.probes_view import ProbesView, parse_line, parse_points
+    from app.views.slice_view import SlicePlot
+    from solver.config import SimulationConfig
+    from solver.probes import Probe, ProbeSet
+
+    assert parse_points("1 2 3; 4,5,6") == [(1, 2, 3), (4, 5, 6)]
+    assert parse_line("0 1 2 -> 5 1 2") == ((0, 1, 2), (5, 1, 2))
+    with pytest.raises(ValueError, match="whole voxel indices"):
+        parse_points("1 2")
+    solid = np.zeros((10, 8, 6), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    try:
+        setup = PhysicalSetup()
+        view = ProbesView(controller, setup)
+        view.points.value, view.line.value = "5 4 3; 5 1 3", "5 0 3 -> 5 7 3"
+        assert view.set_from_text()
+        controller.step(20)
+        snap = controller.runner.wait_for(lambda s: s.probes is not None and s.step >= 20, 60)
+        controller.poll()
+        data = view.buffer.data
+        assert list(data.columns) == ["step", "p1", "p2"] and len(data) >= 1
+        assert data["p1"].iloc[-1] > data["p2"].iloc[-1] > 0  # the centre is faster
+        profile = view.profile_pipe.data
+        assert len(profile["v"]) == 8 and np.isnan(profile["v"][0])  # the wall node
+        units = setup.units(0.8, controller.geometry.voxel_size)
+        assert profile["v"][4] == pytest.approx(
+            snap.probes.lines["line"]["umag"][4] * units.dx / units.dt)
+        # A click on the slice adds a probe at that node of the cut.
+        plot = SlicePlot(controller, setup)
+        plot._tapped(x=2.2, y=3.9)
+        assert controller.probes.probes[-1].point == (2, 4, controller.position)
+        assert view.points.value.endswith(f"2 4 {controller.position}")
+        assert not controller.set_probes(ProbeSet((Probe("far", (50, 0, 0)),)))
+        assert "outside the domain" in controller.status
+    finally:
+        controller.close()
