@@ -16,7 +16,8 @@ import numpy as np
 
 from .flow_fields import pressure
 
-__all__ = ["Probe", "Line", "ProbeSet", "Readings", "sample", "PROBE_FIELDS", "line_nodes",
+__all__ = ["Probe", "Line", "ProbeSet", "Readings", "sample", "gather", "PROBE_FIELDS",
+           "line_nodes",
            "probe_columns", "probe_row", "line_columns", "line_rows", "probe_set_from_specs",
            "probe_specs"]
 
@@ -117,21 +118,35 @@ def sample(sim: Any, probes: ProbeSet, reader: Any) -> Readings:
     return out
 
 
-def _node_values(sim: Any, reader: Any, nodes: np.ndarray) -> np.ndarray:
-    """PROBE_FIELDS (len, n) at voxel ``nodes`` (n, d), host float64, NaN in solids."""
+def gather(sim: Any, reader: Any, nodes: np.ndarray) -> tuple[Any, Any, np.ndarray]:
+    """Density (n,) and velocity (3, n) at voxel ``nodes`` (n, d) as backend arrays (zero
+    velocity and rho0 in solids), and the host solid mask (n,). The tiles holding the nodes
+    are read chunk by chunk (:meth:`solver.readout.Readout.chunks`): never more than one
+    chunk's moments on the device, and nothing but the gathered values is kept."""
     xp, tiling = sim.backend.xp, sim.tiling
     tile, node = tiling.locate(nodes)
     flat = np.where(tile >= 0, tile.astype(np.int64) * tiling.nodes_per_tile + node, 0)
     solid = (tile < 0) | tiling.solid.reshape(-1)[flat]
     tiles = np.unique(tile[~solid]) if (~solid).any() else np.zeros(1, dtype=np.int64)
-    local = np.where(solid, 0, np.searchsorted(tiles, np.maximum(tile, 0)) *
-                     tiling.nodes_per_tile + node)
-    rho, u = reader.moments(xp.asarray(tiles))
-    index = xp.asarray(local)
-    u = u.reshape(u.shape[0], -1)[:, index]
-    if u.shape[0] == 2:
-        u = xp.concatenate([u, xp.zeros_like(u[:1])])
-    p = pressure(rho.reshape(-1)[index], sim.config.initial_density)
+    position = np.searchsorted(tiles, np.maximum(tile, 0))
+    rho = xp.full(len(nodes), float(sim.config.initial_density))
+    u = xp.zeros((3, len(nodes)))
+    for part, rho_chunk, u_chunk in reader.chunks(xp.asarray(tiles)):
+        pick = np.flatnonzero(~solid & (position >= part.start) & (position < part.stop))
+        if not pick.size:
+            continue
+        local = xp.asarray((position[pick] - part.start) * tiling.nodes_per_tile + node[pick])
+        where = xp.asarray(pick)
+        rho[where] = rho_chunk.reshape(-1)[local]
+        u[: u_chunk.shape[0], where] = u_chunk.reshape(u_chunk.shape[0], -1)[:, local]
+    return rho, u, solid
+
+
+def _node_values(sim: Any, reader: Any, nodes: np.ndarray) -> np.ndarray:
+    """PROBE_FIELDS (len, n) at voxel ``nodes`` (n, d), host float64, NaN in solids."""
+    xp = sim.backend.xp
+    rho, u, solid = gather(sim, reader, nodes)
+    p = pressure(rho, sim.config.initial_density)
     stacked = xp.concatenate([u, xp.sqrt((u * u).sum(axis=0))[None], p[None]])
     out = np.array(sim.backend.to_host(stacked), dtype=np.float64)
     out[:, solid] = np.nan

@@ -72,6 +72,11 @@ class RunnerCommands:
         publishes at once."""
         self._send("probes", probes)
 
+    def set_flow3d(self, name: str | None, interval: float = 2.0) -> None:
+        """Publish the coarse 3D flow (:mod:`solver.coarse_flow`) with the scalar ``name``
+        every ``interval`` seconds of running (None: stop); publishes at once."""
+        self._send("flow3d", None if name is None else (name, float(interval)))
+
     def submit(self, fn: Callable[[Simulation], Any]) -> Future:
         """Run ``fn(simulation)`` on the runner thread; the Future holds its result."""
         future: Future = Future()

@@ -156,6 +156,13 @@ class Simulation:
 
         return sample(self, probes, self._reader())
 
+    def coarse_flow(self, name: str = "umag", max_edge: int | None = None) -> Any:
+        """:class:`solver.coarse_flow.CoarseFlow`: the velocity and the scalar ``name`` every
+        few voxels (longest edge at most ``max_edge`` nodes), gathered on the device."""
+        from .coarse_flow import MAX_EDGE, coarse_flow
+
+        return coarse_flow(self, self._reader(), name, max_edge or MAX_EDGE)
+
     def to_pyvista(self, names: tuple[str, ...] = ("umag", "pressure")) -> Any:
         """The named fields as a :class:`pyvista.ImageData` (cell data, lattice units; cells
         of the geometry's voxel size in metres, 1 if unknown) for one's own plots."""

@@ -51,3 +51,20 @@ def test_to_pyvista_carries_the_named_fields(sim):
     assert grid.n_cells == sim.solid.size
     values = grid.cell_data["vorticity"].reshape(sim.solid.shape, order="F")
     assert np.allclose(values, sim.field("vorticity"), equal_nan=True)
+
+
+def test_the_coarse_flow_is_the_field_every_stride_voxels(sim):
+    from solver.coarse_flow import coarse_stride
+
+    fields = sim.fields()
+    full = sim.coarse_flow("vorticity", max_edge=64)
+    assert full.stride == 1
+    np.testing.assert_allclose(full.scalar, sim.field("vorticity"), rtol=1e-5, atol=1e-9)
+    coarse = sim.coarse_flow("pressure", max_edge=5)
+    assert coarse.stride == coarse_stride(sim.solid.shape, 5) == 3
+    u = np.nan_to_num(fields["u"][:, ::3, ::3, ::3])
+    np.testing.assert_allclose(coarse.velocity, u, rtol=1e-5, atol=1e-12)
+    np.testing.assert_allclose(coarse.scalar, sim.field("pressure")[::3, ::3, ::3], rtol=1e-4,
+                               atol=1e-12, equal_nan=True)
+    with pytest.raises(ValueError, match="Unknown coarse field"):
+        sim.coarse_flow("wss")

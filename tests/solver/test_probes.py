@@ -89,3 +89,33 @@ def test_the_cli_writes_probe_time_series_and_line_profiles_in_si(tmp_path):
     bad = {**data, "probes": [{"name": "x", "at": [3]}]}
     with pytest.raises(CaseError, match="voxel indices"):
         parse_case(bad, tmp_path)
+
+
+def test_the_runner_publishes_probe_readings_and_the_coarse_flow():
+    from solver.runner import SimulationRunner
+
+    solid = np.zeros((8, 7, 6), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    runner = SimulationRunner(solid, SimulationConfig(backend="numpy",
+                                                      body_force=(1e-5, 0, 0)))
+    try:
+        runner.step(0)
+        runner.set_probes(ProbeSet((Probe("mid", (3, 3, 2)),)))
+        runner.set_flow3d("qcrit", interval=0.0)
+        runner.step(10)
+        snap = runner.wait_for(lambda s: s.step == 10 and s.probes is not None
+                               and s.flow3d is not None and s.flow3d.step == 10, 60)
+        assert snap.probes.probes["mid"]["ux"] > 0
+        assert snap.flow3d.name == "qcrit" and snap.flow3d.velocity.shape == (3, 8, 7, 6)
+        runner.set_probes(ProbeSet())
+        runner.set_flow3d(None)
+        runner.step(1)
+        snap = runner.wait_for(lambda s: s.step == 11, 60)
+        assert snap.probes is None and snap.flow3d is None
+        # Probes outside a new, smaller geometry are skipped, not an error.
+        runner.set_probes(ProbeSet((Probe("far", (7, 6, 5)),)))
+        runner.load_geometry(solid[:4], None)
+        snap = runner.wait_for(lambda s: s.shape == (4, 7, 6), 60)
+        assert snap.error is None and snap.probes is None
+    finally:
+        runner.stop()
