@@ -121,7 +121,8 @@ class Dashboard(pn.viewable.Viewer):
         self.slice = SlicePlot(self.controller, self.physics.setup)  # SI units of the setup
         self.counters = CountersView(self.controller)
         self.probes = ProbesView(self.controller, self.physics.setup)
-        self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
+        self.scene = (Scene3D(self.controller, self.physics.setup) if self.settings.scene_3d
+                      else None)
         self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
         self.rock = RockPanel(self.controller)
         self.flows = OpeningFlowsView(self.controller, self.physics.setup)

@@ -22,8 +22,12 @@ import panel as pn
 import param
 import pyvista as pv
 
+from solver.coarse_flow import COARSE_FIELDS
+from solver.flow_fields import FIELDS
+
 from ..controller import Controller
 from ..openings import opening_groups
+from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_points, streamlines
 from .slice_view import colour_range
 
 __all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
@@ -36,6 +40,10 @@ SOLID_RGB = "#c9b28f"
 #: A vessel's wall: see-through, so the cut and the flow inside the lumen stay visible.
 VESSEL_RGB = "#d98c8c"
 VESSEL_OPACITY = 0.3
+STREAMLINE_RGB = "#1d4ed8"
+ISO_RGB = "#f59e0b"
+#: Seconds between coarse 3D flows the runner reads (each reads all tiles once).
+FLOW3D_INTERVAL_S = 2.0
 #: Mask size per axis above which the surface is built from a coarsened mask.
 MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
@@ -149,9 +157,12 @@ class Scene3D(pn.viewable.Viewer):
 
     active = param.Boolean(default=True, doc="Whether the view is on screen (else not synced).")
 
-    def __init__(self, controller: Controller, **params) -> None:
+    def __init__(self, controller: Controller, setup=None, **params) -> None:
+        """``setup``: the :class:`~app.views.physics_panel.PhysicalSetup` whose units read the
+        isosurface level in SI (None: lattice units)."""
         super().__init__(**params)
-        self.controller = controller
+        self.controller, self.setup = controller, setup
+        self._flow_controls()
         self.plotter = pv.Plotter(off_screen=True, window_size=(640, 480))
         self.plotter.set_background("#f4f6f8")
         # A cut through no fluid (a pore one voxel wide elsewhere) or a solid entirely behind
@@ -162,6 +173,7 @@ class Scene3D(pn.viewable.Viewer):
         self._meshes = {"solid": pv.PolyData(), "fluid": pv.UnstructuredGrid(),
                         "grains": pv.UnstructuredGrid(), "outline": pv.PolyData(),
                         "labels": _servable(pv.PolyData()),
+                        "streamlines": _servable(pv.PolyData()), "iso": _servable(pv.PolyData()),
                         **{kind: _servable(pv.PolyData()) for kind in KIND_COLOURS}}
         self._discs = pv.PolyData()  # every opening's disc, cell array 'opening' (id)
         self._kinds: dict | None = None  # the kinds the discs are coloured by
@@ -175,6 +187,84 @@ class Scene3D(pn.viewable.Viewer):
         # widget then reads the viewport of the deleted renderer (a console error).
         self.pane = pn.pane.VTK(self.plotter.ren_win, sizing_mode="stretch_width", height=480,
                                 enable_keybindings=True)
+
+    def _flow_controls(self) -> None:
+        """Streamline and isosurface widgets; changing one asks the runner for the flow."""
+        self.show_streamlines = pn.widgets.Checkbox(name="streamlines", value=False, width=110)
+        self.seeds = pn.widgets.IntSlider(name="seeds", start=5, end=300, value=60, step=5,
+                                          width=160)
+        self.seed_from = pn.widgets.Select(name="seeded from", options=list(SEED_SOURCES),
+                                           width=140)
+        self.show_iso = pn.widgets.Checkbox(name="isosurface", value=False, width=100)
+        self.iso_field = pn.widgets.Select(name="of", options={
+            FIELDS[f].label: f for f in COARSE_FIELDS}, value="umag", width=150)
+        self.iso_level = pn.widgets.FloatInput(name="level, SI (0 = auto)", value=0.0,
+                                               width=150)
+        self._flow_key: tuple | None = None
+        for widget in (self.show_streamlines, self.show_iso, self.iso_field):
+            widget.param.watch(self._request_flow, "value")
+        for widget in (self.seeds, self.seed_from, self.iso_level):
+            widget.param.watch(self._flow_widgets_changed, "value")
+        self.controls = pn.Row(self.show_streamlines, self.seeds, self.seed_from, self.show_iso,
+                               self.iso_field, self.iso_level, sizing_mode="stretch_width",
+                               css_classes=["flow3d-controls"])
+
+    def _request_flow(self, *events) -> None:
+        """Ask the runner for the coarse flow the shown views need (or for none)."""
+        name = (self.iso_field.value if self.show_iso.value
+                else "umag" if self.show_streamlines.value else None)
+        self.controller.set_flow3d(name, FLOW3D_INTERVAL_S)
+        self._flow_widgets_changed()
+
+    def _flow_widgets_changed(self, *events) -> None:
+        """Redraw the flow meshes from the latest coarse flow with the new settings."""
+        if not self._meshes:
+            return
+        self._flow_key = None
+        if self._update_flow(self.controller.snapshot.flow3d) and hasattr(self, "pane"):
+            self.pane.synchronize()
+
+    def _update_flow(self, flow) -> bool:
+        """Rebuild the streamlines and the isosurface from ``flow`` (a CoarseFlow or None);
+        True if a mesh changed."""
+        want_lines, want_iso = self.show_streamlines.value, self.show_iso.value
+        key = (None if flow is None else (id(flow), flow.step), want_lines, want_iso,
+               self.seeds.value, self.seed_from.value, self.iso_level.value,
+               self.controller.axis, self.controller.position)
+        if key == self._flow_key:
+            return False
+        self._flow_key = key
+        lines, surface = pv.PolyData(), pv.PolyData()
+        usable = flow is not None and (flow.name == self.iso_field.value or not want_iso)
+        if usable and (want_lines or want_iso):
+            grid = coarse_grid(flow)
+            if want_lines:
+                c = self.controller
+                seeds = seed_points(c.geometry, self.seed_from.value, self.seeds.value, c.axis,
+                                    c.position, c.probes, c.applied_config.openings)
+                lines = streamlines(grid, seeds)
+            if want_iso:
+                surface = isosurface(grid, self._level(flow))
+        self._meshes["streamlines"].copy_from(_servable(lines))
+        self._meshes["iso"].copy_from(_servable(surface))
+        return True
+
+    def _level(self, flow) -> float:
+        """The isosurface level in lattice units: the SI input over the field's factor, or
+        :func:`~app.views.flow3d.auto_level` for 0."""
+        level = float(self.iso_level.value or 0.0)
+        if level == 0.0:
+            return auto_level(flow.scalar, flow.name)
+        factor = 1.0
+        if self.setup is not None:
+            try:
+                tau = float(self.controller.snapshot.config.get("tau",
+                                                                self.controller.config.tau))
+                units = self.setup.units(tau, self.controller.geometry.voxel_size)
+                factor = FIELDS[flow.name].si_factor(units)
+            except ValueError:
+                factor = 1.0
+        return level / factor
 
     def _initial_scene(self) -> None:
         """The geometry with the fluid at rest on the current cut (no snapshot needed)."""
@@ -200,6 +290,7 @@ class Scene3D(pn.viewable.Viewer):
             return
         try:
             self._update(geometry, snap.plane, snap.view)
+            self._update_flow(snap.flow3d)
         except Exception:  # a broken 3D view must not take the dashboard down
             log.exception("3D view update failed")
             return
@@ -270,6 +361,10 @@ class Scene3D(pn.viewable.Viewer):
         self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
                                     clim=(0.0, 1.0), show_scalar_bar=False)
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
+        self._actors["streamlines"] = add(self._meshes["streamlines"], color=STREAMLINE_RGB,
+                                          line_width=2)
+        self._actors["iso"] = add(self._meshes["iso"], color=ISO_RGB, opacity=0.6,
+                                  smooth_shading=True)
         self._actors.update(add_opening_actors(self.plotter, self._meshes,
                                                self._meshes["labels"]))
 
@@ -284,7 +379,7 @@ class Scene3D(pn.viewable.Viewer):
         self._discs = pv.PolyData()
 
     def __panel__(self) -> pn.viewable.Viewable:
-        return self.pane
+        return pn.Column(self.controls, self.pane, sizing_mode="stretch_width")
 
 
 def camera_state(camera: pv.Camera) -> dict:

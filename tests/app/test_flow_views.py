@@ -135,3 +135,40 @@ def test_probes_and_a_line_stream_live_values_and_a_click_adds_a_probe():
         assert "outside the domain" in controller.status
     finally:
         controller.close()
+
+
+def test_streamlines_and_an_isosurface_come_from_the_coarse_flow():
+    from bokeh.document import Document
+
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((16, 10, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    solid[6:9, 3:6, 2:6] = True  # an obstacle: speed varies, vortices form
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    scene = Scene3D(controller)
+    try:
+        scene.show_streamlines.value = True
+        scene.seeds.value = 20
+        scene.show_iso.value = True  # of |u|, level auto
+        controller.step(40)
+        snap = controller.runner.wait_for(lambda s: s.flow3d is not None and s.step >= 40, 60)
+        assert snap.flow3d.name == "umag"
+        controller.poll()
+        scene.refresh()
+        lines, iso = scene._meshes["streamlines"], scene._meshes["iso"]
+        assert lines.n_lines > 0 and iso.n_cells > 0
+        # Streamlines stay in the box and iso points sit at the level.
+        assert lines.points.min() >= -0.5 and (lines.points.max(axis=0) <= np.array(
+            solid.shape) - 0.5).all()
+        first = lines.n_points
+        scene.seed_from.value = "probe line"  # no line: the slice plane again
+        scene.seeds.value = 5
+        assert scene._meshes["streamlines"].n_points < first
+        scene.pane.get_root(Document())  # the scene serialises for the browser
+        scene.show_streamlines.value = scene.show_iso.value = False
+        controller.runner.wait_for(lambda s: s.flow3d is None, 60)
+    finally:
+        scene.close()
+        controller.close()
