@@ -25,6 +25,9 @@ __all__ = ["ProbesView", "parse_points", "parse_line", "series_rows"]
 
 #: Samples kept per probe in the live plot.
 SERIES_LENGTH = 2000
+#: Drawn on a canvas, not WebGL: each WebGL plot holds a browser context, and with the slice,
+#: the counters and the 3D views a page had so many that Chromium dropped the oldest.
+CANVAS = {"plot.output_backend": "canvas"}
 
 
 def parse_points(text: str, ndim: int = 3) -> list[tuple[int, ...]]:
@@ -139,7 +142,7 @@ class ProbesView(pn.viewable.Viewer):
                 hv.opts.Curve(line_width=2, responsive=True, height=220, framewise=True,
                               show_grid=True, tools=["hover"]),
                 hv.opts.Overlay(title=f"Probes: {label}", legend_position="top_left",
-                                framewise=True, responsive=True))
+                                framewise=True, responsive=True, backend_opts=CANVAS))
         return hv.DynamicMap(curves, streams=[self.buffer])
 
     def _restart(self) -> None:
@@ -154,7 +157,7 @@ class ProbesView(pn.viewable.Viewer):
         return hv.Curve((data["s"], data["v"]), "distance along the line (voxels)",
                         hv.Dimension("v", label=data["label"] or "value")).opts(
             responsive=True, height=220, line_width=2, framewise=True, show_grid=True,
-            title=f"Line profile {data['name']}", tools=["hover"])
+            title=f"Line profile {data['name']}", tools=["hover"], backend_opts=CANVAS)
 
     def _update(self, *events) -> None:
         readings = self.controller.snapshot.probes

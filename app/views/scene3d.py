@@ -186,28 +186,32 @@ class Scene3D(pn.viewable.Viewer):
         # No orientation widget: vtk.js re-creates the render window on every update and its
         # widget then reads the viewport of the deleted renderer (a console error).
         self.pane = pn.pane.VTK(self.plotter.ren_win, sizing_mode="stretch_width", height=480,
-                                enable_keybindings=True)
+                                enable_keybindings=True, css_classes=["scene3d"])
 
     def _flow_controls(self) -> None:
         """Streamline and isosurface widgets; changing one asks the runner for the flow."""
-        self.show_streamlines = pn.widgets.Checkbox(name="streamlines", value=False, width=110)
+        self.show_streamlines = pn.widgets.Checkbox(name="streamlines", value=False, width=110,
+                                                    align="end")
         self.seeds = pn.widgets.IntSlider(name="seeds", start=5, end=300, value=60, step=5,
                                           width=160)
         self.seed_from = pn.widgets.Select(name="seeded from", options=list(SEED_SOURCES),
                                            width=140)
-        self.show_iso = pn.widgets.Checkbox(name="isosurface", value=False, width=100)
+        self.show_iso = pn.widgets.Checkbox(name="isosurface", value=False, width=110,
+                                            align="end")
         self.iso_field = pn.widgets.Select(name="of", options={
-            FIELDS[f].label: f for f in COARSE_FIELDS}, value="umag", width=150)
+            FIELDS[f].label: f for f in COARSE_FIELDS}, value="umag", width=140)
         self.iso_level = pn.widgets.FloatInput(name="level, SI (0 = auto)", value=0.0,
-                                               width=150)
+                                               width=140)
         self._flow_key: tuple | None = None
         for widget in (self.show_streamlines, self.show_iso, self.iso_field):
             widget.param.watch(self._request_flow, "value")
         for widget in (self.seeds, self.seed_from, self.iso_level):
             widget.param.watch(self._flow_widgets_changed, "value")
-        self.controls = pn.Row(self.show_streamlines, self.seeds, self.seed_from, self.show_iso,
-                               self.iso_field, self.iso_level, sizing_mode="stretch_width",
-                               css_classes=["flow3d-controls"])
+        self.controls = pn.Column(
+            pn.Row(self.show_streamlines, self.seeds, self.seed_from,
+                   sizing_mode="stretch_width"),
+            pn.Row(self.show_iso, self.iso_field, self.iso_level, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width", css_classes=["flow3d-controls"])
 
     def _request_flow(self, *events) -> None:
         """Ask the runner for the coarse flow the shown views need (or for none)."""

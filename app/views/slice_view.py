@@ -114,8 +114,8 @@ class SlicePlot(pn.viewable.Viewer):
         self.controller, self.setup = controller, setup
         self.fix_range = pn.widgets.Checkbox(name="fix colour range", value=False, width=130,
                                              align="end")
-        self.low = pn.widgets.FloatInput(name="from", value=0.0, width=110)
-        self.high = pn.widgets.FloatInput(name="to", value=1.0, width=110)
+        self.low = pn.widgets.FloatInput(name="colours from", value=0.0, width=120)
+        self.high = pn.widgets.FloatInput(name="to", value=1.0, width=120)
         first = self._frame(controller.snapshot)
         self.pipe = hv.streams.Pipe(data=first)
         self.dmap = hv.DynamicMap(self._render, streams=[self.pipe])
@@ -136,13 +136,13 @@ class SlicePlot(pn.viewable.Viewer):
                 pn.widgets.RadioButtonGroup.from_param(p.axis, button_style="outline",
                                                        button_type="primary", width=130,
                                                        name="Normal", align="end"),
-                self.fix_range, self.low, self.high,
-            ),
-            pn.Row(
                 pn.widgets.IntSlider.from_param(p.position, name="Slice position",
                                                 sizing_mode="stretch_width"),
-                pn.widgets.Checkbox.from_param(p.arrows, name="velocity arrows", width=140,
-                                               align="end"),
+                sizing_mode="stretch_width",
+            ),
+            pn.Row(self.fix_range, self.low, self.high, sizing_mode="stretch_width"),
+            pn.Row(
+                pn.widgets.Checkbox.from_param(p.arrows, name="velocity arrows", width=140),
                 self.click_probe,
                 sizing_mode="stretch_width",
             ),
