@@ -122,7 +122,7 @@ class SlicePlot(pn.viewable.Viewer):
         self.click_probe = pn.widgets.Checkbox(name="click adds a probe", value=True, width=140,
                                                align="end")
         self._tap = self._tap_stream()
-        self._shape = first["plane"].shape
+        self._shape, self._label = first["plane"].shape, first["label"]
         self._shown = -1
         controller.param.watch(self._update, ["snapshot", "arrows"])
         for widget in (self.fix_range, self.low, self.high):
@@ -163,11 +163,12 @@ class SlicePlot(pn.viewable.Viewer):
         self._shown = snap.seq
         frame = self._frame(snap)
         self.caption.object = _caption(frame["title"])
-        if frame["plane"].shape == self._shape:
+        if (frame["plane"].shape, frame["label"]) == (self._shape, self._label):
             self.pipe.send(frame)
             return
-        # A cut of another shape needs new axis ranges: start a fresh plot.
-        self._shape = frame["plane"].shape
+        # A cut of another shape needs new axis ranges, another field a new colour bar title:
+        # start a fresh plot.
+        self._shape, self._label = frame["plane"].shape, frame["label"]
         self.pipe = hv.streams.Pipe(data=frame)
         self.dmap = hv.DynamicMap(self._render, streams=[self.pipe])
         self._tap = self._tap_stream()

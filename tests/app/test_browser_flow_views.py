@@ -66,11 +66,15 @@ def test_fields_probes_and_3d_flow_views_in_one_session(page):
     assert "2 probes, 1 lines" in page.locator(".probe-step").first.text_content()
     # 3. Streamlines and an isosurface appear in the 3D view.
     before = scene_pixels(page)
-    page.get_by_text("streamlines", exact=True).click()
-    page.get_by_text("isosurface", exact=True).click()
-    wait_until(lambda: blue_pixels(scene_pixels(page)) > blue_pixels(before) + 200, 90,
-               "streamlines drawn in the 3D view", interval=2)
+    boxes = page.locator(".flow3d-controls input[type=checkbox]")
+    boxes.nth(0).check()  # streamlines
+    boxes.nth(1).check()  # isosurface
     ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        wait_until(lambda: blue_pixels(scene_pixels(page)) > blue_pixels(before) + 200, 90,
+                   "streamlines drawn in the 3D view", interval=2)
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "flow-views-3d.png"))
     page.screenshot(path=str(ARTIFACTS / "flow-views.png"))
     # 4. Reset: the views stay and the probes read the new run.
     page.get_by_role("button", name="Reset").click()

@@ -172,3 +172,26 @@ def test_streamlines_and_an_isosurface_come_from_the_coarse_flow():
     finally:
         scene.close()
         controller.close()
+
+
+def test_another_field_gets_a_fresh_plot_with_its_colour_bar_title():
+    from app.views.slice_view import SlicePlot
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((8, 8, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(backend="numpy"),
+                            autostart=None)
+    try:
+        view = SlicePlot(controller)
+        controller.runner.wait_for(lambda s: s.plane is not None, 60)
+        controller.poll()
+        first = view.dmap
+        controller.quantity = "pressure"
+        controller.runner.wait_for(lambda s: s.view.quantity == "pressure", 60)
+        controller.poll()
+        assert view.dmap is not first and view._pane.object is view.dmap
+        image = view.dmap[()].get(0)
+        assert image.vdims[0].label == "pressure p − p0 (lattice units)"
+    finally:
+        controller.close()
