@@ -38,11 +38,12 @@ def scene_pixels(page) -> np.ndarray:
     """RGB pixels of the 3D view's canvas (a page clip)."""
     from io import BytesIO
 
-    from PIL import Image
+    from matplotlib.image import imread
 
     canvas = page.locator(".scene3d canvas").first
     box = canvas.bounding_box()
-    return np.asarray(Image.open(BytesIO(page.screenshot(clip=box))).convert("RGB"))
+    rgba = imread(BytesIO(page.screenshot(clip=box)), format="png")
+    return np.rint(rgba[..., :3] * 255).astype(np.uint8)
 
 
 def blue_pixels(pixels: np.ndarray) -> int:
