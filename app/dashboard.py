@@ -211,6 +211,8 @@ class Dashboard(pn.viewable.Viewer):
         downloads = [
             self._download("Fields (.vti)", "fields.vti", c.export_vti),
             self._download("Slice (.png)", "slice.png", c.export_png),
+            *([self._download("3D view (.png)", "view3d.png", self.scene.png)]
+              if self.scene is not None else []),
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
             # Reruns headless with the same openings: python -m solver run case.yaml
             self._download("Case (.yaml)", "case.yaml", lambda: self.case_text().encode()),

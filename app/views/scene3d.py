@@ -372,6 +372,21 @@ class Scene3D(pn.viewable.Viewer):
         self._actors.update(add_opening_actors(self.plotter, self._meshes,
                                                self._meshes["labels"]))
 
+    def png(self) -> bytes:
+        """The 3D view as a PNG, rendered off screen from the browser's last camera."""
+        import io
+
+        from matplotlib.image import imsave
+
+        camera = getattr(self.pane, "camera", None) or {}
+        if {"position", "focalPoint", "viewUp"} <= set(camera):
+            self.plotter.camera.position = tuple(camera["position"])
+            self.plotter.camera.focal_point = tuple(camera["focalPoint"])
+            self.plotter.camera.up = tuple(camera["viewUp"])
+        out = io.BytesIO()
+        imsave(out, self.plotter.screenshot(return_img=True), format="png")
+        return out.getvalue()
+
     def close(self) -> None:
         """Release the VTK objects of this view (meshes, actors, render window)."""
         self.plotter.close()

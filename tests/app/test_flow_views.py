@@ -195,3 +195,20 @@ def test_another_field_gets_a_fresh_plot_with_its_colour_bar_title():
         assert image.vdims[0].label == "pressure p − p0 (lattice units)"
     finally:
         controller.close()
+
+
+def test_the_3d_view_exports_a_png_of_what_it_shows():
+    from io import BytesIO
+
+    from matplotlib.image import imread
+
+    controller = Controller(autostart=None)
+    scene = Scene3D(controller)
+    try:
+        png = scene.png()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        pixels = imread(BytesIO(png), format="png")
+        assert pixels.shape[:2] == (480, 640) and pixels[..., :3].std() > 0.05  # not blank
+    finally:
+        scene.close()
+        controller.close()
