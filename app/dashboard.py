@@ -213,6 +213,7 @@ class Dashboard(pn.viewable.Viewer):
             self._download("Slice (.png)", "slice.png", c.export_png),
             *([self._download("3D view (.png)", "view3d.png", self.scene.png)]
               if self.scene is not None else []),
+            self._download("Slice recording (.gif)", "slice.gif", self.slice.recorder.gif),
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
             # Reruns headless with the same openings: python -m solver run case.yaml
             self._download("Case (.yaml)", "case.yaml", lambda: self.case_text().encode()),

@@ -21,6 +21,7 @@ from solver.flow_fields import FIELDS
 
 from ..controller import Controller
 from ..exports import QUANTITY_LABELS
+from ..recording import SliceRecorder
 
 __all__ = ["SlicePlot", "frame_of", "colour_range", "ARROWS_PER_SIDE", "SIGNED"]
 
@@ -121,6 +122,12 @@ class SlicePlot(pn.viewable.Viewer):
         self.dmap = hv.DynamicMap(self._render, streams=[self.pipe])
         self.click_probe = pn.widgets.Checkbox(name="click adds a probe", value=True, width=140,
                                                align="end")
+        self.recorder = SliceRecorder()
+        self.record = pn.widgets.Checkbox(name="record slice", value=False, width=100)
+        self.record_every = pn.widgets.FloatInput(name="every (s)", value=1.0, start=0.1,
+                                                  width=90)
+        self.record_every.param.watch(self._record_interval, "value")
+        self.record.param.watch(lambda e: self.recorder.clear() if e.new else None, "value")
         self._tap = self._tap_stream()
         self._shape, self._label = first["plane"].shape, first["label"]
         self._shown = -1
@@ -143,7 +150,7 @@ class SlicePlot(pn.viewable.Viewer):
             pn.Row(self.fix_range, self.low, self.high, sizing_mode="stretch_width"),
             pn.Row(
                 pn.widgets.Checkbox.from_param(p.arrows, name="velocity arrows", width=140),
-                self.click_probe,
+                self.click_probe, self.record, self.record_every,
                 sizing_mode="stretch_width",
             ),
             sizing_mode="stretch_width",
@@ -162,6 +169,8 @@ class SlicePlot(pn.viewable.Viewer):
             return
         self._shown = snap.seq
         frame = self._frame(snap)
+        if self.record.value and snap.plane is not None:
+            self.recorder.offer(frame["plane"], frame["title"], frame["label"])
         self.caption.object = _caption(frame["title"])
         if (frame["plane"].shape, frame["label"]) == (self._shape, self._label):
             self.pipe.send(frame)
@@ -173,6 +182,10 @@ class SlicePlot(pn.viewable.Viewer):
         self.dmap = hv.DynamicMap(self._render, streams=[self.pipe])
         self._tap = self._tap_stream()
         self._pane.object = self.dmap
+
+    def _record_interval(self, event) -> None:
+        if event.new and event.new > 0:
+            self.recorder.interval_s = float(event.new)
 
     def _tap_stream(self) -> hv.streams.Tap:
         """A click on the cut: a probe at that node (when ``click_probe`` is on)."""

@@ -212,3 +212,24 @@ def test_the_3d_view_exports_a_png_of_what_it_shows():
     finally:
         scene.close()
         controller.close()
+
+
+def test_the_slice_recording_keeps_frames_at_the_interval_and_makes_a_gif():
+    from app.recording import SliceRecorder
+
+    now = [0.0]
+    recorder = SliceRecorder(interval_s=1.0, max_frames=3, clock=lambda: now[0])
+    with pytest.raises(ValueError, match="Nothing recorded"):
+        recorder.gif()
+    for k in range(6):
+        plane = np.full((6, 4), float(k))
+        plane[0, 0] = np.nan
+        kept = recorder.offer(plane, f"step {k}", "|u| (m/s)")
+        assert kept == (k % 2 == 0)  # every other offer: half the interval apart
+        now[0] += 0.5
+    assert len(recorder) == 3 and recorder.frames[-1][1] == "step 4"
+    gif = recorder.gif()
+    assert gif[:6] == b"GIF89a" and gif.count(b"\x21\xf9\x04") >= 3  # a control block per frame
+    now[0] += 5
+    recorder.offer(np.zeros((5, 5)), "another cut", "|u| (m/s)")
+    assert len(recorder) == 1
