@@ -198,8 +198,10 @@ class Controller(param.Parameterized):
     def set_flow3d(self, name: str | None, interval: float = 2.0) -> None:
         """Ask for the coarse 3D flow with the scalar ``name`` every ``interval`` seconds
         (None: stop; :mod:`solver.coarse_flow`)."""
-        self._act("3D flow view " + ("off" if name is None else "on"),
-                  lambda: self.runner.set_flow3d(name, interval))
+        try:  # no status message: the 3D view shows the result
+            self.runner.set_flow3d(name, interval)
+        except Exception as exc:
+            self.report(exc)
 
     @param.depends("probes", watch=True)
     def _probes_changed(self) -> None:

@@ -18,7 +18,15 @@ from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
 from .fields import locate_cut, speed
-from .flow_fields import FIELDS, GRADIENT_FIELDS, grid_field, image_data, pressure
+from .flow_fields import (
+    FIELDS,
+    GRADIENT_FIELDS,
+    cut_gradient_field,
+    grid_field,
+    image_data,
+    pressure,
+    wall_cut,
+)
 from .io import CheckpointError, config_from_values, read_checkpoint, restore, save_simulation
 from .metrics import Metrics
 from .problem import GeometryLike, Problem, as_geometry
@@ -260,8 +268,6 @@ class Simulation:
     def _derived_plane(self, axis: int, index: int, quantity: str) -> np.ndarray:
         """A :data:`DERIVED` quantity on a cut (host, NaN in solids; lattice units): the
         gradient fields from the cut and its two neighbour layers, computed on the device."""
-        from .flow_fields import cut_gradient_field, wall_cut
-
         if quantity == "wss":
             walls = self._wall_nodes()
             sub, where = wall_cut(walls, axis, index, self.solid.ndim)
