@@ -13,10 +13,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import param
 
 from geometries import VoxelGeometry, generators
 from solver.config import SimulationConfig
+from solver.probes import Probe, ProbeSet
 from solver.runner import SimulationRunner
 from solver.snapshot import SliceView, Snapshot
 
@@ -29,7 +31,9 @@ __all__ = ["Controller", "default_case", "copy_config", "DEFAULT_FORCE", "QUANTI
 
 log = logging.getLogger(__name__)
 
-QUANTITY_CHOICES = {"|u|": "umag", "u_x": "ux", "u_y": "uy", "u_z": "uz", "density": "rho"}
+QUANTITY_CHOICES = {"|u|": "umag", "u_x": "ux", "u_y": "uy", "u_z": "uz", "density": "rho",
+                    "pressure": "pressure", "vorticity |ω|": "vorticity", "Q-criterion": "qcrit",
+                    "wall shear stress": "wss"}
 LEVELS = ("info", "success", "warning", "danger")
 EXPORT_TIMEOUT_S = 60.0
 
@@ -61,6 +65,8 @@ class Controller(param.Parameterized):
     status = param.String(default="Starting the simulation", precedence=-1)
     level = param.Selector(objects=list(LEVELS), default="info", precedence=-1)
     settings_changed = param.Boolean(default=False, precedence=-1)
+    probes = param.ClassSelector(class_=ProbeSet, default=ProbeSet(), precedence=-1,
+                                 doc="Point probes and lines sampled with each snapshot.")
 
     def __init__(
         self, geometry: VoxelGeometry | None = None, config: SimulationConfig | None = None,
@@ -176,6 +182,33 @@ class Controller(param.Parameterized):
         self._last_error, self._last_state = snap.error, (snap.status, snap.message)
         self.snapshot = snap
 
+    def set_probes(self, probes: ProbeSet) -> bool:
+        """Sample ``probes`` (voxel indices) with every snapshot; True if accepted."""
+        def send() -> None:
+            self.probes = probes.check(tuple(self.geometry.shape))
+        return self._act(f"{len(probes.probes)} probes, {len(probes.lines)} lines", send)
+
+    def add_probe(self, point: tuple[int, ...]) -> bool:
+        """Add a probe at ``point`` (voxel indices), named p1, p2, ... in order."""
+        names = {p.name for p in self.probes.probes}
+        name = next(f"p{k}" for k in range(1, len(names) + 2) if f"p{k}" not in names)
+        probes = ProbeSet((*self.probes.probes, Probe(name, tuple(int(v) for v in point))),
+                          self.probes.lines)
+        return self.set_probes(probes)
+
+    def set_flow3d(self, name: str | None, interval: float = 2.0) -> None:
+        """Ask for the coarse 3D flow with the scalar ``name`` every ``interval`` seconds
+        (None: stop; :mod:`solver.coarse_flow`)."""
+        try:  # no status message: the 3D view shows the result
+            self.runner.set_flow3d(name, interval)
+        except Exception as exc:
+            self.report(exc)
+
+    @param.depends("probes", watch=True)
+    def _probes_changed(self) -> None:
+        if self.runner is not None:
+            self.runner.set_probes(self.probes)
+
     @param.depends("quantity", "axis", "position", watch=True)
     def _view_changed(self) -> None:
         if self.runner is not None:
@@ -186,7 +219,7 @@ class Controller(param.Parameterized):
         shape = self.geometry.shape
         n = shape[self.axis] if len(shape) == 3 else 1
         self.param.position.bounds = (0, max(n - 1, 0))
-        self.position = n // 2
+        self.position = fullest_layer(self.geometry.solid, self.axis) if len(shape) == 3 else 0
 
     def _view(self) -> SliceView:
         return SliceView(self.quantity, self.axis, self.position)
@@ -226,6 +259,15 @@ class Controller(param.Parameterized):
     def close(self) -> None:
         """Stop the runner and free the simulation's memory."""
         self.runner.stop()
+
+
+def fullest_layer(solid: np.ndarray, axis: int) -> int:
+    """The layer normal to ``axis`` with the most fluid nodes (the one nearest the middle among
+    equals): a thin vessel's middle layer may hold no fluid at all, a blank first slice."""
+    fluid = (~np.asarray(solid, dtype=bool)).sum(axis=tuple(a for a in range(3) if a != axis))
+    n = len(fluid)
+    best = np.flatnonzero(fluid == fluid.max())
+    return int(best[np.argmin(np.abs(best - (n - 1) / 2))])
 
 
 def _values(config: SimulationConfig) -> dict:

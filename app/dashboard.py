@@ -16,9 +16,11 @@ from typing import Any
 
 import panel as pn
 import param
+import yaml
 from panel.io.callbacks import PeriodicCallback
 
 from solver.config import SimulationConfig
+from solver.probes import probe_specs
 from solver.runner import live_runners
 
 from .controller import Controller
@@ -28,6 +30,7 @@ from .views.counters import CountersView
 from .views.geometry_panel import GeometryPanel
 from .views.opening_flows import OpeningFlowsView
 from .views.physics_panel import PhysicsPanel
+from .views.probes_view import ProbesView
 from .views.rock_panel import RockPanel
 from .views.run_buttons import RunButtons
 from .views.scene3d import Scene3D
@@ -114,10 +117,12 @@ class Dashboard(pn.viewable.Viewer):
             # Weakly: Panel keeps a never-loaded page's onload callbacks after its session.
             pn.state.onload(weak_callback(self.controller.start if autostart
                                           else self.controller.prepare))
-        self.slice = SlicePlot(self.controller)
-        self.counters = CountersView(self.controller)
-        self.scene = Scene3D(self.controller) if self.settings.scene_3d else None
         self.physics = PhysicsPanel(self.controller)
+        self.slice = SlicePlot(self.controller, self.physics.setup)  # SI units of the setup
+        self.counters = CountersView(self.controller)
+        self.probes = ProbesView(self.controller, self.physics.setup)
+        self.scene = (Scene3D(self.controller, self.physics.setup) if self.settings.scene_3d
+                      else None)
         self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
         self.rock = RockPanel(self.controller)
         self.flows = OpeningFlowsView(self.controller, self.physics.setup)
@@ -206,10 +211,12 @@ class Dashboard(pn.viewable.Viewer):
         downloads = [
             self._download("Fields (.vti)", "fields.vti", c.export_vti),
             self._download("Slice (.png)", "slice.png", c.export_png),
+            *([self._download("3D view (.png)", "view3d.png", self.scene.png)]
+              if self.scene is not None else []),
+            self._download("Slice recording (.gif)", "slice.gif", self.slice.recorder.gif),
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
             # Reruns headless with the same openings: python -m solver run case.yaml
-            self._download("Case (.yaml)", "case.yaml",
-                           lambda: self.geometry_panel.case_text().encode()),
+            self._download("Case (.yaml)", "case.yaml", lambda: self.case_text().encode()),
         ]
         return pn.Column(
             self.run_buttons, self.status,
@@ -224,6 +231,7 @@ class Dashboard(pn.viewable.Viewer):
                 pn.pane.Markdown("**3D view** · cutaway at the slice, refreshed every "
                                  f"{self.settings.scene_refresh_s:g} s"),
                 self.scene, sizing_mode="stretch_width"))
+        flow = pn.Column(flow, self.probes, sizing_mode="stretch_width")
         tabs = pn.Tabs(("Flow", flow), ("Geometry", self.geometry_panel),
                        ("Physics", self.physics), ("Rock", self.rock), dynamic=False,
                        sizing_mode="stretch_width")
@@ -233,6 +241,12 @@ class Dashboard(pn.viewable.Viewer):
         counters = pn.Column(self.counters.cards, self.flows.pane, sizing_mode="stretch_width")
         return pn.Column(counters, tabs, self.counters.plots,
                          sizing_mode="stretch_width")
+
+    def case_text(self) -> str:
+        """The session's run as a case file, with its probes and lines (voxel indices)."""
+        text = self.geometry_panel.case_text()
+        extra = probe_specs(self.controller.probes)
+        return text + (yaml.safe_dump(extra, sort_keys=False) if extra else "")
 
     def _download(self, label: str, filename: str, make) -> pn.widgets.FileDownload:
         def callback() -> io.BytesIO:

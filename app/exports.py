@@ -16,14 +16,12 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from solver.flow_fields import FIELDS
 from solver.io import write_vti
 
 __all__ = ["fields_vti", "slice_png", "slice_figure", "history_csv", "QUANTITY_LABELS"]
 
-QUANTITY_LABELS = {
-    "umag": "|u| (lattice units)", "ux": "u_x (lattice units)", "uy": "u_y (lattice units)",
-    "uz": "u_z (lattice units)", "rho": "density (lattice units)",
-}
+QUANTITY_LABELS = {name: spec.lattice_label() for name, spec in FIELDS.items()}
 
 
 def fields_vti(

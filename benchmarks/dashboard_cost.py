@@ -18,6 +18,13 @@
    snapshot holding a slice (target < 2 s), and until the first slice of a stepped flow.
 4. Device memory after N runners were created, run and stopped, against the baseline before
    them (CuPy ``memGetInfo`` and memory pool), and how long each ``stop()`` took.
+5. The flow views of issue 30 (unless ``--no-views``): step 2 again, the runner as the
+   dashboard makes it, with three point probes sampled into every snapshot and the coarse
+   3D flow with the Q-criterion (``solver.coarse_flow``, what streamlines and an isosurface
+   are built from) read every ``VIEWS_INTERVAL_S`` seconds; cost target <= 10 %. Step 1 also
+   times one probe sample and one coarse-flow read alone, and, where PyVista is installed,
+   the host build of 60 streamlines and the isosurface from it (``app/views/flow3d.py``,
+   loaded from its file so HoloViews and Panel are not needed).
 
 Needs only solver, geometries, numpy and param (plus CuPy for ``--backend cupy``): no Panel,
 HoloViews or PyVista. Writes ``dashboard-cost-<device>-<date>.json`` and ``.md`` to ``--out``
@@ -54,6 +61,7 @@ from solver.benchmarking.cases import git_commit  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.last_good import REFRESH_S, LastGood  # noqa: E402
 from solver.pacing import HEALTH_SHARE  # noqa: E402
+from solver.probes import Probe, ProbeSet  # noqa: E402
 from solver.runner import (  # noqa: E402
     CHUNK_SECONDS,
     SNAPSHOT_INTERVAL,
@@ -69,6 +77,10 @@ log = logging.getLogger("dashboard_cost")
 FRAME_HZ = 10.0
 #: The dashboard re-synchronises its 3D view this often (app.settings: scene_refresh_s).
 SCENE_REFRESH_S = 10.0
+#: Seconds between coarse 3D flows the runner reads (app.views.scene3d.FLOW3D_INTERVAL_S).
+VIEWS_INTERVAL_S = 2.0
+#: Streamline seeds in the host build timing (the 3D view's default count).
+SEEDS = 60
 #: Device memory that may differ from the baseline after runners stopped, bytes.
 MEMORY_SLACK = 16 * 2**20
 
@@ -123,6 +135,47 @@ class DeviceMemory:
                 "pool_used": int(pool.used_bytes()), "pool_total": int(pool.total_bytes())}
 
 
+def three_probes(geometry) -> ProbeSet:
+    """Three fluid nodes at a quarter, half and three quarters of the box along x, middle y
+    (the first fluid node along z there)."""
+    solid = np.asarray(geometry.solid)
+    nx, ny, _ = solid.shape
+    probes = []
+    for k, x in enumerate((nx // 4, nx // 2, 3 * nx // 4)):
+        column = np.flatnonzero(~solid[x, ny // 2])
+        z = int(column[len(column) // 2]) if column.size else 0
+        probes.append(Probe(f"p{k + 1}", (x, ny // 2, z)))
+    return ProbeSet(tuple(probes))
+
+
+def flow3d_module():
+    """app/views/flow3d.py loaded from its file (needs PyVista only), or None without it."""
+    import importlib.util
+
+    try:
+        import pyvista  # noqa: F401
+    except ImportError:
+        return None
+    spec = importlib.util.spec_from_file_location("flow3d", ROOT / "app" / "views" / "flow3d.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mesh_seconds(flow, geometry, module) -> dict:
+    """Host seconds to build SEEDS streamlines (from the middle z plane) and the Q
+    isosurface from a coarse flow with PyVista."""
+    start = time.perf_counter()
+    grid = module.coarse_grid(flow)
+    seeds = module.seed_points(geometry, "slice plane", SEEDS, 2, geometry.shape[2] // 2)
+    lines = module.streamlines(grid, seeds)
+    middle = time.perf_counter()
+    surface = module.isosurface(grid, module.auto_level(flow.scalar, flow.name))
+    end = time.perf_counter()
+    return {"streamlines_s": middle - start, "isosurface_s": end - middle,
+            "streamline_points": int(lines.n_points), "isosurface_cells": int(surface.n_cells)}
+
+
 def _median_seconds(fn, repeats: int = 3) -> float:
     times = []
     for _ in range(repeats):
@@ -164,7 +217,12 @@ def headless(geometry, config: SimulationConfig, case: Case) -> dict:
         "last_good_on_device": good.on_device,
         "before_full_readback_s": _median_seconds(sim.fields),
         "before_host_populations_s": _median_seconds(sim.populations),
+        "probes_3_s": _median_seconds(lambda: sim.sample(three_probes(geometry))),
+        "coarse_flow_q_s": _median_seconds(lambda: sim.coarse_flow("qcrit")),
     }
+    module = flow3d_module()
+    publish["meshes"] = (mesh_seconds(sim.coarse_flow("qcrit"), geometry, module)
+                         if module is not None else None)
     good.clear()
     out = {
         "fluid_nodes": int(fluid), "n_tiles": int(sim.tiling.n_tiles),
@@ -280,9 +338,13 @@ def _stopped(runner: SimulationRunner) -> float:
 
 
 def streaming(geometry, config: SimulationConfig, case: Case, interval: float | None,
-              fluid: int) -> dict:
-    """Runner MFLUPS while a consumer thread polls at 10 Hz."""
+              fluid: int, views: bool = False) -> dict:
+    """Runner MFLUPS while a consumer thread polls at 10 Hz; with ``views`` three probes and
+    the coarse 3D flow (Q) every VIEWS_INTERVAL_S seconds, as the dashboard asks for them."""
     runner = _runner(geometry, config, interval)
+    if views:
+        runner.set_probes(three_probes(geometry))
+        runner.set_flow3d("qcrit", VIEWS_INTERVAL_S)
     runner.start()  # the Controller starts at once (autostart)
     consumer = DashboardConsumer(runner)
     consumer.start()
@@ -308,7 +370,8 @@ def streaming(geometry, config: SimulationConfig, case: Case, interval: float | 
         "frame_interval_median_s": float(np.median(intervals)) if intervals.size else None,
         "frame_shapes": sorted(consumer.shapes), "polls": consumer.polls,
         "consumer_busy_s": consumer.busy, "status": snap.status, "error": snap.error,
-        "stop_s": stop_s,
+        "stop_s": stop_s, "views": views,
+        "probes_published": snap.probes is not None, "flow3d_published": snap.flow3d is not None,
     }
 
 
@@ -351,6 +414,12 @@ def memory_cycle(geometry, config: SimulationConfig, memory: DeviceMemory, count
     return out
 
 
+def _update_s(publish: dict) -> float:
+    """Seconds of one streamline + isosurface update before the browser sync."""
+    meshes = publish["meshes"]
+    return publish["coarse_flow_q_s"] + meshes["streamlines_s"] + meshes["isosurface_s"]
+
+
 def _yes(ok: bool | None) -> str:
     return "n/a" if ok is None else ("yes" if ok else "**no**")
 
@@ -375,11 +444,15 @@ def markdown(result: dict) -> str:
         every = run_["snapshot_interval_s"]
         label = f"snapshot interval {every} s" if isinstance(every, float) else (
             "runner as the dashboard makes it")
+        if run_.get("views"):
+            label += (f", 3 probes + coarse 3D flow (Q) every {VIEWS_INTERVAL_S:g} s "
+                      f"(published: {_yes(run_['probes_published'] and run_['flow3d_published'])})")
         cost = run_["cost_fraction"]
+        target = 0.10 if run_.get("views") else 0.05
         rows += [
             (f"runner MFLUPS, 10 Hz consumer ({label})", f"{run_['mflups']:.4g}", "", ""),
-            ("cost 1 - streaming / headless", f"{100 * cost:.1f} %", "<= 5 %",
-             _yes(cost <= 0.05)),
+            ("cost 1 - streaming / headless", f"{100 * cost:.1f} %", f"<= {100 * target:g} %",
+             _yes(cost <= target)),
             ("new frames per second at the consumer", f"{run_['frames_per_second']:.2f}", "10",
              _yes(run_["frames_per_second"] >= 9.5)),
             ("median time between new frames", f"{run_['frame_interval_median_s'] or 0:.2f} s",
@@ -397,6 +470,18 @@ def markdown(result: dict) -> str:
          "", ""),
         ("before: host copy of the populations per publish",
          f"{1e3 * p['before_host_populations_s']:.0f} ms", "", ""),
+        ("publish part: 3 probes sampled on the device", f"{1e3 * p['probes_3_s']:.2f} ms",
+         "", ""),
+        ("publish part: coarse 3D flow with Q (every few s)",
+         f"{1e3 * p['coarse_flow_q_s']:.1f} ms", "", ""),
+        *([] if not p.get("meshes") else [
+            (f"host: {SEEDS} streamlines from the coarse flow (PyVista)",
+             f"{1e3 * p['meshes']['streamlines_s']:.0f} ms", "", ""),
+            ("host: Q isosurface from the coarse flow (PyVista)",
+             f"{1e3 * p['meshes']['isosurface_s']:.0f} ms", "", ""),
+            ("coarse read + streamlines + isosurface (before the browser sync)",
+             f"{_update_s(p):.2f} s", "<= 1 s", _yes(_update_s(p) <= 1.0)),
+        ]),
         ("start() to first slice (kernels cached)", f"{f['first_slice_s']:.2f} s", "< 2 s",
          _yes(f["first_slice_s"] < 2.0)),
         ("start() to first slice of a stepped flow", f"{f['first_stepped_slice_s']:.2f} s", "",
@@ -448,6 +533,10 @@ def run(args: argparse.Namespace) -> dict:
         s[-1]["cost_fraction"] = 1.0 - s[-1]["mflups"] / h["mflups"]
         log.info("streaming %.4g MFLUPS, %.2f frames/s", s[-1]["mflups"],
                  s[-1]["frames_per_second"])
+    if not args.no_views:
+        s.append(streaming(geometry, config, case, None, h["fluid_nodes"], views=True))
+        s[-1]["cost_fraction"] = 1.0 - s[-1]["mflups"] / h["mflups"]
+        log.info("streaming with views %.4g MFLUPS", s[-1]["mflups"])
     f = first_frame(geometry, config, None)
     log.info("first frame %.2f s", f["first_slice_s"])
     m = memory_cycle(geometry, config, memory, args.runners or case.runners)
@@ -484,6 +573,8 @@ def main() -> int:
                         default=[None, 0.1],
                         help="runner snapshot intervals to stream with, s; 'default' is the "
                              "runner's own, as the dashboard uses it (default: default 0.1)")
+    parser.add_argument("--no-views", action="store_true",
+                        help="skip the run with probes and the coarse 3D flow (issue 30)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     result = run(args)

@@ -44,7 +44,8 @@ __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_fol
 
 GEOMETRY_SOURCES = ("sample", "file", "generator")
 GEOMETRY_KEYS = (*GEOMETRY_SOURCES, "parameters", "options", "voxel_size", "origin")
-TOP_KEYS = ("name", "description", "geometry", "config", "run", "permeability", "openings")
+TOP_KEYS = ("name", "description", "geometry", "config", "run", "permeability", "openings",
+            "probes", "lines")
 
 
 class CaseError(ValueError):
@@ -119,6 +120,8 @@ class Case:
     #: Whether the case set `config.tau`; without it an opening-driven case in SI gets the tau
     #: chosen by :func:`solver.lattice_parameters.choose_lattice`.
     tau_given: bool = True
+    #: Point probes and lines (solver.probes.ProbeSet, voxel indices), written as CSV in SI.
+    probes: Any = None
 
 
 #: Largest case file read (bytes): a case is a page of text; more is a mistake or an attack.
@@ -207,10 +210,17 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
             openings = parse_opening_specs(data["openings"], source)
         except ValueError as exc:
             raise CaseError(str(exc)) from exc
+    from .probes import probe_set_from_specs
+
+    try:
+        probes = probe_set_from_specs(data.get("probes"), data.get("lines"), source)
+    except ValueError as exc:
+        raise CaseError(str(exc)) from exc
     return Case(
         name=str(name),
         openings=openings,
         tau_given="tau" in _section(data, "config", source),
+        probes=probes,
         geometry=_geometry_spec(data["geometry"], base, source),
         config=config,
         run=_build(RunControls, _section(data, "run", source), source, "run"),

@@ -40,6 +40,7 @@ from .io import (
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
 from .opening_specs import case_lattice, case_units, resolve_openings
+from .probes import ProbeSet, line_columns, line_rows, probe_columns, probe_row
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
@@ -133,6 +134,7 @@ class HeadlessRun:
         for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
+        self.probes = (case.probes or ProbeSet()).check(np.asarray(self.geometry.solid).shape)
         # Refused before anything is allocated, by the same verdict as the dashboard's.
         self.required = assess_memory(self.sim.problem, self.sim.backend).check().required
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
@@ -171,6 +173,7 @@ class HeadlessRun:
                           CSV_COLUMNS + opening_columns(sorted(self.case.config.openings))
                           + (FLOW_COLUMNS if self._vessel else []),
                           keep_until=start if start else None)
+        self._probe_logs()
         status = "max_steps"
         bar = tqdm(total=self.controls.max_steps, initial=start, unit="step",
                    desc=self.case.name, disable=not progress, dynamic_ncols=True)
@@ -281,6 +284,7 @@ class HeadlessRun:
         if self._vessel:
             row.update(flow_change=reading.flow_change, steady=reading.steady)
         self.csv.append(row)
+        self._write_probes()
         self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
         if self.controls.vti:
@@ -296,6 +300,27 @@ class HeadlessRun:
             return False
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
+
+    def _probe_logs(self) -> None:
+        """probes.csv (a row per output) and lines.csv (a row per line node and output), SI."""
+        probes, keep = self.probes, self.sim.time_step or None
+        self.probe_csv = self.line_csv = None
+        if probes.probes:
+            self.probe_csv = CsvLog(self.out / "probes.csv", probe_columns(probes, self.units),
+                                    keep_until=keep)
+        if probes.lines:
+            self.line_csv = CsvLog(self.out / "lines.csv", line_columns(self.units),
+                                   keep_until=keep)
+
+    def _write_probes(self) -> None:
+        if not self.probes:
+            return
+        readings = self.sim.sample(self.probes)  # the probed nodes alone leave the device
+        if self.probe_csv is not None:
+            self.probe_csv.append(probe_row(readings, self.units))
+        if self.line_csv is not None:
+            for row in line_rows(readings, self.units):
+                self.line_csv.append(row)
 
     def _checkpoint(self) -> None:
         extra = {"wall_s": self.wall, "last": self.last, "monitor": self.monitor.state()}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -99,6 +100,10 @@ class SimulationRunner(RunnerCommands):
         self._monitor: RunMonitor | None = None
         self._history = History()
         self._good = LastGood()
+        self._probes = None  # solver.probes.ProbeSet sampled with each snapshot
+        # (scalar name, seconds between reads) of the coarse 3D flow, and when it was read.
+        self._flow3d: tuple[str, float] | None = None
+        self._flow3d_read = -math.inf
         self._device: dict = {}
         self._rate = (time.perf_counter(), 0, 0.0)
 
@@ -221,9 +226,13 @@ class SimulationRunner(RunnerCommands):
             self._install(geometry, config or self._config, False, problem)
         elif command == "view":
             self._view = payload
+        elif command == "probes":
+            self._probes = payload
+        elif command == "flow3d":
+            self._flow3d, self._flow3d_read = payload, -math.inf
         else:
             raise ValueError(f"Unknown runner command {command!r}.")
-        self._publish(check=command in ("step", "view"))
+        self._publish(check=command in ("step", "view", "probes", "flow3d"))
 
     def _require(self) -> Simulation:
         if self._sim is None:
@@ -333,11 +342,27 @@ class SimulationRunner(RunnerCommands):
                     self._message = f"Step {sim.time_step}: {flow.reading.steady_label}"
                 self._steady_seen = flow.reading.steady
             extra = flow.snapshot_fields()
+            # The probed nodes alone (solver.probes), where the state lives.
+            extra["probes"] = (sim.sample(self._probes) if self._probes
+                               and self._probes.fits(sim.solid.shape) else None)
+            extra.update(self._coarse_flow(sim))
             extra["steps_per_second"] = self._steps_per_second(sim.time_step)
         self._emit(extra)
         # The copy of the last good state has its own schedule: not a cost of publishing. Only
         # a check counts as the health check the pacer schedules.
         self._pacer.published(start, time.perf_counter() - kept, health and check)
+
+    def _coarse_flow(self, sim: Simulation) -> dict[str, Any]:
+        """The coarse 3D flow when asked for and due (every few seconds: it reads all tiles
+        like a health check), else nothing (the snapshot keeps the last one)."""
+        if self._flow3d is None:
+            return {"flow3d": None}
+        name, interval = self._flow3d
+        now = time.monotonic()
+        if sim.solid.ndim != 3 or now - self._flow3d_read < interval:
+            return {}
+        self._flow3d_read = now
+        return {"flow3d": sim.coarse_flow(name)}
 
     def _diverged(self, flow: FlowSummary) -> None:
         """Pause, restore the last good populations and explain what happened."""

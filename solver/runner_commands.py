@@ -67,6 +67,16 @@ class RunnerCommands:
             raise TypeError(f"set_view needs a SliceView, got {view!r}.")
         self._send("view", view)
 
+    def set_probes(self, probes: Any) -> None:
+        """Sample a :class:`solver.probes.ProbeSet` with every snapshot (an empty one: stop);
+        publishes at once."""
+        self._send("probes", probes)
+
+    def set_flow3d(self, name: str | None, interval: float = 2.0) -> None:
+        """Publish the coarse 3D flow (:mod:`solver.coarse_flow`) with the scalar ``name``
+        every ``interval`` seconds of running (None: stop); publishes at once."""
+        self._send("flow3d", None if name is None else (name, float(interval)))
+
     def submit(self, fn: Callable[[Simulation], Any]) -> Future:
         """Run ``fn(simulation)`` on the runner thread; the Future holds its result."""
         future: Future = Future()

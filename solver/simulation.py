@@ -18,6 +18,15 @@ from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
 from .fields import locate_cut, speed
+from .flow_fields import (
+    FIELDS,
+    GRADIENT_FIELDS,
+    cut_gradient_field,
+    grid_field,
+    image_data,
+    pressure,
+    wall_cut,
+)
 from .io import CheckpointError, config_from_values, read_checkpoint, restore, save_simulation
 from .metrics import Metrics
 from .problem import GeometryLike, Problem, as_geometry
@@ -27,8 +36,10 @@ __all__ = ["Simulation", "SimulationConfig", "ConfigError", "QUANTITIES"]
 
 log = logging.getLogger(__name__)
 
-#: Quantities :meth:`Simulation.slice` can return.
-QUANTITIES = ("umag", "ux", "uy", "uz", "rho")
+#: Quantities :meth:`Simulation.slice` can return (:data:`solver.flow_fields.FIELDS`).
+QUANTITIES = tuple(FIELDS)
+#: Quantities a cut cannot take from its own nodes' moments alone.
+DERIVED = (*GRADIENT_FIELDS, "wss")
 
 
 def solid_mask(geometry: GeometryLike | np.ndarray) -> np.ndarray:
@@ -135,6 +146,36 @@ class Simulation:
             "u": np.moveaxis(self.tiling.scatter(u), -1, 0),
         }
 
+    def field(self, name: str) -> np.ndarray:
+        """Field ``name`` of :data:`solver.flow_fields.FIELDS` on the whole grid (host, x, y[, z]
+        order, NaN in solids, lattice units; ``FIELDS[name].si_factor(units)`` gives SI)."""
+        if name not in FIELDS:
+            raise ValueError(f"Unknown field {name!r}; choose one of {list(FIELDS)}.")
+        if name == "wss":
+            return self.wall_shear_stress()
+        fields = self.fields()
+        return grid_field(name, fields["rho"], fields["u"], self.solid,
+                          self.config.initial_density, periodic=tuple(self.problem.periodic))
+
+    def sample(self, probes: Any) -> Any:
+        """:class:`solver.probes.Readings` of a :class:`solver.probes.ProbeSet` now (lattice
+        units): only the probed nodes' tiles are reduced, only their values leave the device."""
+        from .probes import sample
+
+        return sample(self, probes, self._reader())
+
+    def coarse_flow(self, name: str = "umag", max_edge: int | None = None) -> Any:
+        """:class:`solver.coarse_flow.CoarseFlow`: the velocity and the scalar ``name`` every
+        few voxels (longest edge at most ``max_edge`` nodes), gathered on the device."""
+        from .coarse_flow import MAX_EDGE, coarse_flow
+
+        return coarse_flow(self, self._reader(), name, max_edge or MAX_EDGE)
+
+    def to_pyvista(self, names: tuple[str, ...] = ("umag", "pressure")) -> Any:
+        """The named fields as a :class:`pyvista.ImageData` (cell data, lattice units; cells
+        of the geometry's voxel size in metres, 1 if unknown) for one's own plots."""
+        return image_data({name: self.field(name) for name in names}, self.voxel_size)
+
     def slice(self, axis: int, index: int, quantity: str = "umag") -> np.ndarray:
         """2D cut normal to ``axis`` at ``index`` (3D) or the whole field (2D); NaN in solids.
 
@@ -143,6 +184,8 @@ class Simulation:
         self._check_cut(axis, index, quantity)
         if quantity in ("ux", "uy", "uz") and "xyz".index(quantity[1]) >= self.solid.ndim:
             raise ValueError(f"{quantity} does not exist in a 2D simulation.")
+        if quantity in DERIVED:
+            return self._derived_plane(axis, index, quantity)
         return self._look(axis, index, [quantity], False)[0][0]
 
     def view(self, axis: int, index: int, quantity: str = "umag", health: bool = True) -> dict:
@@ -158,8 +201,11 @@ class Simulation:
         """
         self._check_cut(axis, index, quantity)
         in_plane = [a for a in range(3) if a != axis] if self.solid.ndim == 3 else [0, 1]
-        names = [quantity, *("u" + "xyz"[a] for a in in_plane)]
+        derived = quantity in DERIVED
+        names = ["rho" if derived else quantity, *("u" + "xyz"[a] for a in in_plane)]
         planes, numbers = self._look(axis, index, names, health)
+        if derived:
+            planes[0] = self._derived_plane(axis, index, quantity)
         return {"plane": planes[0], "velocity": planes[1:],
                 "axes": tuple("xyz"[a] for a in in_plane), **(numbers or {})}
 
@@ -181,15 +227,19 @@ class Simulation:
             raise ValueError(f"Slice axis {axis} index {index} is outside shape "
                              f"{self.solid.shape}.")
 
-    def _look(self, axis: int, index: int, names: list[str], health: bool):
-        """Host planes (len(names), n_a, n_b) of the named quantities on a cut, and the health
-        numbers from the same moments (None without ``health``)."""
+    def _cut(self, axis: int, index: int):
+        """The :class:`solver.fields.Cut` normal to ``axis`` at ``index`` (cached)."""
         key = (axis, index) if self.solid.ndim == 3 else (0, 0)
         if key not in self._slice_cache:
             if len(self._slice_cache) > 64:
                 self._slice_cache.clear()
             self._slice_cache[key] = locate_cut(self.tiling, *key, self.backend.xp)
-        cut = self._slice_cache[key]
+        return self._slice_cache[key]
+
+    def _look(self, axis: int, index: int, names: list[str], health: bool):
+        """Host planes (len(names), n_a, n_b) of the named quantities on a cut, and the health
+        numbers from the same moments (None without ``health``)."""
+        cut = self._cut(axis, index)
         if health:
             numbers, (rho, u, index) = self._reader().health(cut)
             return self._planes(rho, u, index, cut.solid, names), numbers
@@ -204,6 +254,8 @@ class Simulation:
         def one(name: str):
             if name == "rho":
                 return rho.reshape(-1)[index]
+            if name == "pressure":
+                return pressure(rho.reshape(-1)[index], self.config.initial_density)
             if name == "umag":
                 return speed(u_cut, xp)
             component = "xyz".index(name[1])
@@ -212,6 +264,33 @@ class Simulation:
         planes = self.backend.to_host(xp.stack([one(name) for name in names]))
         planes[:, solid] = np.nan
         return planes
+
+    def _derived_plane(self, axis: int, index: int, quantity: str) -> np.ndarray:
+        """A :data:`DERIVED` quantity on a cut (host, NaN in solids; lattice units): the
+        gradient fields from the cut and its two neighbour layers, computed on the device."""
+        if quantity == "wss":
+            walls = self._wall_nodes()
+            sub, where = wall_cut(walls, axis, index, self.solid.ndim)
+            out = np.full(self._cut(axis, index).solid.shape, np.nan)
+            if len(sub.voxels):
+                out[where] = self._reader().wall_shear(sub)
+            return out
+        return cut_gradient_field(self, axis, index, quantity)
+
+    def cut_velocity(self, axis: int, index: int) -> tuple[Any, np.ndarray]:
+        """Velocity (d, n_a, n_b) on a cut as a backend array, and its host fluid mask; only
+        the tiles the cut passes through are reduced. Lattice units."""
+        cut = self._cut(axis, index)
+        _, u = self._reader().moments(cut.tiles)
+        u_cut = u.reshape(u.shape[0], -1)[:, cut.local]
+        return u_cut.reshape(u.shape[0], *cut.solid.shape), ~cut.solid
+
+    def _wall_nodes(self):
+        from .wall_shear import wall_nodes
+
+        if self._walls is None:
+            self._walls = wall_nodes(self.problem)
+        return self._walls
 
     @property
     def flow_axis(self) -> int:
@@ -245,13 +324,10 @@ class Simulation:
     def wall_shear_stress(self) -> np.ndarray:
         """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
-        from .wall_shear import wall_nodes
-
         reader = self._reader()
-        if self._walls is None:
-            self._walls = wall_nodes(self.problem)
+        walls = self._wall_nodes()
         out = np.full(self.solid.shape, np.nan)
-        out[tuple(self._walls.voxels.T)] = reader.wall_shear(self._walls)
+        out[tuple(walls.voxels.T)] = reader.wall_shear(walls)
         return out
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:

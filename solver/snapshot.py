@@ -90,6 +90,10 @@ class Snapshot:
     memory_bytes: int = 0
     config: dict = field(default_factory=dict)
     geometry_name: str = ""
+    #: The probes' and lines' latest :class:`solver.probes.Readings` (None: none are set).
+    probes: Any = None
+    #: The latest :class:`solver.coarse_flow.CoarseFlow` (None: no 3D flow view asked for it).
+    flow3d: Any = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import panel as pn
 from solver.units import mach_number
 
 from ..controller import Controller
+from ..openings import drives
 
 __all__ = ["CountersView", "Smoothed", "counter_cards", "format_bytes"]
 
@@ -113,8 +114,15 @@ def counter_cards(snap, mflups: float | None = None) -> list[tuple[str, str, str
         ("mach", "Peak speed", f"{snap.max_speed:.2e}" if np.isfinite(snap.max_speed) else "NaN",
          f"Mach {mach_number(snap.max_speed):.3f}" if np.isfinite(snap.max_speed) else ""),
         ("device", "Device", str(device.get("name", "—")), memory),
-        ("k", "Permeability", *_k_card(snap)),
+        *([] if _driven_through_openings(snap) else [("k", "Permeability", *_k_card(snap))]),
     ]
+
+
+def _driven_through_openings(snap) -> bool:
+    """A run driven through openings without a body force (a vessel): no Darcy permeability
+    to show; its flow is in the openings' cards."""
+    driven = any(drives(o.kind) for o in snap.openings)
+    return driven and snap.permeability is None
 
 
 def _k_card(snap) -> tuple[str, str]:

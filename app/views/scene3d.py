@@ -22,16 +22,28 @@ import panel as pn
 import param
 import pyvista as pv
 
+from solver.coarse_flow import COARSE_FIELDS
+from solver.flow_fields import FIELDS
+
 from ..controller import Controller
 from ..openings import opening_groups
+from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_points, streamlines
+from .slice_view import colour_range
 
-__all__ = ["Scene3D", "solid_surface", "slice_plane", "camera_state", "opening_marks",
+__all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
            "colour_openings", "discs_by_kind", "add_opening_actors"]
 
 log = logging.getLogger(__name__)
 
 pv.OFF_SCREEN = True
 SOLID_RGB = "#c9b28f"
+#: A vessel's wall: see-through, so the cut and the flow inside the lumen stay visible.
+VESSEL_RGB = "#d98c8c"
+VESSEL_OPACITY = 0.3
+STREAMLINE_RGB = "#1d4ed8"
+ISO_RGB = "#f59e0b"
+#: Seconds between coarse 3D flows the runner reads (each reads all tiles once).
+FLOW3D_INTERVAL_S = 2.0
 #: Mask size per axis above which the surface is built from a coarsened mask.
 MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
@@ -44,11 +56,21 @@ KIND_COLOURS = {"closed": "#8c8c8c", "velocity": "#d62728", "pressure": "#1f77b4
 MAX_LABELS = 12
 
 
-def solid_surface(solid: np.ndarray) -> pv.PolyData:
-    """Triangulated solid-fluid interface of a 3D mask, node coordinates (lattice units)."""
+def is_vessel(geometry) -> bool:
+    """Whether ``geometry`` is read as a vessel: a lumen with openings found on an STL surface
+    (a box face's fluid patches make a porous sample's openings, not a vessel's)."""
+    return any(o.source != "face-patch" for o in getattr(geometry, "openings", ()))
+
+
+def solid_surface(solid: np.ndarray, close_box: bool = True) -> pv.PolyData:
+    """Triangulated solid-fluid interface of a 3D mask, node coordinates (lattice units).
+
+    ``close_box``: close the surface at the box faces (a porous sample's grains cut by the box
+    look solid); False leaves it open there (a vessel: the wall with its openings, without the
+    box of solid around the lumen)."""
     stride = max(1, int(np.ceil(max(solid.shape) / MAX_SURFACE_EDGE)))
     coarse = solid[::stride, ::stride, ::stride].astype(np.float32)
-    padded = np.pad(coarse, 1)  # close the surface at the box faces
+    padded = np.pad(coarse, 1, mode="constant" if close_box else "edge")
     image = pv.ImageData(dimensions=padded.shape, spacing=(stride,) * 3,
                          origin=(-stride,) * 3)
     image.point_data["solid"] = padded.ravel(order="F")
@@ -135,18 +157,23 @@ class Scene3D(pn.viewable.Viewer):
 
     active = param.Boolean(default=True, doc="Whether the view is on screen (else not synced).")
 
-    def __init__(self, controller: Controller, **params) -> None:
+    def __init__(self, controller: Controller, setup=None, **params) -> None:
+        """``setup``: the :class:`~app.views.physics_panel.PhysicalSetup` whose units read the
+        isosurface level in SI (None: lattice units)."""
         super().__init__(**params)
-        self.controller = controller
+        self.controller, self.setup = controller, setup
+        self._flow_controls()
         self.plotter = pv.Plotter(off_screen=True, window_size=(640, 480))
         self.plotter.set_background("#f4f6f8")
         # A cut through no fluid (a pore one voxel wide elsewhere) or a solid entirely behind
         # the cut leaves an empty mesh; pyvista refuses those unless its theme allows them.
         self.plotter.theme.allow_empty_mesh = True
         self._surface: pv.PolyData | None = None
+        self._vessel = False
         self._meshes = {"solid": pv.PolyData(), "fluid": pv.UnstructuredGrid(),
                         "grains": pv.UnstructuredGrid(), "outline": pv.PolyData(),
                         "labels": _servable(pv.PolyData()),
+                        "streamlines": _servable(pv.PolyData()), "iso": _servable(pv.PolyData()),
                         **{kind: _servable(pv.PolyData()) for kind in KIND_COLOURS}}
         self._discs = pv.PolyData()  # every opening's disc, cell array 'opening' (id)
         self._kinds: dict | None = None  # the kinds the discs are coloured by
@@ -159,7 +186,89 @@ class Scene3D(pn.viewable.Viewer):
         # No orientation widget: vtk.js re-creates the render window on every update and its
         # widget then reads the viewport of the deleted renderer (a console error).
         self.pane = pn.pane.VTK(self.plotter.ren_win, sizing_mode="stretch_width", height=480,
-                                enable_keybindings=True)
+                                enable_keybindings=True, css_classes=["scene3d"])
+
+    def _flow_controls(self) -> None:
+        """Streamline and isosurface widgets; changing one asks the runner for the flow."""
+        self.show_streamlines = pn.widgets.Checkbox(name="streamlines", value=False, width=110,
+                                                    align="end")
+        self.seeds = pn.widgets.IntSlider(name="seeds", start=5, end=300, value=60, step=5,
+                                          width=160)
+        self.seed_from = pn.widgets.Select(name="seeded from", options=list(SEED_SOURCES),
+                                           width=140)
+        self.show_iso = pn.widgets.Checkbox(name="isosurface", value=False, width=110,
+                                            align="end")
+        self.iso_field = pn.widgets.Select(name="of", options={
+            FIELDS[f].label: f for f in COARSE_FIELDS}, value="umag", width=140)
+        self.iso_level = pn.widgets.FloatInput(name="level, SI (0 = auto)", value=0.0,
+                                               width=140)
+        self._flow_key: tuple | None = None
+        for widget in (self.show_streamlines, self.show_iso, self.iso_field):
+            widget.param.watch(self._request_flow, "value")
+        for widget in (self.seeds, self.seed_from, self.iso_level):
+            widget.param.watch(self._flow_widgets_changed, "value")
+        self.controls = pn.Column(
+            pn.Row(self.show_streamlines, self.seeds, self.seed_from,
+                   sizing_mode="stretch_width"),
+            pn.Row(self.show_iso, self.iso_field, self.iso_level, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width", css_classes=["flow3d-controls"])
+
+    def _request_flow(self, *events) -> None:
+        """Ask the runner for the coarse flow the shown views need (or for none)."""
+        name = (self.iso_field.value if self.show_iso.value
+                else "umag" if self.show_streamlines.value else None)
+        self.controller.set_flow3d(name, FLOW3D_INTERVAL_S)
+        self._flow_widgets_changed()
+
+    def _flow_widgets_changed(self, *events) -> None:
+        """Redraw the flow meshes from the latest coarse flow with the new settings."""
+        if not self._meshes:
+            return
+        self._flow_key = None
+        if self._update_flow(self.controller.snapshot.flow3d) and hasattr(self, "pane"):
+            self.pane.synchronize()
+
+    def _update_flow(self, flow) -> bool:
+        """Rebuild the streamlines and the isosurface from ``flow`` (a CoarseFlow or None);
+        True if a mesh changed."""
+        want_lines, want_iso = self.show_streamlines.value, self.show_iso.value
+        key = (None if flow is None else (id(flow), flow.step), want_lines, want_iso,
+               self.seeds.value, self.seed_from.value, self.iso_level.value,
+               self.controller.axis, self.controller.position)
+        if key == self._flow_key:
+            return False
+        self._flow_key = key
+        lines, surface = pv.PolyData(), pv.PolyData()
+        usable = flow is not None and (flow.name == self.iso_field.value or not want_iso)
+        if usable and (want_lines or want_iso):
+            grid = coarse_grid(flow)
+            if want_lines:
+                c = self.controller
+                seeds = seed_points(c.geometry, self.seed_from.value, self.seeds.value, c.axis,
+                                    c.position, c.probes, c.applied_config.openings)
+                lines = streamlines(grid, seeds)
+            if want_iso:
+                surface = isosurface(grid, self._level(flow))
+        self._meshes["streamlines"].copy_from(_servable(lines))
+        self._meshes["iso"].copy_from(_servable(surface))
+        return True
+
+    def _level(self, flow) -> float:
+        """The isosurface level in lattice units: the SI input over the field's factor, or
+        :func:`~app.views.flow3d.auto_level` for 0."""
+        level = float(self.iso_level.value or 0.0)
+        if level == 0.0:
+            return auto_level(flow.scalar, flow.name)
+        factor = 1.0
+        if self.setup is not None:
+            try:
+                tau = float(self.controller.snapshot.config.get("tau",
+                                                                self.controller.config.tau))
+                units = self.setup.units(tau, self.controller.geometry.voxel_size)
+                factor = FIELDS[flow.name].si_factor(units)
+            except ValueError:
+                factor = 1.0
+        return level / factor
 
     def _initial_scene(self) -> None:
         """The geometry with the fluid at rest on the current cut (no snapshot needed)."""
@@ -185,6 +294,7 @@ class Scene3D(pn.viewable.Viewer):
             return
         try:
             self._update(geometry, snap.plane, snap.view)
+            self._update_flow(snap.flow3d)
         except Exception:  # a broken 3D view must not take the dashboard down
             log.exception("3D view update failed")
             return
@@ -195,7 +305,9 @@ class Scene3D(pn.viewable.Viewer):
         new_geometry = geometry is not self._geometry
         if new_geometry:
             self._geometry = geometry
-            self._surface = solid_surface(np.asarray(geometry.solid, dtype=bool))
+            self._vessel = is_vessel(geometry)
+            self._surface = solid_surface(np.asarray(geometry.solid, dtype=bool),
+                                          close_box=not self._vessel)
             self._meshes["outline"].copy_from(pv.Box(
                 bounds=[v for n in geometry.shape for v in (-0.5, n - 0.5)]).outline())
             self._discs, labels = opening_marks(geometry)
@@ -203,20 +315,22 @@ class Scene3D(pn.viewable.Viewer):
             self._meshes["labels"].copy_from(_servable(labels))
         self._colour_openings()
         index = view.index or 0
-        # Keep the solid behind the plane (below it along the normal) so the cut is visible.
-        clipped = self._surface.clip(normal=tuple(np.eye(3)[view.axis]),
-                                     origin=_point(view.axis, index), invert=True)
+        # Keep the solid behind the plane (below it along the normal) so the cut is visible;
+        # a vessel's see-through wall stays whole, and its cut shows the lumen alone.
+        clipped = self._surface if self._vessel else self._surface.clip(
+            normal=tuple(np.eye(3)[view.axis]), origin=_point(view.axis, index), invert=True)
         self._meshes["solid"].copy_from(_servable(clipped))
         fluid, grains = slice_plane(plane, view.axis, index)
         self._meshes["fluid"].copy_from(fluid)
-        self._meshes["grains"].copy_from(grains)
+        self._meshes["grains"].copy_from(grains if not self._vessel else pv.UnstructuredGrid())
         if not self._actors:
             self._add_actors()
             new_geometry = True
-        finite = plane[np.isfinite(plane)]
-        if finite.size:
-            low, high = float(finite.min()), float(finite.max())
-            self._actors["fluid"].mapper.scalar_range = (low, high if high > low else low + 1e-12)
+        if new_geometry:
+            self._style_solid()
+        if np.isfinite(plane).any():  # the slice's automatic range (a wall's extreme node
+            # would wash the plane out), lattice units: the colours match the slice's
+            self._actors["fluid"].mapper.scalar_range = colour_range(plane, view.quantity)
         if new_geometry:
             self.plotter.view_isometric()
             self.plotter.camera.zoom(1.15)
@@ -236,6 +350,12 @@ class Scene3D(pn.viewable.Viewer):
         for kind, mesh in discs_by_kind(self._discs, openings).items():
             self._meshes[kind].copy_from(mesh)
 
+    def _style_solid(self) -> None:
+        """A vessel's wall see-through and reddish, a porous sample's grains opaque sand."""
+        prop = self._actors["solid"].prop
+        prop.opacity = VESSEL_OPACITY if self._vessel else 1.0
+        prop.color = VESSEL_RGB if self._vessel else SOLID_RGB
+
     def _add_actors(self) -> None:
         add = self.plotter.add_mesh
         self._actors["solid"] = add(self._meshes["solid"], color=SOLID_RGB, smooth_shading=True,
@@ -245,8 +365,27 @@ class Scene3D(pn.viewable.Viewer):
         self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
                                     clim=(0.0, 1.0), show_scalar_bar=False)
         self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
+        self._actors["streamlines"] = add(self._meshes["streamlines"], color=STREAMLINE_RGB,
+                                          line_width=2)
+        self._actors["iso"] = add(self._meshes["iso"], color=ISO_RGB, opacity=0.6,
+                                  smooth_shading=True)
         self._actors.update(add_opening_actors(self.plotter, self._meshes,
                                                self._meshes["labels"]))
+
+    def png(self) -> bytes:
+        """The 3D view as a PNG, rendered off screen from the browser's last camera."""
+        import io
+
+        from matplotlib.image import imsave
+
+        camera = getattr(self.pane, "camera", None) or {}
+        if {"position", "focalPoint", "viewUp"} <= set(camera):
+            self.plotter.camera.position = tuple(camera["position"])
+            self.plotter.camera.focal_point = tuple(camera["focalPoint"])
+            self.plotter.camera.up = tuple(camera["viewUp"])
+        out = io.BytesIO()
+        imsave(out, self.plotter.screenshot(return_img=True), format="png")
+        return out.getvalue()
 
     def close(self) -> None:
         """Release the VTK objects of this view (meshes, actors, render window)."""
@@ -259,7 +398,7 @@ class Scene3D(pn.viewable.Viewer):
         self._discs = pv.PolyData()
 
     def __panel__(self) -> pn.viewable.Viewable:
-        return self.pane
+        return pn.Column(self.controls, self.pane, sizing_mode="stretch_width")
 
 
 def camera_state(camera: pv.Camera) -> dict:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import pyvista as pv
 
+from app.controller import fullest_layer
 from app.dashboard import Dashboard
 from app.geometry_sources import GENERATORS, make_preview
 from app.views.physics_panel import PhysicsPanel
@@ -43,7 +44,11 @@ def advance(board: Dashboard, steps: int):
 def test_snapshots_reach_the_views(dashboard):
     snap = advance(dashboard, 5)
     frame = dashboard.slice.pipe.data
-    np.testing.assert_array_equal(frame["plane"], snap.plane)
+    # In SI (m/s) with the physical setup's units (issue 30).
+    units = dashboard.physics.setup.units(snap.config.get("tau", 0.8),
+                                          dashboard.controller.geometry.voxel_size)
+    np.testing.assert_allclose(frame["plane"], snap.plane * units.dx / units.dt, rtol=1e-12)
+    assert frame["label"] == "|u| (m/s)"
     assert f"step {snap.step}" in frame["title"]
     assert len(dashboard.counters.buffer.data) == len(snap.history["step"])
     assert 'data-counter="mflups"' in dashboard.counters.cards.object
@@ -56,12 +61,14 @@ def test_snapshots_reach_the_views(dashboard):
 def test_slice_choice_goes_through_the_runner(dashboard):
     advance(dashboard, 2)
     dashboard.controller.param.update(quantity="ux", axis=0)
-    assert dashboard.controller.position == 10
-    snap = dashboard.controller.runner.wait_for(lambda s: s.view.axis == 0 and
-                                                s.view.quantity == "ux", 30)
+    # The layer with the most fluid (issue 30: a middle layer may hold none).
+    assert dashboard.controller.position == fullest_layer(dashboard.controller.geometry.solid, 0)
+    position = dashboard.controller.position
+    dashboard.controller.runner.wait_for(lambda s: s.view.axis == 0 and
+                                         s.view.quantity == "ux", 30)
     dashboard.controller.poll()
     assert dashboard.slice.pipe.data["axes"] == ("y", "z")
-    assert snap.view.index == 10
+    dashboard.controller.runner.wait_for(lambda s: s.view.index == position, 30)
 
 
 def test_pause_step_and_reset(dashboard):

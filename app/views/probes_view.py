@@ -1,0 +1,186 @@
+"""Point probes and a line: a live time series per probe and a live profile along the line.
+
+Points and the line are typed in voxel indices (or a probe is added by clicking the slice, see
+:class:`~app.views.slice_view.SlicePlot`); the controller hands them to the runner, which
+samples just those nodes on the device with every snapshot (:mod:`solver.probes`). The time
+series stream through a :class:`holoviews.streams.Buffer`, the profile through a
+:class:`holoviews.streams.Pipe`; values are shown in SI with the physical setup's units.
+"""
+
+from __future__ import annotations
+
+import re
+
+import holoviews as hv
+import numpy as np
+import pandas as pd
+import panel as pn
+
+from solver.flow_fields import FIELDS
+from solver.probes import PROBE_FIELDS, Line, Probe, ProbeSet
+
+from ..controller import Controller
+
+__all__ = ["ProbesView", "parse_points", "parse_line", "series_rows"]
+
+#: Samples kept per probe in the live plot.
+SERIES_LENGTH = 2000
+#: Drawn on a canvas, not WebGL: each WebGL plot holds a browser context, and with the slice,
+#: the counters and the 3D views a page had so many that Chromium dropped the oldest.
+CANVAS = {"plot.output_backend": "canvas"}
+
+
+def parse_points(text: str, ndim: int = 3) -> list[tuple[int, ...]]:
+    """Points from text such as ``"10 12 8; 20, 12, 8"`` (voxel indices); ValueError if not."""
+    points = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        values = re.split(r"[\s,]+", part.strip("()[] "))
+        if len(values) != ndim or not all(re.fullmatch(r"\d+", v) for v in values):
+            raise ValueError(f"A probe is {ndim} whole voxel indices, e.g. "
+                             f"{' '.join(['10'] * ndim)}; got {part!r}.")
+        points.append(tuple(int(v) for v in values))
+    return points
+
+
+def parse_line(text: str, ndim: int = 3) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """A line from ``"x0 y0 z0 -> x1 y1 z1"`` (voxel indices; None for empty text)."""
+    if not text.strip():
+        return None
+    ends = re.split(r"\s*(?:->|→|;)\s*", text.strip())
+    if len(ends) != 2:
+        raise ValueError("A line is two points, e.g. 0 10 8 -> 47 10 8 (voxel indices).")
+    start, end = (parse_points(e, ndim) for e in ends)
+    if len(start) != 1 or len(end) != 1:
+        raise ValueError("A line is two points, e.g. 0 10 8 -> 47 10 8 (voxel indices).")
+    return start[0], end[0]
+
+
+def series_rows(readings, field: str, factor: float) -> pd.DataFrame:
+    """One row (step + a column per probe) of ``field`` times ``factor`` from Readings."""
+    row = {"step": float(readings.step)}
+    row.update({name: values[field] * factor for name, values in readings.probes.items()})
+    return pd.DataFrame([row])
+
+
+class ProbesView(pn.viewable.Viewer):
+    """Probe and line inputs, the probes' time series and the line's profile."""
+
+    def __init__(self, controller: Controller, setup=None, **params) -> None:
+        super().__init__(**params)
+        self.controller, self.setup = controller, setup
+        ndim = len(controller.geometry.shape)
+        example = " ".join(["10"] * ndim)
+        self.points = pn.widgets.TextInput(name="Probes (voxel indices, ';' between)",
+                                           placeholder=f"{example}; …",
+                                           sizing_mode="stretch_width")
+        self.line = pn.widgets.TextInput(name="Line (from -> to)",
+                                         placeholder=f"{example} -> …",
+                                         sizing_mode="stretch_width")
+        self.apply = pn.widgets.Button(name="Set probes", button_type="primary", align="end")
+        self.apply.on_click(lambda event: self.set_from_text())
+        self.field = pn.widgets.Select(name="Probe field", options={
+            FIELDS[f].label: f for f in PROBE_FIELDS}, value="umag", width=160)
+        self.field.param.watch(lambda e: self._restart(), "value")
+        self._columns: tuple[str, ...] = ()
+        self.buffer = self._new_buffer(())
+        self.series = pn.pane.HoloViews(self._series_map(), sizing_mode="stretch_width",
+                                        height=230, css_classes=["probe-series"])
+        self.profile_pipe = hv.streams.Pipe(data={"s": np.zeros(0), "v": np.zeros(0),
+                                                  "label": "", "name": ""})
+        self.profile = pn.pane.HoloViews(hv.DynamicMap(self._profile, streams=[
+            self.profile_pipe]), sizing_mode="stretch_width", height=230,
+            css_classes=["line-profile"])
+        self.info = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["probe-info"])
+        self._last_step = -1
+        controller.param.watch(self._update, "snapshot")
+        controller.param.watch(self._probes_changed, "probes")
+
+    # ------------------------------------------------------------------ inputs
+    def set_from_text(self) -> bool:
+        """Send the typed probes and line to the controller; True if accepted."""
+        ndim = len(self.controller.geometry.shape)
+        try:
+            points = parse_points(self.points.value, ndim)
+            line = parse_line(self.line.value, ndim)
+        except ValueError as exc:
+            self.controller.report(exc)
+            return False
+        probes = ProbeSet(tuple(Probe(f"p{k + 1}", p) for k, p in enumerate(points)),
+                          () if line is None else (Line("line", *line),))
+        return self.controller.set_probes(probes)
+
+    def _probes_changed(self, *events) -> None:
+        probes = self.controller.probes
+        text = "; ".join(" ".join(map(str, p.point)) for p in probes.probes)
+        if text != self.points.value:  # a probe added by a click shows in the input
+            self.points.value = text
+        self._restart()
+
+    # ------------------------------------------------------------------ plots
+    def _factor(self, field: str) -> tuple[float, str]:
+        spec = FIELDS[field]
+        if self.setup is None:
+            return 1.0, spec.lattice_label()
+        try:
+            tau = float(self.controller.snapshot.config.get("tau", self.controller.config.tau))
+            units = self.setup.units(tau, self.controller.geometry.voxel_size)
+        except ValueError:
+            return 1.0, spec.lattice_label()
+        return spec.si_factor(units), spec.si_label()
+
+    def _new_buffer(self, columns: tuple[str, ...]) -> hv.streams.Buffer:
+        frame = pd.DataFrame({k: [] for k in ("step", *columns)}, dtype=float)
+        return hv.streams.Buffer(frame, length=SERIES_LENGTH, index=False)
+
+    def _series_map(self) -> hv.DynamicMap:
+        columns, (_, label) = self._columns, self._factor(self.field.value)
+
+        def curves(data: pd.DataFrame) -> hv.Overlay:
+            items = [hv.Curve(data, "step", hv.Dimension(c, label=label), label=c)
+                     for c in columns] or [hv.Curve([], "step", label)]
+            return hv.Overlay(items).opts(
+                hv.opts.Curve(line_width=2, responsive=True, height=220, framewise=True,
+                              show_grid=True, tools=["hover"]),
+                hv.opts.Overlay(title=f"Probes: {label}", legend_position="top_left",
+                                framewise=True, responsive=True, backend_opts=CANVAS))
+        return hv.DynamicMap(curves, streams=[self.buffer])
+
+    def _restart(self) -> None:
+        """A fresh series for the current probes and field (names or units changed)."""
+        self._columns = tuple(p.name for p in self.controller.probes.probes)
+        self.buffer = self._new_buffer(self._columns)
+        self.series.object = self._series_map()
+        self._last_step = -1
+
+    @staticmethod
+    def _profile(data: dict) -> hv.Curve:
+        return hv.Curve((data["s"], data["v"]), "distance along the line (voxels)",
+                        hv.Dimension("v", label=data["label"] or "value")).opts(
+            responsive=True, height=220, line_width=2, framewise=True, show_grid=True,
+            title=f"Line profile {data['name']}", tools=["hover"], backend_opts=CANVAS)
+
+    def _update(self, *events) -> None:
+        readings = self.controller.snapshot.probes
+        if readings is None or readings.step == self._last_step:
+            return
+        if tuple(readings.probes) != self._columns:
+            return  # an older probe set's sample: the next snapshot brings the new one
+        self._last_step = readings.step
+        field = self.field.value
+        factor, label = self._factor(field)
+        if self._columns:
+            self.buffer.send(series_rows(readings, field, factor))
+        for name, profile in readings.lines.items():
+            self.profile_pipe.send({"s": profile["s"], "v": profile[field] * factor,
+                                    "label": label, "name": name})
+        n = len(readings.probes)
+        self.info.object = (f'<span class="probe-step" data-step="{readings.step}">'
+                            f"{n} probes, {len(readings.lines)} lines · step "
+                            f"{readings.step}</span>")
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return pn.Column(
+            pn.Row(self.points, self.line, self.apply, sizing_mode="stretch_width"),
+            pn.Row(self.field, self.info, sizing_mode="stretch_width"),
+            pn.Row(self.series, self.profile, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width")

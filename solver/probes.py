@@ -1,0 +1,252 @@
+"""Point probes and line profiles: the flow at a few chosen nodes, read on the device.
+
+A :class:`ProbeSet` names points (a time series each) and lines (a profile each) in voxel
+indices. :func:`sample` reads the velocity and pressure at just those nodes: the tiles holding
+them are reduced where the state lives (:meth:`solver.readout.Readout.moments`) and only the
+sampled values cross to the host, never the domain. Values are lattice units
+(:data:`solver.flow_fields.FIELDS` gives the SI factors); a point in the solid reads NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .flow_fields import pressure
+
+__all__ = ["Probe", "Line", "ProbeSet", "Readings", "sample", "gather", "PROBE_FIELDS",
+           "line_nodes",
+           "probe_columns", "probe_row", "line_columns", "line_rows", "probe_set_from_specs",
+           "probe_specs"]
+
+#: What a probe or a line reads, in this order.
+PROBE_FIELDS = ("ux", "uy", "uz", "umag", "pressure")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A named point, voxel indices (x, y[, z])."""
+
+    name: str
+    point: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Line:
+    """A named straight line between two voxel-index points, sampled at every node it crosses
+    (one per voxel along its longest axis)."""
+
+    name: str
+    start: tuple[int, ...]
+    end: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """The probes and lines of a run (empty: nothing is sampled)."""
+
+    probes: tuple[Probe, ...] = ()
+    lines: tuple[Line, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.probes or self.lines)
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether every point lies inside ``shape`` (a new geometry may be smaller)."""
+        try:
+            self.check(shape)
+        except ValueError:
+            return False
+        return True
+
+    def check(self, shape: tuple[int, ...]) -> ProbeSet:
+        """This set if every point lies inside ``shape``; else ValueError naming the point."""
+        named = [(p.name, p.point) for p in self.probes]
+        named += [(f"{ln.name} (start)", ln.start) for ln in self.lines]
+        named += [(f"{ln.name} (end)", ln.end) for ln in self.lines]
+        for name, point in named:
+            if len(point) != len(shape) or not all(0 <= int(i) < n for i, n in
+                                                   zip(point, shape, strict=True)):
+                raise ValueError(f"Probe {name} at {tuple(point)} is outside the domain "
+                                 f"{tuple(shape)} (voxel indices from 0): move it inside.")
+        names = [p.name for p in self.probes] + [ln.name for ln in self.lines]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Probe and line names must be unique, got {names}.")
+        return self
+
+
+@dataclass(frozen=True)
+class Readings:
+    """One sample of a :class:`ProbeSet` at ``step``: per probe a value per PROBE_FIELDS name;
+    per line the distance ``s`` along it (nodes) and an array per PROBE_FIELDS name."""
+
+    step: int
+    probes: dict[str, dict[str, float]] = field(default_factory=dict)
+    lines: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+
+def line_nodes(line: Line) -> np.ndarray:
+    """The voxel indices (n, d) along ``line``, one per step along its longest axis."""
+    start, end = np.asarray(line.start, dtype=float), np.asarray(line.end, dtype=float)
+    n = int(np.abs(end - start).max()) + 1
+    t = np.linspace(0.0, 1.0, n)[:, None]
+    return np.rint(start + t * (end - start)).astype(np.int64)
+
+
+def sample(sim: Any, probes: ProbeSet, reader: Any) -> Readings:
+    """The :class:`Readings` of ``probes`` on a :class:`~solver.simulation.Simulation`'s
+    current state, read through its :class:`~solver.readout.Readout`: only the tiles holding
+    the nodes are reduced and only their values move (use :meth:`Simulation.sample`)."""
+    points = [np.asarray([p.point for p in probes.probes], dtype=np.int64).reshape(-1,
+                                                                                   sim.solid.ndim)]
+    lines = [line_nodes(ln) for ln in probes.lines]
+    nodes = np.concatenate(points + lines)
+    values = _node_values(sim, reader, nodes)
+    out = Readings(sim.time_step)
+    n = len(probes.probes)
+    for i, probe in enumerate(probes.probes):
+        out.probes[probe.name] = {name: float(values[k, i]) for k, name in
+                                  enumerate(PROBE_FIELDS)}
+    for line, where in zip(probes.lines, lines, strict=True):
+        part = values[:, n:n + len(where)]
+        n += len(where)
+        distance = np.linalg.norm(where - where[0], axis=1).astype(float)
+        out.lines[line.name] = {"s": distance, **{name: part[k] for k, name in
+                                                  enumerate(PROBE_FIELDS)}}
+    return out
+
+
+def gather(sim: Any, reader: Any, nodes: np.ndarray) -> tuple[Any, Any, np.ndarray]:
+    """Density (n,) and velocity (3, n) at voxel ``nodes`` (n, d) as backend arrays (zero
+    velocity and rho0 in solids), and the host solid mask (n,). The tiles holding the nodes
+    are read chunk by chunk (:meth:`solver.readout.Readout.chunks`): never more than one
+    chunk's moments on the device, and nothing but the gathered values is kept."""
+    xp, tiling = sim.backend.xp, sim.tiling
+    tile, node = tiling.locate(nodes)
+    flat = np.where(tile >= 0, tile.astype(np.int64) * tiling.nodes_per_tile + node, 0)
+    solid = (tile < 0) | tiling.solid.reshape(-1)[flat]
+    tiles = np.unique(tile[~solid]) if (~solid).any() else np.zeros(1, dtype=np.int64)
+    position = np.searchsorted(tiles, np.maximum(tile, 0))
+    rho = xp.full(len(nodes), float(sim.config.initial_density))
+    u = xp.zeros((3, len(nodes)))
+    for part, rho_chunk, u_chunk in reader.chunks(xp.asarray(tiles)):
+        pick = np.flatnonzero(~solid & (position >= part.start) & (position < part.stop))
+        if not pick.size:
+            continue
+        local = xp.asarray((position[pick] - part.start) * tiling.nodes_per_tile + node[pick])
+        where = xp.asarray(pick)
+        rho[where] = rho_chunk.reshape(-1)[local]
+        u[: u_chunk.shape[0], where] = u_chunk.reshape(u_chunk.shape[0], -1)[:, local]
+    return rho, u, solid
+
+
+def _node_values(sim: Any, reader: Any, nodes: np.ndarray) -> np.ndarray:
+    """PROBE_FIELDS (len, n) at voxel ``nodes`` (n, d), host float64, NaN in solids."""
+    xp = sim.backend.xp
+    rho, u, solid = gather(sim, reader, nodes)
+    p = pressure(rho, sim.config.initial_density)
+    stacked = xp.concatenate([u, xp.sqrt((u * u).sum(axis=0))[None], p[None]])
+    out = np.array(sim.backend.to_host(stacked), dtype=np.float64)
+    out[:, solid] = np.nan
+    return out
+
+
+#: CSV column suffix per PROBE_FIELDS name in SI (``lu`` marks lattice units).
+_SI_SUFFIX = {"ux": "m_s", "uy": "m_s", "uz": "m_s", "umag": "m_s", "pressure": "Pa"}
+
+
+def _suffix(name: str, units: Any) -> str:
+    return _SI_SUFFIX[name] if units is not None else "lu"
+
+
+def _factor(name: str, units: Any) -> float:
+    from .flow_fields import FIELDS
+
+    return 1.0 if units is None else FIELDS[name].si_factor(units)
+
+
+def probe_columns(probes: ProbeSet, units: Any) -> list[str]:
+    """CSV columns of the probes' time series: step, time (s, with units), then
+    ``<probe>_<field>_<unit>`` per probe and PROBE_FIELDS name (SI; ``lu`` without units)."""
+    return ["step", "time_s", *(f"{p.name}_{f}_{_suffix(f, units)}" for p in probes.probes
+                                for f in PROBE_FIELDS)]
+
+
+def probe_row(readings: Readings, units: Any) -> dict[str, Any]:
+    """One row of :func:`probe_columns` (SI with ``units``, a UnitSystem, else lattice)."""
+    row: dict[str, Any] = {"step": readings.step,
+                           "time_s": None if units is None else units.time_to_si(readings.step)}
+    for name, values in readings.probes.items():
+        for f in PROBE_FIELDS:
+            value = values[f] * _factor(f, units)
+            row[f"{name}_{f}_{_suffix(f, units)}"] = value if np.isfinite(value) else None
+    return row
+
+
+def line_columns(units: Any) -> list[str]:
+    """CSV columns of the lines' profiles: one row per line node and output step."""
+    length = "s_m" if units is not None else "s_lu"
+    return ["step", "line", length, *(f"{f}_{_suffix(f, units)}" for f in PROBE_FIELDS)]
+
+
+def line_rows(readings: Readings, units: Any) -> list[dict[str, Any]]:
+    """Rows of :func:`line_columns`: every node of every line at ``readings.step``."""
+    rows = []
+    length = "s_m" if units is not None else "s_lu"
+    for name, profile in readings.lines.items():
+        for i, s in enumerate(profile["s"]):
+            row = {"step": readings.step, "line": name,
+                   length: float(s) * (units.dx if units is not None else 1.0)}
+            for f in PROBE_FIELDS:
+                value = float(profile[f][i]) * _factor(f, units)
+                row[f"{f}_{_suffix(f, units)}"] = value if np.isfinite(value) else None
+            rows.append(row)
+    return rows
+
+
+def probe_set_from_specs(probes: Any, lines: Any, source: str = "case") -> ProbeSet:
+    """A :class:`ProbeSet` from a case's ``probes:`` (``[{name, at: [i, j, k]}]``) and
+    ``lines:`` (``[{name, from: [...], to: [...]}]``) entries, voxel indices; ValueError
+    saying what is wrong."""
+    def point(entry: dict, key: str, what: str) -> tuple[int, ...]:
+        value = entry.get(key)
+        if (not isinstance(value, list | tuple) or len(value) not in (2, 3)
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            raise ValueError(f"{source}: {what} needs `{key}: [i, j, k]`, voxel indices "
+                             f"(whole numbers), got {value!r}.")
+        return tuple(int(v) for v in value)
+
+    def entries(items: Any, what: str, keys: tuple[str, ...]) -> list[dict]:
+        if items is None:
+            return []
+        if not isinstance(items, list):
+            raise ValueError(f"{source}: `{what}` must be a list of mappings with the keys "
+                             f"{list(keys)}.")
+        for k, item in enumerate(items):
+            if not isinstance(item, dict) or set(item) - set(keys):
+                raise ValueError(f"{source}: {what} entry {k + 1} must be a mapping with the "
+                                 f"keys {list(keys)}, got {item!r}.")
+        return items
+
+    made_probes = tuple(
+        Probe(str(e.get("name") or f"probe{k + 1}"), point(e, "at", f"probe {k + 1}"))
+        for k, e in enumerate(entries(probes, "probes", ("name", "at"))))
+    made_lines = tuple(
+        Line(str(e.get("name") or f"line{k + 1}"), point(e, "from", f"line {k + 1}"),
+             point(e, "to", f"line {k + 1}"))
+        for k, e in enumerate(entries(lines, "lines", ("name", "from", "to"))))
+    return ProbeSet(made_probes, made_lines)
+
+
+def probe_specs(probes: ProbeSet) -> dict[str, list[dict]]:
+    """The ``probes:`` and ``lines:`` case entries of a :class:`ProbeSet` (inverse of
+    :func:`probe_set_from_specs`; empty sections left out)."""
+    out: dict[str, list[dict]] = {}
+    if probes.probes:
+        out["probes"] = [{"name": p.name, "at": list(p.point)} for p in probes.probes]
+    if probes.lines:
+        out["lines"] = [{"name": ln.name, "from": list(ln.start), "to": list(ln.end)}
+                        for ln in probes.lines]
+    return out

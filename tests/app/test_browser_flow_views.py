@@ -1,0 +1,87 @@
+"""The flow views of issue 30 in headless Chromium, one served session: a field picked in the
+slice (vorticity, in SI), probes and a line typed in that stream values which change with the
+flow and survive a Reset, and streamlines plus an isosurface drawn in the 3D view (pixels)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+
+from .conftest import ARTIFACTS, browser_missing
+from .test_browser import served_page, steps, wait_until
+from .test_browser_vessel_flow import SLICE_MAX
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def page(chromium, tmp_path_factory):
+    """The default case served running, its 3D view re-synchronised every 15 s."""
+    if browser_missing():
+        pytest.skip(browser_missing())
+    with served_page(chromium, tmp_path_factory.mktemp("flow-views"),
+                     {"POROUS_LBM_SCENE_REFRESH_S": "15"}) as page:
+        wait_until(lambda: steps(page) > 0, 120, "the default case to start stepping")
+        yield page
+
+
+def probe_step(page) -> int:
+    """The step of the probes' latest reading shown, -1 before one."""
+    box = page.locator(".probe-step").first
+    return int(box.get_attribute("data-step")) if box.count() else -1
+
+
+def scene_pixels(page) -> np.ndarray:
+    """RGB pixels of the 3D view's canvas (a page clip)."""
+    from io import BytesIO
+
+    from matplotlib.image import imread
+
+    canvas = page.locator(".scene3d canvas").first
+    box = canvas.bounding_box()
+    rgba = imread(BytesIO(page.screenshot(clip=box)), format="png")
+    return np.rint(rgba[..., :3] * 255).astype(np.uint8)
+
+
+def blue_pixels(pixels: np.ndarray) -> int:
+    """Pixels near the streamlines' colour (#1d4ed8)."""
+    return int((np.abs(pixels.astype(int) - (29, 78, 216)).sum(axis=2) < 90).sum())
+
+
+def test_fields_probes_and_3d_flow_views_in_one_session(page):
+    # 1. A field in SI: vorticity on the slice, its caption in 1/s and values above zero.
+    page.locator(".field-select select").first.select_option(label="vorticity |ω|")
+    wait_until(lambda: "vorticity |ω| (1/s)" in (
+        page.locator(".slice-title div").first.text_content() or ""), 90, "the vorticity slice")
+    wait_until(lambda: (page.evaluate(SLICE_MAX) or 0) > 0, 60, "a non-zero vorticity")
+    # 2. Probes and a line: live readings that follow the run.
+    page.get_by_placeholder(re.compile(r"^10 10 10; ")).fill("12 24 24; 36 24 24")
+    page.get_by_placeholder(re.compile(r"^10 10 10 -> ")).fill("24 0 24 -> 24 47 24")
+    page.get_by_role("button", name="Set probes").click()
+    wait_until(lambda: probe_step(page) > 0, 60, "the first probe reading")
+    first = probe_step(page)
+    wait_until(lambda: probe_step(page) > first, 60, "a later probe reading")
+    assert "2 probes, 1 lines" in page.locator(".probe-step").first.text_content()
+    # 3. Streamlines and an isosurface appear in the 3D view.
+    before = scene_pixels(page)
+    boxes = page.locator(".flow3d-controls input[type=checkbox]")
+    boxes.nth(0).check()  # streamlines
+    boxes.nth(1).check()  # isosurface
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        wait_until(lambda: blue_pixels(scene_pixels(page)) > blue_pixels(before) + 200, 90,
+                   "streamlines drawn in the 3D view", interval=2)
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "flow-views-3d.png"))
+    page.screenshot(path=str(ARTIFACTS / "flow-views.png"))
+    # 4. Reset: the views stay and the probes read the new run.
+    page.get_by_role("button", name="Reset").click()
+    wait_until(lambda: steps(page) == 0, 60, "the reset to step 0")
+    page.get_by_role("button", name="Start").click()
+    wait_until(lambda: 0 < probe_step(page) < first + 10_000 and steps(page) > 0, 60,
+               "probe readings of the new run")
+    time.sleep(2)
+    assert page.errors == [], f"console errors: {page.errors}"

@@ -1,0 +1,235 @@
+"""What a new user sees first (issue 30): a vessel's wall, a slice through fluid, fitting cards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.controller import Controller, fullest_layer
+from app.views.counters import counter_cards
+from app.views.scene3d import VESSEL_OPACITY, Scene3D, is_vessel, solid_surface
+from geometries import VoxelGeometry, samples
+from solver.snapshot import OpeningFlow, Snapshot
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_vessel_is_drawn_as_its_see_through_wall_without_the_box_of_solid():
+    vessel = samples.load_sample("vessel_bifurcation.stl")
+    assert is_vessel(vessel)
+    solid = np.asarray(vessel.solid)
+    boxed, wall = solid_surface(solid), solid_surface(solid, close_box=False)
+    # The box's six faces are gone: no point of the wall lies on the padded box's faces.
+    lo = wall.points.min(axis=0)
+    assert (lo > -1.0).all() and wall.n_cells < boxed.n_cells
+    controller = Controller(vessel, autostart=None)
+    scene = Scene3D(controller)
+    try:
+        assert scene._actors["solid"].prop.opacity == pytest.approx(VESSEL_OPACITY)
+        assert scene._meshes["solid"].n_cells == scene._surface.n_cells  # not cut away
+        assert scene._meshes["grains"].n_cells == 0  # the cut shows the lumen alone
+        assert scene._meshes["fluid"].n_cells > 0  # ... and the slice holds fluid
+    finally:
+        scene.close()
+        controller.close()
+
+
+def test_the_slice_opens_at_the_layer_with_the_most_fluid():
+    solid = np.ones((9, 9, 20), dtype=bool)
+    solid[2:5, 2:5, 3] = False  # a thin pocket far from the middle (z = 10)
+    solid[4, 4, 12] = False
+    assert fullest_layer(solid, 2) == 3
+    assert fullest_layer(np.zeros((4, 4, 7), dtype=bool), 2) == 3  # equals: the middle
+    vessel = samples.load_sample("vessel_bifurcation.stl")
+    controller = Controller(vessel, autostart=None)
+    try:
+        layer = np.take(np.asarray(vessel.solid), controller.position, axis=controller.axis)
+        assert (~layer).any()
+    finally:
+        controller.close()
+
+
+def test_a_run_driven_through_openings_shows_no_permeability_card():
+    driven = Snapshot(openings=(OpeningFlow(1, "velocity", 0.1, 1.0),
+                                OpeningFlow(2, "pressure", -0.1, 1.0)))
+    assert "k" not in {key for key, *_ in counter_cards(driven)}
+    assert "k" in {key for key, *_ in counter_cards(Snapshot(permeability=1.0))}
+    assert "k" in {key for key, *_ in counter_cards(Snapshot())}  # a body-force run at rest
+
+
+def test_the_slice_shows_a_chosen_field_in_si_with_a_sensible_range():
+    from app.views.physics_panel import PhysicalSetup
+    from app.views.slice_view import SlicePlot, colour_range, frame_of
+    from solver.config import SimulationConfig
+    from solver.snapshot import SliceView
+
+    plane = np.full((6, 5), 0.01)
+    plane[0, 0] = 5.0  # one extreme node must not set the range
+    plane[1, 1] = np.nan
+    low, high = colour_range(plane, "umag")
+    assert low == pytest.approx(0.01) and high < 5.0
+    low, high = colour_range(np.array([[-0.2, 0.1]]), "pressure")
+    assert low == -high and high == pytest.approx(0.2, rel=0.02)  # signed: symmetric
+    setup = PhysicalSetup()
+    units = setup.units(0.8, 1e-5)
+    snap = Snapshot(plane=plane, view=SliceView("pressure", 2, 3), step=7)
+    frame = frame_of(snap, False, (6, 5, 4), units)
+    assert frame["label"] == "pressure p − p0 (Pa)"
+    assert frame["plane"][0, 0] == pytest.approx(units.stress_to_si(5.0))
+    assert frame_of(snap, False, (6, 5, 4), units, fixed=(-1.0, 2.0))["clim"] == (-1.0, 2.0)
+    solid = np.zeros((8, 8, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(backend="numpy"),
+                            autostart=None)
+    try:
+        view = SlicePlot(controller, setup)
+        controller.quantity = "vorticity"
+        controller.runner.wait_for(lambda s: s.view.quantity == "vorticity"
+                                   and s.plane is not None, 60)
+        controller.poll()
+        assert view.pipe.data["label"] == "vorticity |ω| (1/s)"
+        view.low.value, view.high.value = 0.0, 3.0
+        view.fix_range.value = True
+        assert view.pipe.data["clim"] == (0.0, 3.0)
+    finally:
+        controller.close()
+
+
+def test_probes_and_a_line_stream_live_values_and_a_click_adds_a_probe():
+    from app.views.physics_panel import PhysicalSetup
+    from app.views.probes_view import ProbesView, parse_line, parse_points
+    from app.views.slice_view import SlicePlot
+    from solver.config import SimulationConfig
+    from solver.probes import Probe, ProbeSet
+
+    assert parse_points("1 2 3; 4,5,6") == [(1, 2, 3), (4, 5, 6)]
+    assert parse_line("0 1 2 -> 5 1 2") == ((0, 1, 2), (5, 1, 2))
+    with pytest.raises(ValueError, match="whole voxel indices"):
+        parse_points("1 2")
+    solid = np.zeros((10, 8, 6), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    try:
+        setup = PhysicalSetup()
+        view = ProbesView(controller, setup)
+        view.points.value, view.line.value = "5 4 3; 5 1 3", "5 0 3 -> 5 7 3"
+        assert view.set_from_text()
+        controller.step(20)
+        snap = controller.runner.wait_for(lambda s: s.probes is not None and s.step >= 20, 60)
+        controller.poll()
+        data = view.buffer.data
+        assert list(data.columns) == ["step", "p1", "p2"] and len(data) >= 1
+        assert data["p1"].iloc[-1] > data["p2"].iloc[-1] > 0  # the centre is faster
+        profile = view.profile_pipe.data
+        assert len(profile["v"]) == 8 and np.isnan(profile["v"][0])  # the wall node
+        units = setup.units(0.8, controller.geometry.voxel_size)
+        assert profile["v"][4] == pytest.approx(
+            snap.probes.lines["line"]["umag"][4] * units.dx / units.dt)
+        # A click on the slice adds a probe at that node of the cut.
+        plot = SlicePlot(controller, setup)
+        plot._tapped(x=2.2, y=3.9)
+        assert controller.probes.probes[-1].point == (2, 4, controller.position)
+        assert view.points.value.endswith(f"2 4 {controller.position}")
+        assert not controller.set_probes(ProbeSet((Probe("far", (50, 0, 0)),)))
+        assert "outside the domain" in controller.status
+    finally:
+        controller.close()
+
+
+def test_streamlines_and_an_isosurface_come_from_the_coarse_flow():
+    from bokeh.document import Document
+
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((16, 10, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    solid[6:9, 3:6, 2:6] = True  # an obstacle: speed varies, vortices form
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    scene = Scene3D(controller)
+    try:
+        scene.show_streamlines.value = True
+        scene.seeds.value = 20
+        scene.show_iso.value = True  # of |u|, level auto
+        controller.step(40)
+        snap = controller.runner.wait_for(lambda s: s.flow3d is not None and s.step >= 40, 60)
+        assert snap.flow3d.name == "umag"
+        controller.poll()
+        scene.refresh()
+        lines, iso = scene._meshes["streamlines"], scene._meshes["iso"]
+        assert lines.n_lines > 0 and iso.n_cells > 0
+        # Streamlines stay in the box and iso points sit at the level.
+        assert lines.points.min() >= -0.5 and (lines.points.max(axis=0) <= np.array(
+            solid.shape) - 0.5).all()
+        first = lines.n_points
+        scene.seed_from.value = "probe line"  # no line: the slice plane again
+        scene.seeds.value = 5
+        assert scene._meshes["streamlines"].n_points < first
+        scene.pane.get_root(Document())  # the scene serialises for the browser
+        scene.show_streamlines.value = scene.show_iso.value = False
+        controller.runner.wait_for(lambda s: s.flow3d is None, 60)
+    finally:
+        scene.close()
+        controller.close()
+
+
+def test_another_field_gets_a_fresh_plot_with_its_colour_bar_title():
+    from app.views.slice_view import SlicePlot
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((8, 8, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(backend="numpy"),
+                            autostart=None)
+    try:
+        view = SlicePlot(controller)
+        controller.runner.wait_for(lambda s: s.plane is not None, 60)
+        controller.poll()
+        first = view.dmap
+        controller.quantity = "pressure"
+        controller.runner.wait_for(lambda s: s.view.quantity == "pressure", 60)
+        controller.poll()
+        assert view.dmap is not first and view._pane.object is view.dmap
+        image = view.dmap[()].get(0)
+        assert image.vdims[0].label == "pressure p − p0 (lattice units)"
+    finally:
+        controller.close()
+
+
+def test_the_3d_view_exports_a_png_of_what_it_shows():
+    from io import BytesIO
+
+    from matplotlib.image import imread
+
+    controller = Controller(autostart=None)
+    scene = Scene3D(controller)
+    try:
+        png = scene.png()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        pixels = imread(BytesIO(png), format="png")
+        assert pixels.shape[:2] == (480, 640) and pixels[..., :3].std() > 0.05  # not blank
+    finally:
+        scene.close()
+        controller.close()
+
+
+def test_the_slice_recording_keeps_frames_at_the_interval_and_makes_a_gif():
+    from app.recording import SliceRecorder
+
+    now = [0.0]
+    recorder = SliceRecorder(interval_s=1.0, max_frames=3, clock=lambda: now[0])
+    with pytest.raises(ValueError, match="Nothing recorded"):
+        recorder.gif()
+    for k in range(6):
+        plane = np.full((6, 4), float(k))
+        plane[0, 0] = np.nan
+        kept = recorder.offer(plane, f"step {k}", "|u| (m/s)")
+        assert kept == (k % 2 == 0)  # every other offer: half the interval apart
+        now[0] += 0.5
+    assert len(recorder) == 3 and recorder.frames[-1][1] == "step 4"
+    gif = recorder.gif()
+    assert gif[:6] == b"GIF89a" and gif.count(b"\x21\xf9\x04") >= 3  # a control block per frame
+    now[0] += 5
+    recorder.offer(np.zeros((5, 5)), "another cut", "|u| (m/s)")
+    assert len(recorder) == 1
