@@ -6,7 +6,9 @@ A case's ``openings:`` section is a list of entries::
       - id: 1                      # or  at: [x, y, z]  (metres: the nearest opening centre)
         kind: velocity             # velocity | pressure | outflow | closed
         flow_rate: 2.0e-7          # m^3/s into the fluid  (or  mean_speed: 0.1  in m/s)
-        profile: poiseuille        # uniform | poiseuille
+        profile: poiseuille        # uniform | poiseuille (Womersley per harmonic of a waveform)
+        # or, pulsatile:  waveform: inflow.csv  (header t,flow_rate or t,mean_speed; SI)
+        #             or  waveform: {period_s: 0.8, quantity: flow_rate, fourier: [c0, [re, im]]}
       - id: 2
         kind: pressure
         pressure: 0.0              # Pa relative to the reference pressure (default 0)
@@ -34,7 +36,7 @@ __all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_open
 #: Largest relative density change a pressure opening may ask for (weakly compressible LBM).
 MAX_DENSITY_CHANGE = 0.1
 
-SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile")
+SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile", "waveform")
 
 
 def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
@@ -63,15 +65,33 @@ def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
         if len(given) > 1 or (kind.si_required and not given):
             raise ConfigError(f"{where}: a {kind.name} opening needs exactly one of "
                               f"{['`' + k + '`' for k in kind.si_keys]} (flow_rate in m^3/s "
-                              "into the fluid, mean_speed in m/s, pressure in Pa).")
+                              "into the fluid, mean_speed in m/s, waveform a CSV or Fourier "
+                              "coefficients, pressure in Pa).")
+        if "waveform" in entry and not isinstance(entry["waveform"], (str, dict)):
+            raise ConfigError(f"{where}: `waveform` must be a CSV file name or a mapping "
+                              "{period_s, fourier: [...]}.")
         extra = sorted({"flow_rate", "mean_speed", "pressure"} & set(entry) - set(kind.si_keys))
         if extra:
             raise ConfigError(f"{where}: a {kind.name} opening takes no {extra}.")
         for key in ("flow_rate", "mean_speed", "pressure"):
             if key in entry and not (is_number(entry[key]) and math.isfinite(entry[key])):
                 raise ConfigError(f"{where}: `{key}` must be a number, got {entry[key]!r}.")
-        out.append(dict(entry))
+        out.append(_absolute_waveform(dict(entry), source))
     return out
+
+
+def _absolute_waveform(entry: dict, source: str) -> dict:
+    """The entry with a waveform CSV path made relative to the case file's folder."""
+    from pathlib import Path
+
+    wave = entry.get("waveform")
+    name = wave if isinstance(wave, str) else (wave or {}).get("file") \
+        if isinstance(wave, dict) else None
+    if not name or Path(name).is_absolute() or not Path(source).is_file():
+        return entry
+    path = str(Path(source).resolve().parent / name)
+    entry["waveform"] = path if isinstance(wave, str) else {**wave, "file": path}
+    return entry
 
 
 def nearest_opening(openings, point: Any, where: str) -> Any:
@@ -150,7 +170,11 @@ def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
         if any(k in entry for k in kind.si_keys) and units is None:
             raise ConfigError(f"{where}: SI values need the voxel size and the fluid: set "
                               "run.viscosity (m^2/s) and use a geometry with a voxel size.")
-        if kind.si_value is not None:
+        if "waveform" in entry:  # pulsatile: the waveform's mean is the value
+            from .waveform import si_waveform
+
+            spec["waveform"] = si_waveform(entry["waveform"], opening.area, units)
+        elif kind.si_value is not None:
             spec["value"] = kind.si_value(entry, opening.area, units, rho0)
         if "pressure" in entry and abs(spec["value"] - rho0) > MAX_DENSITY_CHANGE * rho0:
             raise ConfigError(
