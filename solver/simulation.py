@@ -242,6 +242,21 @@ class Simulation:
         return opening_flows(self.problem, flux,
                              {k: float(self.backend.to_host(v)) for k, v in rho.items()})
 
+    def set_opening_density(self, opening_id: int, density: float) -> None:
+        """Hold pressure opening ``opening_id`` at ``density`` (lattice) from the next step
+        (a Windkessel outlet, :mod:`solver.windkessel`)."""
+        from .iolets import PRESSURE
+
+        tables = self.problem.iolets
+        if tables is None or opening_id not in tables.ids:
+            raise ValueError(f"Opening {opening_id} is not a driven opening of this run.")
+        links = (tables.opening == tables.ids.index(opening_id)) & (tables.code == PRESSURE)
+        if not links.any():
+            raise ValueError(f"Opening {opening_id} is not a pressure opening.")
+        self.allocate()
+        tables.value[links] = float(density)  # the host tables stay the run's record
+        self.backend.set_iolet_values(self.state, np.array(tables.value, dtype=np.float64))
+
     def wall_shear_stress(self) -> np.ndarray:
         """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
