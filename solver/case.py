@@ -61,6 +61,9 @@ class RunControls(param.Parameterized):
                                         doc="Steps between checkpoints; 0 = only at the end.")
     check_interval = param.Integer(default=100, bounds=(1, None),
                                    doc="Steps between divergence checks (NaN/Inf, max |u|).")
+    windkessel_every = param.Integer(default=10, bounds=(1, None),
+                                     doc="Steps between updates of Windkessel outlet pressures "
+                                         "(one host read of the flow rates each).")
     convergence = param.Number(default=1e-6, bounds=(0, None),
                                doc="Stop when the relative change of the mean velocity over "
                                    "one output interval (the residual per step times "
@@ -204,7 +207,7 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
         from .opening_specs import parse_opening_specs
 
         try:
-            openings = parse_opening_specs(data["openings"], source)
+            openings = parse_opening_specs(data["openings"], source, base)
         except ValueError as exc:
             raise CaseError(str(exc)) from exc
     return Case(

@@ -12,6 +12,9 @@ A case's ``openings:`` section is a list of entries::
       - id: 2
         kind: pressure
         pressure: 0.0              # Pa relative to the reference pressure (default 0)
+        # or an RCR outlet (SI):  windkessel: {Rp: 1.2e8, C: 1.0e-9, Rd: 1.5e9}  (Pa s/m^3,
+        #   m^3/Pa; {R, C} for two elements; optional Pd, P0 in Pa), updated every
+        #   run.windkessel_every steps
 
 :func:`parse_opening_specs` checks the entries' shape when the case is read;
 :func:`resolve_openings` turns them, once the geometry is loaded, into
@@ -36,11 +39,13 @@ __all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_open
 #: Largest relative density change a pressure opening may ask for (weakly compressible LBM).
 MAX_DENSITY_CHANGE = 0.1
 
-SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile", "waveform")
+SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile", "waveform",
+             "windkessel")
 
 
-def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
-    """The ``openings`` entries of a case, checked for shape (not yet against a geometry)."""
+def parse_opening_specs(data: Any, source: str = "case", base: Any = None) -> list[dict]:
+    """The ``openings`` entries of a case, checked for shape (not yet against a geometry);
+    a waveform CSV's relative path is made relative to the folder ``base``."""
     if not isinstance(data, list):
         raise ConfigError(f"{source}: `openings` must be a list of entries such as "
                           "{id: 1, kind: velocity, flow_rate: 1.0e-7}.")
@@ -67,6 +72,13 @@ def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
                               f"{['`' + k + '`' for k in kind.si_keys]} (flow_rate in m^3/s "
                               "into the fluid, mean_speed in m/s, waveform a CSV or Fourier "
                               "coefficients, pressure in Pa).")
+        if "windkessel" in entry:
+            if kind.name != "pressure":
+                raise ConfigError(f"{where}: a windkessel closes a pressure opening, not a "
+                                  f"{kind.name} one; set kind: pressure.")
+            from .windkessel import parse_windkessel
+
+            parse_windkessel(entry["windkessel"], f"{where}: windkessel")
         if "waveform" in entry and not isinstance(entry["waveform"], (str, dict)):
             raise ConfigError(f"{where}: `waveform` must be a CSV file name or a mapping "
                               "{period_s, fourier: [...]}.")
@@ -76,20 +88,20 @@ def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
         for key in ("flow_rate", "mean_speed", "pressure"):
             if key in entry and not (is_number(entry[key]) and math.isfinite(entry[key])):
                 raise ConfigError(f"{where}: `{key}` must be a number, got {entry[key]!r}.")
-        out.append(_absolute_waveform(dict(entry), source))
+        out.append(_absolute_waveform(dict(entry), base))
     return out
 
 
-def _absolute_waveform(entry: dict, source: str) -> dict:
-    """The entry with a waveform CSV path made relative to the case file's folder."""
+def _absolute_waveform(entry: dict, base: Any) -> dict:
+    """The entry with a waveform CSV path made relative to the case file's folder ``base``."""
     from pathlib import Path
 
     wave = entry.get("waveform")
     name = wave if isinstance(wave, str) else (wave or {}).get("file") \
         if isinstance(wave, dict) else None
-    if not name or Path(name).is_absolute() or not Path(source).is_file():
+    if not name or Path(name).is_absolute() or base is None:
         return entry
-    path = str(Path(source).resolve().parent / name)
+    path = str(Path(base).resolve() / name)
     entry["waveform"] = path if isinstance(wave, str) else {**wave, "file": path}
     return entry
 

@@ -40,6 +40,7 @@ from .io import (
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
 from .opening_specs import case_lattice, case_units, resolve_openings
+from .windkessel import case_coupling
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
@@ -133,6 +134,13 @@ class HeadlessRun:
         for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
+        # Windkessel outlets: their pressures set on the host every windkessel_every steps.
+        self.windkessel = case_coupling(case.openings or [], self.geometry, self.units,
+                                        case.config.initial_density,
+                                        self.controls.windkessel_every,
+                                        str(case.path or case.name))
+        if self.windkessel is not None:
+            self.windkessel.start(self.sim)
         # Refused before anything is allocated, by the same verdict as the dashboard's.
         self.required = assess_memory(self.sim.problem, self.sim.backend).check().required
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
@@ -230,7 +238,10 @@ class HeadlessRun:
         while n > 0 and not interrupt.requested:
             k = min(piece, n)
             tic = time.perf_counter()
-            self.sim.step(k)
+            if self.windkessel is None:
+                self.sim.step(k)
+            else:
+                self.windkessel.run(self.sim, k)
             elapsed = time.perf_counter() - tic
             self.wall += elapsed
             n -= k

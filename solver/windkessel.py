@@ -32,7 +32,7 @@ import numpy as np
 from .values import ConfigError, is_number
 
 __all__ = ["Windkessel", "rcr_step", "periodic_pressure", "WindkesselCoupling",
-           "parse_windkessel"]
+           "parse_windkessel", "case_coupling"]
 
 
 @dataclass(frozen=True)
@@ -149,10 +149,27 @@ class WindkesselCoupling:
         self.history.append((self.units.time_to_si(sim.time_step), q_out, dict(self.pressure)))
 
     def run(self, sim: Any, steps: int) -> None:
-        """Advance ``sim`` by ``steps`` steps, updating the outlets every ``every`` steps."""
+        """Advance ``sim`` by ``steps`` steps, updating the outlets at every multiple of
+        ``every`` steps of the run (a partial interval waits for the next call)."""
         done = 0
         while done < steps:
-            n = min(self.every, steps - done)
+            n = min(self.every - sim.time_step % self.every, steps - done)
             sim.step(n)
-            self.update(sim, n)
             done += n
+            if sim.time_step % self.every == 0:
+                self.update(sim, self.every)
+
+
+def case_coupling(specs: list[dict], geometry: Any, units: Any, rho0: float, every: int,
+                  source: str = "case") -> WindkesselCoupling | None:
+    """The coupling of a case file's ``windkessel`` entries (SI), None without any."""
+    from .opening_specs import specs_by_id
+
+    models = {e["id"]: parse_windkessel(e["windkessel"], f"{source}: windkessel")
+              for e in specs_by_id(specs, geometry, source) if "windkessel" in e}
+    if not models:
+        return None
+    if units is None:
+        raise ConfigError(f"{source}: Windkessel outlets are in SI: set run.viscosity (m^2/s) "
+                          "and use a geometry with a voxel size.")
+    return WindkesselCoupling(models, units, rho0, every)
