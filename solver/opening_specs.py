@@ -32,9 +32,10 @@ import numpy as np
 from .opening_kinds import OPENING_TYPES, PROFILES, opening_conditions, opening_kind
 from .units import UnitSystem
 from .values import ConfigError, is_number
+from .windkessel import WindkesselCoupling, parse_windkessel
 
 __all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening",
-           "case_units", "specs_by_id", "case_lattice"]
+           "case_units", "specs_by_id", "case_lattice", "case_coupling"]
 
 #: Largest relative density change a pressure opening may ask for (weakly compressible LBM).
 MAX_DENSITY_CHANGE = 0.1
@@ -76,8 +77,6 @@ def parse_opening_specs(data: Any, source: str = "case", base: Any = None) -> li
             if kind.name != "pressure":
                 raise ConfigError(f"{where}: a windkessel closes a pressure opening, not a "
                                   f"{kind.name} one; set kind: pressure.")
-            from .windkessel import parse_windkessel
-
             parse_windkessel(entry["windkessel"], f"{where}: windkessel")
         if "waveform" in entry and not isinstance(entry["waveform"], (str, dict)):
             raise ConfigError(f"{where}: `waveform` must be a CSV file name or a mapping "
@@ -213,3 +212,16 @@ def case_units(case: Any, voxel_size: float | None) -> UnitSystem | None:
         return None
     return UnitSystem.from_viscosity(voxel_size, case.run.viscosity, case.run.density,
                                      case.config.tau)
+
+
+def case_coupling(specs: list[dict], geometry: Any, units: Any, rho0: float, every: int,
+                  source: str = "case") -> WindkesselCoupling | None:
+    """The coupling of a case file's ``windkessel`` entries (SI), None without any."""
+    models = {e["id"]: parse_windkessel(e["windkessel"], f"{source}: windkessel")
+              for e in specs_by_id(specs, geometry, source) if "windkessel" in e}
+    if not models:
+        return None
+    if units is None:
+        raise ConfigError(f"{source}: Windkessel outlets are in SI: set run.viscosity (m^2/s) "
+                          "and use a geometry with a voxel size.")
+    return WindkesselCoupling(models, units, rho0, every)

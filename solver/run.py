@@ -39,12 +39,11 @@ from .io import (
 )
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
-from .opening_specs import case_lattice, case_units, resolve_openings
+from .opening_specs import case_coupling, case_lattice, case_units, resolve_openings
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
 from .stability import DivergenceError, check_stability
 from .vessel import opening_columns, opening_row
-from .windkessel import case_coupling
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
            "RunOutcome", "HeadlessRun", "memory_required"]

@@ -269,6 +269,16 @@ class Simulation:
         out[tuple(self._walls.voxels.T)] = reader.wall_shear(self._walls)
         return out
 
+    def wall_shear_vectors(self) -> tuple[Any, Any]:
+        """(wall nodes (:class:`solver.wall_shear.WallNodes`), shear stress vectors (n, d) at
+        them, lattice units, left on the backend when the state fits one readout chunk)."""
+        from .wall_shear import wall_nodes
+
+        reader = self._reader()
+        if self._walls is None:
+            self._walls = wall_nodes(self.problem)
+        return self._walls, reader.wall_shear_vectors(self._walls)
+
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
         """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""
         return observables.forces(self.problem, self.populations(), self._flow_axis(axis))

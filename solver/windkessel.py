@@ -32,7 +32,7 @@ import numpy as np
 from .values import ConfigError, is_number
 
 __all__ = ["Windkessel", "rcr_step", "periodic_pressure", "WindkesselCoupling",
-           "parse_windkessel", "case_coupling"]
+           "parse_windkessel"]
 
 
 @dataclass(frozen=True)
@@ -159,17 +159,3 @@ class WindkesselCoupling:
             if sim.time_step % self.every == 0:
                 self.update(sim, self.every)
 
-
-def case_coupling(specs: list[dict], geometry: Any, units: Any, rho0: float, every: int,
-                  source: str = "case") -> WindkesselCoupling | None:
-    """The coupling of a case file's ``windkessel`` entries (SI), None without any."""
-    from .opening_specs import specs_by_id
-
-    models = {e["id"]: parse_windkessel(e["windkessel"], f"{source}: windkessel")
-              for e in specs_by_id(specs, geometry, source) if "windkessel" in e}
-    if not models:
-        return None
-    if units is None:
-        raise ConfigError(f"{source}: Windkessel outlets are in SI: set run.viscosity (m^2/s) "
-                          "and use a geometry with a voxel size.")
-    return WindkesselCoupling(models, units, rho0, every)
