@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .opening_kinds import OPENING_TYPES, PROFILES, opening_conditions, opening_kind
+from .opening_kinds import DENSITY, OPENING_TYPES, PROFILES, opening_conditions, opening_kind
 from .units import UnitSystem
 from .values import ConfigError, is_number
 from .windkessel import WindkesselCoupling, parse_windkessel
@@ -74,7 +74,7 @@ def parse_opening_specs(data: Any, source: str = "case", base: Any = None) -> li
                               "into the fluid, mean_speed in m/s, waveform a CSV or Fourier "
                               "coefficients, pressure in Pa).")
         if "windkessel" in entry:
-            if kind.name != "pressure":
+            if kind.quantity != DENSITY:  # it sets the opening's density
                 raise ConfigError(f"{where}: a windkessel closes a pressure opening, not a "
                                   f"{kind.name} one; set kind: pressure.")
             parse_windkessel(entry["windkessel"], f"{where}: windkessel")

@@ -149,3 +149,13 @@ def test_a_case_file_runs_a_waveform_inlet_into_an_rcr_outlet(tmp_path):
     # (measured 2.1e-6 Pa apart, the tube's drop 2.9e-4 Pa over 22 voxels).
     applied = coupling.history[-2][2][2]
     assert abs(summary["p2_Pa"] - applied) < 0.02 * summary["pressure_drop_Pa"]
+
+
+def test_a_windkessel_on_a_velocity_opening_is_refused():
+    from solver.opening_specs import parse_opening_specs
+
+    with pytest.raises(ConfigError, match="closes a pressure opening"):
+        parse_opening_specs([{"id": 1, "kind": "velocity", "flow_rate": 1e-9,
+                              "windkessel": {"R": 1e9, "C": 1e-9}}])
+    with pytest.raises(ConfigError, match="Rp, C and Rd"):
+        parse_opening_specs([{"id": 2, "kind": "pressure", "windkessel": {"C": 1e-9}}])
