@@ -77,12 +77,22 @@ class CycleMonitor:
         self._sum_mag: Any = None
         self._count = 0
         self._walls: Any = None
-        self.index = 0  # samples taken
+        self._whole: tuple = (None, None, 0)  # the sums at the end of the last whole cycle
+        self.index = 0  # samples taken (or skipped: :meth:`skip_to`)
 
     def sample_step(self, index: int) -> int:
         """The step of sample ``index`` (0-based, counted from the start of the run)."""
         cycle, k = divmod(index, self.samples)
         return int(round((cycle + k / self.samples) * self.period))
+
+    def skip_to(self, step: int) -> None:
+        """Start sampling at the first whole cycle at or after ``step`` (a resumed run: the
+        cycles before it are not known)."""
+        cycle = int(np.ceil(step / self.period - 1e-12))
+        while self.sample_step(cycle * self.samples) < step:
+            cycle += 1
+        self.index = cycle * self.samples
+        self._cycle_flow, self._cycle_rho = [], []
 
     @property
     def cycles(self) -> int:
@@ -115,6 +125,8 @@ class CycleMonitor:
             self._sum_mag += ((tau * tau).sum(axis=1)) ** 0.5
             self._count += 1
         if self.index % self.samples == 0:
+            if self._count:  # a device copy of the sums, once per cycle
+                self._whole = (self._sum_vec.copy(), self._sum_mag.copy(), self._count)
             self.flows.append(np.asarray(self._cycle_flow, dtype=np.float64))
             self.densities.append(np.asarray(self._cycle_rho, dtype=np.float64))
             self._cycle_flow, self._cycle_rho = [], []
@@ -133,6 +145,11 @@ class CycleMonitor:
         return worst
 
     @property
+    def has_indices(self) -> bool:
+        """Whether a whole cycle after the warm-up has been summed."""
+        return self._whole[2] > 0
+
+    @property
     def periodic(self) -> bool:
         """Whether the last two cycles agree within the tolerance."""
         change = self.cycle_change()
@@ -141,16 +158,13 @@ class CycleMonitor:
     def indices(self, to_host: Any = np.asarray) -> ShearIndices:
         """TAWSS, OSI and RRT over the whole cycles after the warm-up (host arrays;
         ``to_host`` the backend's copy to the host)."""
-        whole = self._count - self._count % self.samples
-        if whole == 0:
+        sum_vec, sum_mag, count = self._whole
+        if count == 0:
             raise ConfigError(f"No whole cycle after the {self.warmup} warm-up cycles yet; run "
                               "longer before asking for TAWSS/OSI/RRT.")
-        if whole != self._count:
-            raise ConfigError("The shear indices need whole cycles: run to the end of one.")
-        tawss, osi, rrt = shear_indices(np.asarray(to_host(self._sum_vec), dtype=np.float64),
-                                        np.asarray(to_host(self._sum_mag), dtype=np.float64),
-                                        self._count)
-        return ShearIndices(tawss, osi, rrt, self._count // self.samples)
+        tawss, osi, rrt = shear_indices(np.asarray(to_host(sum_vec), dtype=np.float64),
+                                        np.asarray(to_host(sum_mag), dtype=np.float64), count)
+        return ShearIndices(tawss, osi, rrt, count // self.samples)
 
     @property
     def walls(self) -> Any:

@@ -28,6 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .case import Case, load_geometry
+from .cycles import CycleMonitor
 from .io import (
     CsvLog,
     checkpoint_of,
@@ -140,6 +141,7 @@ class HeadlessRun:
                                         str(case.path or case.name))
         if self.windkessel is not None:
             self.windkessel.start(self.sim)
+        self.cycles = _cycle_monitor(self.sim, self.controls)
         # Refused before anything is allocated, by the same verdict as the dashboard's.
         self.required = assess_memory(self.sim.problem, self.sim.backend).check().required
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
@@ -168,6 +170,8 @@ class HeadlessRun:
         self.wall = float(checkpoint.extra.get("wall_s", 0.0))
         self.last = dict(checkpoint.extra.get("last") or {})
         self._interval = (self.sim.time_step, self.sim.metrics.seconds)
+        if self.cycles is not None:  # the cycles before the checkpoint are not known
+            self.cycles.skip_to(self.sim.time_step)
         log.info("Resumed %s at step %d.", path, self.sim.time_step)
 
     def execute(self, progress: bool = True) -> RunOutcome:
@@ -223,6 +227,9 @@ class HeadlessRun:
                             "without one).", step)
                 return "interrupted"
             steady = self._vessel and c.flow_tolerance > 0 and reading.steady
+            if self.cycles is not None:  # a pulsatile flow is never steady: periodic instead
+                steady = c.cycle_tolerance > 0 and self.cycles.periodic and \
+                    self.cycles.cycles > c.warmup_cycles
             if step % c.output_interval == 0 or step == c.max_steps or steady:
                 if self._output(reading, bar) or steady:
                     return "converged"
@@ -236,6 +243,10 @@ class HeadlessRun:
         piece = 1
         while n > 0 and not interrupt.requested:
             k = min(piece, n)
+            sample = None
+            if self.cycles is not None:  # stop at the next sample of the heart cycle
+                sample = self.cycles.sample_step(self.cycles.index + 1)
+                k = max(1, min(k, sample - self.sim.time_step))
             tic = time.perf_counter()
             if self.windkessel is None:
                 self.sim.step(k)
@@ -245,6 +256,8 @@ class HeadlessRun:
             self.wall += elapsed
             n -= k
             bar.update(k)
+            if sample is not None and self.sim.time_step == sample:
+                self.cycles.observe(self.sim)
             piece = max(1, int(PIECE_SECONDS * k / elapsed)) if elapsed > 0 else 2 * piece
 
     def _observe(self) -> Reading:
@@ -300,12 +313,50 @@ class HeadlessRun:
                 extra["wall_shear_stress"] = wss
                 if self.units is not None:
                     extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
+            extra.update(self._shear_indices())
             write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
                       self.geometry.origin or None, extra=extra)
         if self._vessel:  # a flow through openings stops on its own steady state (_loop)
             return False
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
+
+    def _indices(self):
+        """The shear indices of the whole cycles after the warm-up, or None yet."""
+        c = self.cycles
+        if c is None or not c.has_indices:
+            return None
+        return c.indices(to_host=self.sim.backend.to_host)
+
+    def _shear_indices(self) -> dict[str, np.ndarray]:
+        """TAWSS, OSI and RRT as grid fields (NaN off the wall nodes; lattice and SI)."""
+        result = self._indices()
+        if result is None:
+            return {}
+        out = {}
+        at = tuple(self.cycles.walls.voxels.T)
+        fields = {"tawss": result.tawss, "osi": result.osi, "rrt": result.rrt}
+        if self.units is not None:
+            unit = self.units.stress_to_si(1.0)
+            fields.update(tawss_Pa=result.tawss * unit, rrt_1_Pa=result.rrt / unit)
+        for name, values in fields.items():
+            grid = np.full(self.sim.solid.shape, np.nan)
+            grid[at] = values
+            out[name] = grid
+        return out
+
+    def _cycle_summary(self) -> dict[str, Any]:
+        """Cycles sampled, periodic convergence and the wall-averaged shear indices."""
+        c = self.cycles
+        out: dict[str, Any] = {"cycles": c.cycles, "cycle_change": c.cycle_change(),
+                               "periodic": c.periodic}
+        result = self._indices()
+        if result is not None:
+            out.update(tawss_mean=float(np.mean(result.tawss)),
+                       osi_max=float(np.max(result.osi)), shear_cycles=result.cycles)
+            if self.units is not None:
+                out["tawss_mean_Pa"] = self.units.stress_to_si(out["tawss_mean"])
+        return out
 
     def _checkpoint(self) -> None:
         extra = {"wall_s": self.wall, "last": self.last, "monitor": self.monitor.state()}
@@ -343,6 +394,8 @@ class HeadlessRun:
         if self._vessel and self.reading is not None:
             summary.update(steady=self.reading.steady, flow_change=self.reading.flow_change,
                            steady_label=self.reading.steady_label)
+        if self.cycles is not None:
+            summary.update(self._cycle_summary())
         if self.lattice_choice is not None:
             summary["lattice_choice"] = self.lattice_choice.text()
         nu_phys = self.controls.viscosity
@@ -367,3 +420,13 @@ def _backend_name(case: Case, backend: Any) -> str:
 def _next(step: int, interval: int) -> int:
     """The next multiple of ``interval`` after ``step`` (a large number when interval is 0)."""
     return (step // interval + 1) * interval if interval else 2**62
+
+
+def _cycle_monitor(sim: Simulation, controls: Any) -> CycleMonitor | None:
+    """The heart-cycle sampler of a run with a waveform inlet, None for steady openings."""
+    tables = sim.problem.iolets
+    if tables is None or not tables.harmonics:
+        return None
+    return CycleMonitor(tables.wave_period, warmup=controls.warmup_cycles,
+                        samples=controls.cycle_samples,
+                        tolerance=controls.cycle_tolerance or 1.0)
