@@ -62,6 +62,19 @@ class RunControls(param.Parameterized):
                                         doc="Steps between checkpoints; 0 = only at the end.")
     check_interval = param.Integer(default=100, bounds=(1, None),
                                    doc="Steps between divergence checks (NaN/Inf, max |u|).")
+    warmup_cycles = param.Integer(default=2, bounds=(0, None),
+                                  doc="Heart cycles of a waveform inlet before TAWSS, OSI and "
+                                      "RRT accumulate.")
+    cycle_samples = param.Integer(default=32, bounds=(4, None),
+                                  doc="Samples per heart cycle of the flows, pressures and wall "
+                                      "shear stress.")
+    cycle_tolerance = param.Number(default=0.01, bounds=(0, None),
+                                   doc="Periodic convergence: two consecutive cycles' flows and "
+                                       "pressures differ by less than this times their range "
+                                       "(0 = never stop on it).")
+    windkessel_every = param.Integer(default=10, bounds=(1, None),
+                                     doc="Steps between updates of Windkessel outlet pressures "
+                                         "(one host read of the flow rates each).")
     convergence = param.Number(default=1e-6, bounds=(0, None),
                                doc="Stop when the relative change of the mean velocity over "
                                    "one output interval (the residual per step times "
@@ -207,7 +220,7 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
         from .opening_specs import parse_opening_specs
 
         try:
-            openings = parse_opening_specs(data["openings"], source)
+            openings = parse_opening_specs(data["openings"], source, base)
         except ValueError as exc:
             raise CaseError(str(exc)) from exc
     from .probes import probe_set_from_specs

@@ -44,6 +44,12 @@ backend a generated kernel with the same arithmetic in the same order. Lattice u
 Soft start (:mod:`solver.soft_start`): over the first ``IoletTables.ramp_steps`` steps the pass
 applies ``s U`` (velocity) and ``rho0 + s (rho_w - rho0)`` (pressure) with the smoothstep
 factor ``s`` of the step count, computed by the same double arithmetic on both backends.
+
+Pulsatile inlets (:mod:`solver.waveform`): a velocity opening with a waveform adds to its links'
+steady Ladd term ``value`` the harmonics ``sum_k (A_k cos theta_k + B_k sin theta_k)``, the
+per-link coefficients ``wave`` (2K, m) precomputed here from each harmonic's (Womersley)
+profile, each rescaled (complex) so the links' net flux is exactly ``rho_w A Re(c_k e^{i
+theta_k})``; ``theta_k`` comes from the step count (:func:`solver.waveform.harmonic_phases`).
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from .lattice import Lattice
 from .opening_kinds import OpeningCondition, opening_kind
 from .soft_start import ramp_factor, resolve_ramp_steps
 from .values import ConfigError
+from .waveform import harmonic_phases, womersley_shape
 
 __all__ = ["IoletTables", "IoletAddresses", "build_iolets", "apply_iolets",
            "iolet_values", "ramp_factor"]
@@ -87,7 +94,9 @@ class IoletTables:
     (pressure), 0 (outflow); ``rho_ref``: the density that turns mass flux into volume flux.
     ``mean_nodes``: per listed opening (id -> (tile, node) arrays) of its node set.
     ``ramp_steps``: steps of the soft start (0: impulsive); ``rho0``: the density a pressure
-    opening ramps from (:mod:`solver.soft_start`).
+    opening ramps from (:mod:`solver.soft_start`). ``wave`` (2K, m) float64: per link the
+    cosine then sine coefficients of the K harmonics of waveform inlets (zero rows for other
+    links), ``wave_period`` their period (steps); K = 0 without a waveform.
     """
 
     ids: tuple[int, ...]
@@ -105,6 +114,26 @@ class IoletTables:
     mean_nodes: dict = field(default_factory=dict, repr=False)
     ramp_steps: int = 0
     rho0: float = 1.0
+    wave: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    wave_period: float = 1.0
+
+    @property
+    def harmonics(self) -> int:
+        """Number K of waveform harmonics the pass sums (0: steady openings only)."""
+        return int(self.wave.shape[0] // 2)
+
+    def wave_sum(self, step: int) -> np.ndarray:
+        """The harmonics' part of each link's value before step ``step`` (m,), float64, in the
+        order the CUDA pass adds them."""
+        k = self.harmonics
+        total = np.zeros(self.n_links)
+        if k == 0:
+            return total
+        theta = harmonic_phases(step, self.wave_period, k)
+        for h in range(k):
+            total = total + self.wave[h] * np.cos(theta[h])
+            total = total + self.wave[k + h] * np.sin(theta[h])
+        return total
 
     def ramp(self, step: int) -> float:
         """Fraction of the target values applied before step ``step`` (0-based)."""
@@ -161,11 +190,9 @@ class _Frame:
         self.origin = tuple(origin) if len(origin) == solid.ndim else (0.0,) * solid.ndim
 
 
-def _profile(sources: np.ndarray, c: np.ndarray, opening: Any, frame: _Frame,
-             profile: str) -> np.ndarray:
-    """Shape of the inlet profile (>= 0) at each link's crossing of the plane ``d = 1/2``."""
-    if profile == "uniform":
-        return np.ones(len(sources))
+def _radii(sources: np.ndarray, c: np.ndarray, opening: Any, frame: _Frame) -> np.ndarray:
+    """``r / R`` of each link's crossing of the plane ``d = 1/2`` (``R`` the equivalent
+    radius), unclipped."""
     h = 1.0 if frame.voxel_size is None else frame.voxel_size
     normal = np.asarray(opening.normal)
     centre = (np.asarray(opening.centre) - np.asarray(frame.origin)) / h - 0.5
@@ -175,7 +202,37 @@ def _profile(sources: np.ndarray, c: np.ndarray, opening: Any, frame: _Frame,
     rel = sources + t[:, None] * c - centre
     r2 = (rel * rel).sum(axis=1) - (rel @ normal) ** 2
     radius = 0.5 * opening.diameter / h
-    return np.maximum(1.0 - r2 / radius**2, 0.0)
+    return np.sqrt(np.maximum(r2, 0.0)) / radius
+
+
+def _profile(sources: np.ndarray, c: np.ndarray, opening: Any, frame: _Frame,
+             profile: str, alpha: float = 0.0) -> np.ndarray:
+    """Shape of the inlet profile at each link's crossing: 1 (uniform), Poiseuille (>= 0,
+    real) or, for ``alpha`` > 0, Womersley's (complex)."""
+    if profile == "uniform":
+        return np.ones(len(sources))
+    rho = _radii(sources, c, opening, frame)
+    if alpha > 0.0:
+        return np.where(rho < 1.0, womersley_shape(rho, alpha), 0.0)
+    return np.maximum(1.0 - rho**2, 0.0)
+
+
+def _wave_rows(src, cj, opening, frame, cond, lattice, direction, area, rho_ref, nu
+               ) -> tuple[np.ndarray, float]:
+    """(cosine and sine coefficients (2K, m) of one waveform opening's links, its period)."""
+    wave = cond.waveform
+    k = wave.harmonics
+    rows = np.zeros((2 * k, len(src)))
+    cn = cj @ np.asarray(opening.normal)
+    radius = 0.5 * opening.diameter / (1.0 if frame.voxel_size is None else frame.voxel_size)
+    for h in range(1, k + 1):
+        alpha = radius * np.sqrt(2.0 * np.pi * h / wave.period / nu)
+        shape = _profile(src, cj, opening, frame, cond.profile, alpha)
+        weight = 6.0 * lattice.w[direction] * shape * cn
+        # Complex rescaling: the links' net flux is rho_w A Re(c_k e^{i theta}) exactly.
+        v = rho_ref * wave.coefficients[h] * area * weight / weight.sum()
+        rows[h - 1], rows[k + h - 1] = v.real, -v.imag
+    return rows, wave.period
 
 
 def build_iolets(problem: Any) -> IoletTables | None:
@@ -208,6 +265,8 @@ def build_iolets(problem: Any) -> IoletTables | None:
     rho_ref = 1.0 if problem.incompressible else problem.rho0
     h = 1.0 if frame.voxel_size is None else frame.voxel_size
     parts: dict[str, list] = {k: [] for k in ("opening", "code", "src", "dir", "value", "donor")}
+    waves: list = []  # (link offset, rows (2K, m_o), period) of waveform openings
+    offset = 0
     for index, oid in enumerate(driven):
         opening, cond = openings[oid], conditions[oid]
         src, direction = crossing_links(frame, opening, c)
@@ -224,6 +283,10 @@ def build_iolets(problem: Any) -> IoletTables | None:
             area = opening.area / h ** (frame.ndim - 1)
             # Rescaled so the links' net mass flux is exactly rho_w U A (module docstring).
             value = rho_ref * cond.value * area * weight / weight.sum()
+            if cond.waveform is not None and cond.waveform.harmonics:
+                waves.append((offset, *_wave_rows(src, c[direction], opening, frame, cond,
+                                                  lattice, direction, area, rho_ref,
+                                                  problem.kinematic_viscosity)))
         elif code == PRESSURE:
             value[:] = cond.value
         inward = int(np.argmax(-(c @ np.asarray(opening.normal))
@@ -234,6 +297,7 @@ def build_iolets(problem: Any) -> IoletTables | None:
         parts["dir"].append(direction)
         parts["value"].append(value)
         parts["donor"].append(src + c[inward])
+        offset += len(src)
     src = np.concatenate(parts["src"])
     j = np.concatenate(parts["dir"])
     fluid, tile, node = _locate(tiling, src, problem.periodic)
@@ -254,7 +318,24 @@ def build_iolets(problem: Any) -> IoletTables | None:
         ramp_steps=resolve_ramp_steps(getattr(problem, "ramp_steps", None), conditions,
                                       problem.openings, problem.voxel_size,
                                       problem.tiling.shape),
-        rho0=float(problem.rho0))
+        rho0=float(problem.rho0), **_wave_table(waves, offset))
+
+
+def _wave_table(waves: list, m: int) -> dict:
+    """``wave`` (2K, m) and ``wave_period`` of the waveform openings (one common period)."""
+    if not waves:
+        return {}
+    periods = {period for _, _, period in waves}
+    if len(periods) > 1:
+        raise ConfigError(f"Waveform inlets have different periods {sorted(periods)} (steps); "
+                          "give every waveform the same heart period.")
+    k = max(rows.shape[0] // 2 for _, rows, _ in waves)
+    wave = np.zeros((2 * k, m))
+    for start, rows, _ in waves:
+        kk = rows.shape[0] // 2
+        wave[:kk, start:start + rows.shape[1]] = rows[:kk]
+        wave[k:k + kk, start:start + rows.shape[1]] = rows[kk:]
+    return {"wave": wave, "wave_period": float(periods.pop())}
 
 
 def _check_faces(oid: int, targets: np.ndarray, shape: tuple[int, ...], faces: dict) -> None:
@@ -310,12 +391,13 @@ def _donor_locations(tiling, lattice, periodic, donor, j, tile, node):
 
 
 def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattice: Lattice,
-                 force: np.ndarray, incompressible: bool, ramp: float = 1.0
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 force: np.ndarray, incompressible: bool, ramp: float = 1.0,
+                 wave: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(written values (m,), net mass flux into the fluid per link (m,)) in ``own``'s dtype.
 
     ``own`` (q, m): each link's node's post-collision populations; ``donor`` (m,): the
-    outflow donors; ``ramp``: the soft start's factor (1: the target values). The CUDA kernel
+    outflow donors; ``ramp``: the soft start's factor (1: the target values); ``wave`` (m,):
+    the waveform harmonics' part of the values this step (float64). The CUDA kernel
     (:mod:`solver.backends.cuda.iolets`) repeats this arithmetic.
     """
     real = own.dtype
@@ -345,6 +427,8 @@ def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattic
         uu += u[a] * u[a]
     w2 = 2.0 * np.asarray(lattice.w, dtype=np.float64)[j].astype(real)
     value = tables.value.astype(real)
+    if wave is not None and tables.harmonics:  # pulsatile: value + (real) sum of harmonics
+        value = value + wave.astype(real)
     if ramp < 1.0:  # soft start: the same real-typed products as the kernel
         r, rho0 = real.type(ramp), real.type(tables.rho0)
         value = np.where(tables.code == VELOCITY, r * value, rho0 + r * (value - rho0))
@@ -364,7 +448,8 @@ def apply_iolets(flat: np.ndarray, addr: IoletAddresses, tables: IoletTables, st
     own = _decode(storage, flat[addr.own], np.arange(lattice.q)[:, None])
     donor = _decode(storage, flat[addr.donor], tables.direction)
     ramp = 1.0 if step is None else tables.ramp(step)
-    out, flux = iolet_values(own, donor, tables, lattice, force, incompressible, ramp)
+    wave = tables.wave_sum(0 if step is None else step) if tables.harmonics else None
+    out, flux = iolet_values(own, donor, tables, lattice, force, incompressible, ramp, wave)
     if storage.encoded:  # round to nearest, as the kernel's __float2half_rn
         shift = storage.shift[tables.direction]
         with np.errstate(over="ignore"):

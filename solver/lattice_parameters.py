@@ -317,7 +317,13 @@ def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,
         if kind.quantity == SPEED:
             # m^2; a geometry without a voxel size has its openings in voxels
             area = opening.area * (1.0 if geometry.voxel_size else h ** (solid.ndim - 1))
-            speed = (spec["mean_speed"] if "mean_speed" in spec else spec["flow_rate"] / area)
+            if "waveform" in spec:  # pulsatile: the cycle's peak mean speed sets the Mach
+                from .waveform import si_peak_speed
+
+                speed = si_peak_speed(spec["waveform"], area)
+            else:
+                speed = (spec["mean_speed"] if "mean_speed" in spec
+                         else spec["flow_rate"] / area)
             inlets.append((float(speed) * opening.area, float(speed), spec))
         elif kind.quantity == DENSITY:
             pressures.append(float(spec.get("pressure", 0.0)))

@@ -40,11 +40,15 @@ class OpeningCondition:
     """Validated condition of one opening (lattice units).
 
     ``value``: mean speed into the fluid (``velocity``), density (``pressure``), None otherwise.
+    ``waveform``: a velocity opening's periodic mean speed (:class:`solver.waveform.Waveform`,
+    ``value`` its mean), None for a steady one; with the ``poiseuille`` profile each harmonic
+    gets its Womersley profile.
     """
 
     kind: str
     value: float | None = None
     profile: str = "uniform"
+    waveform: Any = None
 
 
 #: ``parse(kind, opening_id, spec, initial_density)``: the validated condition.
@@ -97,6 +101,20 @@ def _where(opening_id: int) -> str:
 
 def _velocity(kind: str, opening_id: int, spec: dict, rho0: float) -> OpeningCondition:
     value = spec.get("value")
+    waveform = None
+    if spec.get("waveform") is not None:
+        from .waveform import parse_waveform
+
+        waveform = parse_waveform(spec["waveform"], f"{_where(opening_id)}: waveform")
+        if value is not None and value != waveform.mean:
+            raise ConfigError(f"{_where(opening_id)}: value {value!r} differs from the "
+                              f"waveform's mean {waveform.mean!r}; give only the waveform.")
+        value = waveform.mean
+        if waveform.period < 8 * max(waveform.harmonics, 1):
+            raise ConfigError(f"{_where(opening_id)}: a waveform period of "
+                              f"{waveform.period:.3g} steps cannot resolve "
+                              f"{waveform.harmonics} harmonics (8 steps each at least); use a "
+                              "smaller time step or fewer harmonics.")
     if not is_number(value) or not math.isfinite(value):
         raise ConfigError(f"{_where(opening_id)} is a velocity opening: set its value to the "
                           "mean speed into the fluid (lattice units; negative = out of it).")
@@ -104,12 +122,13 @@ def _velocity(kind: str, opening_id: int, spec: dict, rho0: float) -> OpeningCon
     if profile not in PROFILES:
         raise ConfigError(f"{_where(opening_id)}: profile {profile!r} is not one of {PROFILES}.")
     limit = mean_speed_limit(profile)
-    if abs(value) > limit:  # the profile's peak, not its mean, must stay below the limit
-        raise ConfigError(f"{_where(opening_id)}: mean speed {value:g} puts the {profile} "
+    peak = abs(value) if waveform is None else waveform.peak()
+    if peak > limit:  # the profile's peak, not its mean, must stay below the limit
+        raise ConfigError(f"{_where(opening_id)}: mean speed {peak:g} puts the {profile} "
                           f"profile's peak ({PROFILE_PEAK[profile]:g} x the mean) above the "
                           f"Mach limit {MAX_MACH} (mean |u| <= {limit:.3g} lattice units); "
                           "lower it or refine the grid.")
-    return OpeningCondition(kind, float(value), profile)
+    return OpeningCondition(kind, float(value), profile, waveform)
 
 
 def _density(kind: str, opening_id: int, spec: dict, rho0: float) -> OpeningCondition:
@@ -138,7 +157,8 @@ def _si_density(entry: dict, area: float, units: Any, rho0: float) -> float:
 
 
 register(OpeningKind("velocity", _velocity, doc="velocity inlet (mean speed, profile)",
-                     link_code=0, si_keys=("flow_rate", "mean_speed"), si_required=True,
+                     link_code=0, si_keys=("flow_rate", "mean_speed", "waveform"),
+                     si_required=True,
                      si_value=_si_speed, quantity=SPEED))
 register(OpeningKind("pressure", _density, doc="pressure outlet (density)", link_code=1,
                      si_keys=("pressure",), si_value=_si_density, quantity=DENSITY))
@@ -156,7 +176,8 @@ OPENING_TYPES = tuple(OPENING_KIND_REGISTRY)
 
 def _spec(opening_id: Any, spec: Any) -> dict:
     if isinstance(spec, OpeningCondition):
-        return {"kind": spec.kind, "value": spec.value, "profile": spec.profile}
+        return {"kind": spec.kind, "value": spec.value, "profile": spec.profile,
+                "waveform": spec.waveform}
     if isinstance(spec, str):
         return {"kind": spec}
     if isinstance(spec, dict) and "kind" in spec:

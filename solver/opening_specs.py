@@ -6,10 +6,15 @@ A case's ``openings:`` section is a list of entries::
       - id: 1                      # or  at: [x, y, z]  (metres: the nearest opening centre)
         kind: velocity             # velocity | pressure | outflow | closed
         flow_rate: 2.0e-7          # m^3/s into the fluid  (or  mean_speed: 0.1  in m/s)
-        profile: poiseuille        # uniform | poiseuille
+        profile: poiseuille        # uniform | poiseuille (Womersley per harmonic of a waveform)
+        # or, pulsatile:  waveform: inflow.csv  (header t,flow_rate or t,mean_speed; SI)
+        #             or  waveform: {period_s: 0.8, quantity: flow_rate, fourier: [c0, [re, im]]}
       - id: 2
         kind: pressure
         pressure: 0.0              # Pa relative to the reference pressure (default 0)
+        # or an RCR outlet (SI):  windkessel: {Rp: 1.2e8, C: 1.0e-9, Rd: 1.5e9}  (Pa s/m^3,
+        #   m^3/Pa; {R, C} for two elements; optional Pd, P0 in Pa), updated every
+        #   run.windkessel_every steps
 
 :func:`parse_opening_specs` checks the entries' shape when the case is read;
 :func:`resolve_openings` turns them, once the geometry is loaded, into
@@ -24,21 +29,24 @@ from typing import Any
 
 import numpy as np
 
-from .opening_kinds import OPENING_TYPES, PROFILES, opening_conditions, opening_kind
+from .opening_kinds import DENSITY, OPENING_TYPES, PROFILES, opening_conditions, opening_kind
 from .units import UnitSystem
 from .values import ConfigError, is_number
+from .windkessel import WindkesselCoupling, parse_windkessel
 
 __all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening",
-           "case_units", "specs_by_id", "case_lattice"]
+           "case_units", "specs_by_id", "case_lattice", "case_coupling"]
 
 #: Largest relative density change a pressure opening may ask for (weakly compressible LBM).
 MAX_DENSITY_CHANGE = 0.1
 
-SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile")
+SPEC_KEYS = ("id", "at", "kind", "flow_rate", "mean_speed", "pressure", "profile", "waveform",
+             "windkessel")
 
 
-def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
-    """The ``openings`` entries of a case, checked for shape (not yet against a geometry)."""
+def parse_opening_specs(data: Any, source: str = "case", base: Any = None) -> list[dict]:
+    """The ``openings`` entries of a case, checked for shape (not yet against a geometry);
+    a waveform CSV's relative path is made relative to the folder ``base``."""
     if not isinstance(data, list):
         raise ConfigError(f"{source}: `openings` must be a list of entries such as "
                           "{id: 1, kind: velocity, flow_rate: 1.0e-7}.")
@@ -63,15 +71,38 @@ def parse_opening_specs(data: Any, source: str = "case") -> list[dict]:
         if len(given) > 1 or (kind.si_required and not given):
             raise ConfigError(f"{where}: a {kind.name} opening needs exactly one of "
                               f"{['`' + k + '`' for k in kind.si_keys]} (flow_rate in m^3/s "
-                              "into the fluid, mean_speed in m/s, pressure in Pa).")
+                              "into the fluid, mean_speed in m/s, waveform a CSV or Fourier "
+                              "coefficients, pressure in Pa).")
+        if "windkessel" in entry:
+            if kind.quantity != DENSITY:  # it sets the opening's density
+                raise ConfigError(f"{where}: a windkessel closes a pressure opening, not a "
+                                  f"{kind.name} one; set kind: pressure.")
+            parse_windkessel(entry["windkessel"], f"{where}: windkessel")
+        if "waveform" in entry and not isinstance(entry["waveform"], (str, dict)):
+            raise ConfigError(f"{where}: `waveform` must be a CSV file name or a mapping "
+                              "{period_s, fourier: [...]}.")
         extra = sorted({"flow_rate", "mean_speed", "pressure"} & set(entry) - set(kind.si_keys))
         if extra:
             raise ConfigError(f"{where}: a {kind.name} opening takes no {extra}.")
         for key in ("flow_rate", "mean_speed", "pressure"):
             if key in entry and not (is_number(entry[key]) and math.isfinite(entry[key])):
                 raise ConfigError(f"{where}: `{key}` must be a number, got {entry[key]!r}.")
-        out.append(dict(entry))
+        out.append(_absolute_waveform(dict(entry), base))
     return out
+
+
+def _absolute_waveform(entry: dict, base: Any) -> dict:
+    """The entry with a waveform CSV path made relative to the case file's folder ``base``."""
+    from pathlib import Path
+
+    wave = entry.get("waveform")
+    name = wave if isinstance(wave, str) else (wave or {}).get("file") \
+        if isinstance(wave, dict) else None
+    if not name or Path(name).is_absolute() or base is None:
+        return entry
+    path = str(Path(base).resolve() / name)
+    entry["waveform"] = path if isinstance(wave, str) else {**wave, "file": path}
+    return entry
 
 
 def nearest_opening(openings, point: Any, where: str) -> Any:
@@ -150,7 +181,11 @@ def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,
         if any(k in entry for k in kind.si_keys) and units is None:
             raise ConfigError(f"{where}: SI values need the voxel size and the fluid: set "
                               "run.viscosity (m^2/s) and use a geometry with a voxel size.")
-        if kind.si_value is not None:
+        if "waveform" in entry:  # pulsatile: the waveform's mean is the value
+            from .waveform import si_waveform
+
+            spec["waveform"] = si_waveform(entry["waveform"], opening.area, units)
+        elif kind.si_value is not None:
             spec["value"] = kind.si_value(entry, opening.area, units, rho0)
         if "pressure" in entry and abs(spec["value"] - rho0) > MAX_DENSITY_CHANGE * rho0:
             raise ConfigError(
@@ -177,3 +212,16 @@ def case_units(case: Any, voxel_size: float | None) -> UnitSystem | None:
         return None
     return UnitSystem.from_viscosity(voxel_size, case.run.viscosity, case.run.density,
                                      case.config.tau)
+
+
+def case_coupling(specs: list[dict], geometry: Any, units: Any, rho0: float, every: int,
+                  source: str = "case") -> WindkesselCoupling | None:
+    """The coupling of a case file's ``windkessel`` entries (SI), None without any."""
+    models = {e["id"]: parse_windkessel(e["windkessel"], f"{source}: windkessel")
+              for e in specs_by_id(specs, geometry, source) if "windkessel" in e}
+    if not models:
+        return None
+    if units is None:
+        raise ConfigError(f"{source}: Windkessel outlets are in SI: set run.viscosity (m^2/s) "
+                          "and use a geometry with a voxel size.")
+    return WindkesselCoupling(models, units, rho0, every)

@@ -21,7 +21,7 @@ import numpy as np
 from . import observables
 from .fields import Cut, speed, tile_moments
 from .problem import Problem
-from .wall_shear import WallNodes, wall_shear_stress
+from .wall_shear import WallNodes, wall_shear_stress, wall_shear_vector
 
 __all__ = ["Readout"]
 
@@ -97,6 +97,16 @@ class Readout:
             looked = (*whole, cut.nodes) if whole is not None else \
                 (*self.moments(cut.tiles), cut.local)
         return self._numbers(numbers), looked
+
+    def wall_shear_vectors(self, walls: WallNodes) -> Any:
+        """Wall shear stress vectors (n, d), lattice units: a backend array when the state is
+        read in one chunk (nothing leaves the device), else assembled on the host."""
+        backend, n = self.backend, self.problem.tiling.n_tiles
+        if backend.readout_tiles(self.state) >= n:
+            f = backend.device_populations(self.state)
+            return wall_shear_vector(self.problem, f, walls, self.xp)
+        f = backend.populations(self.state)  # host, float64: a large run's slow path
+        return wall_shear_vector(self.problem, f, walls, np)
 
     def wall_shear(self, walls: WallNodes) -> np.ndarray:
         """Wall shear stress magnitude (n,) at ``walls``' nodes on the host, lattice units

@@ -28,6 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .case import Case, load_geometry
+from .cycles import CycleMonitor
 from .io import (
     CsvLog,
     checkpoint_of,
@@ -39,7 +40,7 @@ from .io import (
 )
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
-from .opening_specs import case_lattice, case_units, resolve_openings
+from .opening_specs import case_coupling, case_lattice, case_units, resolve_openings
 from .probes import ProbeSet, line_columns, line_rows, probe_columns, probe_row
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
@@ -135,6 +136,14 @@ class HeadlessRun:
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
         self.probes = (case.probes or ProbeSet()).check(np.asarray(self.geometry.solid).shape)
+        # Windkessel outlets: their pressures set on the host every windkessel_every steps.
+        self.windkessel = case_coupling(case.openings or [], self.geometry, self.units,
+                                        case.config.initial_density,
+                                        self.controls.windkessel_every,
+                                        str(case.path or case.name))
+        if self.windkessel is not None:
+            self.windkessel.start(self.sim)
+        self.cycles = _cycle_monitor(self.sim, self.controls)
         # Refused before anything is allocated, by the same verdict as the dashboard's.
         self.required = assess_memory(self.sim.problem, self.sim.backend).check().required
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
@@ -163,6 +172,8 @@ class HeadlessRun:
         self.wall = float(checkpoint.extra.get("wall_s", 0.0))
         self.last = dict(checkpoint.extra.get("last") or {})
         self._interval = (self.sim.time_step, self.sim.metrics.seconds)
+        if self.cycles is not None:  # the cycles before the checkpoint are not known
+            self.cycles.skip_to(self.sim.time_step)
         log.info("Resumed %s at step %d.", path, self.sim.time_step)
 
     def execute(self, progress: bool = True) -> RunOutcome:
@@ -219,6 +230,9 @@ class HeadlessRun:
                             "without one).", step)
                 return "interrupted"
             steady = self._vessel and c.flow_tolerance > 0 and reading.steady
+            if self.cycles is not None:  # a pulsatile flow is never steady: periodic instead
+                steady = c.cycle_tolerance > 0 and self.cycles.periodic and \
+                    self.cycles.cycles > c.warmup_cycles
             if step % c.output_interval == 0 or step == c.max_steps or steady:
                 if self._output(reading, bar) or steady:
                     return "converged"
@@ -232,12 +246,21 @@ class HeadlessRun:
         piece = 1
         while n > 0 and not interrupt.requested:
             k = min(piece, n)
+            sample = None
+            if self.cycles is not None:  # stop at the next sample of the heart cycle
+                sample = self.cycles.sample_step(self.cycles.index + 1)
+                k = max(1, min(k, sample - self.sim.time_step))
             tic = time.perf_counter()
-            self.sim.step(k)
+            if self.windkessel is None:
+                self.sim.step(k)
+            else:
+                self.windkessel.run(self.sim, k)
             elapsed = time.perf_counter() - tic
             self.wall += elapsed
             n -= k
             bar.update(k)
+            if sample is not None and self.sim.time_step == sample:
+                self.cycles.observe(self.sim)
             piece = max(1, int(PIECE_SECONDS * k / elapsed)) if elapsed > 0 else 2 * piece
 
     def _observe(self) -> Reading:
@@ -294,6 +317,7 @@ class HeadlessRun:
                 extra["wall_shear_stress"] = wss
                 if self.units is not None:
                     extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
+            extra.update(self._shear_indices())
             write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
                       self.geometry.origin or None, extra=extra)
         if self._vessel:  # a flow through openings stops on its own steady state (_loop)
@@ -321,6 +345,43 @@ class HeadlessRun:
         if self.line_csv is not None:
             for row in line_rows(readings, self.units):
                 self.line_csv.append(row)
+
+    def _indices(self):
+        """The shear indices of the whole cycles after the warm-up, or None yet."""
+        c = self.cycles
+        if c is None or not c.has_indices:
+            return None
+        return c.indices(to_host=self.sim.backend.to_host)
+
+    def _shear_indices(self) -> dict[str, np.ndarray]:
+        """TAWSS, OSI and RRT as grid fields (NaN off the wall nodes; lattice and SI)."""
+        result = self._indices()
+        if result is None:
+            return {}
+        out = {}
+        at = tuple(self.cycles.walls.voxels.T)
+        fields = {"tawss": result.tawss, "osi": result.osi, "rrt": result.rrt}
+        if self.units is not None:
+            unit = self.units.stress_to_si(1.0)
+            fields.update(tawss_Pa=result.tawss * unit, rrt_1_Pa=result.rrt / unit)
+        for name, values in fields.items():
+            grid = np.full(self.sim.solid.shape, np.nan)
+            grid[at] = values
+            out[name] = grid
+        return out
+
+    def _cycle_summary(self) -> dict[str, Any]:
+        """Cycles sampled, periodic convergence and the wall-averaged shear indices."""
+        c = self.cycles
+        out: dict[str, Any] = {"cycles": c.cycles, "cycle_change": c.cycle_change(),
+                               "periodic": c.periodic}
+        result = self._indices()
+        if result is not None:
+            out.update(tawss_mean=float(np.mean(result.tawss)),
+                       osi_max=float(np.max(result.osi)), shear_cycles=result.cycles)
+            if self.units is not None:
+                out["tawss_mean_Pa"] = self.units.stress_to_si(out["tawss_mean"])
+        return out
 
     def _checkpoint(self) -> None:
         extra = {"wall_s": self.wall, "last": self.last, "monitor": self.monitor.state()}
@@ -358,6 +419,8 @@ class HeadlessRun:
         if self._vessel and self.reading is not None:
             summary.update(steady=self.reading.steady, flow_change=self.reading.flow_change,
                            steady_label=self.reading.steady_label)
+        if self.cycles is not None:
+            summary.update(self._cycle_summary())
         if self.lattice_choice is not None:
             summary["lattice_choice"] = self.lattice_choice.text()
         nu_phys = self.controls.viscosity
@@ -382,3 +445,13 @@ def _backend_name(case: Case, backend: Any) -> str:
 def _next(step: int, interval: int) -> int:
     """The next multiple of ``interval`` after ``step`` (a large number when interval is 0)."""
     return (step // interval + 1) * interval if interval else 2**62
+
+
+def _cycle_monitor(sim: Simulation, controls: Any) -> CycleMonitor | None:
+    """The heart-cycle sampler of a run with a waveform inlet, None for steady openings."""
+    tables = sim.problem.iolets
+    if tables is None or not tables.harmonics:
+        return None
+    return CycleMonitor(tables.wave_period, warmup=controls.warmup_cycles,
+                        samples=controls.cycle_samples,
+                        tolerance=controls.cycle_tolerance or 1.0)

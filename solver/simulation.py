@@ -321,6 +321,21 @@ class Simulation:
         return opening_flows(self.problem, flux,
                              {k: float(self.backend.to_host(v)) for k, v in rho.items()})
 
+    def set_opening_density(self, opening_id: int, density: float) -> None:
+        """Hold pressure opening ``opening_id`` at ``density`` (lattice) from the next step
+        (a Windkessel outlet, :mod:`solver.windkessel`)."""
+        from .iolets import PRESSURE
+
+        tables = self.problem.iolets
+        if tables is None or opening_id not in tables.ids:
+            raise ValueError(f"Opening {opening_id} is not a driven opening of this run.")
+        links = (tables.opening == tables.ids.index(opening_id)) & (tables.code == PRESSURE)
+        if not links.any():
+            raise ValueError(f"Opening {opening_id} is not a pressure opening.")
+        self.allocate()
+        tables.value[links] = float(density)  # the host tables stay the run's record
+        self.backend.set_iolet_values(self.state, np.array(tables.value, dtype=np.float64))
+
     def wall_shear_stress(self) -> np.ndarray:
         """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
@@ -329,6 +344,16 @@ class Simulation:
         out = np.full(self.solid.shape, np.nan)
         out[tuple(walls.voxels.T)] = reader.wall_shear(walls)
         return out
+
+    def wall_shear_vectors(self) -> tuple[Any, Any]:
+        """(wall nodes (:class:`solver.wall_shear.WallNodes`), shear stress vectors (n, d) at
+        them, lattice units, left on the backend when the state fits one readout chunk)."""
+        from .wall_shear import wall_nodes
+
+        reader = self._reader()
+        if self._walls is None:
+            self._walls = wall_nodes(self.problem)
+        return self._walls, reader.wall_shear_vectors(self._walls)
 
     def forces(self, axis: int | None = None) -> dict[int, observables.ObjectForce]:
         """Momentum-exchange force per solid label (see :func:`solver.observables.forces`)."""

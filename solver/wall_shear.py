@@ -24,7 +24,7 @@ from scipy import ndimage
 
 from .collision import equilibrium, moments
 
-__all__ = ["WallNodes", "wall_nodes", "wall_shear_stress"]
+__all__ = ["WallNodes", "wall_nodes", "wall_shear_stress", "wall_shear_vector"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,6 +81,13 @@ def wall_nodes(problem: Any) -> WallNodes:
 def wall_shear_stress(problem: Any, populations: Any, walls: WallNodes, xp: Any = np) -> Any:
     """Shear stress magnitude (n,) at the wall nodes, lattice units, from the backend's latest
     populations (n_tiles, q, a^d) in XYZ order (a backend array; the result stays there)."""
+    tangential = wall_shear_vector(problem, populations, walls, xp)
+    return xp.sqrt((tangential * tangential).sum(axis=1))
+
+
+def wall_shear_vector(problem: Any, populations: Any, walls: WallNodes, xp: Any = np) -> Any:
+    """Shear stress vector (n, d) at the wall nodes (the traction's tangential part), lattice
+    units, as :func:`wall_shear_stress` (the result stays on the backend)."""
     lat = problem.lattice
     g = populations[xp.asarray(walls.tile), xp.asarray(walls.direction),
                     xp.asarray(walls.node)].astype(xp.float64)  # (q, n)
@@ -92,5 +99,4 @@ def wall_shear_stress(problem: Any, populations: Any, walls: WallNodes, xp: Any 
     sigma = -(1.0 - 0.5 * omega) * pi
     n = xp.asarray(walls.normals)
     traction = xp.einsum("nab,nb->na", sigma, n)
-    tangential = traction - (traction * n).sum(axis=1, keepdims=True) * n
-    return xp.sqrt((tangential * tangential).sum(axis=1))
+    return traction - (traction * n).sum(axis=1, keepdims=True) * n

@@ -99,6 +99,10 @@ class Backend(Protocol):
         """Net mass flux into the fluid per opening link in the last step (host float64,
         lattice units), None without driven openings."""
 
+    def set_iolet_values(self, state: Any, values: np.ndarray) -> None:
+        """Set the opening links' target values (m,: Ladd terms, densities; lattice units) the
+        pass applies from the next step (a Windkessel outlet's pressure)."""
+
     def set_iolet_flux(self, state: Any, flux: np.ndarray) -> None:
         """Set what :meth:`iolet_flux` reads until the next step (a resumed or restored run
         reports the flows of the step it was saved at)."""

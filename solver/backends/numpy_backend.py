@@ -252,6 +252,14 @@ class NumpyBackend:
         rest state, as the other copy's always do)."""
         np.copyto(state.f[state.current], stored, casting="no")
 
+    def set_iolet_values(self, state: NumpyState, values: np.ndarray) -> None:
+        """Set the opening links' target values (m,) the pass applies from the next step."""
+        tables = state.problem.iolets
+        if tables is None or np.shape(values) != tables.value.shape:
+            raise ValueError(f"{np.shape(values)} opening-link values for a run with "
+                             f"{0 if tables is None else tables.n_links}.")
+        tables.value[...] = values
+
     def set_iolet_flux(self, state: NumpyState, flux: np.ndarray) -> None:
         """Set the per-link flux :meth:`iolet_flux` reads until the next step."""
         if state.iolet_flux is None or np.shape(flux) != state.iolet_flux.shape:

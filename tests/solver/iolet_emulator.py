@@ -22,6 +22,8 @@ __all__ = ["emulated_pass"]
 
 _SHIM = r"""
 #include <bit>
+#include <cmath>
+using std::cos; using std::sin; using std::floor;
 struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 static emu_dim3 threadIdx, blockIdx, blockDim;
 #define __global__
@@ -35,7 +37,7 @@ extern "C" void emu_pass(int m, int n, store_t* f, const long long* own_j,
     const long long* donor, const long long* write, const long long* node_own,
     const int* link_node, real* node_u, const signed char* code, const int* dir,
     const real* value, const real* shift, real scale, real inv_scale, real* out, real* flux,
-    long long* step, long long ramp_steps)
+    long long* step, long long ramp_steps, const double* wave, double period)
 {
     blockDim.x = 1;
     for (int t = 0; t < n; ++t) {
@@ -45,7 +47,7 @@ extern "C" void emu_pass(int m, int n, store_t* f, const long long* own_j,
     for (int t = 0; t < m; ++t) {
         blockIdx.x = t;
         iolet_values(f, own_j, donor, code, dir, value, link_node, node_u, shift, inv_scale,
-                     out, flux, m, n, step, ramp_steps);
+                     out, flux, m, n, step, ramp_steps, wave, period);
     }
     for (int t = 0; t < m; ++t) {
         blockIdx.x = t;
@@ -79,7 +81,8 @@ def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
     real = np.dtype(problem.dtype)
     plan = iolet_plan(tables, lat.q, problem.tiling.nodes_per_tile, slots, parity)
     run = _load(iolet_source(lat.name, real.name, storage.encoded, problem.incompressible,
-                             tuple(float(x) for x in problem.force), float(tables.rho0)))
+                             tuple(float(x) for x in problem.force), float(tables.rho0),
+                             tables.harmonics))
     arrays = [plan.own_j, plan.donor, plan.write, plan.node_own, plan.link_node,
               np.zeros((lat.d, max(plan.n_nodes, 1)), dtype=real)]
     code = np.ascontiguousarray(tables.code, dtype=np.int8)
@@ -90,6 +93,8 @@ def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
     flux = np.zeros(tables.n_links, dtype=real)
     scalar = ctypes.c_double if real == np.float64 else ctypes.c_float
     step = tables.ramp_steps if step is None else step
+    wave = np.ascontiguousarray(tables.wave if tables.harmonics else np.zeros(1),
+                                dtype=np.float64)
     counter = np.array([step], dtype=np.int64)
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
     assert flat.flags.c_contiguous
@@ -97,6 +102,6 @@ def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
         *(ptr(a) for a in arrays), ptr(code),
         ptr(direction), ptr(value), ptr(shift), scalar(storage.scale),
         scalar(1.0 / storage.scale), ptr(out), ptr(flux), ptr(counter),
-        ctypes.c_longlong(tables.ramp_steps))
+        ctypes.c_longlong(tables.ramp_steps), ptr(wave), ctypes.c_double(tables.wave_period))
     assert counter[0] == step + 1  # the write kernel advanced the clock once
     return flux

@@ -198,6 +198,7 @@ def test_cuda_kernel_sources_compile_with_nvcc(tmp_path):
                                        ("float32", True, False))]
     sources += [iolet_source(lat, "float64", False, True, (0.0,) * d)
                 for lat, d in (("D2Q9", 2), ("D3Q13", 3), ("D3Q27", 3))]
+    sources += [iolet_source("D3Q19", "float32", True, False, (0.0,) * 3, 1.0, 10)]  # waveform
     for k, source in enumerate(sources):
         path = tmp_path / f"iolets{k}.cu"
         path.write_text(source)

@@ -52,10 +52,14 @@ class DeviceIolets:
         self.scale, self.inv_scale = real.type(storage.scale), real.type(1.0 / storage.scale)
         self.step = cp.zeros(1, dtype=np.int64)  # the run's step: the soft start's clock
         self.ramp_steps = np.int64(tables.ramp_steps)
+        # Waveform harmonics (2K, m) float64; one dummy element without a waveform.
+        self.wave = cp.asarray(tables.wave if tables.harmonics else np.zeros(1))
+        self.period = np.float64(tables.wave_period)
         self.out = cp.zeros(self.m, dtype=real)
         self.flux = cp.zeros(self.m, dtype=real)
         source = iolet_source(lat.name, real.name, storage.encoded, problem.incompressible,
-                              tuple(float(x) for x in problem.force), float(tables.rho0))
+                              tuple(float(x) for x in problem.force), float(tables.rho0),
+                              tables.harmonics)
         self._moments, self._values, self._write = _kernels(source, cp.cuda.Device().id)
         self._grid = ((self.m + _THREADS - 1) // _THREADS,)
         self._node_grid = ((self.n + _THREADS - 1) // _THREADS,)
@@ -72,7 +76,7 @@ class DeviceIolets:
         self._values(self._grid, (_THREADS,),
                      (f, own_j, donor, self.code, self.dir, self.value, link_node, self.node_u,
                       self.shift, self.inv_scale, self.out, self.flux, m, n, self.step,
-                      self.ramp_steps))
+                      self.ramp_steps, self.wave, self.period))
         self._write(self._grid, (_THREADS,),
                     (f, write, self.dir, self.out, self.shift, self.scale, m, self.step))
 

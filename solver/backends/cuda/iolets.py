@@ -14,6 +14,12 @@ counter and scales the values by the smoothstep of it in double, as NumPy does; 
 ``iolet_write`` advances the counter once the values are written, so CUDA graph replays ramp
 without any host update (the backend sets the counter on resume and rollback).
 
+Pulsatile inlets (:mod:`solver.waveform`): with ``harmonics`` K > 0 ``iolet_values`` adds to a
+link's value the double sum ``sum_k wave[k] cos(theta_k) + wave[K + k] sin(theta_k)`` of
+:meth:`solver.iolets.IoletTables.wave_sum`, ``theta_k`` from the same step counter, before the
+ramp. NumPy and the device agree to the last bits of ``cos``/``sin`` (not bitwise: libm and
+CUDA's double ``cos`` may differ by an ulp).
+
 The kernels are compiled with ``--fmad=false`` so that no multiply-add is contracted: the same
 roundings as NumPy, hence CuPy == NumPy in float64 to round-off. Float16 storage decodes as
 :mod:`solver.storage` does and stores rounded to nearest (the NumPy pass does the same). This
@@ -109,12 +115,30 @@ def iolet_plan(tables: IoletTables, q: int, nodes_per_tile: int, slots: np.ndarr
                      np.ascontiguousarray(link_node))
 
 
+def _wave_lines(harmonics: int) -> list[str]:
+    """The waveform sum of :meth:`solver.iolets.IoletTables.wave_sum`, in its order."""
+    if harmonics <= 0:
+        return []
+    return ["    {  // pulsatile inlet: solver.waveform.harmonic_phases, IoletTables.wave_sum",
+            "        double x = (double)step[0] / period;",
+            "        x = x - floor(x);",
+            f"        const double tx = {2.0 * np.pi!r} * x;",
+            "        double w = 0.0;",
+            f"        for (int h = 0; h < {harmonics}; ++h) {{",
+            "            const double th = tx * (double)(h + 1);",
+            "            w = w + wave[(long long)h * m + k] * cos(th);",
+            f"            w = w + wave[(long long)({harmonics} + h) * m + k] * sin(th);",
+            "        }",
+            "        v = v + (real)w;",
+            "    }"]
+
+
 @cache
 def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: bool,
-                 force: tuple[float, ...], rho0: float = 1.0) -> str:
+                 force: tuple[float, ...], rho0: float = 1.0, harmonics: int = 0) -> str:
     """CUDA C source of the three kernels for a lattice, arithmetic ``precision`` ('float32' or
-    'float64'), float16 storage or not, fluid model, body force and the density a pressure
-    opening ramps from (lattice units)."""
+    'float64'), float16 storage or not, fluid model, body force, the density a pressure
+    opening ramps from (lattice units) and the number of waveform harmonics."""
     lat = get_lattice(lattice_name)
     real = "double" if precision == "float64" else "float"
     q, d = lat.q, lat.d
@@ -153,13 +177,15 @@ def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: 
               "    const int* __restrict__ link_node, const real* __restrict__ node_u,",
               "    const real* __restrict__ shift, const real inv_scale,",
               "    real* __restrict__ out, real* __restrict__ flux, const int m, const int n,",
-              "    const long long* __restrict__ step, const long long ramp_steps)",
+              "    const long long* __restrict__ step, const long long ramp_steps,",
+              "    const double* __restrict__ wave, const double period)",
               "{",
               "    const int k = blockIdx.x * blockDim.x + threadIdx.x;",
               "    if (k >= m) return;",
               "    const int j = dir[k];",
               "    const real fj = IO_LOAD(f[own_j[k]], shift[j]);",
               "    real v = value[k];",
+              *_wave_lines(harmonics),
               "    if (ramp_steps > 0) {  // soft start: solver.soft_start.ramp_factor",
               "        const double x = (double)(step[0] + 1) / (double)ramp_steps;",
               "        if (x < 1.0) {",

@@ -112,6 +112,16 @@ class StateAccess:
         cp.copyto(target, cp.asarray(stored), casting="no")  # another dtype: TypeError
         cp.cuda.get_current_stream().synchronize()  # before steps queued on the run's stream
 
+    def set_iolet_values(self, state: Any, values: np.ndarray) -> None:
+        """Set the opening links' target values (m,) the pass applies from the next step
+        (a Windkessel outlet's density); the graphs read the same buffer."""
+        iolets = getattr(state, "iolets", None)
+        if iolets is None or np.shape(values) != iolets.value.shape:
+            raise ValueError(f"{np.shape(values)} opening-link values for a run with "
+                             f"{0 if iolets is None else iolets.value.size}.")
+        iolets.value[...] = cp.asarray(values, dtype=iolets.value.dtype)
+        cp.cuda.get_current_stream().synchronize()  # the host array may change after
+
     def set_iolet_flux(self, state: Any, flux: np.ndarray) -> None:
         """Set the per-link flux :meth:`iolet_flux` reads until the next step."""
         iolets = getattr(state, "iolets", None)  # compact runs have no openings' pass
