@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import GeometryError
 
-__all__ = ["NPY_MAGIC", "read_npy", "read_npz"]
+__all__ = ["NPY_MAGIC", "check_zip_methods", "read_npy", "read_npz"]
 
 NPY_MAGIC = b"\x93NUMPY"
 _NUMBER_KINDS = "biuf"
@@ -79,6 +79,7 @@ def read_npz(
             "Use a file written by VoxelGeometry.save."
         ) from exc
     with archive:
+        check_zip_methods(archive)
         present = set(archive.namelist())
         missing = [n for n in names if f"{n}.npy" not in present]
         if missing:
@@ -109,6 +110,22 @@ def _check_entry_count(data: bytes) -> None:
             f"a geometry has fewer than {MAX_NPZ_ENTRIES} members. Use a file written by "
             "VoxelGeometry.save."
         )
+
+
+#: zip methods whose reads are bounded: zipfile inflates bzip2 (12) and LZMA (14) members whole on
+#: the first read, whatever size was asked for (a 2.9 kB upload took 4 GiB).
+_BOUNDED_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}
+
+
+def check_zip_methods(archive: zipfile.ZipFile) -> None:
+    """Refuse members compressed with any method but stored or deflate (np.savez writes those)."""
+    for info in archive.infolist():
+        if info.compress_type not in _BOUNDED_METHODS:
+            raise GeometryError(
+                f"The .npz member {info.filename[:80]!r} uses zip compression method "
+                f"{info.compress_type}; only stored and deflate (what numpy.savez and "
+                "savez_compressed write) are read. Save the geometry again with VoxelGeometry.save."
+            )
 
 
 def _read_member(
