@@ -13,7 +13,8 @@ if TYPE_CHECKING:  # the solver is imported lazily: `--help` stays fast
 
 __all__ = ["EXIT_BACKEND", "EXIT_OUTPUT", "main"]
 
-#: Exit codes of ``run`` beyond solver.run's 0 done, 2 invalid, 3 diverged, 130 interrupted.
+#: Exit codes of ``run`` beyond solver.run's 0 done, 2 invalid, 3 diverged, 130 interrupted
+#: (and solver.rock.cli's 6: permeability not converged); one meaning each (SECURITY.md).
 EXIT_OUTPUT = 4  # the output folder could not be written during the run
 EXIT_BACKEND = 5  # the requested backend (cupy) cannot start on this machine
 
@@ -219,8 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "output folder or checkpoint, or refused (stability, "
                                      "memory, checkpoint mismatch); 3 diverged; 4 writing the "
                                      "outputs failed during the run; 5 the requested backend "
-                                     "cannot start (no GPU); 130 interrupted (checkpoint "
-                                     "written).")
+                                     "cannot start (no GPU); 6 permeability not converged "
+                                     "within permeability.max_steps; 130 interrupted "
+                                     "(checkpoint written).")
     run.add_argument("case", help="case file, .yaml/.yml or .json (see solver/case.py)")
     run.add_argument("--resume", metavar="CHECKPOINT", default=None,
                      help="continue from a checkpoint.npz of the same geometry and config")

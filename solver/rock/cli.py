@@ -23,7 +23,8 @@ __all__ = ["run_permeability", "run_permeability_mpi", "settings_for", "write_st
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_NOT_CONVERGED = 0, 2, 3, 4
+#: 4 is the CLI's "writing the outputs failed" (solver.__main__.EXIT_OUTPUT): one meaning each.
+EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_NOT_CONVERGED = 0, 2, 3, 6
 
 
 def settings_for(case: Any, protocol: str | None, axes: str | None,
@@ -49,7 +50,7 @@ def settings_for(case: Any, protocol: str | None, axes: str | None,
 
 def run_permeability(case: Any, settings: PermeabilitySettings, out: str | Path | None,
                      backend: Any = None) -> int:
-    """Run the study of ``case``; write the outputs; return the exit code (4: not converged)."""
+    """Run the study of ``case``; write the outputs; return the exit code (6: not converged)."""
     from ..case import load_geometry
 
     try:
