@@ -15,7 +15,8 @@ import numpy as np
 
 from .errors import GeometryError
 
-__all__ = ["NPY_MAGIC", "check_zip_methods", "read_npy", "read_npz"]
+__all__ = ["NPY_HEAD_BYTES", "NPY_MAGIC", "check_npy_header", "check_zip_methods", "read_npy",
+           "read_npz"]
 
 NPY_MAGIC = b"\x93NUMPY"
 _NUMBER_KINDS = "biuf"
@@ -24,27 +25,43 @@ _HEADER_BUDGET = 65536
 MAX_NPZ_ENTRIES = 64  # an .npy header is far shorter; bounds the first read
 
 
-def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.ndarray:
-    """Return the array stored in ``.npy`` bytes, refusing pickles and over-large arrays."""
-    if not data.startswith(NPY_MAGIC):
+#: Bytes of a file enough to hold any .npy header this reader accepts (magic + length + text).
+NPY_HEAD_BYTES = _HEADER_BUDGET + 16
+
+
+def check_npy_header(
+    head: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS
+) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """Return (shape, fortran, dtype, data offset) of the ``.npy`` header at the start of
+    ``head``, refusing pickles and over-large arrays: a file is checked before it is read."""
+    if not head.startswith(NPY_MAGIC):
         raise GeometryError(
             "The data is not a .npy file (it lacks the NumPy magic bytes). "
             "Save arrays with numpy.save, or pass the right format=."
         )
-    fp = io.BytesIO(data)
+    fp = io.BytesIO(head)
     shape, fortran, dtype = _read_header(fp)
     if dtype.hasobject or dtype.kind not in kinds or dtype.fields is not None:
         raise GeometryError(
             f"The .npy array has dtype {dtype}, which cannot hold a voxel image. "
             "Save a bool, integer or float array (object arrays are never unpickled)."
         )
+    _check_dims(shape)
     count = int(np.prod(shape, dtype=object))
     if count > max_items:
         raise GeometryError(
             f"The .npy array has {count} elements, more than the limit of {max_items}. "
             "Crop or downsample the image first, or raise max_voxels=."
         )
-    offset = fp.tell()
+    return shape, fortran, dtype, fp.tell()
+
+
+def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.ndarray:
+    """Return the array stored in ``.npy`` bytes, refusing pickles and over-large arrays."""
+    shape, fortran, dtype, offset = check_npy_header(
+        data[:NPY_HEAD_BYTES], max_items=max_items, kinds=kinds
+    )
+    count = int(np.prod(shape, dtype=object))
     expected = count * dtype.itemsize
     if len(data) - offset != expected:
         raise GeometryError(
@@ -148,6 +165,7 @@ def _read_member(
                     f"The array {name!r} in the .npz archive has {dtype.itemsize}-byte elements "
                     f"({dtype}); at most {max_item_bytes} are allowed. Use VoxelGeometry.save."
                 )
+            _check_dims(shape)
             count = int(np.prod(shape, dtype=object))
             if count > max_items:
                 raise GeometryError(
@@ -163,6 +181,15 @@ def _read_member(
             f"The array {name!r} in the .npz archive is corrupted ({exc}). Save it again."
         ) from exc
     return read_npy(raw, max_items=max_items, kinds=_NUMBER_KINDS + "U")
+
+
+def _check_dims(shape: tuple[int, ...]) -> None:
+    """Refuse negative dimensions (numpy's header parser accepts them; reshape then fails)."""
+    if any(n < 0 for n in shape):
+        raise GeometryError(
+            f"The .npy header declares the shape {shape}, with a negative size: the file is "
+            "corrupted. Save the array again with numpy.save."
+        )
 
 
 def _read_header(fp: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:

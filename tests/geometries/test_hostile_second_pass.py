@@ -143,3 +143,70 @@ def test_the_loader_time_limit_must_be_a_positive_number(monkeypatch):
     monkeypatch.setenv("POROUS_LBM_LOADER_SECONDS", "-1")
     with pytest.raises(GeometryError, match="POROUS_LBM_LOADER_SECONDS"):
         geometries.load(spanning_stl(2), format="stl")
+
+
+# --- item 5: malformed .npy dims and .npz metadata are GeometryErrors, not raw ValueErrors ---
+
+
+def npy_with_header(header: str, body: bytes) -> bytes:
+    """A version-1.0 .npy of a hand-written header dict (padded as numpy pads it)."""
+    text = header + " " * (63 - (10 + len(header)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode() + body
+
+
+@pytest.mark.parametrize("shape", ["(-2, -3)", "(-1, 0)", "(4, -4, -1)"])
+def test_negative_npy_dims_are_a_geometry_error(shape):
+    data = npy_with_header(f"{{'descr': '|u1', 'fortran_order': False, 'shape': {shape}, }}",
+                           bytes(16))
+    with pytest.raises(GeometryError, match="negative size") as caught:
+        geometries.load(data, format="npy")
+    assert type(caught.value) is GeometryError
+
+
+@pytest.mark.parametrize("field", ["voxel_size", "origin", "flow_axis"])
+def test_npz_metadata_of_the_wrong_type_is_a_geometry_error(field):
+    arrays = {"solid": np.zeros((4, 4, 4), dtype=bool), "voxel_size": np.float64(1e-6),
+              "origin": np.zeros(3), "flow_axis": np.int64(0), "name": np.str_("x")}
+    arrays[field] = np.array(["abc"] * (3 if field == "origin" else 1))
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    with pytest.raises(GeometryError, match="malformed metadata"):
+        geometries.load(buffer.getvalue(), format="npz")
+
+
+# --- item 12: a huge .npy path is refused from its header; generators check the box first --
+
+
+def test_a_huge_npy_path_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    path = tmp_path / "huge.npy"
+    path.write_bytes(npy_with_header(
+        "{'descr': '|u1', 'fortran_order': False, 'shape': (1500, 1500, 1500), }", bytes(64)))
+    read = []
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self) or b"")
+    with pytest.raises(GeometryError, match="more than the limit"):
+        geometries.load(path)
+    assert read == []
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [
+    ("random_sphere_pack", {"shape": (2000, 2000, 2000), "porosity": 0.5, "diameter": 8}),
+    ("channel", {"shape": (1500, 1500, 1500)}),
+    ("square_duct", {"length": 4000, "width": 2000}),
+    ("circular_pipe", {"length": 4000, "diameter": 2000}),
+    ("lid_cavity", {"n": 1500, "ndim": 3}),
+    ("sphere_array", {"kind": "sc", "cells": (100, 100, 100), "cell": 20,
+                      "solid_fraction": 0.3}),
+])
+def test_generators_refuse_huge_boxes_before_building(name, kwargs):
+    import tracemalloc
+
+    from geometries import generators
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(GeometryError, match="a generator builds"):
+            getattr(generators, name)(**kwargs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
