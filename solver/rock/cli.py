@@ -9,12 +9,13 @@ among the ranks (:func:`run_permeability_mpi`).
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..io import write_json
+from ..io import atomic_write, write_json
 from ..stability import DivergenceError
 from .measure import PermeabilityStudy, run_study, study_runs
 from .settings import PermeabilitySettings
@@ -115,11 +116,13 @@ def write_study(case: Any, settings: PermeabilitySettings, study: PermeabilitySt
                                                if k != "name"}, **study.as_dict(),
                **(extra or {})}
     write_json(out / "summary.json", summary)
-    with open(out / "k_history.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["protocol", "axis", "step", "k_voxel2"])
-        for r in study.results:
-            writer.writerows([r.protocol, r.axis, s, k] for s, k in r.history)
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(["protocol", "axis", "step", "k_voxel2"])
+    for r in study.results:
+        writer.writerows([r.protocol, r.axis, s, k] for s, k in r.history)
+    # Replaced, not opened for writing: a planted symlink is not followed (issue 31 item 11).
+    atomic_write(out / "k_history.csv", lambda fh: fh.write(text.getvalue().encode()))
     for line in study.lines():
         print(line)
     print(f"outputs in {out}")
