@@ -215,6 +215,8 @@ def _work(
         send.send_bytes(json.dumps({"ok": False, "error": str(exc)}).encode())
     except MemoryError:
         send.send_bytes(json.dumps({"ok": False, "error": _memory_message(fmt)}).encode())
+    except BrokenPipeError:  # the parent stopped waiting (time limit): nobody reads the result
+        pass
     send.close()
 
 
