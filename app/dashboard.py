@@ -152,7 +152,10 @@ class Dashboard(pn.viewable.Viewer):
         changed from the Geometry tab), so it never shows the previous geometry when it comes
         back into sight.
         """
-        self.controller.poll()
+        # One message for the card and the status bar: sent apart, the page showed the one
+        # updated and the other not for a moment (issue 31 item 13).
+        with pn.io.hold():
+            self.controller.poll()
         # Every tick, not on new snapshots: a paused or finished run publishes none, and the
         # count of other sessions' simulations must still go down when they close.
         self._show_server_info()

@@ -180,6 +180,22 @@ def test_bursts_of_user_clicks_end_in_the_last_clicks_state(page):
     """Issue 31 item 13: bursts of 6-16 clicks at a user's pace; 7 of 10 ended elsewhere, and
     the status bar said "Reset to rest" beside a card reading "running"."""
     rng = random.Random(31)
+    # Samples (status bar, card) in the page every 25 ms, from both shadow roots at once.
+    page.evaluate("""() => {
+        const roots = [document];
+        const walk = (root) => root.querySelectorAll('*').forEach((e) => {
+            if (e.shadowRoot) { roots.push(e.shadowRoot); walk(e.shadowRoot); } });
+        walk(document);
+        const find = (sel) => roots.map((r) => r.querySelector(sel)).find(Boolean);
+        const text = (n) => (n.shadowRoot ? text(n.shadowRoot) : '') +
+            [...n.childNodes].filter(c => c.nodeName !== 'STYLE')
+                .map(c => c.nodeType === 3 ? c.textContent : text(c)).join('');
+        window.__pairs = [];
+        window.__sampler = setInterval(() => {
+            const bar = find('.run-status'), card = find('[data-counter="status"] .value');
+            if (bar && card) window.__pairs.push([text(bar).trim(), card.textContent.trim()]);
+        }, 25);
+    }""")
     for _ in range(2):
         clicks = [rng.choice(list(_LEAVES)) for _ in range(rng.randint(6, 16))]
         for label in clicks:
@@ -197,6 +213,10 @@ def test_bursts_of_user_clicks_end_in_the_last_clicks_state(page):
             assert claim in (None, card), (clicks, run_status(page), card)
             time.sleep(0.2)
         assert _claimed(run_status(page)) == want, (clicks, run_status(page))
+    pairs = page.evaluate("() => { clearInterval(window.__sampler); return window.__pairs; }")
+    assert len(pairs) > 100
+    contradictions = [(bar, card) for bar, card in pairs if _claimed(bar) not in (None, card)]
+    assert not contradictions, contradictions[:5]
     page.get_by_role("button", name="Pause").first.click()
     wait_until(lambda: status(page) == "paused", 60, "the pause after the bursts")
 
