@@ -166,6 +166,13 @@ class Controller(param.Parameterized):
         return True
 
     # ------------------------------------------------------------------ snapshots
+    def state_changes(self) -> bool:
+        """Whether the next :meth:`poll` changes the run's state or the status bar."""
+        snap, shown = self.runner.snapshot(), self.snapshot
+        return snap.seq != shown.seq and (
+            (snap.status, snap.message, snap.error) != (shown.status, shown.message, shown.error)
+            or self._pending is not None)
+
     def poll(self) -> None:
         """Publish the runner's latest snapshot if it changed (periodic callback); it counts
         as a read for the runner's idle watchdog unless the runner has a reader check."""
