@@ -86,6 +86,7 @@ class Controller(param.Parameterized):
         self.runner = SimulationRunner(geometry, copy_config(config), view=self._view(),
                                        idle_timeout=idle_timeout, reader=reader)
         self._last_error: str | None = None
+        self._pending: tuple[int, str] | None = None  # (command count, message) of an action
         self._last_state: tuple[str, str] = ("", "")
         # An error stays in the status bar until the next action: the runner's state changes
         # ("Paused · …") must not replace it a moment later.
@@ -104,19 +105,20 @@ class Controller(param.Parameterized):
 
     def start(self) -> None:
         """Run continuously."""
-        self._act("Running", self.runner.start)
+        self._act("Starting the run…", "Running", self.runner.start)
 
     def pause(self) -> None:
         """Pause (state kept)."""
-        self._act("Paused", self.runner.pause)
+        self._act("Pausing…", "Paused", self.runner.pause)
 
     def step(self, n: int = 10) -> None:
         """Advance ``n`` steps, then stay paused."""
-        self._act(f"Stepped {n} time steps", lambda: self.runner.step(n))
+        self._act(f"Stepping {n} time steps…", f"Stepped {n} time steps",
+                  lambda: self.runner.step(n))
 
     def reset(self) -> None:
         """Restart from rest with the applied settings (paused)."""
-        self._act("Reset to rest; press Start to run", self.runner.reset)
+        self._act("Resetting…", "Reset to rest; press Start to run", self.runner.reset)
 
     def apply_settings(self) -> None:
         """Validate the pending settings and rebuild the simulation with them."""
@@ -126,7 +128,7 @@ class Controller(param.Parameterized):
             self.runner.set_config(applied)
             self._applied = applied
             self.settings_changed = False
-        self._act("Settings applied", send)
+        self._act("Applying the settings…", "Settings applied", send)
 
     def use_geometry(self, preview: GeometryPreview, autostart: bool = True) -> bool:
         """Simulate the previewed geometry with the pending settings fitted to it; True if done."""
@@ -141,7 +143,8 @@ class Controller(param.Parameterized):
             self._set_geometry_stats(preview.geometry, preview.surface)
             if autostart:
                 self.runner.start()
-        return self._act(f"Loaded {preview.geometry.name or 'geometry'}", send)
+        name = preview.geometry.name or "geometry"
+        return self._act(f"Loading {name}…", f"Loaded {name}", send)
 
     def notify(self, level: str, text: str) -> None:
         """Show ``text`` in the status area (level: info, success, warning, danger); a danger
@@ -156,16 +159,27 @@ class Controller(param.Parameterized):
                  exc_info=None if isinstance(exc, ValueError) else exc)
         self.notify("danger", _message(exc))
 
-    def _act(self, done: str, fn: Callable[[], None]) -> bool:
+    def _act(self, doing: str, done: str, fn: Callable[[], None]) -> bool:
+        """Send an action and say ``doing``; ``done`` comes with the first snapshot that has
+        applied it (shown at once, "Reset to rest" contradicted the card, still "running at
+        step 10", until the runner got to the command: issue 31 item 13)."""
         try:
             fn()
         except Exception as exc:
             self.report(exc)
             return False
-        self.notify("info", done)
+        self.notify("info", doing)
+        self._pending = (self.runner.sent, done)
         return True
 
     # ------------------------------------------------------------------ snapshots
+    def state_changes(self) -> bool:
+        """Whether the next :meth:`poll` changes the run's state or the status bar."""
+        snap, shown = self.runner.snapshot(), self.snapshot
+        return snap.seq != shown.seq and (
+            (snap.status, snap.message, snap.error) != (shown.status, shown.message, shown.error)
+            or self._pending is not None)
+
     def poll(self) -> None:
         """Publish the runner's latest snapshot if it changed (periodic callback); it counts
         as a read for the runner's idle watchdog unless the runner has a reader check."""
@@ -173,6 +187,14 @@ class Controller(param.Parameterized):
         snap = self.runner.snapshot()
         if snap.seq == self.snapshot.seq:
             return
+        pending = self._pending
+        if pending is not None and snap.applied >= pending[0]:
+            self._pending = None
+            if not snap.error:  # the runner did what was asked: say so, with the new state
+                self._last_error, self._last_state = snap.error, (snap.status, snap.message)
+                self.notify("info", pending[1])
+                self.snapshot = snap
+                return
         if snap.error and snap.error != self._last_error:
             self.notify("warning" if snap.status == "diverged" else "danger", snap.error)
         elif (not snap.error and (snap.status, snap.message) != self._last_state

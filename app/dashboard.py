@@ -8,6 +8,7 @@ sidebar's settings widgets are generated from :class:`~solver.config.SimulationC
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
 import logging
@@ -157,7 +158,11 @@ class Dashboard(pn.viewable.Viewer):
         changed from the Geometry tab), so it never shows the previous geometry when it comes
         back into sight.
         """
-        self.controller.poll()
+        # When the run's state changes, one message for the card and the status bar: sent
+        # apart, the page showed the one updated and the other not for a moment (issue 31 item
+        # 13). Only then: a hold on every tick kept the busy spinner spinning.
+        with pn.io.hold() if self.controller.state_changes() else contextlib.nullcontext():
+            self.controller.poll()
         # Every tick, not on new snapshots: a paused or finished run publishes none, and the
         # count of other sessions' simulations must still go down when they close.
         self._show_server_info()

@@ -5,13 +5,20 @@ Usage: ``python benchmarks/loader_fuzz.py [--count N] [--seed S] [--out benchmar
 Inputs are generated here, independently of tests/geometries/test_fuzz.py: small valid files of
 every format, then (a) random byte edits, (b) header numbers replaced by huge or negative
 values, (c) injected header lines (detached data files naming server files, huge channel
-counts), (d) binary words overwritten with huge values, (e) random bytes. Each input goes to
-``geometries.load(bytes, format=...)`` exactly as an upload does, in this process, which plays
-the server: its address space is limited (``RLIMIT_AS``, default 3 GiB) and each input has a
-wall-time limit (default 10 s). An input passes when it loads or raises GeometryError; any other
-exception, a timeout, a MemoryError or a load that read the canary file an injected header
-names (its all-zero bytes give an all-fluid geometry) is a failure, and a crash ends this
-process (the caller sees the exit status). Writes loader-fuzz.json and .md.
+counts), (d) binary words overwritten with huge values, (e) random bytes, (f) ``.npz`` members
+recompressed with bzip2 or LZMA (at times a bzip2 bomb), (g) structure-aware ``.npz`` edits (a
+member replaced by an array of negative, huge or wrongly-typed shape or dtype, or dropped), (h)
+structure-aware TIFF edits (an IFD entry's count or value set huge, the IFD chain looped or
+pointed past the end). Each input goes to ``geometries.load(bytes, format=...)`` exactly as an
+upload does, in this process, which plays the server: its address space is limited
+(``RLIMIT_AS``, default 3 GiB) and each input has a wall-time limit (default 10 s). (i) ``path:``
+inputs (any edit above, written to a file) are loaded by path, as the CLI does, in a child
+process that reports each result; a child killed by a signal (a native crash in path mode) or
+silent past the limit is a failure, and a new child takes over. An input passes when it loads
+or raises GeometryError; any other exception, a timeout, a MemoryError or a load that read the
+canary file an injected header names (its all-zero bytes give an all-fluid geometry) is a
+failure, and a crash of this process ends it (the caller sees the exit status). Writes
+loader-fuzz.json and .md.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import sys
 import tempfile
 import time
 import warnings
+import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -101,19 +109,105 @@ def valid_files(tmp: Path) -> dict[str, bytes]:
     return files
 
 
+def _npy(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array)
+    return out.getvalue()
+
+
+def _npy_header(header: str) -> bytes:
+    """A .npy whose header dict is ``header`` (padded as numpy pads it) and 16 data bytes."""
+    text = header + " " * (63 - (10 + len(header)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode() + bytes(16)
+
+
+_NPZ_MEMBERS = [
+    _npy_header("{'descr': '|b1', 'fortran_order': False, 'shape': (-2, -3), }"),
+    _npy_header("{'descr': '|b1', 'fortran_order': False, 'shape': (-1, 0, 4), }"),
+    _npy_header("{'descr': '|b1', 'fortran_order': True, 'shape': (1500, 1500, 1500), }"),
+    _npy_header("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }"),
+    _npy_header("{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }"),
+    _npy(np.array(["abc"])), _npy(np.array(["1", "2", "3"])), _npy(np.zeros((4, 5, 6))),
+    _npy(np.array([[0.0, 1.0]])), _npy(np.array(10**18)), _npy(np.array(-1)),
+    _npy(np.array(np.nan)), _npy(np.zeros((0,))), b"not a npy",
+]
+_TIFF_HUGE = [0, 1, 2**16 - 1, 2**31 - 1, 2**32 - 1]
+
+
+def _zip_method(data: bytes, rng: random.Random) -> bytes:
+    """The archive's members recompressed with bzip2 or LZMA; at times one is a bzip2 bomb."""
+    method = rng.choice((zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA))
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", method) as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == "solid.npy" and rng.random() < 0.3:
+                body = body + bytes(8 * 2**20)  # inflates to 8 MiB from a few hundred bytes
+            dst.writestr(info.filename, body)
+    return out.getvalue()
+
+
+def _npz_edit(data: bytes, rng: random.Random) -> bytes:
+    """A member replaced by a hostile array, or dropped, keeping the rest of the archive."""
+    out = io.BytesIO()
+    method = rng.choice((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED))
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", method) as dst:
+        names = src.namelist()
+        target = rng.choice(names)
+        for name in names:
+            if name != target:
+                dst.writestr(name, src.read(name))
+            elif rng.random() < 0.85:
+                dst.writestr(name, rng.choice(_NPZ_MEMBERS))
+    return out.getvalue()
+
+
+def _tiff_edit(data: bytearray, rng: random.Random) -> bytearray:
+    """An entry of the first IFD set to a huge count or value, or the IFD chain looped or cut."""
+    order = "little" if data[:2] == b"II" else "big"
+    ifd = int.from_bytes(data[4:8], order)
+    if ifd + 2 > len(data):
+        return data
+    entries = int.from_bytes(data[ifd : ifd + 2], order)
+    choice = rng.random()
+    if choice < 0.15 or not entries:  # the next-IFD offset: back at this IFD, or past the end
+        at = ifd + 2 + 12 * entries
+        value = rng.choice((ifd, len(data) + 1000, 2**32 - 1))
+        data[at : at + 4] = value.to_bytes(4, order)
+    else:
+        at = ifd + 2 + 12 * rng.randrange(entries) + (4 if choice < 0.3 else 8)
+        data[at : at + 4] = rng.choice(_TIFF_HUGE).to_bytes(4, order)
+    return data
+
+
 def generate(count: int, seed: int, canary: str = "/nonexistent/canary.raw"
              ) -> list[tuple[str, str, bytes]]:
-    """Return ``count`` (kind, format, bytes) inputs from ``seed``; injections name ``canary``."""
+    """Return ``count`` (kind, format, bytes) inputs from ``seed``; injections name ``canary``.
+
+    A ``path:<edit>`` input is loaded from a file in a child process (see :func:`run`).
+    """
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as folder:
         files = valid_files(Path(folder))
     formats = sorted(files)
-    kinds = ["bytes-edit", "header-number", "injection", "binary-word", "random"]
+    kinds = ["bytes-edit", "header-number", "injection", "binary-word", "random", "zip-method",
+             "npz-structure", "tiff-structure", "path"]
+    structured = {"zip-method": "npz", "npz-structure": "npz", "tiff-structure": "tiff"}
     inputs = []
     for _ in range(count):
         kind, fmt = rng.choice(kinds), rng.choice(formats)
+        prefix = ""
+        if kind == "path":  # an edit of any kind, read by path in a child process
+            prefix, kind = "path:", rng.choice(kinds[:-1])
+        fmt = structured.get(kind, fmt)
         data = bytearray(files[fmt])
-        if kind == "bytes-edit":
+        if kind == "zip-method":
+            data = bytearray(_zip_method(bytes(data), rng))
+        elif kind == "npz-structure":
+            data = bytearray(_npz_edit(bytes(data), rng))
+        elif kind == "tiff-structure":
+            data = _tiff_edit(data, rng)
+        elif kind == "bytes-edit":
             for _ in range(rng.randint(1, 8)):
                 pos = rng.randrange(len(data) + 1)
                 if rng.random() < 0.1:
@@ -138,7 +232,7 @@ def generate(count: int, seed: int, canary: str = "/nonexistent/canary.raw"
             data[pos : pos + width] = value.to_bytes(width, rng.choice(("little", "big")))
         else:
             data = bytearray(rng.randbytes(rng.randint(0, 600)))
-        inputs.append((kind, fmt, bytes(data)))
+        inputs.append((prefix + kind, fmt, bytes(data)))
     return inputs
 
 
@@ -148,8 +242,78 @@ def _options(fmt: str) -> dict:
     return {"format": base, **_OPTIONS, **extra}
 
 
-def run(inputs: list[tuple[str, str, bytes]], seconds: float, canary: str) -> dict:
-    """Load every input like an upload; return counts and the first failures."""
+#: The child that loads ``path:`` inputs by path, as the CLI does; one JSON reply per line.
+_CHILD = r"""
+import json, logging, sys, warnings
+sys.path.insert(0, sys.argv[1])
+logging.disable(logging.CRITICAL)
+import geometries
+for line in sys.stdin:
+    request = json.loads(line)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            geometry = geometries.load(request["path"], **request["options"])
+        reply = {"outcome": "loaded", "all_fluid": not bool(geometry.solid.any())}
+    except geometries.GeometryError:
+        reply = {"outcome": "clean_error"}
+    except MemoryError:
+        reply = {"outcome": "MemoryError (memory limit)"}
+    except Exception as exc:
+        reply = {"outcome": f"{type(exc).__name__}: {str(exc)[:120]}"}
+    print(json.dumps(reply), flush=True)
+"""
+
+
+class _PathChild:
+    """A child process that loads files by path; restarted after it dies or hangs."""
+
+    def __init__(self, folder: Path, memory_bytes: int) -> None:
+        self.folder, self.memory_bytes, self.process = folder, memory_bytes, None
+
+    def _limit(self) -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (self.memory_bytes, resource.RLIM_INFINITY))
+
+    def load(self, fmt: str, data: bytes, seconds: float) -> tuple[str, bool]:
+        """(outcome, all_fluid) of loading ``data`` from a file of ``fmt``'s extension."""
+        import select
+        import subprocess
+
+        if self.process is None or self.process.poll() is not None:
+            root = str(Path(__file__).resolve().parents[1])
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, root], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                preexec_fn=self._limit)
+        base = fmt.split("-")[0]
+        path = self.folder / f"input.{base}"
+        path.write_bytes(data)
+        options = {k: v for k, v in _options(fmt).items() if k != "format"}
+        self.process.stdin.write(json.dumps({"path": str(path), "options": options}) + "\n")
+        self.process.stdin.flush()
+        # The first load imports VTK and starts the worker: allow it more time.
+        ready = select.select([self.process.stdout], [], [], seconds + 30)[0]
+        line = self.process.stdout.readline() if ready else ""
+        if line:
+            reply = json.loads(line)
+            return reply["outcome"], bool(reply.get("all_fluid"))
+        self.process.kill()
+        code = self.process.wait()
+        self.process = None
+        if not ready:
+            return f"path mode: no answer within {seconds + 30:.0f} s", False
+        how = signal.Signals(-code).name if code < 0 else f"exit code {code}"
+        return f"path mode: the loading process died ({how})", False
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait(30)
+
+
+def run(inputs: list[tuple[str, str, bytes]], seconds: float, canary: str,
+        memory_bytes: int = 3 * 1024**3) -> dict:
+    """Load every input like an upload (``path:`` ones by path in a child); return counts."""
     counts: Counter = Counter()
     failures: list[str] = []
 
@@ -158,41 +322,57 @@ def run(inputs: list[tuple[str, str, bytes]], seconds: float, canary: str) -> di
 
     signal.signal(signal.SIGALRM, alarm)
     start = time.monotonic()
-    for index, (kind, fmt, data) in enumerate(inputs):
-        outcome = "loaded"
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                geometry = geometries.load(data, **_options(fmt))
-        except GeometryError:
-            outcome = "clean_error"
-        except _Timeout:
-            outcome = f"timeout after {seconds} s"
-        except MemoryError:
-            outcome = "MemoryError (memory limit)"
-        except Exception as exc:  # noqa: BLE001 - any other exception is what we count
-            outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if outcome == "loaded" and canary.encode() in data and not geometry.solid.any():
-            outcome = "read the canary file its header names"
-        if outcome in ("loaded", "clean_error"):
-            counts[outcome] += 1
-        else:
-            counts["failures"] += 1
-            if len(failures) < 20:
-                failures.append(f"#{index} {kind} {fmt}: {outcome}")
+    with tempfile.TemporaryDirectory(prefix="fuzz-path-") as folder:
+        child = _PathChild(Path(folder), memory_bytes)
+        for index, (kind, fmt, data) in enumerate(inputs):
+            if kind.startswith("path:"):
+                outcome, all_fluid = child.load(fmt, data, seconds)
+            else:
+                outcome, all_fluid = _upload(fmt, data, seconds)
+            if outcome == "loaded" and canary.encode() in data and all_fluid:
+                outcome = "read the canary file its header names"
+            if outcome in ("loaded", "clean_error"):
+                counts[outcome] += 1
+                counts[f"path {outcome}"] += kind.startswith("path:")
+            else:
+                counts["failures"] += 1
+                if len(failures) < 20:
+                    failures.append(f"#{index} {kind} {fmt}: {outcome}")
+        child.close()
     return {
         "inputs": len(inputs),
         "loaded": counts["loaded"],
         "clean_errors": counts["clean_error"],
         "failures": counts["failures"],
+        "path_inputs": sum(kind.startswith("path:") for kind, _, _ in inputs),
+        "path_loaded": counts["path loaded"],
+        "path_clean_errors": counts["path clean_error"],
         "failure_examples": failures,
         "seconds": round(time.monotonic() - start, 1),
         "per_format": dict(Counter(fmt for _, fmt, _ in inputs)),
-        "per_kind": dict(Counter(kind for kind, _, _ in inputs)),
+        "per_kind": dict(Counter(kind.split(":")[0] for kind, _, _ in inputs)),
     }
+
+
+def _upload(fmt: str, data: bytes, seconds: float) -> tuple[str, bool]:
+    """(outcome, all_fluid) of loading ``data`` as an upload in this process."""
+    outcome, all_fluid = "loaded", False
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            all_fluid = not geometries.load(data, **_options(fmt)).solid.any()
+    except GeometryError:
+        outcome = "clean_error"
+    except _Timeout:
+        outcome = f"timeout after {seconds} s"
+    except MemoryError:
+        outcome = "MemoryError (memory limit)"
+    except Exception as exc:  # noqa: BLE001 - any other exception is what we count
+        outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return outcome, bool(all_fluid)
 
 
 def write(result: dict, folder: Path) -> tuple[Path, Path]:
@@ -214,7 +394,11 @@ def write(result: dict, folder: Path) -> tuple[Path, Path]:
         "",
         "Per format: " + ", ".join(f"{k} {v}" for k, v in sorted(result["per_format"].items())),
         "",
-        "Per kind: " + ", ".join(f"{k} {v}" for k, v in sorted(result["per_kind"].items())),
+        "Per kind: " + ", ".join(f"{k} {v}" for k, v in sorted(result["per_kind"].items()))
+        + " (a path input is one of the other edits, loaded by path in a child process)",
+        "",
+        f"Path mode: {result['path_inputs']} inputs, {result['path_loaded']} loaded, "
+        f"{result['path_clean_errors']} clean errors.",
     ]
     lines += ["", "Failures:", *[f"- {f}" for f in result["failure_examples"]]] * bool(
         result["failure_examples"]
@@ -244,7 +428,11 @@ def _fuzz(args: argparse.Namespace, canary: str) -> int:
     inputs = generate(args.count, args.seed, canary)
     limit = int(args.memory_gib * 1024**3)
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    result = run(inputs, args.seconds, canary)
+    # A server starts its loader worker once (VTK, trimesh imported: seconds on a busy CPU);
+    # the first input's time limit should not pay for that.
+    with tempfile.TemporaryDirectory() as folder:
+        geometries.load(valid_files(Path(folder))["vti"], format="vti")
+    result = run(inputs, args.seconds, canary, limit)
     result.update(seed=args.seed, per_input_seconds=args.seconds, memory_gib=args.memory_gib,
                   command=f"python benchmarks/loader_fuzz.py --count {args.count} "
                           f"--seed {args.seed}")  # fmt: skip

@@ -15,7 +15,8 @@ import numpy as np
 
 from .errors import GeometryError
 
-__all__ = ["NPY_MAGIC", "read_npy", "read_npz"]
+__all__ = ["NPY_HEAD_BYTES", "NPY_MAGIC", "check_npy_header", "check_zip_methods", "read_npy",
+           "read_npz"]
 
 NPY_MAGIC = b"\x93NUMPY"
 _NUMBER_KINDS = "biuf"
@@ -24,27 +25,43 @@ _HEADER_BUDGET = 65536
 MAX_NPZ_ENTRIES = 64  # an .npy header is far shorter; bounds the first read
 
 
-def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.ndarray:
-    """Return the array stored in ``.npy`` bytes, refusing pickles and over-large arrays."""
-    if not data.startswith(NPY_MAGIC):
+#: Bytes of a file enough to hold any .npy header this reader accepts (magic + length + text).
+NPY_HEAD_BYTES = _HEADER_BUDGET + 16
+
+
+def check_npy_header(
+    head: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS
+) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """Return (shape, fortran, dtype, data offset) of the ``.npy`` header at the start of
+    ``head``, refusing pickles and over-large arrays: a file is checked before it is read."""
+    if not head.startswith(NPY_MAGIC):
         raise GeometryError(
             "The data is not a .npy file (it lacks the NumPy magic bytes). "
             "Save arrays with numpy.save, or pass the right format=."
         )
-    fp = io.BytesIO(data)
+    fp = io.BytesIO(head)
     shape, fortran, dtype = _read_header(fp)
     if dtype.hasobject or dtype.kind not in kinds or dtype.fields is not None:
         raise GeometryError(
             f"The .npy array has dtype {dtype}, which cannot hold a voxel image. "
             "Save a bool, integer or float array (object arrays are never unpickled)."
         )
+    _check_dims(shape)
     count = int(np.prod(shape, dtype=object))
     if count > max_items:
         raise GeometryError(
             f"The .npy array has {count} elements, more than the limit of {max_items}. "
             "Crop or downsample the image first, or raise max_voxels=."
         )
-    offset = fp.tell()
+    return shape, fortran, dtype, fp.tell()
+
+
+def read_npy(data: bytes, *, max_items: int, kinds: str = _NUMBER_KINDS) -> np.ndarray:
+    """Return the array stored in ``.npy`` bytes, refusing pickles and over-large arrays."""
+    shape, fortran, dtype, offset = check_npy_header(
+        data[:NPY_HEAD_BYTES], max_items=max_items, kinds=kinds
+    )
+    count = int(np.prod(shape, dtype=object))
     expected = count * dtype.itemsize
     if len(data) - offset != expected:
         raise GeometryError(
@@ -79,6 +96,7 @@ def read_npz(
             "Use a file written by VoxelGeometry.save."
         ) from exc
     with archive:
+        check_zip_methods(archive)
         present = set(archive.namelist())
         missing = [n for n in names if f"{n}.npy" not in present]
         if missing:
@@ -111,6 +129,22 @@ def _check_entry_count(data: bytes) -> None:
         )
 
 
+#: zip methods whose reads are bounded: zipfile inflates bzip2 (12) and LZMA (14) members whole on
+#: the first read, whatever size was asked for (a 2.9 kB upload took 4 GiB).
+_BOUNDED_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}
+
+
+def check_zip_methods(archive: zipfile.ZipFile) -> None:
+    """Refuse members compressed with any method but stored or deflate (np.savez writes those)."""
+    for info in archive.infolist():
+        if info.compress_type not in _BOUNDED_METHODS:
+            raise GeometryError(
+                f"The .npz member {info.filename[:80]!r} uses zip compression method "
+                f"{info.compress_type}; only stored and deflate (what numpy.savez and "
+                "savez_compressed write) are read. Save the geometry again with VoxelGeometry.save."
+            )
+
+
 def _read_member(
     archive: zipfile.ZipFile, name: str, max_items: int, max_item_bytes: int
 ) -> np.ndarray:
@@ -131,6 +165,7 @@ def _read_member(
                     f"The array {name!r} in the .npz archive has {dtype.itemsize}-byte elements "
                     f"({dtype}); at most {max_item_bytes} are allowed. Use VoxelGeometry.save."
                 )
+            _check_dims(shape)
             count = int(np.prod(shape, dtype=object))
             if count > max_items:
                 raise GeometryError(
@@ -146,6 +181,15 @@ def _read_member(
             f"The array {name!r} in the .npz archive is corrupted ({exc}). Save it again."
         ) from exc
     return read_npy(raw, max_items=max_items, kinds=_NUMBER_KINDS + "U")
+
+
+def _check_dims(shape: tuple[int, ...]) -> None:
+    """Refuse negative dimensions (numpy's header parser accepts them; reshape then fails)."""
+    if any(n < 0 for n in shape):
+        raise GeometryError(
+            f"The .npy header declares the shape {shape}, with a negative size: the file is "
+            "corrupted. Save the array again with numpy.save."
+        )
 
 
 def _read_header(fp: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:

@@ -179,8 +179,8 @@ class VoxelGeometry:
             # bool mask; ids (int64 from older files); a name of up to 1024 characters (UCS-4)
             item_bytes={"solid": 1, "labels": 8, "name": 4 * MAX_NAME_CHARS},
         )
-        size = float(arrays["voxel_size"].reshape(-1)[0]) if arrays["voxel_size"].size else 0.0
         try:
+            size = float(arrays["voxel_size"].reshape(-1)[0]) if arrays["voxel_size"].size else 0.0
             return cls(
                 solid=arrays["solid"].copy(),
                 voxel_size=None if np.isnan(size) else size,
@@ -190,7 +190,10 @@ class VoxelGeometry:
                 name=str(arrays["name"].reshape(-1)[0]) if arrays["name"].size else "",
                 openings=openings_from_arrays(arrays, arrays["solid"].ndim),
             )
-        except (IndexError, TypeError, OverflowError) as exc:
+        except GeometryError:
+            raise
+        # A string where a number belongs ("abc" as voxel_size: ValueError) is malformed too.
+        except (IndexError, TypeError, OverflowError, ValueError) as exc:
             raise GeometryError(
                 f"The .npz archive holds malformed metadata ({exc}). "
                 "Use a file written by VoxelGeometry.save."

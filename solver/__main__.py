@@ -13,12 +13,33 @@ if TYPE_CHECKING:  # the solver is imported lazily: `--help` stays fast
 
 __all__ = ["EXIT_BACKEND", "EXIT_OUTPUT", "main"]
 
-#: Exit codes of ``run`` beyond solver.run's 0 done, 2 invalid, 3 diverged, 130 interrupted.
+#: Exit codes of ``run`` beyond solver.run's 0 done, 2 invalid, 3 diverged, 130 interrupted
+#: (and solver.rock.cli's 6: permeability not converged); one meaning each (SECURITY.md).
 EXIT_OUTPUT = 4  # the output folder could not be written during the run
 EXIT_BACKEND = 5  # the requested backend (cupy) cannot start on this machine
 
 
+#: Box edges ``bench`` accepts (nodes): 3000 asked for 27 G nodes.
+BENCH_SIZES = (8, 512)
+
+
+def _bench_arguments(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``bench``'s arguments, or None."""
+    low, high = BENCH_SIZES
+    if not low <= args.size <= high:
+        return f"--size {args.size}: give a box edge of {low} to {high} nodes (default 64)."
+    if args.steps < 1:
+        return f"--steps {args.steps}: give at least 1 time step (default 20)."
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        return f"--out {args.out} is a file; give a folder for the results."
+    return None
+
+
 def _bench(args: argparse.Namespace) -> int:
+    problem = _bench_arguments(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from .backends import get_backend
     from .benchmarking.cases import cpu_cases, precision_options, run_case, write_results
     from .config import SimulationConfig
@@ -101,18 +122,30 @@ def _run(args: argparse.Namespace) -> int:
         if args.resume:
             _resume(run, args.resume, CheckpointError)
     except (ValueError, MemoryError, OSError) as exc:  # user errors: case, config, geometry
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_describe(exc)}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
         print("Interrupted before the run started; nothing was written.", file=sys.stderr)
         return 130
     try:
         outcome = run.execute(progress=not args.quiet)
+    except MemoryError as exc:
+        print(f"error: {_describe(exc)}", file=sys.stderr)
+        return EXIT_INVALID
     except OSError as exc:  # disk full, folder removed or made read-only during the run
         print(f"error: writing the outputs to {run.out} failed ({exc}); free space or fix the "
               "folder, then resume from its last checkpoint with --resume.", file=sys.stderr)
         return EXIT_OUTPUT
     return _report(run, outcome)
+
+
+def _describe(exc: BaseException) -> str:
+    """The message of a refused input; a bare MemoryError printed an empty ``error:``."""
+    if isinstance(exc, MemoryError):
+        detail = f" ({exc})" if str(exc) else ""
+        return (f"out of memory{detail}: the geometry or run needs more memory than this "
+                "machine has; use a smaller or coarser geometry, or float16 storage.")
+    return str(exc) or type(exc).__name__
 
 
 def _resume(run: HeadlessRun, path: str, error: type[Exception]) -> None:
@@ -227,8 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "output folder or checkpoint, or refused (stability, "
                                      "memory, checkpoint mismatch); 3 diverged; 4 writing the "
                                      "outputs failed during the run; 5 the requested backend "
-                                     "cannot start (no GPU); 130 interrupted (checkpoint "
-                                     "written).")
+                                     "cannot start (no GPU); 6 permeability not converged "
+                                     "within permeability.max_steps; 130 interrupted "
+                                     "(checkpoint written).")
     run.add_argument("case", help="case file, .yaml/.yml or .json (see solver/case.py)")
     run.add_argument("--resume", metavar="CHECKPOINT", default=None,
                      help="continue from a checkpoint.npz of the same geometry and config")

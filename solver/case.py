@@ -29,6 +29,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,8 @@ class Case:
 
 #: Largest case file read (bytes): a case is a page of text; more is a mistake or an attack.
 MAX_CASE_BYTES = 1 << 20
+#: Deepest nesting of lists and mappings in a case file (a case needs 4).
+MAX_CASE_DEPTH = 32
 #: Longest case name (characters); it becomes a folder name and a label.
 MAX_NAME_CHARS = 200
 #: Folders under which run outputs may never go (kernel interfaces, not storage).
@@ -162,10 +165,7 @@ def load_case(path: str | Path) -> Case:
     """Read and validate a ``.yaml``/``.yml``/``.json`` case file (at most 1 MiB, no aliases)."""
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_CASE_BYTES:
-            raise CaseError(f"Case file {path} is larger than {MAX_CASE_BYTES >> 10} KiB; a case "
-                            "is a short text file: put data in a geometry file and name it.")
-        text = path.read_text()
+        text = read_regular_file(path, MAX_CASE_BYTES, "case file").decode()
     except OSError as exc:
         raise CaseError(f"Cannot read case file {path}: {exc.strerror}; check the path.") from exc
     except UnicodeDecodeError as exc:
@@ -173,12 +173,44 @@ def load_case(path: str | Path) -> Case:
     is_json = path.suffix.lower() == ".json"
     try:
         data = json.loads(text) if is_json else yaml.load(text, Loader=_CaseLoader)  # noqa: S506
+        _check_depth(data, str(path))
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise CaseError(f"{path} is not valid {'JSON' if is_json else 'YAML'}: "
                         f"{_syntax_error(exc)}; fix the syntax there.") from exc
+    except RecursionError:  # [[[[...]]]] 20,000 deep: the parsers recurse per level
+        raise CaseError(f"{path} nests lists or mappings too deeply to parse; a case is "
+                        f"at most {MAX_CASE_DEPTH} levels deep.") from None
     case = parse_case(data, base=path.parent, source=str(path), default_name=path.stem)
     case.path = path
     return case
+
+
+def read_regular_file(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, else CaseError.
+
+    A FIFO blocked ``open`` forever and ``/dev/zero`` was read until memory ran out: the file
+    is opened without blocking, checked to be a regular file, and read to ``limit`` + 1 bytes.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CaseError(f"The {what} {path} is not a regular file (a pipe, device or "
+                            "folder); give the path of a file.")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise CaseError(f"The {what} {path} is larger than {limit >> 10} KiB; a case is a short "
+                        "text file: put data in a geometry file and name it.")
+    return data
+
+
+def _check_depth(data: Any, source: str, depth: int = 0) -> None:
+    """Refuse data nested deeper than MAX_CASE_DEPTH (the checks below recurse too)."""
+    if depth > MAX_CASE_DEPTH:
+        raise CaseError(f"{source} nests lists or mappings more than {MAX_CASE_DEPTH} levels "
+                        "deep; a case is a few levels deep.")
+    children = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
+    for child in children:
+        _check_depth(child, source, depth + 1)
 
 
 def _syntax_error(exc: Exception) -> str:
@@ -279,6 +311,8 @@ def _coerce(spec: param.Parameter, value: Any) -> Any:
         return tuple(items)
     if isinstance(spec, param.Dict) and isinstance(value, dict):  # JSON keys are text: "1" -> 1
         return {int(k) if str(k).lstrip("-").isdigit() else k: v for k, v in value.items()}
+    if isinstance(spec, param.Integer) and isinstance(value, bool):
+        raise ValueError(f"{value!r} is a yes/no value, not a whole number.")  # param takes it
     if isinstance(spec, param.Integer) and isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(spec, param.Number) and not isinstance(spec, param.Integer):

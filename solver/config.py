@@ -72,6 +72,10 @@ def population_copies(streaming: str) -> int:
     return 2 if streaming == "two-copy" else 1
 
 
+#: Largest tau accepted: far beyond any useful viscosity; 1e308 passed and diverged.
+TAU_MAX = 1000.0
+
+
 class _Tau(param.Number):
     """Relaxation time with a message that explains the stability limit."""
 
@@ -81,6 +85,11 @@ class _Tau(param.Number):
         super()._validate_value(val, allow_None)
         if val is not None and not math.isfinite(val):
             raise ConfigError(f"tau = {val} is not a finite number; use 0.51 to 2 (e.g. 0.8).")
+        if val is not None and val > TAU_MAX:
+            raise ConfigError(
+                f"tau = {val} is above {TAU_MAX:g}: the relaxation would underflow and the "
+                "run would fail for no visible reason; use 0.51 to 2 (e.g. 0.8)."
+            )
         if val is not None and val <= 0.5:
             raise ConfigError(
                 f"tau = {val} gives zero or negative viscosity (nu = (tau - 1/2)/3); "
@@ -285,6 +294,11 @@ class SimulationConfig(param.Parameterized):
                 f"body_force {tuple(self.body_force)} is not finite; give three finite numbers "
                 "(lattice units), e.g. [1.0e-6, 0, 0]."
             )
+        for name in ("trt_magic", "initial_density"):
+            value, default = getattr(self, name), self.param[name].default
+            if not math.isfinite(value):
+                raise ConfigError(f"{name} = {value} is not a finite number; give a positive "
+                                  f"finite value (default {default:.4g}).")
         if self.ndim == 2 and self.body_force[2] != 0.0:
             raise ConfigError("A 2D lattice has no z axis: set body_force[2] to 0.")
         self._check_collision()

@@ -18,8 +18,11 @@ from __future__ import annotations
 import contextlib
 import csv
 import hashlib
+import io
 import json
 import os
+import stat
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,10 +134,12 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
 
 
 def remove_orphaned_temporaries(folder: str | Path) -> list[Path]:
-    """Delete ``.NAME.<pid>.tmp`` files of :func:`atomic_write` whose process is gone."""
+    """Delete ``.NAME.<pid>.tmp`` files of :func:`atomic_write` and ``.NAME.<pid>.tmp.vti``
+    files of :func:`write_vti` whose process is gone."""
     removed = []
-    for tmp in Path(folder).glob(".*.*.tmp"):
-        pid = tmp.name.rsplit(".", 2)[-2]
+    # .NAME.<pid>.tmp (atomic_write) and .fields_N.<pid>.tmp.vti (write_vti)
+    for tmp in [*Path(folder).glob(".*.*.tmp"), *Path(folder).glob(".*.*.tmp.vti")]:
+        pid = tmp.name.removesuffix(".vti").rsplit(".", 2)[-2]
         if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
             continue
         with contextlib.suppress(OSError):
@@ -175,22 +180,42 @@ def write_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
     return atomic_write(path, lambda fh: _write_npz(fh, arrays))
 
 
+#: Largest step count a checkpoint may hold (10^12 steps is years of GPU time).
+MAX_STEP = 10**12
+
+
 def read_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint written by :func:`write_checkpoint`."""
+    """Read a checkpoint written by :func:`write_checkpoint`; check its fields' types."""
+    checkpoint = _read_checkpoint_file(path)
+    _check_fields(checkpoint, path)
+    return checkpoint
+
+
+def _open_regular(path: str | Path) -> IO[bytes]:
+    """Open a regular file for reading; a FIFO or device is an OSError (it blocked forever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file (a pipe, device or folder)")
+    return os.fdopen(fd, "rb")
+
+
+def _read_checkpoint_file(path: str | Path) -> Checkpoint:
+    """The fields of a checkpoint file as stored; any failure to read it is a CheckpointError."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if str(data["format"]) != FORMAT or int(data["version"]) != VERSION:
-                raise CheckpointError(f"{path} is not a version-{VERSION} porous-lbm checkpoint.")
-            return Checkpoint(
-                config=json.loads(str(data["config"])),
-                shape=tuple(int(n) for n in data["shape"]),
-                mask_sha256=str(data["mask_sha256"]), step=int(data["step"]),
-                populations=data["populations"], metrics=json.loads(str(data["metrics"])),
-                extra=json.loads(str(data["extra"])),
-                iolet_flux=data["iolet_flux"] if "iolet_flux" in data.files else None,
-            )
+        with _open_regular(path) as fh, zipfile.ZipFile(fh) as archive:
+            # bzip2/LZMA members are inflated whole whatever is asked (issue 31 item 1).
+            if any(i.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+                   for i in archive.infolist()):
+                raise CheckpointError(f"{path} uses a zip compression other than stored or "
+                                      "deflate; it was not written by porous-lbm.")
+            fh.seek(0)
+            return _checkpoint_of_npz(fh, path)
     except CheckpointError:
         raise
+    except RecursionError:  # JSON nested 100,000 deep in config, metrics or extra
+        raise CheckpointError(f"Cannot read checkpoint {path}: its JSON fields nest too "
+                              "deeply; it is damaged or not a checkpoint.") from None
     # A truncated or bit-flipped file fails anywhere in zipfile/zlib/numpy/json (BadZipFile,
     # EOFError, zlib.error, TypeError, ...): for the user all mean "damaged checkpoint".
     except Exception as exc:  # noqa: BLE001
@@ -198,6 +223,46 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
                               "is damaged or not a checkpoint. Pass an intact checkpoint.npz "
                               "written by `python -m solver run` or Simulation.save, or start "
                               "again without --resume.") from exc
+
+
+def _checkpoint_of_npz(fh: IO[bytes], path: str | Path) -> Checkpoint:
+    with np.load(fh, allow_pickle=False) as data:
+        if str(data["format"]) != FORMAT or int(data["version"]) != VERSION:
+            raise CheckpointError(f"{path} is not a version-{VERSION} porous-lbm checkpoint.")
+        return Checkpoint(
+            config=json.loads(str(data["config"])),
+            shape=tuple(int(n) for n in data["shape"]),
+            mask_sha256=str(data["mask_sha256"]), step=int(data["step"]),
+            populations=data["populations"], metrics=json.loads(str(data["metrics"])),
+            extra=json.loads(str(data["extra"])),
+            iolet_flux=data["iolet_flux"] if "iolet_flux" in data.files else None,
+        )
+
+
+def _check_fields(checkpoint: Checkpoint, path: str | Path) -> None:
+    """Refuse fields of the wrong kind: a crafted file resumed bool or complex populations
+    (imaginary part dropped), step -5 or 2^62, or a list as metrics, with exit 0."""
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"The checkpoint {path} is damaged: {what}. Resume from an intact "
+                               "checkpoint or start again without --resume.")
+
+    pops = checkpoint.populations
+    if pops.dtype not in (np.float32, np.float64) or pops.ndim != 3:
+        raise bad(f"its populations are {pops.dtype} of {pops.ndim} dimensions, not a float "
+                  "(n_tiles, q, nodes) array")
+    if not 0 <= checkpoint.step <= MAX_STEP:
+        raise bad(f"its step {checkpoint.step} is not between 0 and {MAX_STEP}")
+    for name in ("config", "metrics", "extra"):
+        if not isinstance(getattr(checkpoint, name), dict):
+            raise bad(f"its {name} is a {type(getattr(checkpoint, name)).__name__}, not a mapping")
+    for key in RESUMED_METRICS:
+        value = checkpoint.metrics.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 \
+                or not np.isfinite(value):
+            raise bad(f"its metric {key} is {value!r}, not a non-negative number")
+    flux = checkpoint.iolet_flux
+    if flux is not None and (flux.dtype != np.float64 or flux.ndim != 1):
+        raise bad(f"its opening fluxes are {flux.dtype} of {flux.ndim} dimensions, not float64")
 
 
 def checkpoint_of(sim, extra: dict[str, Any] | None = None) -> Checkpoint:
@@ -215,7 +280,7 @@ def checkpoint_of(sim, extra: dict[str, Any] | None = None) -> Checkpoint:
 def restore(sim, checkpoint: Checkpoint) -> None:
     """Load ``checkpoint`` into ``sim`` after checking geometry, configuration and layout."""
     digest = mask_hash(sim.solid)
-    if digest != checkpoint.mask_sha256:
+    if digest != checkpoint.mask_sha256 or tuple(checkpoint.shape) != tuple(sim.solid.shape):
         raise CheckpointError(
             f"The checkpoint was written for another geometry (shape {checkpoint.shape}, "
             f"sha256 {checkpoint.mask_sha256[:12]}...) than this one (shape "
@@ -227,6 +292,11 @@ def restore(sim, checkpoint: Checkpoint) -> None:
             "The checkpoint was written with another configuration (" + "; ".join(changed)
             + "); resume with the configuration it was written for, or start a new run.")
     expected = (sim.tiling.n_tiles, sim.problem.lattice.q, sim.tiling.nodes_per_tile)
+    dtype = sim.problem.storage.checkpoint_dtype
+    if checkpoint.populations.dtype != dtype:
+        raise CheckpointError(f"Checkpoint populations are {checkpoint.populations.dtype}, this "
+                              f"run stores {np.dtype(dtype)}: the checkpoint is damaged or was "
+                              "written with another precision; resume with that precision.")
     if checkpoint.populations.shape != expected:
         raise CheckpointError(f"Checkpoint populations have shape {checkpoint.populations.shape}"
                               f", this run needs {expected}; the tiling code has changed.")
@@ -298,14 +368,16 @@ class CsvLog:
         self.path = Path(path)
         self.columns = list(columns)
         rows = self._rows_until(keep_until) if keep_until is not None else []
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, self.columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, self.columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        # Replaced, never opened for writing: a symlink planted as history.csv is replaced by
+        # the file instead of overwriting its target outside the folder (issue 31 item 11).
+        atomic_write(self.path, lambda fh: fh.write(text.getvalue().encode()))
 
     def _rows_until(self, step: int) -> list[dict]:
-        if not self.path.exists():
+        if not self.path.exists() or self.path.is_symlink():
             return []
         with open(self.path, newline="") as fh:
             reader = csv.DictReader(fh)
@@ -315,6 +387,7 @@ class CsvLog:
 
     def append(self, row: dict[str, Any]) -> None:
         """Write one row (missing or None values are left empty)."""
-        with open(self.path, "a", newline="") as fh:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)  # as above
+        with open(fd, "a", newline="") as fh:
             clean = {k: ("" if row.get(k) is None else row[k]) for k in self.columns}
             csv.DictWriter(fh, self.columns).writerow(clean)

@@ -94,7 +94,7 @@ class SimulationRunner(RunnerCommands):
         self._running, self._status, self._message = False, "starting", ""
         self._steady_seen = False
         self._error: str | None = None
-        self._seq, self._run_id = 0, 0
+        self._seq, self._run_id, self._applied = 0, 0, 0
         self._pacer = Pacer(snapshot_interval)
         self._k_tolerance = float(k_tolerance)
         self._monitor: RunMonitor | None = None
@@ -196,6 +196,14 @@ class SimulationRunner(RunnerCommands):
                 self._emit({})
 
     def _handle(self, command: str, payload: Any) -> None:
+        try:
+            self._apply(command, payload)
+        finally:  # counted before the snapshot that shows it (or its error) is published
+            self._applied += 1
+        if command != "call":
+            self._publish(check=command in ("step", "view", "probes", "flow3d"))
+
+    def _apply(self, command: str, payload: Any) -> None:
         if command == "call":
             fn, future = payload
             if future.set_running_or_notify_cancel():
@@ -232,7 +240,6 @@ class SimulationRunner(RunnerCommands):
             self._flow3d, self._flow3d_read = payload, -math.inf
         else:
             raise ValueError(f"Unknown runner command {command!r}.")
-        self._publish(check=command in ("step", "view", "probes", "flow3d"))
 
     def _require(self) -> Simulation:
         if self._sim is None:
@@ -387,7 +394,8 @@ class SimulationRunner(RunnerCommands):
     def _emit(self, extra: dict[str, Any]) -> None:
         sim = self._sim
         self._seq += 1
-        base = dict(seq=self._seq, run_id=self._run_id, status=self._status,
+        base = dict(seq=self._seq, run_id=self._run_id, applied=self._applied,
+                    status=self._status,
                     message=self._message, error=self._error, history=self._history.arrays(),
                     config=self._config.param.values())
         if sim is not None:

@@ -20,6 +20,8 @@ from .snapshot import SliceView
 
 __all__ = ["RunnerCommands"]
 
+_SENDING = threading.Lock()
+
 
 class RunnerCommands:
     """Queue-backed commands; the runner provides ``_queue``, ``_stop_event``, ``_thread``
@@ -99,6 +101,13 @@ class RunnerCommands:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def sent(self) -> int:
+        """Commands sent so far; a snapshot whose ``applied`` equals it has applied them all."""
+        return getattr(self, "_sent", 0)
+
     def _send(self, command: str, payload: Any = None) -> None:
-        self._queue.put((command, payload))
+        with _SENDING:  # numbered in queue order, whichever thread sends
+            self._sent = self.sent + 1
+            self._queue.put((command, payload))
         self._launch()

@@ -55,6 +55,8 @@ class Snapshot:
 
     seq: int = 0
     run_id: int = 0
+    #: Commands the runner has applied so far (compare with ``SimulationRunner.sent``).
+    applied: int = 0
     status: str = "starting"
     message: str = ""
     error: str | None = None

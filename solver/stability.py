@@ -97,7 +97,8 @@ def assess(
     force = np.asarray(config.body_force[:ndim], dtype=float)
     flow_axis = int(np.argmax(np.abs(force)))
     size = pore_size(solid, flow_axis, config.periodic_axes())
-    magnitude = float(np.linalg.norm(force))
+    scale = float(np.max(np.abs(force)))  # |F| without overflow: 1e308 gave inf, then nan
+    magnitude = scale * float(np.linalg.norm(force / scale)) if scale else 0.0
     u = estimate_max_velocity(magnitude, config.tau, size, steps) if magnitude else 0.0
     report = StabilityReport(pore_size=size, u_estimate=u, mach=u / CS)
     if steps is not None and u == magnitude * steps:
@@ -109,7 +110,7 @@ def assess(
     if report.mach > MAX_MACH:
         report.errors.append(
             f"Lattice Mach number {report.mach:.3g} > {MAX_MACH}: {where}. Reduce the body force "
-            f"below {magnitude * MAX_MACH / report.mach:.3g} or raise tau."
+            f"below {_below(magnitude, report.mach):.3g} or raise tau."
         )
     elif report.mach > WARN_MACH:
         report.warnings.append(
@@ -131,3 +132,14 @@ def check_stability(
     if report.errors:
         raise ConfigError(" ".join(report.errors))
     return report.warnings
+
+
+def _below(magnitude: float, mach: float) -> float:
+    """The body force (lattice units) that would give Mach MAX_MACH, for a message.
+
+    Speed grows linearly with the force, so the scale is MAX_MACH / mach. Where the speed
+    estimate overflowed (|F| = 1e308: the message read "below nan"), the typical upper end of
+    forces, 1e-4, is given instead.
+    """
+    below = magnitude * MAX_MACH / mach if np.isfinite(mach) else 0.0
+    return below if below > 0 and np.isfinite(below) else 1e-4

@@ -46,16 +46,20 @@ class RunButtons(JSComponent):
     export function render({{ model, el }}) {{
       const grid = document.createElement('div');
       grid.className = 'run-grid';
+      // The clicks live here, not in model.commands: a value synced back late from the
+      // server would reuse numbers the server already applied, and those clicks were lost.
+      const recent = model.commands ? model.commands.split(';') : [];
+      let last = recent.reduce((top, entry) => Math.max(top, parseInt(entry) || 0), 0);
       for (const [label, kind] of model.buttons) {{
         const button = document.createElement('button');
         button.className = 'run-button ' + kind;
         button.textContent = label;
         button.addEventListener('click', () => {{
           // Synchronous: the number is the click's place in the order the user clicked.
-          const recent = model.commands ? model.commands.split(';') : [];
-          const last = recent.length ? parseInt(recent[recent.length - 1]) : 0;
-          recent.push((last + 1) + ':' + label);
-          model.commands = recent.slice(-{WINDOW}).join(';');
+          last += 1;
+          recent.push(last + ':' + label);
+          recent.splice(0, Math.max(recent.length - {WINDOW}, 0));
+          model.commands = recent.join(';');
         }});
         grid.appendChild(button);
       }}

@@ -8,7 +8,12 @@ import numpy as np
 
 from ..errors import GeometryError
 
-__all__ = ["check_axis", "check_fraction", "check_int", "check_positive", "check_shape"]
+__all__ = ["MAX_GENERATED_VOXELS", "check_axis", "check_fraction", "check_int", "check_positive",
+           "check_shape", "check_size"]
+
+#: Largest box a generator builds (voxels): the loaders' default limit. A 2000³ request built
+#: 7.5 GiB before the memory verdict could refuse it.
+MAX_GENERATED_VOXELS = 512**3
 
 
 def check_int(value: object, what: str, minimum: int = 1) -> int:
@@ -46,7 +51,20 @@ def check_shape(shape: Sequence[int], what: str = "shape", minimum: int = 1) -> 
         raise GeometryError(f"{what} must be 2 or 3 integers (voxels), got {shape!r}.") from exc
     if len(dims) not in (2, 3):
         raise GeometryError(f"{what} must be 2 or 3 integers (voxels), got {shape!r}.")
-    return tuple(check_int(n, f"every entry of {what}", minimum) for n in dims)
+    return check_size(tuple(check_int(n, f"every entry of {what}", minimum) for n in dims))
+
+
+def check_size(dims: Sequence[int]) -> tuple[int, ...]:
+    """Return ``dims`` if the box has at most MAX_GENERATED_VOXELS voxels, else GeometryError."""
+    count = 1
+    for n in dims:
+        count *= int(n)
+    if count > MAX_GENERATED_VOXELS:
+        raise GeometryError(
+            f"A {' × '.join(str(n) for n in dims)} box has {count:,} voxels, more than the "
+            f"{MAX_GENERATED_VOXELS:,} a generator builds. Choose a smaller box."
+        )
+    return tuple(int(n) for n in dims)
 
 
 def check_axis(axis: object, ndim: int, what: str = "axis") -> int:

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import GeometryError
 from ..voxel import VoxelGeometry
 from .balls import ball_region
-from .checks import check_fraction, check_int
+from .checks import check_fraction, check_int, check_size
 
 __all__ = ["MAX_SOLID_FRACTION", "sphere_array", "sphere_radius"]
 
@@ -50,7 +50,7 @@ def sphere_array(
     limit = float(MAX_SOLID_FRACTION[kind])
     fraction = check_fraction(solid_fraction, "solid_fraction", high=limit)
     counts = _check_cells(cells)
-    dims = tuple(edge * n for n in counts)
+    dims = check_size(tuple(edge * n for n in counts))
     radius = sphere_radius(kind, edge, fraction)
     solid = np.zeros(dims, dtype=bool)
     labels = np.zeros(dims, dtype=np.int32)

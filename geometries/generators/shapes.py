@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import GeometryError
 from ..voxel import VoxelGeometry
 from .balls import ball_region
-from .checks import check_axis, check_int, check_positive, check_shape
+from .checks import check_axis, check_int, check_positive, check_shape, check_size
 
 __all__ = [
     "channel",
@@ -47,7 +47,7 @@ def square_duct(length: int, width: int, axis: int = 0) -> VoxelGeometry:
     flow = check_axis(axis, 3)
     dims = [w + 2] * 3
     dims[flow] = n
-    solid = np.zeros(dims, dtype=bool)
+    solid = np.zeros(check_size(dims), dtype=bool)
     for a in range(3):
         if a != flow:
             _wall_layers(solid, a)
@@ -60,6 +60,7 @@ def circular_pipe(length: int, diameter: float, axis: int = 0) -> VoxelGeometry:
     d = check_positive(diameter, "diameter", minimum=1.0)
     flow = check_axis(axis, 3)
     cross = int(np.ceil(d)) + 2
+    check_size((n, cross, cross))
     disc = _disc((cross, cross), (cross / 2, cross / 2), d / 2)
     solid = np.expand_dims(~disc, flow).repeat(n, axis=flow)
     return VoxelGeometry(solid, flow_axis=flow, name=f"circular pipe d={d:g}, length {n}")
@@ -127,7 +128,7 @@ def lid_cavity(n: int, ndim: int = 2) -> VoxelGeometry:
     size = check_int(n, "n")
     if ndim not in (2, 3):
         raise GeometryError(f"ndim must be 2 or 3, got {ndim!r}.")
-    solid = np.zeros((size + 2,) * ndim, dtype=bool)
+    solid = np.zeros(check_size((size + 2,) * ndim), dtype=bool)
     for a in range(ndim):
         _wall_layers(solid, a)
     return VoxelGeometry(solid, name=f"lid-driven cavity {size}^{ndim} (lid at +y)")

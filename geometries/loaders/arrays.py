@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import GeometryError
-from ..npyfile import read_npy
+from ..npyfile import NPY_HEAD_BYTES, check_npy_header, read_npy
 from ..segment import segment
 from ..voxel import VoxelGeometry
 from .source import DEFAULT_MAX_VOXELS, Payload, build_geometry, check_voxel_count
@@ -37,6 +37,8 @@ def load_npy(
     max_voxels: int = DEFAULT_MAX_VOXELS,
 ) -> VoxelGeometry:
     """Load a 2D/3D ``.npy`` image in (x, y[, z]) order; segmentation as in :mod:`segment`."""
+    # The header first: a trusted path of a 1500³ array was read whole (3 GiB) before refusal.
+    check_npy_header(payload.head(NPY_HEAD_BYTES), max_items=max_voxels)
     image = read_npy(payload.data, max_items=max_voxels)
     solid = segment(image, pore_value=pore_value, threshold=threshold, pore_below=pore_below)
     return build_geometry(

@@ -86,10 +86,12 @@ def load(
     if "name" not in options and params["name"].default == "":
         options["name"] = _default_name(payload, filename, fmt)
     logger.info("loading %s geometry from %s", fmt, filename or payload.path or "bytes")
-    if payload.path is None and fmt in ISOLATED_FORMATS:
-        # Uploads never reach native readers in this process: see SECURITY.md.
+    if fmt in ISOLATED_FORMATS:
+        # Native readers and STL voxelising never run in this process, for uploads and trusted
+        # paths alike (a damaged file crashed the CLI): see SECURITY.md.
         limits = Limits.for_voxels(int(options.get("max_voxels", DEFAULT_MAX_VOXELS)))
-        return load_isolated(payload.data, fmt, options, limits)
+        source = payload.data if payload.path is None else payload.path
+        return load_isolated(source, fmt, options, limits)
     return loader(payload, **options)
 
 

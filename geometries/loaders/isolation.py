@@ -17,24 +17,30 @@ import functools
 import io
 import json
 import multiprocessing
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import types
 import warnings
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from ..errors import GeometryError, GeometryWarning
 from ..voxel import VoxelGeometry
 
 __all__ = ["ISOLATED_FORMATS", "Limits", "load_isolated"]
 
-#: Formats whose loaders reach native code or walk file-driven structures. ``mat``: a mutated
-#: MATLAB file crashed scipy.io.loadmat 1.17 with SIGSEGV in its mio5 reader (CI fuzz test).
-ISOLATED_FORMATS = frozenset({"vti", "vtk", "mha", "mhd", "tiff", "mat"})
+#: Formats whose loaders reach native code, walk file-driven structures or do file-driven work.
+#: ``mat``: a mutated MATLAB file crashed scipy.io.loadmat 1.17 with SIGSEGV in its mio5 reader
+#: (CI fuzz test). ``stl``: voxelising costs triangles × resolution², hours for a 30 MB upload.
+ISOLATED_FORMATS = frozenset({"vti", "vtk", "mha", "mhd", "tiff", "mat", "stl"})
 
 _PRELOAD = ["geometries.loaders.dispatch", "pyvista", "vtkmodules.vtkIOXML",
-            "vtkmodules.vtkIOImage", "vtkmodules.vtkIOLegacy", "tifffile", "scipy.io"]  # fmt: skip
+            "vtkmodules.vtkIOImage", "vtkmodules.vtkIOLegacy", "tifffile", "scipy.io",
+            "trimesh"]  # fmt: skip
 _GIB = 1024**3
 
 
@@ -47,8 +53,26 @@ class Limits:
 
     @classmethod
     def for_voxels(cls, max_voxels: int) -> Limits:
-        """Limits for a geometry of up to ``max_voxels``: base VTK footprint + 24 B per voxel."""
-        return cls(memory_bytes=2 * _GIB + 24 * int(max_voxels))
+        """Limits for a geometry of up to ``max_voxels``: base VTK footprint + 24 B per voxel.
+
+        The wall time is ``POROUS_LBM_LOADER_SECONDS`` (default 60 s), the same for uploads and
+        trusted paths.
+        """
+        return cls(memory_bytes=2 * _GIB + 24 * int(max_voxels), seconds=loader_seconds())
+
+
+def loader_seconds() -> float:
+    """Wall-time limit (s) of one isolated load: ``POROUS_LBM_LOADER_SECONDS`` or 60."""
+    text = os.environ.get("POROUS_LBM_LOADER_SECONDS", "")
+    try:
+        value = float(text) if text.strip() else 60.0
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise GeometryError(
+            f"POROUS_LBM_LOADER_SECONDS must be a positive number of seconds, got {text!r}."
+        )
+    return value
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -79,14 +103,25 @@ def _main_imports() -> list[str]:
     return sorted(n for n in names if n not in ("__main__", "builtins"))
 
 
-def load_isolated(data: bytes, fmt: str, options: dict, limits: Limits) -> VoxelGeometry:
-    """Run loader ``fmt`` on uploaded ``data`` in a limited child; its failures → GeometryError."""
+def load_isolated(
+    source: bytes | Path, fmt: str, options: dict, limits: Limits
+) -> VoxelGeometry:
+    """Run loader ``fmt`` on uploaded bytes or a trusted path in a limited child.
+
+    Its failures (a crash, the memory or time limit) become a GeometryError. Temporary files
+    the child makes go to a folder of ours, removed here whatever happened to the child.
+    """
     ctx = _context()
     receive, send = ctx.Pipe(duplex=False)
-    worker = ctx.Process(
-        target=_work, args=(send, data, fmt, options, limits.memory_bytes), daemon=True
-    )
-    worker.start()
+    scratch = tempfile.mkdtemp(prefix="geometry-")
+    source = str(source) if isinstance(source, Path) else source
+    args = (send, source, fmt, options, limits.memory_bytes, scratch)
+    worker = ctx.Process(target=_work, args=args, daemon=True)
+    try:
+        worker.start()
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     send.close()
     try:
         if not receive.poll(limits.seconds):
@@ -111,6 +146,7 @@ def load_isolated(data: bytes, fmt: str, options: dict, limits: Limits) -> Voxel
         if worker.is_alive():
             worker.kill()
         worker.join(5)
+        shutil.rmtree(scratch, ignore_errors=True)  # a killed child leaves its upload copy
     if not status.get("ok"):
         raise GeometryError(str(status.get("error", f"The {fmt} file could not be read.")))
     for message in status.get("warnings", []):
@@ -142,15 +178,23 @@ def _native_loader(fmt: str):
         from .mat import load_mat
 
         return load_mat
+    if fmt == "stl":
+        from .stl import load_stl
+
+        return load_stl
     from .vtkimage import load_vtk_image
 
     return functools.partial(load_vtk_image, format=fmt)
 
 
-def _work(send: Connection, data: bytes, fmt: str, options: dict, memory_bytes: int) -> None:
+def _work(
+    send: Connection, source: bytes | str, fmt: str, options: dict, memory_bytes: int,
+    scratch: str,
+) -> None:
     """Child: limit resources, load, send a JSON status and the geometry as ``.npz`` bytes."""
     import resource
 
+    tempfile.tempdir = scratch  # the parent removes it, even when this child is killed
     hard = resource.getrlimit(resource.RLIMIT_AS)[1]  # a limit cannot rise above the parent's
     limit = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -160,7 +204,7 @@ def _work(send: Connection, data: bytes, fmt: str, options: dict, memory_bytes: 
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", GeometryWarning)
-            geometry = _native_loader(fmt)(Payload(data), **options)
+            geometry = _native_loader(fmt)(Payload(source), **options)
         buffer = io.BytesIO()
         geometry.save(buffer, compress=False)  # zlib would cost seconds for 256³; a pipe is free
         notes = [str(w.message) for w in caught if issubclass(w.category, GeometryWarning)]
@@ -171,6 +215,8 @@ def _work(send: Connection, data: bytes, fmt: str, options: dict, memory_bytes: 
         send.send_bytes(json.dumps({"ok": False, "error": str(exc)}).encode())
     except MemoryError:
         send.send_bytes(json.dumps({"ok": False, "error": _memory_message(fmt)}).encode())
+    except BrokenPipeError:  # the parent stopped waiting (time limit): nobody reads the result
+        pass
     send.close()
 
 

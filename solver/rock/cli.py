@@ -9,12 +9,13 @@ among the ranks (:func:`run_permeability_mpi`).
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..io import write_json
+from ..io import atomic_write, write_json
 from ..stability import DivergenceError
 from .measure import PermeabilityStudy, add_formation_factors, run_study, study_runs
 from .settings import PermeabilitySettings
@@ -23,7 +24,8 @@ __all__ = ["run_permeability", "run_permeability_mpi", "settings_for", "write_st
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_NOT_CONVERGED = 0, 2, 3, 4
+#: 4 is the CLI's "writing the outputs failed" (solver.__main__.EXIT_OUTPUT): one meaning each.
+EXIT_OK, EXIT_INVALID, EXIT_DIVERGED, EXIT_NOT_CONVERGED = 0, 2, 3, 6
 
 
 def settings_for(case: Any, protocol: str | None, axes: str | None,
@@ -49,7 +51,7 @@ def settings_for(case: Any, protocol: str | None, axes: str | None,
 
 def run_permeability(case: Any, settings: PermeabilitySettings, out: str | Path | None,
                      backend: Any = None) -> int:
-    """Run the study of ``case``; write the outputs; return the exit code (4: not converged)."""
+    """Run the study of ``case``; write the outputs; return the exit code (6: not converged)."""
     from ..case import load_geometry
 
     try:
@@ -117,11 +119,13 @@ def write_study(case: Any, settings: PermeabilitySettings, study: PermeabilitySt
                                                if k != "name"}, **study.as_dict(),
                **(extra or {})}
     write_json(out / "summary.json", summary)
-    with open(out / "k_history.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["protocol", "axis", "step", "k_voxel2"])
-        for r in study.results:
-            writer.writerows([r.protocol, r.axis, s, k] for s, k in r.history)
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(["protocol", "axis", "step", "k_voxel2"])
+    for r in study.results:
+        writer.writerows([r.protocol, r.axis, s, k] for s, k in r.history)
+    # Replaced, not opened for writing: a planted symlink is not followed (issue 31 item 11).
+    atomic_write(out / "k_history.csv", lambda fh: fh.write(text.getvalue().encode()))
     for line in study.lines():
         print(line)
     print(f"outputs in {out}")

@@ -162,6 +162,65 @@ def test_rapid_clicks_end_in_the_state_of_the_last_click(page):
     assert (status(page), steps(page)) == ("paused", 10)
 
 
+_LEAVES = {"Start": "running", "Pause": "paused", "Step ×10": "paused", "Reset": "paused"}
+_CLAIMS = {"Running": "running", "Paused": "paused", "Stepped": "paused",
+           "Reset to rest": "paused"}
+
+
+def _claimed(text: str) -> str | None:
+    """The run state a status-bar text claims (None: none, e.g. "Resetting…")."""
+    for prefix, state in _CLAIMS.items():
+        if text.startswith(prefix):
+            return state
+    head, dot, _ = text.partition(" · ")
+    return head.lower() if dot else None
+
+
+def test_bursts_of_user_clicks_end_in_the_last_clicks_state(page):
+    """Issue 31 item 13: bursts of 6-16 clicks at a user's pace; 7 of 10 ended elsewhere, and
+    the status bar said "Reset to rest" beside a card reading "running"."""
+    rng = random.Random(31)
+    # Samples (status bar, card) in the page every 25 ms, from both shadow roots at once.
+    page.evaluate("""() => {
+        const roots = [document];
+        const walk = (root) => root.querySelectorAll('*').forEach((e) => {
+            if (e.shadowRoot) { roots.push(e.shadowRoot); walk(e.shadowRoot); } });
+        walk(document);
+        const find = (sel) => roots.map((r) => r.querySelector(sel)).find(Boolean);
+        const text = (n) => (n.shadowRoot ? text(n.shadowRoot) : '') +
+            [...n.childNodes].filter(c => c.nodeName !== 'STYLE')
+                .map(c => c.nodeType === 3 ? c.textContent : text(c)).join('');
+        window.__pairs = [];
+        window.__sampler = setInterval(() => {
+            const bar = find('.run-status'), card = find('[data-counter="status"] .value');
+            if (bar && card) window.__pairs.push([text(bar).trim(), card.textContent.trim()]);
+        }, 25);
+    }""")
+    for _ in range(2):
+        clicks = [rng.choice(list(_LEAVES)) for _ in range(rng.randint(6, 16))]
+        for label in clicks:
+            page.get_by_role("button", name=label).first.click()
+            time.sleep(rng.uniform(0.0, 0.15))
+        want = _LEAVES[clicks[-1]]
+        seen = []
+
+        def settled(want=want, seen=seen):
+            seen.append(status(page))
+            return len(seen) > 6 and set(seen[-7:]) == {want}
+        wait_until(settled, 240, f"the last click's state ({clicks[-1]}: {want})")
+        for _ in range(5):  # and the status bar never says otherwise
+            claim, card = _claimed(run_status(page)), status(page)
+            assert claim in (None, card), (clicks, run_status(page), card)
+            time.sleep(0.2)
+        assert _claimed(run_status(page)) == want, (clicks, run_status(page))
+    pairs = page.evaluate("() => { clearInterval(window.__sampler); return window.__pairs; }")
+    assert len(pairs) > 100
+    contradictions = [(bar, card) for bar, card in pairs if _claimed(bar) not in (None, card)]
+    assert not contradictions, contradictions[:5]
+    page.get_by_role("button", name="Pause").first.click()
+    wait_until(lambda: status(page) == "paused", 60, "the pause after the bursts")
+
+
 def test_server_log_has_no_sizing_warnings_or_closed_socket_tracebacks(chromium, served_app,
                                                                         page):
     """12 sessions used to leave 96 sizing_mode warnings and 18 WebSocketClosedErrors."""

@@ -58,8 +58,11 @@ def test_velocity_inlet_and_moving_wall_get_value_fields_and_apply(board):
     widgets["y_min_value"].value = (0.0, 0.0, 0.02)
     widgets["y_max_value"].value = (0.0, 0.0, 0.0)
     c.apply_settings()
-    assert c.level == "info" and c.status == "Settings applied", c.status
+    assert c.level == "info" and c.status == "Applying the settings…", c.status
     snap = c.runner.wait_for(lambda s: s.config.get("x_min") == "velocity", 60)
+    c.runner.wait_for(lambda s: s.applied == c.runner.sent, 60)
+    c.poll()
+    assert c.level == "info" and c.status == "Settings applied", c.status
     assert snap.config["x_min_value"] == 0.01
     assert snap.config["y_min_value"] == (0.0, 0.0, 0.02)
     widgets["x_min"].value = "periodic"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from solver.__main__ import main
+from solver.__main__ import EXIT_OUTPUT, main
 from solver.case import load_case, load_geometry
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -40,13 +40,14 @@ def test_cli_runs_the_tensor_and_writes_units(tmp_path, capsys):
     assert (tmp_path / "out" / "k_history.csv").read_text().startswith("protocol,axis,step")
 
 
-def test_cli_refuses_bad_axes_and_unconverged_runs_exit_4(tmp_path, capsys):
+def test_cli_refuses_bad_axes_and_unconverged_runs_exit_6(tmp_path, capsys):
+    # Issue 31 item 14: 4 means "writing the outputs failed"; not converged has its own code.
     path = tmp_path / "slab.yaml"
     path.write_text(CASE)
     assert main(["run", str(path), "--axes", "w", "--output", str(tmp_path / "a")]) == 2
     assert "axes" in capsys.readouterr().err
     code = main(["run", str(path), "--max-steps", "100", "--output", str(tmp_path / "b")])
-    assert code == 4
+    assert code == 6 != EXIT_OUTPUT
     assert "did not converge" in capsys.readouterr().err
 
 
