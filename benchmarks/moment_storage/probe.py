@@ -198,7 +198,7 @@ def cases(quick: bool) -> list[BenchCase]:
 def time_case(case: BenchCase, copy: float) -> list[dict]:
     """Timings of the moment probes and today's compact kernels on one case, twice each."""
     from solver.backends.cuda.compact_run import CompactRun
-    from solver.backends.cuda.tile_storage import COMPACT_CODE
+    from solver.backends.plan import COMPACT_CODE
     from solver.benchmarking.gpu_suite import _problem
 
     problems = {p: replace(_problem(case, p), tile_storage="compact")
