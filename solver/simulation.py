@@ -311,29 +311,41 @@ class Simulation:
         if not self.problem.opening_conditions:
             return ()
         self.allocate()
-        flux_of = getattr(self.backend, "iolet_flux", None)
-        flux = flux_of(self.state) if flux_of is not None and self.time_step else None
         if self._opening_nodes is None:
             self._opening_nodes = opening_nodes(self.problem, self.backend.xp)
         # Only driven openings have nodes to average: a run of closed ones reads no populations.
         rho = mean_densities(self._opening_nodes, self.backend.device_populations(self.state)) \
             if self._opening_nodes else {}
-        return opening_flows(self.problem, flux,
+        return opening_flows(self.problem, self._iolet_flux(),
                              {k: float(self.backend.to_host(v)) for k, v in rho.items()})
 
-    def set_opening_density(self, opening_id: int, density: float) -> None:
-        """Hold pressure opening ``opening_id`` at ``density`` (lattice) from the next step
-        (a Windkessel outlet, :mod:`solver.windkessel`)."""
+    def opening_flow_rates(self) -> dict[int, float]:
+        """Flow rate (lattice units) of every listed opening in the last step, by id, from the
+        openings' per-link flux alone: no populations are read (a Windkessel's coupling)."""
+        from .vessel import flow_rates
+
+        self.allocate()
+        return flow_rates(self.problem, self._iolet_flux())
+
+    def _iolet_flux(self) -> Any:
+        """The openings' per-link mass flux of the last step (host), None before the first."""
+        flux_of = getattr(self.backend, "iolet_flux", None)
+        return flux_of(self.state) if flux_of is not None and self.time_step else None
+
+    def set_opening_densities(self, densities: dict[int, float]) -> None:
+        """Hold each pressure opening id of ``densities`` at its density (lattice) from the next
+        step (Windkessel outlets, :mod:`solver.windkessel`): one upload for all of them."""
         from .iolets import PRESSURE
 
         tables = self.problem.iolets
-        if tables is None or opening_id not in tables.ids:
-            raise ValueError(f"Opening {opening_id} is not a driven opening of this run.")
-        links = (tables.opening == tables.ids.index(opening_id)) & (tables.code == PRESSURE)
-        if not links.any():
-            raise ValueError(f"Opening {opening_id} is not a pressure opening.")
+        for opening_id, density in densities.items():
+            if tables is None or opening_id not in tables.ids:
+                raise ValueError(f"Opening {opening_id} is not a driven opening of this run.")
+            links = (tables.opening == tables.ids.index(opening_id)) & (tables.code == PRESSURE)
+            if not links.any():
+                raise ValueError(f"Opening {opening_id} is not a pressure opening.")
+            tables.value[links] = float(density)  # the host tables stay the run's record
         self.allocate()
-        tables.value[links] = float(density)  # the host tables stay the run's record
         self.backend.set_iolet_values(self.state, np.array(tables.value, dtype=np.float64))
 
     def wall_shear_stress(self) -> np.ndarray:

@@ -37,14 +37,20 @@ def opening_flows(problem: Any, flux: np.ndarray | None, densities: dict[int, fl
     ``flux``: the per-link mass flux of the last step (None before the first one);
     ``densities``: mean density per opening id.
     """
+    flows = flow_rates(problem, flux)
+    return tuple(
+        OpeningFlow(oid, cond.kind, flows[oid], float(densities.get(oid, float("nan"))))
+        for oid, cond in sorted(problem.opening_conditions.items()))
+
+
+def flow_rates(problem: Any, flux: np.ndarray | None) -> dict[int, float]:
+    """Flow rate (lattice units, into the fluid > 0) of every opening listed in the config, by
+    id, from the per-link ``flux`` of the last step (0 for closed openings and before a step)."""
     tables = problem.iolets
     flows = {}
     if tables is not None and flux is not None:
         flows = dict(zip(tables.ids, tables.flows(flux).tolist(), strict=True))
-    return tuple(
-        OpeningFlow(oid, cond.kind, float(flows.get(oid, 0.0)),
-                       float(densities.get(oid, float("nan"))))
-        for oid, cond in sorted(problem.opening_conditions.items()))
+    return {oid: float(flows.get(oid, 0.0)) for oid in problem.opening_conditions}
 
 
 def opening_nodes(problem: Any, xp: Any = np) -> dict[int, tuple[Any, Any]]:

@@ -12,10 +12,10 @@ two-element model is ``R_p = 0``. :func:`rcr_step` integrates ``P_c`` over an in
 ``Q`` held constant exactly (exponential step), so it is stable for any interval.
 
 Coupling (:class:`WindkesselCoupling`), explicit: every ``every`` steps the host reads the
-openings' flow rates of the last step (:meth:`solver.simulation.Simulation.opening_flows`: the
+openings' flow rates of the last step (:meth:`solver.simulation.Simulation.opening_flow_rates`: the
 exact per-link flux of the opening pass), advances each model by ``every`` time steps and
 writes the new pressure as the pressure opening's density (:meth:`Simulation.
-set_opening_density`). On the GPU that is one small device-to-host read per ``every`` steps,
+set_opening_densities`). On the GPU that is one small device-to-host read per ``every`` steps,
 not per step; the price is a zero-order hold of ``Q`` over ``every`` steps, a lag of half that
 interval in the outlet pressure (negligible while ``every`` time steps are short against
 ``R_d C`` and the heart period: 10 steps of a 5000-step cycle lag 0.1 % of it).
@@ -112,7 +112,7 @@ class WindkesselCoupling:
     ``models``: {opening id: Windkessel}; ``units``: the run's
     :class:`solver.units.UnitSystem`; ``rho0``: the reference density (lattice) the pressures
     are relative to; ``every``: steps between updates (module text). :meth:`run` advances a
-    simulation (duck-typed: ``step``, ``opening_flows``, ``set_opening_density``)."""
+    simulation (duck-typed: ``step``, ``opening_flow_rates``, ``set_opening_densities``)."""
 
     def __init__(self, models: dict[int, Windkessel], units: Any, rho0: float = 1.0,
                  every: int = 10) -> None:
@@ -131,13 +131,12 @@ class WindkesselCoupling:
 
     def start(self, sim: Any) -> None:
         """Apply the initial pressures (before the first step)."""
-        for oid, p in self.pressure.items():
-            sim.set_opening_density(oid, self.density(p))
+        sim.set_opening_densities({oid: self.density(p) for oid, p in self.pressure.items()})
 
     def update(self, sim: Any, steps: int) -> None:
         """Advance the models over ``steps`` steps with the flows of the last step and apply
         the new outlet pressures."""
-        flows = {f.id: f.flow_rate for f in sim.opening_flows()}
+        flows = sim.opening_flow_rates()  # the flux alone: no populations leave the device
         dt = self.units.time_to_si(steps)
         q_out = {}
         for oid, model in self.models.items():
@@ -145,7 +144,7 @@ class WindkesselCoupling:
             self.capacitor[oid] = rcr_step(self.capacitor[oid], q, dt, model)
             self.pressure[oid] = model.pressure(self.capacitor[oid], q)
             q_out[oid] = q
-            sim.set_opening_density(oid, self.density(self.pressure[oid]))
+        sim.set_opening_densities({oid: self.density(p) for oid, p in self.pressure.items()})
         self.history.append((self.units.time_to_si(sim.time_step), q_out, dict(self.pressure)))
 
     def run(self, sim: Any, steps: int) -> None:

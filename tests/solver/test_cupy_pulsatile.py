@@ -38,7 +38,7 @@ def test_cupy_waveform_inlet_and_outlet_density_equal_numpy(streaming):
         flux_cpu = cpu.backend.iolet_flux(cpu.state)
         assert np.abs(gpu.backend.iolet_flux(gpu.state) - flux_cpu).max() <= 1e-12
         for sim in (cpu, gpu):  # a Windkessel's update between steps
-            sim.set_opening_density(2, 1.0 + 1e-4 * k)
+            sim.set_opening_densities({2: 1.0 + 1e-4 * k})
     fluid = ~cpu.tiling.solid
     diff = np.abs(gpu.populations() - cpu.populations()).transpose(0, 2, 1)[fluid]
     assert diff.max() <= 1e-12
