@@ -208,7 +208,8 @@ class Controller(param.Parameterized):
         """Sample ``probes`` (voxel indices) with every snapshot; True if accepted."""
         def send() -> None:
             self.probes = probes.check(tuple(self.geometry.shape))
-        return self._act(f"{len(probes.probes)} probes, {len(probes.lines)} lines", send)
+        what = f"{len(probes.probes)} probes, {len(probes.lines)} lines"
+        return self._act(f"Setting {what}…", f"Sampling {what}", send)
 
     def add_probe(self, point: tuple[int, ...]) -> bool:
         """Add a probe at ``point`` (voxel indices), named p1, p2, ... in order."""
