@@ -177,6 +177,41 @@ def test_streamlines_and_an_isosurface_come_from_the_coarse_flow():
         controller.close()
 
 
+def test_the_3d_plane_has_its_own_colour_bar_in_si():
+    import re
+
+    from app.views.physics_panel import PhysicalSetup
+    from app.views.slice_view import colour_range
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((10, 8, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    setup = PhysicalSetup()
+    controller = Controller(VoxelGeometry(solid, voxel_size=1e-5), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    scene = Scene3D(controller, setup)
+    try:
+        controller.step(30)
+        snap = controller.runner.wait_for(lambda s: s.step >= 30 and s.plane is not None, 60)
+        controller.poll()
+        scene.refresh()
+        text = scene.colour_bar.object
+        assert "|u| (m/s)" in text
+        low, high = (float(v) for v in re.search(
+            r'data-low="([^"]+)" data-high="([^"]+)"', text).groups())
+        factor = setup.units(controller.config.tau, 1e-5).dx / setup.units(
+            controller.config.tau, 1e-5).dt
+        expected = colour_range(snap.plane, "umag")
+        assert high > low >= 0
+        assert (low, high) == pytest.approx((expected[0] * factor, expected[1] * factor),
+                                            rel=1e-5)
+        # The bar's range is the plane's: the VTK mapper shows the same range, lattice units.
+        assert scene._actors["fluid"].mapper.scalar_range == pytest.approx(expected)
+    finally:
+        scene.close()
+        controller.close()
+
+
 def test_another_field_gets_a_fresh_plot_with_its_colour_bar_title():
     from app.views.slice_view import SlicePlot
     from solver.config import SimulationConfig
