@@ -13,13 +13,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import param
 
 from geometries import VoxelGeometry, generators
 from solver.config import SimulationConfig
 from solver.probes import Probe, ProbeSet
 from solver.runner import SimulationRunner
+from solver.slice_frames import fullest_layer
 from solver.snapshot import SliceView, Snapshot
 
 from . import exports
@@ -208,7 +208,8 @@ class Controller(param.Parameterized):
         """Sample ``probes`` (voxel indices) with every snapshot; True if accepted."""
         def send() -> None:
             self.probes = probes.check(tuple(self.geometry.shape))
-        return self._act(f"{len(probes.probes)} probes, {len(probes.lines)} lines", send)
+        what = f"{len(probes.probes)} probes, {len(probes.lines)} lines"
+        return self._act(f"Setting {what}…", f"Sampling {what}", send)
 
     def add_probe(self, point: tuple[int, ...]) -> bool:
         """Add a probe at ``point`` (voxel indices), named p1, p2, ... in order."""
@@ -281,15 +282,6 @@ class Controller(param.Parameterized):
     def close(self) -> None:
         """Stop the runner and free the simulation's memory."""
         self.runner.stop()
-
-
-def fullest_layer(solid: np.ndarray, axis: int) -> int:
-    """The layer normal to ``axis`` with the most fluid nodes (the one nearest the middle among
-    equals): a thin vessel's middle layer may hold no fluid at all, a blank first slice."""
-    fluid = (~np.asarray(solid, dtype=bool)).sum(axis=tuple(a for a in range(3) if a != axis))
-    n = len(fluid)
-    best = np.flatnonzero(fluid == fluid.max())
-    return int(best[np.argmin(np.abs(best - (n - 1) / 2))])
 
 
 def _values(config: SimulationConfig) -> dict:

@@ -219,6 +219,7 @@ class Dashboard(pn.viewable.Viewer):
             *([self._download("3D view (.png)", "view3d.png", self.scene.png)]
               if self.scene is not None else []),
             self._download("Slice recording (.gif)", "slice.gif", self.slice.recorder.gif),
+            self._download("Slice recording (.mp4)", "slice.mp4", self.slice.recorder.mp4),
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
             # Reruns headless with the same openings: python -m solver run case.yaml
             self._download("Case (.yaml)", "case.yaml", lambda: self.case_text().encode()),

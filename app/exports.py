@@ -9,15 +9,14 @@ from __future__ import annotations
 import csv
 import io
 import tempfile
-import textwrap
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
 from solver.flow_fields import FIELDS
 from solver.io import write_vti
+from solver.slice_frames import slice_figure as draw_slice
 
 __all__ = ["fields_vti", "slice_png", "slice_figure", "history_csv", "QUANTITY_LABELS"]
 
@@ -52,19 +51,9 @@ def slice_png(
 def slice_figure(
     plane: np.ndarray, axes: tuple[str, str], quantity: str, title: str = "", dpi: int = 120
 ) -> Figure:
-    """The matplotlib figure of :func:`slice_png` (title over the whole figure, wrapped)."""
-    figure = Figure(figsize=(6.0, 5.0), dpi=dpi, layout="constrained")
-    ax = figure.add_subplot()
-    data = np.ma.masked_invalid(np.asarray(plane, dtype=float).T)
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#4a4a4a")
-    image = ax.imshow(data, origin="lower", cmap=cmap, interpolation="nearest")
-    figure.colorbar(image, ax=ax, label=QUANTITY_LABELS.get(quantity, quantity))
-    ax.set_xlabel(f"{axes[0]} (nodes)")
-    ax.set_ylabel(f"{axes[1]} (nodes)")
-    if title:
-        # Over the figure, not the axes: a narrow cut's axes are narrower than the title.
-        figure.suptitle(textwrap.fill(title, 60))
-    return figure
+    """The matplotlib figure of :func:`slice_png` (:func:`solver.slice_frames.slice_figure`,
+    the rendering the command line's frames use too)."""
+    return draw_slice(plane, axes, QUANTITY_LABELS.get(quantity, quantity), title, dpi)
 
 
 def history_csv(history: dict[str, np.ndarray], columns: tuple[str, ...]) -> str:

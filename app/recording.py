@@ -1,9 +1,12 @@
-"""Recording the slice: frames taken from the snapshots at a chosen interval, saved as a GIF.
+"""Recording the slice: frames taken from the snapshots at a chosen interval, saved as a GIF
+or an MP4.
 
 A :class:`SliceRecorder` keeps a copy of the slice plane (as shown: SI units when the view has
 them) every ``interval_s`` seconds of wall time, at most ``max_frames`` of them (the oldest are
-dropped), and :meth:`SliceRecorder.gif` renders them with matplotlib (its Pillow writer) with one
-colour range over the whole recording, so colours mean the same in every frame.
+dropped), and :meth:`SliceRecorder.gif` and :meth:`SliceRecorder.mp4` render them with
+matplotlib (its Pillow writer; its FFmpeg writer with the ffmpeg binary of the imageio-ffmpeg
+wheel, so no system ffmpeg is needed) with one colour range over the whole recording, so
+colours mean the same in every frame.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
-from matplotlib.animation import PillowWriter
+from matplotlib.animation import AbstractMovieWriter, FFMpegWriter, PillowWriter
 from matplotlib.figure import Figure
 
 __all__ = ["SliceRecorder", "MAX_FRAMES"]
@@ -54,6 +57,20 @@ class SliceRecorder:
 
     def gif(self, fps: float = 5.0, dpi: int = 80) -> bytes:
         """The frames as an animated GIF (solids grey); ValueError without frames."""
+        return self._movie(PillowWriter(fps=fps), "gif", dpi)
+
+    def mp4(self, fps: float = 5.0, dpi: int = 80) -> bytes:
+        """The frames as an H.264 MP4 (solids grey); ValueError without frames."""
+        import imageio_ffmpeg
+
+        # The wheel's own ffmpeg: matplotlib looks for one on PATH otherwise.
+        with matplotlib.rc_context({"animation.ffmpeg_path": imageio_ffmpeg.get_ffmpeg_exe()}):
+            # yuv420p: the pixel format every browser and player decodes.
+            return self._movie(FFMpegWriter(fps=fps, codec="h264",
+                                            extra_args=["-pix_fmt", "yuv420p"]), "mp4", dpi)
+
+    def _movie(self, writer: AbstractMovieWriter, suffix: str, dpi: int) -> bytes:
+        """Every frame drawn with one colour range and written by ``writer``; the file's bytes."""
         if not self.frames:
             raise ValueError("Nothing recorded yet: tick 'record slice', let the run go on, "
                              "then download the recording.")
@@ -67,10 +84,9 @@ class SliceRecorder:
         image = ax.imshow(np.ma.masked_invalid(planes[0].T), origin="lower", cmap=cmap,
                           vmin=low, vmax=high, interpolation="nearest")
         figure.colorbar(image, ax=ax, label=self.frames[0][2])
-        writer = PillowWriter(fps=fps)
-        # PillowWriter writes to a path: a private temporary folder, never a user's name.
-        with tempfile.TemporaryDirectory(prefix="porous-lbm-gif-") as folder:
-            path = Path(folder) / "slice.gif"
+        # The writers write to a path: a private temporary folder, never a user's name.
+        with tempfile.TemporaryDirectory(prefix="porous-lbm-movie-") as folder:
+            path = Path(folder) / f"slice.{suffix}"
             with writer.saving(figure, str(path), dpi):
                 for plane, title, _ in self.frames:
                     image.set_data(np.ma.masked_invalid(plane.T))

@@ -46,7 +46,7 @@ __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_fol
 GEOMETRY_SOURCES = ("sample", "file", "generator")
 GEOMETRY_KEYS = (*GEOMETRY_SOURCES, "parameters", "options", "voxel_size", "origin")
 TOP_KEYS = ("name", "description", "geometry", "config", "run", "permeability", "openings",
-            "probes", "lines")
+            "probes", "lines", "frames")
 
 
 class CaseError(ValueError):
@@ -136,6 +136,8 @@ class Case:
     tau_given: bool = True
     #: Point probes and lines (solver.probes.ProbeSet, voxel indices), written as CSV in SI.
     probes: Any = None
+    #: Slice frames written as PNG every so many steps (solver.slice_frames.FrameSettings).
+    frames: Any = None
 
 
 #: Largest case file read (bytes): a case is a page of text; more is a mistake or an attack.
@@ -261,11 +263,18 @@ def parse_case(data: Any, base: Path = Path("."), source: str = "case",
         probes = probe_set_from_specs(data.get("probes"), data.get("lines"), source)
     except ValueError as exc:
         raise CaseError(str(exc)) from exc
+    from .slice_frames import frame_settings
+
+    try:
+        frames = frame_settings(data.get("frames"), source)
+    except ValueError as exc:
+        raise CaseError(str(exc)) from exc
     return Case(
         name=str(name),
         openings=openings,
         tau_given="tau" in _section(data, "config", source),
         probes=probes,
+        frames=frames,
         geometry=_geometry_spec(data["geometry"], base, source),
         config=config,
         run=_build(RunControls, _section(data, "run", source), source, "run"),

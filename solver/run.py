@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from .case import Case, load_geometry
+from .case import Case, CaseError, load_geometry
 from .cycles import CycleMonitor
+from .flow_fields import FIELDS
 from .io import (
     CsvLog,
     checkpoint_of,
@@ -44,6 +45,7 @@ from .opening_specs import case_coupling, case_lattice, case_units, resolve_open
 from .probes import ProbeSet, line_columns, line_rows, probe_columns, probe_row
 from .problem import GeometryLike, as_geometry
 from .simulation import Simulation
+from .slice_frames import plane_axes, save_slice_png
 from .stability import DivergenceError, check_stability
 from .vessel import opening_columns, opening_row
 
@@ -136,6 +138,12 @@ class HeadlessRun:
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
         self.probes = (case.probes or ProbeSet()).check(np.asarray(self.geometry.solid).shape)
+        # Headless slice frames (a case's `frames`): the layer is chosen once, on this geometry.
+        self.frames = case.frames
+        try:
+            self.frame_layer = None if self.frames is None else self.frames.layer(solid)
+        except ValueError as exc:
+            raise CaseError(f"{case.path or case.name}: {exc}") from exc
         # Windkessel outlets: their pressures set on the host every windkessel_every steps.
         self.windkessel = case_coupling(case.openings or [], self.geometry, self.units,
                                         case.config.initial_density,
@@ -221,7 +229,8 @@ class HeadlessRun:
         while self.sim.time_step < c.max_steps:
             step = self.sim.time_step
             target = min(_next(step, c.check_interval), _next(step, c.output_interval),
-                         _next(step, c.checkpoint_interval), c.max_steps)
+                         _next(step, c.checkpoint_interval), c.max_steps,
+                         _next(step, self.frames.every if self.frames else 0))
             self._advance(target - step, bar, interrupt)
             step = self.sim.time_step
             reading = self._observe()  # raises DivergenceError before anything is written
@@ -229,6 +238,8 @@ class HeadlessRun:
                 log.warning("Interrupted at step %d: writing a checkpoint (Ctrl-C again aborts "
                             "without one).", step)
                 return "interrupted"
+            if self.frames is not None and step % self.frames.every == 0:
+                self._write_frame()
             steady = self._vessel and c.flow_tolerance > 0 and reading.steady
             if self.cycles is not None:  # a pulsatile flow is never steady: periodic instead
                 steady = c.cycle_tolerance > 0 and self.cycles.periodic and \
@@ -324,6 +335,27 @@ class HeadlessRun:
             return False
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
+
+    def _write_frame(self) -> Path:
+        """frames/<field>_<axis><index>_<step>.png: the case's cut now, in SI when the case
+        gives the units (the picture the app's slice export draws)."""
+        f, sim = self.frames, self.sim
+        ndim = sim.solid.ndim
+        axis = f.axis if ndim == 3 else 0
+        plane = sim.slice(axis, self.frame_layer, f.field)
+        spec = FIELDS[f.field]
+        if self.units is not None:
+            plane, label = plane * spec.si_factor(self.units), spec.si_label()
+        else:
+            label = spec.lattice_label()
+        folder = self.out / "frames"
+        folder.mkdir(parents=True, exist_ok=True)
+        where = f"{'xyz'[f.axis]}{self.frame_layer}" if ndim == 3 else "xy"
+        step = sim.time_step
+        title = f"{self.case.name}, step {step}, {where[0]} = {where[1:]}" if ndim == 3 else \
+            f"{self.case.name}, step {step}"
+        return save_slice_png(folder / f"{f.field}_{where}_{step:08d}.png", plane,
+                              plane_axes(axis, ndim), label, title)
 
     def _probe_logs(self) -> None:
         """probes.csv (a row per output) and lines.csv (a row per line node and output), SI."""

@@ -90,6 +90,18 @@ def test_quickstart(kernel_specs):
     assert 0 < summary["tile utilisation eta_t"] <= 1
     if summary["settled"]:
         assert summary["relative change over the last fifth"] < 0.005
+    # The flow views as widgets: the slice shows the chosen field, the probes gathered a time
+    # series, the 3D view drew streamlines (POROUS_LBM_3D=0 turns the 3D view off).
+    assert summary["slice field"] == "pressure"
+    assert summary["probe samples"] >= 3
+    if os.environ.get("POROUS_LBM_3D", "1") not in ("0", "false", "no", "off"):
+        assert summary["streamline points"] > 0
+    # Any field as a NumPy array and a PyVista dataset in metres.
+    assert summary["field shape"] == [32, 32, 32]
+    assert 0 < summary["field fluid nodes"] < 32**3
+    assert summary["pyvista cells"] == 32**3
+    assert summary["pyvista arrays"] == ["pressure", "umag", "vorticity"]
+    assert summary["pyvista spacing (m)"] == pytest.approx([1e-5] * 3)
 
 
 def test_porosity_sweep_against_kozeny_carman(kernel_specs):

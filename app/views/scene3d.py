@@ -10,13 +10,16 @@ not every frame: serialising the scene costs the server far more than a 2D image
 The openings of the geometry (:attr:`geometries.VoxelGeometry.openings`) are discs at their
 centres across their planes, coloured by the kind the run applies (inlet, outlet, outflow,
 closed), each with a 3D text label of its id and diameter ("1 (d 2 mm)"): text as polygons,
-which vtk.js shows like any mesh.
+which vtk.js shows like any mesh. The plane's colour bar (:func:`colour_bar_html`) sits under
+the 3D view in SI units: vtk.js does not show VTK's scalar-bar actor.
 """
 
 from __future__ import annotations
 
+import html
 import logging
 
+import matplotlib
 import numpy as np
 import panel as pn
 import param
@@ -31,7 +34,7 @@ from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_poin
 from .slice_view import colour_range
 
 __all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
-           "colour_openings", "discs_by_kind", "add_opening_actors"]
+           "colour_openings", "discs_by_kind", "add_opening_actors", "colour_bar_html"]
 
 log = logging.getLogger(__name__)
 
@@ -182,11 +185,14 @@ class Scene3D(pn.viewable.Viewer):
         self._geometry = None
         # Build the whole scene before the browser first sees it: vtk.js rebuilds its render
         # window on every change and a change during its first build loses the renderer.
+        self._bar_text = ""  # the plane's colour bar (HTML), set by _update
         self._initial_scene()
         # No orientation widget: vtk.js re-creates the render window on every update and its
         # widget then reads the viewport of the deleted renderer (a console error).
         self.pane = pn.pane.VTK(self.plotter.ren_win, sizing_mode="stretch_width", height=480,
                                 enable_keybindings=True, css_classes=["scene3d"])
+        self.colour_bar = pn.pane.HTML(self._bar_text, sizing_mode="stretch_width", height=44,
+                                       css_classes=["scene3d-colourbar"])
 
     def _flow_controls(self) -> None:
         """Streamline and isosurface widgets; changing one asks the runner for the flow."""
@@ -259,16 +265,20 @@ class Scene3D(pn.viewable.Viewer):
         level = float(self.iso_level.value or 0.0)
         if level == 0.0:
             return auto_level(flow.scalar, flow.name)
-        factor = 1.0
-        if self.setup is not None:
-            try:
-                tau = float(self.controller.snapshot.config.get("tau",
-                                                                self.controller.config.tau))
-                units = self.setup.units(tau, self.controller.geometry.voxel_size)
-                factor = FIELDS[flow.name].si_factor(units)
-            except ValueError:
-                factor = 1.0
-        return level / factor
+        return level / self._si(flow.name)[0]
+
+    def _si(self, name: str) -> tuple[float, str]:
+        """(the factor from lattice units to SI, the label) of field ``name``; (1, the lattice
+        label) without a physical setup."""
+        spec = FIELDS[name]
+        if self.setup is None:
+            return 1.0, spec.lattice_label()
+        try:
+            tau = float(self.controller.snapshot.config.get("tau", self.controller.config.tau))
+            units = self.setup.units(tau, self.controller.geometry.voxel_size)
+        except ValueError:
+            return 1.0, spec.lattice_label()
+        return spec.si_factor(units), spec.si_label()
 
     def _initial_scene(self) -> None:
         """The geometry with the fluid at rest on the current cut (no snapshot needed)."""
@@ -328,9 +338,15 @@ class Scene3D(pn.viewable.Viewer):
             new_geometry = True
         if new_geometry:
             self._style_solid()
+        low, high = 0.0, 0.0
         if np.isfinite(plane).any():  # the slice's automatic range (a wall's extreme node
             # would wash the plane out), lattice units: the colours match the slice's
-            self._actors["fluid"].mapper.scalar_range = colour_range(plane, view.quantity)
+            low, high = colour_range(plane, view.quantity)
+            self._actors["fluid"].mapper.scalar_range = (low, high)
+        factor, label = self._si(view.quantity)
+        self._bar_text = colour_bar_html(label, low * factor, high * factor)
+        if hasattr(self, "colour_bar"):
+            self.colour_bar.object = self._bar_text
         if new_geometry:
             self.plotter.view_isometric()
             self.plotter.camera.zoom(1.15)
@@ -398,7 +414,20 @@ class Scene3D(pn.viewable.Viewer):
         self._discs = pv.PolyData()
 
     def __panel__(self) -> pn.viewable.Viewable:
-        return pn.Column(self.controls, self.pane, sizing_mode="stretch_width")
+        return pn.Column(self.controls, self.pane, self.colour_bar, sizing_mode="stretch_width")
+
+
+def colour_bar_html(label: str, low: float, high: float, stops: int = 11) -> str:
+    """A horizontal viridis bar from ``low`` to ``high`` (the plane's colours) with its ends
+    and ``label`` (e.g. ``|u| (m/s)``) as text; ``data-low``/``data-high`` carry the numbers."""
+    cmap = matplotlib.colormaps["viridis"]
+    colours = ", ".join(matplotlib.colors.to_hex(cmap(k / (stops - 1))) for k in range(stops))
+    return (f'<div class="colourbar" data-low="{low:.6g}" data-high="{high:.6g}" '
+            'style="display:flex;align-items:center;gap:6px;font-size:12px">'
+            f'<span class="colourbar-low">{low:.3g}</span>'
+            f'<span style="flex:1;height:12px;background:linear-gradient(to right, {colours})">'
+            f'</span><span class="colourbar-high">{high:.3g}</span>'
+            f'<span class="colourbar-label">{html.escape(label)}</span></div>')
 
 
 def camera_state(camera: pv.Camera) -> dict:

@@ -77,6 +77,11 @@ def test_fields_probes_and_3d_flow_views_in_one_session(page):
     finally:
         page.screenshot(path=str(ARTIFACTS / "flow-views-3d.png"))
     page.screenshot(path=str(ARTIFACTS / "flow-views.png"))
+    # The 3D plane's own colour bar: the slice's field, in SI, with the plane's range.
+    bar = page.locator(".scene3d-colourbar .colourbar").first
+    wait_until(lambda: "vorticity |ω| (1/s)" in (bar.text_content() or ""), 60,
+               "the 3D colour bar of the vorticity")
+    assert float(bar.get_attribute("data-high")) > float(bar.get_attribute("data-low")) >= 0
     # 4. Reset: the views stay and the probes read the new run.
     page.get_by_role("button", name="Reset").click()
     wait_until(lambda: steps(page) == 0, 60, "the reset to step 0")

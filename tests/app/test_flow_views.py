@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -174,6 +177,41 @@ def test_streamlines_and_an_isosurface_come_from_the_coarse_flow():
         controller.close()
 
 
+def test_the_3d_plane_has_its_own_colour_bar_in_si():
+    import re
+
+    from app.views.physics_panel import PhysicalSetup
+    from app.views.slice_view import colour_range
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((10, 8, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    setup = PhysicalSetup()
+    controller = Controller(VoxelGeometry(solid, voxel_size=1e-5), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    scene = Scene3D(controller, setup)
+    try:
+        controller.step(30)
+        snap = controller.runner.wait_for(lambda s: s.step >= 30 and s.plane is not None, 60)
+        controller.poll()
+        scene.refresh()
+        text = scene.colour_bar.object
+        assert "|u| (m/s)" in text
+        low, high = (float(v) for v in re.search(
+            r'data-low="([^"]+)" data-high="([^"]+)"', text).groups())
+        factor = setup.units(controller.config.tau, 1e-5).dx / setup.units(
+            controller.config.tau, 1e-5).dt
+        expected = colour_range(snap.plane, "umag")
+        assert high > low >= 0
+        assert (low, high) == pytest.approx((expected[0] * factor, expected[1] * factor),
+                                            rel=1e-5)
+        # The bar's range is the plane's: the VTK mapper shows the same range, lattice units.
+        assert scene._actors["fluid"].mapper.scalar_range == pytest.approx(expected)
+    finally:
+        scene.close()
+        controller.close()
+
+
 def test_another_field_gets_a_fresh_plot_with_its_colour_bar_title():
     from app.views.slice_view import SlicePlot
     from solver.config import SimulationConfig
@@ -214,7 +252,7 @@ def test_the_3d_view_exports_a_png_of_what_it_shows():
         controller.close()
 
 
-def test_the_slice_recording_keeps_frames_at_the_interval_and_makes_a_gif():
+def test_the_slice_recording_keeps_frames_at_the_interval_and_makes_a_gif_and_an_mp4():
     from app.recording import SliceRecorder
 
     now = [0.0]
@@ -230,6 +268,21 @@ def test_the_slice_recording_keeps_frames_at_the_interval_and_makes_a_gif():
     assert len(recorder) == 3 and recorder.frames[-1][1] == "step 4"
     gif = recorder.gif()
     assert gif[:6] == b"GIF89a" and gif.count(b"\x21\xf9\x04") >= 3  # a control block per frame
+    # The same frames as an MP4, decoded again with the wheel's ffmpeg: three pictures, each
+    # of its own field (one colour range over the recording: the field's value sets the colour).
+    import imageio_ffmpeg
+
+    mp4 = recorder.mp4()
+    assert mp4[4:8] == b"ftyp"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "slice.mp4"
+        path.write_bytes(mp4)
+        reader = imageio_ffmpeg.read_frames(str(path))
+        meta = next(reader)
+        frames = [np.frombuffer(f, np.uint8).reshape(*meta["size"][::-1], 3) for f in reader]
+    assert len(frames) == 3
+    for a, b in zip(frames, frames[1:], strict=False):
+        assert np.abs(a.astype(int) - b).mean() > 2
     now[0] += 5
     recorder.offer(np.zeros((5, 5)), "another cut", "|u| (m/s)")
     assert len(recorder) == 1
