@@ -314,3 +314,33 @@ def test_permeability_check_sees_a_nan_in_the_compact_copy() -> None:
     sim.state.f[sim.state.current][at[node] + 3 * block[node]] = np.nan
     health, k = check.read()
     assert not health["finite"] and k is None
+
+
+@pytest.mark.parametrize("options", [{"precision": "float32"},
+                                     {"precision": "float64", "streaming": "in-place"},
+                                     {"precision": "float32", "storage": "float16"}])
+def test_a_new_compact_run_holds_the_rest_state_without_a_host_array(options) -> None:
+    """CompactRun fills its rest state on the device (issue 29: the host array of every tile
+    node was most of a rock run's allocation): the same bits, padding included, as writing
+    ``initial_populations()``, in every chunking."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    config = SimulationConfig(lattice="D3Q19", collision="TRT", tile_storage="compact",
+                              **options)
+    problem = Problem.from_config(porous_solid((20, 14, 11)), config)
+    run = CompactRun(problem, 1, xp=np, launcher=FakeCupy().launcher())
+    filled = [np.array(f) for f in run.f]
+
+    def same(reference) -> bool:
+        return all(a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+                   for a, b in zip(reference, run.f, strict=True))
+
+    for f in run.f:
+        f[...] = 0
+    run.set_populations(problem.initial_populations())
+    assert same(filled)
+    for f in run.f:
+        f[...] = 0
+    run.readout_tiles = 3  # chunks of 3 tiles' worth of fluid nodes
+    run.fill_rest()
+    assert same(filled)
