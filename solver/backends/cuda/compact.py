@@ -82,10 +82,9 @@ class CompactTiling:
         return int(self.padded.sum())
 
     def ranks(self) -> np.ndarray:
-        """int8 (n_tiles, 64): rank of each fluid node among its tile's, -1 for solid (int8:
-        ranks are below 64, and the narrow cumulative sum is several times faster)."""
+        """int64 (n_tiles, 64): rank of each fluid node among its tile's, -1 for solid."""
         fluid = ~self.tiling.solid
-        return np.where(fluid, np.cumsum(fluid, axis=1, dtype=np.int8) - 1, np.int8(-1))
+        return np.where(fluid, np.cumsum(fluid, axis=1) - 1, -1)
 
     def memory_bytes(self, q: int, value_bytes: int, copies: int = 2) -> int:
         """Device bytes: ``copies`` of the populations, masks and bases, tile map and list."""
