@@ -108,7 +108,7 @@ class _CompactNodes:
     def of(cls, sim: Simulation, window: DarcyWindow) -> _CompactNodes | None:
         """The fluid nodes of ``sim``'s state when it is compacted (has edge tables)."""
         state = sim.state
-        if getattr(state, "edge", None) is None or not hasattr(state, "latest"):
+        if not getattr(state, "edge", None) or not hasattr(state, "latest"):
             return None
         return cls(sim, window)
 
