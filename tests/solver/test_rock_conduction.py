@@ -92,3 +92,22 @@ def test_the_same_solve_runs_in_the_backend_array_module(backend_name):
     c = formation_factor(solid, 0, xp=get_backend(backend_name).xp)
     assert c.formation_factor == pytest.approx(reference.formation_factor, rel=1e-9)
     assert c.iterations == pytest.approx(reference.iterations, abs=2)
+
+
+@pytest.mark.parametrize("axis,sides", [(0, "wall"), (2, "periodic")])
+def test_reading_the_residual_once_per_block_stops_where_every_iteration_would(axis, sides,
+                                                                               monkeypatch):
+    """The host reads the residuals once per BLOCK iterations (issue 29): the solve stops at
+    the same iteration with the same bits as a test after every iteration (BLOCK 1)."""
+    from solver.rock import conduction
+
+    solid = _cells(SC, 5.0, 16, 2)
+    blocked = formation_factor(solid, axis, sides)
+    monkeypatch.setattr(conduction, "BLOCK", 1)
+    every = formation_factor(solid, axis, sides)
+    assert blocked == every
+    assert every.current_balance < 1e-6
+    capped = formation_factor(solid, axis, sides, max_iterations=every.iterations - 3)
+    monkeypatch.setattr(conduction, "BLOCK", 8)
+    assert formation_factor(solid, axis, sides, max_iterations=every.iterations - 3) == capped
+    assert capped.residual > 1e-8 and capped.iterations == every.iterations - 3

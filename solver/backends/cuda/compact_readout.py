@@ -95,7 +95,7 @@ def compact_peak_bytes(problem: Problem, pad: int) -> int:
 def fluid_starts(compact: CompactTiling) -> np.ndarray:
     """Host int64 (n_tiles + 1): index of each tile's first fluid node in the edge tables
     (which list fluid nodes tile by tile), and the fluid count at the end."""
-    counts = np.count_nonzero(compact.ranks() >= 0, axis=1)
+    counts = np.count_nonzero(~compact.tiling.solid, axis=1)
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
