@@ -46,7 +46,7 @@ import numpy as np
 
 from .core import CaseResult, Timer, register
 
-__all__ = ["TubeRun", "run_tube", "observed_order", "RESOLUTIONS"]
+__all__ = ["TubeRun", "run_tube", "observed_order", "cost", "RESOLUTIONS"]
 
 #: Blood: kinematic viscosity (m^2/s) and density (kg/m^3); throat diameter (m).
 VISCOSITY, DENSITY, THROAT = 3.3e-6, 1060.0, 4e-3
@@ -96,20 +96,12 @@ def _geometry(kind: str, d: int, size: str) -> dict:
     return {"generator": target, "voxel_size": THROAT / d, "parameters": parameters}
 
 
-def run_tube(kind: str, reynolds: float, d: int, size: str = "ci",
-             backend: str = "numpy") -> TubeRun:
-    """Run ``kind`` ('stenosis' or 'expansion') at throat Reynolds number ``reynolds`` with a
-    throat of ``d`` voxels, default settings, to its steady state or its step limit."""
+def _setup(kind: str, reynolds: float, d: int, size: str, backend: str):
+    """Throat speed (m/s), geometry, inlet and outlet openings and the parsed case of a run."""
     from ..case import load_geometry, parse_case
-    from ..io import read_checkpoint, restore
-    from ..run import HeadlessRun
-    from ..vessel import mass_balance
 
-    timer = Timer()
     speed = reynolds * VISCOSITY / THROAT  # throat mean speed, m/s
-    spec = parse_case({"name": f"{kind}-re{reynolds:g}-d{d}",
-                       "geometry": _geometry(kind, d, size)}).geometry
-    geometry = load_geometry(spec)
+    geometry = load_geometry(parse_case({"geometry": _geometry(kind, d, size)}).geometry)
     inlet = next(o for o in geometry.openings if o.normal[0] < 0)
     outlet = next(o for o in geometry.openings if o.normal[0] > 0)
     data = {
@@ -124,7 +116,40 @@ def run_tube(kind: str, reynolds: float, d: int, size: str = "ci",
                       "flow_rate": speed * math.pi * THROAT**2 / 4.0},
                      {"id": outlet.id, "kind": "pressure", "pressure": 0.0}],
     }
-    case = parse_case(data)
+    return speed, geometry, inlet, outlet, parse_case(data)
+
+
+def cost(size: str = "full", backend: str = "cupy") -> list[dict]:
+    """Per run of ``size``: tau, expected Mach, steps per flow-through, the step limit, fluid
+    nodes and fluid-node updates at that limit (what the lattice parameters report)."""
+    from ..opening_specs import case_lattice
+
+    rows = []
+    for kind in ("stenosis", "expansion"):
+        for reynolds, ds in RESOLUTIONS[size].items():
+            for d in ds:
+                _, geometry, _, _, case = _setup(kind, reynolds, d, size, backend)
+                choice = case_lattice(case, geometry, backend)
+                limit = max(1000, int(FLOW_THROUGHS[kind][size]
+                                      * choice.steps_per_flow_through))
+                rows.append({"case": f"{kind}_re{reynolds}", "d": d, "tau": choice.tau,
+                             "mach": choice.mach, "steps_per_flow_through":
+                             choice.steps_per_flow_through, "max_steps": limit,
+                             "fluid_nodes": geometry.n_fluid,
+                             "updates": limit * geometry.n_fluid})
+    return rows
+
+
+def run_tube(kind: str, reynolds: float, d: int, size: str = "ci",
+             backend: str = "numpy") -> TubeRun:
+    """Run ``kind`` ('stenosis' or 'expansion') at throat Reynolds number ``reynolds`` with a
+    throat of ``d`` voxels, default settings, to its steady state or its step limit."""
+    from ..io import read_checkpoint, restore
+    from ..run import HeadlessRun
+    from ..vessel import mass_balance
+
+    timer = Timer()
+    speed, geometry, inlet, outlet, case = _setup(kind, reynolds, d, size, backend)
     with tempfile.TemporaryDirectory() as out:
         run = HeadlessRun(case, out=out, geometry=geometry)
         choice = run.lattice_choice
