@@ -14,11 +14,12 @@ Poiseuille velocity inlet and a pressure outlet on their two openings.
 
 The expansion is 1:3 in AREA (diameter 1:sqrt 3, 2 d before and 30 d after the step). The issue's
 nozzle (4 mm to 12 mm) is 1:3 in diameter, but there the recirculation grows to about 0.09 Re
-step heights (8.7 d measured at Re 100, d = 6): over 40 d at Re 500, and the wide pipe (9 times
-the throat's area) fills so slowly that its flows were still 2 % out of balance after 4.4 inlet
-flow-throughs at Re 100 on NumPy. Three resolutions of it at Re 500 (>= 55 d long, >= 10
-flow-throughs) do not fit the few minutes of GPU a validation run gets; 1:3 in area does
-(``expanded_pipe(d, ratio=3)`` builds the other).
+step heights (8.7 d at Re 100, d = 6, not yet steady): over 40 d at Re 500, and the wide pipe
+(9 times the throat's area) fills so slowly that its flows were still 2 % out of balance after
+4.4 inlet flow-throughs at Re 100 on NumPy. Three resolutions of it at Re 500 (>= 55 d long,
+>= 10 flow-throughs) do not fit the few minutes of GPU a validation run gets; 1:3 in area does
+(converged after 5.9 flow-throughs at Re 100, d = 6, 12 d long, on NumPy);
+``expanded_pipe(d, ratio=3)`` builds the other.
 
 Checked per run: the steady state is reached (the run stops as converged, no divergence) and
 the mass balance (net / inflow) is at most 0.5 %. Per Reynolds number: the pressure drop
