@@ -182,29 +182,28 @@ def run_tube(kind: str, reynolds: float, d: int, size: str = "ci",
 def _jet(ux: np.ndarray, step: int, d: int, u_t: float) -> tuple[tuple[float, float], float]:
     """Centreline speed / U_t at STATIONS d after the step (x index ``step``), and the
     recirculation length / d: the first slice after the step where the mean axial speed
-    between 0.8 and 0.93 of the wide pipe's radius is no longer negative."""
+    between 0.9 and 1 of the wide pipe's radius turns from negative to positive."""
     nx, ny, nz = ux.shape
     c = np.arange(ny) + 0.5 - ny / 2.0
     r = np.hypot(c[:, None], c[None, :])
     axis = r <= r.min() + 1e-9  # the one to four nodes nearest the axis
     wide = 0.5 * EXPANSION_RATIO * d
-    ring = (r >= 0.8 * wide) & (r <= 0.93 * wide)
+    ring = (r >= 0.9 * wide) & (r <= wide)  # the fluid next to the wide pipe's wall
     line = np.nanmean(ux[:, axis], axis=1) / u_t
-    wall = np.nanmean(ux[:, ring], axis=1)
+    behind = np.nanmean(ux[step:, ring], axis=1)  # the ring is solid before the step
 
     def at(k: float) -> float:
         x = step + k * d
         return float(np.interp(x - 0.5, np.arange(nx), line)) if x < nx - 1 else math.nan
 
-    behind = wall[step:]
     back = np.flatnonzero(behind < 0)
     length = math.nan
     if back.size:
         after = np.flatnonzero(behind[back[0]:] >= 0)
-        if after.size:  # linear interpolation of the zero crossing, in voxels from the step
+        if after.size:  # the zero crossing between slice centres, from the step's face
             i = back[0] + after[0]
             w0, w1 = behind[i - 1], behind[i]
-            length = (i - 1 + w0 / (w0 - w1)) / d
+            length = (i - 0.5 + w0 / (w0 - w1)) / d
     return (at(STATIONS[0]), at(STATIONS[1])), length
 
 

@@ -55,3 +55,18 @@ def test_cases_are_registered_for_every_reynolds_number():
         for re in (100, 300, 500):
             assert "full" in CASES[f"{kind}_re{re}"].sizes
     assert CASES["stenosis_re100"].sizes == ("ci", "full")
+
+
+def test_jet_reads_the_reattachment_where_the_wall_flow_turns_forward():
+    from solver.validation.stenosis import EXPANSION_RATIO, _jet
+
+    d, step, nx = 6, 6, 120
+    g = expanded_pipe(d, ratio=EXPANSION_RATIO, upstream=1, downstream=(nx - step) / d)
+    x = np.arange(nx)[:, None, None] + 0.5
+    # backward flow near the wall up to x = step + 3 d, then forward; 2 U on the axis
+    ux = np.where(g.solid, np.nan, np.where(x < step + 3 * d, -0.01, 0.01))
+    centre = g.shape[1] // 2
+    ux[:, centre, centre] = 0.2
+    (u5, u15), length = _jet(ux, step, d, 0.1)
+    assert u5 == pytest.approx(2.0) and u15 == pytest.approx(2.0)
+    assert length == pytest.approx(3.0)
