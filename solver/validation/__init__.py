@@ -11,11 +11,14 @@ Cases (registered in :data:`CASES`, run by the tests in ``tests/solver/validatio
 - ``cylinder_re100``: vortex shedding, Strouhal number.
 - ``tube_openings``: STL tube at 0/30/45 deg with a velocity inlet and a pressure outlet on its
   openings vs Hagen-Poiseuille; mass balance of the bifurcation sample.
+- ``stenosis_re100/300/500``, ``expansion_re100/300/500``: a 75 % stenosis and a 1:3 sudden
+  expansion at default settings (SI only), three resolutions: steady state, mass balance,
+  pressure drop converging; the jet behind the expansion at Re 500.
 """
 
 from __future__ import annotations
 
-from . import cavity, channels, objects, porous, vessels  # noqa: F401  (registers the cases)
+from . import cavity, channels, objects, porous, stenosis, vessels  # noqa: F401  (registers the cases)
 from .core import CASES, SIZES, Case, CaseResult, run_case
 from .report import run_all, write_report
 
