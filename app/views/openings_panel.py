@@ -234,6 +234,10 @@ class OpeningsPanel(pn.viewable.Viewer):
         units = self.units(self.config, row.group)
         value = units.value(spec, unit, row.group)
         rcr = units.rcr(spec) or {}
+        partial = [row.rp, row.compliance, row.rd]
+        if not rcr and quantity(kind) == DENSITY and None in partial and any(
+                v is not None for v in partial):  # being entered one by one: kept as typed
+            rcr = dict(zip(("Rp", "C", "Rd"), partial, strict=True))
         self._syncing = True
         try:
             row.param.update(kind=KIND_LABELS[kind], unit=unit,
@@ -330,7 +334,9 @@ class OpeningsPanel(pn.viewable.Viewer):
         except ConfigError as exc:
             self.message = str(exc)
             return
-        self._uploaded[row.group.ids[0]] = shape
+        key = row.group.ids[0]
+        before = self._uploaded.get(key)
+        self._uploaded[key] = shape
         value = mean if unit == "m/s" else mean / FLOW_UNITS[unit]
         self._syncing = True
         try:
@@ -339,6 +345,10 @@ class OpeningsPanel(pn.viewable.Viewer):
         finally:
             self._syncing = False
         self._apply(row, {"waveform"})
+        if self.message:  # refused (e.g. its peak above the Mach limit): not kept
+            self._uploaded.pop(key)
+            if before is not None:
+                self._uploaded[key] = before
 
     def _default(self, kind: str, row: OpeningRow) -> dict:
         if quantity(kind) == SPEED:
