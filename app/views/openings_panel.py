@@ -151,6 +151,7 @@ class OpeningsPanel(pn.viewable.Viewer):
         self._watchers = []
         self.config = config
         self.message = ""
+        self._uploaded = {}  # a new table: an uploaded shape lives on in the config only
         self.rows = [OpeningRow(group) for group in groups] if config is not None else []
         for row in self.rows:
             row.param.watch(lambda *events, row=row: self._edited(row, *events),
