@@ -40,7 +40,7 @@ __all__ = [
     "OpeningUnits", "opening_groups", "face_drive", "default_openings", "driven_values",
     "length_text", "flow_rate_text", "value_units", "DRIVES", "default_drive", "drive_setup",
     "si_specs", "retimed_openings", "WAVEFORMS", "builtin_shape", "csv_shape", "FLOW_UNITS",
-    "STEADY", "UPLOADED",
+    "STEADY", "UPLOADED", "inlet_mean",
 ]
 
 #: Solver kind -> what the table calls it (the kinds of solver/opening_kinds.py).
@@ -294,7 +294,7 @@ class OpeningUnits:
             density = self.initial_density if density is None else density
             return self.units.pressure_to_si(density - self.initial_density)
         if quantity(spec["kind"]) == SPEED:
-            return self.to_si(float(spec["value"]), unit, group)
+            return self.to_si(inlet_mean(spec), unit, group)
         return None
 
 
@@ -337,7 +337,7 @@ def si_specs(openings: dict[int, dict], groups: Sequence[OpeningGroup],
             continue
         entry = {"id": group.ids[0], "kind": spec["kind"]}
         if quantity(spec["kind"]) == SPEED:
-            entry.update(mean_speed=units.to_si(float(spec["value"]), "m/s", group),
+            entry.update(mean_speed=units.to_si(inlet_mean(spec), "m/s", group),
                          profile=spec.get("profile", "uniform"))
             shape = units.shape(spec)
             if shape is not None:  # its peak sets the Mach number (demand_of_specs)
@@ -359,7 +359,7 @@ def retimed_openings(openings: dict[int, dict], ratio: float, initial_density: f
     for oid, spec in openings.items():
         spec = dict(spec)
         if quantity(spec["kind"]) == SPEED:
-            spec["value"] = float(spec["value"]) * ratio
+            spec["value"] = inlet_mean(spec) * ratio
             if spec.get("waveform"):  # period in steps ~ 1/dt, speeds ~ dt
                 wave = parse_waveform(spec["waveform"])
                 spec["waveform"] = {"period": wave.period / ratio,
@@ -372,6 +372,14 @@ def retimed_openings(openings: dict[int, dict], ratio: float, initial_density: f
                 retimed_windkessel(parse_windkessel(spec["windkessel"]), ratio))
         out[oid] = spec
     return out
+
+
+def inlet_mean(spec: dict) -> float:
+    """A velocity entry's mean speed (lattice): its value, or its waveform's mean (a case
+    file's entry has only the waveform)."""
+    if spec.get("value") is None and spec.get("waveform"):
+        return parse_waveform(spec["waveform"]).mean
+    return float(spec["value"])
 
 
 def _shape_peak(shape: dict) -> float:

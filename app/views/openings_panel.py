@@ -41,6 +41,7 @@ from ..openings import (
     caveat,
     csv_shape,
     drives,
+    inlet_mean,
     quantity,
     retimed_openings,
     value_units,
@@ -92,7 +93,7 @@ def lattice_text(spec: dict | None) -> str:
         return "closed"
     if quantity(spec["kind"]) == SPEED:
         pulse = f" ~{spec['waveform']['period']:.4g} steps" if spec.get("waveform") else ""
-        return f"u* {spec['value']:.4g} {spec.get('profile', 'uniform')}{pulse}"
+        return f"u* {inlet_mean(spec):.4g} {spec.get('profile', 'uniform')}{pulse}"
     if quantity(spec["kind"]) == DENSITY:
         return f"ρ* {spec.get('value', 1.0):.6g}" + (" RCR" if spec.get("windkessel") else "")
     return spec["kind"]

@@ -167,3 +167,14 @@ def test_a_new_tau_keeps_the_waveform_and_the_rcr_values_in_si(vessel):
     assert section[1]["waveform"]["fourier"][0][0] == pytest.approx(0.05)
     assert section[2]["windkessel"] == pytest.approx({"Rp": 1e8, "C": 1e-9, "Rd": 1e9,
                                                       "Pd": 0.0})
+
+
+def test_a_case_files_waveform_entry_without_a_value_shows_its_mean(vessel):
+    panel, config = _panel(vessel)
+    coeffs = [[c.real * 0.02, c.imag * 0.02] for c in BUILTIN_WAVEFORMS["aortic-like"]]
+    config.openings = {**config.openings, 1: {"kind": "velocity", "profile": "uniform",
+                                              "waveform": {"period": 1000.0,
+                                                           "fourier": coeffs}}}
+    inlet = panel.rows[0]
+    assert inlet.value == pytest.approx(0.002) and inlet.waveform == "aortic-like"
+    assert inlet.lattice.startswith("u* 0.02 uniform ~1000 steps")
