@@ -66,6 +66,9 @@ class PulsatileDriver:
 
     def step(self, sim: Any, n: int) -> None:
         """Advance ``sim`` by exactly ``n`` steps, observing every sample step passed."""
+        if n <= 0 or not self.active:  # plain stepping (and its own refusal of n < 0)
+            sim.step(n)
+            return
         while n > 0:
             k, sample = n, None
             if self.cycles is not None:  # stop at the next sample of the heart cycle
