@@ -167,6 +167,13 @@ def test_a_new_tau_keeps_the_waveform_and_the_rcr_values_in_si(vessel):
     assert section[1]["waveform"]["fourier"][0][0] == pytest.approx(0.05)
     assert section[2]["windkessel"] == pytest.approx({"Rp": 1e8, "C": 1e-9, "Rd": 1e9,
                                                       "Pd": 0.0})
+    # ... which a case file reads back to the same lattice values.
+    from solver.opening_specs import parse_opening_specs
+
+    back = resolve_openings(parse_opening_specs(list(section.values())), vessel, units)
+    again = parse_waveform(back[1]["waveform"])
+    assert again.period == pytest.approx(wave.period)
+    np.testing.assert_allclose(again.coefficients, wave.coefficients, rtol=1e-9, atol=1e-15)
 
 
 def test_a_case_files_waveform_entry_without_a_value_shows_its_mean(vessel):
