@@ -17,6 +17,8 @@ import yaml
 from solver.config import SimulationConfig
 from solver.opening_kinds import DENSITY, SPEED, opening_kind
 from solver.units import UnitSystem
+from solver.waveform import parse_waveform
+from solver.windkessel import parse_windkessel, windkessel_to_si
 
 __all__ = ["openings_section", "case_document", "case_yaml"]
 
@@ -32,12 +34,27 @@ def openings_section(openings: dict[int, dict], units: UnitSystem, rho0: float) 
         entry: dict[str, Any] = {"id": int(opening_id), "kind": spec["kind"]}
         quantity = opening_kind(spec["kind"]).quantity
         if quantity == SPEED:
-            entry["mean_speed"] = _readable(units.velocity_to_si(float(spec["value"])))
+            if spec.get("waveform"):  # pulsatile: the Fourier series in m/s, period in s
+                wave = parse_waveform(spec["waveform"])
+                entry["waveform"] = {
+                    "period_s": _readable(units.time_to_si(wave.period)),
+                    "quantity": "mean_speed",
+                    "fourier": [[_readable(units.velocity_to_si(c.real)),
+                                 _readable(units.velocity_to_si(c.imag))]
+                                for c in wave.coefficients]}
+            else:
+                entry["mean_speed"] = _readable(units.velocity_to_si(float(spec["value"])))
             entry["profile"] = spec.get("profile", "uniform")
         elif quantity == DENSITY:
             density = spec.get("value")
             entry["pressure"] = _readable(units.pressure_to_si(
                 (rho0 if density is None else float(density)) - rho0))
+            if spec.get("windkessel"):  # an RCR outlet, SI
+                model = windkessel_to_si(parse_windkessel(spec["windkessel"]), units)
+                entry["windkessel"] = {
+                    "Rp": _readable(model.resistance_proximal), "C": _readable(model.compliance),
+                    "Rd": _readable(model.resistance_distal),
+                    "Pd": _readable(model.distal_pressure)}
         section.append(entry)
     return section
 

@@ -22,15 +22,25 @@ import numpy as np
 from geometries import VoxelGeometry
 from geometries.openings import Opening, face_openings
 from solver.opening_kinds import DENSITY, SPEED, opening_kind
+from solver.opening_kinds import opening_conditions as parse_opening_conditions
 from solver.opening_specs import MAX_DENSITY_CHANGE
 from solver.units import UnitSystem
 from solver.values import MAX_MACH, PROFILE_PEAK, ConfigError, mean_speed_limit
+from solver.waveform import BUILTIN_WAVEFORMS, parse_waveform, parse_waveform_text, table_fourier
+from solver.windkessel import (
+    parse_windkessel,
+    retimed_windkessel,
+    windkessel_spec,
+    windkessel_to_lattice,
+    windkessel_to_si,
+)
 
 __all__ = [
     "KIND_LABELS", "VALUE_UNITS", "PROFILE_PEAK", "DEFAULT_INLET_SPEED", "OpeningGroup",
     "OpeningUnits", "opening_groups", "face_drive", "default_openings", "driven_values",
     "length_text", "flow_rate_text", "value_units", "DRIVES", "default_drive", "drive_setup",
-    "si_specs", "retimed_openings",
+    "si_specs", "retimed_openings", "WAVEFORMS", "builtin_shape", "csv_shape", "FLOW_UNITS",
+    "STEADY", "UPLOADED", "inlet_mean",
 ]
 
 #: Solver kind -> what the table calls it (the kinds of solver/opening_kinds.py).
@@ -43,6 +53,11 @@ VALUE_UNITS = {"velocity": ("m/s", "mL/s", "µL/s"), "pressure": ("Pa",),
 FLOW_UNITS = {"mL/s": 1e-6, "µL/s": 1e-9}
 #: Default inlet mean speed, lattice units (Mach 0.017: well inside the limit at any resolution).
 DEFAULT_INLET_SPEED = 0.01
+#: What a velocity inlet's value does over time: constant, a built-in heartbeat (period 1 s,
+#: :data:`solver.waveform.BUILTIN_WAVEFORMS`) or the shape of an uploaded CSV, each scaled to
+#: the row's value as the cycle's mean.
+STEADY, UPLOADED = "steady", "uploaded CSV"
+WAVEFORMS = (STEADY, *BUILTIN_WAVEFORMS, UPLOADED)
 #: What drives the flow -> None (the body force, periodic box), "openings" (the geometry's own:
 #: a vessel's), or the axis whose two box faces become inlet (min) and outlet (max).
 DRIVES: dict[str, int | str | None] = {
@@ -179,36 +194,85 @@ class OpeningUnits:
     initial_density: float = 1.0
 
     def spec(self, kind: str, value: float | None, unit: str, group: OpeningGroup,
-             profile: str = "uniform", check: bool = True) -> dict:
+             profile: str = "uniform", check: bool = True, shape: dict | None = None,
+             windkessel: dict | None = None) -> dict:
         """The config entry (lattice units) of ``value`` in ``unit``; ConfigError in SI when out
-        of range (``check``; off while a new tau is being chosen for it)."""
+        of range (``check``; off while a new tau is being chosen for it). ``shape``: an
+        inlet's waveform ``{period_s, fourier}`` relative to its mean (``value`` is the
+        cycle's mean); ``windkessel``: an outlet's ``{Rp, C, Rd}`` (SI; ``value`` is the
+        distal pressure)."""
         if quantity(kind) is None:
             return {"kind": kind}
         if value is None or not math.isfinite(value):
             raise ConfigError(f"Opening {group.name}: enter a number ({unit}).")
         if quantity(kind) == DENSITY:
-            density = self.initial_density + self.units.pressure_to_lattice(value)
-            # The limit case files hold (solver.opening_specs): a saved case must rerun.
-            limit = MAX_DENSITY_CHANGE * self.initial_density
-            if check and abs(density - self.initial_density) > limit:
-                largest = self.units.pressure_to_si(limit)
-                raise ConfigError(
-                    f"Opening {group.name}: {value:g} Pa is a density change of "
-                    f"{(density - self.initial_density) / self.initial_density:+.1%} on this "
-                    f"grid, beyond {MAX_DENSITY_CHANGE:.0%} (the weakly compressible scheme "
-                    f"would be wrong or diverge); enter at most ±{largest:.3g} Pa, or shorten "
-                    "the time step (a smaller τ or voxel size).")
-            return {"kind": kind, "value": density}
+            spec = self._pressure(kind, value, group, check)
+            if windkessel is not None:
+                model = parse_windkessel({**windkessel, "Pd": float(value)},
+                                         f"Opening {group.name}: RCR outlet")
+                spec["windkessel"] = windkessel_spec(windkessel_to_lattice(model, self.units))
+            return spec
+        return self._inlet(kind, value, unit, group, profile, check, shape)
+
+    def _pressure(self, kind: str, value: float, group: OpeningGroup, check: bool) -> dict:
+        density = self.initial_density + self.units.pressure_to_lattice(value)
+        # The limit case files hold (solver.opening_specs): a saved case must rerun.
+        limit = MAX_DENSITY_CHANGE * self.initial_density
+        if check and abs(density - self.initial_density) > limit:
+            largest = self.units.pressure_to_si(limit)
+            raise ConfigError(
+                f"Opening {group.name}: {value:g} Pa is a density change of "
+                f"{(density - self.initial_density) / self.initial_density:+.1%} on this "
+                f"grid, beyond {MAX_DENSITY_CHANGE:.0%} (the weakly compressible scheme "
+                f"would be wrong or diverge); enter at most ±{largest:.3g} Pa, or shorten "
+                "the time step (a smaller τ or voxel size).")
+        return {"kind": kind, "value": density}
+
+    def _inlet(self, kind: str, value: float, unit: str, group: OpeningGroup, profile: str,
+               check: bool, shape: dict | None) -> dict:
         speed = self._speed(value, unit, group)
-        limit = mean_speed_limit(profile)  # the limit case files hold (solver.values)
+        spec: dict = {"kind": kind, "value": speed, "profile": profile}
+        # A waveform's peak, not its mean, must stay below the limit (solver.opening_kinds).
+        peak = 1.0
+        if shape is not None:
+            spec["waveform"] = {"period": float(shape["period_s"]) / self.units.dt,
+                                "fourier": [[re * speed, im * speed]
+                                            for re, im in shape["fourier"]]}
+            peak = _shape_peak(shape)
+        limit = mean_speed_limit(profile) / peak  # the limit case files hold (solver.values)
         if check and abs(speed) > limit:
             largest = self.to_si(limit, unit, group)
+            of_cycle = " as the cycle's mean (its peak is higher)" if shape is not None else ""
             raise ConfigError(
-                f"Opening {group.name}: {value:g} {unit} is above the Mach limit {MAX_MACH} of "
-                f"the lattice (a {profile} profile); the largest allowed value is "
-                f"{largest:.3g} {unit}. Lower it, or raise the viscosity or τ, or use a finer "
-                "voxel size.")
-        return {"kind": kind, "value": speed, "profile": profile}
+                f"Opening {group.name}: {value:g} {unit}{of_cycle} is above the Mach limit "
+                f"{MAX_MACH} of the lattice (a {profile} profile); the largest allowed value "
+                f"is {largest:.3g} {unit}. Lower it, or raise the viscosity or τ, or use a "
+                "finer voxel size.")
+        if check and shape is not None:  # the period must resolve its harmonics
+            try:
+                parse_opening_conditions({group.ids[0]: spec}, self.initial_density)
+            except ConfigError as exc:
+                raise ConfigError(f"Opening {group.name}: {exc}") from exc
+        return spec
+
+    def shape(self, spec: dict) -> dict | None:
+        """The waveform of a config entry relative to its mean, SI period (None: steady)."""
+        if not spec.get("waveform"):
+            return None
+        wave = parse_waveform(spec["waveform"])
+        if wave.mean == 0.0:  # no mean to scale (never written by the table)
+            return None
+        return {"period_s": wave.period * self.units.dt,
+                "fourier": [[c.real / wave.mean, c.imag / wave.mean]
+                            for c in wave.coefficients]}
+
+    def rcr(self, spec: dict) -> dict | None:
+        """An outlet's Windkessel ``{Rp, C, Rd}`` in SI (None: a fixed pressure)."""
+        if not spec.get("windkessel"):
+            return None
+        model = windkessel_to_si(parse_windkessel(spec["windkessel"]), self.units)
+        return {"Rp": model.resistance_proximal, "C": model.compliance,
+                "Rd": model.resistance_distal}
 
     def _speed(self, value: float, unit: str, group: OpeningGroup) -> float:
         if unit == "m/s":
@@ -230,7 +294,7 @@ class OpeningUnits:
             density = self.initial_density if density is None else density
             return self.units.pressure_to_si(density - self.initial_density)
         if quantity(spec["kind"]) == SPEED:
-            return self.to_si(float(spec["value"]), unit, group)
+            return self.to_si(inlet_mean(spec), unit, group)
         return None
 
 
@@ -273,8 +337,14 @@ def si_specs(openings: dict[int, dict], groups: Sequence[OpeningGroup],
             continue
         entry = {"id": group.ids[0], "kind": spec["kind"]}
         if quantity(spec["kind"]) == SPEED:
-            entry.update(mean_speed=units.to_si(float(spec["value"]), "m/s", group),
+            entry.update(mean_speed=units.to_si(inlet_mean(spec), "m/s", group),
                          profile=spec.get("profile", "uniform"))
+            shape = units.shape(spec)
+            if shape is not None:  # its peak sets the Mach number (demand_of_specs)
+                mean = entry.pop("mean_speed")
+                entry["waveform"] = {"period_s": shape["period_s"], "quantity": "mean_speed",
+                                     "fourier": [[re * mean, im * mean]
+                                                 for re, im in shape["fourier"]]}
         elif quantity(spec["kind"]) == DENSITY:
             entry["pressure"] = units.value(spec, "Pa", group)
         out.append(entry)
@@ -289,8 +359,49 @@ def retimed_openings(openings: dict[int, dict], ratio: float, initial_density: f
     for oid, spec in openings.items():
         spec = dict(spec)
         if quantity(spec["kind"]) == SPEED:
-            spec["value"] = float(spec["value"]) * ratio
+            spec["value"] = inlet_mean(spec) * ratio
+            if spec.get("waveform"):  # period in steps ~ 1/dt, speeds ~ dt
+                wave = parse_waveform(spec["waveform"])
+                spec["waveform"] = {"period": wave.period / ratio,
+                                    "fourier": [[c.real * ratio, c.imag * ratio]
+                                                for c in wave.coefficients]}
         elif quantity(spec["kind"]) == DENSITY and spec.get("value") is not None:
             spec["value"] = initial_density + (float(spec["value"]) - initial_density) * ratio**2
+        if spec.get("windkessel"):
+            spec["windkessel"] = windkessel_spec(
+                retimed_windkessel(parse_windkessel(spec["windkessel"]), ratio))
         out[oid] = spec
     return out
+
+
+def inlet_mean(spec: dict) -> float:
+    """A velocity entry's mean speed (lattice): its value, or its waveform's mean (a case
+    file's entry has only the waveform)."""
+    if spec.get("value") is None and spec.get("waveform"):
+        return parse_waveform(spec["waveform"]).mean
+    return float(spec["value"])
+
+
+def _shape_peak(shape: dict) -> float:
+    """Largest |value / mean| of a waveform shape over its cycle."""
+    return parse_waveform({"period": 1.0, "fourier": shape["fourier"]}).peak()
+
+
+def builtin_shape(name: str) -> dict:
+    """A built-in waveform's shape ``{period_s, fourier}`` relative to its mean."""
+    return {"period_s": 1.0, "fourier": [[c.real, c.imag] for c in BUILTIN_WAVEFORMS[name]]}
+
+
+def csv_shape(text: str, name: str = "waveform CSV") -> tuple[str, float, dict]:
+    """(quantity ``flow_rate`` | ``mean_speed``, the cycle's mean in SI, the shape relative
+    to it) of an uploaded waveform CSV (the case files' parser,
+    :func:`solver.waveform.parse_waveform_text`); ConfigError when its mean is zero."""
+    what, t, value = parse_waveform_text(text, name)
+    period, coeffs = table_fourier(t, value)
+    mean = coeffs[0].real
+    peak = max(abs(c) for c in coeffs)
+    if not abs(mean) > 1e-9 * peak:
+        raise ConfigError(f"{name}: the mean {what} over the cycle is zero; the table's value "
+                          "is its mean, so give a waveform with net flow.")
+    return what, mean, {"period_s": period,
+                        "fourier": [[c.real / mean, c.imag / mean] for c in coeffs]}

@@ -145,6 +145,11 @@ class CycleMonitor:
         return worst
 
     @property
+    def current_flows(self) -> np.ndarray:
+        """Flow rates (samples so far, openings) of the cycle in progress (lattice)."""
+        return np.asarray(self._cycle_flow, dtype=np.float64).reshape(-1, len(self.ids))
+
+    @property
     def has_indices(self) -> bool:
         """Whether a whole cycle after the warm-up has been summed."""
         return self._whole[2] > 0

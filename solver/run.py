@@ -28,7 +28,6 @@ import numpy as np
 from tqdm import tqdm
 
 from .case import Case, CaseError, load_geometry
-from .cycles import CycleMonitor
 from .flow_fields import FIELDS
 from .io import (
     CsvLog,
@@ -44,6 +43,7 @@ from .monitor import Reading, RunMonitor
 from .opening_specs import case_coupling, case_lattice, case_units, resolve_openings
 from .probes import ProbeSet, line_columns, line_rows, probe_columns, probe_row
 from .problem import GeometryLike, as_geometry
+from .pulsatile import PulsatileDriver, cycle_monitor
 from .simulation import Simulation
 from .slice_frames import plane_axes, save_slice_png
 from .stability import DivergenceError, check_stability
@@ -149,9 +149,10 @@ class HeadlessRun:
                                         case.config.initial_density,
                                         self.controls.windkessel_every,
                                         str(case.path or case.name))
-        if self.windkessel is not None:
-            self.windkessel.start(self.sim)
-        self.cycles = _cycle_monitor(self.sim, self.controls)
+        self.cycles = cycle_monitor(self.sim, self.controls.warmup_cycles,
+                                    self.controls.cycle_samples, self.controls.cycle_tolerance)
+        self.driver = PulsatileDriver(self.windkessel, self.cycles)
+        self.driver.start(self.sim)
         # Refused before anything is allocated, by the same verdict as the dashboard's.
         self.required = assess_memory(self.sim.problem, self.sim.backend).check().required
         self.monitor = RunMonitor(self.sim.problem, case.config.tau,
@@ -242,8 +243,7 @@ class HeadlessRun:
                 self._write_frame()
             steady = self._vessel and c.flow_tolerance > 0 and reading.steady
             if self.cycles is not None:  # a pulsatile flow is never steady: periodic instead
-                steady = c.cycle_tolerance > 0 and self.cycles.periodic and \
-                    self.cycles.cycles > c.warmup_cycles
+                steady = c.cycle_tolerance > 0 and self.driver.periodic()
             if step % c.output_interval == 0 or step == c.max_steps or steady:
                 if self._output(reading, bar) or steady:
                     return "converged"
@@ -257,21 +257,12 @@ class HeadlessRun:
         piece = 1
         while n > 0 and not interrupt.requested:
             k = min(piece, n)
-            sample = None
-            if self.cycles is not None:  # stop at the next sample of the heart cycle
-                sample = self.cycles.sample_step(self.cycles.index + 1)
-                k = max(1, min(k, sample - self.sim.time_step))
             tic = time.perf_counter()
-            if self.windkessel is None:
-                self.sim.step(k)
-            else:
-                self.windkessel.run(self.sim, k)
+            self.driver.step(self.sim, k)  # through the Windkessel outlets and cycle samples
             elapsed = time.perf_counter() - tic
             self.wall += elapsed
             n -= k
             bar.update(k)
-            if sample is not None and self.sim.time_step == sample:
-                self.cycles.observe(self.sim)
             piece = max(1, int(PIECE_SECONDS * k / elapsed)) if elapsed > 0 else 2 * piece
 
     def _observe(self) -> Reading:
@@ -477,13 +468,3 @@ def _backend_name(case: Case, backend: Any) -> str:
 def _next(step: int, interval: int) -> int:
     """The next multiple of ``interval`` after ``step`` (a large number when interval is 0)."""
     return (step // interval + 1) * interval if interval else 2**62
-
-
-def _cycle_monitor(sim: Simulation, controls: Any) -> CycleMonitor | None:
-    """The heart-cycle sampler of a run with a waveform inlet, None for steady openings."""
-    tables = sim.problem.iolets
-    if tables is None or not tables.harmonics:
-        return None
-    return CycleMonitor(tables.wave_period, warmup=controls.warmup_cycles,
-                        samples=controls.cycle_samples,
-                        tolerance=controls.cycle_tolerance or 1.0)

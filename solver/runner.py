@@ -38,9 +38,11 @@ from .memory import assess_memory, precheck_memory
 from .monitor import K_TOLERANCE, History, RunMonitor
 from .pacing import CHUNK_SECONDS, SNAPSHOT_INTERVAL, Pacer
 from .problem import Problem, as_geometry
+from .pulsatile import PulsatileDriver, cycle_monitor
 from .runner_commands import RunnerCommands
 from .simulation import Simulation
 from .snapshot import FlowSummary, SliceView, Snapshot
+from .windkessel import lattice_coupling
 
 __all__ = ["SimulationRunner", "Snapshot", "SliceView", "live_runners", "CHUNK_SECONDS",
            "SNAPSHOT_INTERVAL"]
@@ -98,6 +100,8 @@ class SimulationRunner(RunnerCommands):
         self._pacer = Pacer(snapshot_interval)
         self._k_tolerance = float(k_tolerance)
         self._monitor: RunMonitor | None = None
+        # Windkessel outlets and the heart-cycle sampler of a pulsatile run (solver.pulsatile).
+        self._driver = PulsatileDriver(None, None)
         self._history = History()
         self._good = LastGood()
         self._probes = None  # solver.probes.ProbeSet sampled with each snapshot
@@ -224,7 +228,7 @@ class SimulationRunner(RunnerCommands):
         elif command == "step":
             self._running = False
             self._status, self._error = "paused", None
-            self._require().step(payload)
+            self._driver.step(self._require(), payload)
         elif command == "reset":
             self._install(self._geometry, self._config, False)
         elif command == "config":
@@ -285,11 +289,14 @@ class SimulationRunner(RunnerCommands):
                                        backend=self._backend(old_config.backend))
                 self._sim.allocate()
                 self._monitor = self._new_monitor(self._sim)
+                self._driver = _driver(self._sim)
+                self._driver.start(self._sim)
                 self._good.keep(self._sim)
                 self._reset_series()
             raise
         self._sim, self._geometry, self._config = sim, geometry, config
         self._monitor = self._new_monitor(sim)
+        self._driver = _driver(sim)
         self._device = dict(sim.backend.device_info())
         if carry is not None:
             sim.backend.set_populations(sim.state, carry[1])
@@ -300,6 +307,7 @@ class SimulationRunner(RunnerCommands):
         else:
             self._reset_series()
             was_running = False
+        self._driver.start(sim)  # the outlets' initial pressures
         self._good.keep(sim)
         self._running = was_running
         self._status = "running" if was_running else "paused"
@@ -323,7 +331,7 @@ class SimulationRunner(RunnerCommands):
         sim, pacer = self._require(), self._pacer
         n = pacer.steps(time.perf_counter())
         start = time.perf_counter()
-        sim.step(n)
+        self._driver.step(sim, n)
         now = time.perf_counter()
         pacer.stepped(n, now - start)
         if pacer.publish_due(now):
@@ -343,21 +351,32 @@ class SimulationRunner(RunnerCommands):
                 kept = self._good.refresh(sim)  # a state that just passed its check
             if check and flow.checked and flow.healthy:
                 self._history.record(flow.reading, sim.metrics.mflups)
-                # The openings' flow has converged: stop once and say so (Run goes on after).
-                if flow.reading.steady and self._running and not self._steady_seen:
-                    self._running, self._status = False, "converged"
-                    self._message = f"Step {sim.time_step}: {flow.reading.steady_label}"
-                self._steady_seen = flow.reading.steady
+                self._converged(sim, flow)
             extra = flow.snapshot_fields()
             # The probed nodes alone (solver.probes), where the state lives.
             extra["probes"] = (sim.sample(self._probes) if self._probes
                                and self._probes.fits(sim.solid.shape) else None)
             extra.update(self._coarse_flow(sim))
             extra["steps_per_second"] = self._steps_per_second(sim.time_step)
+            extra["cycle"] = self._driver.view()
         self._emit(extra)
         # The copy of the last good state has its own schedule: not a cost of publishing. Only
         # a check counts as the health check the pacer schedules.
         self._pacer.published(start, time.perf_counter() - kept, health and check)
+
+    def _converged(self, sim: Simulation, flow: FlowSummary) -> None:
+        """The openings' flow has converged (steady, or periodic for a pulsatile run): stop
+        once and say so (Run goes on after)."""
+        if self._driver.cycles is not None:  # a pulsatile flow is never steady
+            steady = self._driver.periodic()
+            label = (f"periodic: two cycles agree within {self._driver.cycles.tolerance:.0%}"
+                     if steady else "")
+        else:
+            steady, label = flow.reading.steady, flow.reading.steady_label
+        if steady and self._running and not self._steady_seen:
+            self._running, self._status = False, "converged"
+            self._message = f"Step {sim.time_step}: {label}"
+        self._steady_seen = steady
 
     def _coarse_flow(self, sim: Simulation) -> dict[str, Any]:
         """The coarse 3D flow when asked for and due (every few seconds: it reads all tiles
@@ -421,6 +440,20 @@ class SimulationRunner(RunnerCommands):
         self._running, self._status, self._message = False, "stopped", "Runner stopped"
         self._emit({"plane": None, "plane_velocity": None})
         log.info("%s stopped", self._name)
+
+
+def _driver(sim: Simulation) -> PulsatileDriver:
+    """The Windkessel coupling (the config's lattice ``windkessel`` entries) and heart-cycle
+    sampler (a waveform inlet) of ``sim``, with the CLI's default controls
+    (:class:`solver.case.RunControls`)."""
+    from .case import RunControls
+
+    controls = RunControls()
+    coupling = lattice_coupling(sim.config.openings, sim.config.initial_density,
+                                controls.windkessel_every)
+    cycles = cycle_monitor(sim, controls.warmup_cycles, controls.cycle_samples,
+                           controls.cycle_tolerance)
+    return PulsatileDriver(coupling, cycles)
 
 
 def _same_tiling(a: Any, b: Any) -> bool:

@@ -65,6 +65,9 @@ class Snapshot:
     plane: np.ndarray | None = None
     plane_velocity: np.ndarray | None = None
     plane_axes: tuple[str, str] = ("x", "y")
+    #: A pulsatile run's openings' flow over the last and the current heart cycle
+    #: (:class:`solver.pulsatile.CycleView`), None for steady openings.
+    cycle: Any = None
     shape: tuple[int, ...] = ()
     metrics: dict = field(default_factory=dict)
     steps_per_second: float = 0.0

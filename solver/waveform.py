@@ -36,7 +36,8 @@ from .values import ConfigError, is_number
 
 __all__ = ["Waveform", "MAX_HARMONICS", "womersley_shape", "harmonic_phases",
            "parse_waveform", "si_waveform", "si_peak_speed", "read_waveform_csv",
-           "fourier_of_table"]
+           "fourier_of_table", "table_fourier", "parse_waveform_text", "BUILTIN_WAVEFORMS",
+           "BUILTIN_TABLES", "builtin_waveform", "MAX_CSV_BYTES"]
 
 #: Harmonics kept by default from a table (a heartbeat is described well by 10; each one costs
 #: two multiply-adds per opening link and step).
@@ -150,6 +151,10 @@ def fourier_of_table(t: np.ndarray, value: np.ndarray, period: float,
     return coeffs
 
 
+#: Largest waveform CSV accepted (bytes): a heartbeat needs tens of rows, not megabytes.
+MAX_CSV_BYTES = 64_000
+
+
 def read_waveform_csv(path: Path) -> tuple[str, np.ndarray, np.ndarray]:
     """(quantity, t in s, values in SI) of a CSV with a header ``t,flow_rate`` (m^3/s) or
     ``t,mean_speed`` (m/s) and one row per sample over one period (the last time is the
@@ -157,23 +162,90 @@ def read_waveform_csv(path: Path) -> tuple[str, np.ndarray, np.ndarray]:
     if not path.is_file():
         raise ConfigError(f"waveform file {str(path)!r} does not exist (paths are relative to "
                           "the case file).")
+    if path.stat().st_size > MAX_CSV_BYTES:
+        raise ConfigError(f"{path.name}: a waveform CSV holds at most {MAX_CSV_BYTES:,} bytes "
+                          "(one period of (t, value) rows); resample it.")
     with path.open(newline="") as handle:
-        rows = [r for r in csv.reader(handle) if r and not r[0].lstrip().startswith("#")]
+        return parse_waveform_text(handle.read(), path.name)
+
+
+def parse_waveform_text(text: str, name: str = "waveform") -> tuple[str, np.ndarray, np.ndarray]:
+    """(quantity, t in s, values in SI) of a waveform CSV's text (read as data, never run):
+    the parser of :func:`read_waveform_csv`, for uploads as well as case files."""
+    if len(text) > MAX_CSV_BYTES:
+        raise ConfigError(f"{name}: a waveform CSV holds at most {MAX_CSV_BYTES:,} bytes (one "
+                          "period of (t, value) rows); resample it.")
+    rows = [r for r in csv.reader(text.splitlines()) if r and not r[0].lstrip().startswith("#")]
     header = [h.strip() for h in rows[0]] if rows else []
     if len(header) != 2 or header[0] not in ("t", "time") or \
             header[1] not in ("flow_rate", "mean_speed"):
-        raise ConfigError(f"{path.name}: the first row must be `t,flow_rate` (m^3/s) or "
+        raise ConfigError(f"{name}: the first row must be `t,flow_rate` (m^3/s) or "
                           f"`t,mean_speed` (m/s), got {header!r}.")
     try:
         data = np.array([[float(x) for x in r] for r in rows[1:]], dtype=np.float64)
     except ValueError as exc:
-        raise ConfigError(f"{path.name}: every row after the header must be two numbers "
+        raise ConfigError(f"{name}: every row after the header must be two numbers "
                           f"({exc}).") from exc
     if data.ndim != 2 or data.shape[0] < 4 or data.shape[1] != 2 or \
             not np.all(np.diff(data[:, 0]) > 0) or not np.all(np.isfinite(data)):
-        raise ConfigError(f"{path.name}: needs at least 4 rows of finite (t, value) with t "
+        raise ConfigError(f"{name}: needs at least 4 rows of finite (t, value) with t "
                           "increasing.")
     return header[1], data[:, 0], data[:, 1]
+
+
+def table_fourier(t: np.ndarray, value: np.ndarray, period: float | None = None,
+                  harmonics: int = MAX_HARMONICS) -> tuple[float, list[complex]]:
+    """(period, coefficients) of a table over one period: the span of ``t`` unless ``period``
+    is given, a closing sample that repeats the first dropped."""
+    if period is None:
+        period = float(t[-1] - t[0])
+        if value[-1] == value[0]:
+            t, value = t[:-1], value[:-1]  # the closing sample repeats the first
+    return float(period), fourier_of_table(t, value, period, harmonics)
+
+
+#: Built-in heartbeat shapes, period 1 s, as (t s, flow / mean flow) tables. Neither is a
+#: measurement: each is a smooth hand-drawn approximation of the textbook shape of its artery
+#: (e.g. the waveforms in Holdsworth et al., Physiol. Meas. 20, 219 (1999), common carotid,
+#: and Olufsen et al., Ann. Biomed. Eng. 28, 1281 (2000), ascending aorta), for trying a
+#: pulsatile run; scale it with the row's mean value and use a measured CSV for a study.
+BUILTIN_TABLES: dict[str, tuple[tuple[float, float], ...]] = {
+    # Carotid: positive throughout; systolic peak ~2.4x the mean near 0.13 s, dicrotic notch.
+    "carotid-like": ((0.00, 0.70), (0.05, 0.80), (0.10, 1.90), (0.13, 2.30), (0.16, 2.20),
+                     (0.20, 1.80), (0.25, 1.30), (0.30, 1.05), (0.35, 0.90), (0.38, 0.85),
+                     (0.42, 1.05), (0.46, 1.10), (0.52, 0.95), (0.60, 0.85), (0.70, 0.80),
+                     (0.80, 0.76), (0.90, 0.73)),
+    # Aorta: systolic ejection to ~5x the mean, brief backflow at valve closure, still diastole.
+    "aortic-like": ((0.00, 0.00), (0.05, 1.50), (0.10, 4.50), (0.15, 5.00), (0.20, 4.20),
+                    (0.25, 2.80), (0.30, 1.00), (0.35, -0.40), (0.40, -0.10), (0.45, 0.10),
+                    (0.55, 0.05), (0.70, 0.00), (0.85, 0.00)),
+}
+
+
+def _builtin_shape(name: str) -> list[complex]:
+    if name not in BUILTIN_TABLES:
+        raise ConfigError(f"Unknown built-in waveform {name!r}; choose one of "
+                          f"{list(BUILTIN_TABLES)}.")
+    table = np.asarray(BUILTIN_TABLES[name], dtype=np.float64)
+    coeffs = fourier_of_table(table[:, 0], table[:, 1], 1.0)
+    return [c / coeffs[0].real for c in coeffs]  # mean exactly 1
+
+
+#: Built-in waveforms: name -> Fourier coefficients of flow / mean flow (c_0 = 1), period 1 s.
+BUILTIN_WAVEFORMS: dict[str, list[complex]] = {name: _builtin_shape(name)
+                                               for name in BUILTIN_TABLES}
+
+
+def builtin_waveform(name: str, mean: float, quantity: str = "mean_speed",
+                     period_s: float = 1.0) -> dict:
+    """A case file's SI ``waveform`` entry of built-in ``name`` scaled to ``mean`` (m/s for
+    ``mean_speed``, m^3/s for ``flow_rate``) over ``period_s`` seconds."""
+    if name not in BUILTIN_WAVEFORMS:
+        raise ConfigError(f"Unknown built-in waveform {name!r}; choose one of "
+                          f"{list(BUILTIN_WAVEFORMS)}.")
+    coeffs = [c * mean for c in BUILTIN_WAVEFORMS[name]]
+    return {"period_s": float(period_s), "quantity": quantity,
+            "fourier": [[c.real, c.imag] for c in coeffs]}
 
 
 def si_waveform(entry: Any, area: float, units: Any, base: Path | None = None) -> dict:
@@ -191,10 +263,7 @@ def si_waveform(entry: Any, area: float, units: Any, base: Path | None = None) -
         path = Path(entry["file"])
         path = path if path.is_absolute() or base is None else base / path
         quantity, t, value = read_waveform_csv(path)
-        period = float(entry.get("period_s", t[-1] - t[0]))
-        if value[-1] == value[0] and "period_s" not in entry:
-            t, value = t[:-1], value[:-1]  # the closing sample repeats the first
-        coeffs = fourier_of_table(t, value, period, harmonics)
+        period, coeffs = table_fourier(t, value, entry.get("period_s"), harmonics)
     else:
         quantity = entry.get("quantity", "mean_speed")
         if quantity not in ("mean_speed", "flow_rate"):

@@ -29,10 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from .units import UnitSystem
 from .values import ConfigError, is_number
 
 __all__ = ["Windkessel", "rcr_step", "periodic_pressure", "WindkesselCoupling",
-           "parse_windkessel"]
+           "parse_windkessel", "windkessel_to_lattice", "windkessel_to_si", "retimed_windkessel",
+           "lattice_coupling", "LATTICE_UNITS", "windkessel_spec"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,40 @@ def parse_windkessel(spec: Any, where: str = "windkessel") -> Windkessel:
             raise ConfigError(f"{where}: {name} must be a pressure in Pa, got {v!r}.")
     return Windkessel(float(rp), float(spec["C"]), float(rd), float(pd),
                       None if p0 is None else float(p0))
+
+
+def _scaled(model: Windkessel, resistance: float, compliance: float, pressure: float
+            ) -> Windkessel:
+    p0 = model.initial_pressure
+    return Windkessel(model.resistance_proximal * resistance, model.compliance * compliance,
+                      model.resistance_distal * resistance, model.distal_pressure * pressure,
+                      None if p0 is None else p0 * pressure)
+
+
+def _scales(units: Any) -> tuple[float, float, float]:
+    """Lattice pressure of 1 Pa, lattice flow rate of 1 m^3/s, lattice volume of 1 m^3."""
+    return (units.pressure_to_lattice(1.0) / 3.0, units.flow_rate_to_lattice(1.0),
+            units.flow_rate_to_lattice(1.0) / units.dt)
+
+
+def windkessel_to_lattice(model: Windkessel, units: Any) -> Windkessel:
+    """The model in lattice units of ``units`` (:class:`solver.units.UnitSystem`): pressures
+    as ``c_s^2`` times a density change, flow rates in nodes^3/step (the units of
+    :data:`LATTICE_UNITS`), so a config can hold it whatever the time step was."""
+    pressure, flow, volume = _scales(units)
+    return _scaled(model, pressure / flow, volume / pressure, pressure)
+
+
+def windkessel_to_si(model: Windkessel, units: Any) -> Windkessel:
+    """The inverse of :func:`windkessel_to_lattice` (a lattice model back in SI)."""
+    pressure, flow, volume = _scales(units)
+    return _scaled(model, flow / pressure, pressure / volume, 1.0 / pressure)
+
+
+def retimed_windkessel(model: Windkessel, ratio: float) -> Windkessel:
+    """The same SI model in lattice units on a time step ``ratio`` times the old one
+    (resistances scale with dt, compliances with 1/dt^2, pressures with dt^2)."""
+    return _scaled(model, ratio, 1.0 / ratio**2, ratio**2)
 
 
 def rcr_step(capacitor: float, flow_out: float, dt: float, model: Windkessel) -> float:
@@ -158,3 +194,27 @@ class WindkesselCoupling:
             if sim.time_step % self.every == 0:
                 self.update(sim, self.every)
 
+
+
+#: Lattice units as a unit system (1 node, 1 step, density 1): the units of a config's
+#: lattice Windkessel entries (:func:`windkessel_to_lattice`).
+LATTICE_UNITS = UnitSystem(dx=1.0, dt=1.0, density=1.0)
+
+
+def lattice_coupling(openings: dict, rho0: float, every: int = 10
+                     ) -> WindkesselCoupling | None:
+    """The coupling of a ``SimulationConfig.openings`` mapping's ``windkessel`` entries
+    (lattice units, :func:`windkessel_to_lattice`), None without any."""
+    models = {oid: parse_windkessel(spec["windkessel"], f"openings[{oid}]: windkessel")
+              for oid, spec in openings.items()
+              if isinstance(spec, dict) and spec.get("windkessel") is not None}
+    return WindkesselCoupling(models, LATTICE_UNITS, rho0, every) if models else None
+
+
+def windkessel_spec(model: Windkessel) -> dict:
+    """The JSON-friendly mapping :func:`parse_windkessel` reads back (a config entry)."""
+    spec = {"Rp": model.resistance_proximal, "C": model.compliance,
+            "Rd": model.resistance_distal, "Pd": model.distal_pressure}
+    if model.initial_pressure is not None:
+        spec["P0"] = model.initial_pressure
+    return spec

@@ -45,7 +45,7 @@ def test_notebooks_are_committed_without_outputs():
                     f"{path.name} has outputs; clear them before committing")
     assert {p.name for p in NOTEBOOKS.glob("*.ipynb")} == {
         "quickstart.ipynb", "porosity_sweep.ipynb", "stl_voxel_import.ipynb",
-        "rock_permeability.ipynb", "vessel_flow.ipynb"}
+        "rock_permeability.ipynb", "vessel_flow.ipynb", "pulsatile_flow.ipynb"}
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +167,21 @@ def test_vessel_flow(kernel_specs):
     assert summary["pressure drop (Pa)"] > 0
     assert 0 < summary["mean wall shear stress (Pa)"] < 10
     assert 0 < summary["peak speed (m/s)"] < 0.05
+
+
+def test_pulsatile_flow(kernel_specs):
+    summary = execute("pulsatile_flow.ipynb", kernel_specs)
+    assert summary["periodic"] and summary["cycle change"] <= 0.01
+    assert 4 < summary["alpha"] < 7  # a carotid's order of Womersley number
+    # The waveform's mean flow enters exactly; over a cycle what enters leaves (item 5: 0.5 %).
+    assert summary["inlet mean flow (m^3/s)"] == pytest.approx(
+        summary["prescribed mean flow (m^3/s)"], rel=1e-6)
+    assert abs(summary["mass balance over a cycle"]) <= 0.005
+    # The outlet holds the RCR's periodic pressure of its own outflow (measured 2.1 % of the
+    # pressure's range: the sampled flow against the per-step one), the same mean.
+    assert summary["outlet pressure vs RCR (of range)"] < 0.05
+    assert summary["mean outlet pressure (Pa)"] == pytest.approx(
+        summary["RCR mean pressure (Pa)"], rel=1e-3)
+    # Forward flow throughout: shear, but (almost) never reversing.
+    assert summary["TAWSS interior mean (Pa)"] > 0 and summary["shear cycles"] >= 2
+    assert 0 <= summary["OSI interior max"] < 0.1

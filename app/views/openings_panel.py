@@ -18,21 +18,30 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import panel as pn
 import param
 
 from solver.config import SimulationConfig
 from solver.opening_kinds import DENSITY, PROFILES, SPEED
 from solver.values import ConfigError
+from solver.waveform import BUILTIN_WAVEFORMS, MAX_CSV_BYTES
 
 from ..openings import (
     DEFAULT_INLET_SPEED,
+    FLOW_UNITS,
     KIND_LABELS,
+    STEADY,
+    UPLOADED,
     VALUE_UNITS,
+    WAVEFORMS,
     OpeningGroup,
     OpeningUnits,
+    builtin_shape,
     caveat,
+    csv_shape,
     drives,
+    inlet_mean,
     quantity,
     retimed_openings,
     value_units,
@@ -61,6 +70,16 @@ class OpeningRow(param.Parameterized):
     unit = param.Selector(objects=_ALL_UNITS, default="", doc="Unit of the value.")
     profile = param.Selector(objects=list(PROFILES), default="uniform",
                              doc="Inlet velocity profile across the opening.")
+    waveform = param.Selector(objects=list(WAVEFORMS), default=STEADY,
+                              doc="Inlet: steady, or a heartbeat whose mean over the cycle is "
+                                  "the value (built-in: period 1 s; a CSV: its own).")
+    rp = param.Number(default=None, allow_None=True, bounds=(0, None), label="Rp",
+                      doc="RCR outlet: proximal resistance (Pa·s/m³); all three empty = a "
+                          "fixed pressure (the value, also the distal pressure of an RCR).")
+    compliance = param.Number(default=None, allow_None=True, bounds=(0, None), label="C",
+                              doc="RCR outlet: compliance (m³/Pa).")
+    rd = param.Number(default=None, allow_None=True, bounds=(0, None), label="Rd",
+                      doc="RCR outlet: distal resistance (Pa·s/m³).")
     lattice = param.String(default="", doc="The solver's condition, lattice units.")
 
     def __init__(self, group: OpeningGroup, **params) -> None:
@@ -73,9 +92,10 @@ def lattice_text(spec: dict | None) -> str:
     if not spec or not drives(spec["kind"]):
         return "closed"
     if quantity(spec["kind"]) == SPEED:
-        return f"u* {spec['value']:.4g} {spec.get('profile', 'uniform')}"
+        pulse = f" ~{spec['waveform']['period']:.4g} steps" if spec.get("waveform") else ""
+        return f"u* {inlet_mean(spec):.4g} {spec.get('profile', 'uniform')}{pulse}"
     if quantity(spec["kind"]) == DENSITY:
-        return f"ρ* {spec.get('value', 1.0):.6g}"
+        return f"ρ* {spec.get('value', 1.0):.6g}" + (" RCR" if spec.get("windkessel") else "")
     return spec["kind"]
 
 
@@ -97,6 +117,7 @@ class OpeningsPanel(pn.viewable.Viewer):
         self.chooser = chooser
         self.geometry = None
         self.rows: list[OpeningRow] = []
+        self._uploaded: dict[int, dict] = {}  # first opening id -> an uploaded CSV's shape
         self.config: SimulationConfig | None = None
         self._syncing = False
         self._watchers: list = []
@@ -131,10 +152,12 @@ class OpeningsPanel(pn.viewable.Viewer):
         self._watchers = []
         self.config = config
         self.message = ""
+        self._uploaded = {}  # a new table: an uploaded shape lives on in the config only
         self.rows = [OpeningRow(group) for group in groups] if config is not None else []
         for row in self.rows:
             row.param.watch(lambda *events, row=row: self._edited(row, *events),
-                            ["kind", "value", "unit", "profile"])
+                            ["kind", "value", "unit", "profile", "waveform", "rp",
+                             "compliance", "rd"])
         if config is not None:
             self._watchers.append(config.param.watch(self.refresh, ["openings", "tau",
                                                                     "initial_density"]))
@@ -210,21 +233,32 @@ class OpeningsPanel(pn.viewable.Viewer):
         kind = spec["kind"]
         units = value_units(kind, row.group)
         unit = row.unit if row.unit in units else units[0]
-        value = self.units(self.config, row.group).value(spec, unit, row.group)
+        units = self.units(self.config, row.group)
+        value = units.value(spec, unit, row.group)
+        rcr = units.rcr(spec) or {}
+        partial = [row.rp, row.compliance, row.rd]
+        if not rcr and quantity(kind) == DENSITY and None in partial and any(
+                v is not None for v in partial):  # being entered one by one: kept as typed
+            rcr = dict(zip(("Rp", "C", "Rd"), partial, strict=True))
         self._syncing = True
         try:
             row.param.update(kind=KIND_LABELS[kind], unit=unit,
                              value=None if value is None else float(f"{value:.4g}"),
                              profile=spec.get("profile", "uniform"),
-                             lattice=lattice_text(spec))
+                             waveform=_waveform_name(units.shape(spec)),
+                             rp=_rounded(rcr.get("Rp")), compliance=_rounded(rcr.get("C")),
+                             rd=_rounded(rcr.get("Rd")), lattice=lattice_text(spec))
         finally:
             self._syncing = False
 
     def _edited(self, row: OpeningRow, *events) -> None:
         if self._syncing:
             return
+        self._apply(row, {event.name for event in events})
+
+    def _apply(self, row: OpeningRow, names: set[str]) -> None:
+        """Write the row's edited fields ``names`` to the config (or say why not)."""
         kind = _KINDS[row.kind]
-        names = {event.name for event in events}
         try:
             if names == {"unit"}:
                 pass  # the same condition, shown in the new unit below
@@ -233,8 +267,7 @@ class OpeningsPanel(pn.viewable.Viewer):
             elif self.choose_tau and self.chooser is not None:
                 self._write_choosing(row, kind)
             else:
-                units = self.units(self.config, row.group)
-                self._write(row, units.spec(kind, row.value, row.unit, row.group, row.profile))
+                self._write(row, self._row_spec(row, kind))
             self.message = ""
         except ConfigError as exc:
             self.message = str(exc)
@@ -248,14 +281,11 @@ class OpeningsPanel(pn.viewable.Viewer):
         is what a new tau is for. ConfigError (config unchanged) when none can run it."""
         config = self.config
         before = (config.tau, dict(config.openings))
-        units = self.units(config, row.group)
-        self._write(row, units.spec(kind, row.value, row.unit, row.group, row.profile,
-                                    check=False))
+        self._write(row, self._row_spec(row, kind, check=False))
         try:
             self._choose(strict=True)
             # The lattice limits at the chosen tau (Mach, density change), said in SI.
-            self.units(config, row.group).spec(kind, row.value, row.unit, row.group,
-                                               row.profile)
+            self._row_spec(row, kind)
         except ConfigError:
             self._syncing = True
             try:
@@ -264,6 +294,63 @@ class OpeningsPanel(pn.viewable.Viewer):
                 self._syncing = False
             self._choose()
             raise
+
+    def _row_spec(self, row: OpeningRow, kind: str, check: bool = True) -> dict:
+        """The config entry of the row's SI fields (its waveform and RCR values included)."""
+        units = self.units(self.config, row.group)
+        return units.spec(kind, row.value, row.unit, row.group, row.profile, check=check,
+                          shape=self._row_shape(row, units), windkessel=_row_rcr(row))
+
+    def _row_shape(self, row: OpeningRow, units: OpeningUnits) -> dict | None:
+        """The waveform the row asks for, relative to its mean (None: steady)."""
+        if row.waveform == STEADY:
+            return None
+        if row.waveform in BUILTIN_WAVEFORMS:
+            return builtin_shape(row.waveform)
+        shape = self._uploaded.get(row.group.ids[0]) or units.shape(self._spec(row))
+        if shape is None:
+            raise ConfigError(f"Opening {row.group.name}: upload a waveform CSV first (header "
+                              "t,flow_rate in m³/s or t,mean_speed in m/s, one period).")
+        return shape
+
+    def upload_waveform(self, row: OpeningRow, data: bytes, filename: str = "waveform.csv"
+                        ) -> None:
+        """Make ``row`` a velocity inlet pulsing as the uploaded CSV ``data`` (parsed as data
+        by the case files' parser; its mean is the row's value); the message says what was
+        wrong with a refused file."""
+        try:
+            if len(data) > MAX_CSV_BYTES:
+                raise ConfigError(f"{filename}: a waveform CSV holds at most "
+                                  f"{MAX_CSV_BYTES:,} bytes (one period of (t, value) rows).")
+            try:
+                text = data.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{filename} is not a UTF-8 text CSV; save it as plain "
+                                  "text with the header t,flow_rate or t,mean_speed.") from exc
+            what, mean, shape = csv_shape(text, filename)
+            units = value_units("velocity", row.group)
+            unit = "m/s" if what == "mean_speed" else "mL/s"
+            if unit not in units:
+                raise ConfigError(f"{filename}: a 2D run takes a mean speed "
+                                  "(t,mean_speed in m/s), not a flow rate.")
+        except ConfigError as exc:
+            self.message = str(exc)
+            return
+        key = row.group.ids[0]
+        before = self._uploaded.get(key)
+        self._uploaded[key] = shape
+        value = mean if unit == "m/s" else mean / FLOW_UNITS[unit]
+        self._syncing = True
+        try:
+            row.param.update(kind=KIND_LABELS["velocity"], unit=unit, value=value,
+                             waveform=UPLOADED)
+        finally:
+            self._syncing = False
+        self._apply(row, {"waveform"})
+        if self.message:  # refused (e.g. its peak above the Mach limit): not kept
+            self._uploaded.pop(key)
+            if before is not None:
+                self._uploaded[key] = before
 
     def _default(self, kind: str, row: OpeningRow) -> dict:
         if quantity(kind) == SPEED:
@@ -289,19 +376,60 @@ class OpeningsPanel(pn.viewable.Viewer):
         value = pn.widgets.FloatInput.from_param(row.param.value, name="", width=95)
         unit = pn.widgets.Select.from_param(row.param.unit, name="", width=65)
         profile = pn.widgets.Select.from_param(row.param.profile, name="", width=95)
+        waveform = pn.widgets.Select.from_param(row.param.waveform, name="", width=110,
+                                                css_classes=["opening-waveform"])
+        upload = pn.widgets.FileInput(accept=".csv", width=150, css_classes=["waveform-csv"])
+        upload.param.watch(lambda e: e.new and self.upload_waveform(
+            row, e.new, upload.filename or "waveform.csv"), "value")
+        rcr = [pn.widgets.FloatInput.from_param(p, width=80, placeholder=f"{p.label} {u}")
+               for p, u in ((row.param.rp, "Pa·s/m³"), (row.param.compliance, "m³/Pa"),
+                            (row.param.rd, "Pa·s/m³"))]
 
         def fit(*events) -> None:  # only the units and options of the row's kind
             kind_name = _KINDS[row.kind]
             unit.options = list(value_units(kind_name, row.group))
             value.visible = unit.visible = quantity(kind_name) is not None
-            profile.visible = quantity(kind_name) == SPEED
+            profile.visible = waveform.visible = upload.visible = \
+                quantity(kind_name) == SPEED
+            for widget in rcr:
+                widget.visible = quantity(kind_name) == DENSITY
         row.param.watch(fit, "kind")
         fit()
         lattice = pn.pane.HTML(pn.bind(lambda text: f'<span class="opening-lattice">'
                                                     f"{html.escape(text)}</span>",
                                        row.param.lattice), width=130)
-        return pn.Row(name, kind, value, unit, profile, lattice, sizing_mode="stretch_width",
-                      css_classes=["opening-row"])
+        return pn.Row(name, kind, value, unit, profile, waveform, upload, *rcr, lattice,
+                      sizing_mode="stretch_width", css_classes=["opening-row"])
 
     def __panel__(self) -> pn.viewable.Viewable:
         return self.view
+
+
+def _row_rcr(row: OpeningRow) -> dict | None:
+    """The row's RCR values (SI), None when all three are empty; ConfigError when some are."""
+    values = {"Rp": row.rp, "C": row.compliance, "Rd": row.rd}
+    if all(v is None for v in values.values()):
+        return None
+    missing = [k for k, v in values.items() if v is None]
+    if missing:
+        raise ConfigError(f"Opening {row.group.name}: an RCR outlet needs Rp (Pa·s/m³), C "
+                          f"(m³/Pa) and Rd (Pa·s/m³); {', '.join(missing)} missing. Clear all "
+                          "three for a fixed pressure.")
+    return values
+
+
+def _waveform_name(shape: dict | None) -> str:
+    """Which of :data:`~app.openings.WAVEFORMS` a config's waveform shape is."""
+    if shape is None:
+        return STEADY
+    for name in BUILTIN_WAVEFORMS:
+        known = builtin_shape(name)
+        if len(known["fourier"]) == len(shape["fourier"]) and \
+                abs(shape["period_s"] - known["period_s"]) < 1e-6 and \
+                np.allclose(shape["fourier"], known["fourier"], rtol=1e-6, atol=1e-9):
+            return name
+    return UPLOADED
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.4g}")

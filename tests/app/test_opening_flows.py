@@ -70,3 +70,32 @@ def test_the_steady_state_card_shows_the_monitors_verdict():
     cards = {key: (value, detail) for key, _, value, detail in flow_cards(snap, UNITS)}
     assert cards["steady-state"] == ("converged", "converged: the openings' ...")
     assert "steady-state" not in {c[0] for c in flow_cards(vessel_snapshot(), UNITS)}
+
+
+def test_a_pulsatile_run_plots_the_current_cycle_against_the_last():
+    import dataclasses
+    import re
+
+    import numpy as np
+
+    from app.views.opening_flows import PLOT_HEIGHT, _cards_html, cycle_plots
+    from solver.pulsatile import CycleView
+
+    phase = np.arange(1, 9) / 8
+    last = np.stack([2e3 + 1e3 * np.sin(2 * np.pi * phase), -2e3 + 0 * phase], axis=1)
+    view = CycleView(ids=(1, 2), last=last, current=last[:3] * 1.1, samples=8, cycles=3,
+                     change=0.004, periodic=True)
+    snap = dataclasses.replace(vessel_snapshot(), cycle=view)
+    cards = {key: rest for key, *rest in flow_cards(snap, UNITS)}
+    assert cards["heart-cycle"] == ["Heart cycle", "3 done", "change 0.4 % · periodic"]
+    assert "steady-state" not in cards  # a pulsatile flow is judged periodic, never steady
+    plots = cycle_plots(snap)
+    assert set(plots) == {"opening-1", "opening-2"}
+    dashed, solid = re.findall(r'points="([^"]+)"', plots["opening-1"])
+    assert len(dashed.split()) == 8 and len(solid.split()) == 3  # last whole, current so far
+    ys = [float(p.split(",")[1]) for p in dashed.split()]
+    assert min(ys) >= 0 and max(ys) <= PLOT_HEIGHT  # inside the plot
+    assert ys[1] < ys[5]  # the peak (phase 1/4) drawn above the trough (3/4): SVG y is down
+    html = _cards_html(flow_cards(snap, UNITS), plots)
+    assert html.count('class="cycle-plot"') == 2
+    assert cycle_plots(vessel_snapshot()) == {}  # steady: no plots

@@ -295,3 +295,39 @@ def test_idle_timeout_asks_the_reader_check_from_the_runner_thread(make_runner):
     while runner.alive and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not runner.alive and runner.snapshot().status == "stopped"
+
+
+def test_a_pulsatile_run_steps_through_its_windkessel_and_samples_cycles(make_runner):
+    """The dashboard's runner builds the CLI's PulsatileDriver from the config: the outlet's
+    lattice Windkessel sets its pressure exactly as a direct coupling does, and the snapshot
+    carries the openings' flow over the last and the current heart cycle."""
+    from solver.pulsatile import PulsatileDriver, cycle_monitor
+    from solver.validation.vessels import tube_geometry
+    from solver.windkessel import lattice_coupling
+
+    tube = tube_geometry(4, 0.0, length=3)
+    wave = {"period": 160.0, "fourier": [0.01, [0.004, 0.0]]}
+    rcr = {"Rp": 0.001, "C": 2e4, "Rd": 0.01}  # lattice units: R_d C = 200 steps
+    cfg = SimulationConfig(lattice="D3Q19", collision="TRT", tau=0.8, precision="float64",
+                           backend="numpy", ramp_steps=40, openings={
+                               1: {"kind": "velocity", "profile": "poiseuille",
+                                   "waveform": wave},
+                               2: {"kind": "pressure", "value": 1.0, "windkessel": rcr}})
+    runner = make_runner(tube, cfg)
+    runner.step(0)
+    runner.wait_for(lambda s: s.status == "paused")
+    runner.step(400)
+    snap = runner.wait_for(lambda s: s.step == 400)
+    view = snap.cycle
+    assert view is not None and view.ids == (1, 2) and view.cycles == 2
+    assert view.last.shape == (32, 2) and view.current.shape == (16, 2)
+    reference = Simulation(tube, cfg)
+    driver = PulsatileDriver(lattice_coupling(cfg.openings, 1.0, 10),
+                             cycle_monitor(reference, 2, 32, 0.01))
+    driver.start(reference)
+    driver.step(reference, 400)
+    np.testing.assert_allclose(view.last, driver.cycles.flows[-1], rtol=1e-10)
+    rho = runner.submit(lambda sim: [f.mean_density for f in sim.opening_flows()]).result(5)
+    expected = [f.mean_density for f in reference.opening_flows()]
+    np.testing.assert_allclose(rho, expected, rtol=1e-12)
+    assert abs(expected[1] - 1.0) > 1e-5  # the Windkessel raised the outlet's pressure
