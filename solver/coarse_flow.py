@@ -66,7 +66,7 @@ def coarse_flow(sim: Any, reader: Any, name: str = "umag", max_edge: int = MAX_E
     axes = [np.arange(0, n, stride) for n in shape]
     coarse = tuple(len(a) for a in axes)
     nodes = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(shape))
-    rho, u, solid = gather(sim, reader, nodes)
+    rho, u, solid = gather(sim, reader, nodes, key=("coarse", stride))
     u = u[: len(shape)].reshape(len(shape), *coarse)
     fluid = ~solid.reshape(coarse)
     if name == "umag":

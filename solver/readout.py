@@ -36,6 +36,7 @@ class Readout:
         self.flow_axis = flow_axis
         self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
         self._layers: tuple | None = None  # (host, device) flat indices of the end layers
+        self._nodes: dict = {}  # key -> the backend's NodeIndex of a node set (node_moments)
 
     def chunks(self, tiles: Any = None) -> Iterator[tuple[slice, Any, Any]]:
         """``(part, rho, u)`` per chunk: the chunk's positions in the state's tiles (``tiles``
@@ -48,6 +49,28 @@ class Readout:
             part = slice(first, min(n, first + per))
             f = backend.device_populations(self.state, part if tiles is None else tiles[part])
             yield (part, *tile_moments(f, p.lattice, p.force, p.incompressible, self.xp))
+
+    def node_moments(self, flat: np.ndarray, solid: np.ndarray, key: Any = None
+                     ) -> tuple[Any, Any]:
+        """Density (n,) and velocity (d, n), float64 backend arrays, at the flat tile-node
+        indices ``flat`` (host or backend, ``tile * a**d + node``; ``solid`` True: no populations, they
+        read the rest state): only those nodes' populations are gathered, straight from the
+        stored layout, and each node's moments are the arithmetic of :meth:`chunks` (the same
+        bits). ``key``: remember the node set's index under it (a cut, the coarse grid)."""
+        index = self._nodes.get(key) if key is not None else None
+        if index is None:
+            n = self.problem.tiling.nodes_per_tile
+            flat = np.asarray(self.backend.to_host(flat), dtype=np.int64).reshape(-1)
+            index = self.backend.node_index(self.state, flat // n, flat % n,
+                                            np.asarray(solid, dtype=bool))
+            if key is not None:
+                if len(self._nodes) > 64:
+                    self._nodes.clear()
+                self._nodes[key] = index
+        f = self.backend.node_populations(self.state, index)
+        p = self.problem
+        rho, u = tile_moments(f[None], p.lattice, p.force, p.incompressible, self.xp)
+        return rho[0], u[:, 0]
 
     def moments(self, tiles: Any = None) -> tuple[Any, Any]:
         """Density (T, N) and velocity (d, T, N), float64 backend arrays, of all tiles or of the
@@ -73,10 +96,11 @@ class Readout:
             out_rho[part], out_u[:, part] = convert(rho), convert(u)
         return out_rho, out_u
 
-    def health(self, cut: Cut | None = None) -> tuple[dict, Any]:
+    def health(self, cut: Cut | None = None, key: Any = None) -> tuple[dict, Any]:
         """The health numbers (:meth:`solver.simulation.Simulation.health`) from one pass over
-        the chunks, and with a ``cut`` its moments ``(rho, u, index)`` (index into them):
-        taken from the pass when it was one chunk, else from the cut's tiles alone."""
+        the chunks, and with a ``cut`` its moments ``(rho, u, index)`` (index into them; None:
+        they are the cut's nodes in order): taken from the pass when it was one chunk, else
+        gathered at the cut's nodes alone (:meth:`node_moments`, remembered under ``key``)."""
         xp, t = self.xp, self.problem.tiling
         layers = self._flow_layers()
         values = [xp.empty(len(host), dtype=xp.float64) for host, _ in layers]
@@ -95,7 +119,7 @@ class Readout:
         looked = None
         if cut is not None:
             looked = (*whole, cut.nodes) if whole is not None else \
-                (*self.moments(cut.tiles), cut.local)
+                (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
         return self._numbers(numbers), looked
 
     def wall_shear_vectors(self, walls: WallNodes) -> Any:

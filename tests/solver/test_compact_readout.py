@@ -57,6 +57,12 @@ class EmulatedCompactBackend(NumpyBackend):
     def readout_tiles(self, state) -> int:
         return state.readout_tiles
 
+    def node_index(self, state, tile, node, solid):
+        return state.node_index(tile, node, solid)
+
+    def node_populations(self, state, index):
+        return state.node_populations(index)
+
     def set_populations(self, state, f) -> None:
         state.set_populations(f)
 
