@@ -53,10 +53,11 @@ class Readout:
     def node_moments(self, flat: np.ndarray, solid: np.ndarray, key: Any = None
                      ) -> tuple[Any, Any]:
         """Density (n,) and velocity (d, n), float64 backend arrays, at the flat tile-node
-        indices ``flat`` (host or backend, ``tile * a**d + node``; ``solid`` True: no populations, they
-        read the rest state): only those nodes' populations are gathered, straight from the
-        stored layout, and each node's moments are the arithmetic of :meth:`chunks` (the same
-        bits). ``key``: remember the node set's index under it (a cut, the coarse grid)."""
+        indices ``flat`` (host or backend, ``tile * a**d + node``; ``solid`` True: no
+        populations, they read the rest state): only those nodes' populations are gathered,
+        straight from the stored layout, and each node's moments are the arithmetic of
+        :meth:`chunks` (the same bits). ``key``: remember the node set's index under it (a
+        cut, the coarse grid)."""
         index = self._nodes.get(key) if key is not None else None
         if index is None:
             n = self.problem.tiling.nodes_per_tile
