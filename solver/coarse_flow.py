@@ -5,9 +5,9 @@ run's fields are 400 MB of float64: the dashboard takes every ``stride``-th node
 axis instead (``stride`` = the smallest that keeps the longest edge at most ``max_edge``
 nodes, 64 by default: 1/64 of a 256^3 box). Only those nodes' populations are gathered on
 the device, straight from the stored layout, tiled or compact (:func:`solver.probes.gather`;
-no tile is converted, the index is built once per stride), the scalar (speed, pressure, vorticity or Q on the
-coarse grid, with the gradient over ``stride`` voxels) is computed there too, and only the
-coarse arrays cross to the host, float32. Lattice units.
+no tile is converted, the index is built once per stride), the scalar (speed, pressure,
+vorticity or Q on the coarse grid, with the gradient over ``stride`` voxels) is computed there
+too, and only the coarse arrays cross to the host, float32. Lattice units.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ class Readout:
         self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
         self._layers: tuple | None = None  # (host, device) flat indices of the end layers
         self._nodes: dict = {}  # key -> the backend's NodeIndex of a node set (node_moments)
+        self._n_fluid: int | None = None  # fluid nodes, made on a chunked health check
 
     def chunks(self, tiles: Any = None) -> Iterator[tuple[slice, Any, Any]]:
         """``(part, rho, u)`` per chunk: the chunk's positions in the state's tiles (``tiles``
@@ -103,6 +104,12 @@ class Readout:
         they are the cut's nodes in order): taken from the pass when it was one chunk, else
         gathered at the cut's nodes alone (:meth:`node_moments`, remembered under ``key``)."""
         xp, t = self.xp, self.problem.tiling
+        if self.backend.readout_tiles(self.state) < t.n_tiles:  # chunked: read fluid nodes
+            total, means = self._fluid_health()
+            numbers = self.backend.to_host(xp.concatenate([total, *means]))
+            looked = None if cut is None else \
+                (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
+            return self._numbers(numbers), looked
         layers = self._flow_layers()
         values = [xp.empty(len(host), dtype=xp.float64) for host, _ in layers]
         total, whole = None, None
@@ -122,6 +129,33 @@ class Readout:
             looked = (*whole, cut.nodes) if whole is not None else \
                 (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
         return self._numbers(numbers), looked
+
+    def _fluid_health(self) -> tuple[Any, list]:
+        """The combined partials and the layer means of a chunked state, read as stored: the
+        fluid nodes ``readout_tiles * a**d`` at a time (``backend.fluid_populations``, no tile
+        converted), the end layers' nodes alone (:meth:`node_moments`). Each node's moments
+        are :meth:`chunks`' bits; the sums differ from the tile chunks' in the order only."""
+        p, t = self.problem, self.problem.tiling
+        if self._n_fluid is None:
+            self._n_fluid = int(np.count_nonzero(~t.solid))
+        per = self.backend.readout_tiles(self.state) * t.nodes_per_tile
+        total = None
+        for first in range(0, self._n_fluid, per):
+            f = self.backend.fluid_populations(self.state,
+                                               slice(first, min(self._n_fluid, first + per)))
+            rho, u = tile_moments(f[None], p.lattice, p.force, p.incompressible, self.xp)
+            total = self._combine(total, self._fluid_partial(rho[0], u[:, 0]))
+        means = [self.node_moments(host, np.zeros(len(host), dtype=bool), ("layer", k))[0]
+                 .mean().reshape(1) for k, (host, _) in enumerate(self._flow_layers())]
+        return total, means
+
+    def _fluid_partial(self, rho, u):
+        """:meth:`_partial` of fluid nodes only: density (k,) and velocity (d, k)."""
+        xp = self.xp
+        finite = xp.isfinite(rho).all() & xp.isfinite(u).all()
+        j = observables.momentum_density(self.problem, rho, u)
+        return xp.concatenate([finite.astype(xp.float64).reshape(1), speed(u, xp).max().reshape(1),
+                               u.sum(axis=1), j.sum(axis=1)])
 
     def wall_shear_vectors(self, walls: WallNodes) -> Any:
         """Wall shear stress vectors (n, d), lattice units: a backend array when the state is

@@ -121,6 +121,11 @@ class Backend(Protocol):
         arithmetic precision, the same values as :meth:`device_populations` shows there, read
         straight from the stored layout (no tile is converted)."""
 
+    def fluid_populations(self, state: Any, part: slice) -> Any:
+        """Latest populations (q, k) of the fluid nodes ``part`` (tile order, XYZ within a
+        tile), arithmetic precision, read as stored: only asked of a state whose readout is
+        chunked (:meth:`readout_tiles` below the tile count), for its health check."""
+
     def readout_tiles(self, state: Any) -> int:
         """Tiles per chunk of a readout (fields, health checks, checkpoints): all of them where
         the state holds the tiled layout already, fewer where reading converts (fluid-compacted

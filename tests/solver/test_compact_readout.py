@@ -63,6 +63,9 @@ class EmulatedCompactBackend(NumpyBackend):
     def node_populations(self, state, index):
         return state.node_populations(index)
 
+    def fluid_populations(self, state, part):
+        return state.fluid_populations(part)
+
     def set_populations(self, state, f) -> None:
         state.set_populations(f)
 

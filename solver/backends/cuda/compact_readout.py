@@ -25,7 +25,7 @@ from .compact import CompactTiling, popcount
 __all__ = ["READOUT_MAX_BYTES", "READOUT_MIN_BYTES", "readout_tile_bytes", "readout_budget",
            "readout_tiles", "compact_state_bytes", "compact_peak_bytes", "fluid_starts",
            "tiled_chunk", "write_chunk", "edge_bytes", "wide_edges", "state_bytes",
-           "compact_node_index", "compact_node_populations"]
+           "compact_node_index", "compact_node_populations", "fluid_populations"]
 
 #: Largest budget of one readout chunk's temporaries, bytes.
 READOUT_MAX_BYTES = 256 << 20
@@ -163,6 +163,16 @@ def compact_node_populations(run, index: NodeIndex):
     i = xp.arange(p.lattice.q, dtype=index.first.dtype)[:, None]
     stored = run.f[run.current][index.first[None, :] + index.step[None, :] * i]
     return with_rest_nodes(p, p.storage.decode(stored, xp), index.solid, xp)
+
+
+def fluid_populations(run, part: slice):
+    """Latest populations (q, k) of ``run``'s fluid nodes ``part`` (edge-table order: tile by
+    tile, XYZ within a tile) in the natural layout, decoded as :func:`tiled_chunk` decodes."""
+    at, block, _ = run.edge
+    at, block = at[part], block[part]
+    i = run.xp.arange(run.problem.lattice.q, dtype=at.dtype)[:, None]
+    return run.problem.storage.decode(run.f[run.current][at[None, :] + block[None, :] * i],
+                                      run.xp)
 
 
 def write_chunk(run, first: int, f) -> None:

@@ -29,6 +29,7 @@ from .compact_readout import (
     compact_node_index,
     compact_node_populations,
     compact_state_bytes,
+    fluid_populations,
     fluid_starts,
     readout_tiles,
     tiled_chunk,
@@ -159,6 +160,13 @@ class CompactRun:
         the compact copy: the values :meth:`device_populations` shows there."""
         self._natural()
         return compact_node_populations(self, index)
+
+    def fluid_populations(self, part: slice):
+        """Latest populations (q, k) of the fluid nodes ``part`` (in tile order, XYZ within a
+        tile: the edge tables' order), arithmetic precision, gathered from the compact copy as
+        stored (no tile converted): the values :meth:`device_populations` shows there."""
+        self._natural()
+        return fluid_populations(self, part)
 
     def latest(self):
         """The compact array holding the latest populations as stored (natural layout: in

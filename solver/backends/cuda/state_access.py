@@ -54,6 +54,14 @@ class StateAccess:
         return tiled_node_populations(state.problem, self._natural(state), index, state.slots,
                                       cp)
 
+    def fluid_populations(self, state: Any, part: slice) -> cp.ndarray:
+        """Latest populations (q, k) of the fluid nodes ``part`` in tile order, read as stored
+        (compact runs, whose readout is chunked; a tiled run reads its tiles whole)."""
+        if not isinstance(state, CompactRun):
+            raise TypeError("fluid_populations reads compact runs; a tiled run reads its "
+                            "tiles in one chunk (device_populations).")
+        return state.fluid_populations(part)
+
     def readout_tiles(self, state: Any) -> int:
         """Tiles per readout chunk (compact: bounded, .compact_readout; tiled: all)."""
         run = isinstance(state, CompactRun)
