@@ -56,9 +56,9 @@ class Readout:
         """Density (n,) and velocity (d, n), float64 backend arrays, at the flat tile-node
         indices ``flat`` (host or backend, ``tile * a**d + node``; ``solid`` True: no
         populations, they read the rest state): only those nodes' populations are gathered,
-        straight from the stored layout, and each node's moments are the arithmetic of
-        :meth:`chunks` (the same bits). ``key``: remember the node set's index under it (a
-        cut, the coarse grid)."""
+        straight from the stored layout, ``readout_tiles * a**d`` nodes at a time, and each
+        node's moments are the arithmetic of :meth:`chunks` (the same bits). ``key``:
+        remember the node set's index under it (a cut, the coarse grid)."""
         index = self._nodes.get(key) if key is not None else None
         if index is None:
             n = self.problem.tiling.nodes_per_tile
@@ -69,10 +69,34 @@ class Readout:
                 if len(self._nodes) > 64:
                     self._nodes.clear()
                 self._nodes[key] = index
-        f = self.backend.node_populations(self.state, index)
-        p = self.problem
-        rho, u = tile_moments(f[None], p.lattice, p.force, p.incompressible, self.xp)
-        return rho[0], u[:, 0]
+        # readout_tiles * a**d nodes at a time: temporaries within a readout chunk's budget.
+        n, per = len(index), self.backend.readout_tiles(self.state) * \
+            self.problem.tiling.nodes_per_tile
+        if n <= per:
+            return self._moments_of(self.backend.node_populations(self.state, index))
+        xp = self.xp
+        rho = xp.empty(n, dtype=xp.float64)
+        u = xp.empty((self.problem.lattice.d, n), dtype=xp.float64)
+        for first in range(0, n, per):
+            part = slice(first, min(n, first + per))
+            rho[part], u[:, part] = self._moments_of(
+                self.backend.node_populations(self.state, index.part(part)))
+        return rho, u
+
+    def _moments_of(self, f) -> tuple[Any, Any]:
+        """Density (n,) and velocity (d, n) of populations ``f`` (q, n), computed as tiles of
+        a**d nodes (the last one padded with copies of the last node): the very reduction of
+        :meth:`chunks`, so a device's sums give each node the same bits as there."""
+        p, xp = self.problem, self.xp
+        q, n = f.shape
+        size = p.tiling.nodes_per_tile
+        pad = -n % size
+        if pad and n:
+            f = xp.concatenate([f, xp.repeat(f[:, -1:], pad, axis=1)], axis=1)
+        # Contiguous (tiles, q, a**d), as a chunk of tiles is laid out.
+        tiles = xp.ascontiguousarray(f.reshape(q, -1, size).transpose(1, 0, 2))
+        rho, u = tile_moments(tiles, p.lattice, p.force, p.incompressible, xp)
+        return rho.reshape(-1)[:n], u.reshape(u.shape[0], -1)[:, :n]
 
     def moments(self, tiles: Any = None) -> tuple[Any, Any]:
         """Density (T, N) and velocity (d, T, N), float64 backend arrays, of all tiles or of the
@@ -135,7 +159,7 @@ class Readout:
         fluid nodes ``readout_tiles * a**d`` at a time (``backend.fluid_populations``, no tile
         converted), the end layers' nodes alone (:meth:`node_moments`). Each node's moments
         are :meth:`chunks`' bits; the sums differ from the tile chunks' in the order only."""
-        p, t = self.problem, self.problem.tiling
+        t = self.problem.tiling
         if self._n_fluid is None:
             self._n_fluid = int(np.count_nonzero(~t.solid))
         per = self.backend.readout_tiles(self.state) * t.nodes_per_tile
@@ -143,8 +167,7 @@ class Readout:
         for first in range(0, self._n_fluid, per):
             f = self.backend.fluid_populations(self.state,
                                                slice(first, min(self._n_fluid, first + per)))
-            rho, u = tile_moments(f[None], p.lattice, p.force, p.incompressible, self.xp)
-            total = self._combine(total, self._fluid_partial(rho[0], u[:, 0]))
+            total = self._combine(total, self._fluid_partial(*self._moments_of(f)))
         means = [self.node_moments(host, np.zeros(len(host), dtype=bool), ("layer", k))[0]
                  .mean().reshape(1) for k, (host, _) in enumerate(self._flow_layers())]
         return total, means

@@ -59,6 +59,13 @@ class NodeIndex(NamedTuple):
     node: Any
     solid: Any
 
+    def __len__(self) -> int:  # type: ignore[override]
+        return int(self.solid.shape[0])
+
+    def part(self, nodes: slice) -> NodeIndex:
+        """The index of the nodes ``nodes`` (a slice) of this one."""
+        return NodeIndex(*(None if a is None else a[nodes] for a in self))
+
 
 def node_index(tile: np.ndarray, node: np.ndarray, solid: np.ndarray, xp: Any = np
                ) -> NodeIndex:
