@@ -179,7 +179,7 @@ class Simulation:
     def slice(self, axis: int, index: int, quantity: str = "umag") -> np.ndarray:
         """2D cut normal to ``axis`` at ``index`` (3D) or the whole field (2D); NaN in solids.
 
-        Only the slice leaves the device, and only the tiles it passes through are reduced.
+        Only the slice leaves the device, and only its nodes' populations are read.
         """
         self._check_cut(axis, index, quantity)
         if quantity in ("ux", "uy", "uz") and "xyz".index(quantity[1]) >= self.solid.ndim:
@@ -196,7 +196,7 @@ class Simulation:
         along ``axes`` (axis names in x, y, z order); NaN in solids, and a component the lattice
         lacks (uz in 2D) is zero. With ``health`` the moments of the whole state are computed
         once and the :meth:`health` numbers (``finite``, ``max_speed``, ``mean_velocity``) come
-        with the cut; without, only the tiles the cut passes through are reduced. Only the
+        with the cut; without, only the cut's nodes' populations are read. Only the
         three planes and a few scalars cross to the host. Lattice units.
         """
         self._check_cut(axis, index, quantity)
@@ -294,7 +294,7 @@ class Simulation:
 
     def cut_velocity(self, axis: int, index: int) -> tuple[Any, np.ndarray]:
         """Velocity (d, n_a, n_b) on a cut as a backend array, and its host fluid mask; only
-        the tiles the cut passes through are reduced. Lattice units."""
+        the cut's nodes are read. Lattice units."""
         cut = self._cut(axis, index)
         _, u = self._cut_moments(cut, self._cut_key(axis, index))
         return u.reshape(u.shape[0], *cut.solid.shape), ~cut.solid
