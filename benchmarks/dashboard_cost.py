@@ -460,7 +460,7 @@ def markdown(result: dict) -> str:
         ]
     where = "device" if p["last_good_on_device"] else "host"
     rows += [
-        ("publish: cut only (tiles the slice passes through)",
+        ("publish: cut only (the slice's nodes alone)",
          f"{1e3 * p['cut_only_s']:.2f} ms", "", ""),
         ("publish with health check (moments of the whole state, once)",
          f"{1e3 * p['cut_and_health_s']:.1f} ms", "", ""),

@@ -3,10 +3,11 @@
 Streamlines and an isosurface need the velocity and a scalar over the whole box, but a 256^3
 run's fields are 400 MB of float64: the dashboard takes every ``stride``-th node along each
 axis instead (``stride`` = the smallest that keeps the longest edge at most ``max_edge``
-nodes, 64 by default: 1/64 of a 256^3 box). The nodes are gathered on the device chunk by
-chunk (:func:`solver.probes.gather`), the scalar (speed, pressure, vorticity or Q on the
-coarse grid, with the gradient over ``stride`` voxels) is computed there too, and only the
-coarse arrays cross to the host, float32. Lattice units.
+nodes, 64 by default: 1/64 of a 256^3 box). Only those nodes' populations are gathered on
+the device, straight from the stored layout, tiled or compact (:func:`solver.probes.gather`;
+no tile is converted, the index is built once per stride), the scalar (speed, pressure,
+vorticity or Q on the coarse grid, with the gradient over ``stride`` voxels) is computed there
+too, and only the coarse arrays cross to the host, float32. Lattice units.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def coarse_flow(sim: Any, reader: Any, name: str = "umag", max_edge: int = MAX_E
     axes = [np.arange(0, n, stride) for n in shape]
     coarse = tuple(len(a) for a in axes)
     nodes = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(shape))
-    rho, u, solid = gather(sim, reader, nodes)
+    rho, u, solid = gather(sim, reader, nodes, key=("coarse", stride))
     u = u[: len(shape)].reshape(len(shape), *coarse)
     fluid = ~solid.reshape(coarse)
     if name == "umag":

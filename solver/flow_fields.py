@@ -164,7 +164,7 @@ def cut_gradient_field(sim: Any, axis: int, index: int, name: str) -> np.ndarray
     at ``index`` (2D: the whole field): host (n_a, n_b), NaN in solids, lattice units.
 
     The velocity of the cut and of its two neighbour layers (wrapped along a periodic axis,
-    none beyond a wall of the box) is read from their tiles on the device, the gradient is
+    none beyond a wall of the box) is read at their nodes on the device, the gradient is
     computed there, and only the plane crosses to the host.
     """
     xp = sim.backend.xp

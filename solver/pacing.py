@@ -12,7 +12,7 @@
   dashboard polling at 10 Hz would miss frames; on the clock it finds a new one at every poll.
 - Health checks (moments of the whole state: NaN, peak speed, permeability) ride on a publish at
   most every ``max(interval, cost / HEALTH_SHARE)``, so they cost at most :data:`HEALTH_SHARE` of
-  the wall time. The other publishes reduce only the tiles the slice passes through.
+  the wall time. The other publishes read only the slice's nodes.
 """
 
 from __future__ import annotations

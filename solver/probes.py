@@ -1,9 +1,9 @@
 """Point probes and line profiles: the flow at a few chosen nodes, read on the device.
 
 A :class:`ProbeSet` names points (a time series each) and lines (a profile each) in voxel
-indices. :func:`sample` reads the velocity and pressure at just those nodes: the tiles holding
-them are reduced where the state lives (:meth:`solver.readout.Readout.moments`) and only the
-sampled values cross to the host, never the domain. Values are lattice units
+indices. :func:`sample` reads the velocity and pressure at just those nodes: their populations
+are gathered and reduced where the state lives (:meth:`solver.readout.Readout.node_moments`)
+and only the sampled values cross to the host, never the domain. Values are lattice units
 (:data:`solver.flow_fields.FIELDS` gives the SI factors); a point in the solid reads NaN.
 """
 
@@ -97,8 +97,8 @@ def line_nodes(line: Line) -> np.ndarray:
 
 def sample(sim: Any, probes: ProbeSet, reader: Any) -> Readings:
     """The :class:`Readings` of ``probes`` on a :class:`~solver.simulation.Simulation`'s
-    current state, read through its :class:`~solver.readout.Readout`: only the tiles holding
-    the nodes are reduced and only their values move (use :meth:`Simulation.sample`)."""
+    current state, read through its :class:`~solver.readout.Readout`: only the nodes are
+    reduced and only their values move (use :meth:`Simulation.sample`)."""
     points = [np.asarray([p.point for p in probes.probes], dtype=np.int64).reshape(-1,
                                                                                    sim.solid.ndim)]
     lines = [line_nodes(ln) for ln in probes.lines]
@@ -118,27 +118,21 @@ def sample(sim: Any, probes: ProbeSet, reader: Any) -> Readings:
     return out
 
 
-def gather(sim: Any, reader: Any, nodes: np.ndarray) -> tuple[Any, Any, np.ndarray]:
+def gather(sim: Any, reader: Any, nodes: np.ndarray, key: Any = None
+           ) -> tuple[Any, Any, np.ndarray]:
     """Density (n,) and velocity (3, n) at voxel ``nodes`` (n, d) as backend arrays (zero
-    velocity and rho0 in solids), and the host solid mask (n,). The tiles holding the nodes
-    are read chunk by chunk (:meth:`solver.readout.Readout.chunks`): never more than one
-    chunk's moments on the device, and nothing but the gathered values is kept."""
+    velocity and rho0 in solids), and the host solid mask (n,). Only those nodes' populations
+    are read, straight from the stored layout (:meth:`solver.readout.Readout.node_moments`,
+    its index remembered under ``key``): nothing but the gathered values is made."""
     xp, tiling = sim.backend.xp, sim.tiling
     tile, node = tiling.locate(nodes)
     flat = np.where(tile >= 0, tile.astype(np.int64) * tiling.nodes_per_tile + node, 0)
     solid = (tile < 0) | tiling.solid.reshape(-1)[flat]
-    tiles = np.unique(tile[~solid]) if (~solid).any() else np.zeros(1, dtype=np.int64)
-    position = np.searchsorted(tiles, np.maximum(tile, 0))
-    rho = xp.full(len(nodes), float(sim.config.initial_density))
+    rho_nodes, u_nodes = reader.node_moments(flat, solid, key)
+    fluid = xp.asarray(~solid)
+    rho = xp.where(fluid, rho_nodes, float(sim.config.initial_density))
     u = xp.zeros((3, len(nodes)))
-    for part, rho_chunk, u_chunk in reader.chunks(xp.asarray(tiles)):
-        pick = np.flatnonzero(~solid & (position >= part.start) & (position < part.stop))
-        if not pick.size:
-            continue
-        local = xp.asarray((position[pick] - part.start) * tiling.nodes_per_tile + node[pick])
-        where = xp.asarray(pick)
-        rho[where] = rho_chunk.reshape(-1)[local]
-        u[: u_chunk.shape[0], where] = u_chunk.reshape(u_chunk.shape[0], -1)[:, local]
+    u[: u_nodes.shape[0]] = xp.where(fluid, u_nodes, 0.0)
     return rho, u, solid
 
 

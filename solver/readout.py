@@ -36,6 +36,8 @@ class Readout:
         self.flow_axis = flow_axis
         self._fluid = None  # fluid mask (T, N) as a backend array, made on first use
         self._layers: tuple | None = None  # (host, device) flat indices of the end layers
+        self._nodes: dict = {}  # key -> the backend's NodeIndex of a node set (node_moments)
+        self._n_fluid: int | None = None  # fluid nodes, made on a chunked health check
 
     def chunks(self, tiles: Any = None) -> Iterator[tuple[slice, Any, Any]]:
         """``(part, rho, u)`` per chunk: the chunk's positions in the state's tiles (``tiles``
@@ -48,6 +50,53 @@ class Readout:
             part = slice(first, min(n, first + per))
             f = backend.device_populations(self.state, part if tiles is None else tiles[part])
             yield (part, *tile_moments(f, p.lattice, p.force, p.incompressible, self.xp))
+
+    def node_moments(self, flat: np.ndarray, solid: np.ndarray, key: Any = None
+                     ) -> tuple[Any, Any]:
+        """Density (n,) and velocity (d, n), float64 backend arrays, at the flat tile-node
+        indices ``flat`` (host or backend, ``tile * a**d + node``; ``solid`` True: no
+        populations, they read the rest state): only those nodes' populations are gathered,
+        straight from the stored layout, ``readout_tiles * a**d`` nodes at a time, and each
+        node's moments are the arithmetic of :meth:`chunks` (the same bits). ``key``:
+        remember the node set's index under it (a cut, the coarse grid)."""
+        index = self._nodes.get(key) if key is not None else None
+        if index is None:
+            n = self.problem.tiling.nodes_per_tile
+            flat = np.asarray(self.backend.to_host(flat), dtype=np.int64).reshape(-1)
+            index = self.backend.node_index(self.state, flat // n, flat % n,
+                                            np.asarray(solid, dtype=bool))
+            if key is not None:
+                if len(self._nodes) > 64:
+                    self._nodes.clear()
+                self._nodes[key] = index
+        # readout_tiles * a**d nodes at a time: temporaries within a readout chunk's budget.
+        n, per = len(index), self.backend.readout_tiles(self.state) * \
+            self.problem.tiling.nodes_per_tile
+        if n <= per:
+            return self._moments_of(self.backend.node_populations(self.state, index))
+        xp = self.xp
+        rho = xp.empty(n, dtype=xp.float64)
+        u = xp.empty((self.problem.lattice.d, n), dtype=xp.float64)
+        for first in range(0, n, per):
+            part = slice(first, min(n, first + per))
+            rho[part], u[:, part] = self._moments_of(
+                self.backend.node_populations(self.state, index.part(part)))
+        return rho, u
+
+    def _moments_of(self, f) -> tuple[Any, Any]:
+        """Density (n,) and velocity (d, n) of populations ``f`` (q, n), computed as tiles of
+        a**d nodes (the last one padded with copies of the last node): the very reduction of
+        :meth:`chunks`, so a device's sums give each node the same bits as there."""
+        p, xp = self.problem, self.xp
+        q, n = f.shape
+        size = p.tiling.nodes_per_tile
+        pad = -n % size
+        if pad and n:
+            f = xp.concatenate([f, xp.repeat(f[:, -1:], pad, axis=1)], axis=1)
+        # Contiguous (tiles, q, a**d), as a chunk of tiles is laid out.
+        tiles = xp.ascontiguousarray(f.reshape(q, -1, size).transpose(1, 0, 2))
+        rho, u = tile_moments(tiles, p.lattice, p.force, p.incompressible, xp)
+        return rho.reshape(-1)[:n], u.reshape(u.shape[0], -1)[:, :n]
 
     def moments(self, tiles: Any = None) -> tuple[Any, Any]:
         """Density (T, N) and velocity (d, T, N), float64 backend arrays, of all tiles or of the
@@ -73,11 +122,18 @@ class Readout:
             out_rho[part], out_u[:, part] = convert(rho), convert(u)
         return out_rho, out_u
 
-    def health(self, cut: Cut | None = None) -> tuple[dict, Any]:
+    def health(self, cut: Cut | None = None, key: Any = None) -> tuple[dict, Any]:
         """The health numbers (:meth:`solver.simulation.Simulation.health`) from one pass over
-        the chunks, and with a ``cut`` its moments ``(rho, u, index)`` (index into them):
-        taken from the pass when it was one chunk, else from the cut's tiles alone."""
+        the chunks, and with a ``cut`` its moments ``(rho, u, index)`` (index into them; None:
+        they are the cut's nodes in order): taken from the pass when it was one chunk, else
+        gathered at the cut's nodes alone (:meth:`node_moments`, remembered under ``key``)."""
         xp, t = self.xp, self.problem.tiling
+        if self.backend.readout_tiles(self.state) < t.n_tiles:  # chunked: read fluid nodes
+            total, means = self._fluid_health()
+            numbers = self.backend.to_host(xp.concatenate([total, *means]))
+            looked = None if cut is None else \
+                (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
+            return self._numbers(numbers), looked
         layers = self._flow_layers()
         values = [xp.empty(len(host), dtype=xp.float64) for host, _ in layers]
         total, whole = None, None
@@ -95,8 +151,34 @@ class Readout:
         looked = None
         if cut is not None:
             looked = (*whole, cut.nodes) if whole is not None else \
-                (*self.moments(cut.tiles), cut.local)
+                (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
         return self._numbers(numbers), looked
+
+    def _fluid_health(self) -> tuple[Any, list]:
+        """The combined partials and the layer means of a chunked state, read as stored: the
+        fluid nodes ``readout_tiles * a**d`` at a time (``backend.fluid_populations``, no tile
+        converted), the end layers' nodes alone (:meth:`node_moments`). Each node's moments
+        are :meth:`chunks`' bits; the sums differ from the tile chunks' in the order only."""
+        t = self.problem.tiling
+        if self._n_fluid is None:
+            self._n_fluid = int(np.count_nonzero(~t.solid))
+        per = self.backend.readout_tiles(self.state) * t.nodes_per_tile
+        total = None
+        for first in range(0, self._n_fluid, per):
+            f = self.backend.fluid_populations(self.state,
+                                               slice(first, min(self._n_fluid, first + per)))
+            total = self._combine(total, self._fluid_partial(*self._moments_of(f)))
+        means = [self.node_moments(host, np.zeros(len(host), dtype=bool), ("layer", k))[0]
+                 .mean().reshape(1) for k, (host, _) in enumerate(self._flow_layers())]
+        return total, means
+
+    def _fluid_partial(self, rho, u):
+        """:meth:`_partial` of fluid nodes only: density (k,) and velocity (d, k)."""
+        xp = self.xp
+        finite = xp.isfinite(rho).all() & xp.isfinite(u).all()
+        j = observables.momentum_density(self.problem, rho, u)
+        return xp.concatenate([finite.astype(xp.float64).reshape(1), speed(u, xp).max().reshape(1),
+                               u.sum(axis=1), j.sum(axis=1)])
 
     def wall_shear_vectors(self, walls: WallNodes) -> Any:
         """Wall shear stress vectors (n, d), lattice units: a backend array when the state is

@@ -179,7 +179,7 @@ class Simulation:
     def slice(self, axis: int, index: int, quantity: str = "umag") -> np.ndarray:
         """2D cut normal to ``axis`` at ``index`` (3D) or the whole field (2D); NaN in solids.
 
-        Only the slice leaves the device, and only the tiles it passes through are reduced.
+        Only the slice leaves the device, and only its nodes' populations are read.
         """
         self._check_cut(axis, index, quantity)
         if quantity in ("ux", "uy", "uz") and "xyz".index(quantity[1]) >= self.solid.ndim:
@@ -196,7 +196,7 @@ class Simulation:
         along ``axes`` (axis names in x, y, z order); NaN in solids, and a component the lattice
         lacks (uz in 2D) is zero. With ``health`` the moments of the whole state are computed
         once and the :meth:`health` numbers (``finite``, ``max_speed``, ``mean_velocity``) come
-        with the cut; without, only the tiles the cut passes through are reduced. Only the
+        with the cut; without, only the cut's nodes' populations are read. Only the
         three planes and a few scalars cross to the host. Lattice units.
         """
         self._check_cut(axis, index, quantity)
@@ -227,9 +227,13 @@ class Simulation:
             raise ValueError(f"Slice axis {axis} index {index} is outside shape "
                              f"{self.solid.shape}.")
 
+    def _cut_key(self, axis: int, index: int) -> tuple:
+        """The key of the cut normal to ``axis`` at ``index`` in the caches."""
+        return ("cut", axis, index) if self.solid.ndim == 3 else ("cut", 0, 0)
+
     def _cut(self, axis: int, index: int):
         """The :class:`solver.fields.Cut` normal to ``axis`` at ``index`` (cached)."""
-        key = (axis, index) if self.solid.ndim == 3 else (0, 0)
+        key = self._cut_key(axis, index)[1:]
         if key not in self._slice_cache:
             if len(self._slice_cache) > 64:
                 self._slice_cache.clear()
@@ -239,23 +243,34 @@ class Simulation:
     def _look(self, axis: int, index: int, names: list[str], health: bool):
         """Host planes (len(names), n_a, n_b) of the named quantities on a cut, and the health
         numbers from the same moments (None without ``health``)."""
-        cut = self._cut(axis, index)
+        cut, key = self._cut(axis, index), self._cut_key(axis, index)
         if health:
-            numbers, (rho, u, index) = self._reader().health(cut)
+            numbers, (rho, u, index) = self._reader().health(cut, key)
             return self._planes(rho, u, index, cut.solid, names), numbers
-        rho, u = self._reader().moments(cut.tiles)
-        return self._planes(rho, u, cut.local, cut.solid, names), None
+        rho, u = self._cut_moments(cut, key)
+        return self._planes(rho, u, None, cut.solid, names), None
+
+    def _cut_moments(self, cut, key) -> tuple[Any, Any]:
+        """Density (n,) and velocity (d, n) at the cut's nodes in order (backend arrays):
+        only those nodes' populations are read (:meth:`Readout.node_moments`)."""
+        return self._reader().node_moments(cut.nodes, cut.solid.reshape(-1), key)
 
     def _planes(self, rho, u, index, solid: np.ndarray, names: list[str]) -> np.ndarray:
-        """The named quantities at the flat node ``index`` (backend array), in one transfer."""
+        """The named quantities at the flat node ``index`` (backend array; None: ``rho`` and
+        ``u`` hold the cut's nodes in order), in one transfer."""
         xp = self.backend.xp
-        u_cut = u.reshape(u.shape[0], -1)[:, index]
+        if index is None:
+            rho_cut = rho.reshape(solid.shape)
+            u_cut = u.reshape(u.shape[0], *solid.shape)
+        else:
+            rho_cut = rho.reshape(-1)[index]
+            u_cut = u.reshape(u.shape[0], -1)[:, index]
 
         def one(name: str):
             if name == "rho":
-                return rho.reshape(-1)[index]
+                return rho_cut
             if name == "pressure":
-                return pressure(rho.reshape(-1)[index], self.config.initial_density)
+                return pressure(rho_cut, self.config.initial_density)
             if name == "umag":
                 return speed(u_cut, xp)
             component = "xyz".index(name[1])
@@ -279,11 +294,10 @@ class Simulation:
 
     def cut_velocity(self, axis: int, index: int) -> tuple[Any, np.ndarray]:
         """Velocity (d, n_a, n_b) on a cut as a backend array, and its host fluid mask; only
-        the tiles the cut passes through are reduced. Lattice units."""
+        the cut's nodes are read. Lattice units."""
         cut = self._cut(axis, index)
-        _, u = self._reader().moments(cut.tiles)
-        u_cut = u.reshape(u.shape[0], -1)[:, cut.local]
-        return u_cut.reshape(u.shape[0], *cut.solid.shape), ~cut.solid
+        _, u = self._cut_moments(cut, self._cut_key(axis, index))
+        return u.reshape(u.shape[0], *cut.solid.shape), ~cut.solid
 
     def _wall_nodes(self):
         from .wall_shear import wall_nodes

@@ -22,13 +22,14 @@ holds a fluid node (``templates/tiled_lbm.cu``). Observables read fluid nodes on
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from ..problem import Problem
 
-__all__ = ["Backend", "DeviceInfo", "with_rest_solids"]
+__all__ = ["Backend", "DeviceInfo", "with_rest_solids", "NodeIndex", "node_index",
+           "tiled_node_populations", "with_rest_nodes"]
 
 
 class DeviceInfo(dict):
@@ -44,6 +45,57 @@ def with_rest_solids(problem: Problem, stored, xp: Any = np):
     rest = xp.asarray(problem.storage.encode(problem.rest_populations()[:, None]))[None]
     solid = xp.asarray(problem.tiling.solid)[:, None, :]
     return xp.where(solid, rest, xp.asarray(stored, dtype=problem.storage_dtype))
+
+
+class NodeIndex(NamedTuple):
+    """Where chosen nodes' populations lie in a state (built once per node set, backend
+    arrays): ``first`` (n,) the index of direction 0 in the flat stored copy, ``step`` (n,)
+    what direction i adds i times (None: the tiled layout's in-tile slot table is used, and
+    ``first`` is the node's tile and ``node`` its XYZ in-tile index), ``solid`` (n,) the nodes
+    without populations (they read the rest equilibrium)."""
+
+    first: Any
+    step: Any
+    node: Any
+    solid: Any
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return int(self.solid.shape[0])
+
+    def part(self, nodes: slice) -> NodeIndex:
+        """The index of the nodes ``nodes`` (a slice) of this one."""
+        return NodeIndex(*(None if a is None else a[nodes] for a in self))
+
+
+def node_index(tile: np.ndarray, node: np.ndarray, solid: np.ndarray, xp: Any = np
+               ) -> NodeIndex:
+    """The :class:`NodeIndex` of host (tile, XYZ in-tile node) pairs in a tiled-layout state
+    (``solid``: nodes to read as rest, their tile and node may be anything)."""
+    tile = np.where(solid, 0, tile).astype(np.int64)
+    return NodeIndex(xp.asarray(tile), None, xp.asarray(np.where(solid, 0, node).astype(np.int64)),
+                     xp.asarray(np.asarray(solid, dtype=bool)))
+
+
+def with_rest_nodes(problem: Problem, values, solid, xp: Any = np):
+    """Decoded populations ``values`` (q, n) with the decoded stored rest equilibrium (what
+    :meth:`Backend.device_populations` shows in a solid node) where ``solid`` (n,)."""
+    storage = problem.storage
+    stored = np.asarray(storage.encode(problem.rest_populations()[:, None])).astype(
+        problem.storage_dtype)
+    rest = xp.asarray(np.asarray(storage.decode(stored)))
+    return xp.where(solid[None, :], rest.astype(values.dtype), values)
+
+
+def tiled_node_populations(problem: Problem, stored, index: NodeIndex, slots=None,
+                           xp: Any = np):
+    """Latest populations (q, n) of ``index``'s nodes from a tiled-layout copy ``stored``
+    (n_tiles, q, a**d, storage dtype; ``slots`` (q, a**d): the in-tile slot of each direction
+    and XYZ node, None: XYZ), decoded to the arithmetic precision, rest at solid nodes."""
+    q = problem.lattice.q
+    i = xp.arange(q)[:, None]
+    where = index.node[None, :] if slots is None else slots[:, index.node]
+    values = problem.storage.decode(stored[index.first[None, :], i, where], xp)
+    return with_rest_nodes(problem, values, index.solid, xp)
 
 
 class Backend(Protocol):
@@ -65,6 +117,21 @@ class Backend(Protocol):
     def device_populations(self, state: Any, tiles: Any = None) -> Any:
         """Latest populations as a backend array (n_tiles, q, a**d), XYZ in-tile order, decoded
         to the arithmetic precision; of ``tiles`` only (a slice or an index array) if given."""
+
+    def node_index(self, state: Any, tile: np.ndarray, node: np.ndarray,
+                   solid: np.ndarray) -> NodeIndex:
+        """Where the populations of host (tile, XYZ in-tile node) pairs lie in ``state``
+        (``solid``: nodes read as rest), for :meth:`node_populations`; built once per set."""
+
+    def node_populations(self, state: Any, index: NodeIndex) -> Any:
+        """Latest populations (q, n) of ``index``'s nodes as a backend array, decoded to the
+        arithmetic precision, the same values as :meth:`device_populations` shows there, read
+        straight from the stored layout (no tile is converted)."""
+
+    def fluid_populations(self, state: Any, part: slice) -> Any:
+        """Latest populations (q, k) of the fluid nodes ``part`` (tile order, XYZ within a
+        tile), arithmetic precision, read as stored: only asked of a state whose readout is
+        chunked (:meth:`readout_tiles` below the tile count), for its health check."""
 
     def readout_tiles(self, state: Any) -> int:
         """Tiles per chunk of a readout (fields, health checks, checkpoints): all of them where

@@ -33,7 +33,13 @@ from ..node_types import zou_he_type
 from ..problem import Problem
 from ..storage import collides_deviations, dither
 from ..streaming import pull_table_bytes
-from .base import DeviceInfo, with_rest_solids
+from .base import (
+    DeviceInfo,
+    NodeIndex,
+    node_index,
+    tiled_node_populations,
+    with_rest_solids,
+)
 
 __all__ = ["NumpyBackend", "NumpyState"]
 
@@ -222,6 +228,15 @@ class NumpyBackend:
         all tiles or of ``tiles`` (a slice or an index array)."""
         f = state.f[state.current]
         return state.problem.storage.decode(f if tiles is None else f[tiles])
+
+    def node_index(self, state: NumpyState, tile: np.ndarray, node: np.ndarray,
+                   solid: np.ndarray) -> NodeIndex:
+        """Where host (tile, XYZ node) pairs lie in the tiled state (:mod:`.base`)."""
+        return node_index(tile, node, solid)
+
+    def node_populations(self, state: NumpyState, index: NodeIndex) -> np.ndarray:
+        """Latest populations (q, n) of ``index``'s nodes, arithmetic precision."""
+        return tiled_node_populations(state.problem, state.f[state.current], index)
 
     def readout_tiles(self, state: NumpyState) -> int:
         """Tiles per readout chunk: all (the state is tiled already; fields chunk themselves)."""

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
+from ..backends.base import NodeIndex, node_index, with_rest_nodes
 from ..config import ConfigError
 from ..problem import Problem
 from .comm import bind_local_gpu, world
@@ -163,6 +164,17 @@ class DistributedBackend:
         index array, if given): fields on rank 0."""
         f = self.populations(state)
         return f if tiles is None else f[tiles]
+
+    def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
+                   solid: np.ndarray) -> NodeIndex:
+        """Where host (tile, XYZ node) pairs lie in the gathered populations."""
+        return node_index(tile, node, solid)
+
+    def node_populations(self, state: DistributedState, index: NodeIndex) -> np.ndarray:
+        """Populations (q, n) of ``index``'s nodes from one gather on rank 0, float64."""
+        f = self.device_populations(state)
+        values = f[index.first[None, :], np.arange(f.shape[1])[:, None], index.node[None, :]]
+        return with_rest_nodes(state.problem, values, index.solid)
 
     def readout_tiles(self, state: DistributedState) -> int:
         """Tiles per readout chunk: all (one gather per readout)."""

@@ -57,6 +57,15 @@ class EmulatedCompactBackend(NumpyBackend):
     def readout_tiles(self, state) -> int:
         return state.readout_tiles
 
+    def node_index(self, state, tile, node, solid):
+        return state.node_index(tile, node, solid)
+
+    def node_populations(self, state, index):
+        return state.node_populations(index)
+
+    def fluid_populations(self, state, part):
+        return state.fluid_populations(part)
+
     def set_populations(self, state, f) -> None:
         state.set_populations(f)
 

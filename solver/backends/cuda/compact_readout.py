@@ -18,12 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...problem import Problem
+from ..base import NodeIndex, with_rest_nodes
 from ..plan import plan_for
-from .compact import CompactTiling
+from .compact import CompactTiling, popcount
 
 __all__ = ["READOUT_MAX_BYTES", "READOUT_MIN_BYTES", "readout_tile_bytes", "readout_budget",
            "readout_tiles", "compact_state_bytes", "compact_peak_bytes", "fluid_starts",
-           "tiled_chunk", "write_chunk", "edge_bytes", "wide_edges", "state_bytes"]
+           "tiled_chunk", "write_chunk", "edge_bytes", "wide_edges", "state_bytes",
+           "compact_node_index", "compact_node_populations", "fluid_populations"]
 
 #: Largest budget of one readout chunk's temporaries, bytes.
 READOUT_MAX_BYTES = 256 << 20
@@ -136,6 +138,41 @@ def tiled_chunk(run, tiles, stored: bool = False):
     i = xp.arange(q, dtype=at.dtype)
     out.reshape(-1)[dest[:, None] + 64 * i] = run.f[run.current][at[:, None] + block[:, None] * i]
     return out if stored else storage.decode(out, xp)
+
+
+def compact_node_index(compact: CompactTiling, q: int, tile: np.ndarray, node: np.ndarray,
+                       solid: np.ndarray, xp=np) -> NodeIndex:
+    """The :class:`~..base.NodeIndex` of host (tile, XYZ in-tile node) pairs in compact
+    storage: direction 0 of a fluid node of rank r (fluid nodes before it in its tile's mask,
+    a popcount) at ``q * base + r``, direction i ``i * padded`` further, as the kernels
+    address it (``solid``: nodes read as rest, pointed at value 0)."""
+    solid = np.asarray(solid, dtype=bool)
+    tile = np.where(solid, 0, tile).astype(np.int64)
+    bit = np.where(solid, 0, node).astype(np.uint64)
+    below = compact.masks[tile] & ((np.uint64(1) << bit) - np.uint64(1))
+    first = np.where(solid, 0, q * compact.base[tile] + popcount(below).astype(np.int64))
+    step = np.where(solid, 0, compact.padded[tile])
+    return NodeIndex(xp.asarray(first), xp.asarray(step), None, xp.asarray(solid))
+
+
+def compact_node_populations(run, index: NodeIndex):
+    """Latest populations (q, n) of ``index``'s nodes in ``run`` (natural layout), gathered
+    straight from the compact copy (no tile converted) and decoded as :func:`tiled_chunk`
+    decodes them: the same values; rest at solid nodes."""
+    p, xp = run.problem, run.xp
+    i = xp.arange(p.lattice.q, dtype=index.first.dtype)[:, None]
+    stored = run.f[run.current][index.first[None, :] + index.step[None, :] * i]
+    return with_rest_nodes(p, p.storage.decode(stored, xp), index.solid, xp)
+
+
+def fluid_populations(run, part: slice):
+    """Latest populations (q, k) of ``run``'s fluid nodes ``part`` (edge-table order: tile by
+    tile, XYZ within a tile) in the natural layout, decoded as :func:`tiled_chunk` decodes."""
+    at, block, _ = run.edge
+    at, block = at[part], block[part]
+    i = run.xp.arange(run.problem.lattice.q, dtype=at.dtype)[:, None]
+    return run.problem.storage.decode(run.f[run.current][at[None, :] + block[None, :] * i],
+                                      run.xp)
 
 
 def write_chunk(run, first: int, f) -> None:

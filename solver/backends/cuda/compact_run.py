@@ -26,7 +26,10 @@ from ...problem import Problem
 from .capture import GRAPH_STEPS, capture_or_none, replay_timed
 from .compact import CompactTiling, sector_pad
 from .compact_readout import (
+    compact_node_index,
+    compact_node_populations,
     compact_state_bytes,
+    fluid_populations,
     fluid_starts,
     readout_tiles,
     tiled_chunk,
@@ -162,6 +165,25 @@ class CompactRun:
         decodes."""
         self._natural()
         return tiled_chunk(self, slice(None) if tiles is None else tiles)
+
+    def node_index(self, tile: np.ndarray, node: np.ndarray, solid: np.ndarray):
+        """Where host (tile, XYZ in-tile node) pairs lie in the compact copies
+        (:func:`.compact_readout.compact_node_index`), for :meth:`node_populations`."""
+        return compact_node_index(self.compact, self.problem.lattice.q, tile, node, solid,
+                                  self.xp)
+
+    def node_populations(self, index):
+        """Latest populations (q, n) of ``index``'s nodes, arithmetic precision, gathered from
+        the compact copy: the values :meth:`device_populations` shows there."""
+        self._natural()
+        return compact_node_populations(self, index)
+
+    def fluid_populations(self, part: slice):
+        """Latest populations (q, k) of the fluid nodes ``part`` (in tile order, XYZ within a
+        tile: the edge tables' order), arithmetic precision, gathered from the compact copy as
+        stored (no tile converted): the values :meth:`device_populations` shows there."""
+        self._natural()
+        return fluid_populations(self, part)
 
     def latest(self):
         """The compact array holding the latest populations as stored (natural layout: in

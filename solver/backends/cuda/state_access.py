@@ -17,7 +17,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from ..base import with_rest_solids
+from ..base import NodeIndex, node_index, tiled_node_populations, with_rest_solids
 from .compact_readout import state_bytes
 from .compact_run import CompactRun
 
@@ -39,6 +39,28 @@ class StateAccess:
             return state.device_populations(tiles)
         # The tiles first: a cut reads one layer of them, not a decoded copy of the state.
         return state.problem.storage.decode(self._stored(state, tiles), cp)
+
+    def node_index(self, state: Any, tile: np.ndarray, node: np.ndarray,
+                   solid: np.ndarray) -> NodeIndex:
+        """Where host (tile, XYZ node) pairs lie in the state (compact: popcount slots)."""
+        if isinstance(state, CompactRun):
+            return state.node_index(tile, node, solid)
+        return node_index(tile, node, solid, cp)
+
+    def node_populations(self, state: Any, index: NodeIndex) -> cp.ndarray:
+        """Latest populations (q, n) of ``index``'s nodes gathered from the stored layout."""
+        if isinstance(state, CompactRun):
+            return state.node_populations(index)
+        return tiled_node_populations(state.problem, self._natural(state), index, state.slots,
+                                      cp)
+
+    def fluid_populations(self, state: Any, part: slice) -> cp.ndarray:
+        """Latest populations (q, k) of the fluid nodes ``part`` in tile order, read as stored
+        (compact runs, whose readout is chunked; a tiled run reads its tiles whole)."""
+        if not isinstance(state, CompactRun):
+            raise TypeError("fluid_populations reads compact runs; a tiled run reads its "
+                            "tiles in one chunk (device_populations).")
+        return state.fluid_populations(part)
 
     def readout_tiles(self, state: Any) -> int:
         """Tiles per readout chunk (compact: bounded, .compact_readout; tiled: all)."""
