@@ -46,7 +46,10 @@ def test_vessel_openings_are_listed_and_closing_one_changes_the_config(page):
     assert labels[0] == "1 (d 2 mm)"
     assert [re.match(r"(\d) \(d [\d.]+ mm\)", t).group(1) for t in labels] == ["1", "2", "3"]
     # Defaults: the largest is the velocity inlet, the others 0 Pa outlets.
-    assert lattice(page, 1) == "u* 0.01 uniform"
+    # Its lattice speed follows the tau chosen from the SI values (solver.lattice_parameters):
+    # under the Mach 0.1 target, c_s = 1/sqrt(3).
+    inlet = re.fullmatch(r"u\* ([\d.]+) uniform", lattice(page, 1))
+    assert inlet and 0 < float(inlet.group(1)) <= 0.1 / 3**0.5
     assert lattice(page, 2) == "ρ* 1"
     kind = row(page, 2).locator("select").first
     assert kind.input_value() == "outlet pressure"
