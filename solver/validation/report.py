@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
 from datetime import date
 from pathlib import Path
 
+from ..benchmarking.cases import git_commit
 from .core import CASES, CaseResult, run_case
 
 __all__ = ["run_all", "write_report", "report_markdown"]
@@ -24,15 +24,6 @@ def run_all(size: str = "ci", backend: str = "numpy",
     return results
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=False)
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
@@ -46,7 +37,7 @@ def report_markdown(results: list[CaseResult], device: str, size: str, backend: 
     """The report as markdown: one table row per checked or informational number."""
     lines = [
         f"# Validation, size `{size}`, backend `{backend}`", "",
-        f"Device: {device}  ", f"Date: {date.today().isoformat()}  ", f"Commit: {_commit()}",
+        f"Device: {device}  ", f"Date: {date.today().isoformat()}  ", f"Commit: {git_commit()}",
         "", f"Passed {sum(r.passed for r in results if r.checked)} of "
             f"{sum(r.checked for r in results)} checks.", "",
         "| case | quantity | measured | reference | error | tolerance | result | size | steps "
