@@ -123,7 +123,10 @@ def test_busy_spinner_rests_while_nothing_is_pending(page):
         samples.append("spin" in (spinner.get_attribute("class") or ""))
         time.sleep(0.1)
     page.get_by_role("button", name="Pause").first.click()
-    assert sum(samples) <= 3, f"spinning in {sum(samples)} of 30 samples"
+    # The bug spun in every sample. A poll that carries a change of state holds the document
+    # (one message for the card and the status bar, issue 31) and spins for that poll: on the
+    # loaded 2-core CI machine that was 6 of 30 samples once, so the bound leaves room for it.
+    assert sum(samples) <= 10, f"spinning in {sum(samples)} of 30 samples"
 
 
 def test_rapid_clicks_end_in_the_state_of_the_last_click(page):
