@@ -20,6 +20,7 @@ from solver.flow_fields import FIELDS
 from solver.probes import PROBE_FIELDS, Line, Probe, ProbeSet
 
 from ..controller import Controller
+from .field_units import field_si
 
 __all__ = ["ProbesView", "parse_points", "parse_line", "series_rows"]
 
@@ -117,23 +118,13 @@ class ProbesView(pn.viewable.Viewer):
         self._restart()
 
     # ------------------------------------------------------------------ plots
-    def _factor(self, field: str) -> tuple[float, str]:
-        spec = FIELDS[field]
-        if self.setup is None:
-            return 1.0, spec.lattice_label()
-        try:
-            tau = float(self.controller.snapshot.config.get("tau", self.controller.config.tau))
-            units = self.setup.units(tau, self.controller.geometry.voxel_size)
-        except ValueError:
-            return 1.0, spec.lattice_label()
-        return spec.si_factor(units), spec.si_label()
-
     def _new_buffer(self, columns: tuple[str, ...]) -> hv.streams.Buffer:
         frame = pd.DataFrame({k: [] for k in ("step", *columns)}, dtype=float)
         return hv.streams.Buffer(frame, length=SERIES_LENGTH, index=False)
 
     def _series_map(self) -> hv.DynamicMap:
-        columns, (_, label) = self._columns, self._factor(self.field.value)
+        columns = self._columns
+        label = field_si(self.field.value, self.setup, self.controller)[1]
 
         def curves(data: pd.DataFrame) -> hv.Overlay:
             items = [hv.Curve(data, "step", hv.Dimension(c, label=label), label=c)
@@ -167,7 +158,7 @@ class ProbesView(pn.viewable.Viewer):
             return  # an older probe set's sample: the next snapshot brings the new one
         self._last_step = readings.step
         field = self.field.value
-        factor, label = self._factor(field)
+        factor, label = field_si(field, self.setup, self.controller)
         if self._columns:
             self.buffer.send(series_rows(readings, field, factor))
         for name, profile in readings.lines.items():

@@ -30,6 +30,7 @@ from solver.flow_fields import FIELDS
 
 from ..controller import Controller
 from ..openings import opening_groups
+from .field_units import field_si
 from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_points, streamlines
 from .slice_view import colour_range
 
@@ -265,20 +266,7 @@ class Scene3D(pn.viewable.Viewer):
         level = float(self.iso_level.value or 0.0)
         if level == 0.0:
             return auto_level(flow.scalar, flow.name)
-        return level / self._si(flow.name)[0]
-
-    def _si(self, name: str) -> tuple[float, str]:
-        """(the factor from lattice units to SI, the label) of field ``name``; (1, the lattice
-        label) without a physical setup."""
-        spec = FIELDS[name]
-        if self.setup is None:
-            return 1.0, spec.lattice_label()
-        try:
-            tau = float(self.controller.snapshot.config.get("tau", self.controller.config.tau))
-            units = self.setup.units(tau, self.controller.geometry.voxel_size)
-        except ValueError:
-            return 1.0, spec.lattice_label()
-        return spec.si_factor(units), spec.si_label()
+        return level / field_si(flow.name, self.setup, self.controller)[0]
 
     def _initial_scene(self) -> None:
         """The geometry with the fluid at rest on the current cut (no snapshot needed)."""
@@ -343,7 +331,7 @@ class Scene3D(pn.viewable.Viewer):
             # would wash the plane out), lattice units: the colours match the slice's
             low, high = colour_range(plane, view.quantity)
             self._actors["fluid"].mapper.scalar_range = (low, high)
-        factor, label = self._si(view.quantity)
+        factor, label = field_si(view.quantity, self.setup, self.controller)
         self._bar_text = colour_bar_html(label, low * factor, high * factor)
         if hasattr(self, "colour_bar"):
             self.colour_bar.object = self._bar_text
