@@ -31,8 +31,8 @@ incompressible model (He & Luo 1997) uses 1 for rho in the nonlinear terms, as t
 of :mod:`solver.collision` does. Mass, momentum and the viscous stress are those of BGK; only
 the higher moments differ.
 
-Smagorinsky (optional, ``smagorinsky_cs`` = C > 0): the relaxation time of each node follows
-from its own non-equilibrium stress in closed form (Hou, Sterling, Chen & Doolen 1996, "A lattice
+Smagorinsky (optional, ``smagorinsky_cs`` = C > 0): each node's relaxation time is a closed-form
+function of its own non-equilibrium stress (Hou, Sterling, Chen & Doolen 1996, "A lattice
 Boltzmann subgrid model for high Reynolds number flows", Fields Inst. Commun. 6, 151),
 
     tau = (tau0 + sqrt(tau0^2 + 18 C^2 sqrt(2 A:A) / rho)) / 2,

@@ -15,8 +15,8 @@ openings have no value. With ``R = 0`` (or once ``x = 1``) the target value itse
 bit for bit the impulsive start.
 
 The arithmetic is plain IEEE double (no transcendental function), so the CUDA pass
-(:mod:`solver.backends.cuda.iolets`, compiled without FMA contraction) computes the same ``s``
-from its device step counter as NumPy does from the host's: CuPy == NumPy through the ramp.
+(:mod:`solver.backends.cuda.iolets`, compiled without FMA contraction) computes, with its
+device step counter, the same ``s`` as NumPy does with the host's: CuPy == NumPy through the ramp.
 
 ``R`` is ``SimulationConfig.ramp_steps``; None (the default) is one characteristic time of the
 flow (:func:`characteristic_steps`): ``D / U`` of the velocity opening carrying the largest flow
