@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyvista as pv
 
+from solver.opening_kinds import OPENING_KIND_REGISTRY, SPEED, opening_kind
 from solver.probes import line_nodes
 
 __all__ = ["coarse_grid", "seed_points", "streamlines", "isosurface", "auto_level",
@@ -48,7 +49,9 @@ def seed_points(geometry, source: str, count: int, axis: int, index: int, probes
     nodes = np.zeros((0, 3), dtype=np.int64)
     if source == "inlet opening" and geometry.openings:
         kinds = {i: spec.get("kind") for i, spec in (openings or {}).items()}
-        inlets = [o for o in geometry.openings if kinds.get(o.id) == "velocity"]
+        # A speed-driven opening is an inlet; the registry says which kinds are (issue 27).
+        inlets = [o for o in geometry.openings if kinds.get(o.id) in OPENING_KIND_REGISTRY
+                  and opening_kind(kinds[o.id]).quantity == SPEED]
         opening = inlets[0] if inlets else max(geometry.openings, key=lambda o: len(o.nodes))
         nodes = np.asarray(opening.nodes, dtype=np.int64)
     elif source == "probe line" and probes is not None and probes.lines:
