@@ -4,7 +4,6 @@ generators; and no code outside the plan compares an execution option's name."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from solver.problem import Problem
 from solver.storage import STORAGES
 from solver.values import ConfigError
 
+from .name_comparisons import name_comparisons
 from .porous_cases import porous_solid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,17 +111,7 @@ def test_declared_support_matches_the_kernel_generator(family) -> None:
 def _option_comparisons(source: str, label: str) -> list[str]:
     """``x == 'NAME'`` / ``x in ('NAME', ...)`` of an execution option's name, where x is
     about one (``streaming``, ``tile_storage``, ``layout``, ``storage``, ...)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Compare):
-            continue
-        sides = [node.left, *node.comparators]
-        text = " ".join(ast.unparse(s) for s in sides)
-        consts = {c.value for s in sides for c in ast.walk(s)
-                  if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-        if consts & OPTION_NAMES and any(word in text for word in OPTION_WORDS):
-            found.append(f"{label}:{node.lineno}: {ast.unparse(node)}")
-    return found
+    return name_comparisons(source, label, OPTION_NAMES, OPTION_WORDS)
 
 
 def test_no_execution_option_name_is_compared_outside_the_plan() -> None:

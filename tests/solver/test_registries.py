@@ -3,7 +3,6 @@ alike, the configuration's option sets derived from them, and no name compared e
 
 from __future__ import annotations
 
-import ast
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +16,8 @@ from solver.backends.cuda.kernels import KernelVariant, all_variants, kernel_sou
 from solver.backends.numpy_backend import NumpyBackend
 from solver.config import SimulationConfig
 from solver.problem import Problem
+
+from .name_comparisons import name_comparisons
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The registries and the model modules they register: the only places that may compare names.
@@ -47,17 +48,7 @@ def test_every_model_and_lattice_it_names_generates_a_kernel() -> None:
 
 def _name_comparisons(source: str, label: str, names: set[str]) -> list[str]:
     """``x == 'NAME'`` / ``x in ('NAME', ...)`` where x mentions a collision or a kind."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Compare):
-            continue
-        sides = [node.left, *node.comparators]
-        text = " ".join(ast.unparse(s) for s in sides)
-        consts = {c.value for s in sides for c in ast.walk(s)
-                  if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-        if consts & names and ("collision" in text or "kind" in text):
-            found.append(f"{label}:{node.lineno}: {ast.unparse(node)}")
-    return found
+    return name_comparisons(source, label, names, ("collision", "kind"))
 
 
 def test_no_model_or_kind_name_is_compared_outside_the_registries() -> None:
