@@ -54,16 +54,19 @@ def load_npz(
     name: str | None = None,
     max_voxels: int = DEFAULT_MAX_VOXELS,
 ) -> VoxelGeometry:
-    """Load a geometry saved by ``VoxelGeometry.save``; given options override stored values."""
-    stored = VoxelGeometry.from_npz(payload.data, max_voxels=max_voxels)
+    """Load a geometry saved by ``VoxelGeometry.save``; given options override stored values.
+
+    Saved openings come along; a given ``voxel_size`` rescales their centres and areas."""
+    stored = VoxelGeometry.from_npz(payload.data, max_voxels=max_voxels).in_frame(voxel_size)
     return build_geometry(
         stored.solid,
         max_voxels=max_voxels,
-        voxel_size=stored.voxel_size if voxel_size is None else voxel_size,
+        voxel_size=stored.voxel_size,
         origin=stored.origin,
         flow_axis=stored.flow_axis if flow_axis is None else flow_axis,
         labels=stored.labels,
         name=stored.name if name is None else name,
+        openings=stored.openings,
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GeometryError
+from ..openings.opening import Opening
 from ..voxel import VoxelGeometry
 
 __all__ = [
@@ -122,6 +123,7 @@ def build_geometry(
     flow_axis: int = 0,
     labels: np.ndarray | None = None,
     name: str = "",
+    openings: tuple[Opening, ...] = (),
 ) -> VoxelGeometry:
     """Return a validated VoxelGeometry; refuse too many voxels or no fluid at all."""
     if solid.ndim not in (2, 3):
@@ -131,7 +133,8 @@ def build_geometry(
         )
     check_voxel_count(solid.shape, max_voxels)
     geometry = VoxelGeometry(
-        solid, voxel_size=voxel_size, origin=origin, flow_axis=flow_axis, labels=labels, name=name
+        solid, voxel_size=voxel_size, origin=origin, flow_axis=flow_axis, labels=labels, name=name,
+        openings=openings,
     )
     if geometry.n_fluid == 0:
         raise GeometryError(

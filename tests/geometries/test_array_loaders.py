@@ -62,6 +62,19 @@ def test_npz_round_trip_through_load(tmp_path):
     assert geometries.load(tmp_path / "g.npz", flow_axis=2).flow_axis == 2
 
 
+def test_npz_keeps_its_openings_through_load(tmp_path):
+    """A saved vessel's openings survived VoxelGeometry.load but were dropped by geometries.load."""
+    from geometries.generators.tubes import stenosed_pipe
+
+    vessel = stenosed_pipe(6.0)
+    vessel.save(tmp_path / "vessel.npz")
+    for back in (geometries.load(tmp_path / "vessel.npz"),
+                 geometries.load((tmp_path / "vessel.npz").read_bytes())):
+        assert [o.id for o in back.openings] == [o.id for o in vessel.openings]
+        for mine, theirs in zip(back.openings, vessel.openings, strict=True):
+            np.testing.assert_array_equal(mine.nodes, theirs.nodes)
+
+
 def test_raw_round_trip_with_header_big_endian_x_fastest(tmp_path):
     volume = asymmetric_volume((5, 6, 7)).astype(np.uint16) * 300
     path = tmp_path / "v.raw"
