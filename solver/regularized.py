@@ -55,7 +55,7 @@ import numpy as np
 from .collision import combine_rows
 from .lattice import Lattice
 
-__all__ = ["RegularizedRates", "rr_rates", "hermite_rows", "collide", "RR_LATTICES",
+__all__ = ["RegularizedRates", "rr_rates", "hermite_rows", "collide", "local_tau", "RR_LATTICES",
            "SMAGORINSKY_MAX"]
 
 #: Lattices RR runs on (D3Q13's fourth velocity moment is not isotropic, :mod:`solver.mrt`: its
@@ -177,9 +177,17 @@ def _keep(a2, pairs, rates: RegularizedRates, rho_eff, xp):
     q = xp.zeros_like(a2[0])
     for k, (a, b) in enumerate(pairs):
         q += (a2[k] * a2[k]) * (1.0 if a == b else 2.0)
+    return 1.0 - 1.0 / local_tau(rates, q, rho_eff, xp)
+
+
+def local_tau(rates: RegularizedRates, stress_square, rho_eff, xp=np):
+    """Relaxation time per node (time steps): Smagorinsky's closed form of the non-equilibrium
+    stress ``A`` (``stress_square`` = A:A per node, lattice units; ``rho_eff`` None for the
+    incompressible model), tau0 everywhere when the constant is 0."""
     tau0 = 1.0 / rates.omega
-    s = xp.sqrt(2.0 * q) * (18.0 * rates.smagorinsky ** 2)
+    if not rates.smagorinsky:
+        return xp.full_like(stress_square, tau0)
+    s = xp.sqrt(2.0 * stress_square) * (18.0 * rates.smagorinsky ** 2)
     if rho_eff is not None:
         s /= rho_eff
-    tau = 0.5 * (tau0 + xp.sqrt(tau0 * tau0 + s))
-    return 1.0 - 1.0 / tau
+    return 0.5 * (tau0 + xp.sqrt(tau0 * tau0 + s))

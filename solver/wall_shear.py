@@ -5,7 +5,8 @@ populations ``g_i`` are gathered from the stored post-collision state exactly as
 step reads them (halfway bounce-back where ``x - c_i`` is not fluid). Their non-equilibrium
 momentum flux ``Pi_ab = sum_i c_ia c_ib (g_i - g_i^eq)`` gives the viscous stress
 ``sigma = -(1 - omega/2) Pi`` (``omega = 1/tau`` from the kinematic viscosity, the symmetric
-relaxation rate of BGK/TRT and the shear rate of MRT): a local second-order quantity, no
+relaxation rate of BGK/TRT and the shear rate of MRT; with a Smagorinsky model the node's own
+relaxation time, so the eddy stress counts): a local second-order quantity, no
 finite differences across the staircase. The wall normal is the gradient of the smoothed solid
 indicator (``scipy.ndimage.gaussian_filter``, sigma one voxel), pointing into the fluid; the
 shear stress is the tangential part of the traction ``sigma n``. Values are at the node, half a
@@ -23,6 +24,7 @@ import numpy as np
 from scipy import ndimage
 
 from .collision import equilibrium, moments
+from .regularized import local_tau
 
 __all__ = ["WallNodes", "wall_nodes", "wall_shear_stress", "wall_shear_vector"]
 
@@ -94,9 +96,17 @@ def wall_shear_vector(problem: Any, populations: Any, walls: WallNodes, xp: Any 
     rho, u = moments(g, lat, problem.force, problem.incompressible, xp)
     neq = g - equilibrium(rho, u, lat, problem.incompressible, xp)
     c = xp.asarray(lat.c, dtype=xp.float64)
-    omega = 1.0 / (3.0 * problem.kinematic_viscosity + 0.5)
     pi = xp.einsum("ia,ib,in->nab", c, c, neq)
-    sigma = -(1.0 - 0.5 * omega) * pi
+    sigma = -(1.0 - 0.5 / _relaxation_time(problem, pi, rho, xp))[:, None, None] * pi
     n = xp.asarray(walls.normals)
     traction = xp.einsum("nab,nb->na", sigma, n)
     return traction - (traction * n).sum(axis=1, keepdims=True) * n
+
+
+def _relaxation_time(problem: Any, pi: Any, rho: Any, xp: Any) -> Any:
+    """Relaxation time per wall node (n,): the viscosity's, or with a Smagorinsky model the
+    local one its collision used, so that the stress holds the eddy part too."""
+    if problem.collision.takes_smagorinsky:
+        rho_eff = None if problem.incompressible else rho
+        return local_tau(problem.rates, xp.einsum("nab,nab->n", pi, pi), rho_eff, xp)
+    return xp.full(pi.shape[0], 3.0 * problem.kinematic_viscosity + 0.5)
