@@ -14,7 +14,7 @@ fill, with or without paired shared entries), the per-node kernel at 1, 2 and 4 
 block, and the packed kernel (4 tiles, one thread per fluid node), float32, float64 and float16
 storage, on the rock-like pack and the phi 0.1 and 0.5 sphere packs.
 
-Usage, on the GPU machine from the repository root: ``python benchmarks/compact_ab.py --what
+Usage, on the GPU machine from the repository root: ``python benchmarks/compact/compact_ab.py --what
 pad --out DIR`` (about 1 minute on an H100; ``--what in-place`` about 2); writes
 ``compact-<what>-ab-<gpu>-<date>.json`` and a table of it (``.md``).
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.compact_run import CompactRun  # noqa: E402
@@ -61,7 +61,7 @@ def configs(what: str, precision: str) -> list[tuple[int, int, int, CompactCode]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--what", choices=("pad", "in-place"), default="pad")
     parser.add_argument("--porosity", type=float, nargs="*", default=None,
                         help="porosities of the sphere packs timed besides the rock-like "

@@ -12,7 +12,8 @@ only, read once and written once, at the copy bandwidth measured in the same pro
 its fraction is what a compact full step could reach at most; the tiled propagation probe is
 the same bound for today's storage.
 
-Usage, from the repository root: ``python benchmarks/compact_probe.py --out DIR`` (estimated 3-4
+Usage, from the repository root: ``python benchmarks/compact/compact_probe.py --out DIR``
+(estimated 3-4
 minutes on an H100: 7 cases, 2 and 4 tiles per block; ``--quick`` for a 1-minute smoke run on
 smaller cases; ``--precision float32 float16 --porosity 0.1 0.5`` for float16 storage against
 float32 on fewer packs).
@@ -26,7 +27,7 @@ import logging
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.benchmarking.compact_suite import CompactSuite, run_compact_suite  # noqa: E402
@@ -113,7 +114,7 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the probe suite on the GPU; write JSON and markdown after every case."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--quick", action="store_true", help="smaller cases (smoke run)")
     parser.add_argument("--precision", nargs="+", default=list(CompactSuite.precisions),
                         choices=["float32", "float64", "float16"],

@@ -32,8 +32,8 @@ and prints the table last. ``LBM_COMMIT`` names the commit where the copy has no
 
 Usage, from the repository root::
 
-    python benchmarks/dashboard_cost.py --backend cupy --out DIR      # the GPU measurement
-    python benchmarks/dashboard_cost.py --backend numpy --small --out DIR   # a CPU smoke run
+    python benchmarks/dashboard_cost/dashboard_cost.py --backend cupy --out DIR   # GPU
+    python benchmarks/dashboard_cost/dashboard_cost.py --backend numpy --small --out DIR  # CPU
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from geometries.generators import random_sphere_pack  # noqa: E402

@@ -1,10 +1,10 @@
 """Geometry-layer benchmark: STL voxelisation and raw image loading on the CPU.
 
-Run ``python benchmarks/bench_geometry.py`` from the repository root. It voxelises a ~100k
+Run ``python benchmarks/geometry/bench_geometry.py`` from the repository root. It voxelises a ~100k
 triangle STL (a bumpy UV sphere, binary STL bytes through ``geometries.load``) at 256 voxels
 along its longest axis, loads a 512³ uint8 ``.raw`` volume from disk, and builds the paper's
 Table 6 sphere pack (diameter 40 in 192³, porosity 0.1). Targets: STL < 10 s, raw < 2 s. The
-figures go to ``benchmarks/results/geometry-cpu.md`` and ``geometry-cpu.json``.
+figures go to ``benchmarks/geometry/results/geometry-cpu.md`` and ``geometry-cpu.json``.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from pathlib import Path
 import numpy as np
 import trimesh
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import geometries  # noqa: E402
 from geometries.generators import random_sphere_pack  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
 REPEATS = 3
 
 
@@ -119,7 +119,7 @@ def machine() -> dict:
 
 
 def write_report(rows: list[dict], info: dict) -> None:
-    """Write the results as Markdown and JSON under benchmarks/results/."""
+    """Write the results as Markdown and JSON under benchmarks/geometry/results/."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "geometry-cpu.json").write_text(
         json.dumps({"machine": info, "results": rows}, indent=2) + "\n"
@@ -130,7 +130,8 @@ def write_report(rows: list[dict], info: dict) -> None:
         f"Machine: {info['cpu']}, {info['nproc']} cores; Python {info['python']}, "
         f"NumPy {info['numpy']}, trimesh {info['trimesh']}. Date: {info['date']}. "
         f"Load average while running: {info['load_average']}.",
-        f"Best of {REPEATS} runs, wall-clock seconds; `python benchmarks/bench_geometry.py`.",
+        f"Best of {REPEATS} runs, wall-clock seconds; "
+        "`python benchmarks/geometry/bench_geometry.py`.",
         "",
         "| case | size | time (s) | target (s) | note |",
         "|---|---|---|---|---|",

@@ -11,10 +11,10 @@ without ``volatile`` (the compiler may keep the load addresses), loads through L
 (``__ldcg``), stores marked for L2 (``__stcg``) or streaming (``__stcs``), and both. A kernel
 launched alone again and again steps meaningless values: the times are valid, the results not.
 
-Usage, on the GPU machine from the repository root: ``python benchmarks/inplace_neighbour.py
---out DIR`` (about 1 minute on an H100); writes ``inplace-neighbour-<gpu>-<date>-<commit>.json``
-and ``.md``: G node updates/s of fluid nodes, D3Q19 BGK, the dense periodic 256^3 box and the
-rock-like 192^3 pack.
+Usage, on the GPU machine from the repository root:
+``python benchmarks/in_place/inplace_neighbour.py --out DIR`` (about 1 minute on an H100); writes
+``inplace-neighbour-<gpu>-<date>-<commit>.json`` and ``.md``: G node updates/s of fluid nodes, D3Q19
+BGK, the dense periodic 256^3 box and the rock-like 192^3 pack.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import inplace_patterns  # noqa: E402
 
@@ -153,7 +153,7 @@ def main() -> None:
     from solver.benchmarking.gpu_suite import rock_case
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args()
     backend = CupyBackend()
     name = backend.device_info()["name"]
@@ -172,7 +172,8 @@ def main() -> None:
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"# The in-place step's kernels alone: {name}", "",
              f"Date {meta['date']}, commit {meta['commit']}, D3Q19 BGK, fluid G node updates/s "
-             "of each kernel launched alone (`python benchmarks/inplace_neighbour.py`).", "",
+             "of each kernel launched alone "
+             "(`python benchmarks/in_place/inplace_neighbour.py`).", "",
              "| case | precision | kernel | tiles/block | G/s | registers |",
              "| --- | --- | --- | ---: | ---: | ---: |"]
     lines += [f"| {r['case']} | {r['precision']} | {r['kernel']} | {r['tiles_per_block']} | "

@@ -5,7 +5,7 @@ H100. The AA pattern alternates a step that reads *and* writes neighbours' slots
 touches only the node's own: on the tiled 4^3 layout a warp's neighbour access spreads over the
 sectors of up to four tiles, so the first step carries about twice the L2 traffic of a two-copy
 step and the second about two thirds, and their mean time exceeds the two-copy step (the L2
-column of ``benchmarks/README.md``, third round). The esoteric pull (Lehmann 2022) moves the
+column of ``benchmarks/kernel_tuning/README.md``). The esoteric pull (Lehmann 2022) moves the
 same bytes but every step reads and writes half of its populations at the node and half at
 neighbours, so every step carries the two-copy step's L2 traffic.
 
@@ -18,7 +18,7 @@ warm-up next to the device-to-device copy bandwidth of the same process. Its ver
 ratio of each in-place pattern to the probe's own two-copy pull; the solver's kernels are timed
 beside it (``backend.probe``) so the probe's pull can be compared with the real one.
 
-Usage, on the GPU machine from the repository root: ``python benchmarks/inplace_patterns.py
+Usage, on the GPU machine from the repository root: ``python benchmarks/in_place/inplace_patterns.py
 --out DIR`` (about 30 s on an H100); writes ``inplace-patterns-<gpu>-<date>-<commit>.json/.md``.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 #: D3Q19 with opposite directions side by side: i odd, i + 1 = opp(i) (the esoteric pairs).
@@ -361,7 +361,7 @@ def main() -> None:
     from solver.benchmarking.cases import git_commit
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--pairs", type=int, default=50)
     args = parser.parse_args()

@@ -12,7 +12,7 @@ and local memory (spills). Goal: in place within 10 % of two-copy (ratio >= 0.9)
 
 Usage on the GPU machine (about 2 minutes on an H100, compiles included)::
 
-    python benchmarks/inplace_tune.py --out DIR
+    python benchmarks/in_place/inplace_tune.py --out DIR
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends import get_backend  # noqa: E402

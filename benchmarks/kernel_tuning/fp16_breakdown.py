@@ -11,7 +11,8 @@ right after the halo phase (the fixed per-tile work before the block barrier). E
 timed with CUDA events over back-to-back launches after warm-up (median of 3), MFLUPS of fluid
 nodes, bandwidth against the device-to-device copy measured in the same process.
 
-Usage on a GPU machine, from the repository root: ``python benchmarks/fp16_breakdown.py --out DIR``.
+Usage on a GPU machine, from the repository root:
+``python benchmarks/kernel_tuning/fp16_breakdown.py --out DIR``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from unittest import mock
 import cupy as cp
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda import kernels  # noqa: E402
@@ -108,7 +109,7 @@ def _time(fn, state, reals: list, launches: int = 40) -> float:
 def main() -> int:
     """Time every planned variant; print a table and write JSON/markdown to ``--out``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default="benchmarks/kernel_tuning/results")
     parser.add_argument("--size", type=int, default=256)
     args = parser.parse_args()
     backend = CupyBackend()
@@ -141,7 +142,7 @@ def main() -> int:
     lines = [f"# float16-storage kernel breakdown: {device}", "",
              f"Date {meta['date']}, commit {meta['commit']}, {case.label}, D3Q19 BGK, XYZ, "
              f"2 tiles per block; copy bandwidth {copy / 1e9:.0f} GB/s. Method: "
-             "`benchmarks/fp16_breakdown.py` docstring.", "",
+             "`benchmarks/kernel_tuning/fp16_breakdown.py` docstring.", "",
              "| storage | variant | MFLUPS | of copy | registers |",
              "| --- | --- | ---: | ---: | ---: |"]
     lines += [f"| {r['storage']} | {r['variant']} | {r['mflups']:.0f} | "

@@ -19,7 +19,8 @@ Where the kernel is bound by instruction issue rather than DRAM (float16 storage
 read/write probe reaches 2x float32, the full step 1.38x) fewer ``node`` instructions are the
 lever; where it is bound by DRAM (float32, float64 dense) they change little. This counts, it
 does not time: what it suggests is timed on the GPU (``tune_kernel.py``, ``python -m solver
-bench``). Usage: ``python benchmarks/kernel_instructions.py --nvdisasm PATH --out DIR``.
+bench``). Usage:
+``python benchmarks/kernel_tuning/kernel_instructions.py --nvdisasm PATH --out DIR``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections import Counter
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.compact_source import CompactCode  # noqa: E402
@@ -160,7 +161,7 @@ def main() -> None:
     stem.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     lines = [f"# Static SASS instructions per thread, {args.arch}", "",
              f"{version}; {record['date']}; commit {commit}; "
-             "`python benchmarks/kernel_instructions.py` (counts, not timings).", "",
+             "`python benchmarks/kernel_tuning/kernel_instructions.py` (counts, not timings).", "",
              "| variant | kernel | node path | halo, inner tile | halo, both paths | registers |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['variant']} | `{r['kernel']}` | {r['node']} | {r['inner_halo']} | "

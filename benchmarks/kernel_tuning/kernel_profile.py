@@ -4,7 +4,8 @@ Run under ``ncu`` (one launch per kernel is profiled after one warm launch), e.g
 
     ncu --launch-skip-before-match 0 --kernel-name regex:lbm_ --launch-count 40 \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --csv --page details python3 benchmarks/kernel_profile.py
+        --section WarpStateStats --csv --page details \
+        python3 benchmarks/kernel_tuning/kernel_profile.py
 
 Kernels: the tiled BGK step on a dense periodic 256^3 box (float32, float16 storage, float32
 in place, MRT float16), and on the rock-like 192^3 pack (phi 0.2, 22-node grains, eta_t about
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends import get_backend  # noqa: E402

@@ -83,10 +83,11 @@ dense = cavity3D with walls, packs = periodic sphere packs of diameter 40 in 192
   float16 storage 992 -> 727. Not yet timed; ``wide`` times the 64-bit sources that copies
   of 2^31 values or more get.
 
-Usage on the GPU machine: ``python benchmarks/tune_kernel.py --out DIR --size 192 256
+Usage on the GPU machine: ``python benchmarks/kernel_tuning/tune_kernel.py --out DIR --size 192 256
 --porosities 0.1 0.3 0.5 0.7 0.9`` (about 30 s on an H100); it ends with the sparse efficiency
 MFLUPS / (eta_t x dense MFLUPS) per porosity, against the dense box of the smallest size.
-``--ncu`` runs the kernel and ``nofill`` once per case for ``ncu`` (see benchmarks/README.md).
+``--ncu`` runs the kernel and ``nofill`` once per case for ``ncu`` (see
+benchmarks/kernel_tuning/README.md).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.backend import CupyBackend, copy_bandwidth  # noqa: E402

@@ -1,22 +1,22 @@
 """How many 32-byte L2 sectors a step's warps touch, per storage precision (CPU, no GPU).
 
 The H100 profiles of issue 20 found the pull kernels held by L2-to-SM traffic before DRAM
-(``benchmarks/README.md``, third round). A warp's load of one direction touches every sector
-that holds one of its 32 sources; on the 4^3 tile layout the sources of a face lie in the
-neighbour tile's block, a few values per sector. This counts those sectors exactly for the
+(``benchmarks/kernel_tuning/README.md``, Nsight profile). A warp's load of one direction touches
+every sector that holds one of its 32 sources; on the 4^3 tile layout the sources of a face lie in
+the neighbour tile's block, a few values per sector. This counts those sectors exactly for the
 compact storage's addressing (:meth:`~solver.backends.cuda.compact.CompactTiling.pull_sources`;
 on an all-fluid box it is the tiled XYZ layout): warps of 32 tile nodes, one load and one store
 per fluid node and direction, sectors per warp instruction (no L1 reuse, so an upper bound of
 the L2 traffic), as multiples of the bytes a step needs (2 q value bytes per fluid node). From
 it, the speed ratio of two storage precisions that an L2-bound kernel can reach on one case:
-value bytes times sectors per byte, compared. Measured ratios are in ``benchmarks/README.md``.
+value bytes times sectors per byte, compared. Measured ratios: ``benchmarks/l2_sectors/README.md``.
 
-Usage: ``python benchmarks/sector_model.py --out DIR`` (about 2 minutes on 2 cores); writes
-``sector-model-<date>.json`` and ``.md``. ``--staged`` counts instead the loads of a kernel
+Usage: ``python benchmarks/l2_sectors/sector_model.py --out DIR`` (about 2 minutes on 2 cores);
+writes ``sector-model-<date>.json`` and ``.md``. ``--staged`` counts instead the loads of a kernel
 whose blocks of K consecutive tiles first copy their contiguous range of the compact array to
 shared memory in whole sectors and read from L2 only the sources outside it (K = 1, 2, 4, 8;
 compact rock-like pack): ``sector-model-staged-<date>.{json,md}``. Such a kernel was built and
-timed (issue 20, sixth round in ``benchmarks/README.md``): it touches fewer sectors and runs
+timed (``benchmarks/compact/README.md``, staged blocks): it touches fewer sectors and runs
 slower. ``--moments`` counts the moment-storage probe of issue 34
 (``benchmarks/moment_storage``: ten moments a fluid node; each tile's 64 threads stage the
 moments of its fluid halo nodes, entry ``h = n + 64 k`` by thread n, and store their own ten):
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.compact import CompactTiling  # noqa: E402
@@ -259,7 +259,7 @@ def write_moments(rows: list[dict], out: Path) -> None:
     (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     keys = [k for k in rows[0] if k not in ("case", "precision")]
     lines = ["# L2 sectors of moment storage vs population storage (`python "
-             "benchmarks/sector_model.py --moments`)", "",
+             "benchmarks/l2_sectors/sector_model.py --moments`)", "",
              "Compact tiles (pad 1), periodic faces. loads/stores: sectors the moment probe's "
              "staging loads and its stores touch over the sectors of 10 values a fluid node "
              "(layout soa: one block per moment a tile; aos: a node's ten moments side by "
@@ -277,7 +277,7 @@ def write_moments(rows: list[dict], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--staged", action="store_true",
                         help="count the loads of staged blocks of 1-8 tiles instead")
     parser.add_argument("--moments", action="store_true",
@@ -302,7 +302,7 @@ def main() -> None:
     stem = f"sector-model-{date.today().isoformat()}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
-    lines = ["# L2 sectors per step, counted (`python benchmarks/sector_model.py`)", "",
+    lines = ["# L2 sectors per step, counted (`python benchmarks/l2_sectors/sector_model.py`)", "",
              "Loads/stores: sectors touched by the warps' instructions over the sectors the "
              "bytes would fill. L2 bytes: per fluid node and step, over a float32 step's 152 "
              "bytes. Last column: the speed over float32 on the same case that an L2-bound "
@@ -321,8 +321,9 @@ def write_staged(rows: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     keys = [k for k in rows[0] if k not in ("case", "precision")]
-    lines = ["# L2 sectors of the loads, staged blocks (`python benchmarks/sector_model.py "
-             "--staged`)", "", "Sectors touched over the sectors the bytes would fill; staged "
+    lines = ["# L2 sectors of the loads, staged blocks "
+             "(`python benchmarks/l2_sectors/sector_model.py --staged`)", "",
+             "Sectors touched over the sectors the bytes would fill; staged "
              "K: blocks of K tiles copy their range once, whole sectors, and load the sources "
              "outside it per warp instruction.", "",
              "| case | storage | " + " | ".join(keys) + " |",

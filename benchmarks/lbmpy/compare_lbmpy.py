@@ -22,12 +22,13 @@ Fairness rules (the report repeats them):
   more code variants (int32 index arithmetic, and that with lbmpy's ``cse_global``) at the two
   fastest block sizes.
 
-How lbmpy is set up and how its boundaries are applied: see ``benchmarks/lbmpy_box.py``.
+How lbmpy is set up and how its boundaries are applied: see ``benchmarks/lbmpy/lbmpy_box.py``.
 
 On the GPU machine, from the repository root (lbmpy, pystencils and their pure-Python
 dependencies installed beside CuPy; the project does not depend on them):
-``python benchmarks/compare_lbmpy.py --out DIR``. Without a GPU,
-``python benchmarks/compare_lbmpy.py --target cpu --check-size 24`` runs the physics check alone
+``python benchmarks/lbmpy/compare_lbmpy.py --out DIR``. Without a GPU,
+``python benchmarks/lbmpy/compare_lbmpy.py --target cpu --check-size 24`` runs the physics check
+alone
 against the NumPy backend (lbmpy's CPU kernels).
 """
 
@@ -44,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from lbmpy_box import VARIANTS, build_box, versions  # noqa: E402
@@ -271,7 +272,7 @@ def device_meta(target: str) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options (defaults: the full GPU comparison, about 2-3 minutes)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="benchmarks/results", help="folder for the JSON and .md")
+    p.add_argument("--out", default="benchmarks/lbmpy/results", help="folder for the JSON and .md")
     p.add_argument("--target", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: physics check only, lbmpy's C kernels against the NumPy backend")
     p.add_argument("--check-only", action="store_true", help="skip the timing")

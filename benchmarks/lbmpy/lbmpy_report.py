@@ -1,4 +1,4 @@
-"""Tables of benchmarks/compare_lbmpy.py: ours against lbmpy, best setting of each, as markdown."""
+"""Tables of benchmarks/lbmpy/compare_lbmpy.py: ours against lbmpy, best setting of each."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def markdown(report: dict) -> str:
     lines = [f"# This solver against lbmpy: {m['device']}", "",
              f"Date {m['date']}, commit {m['commit']}; lbmpy {m['lbmpy']}, pystencils "
              f"{m['pystencils']}, sympy {m['sympy']}, CuPy {m.get('cupy', '-')}, NumPy "
-             f"{m['numpy']}. {bw} Command: `python benchmarks/compare_lbmpy.py --out DIR` "
+             f"{m['numpy']}. {bw} Command: `python benchmarks/lbmpy/compare_lbmpy.py --out DIR` "
              f"({m.get('seconds', 0):.0f} s).", "", "## Fairness rules", ""]
     lines += [f"- {rule}" for rule in m["fairness"]]
     lines += ["", "## Setup", "", LBMPY_SETUP, "", "## Physics check", ""]

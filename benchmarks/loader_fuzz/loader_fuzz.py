@@ -1,6 +1,7 @@
 """Independent loader fuzz: the server's view of hostile uploads, with time and memory limits.
 
-Usage: ``python benchmarks/loader_fuzz.py [--count N] [--seed S] [--out benchmarks/results]``
+Usage: ``python benchmarks/loader_fuzz/loader_fuzz.py [--count N] [--seed S] [--out DIR]``
+(default ``--out``: ``benchmarks/loader_fuzz/results``)
 
 Inputs are generated here, independently of tests/geometries/test_fuzz.py: small valid files of
 every format, then (a) random byte edits, (b) header numbers replaced by huge or negative
@@ -41,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import geometries  # noqa: E402
 from geometries import GeometryError, VoxelGeometry  # noqa: E402
@@ -280,7 +281,7 @@ class _PathChild:
         import subprocess
 
         if self.process is None or self.process.poll() is not None:
-            root = str(Path(__file__).resolve().parents[1])
+            root = str(Path(__file__).resolve().parents[2])
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _CHILD, root], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -381,7 +382,7 @@ def write(result: dict, folder: Path) -> tuple[Path, Path]:
     json_path, md_path = folder / "loader-fuzz.json", folder / "loader-fuzz.md"
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     lines = [
-        "# Loader fuzz (benchmarks/loader_fuzz.py)",
+        "# Loader fuzz (benchmarks/loader_fuzz/loader_fuzz.py)",
         "",
         f"`{result['command']}`: {result['inputs']} generated uploads, seed {result['seed']}, "
         f"{result['memory_gib']} GiB address-space limit on the server process, "
@@ -414,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10.0, help="limit per input")
     parser.add_argument("--memory-gib", type=float, default=3.0, help="address-space limit")
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default="benchmarks/loader_fuzz/results")
     args = parser.parse_args(argv)
     logging.disable(logging.CRITICAL)  # trimesh and VTK log every broken input they see
     with tempfile.TemporaryDirectory(prefix="fuzz-canary-") as folder:
@@ -434,7 +435,7 @@ def _fuzz(args: argparse.Namespace, canary: str) -> int:
         geometries.load(valid_files(Path(folder))["vti"], format="vti")
     result = run(inputs, args.seconds, canary, limit)
     result.update(seed=args.seed, per_input_seconds=args.seconds, memory_gib=args.memory_gib,
-                  command=f"python benchmarks/loader_fuzz.py --count {args.count} "
+                  command=f"python benchmarks/loader_fuzz/loader_fuzz.py --count {args.count} "
                           f"--seed {args.seed}")  # fmt: skip
     json_path, md_path = write(result, Path(args.out))
     print(f"{result['inputs']} inputs: {result['loaded']} loaded, {result['clean_errors']} clean "

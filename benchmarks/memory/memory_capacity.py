@@ -18,7 +18,7 @@ Packs are generated on the GPU (spheres dropped in batches until the fluid fract
 target, like ``geometries.generators.random_sphere_pack`` but vectorised) and tiled on the GPU
 with the tile grid at the origin (no offset search: the search would only lower the tile count).
 Usage, from the repository root on the GPU machine:
-``python benchmarks/memory_capacity.py --out benchmarks/results``.
+``python benchmarks/memory/memory_capacity.py --out benchmarks/memory/results``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.benchmarking.cases import PRECISION_LABELS, git_commit, precision_options  # noqa: E402
@@ -280,7 +280,7 @@ def main() -> int:
     from solver.backends import get_backend
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default="benchmarks/memory/results")
     parser.add_argument("--porosity", type=float, default=0.5)
     parser.add_argument("--diameter", type=float, default=40.0)
     parser.add_argument("--sample", type=int, default=256, help="sample pack edge (nodes)")

@@ -5,8 +5,8 @@ build the Simulation, step it a few times and take the health and a slice as the
 the peak is the high-water mark ``VmHWM`` minus the RSS before. Prints one JSON line per case
 with the estimate of :meth:`NumpyBackend.memory_required` and their ratio.
 
-    python benchmarks/numpy_memory_peak.py            # 48^3, 64^3, 96^3 boxes and a 96^3 pack
-    python benchmarks/numpy_memory_peak.py 128 box float32
+    python benchmarks/memory/numpy_memory_peak.py    # 48^3, 64^3, 96^3 boxes and a 96^3 pack
+    python benchmarks/memory/numpy_memory_peak.py 128 box float32
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, resource, sys

@@ -9,7 +9,7 @@ per readout: the peak of the CuPy pool's bytes in use (every
 allocation passes through a tracking allocator) above the resident state, and the peak in
 bytes per fluid node next to the resident state's and the estimate
 (:func:`solver.memory.device_bytes`), and the readout's wall time. Usage on the GPU machine:
-``python benchmarks/readout_peak.py --out $OUT`` (``--size 96`` for a quick run; on a machine
+``python benchmarks/memory/readout_peak.py --out $OUT`` (``--size 96`` for a quick run; on a machine
 without CuPy the NumPy backend runs it, tracemalloc measuring, for a smoke test).
 """
 
@@ -23,7 +23,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.benchmarking.cases import git_commit, sphere_pack  # noqa: E402

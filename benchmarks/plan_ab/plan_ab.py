@@ -10,7 +10,7 @@ alternates between rounds), each in a fresh process, each case timed ``--repeats
 Usage, on the GPU machine from the repository root (about 3 minutes on an H100)::
 
     git worktree add /tmp/before ccff6fb   # or: git archive ccff6fb | tar -x -C /tmp/before
-    python benchmarks/plan_ab.py --roots /tmp/before . --out benchmarks/results
+    python benchmarks/plan_ab/plan_ab.py --roots /tmp/before . --out benchmarks/plan_ab/results
 
 writes ``plan-ab-<gpu>-<date>.json`` and ``.md`` (fluid G updates/s per checkout and round,
 the medians and after/before).
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/plan_ab/results"))
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.steps, args.repeats)

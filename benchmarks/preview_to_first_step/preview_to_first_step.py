@@ -4,7 +4,7 @@ The app's preview tiles the geometry (with the offset search) and the run then u
 again; now the preview's Problem is reused. Both ways run here in fresh subprocesses on the
 same generated sphere pack, so they can be compared:
 
-    python benchmarks/preview_to_first_step.py 256     # prints one JSON line per way
+    python benchmarks/preview_to_first_step/preview_to_first_step.py 256  # one JSON line per way
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, sys, time

@@ -8,8 +8,9 @@ waveform on the inlet (Womersley profiles), then with that waveform and RCR outl
 Windkessel coupling from wall-clock time around the stepping loop with a device sync (it adds
 host work between launches), the steady run timed the same way beside it.
 
-Usage (GPU): ``python benchmarks/pulsatile_cost.py [--fluid-nodes 15e6]`` writes
-``benchmarks/results/<gpu>-<date>-<commit>-pulsatile.{json,md}`` and prints the table.
+Usage (GPU): ``python benchmarks/pulsatile_cost/pulsatile_cost.py [--fluid-nodes 15e6]`` writes
+``benchmarks/pulsatile_cost/results/<gpu>-<date>-<commit>-pulsatile.{json,md}`` and prints the
+table.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vessel"))
 
 from vessel_throughput import config, driven, time_steps, vessel  # noqa: E402
 

@@ -19,8 +19,9 @@ names), so the report says which kernels were compiled and how often.
 
 GPU commands (200³ and 300³; then the 1000³ image, about 9 GB of populations, alone with
 ``--sizes --huge``, without the formation factor):
-``python benchmarks/rock_tensor.py --out benchmarks/results`` and
-``python benchmarks/rock_tensor.py --sizes --huge --out benchmarks/results``.
+``python benchmarks/rock_time_to_answer/rock_tensor.py`` and
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge`` (``--out`` default:
+``benchmarks/rock_time_to_answer/results``).
 CPU smoke test: ``--quick`` (one 16³ image, NumPy, float64).
 """
 
@@ -35,7 +36,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from geometries import VoxelGeometry  # noqa: E402
@@ -219,7 +220,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pressure-start", default="rest", choices=["rest", "ramp"],
                    help="start of the pressure runs (PermeabilitySettings.pressure_start)")
     p.add_argument("--baseline", default=None, help="summary.json of an earlier 200³ run")
-    p.add_argument("--out", default="benchmarks/results", help="folder for JSON + md")
+    p.add_argument("--out", default="benchmarks/rock_time_to_answer/results",
+                   help="folder for JSON + md")
     p.add_argument("--quick", action="store_true", help="CPU smoke test: one 16³ image")
     args = p.parse_args(argv)
     if args.quick:

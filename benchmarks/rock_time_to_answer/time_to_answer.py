@@ -33,7 +33,8 @@ the coarse set-up from the sample half: fine tiling 20.3 -> 1.7 s (paid by every
 rest too), coarse set-up 2.6 -> 0.34 s, coarse tiling 1.8 -> 0.38 s.
 
 The GPU command (one call, 200³ and 400³, float32, about 5 minutes on an H100):
-``python benchmarks/time_to_answer.py --out benchmarks/results``.
+``python benchmarks/rock_time_to_answer/time_to_answer.py`` (``--out`` default:
+``benchmarks/rock_time_to_answer/results``).
 CPU smoke test: ``--quick`` (one 20³ image, NumPy, float64, one fast tau).
 Measured on the 2-core CPU (NumPy, float64, ``--sizes 40 --grain 10 --check-interval 100
 --max-seconds 0 --fast-tau 0.7 0.6``): 5700 steps before; tau 0.7: 2200 (+ 1800 coarse), 2.35x
@@ -52,7 +53,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from geometries import VoxelGeometry  # noqa: E402
@@ -223,7 +224,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="tau of the accelerated runs, 'auto' = chosen by the sample (the "
                         "default setting): one 'after' row each (first = 'after')")
     p.add_argument("--no-coarse", action="store_true", help="accelerated runs start from rest")
-    p.add_argument("--out", default="benchmarks/results", help="folder for JSON + md")
+    p.add_argument("--out", default="benchmarks/rock_time_to_answer/results",
+                   help="folder for JSON + md")
     p.add_argument("--quick", action="store_true", help="CPU smoke test: one 20³ image")
     args = p.parse_args(argv)
     if args.quick:

@@ -1,4 +1,4 @@
-"""Cost of one halo exchange, piece by piece: ``mpirun -n 2 python benchmarks/halo_cost.py``.
+"""One halo exchange, piece by piece: ``mpirun -n 2 python benchmarks/scaling/halo_cost.py``.
 
 The CuPy phase stepper (``solver/backends/cuda/phases.py``) moves each step's halo along a
 chain that runs while the interior tiles are computed, so a step cannot be shorter than it:
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-#: Halo bytes per rank and step of benchmarks/scaling.py (weak 192^2, strong 384^2 faces; both
-#: faces to the one peer of a two-rank periodic slab), float32 then float64.
+#: Halo bytes per rank and step of benchmarks/scaling/scaling.py (weak 192^2, strong 384^2
+#: faces; both faces to the one peer of a two-rank periodic slab), float32 then float64.
 DEFAULT_MB = (1.03, 2.06, 4.70, 9.40)
 
 

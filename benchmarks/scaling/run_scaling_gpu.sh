@@ -2,7 +2,7 @@
 # Multi-GPU session in one call: GPU topology, halo link costs per transport, the distributed
 # GPU tests, then weak + strong scaling on 1 and 2 ranks per precision and transport.
 #
-#   benchmarks/run_scaling_gpu.sh OUT [BUDGET_SECONDS] [full|quick]
+#   benchmarks/scaling/run_scaling_gpu.sh OUT [BUDGET_SECONDS] [full|quick]
 #
 # quick: only the scaling points with the NCCL transport (float32, then float64; each NCCL
 # point also times its allocation replaying CUDA graphs), no topology, halo costs or tests.
@@ -43,7 +43,7 @@ step() {  # step NAME LIMIT_S CMD...: run CMD with timeout min(LIMIT_S, time lef
 
 scaling() {  # scaling PRECISION: weak + strong, 1 and 2 ranks, every transport in TRANSPORTS
     # shellcheck disable=SC2086  # TRANSPORTS is a list of words
-    step "scaling $1" 200 python3 benchmarks/scaling.py both --ranks 1 2 --backend cupy \
+    step "scaling $1" 200 python3 benchmarks/scaling/scaling.py both --ranks 1 2 --backend cupy \
         --precision "$1" --transport $TRANSPORTS --out "$OUT/scaling" --point-timeout 90
 }
 
@@ -53,17 +53,17 @@ if [ "$MODE" = quick ]; then
     scaling float64
 else
     step topology 20 nvidia-smi topo -m
-    step "halo host" 60 "$MPIRUN" -n 2 python3 benchmarks/halo_cost.py --transport host \
+    step "halo host" 60 "$MPIRUN" -n 2 python3 benchmarks/scaling/halo_cost.py --transport host \
         --json "$OUT/halo_host.json"
     # Host points first within each case: a failing NCCL point cannot cost the host numbers.
     TRANSPORTS="host nccl"
     if ! step "halo nccl" 60 env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM \
-            "$MPIRUN" -n 2 python3 benchmarks/halo_cost.py --transport nccl \
+            "$MPIRUN" -n 2 python3 benchmarks/scaling/halo_cost.py --transport nccl \
             --json "$OUT/halo_nccl.json"; then
         echo "=== NCCL failed with P2P: retrying with NCCL_P2P_DISABLE=1 for the rest" | tee -a "$LOG"
         export NCCL_P2P_DISABLE=1
         step "halo nccl, no P2P" 60 env NCCL_DEBUG=INFO "$MPIRUN" -n 2 python3 \
-            benchmarks/halo_cost.py --transport nccl --json "$OUT/halo_nccl.json" ||
+            benchmarks/scaling/halo_cost.py --transport nccl --json "$OUT/halo_nccl.json" ||
             TRANSPORTS="host"
     fi
     scaling float32 nccl host

@@ -7,8 +7,8 @@ Cases (after Huang et al., ``papers/multi-gpu-porous-media.txt``, section 4.2):
   geometry and the domain is 192 x 192 x (96 n).
 - ``strong``: one 384^3 pack of the same kind on 1, 2, ... ranks.
 
-Each point is one ``mpirun -n N python benchmarks/scaling.py measure ...`` job; rank 0 builds
-the geometry and an ordinary Simulation on a DistributedBackend, runs warm-up steps (kernel
+Each point is one ``mpirun -n N python benchmarks/scaling/scaling.py measure ...`` job; rank 0
+builds the geometry and an ordinary Simulation on a DistributedBackend, runs warm-up steps (kernel
 compilation), then times ``--repeats`` runs of ``--steps`` steps and keeps the median. MFLUPS
 count all fluid nodes over rank 0's wall time to a closing barrier (every rank has finished
 its device work). Parallel efficiency is MFLUPS(n) / (n MFLUPS(1)) and the speed-up
@@ -25,12 +25,12 @@ replaying captured CUDA graphs of 16 steps (``solver.distributed.replay``) as
 and the series goes on.
 
 Usage (one GPU per rank; each invocation writes ``scaling-<device>-<cases>-<backend>-``
-``<precision>-<date>.json`` and ``.md`` to ``--out``, default benchmarks/results/)::
+``<precision>-<date>.json`` and ``.md`` to ``--out``, default benchmarks/scaling/results/)::
 
-    python benchmarks/scaling.py weak --ranks 1 2 --backend cupy
-    python benchmarks/scaling.py strong --ranks 1 2 --backend cupy --size 384
-    python benchmarks/scaling.py both --ranks 1 2 --backend cupy --transport nccl host --out DIR
-    python benchmarks/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5  # CPU
+    python benchmarks/scaling/scaling.py weak --ranks 1 2 --backend cupy
+    python benchmarks/scaling/scaling.py strong --ranks 1 2 --backend cupy --size 384
+    python benchmarks/scaling/scaling.py both --ranks 1 2 --backend cupy --transport nccl host
+    python benchmarks/scaling/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5
 
 Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python executable, else
 PATH's); the geometry comes from ``geometries.generators``; ranks of a node get one GPU each
@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from solver.backends.cuda.nccl import P2P_DEFAULTS  # noqa: E402
@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="halo transports of the multi-rank points (measure: the first)")
     parser.add_argument("--point-timeout", type=float, default=900.0,
                         help="seconds before one mpirun job is stopped and recorded as failed")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--json", default=None, help="(measure mode) where to write the point")
     parser.add_argument("--ablate", default="none", choices=["none", "transfer", "chain"],
                         help="diagnosis only, wrong results: NCCL points without their "

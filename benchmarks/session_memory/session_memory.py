@@ -1,17 +1,18 @@
 """Server memory across session cycles: open N browser sessions, close them, measure RSS.
 
-Serves the app with ``panel serve app benchmarks/session_memory_probe.py`` on a free port (the
-probe is a debug hook that runs inside the server, see its docstring), then for each cycle opens
-``--sessions`` headless-Chromium pages at once (Debian's /usr/bin/chromium via playwright),
-waits until each shows its counters and for ``--dwell`` seconds, closes them, waits until the
-server has destroyed them (no Dashboard left, or ``--settle`` seconds), and asks the probe for
-the RSS after ``gc.collect()`` (and after ``malloc_trim``), the live session objects and the
-growth of object counts (``--trace``: tracemalloc lines too). Writes
-``benchmarks/results/session-memory-<tag>.json`` and ``.md``::
+Serves the app with ``panel serve app benchmarks/session_memory/session_memory_probe.py`` on a free
+port (the probe is a debug hook that runs inside the server, see its docstring), then for each cycle
+opens ``--sessions`` headless-Chromium pages at once (Debian's /usr/bin/chromium via playwright),
+waits until each shows its counters and for ``--dwell`` seconds, closes them, waits until the server
+has destroyed them (no Dashboard left, or ``--settle`` seconds), and asks the probe for the RSS
+after ``gc.collect()`` (and after ``malloc_trim``), the live session objects and the growth of
+object counts (``--trace``: tracemalloc lines too). Writes
+``benchmarks/session_memory/results/session-memory-<tag>.json`` and ``.md``::
 
-    python benchmarks/session_memory.py --sessions 3 --cycles 4            # ~3 min on 2 cores
-    python benchmarks/session_memory.py --sessions 10 --cycles 5 --tag 10x5
-    python benchmarks/session_memory.py --sessions 3 --cycles 3 --trace --chain --no-3d
+    python benchmarks/session_memory/session_memory.py --sessions 3 --cycles 4   # ~3 min on 2 cores
+    python benchmarks/session_memory/session_memory.py --sessions 10 --cycles 5 --tag 10x5
+    python benchmarks/session_memory/session_memory.py --sessions 3 --cycles 3 --trace --chain \
+        --no-3d
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("POROUS_LBM_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PROBE = "session_memory_probe"
@@ -46,7 +47,8 @@ def free_port() -> int:
 
 def serve(port: int, probe_dir: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
     """Start ``panel serve`` with the app and the probe; return once it answers (<= 180 s)."""
-    command = [sys.executable, "-m", "panel", "serve", "app", f"benchmarks/{PROBE}.py",
+    command = [sys.executable, "-m", "panel", "serve", "app",
+               f"benchmarks/session_memory/{PROBE}.py",
                "--port", str(port), "--address", "127.0.0.1",
                f"--allow-websocket-origin=127.0.0.1:{port}",
                # Closed sessions are destroyed within about a second (default 15 s).
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--chain", action="store_true",
                         help="referrer chain of a surviving Controller")
     parser.add_argument("--tag", default="")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
         text=True).stdout.strip()
     tag = args.tag or f"{args.sessions}x{args.cycles}-{'noscene' if args.no_3d else '3d'}"
     result = {
-        "tag": tag, "command": " ".join(["python", "benchmarks/session_memory.py",
+        "tag": tag, "command": " ".join(["python", "benchmarks/session_memory/session_memory.py",
                                          *(argv if argv is not None else sys.argv[1:])]),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit, "machine": f"{platform.node()} {os.cpu_count()} CPUs",

@@ -1,14 +1,14 @@
-"""Debug hook served next to the app by ``benchmarks/session_memory.py`` (never in production).
+"""Debug hook served next to the app by ``benchmarks/session_memory/session_memory.py`` (not prod).
 
-``panel serve app benchmarks/session_memory_probe.py`` runs this script in the server process
-for every GET of ``/session_memory_probe``: it collects garbage, then writes one JSON record to
-``$POROUS_LBM_MEMORY_PROBE_DIR/probe-<n>.json`` with the server's RSS (MiB, before and after
-``malloc_trim``: what the allocator keeps but Python freed), live instances of the session
-classes (Dashboard, Controller, runners, simulations, Bokeh documents and sessions, PyVista
-plotters), the gc-tracked types whose counts grew since the previous probe, and, with
-``?trace=1``, the tracemalloc lines that grew since the previous traced probe (tracing starts
-at the first traced probe, so warm-up allocations are not counted). ``?chain=1`` adds the
-referrer chain of one surviving Controller, which names whatever keeps a closed session alive.
+``panel serve app benchmarks/session_memory/session_memory_probe.py`` runs this script in the server
+process for every GET of ``/session_memory_probe``: it collects garbage, then writes one JSON record
+to ``$POROUS_LBM_MEMORY_PROBE_DIR/probe-<n>.json`` with the server's RSS (MiB, before and after
+``malloc_trim``: what the allocator keeps but Python freed), live instances of the session classes
+(Dashboard, Controller, runners, simulations, Bokeh documents and sessions, PyVista plotters), the
+gc-tracked types whose counts grew since the previous probe, and, with ``?trace=1``, the tracemalloc
+lines that grew since the previous traced probe (tracing starts at the first traced probe, so
+warm-up allocations are not counted). ``?chain=1`` adds the referrer chain of one surviving
+Controller, which names whatever keeps a closed session alive.
 """
 
 from __future__ import annotations

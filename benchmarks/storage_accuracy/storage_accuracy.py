@@ -22,9 +22,9 @@ the stagnation that stochastic rounding removes.
 
 Usage, from the repository root::
 
-    python benchmarks/storage_accuracy.py --size ci --backend numpy --out benchmarks/results
-    python benchmarks/storage_accuracy.py --size full --backend cupy --out DIR   # on a GPU
-    python benchmarks/storage_accuracy.py --channels 64 --cases poiseuille   # one width
+    python benchmarks/storage_accuracy/storage_accuracy.py --size ci --backend numpy
+    python benchmarks/storage_accuracy/storage_accuracy.py --size full --backend cupy  # GPU
+    python benchmarks/storage_accuracy/storage_accuracy.py --channels 64 --cases poiseuille
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.analytic import l2_error, poiseuille_plates  # noqa: E402
@@ -148,7 +148,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     lines = [f"# float16 storage accuracy: {meta['device']}", "",
              f"Date {meta['date']}, commit {meta['commit']}, backend {meta['backend']}, size "
              f"{meta['size']}, Poiseuille window {meta['window']:g} T. Produced by "
-             "`benchmarks/storage_accuracy.py` (method in its docstring). Poiseuille error: "
+             "`benchmarks/storage_accuracy/storage_accuracy.py` (method in its docstring). "
+             "Poiseuille error: "
              "L2 of the profile against the analytic parabola; cavity error: max |u - u_Ghia| "
              "/ U over both centrelines; 'vs float64': the same measure against the float64 "
              "result on the same grid.", "",
@@ -167,7 +168,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="ci", choices=list(SIZES))
     parser.add_argument("--backend", default="numpy", choices=["numpy", "cupy"])
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default="benchmarks/storage_accuracy/results")
     parser.add_argument("--channels", type=int, nargs="+", default=None,
                         help="Poiseuille widths (default: those of --size)")
     parser.add_argument("--window", type=float, default=40.0,

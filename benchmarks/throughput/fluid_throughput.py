@@ -8,7 +8,7 @@ tile, so on porous media its fluid throughput is near ``eta_t`` times the dense 
 table states how far it is from following the fluid instead (issue: throughput that follows
 the fluid, target 0.85 of the limit).
 
-Usage: ``python benchmarks/fluid_throughput.py results/<suite>.json [--kernel "BGK
+Usage: ``python benchmarks/throughput/fluid_throughput.py results/<suite>.json [--kernel "BGK
 incompressible"]`` writes ``<suite>-fluid.md`` next to the JSON and prints it.
 """
 

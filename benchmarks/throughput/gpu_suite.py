@@ -8,7 +8,7 @@
 4. Runs the benchmark suite of ``python -m solver bench`` (cavity3D and sphere packs).
 5. Writes ``<gpu>-<date>.json`` / ``.md`` and logs to ``--out``, and prints the table last.
 
-Usage, from the repository root: ``python benchmarks/gpu_suite.py --out results_dir``.
+Usage, from the repository root: ``python benchmarks/throughput/gpu_suite.py --out results_dir``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends import get_backend, gpu_available  # noqa: E402
@@ -113,7 +113,8 @@ def numpy_check(n: int = 64, steps: int = 20) -> list[dict]:
 def main() -> int:
     """Run the whole suite; non-zero exit when tests or the NumPy check fail."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results", help="folder for logs and results")
+    parser.add_argument("--out", default="benchmarks/throughput/results",
+                        help="folder for logs and results")
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--check-size", type=int, default=64, help="NumPy cross-check box edge")
     parser.add_argument("--pack-size", type=int, default=192)

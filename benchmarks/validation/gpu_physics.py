@@ -5,11 +5,11 @@
 3. Times BGK, TRT and MRT (and the boundary kernel) on the dense 256^3 box, float32 and
    float64, with CUDA events after warm-up; fluid nodes only (``physics-timing.json``/``.md``).
 4. Optionally the dense part of the benchmark suite (``--suite``), for comparison with
-   ``benchmarks/results/nvidia-h200-2026-11-22.md``.
+   ``benchmarks/validation/results/nvidia-h200-2026-11-22.md``.
 5. Runs validation cases (``--cases``, default all) at ``--size`` until ``--deadline`` seconds
    after the start; the report is rewritten after every case, so a cut-off run keeps the rest.
 
-Usage, from the repository root: ``python benchmarks/gpu_physics.py --out DIR``.
+Usage, from the repository root: ``python benchmarks/validation/gpu_physics.py --out DIR``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 log = logging.getLogger("gpu_physics")
@@ -183,7 +183,7 @@ def validation(out: Path, size: str, cases: list[str] | None, deadline: float) -
 def main() -> int:
     """Run the selected parts; print a short summary last."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default="benchmarks/validation/results")
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--suite", action="store_true", help="dense 256^3 benchmark suite")

@@ -12,8 +12,8 @@ measured in the same run, and the vessel's MFLUPS over the dense box's. The open
 in turn on the same device (issue 28: RR within 15 % of TRT); ``--smagorinsky`` adds RR's
 eddy viscosity.
 
-Usage (GPU): ``python benchmarks/vessel_throughput.py [--fluid-nodes 15e6]`` writes
-``benchmarks/results/<gpu>-<date>-<commit>-vessel.{json,md}`` and prints the table.
+Usage (GPU): ``python benchmarks/vessel/vessel_throughput.py [--fluid-nodes 15e6]`` writes
+``benchmarks/vessel/results/<gpu>-<date>-<commit>-vessel.{json,md}`` and prints the table.
 """
 
 from __future__ import annotations
@@ -21,19 +21,23 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 
-from geometries import VoxelGeometry
-from geometries.samples import load_sample
-from solver.benchmarking.cases import git_commit
-from solver.benchmarking.report import results_stem
-from solver.collisions import COLLISIONS, collision_model
-from solver.config import SimulationConfig
-from solver.simulation import Simulation
+#: The repository root, first on the path so that a worktree's own code is what runs.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from geometries import VoxelGeometry  # noqa: E402
+from geometries.samples import load_sample  # noqa: E402
+from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.report import results_stem  # noqa: E402
+from solver.collisions import COLLISIONS, collision_model  # noqa: E402
+from solver.config import SimulationConfig  # noqa: E402
+from solver.simulation import Simulation  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 #: Voxels along x of the first, cheap voxelisation that sizes the real one.
@@ -120,7 +124,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Measure and write ``benchmarks/results/<gpu>-<date>-<commit>-vessel.{json,md}``."""
+    """Measure and write ``benchmarks/vessel/results/<gpu>-<date>-<commit>-vessel.{json,md}``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fluid-nodes", type=float, default=15e6)
     parser.add_argument("--precision", default="float32",

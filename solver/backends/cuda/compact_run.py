@@ -296,9 +296,10 @@ class CompactRun:
 
     def probe(self, mode: str, n: int = 1) -> float:
         """``n`` full steps ('full'); the tiled probes are refused (ValueError)."""
-        if mode != "full":  # the compact probes are benchmarks/compact_probe.py's
+        if mode != "full":  # the compact probes are benchmarks/compact/compact_probe.py's
             raise ValueError(f"probe {mode!r} runs on the tiled storage; allocate with "
-                             "tile_storage='tiled' (compact probes: benchmarks/compact_probe.py).")
+                             "tile_storage='tiled' (compact probes: "
+                             "benchmarks/compact/compact_probe.py).")
         return self.step(n)
 
     def release(self) -> None:
