@@ -197,6 +197,9 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
         print("The GPU suite needs the CuPy backend (a CUDA GPU); use --suite cpu.",
               file=sys.stderr)
         return 2
+    from .backends.cuda.probe_backend import ProbeBackend  # the probes are benchmarks' only
+
+    backend = ProbeBackend()
     suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),
                      pack_size=args.pack_size, precisions=tuple(args.precision),
                      layouts=tuple(args.layouts), tiles_per_block=tuple(args.tpb),

@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="sphere-pack porosities (default: the suite's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from solver.backends import get_backend, gpu_available
+    from solver.backends import gpu_available
+    from solver.backends.cuda.probe_backend import ProbeBackend
 
     ok, why = gpu_available()
     if not ok:
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         paths[1].write_text(markdown(result))
         logging.info("%d rows written to %s", len(result["results"]), paths[1])
 
-    result = run_compact_suite(get_backend("cupy"), suite, progress=write)
+    result = run_compact_suite(ProbeBackend(), suite, progress=write)
     write(result)
     print(paths[1].read_text())
     return 0 if all(c["ok"] for c in result["checks"]) and not result["errors"] else 1

@@ -16,7 +16,7 @@ and the esoteric-pull pair. Each pair of steps is checked against two pull steps
 natural layout, NumPy's roll for the streamed layouts), then timed with CUDA events after a
 warm-up next to the device-to-device copy bandwidth of the same process. Its verdict is the
 ratio of each in-place pattern to the probe's own two-copy pull; the solver's kernels are timed
-beside it (``backend.probe``) so the probe's pull can be compared with the real one.
+beside it (``ProbeBackend.probe``) so the probe's pull can be compared with the real one.
 
 Usage, on the GPU machine from the repository root: ``python benchmarks/in_place/inplace_patterns.py
 --out DIR`` (about 30 s on an H100); writes ``inplace-patterns-<gpu>-<date>-<commit>.json/.md``.
@@ -336,11 +336,11 @@ def stream_seconds(cp, module, dtype, nbytes: int = 1 << 30) -> dict:
 def solver_kernels(n: int, precision: str) -> dict:
     """Seconds per step of the solver's own BGK kernels on the same periodic box, two copies
     and in place, per tiles per block (1, 2, 4: 64-256 threads)."""
-    from solver.backends.cuda.backend import CupyBackend
+    from solver.backends.cuda.probe_backend import ProbeBackend
     from solver.benchmarking.cases import BenchCase
     from solver.benchmarking.gpu_suite import _problem
 
-    backend, out = CupyBackend(), {}
+    backend, out = ProbeBackend(), {}
     box = BenchCase(f"periodic box {n}^3", np.zeros((n,) * 3, dtype=bool), tile_offset="origin")
     for streaming in ("two-copy", "in-place"):
         problem = _problem(box, precision, streaming, "tiled")

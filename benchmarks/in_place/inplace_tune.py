@@ -27,7 +27,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends import get_backend  # noqa: E402
 from solver.backends.cuda import streaming  # noqa: E402
 from solver.backends.cuda.kernels import KernelVariant  # noqa: E402
 from solver.backends.cuda.streaming import AATuning  # noqa: E402
@@ -107,8 +106,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     from solver.backends.cuda.device import compile_kernel  # CuPy: the GPU machine only
+    from solver.backends.cuda.probe_backend import ProbeBackend
 
-    backend = get_backend("cupy")
+    backend = ProbeBackend()
     info = dict(backend.device_info())
     cases = [BenchCase(f"periodic box {args.dense}^3", np.zeros((args.dense,) * 3, dtype=bool),
                        tile_offset="origin"),

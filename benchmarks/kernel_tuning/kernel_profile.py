@@ -24,7 +24,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends import get_backend  # noqa: E402
 from solver.backends.cuda.compact import CompactTiling  # noqa: E402
 from solver.backends.cuda.compact_timing import CompactProbe  # noqa: E402
 from solver.backends.plan import COMPACT_CODE  # noqa: E402
@@ -64,7 +63,9 @@ def compact(case: BenchCase, precision: str, step: bool, packed: int = 0) -> Non
 
 def main() -> int:
     """Launch every kernel of the list."""
-    backend = get_backend("cupy")
+    from solver.backends.cuda.probe_backend import ProbeBackend  # CuPy: the GPU machine only
+
+    backend = ProbeBackend()
     box = BenchCase("periodic box 256^3", np.zeros((256,) * 3, dtype=bool),
                     tile_offset="origin")
     rock = BenchCase("rock-like 192^3", sphere_pack((192,) * 3, 0.2, 22.0, 1), porosity=0.2)

@@ -212,9 +212,9 @@ def _bs_label(bs) -> str:
 
 def run_timing(args, info: dict, save) -> list[dict]:
     """Time both codes on every case and precision; ``save(rows)`` after each of them."""
-    from solver.backends import get_backend
+    from solver.backends.cuda.probe_backend import ProbeBackend
 
-    backend = get_backend("cupy")
+    backend = ProbeBackend()
     block_sizes = [None] + [tuple(int(v) for v in s.split("x")) for s in args.block_sizes]
     rows = []
     for case, lid in bench_cases(args.cavity, args.pack_size, args.porosity, args.diameter):

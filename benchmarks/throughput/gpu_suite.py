@@ -29,9 +29,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from solver.backends import get_backend, gpu_available  # noqa: E402
+from solver.backends import gpu_available  # noqa: E402
 from solver.backends.cuda.backend import compile_kernel  # noqa: E402
 from solver.backends.cuda.kernels import all_variants  # noqa: E402
+from solver.backends.cuda.probe_backend import ProbeBackend  # noqa: E402
 from solver.benchmarking.cases import PRECISION_LABELS, precision_options, sphere_pack  # noqa: E402
 from solver.benchmarking.gpu_suite import GpuSuite, run_gpu_suite  # noqa: E402
 from solver.benchmarking.report import summary, write_report  # noqa: E402
@@ -142,7 +143,7 @@ def main() -> int:
     log.info("NumPy cross-check: %s", check)
     suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),
                      pack_size=args.pack_size)
-    report = run_gpu_suite(get_backend("cupy"), suite)
+    report = run_gpu_suite(ProbeBackend(), suite)
     report["meta"]["pytest_gpu"] = tests
     report["meta"]["numpy_check"] = check
     report["meta"]["compute_sanitizer"] = sanitizer

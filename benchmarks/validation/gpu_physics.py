@@ -88,11 +88,11 @@ def _dense_problem(precision: str, boundary: str):
 
 def timing(steps: int = 64, repeats: int = 7) -> list[dict]:
     """MFLUPS of BGK/TRT/MRT, plain and boundary kernels, on the dense 256^3 box."""
-    from solver.backends import get_backend
+    from solver.backends.cuda.probe_backend import ProbeBackend
     from solver.collision import relaxation
     from solver.mrt import mrt_rates
 
-    backend = get_backend("cupy")
+    backend = ProbeBackend()
     copy = backend.device_info()["copy_bandwidth"]
     rows = []
     for precision in ("float32", "float64"):
@@ -148,10 +148,10 @@ def timing_markdown(rows: list[dict], device: str, commit: str) -> str:
 
 def validation(out: Path, size: str, cases: list[str] | None, deadline: float) -> list[str]:
     """Run validation cases until the deadline; rewrite the report after each. Summary lines."""
-    from solver.backends import get_backend
+    from solver.backends.cuda.probe_backend import ProbeBackend
     from solver.validation import CASES, run_case, write_report
 
-    device = get_backend("cupy").device_info()["name"]
+    device = ProbeBackend().device_info()["name"]
     names = cases or [n for n, c in CASES.items() if size in c.sizes]
     results, lines = [], []
     for name in names:
@@ -201,20 +201,20 @@ def main() -> int:
         summary.append(f"pytest -m gpu: {run_pytest(out, 300)}")
     commit = os.environ.get("LBM_COMMIT", "unknown")
     if not args.skip_timing:
-        from solver.backends import get_backend
+        from solver.backends.cuda.probe_backend import ProbeBackend
 
         rows = timing()
-        device = get_backend("cupy").device_info()["name"]
+        device = ProbeBackend().device_info()["name"]
         (out / "physics-timing.json").write_text(json.dumps(rows, indent=1))
         md = timing_markdown(rows, device, commit)
         (out / "physics-timing.md").write_text(md)
         summary.append(md)
     if args.suite:
-        from solver.backends import get_backend
+        from solver.backends.cuda.probe_backend import ProbeBackend
         from solver.benchmarking.gpu_suite import GpuSuite, run_gpu_suite
         from solver.benchmarking.report import write_report
 
-        report = run_gpu_suite(get_backend("cupy"), GpuSuite(dense_sizes=(256,),
+        report = run_gpu_suite(ProbeBackend(), GpuSuite(dense_sizes=(256,),
                                                              porosities=()))
         write_report(report, out)
     if args.cases is None or args.cases:
