@@ -23,65 +23,7 @@ Patches (D3Q19 BGK incompressible, XYZ layout, the fastest full-step variant):
   x-fastest, so the neighbours a block pulls from were written by blocks close to it in launch
   order.
 
-Record (H100 80GB HBM3, MFLUPS against the unpatched kernel of the same run and tiles per block;
-dense = cavity3D with walls, packs = periodic sphere packs of diameter 40 in 192^3):
-
-- ``cs``: -0.1 to -0.7 % everywhere (256^3 float32 18566 vs 18607, float64 9471 vs 9533): L2
-  already keeps the sectors that are read again; dropped.
-- ``cap32``/``cap36``: float32 -3 to -4 % (8 B spills at 32 registers), float64 -61 to -73 %
-  (288 B spills); ``cap56`` lets float32 grow to 56 registers, -7 to -14 %, float64 -10 %
-  (24 B spills). The kernel's own allocation (32 float32, 64 float64) is the best; dropped.
-- ``morton``: -0.1 to -2.3 % (dense and packs at porosity 0.1/0.5/0.9); dropped.
-- tiles per block 1/2/4: within 1 %, 4 marginally ahead on the dense box.
-- whole-tile fill (every solid node of a stored tile writes a constant to its slots, so every
-  sector of the written copy is written whole): packs at porosity 0.1 -8 to -10 %, 0.3 -1 to
-  -3 %, 0.5-0.9 +0.2 to +2 %; ncu at porosity 0.1 float32: DRAM read + write 113 + 61 MB ->
-  85 + 82 MB per step (the solid slots written cost more than the read-modify-writes saved);
-  dropped.
-- mixed-sector fill as a text patch (only solid nodes whose 32-byte sector holds a fluid node
-  write; the sector's node types read with one 8-byte load): float32 packs +5 % at porosity
-  0.1-0.5, +1 to +2.5 % at 0.7, -1 to -2 % at 0.9; float64 +2 to +5 %; dense 192^3 float32 -2
-  to -3 % (39 registers instead of 32), float64 within noise. ncu, porosity 0.1 float32: 113 +
-  61 -> 84 + 57 MB, 70.8 -> 68.1 us; porosity 0.5 float32 370 + 280 -> 317 + 280 MB, float64
-  685 + 561 -> 606 + 563 MB. Moved into the generator as the sector fill (``_sector_fill``:
-  a warp ballot of the fluid lanes, integer ops only, the rest equilibrium as the value), which
-  is what the plain runs now time; ``nofill`` is the kernel without it.
-- sector fill, first generator version (ballot and stores after the block barrier, next to the
-  solid exit): the same gains on packs (float32 +5 to +7 % at porosity 0.1-0.5, float64 +3 to
-  +5 %), but NVRTC still gave the float32 kernel 39 registers instead of 32 (a single store in
-  that branch is enough), and dense float32 lost 2 to 4 % (192^3 18208 vs 18586, 256^3 17968
-  vs 18596 at 2 tiles per block); float64 unchanged. Moved before the halo work and the
-  barrier, where the fluid path keeps the allocation it has without the fill (NVRTC 13.0,
-  checked off the GPU: 32 then; 40 with and without the fill since the ``first_tile``
-  argument). Timed on the H100 at 7d89e73 (40 registers, fill before the barrier): packs
-  lost 20-25 % against ``nofill`` (float32 porosity 0.1: 7517 vs 9445 MFLUPS, float64 4321 vs
-  5509), dense unchanged; ``cap32`` on that kernel cost 10 % dense float32 and 62 % float64.
-  So the fill went back after the barrier, next to the solid exit (the register argument is
-  void at 40 either way).
-- sector fill through the fluid path (686651d): the solid lanes of mixed sectors run the fluid
-  path with their loads predicated off and every store selects ``w_i rho0`` for them, so they
-  add no store instructions of their own. Sparse efficiency (each against the dense box with
-  the same patches) float32 at porosity 0.1/0.3/0.5/0.7/0.9: 1.059/1.061/1.043/1.024/1.006
-  against ``nofill`` 0.941/0.959/0.969/0.988/0.998; float64 1.251/1.158/1.095/1.050/1.014
-  against 1.055/1.012/0.995/0.994/0.994. On the all-fluid box the selects and predicates of
-  that version cost float32 3.7 % (256^3 17451 vs 18126 MFLUPS), float64 0.1 %, so the
-  generator compiles the fill only where the geometry's share of mixed sectors reaches
-  ``SECTOR_FILL_MIN_MIX`` (``Problem.sector_mix``; the porosity 0.9 pack has 3.3 %). With
-  plain loads (below) the fill costs 0.5 % there and gains down to 1.6 % mixed sectors.
-- ``pencil``: the halo sources resolved by x-pencils in every tile, as before ``fill_inner``
-  (686651d: inner tiles, whose halo is inside the domain, fill theirs with all 64 lanes and no
-  wrap logic). At 1d8228a: float32 packs +3.0/+1.9/+0.8/+0.8/+0.8/+0.2 % for ``fill_inner`` at
-  porosity 0.1/0.3/0.5/0.7/0.9/0.95, float64 packs -0.3 to -0.8 %, the all-fluid box -0.4 to
-  -0.9 % (both precisions). Kept for the float32 packs.
-- fill predicated vs plain loads (1d8228a against a53047e, same packs): the fill's solid lanes
-  with their loads predicated off ran float32 3-7 % slower at porosity 0.1-0.7 than with plain
-  loads (11066 vs 10319 MFLUPS at 0.1); float64 the same either way. Plain loads kept.
-
-- halo sources as offsets in a copy, Guo's forcing as launch constants, ``fill_inner`` by
-  halo columns (8ca4fc4, 658052f; checked on the CPU only, ``kernel_instructions.py``): SASS
-  per thread, node path + inner-tile halo path, float32 826 -> 559, float64 849 -> 582,
-  float16 storage 992 -> 727. Not yet timed; ``wide`` times the 64-bit sources that copies
-  of 2^31 values or more get.
+The record of what was tried and what it gave: ``benchmarks/kernel_tuning/README.md``.
 
 Usage on the GPU machine: ``python benchmarks/kernel_tuning/tune_kernel.py --out DIR --size 192 256
 --porosities 0.1 0.3 0.5 0.7 0.9`` (about 30 s on an H100); it ends with the sparse efficiency

@@ -26,20 +26,13 @@ and ``.md`` to ``--out``.
 
 Before anything is timed, every set-up runs a few hundred steps on a small image
 (:func:`warm`): the kernels (the step, the moments, the prolongation) are compiled and loaded
-once per machine and kernel version, so compilation is not part of a time to answer. Host
-time measured on the 2-core CPU for ``--sizes 400`` (the 800x400x400 mirrored box) before ->
-after the block gather of ``Tiling.gather``, the strided majority vote of ``downsample`` and
-the coarse set-up from the sample half: fine tiling 20.3 -> 1.7 s (paid by every run, from
-rest too), coarse set-up 2.6 -> 0.34 s, coarse tiling 1.8 -> 0.38 s.
+once per machine and kernel version, so compilation is not part of a time to answer.
 
 The GPU command (one call, 200³ and 400³, float32, about 5 minutes on an H100):
 ``python benchmarks/rock_time_to_answer/time_to_answer.py`` (``--out`` default:
 ``benchmarks/rock_time_to_answer/results``).
-CPU smoke test: ``--quick`` (one 20³ image, NumPy, float64, one fast tau).
-Measured on the 2-core CPU (NumPy, float64, ``--sizes 40 --grain 10 --check-interval 100
---max-seconds 0 --fast-tau 0.7 0.6``): 5700 steps before; tau 0.7: 2200 (+ 1800 coarse), 2.35x
-less work, 2.4x less wall time, k +0.17 %; tau 0.6: 1600 (+ 1400 coarse), 3.2x less work and
-wall time, k +0.33 %.
+CPU smoke test: ``--quick`` (one 20³ image, NumPy, float64, one fast tau). Measured answers
+and their history: ``benchmarks/rock_time_to_answer/README.md``.
 """
 
 from __future__ import annotations
