@@ -197,13 +197,16 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
         print("The GPU suite needs the CuPy backend (a CUDA GPU); use --suite cpu.",
               file=sys.stderr)
         return 2
+    from .backends.cuda.probe_backend import ProbeBackend  # the probes are benchmarks' only
+
+    backend = ProbeBackend()
     suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),
                      pack_size=args.pack_size, precisions=tuple(args.precision),
                      layouts=tuple(args.layouts), tiles_per_block=tuple(args.tpb),
                      streaming=tuple(args.streaming), tile_storages=tuple(args.tile_storage),
                      rock_diameter=args.rock)
     report = run_gpu_suite(backend, suite)
-    json_path, md_path = write_report(report, Path(args.out or "benchmarks/results"))
+    json_path, md_path = write_report(report, Path(args.out or "benchmarks/throughput/results"))
     print(f"wrote {json_path} and {md_path}")
     print(summary(report))
     return 0
@@ -224,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=list(PRECISION_LABELS),
                        help="float16 = float16 storage, float32 arithmetic")
     bench.add_argument("--out", default=None, help="folder for the JSON + markdown table "
-                       "(GPU suite default: benchmarks/results)")
+                       "(GPU suite default: benchmarks/throughput/results)")
     bench.add_argument("--suite", default="auto", choices=["auto", "cpu", "gpu"],
                        help="auto: the GPU suite when the backend is CuPy")
     bench.add_argument("--dense", type=int, nargs="+", default=[64, 128, 192, 256],
@@ -248,12 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "gives eta_t about 0.5 at 192^3)")
     bench.set_defaults(func=_bench)
     validate = sub.add_parser("validate", help="run the physics validation cases and write "
-                              "benchmarks/results/validation-<device>-<date>.md")
+                              "benchmarks/validation/results/validation-<device>-<date>.md")
     validate.add_argument("--size", default="ci", choices=["ci", "full"],
                           help="ci: small CPU sizes; full: GPU sizes with the papers' targets")
     validate.add_argument("--backend", default="auto", choices=list(BACKENDS))
     validate.add_argument("--case", nargs="+", default=None, help="case names (default: all)")
-    validate.add_argument("--out", default="benchmarks/results", help="report folder")
+    validate.add_argument("--out", default="benchmarks/validation/results", help="report folder")
     validate.set_defaults(func=_validate)
     run = sub.add_parser("run", help="run a case file (YAML/JSON) headless",
                          description="Run a case headless. Exit codes: 0 done; 2 invalid case, "

@@ -176,8 +176,8 @@ class SimulationConfig(param.Parameterized):
                                      "at node 0 as in Algorithm 1.")
     backend = param.Selector(objects=list(BACKENDS), default="auto",
                              doc="Compute backend; auto picks CuPy when a GPU is usable.")
-    # Defaults are the fastest full step measured on an H200 (benchmarks/results/): Hopper's
-    # large L2 absorbs the neighbour reads the paper's layouts were designed to save.
+    # Defaults are the fastest full step measured on an H200 (benchmarks/throughput/results/):
+    # Hopper's large L2 absorbs the neighbour reads the paper's layouts were designed to save.
     gpu_layout = param.Selector(objects=list(GPU_LAYOUTS), default="xyz",
                                 doc="In-tile layout on the GPU: the paper's per-direction "
                                     "XYZ/YXZ/zigzagNE assignment, or XYZ for all directions.")

@@ -7,8 +7,8 @@ two numbers into a :class:`MemoryVerdict` ('ok', 'warning' above half the free m
 do. Everything is decided before anything is allocated. Bytes throughout.
 
 The estimates count the allocations of a run at its peak (measured against the peak resident
-set of NumPy runs by ``benchmarks/numpy_memory_peak.py``): the tiled state, the NumPy backend's
-gather tables, and the float64 moments that every health check and slice computes
+set of NumPy runs by ``benchmarks/memory/numpy_memory_peak.py``): the tiled state, the NumPy
+backend's gather tables, and the float64 moments that every health check and slice computes
 (:func:`moments_bytes`).
 """
 

@@ -22,9 +22,9 @@ import math
 __all__ = ["Pacer", "CHUNK_SECONDS", "SNAPSHOT_INTERVAL", "HEALTH_SHARE", "MAX_CHUNK"]
 
 #: Default seconds between snapshots: the dashboard's 10 Hz refresh. Measured on an H100
-#: (benchmarks/results/dashboard-cost-nvidia-h100-80gb-hbm3-2026-11-23.md): 0.1 s gave 9.98 new
-#: frames per second at a 10 Hz consumer for 4.6 % of the headless MFLUPS; 0.08 s gave 9.99 for
-#: 5.8 %, so the faster clock buys nothing the user sees.
+#: (benchmarks/dashboard_cost/results/dashboard-cost-nvidia-h100-80gb-hbm3-2026-11-23.md): 0.1 s
+#: gave 9.98 new frames per second at a 10 Hz consumer for 4.6 % of the headless MFLUPS; 0.08 s gave
+#: 9.99 for 5.8 %, so the faster clock buys nothing the user sees.
 SNAPSHOT_INTERVAL = 0.1
 #: Wall time one chunk of steps should take, seconds.
 CHUNK_SECONDS = 0.035

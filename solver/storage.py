@@ -32,7 +32,7 @@ every load decodes to float32 and every store of a step rounds once, *stochastic
   ten to a hundred times the float32 error. Rounding up with probability equal to the
   discarded fraction makes every store unbiased, so the mean state follows the float32
   dynamics and the rounding becomes zero-mean noise (errors within 2x of float32:
-  ``benchmarks/results/storage-accuracy-*.md``). The random bits come from a counter-based
+  ``benchmarks/storage_accuracy/``). The random bits come from a counter-based
   hash of (node, direction, step): the run stays deterministic, the NumPy reference draws the
   same bits as the kernel, and resuming a checkpoint restores the step counter (the backends'
   ``set_step``).

@@ -51,7 +51,7 @@ TAU = 0.8
 FORCE = (1e-6, 0.0, 0.0)
 #: (storage precision, layout, tiles per block) of the moment probe timings: the per-moment
 #: tile blocks ('soa') once, the node-major layout ('aos', fewer L2 sectors by
-#: ``benchmarks/sector_model.py --moments``) at several tiles per block.
+#: ``benchmarks/l2_sectors/sector_model.py --moments``) at several tiles per block.
 MOMENT_RUNS = [("float32", "soa", 2), ("float32", "aos", 1), ("float32", "aos", 2),
                ("float32", "aos", 4), ("float16", "soa", 2), ("float16", "aos", 2),
                ("float16", "aos", 4)]

@@ -2,7 +2,8 @@
 
 Why the probe lost (issue 34), seen without a GPU: each kernel of the H100 timing
 (``results/moment-probe-*.md``) is compiled with the local ``nvcc`` for sm_90 and disassembled
-with ``nvdisasm`` (the ``nvidia-cuda-nvdisasm`` wheel, as ``benchmarks/kernel_instructions.py``).
+with ``nvdisasm`` (the ``nvidia-cuda-nvdisasm`` wheel, as
+``benchmarks/kernel_tuning/kernel_instructions.py``).
 Per kernel: registers and spill bytes (ptxas), dynamic shared memory of the timed block, the
 theoretical occupancy on an H100 SM that follows from them, and the static instruction counts
 split at the block barriers (``__syncthreads``): per segment and by class (FP32 arithmetic,

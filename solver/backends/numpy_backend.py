@@ -308,7 +308,7 @@ class NumpyBackend:
         boundary and coordinate tables), both population copies (this backend always keeps
         two), the moments of a check (:func:`solver.fields.moments_bytes`) and the threads'
         chunk temporaries. Within a few % of the measured peak resident set
-        (``benchmarks/numpy_memory_peak.py``).
+        (``benchmarks/memory/numpy_memory_peak.py``).
         """
         t, q = problem.tiling, problem.lattice.q
         nodes = t.n_tiles * t.nodes_per_tile

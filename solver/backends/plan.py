@@ -94,22 +94,22 @@ FAMILIES = {f.name: f for f in (TILED, COMPACT)}
 
 # ---------------------------------------------------------- the timings automatic choices use
 #: float16 storage (float32 arithmetic, binary16 values) has its own crossover. From the H100
-#: run benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-0019bc5-compact.md (full BGK step,
-#: G fluid updates/s, tiled -> compact 'exact halo inner packed 4'): 17.08 -> 19.27 at eta_t
+#: run benchmarks/compact/results/nvidia-h100-80gb-hbm3-2026-11-25-0019bc5-compact.md (full BGK
+#: step, G fluid updates/s, tiled -> compact 'exact halo inner packed 4'): 17.08 -> 19.27 at eta_t
 #: 0.50, 17.28 -> 18.06 at 0.55, 26.55 -> 26.39 at 0.81, 32.27 -> 30.00 at 1.0: compact wins
 #: below about 0.78; the threshold sits a little under it (compact also needs less memory).
 AUTO_COMPACT_BELOW_FLOAT16 = 0.75
 #: 'auto' stores fluid nodes only below this tile utilisation eta_t, per precision. From the
-#: H100 run of benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-24-ch-0654955-compact.md (full
-#: BGK step, fraction of the fluid-only limit, tiled -> compact 'exact halo inner'): float32
+#: H100 run of benchmarks/compact/results/nvidia-h100-80gb-hbm3-2026-11-24-ch-0654955-compact.md
+#: (full BGK step, fraction of the fluid-only limit, tiled -> compact 'exact halo inner'): float32
 #: 0.559 -> 0.775 at eta_t 0.50, 0.811 -> 0.882 at 0.81, 0.872 -> 0.887 at 0.90, 0.918 -> 0.880
 #: at 0.97; float64 0.653 -> 0.902 at 0.50, 0.872 -> 0.919 at 0.81, 0.919 -> 0.907 at 0.90. So
 #: float32 gains up to eta_t ~0.92 and float64 up to ~0.875 (as in the earlier 9c8bdb3 run);
 #: the thresholds sit at those crossovers (compact also needs less memory, never more).
 AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875, "float16": AUTO_COMPACT_BELOW_FLOAT16}
 #: The same for in-place streaming (AA pattern: one copy). From the H100 run of
-#: benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-0460fb9-fluid.md (BGK in place, G fluid
-#: updates/s, tiled -> compact): float32 8.69 -> 10.87 at eta_t 0.50, 9.09 -> 10.90 at 0.55,
+#: benchmarks/throughput/results/nvidia-h100-80gb-hbm3-2026-11-25-0460fb9-fluid.md (BGK in place, G
+#: fluid updates/s, tiled -> compact): float32 8.69 -> 10.87 at eta_t 0.50, 9.09 -> 10.90 at 0.55,
 #: 11.16 -> 12.18 at 0.71, 13.08 -> 13.14 at 0.81, 14.53 -> 13.71 at 0.90; float64 compact
 #: ahead on every case, the all-fluid box included (5.43 -> 7.28 at 0.50, 7.78 -> 7.90 at
 #: 0.97, 7.98 -> 8.69 at 1.0), so 1.01 = always; float16 storage 12.32 -> 13.28 at 0.50,
@@ -126,8 +126,8 @@ COMPACT_PACKED = 0
 #: The same for float16 storage (and COMPACT_CODE_FLOAT16 below), whose compact kernel issues
 #: 28 % more instructions per node (sm_90 BGK: 504 vs 393) on half the bytes, so instruction
 #: issue binds it and the packed kernel (every lane a fluid node) wins there: in that run
-#: (``benchmarks/compact_probe.py --precision float16``) packed 4 gave 19.27 G/s at eta_t 0.50
-#: against 16.77 per node, 16.93 paired and 15.68 packed 8.
+#: (``benchmarks/compact/compact_probe.py --precision float16``) packed 4 gave 19.27 G/s at eta_t
+#: 0.50 against 16.77 per node, 16.93 paired and 15.68 packed 8.
 COMPACT_PACKED_FLOAT16 = 4
 #: How the compact kernel locates and reads its halo (CompactCode). The inner-tile column fill
 #: won in that run (float32 0.634 -> 0.775, float64 0.853 -> 0.902 at eta_t 0.50); paired

@@ -36,7 +36,7 @@ __all__ = ["CompactSuite", "check_on_device", "check_step_on_device", "run_compa
 
 log = logging.getLogger(__name__)
 
-#: Tiled kernels timed next to the probe: label -> backend.probe mode.
+#: Tiled kernels timed next to the probe: label -> ProbeBackend.probe mode.
 TILED = {"tiled propagation": "propagate", "tiled BGK": "full"}
 
 
@@ -293,7 +293,8 @@ def cases(suite: CompactSuite) -> list[BenchCase]:
 
 def run_compact_suite(backend, suite: CompactSuite | None = None,
                       progress: Callable[[dict], None] | None = None) -> dict:
-    """Check the probe on the device, then measure every case; ``progress`` gets the partial
+    """Check the probe on the device, then measure every case on ``backend`` (a CuPy
+    ``ProbeBackend``: the tiled probes); ``progress`` gets the partial
     result after each case (so a cut-off run still leaves its table)."""
     suite = suite or CompactSuite()
     info = dict(backend.device_info())

@@ -195,7 +195,8 @@ def _measure_storages(backend, case, options, suite, info, tpbs_for, bar, skippe
 
 
 def run_gpu_suite(backend, suite: GpuSuite | None = None) -> dict:
-    """Measure the suite on ``backend`` (the CuPy one); return {'meta': ..., 'results': [...]}."""
+    """Measure the suite on ``backend`` (a CuPy ``ProbeBackend``: probes, re-laid views);
+    return {'meta': ..., 'results': [...]}."""
     suite = suite or GpuSuite()
     info = dict(backend.device_info())
     dense = dense_cases(suite.dense_sizes)

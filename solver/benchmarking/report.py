@@ -113,7 +113,7 @@ def _pack_ratios(rows) -> list[dict]:
     """Per pack row of the target kernel: fluid MFLUPS over eta_t x the dense box's MFLUPS."""
     out = []
     # Tiled storage only: eta_t x dense is its model; compact storage is judged against the
-    # fluid-only limit (benchmarks/fluid_throughput.py).
+    # fluid-only limit (benchmarks/throughput/fluid_throughput.py).
     for r in (r for r in rows if r["porosity"] is not None and r["kernel"] == _TARGET_KERNEL
               and _tiled(r)):
         size = re.match(r"\D*(\d+)", r["case"]).group(1)  # 'spheres 192^3 ...', 'rock-like ...'

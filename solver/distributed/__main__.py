@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "memory) or auto (nccl when every rank has its own GPU)")
     parser.add_argument("--graphs", action="store_true",
                         help="with the NCCL transport, replay captured CUDA graphs of 16 steps "
-                             "(off by default: slower on 2 x H200, see benchmarks/README.md)")
+                             "(off by default: slower on 2 x H200, see "
+                             "benchmarks/scaling/README.md)")
     parser.add_argument("--axis", default="longest",
                         help="decomposition axis: longest, flow or 0/1/2")
     parser.add_argument("--set", dest="settings", action="append", default=[],

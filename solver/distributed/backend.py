@@ -15,8 +15,8 @@ others:
 - ``step(state, n)``: ``n`` overlapped steps on every rank (with the NCCL transport and
   ``graphs=True``, or after :meth:`DistributedBackend.use_graphs`, mostly as replays of
   captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
-  ``benchmarks/README.md``); the time is rank 0's wall time up to a closing barrier, so MFLUPS
-  count the global fluid nodes over the slowest rank.
+  ``benchmarks/scaling/README.md``); the time is rank 0's wall time up to a closing barrier, so
+  MFLUPS count the global fluid nodes over the slowest rank.
 - ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
   (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
   halos. ``device_populations`` is the same gather (``xp`` is NumPy on rank 0), so

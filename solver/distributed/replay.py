@@ -28,7 +28,7 @@ rank 0's host time per step from about 0.11 to 0.02 ms but made the step about 1
 (weak scaling 192^2 x 96 per rank: 0.150 -> 0.162 ms fp32): the host was not what limited
 it, and, likely, a graph runs every kernel at the priority of the stream it is launched into
 (CuPy instantiates without ``cudaGraphInstantiateFlagUseNodePriority``), so the boundary tiles
-lose the comm stream's priority (``benchmarks/README.md``).
+lose the comm stream's priority (``benchmarks/scaling/README.md``).
 """
 
 from __future__ import annotations

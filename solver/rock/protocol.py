@@ -37,8 +37,8 @@ grains at porosity 0.24 (k = 0.052 voxel²): tau 0.7 +0.05 %, tau 0.6 +0.07 %; a
 8-voxel grains at porosity 0.22 (k = 0.003 voxel², throats of 1-2 voxels): tau 0.7 +1.7 %,
 0.6 +2.3 %, 0.55 +2.6 %, 0.52 +2.75 % (+0.7 % at tau 0.7 with periodic sides); a 10x smaller
 force changed k by 1e-5, so it is not the drive. Time to answer on a 40³ image of 10-voxel
-grains at porosity 0.2 (k = 0.012 voxel², 0.1 % criterion, benchmarks/results): tau 0.7 with
-the coarse start 2.35x less work, k +0.17 %; tau 0.6 3.2x, k +0.33 %: 0.6 is the default
+grains at porosity 0.2 (k = 0.012 voxel², 0.1 % criterion, benchmarks/rock_time_to_answer): tau 0.7
+with the coarse start 2.35x less work, k +0.17 %; tau 0.6 3.2x, k +0.33 %: 0.6 is the default
 of short samples with wide throats only (:func:`choose_fast_tau`); an image whose k is a few
 thousandths of a voxel² is too coarse for k to 0.5 % at any tau < 1 (set ``accelerate:
 false`` or image it finer). The drive is scaled with nu so the

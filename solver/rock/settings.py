@@ -40,9 +40,9 @@ class PermeabilitySettings(param.Parameterized):
     # Why the default depends on the sample: with TRT (Lambda = 3/16) the steady k should not
     # depend on tau, yet measured k moved with it, the more the thinner the throats and the
     # longer the sample (its k converges more slowly). Against tau = 1 from rest (float32,
-    # H100, benchmarks/results/time_to_answer-*): a 200³ sandstone-like image (Kozeny-Carman
-    # k 0.085 voxel²) -0.18 % at 0.6 and -0.15 % at 0.7; the same grains at 400³ -0.49 % at
-    # 0.6, too close to the 0.5 % limit, and -0.33 % at 0.7; on the CPU a 40³ image of
+    # H100, benchmarks/rock_time_to_answer/results/time_to_answer-*): a 200³ sandstone-like image
+    # (Kozeny-Carman k 0.085 voxel²) -0.18 % at 0.6 and -0.15 % at 0.7; the same grains at 400³
+    # -0.49 % at 0.6, too close to the 0.5 % limit, and -0.33 % at 0.7; on the CPU a 40³ image of
     # 10-voxel grains (estimate 0.023 voxel², thin throats) +0.33 % at 0.6, +0.17 % at 0.7.
     # So 0.6 (3.9x less work at 200³) only for a short sample with wide throats, else 0.7
     # (:func:`solver.rock.protocol.choose_fast_tau`).

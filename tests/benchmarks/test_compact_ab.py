@@ -1,4 +1,4 @@
-"""benchmarks/compact_ab.py's table: one row per case and storage, one column per kernel
+"""benchmarks/compact/compact_ab.py's table: one row per case and storage, one column per kernel
 configuration, the mean of its timings, the best of a row in bold (CPU: rows made up here)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "compact"))
 
 import compact_ab  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""benchmarks/compare_lbmpy.py: boundary links, cases and report logic; physics where lbmpy is.
+"""benchmarks/lbmpy/compare_lbmpy.py: boundary links, cases and report logic; physics where lbmpy
+is.
 
 The link lists must equal what pystencils' own builder returns (checked against a brute-force
 builder here, and against pystencils itself where it is installed), or lbmpy's boundary
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "lbmpy"))
 
 import compare_lbmpy  # noqa: E402
 from lbmpy_box import FLUID, LID, VARIANTS, WALL, boundary_links, cell_flags  # noqa: E402

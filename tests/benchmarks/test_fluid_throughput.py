@@ -1,4 +1,4 @@
-"""Host arithmetic of ``benchmarks/fluid_throughput.py``."""
+"""Host arithmetic of ``benchmarks/throughput/fluid_throughput.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "throughput"))
 
 import fluid_throughput  # noqa: E402
 

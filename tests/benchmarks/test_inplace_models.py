@@ -1,4 +1,4 @@
-"""benchmarks/inplace_patterns.py and benchmarks/sector_model.py on the CPU.
+"""benchmarks/in_place/inplace_patterns.py and benchmarks/l2_sectors/sector_model.py on the CPU.
 
 The in-place probe checks its CUDA kernels on the GPU against two pull steps after decoding the
 esoteric layout with NumPy; here that decoding is checked against a NumPy model of the kernels'
@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path[:0] = [str(BENCHMARKS / "in_place"), str(BENCHMARKS / "l2_sectors")]
 
 import inplace_patterns as ip  # noqa: E402
 import sector_model  # noqa: E402

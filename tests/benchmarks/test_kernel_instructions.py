@@ -1,4 +1,4 @@
-"""Host parts of ``benchmarks/kernel_instructions.py``: counting SASS around the block barrier."""
+"""Host parts of ``benchmarks/kernel_tuning/kernel_instructions.py``: SASS around the barrier."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "kernel_tuning"))
 
 import kernel_instructions as counts  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Host parts of ``benchmarks/memory_capacity.py``: the fast tiler and the capacity formula."""
+"""Host parts of ``benchmarks/memory/memory_capacity.py``: the fast tiler, the capacity formula."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "memory"))
 
 import memory_capacity as capacity  # noqa: E402
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parents[2] / "benchmarks"
-for p in (str(HERE), str(HERE / "moment_storage")):
+for p in (str(HERE / "l2_sectors"), str(HERE / "moment_storage")):
     if p not in sys.path:
         sys.path.insert(0, p)
 

@@ -1,4 +1,4 @@
-"""benchmarks/readout_peak.py runs end to end on the CPU (NumPy backend, tracemalloc in place
+"""benchmarks/memory/readout_peak.py runs end to end on the CPU (NumPy backend, tracemalloc in place
 of the CuPy pool): every storage and precision gets a row with every readout, and the table."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "memory"))
 
 import readout_peak  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/sector_model.py --staged: the L2 sector count of staged blocks (CPU).
+"""benchmarks/l2_sectors/sector_model.py --staged: the L2 sector count of staged blocks (CPU).
 
 Invariants of the count: a block that holds every tile reads its range once and nothing else
 (one pass over the bytes, up to the range's partial end sectors); doubling the tiles per block
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "l2_sectors"))
 
 import sector_model  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""``benchmarks/time_to_answer.py --quick``: the CPU smoke run writes a sane before/after table."""
+"""``benchmarks/rock_time_to_answer/time_to_answer.py --quick``: the CPU smoke run writes a sane
+before/after table."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "rock_time_to_answer"))
 
 import time_to_answer  # noqa: E402
 

@@ -1,11 +1,11 @@
-"""Host arithmetic of ``benchmarks/vessel_throughput.py``'s table."""
+"""Host arithmetic of ``benchmarks/vessel/vessel_throughput.py``'s table."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vessel"))
 
 import vessel_throughput  # noqa: E402
 

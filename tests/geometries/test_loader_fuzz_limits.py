@@ -1,6 +1,6 @@
-"""The independent loader fuzz (benchmarks/loader_fuzz.py) in CI: 700 generated hostile uploads
-loaded by a process that plays the server, with a 3 GiB address-space limit and 10 s per input.
-A crash or hang of that process, any exception but GeometryError, a MemoryError or a loaded
+"""The independent loader fuzz (benchmarks/loader_fuzz/loader_fuzz.py) in CI: 700 generated hostile
+uploads loaded by a process that plays the server, with a 3 GiB address-space limit and 10 s per
+input. A crash or hang of that process, any exception but GeometryError, a MemoryError or a loaded
 input that names a server file counts as a failure; there must be none."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_loader_fuzz_under_time_and_memory_limits_has_no_failure(tmp_path):
-    command = [sys.executable, str(ROOT / "benchmarks" / "loader_fuzz.py"), "--count", "700",
+    script = ROOT / "benchmarks" / "loader_fuzz" / "loader_fuzz.py"
+    command = [sys.executable, str(script), "--count", "700",
                "--seed", "7", "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -26,9 +27,9 @@ def test_loader_fuzz_under_time_and_memory_limits_has_no_failure(tmp_path):
 
 
 def test_fuzz_generator_is_reproducible():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "loader_fuzz"))
     try:
         import loader_fuzz
     finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+        sys.path.remove(str(ROOT / "benchmarks" / "loader_fuzz"))
     assert loader_fuzz.generate(40, 3) == loader_fuzz.generate(40, 3)

@@ -1,7 +1,7 @@
 """The packed compact kernel (issue 20 item 2: float32 throughput): K tiles per block, one
 thread per fluid node instead of one per tile node. Through the g++ emulator it must equal the
 NumPy mirror of the pull bit for bit and the NumPy backend over three full steps; nvcc must
-compile it. The GPU times it in benchmarks/compact_probe.py ('packed' rows)."""
+compile it. The GPU times it in benchmarks/compact/compact_probe.py ('packed' rows)."""
 
 from __future__ import annotations
 

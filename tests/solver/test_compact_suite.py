@@ -102,7 +102,8 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
         limit = 3.0e12 / (2 * 19 * (4 if r["precision"] == "float32" else 8)) / 1e9
         assert r["limit_g_per_s"] == pytest.approx(limit)
     spec = importlib.util.spec_from_file_location(
-        "compact_probe_script", Path(__file__).parents[2] / "benchmarks" / "compact_probe.py")
+        "compact_probe_script",
+        Path(__file__).parents[2] / "benchmarks" / "compact" / "compact_probe.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     text = script.markdown(result)

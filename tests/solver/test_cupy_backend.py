@@ -73,6 +73,14 @@ def backend():
     return get_backend("cupy")
 
 
+@pytest.fixture(scope="module")
+def probes(backend):
+    """The benchmarks' CuPy backend: the probe kernels and re-laid views of one allocation."""
+    from solver.backends.cuda.probe_backend import ProbeBackend
+
+    return ProbeBackend()
+
+
 @pytest.mark.parametrize("lattice, precision, collision, fluid, layout, tpb", list(_cases()))
 def test_matches_numpy_reference(backend, lattice, precision, collision, fluid, layout, tpb):
     f0, ref = _reference(lattice, precision, collision, fluid)
@@ -233,7 +241,7 @@ def test_forced_tile_offsets_match(backend, offset):
 
 @pytest.mark.parametrize("layout", ["paper", "xyz"])
 @pytest.mark.parametrize("precision", ["float64", "float32", "float16"])
-def test_probes_move_exactly_the_fluid_values(backend, layout, precision):
+def test_probes_move_exactly_the_fluid_values(probes, layout, precision):
     import cupy as cp
 
     storage = "float16" if precision == "float16" else "auto"
@@ -241,12 +249,12 @@ def test_probes_move_exactly_the_fluid_values(backend, layout, precision):
                            layout=layout, tiles_per_block=2, storage=storage)
     fluid = ~problem.tiling.solid[:, None, :].repeat(problem.lattice.q, axis=1)
     f0 = noisy_start(problem)
-    state = backend.allocate(problem)
+    state = probes.allocate(problem)
     for mode in ("readwrite", "propagate"):
-        backend.set_populations(state, f0)
+        probes.set_populations(state, f0)
         state.copies()[1].fill(cp.nan)  # poison: every fluid value must be written
-        assert backend.probe(state, mode, 1) > 0
-        out = backend.populations(state)
+        assert probes.probe(state, mode, 1) > 0
+        out = probes.populations(state)
         if mode == "readwrite":  # 2 q n_d bytes per fluid node: each value read and written
             assert np.array_equal(out[fluid], f0[fluid]) and np.isnan(out[~fluid]).all()
         else:  # pure streaming with bounce-back, bit for bit, plus the XYZ sector fill
@@ -261,16 +269,16 @@ def test_probes_move_exactly_the_fluid_values(backend, layout, precision):
             assert np.array_equal(out, expected, equal_nan=True)
 
 
-def test_relayout_keeps_populations(backend):
+def test_relayout_keeps_populations(probes):
     problem = make_problem("D3Q19", "float64", layout="paper")
     f0 = noisy_start(problem)
-    state = backend.allocate(problem)
-    backend.set_populations(state, f0)
-    other = backend.reconfigure(state, layout="xyz", tiles_per_block=4)
-    assert np.array_equal(backend.populations(other), as_stored(problem, f0))
-    backend.step(other, 20)
+    state = probes.allocate(problem)
+    probes.set_populations(state, f0)
+    other = probes.reconfigure(state, layout="xyz", tiles_per_block=4)
+    assert np.array_equal(probes.populations(other), as_stored(problem, f0))
+    probes.step(other, 20)
     ref = reference(replace(problem, layout="xyz"), f0, 20)
-    assert np.abs(backend.populations(other) - ref).max() <= 1e-12 * np.abs(ref).max()
+    assert np.abs(probes.populations(other) - ref).max() <= 1e-12 * np.abs(ref).max()
 
 
 def test_device_info_and_simulation_counters(backend):

@@ -41,6 +41,14 @@ def backend():
     return get_backend("cupy")
 
 
+@pytest.fixture(scope="module")
+def probes(backend):
+    """The benchmarks' CuPy backend: the probe kernels and re-laid views of one allocation."""
+    from solver.backends.cuda.probe_backend import ProbeBackend
+
+    return ProbeBackend()
+
+
 #: (packed tiles per block, CompactCode arguments) of the kernels the backend may be set to run.
 KERNELS = {"per-node": (0, {}), "packed8": (8, {}), "inner-paired": (0, {"inner": True,
            "paired": True}), "packed4-inner-paired": (4, {"inner": True, "paired": True}),
@@ -49,7 +57,7 @@ KERNELS = {"per-node": (0, {}), "packed8": (8, {}), "inner-paired": (0, {"inner"
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("name", list(PROBLEMS))
-def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, kernel,
+def test_compact_steps_like_numpy_through_graphs_and_launches(backend, probes, name, kernel,
                                                               monkeypatch):
     from solver.backends import plan
     from solver.backends.cuda.compact_run import CompactRun
@@ -82,7 +90,9 @@ def test_compact_steps_like_numpy_through_graphs_and_launches(backend, name, ker
     assert state.memory_bytes() == allocated
     assert backend.memory_required(problem) >= allocated
     with pytest.raises(ValueError, match="tiled"):
-        backend.reconfigure(state, layout="paper")
+        probes.reconfigure(state, layout="paper")
+    with pytest.raises(ValueError, match="tile_storage='tiled'"):
+        probes.probe(state, "propagate", 1)
     backend.release(state)
 
 

@@ -72,6 +72,14 @@ def backend():
     return get_backend("cupy")
 
 
+@pytest.fixture(scope="module")
+def probes(backend):
+    """The benchmarks' CuPy backend: the probe kernels and re-laid views of one allocation."""
+    from solver.backends.cuda.probe_backend import ProbeBackend
+
+    return ProbeBackend()
+
+
 def _fluid(problem) -> np.ndarray:
     return ~problem.tiling.solid[:, None, :].repeat(problem.lattice.q, axis=1)
 
@@ -182,38 +190,38 @@ def test_simulation_fields_and_checkpoint_resume(backend, tmp_path, storage):
 
 @pytest.mark.parametrize("precision, storage", [("float64", "auto"), ("float32", "auto"),
                                                 ("float32", "float16")])
-def test_in_place_probes_move_exactly_the_fluid_values(backend, precision, storage):
+def test_in_place_probes_move_exactly_the_fluid_values(probes, precision, storage):
     problem = replace(make_problem("D3Q19", precision, layout="paper", tiles_per_block=2,
                                    storage=storage), streaming="in-place")
     f0 = as_stored(problem, noisy_start(problem))
-    state = backend.allocate(problem)
-    backend.set_populations(state, f0)
-    assert backend.probe(state, "readwrite", 1) > 0 and state.current == 0
-    assert np.array_equal(backend.populations(state), f0)
-    backend.probe(state, "propagate", 1)
+    state = probes.allocate(problem)
+    probes.set_populations(state, f0)
+    assert probes.probe(state, "readwrite", 1) > 0 and state.current == 0
+    assert np.array_equal(probes.populations(state), f0)
+    probes.probe(state, "propagate", 1)
     assert state.current == 1
     table = problem.pull_table
     expected = f0.ravel().copy()
     expected[table.dst.ravel()] = f0.ravel()[table.src.ravel()]
-    assert np.array_equal(backend.populations(state), expected.reshape(f0.shape))
-    backend.release(state)
+    assert np.array_equal(probes.populations(state), expected.reshape(f0.shape))
+    probes.release(state)
 
 
-def test_in_place_relayout_keeps_populations(backend):
+def test_in_place_relayout_keeps_populations(probes):
     problem = replace(make_problem("D3Q19", "float64", layout="paper"), streaming="in-place")
     f0 = noisy_start(problem)
-    state = backend.allocate(problem)
-    backend.set_populations(state, f0)
-    backend.step(state, 5)  # phase 1: the re-layout decodes first
+    state = probes.allocate(problem)
+    probes.set_populations(state, f0)
+    probes.step(state, 5)  # phase 1: the re-layout decodes first
     fluid = _fluid(problem)
     ref5 = reference(problem, f0, 5)
-    other = backend.reconfigure(state, layout="xyz", tiles_per_block=4)
-    assert np.abs(backend.populations(other)[fluid] - ref5[fluid]).max() <= 1e-12
-    backend.step(other, 20)
+    other = probes.reconfigure(state, layout="xyz", tiles_per_block=4)
+    assert np.abs(probes.populations(other)[fluid] - ref5[fluid]).max() <= 1e-12
+    probes.step(other, 20)
     ref = reference(problem, f0, 25)
-    assert np.abs(backend.populations(other)[fluid] - ref[fluid]).max() <= 1e-12 * np.abs(
+    assert np.abs(probes.populations(other)[fluid] - ref[fluid]).max() <= 1e-12 * np.abs(
         ref).max()
-    backend.release(other)
+    probes.release(other)
 
 
 def test_distributed_phase_stepper_refuses_in_place(backend):

@@ -180,14 +180,14 @@ class _FakeBackend:
 
 
 def test_inplace_tune_times_every_tuning_through_the_backend_choice() -> None:
-    """benchmarks/inplace_tune.py (run on the GPU) on a fake backend: one two-copy row and
+    """benchmarks/in_place/inplace_tune.py (run on the GPU) on a fake backend: one two-copy row and
     one in-place row per tuning and tiles per block, the tuned kernels are what the backend
     resolves, their registers reported, and the backend's choice restored afterwards."""
     import importlib.util
 
     from solver.benchmarking.cases import BenchCase
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "inplace_tune.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "in_place" / "inplace_tune.py"
     spec = importlib.util.spec_from_file_location("inplace_tune", path)
     tune = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tune)

@@ -19,7 +19,7 @@ from solver.problem import Problem
 from solver.stability import MemoryRefused
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "memory"))
 
 import numpy_memory_peak  # noqa: E402
 

@@ -69,7 +69,8 @@ def test_acceleration_cuts_steps_and_keeps_k():
     assert runs[True].coarse_steps > 0 and runs[False].coarse_steps == 0
     # measured (KConvergence, 1000-step window): 1950 steps from rest at tau 1; 1100 (+ 1200
     # coarse) at tau 0.6 = 1259 fine-step equivalents, k +0.23 %. Every run needs at least
-    # one window, which caps the gain on so small a sample (3.2x at 40³, benchmarks/results).
+    # one window, which caps the gain on so small a sample (3.2x at 40³,
+    # benchmarks/rock_time_to_answer/results).
     assert runs[True].work_steps < 0.75 * runs[False].work_steps
     assert runs[True].steps < 0.65 * runs[False].steps
     assert runs[True].k_lattice == pytest.approx(runs[False].k_lattice, rel=0.005)

@@ -6,8 +6,8 @@ compiled by NVRTC once per variant (:mod:`.device`) and run on device copies
 ``f[copy][tile][i][slot]`` in the configured in-tile layout: two copies, or one updated in
 place by the AA pattern (:mod:`.streaming`; ``state.current`` is then the phase and readers
 decode phase 1 in place first). :meth:`CupyBackend.populations` returns XYZ order like every
-backend; step times are CUDA-event times; :meth:`CupyBackend.probe` runs the paper's
-read/write-only and propagation-only kernels (section 4.1). Everything the NumPy reference
+backend; step times are CUDA-event times (the paper's probe kernels and re-laid views, which only
+benchmarks use, are :class:`~.probe_backend.ProbeBackend`'s). Everything the NumPy reference
 does runs here: BGK, TRT, MRT with Guo forcing, halfway bounce-back, Zou-He faces, Ladd's
 moving walls and objects (``templates/PHYSICS_FOR_GPU.md``), the openings' link pass
 (:mod:`solver.iolets`, launched before each step) and float16 storage (:mod:`solver.storage`),
@@ -18,7 +18,7 @@ encoded and decoded on the device. Solid nodes hold the rest equilibrium in ever
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import cupy as cp
 import numpy as np
@@ -26,7 +26,6 @@ import numpy as np
 from ...problem import Problem
 from ..base import DeviceInfo
 from ..plan import ExecutionPlan, plan_for
-from .boundary import boundary_values
 from .capture import GRAPH_STEPS, capture_or_none, replay_timed
 from .compact_run import CompactRun
 from .device import (
@@ -222,60 +221,6 @@ class CupyBackend(StateAccess):
         if isinstance(state, CompactRun):
             return state.step(n)
         return self._timed(state, n, "full", state.problem.tiles_per_block)
-
-    def probe(self, state: CupyState, mode: str, n: int = 1,
-              tiles_per_block: int | None = None) -> float:
-        """Run ``n`` launches of a probe ('readwrite', 'propagate') or 'full'; event seconds.
-
-        The probes move the same bytes as a step but skip collision ('propagate') or also the
-        neighbour access ('readwrite'); they change the state, so use them for timing only.
-        """
-        if mode not in ("full", "propagate", "readwrite"):
-            raise ValueError(f"Unknown kernel mode {mode!r}; use 'full', 'propagate' or "
-                             "'readwrite'.")
-        if isinstance(state, CompactRun):
-            return state.probe(mode, n)
-        return self._timed(state, n, mode, tiles_per_block or state.problem.tiles_per_block)
-
-    def reconfigure(self, state: CupyState, **changes) -> CupyState:
-        """The same device populations under changed problem settings (a new state view).
-
-        ``changes`` are :class:`~solver.problem.Problem` fields other than the geometry, its
-        boundary conditions and the dtype, e.g. ``layout``, ``tiles_per_block``, ``collision``,
-        ``incompressible``, ``rates`` (MRT needs ``solver.mrt.MRTRates``); the data are re-laid
-        on the device when the layout changes. The new state shares the device arrays, so keep
-        using only the new one. The benchmark times every kernel variant on one allocation
-        this way.
-        """
-        fixed = {"tiling", "dtype", "storage_kind", "lattice", "faces", "objects", "labels",
-                 "periodic", "rho0", "streaming", "tile_storage"}
-        if fixed & changes.keys() or isinstance(state, CompactRun):
-            raise ValueError(f"reconfigure() keeps {', '.join(sorted(fixed))} and runs on the "
-                             "tiled storage; allocate anew.")
-        problem = replace(state.problem, **changes)
-        cached = state.problem.__dict__.get("boundary")  # functools.cached_property storage
-        if cached is not None:  # same geometry and faces: only Ladd's density may change
-            problem.__dict__["boundary"] = replace(
-                cached, rho_wall=1.0 if problem.incompressible else problem.rho0)
-        check_tile_shape(problem.lattice.name, problem.tiling.a, problem.tiles_per_block)
-        kernel_source(KernelVariant.for_problem(problem))  # refuses what the kernel lacks
-        self._natural(state)  # in place: decode with the old kernels before anything changes
-        slots = cp.asarray(slot_table(problem.lattice.name, problem.layout, problem.tiling.a))
-        tables = dict(state.tables)
-        if tables["bc"].size > 1:
-            tables["bc"] = cp.asarray(boundary_values(problem).astype(problem.dtype))
-        new = replace(state, problem=problem, slots=slots, launches={}, graphs={},
-                      real_args=physics_args(problem), identity_slots=None, tables=tables,
-                      iolets=device_iolets(problem, cp.asnumpy(slots)))
-        if new.iolets is not None and state.iolets is not None:  # the soft start goes on
-            new.iolets.step[...] = state.iolets.step
-        if not bool((slots == state.slots).all()):
-            q = cp.arange(problem.lattice.q)[:, None]
-            for c in range(state.f.shape[0]):
-                new.f[c][:, q, slots] = state.f[c][:, q, state.slots]
-        if problem.rho0 != state.problem.rho0:  # solid nodes hold the rest state of rho0
-            self.set_populations(new, self.populations(new))
-        return new
 
     def _natural(self, state: CupyState) -> cp.ndarray:
         """The copy holding the latest populations in the natural (two-copy) layout.

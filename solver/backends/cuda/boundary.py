@@ -121,7 +121,7 @@ def boundary_kind(problem: Problem) -> str:
     face then enters a node of that face as an unknown, so Ladd's term is never needed. It
     keeps the gather's populations live at once (more registers); measured on the H200, 256^3
     float32 BGK: plain 24.1, 'zou_he' 22.6, 'moving' 19.6 GLUPS
-    (``benchmarks/results/gpu-physics-nvidia-h200-2026-11-22.md``). Decided from the face
+    (``benchmarks/validation/results/gpu-physics-nvidia-h200-2026-11-22.md``). Decided from the face
     kinds and object velocities first, so plain runs never build the per-node tables.
     """
     by_kind: dict[str, list[FaceCondition]] = {}

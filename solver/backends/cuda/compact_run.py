@@ -294,13 +294,6 @@ class CompactRun:
                                self._launch)
         return seconds * n / (n - warm)
 
-    def probe(self, mode: str, n: int = 1) -> float:
-        """``n`` full steps ('full'); the tiled probes are refused (ValueError)."""
-        if mode != "full":  # the compact probes are benchmarks/compact_probe.py's
-            raise ValueError(f"probe {mode!r} runs on the tiled storage; allocate with "
-                             "tile_storage='tiled' (compact probes: benchmarks/compact_probe.py).")
-        return self.step(n)
-
     def release(self) -> None:
         """Drop the device arrays (the caller frees its memory pool)."""
         self.f, self.tables, self.edge, self.graphs, self.seeds = [], (), (), {}, None

@@ -3,7 +3,7 @@
 :class:`CompactProbe` holds two compact copies of one :class:`~.compact.CompactTiling` and
 launches one compact kernel (propagation probe or full step, either addressing, per-node or
 packed) between them, timed with CUDA events around captured graphs;
-``solver.benchmarking.compact_suite`` and ``benchmarks/compact_probe.py`` drive it.
+``solver.benchmarking.compact_suite`` and ``benchmarks/compact/compact_probe.py`` drive it.
 """
 
 from __future__ import annotations

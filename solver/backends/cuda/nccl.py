@@ -25,8 +25,8 @@ __all__ = ["NcclLink", "P2P_DEFAULTS", "nccl_version", "nccl_status"]
 
 #: NCCL settings applied unless the environment sets them. Point-to-point channels: each is a
 #: CTA that shares the SMs with the interior tiles while the halo travels; on 2 x H200 (NVLink,
-#: 1 MB per step, benchmarks/results/scaling-*) 4 channels gave weak-scaling steps of 0.142 ms
-#: against 0.144 ms with NCCL's default and 0.152 ms with 2 (the transfer then came late).
+#: 1 MB per step, benchmarks/scaling/results/scaling-*) 4 channels gave weak-scaling steps of 0.142
+#: ms against 0.144 ms with NCCL's default and 0.152 ms with 2 (the transfer then came late).
 P2P_DEFAULTS = {"NCCL_MAX_P2P_NCHANNELS": "4"}
 
 log = logging.getLogger(__name__)

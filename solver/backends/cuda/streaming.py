@@ -76,7 +76,8 @@ class AATuning:
 
 
 #: The tuning each storage precision's in-place steps get (KernelVariant.for_problem). All at
-#: the compiler's choice until the variants are timed on the GPU (benchmarks/inplace_tune.py).
+#: the compiler's choice until the variants are timed on the GPU
+#: (benchmarks/in_place/inplace_tune.py).
 AA_TUNING = {"float32": AATuning(), "float16": AATuning(), "float64": AATuning()}
 
 

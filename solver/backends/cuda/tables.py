@@ -114,8 +114,8 @@ def kernel_storage(problem: Problem) -> str:
 def halo_masks(storage: str) -> bool:
     """Whether kernels of ``storage`` ('auto' or 'float16') test the halo's fluid nodes with
     the fluid masks (8 bytes per neighbour tile and warp, few instructions) rather than the
-    node types (one byte per halo node). Timed on an H100 (benchmarks/README.md, issue 20
-    fourth round): masks win 3.5-4.8 % with float16 storage, which is bound by instruction
+    node types (one byte per halo node). Timed on an H100 (benchmarks/kernel_tuning/README.md, issue
+    20 fourth round): masks win 3.5-4.8 % with float16 storage, which is bound by instruction
     issue, and lose 1.6-2.4 % on the dense box in float32/float64, bound by L2 bytes."""
     return storage == "float16"
 

@@ -1,0 +1,244 @@
+"""Time to the whole rock answer: the k tensor of generated sandstone-like images, per phase.
+
+Issue 29's targets (H100, float32): the tensor with both protocols of a 200³ image in <= 20 s,
+of a 300³ image in <= 45 s, and the mirrored tensor of a 1000³ image in <= 5 min. Each image is
+``geometries.generators.random_sphere_pack`` at porosity 0.2, grain diameter 20 voxels, seed 3
+(the 200³ one is the lead's profiled case, ``rock200.yaml``), run exactly as
+``python -m solver run CASE`` runs ``permeability: {protocol: both, axes: all}``
+(:func:`solver.rock.run_study`, default settings, float32). Times are wall seconds of the
+process as it is, cold: the first study pays the kernel compilation (NVRTC, CuPy's disk cache
+helps a second run only), reported as the ``compile_first_chunk`` phase with the other phases
+of :data:`solver.rock.measure.PHASES`.
+
+Writes ``rock_tensor-<device>-<date>-<sizes>.json`` and ``.md`` (GPU, date, commit, per image: total
+seconds, phases, k per protocol and axis in mD, the steps) to ``--out``. ``--baseline
+summary.json`` compares the 200³ k with an earlier run's summary (target: within 0.1 %).
+
+Every NVRTC compilation of the process is logged (:class:`CompileLog`: count, seconds, kernel
+names), so the report says which kernels were compiled and how often.
+
+GPU commands (200³ and 300³; then the 1000³ image, about 9 GB of populations, alone with
+``--sizes --huge``, without the formation factor):
+``python benchmarks/rock_time_to_answer/rock_tensor.py`` and
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge`` (``--out`` default:
+``benchmarks/rock_time_to_answer/results``).
+CPU smoke test: ``--quick`` (one 16³ image, NumPy, float64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from geometries import VoxelGeometry  # noqa: E402
+from geometries.generators import random_sphere_pack  # noqa: E402
+from solver.backends import get_backend  # noqa: E402
+from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.config import SimulationConfig  # noqa: E402
+from solver.rock import PermeabilitySettings, run_study  # noqa: E402
+
+log = logging.getLogger("rock_tensor")
+
+#: (edge, voxel size m, protocol, target seconds) of the issue's three images.
+CASES = {200: (5.345e-6, "both", 20.0), 300: (4.8e-6, "both", 45.0),
+         1000: (5.345e-6, "mirrored", 300.0)}
+
+
+def image(n: int, voxel_size: float, porosity: float = 0.2, grain: float = 20.0,
+          seed: int = 3) -> VoxelGeometry:
+    """The sandstone-like n³ image of the issue's runs (overlapping grains, fixed seed)."""
+    pack = random_sphere_pack((n, n, n), porosity, diameter=min(grain, n / 3), seed=seed)
+    return VoxelGeometry(pack.solid, voxel_size=voxel_size, name=f"sphere pack {n}^3")
+
+
+def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
+            huge: bool = False, pressure_start: str = "rest") -> dict:
+    """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
+    formation factor (the issue's 1000³ target is the mirrored k tensor)."""
+    tic = time.perf_counter()
+    sample = image(n, voxel_size)
+    generated = time.perf_counter() - tic
+    config = SimulationConfig(precision=precision, collision="TRT")
+    settings = PermeabilitySettings(protocol=protocol, axes=["x", "y", "z"],
+                                    formation_factor=not huge, pressure_start=pressure_start)
+    tic = time.perf_counter()
+    study = run_study(sample, config, settings, backend)
+    seconds = time.perf_counter() - tic
+    summary = study.as_dict()
+    return {"size": n, "protocol": protocol, "porosity": sample.porosity,
+            "voxel_size_m": voxel_size, "seconds": seconds, "image_seconds": generated,
+            "phases_s": summary["phases_s"], "tensor_mD": summary["tensor_mD"],
+            "protocol_difference": summary["protocol_difference"],
+            "converged": study.converged,
+            "runs": [{"protocol": r.protocol, "axis": r.axis, "k_voxel2": r.k_lattice,
+                      "k_mD": r.k_mD, "steps": r.steps, "coarse_steps": r.coarse_steps,
+                      "seconds": r.seconds, "phases_s": r.phases} for r in study.results],
+            "study": summary}
+
+
+def compare(row: dict, baseline: Path) -> dict:
+    """Relative k difference per protocol and axis against an earlier ``summary.json``."""
+    old = json.loads(baseline.read_text())["tensor_mD"]
+    return {p: {a: row["tensor_mD"][p][a] / k - 1.0 for a, k in axes.items()
+                if k and row["tensor_mD"].get(p, {}).get(a)}
+            for p, axes in old.items()}
+
+
+class CompileLog:
+    """NVRTC compilations of this process (CuPy's, the solver's and CuPy's own elementwise
+    kernels alike): count, seconds and the kernel names per compile, to see which variants
+    are compiled and how often (issue 29 item 1c). A no-op without CuPy."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, float]] = []
+        try:
+            from cupy.cuda import compiler
+        except ImportError:
+            return
+        original = getattr(compiler, "_compile_using_nvrtc_no_warning", None)
+        if original is None:
+            return
+
+        def timed(source, *args, **kwargs):
+            tic = time.perf_counter()
+            try:
+                return original(source, *args, **kwargs)
+            finally:
+                names = re.findall(r"__global__\s+void\s+(\w+)", source)
+                self.entries.append((",".join(names[:3]) or "?", time.perf_counter() - tic))
+
+        compiler._compile_using_nvrtc_no_warning = timed
+
+    def summary(self) -> dict:
+        """Count, total seconds and seconds per kernel name (largest first)."""
+        per: dict[str, list[float]] = {}
+        for name, seconds in self.entries:
+            per.setdefault(name, []).append(seconds)
+        ranked = sorted(per.items(), key=lambda kv: -sum(kv[1]))
+        return {"count": len(self.entries), "seconds": sum(s for _, s in self.entries),
+                "by_kernel": [{"kernels": k, "compiles": len(v), "seconds": sum(v)}
+                              for k, v in ranked]}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Measure every chosen image; the report."""
+    compiles = CompileLog()
+    backend = get_backend(args.backend)
+    sizes = [16] if args.quick else [*args.sizes, *([1000] if args.huge else [])]
+    rows = []
+    for n in sizes:
+        voxel, protocol, target = CASES.get(n, (5.345e-6, "both", None))
+        before = len(compiles.entries)
+        row = measure(n, protocol, voxel, args.precision, backend, args.huge and n >= 1000,
+                      args.pressure_start)
+        row["target_seconds"] = target
+        row["compiles"] = {"count": len(compiles.entries) - before,
+                           "seconds": sum(s for _, s in compiles.entries[before:])}
+        if args.baseline and n == 200:
+            row["k_difference_vs_baseline"] = compare(row, Path(args.baseline))
+        log.info("%d^3 %s: %.1f s %s", n, protocol, row["seconds"], row["phases_s"])
+        rows.append(row)
+    info = backend.device_info()
+    return {"device": info.get("name"), "backend": backend.name,
+            "date": date.today().isoformat(), "commit": git_commit(),
+            "precision": args.precision, "pressure_start": args.pressure_start, "rows": rows,
+            "compiles": compiles.summary()}
+
+
+def markdown(report: dict) -> str:
+    """The report as a Markdown table per image."""
+    out = [f"# Rock tensor time to answer ({report['device']}, {report['date']}, "
+           f"commit {report['commit']}, {report['precision']}, pressure start "
+           f"{report.get('pressure_start', 'rest')})", ""]
+    for row in report["rows"]:
+        target = row["target_seconds"]
+        out += [f"## {row['size']}³, protocol {row['protocol']}, porosity "
+                f"{row['porosity']:.3f}: **{row['seconds']:.1f} s**"
+                + (f" (target {target:.0f} s)" if target else ""), "",
+                "| phase | seconds |", "|---|---|"]
+        out += [f"| {name} | {s:.2f} |" for name, s in row["phases_s"].items()]
+        out += ["", "| protocol | axis | k (mD) | steps | coarse steps | seconds |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {r['protocol']} | {r['axis']} | {r['k_mD']:.5g} | {r['steps']} | "
+                f"{r['coarse_steps']} | {r['seconds']:.1f} |" for r in row["runs"]]
+        out += ["", f"NVRTC compiles during this image: {row['compiles']['count']} "
+                f"({row['compiles']['seconds']:.1f} s)"]
+        study = row["study"]
+        if study.get("formation_factor"):
+            out += ["", "F per axis: " + ", ".join(
+                f"{a} {c['formation_factor']:.4g}" for a, c in study["formation_factor"].items())]
+        if "k_difference_vs_baseline" in row:
+            out += ["", "k against the baseline: " + ", ".join(
+                f"{p} {a} {100 * d:+.3f} %" for p, axes in row["k_difference_vs_baseline"].items()
+                for a, d in axes.items())]
+        out.append("")
+    return "\n".join(out + _compile_lines(report))
+
+
+def _compile_lines(report: dict) -> list[str]:
+    """The compile table: which kernels were compiled, how often, seconds."""
+    c = report.get("compiles") or {}
+    if not c.get("count"):
+        return []
+    out = [f"## NVRTC compiles: {c['count']} ({c['seconds']:.1f} s)", "",
+           "| kernels | compiles | seconds |", "|---|---|---|"]
+    out += [f"| {k['kernels']} | {k['compiles']} | {k['seconds']:.2f} |"
+            for k in c["by_kernel"][:30]]
+    return out + [""]
+
+
+def write(report: dict, out: Path) -> tuple[Path, Path]:
+    """Write the JSON and Markdown reports; their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
+    sizes = "-".join(str(row["size"]) for row in report["rows"]) + (
+        "-ramp" if report.get("pressure_start") == "ramp" else "")
+    stem = out / f"rock_tensor-{device}-{report['date']}-{sizes}"
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(json.dumps(report, indent=2, default=float))
+    md_path.write_text(markdown(report))
+    return json_path, md_path
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="*", default=[200, 300],
+                   help="image edges (none: only --huge)")
+    p.add_argument("--huge", action="store_true", help="also the 1000³ mirrored tensor")
+    p.add_argument("--precision", default="float32", choices=["float32", "float64"])
+    p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    p.add_argument("--pressure-start", default="rest", choices=["rest", "ramp"],
+                   help="start of the pressure runs (PermeabilitySettings.pressure_start)")
+    p.add_argument("--baseline", default=None, help="summary.json of an earlier 200³ run")
+    p.add_argument("--out", default="benchmarks/rock_time_to_answer/results",
+                   help="folder for JSON + md")
+    p.add_argument("--quick", action="store_true", help="CPU smoke test: one 16³ image")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.backend, args.precision = "numpy", "float64"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, write, print the Markdown."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parse(argv)
+    report = run(args)
+    json_path, md_path = write(report, Path(args.out))
+    print(markdown(report))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
