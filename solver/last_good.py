@@ -6,11 +6,11 @@ the storage dtype at its stored size, float16 included, whose values float32 pop
 all hold), the opening links' flux of that step and the Windkessel outlets' state. It lives
 where the state lives when the backend has room for it (a device-to-device copy: about a
 millisecond for a 256 x 256 x 128 float32 state on a GPU, nothing crosses to the host), else on
-the host (a read-back of the whole
-state, seconds at that size). Either way it is refreshed at most every :data:`REFRESH_S` seconds
-and never more often than keeps its own cost below :data:`MAX_SHARE` of the wall time, so a long
-run loses at most a few seconds of steps when it diverges. Restoring writes the copy back bit for
-bit: the run continues as if the steps after it never ran.
+the host (a read-back of the whole state, seconds at that size). Either way it is refreshed at
+most every :data:`REFRESH_S` seconds and never more often than keeps its own cost below
+:data:`MAX_SHARE` of the wall time, so a long run loses at most a few seconds of steps when it
+diverges. Restoring writes the copy back bit for bit: the run continues as if the steps after it
+never ran.
 """
 
 from __future__ import annotations
