@@ -2,10 +2,10 @@
 
 A :class:`PulsatileDriver` advances a :class:`~solver.simulation.Simulation` through its
 :class:`~solver.windkessel.WindkesselCoupling` (outlet pressures updated by the backend in its
-openings' pass) and stops at each sample step of its :class:`~solver.cycles.CycleMonitor` to observe the
-openings and the wall shear. The CLI (:class:`solver.run.HeadlessRun`) and the dashboard's
-runner (:class:`solver.runner.SimulationRunner`) both step through it, so a case runs the same
-in either. Lattice units.
+openings' pass) and stops at each sample step of its :class:`~solver.cycles.CycleMonitor` to
+observe the openings and the wall shear. The CLI (:class:`solver.run.HeadlessRun`) and the
+dashboard's runner (:class:`solver.runner.SimulationRunner`) both step through it, so a case
+runs the same in either. Lattice units.
 """
 
 from __future__ import annotations

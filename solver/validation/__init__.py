@@ -21,8 +21,16 @@ Cases (registered in :data:`CASES`, run by the tests in ``tests/solver/validatio
 
 from __future__ import annotations
 
-from . import cavity, channels, objects, porous, stenosis, vessels  # noqa: F401  (registers the cases)
-from . import cycle_mass, womersley  # noqa: F401  (registers the pulsatile cases)
+from . import (  # noqa: F401  (registers the cases)
+    cavity,
+    channels,
+    cycle_mass,
+    objects,
+    porous,
+    stenosis,
+    vessels,
+    womersley,
+)
 from .core import CASES, SIZES, Case, CaseResult, run_case
 from .report import run_all, write_report
 
