@@ -178,14 +178,14 @@ class CycleMonitor:
         out = {"cycle_index": np.array([self.index, self._count, self._whole[2]],
                                        dtype=np.int64),
                "cycle_ids": np.array(self.ids, dtype=np.int64),
-               "cycle_flows": np.asarray(self.flows, dtype=np.float64).reshape(-1, self.samples,
-                                                                              n),
+               "cycle_flows": np.asarray(self.flows, dtype=np.float64).reshape(
+                   len(self.flows), self.samples, n),
                "cycle_densities": np.asarray(self.densities, dtype=np.float64).reshape(
-                   -1, self.samples, n),
+                   len(self.densities), self.samples, n),
                "cycle_current_flow": np.asarray(self._cycle_flow, dtype=np.float64).reshape(
-                   -1, n),
+                   len(self._cycle_flow), n),
                "cycle_current_rho": np.asarray(self._cycle_rho, dtype=np.float64).reshape(
-                   -1, n)}
+                   len(self._cycle_rho), n)}
         if self._count:
             out["cycle_sum_vec"], out["cycle_sum_mag"] = (np.asarray(to_host(a)) for a in (
                 self._sum_vec, self._sum_mag))
@@ -209,10 +209,10 @@ class CycleMonitor:
             raise ValueError(f"its cycle counters (samples {index}, summed {count}, in whole "
                              f"cycles {whole}) do not fit {len(current)} samples of the cycle "
                              f"in progress at {self.samples} samples per cycle")
-        xp = sim.backend.xp
         sums: list = [None, None]
         walls = None
-        if count:
+        if count:  # the sums go back onto the run's backend, beside its wall nodes
+            xp = sim.backend.xp
             walls, tau = sim.wall_shear_vectors()
             sums = [xp.asarray(_shaped(arrays, "cycle_sum_vec", tau.shape)),
                     xp.asarray(_shaped(arrays, "cycle_sum_mag", tau.shape[:1]))]
