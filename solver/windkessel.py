@@ -35,7 +35,7 @@ from .values import ConfigError, is_number
 
 __all__ = ["Windkessel", "rcr_step", "periodic_pressure", "WindkesselCoupling",
            "WindkesselTable", "windkessel_table", "initial_state", "windkessel_update",
-           "PARTIALS", "TRACE",
+           "FIXED", "TRACE",
            "parse_windkessel", "windkessel_to_lattice", "windkessel_to_si", "retimed_windkessel",
            "lattice_coupling", "LATTICE_UNITS", "windkessel_spec"]
 
@@ -145,10 +145,11 @@ def periodic_pressure(t: np.ndarray, mean: float, harmonics: list[complex], omeg
     return out
 
 
-#: Partial sums per outlet of the device reduction of its links' flux (thread ``p`` of an
-#: outlet sums links ``p, p + P, ...``; then the P partials in order): the NumPy reference
-#: :func:`windkessel_update` adds in the same order, so both give the same bits.
-PARTIALS = 128
+#: Fixed-point scale of the outlets' flux sums (2^40): each link's mass flux is rounded to a
+#: multiple of 2^-40 (9.1e-13, lattice units) and the integers summed, exactly and in any order,
+#: on the device (warp sums and atomics) as in the NumPy reference: the same bits on both, and
+#: run to run. Sums up to 2^23 (8.4e6) fit the 64-bit integers.
+FIXED = float(2**40)
 #: Updates kept in the trace (flow and pressure per outlet) a coupling's history reads.
 TRACE = 4096
 #: Rows of a Windkessel state array (4, n outlets), lattice units, float64.
@@ -165,7 +166,8 @@ class WindkesselTable:
     ``rho_ref`` the density of the volume flux, ``rho0`` the density of zero pressure; every
     ``every`` steps (after the pass of the step that completes a multiple of it) each outlet's
     capacitor advances over ``every`` steps with the flow of that pass held (exact step) and
-    its density for the following passes is ``rho0 + 3 P``."""
+    its density for the following passes is ``rho0 + 3 P``; the flow is the sum of the links'
+    flux in fixed point (:data:`FIXED`)."""
 
     ids: tuple[int, ...]
     start: np.ndarray
@@ -234,11 +236,7 @@ def windkessel_update(table: WindkesselTable, state: np.ndarray, flux: np.ndarra
     slot = (step // table.every) % TRACE
     for o in range(table.n):
         seg = flux[table.start[o]:table.stop[o]]
-        rows = -(-seg.size // PARTIALS)
-        block = np.zeros(rows * PARTIALS)
-        block[:seg.size] = seg
-        partial = np.cumsum(block.reshape(rows, PARTIALS), axis=0)[-1]  # sequential per p
-        total = np.cumsum(partial)[-1]
+        total = float(np.rint(seg * FIXED).astype(np.int64).sum()) / FIXED
         q = -(total / table.rho_ref)
         target = table.pd[o] + table.rd[o] * q
         cap = target + (state[CAPACITOR, o] - target) * table.decay[o]

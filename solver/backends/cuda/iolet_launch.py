@@ -16,7 +16,7 @@ import numpy as np
 from ...problem import Problem
 from .capture import CAPTURE_LOCK
 from .iolets import IOLET_KERNELS, NVCC_OPTIONS, iolet_plan, iolet_source, wave_columns
-from .windkessel import WINDKESSEL_KERNELS, windkessel_source
+from .windkessel import WINDKESSEL_KERNELS, windkessel_links, windkessel_source
 
 __all__ = ["DeviceIolets", "device_iolets"]
 
@@ -35,39 +35,39 @@ class DeviceWindkessel:
     and the three launches that update them after the openings' pass."""
 
     def __init__(self, table, state: np.ndarray, real: np.dtype) -> None:
-        from ...windkessel import PARTIALS, TRACE
+        from ...windkessel import TRACE
 
         self.table, self.n = table, np.int32(table.n)
-        self.start, self.stop = cp.asarray(table.start), cp.asarray(table.stop)
         self.rp, self.rd, self.pd, self.decay = (cp.asarray(a) for a in (
             table.rp, table.rd, table.pd, table.decay))
         self.state = cp.asarray(np.ascontiguousarray(state, dtype=np.float64))
-        self.partial = cp.zeros(table.n * PARTIALS, dtype=np.float64)
+        self.acc = cp.zeros(table.n, dtype=np.uint64)
         self.trace = cp.zeros((TRACE, 2, table.n), dtype=np.float64)
-        links = [np.arange(a, b) for a, b in zip(table.start, table.stop, strict=True)]
-        self.link = cp.asarray(np.concatenate(links).astype(np.int64))
-        self.outlet = cp.asarray(np.concatenate(
-            [np.full(len(k), o, dtype=np.int32) for o, k in enumerate(links)]))
-        self.links = np.int32(self.link.size)
+        link, outlet = windkessel_links(table)
+        self.link, self.outlet = cp.asarray(link), cp.asarray(outlet)
+        self.links = np.int32(link.size)
         self.every = np.int64(table.every)
         self._kernels = _kernels(windkessel_source(real.name), cp.cuda.Device().id,
                                  WINDKESSEL_KERNELS)
         grid = lambda k: ((int(k) + _THREADS - 1) // _THREADS,)  # noqa: E731
-        self._grids = (grid(table.n * PARTIALS), grid(table.n), grid(self.links))
+        self._grids = (grid(self.links), grid(table.n), grid(self.links))
 
-    def values(self) -> np.ndarray:
-        """The links' density (host float64) of the current state, for the value table."""
+    def values(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the outlets' links, their densities (host float64) of the current state), for
+        the value table."""
         from ...windkessel import DENSITY
 
-        return cp.asnumpy(self.state[DENSITY])[cp.asnumpy(self.outlet)]
+        link, outlet = windkessel_links(self.table)
+        real = link >= 0
+        return link[real], cp.asnumpy(self.state[DENSITY])[outlet[real]]
 
     def launch(self, flux: cp.ndarray, value: cp.ndarray, step: cp.ndarray) -> None:
         """Update the outlets from ``flux`` when ``step`` completes an interval."""
-        partial, update, values = self._kernels
+        total, update, values = self._kernels
         g = self._grids
-        partial(g[0], (_THREADS,), (flux, self.start, self.stop, self.partial, step,
-                                    self.every, self.n))
-        update(g[1], (_THREADS,), (self.partial, self.state, self.rp, self.rd, self.pd,
+        total(g[0], (_THREADS,), (flux, self.link, self.outlet, self.acc, step, self.every,
+                                  self.links))
+        update(g[1], (_THREADS,), (self.acc, self.state, self.rp, self.rd, self.pd,
                                    self.decay, np.float64(self.table.rho_ref),
                                    np.float64(self.table.rho0), self.trace, step, self.every,
                                    self.n))
@@ -140,7 +140,8 @@ class DeviceIolets:
         """Update ``table``'s outlets in the pass from ``state`` (4, n) on; their links' values
         set to its densities now."""
         wk = DeviceWindkessel(table, state, self.real)
-        self.value[wk.link] = cp.asarray(wk.values(), dtype=self.real)
+        links, density = wk.values()
+        self.value[cp.asarray(links)] = cp.asarray(density, dtype=self.real)
         self.windkessel = wk
 
     def set_step(self, step: int) -> None:
