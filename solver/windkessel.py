@@ -12,7 +12,8 @@ two-element model is ``R_p = 0``. :func:`rcr_step` integrates ``P_c`` over an in
 ``Q`` held constant exactly (exponential step), so it is stable for any interval.
 
 Coupling (:class:`WindkesselCoupling`), explicit, on the backend: every ``every`` steps the
-openings' pass sums each outlet's exact per-link flux of the step just taken, advances each
+openings' pass sums each outlet's per-link flux of the step just taken (exact to 2^-40 per
+link: :data:`FIXED`), advances each
 model by ``every`` time steps (:func:`windkessel_update`; on the GPU three tiny kernels in the
 pass, captured in the CUDA graphs: no host read or upload per step) and writes the new pressure
 as the pressure opening's density for the next steps. The price is a zero-order hold of ``Q``

@@ -69,7 +69,7 @@ def _library(precision: str):
 
 
 def _table(every: int) -> tuple[WindkesselTable, np.ndarray]:
-    """Two outlets of 300 and 57 links among 400 (not a multiple of the partial count)."""
+    """Two outlets of 300 and 57 links among 400 (neither a multiple of a warp)."""
     models = {2: Windkessel(0.01, 5e3, 0.2, 0.001, 0.002), 3: Windkessel(0.0, 2e4, 0.05)}
     table = WindkesselTable((2, 3), np.array([20, 330]), np.array([320, 387]),
                             np.array([0.01, 0.0]), np.array([0.2, 0.05]),
