@@ -20,7 +20,8 @@ as the pressure opening's density for the next steps. The price is a zero-order 
 over ``every`` steps, a lag of half that interval in the outlet pressure (negligible while
 ``every`` time steps are short against ``R_d C`` and the heart period: 10 steps of a 5000-step
 cycle lag 0.1 % of it). The host version (flow rates read, ODE stepped in Python, densities
-uploaded every 10 steps) cost 27 % of a step on the 15 M node H100 vessel.
+uploaded every 10 steps) cost 27 % of a step on the 15 M node H100 vessel; on the backend
+0.45 % (H200, ``benchmarks/pulsatile_cost.py``).
 """
 
 from __future__ import annotations
