@@ -171,7 +171,73 @@ class CycleMonitor:
                                         np.asarray(to_host(sum_mag), dtype=np.float64), count)
         return ShearIndices(tawss, osi, rrt, count // self.samples)
 
+    def state_arrays(self, to_host: Any = np.asarray) -> dict[str, np.ndarray]:
+        """What a checkpoint keeps so that a resumed run samples, sums and judges periodic
+        convergence as an unbroken one (host arrays, by name; ``to_host`` the backend's copy)."""
+        n = len(self.ids)
+        out = {"cycle_index": np.array([self.index, self._count, self._whole[2]],
+                                       dtype=np.int64),
+               "cycle_ids": np.array(self.ids, dtype=np.int64),
+               "cycle_flows": np.asarray(self.flows, dtype=np.float64).reshape(
+                   len(self.flows), self.samples, n),
+               "cycle_densities": np.asarray(self.densities, dtype=np.float64).reshape(
+                   len(self.densities), self.samples, n),
+               "cycle_current_flow": np.asarray(self._cycle_flow, dtype=np.float64).reshape(
+                   len(self._cycle_flow), n),
+               "cycle_current_rho": np.asarray(self._cycle_rho, dtype=np.float64).reshape(
+                   len(self._cycle_rho), n)}
+        if self._count:
+            out["cycle_sum_vec"], out["cycle_sum_mag"] = (np.asarray(to_host(a)) for a in (
+                self._sum_vec, self._sum_mag))
+        if self._whole[2]:
+            out["cycle_whole_vec"], out["cycle_whole_mag"] = (np.asarray(to_host(a)) for a in
+                                                              self._whole[:2])
+        return out
+
+    def restore_arrays(self, arrays: dict[str, np.ndarray], sim: Any) -> None:
+        """Continue from :meth:`state_arrays` on ``sim`` (the sums back on its backend); a
+        ValueError says what does not fit this run."""
+        index, count, whole = (int(x) for x in _shaped(arrays, "cycle_index", (3,)))
+        ids = tuple(int(i) for i in _shaped(arrays, "cycle_ids", (None,)))
+        n = len(ids)
+        flows = _shaped(arrays, "cycle_flows", (None, self.samples, n))
+        rho = _shaped(arrays, "cycle_densities", flows.shape)
+        current = _shaped(arrays, "cycle_current_flow", (None, n))
+        current_rho = _shaped(arrays, "cycle_current_rho", current.shape)
+        if not (0 <= count <= index and 0 <= whole <= count
+                and len(current) == index % self.samples):
+            raise ValueError(f"its cycle counters (samples {index}, summed {count}, in whole "
+                             f"cycles {whole}) do not fit {len(current)} samples of the cycle "
+                             f"in progress at {self.samples} samples per cycle")
+        sums: list = [None, None]
+        walls = None
+        if count:  # the sums go back onto the run's backend, beside its wall nodes
+            xp = sim.backend.xp
+            walls, tau = sim.wall_shear_vectors()
+            sums = [xp.asarray(_shaped(arrays, "cycle_sum_vec", tau.shape)),
+                    xp.asarray(_shaped(arrays, "cycle_sum_mag", tau.shape[:1]))]
+        kept = (None, None, 0)
+        if whole:
+            kept = (xp.asarray(_shaped(arrays, "cycle_whole_vec", sums[0].shape)),
+                    xp.asarray(_shaped(arrays, "cycle_whole_mag", sums[1].shape)), whole)
+        self.ids, self.index, self._count, self._whole = ids, index, count, kept
+        self.flows, self.densities = list(flows), list(rho)
+        self._cycle_flow, self._cycle_rho = current.tolist(), current_rho.tolist()
+        self._sum_vec, self._sum_mag, self._walls = sums[0], sums[1], walls
+
     @property
     def walls(self) -> Any:
         """The wall nodes the indices are given at (:class:`solver.wall_shear.WallNodes`)."""
         return self._walls
+
+
+def _shaped(arrays: dict[str, np.ndarray], name: str, shape: tuple) -> np.ndarray:
+    """``arrays[name]`` of ``shape`` (None: any length), else a ValueError naming it."""
+    if name not in arrays:
+        raise ValueError(f"it lacks the cycle array {name!r}")
+    value = arrays[name]
+    if value.ndim != len(shape) or any(want is not None and have != want
+                                       for have, want in zip(value.shape, shape, strict=True)):
+        raise ValueError(f"its cycle array {name!r} has shape {value.shape}, this run needs "
+                         f"{tuple('any' if w is None else w for w in shape)}")
+    return value

@@ -67,6 +67,13 @@ class Checkpoint:
     #: Mass flux per opening link in the last step (float64), None without driven openings
     #: (or in a checkpoint written before it was kept: the flows then read 0 until a step).
     iolet_flux: np.ndarray | None = field(default=None, repr=False)
+    #: Windkessel outlets' state (4, n: capacitor, pressure, flow out, density; lattice, float64)
+    #: and their opening ids (n,) int64 (:mod:`solver.windkessel`); None without any.
+    windkessel: np.ndarray | None = field(default=None, repr=False)
+    windkessel_ids: np.ndarray | None = field(default=None, repr=False)
+    #: Numeric arrays of the way of running that a resume continues from (a pulsatile run's
+    #: cycle accumulators, :meth:`solver.cycles.CycleMonitor.state_arrays`), by name.
+    arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
 
 def mask_hash(solid: np.ndarray) -> str:
@@ -177,8 +184,18 @@ def write_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
     }
     if checkpoint.iolet_flux is not None:
         arrays["iolet_flux"] = np.asarray(checkpoint.iolet_flux, dtype=np.float64)
+    if checkpoint.windkessel is not None:
+        arrays["windkessel"] = np.asarray(checkpoint.windkessel, dtype=np.float64)
+        arrays["windkessel_ids"] = np.asarray(checkpoint.windkessel_ids, dtype=np.int64)
+    for name, value in checkpoint.arrays.items():
+        arrays[RUN_ARRAY + name] = np.asarray(value)
     return atomic_write(path, lambda fh: _write_npz(fh, arrays))
 
+
+#: Prefix of the stored names of :attr:`Checkpoint.arrays`.
+RUN_ARRAY = "run_"
+#: Dtypes a run array may have (no objects, strings or complex values).
+RUN_ARRAY_DTYPES = (np.float64, np.float32, np.int64)
 
 #: Largest step count a checkpoint may hold (10^12 steps is years of GPU time).
 MAX_STEP = 10**12
@@ -236,6 +253,9 @@ def _checkpoint_of_npz(fh: IO[bytes], path: str | Path) -> Checkpoint:
             populations=data["populations"], metrics=json.loads(str(data["metrics"])),
             extra=json.loads(str(data["extra"])),
             iolet_flux=data["iolet_flux"] if "iolet_flux" in data.files else None,
+            windkessel=data["windkessel"] if "windkessel" in data.files else None,
+            windkessel_ids=data["windkessel_ids"] if "windkessel_ids" in data.files else None,
+            arrays={k[len(RUN_ARRAY):]: data[k] for k in data.files if k.startswith(RUN_ARRAY)},
         )
 
 
@@ -263,17 +283,46 @@ def _check_fields(checkpoint: Checkpoint, path: str | Path) -> None:
     flux = checkpoint.iolet_flux
     if flux is not None and (flux.dtype != np.float64 or flux.ndim != 1):
         raise bad(f"its opening fluxes are {flux.dtype} of {flux.ndim} dimensions, not float64")
+    _check_windkessel(checkpoint, bad)
+    for name, value in checkpoint.arrays.items():
+        if value.dtype not in RUN_ARRAY_DTYPES or value.ndim > 3:
+            raise bad(f"its array {name!r} is {value.dtype} of {value.ndim} dimensions, not a "
+                      "float64, float32 or int64 array of at most 3")
+        if value.dtype != np.int64 and not np.isfinite(value).all():
+            raise bad(f"its array {name!r} holds values that are not finite")
 
 
-def checkpoint_of(sim, extra: dict[str, Any] | None = None) -> Checkpoint:
+def _check_windkessel(checkpoint: Checkpoint, bad: Callable[[str], CheckpointError]) -> None:
+    """Refuse a Windkessel state that is not (4, n) finite float64 with n distinct ids."""
+    state, ids = checkpoint.windkessel, checkpoint.windkessel_ids
+    if state is None and ids is None:
+        return
+    if state is None or ids is None:
+        raise bad("it holds Windkessel outlet ids without their state, or the reverse")
+    if ids.dtype != np.int64 or ids.ndim != 1 or len(set(ids.tolist())) != ids.size:
+        raise bad(f"its Windkessel outlet ids are {ids.dtype} {ids.tolist()!r}, not distinct "
+                  "int64 opening ids")
+    if state.dtype != np.float64 or state.shape != (4, ids.size):
+        raise bad(f"its Windkessel state is {state.dtype} of shape {state.shape}, not float64 "
+                  f"of shape (4, {ids.size})")
+    if not np.isfinite(state).all():
+        raise bad("its Windkessel state holds values that are not finite")
+
+
+def checkpoint_of(sim, extra: dict[str, Any] | None = None,
+                  arrays: dict[str, np.ndarray] | None = None) -> Checkpoint:
     """Snapshot of a Simulation (populations decoded, in the arithmetic dtype; float64 with
-    float16 storage, which holds every stored value exactly: solver.storage)."""
+    float16 storage, which holds every stored value exactly: solver.storage), with its
+    Windkessel outlets' state and the way of running's ``arrays``."""
+    wk = getattr(sim, "windkessel_state", lambda: None)()
     return Checkpoint(
         config=config_values(sim.config), shape=tuple(sim.solid.shape),
         mask_sha256=mask_hash(sim.solid), step=sim.time_step,
         populations=sim.populations().astype(sim.problem.storage.checkpoint_dtype),
         metrics=sim.metrics.as_dict(), extra=dict(extra or {}),
         iolet_flux=sim.backend.iolet_flux(sim.state),
+        windkessel=wk, arrays=dict(arrays or {}),
+        windkessel_ids=None if wk is None else np.array(sim.windkessel_ids(), dtype=np.int64),
     )
 
 
@@ -310,6 +359,14 @@ def restore(sim, checkpoint: Checkpoint) -> None:
     sim.backend.set_step(sim.state, checkpoint.step)  # seeds float16 stochastic rounding
     if flux is not None:
         sim.backend.set_iolet_flux(sim.state, flux)  # the saved step's flows until the next
+    attached = tuple(getattr(sim, "windkessel_ids", tuple)())
+    if checkpoint.windkessel is not None:
+        sim.restore_windkessel(tuple(int(i) for i in checkpoint.windkessel_ids),
+                               checkpoint.windkessel)
+    elif attached:
+        raise CheckpointError(f"The checkpoint holds no Windkessel state, this run couples "
+                              f"outlets {list(attached)}: it was written without them (or by "
+                              "an older version); start a new run.")
     for key in RESUMED_METRICS:
         if key in checkpoint.metrics:
             setattr(sim.metrics, key, checkpoint.metrics[key])

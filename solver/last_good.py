@@ -3,13 +3,14 @@
 :class:`LastGood` holds a copy of a Simulation's latest populations, taken right after a health
 check passed: the stored array itself (:meth:`~solver.backends.base.Backend.stored_populations`:
 the storage dtype at its stored size, float16 included, whose values float32 populations cannot
-all hold), and the opening links' flux of that step. It lives where the state lives when the
-backend has room for it (a device-to-device copy: about a millisecond for a 256 x 256 x 128
-float32 state on a GPU, nothing crosses to the host), else on the host (a read-back of the whole
-state, seconds at that size). Either way it is refreshed at most every :data:`REFRESH_S` seconds
-and never more often than keeps its own cost below :data:`MAX_SHARE` of the wall time, so a long
-run loses at most a few seconds of steps when it diverges. Restoring writes the copy back bit for
-bit: the run continues as if the steps after it never ran.
+all hold), the opening links' flux of that step and the Windkessel outlets' state. It lives
+where the state lives when the backend has room for it (a device-to-device copy: about a
+millisecond for a 256 x 256 x 128 float32 state on a GPU, nothing crosses to the host), else on
+the host (a read-back of the whole state, seconds at that size). Either way it is refreshed at
+most every :data:`REFRESH_S` seconds and never more often than keeps its own cost below
+:data:`MAX_SHARE` of the wall time, so a long run loses at most a few seconds of steps when it
+diverges. Restoring writes the copy back bit for bit: the run continues as if the steps after it
+never ran.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class LastGood:
         self.on_device = False
         self._f: Any = None
         self._flux: np.ndarray | None = None  # the opening links' flux of that step
+        self._windkessel: np.ndarray | None = None  # the Windkessel outlets' state then
         self._taken = float("-inf")
         self._cost = 0.0
 
@@ -60,6 +62,7 @@ class LastGood:
                 log.info("last good state kept on the host (%.0f MB): not enough free device "
                          "memory for a copy", self._f.nbytes / 1e6)
         self._flux = backend.iolet_flux(sim.state)
+        self._windkessel = getattr(sim, "windkessel_state", lambda: None)()  # a few numbers
         self.step = sim.time_step
         self._taken = time.perf_counter()
         self._cost = self._taken - start
@@ -84,12 +87,15 @@ class LastGood:
         sim.backend.set_step(sim.state, self.step)  # float16 storage: that step's rounding
         if self._flux is not None:  # the openings read that step's flows until the next one
             sim.backend.set_iolet_flux(sim.state, self._flux)
+        if self._windkessel is not None:  # the outlets' pressures of that step, not NaN
+            sim.restore_windkessel(sim.windkessel_ids(), self._windkessel)
         sim.metrics.steps = self.step
         return self.step
 
     def clear(self) -> None:
         """Drop the copy (frees its memory)."""
         self._f, self._flux, self.on_device, self.step = None, None, False, None
+        self._windkessel = None
         self._taken = float("-inf")
 
 

@@ -1,11 +1,11 @@
 """Stepping a pulsatile run: the Windkessel outlets' coupling and the heart-cycle sampler together.
 
 A :class:`PulsatileDriver` advances a :class:`~solver.simulation.Simulation` through its
-:class:`~solver.windkessel.WindkesselCoupling` (outlet pressures set on the host every few
-steps) and stops at each sample step of its :class:`~solver.cycles.CycleMonitor` to observe the
-openings and the wall shear. The CLI (:class:`solver.run.HeadlessRun`) and the dashboard's
-runner (:class:`solver.runner.SimulationRunner`) both step through it, so a case runs the same
-in either. Lattice units.
+:class:`~solver.windkessel.WindkesselCoupling` (outlet pressures updated by the backend in its
+openings' pass) and stops at each sample step of its :class:`~solver.cycles.CycleMonitor` to
+observe the openings and the wall shear. The CLI (:class:`solver.run.HeadlessRun`) and the
+dashboard's runner (:class:`solver.runner.SimulationRunner`) both step through it, so a case
+runs the same in either. Lattice units.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from tqdm import tqdm
 from .case import Case, CaseError, load_geometry
 from .flow_fields import FIELDS
 from .io import (
+    CheckpointError,
     CsvLog,
     checkpoint_of,
     read_checkpoint,
@@ -144,7 +145,7 @@ class HeadlessRun:
             self.frame_layer = None if self.frames is None else self.frames.layer(solid)
         except ValueError as exc:
             raise CaseError(f"{case.path or case.name}: {exc}") from exc
-        # Windkessel outlets: their pressures set on the host every windkessel_every steps.
+        # Windkessel outlets: updated by the backend every windkessel_every steps.
         self.windkessel = case_coupling(case.openings or [], self.geometry, self.units,
                                         case.config.initial_density,
                                         self.controls.windkessel_every,
@@ -181,9 +182,22 @@ class HeadlessRun:
         self.wall = float(checkpoint.extra.get("wall_s", 0.0))
         self.last = dict(checkpoint.extra.get("last") or {})
         self._interval = (self.sim.time_step, self.sim.metrics.seconds)
-        if self.cycles is not None:  # the cycles before the checkpoint are not known
-            self.cycles.skip_to(self.sim.time_step)
+        if self.cycles is not None:
+            self._resume_cycles(checkpoint, path)
         log.info("Resumed %s at step %d.", path, self.sim.time_step)
+
+    def _resume_cycles(self, checkpoint: Any, path: str | Path) -> None:
+        """The heart cycles' samples and shear sums of the checkpoint (a checkpoint without
+        them, e.g. written before they were kept: sampling starts at the next whole cycle)."""
+        if not any(k.startswith("cycle_") for k in checkpoint.arrays):
+            self.cycles.skip_to(self.sim.time_step)
+            return
+        try:
+            self.cycles.restore_arrays(checkpoint.arrays, self.sim)
+        except ValueError as exc:
+            raise CheckpointError(f"The checkpoint {path} does not fit this pulsatile run: "
+                                  f"{exc}. Resume with the case it was written by, or start "
+                                  "again without --resume.") from exc
 
     def execute(self, progress: bool = True) -> RunOutcome:
         """Step until done; write outputs; return the outcome (never raises for divergence)."""
@@ -408,7 +422,8 @@ class HeadlessRun:
 
     def _checkpoint(self) -> None:
         extra = {"wall_s": self.wall, "last": self.last, "monitor": self.monitor.state()}
-        write_checkpoint(self.checkpoint_path, checkpoint_of(self.sim, extra))
+        arrays = {} if self.cycles is None else self.cycles.state_arrays(self.sim.backend.to_host)
+        write_checkpoint(self.checkpoint_path, checkpoint_of(self.sim, extra, arrays))
         log.debug("Checkpoint at step %d.", self.sim.time_step)
 
     def _finish(self, status: str, code: int, message: str, t0: float,

@@ -84,6 +84,9 @@ class Simulation:
         self._state_bytes: int | None = None  # memory_bytes, made on first use
         self._walls = None  # wall nodes of solver.wall_shear, made on first use
         self._opening_nodes = None  # device indices of the openings' nodes, made on first use
+        self._windkessel: Any = None  # the attached WindkesselTable (solver.windkessel)
+        self._saved_windkessel: Any = None  # (ids, state) of a checkpoint read before attaching
+        self._closed_windkessel: Any = (None, None)  # (state, trace) when the run was closed
         self.metrics = Metrics(
             fluid_nodes=self.problem.n_fluid, n_tiles=self.problem.tiling.n_tiles,
             eta_t=self.problem.tiling.eta_t,
@@ -362,6 +365,45 @@ class Simulation:
         self.allocate()
         self.backend.set_iolet_values(self.state, np.array(tables.value, dtype=np.float64))
 
+    def attach_windkessel(self, table: Any, values: np.ndarray) -> None:
+        """Update the Windkessel outlets of ``table`` (:class:`solver.windkessel.WindkesselTable`)
+        in the openings' pass from the state ``values`` (4, n, lattice) on; a checkpoint read
+        before (:meth:`restore_windkessel`) gives its saved state instead."""
+        if self._saved_windkessel is not None:
+            ids, values = self._saved_windkessel
+            _same_outlets(ids, table.ids)
+        self.allocate()
+        self.backend.set_windkessel(self.state, table, values)
+        self._windkessel, self._saved_windkessel = table, None
+
+    def restore_windkessel(self, ids: tuple[int, ...], values: np.ndarray) -> None:
+        """Continue the Windkessel outlets ``ids`` from a checkpoint's state (4, n): now if
+        attached, else when :meth:`attach_windkessel` is called."""
+        if self._windkessel is None:
+            self._saved_windkessel = (tuple(ids), np.array(values, dtype=np.float64))
+            return
+        _same_outlets(ids, self._windkessel.ids)
+        self.backend.set_windkessel(self.state, self._windkessel, values)
+
+    def windkessel_ids(self) -> tuple[int, ...]:
+        """The opening ids of the attached Windkessel outlets (empty without any)."""
+        return () if self._windkessel is None else self._windkessel.ids
+
+    def windkessel_state(self) -> np.ndarray | None:
+        """The Windkessel outlets' state (4, n: capacitor, pressure, flow out, density; lattice,
+        :mod:`solver.windkessel`) now, None without any (one small host read)."""
+        if self._windkessel is None:
+            return None
+        return self._closed_windkessel[0] if self.state is None else \
+            self.backend.windkessel_state(self.state)
+
+    def windkessel_trace(self) -> np.ndarray | None:
+        """The outlets' (flow out, pressure) per update slot (TRACE, 2, n), None without any."""
+        if self._windkessel is None:
+            return None
+        return self._closed_windkessel[1] if self.state is None else \
+            self.backend.windkessel_trace(self.state)
+
     def wall_shear_stress(self) -> np.ndarray:
         """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
@@ -400,6 +442,8 @@ class Simulation:
         self._slice_cache.clear()
         self._readout = None
         if self.state is not None:
+            if self._windkessel is not None:  # its last state and trace stay readable
+                self._closed_windkessel = (self.windkessel_state(), self.windkessel_trace())
             self.backend.release(self.state)
             self.state = None
 
@@ -421,3 +465,11 @@ class Simulation:
         sim = cls(geometry, config, backend)
         restore(sim, checkpoint)
         return sim
+
+
+def _same_outlets(saved: tuple[int, ...], attached: tuple[int, ...]) -> None:
+    """Refuse a checkpoint's Windkessel state for other outlets than the run's."""
+    if tuple(saved) != tuple(attached):
+        raise CheckpointError(f"The checkpoint holds Windkessel outlets {list(saved)}, this run "
+                              f"couples {list(attached)}; resume with the openings it was "
+                              "written with, or start a new run.")

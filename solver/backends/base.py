@@ -174,6 +174,16 @@ class Backend(Protocol):
         """Set what :meth:`iolet_flux` reads until the next step (a resumed or restored run
         reports the flows of the step it was saved at)."""
 
+    def set_windkessel(self, state: Any, table: Any, values: np.ndarray) -> None:
+        """Update ``table``'s Windkessel outlets (:class:`solver.windkessel.WindkesselTable`)
+        in the openings' pass from the state ``values`` (4, n) on, on the backend."""
+
+    def windkessel_state(self, state: Any) -> np.ndarray | None:
+        """The Windkessel outlets' state (4, n) float64 now (host), None without any."""
+
+    def windkessel_trace(self, state: Any) -> np.ndarray | None:
+        """The outlets' (flow, pressure) per update slot (TRACE, 2, n) (host), None."""
+
     def set_step(self, state: Any, step: int) -> None:
         """Set the step counter that seeds the stochastic rounding of float16 storage
         (:mod:`solver.storage`); a checkpoint restores it so that a resumed run continues bit

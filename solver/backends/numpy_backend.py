@@ -22,6 +22,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from ..node_types import zou_he_type
 from ..problem import Problem
 from ..storage import collides_deviations, dither
 from ..streaming import pull_table_bytes
+from ..windkessel import DENSITY, TRACE, windkessel_update
 from .base import (
     DeviceInfo,
     NodeIndex,
@@ -98,9 +100,17 @@ class NumpyState:
     iolets: IoletAddresses | None = field(default=None, repr=False)
     #: Net mass flux into the fluid per opening link in the last step (lattice units).
     iolet_flux: np.ndarray | None = field(default=None, repr=False)
+    #: Windkessel outlets (:mod:`solver.windkessel`): (table, state (4, n), trace), or None.
+    windkessel: tuple | None = field(default=None, repr=False)
     #: float16 storage collided as deviations (solver.storage.collides_deviations), decided
     #: once per allocation as the kernel's variant decides it.
     deviations: bool = False
+
+
+def _set_windkessel_values(tables: Any, table: Any, values: np.ndarray) -> None:
+    """The outlets' links' values: their densities (what the kernel ``wk_values`` writes)."""
+    for o in range(table.n):
+        tables.value[table.start[o]:table.stop[o]] = values[DENSITY, o]
 
 
 def _chunk_boundaries(problem: Problem, chunks: list[slice]) -> list[ChunkBoundary]:
@@ -183,6 +193,8 @@ class NumpyBackend:
                 state.iolet_flux = apply_iolets(src, state.iolets, p.iolets, p.storage,
                                                 p.lattice, p.force, p.incompressible,
                                                 state.step)
+                if state.windkessel is not None:  # after the pass, as the kernels run
+                    self._windkessel(state)
             work = list(zip([src] * len(state.chunks), [dst] * len(state.chunks), state.chunks,
                             state.boundaries, strict=True))
             if self._pool is None or len(work) == 1:
@@ -274,6 +286,30 @@ class NumpyBackend:
             raise ValueError(f"{np.shape(values)} opening-link values for a run with "
                              f"{0 if tables is None else tables.n_links}.")
         tables.value[...] = values
+
+    @staticmethod
+    def _windkessel(state: NumpyState) -> None:
+        table, values, trace = state.windkessel
+        if windkessel_update(table, values, state.iolet_flux, state.step + 1, trace):
+            _set_windkessel_values(state.problem.iolets, table, values)
+
+    def set_windkessel(self, state: NumpyState, table: Any, values: np.ndarray) -> None:
+        """Update ``table``'s Windkessel outlets in the openings' pass from the state ``values``
+        (4, n) on (:mod:`solver.windkessel`)."""
+        if state.iolets is None:
+            raise ValueError("This run has no openings' pass (driven openings) to couple a "
+                             "Windkessel outlet to.")
+        values = np.array(values, dtype=np.float64)
+        state.windkessel = (table, values, np.zeros((TRACE, 2, table.n)))
+        _set_windkessel_values(state.problem.iolets, table, values)
+
+    def windkessel_state(self, state: NumpyState) -> np.ndarray | None:
+        """The Windkessel outlets' state (4, n) float64 now, None without any."""
+        return None if state.windkessel is None else state.windkessel[1].copy()
+
+    def windkessel_trace(self, state: NumpyState) -> np.ndarray | None:
+        """The outlets' (flow, pressure) per update slot (TRACE, 2, n), None without any."""
+        return None if state.windkessel is None else state.windkessel[2].copy()
 
     def set_iolet_flux(self, state: NumpyState, flux: np.ndarray) -> None:
         """Set the per-link flux :meth:`iolet_flux` reads until the next step."""

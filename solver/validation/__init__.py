@@ -14,11 +14,23 @@ Cases (registered in :data:`CASES`, run by the tests in ``tests/solver/validatio
 - ``stenosis_re100/300/500``, ``expansion_re100/300/500``: a 75 % stenosis and a 1:3 sudden
   expansion at default settings (SI only), three resolutions: steady state, mass balance,
   pressure drop converging; the jet behind the expansion at Re 500.
+- ``womersley_alpha4``, ``womersley_alpha10``: a periodic tube driven by an oscillating body
+  force vs Womersley's profile over the cycle, converging with the radius.
+- ``pulsatile_mass_balance``: waveform inlet and RCR outlet in a tube, mass over a cycle.
 """
 
 from __future__ import annotations
 
-from . import cavity, channels, objects, porous, stenosis, vessels  # noqa: F401  (registers the cases)
+from . import (  # noqa: F401  (registers the cases)
+    cavity,
+    channels,
+    cycle_mass,
+    objects,
+    porous,
+    stenosis,
+    vessels,
+    womersley,
+)
 from .core import CASES, SIZES, Case, CaseResult, run_case
 from .report import run_all, write_report
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solver.backends.cuda.iolets import iolet_plan, iolet_source
+from solver.backends.cuda.iolets import iolet_plan, iolet_source, wave_columns
 
 __all__ = ["emulated_pass"]
 
@@ -37,17 +37,18 @@ extern "C" void emu_pass(int m, int n, store_t* f, const long long* own_j,
     const long long* donor, const long long* write, const long long* node_own,
     const int* link_node, real* node_u, const signed char* code, const int* dir,
     const real* value, const real* shift, real scale, real inv_scale, real* out, real* flux,
-    long long* step, long long ramp_steps, const double* wave, double period)
+    long long* step, long long ramp_steps, const double* wave, double period,
+    const int* wave_col, double* phase, int mw, int moment_threads)
 {
     blockDim.x = 1;
-    for (int t = 0; t < n; ++t) {
+    for (int t = 0; t < moment_threads; ++t) {
         blockIdx.x = t;
-        iolet_moments(f, node_own, shift, inv_scale, node_u, n);
+        iolet_moments(f, node_own, shift, inv_scale, node_u, n, step, phase, period);
     }
     for (int t = 0; t < m; ++t) {
         blockIdx.x = t;
         iolet_values(f, own_j, donor, code, dir, value, link_node, node_u, shift, inv_scale,
-                     out, flux, m, n, step, ramp_steps, wave, period);
+                     out, flux, m, n, step, ramp_steps, wave, wave_col, phase, mw);
     }
     for (int t = 0; t < m; ++t) {
         blockIdx.x = t;
@@ -93,8 +94,9 @@ def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
     flux = np.zeros(tables.n_links, dtype=real)
     scalar = ctypes.c_double if real == np.float64 else ctypes.c_float
     step = tables.ramp_steps if step is None else step
-    wave = np.ascontiguousarray(tables.wave if tables.harmonics else np.zeros(1),
-                                dtype=np.float64)
+    col, wave = wave_columns(tables)
+    col, wave = np.ascontiguousarray(col), np.ascontiguousarray(wave, dtype=np.float64)
+    phase = np.zeros(max(2 * tables.harmonics, 1))
     counter = np.array([step], dtype=np.int64)
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
     assert flat.flags.c_contiguous
@@ -102,6 +104,8 @@ def emulated_pass(problem, flat: np.ndarray, parity: int = 0,
         *(ptr(a) for a in arrays), ptr(code),
         ptr(direction), ptr(value), ptr(shift), scalar(storage.scale),
         scalar(1.0 / storage.scale), ptr(out), ptr(flux), ptr(counter),
-        ctypes.c_longlong(tables.ramp_steps), ptr(wave), ctypes.c_double(tables.wave_period))
+        ctypes.c_longlong(tables.ramp_steps), ptr(wave), ctypes.c_double(tables.wave_period),
+        ptr(col), ptr(phase), ctypes.c_int(wave.shape[1] if wave.ndim == 2 else 0),
+        ctypes.c_int(max(plan.n_nodes, tables.harmonics)))
     assert counter[0] == step + 1  # the write kernel advanced the clock once
     return flux

@@ -94,3 +94,16 @@ def test_the_cli_samples_heart_cycles_stops_when_periodic_and_exports_the_indice
     tawss = np.asarray(grid.point_data["tawss_Pa"] if "tawss_Pa" in grid.point_data
                        else grid.cell_data["tawss_Pa"])
     assert np.nanmax(tawss) > 0 and np.isfinite(tawss).sum() == len(run.cycles.walls.voxels)
+
+
+def test_the_cycle_state_round_trips_before_the_first_sample_and_refuses_misfits():
+    """A checkpoint written before the first sample keeps an empty state that a resume reads
+    back; arrays of another sample count are refused with what does not fit."""
+    fresh = CycleMonitor(64.0, warmup=1, samples=8)
+    arrays = fresh.state_arrays()
+    assert arrays["cycle_flows"].shape == (0, 8, 0) and "cycle_sum_vec" not in arrays
+    other = CycleMonitor(64.0, warmup=1, samples=8)
+    other.restore_arrays(arrays, sim=None)  # no sums: the run is not needed
+    assert other.index == 0 and other.cycles == 0 and other.ids == ()
+    with pytest.raises(ValueError, match="cycle_flows"):
+        CycleMonitor(64.0, warmup=1, samples=16).restore_arrays(arrays, sim=None)

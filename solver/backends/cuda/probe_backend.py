@@ -79,6 +79,9 @@ class ProbeBackend(CupyBackend):
                       iolets=device_iolets(problem, cp.asnumpy(slots)))
         if new.iolets is not None and state.iolets is not None:  # the soft start goes on
             new.iolets.step[...] = state.iolets.step
+            wk = state.iolets.windkessel  # and the Windkessel outlets' state
+            if wk is not None:
+                new.iolets.attach_windkessel(wk.table, cp.asnumpy(wk.state))
         if not bool((slots == state.slots).all()):
             q = cp.arange(problem.lattice.q)[:, None]
             for c in range(state.f.shape[0]):

@@ -144,6 +144,28 @@ class StateAccess:
         iolets.value[...] = cp.asarray(values, dtype=iolets.value.dtype)
         cp.cuda.get_current_stream().synchronize()  # the host array may change after
 
+    def set_windkessel(self, state: Any, table: Any, values: np.ndarray) -> None:
+        """Update ``table``'s Windkessel outlets in the openings' pass from the state ``values``
+        (4, n) on (:mod:`solver.windkessel`); the CUDA graphs are captured again with it."""
+        iolets = getattr(state, "iolets", None)
+        if iolets is None:
+            raise ValueError("This run has no openings' pass (driven openings) to couple a "
+                             "Windkessel outlet to.")
+        state.stream.synchronize()  # no replay of the old graphs in flight
+        iolets.attach_windkessel(table, values)
+        state.graphs.clear()
+        cp.cuda.get_current_stream().synchronize()
+
+    def windkessel_state(self, state: Any) -> np.ndarray | None:
+        """The Windkessel outlets' state (4, n) float64 now, None without any."""
+        wk = getattr(getattr(state, "iolets", None), "windkessel", None)
+        return None if wk is None else cp.asnumpy(wk.state)
+
+    def windkessel_trace(self, state: Any) -> np.ndarray | None:
+        """The outlets' (flow, pressure) per update slot (TRACE, 2, n), None without any."""
+        wk = getattr(getattr(state, "iolets", None), "windkessel", None)
+        return None if wk is None else cp.asnumpy(wk.trace)
+
     def set_iolet_flux(self, state: Any, flux: np.ndarray) -> None:
         """Set the per-link flux :meth:`iolet_flux` reads until the next step."""
         iolets = getattr(state, "iolets", None)  # compact runs have no openings' pass
