@@ -153,14 +153,50 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
     area = solid.size // length
     along, table = _neighbours(pore, axis, sides)
     count = table.shape[1]
-    first = xp.asarray((along == 0).astype(np.float64))
-    last = xp.asarray((along == length - 1).astype(np.float64))
-    links = xp.asarray(table)
+    first = (along == 0).astype(np.float64)
+    last = (along == length - 1).astype(np.float64)
     # Conductance 2 to the fixed potential of each end face: 1 before the first layer, 0 after
     # the last; 1 to each face neighbour in the pores.
-    diagonal = 2.0 * (first + last) + (links != count).sum(axis=0)
+    diagonal = 2.0 * (first + last) + (table != count).sum(axis=0)
+    # The start: the potential of a straight channel, falling linearly from 1 at the inlet face
+    # to 0 at the outlet face (exact there). CG's slowest part is the smooth drop along the
+    # whole sample, which this guess already carries; what is left is the pores' local detour.
+    start = 1.0 - (along + 0.5) / length
+    limit = max_iterations or 20 * max(solid.shape) ** 2
+    device = _device_solver(xp, count)
+    if device is not None:
+        x, iterations, residual = device(diagonal, table, 2.0 * first, start, tolerance, limit)
+    else:
+        x, iterations, residual = _solve(xp, diagonal, table, 2.0 * first, start, tolerance,
+                                         limit)
+    x = np.asarray(getattr(xp, "asnumpy", np.asarray)(x))
+    current_in = float((2.0 * first * (1.0 - x)).sum())
+    current_out = float((2.0 * last * x).sum())
+    conductivity = current_in * length / area
+    f = 1.0 / conductivity
+    return Conduction(axis, f, porosity, f * porosity, conductivity, iterations, residual,
+                      abs(current_in - current_out) / current_in)
+
+
+def _device_solver(xp: Any, count: int):
+    """The fused CUDA solve (:func:`solver.backends.cuda.conduction.cg_solve`) when ``xp`` is
+    CuPy and the neighbour table fits int32, else None (the ``xp`` code below)."""
+    if getattr(xp, "__name__", "") != "cupy" or count >= 2**31 - 1:
+        return None
+    from ..backends.cuda.conduction import cg_solve
+
+    return cg_solve
+
+
+def _solve(xp: Any, diagonal: np.ndarray, table: np.ndarray, b: np.ndarray, start: np.ndarray,
+           tolerance: float, limit: int) -> tuple[Any, int, float]:
+    """Jacobi-preconditioned CG of ``(diag - adjacency) x = b`` from ``start`` in ``xp`` (host
+    tables in); the iterate, iterations and relative residual ``|r| / |b|``. Stops at the first
+    iteration whose residual is under ``tolerance`` (iteration 0: the start itself)."""
+    count = table.shape[1]
+    links = xp.asarray(table)
+    diagonal, b = xp.asarray(diagonal), xp.asarray(b)
     inverse = 1.0 / diagonal
-    b = 2.0 * first
     # The host reads the residuals once per BLOCK iterations (a sync per iteration was most of
     # a solve's time on a GPU: the host waited for each tiny reduction). Scalars stay on the
     # device and the iterate of each iteration of a block has its own slot, so the solve stops
@@ -168,21 +204,23 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
     # test (the few iterations queued after it are dropped).
     xs = xp.zeros((BLOCK, count))  # slot i % BLOCK: the iterate after iteration i
     norms = xp.zeros(BLOCK)  # slot i % BLOCK: |r| after iteration i
-    r = b.copy()
-    z = inverse * r
-    padded = xp.zeros(count + 1)  # p and a 0 at the index of "no neighbour"
+    padded = xp.zeros(count + 1)  # p (or the start) and a 0 at the index of "no neighbour"
     p = padded[:count]
+    p[...] = xp.asarray(start)
+    xs[0] = p
+    r = b - _apply(diagonal, links, padded, p, xp)
+    norm_b = float(xp.sqrt((b * b).sum()))
+    residual = float(xp.sqrt((r * r).sum())) / norm_b
+    if residual < tolerance:
+        return xs[0], 0, residual
+    z = inverse * r
     p[...] = z
     rz = (r * z).sum()
-    norm_b = float(xp.sqrt((b * b).sum()))
-    limit = max_iterations or 20 * max(solid.shape) ** 2
-    residual, iterations, done = 1.0, 0, 0
+    iterations, done = 0, 0
     while done < limit:  # after convergence a block may divide 0 by 0: its values are dropped
         block = min(BLOCK, limit - done)
         for i in range(done + 1, done + block + 1):
-            q = diagonal * p
-            for direction in links:
-                q -= padded[direction]
+            q = _apply(diagonal, links, padded, p, xp)
             alpha = rz / (p * q).sum()
             xp.add(xs[(i - 1) % BLOCK], alpha * p, out=xs[i % BLOCK])
             r -= alpha * q
@@ -199,10 +237,13 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
         if below:
             break
         done += block
-    x = xs[iterations % BLOCK]
-    current_in = float((2.0 * first * (1.0 - x)).sum())
-    current_out = float((2.0 * last * x).sum())
-    conductivity = current_in * length / area
-    f = 1.0 / conductivity
-    return Conduction(axis, f, porosity, f * porosity, conductivity, iterations, residual,
-                      abs(current_in - current_out) / current_in)
+    return xs[iterations % BLOCK], iterations, residual
+
+
+def _apply(diagonal, links, padded, p, xp: Any):
+    """The conductance matrix times ``p`` (``padded``: p and a trailing 0, the "no neighbour"
+    index of ``links``)."""
+    q = diagonal * p
+    for direction in links:
+        q -= padded[direction]
+    return q
