@@ -21,6 +21,7 @@ __all__ = ["compiler", "load", "launch_args", "run_template"]
 
 SHIM = r"""
 #include <cmath>
+#include <algorithm>
 #include <barrier>
 #include <cstring>
 #include <memory>
@@ -30,6 +31,8 @@ SHIM = r"""
 using std::sqrt;
 using std::isfinite;
 using std::fmax;
+using std::min;
+using std::max;
 struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local emu_dim3 threadIdx, blockIdx;
 static emu_dim3 blockDim, gridDim;

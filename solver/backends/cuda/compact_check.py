@@ -28,7 +28,8 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["check_source", "darcy_check", "THREADS", "SUMS"]
+__all__ = ["check_source", "darcy_check", "moment_lines", "THREADS", "SUMS", "state_check",
+           "tiled_slots"]
 
 #: Threads per block.
 THREADS = 256
@@ -106,11 +107,10 @@ extern "C" __global__ void darcy_check(
 """
 
 
-@cache
-def check_source(c: tuple[tuple[int, ...], ...], store: str, nodes: int = 64) -> str:
-    """The kernel's source for the lattice velocities ``c`` ((q, 3) integers), the stored
-    value type ``store`` ('float' or 'double') and ``nodes`` per tile: the moment sums
-    unrolled per direction."""
+def moment_lines(c: tuple[tuple[int, ...], ...], nodes: str) -> list[str]:
+    """CUDA lines adding each direction's value ``v`` (read at ``base + i stride``, plus the
+    slot of ``node`` when ``tiled``; ``nodes`` per tile, a number or a macro) into ``rho`` and
+    ``jx, jy, jz`` for the lattice velocities ``c``, in direction order."""
     lines = []
     for i, (cx, cy, cz) in enumerate(c):
         terms = [f"jx += {cx}.0 * v;" if cx else "", f"jy += {cy}.0 * v;" if cy else "",
@@ -118,6 +118,15 @@ def check_source(c: tuple[tuple[int, ...], ...], store: str, nodes: int = 64) ->
         index = f"base + {i}LL * stride + (tiled ? slots[{i} * {nodes} + node] : 0)"
         lines.append(f"        v = (double)f[{index}]; rho += v; "
                      + " ".join(t for t in terms if t))
+    return lines
+
+
+@cache
+def check_source(c: tuple[tuple[int, ...], ...], store: str, nodes: int = 64) -> str:
+    """The kernel's source for the lattice velocities ``c`` ((q, 3) integers), the stored
+    value type ``store`` ('float' or 'double') and ``nodes`` per tile: the moment sums
+    unrolled per direction."""
+    lines = moment_lines(c, str(nodes))
     return (_TEMPLATE.replace("@STORE@", store).replace("@MOMENTS@", "\n".join(lines))
             .replace("@N@", str(nodes)).replace("@Q@", str(len(c))))
 
