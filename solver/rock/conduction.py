@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Conduction", "formation_factor", "SIDES"]
+__all__ = ["Conduction", "ConductionSystem", "conduction_system", "formation_factor",
+           "solve_conduction", "SIDES"]
 
 SIDES = ("wall", "periodic")
 
@@ -129,15 +130,26 @@ def _neighbours(pore: np.ndarray, axis: int, sides: str) -> tuple[np.ndarray, np
     return coords[axis], table
 
 
-def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: Any = np,
-                     tolerance: float = 1e-8, max_iterations: int | None = None) -> Conduction:
-    """F, porosity and ``F phi`` of the pore space of ``solid`` (True = grain) along ``axis``
-    (see the module doc for the equations and boundary conditions); ``xp``: numpy or cupy.
+@dataclass(frozen=True)
+class ConductionSystem:
+    """The host tables of one conduction solve (:func:`conduction_system`): the pore voxels'
+    face-neighbour table (directions, n; n = none), the diagonal, the right-hand side, the
+    start and the end-layer indicators, with the sample's length, face area and porosity."""
 
-    The unknowns are the potentials of the connected pore voxels only (a compact vector with a
-    neighbour table and the iterates of a block, about 150 bytes per pore voxel on the device);
-    the conjugate-gradient solve stops when the residual is ``tolerance`` times the right-hand
-    side's norm.
+    axis: int
+    porosity: float
+    length: int
+    area: int
+    table: np.ndarray
+    diagonal: np.ndarray
+    first: np.ndarray  # 1.0 on the pore voxels of the first layer
+    last: np.ndarray  # 1.0 on those of the last layer
+    start: np.ndarray  # the initial potential
+
+
+def conduction_system(solid: np.ndarray, axis: int = 0, sides: str = "wall") -> ConductionSystem:
+    """The conduction system of the pore space of ``solid`` (True = grain) along ``axis`` on
+    the host (see the module doc for the equations and boundary conditions).
     Raises ValueError when no pore path joins the two faces along ``axis``."""
     solid = np.asarray(solid, dtype=bool)
     if sides not in SIDES:
@@ -150,7 +162,6 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
         raise ValueError(f"No face-connected pore path joins the two faces along axis {axis}: "
                          "the formation factor is infinite.")
     length = solid.shape[axis]
-    area = solid.size // length
     along, table = _neighbours(pore, axis, sides)
     count = table.shape[1]
     first = (along == 0).astype(np.float64)
@@ -162,20 +173,50 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
     # to 0 at the outlet face (exact there). CG's slowest part is the smooth drop along the
     # whole sample, which this guess already carries; what is left is the pores' local detour.
     start = 1.0 - (along + 0.5) / length
-    limit = max_iterations or 20 * max(solid.shape) ** 2
+    return ConductionSystem(axis, porosity, length, solid.size // length, table, diagonal,
+                            first, last, start)
+
+
+def solve_conduction(system: ConductionSystem, xp: Any = np, tolerance: float = 1e-8,
+                     max_iterations: int | None = None,
+                     shape: tuple[int, ...] | None = None) -> Conduction:
+    """F, porosity and ``F phi`` from ``system`` (:func:`conduction_system`) by conjugate
+    gradients in ``xp`` (numpy or cupy: on CuPy the fused kernels of
+    :mod:`solver.backends.cuda.conduction`), stopping when the residual is ``tolerance`` times
+    the right-hand side's norm or after ``max_iterations`` (default 20 x the largest edge²
+    of ``shape``, or of the length)."""
+    count = system.table.shape[1]
+    edge = max(shape) if shape else system.length
+    limit = max_iterations or 20 * edge**2
+    b = 2.0 * system.first
     device = _device_solver(xp, count)
     if device is not None:
-        x, iterations, residual = device(diagonal, table, 2.0 * first, start, tolerance, limit)
+        x, iterations, residual = device(system.diagonal, system.table, b, system.start,
+                                         tolerance, limit)
     else:
-        x, iterations, residual = _solve(xp, diagonal, table, 2.0 * first, start, tolerance,
-                                         limit)
+        x, iterations, residual = _solve(xp, system.diagonal, system.table, b, system.start,
+                                         tolerance, limit)
     x = np.asarray(getattr(xp, "asnumpy", np.asarray)(x))
-    current_in = float((2.0 * first * (1.0 - x)).sum())
-    current_out = float((2.0 * last * x).sum())
-    conductivity = current_in * length / area
+    current_in = float((2.0 * system.first * (1.0 - x)).sum())
+    current_out = float((2.0 * system.last * x).sum())
+    conductivity = current_in * system.length / system.area
     f = 1.0 / conductivity
-    return Conduction(axis, f, porosity, f * porosity, conductivity, iterations, residual,
-                      abs(current_in - current_out) / current_in)
+    return Conduction(system.axis, f, system.porosity, f * system.porosity, conductivity,
+                      iterations, residual, abs(current_in - current_out) / current_in)
+
+
+def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: Any = np,
+                     tolerance: float = 1e-8, max_iterations: int | None = None) -> Conduction:
+    """F, porosity and ``F phi`` of the pore space of ``solid`` (True = grain) along ``axis``
+    (see the module doc for the equations and boundary conditions); ``xp``: numpy or cupy.
+
+    The unknowns are the potentials of the connected pore voxels only (a compact vector with a
+    neighbour table and the iterates of a block, about 150 bytes per pore voxel on the device);
+    the conjugate-gradient solve stops when the residual is ``tolerance`` times the right-hand
+    side's norm.
+    Raises ValueError when no pore path joins the two faces along ``axis``."""
+    system = conduction_system(solid, axis, sides)
+    return solve_conduction(system, xp, tolerance, max_iterations, np.shape(solid))
 
 
 def _device_solver(xp: Any, count: int):
