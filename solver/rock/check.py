@@ -39,17 +39,22 @@ class KCheck:
         sim.allocate()
         self.sim, self.voxel_size = sim, voxel_size
         xp = sim.backend.xp
-        self.window: DarcyWindow = observables.darcy_window(sim.problem, axis, window, xp)
-        self.fluid = xp.asarray(~sim.tiling.solid)
-        self.reader = Readout(sim.problem, sim.backend, sim.state, axis)
+        # The window's masks are made on the host; the fused check reads only its node flags.
+        host = observables.darcy_window(sim.problem, axis, window, np)
         #: The fused check (:mod:`solver.backends.cuda.compact_check`): its node flags (None:
         #: the chunked readout) and, for a tiled state, its slot table.
-        self.flags = _fused_flags(sim, axis, window)
+        self.flags = _fused_flags(sim, host)
         self.slots = None
         if self.flags is not None and not getattr(sim.state, "edge", None):
             from ..backends.cuda.compact_check import tiled_slots
 
             self.slots = tiled_slots(sim.problem)
+        self.window: DarcyWindow = host if self.flags is not None else DarcyWindow(
+            host.axis, host.lo, host.hi, host.volume,
+            None if host.inside is None else xp.asarray(host.inside),
+            tuple(xp.asarray(e) for e in host.ends), host.end_counts)
+        self.fluid = None if self.flags is not None else xp.asarray(~sim.tiling.solid)
+        self.reader = Readout(sim.problem, sim.backend, sim.state, axis)
         self.nodes = None if self.flags is not None else _CompactNodes.of(sim, self.window)
 
     def read(self) -> tuple[dict, Permeability | None]:
@@ -116,27 +121,28 @@ def fused_numbers(numbers: np.ndarray, ends: int) -> np.ndarray:
                            numbers[5:5 + ends]])
 
 
-def _fused_flags(sim: Simulation, axis: int, window: tuple[int, int]):
-    """The device flags of :func:`node_flags` for the fused check of a CuPy run with plain
-    3D storage (compacted: per fluid node; tiled: per tile node); None where it does not
-    apply (the chunked readout reads the run)."""
+def _fused_flags(sim: Simulation, window: DarcyWindow):
+    """The device flags of :func:`node_flags` (``window`` with host masks) for the fused check
+    of a CuPy run with plain 3D storage (compacted: per fluid node; tiled: per tile node);
+    None where it does not apply (the chunked readout reads the run)."""
     if (sim.backend.name != "cupy" or sim.problem.storage.encoded
             or sim.problem.lattice.d != 3):
         return None
     compact = bool(getattr(sim.state, "edge", None))
-    return sim.backend.xp.asarray(node_flags(sim.problem, axis, window, compact))
+    return sim.backend.xp.asarray(node_flags(sim.problem, window, compact))
 
 
-def node_flags(problem, axis: int, window: tuple[int, int], compact: bool) -> np.ndarray:
+def node_flags(problem, window: DarcyWindow, compact: bool) -> np.ndarray:
     """Host uint8 flags (bit 0: in the Darcy window, bits 1 and 2: in its first and last layer
-    on a non-periodic axis, as :func:`solver.observables.darcy_window` marks; bit 3: fluid) of
-    every tile node (T x N, tiled), or of every fluid node in the order of
-    ``np.flatnonzero(~tiling.solid)`` (``compact``: the edge tables' order)."""
-    host = observables.darcy_window(problem, axis, window, np)
+    on a non-periodic axis; bit 3: fluid) of every tile node (T x N, tiled), or of every fluid
+    node in the order of ``np.flatnonzero(~tiling.solid)`` (``compact``: the edge tables'
+    order); ``window``: :func:`solver.observables.darcy_window` with host masks."""
     fluid = ~problem.tiling.solid.reshape(-1)
-    inside = fluid if host.inside is None else host.inside.reshape(-1)
+    if compact and window.inside is None and not window.ends:  # the whole box: every node
+        return np.full(int(np.count_nonzero(fluid)), 9, np.uint8)
+    inside = fluid if window.inside is None else window.inside.reshape(-1)
     flags = inside.astype(np.uint8) | (fluid.astype(np.uint8) << np.uint8(3))
-    for bit, end in zip((2, 4), host.ends, strict=False):
+    for bit, end in zip((2, 4), window.ends, strict=False):
         flags |= end.reshape(-1).astype(np.uint8) * np.uint8(bit)
     return flags[np.flatnonzero(fluid)] if compact else flags
 
