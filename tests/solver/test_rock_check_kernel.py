@@ -105,10 +105,10 @@ def test_fused_check_reports_a_non_finite_state(monkeypatch):
 def test_fused_check_on_the_gpu_matches_the_chunked_check(protocol, monkeypatch):
     """CuPy: a rock run's fused check (mirrored: compacted where the plan compacts it;
     pressure: tiled) equals the chunked readout's numbers."""
-    from benchmarks.rock_tensor import image
+    from geometries.generators import random_sphere_pack
     from solver.backends import get_backend
 
-    sample = image(48, 1e-6)
+    sample = random_sphere_pack((48, 48, 48), 0.2, diameter=16, seed=3)
     config = SimulationConfig(precision="float32", collision="TRT")
     setup = setup_protocol(sample, config, 0, protocol, PermeabilitySettings())
     sim = Simulation(setup.geometry, setup.config, get_backend("cupy"))
