@@ -84,12 +84,31 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             "study": summary}
 
 
-def compare(row: dict, baseline: Path) -> dict:
-    """Relative k difference per protocol and axis against an earlier ``summary.json``."""
-    old = json.loads(baseline.read_text())["tensor_mD"]
-    return {p: {a: row["tensor_mD"][p][a] / k - 1.0 for a, k in axes.items()
-                if k and row["tensor_mD"].get(p, {}).get(a)}
-            for p, axes in old.items()}
+def baseline_of(baseline: Path, size: int) -> dict | None:
+    """The earlier ``tensor_mD`` and formation factors of the ``size``³ image: from a
+    ``summary.json`` (its tensor, taken as the 200³ image's) or from an earlier report of this
+    benchmark (its row of that size); None when it has none."""
+    data = json.loads(baseline.read_text())
+    if "rows" not in data:
+        return {"tensor_mD": data["tensor_mD"],
+                "formation_factor": data.get("formation_factor") or {}} if size == 200 else None
+    row = next((r for r in data["rows"] if r["size"] == size), None)
+    if row is None:
+        return None
+    return {"tensor_mD": row["tensor_mD"],
+            "formation_factor": row["study"].get("formation_factor") or {}}
+
+
+def compare(row: dict, old: dict) -> dict:
+    """Relative k difference per protocol and axis against an earlier run (:func:`baseline_of`),
+    and of F per axis (under the key ``F``)."""
+    out = {p: {a: row["tensor_mD"][p][a] / k - 1.0 for a, k in axes.items()
+               if k and row["tensor_mD"].get(p, {}).get(a)}
+           for p, axes in old["tensor_mD"].items()}
+    now = row["study"].get("formation_factor") or {}
+    out["F"] = {a: now[a]["formation_factor"] / c["formation_factor"] - 1.0
+                for a, c in old["formation_factor"].items() if a in now}
+    return out
 
 
 class CompileLog:
@@ -142,8 +161,12 @@ def run(args: argparse.Namespace) -> dict:
         row["target_seconds"] = target
         row["compiles"] = {"count": len(compiles.entries) - before,
                            "seconds": sum(s for _, s in compiles.entries[before:])}
-        if args.baseline and n == 200:
-            row["k_difference_vs_baseline"] = compare(row, Path(args.baseline))
+        old = baseline_of(Path(args.baseline), n) if args.baseline else None
+        if old is not None:
+            row["k_difference_vs_baseline"] = compare(row, old)
+            worst = max((abs(d) for p, axes in row["k_difference_vs_baseline"].items()
+                         if p != "F" for d in axes.values()), default=0.0)
+            row["k_within_0.1_percent"] = worst <= 1e-3
         log.info("%d^3 %s: %.1f s %s", n, protocol, row["seconds"], row["phases_s"])
         rows.append(row)
     info = backend.device_info()
@@ -176,9 +199,10 @@ def markdown(report: dict) -> str:
             out += ["", "F per axis: " + ", ".join(
                 f"{a} {c['formation_factor']:.4g}" for a, c in study["formation_factor"].items())]
         if "k_difference_vs_baseline" in row:
-            out += ["", "k against the baseline: " + ", ".join(
+            out += ["", "k (and F) against the baseline: " + ", ".join(
                 f"{p} {a} {100 * d:+.3f} %" for p, axes in row["k_difference_vs_baseline"].items()
-                for a, d in axes.items())]
+                for a, d in axes.items())
+                + f"; k within 0.1 %: {row['k_within_0.1_percent']}"]
         out.append("")
     return "\n".join(out + _compile_lines(report))
 
@@ -218,7 +242,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     p.add_argument("--pressure-start", default="rest", choices=["rest", "ramp"],
                    help="start of the pressure runs (PermeabilitySettings.pressure_start)")
-    p.add_argument("--baseline", default=None, help="summary.json of an earlier 200³ run")
+    p.add_argument("--baseline", default=None,
+                   help="an earlier report of this benchmark (JSON: every size it has) or "
+                        "summary.json of a 200³ run: k and F compared (target: k within 0.1 %%)")
     p.add_argument("--out", default="benchmarks/results", help="folder for JSON + md")
     p.add_argument("--quick", action="store_true", help="CPU smoke test: one 16³ image")
     args = p.parse_args(argv)
