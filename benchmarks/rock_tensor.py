@@ -11,8 +11,11 @@ helps a second run only), reported as the ``compile_first_chunk`` phase with the
 of :data:`solver.rock.measure.PHASES`.
 
 Writes ``rock_tensor-<device>-<date>-<sizes>.json`` and ``.md`` (GPU, date, commit, per image: total
-seconds, phases, k per protocol and axis in mD, the steps) to ``--out``. ``--baseline
-summary.json`` compares the 200³ k with an earlier run's summary (target: within 0.1 %).
+seconds, phases, k per protocol and axis in mD, the steps) to ``--out``. ``--baseline`` compares
+k and F of every image with an earlier report of this benchmark (or a 200³ ``summary.json``;
+target: k within 0.1 %). Phases overlap on a GPU (the next run's host set-up is made while the
+device steps), so they add up to more than the wall time. Cold and warm: the first process on a
+machine compiles every kernel (NVRTC); a second process loads them from CuPy's disk cache.
 
 Every NVRTC compilation of the process is logged (:class:`CompileLog`: count, seconds, kernel
 names), so the report says which kernels were compiled and how often.

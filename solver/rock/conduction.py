@@ -11,8 +11,10 @@ without a face-connected path to both ends carry no current and are dropped firs
 
 The symmetric positive definite system is solved by conjugate gradients with a Jacobi
 (diagonal) preconditioner, matrix-free, over the connected pore voxels only (a compact vector
-and a table of each one's face neighbours, built on the host) in the array module ``xp``
-(NumPy on the CPU, CuPy on a GPU: the same code). With the current ``I`` through the inlet face
+and a table of each one's face neighbours, built on the host: :func:`conduction_system`) in the
+array module ``xp`` (NumPy on the CPU; on a GPU four fused CUDA kernels,
+:mod:`solver.backends.cuda.conduction`), starting from the potential of a straight channel
+(linear along the axis, exact there). With the current ``I`` through the inlet face
 of area ``A`` (voxels normal to the axis) over a length of ``n`` voxels and a unit potential
 drop, ``sigma_eff / sigma_fluid = I n / A`` and
 
