@@ -4,7 +4,8 @@
 gathers, the equilibrium, the conversion to the fine run's storage) compiled about 40 CuPy
 kernels in a fresh process: 8.9 s of a cold 200³ tensor on an H100, for 0.1 s of work (issue
 29). Here ``coarse_moments`` writes the density and velocity of every coarse fluid node (as
-:func:`solver.fields.tile_moments`, float64) into dense tile-node arrays and sums the density,
+:func:`solver.fields.tile_moments`, in float64, stored in the run's value type) into dense
+tile-node arrays and sums the density,
 and ``prolong`` gives every fine fluid node the equilibrium (:func:`solver.collision.equilibrium`)
 of the coarse node containing it (coordinates // 2; velocity times :data:`FACTOR`; the mean
 coarse density at rest where that node is solid or in an empty coarse tile), written straight
@@ -30,6 +31,7 @@ FACTOR = 2
 
 _TEMPLATE = r"""
 typedef @STORE@ store_t;
+typedef @STORE@ moment_t;  // the coarse moments' type: that of the stored values
 #define Q @Q@
 #define N @N@
 
@@ -38,12 +40,19 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
+// tile * N + node of compact node i from its tiled index (tile * Q * N + node).
+__device__ __forceinline__ long long tile_node(const int* edge32, const long long* edge64,
+                                               int wide, long long i) {
+    const long long t = wide ? edge64[i] : (long long)edge32[i];
+    return t / (Q * N) * N + t % (Q * N);
+}
+
 // Density and velocity of every fluid node into tile-node arrays; the density sum into total.
 extern "C" __global__ void coarse_moments(
     const store_t* f, const int* at, const int* block, const int* slots,
-    const unsigned char* flags, const long long* flat, long long n, int tiled,
-    double hfx, double hfy, double hfz, int incompressible, long long m,
-    double* rho_out, double* u_out, double* total)
+    const unsigned char* flags, const int* edge32, const long long* edge64, int wide,
+    long long n, int tiled, double hfx, double hfy, double hfz, int incompressible,
+    long long m, moment_t* rho_out, moment_t* u_out, double* total)
 {
     __shared__ double part[32];
     double s = 0.0;
@@ -56,7 +65,7 @@ extern "C" __global__ void coarse_moments(
         double rho = 0.0, jx = 0.0, jy = 0.0, jz = 0.0, v;
 @MOMENTS@
         jx -= hfx; jy -= hfy; jz -= hfz;
-        const long long k = tiled ? i : flat[i];
+        const long long k = tiled ? i : tile_node(edge32, edge64, wide, i);
         rho_out[k] = rho;
         u_out[k] = incompressible ? jx : jx / rho;
         u_out[m + k] = incompressible ? jy : jy / rho;
@@ -77,16 +86,18 @@ extern "C" __global__ void coarse_moments(
 // tiles_f (T_f, 3), local (N, 3), map (map_c C order) int32; fluid_c per coarse tile node.
 extern "C" __global__ void prolong(
     store_t* f, const int* at, const int* block, const int* slots,
-    const unsigned char* flags, const long long* flat, long long n, int tiled,
-    const int* geo, const int* tiles_f, const int* local, const int* tile_map,
-    const unsigned char* fluid_c, const double* rho_c, const double* u_c, long long m,
+    const unsigned char* flags, const int* edge32, const long long* edge64, int wide,
+    long long n, int tiled, const int* geo, const int* tiles_f, const int* local,
+    const int* tile_map, const unsigned char* fluid_c, const moment_t* rho_c,
+    const moment_t* u_c, long long m,
     double mean_rho, const double* w, int incompressible)
 {
     const int a = geo[0];
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         if (!(flags[i] & 8)) continue;
-        const long long k = tiled ? i : flat[i];  // tile * N + node of the fine node
+        // tile * N + node of the fine node
+        const long long k = tiled ? i : tile_node(edge32, edge64, wide, i);
         const long long t = k / N, node = k % N;
         int cell[3];
         long long ct = 0;
@@ -139,32 +150,33 @@ def source(c: tuple[tuple[int, ...], ...], store: str, nodes: int) -> str:
 @dataclass
 class NodeAccess:
     """How a kernel reaches the fluid nodes of a run's latest copy: the array ``f`` as stored,
-    the compact edge tables ``at``/``block`` or the tiled ``slots`` (q, N) int32, ``flags``
-    (bit 3: fluid) and ``flat`` (tile * N + node of each compact node) per enumerated node,
-    ``n`` nodes, ``tiled``. Arrays of the run's module (CuPy, or NumPy in the CPU tests)."""
+    the compact edge tables ``at``/``block``/``edge`` (the tiled index ``tile * q * N + node``,
+    int64 when ``wide``) or the tiled ``slots`` (q, N) int32, ``flags`` per enumerated node
+    (bit 3: fluid), ``n`` nodes, ``tiled``. Arrays of the run's module (CuPy, or NumPy in the
+    CPU tests)."""
 
     f: Any
     at: Any
     block: Any
     slots: Any
     flags: Any
-    flat: Any
+    edge: Any
+    wide: bool
     n: int
     tiled: bool
 
     def args(self) -> tuple:
         """The kernels' leading arguments."""
-        return (self.f, self.at, self.block, self.slots, self.flags, self.flat,
-                np.int64(self.n), np.int32(self.tiled))
+        return (self.f, self.at, self.block, self.slots, self.flags, self.edge, self.edge,
+                np.int32(self.wide), np.int64(self.n), np.int32(self.tiled))
 
 
 def compact_access(run, xp) -> NodeAccess:
     """A :class:`~.compact_run.CompactRun`'s fluid nodes (the edge tables' order)."""
-    at, block, _ = run.edge
-    fluid = ~run.problem.tiling.solid.reshape(-1)
+    at, block, tiled = run.edge
     n = int(at.shape[0])
     return NodeAccess(run.latest(), at, block, at, xp.asarray(np.full(n, 8, np.uint8)),
-                      xp.asarray(np.flatnonzero(fluid)), n, False)
+                      tiled, tiled.dtype == np.int64, n, False)
 
 
 def tiled_access(problem, latest, slots, xp) -> NodeAccess:
@@ -172,8 +184,8 @@ def tiled_access(problem, latest, slots, xp) -> NodeAccess:
     table ``slots`` (q, N) int32."""
     fluid = ~problem.tiling.solid.reshape(-1)
     flags = xp.asarray(fluid.astype(np.uint8) << np.uint8(3))
-    one = xp.zeros(1, dtype=np.int64)
-    return NodeAccess(latest, one, one, slots, flags, one, int(fluid.size), True)
+    one = xp.zeros(1, dtype=np.int32)
+    return NodeAccess(latest, one, one, slots, flags, one, False, int(fluid.size), True)
 
 
 def _check_storage(problem) -> None:
@@ -217,7 +229,9 @@ def prolong(fine_problem, fine: NodeAccess, coarse_problem, coarse: NodeAccess, 
         raise ValueError("The coarse and the fine run must store the same value type.")
     code = source(c, store, ft.nodes_per_tile)
     m = ct.n_tiles * ct.nodes_per_tile
-    rho_c, u_c, total = xp.zeros(m), xp.zeros(3 * m), xp.zeros(1)
+    # The moments in the stored type: 16 (float32) or 32 bytes per coarse tile node.
+    moment = fine_problem.storage_dtype
+    rho_c, u_c, total = xp.zeros(m, dtype=moment), xp.zeros(3 * m, dtype=moment), xp.zeros(1)
     half = 0.5 * np.asarray(coarse_problem.force, dtype=np.float64)
     launch(code, "coarse_moments", _grid(coarse.n, blocks, threads), threads,
            (*coarse.args(), *(np.float64(h) for h in half),
