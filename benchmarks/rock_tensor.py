@@ -69,7 +69,10 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     tic = time.perf_counter()
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
-    config = SimulationConfig(precision=precision, collision="TRT")
+    # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds one copy of its populations (in
+    # place, the AA pattern: the same steps): two would be about 76 GB.
+    config = SimulationConfig(precision=precision, collision="TRT",
+                              streaming="in-place" if huge else "two-copy")
     settings = PermeabilitySettings(protocol=protocol, axes=["x", "y", "z"],
                                     formation_factor=not huge, pressure_start=pressure_start)
     tic = time.perf_counter()

@@ -137,9 +137,9 @@ def node_flags(problem, window: DarcyWindow, compact: bool) -> np.ndarray:
     on a non-periodic axis; bit 3: fluid) of every tile node (T x N, tiled), or of every fluid
     node in the order of ``np.flatnonzero(~tiling.solid)`` (``compact``: the edge tables'
     order); ``window``: :func:`solver.observables.darcy_window` with host masks."""
-    fluid = ~problem.tiling.solid.reshape(-1)
     if compact and window.inside is None and not window.ends:  # the whole box: every node
-        return np.full(int(np.count_nonzero(fluid)), 9, np.uint8)
+        return np.full(int(problem.tiling.n_fluid), 9, np.uint8)
+    fluid = ~problem.tiling.solid.reshape(-1)
     inside = fluid if window.inside is None else window.inside.reshape(-1)
     flags = inside.astype(np.uint8) | (fluid.astype(np.uint8) << np.uint8(3))
     for bit, end in zip((2, 4), window.ends, strict=False):
