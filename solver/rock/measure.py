@@ -424,6 +424,7 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
         # One run ahead: the next run's host set-up (pore check, coarsening, tiling) is made
         # while the device steps this one; then the conduction systems of the formation factor.
         pending = worker.submit(prepare, *order[0]) if order else None
+        _warm_up(backend, config)  # in this thread, while the worker prepares the first run
         for i, _ in enumerate(order):
             setup, connectivity, prepared = pending.result()
             pending = worker.submit(prepare, *order[i + 1]) if i + 1 < len(order) else None
@@ -464,6 +465,19 @@ class _Now:
         future: Future = Future()
         future.set_result(task(*args))
         return future
+
+
+def _warm_up(backend: Any, config: SimulationConfig) -> None:
+    """On CuPy with plain storage, compile the study's own kernels now
+    (:func:`solver.backends.cuda.prolong.warm_up`) rather than between its first steps."""
+    from ..lattice import get_lattice
+
+    lattice = get_lattice(config.lattice)
+    if backend.name != "cupy" or config.storage != "auto" or lattice.d != 3:
+        return
+    from ..backends.cuda.prolong import warm_up
+
+    warm_up(lattice.c, np.dtype(config.precision))
 
 
 def _host_worker(backend: Any):

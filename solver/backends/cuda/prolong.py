@@ -272,3 +272,24 @@ def fused_applies(*problems) -> bool:
     return (all(not p.storage.encoded and p.lattice.d == 3 for p in problems)
             and len({p.storage_dtype for p in problems}) == 1
             and len({p.tiling.a for p in problems}) == 1)
+
+
+def warm_up(lattice_c: np.ndarray, dtype: np.dtype, nodes: int = 64) -> None:
+    """Compile (or load from CuPy's disk cache) the rock study's kernels for a lattice and a
+    stored value type: the k check, the prolongation and the conduction solve; done while the
+    host prepares the first run (no step is running, so nothing is being captured)."""
+    import cupy as cp
+
+    from .compact_check import _kernel, check_source
+    from .conduction import _module as conduction_module
+
+    c = tuple(tuple(int(v) for v in row) for row in lattice_c)
+    store = "double" if np.dtype(dtype) == np.float64 else "float"
+    device = cp.cuda.Device().id
+    _kernel(check_source(c, store, nodes), device)
+    module = _module(source(c, store, nodes), device)
+    for name in ("coarse_moments", "prolong"):
+        module.get_function(name)
+    cg = conduction_module(device)
+    for name in ("cg_residual", "cg_matvec", "cg_update", "cg_scalars", "cg_direction"):
+        cg.get_function(name)
