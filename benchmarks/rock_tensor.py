@@ -194,6 +194,8 @@ def markdown(report: dict) -> str:
                 + (f" (target {target:.0f} s)" if target else ""), "",
                 "| phase | seconds |", "|---|---|"]
         out += [f"| {name} | {s:.2f} |" for name, s in row["phases_s"].items()]
+        out += ["", f"(phases sum {sum(row['phases_s'].values()):.1f} s: on a GPU the host "
+                "set-up of the next run overlaps the device's steps)"]
         out += ["", "| protocol | axis | k (mD) | steps | coarse steps | seconds |",
                 "|---|---|---|---|---|---|"]
         out += [f"| {r['protocol']} | {r['axis']} | {r['k_mD']:.5g} | {r['steps']} | "
