@@ -63,7 +63,8 @@ def image(n: int, voxel_size: float, porosity: float = 0.2, grain: float = 20.0,
 
 
 def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
-            huge: bool = False, pressure_start: str = "rest") -> dict:
+            huge: bool = False, pressure_start: str = "rest", axes: list[str] | None = None,
+            max_seconds: float = 0.0) -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
     formation factor (the issue's 1000³ target is the mirrored k tensor)."""
     tic = time.perf_counter()
@@ -73,8 +74,9 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     # place, the AA pattern: the same steps): two would be about 76 GB.
     config = SimulationConfig(precision=precision, collision="TRT",
                               streaming="in-place" if huge else "two-copy")
-    settings = PermeabilitySettings(protocol=protocol, axes=["x", "y", "z"],
-                                    formation_factor=not huge, pressure_start=pressure_start)
+    settings = PermeabilitySettings(protocol=protocol, axes=axes or ["x", "y", "z"],
+                                    formation_factor=not huge, pressure_start=pressure_start,
+                                    max_seconds=max_seconds)
     tic = time.perf_counter()
     study = run_study(sample, config, settings, backend)
     seconds = time.perf_counter() - tic
@@ -162,8 +164,9 @@ def run(args: argparse.Namespace) -> dict:
     for n in sizes:
         voxel, protocol, target = CASES.get(n, (5.345e-6, "both", None))
         before = len(compiles.entries)
-        row = measure(n, protocol, voxel, args.precision, backend, args.huge and n >= 1000,
-                      args.pressure_start)
+        huge = args.huge and n >= 1000
+        row = measure(n, protocol, voxel, args.precision, backend, huge, args.pressure_start,
+                      args.axes if huge else None, args.max_seconds if huge else 0.0)
         row["target_seconds"] = target
         row["compiles"] = {"count": len(compiles.entries) - before,
                            "seconds": sum(s for _, s in compiles.entries[before:])}
@@ -246,6 +249,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes", type=int, nargs="*", default=[200, 300],
                    help="image edges (none: only --huge)")
     p.add_argument("--huge", action="store_true", help="also the 1000³ mirrored tensor")
+    p.add_argument("--axes", nargs="+", default=["x", "y", "z"], choices=["x", "y", "z"],
+                   help="axes of the --huge image (e.g. x alone, to time one axis)")
+    p.add_argument("--max-seconds", type=float, default=0.0,
+                   help="wall limit of each --huge run, s (0: none; a stopped run is reported "
+                        "not converged)")
     p.add_argument("--precision", default="float32", choices=["float32", "float64"])
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     p.add_argument("--pressure-start", default="rest", choices=["rest", "ramp"],
