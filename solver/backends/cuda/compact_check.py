@@ -3,8 +3,8 @@
 A permeability run checks k every few hundred steps (:class:`solver.rock.check.KCheck`). Read
 chunk by chunk through CuPy operations (gather, moments, masks, sums) a check of the 10.8 M
 fluid nodes of a 300³ mirrored run took about 50 ms on an H100, and a cold process compiled a
-few dozen CuPy kernels for it (issue 29). Here one launch reads every fluid node's populations
-from the compact copy (the edge tables' order) or from the tiled copy (every tile node, solid
+few dozen CuPy kernels for it (issue 29). Here one launch reads the populations of every
+fluid node in the compact copy (the edge tables' order) or in the tiled copy (every tile node, solid
 ones skipped; the state's slot table), computes its density and velocity as
 :func:`solver.fields.tile_moments` does (float64; Guo: ``u = (sum c f - F/2) / rho``, rho
 replaced by 1 for the incompressible model) and adds, per block then atomically:
