@@ -39,10 +39,23 @@ class KCheck:
         sim.allocate()
         self.sim, self.voxel_size = sim, voxel_size
         xp = sim.backend.xp
-        self.window: DarcyWindow = observables.darcy_window(sim.problem, axis, window, xp)
-        self.fluid = xp.asarray(~sim.tiling.solid)
+        # The window's masks are made on the host; the fused check reads only its node flags.
+        host = observables.darcy_window(sim.problem, axis, window, np)
+        #: The fused check (:mod:`solver.backends.cuda.compact_check`): its node flags (None:
+        #: the chunked readout) and, for a tiled state, its slot table.
+        self.flags = _fused_flags(sim, host)
+        self.slots = None
+        if self.flags is not None and not getattr(sim.state, "edge", None):
+            from ..backends.cuda.compact_check import tiled_slots
+
+            self.slots = tiled_slots(sim.problem)
+        self.window: DarcyWindow = host if self.flags is not None else DarcyWindow(
+            host.axis, host.lo, host.hi, host.volume,
+            None if host.inside is None else xp.asarray(host.inside),
+            tuple(xp.asarray(e) for e in host.ends), host.end_counts)
+        self.fluid = None if self.flags is not None else xp.asarray(~sim.tiling.solid)
         self.reader = Readout(sim.problem, sim.backend, sim.state, axis)
-        self.nodes = _CompactNodes.of(sim, self.window)
+        self.nodes = None if self.flags is not None else _CompactNodes.of(sim, self.window)
 
     def read(self) -> tuple[dict, Permeability | None]:
         """``({'finite', 'max_speed', 'flow_tortuosity'}, k)`` of the current state; k is None
@@ -51,6 +64,8 @@ class KCheck:
         sim, xp = self.sim, self.sim.backend.xp
         if self.reader.state is not sim.state:  # reallocated (e.g. a new start)
             self.reader = Readout(sim.problem, sim.backend, sim.state, self.window.axis)
+        if self.flags is not None:
+            return self._fused()
         if self.nodes is not None and self.nodes.run is not sim.state:
             self.nodes = _CompactNodes.of(sim, self.window)
         total = None
@@ -67,7 +82,20 @@ class KCheck:
             total = numbers if total is None else xp.concatenate([
                 xp.minimum(total[:1], numbers[:1]), xp.maximum(total[1:2], numbers[1:2]),
                 total[2:] + numbers[2:]])
-        host = np.asarray(sim.backend.to_host(total), dtype=np.float64)
+        return self._result(np.asarray(sim.backend.to_host(total), dtype=np.float64))
+
+    def _fused(self) -> tuple[dict, Permeability | None]:
+        """:meth:`read` in one launch (:func:`~solver.backends.cuda.compact_check.darcy_check`)."""
+        from ..backends.cuda.compact_check import state_check
+
+        numbers = state_check(self.sim.backend, self.sim.state, self.flags, self.slots,
+                              self.window.axis)
+        return self._result(fused_numbers(numbers, len(self.window.ends)))
+
+    def _result(self, host: np.ndarray) -> tuple[dict, Permeability | None]:
+        """Health and k from the host numbers ``[finite, max speed, sum |u|, sum u_axis,
+        Darcy sums...]``."""
+        sim = self.sim
         if host[0] != 1.0:
             return {"finite": False, "max_speed": float("inf")}, None
         along = float(host[3])
@@ -84,6 +112,39 @@ class KCheck:
             fluid = self.fluid[part]
             yield (fluid, self.window.part(part), xp.where(fluid, rho, 1.0),
                    xp.where(fluid, u, 0.0))
+
+
+def fused_numbers(numbers: np.ndarray, ends: int) -> np.ndarray:
+    """The fused check's ``[bad, max speed, sum |u|, sum u_axis, Darcy flux, end densities
+    (2)]`` as :meth:`KCheck.read`'s numbers (``finite`` first, ``ends`` end sums)."""
+    return np.concatenate([[1.0 if numbers[0] == 0 else 0.0], numbers[1:5],
+                           numbers[5:5 + ends]])
+
+
+def _fused_flags(sim: Simulation, window: DarcyWindow):
+    """The device flags of :func:`node_flags` (``window`` with host masks) for the fused check
+    of a CuPy run with plain 3D storage (compacted: per fluid node; tiled: per tile node);
+    None where it does not apply (the chunked readout reads the run)."""
+    if (sim.backend.name != "cupy" or sim.problem.storage.encoded
+            or sim.problem.lattice.d != 3):
+        return None
+    compact = bool(getattr(sim.state, "edge", None))
+    return sim.backend.xp.asarray(node_flags(sim.problem, window, compact))
+
+
+def node_flags(problem, window: DarcyWindow, compact: bool) -> np.ndarray:
+    """Host uint8 flags (bit 0: in the Darcy window, bits 1 and 2: in its first and last layer
+    on a non-periodic axis; bit 3: fluid) of every tile node (T x N, tiled), or of every fluid
+    node in the order of ``np.flatnonzero(~tiling.solid)`` (``compact``: the edge tables'
+    order); ``window``: :func:`solver.observables.darcy_window` with host masks."""
+    if compact and window.inside is None and not window.ends:  # the whole box: every node
+        return np.full(int(problem.tiling.n_fluid), 9, np.uint8)
+    fluid = ~problem.tiling.solid.reshape(-1)
+    inside = fluid if window.inside is None else window.inside.reshape(-1)
+    flags = inside.astype(np.uint8) | (fluid.astype(np.uint8) << np.uint8(3))
+    for bit, end in zip((2, 4), window.ends, strict=False):
+        flags |= end.reshape(-1).astype(np.uint8) * np.uint8(bit)
+    return flags[np.flatnonzero(fluid)] if compact else flags
 
 
 class _CompactNodes:

@@ -11,8 +11,10 @@ without a face-connected path to both ends carry no current and are dropped firs
 
 The symmetric positive definite system is solved by conjugate gradients with a Jacobi
 (diagonal) preconditioner, matrix-free, over the connected pore voxels only (a compact vector
-and a table of each one's face neighbours, built on the host) in the array module ``xp``
-(NumPy on the CPU, CuPy on a GPU: the same code). With the current ``I`` through the inlet face
+and a table of each one's face neighbours, built on the host: :func:`conduction_system`) in the
+array module ``xp`` (NumPy on the CPU; on a GPU four fused CUDA kernels,
+:mod:`solver.backends.cuda.conduction`), starting from the potential of a straight channel
+(linear along the axis, exact there). With the current ``I`` through the inlet face
 of area ``A`` (voxels normal to the axis) over a length of ``n`` voxels and a unit potential
 drop, ``sigma_eff / sigma_fluid = I n / A`` and
 
@@ -44,7 +46,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Conduction", "formation_factor", "SIDES"]
+__all__ = ["Conduction", "ConductionSystem", "conduction_system", "formation_factor",
+           "solve_conduction", "SIDES"]
 
 SIDES = ("wall", "periodic")
 
@@ -129,15 +132,26 @@ def _neighbours(pore: np.ndarray, axis: int, sides: str) -> tuple[np.ndarray, np
     return coords[axis], table
 
 
-def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: Any = np,
-                     tolerance: float = 1e-8, max_iterations: int | None = None) -> Conduction:
-    """F, porosity and ``F phi`` of the pore space of ``solid`` (True = grain) along ``axis``
-    (see the module doc for the equations and boundary conditions); ``xp``: numpy or cupy.
+@dataclass(frozen=True)
+class ConductionSystem:
+    """The host tables of one conduction solve (:func:`conduction_system`): the pore voxels'
+    face-neighbour table (directions, n; n = none), the diagonal, the right-hand side, the
+    start and the end-layer indicators, with the sample's length, face area and porosity."""
 
-    The unknowns are the potentials of the connected pore voxels only (a compact vector with a
-    neighbour table and the iterates of a block, about 150 bytes per pore voxel on the device);
-    the conjugate-gradient solve stops when the residual is ``tolerance`` times the right-hand
-    side's norm.
+    axis: int
+    porosity: float
+    length: int
+    area: int
+    table: np.ndarray
+    diagonal: np.ndarray
+    first: np.ndarray  # 1.0 on the pore voxels of the first layer
+    last: np.ndarray  # 1.0 on those of the last layer
+    start: np.ndarray  # the initial potential
+
+
+def conduction_system(solid: np.ndarray, axis: int = 0, sides: str = "wall") -> ConductionSystem:
+    """The conduction system of the pore space of ``solid`` (True = grain) along ``axis`` on
+    the host (see the module doc for the equations and boundary conditions).
     Raises ValueError when no pore path joins the two faces along ``axis``."""
     solid = np.asarray(solid, dtype=bool)
     if sides not in SIDES:
@@ -150,17 +164,82 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
         raise ValueError(f"No face-connected pore path joins the two faces along axis {axis}: "
                          "the formation factor is infinite.")
     length = solid.shape[axis]
-    area = solid.size // length
     along, table = _neighbours(pore, axis, sides)
     count = table.shape[1]
-    first = xp.asarray((along == 0).astype(np.float64))
-    last = xp.asarray((along == length - 1).astype(np.float64))
-    links = xp.asarray(table)
+    first = (along == 0).astype(np.float64)
+    last = (along == length - 1).astype(np.float64)
     # Conductance 2 to the fixed potential of each end face: 1 before the first layer, 0 after
     # the last; 1 to each face neighbour in the pores.
-    diagonal = 2.0 * (first + last) + (links != count).sum(axis=0)
+    diagonal = 2.0 * (first + last) + (table != count).sum(axis=0)
+    # The start: the potential of a straight channel, falling linearly from 1 at the inlet face
+    # to 0 at the outlet face (exact there). CG's slowest part is the smooth drop along the
+    # whole sample, which this guess already carries; what is left is the pores' local detour.
+    start = 1.0 - (along + 0.5) / length
+    return ConductionSystem(axis, porosity, length, solid.size // length, table, diagonal,
+                            first, last, start)
+
+
+def solve_conduction(system: ConductionSystem, xp: Any = np, tolerance: float = 1e-8,
+                     max_iterations: int | None = None,
+                     shape: tuple[int, ...] | None = None) -> Conduction:
+    """F, porosity and ``F phi`` from ``system`` (:func:`conduction_system`) by conjugate
+    gradients in ``xp`` (numpy or cupy: on CuPy the fused kernels of
+    :mod:`solver.backends.cuda.conduction`), stopping when the residual is ``tolerance`` times
+    the right-hand side's norm or after ``max_iterations`` (default 20 x the largest edge²
+    of ``shape``, or of the length)."""
+    count = system.table.shape[1]
+    edge = max(shape) if shape else system.length
+    limit = max_iterations or 20 * edge**2
+    b = 2.0 * system.first
+    device = _device_solver(xp, count)
+    if device is not None:
+        x, iterations, residual = device(system.diagonal, system.table, b, system.start,
+                                         tolerance, limit)
+    else:
+        x, iterations, residual = _solve(xp, system.diagonal, system.table, b, system.start,
+                                         tolerance, limit)
+    x = np.asarray(getattr(xp, "asnumpy", np.asarray)(x))
+    current_in = float((2.0 * system.first * (1.0 - x)).sum())
+    current_out = float((2.0 * system.last * x).sum())
+    conductivity = current_in * system.length / system.area
+    f = 1.0 / conductivity
+    return Conduction(system.axis, f, system.porosity, f * system.porosity, conductivity,
+                      iterations, residual, abs(current_in - current_out) / current_in)
+
+
+def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: Any = np,
+                     tolerance: float = 1e-8, max_iterations: int | None = None) -> Conduction:
+    """F, porosity and ``F phi`` of the pore space of ``solid`` (True = grain) along ``axis``
+    (see the module doc for the equations and boundary conditions); ``xp``: numpy or cupy.
+
+    The unknowns are the potentials of the connected pore voxels only (a compact vector with a
+    neighbour table and the iterates of a block, about 150 bytes per pore voxel on the device);
+    the conjugate-gradient solve stops when the residual is ``tolerance`` times the right-hand
+    side's norm.
+    Raises ValueError when no pore path joins the two faces along ``axis``."""
+    system = conduction_system(solid, axis, sides)
+    return solve_conduction(system, xp, tolerance, max_iterations, np.shape(solid))
+
+
+def _device_solver(xp: Any, count: int):
+    """The fused CUDA solve (:func:`solver.backends.cuda.conduction.cg_solve`) when ``xp`` is
+    CuPy and the neighbour table fits int32, else None (the ``xp`` code below)."""
+    if getattr(xp, "__name__", "") != "cupy" or count >= 2**31 - 1:
+        return None
+    from ..backends.cuda.conduction import cg_solve
+
+    return cg_solve
+
+
+def _solve(xp: Any, diagonal: np.ndarray, table: np.ndarray, b: np.ndarray, start: np.ndarray,
+           tolerance: float, limit: int) -> tuple[Any, int, float]:
+    """Jacobi-preconditioned CG of ``(diag - adjacency) x = b`` from ``start`` in ``xp`` (host
+    tables in); the iterate, iterations and relative residual ``|r| / |b|``. Stops at the first
+    iteration whose residual is under ``tolerance`` (iteration 0: the start itself)."""
+    count = table.shape[1]
+    links = xp.asarray(table)
+    diagonal, b = xp.asarray(diagonal), xp.asarray(b)
     inverse = 1.0 / diagonal
-    b = 2.0 * first
     # The host reads the residuals once per BLOCK iterations (a sync per iteration was most of
     # a solve's time on a GPU: the host waited for each tiny reduction). Scalars stay on the
     # device and the iterate of each iteration of a block has its own slot, so the solve stops
@@ -168,21 +247,23 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
     # test (the few iterations queued after it are dropped).
     xs = xp.zeros((BLOCK, count))  # slot i % BLOCK: the iterate after iteration i
     norms = xp.zeros(BLOCK)  # slot i % BLOCK: |r| after iteration i
-    r = b.copy()
-    z = inverse * r
-    padded = xp.zeros(count + 1)  # p and a 0 at the index of "no neighbour"
+    padded = xp.zeros(count + 1)  # p (or the start) and a 0 at the index of "no neighbour"
     p = padded[:count]
+    p[...] = xp.asarray(start)
+    xs[0] = p
+    r = b - _apply(diagonal, links, padded, p, xp)
+    norm_b = float(xp.sqrt((b * b).sum()))
+    residual = float(xp.sqrt((r * r).sum())) / norm_b
+    if residual < tolerance:
+        return xs[0], 0, residual
+    z = inverse * r
     p[...] = z
     rz = (r * z).sum()
-    norm_b = float(xp.sqrt((b * b).sum()))
-    limit = max_iterations or 20 * max(solid.shape) ** 2
-    residual, iterations, done = 1.0, 0, 0
+    iterations, done = 0, 0
     while done < limit:  # after convergence a block may divide 0 by 0: its values are dropped
         block = min(BLOCK, limit - done)
         for i in range(done + 1, done + block + 1):
-            q = diagonal * p
-            for direction in links:
-                q -= padded[direction]
+            q = _apply(diagonal, links, padded, p, xp)
             alpha = rz / (p * q).sum()
             xp.add(xs[(i - 1) % BLOCK], alpha * p, out=xs[i % BLOCK])
             r -= alpha * q
@@ -199,10 +280,13 @@ def formation_factor(solid: np.ndarray, axis: int = 0, sides: str = "wall", xp: 
         if below:
             break
         done += block
-    x = xs[iterations % BLOCK]
-    current_in = float((2.0 * first * (1.0 - x)).sum())
-    current_out = float((2.0 * last * x).sum())
-    conductivity = current_in * length / area
-    f = 1.0 / conductivity
-    return Conduction(axis, f, porosity, f * porosity, conductivity, iterations, residual,
-                      abs(current_in - current_out) / current_in)
+    return xs[iterations % BLOCK], iterations, residual
+
+
+def _apply(diagonal, links, padded, p, xp: Any):
+    """The conductance matrix times ``p`` (``padded``: p and a trailing 0, the "no neighbour"
+    index of ``links``)."""
+    q = diagonal * p
+    for direction in links:
+        q -= padded[direction]
+    return q

@@ -135,9 +135,13 @@ def start_on_device(fine: Simulation, coarse: Simulation, chunk: int = 1 << 16) 
     The map of :func:`prolongate` + :func:`start_from` without the host: each fine node takes
     the density and velocity of the coarse node containing it (coordinates // 2); fine nodes
     whose coarse node is solid or in an empty coarse tile get the mean coarse density at rest.
-    Built ``chunk`` fine tiles at a time in the backend's array module.
+    Built ``chunk`` fine tiles at a time in the backend's array module; on CuPy with plain
+    storage in two kernels instead (:mod:`solver.backends.cuda.prolong`: no CuPy operation to
+    compile), written into the fresh fine state.
     """
     xp = fine.backend.xp
+    if _fused_start(fine, coarse):
+        return
     cp_, ct, ft = coarse.problem, coarse.tiling, fine.tiling
     coarse.allocate()
     f_c = coarse.backend.device_populations(coarse.state)
@@ -181,6 +185,25 @@ def start_on_device(fine: Simulation, coarse: Simulation, chunk: int = 1 << 16) 
         f[lo:hi] = feq.reshape(q, hi - lo, n_node).transpose(1, 0, 2)
     fine.allocate()
     fine.backend.set_populations(fine.state, f)
+
+
+def _fused_start(fine: Simulation, coarse: Simulation) -> bool:
+    """Prolongate with the CUDA kernels where both runs are CuPy runs that the kernels write
+    (:func:`solver.backends.cuda.prolong.fused_applies`) and the fine run has not stepped;
+    whether it did."""
+    if (fine.backend.name != "cupy" or coarse.backend.name != "cupy" or fine.time_step
+            or fine.tiling.ndim != 3):
+        return False
+    from ..backends.cuda.prolong import fused_applies, prolong, run_access
+
+    if not fused_applies(fine.problem, coarse.problem):
+        return False
+    coarse.allocate()
+    fine.allocate()
+    xp = fine.backend.xp
+    prolong(fine.problem, run_access(fine.backend, fine.state, xp), coarse.problem,
+            run_access(coarse.backend, coarse.state, xp), xp)
+    return True
 
 
 def pressure_ramp(setup: ProtocolSetup) -> dict[str, np.ndarray] | None:

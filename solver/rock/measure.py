@@ -7,7 +7,10 @@ of the fields, without copying them to the host) and judged by the run monitor's
 CLI and these runs): converged when k is positive and changed by less than ``tolerance``
 (relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps.
 Axes and protocols run one after the other on one backend (one device); under MPI each rank
-runs its share (:func:`study_runs`, :mod:`solver.rock.cli`).
+runs its share (:func:`study_runs`, :mod:`solver.rock.cli`). On a GPU the host set-up of the
+next run (:func:`prepare_axis`: pore check, coarsening, tiling) and the formation factor's
+conduction tables are made in a worker thread while the device steps the current run, so the
+phases of a study add up to more than its wall time.
 Each run's wall time is split into :data:`PHASES` (``AxisResult.phases``, summed by
 :meth:`PermeabilityStudy.phases` into ``summary.json``'s ``phases_s``).
 Units: k in lattice units (voxels²), m² and mD (with a voxel size), steps are time steps.
@@ -19,8 +22,11 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from geometries import VoxelGeometry
 
@@ -29,7 +35,7 @@ from ..config import SimulationConfig
 from ..monitor import K_WINDOW, KConvergence, check_health
 from ..simulation import Simulation
 from .check import KCheck, Phases
-from .conduction import Conduction, formation_factor
+from .conduction import Conduction, ConductionSystem, conduction_system, solve_conduction
 from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
 from .protocol import ProtocolSetup, checked_sample, setup_protocol
 from .rev import rev_curve, rev_lines
@@ -80,36 +86,80 @@ class AxisResult:
     flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
 
 
-def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
-                 voxel_size: float | None = None,
-                 on_check: Callable[[int, float, float], None] | None = None) -> AxisResult:
-    """Run one protocol set-up until k converges or ``settings.max_steps``; return its k.
+@dataclass
+class PreparedAxis:
+    """The host set-up of one protocol run (:func:`prepare_axis`): the fine simulation, the
+    coarse start's set-up and simulation (None without), the phases it took and the seconds
+    of that set-up (all of it; ``coarse_seconds`` the coarse start's part)."""
 
-    With ``settings.accelerate`` and ``coarse_start`` the run starts from the flow of the same
-    protocol on the sample coarsened by 2, prolongated on the device
-    (:func:`~solver.rock.initial.start_on_device`); its steps are reported as
-    ``coarse_steps``, the total as ``work_steps`` in fine-step equivalents.
-    """
-    if backend is None or isinstance(backend, str):
-        backend = get_backend(backend or setup.config.backend)
+    sim: Simulation
+    coarse: ProtocolSetup | None
+    coarse_sim: Simulation | None
+    phases: Phases
+    seconds: float
+    coarse_seconds: float
+
+
+def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
+                 backend: Any) -> PreparedAxis:
+    """Tile the run of ``setup`` and, with ``accelerate`` and ``coarse_start``, coarsen and tile
+    its coarse start: host work only (no device memory), so a study may do it for the next run
+    while the device steps the current one (:func:`run_study`)."""
     tic = time.perf_counter()
     phases = Phases()
     # The fine run's host set-up (tiling) comes first: a run from rest pays it too, so the
     # coarse start's seconds are its own (coarsening, its run, the prolongation).
     with phases.timed("tiling"):
         sim = Simulation(setup.geometry, setup.config, backend)
-    coarse_sim, coarse_steps, start_seconds, coarse_k = None, 0, 0.0, None
+        _host_tables(sim)
+    start = time.perf_counter()
+    coarse, coarse_sim = None, None
+    if settings.accelerate and settings.coarse_start:
+        with phases.timed("connectivity"):
+            coarse = coarse_setup(setup)
+    if coarse is not None:
+        with phases.timed("tiling"):
+            coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
+            _host_tables(coarse_sim)
+    end = time.perf_counter()
+    return PreparedAxis(sim, coarse, coarse_sim, phases, end - tic,
+                        end - start if coarse is not None else 0.0)
+
+
+def _host_tables(sim: Simulation) -> None:
+    """Build the problem's cached host tables that its allocation reads (boundary kinds and
+    tables, the sector mix: 0.3-0.6 s for a 200³ pressure-driven box on the CPU), with the rest
+    of the set-up: beside the device's steps in a study (:func:`run_study`)."""
+    problem = sim.problem
+    for table in ("storage", "iolets", "sector_mix", "boundary"):
+        getattr(problem, table)
+
+
+def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
+                 voxel_size: float | None = None,
+                 on_check: Callable[[int, float, float], None] | None = None,
+                 prepared: PreparedAxis | None = None) -> AxisResult:
+    """Run one protocol set-up until k converges or ``settings.max_steps``; return its k.
+
+    With ``settings.accelerate`` and ``coarse_start`` the run starts from the flow of the same
+    protocol on the sample coarsened by 2, prolongated on the device
+    (:func:`~solver.rock.initial.start_on_device`); its steps are reported as
+    ``coarse_steps``, the total as ``work_steps`` in fine-step equivalents. ``prepared``: its
+    :func:`prepare_axis`, when made ahead.
+    """
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend or setup.config.backend)
+    if prepared is None:
+        prepared = prepare_axis(setup, settings, backend)
+    tic = time.perf_counter()
+    phases, sim = prepared.phases, prepared.sim
+    coarse, coarse_sim = prepared.coarse, prepared.coarse_sim
+    coarse_steps, start_seconds, coarse_k = 0, prepared.coarse_seconds, None
     try:
         start = time.perf_counter()
-        coarse = None
-        if settings.accelerate and settings.coarse_start:
-            with phases.timed("connectivity"):
-                coarse = coarse_setup(setup)
         if coarse is not None:
             # The start only has to be close: the coarse run stops at 10x the tolerance.
             loose = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
-            with phases.timed("tiling"):
-                coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
             _ramp(coarse_sim, coarse, settings, phases)
             result = _run(coarse_sim, coarse, settings, loose, voxel_size, None, phases,
                           "coarse")
@@ -122,7 +172,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 start_on_device(sim, coarse_sim)
                 coarse_sim.close()
             coarse_sim = None
-            start_seconds = time.perf_counter() - start
+            start_seconds += time.perf_counter() - start
         else:
             _ramp(sim, setup, settings, phases)
         result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check, phases,
@@ -135,7 +185,9 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     result.coarse_k_lattice = coarse_k
     ratio = coarse.geometry.n_fluid / setup.geometry.n_fluid if coarse is not None else 0.0
     result.work_steps = result.steps + coarse_steps * ratio
-    result.seconds = time.perf_counter() - tic  # the coarse start included
+    # The coarse start included, and the host set-up wherever it ran (ahead, beside the
+    # previous run's steps, in a study on a device).
+    result.seconds = time.perf_counter() - tic + prepared.seconds
     result.phases = dict(phases)
     return result
 
@@ -360,27 +412,83 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
         backend = get_backend(backend or config.backend)
     results = []
     checked: dict[int, tuple] = {}  # per axis: the pore check and the connected sample
-    for axis, protocol in study_runs(sample, settings) if runs is None else runs:
+    order = study_runs(sample, settings) if runs is None else runs
+
+    def prepare(axis: int, protocol: str):
         tic = time.perf_counter()
         if axis not in checked:
             checked[axis] = checked_sample(sample, config, axis)
         setup = setup_protocol(sample, config, axis, protocol, settings, checked[axis])
         connectivity = time.perf_counter() - tic
-        log.info("%s: %s", setup.name, setup.report.summary())
-        for hint in setup.report.hints:
-            log.warning(hint)
-        cb = None if on_check is None else (
-            lambda s, k, c, name=setup.name: on_check(name, s, k, c))
-        result = measure_axis(setup, settings, backend, sample.voxel_size, cb)
-        result.phases["connectivity"] = result.phases.get("connectivity", 0.0) + connectivity
-        result.seconds += connectivity
-        results.append(result)
-    study = PermeabilityStudy(results, sample.voxel_size)
-    if settings.formation_factor and runs is None:
-        add_formation_factors(study, sample, settings, backend)
+        return setup, connectivity, prepare_axis(setup, settings, backend)
+
+    systems = {}
+    with _host_worker(backend) as worker:
+        # One run ahead: the next run's host set-up (pore check, coarsening, tiling) is made
+        # while the device steps this one; then the conduction systems of the formation factor.
+        pending = worker.submit(prepare, *order[0]) if order else None
+        _warm_up(backend, config)  # in this thread, while the worker prepares the first run
+        for i, _ in enumerate(order):
+            setup, connectivity, prepared = pending.result()
+            pending = worker.submit(prepare, *order[i + 1]) if i + 1 < len(order) else None
+            if pending is None and settings.formation_factor and runs is None:
+                systems = {axis: worker.submit(conduction_system, sample.solid, axis,
+                                               settings.sides)
+                           for axis in settings.axis_indices(sample.ndim)}
+            log.info("%s: %s", setup.name, setup.report.summary())
+            for hint in setup.report.hints:
+                log.warning(hint)
+            cb = None if on_check is None else (
+                lambda s, k, c, name=setup.name: on_check(name, s, k, c))
+            result = measure_axis(setup, settings, backend, sample.voxel_size, cb, prepared)
+            result.phases["connectivity"] = (result.phases.get("connectivity", 0.0)
+                                             + connectivity)
+            result.seconds += connectivity
+            results.append(result)
+        study = PermeabilityStudy(results, sample.voxel_size)
+        if settings.formation_factor and runs is None:
+            add_formation_factors(study, sample, settings, backend,
+                                  {a: f.result() for a, f in systems.items()} or None)
     if settings.rev and runs is None:
         add_rev(study, sample, config, settings, backend)
     return study
+
+
+class _Now:
+    """A worker that runs each task at once, in the caller's thread (the NumPy backend: its
+    steps already use the host's cores)."""
+
+    def __enter__(self) -> _Now:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def submit(self, task, *args) -> Future:
+        future: Future = Future()
+        future.set_result(task(*args))
+        return future
+
+
+def _warm_up(backend: Any, config: SimulationConfig) -> None:
+    """On CuPy with plain storage, compile the study's own kernels now
+    (:func:`solver.backends.cuda.prolong.warm_up`) rather than between its first steps."""
+    from ..lattice import get_lattice
+
+    lattice = get_lattice(config.lattice)
+    if backend.name != "cupy" or config.storage != "auto" or lattice.d != 3:
+        return
+    from ..backends.cuda.prolong import warm_up
+
+    warm_up(lattice.c, np.dtype(config.precision))
+
+
+def _host_worker(backend: Any):
+    """The worker of a study's host set-up: one thread beside the device's steps on a GPU
+    (the host waits for the device there), the caller itself on the NumPy backend."""
+    if backend.xp is np:
+        return _Now()
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="rock-setup")
 
 
 def rev_measure(config: SimulationConfig, settings: PermeabilitySettings, axis: int,
@@ -418,15 +526,19 @@ def add_rev(study: PermeabilityStudy, sample: VoxelGeometry, config: SimulationC
 
 
 def add_formation_factors(study: PermeabilityStudy, sample: VoxelGeometry,
-                          settings: PermeabilitySettings, backend: Any) -> None:
+                          settings: PermeabilitySettings, backend: Any,
+                          systems: dict[int, ConductionSystem] | None = None) -> None:
     """F and F·φ of ``sample`` along the study's axes (:mod:`solver.rock.conduction`, sides as
     the permeability runs), on the backend's device (or its name); timed as the
-    ``formation_factor`` phase."""
+    ``formation_factor`` phase. ``systems``: the :func:`conduction_system` per axis index when
+    built ahead."""
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or "auto")
     phases = Phases()
     with phases.timed("formation_factor"):
         for axis in settings.axis_indices(sample.ndim):
-            study.conduction[AXIS_NAMES[axis]] = formation_factor(
-                sample.solid, axis, settings.sides, backend.xp)
+            system = (systems or {}).get(axis) or conduction_system(sample.solid, axis,
+                                                                   settings.sides)
+            study.conduction[AXIS_NAMES[axis]] = solve_conduction(system, backend.xp,
+                                                                  shape=sample.shape)
     study.seconds.update(phases)

@@ -353,3 +353,21 @@ def test_a_new_compact_run_holds_the_rest_state_without_a_host_array(options) ->
     run.readout_tiles = 3  # chunks of 3 tiles' worth of fluid nodes
     run.fill_rest()
     assert same(filled)
+
+
+def test_edge_tables_follow_their_definition_from_the_ranks():
+    """edge_nodes (one pass over the flat fluid indices, issue 29) lists every fluid node tile
+    by tile with its compact index q base + rank, its block length and its tiled index."""
+    from solver.backends.cuda.compact_run import edge_nodes
+
+    problem = Problem.from_config(porous_solid((20, 16, 12), seed=4),
+                                  SimulationConfig(precision="float32"))
+    compact = CompactTiling(problem.tiling, 8)
+    q = problem.lattice.q
+    ranks = compact.ranks()
+    tile, node = np.nonzero(ranks >= 0)
+    at, block, tiled = edge_nodes(compact, q)
+    np.testing.assert_array_equal(at, q * compact.base[tile] + ranks[tile, node])
+    np.testing.assert_array_equal(block, compact.padded[tile])
+    np.testing.assert_array_equal(tiled, tile * (q * 64) + node)
+    assert at.dtype == block.dtype == tiled.dtype == np.int32

@@ -239,3 +239,23 @@ def test_default_fast_tau_is_chosen_by_the_sample():
     assert setup.config.tau == 0.55
     pressure = setup_protocol(thin, _config(), 0, "pressure", PermeabilitySettings())
     assert pressure.config.tau == _config().tau  # pressure runs keep the configured tau
+
+
+def test_a_study_preparing_the_next_run_in_a_thread_gives_the_same_results(monkeypatch):
+    """On a GPU a study tiles the next run (and builds the conduction systems) in a worker
+    thread while the device steps the current one (issue 29): the results are the ones of the
+    runs prepared in turn."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from solver.rock import measure
+
+    pack = random_sphere_pack((12, 12, 12), 0.4, diameter=6, seed=3)
+    settings = PermeabilitySettings(protocol="both", axes=["x"], tolerance=1e-2,
+                                    check_interval=100, max_steps=1000)
+    in_turn = run_study(pack, _config(), settings)
+    monkeypatch.setattr(measure, "_host_worker", lambda backend: ThreadPoolExecutor(1))
+    ahead = run_study(pack, _config(), settings)
+    assert [(r.protocol, r.axis, r.k_lattice, r.steps, r.coarse_steps)
+            for r in ahead.results] == [(r.protocol, r.axis, r.k_lattice, r.steps,
+                                         r.coarse_steps) for r in in_turn.results]
+    assert ahead.conduction == in_turn.conduction and set(ahead.conduction) == {"x"}

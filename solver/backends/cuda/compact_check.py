@@ -1,0 +1,215 @@
+"""Health and Darcy sums of a run in one kernel (the rock runs' k check), compact or tiled.
+
+A permeability run checks k every few hundred steps (:class:`solver.rock.check.KCheck`). Read
+chunk by chunk through CuPy operations (gather, moments, masks, sums) a check of the 10.8 M
+fluid nodes of a 300³ mirrored run took about 50 ms on an H100, and a cold process compiled a
+few dozen CuPy kernels for it (issue 29). Here one launch reads the populations of every
+fluid node in the compact copy (the edge tables' order) or in the tiled copy (every tile node, solid
+ones skipped; the state's slot table), computes its density and velocity as
+:func:`solver.fields.tile_moments` does (float64; Guo: ``u = (sum c f - F/2) / rho``, rho
+replaced by 1 for the incompressible model) and adds, per block then atomically:
+
+- ``bad``: the number of nodes whose density or velocity is not finite;
+- the largest speed (a non-negative double compared by its bits);
+- over the window's nodes (flag bit 0): sum of ``|u|``, of ``u_axis`` and of the Darcy momentum
+  density (:func:`solver.observables.momentum_density`);
+- over the first and last window layers (flag bits 1 and 2): the density sums;
+
+nodes without flag bit 3 (solid tile nodes) are skipped.
+
+The sums add the nodes in another order than the chunked readout (the last bits of k may
+differ). Lattice units. The lattice's velocities are compiled into the kernel (one module per
+lattice and storage type).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+__all__ = ["check_source", "darcy_check", "moment_lines", "THREADS", "SUMS", "state_check",
+           "tiled_slots"]
+
+#: Threads per block.
+THREADS = 256
+#: The double sums of a check, in order.
+SUMS = ("speed", "along", "darcy", "end_first", "end_last")
+
+_TEMPLATE = r"""
+typedef @STORE@ store_t;
+
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_max(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
+    return v;
+}
+
+extern "C" __global__ void darcy_check(
+    const store_t* f, const int* at, const int* block, const int* slots,
+    const unsigned char* flags, long long n, int tiled, double hfx, double hfy, double hfz,
+    int axis, int incompressible, double* sums, unsigned long long* bits)
+{
+    __shared__ double part[6][32];
+    __shared__ unsigned int bad_block;
+    if (threadIdx.x == 0) bad_block = 0u;
+    __syncthreads();
+    double s_speed = 0.0, s_along = 0.0, s_darcy = 0.0, s_first = 0.0, s_last = 0.0;
+    double v_max = 0.0;
+    unsigned int bad = 0u;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const unsigned char flag = flags[i];
+        if (!(flag & 8)) continue;
+        // Compact: direction k at base + k stride; tiled (T, q, N): tile t, node slot per k.
+        const long long t = tiled ? i / @N@ : 0, node = tiled ? i % @N@ : 0;
+        const long long base = tiled ? t * @Q@LL * @N@ : (long long)at[i];
+        const long long stride = tiled ? @N@ : (long long)block[i];
+        double rho = 0.0, jx = 0.0, jy = 0.0, jz = 0.0, v;
+@MOMENTS@
+        jx -= hfx; jy -= hfy; jz -= hfz;
+        const double ux = incompressible ? jx : jx / rho;
+        const double uy = incompressible ? jy : jy / rho;
+        const double uz = incompressible ? jz : jz / rho;
+        if (!(isfinite(rho) && isfinite(ux) && isfinite(uy) && isfinite(uz))) { ++bad; continue; }
+        const double speed = sqrt(ux * ux + uy * uy + uz * uz);
+        v_max = fmax(v_max, speed);
+        const double along = axis == 0 ? ux : (axis == 1 ? uy : uz);
+        if (flag & 1) {
+            s_speed += speed; s_along += along;
+            s_darcy += incompressible ? along : rho * along;
+        }
+        if (flag & 2) s_first += rho;
+        if (flag & 4) s_last += rho;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    double values[6] = {warp_sum(s_speed), warp_sum(s_along), warp_sum(s_darcy),
+                        warp_sum(s_first), warp_sum(s_last), warp_max(v_max)};
+    if (bad) atomicAdd(&bad_block, bad);
+    if (lane == 0)
+        for (int k = 0; k < 6; ++k) part[k][warp] = values[k];
+    __syncthreads();
+    if (warp == 0) {
+        for (int k = 0; k < 6; ++k) {
+            double v = lane < warps ? part[k][lane] : 0.0;
+            values[k] = k < 5 ? warp_sum(v) : warp_max(v);
+        }
+        if (lane == 0) {
+            for (int k = 0; k < 5; ++k) atomicAdd(sums + k, values[k]);
+            atomicMax(bits + 1, (unsigned long long)__double_as_longlong(values[5]));
+            if (bad_block) atomicAdd(bits, (unsigned long long)bad_block);
+        }
+    }
+}
+"""
+
+
+def moment_lines(c: tuple[tuple[int, ...], ...], nodes: str) -> list[str]:
+    """CUDA lines adding each direction's value ``v`` (read at ``base + i stride``, plus the
+    slot of ``node`` when ``tiled``; ``nodes`` per tile, a number or a macro) into ``rho`` and
+    ``jx, jy, jz`` for the lattice velocities ``c``, in direction order."""
+    lines = []
+    for i, (cx, cy, cz) in enumerate(c):
+        terms = [f"jx += {cx}.0 * v;" if cx else "", f"jy += {cy}.0 * v;" if cy else "",
+                 f"jz += {cz}.0 * v;" if cz else ""]
+        index = f"base + {i}LL * stride + (tiled ? slots[{i} * {nodes} + node] : 0)"
+        lines.append(f"        v = (double)f[{index}]; rho += v; "
+                     + " ".join(t for t in terms if t))
+    return lines
+
+
+@cache
+def check_source(c: tuple[tuple[int, ...], ...], store: str, nodes: int = 64) -> str:
+    """The kernel's source for the lattice velocities ``c`` ((q, 3) integers), the stored
+    value type ``store`` ('float' or 'double') and ``nodes`` per tile: the moment sums
+    unrolled per direction."""
+    lines = moment_lines(c, str(nodes))
+    return (_TEMPLATE.replace("@STORE@", store).replace("@MOMENTS@", "\n".join(lines))
+            .replace("@N@", str(nodes)).replace("@Q@", str(len(c))))
+
+
+@cache
+def _kernel(source: str, device: int):
+    import cupy as cp
+
+    return cp.RawModule(code=source, options=("-std=c++17",)).get_function("darcy_check")
+
+
+def _cupy_launch(source: str, blocks: int, threads: int, args: tuple) -> None:
+    import cupy as cp
+
+    _kernel(source, cp.cuda.Device().id)((blocks,), (threads,), args)
+
+
+def _cupy_blocks() -> int:
+    import cupy as cp
+
+    return 8 * cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+
+
+def darcy_check(state, flags, axis: int, latest=None, slots=None, launch=None,
+                max_blocks: int | None = None, threads: int = THREADS) -> np.ndarray:
+    """Host float64 array ``[bad, max_speed, *SUMS]`` of the latest populations of ``state``:
+    a compact run (:class:`~.compact_run.CompactRun`: ``flags`` per fluid node in the edge
+    tables' order) or a tiled one (``latest``: its natural copy (T, q, N) and ``slots`` its
+    slot table (q, N) int32, both device arrays; ``flags`` per tile node); plain float32/64
+    storage. ``flags`` (uint8): bit 0 window, bits 1 and 2 its first and last layer, bit 3
+    fluid. ``launch(source, blocks, threads, args)``: a CuPy launch by default (an emulated
+    launcher, ``max_blocks`` of ``threads``, in the CPU tests, on NumPy arrays)."""
+    p = state.problem
+    if p.storage.encoded or p.lattice.d != 3:
+        raise ValueError("darcy_check reads plain float32/float64 storage of 3D runs; use the "
+                         "chunked readout (solver.rock.check) for encoded storage.")
+    tiled = latest is not None
+    if tiled:
+        f, n, at, block = latest, int(np.prod(latest.shape[::2])), slots, slots
+        xp = _module_of(latest)
+    else:
+        at, block, _ = state.edge
+        n, xp, slots = int(at.shape[0]), state.xp, at  # slots unused: any int array
+        f = state.latest()  # waits for the queued steps
+    store = "double" if p.storage_dtype == np.float64 else "float"
+    source = check_source(tuple(tuple(int(v) for v in row) for row in p.lattice.c), store,
+                          p.tiling.nodes_per_tile)
+    launch = launch or _cupy_launch
+    sums, bits = xp.zeros(len(SUMS)), xp.zeros(2, dtype=np.uint64)
+    half = 0.5 * np.asarray(p.force, dtype=np.float64)
+    blocks = int(max(1, min(-(-n // threads), max_blocks or _cupy_blocks())))
+    launch(source, blocks, threads,
+           (f, at, block, slots, flags, np.int64(n), np.int32(tiled), np.float64(half[0]),
+            np.float64(half[1]), np.float64(half[2]), np.int32(axis),
+            np.int32(bool(p.incompressible)), sums, bits))
+    host_bits = bits.get() if hasattr(bits, "get") else np.asarray(bits)
+    host_sums = sums.get() if hasattr(sums, "get") else np.asarray(sums)
+    speed = np.frombuffer(np.uint64(host_bits[1]).tobytes(), dtype=np.float64)[0]
+    return np.concatenate([[float(host_bits[0]), speed], host_sums])
+
+
+def _module_of(array):
+    """NumPy or CuPy, whichever ``array`` belongs to."""
+    if isinstance(array, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def tiled_slots(problem):
+    """The tiled state's slot table (q, N) as int32 on the device, built on the host."""
+    import cupy as cp
+
+    from .tables import slot_table
+
+    table = slot_table(problem.lattice.name, problem.layout, problem.tiling.a)
+    return cp.asarray(table.astype(np.int32))
+
+
+def state_check(backend, state, flags, slots, axis: int) -> np.ndarray:
+    """:func:`darcy_check` of a CuPy backend's state, compact or tiled (``slots``:
+    :func:`tiled_slots` of a tiled one); the steps are done (a step synchronizes)."""
+    if getattr(state, "edge", None):
+        return darcy_check(state, flags, axis)
+    return darcy_check(state, flags, axis, latest=backend._natural(state), slots=slots)
