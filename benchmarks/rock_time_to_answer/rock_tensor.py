@@ -262,7 +262,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baseline", default=None,
                    help="an earlier report of this benchmark (JSON: every size it has) or "
                         "summary.json of a 200³ run: k and F compared (target: k within 0.1 %%)")
-    p.add_argument("--out", default="benchmarks/rock_time_to_answer/results", help="folder for JSON + md")
+    p.add_argument("--out", default="benchmarks/rock_time_to_answer/results",
+                   help="folder for JSON + md")
     p.add_argument("--quick", action="store_true", help="CPU smoke test: one 16³ image")
     args = p.parse_args(argv)
     if args.quick:
