@@ -86,6 +86,8 @@ class DistributedState:
     counts: np.ndarray = field(repr=False)
     #: Populations each rank sends per step (its halo plan), in rank order.
     halo_values: list[int] = field(default_factory=list)
+    #: Global numbers of each rank's opening links (int64), in rank order.
+    links: list[np.ndarray] = field(default_factory=list, repr=False)
 
 
 class DistributedBackend:
@@ -136,15 +138,14 @@ class DistributedBackend:
             raise ConfigError("storage='float16' does not run under MPI yet: its stochastic "
                               "rounding hashes global node ids, which the ranks' local tilings "
                               "do not carry. Use storage='auto' for distributed runs.")
-        if problem.iolets is not None:
-            raise ConfigError("Driven openings (velocity, pressure, outflow) do not run under "
-                              "MPI yet; run this vessel on one GPU or mark its openings closed.")
-        # A fresh copy: a cached pull table of the global problem must not travel.
-        payload = (dataclasses.replace(problem), self.inner.name, self.axis, self.transport,
-                   self.graphs)
+        # A fresh copy: a cached pull table of the global problem must not travel; the
+        # openings' tables do (small; their values may have been set since they were built).
+        payload = (dataclasses.replace(problem).use_iolets(problem.iolets), self.inner.name,
+                   self.axis, self.transport, self.graphs)
         self._command("allocate", payload)
         return DistributedState(problem=problem, solver=self._solver, order=self._order,
-                                counts=self._counts, halo_values=self._halo_values)
+                                counts=self._counts, halo_values=self._halo_values,
+                                links=self._links)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
         """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s."""
@@ -160,9 +161,10 @@ class DistributedBackend:
         return out
 
     def device_populations(self, state: DistributedState, tiles=None) -> np.ndarray:
-        """The gathered populations (host float64, global order; of ``tiles``, a slice or an
-        index array, if given): fields on rank 0."""
-        f = self.populations(state)
+        """The gathered populations in the arithmetic precision (host, global order; of
+        ``tiles``, a slice or an index array, if given): fields on rank 0, reduced in the
+        precision one process reduces them in (the float64 gather holds them exactly)."""
+        f = self.populations(state).astype(state.problem.dtype, copy=False)
         return f if tiles is None else f[tiles]
 
     def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
@@ -202,16 +204,38 @@ class DistributedBackend:
         """Scatter a copy of :meth:`stored_populations` back, bit for bit."""
         self.set_populations(state, stored)
 
-    def iolet_flux(self, state: DistributedState) -> None:
-        """None: driven openings are refused under MPI."""
-        return None
+    def iolet_flux(self, state: DistributedState) -> np.ndarray | None:
+        """Net mass flux into the fluid per opening link in the last step, gathered from the
+        ranks holding the links, in global link order (host float64); None without driven
+        openings."""
+        tables = state.problem.iolets
+        if tables is None:
+            return None
+        self._command("flux", None)
+        out = np.empty(tables.n_links)
+        for links, flux in zip(state.links, self._fluxes, strict=True):
+            out[links] = flux
+        return out
 
     def set_iolet_flux(self, state: DistributedState, flux: np.ndarray) -> None:
-        """Refused: a distributed run has no driven openings."""
-        raise ValueError("A distributed run has no driven openings to set the flux of.")
+        """Give every rank its links' share of the per-link flux ``flux`` (global order)."""
+        tables = state.problem.iolets
+        if tables is None or np.shape(flux) != (tables.n_links,):
+            raise ValueError(f"{np.shape(flux)} opening-link fluxes for a run with "
+                             f"{0 if tables is None else tables.n_links}.")
+        self._command("set_flux", np.asarray(flux, dtype=np.float64))
+
+    def set_iolet_values(self, state: DistributedState, values: np.ndarray) -> None:
+        """Set the opening links' target values (global order) on the ranks holding them."""
+        tables = state.problem.iolets
+        if tables is None or np.shape(values) != tables.value.shape:
+            raise ValueError(f"{np.shape(values)} opening-link values for a run with "
+                             f"{0 if tables is None else tables.n_links}.")
+        self._command("set_values", np.asarray(values, dtype=np.float64))
 
     def set_step(self, state: DistributedState, step: int) -> None:
-        """Nothing to seed: float16 storage (stochastic rounding) is refused under MPI."""
+        """Set every rank's step counter (the openings' soft start and waveforms; resume)."""
+        self._command("set_step", int(step))
 
     def device_info(self) -> DeviceInfo:
         """Rank 0's device; bandwidths summed over ranks (identical devices assumed)."""
@@ -330,11 +354,12 @@ class DistributedBackend:
         if not self._check(error, self.comm.allgather(self._message(error))):
             return
         rows = self.comm.gather((self._solver.layout.global_tiles[: self._solver.n_owned],
-                                 self._solver.plan.values_sent()))
+                                 self._solver.plan.values_sent(), self._solver.links))
         if self.is_root:  # where each rank's owned rows go in the global tile order
-            self._counts = np.array([len(r) for r, _ in rows], dtype=np.int64)
-            self._order = np.concatenate([r for r, _ in rows])
-            self._halo_values = [v for _, v in rows]
+            self._counts = np.array([len(r) for r, _, _ in rows], dtype=np.int64)
+            self._order = np.concatenate([r for r, _, _ in rows])
+            self._halo_values = [v for _, v, _ in rows]
+            self._links = [links for _, _, links in rows]
 
     def _message(self, error: Exception | None) -> str | None:
         return None if error is None else f"rank {self.rank}: {error}"
@@ -399,6 +424,18 @@ class DistributedBackend:
                     MPI.DOUBLE]
         self.comm.Scatterv(send, block, root=0)
         solver.set_owned_populations(block)
+
+    def _flux(self, _: Any) -> None:
+        self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)
+
+    def _set_flux(self, flux: np.ndarray) -> None:
+        self._solver.set_iolet_flux(flux)
+
+    def _set_values(self, values: np.ndarray) -> None:
+        self._solver.set_iolet_values(values)
+
+    def _set_step(self, step: int) -> None:
+        self._solver.set_step(step)
 
     def _graphs(self, enabled: bool) -> None:
         self.graphs = enabled  # for later allocations too

@@ -162,6 +162,7 @@ class CupyPhases:
         self._boundary = cp.cuda.Event(disable_timing=True)  # comm: boundary tiles written
         self._joined = cp.cuda.Event(disable_timing=True)  # comm: everything queued so far
         self._uploaded = cp.cuda.Event(disable_timing=True)  # comm: received values on device
+        self._passed = cp.cuda.Event(disable_timing=True)  # comm: opening links rewritten
         problem = state.problem
         # Gather/scatter blocks as large as the tile kernel's: while the interior runs, a block
         # of the halo chain fits into the room one retired tile block leaves on an SM.
@@ -262,6 +263,12 @@ class CupyPhases:
     def boundary(self) -> None:
         """Enqueue the boundary tiles (comm stream) and the interior tiles (compute stream)."""
         self._comm.wait_event(self._step_done)
+        iolets = self.state.iolets
+        if iolets is not None:  # the rank's opening links, before either range reads them
+            with self._comm:
+                iolets.launch(self.current(), 0)
+            self._passed.record(self._comm)
+            self._compute.wait_event(self._passed)
         self._mark(self._comm, "boundary queued")
         with self._comm:
             self.backend.launch_tiles(self.state, *self._ranges[0])
@@ -293,6 +300,11 @@ class CupyPhases:
         self._step_done.record(self._compute)
         if self._timeline is not None:
             self._timeline.end_step()
+
+    def set_step(self, step: int) -> None:
+        """Set the run's step counter (the openings' soft start and waveforms)."""
+        self.idle()
+        self.backend.set_step(self.state, step)
 
     def _mark(self, stream: Any, edge: str) -> None:
         if self._timeline is not None:
