@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend
+from ..backends.plan import plan_for
 from ..problem import Problem
 from .decomposition import SlabDecomposition
 from .exchange import HaloExchange
@@ -62,8 +63,13 @@ class RankSolver:
                                    problem.tiling.n_tiles)
         #: Global numbers of this rank's opening links (int64), the order of its flux.
         self.links: np.ndarray = links
+        # A GPU backend's tile storage is decided once, on the whole problem: the ranks' own
+        # tile utilisations differ, and tiled and compact storage agree to rounding only.
+        storage = plan_for(problem).tile_storage if hasattr(backend, "phase_stepper") \
+            else problem.tile_storage
         self.problem = dataclasses.replace(problem, tiling=self.layout.tiling,
-                                           owned=self.layout.owned).use_iolets(local)
+                                           owned=self.layout.owned,
+                                           tile_storage=storage).use_iolets(local)
         self.backend = backend
         self.stepper = stepper_for(backend, self.problem, self.layout)
         self.state: Any = self.stepper.state

@@ -172,6 +172,9 @@ class CupyPhases:
         index = "unsigned int" if self._index_dtype == np.uint32 else "long long"
         self._gather, self._scatter = _copy_kernels(cp, problem.dtype.name, index,
                                                     cp.cuda.Device().id)
+        # Halo indices in the storage's own addressing: popcount slots of a compact run, the
+        # in-tile layout's slots of a tiled one.
+        self._value_index = getattr(state, "value_index", None)
         self._slots = slot_table(problem.lattice.name, problem.layout, problem.tiling.a)
         self._flat = tuple(state.f[c].reshape(-1) for c in (0, 1))
         self._device_buffers: dict[int, Any] = {}
@@ -191,6 +194,8 @@ class CupyPhases:
         of the copies (``slot = slots[i, node]``), uploaded once: uint32, or int64 for a copy
         of 2^32 values or more."""
         index = np.asarray(index, dtype=np.int64)
+        if self._value_index is not None:  # compact storage
+            return self._cp.asarray(self._value_index(index).astype(self._index_dtype))
         q, npt = self._slots.shape
         block, node = np.divmod(index, npt)
         return self._cp.asarray((block * npt + self._slots[block % q, node]).astype(
