@@ -6,8 +6,10 @@ of the fields, without copying them to the host) and judged by the run monitor's
 (:class:`solver.monitor.KConvergence`, the one definition of "converged" of the dashboard, the
 CLI and these runs): converged when k is positive and changed by less than ``tolerance``
 (relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps.
-Axes and protocols run one after the other on one backend (one device); under MPI each rank
-runs its share (:func:`study_runs`, :mod:`solver.rock.cli`).
+Axes and protocols run one after the other on one backend (one device, or a
+:class:`~solver.distributed.DistributedBackend` that splits each sample over MPI ranks); under
+MPI each rank runs its share of the runs when there is one per rank (:func:`study_runs`,
+:mod:`solver.rock.cli`).
 Each run's wall time is split into :data:`PHASES` (``AxisResult.phases``, summed by
 :meth:`PermeabilityStudy.phases` into ``summary.json``'s ``phases_s``).
 Units: k in lattice units (voxels²), m² and mD (with a voxel size), steps are time steps.

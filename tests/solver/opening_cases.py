@@ -80,14 +80,18 @@ def scenario(backend, folder: Path) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str]) -> int:
-    """``OUT.npz [--single] [--axis N]``: run :func:`scenario` under MPI (split along axis N)
-    or on one process, to OUT."""
+    """``OUT.npz [--single] [--axis N] [--backend B]``: run :func:`scenario` under MPI (split
+    along axis N, halos through host memory, each rank on backend B, default numpy) or on one
+    process, to OUT."""
     target = Path(argv[0])
     with tempfile.TemporaryDirectory() as tmp:
+        inner = argv[argv.index("--backend") + 1] if "--backend" in argv else "numpy"
         if "--single" in argv:
+            from solver.backends import get_backend
             from solver.backends.numpy_backend import NumpyBackend
 
-            np.savez(target, **scenario(NumpyBackend(threads=1), Path(tmp)))
+            single = NumpyBackend(threads=1) if inner == "numpy" else get_backend(inner)
+            np.savez(target, **scenario(single, Path(tmp)))
             return 0
         from solver.distributed import launch
 
@@ -96,7 +100,7 @@ def main(argv: list[str]) -> int:
             return 0
 
         axis = int(argv[argv.index("--axis") + 1]) if "--axis" in argv else "longest"
-        return launch(run, inner="numpy", axis=axis) or 0
+        return launch(run, inner=inner, axis=axis, transport="host") or 0
 
 
 if __name__ == "__main__":
