@@ -66,6 +66,10 @@ class KernelFamily:
         """Why this family cannot step ``problem``, or None (the first reason only)."""
         if problem.owned is not None and not self.distributed:
             return f"a distributed (MPI) rank steps the {TILED.name} storage"
+        if problem.owned is not None and problem.storage.encoded and self is not TILED:
+            # A tile range is launched from its first tile, which the float16 random bits
+            # would then key by their place in the range: ranks keep the tiled storage.
+            return f"a distributed (MPI) rank stores float16 in the {TILED.name} storage"
         if problem.iolets is not None and not self.openings:
             return "driven openings need the openings' link pass, written for the " \
                    f"{TILED.name} storage"
@@ -286,8 +290,4 @@ def distributed_refusal(problem: Problem) -> str | None:
     if population_copies(problem.streaming) != 2:
         return ("A distributed run keeps two copies of f: its halo exchange reads one copy "
                 "while the step writes the other. Use streaming='two-copy' with MPI.")
-    if problem.storage.encoded:
-        return ("storage='float16' does not run under MPI yet: its stochastic rounding hashes "
-                "global node ids, which the ranks' local tilings do not carry. Use "
-                "storage='auto' with MPI.")
     return None

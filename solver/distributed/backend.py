@@ -42,7 +42,6 @@ import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
 from ..backends.base import NodeIndex, node_index, with_rest_nodes
-from ..config import ConfigError
 from ..problem import Problem
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
@@ -159,10 +158,6 @@ class DistributedBackend:
     # -- rank 0: the Backend protocol -------------------------------------------------------
     def allocate(self, problem: Problem) -> DistributedState:
         """Decompose ``problem`` over the ranks and allocate every rank's share."""
-        if problem.storage.encoded:
-            raise ConfigError("storage='float16' does not run under MPI yet: its stochastic "
-                              "rounding hashes global node ids, which the ranks' local tilings "
-                              "do not carry. Use storage='auto' for distributed runs.")
         # A fresh copy: a cached pull table of the global problem must not travel; the
         # openings' tables do (small; their values may have been set since they were built).
         key = self._next_key
@@ -223,8 +218,8 @@ class DistributedBackend:
         self._command("scatter", None, state.key)
 
     def stored_populations(self, state: DistributedState) -> np.ndarray:
-        """The gathered populations: float64 holds every stored float32/float64 value exactly
-        (float16 storage is refused under MPI)."""
+        """The gathered populations: float64 holds every stored value exactly (float16
+        storage's decoded binary16 values too)."""
         return self.populations(state)
 
     def set_stored_populations(self, state: DistributedState, stored: np.ndarray) -> None:

@@ -63,10 +63,13 @@ class RankSolver:
                                    problem.tiling.n_tiles)
         #: Global numbers of this rank's opening links (int64), the order of its flux.
         self.links: np.ndarray = links
-        # A GPU backend's tile storage is decided once, on the whole problem: the ranks' own
-        # tile utilisations differ, and tiled and compact storage agree to rounding only.
-        storage = plan_for(problem).tile_storage if hasattr(backend, "phase_stepper") \
-            else problem.tile_storage
+        # A GPU backend's tile storage is decided once, on the whole problem as a rank sees
+        # it: the ranks' own tile utilisations differ, and tiled and compact storage agree to
+        # rounding only.
+        storage = problem.tile_storage
+        if hasattr(backend, "phase_stepper"):
+            as_rank = dataclasses.replace(problem, owned=np.ones(problem.tiling.n_tiles, bool))
+            storage = plan_for(as_rank.use_iolets(tables)).tile_storage
         self.problem = dataclasses.replace(problem, tiling=self.layout.tiling,
                                            owned=self.layout.owned,
                                            tile_storage=storage).use_iolets(local)

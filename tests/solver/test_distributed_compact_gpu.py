@@ -72,6 +72,32 @@ def test_loopback_compact_ranks_match_one_compact_gpu_run_bitwise(backend, preci
         assert np.array_equal(got, expected), (n, axis, np.nanmax(np.abs(got - expected)))
 
 
+def test_loopback_float16_ranks_match_one_gpu_to_float16_rounding(backend):
+    """float16 storage: ranks keep the tiled storage (their random bits hash local node
+    numbers), halos move binary16 bits; one GPU's populations to float16 rounding."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    from .porous_cases import half_tolerance
+
+    problem = replace(make_problem("D3Q19", "float32", "TRT", storage="float16",
+                                   offset=(1, 2, 0)), tile_storage="auto")
+    f0 = noisy_start(problem)
+    one = backend.allocate(problem)
+    backend.set_populations(one, f0)
+    backend.step(one, 20)
+    expected = backend.populations(one)
+    backend.release(one)
+    ranks = _loopback(backend, problem, 2, 0, f0)
+    assert not any(isinstance(rank.state, CompactRun) for rank in ranks)
+    step_together(ranks, 20)
+    got = np.full_like(expected, np.nan)
+    for rank in ranks:
+        got[rank.layout.global_tiles[: rank.n_owned]] = rank.owned_populations()
+        rank.release()
+    fluid = np.broadcast_to(~problem.tiling.solid[:, None, :], got.shape)
+    assert np.abs(got - expected)[fluid].max() <= half_tolerance(problem, expected, 20)
+
+
 @pytest.mark.parametrize("case", ["velocity-outflow", "pressures"])
 def test_loopback_ranks_with_openings_match_one_gpu_bitwise(backend, case):
     from solver.simulation import Simulation

@@ -127,7 +127,8 @@ extern "C" __global__ void halo_scatter(real* __restrict__ f,
 
 @cache
 def _copy_kernels(cp: Any, dtype: str, index: str, device: int) -> tuple:
-    real = {"float64": "double", "float32": "float"}[dtype]
+    # float16 storage moves binary16 bits: no arithmetic, so an integer of the same width
+    real = {"float64": "double", "float32": "float", "float16": "unsigned short"}[dtype]
     module = cp.RawModule(code=halo_copy_source(real, index), options=("-std=c++17",))
     return module.get_function("halo_gather"), module.get_function("halo_scatter")
 
@@ -170,7 +171,7 @@ class CupyPhases:
         # 32-bit indices where one copy has fewer than 2^32 values: half the index traffic
         self._index_dtype = np.uint32 if state.f[0].size < 2**32 else np.int64
         index = "unsigned int" if self._index_dtype == np.uint32 else "long long"
-        self._gather, self._scatter = _copy_kernels(cp, problem.dtype.name, index,
+        self._gather, self._scatter = _copy_kernels(cp, problem.storage_dtype.name, index,
                                                     cp.cuda.Device().id)
         # Halo indices in the storage's own addressing: popcount slots of a compact run, the
         # in-tile layout's slots of a tiled one.
@@ -203,7 +204,7 @@ class CupyPhases:
 
     def host_buffer(self, n: int) -> np.ndarray:
         """Page-locked host array of ``n`` values of the storage dtype."""
-        dtype = self.state.problem.dtype
+        dtype = self.state.problem.storage_dtype
         memory = self._cp.cuda.alloc_pinned_memory(max(n, 1) * dtype.itemsize)
         return np.ndarray((n,), dtype=dtype, buffer=memory)
 
@@ -247,7 +248,7 @@ class CupyPhases:
 
     def device_buffer(self, n: int) -> Any:
         """Device array of ``n`` values of the storage dtype for device-to-device messages."""
-        return self._cp.empty(n, dtype=self.state.problem.dtype)
+        return self._cp.empty(n, dtype=self.state.problem.storage_dtype)
 
     def gather_on_device(self, f: Any, index: Any, out: Any) -> None:
         """Enqueue ``out[:] = f[index]`` on the comm stream (``out`` a device array)."""
