@@ -270,6 +270,12 @@ class DistributedBackend:
                 info[key] = info[key] * self.size
         return info
 
+    def device_bytes(self) -> list[int | None]:
+        """Device bytes each rank's arrays hold now, in rank order (the inner backend's
+        ``used_memory``; None where it has none, e.g. NumPy)."""
+        self._command("memory", None)
+        return self._used
+
     def release(self, state: DistributedState) -> None:
         """Free every rank's state (the workers keep serving)."""
         self._command("release", None, state.key)
@@ -457,6 +463,10 @@ class DistributedBackend:
 
     def _flux(self, _: Any) -> None:
         self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)
+
+    def _memory(self, _: Any) -> None:
+        used = getattr(self.inner, "used_memory", None)
+        self._used = self.comm.gather(None if used is None else used(), root=0)
 
     def _set_flux(self, flux: np.ndarray) -> None:
         self._solver.set_iolet_flux(flux)

@@ -330,6 +330,10 @@ class CupyBackend(StateAccess):
         """Device bytes a run of ``problem`` needs at its peak (:func:`.footprint.device_bytes`)."""
         return device_bytes(problem)
 
+    def used_memory(self) -> int:
+        """Device bytes this process's arrays hold now (CuPy's memory pool in use)."""
+        return int(cp.get_default_memory_pool().used_bytes())
+
     def free_memory(self) -> int:
         """Device memory a new allocation can use, bytes: free on the device plus CuPy's pool."""
         return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
