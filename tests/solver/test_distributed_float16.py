@@ -5,12 +5,18 @@ rounding and the mass is conserved as in one process."""
 
 from __future__ import annotations
 
-import numpy as np
+import ctypes
+import subprocess
 
+import numpy as np
+import pytest
+
+from solver.backends.cuda.phases import COPY_PER_THREAD, halo_copy_source
 from solver.backends.numpy_backend import NumpyBackend
 from solver.backends.plan import distributed_refusal
 from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
 
+from .kernel_emulator import _SHIM, compiler
 from .porous_cases import half_tolerance, make_problem, noisy_start, reference
 
 STEPS = 8
@@ -37,3 +43,49 @@ def test_float16_ranks_agree_with_one_process_to_float16_rounding() -> None:
     assert not np.array_equal(got, expected)  # the local keys draw other bits
     mass = [f[fluid].sum() for f in (got, expected, f0)]
     assert abs(mass[0] - mass[2]) / mass[2] < 1e-4 and abs(mass[1] - mass[2]) / mass[2] < 1e-4
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("real, dtype", [("unsigned short", np.float16), ("float", np.float32),
+                                         ("double", np.float64)])
+def test_halo_copy_kernels_move_stored_values_bit_for_bit(tmp_path, real, dtype) -> None:
+    """The GPU halo's gather and scatter (solver.backends.cuda.phases) through the g++
+    emulator: float16 storage moves its binary16 bits as 16-bit integers."""
+    driver = r"""
+extern "C" void run_copy(int scatter, void* f, const index_t* index, void* values,
+                         long long n, int grid, int block)
+{
+    gridDim.x = grid; blockDim.x = block;
+    for (unsigned b = 0; b < (unsigned)grid; ++b)
+        for (unsigned t = 0; t < (unsigned)block; ++t) {
+            blockIdx.x = b; threadIdx.x = t;
+            if (scatter) halo_scatter((real*)f, index, (const real*)values, n);
+            else halo_gather((const real*)f, index, (real*)values, n);
+        }
+}
+"""
+    src = tmp_path / "copy.cpp"
+    src.write_text(_SHIM + "static emu_dim3 gridDim;\n" + halo_copy_source(real, "unsigned int")
+                   + driver)
+    lib = tmp_path / "copy.so"
+    subprocess.run([compiler(), "-O1", "-std=c++20", "-shared", "-fPIC", "-w", "-o", str(lib),
+                    str(src)], check=True, capture_output=True)
+    run = ctypes.CDLL(str(lib)).run_copy
+    rng = np.random.default_rng(0)
+    f = rng.standard_normal(5000).astype(dtype)
+    index = rng.choice(f.size, 777, replace=False).astype(np.uint32)
+    out = np.zeros(index.size, dtype)
+    threads = 64
+    grid = -(-index.size // (threads * COPY_PER_THREAD))
+
+    def call(scatter, target, values):
+        run(ctypes.c_int(scatter), target.ctypes.data_as(ctypes.c_void_p),
+            index.ctypes.data_as(ctypes.c_void_p), values.ctypes.data_as(ctypes.c_void_p),
+            ctypes.c_longlong(index.size), ctypes.c_int(grid), ctypes.c_int(threads))
+
+    call(0, f, out)
+    assert np.array_equal(out.view(np.uint8), f[index].view(np.uint8))
+    g = np.zeros_like(f)
+    call(1, g, out)
+    assert np.array_equal(g[index].view(np.uint8), f[index].view(np.uint8))
+    assert not g[np.setdiff1d(np.arange(f.size), index)].any()
