@@ -89,3 +89,41 @@ extern "C" void run_copy(int scatter, void* f, const index_t* index, void* value
     call(1, g, out)
     assert np.array_equal(g[index].view(np.uint8), f[index].view(np.uint8))
     assert not g[np.setdiff1d(np.arange(f.size), index)].any()
+
+
+def test_mpirun_float16_runs_and_agrees_to_float16_rounding(tmp_path) -> None:
+    """``mpirun -n 2 python -m solver.distributed`` with float16 storage: the host halo moves
+    binary16 values (as 16-bit patterns) and the result is one process's to float16 rounding."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("mpi4py")
+    mpirun = Path(sys.executable).parent / "mpirun"
+    mpirun = str(mpirun) if mpirun.exists() else shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("MPI test skipped: no mpirun on PATH")
+    problem = make_problem("D3Q19", "float32", "TRT", storage="float16", offset=(0, 0, 0))
+    solid = ~problem.tiling.scatter(~problem.tiling.solid[..., None], fill=False)[..., 0]
+    f0 = noisy_start(problem)
+    np.save(tmp_path / "solid.npy", solid)
+    np.save(tmp_path / "f0.npy", f0)
+    settings = ["precision=float32", "storage=float16", "collision=TRT", "tau=0.7",
+                "fluid_model=incompressible", "body_force=[2e-5,-1e-5,5e-6]", "y_min=wall",
+                "y_max=wall", "tile_offset=origin"]
+    cmd = [mpirun, "-n", "2", sys.executable, "-m", "solver.distributed", str(tmp_path /
+           "solid.npy"), "--steps", str(STEPS), "--initial", str(tmp_path / "f0.npy"),
+           "--save", str(tmp_path / "out.npz"), "--transport", "host"]
+    for item in settings:
+        cmd += ["--set", item]
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = np.load(tmp_path / "out.npz")["populations"]
+    expected = reference(problem, f0, STEPS)
+    fluid = np.broadcast_to(~problem.tiling.solid[:, None, :], got.shape)
+    assert np.abs(got - expected)[fluid].max() <= half_tolerance(problem, expected, STEPS)
