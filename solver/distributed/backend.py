@@ -11,7 +11,11 @@ others:
   (:func:`~solver.distributed.decomposition.decompose`), the ranks agree on the halo transport
   (:mod:`~solver.distributed.transport`; the NCCL communicator is built once, at the first
   allocation that uses it) and every rank builds its
-  :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``).
+  :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``). Several
+  allocations may live at once (a permeability run's coarse start beside its fine run): each
+  state carries a key that every later command names.
+- driven openings: each rank applies its links' pass; ``iolet_flux`` gathers the per-link
+  flux to rank 0 in global link order (:mod:`~solver.distributed.openings`).
 - ``step(state, n)``: ``n`` overlapped steps on every rank (with the NCCL transport and
   ``graphs=True``, or after :meth:`DistributedBackend.use_graphs`, mostly as replays of
   captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
