@@ -55,13 +55,14 @@ scaling() {  # scaling NAME LIMIT_S ARGS...: one benchmarks/scaling.py series (r
 
 step topology 15 nvidia-smi topo -m
 # shellcheck disable=SC2086
-scaling "weak float32" 150 weak --ranks $RANKS --cross 384 --size 384 --steps 300
+scaling "weak float32" 130 weak --ranks $RANKS --cross 384 --size 384 --steps 300
 # shellcheck disable=SC2086
 scaling "strong float32" 190 strong --ranks $RANKS --size 768 --steps 60
 if [ "$MODE" = full ]; then
-    scaling "weak float16" 80 weak --ranks 1 4 --cross 384 --size 384 --steps 300 \
+    scaling "weak float16" 70 weak --ranks 1 4 --cross 384 --size 384 --steps 300 \
         --storage float16
-    scaling "strong float16" 80 strong --ranks 1 4 --size 768 --steps 60 --storage float16
+    scaling "strong float16" 100 strong --ranks 1 4 --size 768 --steps 60 --storage float16
+    # what is left of the budget (the tests also run alone: pytest -m gpu tests/solver)
     step "gpu tests" 120 python3 -m pytest -m gpu -q -p no:cacheprovider \
         tests/solver/test_distributed_compact_gpu.py tests/solver/test_distributed_gpu.py
 fi
