@@ -4,7 +4,8 @@ In one process the ranks are :class:`~solver.backends.cuda.phases.CupyPhases` st
 through the loopback hub; under ``mpirun`` (host transport, so several ranks may share one GPU)
 they are separate processes. Populations and the openings' per-link fluxes must equal one
 ordinary CuPy run's bit for bit; the mean densities and wall shear stress, which one process
-reduces on the GPU and rank 0 on the host from the gathered populations, to 1e-12.
+reduces on the GPU and rank 0 on the host from the gathered populations, to 1e-12 of their
+largest value (measured on 2 x H200: wall shear stresses differ by up to 4e-18 at 1e-6).
 The CPU twins: test_compact_ranks.py (emulated kernels) and test_distributed_openings.py.
 """
 
@@ -139,7 +140,8 @@ def test_mpirun_openings_on_cupy_match_one_gpu(tmp_path):
     one, mpi = np.load(tmp_path / "one.npz"), np.load(tmp_path / "mpi.npz")
     for key in one.files:
         if key.endswith(("/density", "/wss")):  # reduced on the GPU vs on the host
-            np.testing.assert_allclose(mpi[key], one[key], rtol=1e-12, atol=0)
+            scale = np.nanmax(np.abs(one[key]))  # near-zero stresses differ in their last bits
+            np.testing.assert_allclose(mpi[key], one[key], rtol=1e-12, atol=1e-12 * scale)
         else:
             assert np.array_equal(one[key], mpi[key], equal_nan=True), key
 
