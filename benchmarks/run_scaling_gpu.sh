@@ -9,8 +9,8 @@
 #
 # quick: float32 only, no tests. Every step runs under `timeout` within what is left of BUDGET
 # (default 540 s), so one hang cannot eat the rest; later steps are skipped (and say so) when
-# time runs out. The geometries are generated once (OUT/scaling/.geometry) by the first point
-# that needs them. Writes OUT/log.txt and OUT/scaling/scaling-*.{json,md} (per point: ms/step,
+# time runs out. The geometries are generated once (OUT/scaling/.geometry) by two prepare
+# steps first. Writes OUT/log.txt and OUT/scaling/scaling-*.{json,md} (per point: ms/step,
 # MFLUPS, efficiency, load imbalance, tile storage, device GB per rank); prints a summary last.
 # Needs mpirun (Open MPI as root: the OMPI_ALLOW_RUN_AS_ROOT variables below).
 set -u
@@ -54,6 +54,11 @@ scaling() {  # scaling NAME LIMIT_S ARGS...: one benchmarks/scaling.py series (r
 }
 
 step topology 15 nvidia-smi topo -m
+# The packs once, before the series (a point that generated one could run out of its time).
+step "weak geometry" 60 python3 benchmarks/scaling.py prepare weak --pack rock --cross 384 \
+    --size 384 --out "$OUT/scaling"
+step "strong geometry" 120 python3 benchmarks/scaling.py prepare strong --pack rock \
+    --size 768 --out "$OUT/scaling"
 # shellcheck disable=SC2086
 scaling "weak float32" 130 weak --ranks $RANKS --cross 384 --size 384 --steps 300
 # shellcheck disable=SC2086

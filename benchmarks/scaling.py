@@ -384,9 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     """Arguments of the scaling benchmark."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", nargs="?", choices=["weak", "strong", "both", "measure"])
+    parser.add_argument("mode", nargs="?",
+                        choices=["weak", "strong", "both", "measure", "prepare"])
     parser.add_argument("case", nargs="?", choices=["weak", "strong"],
-                        help="(measure mode only) the case of this point")
+                        help="(measure and prepare modes) the case of the point, or whose "
+                             "geometry to generate into the cache")
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--backend", default="cupy", choices=["auto", "numpy", "cupy"])
     parser.add_argument("--precision", default="float32", choices=["float32", "float64"])
@@ -437,6 +439,11 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.json).write_text(json.dumps(result))
         return 0
     args.cache = args.cache or str(Path(args.out) / ".geometry")
+    if args.mode == "prepare":  # generate (and keep) the geometry of a case, nothing else
+        _defaults(args)
+        solid = geometry(args, 1)
+        log.info("%s geometry %s cached in %s", args.case, solid.shape, args.cache)
+        return 0
     cases = ["weak", "strong"] if args.mode == "both" else [args.mode]
     results = []
     for case in cases:
