@@ -252,8 +252,9 @@ def build_iolets(problem: Any) -> IoletTables | None:
     if not driven:
         return None
     if problem.owned is not None:
-        raise ConfigError("Driven openings do not run distributed (MPI) yet; run this case on "
-                          "one GPU or close the openings.")
+        raise ConfigError("A distributed (MPI) rank's problem takes its share of the global "
+                          "opening tables (solver.distributed.openings.rank_tables, "
+                          "Problem.use_iolets); build them from the whole problem.")
     # Imported only for driven openings: the geometries package costs ~20 MB and 0.6 s.
     from geometries.openings import crossing_links
 

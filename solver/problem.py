@@ -141,6 +141,13 @@ class Problem:
 
         return build_iolets(self)
 
+    def use_iolets(self, tables: Any) -> Problem:
+        """Take ``tables`` (:class:`solver.iolets.IoletTables`, or None: no driven links) as
+        this problem's opening links instead of building them: a distributed rank's share of
+        the global tables (:mod:`solver.distributed.openings`). Returns self."""
+        self.__dict__["iolets"] = tables  # the cached_property's slot
+        return self
+
     @property
     def kinematic_viscosity(self) -> float:
         """Kinematic viscosity, lattice units: (tau - 1/2)/3."""

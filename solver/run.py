@@ -461,6 +461,9 @@ class HeadlessRun:
             summary.update(self._cycle_summary())
         if self.lattice_choice is not None:
             summary["lattice_choice"] = self.lattice_choice.text()
+        split = getattr(sim.state, "decomposition_summary", None)  # a run over MPI ranks
+        if split is not None:
+            summary["decomposition"] = split()
         nu_phys = self.controls.viscosity
         if nu_phys and self.voxel_size:
             dt = self.case.config.viscosity * self.voxel_size**2 / nu_phys

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Multi-GPU session in one call: GPU topology, halo link costs per transport, the distributed
-# GPU tests, then weak + strong scaling on 1 and 2 ranks per precision and transport.
+# Multi-GPU session in one call (4 GPUs of one node, about 9 minutes): weak scaling on a
+# rock-like pack of 384^3 per rank and strong scaling on a 768^3 one, 1, 2 and 4 ranks with the
+# NCCL halo transport, float32 then float16 storage (1 and 4 ranks), the tile storage the
+# execution plan picks (compact below its eta_t threshold), then the distributed GPU tests,
+# then the halo/latency model (benchmarks/scaling/halo_model.py) fitted to what was measured.
 #
 #   benchmarks/scaling/run_scaling_gpu.sh OUT [BUDGET_SECONDS] [full|quick]
 #
-# quick: only the scaling points with the NCCL transport (float32, then float64; each NCCL
-# point also times its allocation replaying CUDA graphs), no topology, halo costs or tests.
-# Every step runs under `timeout` within what is left of BUDGET (default 400 s), so one hang
-# cannot eat the rest; later steps are skipped (and say so) when time runs out. The host
-# transport's float32 numbers come before anything optional, so they exist even when NCCL
-# fails. Writes OUT/log.txt, OUT/halo_*.json and OUT/scaling/scaling-*.{json,md}; prints a
-# summary last. Needs mpirun (Open MPI as root: the OMPI_ALLOW_RUN_AS_ROOT variables below).
+# quick: float32 only, no tests. Every step runs under `timeout` within what is left of BUDGET
+# (default 540 s), so one hang cannot eat the rest; later steps are skipped (and say so) when
+# time runs out. The geometries are generated once (OUT/scaling/.geometry) by two prepare
+# steps first. Writes OUT/log.txt and OUT/scaling/scaling-*.{json,md} (per point: ms/step,
+# MFLUPS, efficiency, load imbalance, tile storage, device GB per rank); prints a summary last.
+# Needs mpirun (Open MPI as root: the OMPI_ALLOW_RUN_AS_ROOT variables below).
 set -u
 OUT=${1:?usage: run_scaling_gpu.sh OUT [BUDGET_SECONDS] [full|quick]}
-BUDGET=${2:-400}
+BUDGET=${2:-540}
 MODE=${3:-full}
 case $MODE in full | quick) ;; *) echo "unknown mode $MODE: use full or quick" >&2; exit 2 ;; esac
 mkdir -p "$OUT/scaling"
@@ -24,6 +26,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERE
 # One node: NCCL's bootstrap over loopback, no InfiniBand probing (P2P/SHM are unaffected).
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1}
 MPIRUN=${MPIRUN:-mpirun}
+RANKS=${RANKS:-"1 2 4"}
+TRANSPORTS=${TRANSPORTS:-nccl}
 START=$SECONDS
 
 step() {  # step NAME LIMIT_S CMD...: run CMD with timeout min(LIMIT_S, time left)
@@ -41,47 +45,42 @@ step() {  # step NAME LIMIT_S CMD...: run CMD with timeout min(LIMIT_S, time lef
     return $rc
 }
 
-scaling() {  # scaling PRECISION: weak + strong, 1 and 2 ranks, every transport in TRANSPORTS
-    # shellcheck disable=SC2086  # TRANSPORTS is a list of words
-    step "scaling $1" 200 python3 benchmarks/scaling/scaling.py both --ranks 1 2 --backend cupy \
-        --precision "$1" --transport $TRANSPORTS --out "$OUT/scaling" --point-timeout 90
+scaling() {  # scaling NAME LIMIT_S ARGS...: one benchmarks/scaling/scaling.py series (rock pack, NCCL)
+    local name=$1 limit=$2
+    shift 2
+    # shellcheck disable=SC2086  # TRANSPORTS and RANKS are lists of words
+    step "$name" "$limit" python3 benchmarks/scaling/scaling.py "$@" --backend cupy --pack rock \
+        --transport $TRANSPORTS --out "$OUT/scaling" --point-timeout 150
 }
 
-if [ "$MODE" = quick ]; then
-    TRANSPORTS="nccl"
-    scaling float32
-    scaling float64
-else
-    step topology 20 nvidia-smi topo -m
-    step "halo host" 60 "$MPIRUN" -n 2 python3 benchmarks/scaling/halo_cost.py --transport host \
-        --json "$OUT/halo_host.json"
-    # Host points first within each case: a failing NCCL point cannot cost the host numbers.
-    TRANSPORTS="host nccl"
-    if ! step "halo nccl" 60 env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM \
-            "$MPIRUN" -n 2 python3 benchmarks/scaling/halo_cost.py --transport nccl \
-            --json "$OUT/halo_nccl.json"; then
-        echo "=== NCCL failed with P2P: retrying with NCCL_P2P_DISABLE=1 for the rest" | tee -a "$LOG"
-        export NCCL_P2P_DISABLE=1
-        step "halo nccl, no P2P" 60 env NCCL_DEBUG=INFO "$MPIRUN" -n 2 python3 \
-            benchmarks/scaling/halo_cost.py --transport nccl --json "$OUT/halo_nccl.json" ||
-            TRANSPORTS="host"
-    fi
-    scaling float32 nccl host
-    step "gpu tests" 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
-        tests/solver/test_distributed_gpu.py
-    scaling float64 nccl host
+step topology 15 nvidia-smi topo -m
+# The packs once, before the series (a point that generated one could run out of its time).
+step "weak geometry" 60 python3 benchmarks/scaling/scaling.py prepare weak --pack rock --cross 384 \
+    --size 384 --out "$OUT/scaling"
+step "strong geometry" 120 python3 benchmarks/scaling/scaling.py prepare strong --pack rock \
+    --size 768 --out "$OUT/scaling"
+# shellcheck disable=SC2086
+scaling "weak float32" 130 weak --ranks $RANKS --cross 384 --size 384 --steps 300
+# shellcheck disable=SC2086
+scaling "strong float32" 190 strong --ranks $RANKS --size 768 --steps 60
+if [ "$MODE" = full ]; then
+    scaling "weak float16" 70 weak --ranks 1 4 --cross 384 --size 384 --steps 300 \
+        --storage float16
+    scaling "strong float16" 100 strong --ranks 1 4 --size 768 --steps 60 --storage float16
+    # what is left of the budget (the tests also run alone: pytest -m gpu tests/solver)
+    step "gpu tests" 120 python3 -m pytest -m gpu -q -p no:cacheprovider \
+        tests/solver/test_distributed_compact_gpu.py tests/solver/test_distributed_gpu.py
 fi
+step "halo model" 20 python3 benchmarks/scaling/halo_model.py "$OUT"/scaling/scaling-*.json
 
 echo
 echo "===== summary ($((SECONDS - START)) s) ====="
-sed -n '/^=== topology (/,/^=== topology: rc/p' "$LOG" | grep -v "^==="  | head -12
-grep -E "NCCL INFO (NCCL version|Channel 0[01].* via )" "$LOG" | sed 's/^.*NCCL INFO/NCCL/' |
-    sort -u | head -6
+sed -n '/^=== topology (/,/^=== topology: rc/p' "$LOG" | grep -v "^===" | head -8
 grep -E "^=== .*(: rc|skipped|failed)" "$LOG"
 grep -E "^(FAILED|ERROR) |[0-9]+ (passed|failed)" "$LOG" | head -12
-grep -E "^\| (host|nccl) " "$LOG"
 for f in "$OUT"/scaling/*.md; do
     [ -e "$f" ] || continue
     echo "--- $(basename "$f")"
     grep -E "^(##|\| [0-9])" "$f"
 done
+sed -n '/^=== halo model (/,/^=== halo model: rc/p' "$LOG" | grep -v "^==="

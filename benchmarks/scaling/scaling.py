@@ -7,6 +7,15 @@ Cases (after Huang et al., ``papers/multi-gpu-porous-media.txt``, section 4.2):
   geometry and the domain is 192 x 192 x (96 n).
 - ``strong``: one 384^3 pack of the same kind on 1, 2, ... ranks.
 
+``--pack rock`` makes both a rock-like pack instead (porosity 0.2, grain diameter 22: tiles
+about half fluid, as ``solver.benchmarking.gpu_suite.rock_case``), e.g. ``--cross 384 --size
+384`` per rank (weak) and ``--size 768`` (strong); ``--storage float16`` stores binary16
+(float32 arithmetic). The tile storage is the execution plan's (``solver.backends.plan``,
+compact below its eta_t threshold), decided once for all ranks and recorded per point with
+the load imbalance of the slabs (non-empty tiles and fluid nodes per rank, largest over mean)
+and each rank's device memory after the run (CuPy's pool, bytes). Geometries are generated
+once per shape and kept under ``--out``/.geometry (``.npy``), so each point only loads them.
+
 Each point is one ``mpirun -n N python benchmarks/scaling/scaling.py measure ...`` job; rank 0
 builds the geometry and an ordinary Simulation on a DistributedBackend, runs warm-up steps (kernel
 compilation), then times ``--repeats`` runs of ``--steps`` steps and keeps the median. MFLUPS
@@ -29,7 +38,8 @@ Usage (one GPU per rank; each invocation writes ``scaling-<device>-<cases>-<back
 
     python benchmarks/scaling/scaling.py weak --ranks 1 2 --backend cupy
     python benchmarks/scaling/scaling.py strong --ranks 1 2 --backend cupy --size 384
-    python benchmarks/scaling/scaling.py both --ranks 1 2 --backend cupy --transport nccl host
+    python benchmarks/scaling/scaling.py both --ranks 1 2 --backend cupy --transport nccl host \
+        --out DIR
     python benchmarks/scaling/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5
 
 Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python executable, else
@@ -72,19 +82,37 @@ def sphere_pack(shape: tuple[int, ...], porosity: float, diameter: float, seed: 
                                          periodic=True).solid, dtype=bool)
 
 
+#: ``--pack rock``: porosity and grain diameter of the rock-like pack.
+ROCK = (0.2, 22.0)
+
+
+def _pack(args, shape: tuple[int, int, int]) -> np.ndarray:
+    """The pack of ``shape``, generated once and kept under ``args.cache`` when given."""
+    porosity, diameter = ROCK if args.pack == "rock" else (args.porosity, args.diameter)
+    if not getattr(args, "cache", None):
+        return sphere_pack(shape, porosity, diameter, 0)
+    path = Path(args.cache) / f"{args.pack}-{'x'.join(map(str, shape))}-{porosity}-{diameter}.npy"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.npy")
+        np.save(partial, sphere_pack(shape, porosity, diameter, 0))
+        partial.replace(path)
+    return np.load(path)
+
+
 def geometry(args, ranks: int) -> np.ndarray:
     """Solid mask of one scaling point."""
     if args.case == "weak":
-        block = sphere_pack((args.cross, args.cross, args.size), args.porosity, args.diameter, 0)
-        return np.concatenate([block] * ranks, axis=2)
-    return sphere_pack((args.size,) * 3, args.porosity, args.diameter, 0)
+        return np.concatenate([_pack(args, (args.cross, args.cross, args.size))] * ranks, axis=2)
+    return _pack(args, (args.size,) * 3)
 
 
 def _config(args):
     from solver.config import SimulationConfig
 
     return SimulationConfig(lattice="D3Q19", collision=args.collision, precision=args.precision,
-                            tau=0.8, body_force=(1e-6, 0.0, 0.0), backend=args.backend)
+                            storage=args.storage, tau=0.8, body_force=(1e-6, 0.0, 0.0),
+                            backend=args.backend)
 
 
 def _timed(sim, steps: int, warmup: int, repeats: int, after_warmup=None) -> float:
@@ -142,16 +170,22 @@ def measure(args) -> dict:
         host_ms = {k: 1e3 * v / (args.steps * args.repeats) for k, v in phases.items()}
         p, n = sim.problem, backend.size
         halo = sim.state.halo_values
+        split = sim.state.decomposition_summary()
         result = {
             "case": args.case, "ranks": n, "shape": list(solid.shape),
             "fluid_nodes": p.n_fluid, "n_tiles": p.tiling.n_tiles, "eta_t": p.tiling.eta_t,
             "porosity": float(1 - solid.mean()), "backend": backend.name,
-            "precision": args.precision, "collision": args.collision, "steps": args.steps,
+            "precision": args.precision, "storage": args.storage, "pack": args.pack,
+            "tile_storage": sim.state.solver.problem.tile_storage,
+            "load_imbalance_tiles": split["load_imbalance_tiles"],
+            "load_imbalance_fluid": split["load_imbalance_fluid"],
+            "fluid_nodes_per_rank": split["fluid_nodes_per_rank"],
+            "collision": args.collision, "steps": args.steps,
             "repeats": args.repeats, "seconds": seconds,
             "ms_per_step": 1e3 * seconds / args.steps,
             "mflups": p.n_fluid * args.steps / seconds / 1e6,
             "tiles_per_rank": sim.state.counts.tolist(), "halo_values_per_step": halo,
-            "halo_bytes_per_step": [v * p.dtype.itemsize for v in halo],
+            "halo_bytes_per_step": [v * p.storage_dtype.itemsize for v in halo],
             "host_ms_per_step_rank0": host_ms,
             "device": backend.inner.device_info().get("name"),
             "gpus_visible": _gpus_visible(), "transport": backend.transport_used,
@@ -170,6 +204,7 @@ def measure(args) -> dict:
             result["ms_per_step_graphs"] = 1e3 * fast / args.steps
             result["host_ms_per_step_rank0_graphs"] = {
                 k: 1e3 * v / (args.steps * args.repeats) for k, v in phases.items()}
+        result["device_bytes_per_rank"] = backend.device_bytes()
         sim.close()
         if n == 1:  # the same problem without the distributed layer
             plain = _Plain(backend.inner, p)
@@ -217,8 +252,9 @@ def _points(args) -> list[tuple[int, str]]:
     return [(n, t) for n in args.ranks for t in (["host"] if n == 1 else args.transport)]
 
 
-def series(args) -> list[dict]:
-    """Run every point of ``args.ranks`` x ``args.transport`` as its own mpirun job."""
+def series(args, progress=None) -> list[dict]:
+    """Run every point of ``args.ranks`` x ``args.transport`` as its own mpirun job;
+    ``progress(results)`` after each (the outputs so far survive a killed series)."""
     results = []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -226,8 +262,9 @@ def series(args) -> list[dict]:
         point = out / f".scaling-{args.case}-{n}-{transport}.json"
         cmd = [_mpirun(), "-n", str(n), sys.executable, str(Path(__file__).resolve()),
                "measure", args.case, "--json", str(point), "--transport", transport]
-        for key in ("backend", "precision", "collision", "size", "cross", "porosity", "diameter",
-                    "steps", "warmup", "repeats", "axis", "ablate"):
+        for key in ("backend", "precision", "storage", "pack", "cache", "collision", "size",
+                    "cross", "porosity", "diameter", "steps", "warmup", "repeats", "axis",
+                    "ablate"):
             cmd += [f"--{key}", str(getattr(args, key))]
         log.info("%s", " ".join(cmd))
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
@@ -240,6 +277,14 @@ def series(args) -> list[dict]:
                       transport, error or "no result written")
             results.append({"case": args.case, "ranks": n, "transport": transport,
                             "error": error or "no result written"})
+        _efficiencies(results)
+        if progress is not None:
+            progress(results)
+    return results
+
+
+def _efficiencies(results: list[dict]) -> None:
+    """Speed-up and efficiencies of every point against the first good one (one rank)."""
     base = next((r for r in results if "error" not in r), None)
     for r in results:
         if base is not None and "error" not in r:
@@ -250,14 +295,14 @@ def series(args) -> list[dict]:
             if "mflups_graphs" in r:
                 r["efficiency_graphs"] = r["mflups_graphs"] / (
                     r["ranks"] * base["mflups"] / base["ranks"])
-    return results
 
 
 def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
     good = [r for r in results if "error" not in r]
     device = good[0]["device"] if good else "unknown device"
     slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
-    stem = (f"scaling-{slug}-{'-'.join(cases)}-{args.backend}-{args.precision}-"
+    label = "float16" if args.storage == "float16" else args.precision
+    stem = (f"scaling-{slug}-{'-'.join(cases)}-{args.pack}-{args.backend}-{label}-"
             f"{date.today().isoformat()}")
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
@@ -274,8 +319,12 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
                if args.ablate != "none" else "")
     lines = [f"# Scaling ({', '.join(cases)}): {device}", "",
              f"Date {meta['date']}, commit {commit}; {meta['gpus_visible']} GPU(s) visible; "
-             f"D3Q19 {args.collision} {args.precision}, sphere pack porosity {args.porosity}, "
-             f"diameter {args.diameter}; settings "
+             f"D3Q19 {args.collision} {args.precision}"
+             f"{', float16 storage' if args.storage == 'float16' else ''}, "
+             + (f"rock-like pack porosity {ROCK[0]}, grain diameter {ROCK[1]}"
+                if args.pack == "rock" else
+                f"sphere pack porosity {args.porosity}, diameter {args.diameter}")
+             + "; settings "
              f"{', '.join(f'{k}={v}' for k, v in settings.items())}; "
              f"median of {args.repeats} runs, wall time to a closing "
              "barrier. Speed-up and efficiency against the one-rank run through the "
@@ -301,15 +350,16 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
 
 def _case_table(case: str, rows: list[dict]) -> list[str]:
     lines = [f"## {case.capitalize()} scaling", "",
-             "| ranks | transport | shape | fluid nodes | tiles per rank | halo MB/step per rank "
-             "| ms/step | MFLUPS | speed-up | efficiency | eff. vs plain | plain 1-rank MFLUPS "
+             "| ranks | transport | shape | fluid nodes | tiles per rank | imbalance tiles / "
+             "fluid | storage | halo MB/step per rank | GB per rank | ms/step | MFLUPS "
+             "| speed-up | efficiency | eff. vs plain | plain 1-rank MFLUPS "
              "| graphs: ms/step | graphs: efficiency |",
-             "| ---: | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: "
-             "| ---: | ---: |"]
+             "| ---: | --- | --- | ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: "
+             "| ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['ranks']} | {r['transport']} | failed: {r['error']} "
-                         "| | | | | | | | | | | |")
+                         "| | | | | | | | | | | | | | |")
             continue
         plain = f"{r['mflups_plain']:.1f}" if "mflups_plain" in r else ""
         graphs = (f"{r['ms_per_step_graphs']:.3f} | {r['efficiency_graphs']:.3f}"
@@ -318,8 +368,13 @@ def _case_table(case: str, rows: list[dict]) -> list[str]:
         transport = r["transport"] if r["ranks"] > 1 else "(none)"
         if r["ranks"] > 1 and r.get("transport_requested") not in (None, r["transport"]):
             transport = f"{r['transport_requested']} -> {r['transport']}"
+        imbalance = (f"{r['load_imbalance_tiles']:.3f} / {r['load_imbalance_fluid']:.3f}"
+                     if "load_imbalance_tiles" in r else "")
+        memory = ", ".join(f"{b / 1e9:.1f}" for b in r.get("device_bytes_per_rank") or []
+                           if b is not None)
         lines.append(f"| {r['ranks']} | {transport} | {'x'.join(map(str, r['shape']))} | "
-                     f"{r['fluid_nodes']} | {r['tiles_per_rank']} | {halo} | "
+                     f"{r['fluid_nodes']} | {r['tiles_per_rank']} | {imbalance} | "
+                     f"{r.get('tile_storage', '')} {r.get('storage', '')} | {halo} | {memory} | "
                      f"{r['ms_per_step']:.3f} | {r['mflups']:.1f} | {r.get('speedup', 0):.3f} "
                      f"| {r.get('efficiency', 0):.3f} | {r.get('efficiency_vs_plain', 0):.3f} "
                      f"| {plain} | {graphs} |")
@@ -330,12 +385,21 @@ def build_parser() -> argparse.ArgumentParser:
     """Arguments of the scaling benchmark."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", nargs="?", choices=["weak", "strong", "both", "measure"])
+    parser.add_argument("mode", nargs="?",
+                        choices=["weak", "strong", "both", "measure", "prepare"])
     parser.add_argument("case", nargs="?", choices=["weak", "strong"],
-                        help="(measure mode only) the case of this point")
+                        help="(measure and prepare modes) the case of the point, or whose "
+                             "geometry to generate into the cache")
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--backend", default="cupy", choices=["auto", "numpy", "cupy"])
     parser.add_argument("--precision", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--storage", default="auto", choices=["auto", "float16"],
+                        help="population storage: the precision's, or binary16 (float32 only)")
+    parser.add_argument("--pack", default="sphere", choices=["sphere", "rock"],
+                        help="sphere: --porosity/--diameter (0.8, 40); rock: porosity 0.2, "
+                             "grains of 22 nodes")
+    parser.add_argument("--cache", default=None,
+                        help="folder of generated geometries (default: OUT/.geometry)")
     parser.add_argument("--collision", default="BGK", choices=["BGK", "TRT"])
     parser.add_argument("--size", type=int, default=None,
                         help="strong: box edge (384); weak: z length per rank (96)")
@@ -375,13 +439,21 @@ def main(argv: list[str] | None = None) -> int:
         if result is not None and args.json:
             Path(args.json).write_text(json.dumps(result))
         return 0
+    args.cache = args.cache or str(Path(args.out) / ".geometry")
+    if args.mode == "prepare":  # generate (and keep) the geometry of a case, nothing else
+        _defaults(args)
+        solid = geometry(args, 1)
+        log.info("%s geometry %s cached in %s", args.case, solid.shape, args.cache)
+        return 0
     cases = ["weak", "strong"] if args.mode == "both" else [args.mode]
     results = []
     for case in cases:
         point = argparse.Namespace(**vars(args))
         point.case = case
         _defaults(point)
-        results += series(point)
+        done = list(results)
+        results += series(point, lambda got, done=done: _write(done + got, Path(args.out), args,
+                                                               cases))
     _write(results, Path(args.out), args, cases)
     return 0 if all("error" not in r for r in results) else 1
 

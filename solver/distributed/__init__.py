@@ -25,6 +25,17 @@ Design (issue 8; see also ``papers/multi-gpu-porous-media.txt``):
    can replay a captured multi-step CUDA graph (both streams and the NCCL calls) instead of
    launching every kernel from Python (opt-in: ``graphs=True``); :func:`~.replay.plan_steps`
    keeps the step count and the copies right.
+8. :mod:`.openings` — driven openings: each link on the rank that owns its node's tile, the
+   outflow donors another rank holds carried by the halo plan, the per-link flux gathered in
+   global link order (flow rates, mass balance: bit for bit those of one process).
+
+What runs as on one device: driven openings, wall shear stress and the other fields (rank 0),
+checkpoints and resume, the run monitor, permeability runs (each sample split over the ranks),
+compact storage (the plan decides tiled or compact once for all ranks; a compact rank steps
+tile ranges of its CompactRun) and float16 storage. Results equal one process bit for bit on
+NumPy and on one GPU, except float16 storage: its stochastic rounding keys a node's random
+bits by its rank-local number, so ranks agree with one process to float16 rounding only (each
+node's rounding stays unbiased), and float16 ranks keep the tiled storage.
 
 Entry point until ``python -m solver run`` drives it: ``mpirun -n N python -m solver.distributed
 GEOMETRY.npy --steps 100 --backend numpy`` (see :mod:`solver.distributed.__main__`).

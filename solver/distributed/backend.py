@@ -11,7 +11,11 @@ others:
   (:func:`~solver.distributed.decomposition.decompose`), the ranks agree on the halo transport
   (:mod:`~solver.distributed.transport`; the NCCL communicator is built once, at the first
   allocation that uses it) and every rank builds its
-  :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``).
+  :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``). Several
+  allocations may live at once (a permeability run's coarse start beside its fine run): each
+  state carries a key that every later command names.
+- driven openings: each rank applies its links' pass; ``iolet_flux`` gathers the per-link
+  flux to rank 0 in global link order (:mod:`~solver.distributed.openings`).
 - ``step(state, n)``: ``n`` overlapped steps on every rank (with the NCCL transport and
   ``graphs=True``, or after :meth:`DistributedBackend.use_graphs`, mostly as replays of
   captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
@@ -42,7 +46,6 @@ import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
 from ..backends.base import NodeIndex, node_index, with_rest_nodes
-from ..config import ConfigError
 from ..problem import Problem
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
@@ -86,6 +89,31 @@ class DistributedState:
     counts: np.ndarray = field(repr=False)
     #: Populations each rank sends per step (its halo plan), in rank order.
     halo_values: list[int] = field(default_factory=list)
+    #: Global numbers of each rank's opening links (int64), in rank order.
+    links: list[np.ndarray] = field(default_factory=list, repr=False)
+    #: The decomposition axis.
+    axis: int = 0
+    #: Which of the backend's allocations this is (commands name it).
+    key: int = 0
+
+    def decomposition_summary(self) -> dict:
+        """How the run is split (for a run summary): ranks, axis, non-empty tiles and fluid
+        nodes per rank, the load imbalance of each (largest over mean: the tiled storage's
+        work follows tiles, the compact storage's fluid nodes) and halo values per step."""
+        fluid = (~self.problem.tiling.solid).sum(axis=1)[self.order]
+        starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
+        per_rank = np.add.reduceat(fluid, starts) if fluid.size else np.zeros(0, np.int64)
+        return {"ranks": int(self.counts.size), "axis": "xyz"[self.axis],
+                "tiles_per_rank": self.counts.tolist(), "fluid_nodes_per_rank":
+                per_rank.tolist(), "load_imbalance_tiles": _imbalance(self.counts),
+                "load_imbalance_fluid": _imbalance(per_rank),
+                "halo_values_per_step": list(self.halo_values)}
+
+
+def _imbalance(load: np.ndarray) -> float:
+    """Largest load over the mean load (1: perfect balance)."""
+    load = np.asarray(load, dtype=np.float64)
+    return float(load.max() / load.mean()) if load.size and load.mean() > 0 else 1.0
 
 
 class DistributedBackend:
@@ -108,7 +136,12 @@ class DistributedBackend:
         if isinstance(inner, str) and may_use_gpu(inner):
             bind_local_gpu(self.comm)  # before CUDA starts in this process
         self.inner = get_backend(inner) if isinstance(inner, str) else inner
-        self._solver: RankSolver | None = None
+        self._solver: RankSolver | None = None  # the one the running command is about
+        #: Every rank's live allocations by key: a run may hold two at once (a permeability
+        #: run's coarse start and its fine run).
+        self._solvers: dict[int, RankSolver] = {}
+        self._next_key = 0
+        self._counts_of: dict[int, np.ndarray] = {}  # rank 0: owned tiles per rank, by key
         self._stopped = False
         if self.is_root:
             atexit.register(self.shutdown)  # never leave workers waiting for a command
@@ -129,40 +162,35 @@ class DistributedBackend:
     # -- rank 0: the Backend protocol -------------------------------------------------------
     def allocate(self, problem: Problem) -> DistributedState:
         """Decompose ``problem`` over the ranks and allocate every rank's share."""
-        if self._solver is not None:
-            raise RuntimeError("This DistributedBackend already holds a simulation; close it "
-                               "(Simulation.close()) before allocating another.")
-        if problem.storage.encoded:
-            raise ConfigError("storage='float16' does not run under MPI yet: its stochastic "
-                              "rounding hashes global node ids, which the ranks' local tilings "
-                              "do not carry. Use storage='auto' for distributed runs.")
-        if problem.iolets is not None:
-            raise ConfigError("Driven openings (velocity, pressure, outflow) do not run under "
-                              "MPI yet; run this vessel on one GPU or mark its openings closed.")
-        # A fresh copy: a cached pull table of the global problem must not travel.
-        payload = (dataclasses.replace(problem), self.inner.name, self.axis, self.transport,
-                   self.graphs)
+        # A fresh copy: a cached pull table of the global problem must not travel; the
+        # openings' tables do (small; their values may have been set since they were built).
+        key = self._next_key
+        self._next_key += 1
+        payload = (dataclasses.replace(problem).use_iolets(problem.iolets), self.inner.name,
+                   self.axis, self.transport, self.graphs, key)
         self._command("allocate", payload)
-        return DistributedState(problem=problem, solver=self._solver, order=self._order,
-                                counts=self._counts, halo_values=self._halo_values)
+        return DistributedState(problem=problem, solver=self._solver, order=self._order, key=key,
+                                counts=self._counts, halo_values=self._halo_values,
+                                links=self._links, axis=self._axis)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
         """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s."""
         start = time.perf_counter()
-        self._command("step", n)
+        self._command("step", n, state.key)
         return time.perf_counter() - start
 
     def populations(self, state: DistributedState) -> np.ndarray:
         """All owned tiles gathered on rank 0, float64 (n_tiles, q, a**d), global order."""
-        self._command("gather", None)
+        self._command("gather", None, state.key)
         out = np.empty_like(self._gathered)
         out[state.order] = self._gathered
         return out
 
     def device_populations(self, state: DistributedState, tiles=None) -> np.ndarray:
-        """The gathered populations (host float64, global order; of ``tiles``, a slice or an
-        index array, if given): fields on rank 0."""
-        f = self.populations(state)
+        """The gathered populations in the arithmetic precision (host, global order; of
+        ``tiles``, a slice or an index array, if given): fields on rank 0, reduced in the
+        precision one process reduces them in (the float64 gather holds them exactly)."""
+        f = self.populations(state).astype(state.problem.dtype, copy=False)
         return f if tiles is None else f[tiles]
 
     def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
@@ -191,27 +219,49 @@ class DistributedBackend:
     def set_populations(self, state: DistributedState, f: np.ndarray) -> None:
         """Scatter global populations (n_tiles, q, a**d) to the owners; refresh halos."""
         self._scatter_rows = np.ascontiguousarray(np.asarray(f, dtype=np.float64)[state.order])
-        self._command("scatter", None)
+        self._command("scatter", None, state.key)
 
     def stored_populations(self, state: DistributedState) -> np.ndarray:
-        """The gathered populations: float64 holds every stored float32/float64 value exactly
-        (float16 storage is refused under MPI)."""
+        """The gathered populations: float64 holds every stored value exactly (float16
+        storage's decoded binary16 values too)."""
         return self.populations(state)
 
     def set_stored_populations(self, state: DistributedState, stored: np.ndarray) -> None:
         """Scatter a copy of :meth:`stored_populations` back, bit for bit."""
         self.set_populations(state, stored)
 
-    def iolet_flux(self, state: DistributedState) -> None:
-        """None: driven openings are refused under MPI."""
-        return None
+    def iolet_flux(self, state: DistributedState) -> np.ndarray | None:
+        """Net mass flux into the fluid per opening link in the last step, gathered from the
+        ranks holding the links, in global link order (host float64); None without driven
+        openings."""
+        tables = state.problem.iolets
+        if tables is None:
+            return None
+        self._command("flux", None, state.key)
+        out = np.empty(tables.n_links)
+        for links, flux in zip(state.links, self._fluxes, strict=True):
+            out[links] = flux
+        return out
 
     def set_iolet_flux(self, state: DistributedState, flux: np.ndarray) -> None:
-        """Refused: a distributed run has no driven openings."""
-        raise ValueError("A distributed run has no driven openings to set the flux of.")
+        """Give every rank its links' share of the per-link flux ``flux`` (global order)."""
+        tables = state.problem.iolets
+        if tables is None or np.shape(flux) != (tables.n_links,):
+            raise ValueError(f"{np.shape(flux)} opening-link fluxes for a run with "
+                             f"{0 if tables is None else tables.n_links}.")
+        self._command("set_flux", np.asarray(flux, dtype=np.float64), state.key)
+
+    def set_iolet_values(self, state: DistributedState, values: np.ndarray) -> None:
+        """Set the opening links' target values (global order) on the ranks holding them."""
+        tables = state.problem.iolets
+        if tables is None or np.shape(values) != tables.value.shape:
+            raise ValueError(f"{np.shape(values)} opening-link values for a run with "
+                             f"{0 if tables is None else tables.n_links}.")
+        self._command("set_values", np.asarray(values, dtype=np.float64), state.key)
 
     def set_step(self, state: DistributedState, step: int) -> None:
-        """Nothing to seed: float16 storage (stochastic rounding) is refused under MPI."""
+        """Set every rank's step counter (the openings' soft start and waveforms; resume)."""
+        self._command("set_step", int(step), state.key)
 
     def device_info(self) -> DeviceInfo:
         """Rank 0's device; bandwidths summed over ranks (identical devices assumed)."""
@@ -224,9 +274,15 @@ class DistributedBackend:
                 info[key] = info[key] * self.size
         return info
 
+    def device_bytes(self) -> list[int | None]:
+        """Device bytes each rank's arrays hold now, in rank order (the inner backend's
+        ``used_memory``; None where it has none, e.g. NumPy)."""
+        self._command("memory", None)
+        return self._used
+
     def release(self, state: DistributedState) -> None:
         """Free every rank's state (the workers keep serving)."""
-        self._command("release", None)
+        self._command("release", None, state.key)
 
     def use_graphs(self, enabled: bool) -> None:
         """Replay captured multi-step CUDA graphs where the transport allows it, or launch
@@ -237,15 +293,16 @@ class DistributedBackend:
         """Release the serving ranks (rank 0 only; idempotent)."""
         if self.is_root and not self._stopped and self.size > 1:
             self._stopped = True
-            self._broadcast(("stop", None))
+            self._broadcast(("stop", None, None))
         self._stopped = True
         self._close_link()
 
     def _close_link(self) -> None:
         if self._link is not None:  # every rank, right after the stop command
-            if self._solver is not None:  # its graphs hold NCCL work: they go first
-                self._solver.release()
-                self._solver = None
+            for solver in self._solvers.values():  # their graphs hold NCCL work: first
+                solver.release()
+            self._solvers.clear()
+            self._solver = None
             self._link.close()
             self._link = None
 
@@ -264,17 +321,17 @@ class DistributedBackend:
         """
         with _ignore_sigint():
             while True:
-                command, payload = self._receive()
+                command, payload, key = self._receive()
                 if command == "stop":
                     self._close_link()
                     return
-                self._run(command, payload)
+                self._run(command, payload, key)
 
-    def _broadcast(self, message: tuple[str, Any]) -> None:
+    def _broadcast(self, message: tuple[str, Any, int | None]) -> None:
         self.comm.Ibcast(np.ones(1, np.int8), root=0).Wait()  # wakes the idle workers
         self.comm.bcast(message, root=0)
 
-    def _receive(self) -> tuple[str, Any]:
+    def _receive(self) -> tuple[str, Any, int | None]:
         # Poll with sleeps: a blocking bcast spins a core while rank 0 writes output, and
         # ranks often share the cores of one node.
         request = self.comm.Ibcast(np.zeros(1, np.int8), root=0)
@@ -284,17 +341,20 @@ class DistributedBackend:
             delay = min(2 * delay, IDLE_POLL_SECONDS)
         return self.comm.bcast(None, root=0)
 
-    def _command(self, command: str, payload: Any) -> None:
+    def _command(self, command: str, payload: Any, key: int | None = None) -> None:
         if self._stopped:
             raise RuntimeError("The DistributedBackend was shut down; create a new one.")
         if self.size > 1:
-            self._broadcast((command, payload))
-        self._run(command, payload)
+            self._broadcast((command, payload, key))
+        self._run(command, payload, key)
 
-    def _run(self, command: str, payload: Any) -> None:
+    def _run(self, command: str, payload: Any, key: int | None = None) -> None:
         if command == "allocate":
             self._allocate(*payload)
             return
+        self._solver = self._solvers.get(key) if key is not None else None
+        if self.is_root and key in self._counts_of:  # rank 0: that allocation's rows per rank
+            self._counts = self._counts_of[key]
         try:
             getattr(self, f"_{command}")(payload)
         except BaseException:
@@ -305,8 +365,9 @@ class DistributedBackend:
             self.comm.Abort(1)
 
     def _allocate(self, problem: Problem, inner: str, axis: int | str, transport: str,
-                  graphs: bool) -> None:
+                  graphs: bool, key: int) -> None:
         self.graphs = graphs
+        self._solver = None
         error, report = None, TransportReport(False, "not asked")
         try:
             if self.inner.name != inner:
@@ -320,6 +381,7 @@ class DistributedBackend:
         if not self._check(error, [e for e, _ in gathered]) or \
                 not self._agree(transport, [r for _, r in gathered]):
             return
+        self._axis = decomposition.axis
         factory = exchange_factory(self.transport_used, self.comm, self._link)
         error = None
         try:
@@ -329,12 +391,15 @@ class DistributedBackend:
             error = exc
         if not self._check(error, self.comm.allgather(self._message(error))):
             return
+        self._solvers[key] = self._solver
         rows = self.comm.gather((self._solver.layout.global_tiles[: self._solver.n_owned],
-                                 self._solver.plan.values_sent()))
+                                 self._solver.plan.values_sent(), self._solver.links))
         if self.is_root:  # where each rank's owned rows go in the global tile order
-            self._counts = np.array([len(r) for r, _ in rows], dtype=np.int64)
-            self._order = np.concatenate([r for r, _ in rows])
-            self._halo_values = [v for _, v in rows]
+            self._counts = np.array([len(r) for r, _, _ in rows], dtype=np.int64)
+            self._counts_of[key] = self._counts
+            self._order = np.concatenate([r for r, _, _ in rows])
+            self._halo_values = [v for _, v, _ in rows]
+            self._links = [links for _, _, links in rows]
 
     def _message(self, error: Exception | None) -> str | None:
         return None if error is None else f"rank {self.rank}: {error}"
@@ -400,12 +465,31 @@ class DistributedBackend:
         self.comm.Scatterv(send, block, root=0)
         solver.set_owned_populations(block)
 
+    def _flux(self, _: Any) -> None:
+        self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)
+
+    def _memory(self, _: Any) -> None:
+        used = getattr(self.inner, "used_memory", None)
+        self._used = self.comm.gather(None if used is None else used(), root=0)
+
+    def _set_flux(self, flux: np.ndarray) -> None:
+        self._solver.set_iolet_flux(flux)
+
+    def _set_values(self, values: np.ndarray) -> None:
+        self._solver.set_iolet_values(values)
+
+    def _set_step(self, step: int) -> None:
+        self._solver.set_step(step)
+
     def _graphs(self, enabled: bool) -> None:
         self.graphs = enabled  # for later allocations too
-        if self._solver is not None and self._solver.graphs is not None:
-            self._solver.graphs.enabled = enabled
+        for solver in self._solvers.values():
+            if solver.graphs is not None:
+                solver.graphs.enabled = enabled
 
     def _release(self, _: Any) -> None:
-        if self._solver is not None:
-            self._solver.release()
+        for key, solver in list(self._solvers.items()):
+            if solver is self._solver:
+                solver.release()
+                del self._solvers[key]
         self._solver = None

@@ -127,15 +127,31 @@ def _local_flat(flat: np.ndarray, local_of: np.ndarray, block: int) -> np.ndarra
 
 
 def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
-               periodic: tuple[bool, ...], rank: int) -> tuple[RankLayout, HaloPlan]:
-    """Layout and halo plan of ``rank`` (pure host computation, no communication)."""
+               periodic: tuple[bool, ...], rank: int,
+               reads: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> tuple[RankLayout, HaloPlan]:
+    """Layout and halo plan of ``rank`` (pure host computation, no communication).
+
+    ``reads``: (reading rank, global flat index) of values read besides the pulls, e.g. the
+    openings' pass (:func:`solver.distributed.openings.pass_reads`), the same on every rank;
+    those another rank owns travel with the halo."""
     owned = dec.tiles_of(rank)
+    block = lattice.q * tiling.nodes_per_tile
     if dec.n_ranks > 1:
         in_peer, in_flat, in_tile = _links(tiling, dec, rank, lattice, periodic, -1)
         out_peer, out_flat, _ = _links(tiling, dec, rank, lattice, periodic, +1)
+        if reads is not None and len(reads[0]):
+            reader, flat = reads
+            holder = dec.owner[flat // block]
+            mine = (reader == rank) & (holder != rank)
+            theirs = (holder == rank) & (reader != rank)
+            in_peer = np.concatenate([in_peer, holder[mine]])
+            in_flat = np.concatenate([in_flat, flat[mine]])
+            in_tile = np.concatenate([in_tile, flat[mine] // block])
+            out_peer = np.concatenate([out_peer, reader[theirs]])
+            out_flat = np.concatenate([out_flat, flat[theirs]])
     else:
         in_peer = in_flat = in_tile = out_peer = out_flat = np.empty(0, np.int64)
-    block = lattice.q * tiling.nodes_per_tile
     boundary = np.unique(out_flat // block)
     interior = np.setdiff1d(owned, boundary, assume_unique=True)
     halo = np.unique(in_tile)

@@ -35,10 +35,12 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend
+from ..backends.plan import plan_for
 from ..problem import Problem
 from .decomposition import SlabDecomposition
 from .exchange import HaloExchange
 from .halo import HaloPlan, build_rank, check_plan_covers
+from .openings import pass_reads, rank_tables
 from .replay import StepGraphs
 from .stepper import RankStepper, stepper_for
 
@@ -52,10 +54,25 @@ class RankSolver:
 
     def __init__(self, problem: Problem, decomposition: SlabDecomposition, rank: int,
                  backend: Backend, exchange: ExchangeFactory, graphs: bool = False) -> None:
+        tables = problem.iolets  # the global openings' links, built once from the whole box
+        reads = pass_reads(tables, decomposition, problem.lattice.q,
+                           problem.tiling.nodes_per_tile)
         self.layout, self.plan = build_rank(problem.tiling, decomposition, problem.lattice,
-                                            problem.periodic, rank)
+                                            problem.periodic, rank, reads)
+        local, links = rank_tables(tables, self.layout.global_tiles, self.layout.n_owned,
+                                   problem.tiling.n_tiles)
+        #: Global numbers of this rank's opening links (int64), the order of its flux.
+        self.links: np.ndarray = links
+        # A GPU backend's tile storage is decided once, on the whole problem as a rank sees
+        # it: the ranks' own tile utilisations differ, and tiled and compact storage agree to
+        # rounding only.
+        storage = problem.tile_storage
+        if hasattr(backend, "phase_stepper"):
+            as_rank = dataclasses.replace(problem, owned=np.ones(problem.tiling.n_tiles, bool))
+            storage = plan_for(as_rank.use_iolets(tables)).tile_storage
         self.problem = dataclasses.replace(problem, tiling=self.layout.tiling,
-                                           owned=self.layout.owned)
+                                           owned=self.layout.owned,
+                                           tile_storage=storage).use_iolets(local)
         self.backend = backend
         self.stepper = stepper_for(backend, self.problem, self.layout)
         self.state: Any = self.stepper.state
@@ -133,6 +150,31 @@ class RankSolver:
         self.exchange.start(self.stepper.current())
         self.exchange.finish(self.stepper.current())
         self.stepper.idle()
+
+    def iolet_flux(self) -> np.ndarray:
+        """Mass flux of this rank's opening links (:attr:`links`) in the last step, host
+        float64 (empty without links)."""
+        self.stepper.idle()
+        if not self.links.size:
+            return np.empty(0)
+        return np.asarray(self.backend.iolet_flux(self.state), dtype=np.float64)
+
+    def set_iolet_flux(self, flux: np.ndarray) -> None:
+        """Set this rank's share of the global per-link flux ``flux`` (a resumed run's)."""
+        if self.links.size:
+            self.stepper.idle()
+            self.backend.set_iolet_flux(self.state, np.asarray(flux)[self.links])
+
+    def set_iolet_values(self, values: np.ndarray) -> None:
+        """Set this rank's share of the global opening-link target values ``values``."""
+        if self.links.size:
+            self.stepper.idle()
+            self.backend.set_iolet_values(self.state, np.asarray(values)[self.links])
+
+    def set_step(self, step: int) -> None:
+        """Set the step counter of every phase (openings' soft start and waveforms)."""
+        self.stepper.idle()
+        self.stepper.set_step(step)
 
     def release(self) -> None:
         """Free the backend state (graphs first: they replay on it and hold NCCL work)."""

@@ -98,6 +98,9 @@ class RankStepper(Protocol):
     def finish(self) -> None:
         """Make the written copy the current one."""
 
+    def set_step(self, step: int) -> None:
+        """Set the step counter of the state (the openings' soft start and waveforms)."""
+
     def release(self) -> None:
         """Free the state."""
 
@@ -125,7 +128,11 @@ class NumpyPhases:
         for lo, hi in tile_pieces(layout, INTERIOR_PIECES):
             owned = np.zeros(layout.tiling.n_tiles, dtype=bool)
             owned[lo:hi] = True
-            part = backend.allocate(dataclasses.replace(problem, owned=owned))
+            # The openings' pass rewrites all of the rank's links at once, before the first
+            # phase reads the copy (as one process computes every link from the unchanged
+            # state): the boundary phase carries the rank's links, the others none.
+            part = backend.allocate(dataclasses.replace(problem, owned=owned).use_iolets(
+                None if self._parts else problem.iolets))
             if self._parts:
                 part.f = self._parts[0].f  # every phase steps the same two copies
             self._parts.append(part)
@@ -185,6 +192,11 @@ class NumpyPhases:
         """Swap the copies."""
         self._current = 1 - self._current
         self.state.current = self._current
+
+    def set_step(self, step: int) -> None:
+        """Set every phase's step counter (float16 rounding, the openings' soft start)."""
+        for part in self._parts:
+            self.backend.set_step(part, step)
 
     def release(self) -> None:
         """Free the copies."""

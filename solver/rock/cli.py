@@ -69,26 +69,32 @@ def run_permeability(case: Any, settings: PermeabilitySettings, out: str | Path 
 def run_permeability_mpi(case: Any, settings: PermeabilitySettings, out: str | Path | None,
                          backend: Any = None) -> int:
     """The study under ``mpirun``: one run per rank when there are as many ranks as runs (3
-    for ``--axes all``), else every run on rank 0 one after the other; rank 0 gathers the
-    results and writes the outputs. Every rank returns the same exit code."""
+    for ``--axes all``), else every run split over all ranks (one sample decomposed into
+    slabs, :class:`~solver.distributed.DistributedBackend`), one run after the other; rank 0
+    gathers the results and writes the outputs. Every rank returns the same exit code."""
     from ..case import load_geometry
+    from ..distributed import launch
     from ..distributed.comm import bind_local_gpu, world
 
     comm = world()
     bind_local_gpu(comm)  # each rank on its own GPU (before CUDA starts in this process)
     rank, size = comm.Get_rank(), comm.Get_size()
-    share, runs, reply = [], [], None
+    inner = backend or case.config.backend
+    runs, reply, geometry, per_rank = [], None, None, False
     try:
         geometry = load_geometry(case.geometry)
         runs = study_runs(geometry, settings)
-        share = [runs[rank]] if size == len(runs) else (runs if rank == 0 else [])
-        if share:
-            reply = run_study(geometry, case.config, settings, backend or case.config.backend,
-                              runs=share).results
-    except ValueError as exc:
-        reply = (EXIT_INVALID, f"rank {rank}: {exc}")
+        per_rank = size == len(runs)
+        if per_rank:
+            reply = run_study(geometry, case.config, settings, inner, runs=[runs[rank]]).results
+        else:  # rank 0 drives each run, the others serve its slabs
+            reply = launch(lambda distributed: run_study(geometry, case.config, settings,
+                                                         distributed, runs=runs).results,
+                           inner=inner)
     except DivergenceError as exc:
         reply = (EXIT_DIVERGED, f"rank {rank}: {exc}")
+    except (ValueError, RuntimeError) as exc:  # answered, not raised: the others would hang
+        reply = (EXIT_INVALID, f"rank {rank}: {exc}")
     replies = comm.gather(reply, root=0)  # every rank answers, failed or not: no deadlock
     code = EXIT_OK
     if rank == 0:
@@ -98,10 +104,11 @@ def run_permeability_mpi(case: Any, settings: PermeabilitySettings, out: str | P
         if failed:
             code = failed[0][0]
         else:
-            log.info("permeability under MPI: %d runs on %d ranks (%s)", len(runs), size,
-                     "one per rank" if size == len(runs) else "all on rank 0")
+            how = "one run per rank" if per_rank else "each run split over the ranks"
+            log.info("permeability under MPI: %d runs on %d ranks (%s)", len(runs), size, how)
             results = [r for part in replies if part for r in part]
-            split = {"ranks": size, "runs_per_rank": [len(part or []) for part in replies]}
+            split = {"ranks": size, "decomposition": how,
+                     "runs_per_rank": [1] * size if per_rank else [len(runs)] * size}
             study = PermeabilityStudy(results, geometry.voxel_size)
             if settings.formation_factor:  # the conduction solves: on rank 0, after the runs
                 add_formation_factors(study, geometry, settings,

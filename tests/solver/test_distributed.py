@@ -327,3 +327,8 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
         assert np.array_equal(fields[0], fields[1], equal_nan=True)
     summary = json.loads((mpi / "summary.json").read_text())
     assert summary["device"].endswith("x 3 MPI ranks")
+    split = summary["decomposition"]
+    assert split["ranks"] == 3 and sum(split["fluid_nodes_per_rank"]) == summary["fluid_nodes"]
+    tiles = np.array(split["tiles_per_rank"])
+    assert split["load_imbalance_tiles"] == pytest.approx(tiles.max() / tiles.mean())
+    assert split["load_imbalance_fluid"] >= 1.0

@@ -238,17 +238,20 @@ def inlet_area_of(geometry) -> float:
     return opening.area / geometry.voxel_size**2
 
 
-def test_distributed_backend_refuses_driven_openings_before_allocating():
+def test_distributed_backend_on_one_rank_drives_openings_like_one_process():
     pytest.importorskip("mpi4py")
     from solver.distributed import DistributedBackend
 
-    sim = Simulation(tube(), SimulationConfig(**TRT, openings={1: "pressure", 2: "pressure"}))
-    backend = DistributedBackend("numpy")
-    try:
-        with pytest.raises(ConfigError, match="do not run under MPI"):
-            backend.allocate(sim.problem)
-    finally:
-        backend.shutdown()
+    cfg = SimulationConfig(**TRT, openings={1: "pressure", 2: {"kind": "pressure",
+                                                               "value": 0.99}})
+    plain = Simulation(tube(), cfg, backend="numpy")
+    plain.step(5)
+    with DistributedBackend("numpy") as backend:
+        sim = Simulation(tube(), cfg, backend=backend)
+        sim.step(5)
+        assert sim.opening_flows() == plain.opening_flows()
+        assert np.array_equal(sim.populations(), plain.populations())
+        sim.close()
 
 
 def face_channel():

@@ -86,10 +86,12 @@ def _mpirun() -> str | None:
 
 
 @pytest.mark.skipif(_mpirun() is None, reason="no mpirun next to the Python or on PATH")
-@pytest.mark.parametrize("ranks,per_rank", [(3, [1, 1, 1]), (2, [3, 0])])
-def test_tensor_under_mpirun_one_axis_per_rank_or_all_on_rank_0(tmp_path, ranks, per_rank):
-    """``mpirun -n 3 ... --axes all`` runs x, y, z one per rank, other counts all on rank 0;
-    either way the tensor equals the one-process run bit for bit."""
+@pytest.mark.parametrize("ranks,per_rank", [(3, [1, 1, 1]), (2, [3, 3])])
+def test_tensor_under_mpirun_one_axis_per_rank_or_each_split_over_ranks(tmp_path, ranks,
+                                                                        per_rank):
+    """``mpirun -n 3 ... --axes all`` runs x, y, z one per rank; other counts split each run's
+    sample over all ranks (slabs); either way the tensor equals the one-process run bit for
+    bit."""
     import os
     import subprocess
     import sys
@@ -108,7 +110,8 @@ def test_tensor_under_mpirun_one_axis_per_rank_or_all_on_rank_0(tmp_path, ranks,
     assert done.returncode == 0, done.stderr[-3000:]
     mpi = json.loads((tmp_path / "mpi" / "summary.json").read_text())
     one = json.loads((tmp_path / "one" / "summary.json").read_text())
-    assert mpi["mpi"] == {"ranks": ranks, "runs_per_rank": per_rank}
+    assert mpi["mpi"]["ranks"] == ranks and mpi["mpi"]["runs_per_rank"] == per_rank
+    assert mpi["mpi"]["decomposition"].startswith("one run" if ranks == 3 else "each run")
     assert mpi["tensor_mD"] == one["tensor_mD"] and mpi["converged"]
     assert [r["axis"] for r in mpi["runs"]] == ["x", "y", "z"]
 

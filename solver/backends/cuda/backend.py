@@ -115,6 +115,9 @@ class CupyBackend(StateAccess):
         plan = plan or plan_for(problem)
         log.info("tile storage: %s (%s)", plan.tile_storage, plan.reason)
         log.debug("execution plan:\n%s", plan.describe())
+        return self._allocate_planned(problem, plan)
+
+    def _allocate_planned(self, problem: Problem, plan: ExecutionPlan) -> CupyState | CompactRun:
         if plan.compact:
             return CompactRun(problem, plan.pad, cp, tiles_per_block=plan.tiles_per_block,
                               packed=plan.packed, code=plan.code)
@@ -122,7 +125,9 @@ class CupyBackend(StateAccess):
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
         """A rank's two-phase stepper (:class:`.phases.CupyPhases`) for a rank-local ``problem``
-        owning tiles ``[0, n_owned_tiles)``, the first ``n_boundary_tiles`` read by others."""
+        owning tiles ``[0, n_owned_tiles)``, the first ``n_boundary_tiles`` read by others, on
+        the storage its execution plan chooses (tiled, or a :class:`.compact_run.CompactRun`:
+        both step tile ranges, :meth:`launch_tiles`)."""
         from .phases import CupyPhases, refuse_undistributable
 
         refuse_undistributable(problem)
@@ -132,7 +137,10 @@ class CupyBackend(StateAccess):
                 problem.owned is not None and not np.array_equal(problem.owned, owned)):
             raise ValueError(f"phase_stepper needs the owned tiles first: tiles [0, "
                              f"{n_owned_tiles}) of {n}, boundary tiles [0, {n_boundary_tiles}).")
-        return CupyPhases(self, self._allocate(problem), n_boundary_tiles, n_owned_tiles)
+        plan = plan_for(problem)
+        log.info("rank tile storage: %s (%s)", plan.tile_storage, plan.reason)
+        return CupyPhases(self, self._allocate_planned(problem, plan), n_boundary_tiles,
+                          n_owned_tiles)
 
     def _allocate(self, problem: Problem) -> CupyState:
         lat, tiling = problem.lattice, problem.tiling
@@ -174,7 +182,9 @@ class CupyBackend(StateAccess):
     def launch_tiles(self, state: CupyState, first: int, end: int) -> None:
         """Enqueue one full step of tiles ``[first, end)`` on the current CuPy stream, from the
         current copy into the other; the copies are not swapped (a distributed rank's phase)."""
-        if end > first:
+        if isinstance(state, CompactRun):
+            state.launch_tiles(first, end)
+        elif end > first:
             kernel, grid, block, tail, smem = self._entry(
                 state, "full", state.problem.tiles_per_block, (first, end))
             kernel(grid, block, (*state.copies(), *tail), shared_mem=smem)
@@ -264,6 +274,10 @@ class CupyBackend(StateAccess):
     def memory_required(self, problem: Problem) -> int:
         """Device bytes a run of ``problem`` needs at its peak (:func:`.footprint.device_bytes`)."""
         return device_bytes(problem)
+
+    def used_memory(self) -> int:
+        """Device bytes this process's arrays hold now (CuPy's memory pool in use)."""
+        return int(cp.get_default_memory_pool().used_bytes())
 
     def free_memory(self) -> int:
         """Device memory a new allocation can use, bytes: free on the device plus CuPy's pool."""

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...problem import Problem
 from .capture import GRAPH_STEPS, capture_or_none, replay_timed
-from .compact import CompactTiling, sector_pad
+from .compact import CompactTiling, popcount, sector_pad
 from .compact_readout import (
     compact_node_index,
     compact_node_populations,
@@ -85,6 +85,8 @@ class CompactRun:
 
     #: Launches per captured CUDA graph (:data:`.capture.GRAPH_STEPS`, shared with the tiled run).
     GRAPH_STEPS = GRAPH_STEPS
+    #: The openings' pass: none (the compact family has no openings, :mod:`..plan`).
+    iolets = None
 
     def __init__(self, problem: Problem, pad: int | None = None, xp=None,
                  launcher: Launcher | None = None, tiles_per_block: int = 2,
@@ -258,6 +260,46 @@ class CompactRun:
                           probe_shared_bytes(tpb, True, k),
                           (src, dst, *self.tables, *self.ints, *reals,
                            *(() if self.seeds is None else (self.seeds,))))
+
+    def launch_tiles(self, first: int, end: int) -> None:
+        """Enqueue one full step of tiles ``[first, end)`` on the current stream (the caller's,
+        not the run's own), from the current copy into the other, without swapping them: a
+        distributed rank's phase (:class:`.phases.CupyPhases`; two copies only).
+
+        The kernel steps tiles ``[0, n_tiles)`` of the tile list it is given and finds every
+        other tile through the tile map, so it is given the list from ``first`` on and
+        ``end - first`` tiles: the values are those of a launch over all tiles (float16
+        storage would key its random bits by the place in that list, and is refused under
+        MPI)."""
+        if end <= first:
+            return
+        if self.in_place:
+            raise ValueError("A tile range steps two copies; use streaming='two-copy'.")
+        variant, k = self.variants[0], self.variants[0].packed
+        masks, base, tiles, tile_map = self.tables
+        n = end - first
+        self.loaded.add(variant.name)
+        self.launcher(variant, -(-n // (k or self.tiles_per_block)),
+                      packed_threads(k) if k else 64 * self.tiles_per_block,
+                      probe_shared_bytes(self.tiles_per_block, True, k),
+                      (self.f[self.current], self.f[1 - self.current], masks, base,
+                       tiles[3 * first:], tile_map, np.int32(n), *self.ints[1:], *self.reals,
+                       *(() if self.seeds is None else (self.seeds,))))
+
+    def value_index(self, flat: np.ndarray) -> np.ndarray:
+        """Compact value indices (int64) of tiled XYZ flat indices ``(tile q + i) 64 + node``
+        of fluid nodes (a halo plan's): ``q base + i padded + rank``; ValueError for a solid
+        node, which the compact copies do not hold."""
+        q = self.problem.lattice.q
+        block, node = np.divmod(np.asarray(flat, dtype=np.int64), 64)
+        tile, i = np.divmod(block, q)
+        mask = self.compact.masks[tile]
+        bit = np.left_shift(np.uint64(1), node.astype(np.uint64))
+        if np.any(mask & bit == 0):
+            raise ValueError("A halo value of a solid node: compact copies hold fluid nodes "
+                             "only.")
+        rank = popcount(mask & (bit - np.uint64(1))).astype(np.int64)
+        return q * self.compact.base[tile] + i * self.compact.padded[tile] + rank
 
     def _graph(self):
         """A captured graph of GRAPH_STEPS launches from the current copy, or None (the kernel

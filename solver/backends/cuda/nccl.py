@@ -50,7 +50,9 @@ class NcclLink:
         unique_id = comm.bcast(unique_id, root=0)
         self._comm = nccl.NcclCommunicator(self.size, unique_id, self.rank)
         self._types = {np.dtype(np.float32): nccl.NCCL_FLOAT32,
-                       np.dtype(np.float64): nccl.NCCL_FLOAT64}
+                       np.dtype(np.float64): nccl.NCCL_FLOAT64,
+                       # binary16 storage bits; ncclFloat16 is 6 in every NCCL 2 header
+                       np.dtype(np.float16): getattr(nccl, "NCCL_FLOAT16", 6)}
         log.debug("Rank %d: NCCL communicator of %d ranks on CUDA device %d", self.rank,
                   self.size, self._comm.device_id())
 

@@ -127,7 +127,8 @@ extern "C" __global__ void halo_scatter(real* __restrict__ f,
 
 @cache
 def _copy_kernels(cp: Any, dtype: str, index: str, device: int) -> tuple:
-    real = {"float64": "double", "float32": "float"}[dtype]
+    # float16 storage moves binary16 bits: no arithmetic, so an integer of the same width
+    real = {"float64": "double", "float32": "float", "float16": "unsigned short"}[dtype]
     module = cp.RawModule(code=halo_copy_source(real, index), options=("-std=c++17",))
     return module.get_function("halo_gather"), module.get_function("halo_scatter")
 
@@ -162,6 +163,7 @@ class CupyPhases:
         self._boundary = cp.cuda.Event(disable_timing=True)  # comm: boundary tiles written
         self._joined = cp.cuda.Event(disable_timing=True)  # comm: everything queued so far
         self._uploaded = cp.cuda.Event(disable_timing=True)  # comm: received values on device
+        self._passed = cp.cuda.Event(disable_timing=True)  # comm: opening links rewritten
         problem = state.problem
         # Gather/scatter blocks as large as the tile kernel's: while the interior runs, a block
         # of the halo chain fits into the room one retired tile block leaves on an SM.
@@ -169,8 +171,11 @@ class CupyPhases:
         # 32-bit indices where one copy has fewer than 2^32 values: half the index traffic
         self._index_dtype = np.uint32 if state.f[0].size < 2**32 else np.int64
         index = "unsigned int" if self._index_dtype == np.uint32 else "long long"
-        self._gather, self._scatter = _copy_kernels(cp, problem.dtype.name, index,
+        self._gather, self._scatter = _copy_kernels(cp, problem.storage_dtype.name, index,
                                                     cp.cuda.Device().id)
+        # Halo indices in the storage's own addressing: popcount slots of a compact run, the
+        # in-tile layout's slots of a tiled one.
+        self._value_index = getattr(state, "value_index", None)
         self._slots = slot_table(problem.lattice.name, problem.layout, problem.tiling.a)
         self._flat = tuple(state.f[c].reshape(-1) for c in (0, 1))
         self._device_buffers: dict[int, Any] = {}
@@ -190,6 +195,8 @@ class CupyPhases:
         of the copies (``slot = slots[i, node]``), uploaded once: uint32, or int64 for a copy
         of 2^32 values or more."""
         index = np.asarray(index, dtype=np.int64)
+        if self._value_index is not None:  # compact storage
+            return self._cp.asarray(self._value_index(index).astype(self._index_dtype))
         q, npt = self._slots.shape
         block, node = np.divmod(index, npt)
         return self._cp.asarray((block * npt + self._slots[block % q, node]).astype(
@@ -197,7 +204,7 @@ class CupyPhases:
 
     def host_buffer(self, n: int) -> np.ndarray:
         """Page-locked host array of ``n`` values of the storage dtype."""
-        dtype = self.state.problem.dtype
+        dtype = self.state.problem.storage_dtype
         memory = self._cp.cuda.alloc_pinned_memory(max(n, 1) * dtype.itemsize)
         return np.ndarray((n,), dtype=dtype, buffer=memory)
 
@@ -241,7 +248,7 @@ class CupyPhases:
 
     def device_buffer(self, n: int) -> Any:
         """Device array of ``n`` values of the storage dtype for device-to-device messages."""
-        return self._cp.empty(n, dtype=self.state.problem.dtype)
+        return self._cp.empty(n, dtype=self.state.problem.storage_dtype)
 
     def gather_on_device(self, f: Any, index: Any, out: Any) -> None:
         """Enqueue ``out[:] = f[index]`` on the comm stream (``out`` a device array)."""
@@ -262,6 +269,12 @@ class CupyPhases:
     def boundary(self) -> None:
         """Enqueue the boundary tiles (comm stream) and the interior tiles (compute stream)."""
         self._comm.wait_event(self._step_done)
+        iolets = self.state.iolets
+        if iolets is not None:  # the rank's opening links, before either range reads them
+            with self._comm:
+                iolets.launch(self.current(), 0)
+            self._passed.record(self._comm)
+            self._compute.wait_event(self._passed)
         self._mark(self._comm, "boundary queued")
         with self._comm:
             self.backend.launch_tiles(self.state, *self._ranges[0])
@@ -293,6 +306,11 @@ class CupyPhases:
         self._step_done.record(self._compute)
         if self._timeline is not None:
             self._timeline.end_step()
+
+    def set_step(self, step: int) -> None:
+        """Set the run's step counter (the openings' soft start and waveforms)."""
+        self.idle()
+        self.backend.set_step(self.state, step)
 
     def _mark(self, stream: Any, edge: str) -> None:
         if self._timeline is not None:
