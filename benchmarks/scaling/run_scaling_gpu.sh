@@ -53,7 +53,7 @@ scaling() {  # scaling NAME LIMIT_S ARGS...: one benchmarks/scaling/scaling.py s
         --transport $TRANSPORTS --out "$OUT/scaling" --point-timeout 150
 }
 
-step topology 15 nvidia-smi topo -m
+step topology 20 nvidia-smi topo -m
 # The packs once, before the series (a point that generated one could run out of its time).
 step "weak geometry" 60 python3 benchmarks/scaling/scaling.py prepare weak --pack rock --cross 384 \
     --size 384 --out "$OUT/scaling"
