@@ -6,17 +6,16 @@ volume as fractions and m³) and shows the inverted-label hints; "Price choices"
 image, downsampled by 2 and 4 and a centred crop with the memory, tile utilisation eta_t, steps
 and estimated time of the mirrored permeability protocol (:func:`solver.rock.preview_choices`)
 at the throughput the run has measured (or 2 MFLUPS before it has). "Measure k (x, y, z)"
-runs the mirrored protocol along x, y and z one after another in a background thread on
-simulations of its own (:class:`solver.rock.job.TensorJob`), shows each axis's progress and,
-once converged, k in mD with its interval (:mod:`solver.rock.uncertainty`), the flow
-tortuosity, then the formation factor F and the electrical tortuosity F·φ per axis and, with
-"REV curve" ticked, k, φ and F on nested sub-volumes (:mod:`solver.rock.rev`), with the wall
-time of each part; "Stop measuring" cancels it. "JSON" and "CSV" download what has been
-measured (SI units: m², mD, m). On a GPU the
-job pauses the session's run while it measures and starts it again when it ends (they would
-share one device; see :mod:`solver.rock.job`), said under the table; on the CPU the run goes on
-beside it. The pressure protocol and the CLI's choices are ``python -m solver run CASE
---protocol both --axes all``.
+runs the mirrored protocol along x, y and z one after another as commands on the session's
+runner (:class:`solver.rock.job.TensorJob`: one device thread per session) on simulations of
+its own, shows each axis's progress and, once converged, k in mD with its interval
+(:mod:`solver.rock.uncertainty`), the flow tortuosity, then the formation factor F and the
+electrical tortuosity F·φ per axis and, with "REV curve" ticked, k, φ and F on nested
+sub-volumes (:mod:`solver.rock.rev`), with the wall time of each part; "Stop measuring"
+cancels it. "JSON" and "CSV" download what has been measured (SI units: m², mD, m). The
+session's run pauses while the job measures and starts again when it ends, said under the
+table. The pressure protocol and the CLI's choices are ``python -m solver run CASE --protocol
+both --axes all``.
 """
 
 from __future__ import annotations
@@ -74,7 +73,8 @@ class RockPanel(pn.viewable.Viewer):
         self._callback = None
 
     def measure(self) -> None:
-        """Start measuring k along x, y and z (on a GPU the run pauses until it ends)."""
+        """Start measuring k along x, y and z on the session's runner (its run pauses until
+        the measurement ends)."""
         if self.job is not None and self.job.running:
             return
         try:
@@ -210,10 +210,9 @@ class RockPanel(pn.viewable.Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(
             pn.pane.Markdown("Pore connectivity follows the lattice (D3Q19: faces and edges). "
-                             "*Measure k* runs the mirrored protocol along x, y and z (on a "
-                             "GPU the simulation pauses meanwhile); both protocols: `python -m "
-                             "solver run "
-                             "CASE --protocol both --axes all`."),
+                             "*Measure k* runs the mirrored protocol along x, y and z (the "
+                             "simulation pauses meanwhile); both protocols: `python -m solver "
+                             "run CASE --protocol both --axes all`."),
             pn.Row(self.check_button, self.price_button), self.pores, self.choices,
             pn.Row(self.measure_button, self.stop_button, self.rev_box), self.tensor,
             self.extras, pn.Row(self.json_download, self.csv_download),
@@ -265,7 +264,8 @@ def _tensor_html(progress: TensorProgress) -> str:
              "per 1000 steps)</p>" if progress.running else "<p>Done.</p>")
     if progress.paused_run:
         text += ("<p class='paused-run'>The simulation is paused while k is measured (both "
-                 "would share the GPU); it starts again when the measurement ends.</p>")
+                 "run on the session's one device thread); it starts again when the "
+                 "measurement ends.</p>")
     return text
 
 
