@@ -10,6 +10,7 @@ geometry. Nothing is allocated on the device until the user presses "Use this ge
 from __future__ import annotations
 
 import panel as pn
+import param
 
 from solver.lattice_parameters import choose_lattice, demand_of_specs
 from solver.values import ConfigError
@@ -33,11 +34,13 @@ __all__ = ["FORMATS_TEXT", "GeometryPanel", "memory_verdict"]
 class GeometryPanel(pn.viewable.Viewer):
     """Geometry source selection, preview, openings and the "Use this geometry" action."""
 
+    store = param.ClassSelector(class_=GeometryStore, doc="The tab's state and actions.")
+
     def __init__(self, controller: Controller, settings: Settings,
                  setup: PhysicalSetup | None = None, **params) -> None:
-        super().__init__(**params)
+        store = GeometryStore(controller, settings)
+        super().__init__(store=store, **params)
         self.controller, self.settings = controller, settings
-        self.store = store = GeometryStore(controller, settings)
         # The fluid and the physical units the openings' SI values are read in (Physics tab).
         self.setup = setup or PhysicalSetup(name="Physical setup")
         self.openings = OpeningsPanel(self._opening_units, chooser=self._lattice_choice)
@@ -52,8 +55,6 @@ class GeometryPanel(pn.viewable.Viewer):
                                             disabled=pn.bind(lambda ok: not ok,
                                                              store.param.usable))
         self.use_button.on_click(self._use_clicked)
-        store.param.watch(self._preview_changed, "preview")
-        store.param.watch(self._used, "used")
 
     def __panel__(self) -> pn.viewable.Viewable:
         drive = pn.widgets.Select.from_param(self.store.param.drive, width=320)
@@ -89,9 +90,10 @@ class GeometryPanel(pn.viewable.Viewer):
         return self.store.memory(preview)
 
     # ------------------------------------------------------------------ reactions
-    def _preview_changed(self, event) -> None:
+    @param.depends("store.preview", watch=True)
+    def _preview_changed(self) -> None:
         """Bind the openings table and the 3D openings to the new preview (or clear them)."""
-        preview = event.new
+        preview = self.store.preview
         if preview is None:
             self.openings.bind((), None)
             self.preview3d.clear()
@@ -100,7 +102,8 @@ class GeometryPanel(pn.viewable.Viewer):
         self.preview3d.show(preview.geometry, preview.config.openings)
         self._follow_kinds(preview.config)
 
-    def _used(self, event) -> None:
+    @param.depends("store.used", watch=True)
+    def _used(self) -> None:
         """From now on the rows edit the session's pending settings (Apply settings)."""
         preview = self.store.preview
         self.openings.bind(preview.groups, self.controller.config, preview.geometry)

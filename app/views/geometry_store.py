@@ -81,7 +81,6 @@ class GeometryStore(param.Parameterized):
         self.upload_options = upload_options or UploadOptions(name="Upload options")
         self.upload_options.param.watch(
             self._option_changed, [p for p in self.upload_options.param if p != "name"])
-        self.param.watch(self._drive_changed, "drive")
         self._build: tuple | None = None  # the last preview's (build, what): a drive re-runs it
         self._drive_set = False
         self._generation = 0  # previews started; only the newest one's result is shown
@@ -147,9 +146,11 @@ class GeometryStore(param.Parameterized):
             lambda: load_upload(upload.data, upload.name, options.options(upload.name), cap),
             f"Reading {upload.name}")
 
-    async def _drive_changed(self, event) -> None:
+    @param.depends("drive", watch=True)
+    async def _drive_changed(self) -> None:
+        """Preview the last geometry again with the drive chosen (not the preview's own)."""
         if not self._drive_set and self._build is not None:
-            await self.make_preview(*self._build, drive=event.new)
+            await self.make_preview(*self._build, drive=self.drive)
 
     async def make_preview(self, build: Callable, what: str, drive: str | None = None) -> None:
         """Build the geometry with ``build`` in a worker thread and preview it (``drive``:

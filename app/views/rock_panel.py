@@ -26,6 +26,7 @@ import io
 import json
 
 import panel as pn
+import param
 
 from geometries.pores import pore_reports
 from solver.lattice import get_lattice
@@ -45,6 +46,10 @@ PROGRESS_PERIOD_MS = 500
 class RockPanel(pn.viewable.Viewer):
     """Pore-space report and priced crop/downsample choices of the current geometry."""
 
+    progress = param.ClassSelector(class_=TensorProgress, allow_None=True, precedence=-1,
+                                   doc="The measurement's last progress (the tables show it).")
+    failure = param.String("", precedence=-1, doc="Why the measurement could not start.")
+
     def __init__(self, controller: Controller, **params) -> None:
         super().__init__(**params)
         self.controller = controller
@@ -61,8 +66,10 @@ class RockPanel(pn.viewable.Viewer):
         self.stop_button.on_click(lambda _: self.stop())
         self.rev_box = pn.widgets.Checkbox(name="REV curve (k, φ, F on 1/8, 1/4, 1/2 of the "
                                                 "volume; about 2x the time of k_x)", value=False)
-        self.tensor = pn.pane.HTML("", sizing_mode="stretch_width")
-        self.extras = pn.pane.HTML("", sizing_mode="stretch_width")
+        self.tensor = pn.pane.HTML(pn.bind(_tensor_text, self.param.progress, self.param.failure),
+                                   sizing_mode="stretch_width")
+        self.extras = pn.pane.HTML(pn.bind(_extras_html, self.param.progress),
+                                   sizing_mode="stretch_width")
         self.json_download = pn.widgets.FileDownload(
             callback=self.export_json, filename="rock_results.json", label="JSON",
             disabled=True, button_type="light")
@@ -83,8 +90,9 @@ class RockPanel(pn.viewable.Viewer):
                                  settings, runner=self.controller.runner)
             self.job.start()
         except Exception as exc:  # said in the panel, never raised into the server
-            self.tensor.object = f"<p>Cannot measure k: {html.escape(str(exc))}</p>"
+            self.failure = f"Cannot measure k: {exc}"
             return
+        self.failure = ""
         self.measure_button.disabled, self.stop_button.disabled = True, False
         self.refresh()
         if pn.state.curdoc is not None and self._callback is None:
@@ -99,9 +107,7 @@ class RockPanel(pn.viewable.Viewer):
         """Redraw the tensor table; stop refreshing once the job has ended."""
         if self.job is None:
             return
-        progress = self.job.progress()
-        self.tensor.object = _tensor_html(progress)
-        self.extras.object = _extras_html(progress)
+        progress = self.progress = self.job.progress()
         if not progress.running:
             self.measure_button.disabled, self.stop_button.disabled = False, True
             self.json_download.disabled = self.csv_download.disabled = False
@@ -269,9 +275,18 @@ def _tensor_html(progress: TensorProgress) -> str:
     return text
 
 
-def _extras_html(progress: TensorProgress) -> str:
+def _tensor_text(progress: TensorProgress | None, failure: str) -> str:
+    """Why the measurement could not start, else the tensor table ('' before the first)."""
+    if failure:
+        return f"<p>{html.escape(failure)}</p>"
+    return "" if progress is None else _tensor_html(progress)
+
+
+def _extras_html(progress: TensorProgress | None) -> str:
     """F and electrical tortuosity per axis, the REV curve and the time of each part."""
     text = ""
+    if progress is None:
+        return text
     if progress.conduction:
         rows = [[a, f"{c.formation_factor:.4g}", f"{c.tortuosity:.4g}", f"{c.porosity:.4f}"]
                 for a, c in progress.conduction.items()]
