@@ -107,11 +107,12 @@ class RockPanel(pn.viewable.Viewer):
         """Redraw the tensor table; stop refreshing once the job has ended."""
         if self.job is None:
             return
-        progress = self.progress = self.job.progress()
-        if not progress.running:
+        progress = self.job.progress()
+        if not progress.running:  # the buttons first: "Done." must not show before them
             self.measure_button.disabled, self.stop_button.disabled = False, True
             self.json_download.disabled = self.csv_download.disabled = False
             self._stop_callback()
+        self.progress = progress
 
     def export_json(self) -> io.StringIO:
         """The measured results as JSON (:meth:`PermeabilityStudy.as_dict`, SI units)."""
