@@ -12,6 +12,7 @@ import contextlib
 import html
 import io
 import logging
+import sys
 import weakref
 from typing import Any
 
@@ -71,7 +72,7 @@ def _served_session() -> bool:
     """Whether this dashboard is being built for a ``panel serve`` session."""
     document = pn.state.curdoc
     return bool(document is not None and getattr(document, "session_context", None)
-                and pn.state._is_pyodide is False and not pn.state.loaded)
+                and "_pyodide" not in sys.modules and not pn.state.loaded)
 
 
 def _background_callback(callback, period_ms: int) -> PeriodicCallback:

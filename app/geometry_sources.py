@@ -2,7 +2,8 @@
 
 Three sources: a generator with its parameters (one ``param.Parameterized`` per generator, so
 the panel builds its widgets from them), a sample shipped with the package, or uploaded bytes
-(parsed by :func:`geometries.load` from memory; the file name only picks the format). A
+(parsed by :func:`geometries.load` from memory; the file name only picks the format) with the
+options its loader declares (:class:`UploadOptions`, built from those declarations). A
 :class:`GeometryPreview` tiles the mask on the host and reports porosity, tile utilisation
 before and after the offset search and the memory the run will need.
 """
@@ -10,6 +11,7 @@ before and after the offset search and the memory the run will need.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +19,7 @@ import param
 
 import geometries
 from geometries import GeometryError, VoxelGeometry, generators
+from geometries.loaders import LOADER_OPTIONS, LoaderOption, format_of, loader_options
 from solver.config import SimulationConfig
 from solver.memory import precheck_memory
 from solver.problem import Problem
@@ -26,7 +29,8 @@ from .geometry_doubts import geometry_doubts
 from .openings import DRIVES, OpeningGroup, default_drive, drive_setup, driven_values
 
 __all__ = [
-    "GENERATORS", "GeneratorSpec", "SpherePack", "UploadOptions", "GeometryPreview",
+    "GENERATORS", "GeneratorSpec", "SpherePack", "UploadOptions", "UploadOptionsBase",
+    "upload_options_type", "GeometryPreview",
     "make_preview", "config_for", "load_upload", "load_sample", "sample_names", "mid_slice",
     "DEFAULT_FORCE", "STL_OPENINGS", "default_drive",
 ]
@@ -137,76 +141,69 @@ GENERATORS: dict[str, type[GeneratorSpec]] = {
 }
 
 
-#: The STL unit choices shown to the user -> the loader's ``unit=``.
-STL_UNITS = {"guess from size": "auto", "m": "m", "mm": "mm", "µm": "µm"}
-#: How a vessel STL's openings are found -> the loader's ``openings=`` (lumen = fluid only).
-STL_OPENINGS = {"open ends, else flat caps": "auto", "open ends (cut planes)": "loops",
-                "flat end caps": "caps", "none (closed vessel)": "none"}
+#: How a vessel STL's openings are found: shown text -> the loader's ``openings=`` (declared by
+#: the STL loader; lumen = fluid only).
+STL_OPENINGS = dict(next(o for o in LOADER_OPTIONS["stl"] if o.keyword == "openings").choices)
 
 
-class UploadOptions(param.Parameterized):
-    """How to read an uploaded file; only the options of its format are passed on."""
+class UploadOptionsBase(param.Parameterized):
+    """How to read an uploaded file: one parameter per option the loaders declare
+    (:data:`geometries.loaders.LOADER_OPTIONS`); only the options of its format are passed on."""
 
-    stl_unit = param.Selector(objects=list(STL_UNITS), default="guess from size",
-                              label="STL units",
-                              doc="STL: unit of the file's coordinates (STL files carry none).")
-    stl_resolution = param.Integer(96, bounds=(8, 1024), label="STL resolution (voxels)",
-                                   doc="STL: voxels along the longest side of the surface "
-                                       "(unused when a voxel size is given).")
-    stl_inside = param.Selector(objects=["solid", "fluid"], default="solid",
-                                label="STL surface encloses",
-                                doc="STL: whether the closed surface encloses solid or fluid.")
-    stl_openings = param.Selector(objects=list(STL_OPENINGS), default="open ends, else flat caps",
-                                  label="STL openings (lumen = fluid)",
-                                  doc="STL enclosing fluid: where flow enters and leaves a vessel; "
-                                      "they become the inlets and outlets.")
-    raw_shape = param.String("", label="RAW shape (nx, ny, nz)",
-                             doc="RAW: nx, ny[, nz] in voxels (x fastest), e.g. 64,64,64.")
-    raw_dtype = param.Selector(objects=["uint8", "uint16", "int16", "int32", "float32", "bool"],
-                               default="uint8", label="RAW voxel type", doc="RAW: voxel type.")
-    mat_variable = param.String("", label="MATLAB variable (.mat)",
-                                doc="MAT: variable holding the volume (empty: the largest array).")
-    pore_value = param.String("", label="Pore label (images)",
-                              doc="Images: label of pore voxels (default: 0 = pore).")
-    voxel_size_um = param.Number(0.0, bounds=(0, None), label="Voxel size (µm)",
-                                 doc="Voxel size in micrometres (0 = from the file / unknown; "
-                                     "STL: 0 = from the resolution).")
+    #: Format -> the declarations the parameters were built from.
+    declared: dict[str, tuple[LoaderOption, ...]] = {}
 
     def options(self, filename: str) -> dict:
-        """Loader options for ``filename``'s format."""
-        ext = filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
-        out: dict = {}
-        if self.voxel_size_um > 0:
-            out["voxel_size"] = self.voxel_size_um * 1e-6
-        if ext == "stl":
-            out.update(inside=self.stl_inside, unit=STL_UNITS[self.stl_unit])
-            if self.stl_inside == "fluid":
-                out["openings"] = STL_OPENINGS[self.stl_openings]
-            # A voxel size fixes the grid; the loader refuses both (B8).
-            if "voxel_size" not in out:
-                out["resolution"] = self.stl_resolution
-            return out
-        if ext == "raw":
-            out.update(shape=_parse_shape(self.raw_shape), dtype=self.raw_dtype)
-        if ext == "mat" and self.mat_variable.strip():
-            out["variable"] = self.mat_variable.strip()
-        if self.pore_value.strip():
-            try:
-                out["pore_value"] = float(self.pore_value)
-            except ValueError:
-                raise GeometryError(f"Pore value {self.pore_value!r} is not a number; "
-                                    "enter the label of pore voxels, e.g. 0.") from None
-        return out
+        """Loader options for ``filename``'s format (a format unknown by its name: the
+        options every loader takes)."""
+        fmt = format_of(filename)
+        if fmt in self.declared:
+            declared = self.declared[fmt]
+        else:
+            shared = set.intersection(*({o.field for o in d} for d in self.declared.values()))
+            declared = tuple(o for o in _fields(self.declared) if o.field in shared)
+        return loader_options(declared, self.param.values())
 
 
-def _parse_shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
-    except ValueError:
-        shape = ()
-    if len(shape) not in (2, 3) or min(shape) < 1:
-        raise GeometryError(f"A .raw file needs its shape: enter 'nx, ny, nz' (got {text!r}).")
-    return shape
+def upload_options_type(
+        declared: Mapping[str, Sequence[LoaderOption]] | None = None) -> type[UploadOptionsBase]:
+    """A :class:`UploadOptionsBase` class with a parameter per declared option (default: the
+    loaders' :data:`~geometries.loaders.LOADER_OPTIONS`): a selector for choices, a number or
+    a text otherwise; options of one format first, those many formats share last."""
+    declared = {fmt: tuple(d) for fmt, d in (declared or LOADER_OPTIONS).items()}
+    params = {o.field: _parameter(o) for o in _fields(declared)}
+    cls = param.parameterized_class("UploadOptions", params, bases=UploadOptionsBase)
+    cls.declared = declared
+    return cls
+
+
+def _fields(declared: Mapping[str, Sequence[LoaderOption]]) -> list[LoaderOption]:
+    """One declaration per field, in format order, fields of several formats last."""
+    seen: dict[str, LoaderOption] = {}
+    users: dict[str, int] = {}
+    for options in declared.values():
+        for option in options:
+            seen.setdefault(option.field, option)
+            users[option.field] = users.get(option.field, 0) + 1
+    return sorted(seen.values(), key=lambda o: users[o.field] > 1)
+
+
+def _parameter(option: LoaderOption) -> param.Parameter:
+    """The parameter a person enters ``option`` with."""
+    common = dict(default=option.default, label=option.label, doc=option.doc)
+    if option.choices is not None:
+        return param.Selector(objects=list(option.choices), **common)
+    if isinstance(option.default, bool):
+        return param.Boolean(**common)
+    if isinstance(option.default, int):
+        return param.Integer(bounds=option.bounds, **common)
+    if isinstance(option.default, float):
+        return param.Number(bounds=option.bounds, **common)
+    return param.String(**common)
+
+
+#: The upload options of the loaders as declared.
+UploadOptions = upload_options_type()
 
 
 def load_upload(data: bytes, filename: str, options: dict, max_bytes: int) -> VoxelGeometry:

@@ -6,17 +6,16 @@ volume as fractions and m³) and shows the inverted-label hints; "Price choices"
 image, downsampled by 2 and 4 and a centred crop with the memory, tile utilisation eta_t, steps
 and estimated time of the mirrored permeability protocol (:func:`solver.rock.preview_choices`)
 at the throughput the run has measured (or 2 MFLUPS before it has). "Measure k (x, y, z)"
-runs the mirrored protocol along x, y and z one after another in a background thread on
-simulations of its own (:class:`solver.rock.job.TensorJob`), shows each axis's progress and,
-once converged, k in mD with its interval (:mod:`solver.rock.uncertainty`), the flow
-tortuosity, then the formation factor F and the electrical tortuosity F·φ per axis and, with
-"REV curve" ticked, k, φ and F on nested sub-volumes (:mod:`solver.rock.rev`), with the wall
-time of each part; "Stop measuring" cancels it. "JSON" and "CSV" download what has been
-measured (SI units: m², mD, m). On a GPU the
-job pauses the session's run while it measures and starts it again when it ends (they would
-share one device; see :mod:`solver.rock.job`), said under the table; on the CPU the run goes on
-beside it. The pressure protocol and the CLI's choices are ``python -m solver run CASE
---protocol both --axes all``.
+runs the mirrored protocol along x, y and z one after another as commands on the session's
+runner (:class:`solver.rock.job.TensorJob`: one device thread per session) on simulations of
+its own, shows each axis's progress and, once converged, k in mD with its interval
+(:mod:`solver.rock.uncertainty`), the flow tortuosity, then the formation factor F and the
+electrical tortuosity F·φ per axis and, with "REV curve" ticked, k, φ and F on nested
+sub-volumes (:mod:`solver.rock.rev`), with the wall time of each part; "Stop measuring"
+cancels it. "JSON" and "CSV" download what has been measured (SI units: m², mD, m). The
+session's run pauses while the job measures and starts again when it ends, said under the
+table. The pressure protocol and the CLI's choices are ``python -m solver run CASE --protocol
+both --axes all``.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import io
 import json
 
 import panel as pn
+import param
 
 from geometries.pores import pore_reports
 from solver.lattice import get_lattice
@@ -46,6 +46,10 @@ PROGRESS_PERIOD_MS = 500
 class RockPanel(pn.viewable.Viewer):
     """Pore-space report and priced crop/downsample choices of the current geometry."""
 
+    progress = param.ClassSelector(class_=TensorProgress, allow_None=True, precedence=-1,
+                                   doc="The measurement's last progress (the tables show it).")
+    failure = param.String("", precedence=-1, doc="Why the measurement could not start.")
+
     def __init__(self, controller: Controller, **params) -> None:
         super().__init__(**params)
         self.controller = controller
@@ -62,8 +66,10 @@ class RockPanel(pn.viewable.Viewer):
         self.stop_button.on_click(lambda _: self.stop())
         self.rev_box = pn.widgets.Checkbox(name="REV curve (k, φ, F on 1/8, 1/4, 1/2 of the "
                                                 "volume; about 2x the time of k_x)", value=False)
-        self.tensor = pn.pane.HTML("", sizing_mode="stretch_width")
-        self.extras = pn.pane.HTML("", sizing_mode="stretch_width")
+        self.tensor = pn.pane.HTML(pn.bind(_tensor_text, self.param.progress, self.param.failure),
+                                   sizing_mode="stretch_width")
+        self.extras = pn.pane.HTML(pn.bind(_extras_html, self.param.progress),
+                                   sizing_mode="stretch_width")
         self.json_download = pn.widgets.FileDownload(
             callback=self.export_json, filename="rock_results.json", label="JSON",
             disabled=True, button_type="light")
@@ -74,7 +80,8 @@ class RockPanel(pn.viewable.Viewer):
         self._callback = None
 
     def measure(self) -> None:
-        """Start measuring k along x, y and z (on a GPU the run pauses until it ends)."""
+        """Start measuring k along x, y and z on the session's runner (its run pauses until
+        the measurement ends)."""
         if self.job is not None and self.job.running:
             return
         try:
@@ -83,8 +90,9 @@ class RockPanel(pn.viewable.Viewer):
                                  settings, runner=self.controller.runner)
             self.job.start()
         except Exception as exc:  # said in the panel, never raised into the server
-            self.tensor.object = f"<p>Cannot measure k: {html.escape(str(exc))}</p>"
+            self.failure = f"Cannot measure k: {exc}"
             return
+        self.failure = ""
         self.measure_button.disabled, self.stop_button.disabled = True, False
         self.refresh()
         if pn.state.curdoc is not None and self._callback is None:
@@ -100,12 +108,11 @@ class RockPanel(pn.viewable.Viewer):
         if self.job is None:
             return
         progress = self.job.progress()
-        self.tensor.object = _tensor_html(progress)
-        self.extras.object = _extras_html(progress)
-        if not progress.running:
+        if not progress.running:  # the buttons first: "Done." must not show before them
             self.measure_button.disabled, self.stop_button.disabled = False, True
             self.json_download.disabled = self.csv_download.disabled = False
             self._stop_callback()
+        self.progress = progress
 
     def export_json(self) -> io.StringIO:
         """The measured results as JSON (:meth:`PermeabilityStudy.as_dict`, SI units)."""
@@ -210,10 +217,9 @@ class RockPanel(pn.viewable.Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(
             pn.pane.Markdown("Pore connectivity follows the lattice (D3Q19: faces and edges). "
-                             "*Measure k* runs the mirrored protocol along x, y and z (on a "
-                             "GPU the simulation pauses meanwhile); both protocols: `python -m "
-                             "solver run "
-                             "CASE --protocol both --axes all`."),
+                             "*Measure k* runs the mirrored protocol along x, y and z (the "
+                             "simulation pauses meanwhile); both protocols: `python -m solver "
+                             "run CASE --protocol both --axes all`."),
             pn.Row(self.check_button, self.price_button), self.pores, self.choices,
             pn.Row(self.measure_button, self.stop_button, self.rev_box), self.tensor,
             self.extras, pn.Row(self.json_download, self.csv_download),
@@ -265,13 +271,23 @@ def _tensor_html(progress: TensorProgress) -> str:
              "per 1000 steps)</p>" if progress.running else "<p>Done.</p>")
     if progress.paused_run:
         text += ("<p class='paused-run'>The simulation is paused while k is measured (both "
-                 "would share the GPU); it starts again when the measurement ends.</p>")
+                 "run on the session's one device thread); it starts again when the "
+                 "measurement ends.</p>")
     return text
 
 
-def _extras_html(progress: TensorProgress) -> str:
+def _tensor_text(progress: TensorProgress | None, failure: str) -> str:
+    """Why the measurement could not start, else the tensor table ('' before the first)."""
+    if failure:
+        return f"<p>{html.escape(failure)}</p>"
+    return "" if progress is None else _tensor_html(progress)
+
+
+def _extras_html(progress: TensorProgress | None) -> str:
     """F and electrical tortuosity per axis, the REV curve and the time of each part."""
     text = ""
+    if progress is None:
+        return text
     if progress.conduction:
         rows = [[a, f"{c.formation_factor:.4g}", f"{c.tortuosity:.4g}", f"{c.porosity:.4f}"]
                 for a, c in progress.conduction.items()]

@@ -1,6 +1,7 @@
 """The sidebar's settings cards: one widget per :class:`~solver.config.SimulationConfig` parameter.
 
-Widgets are generated from the config's parameters (:class:`panel.Param`), grouped in cards
+Widgets are built from the config's parameters (:func:`config_widget`: Panel's public
+``Param.widget_type`` and the parameter's label, doc, options and bounds), grouped in cards
 (:data:`SETTING_GROUPS`); a boundary face that needs a number (velocity inlet, pressure outlet,
 moving wall) shows a value field next to its type. Parameters without a widget are listed in
 :data:`EXCLUDED_SETTINGS` with the reason, and a test checks that every parameter is one or the
@@ -13,12 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 import panel as pn
+import param
 from bokeh.models import PrintfTickFormatter
 
 from solver.config import FACE_NAMES, SimulationConfig
 
 __all__ = ["SETTING_GROUPS", "EXCLUDED_SETTINGS", "WIDGETS", "VALUE_HINTS", "SettingsCards",
-           "readable_number_format"]
+           "config_widget", "readable_number_format"]
 
 #: Sidebar cards: title -> SimulationConfig parameters.
 SETTING_GROUPS = {
@@ -72,41 +74,63 @@ for _face in FACE_NAMES:
                                  "name": f"{_face} value", "visible": False}
 
 
+def config_widget(config: param.Parameterized, name: str,
+                  spec: dict[str, Any] | None = None) -> pn.widgets.Widget:
+    """A widget showing ``config.name``, not linked to it; ``spec``: the widget type under
+    ``type`` and keyword overrides (as :data:`WIDGETS`)."""
+    parameter = config.param[name]
+    kw = dict(spec or {})
+    widget_type = kw.pop("type", None) or pn.Param.widget_type(parameter)
+    kw.setdefault("name", parameter.label)
+    if parameter.doc:
+        kw.setdefault("description", " ".join(parameter.doc.split()))
+    if isinstance(parameter, param.Selector):
+        kw["options"] = parameter.get_range()
+    if isinstance(parameter, param.Number):  # Integer included; soft bounds as Panel's own
+        low, high = parameter.get_soft_bounds()
+        for key, bound in (("start", low), ("end", high)):
+            if bound is not None:
+                kw.setdefault(key, bound)
+    kw = {k: v for k, v in kw.items() if k in widget_type.param}
+    return widget_type(value=getattr(config, name), **kw)
+
+
 class SettingsCards:
     """Cards of config widgets; ``widgets`` maps each covered parameter to its widget.
 
     A value the config refuses (tau = 0.45) goes to ``report`` and the widget goes back to the
-    pending value. Panel's own link would raise inside its event processing instead, where
-    the message and the widget's reset never reach the browser.
+    pending value (a plain link would raise inside Panel's event processing instead, where
+    the message and the widget's reset never reach the browser); a config changed elsewhere
+    (a preview, a case) shows in its widgets.
     """
 
     def __init__(self, config: SimulationConfig,
                  report: Callable[[BaseException], None]) -> None:
         self.config, self.report = config, report
-        self.panes = {title: pn.Param(config, parameters=params, widgets=WIDGETS,
-                                      show_name=False, sizing_mode="stretch_width")
-                      for title, params in SETTING_GROUPS.items()}
         self.widgets: dict[str, pn.widgets.Widget] = {
-            name: pane._widgets[name] for pane in self.panes.values()
-            for name in pane.parameters if name in pane._widgets}
+            name: config_widget(config, name,
+                                {"sizing_mode": "stretch_width", **WIDGETS.get(name, {})})
+            for params in SETTING_GROUPS.values() for name in params}
         for name, widget in self.widgets.items():
-            self._relink(name, widget)
+            widget.param.watch(self._setter(name, widget), "value")
+        config.param.watch(self._shown, list(self.widgets))
         config.param.watch(self._show_value_fields, list(FACE_NAMES))
         self._show_value_fields()
 
-    def _relink(self, name: str, widget: pn.widgets.Widget) -> None:
-        """Replace Panel's widget -> config link by one that reports refused values."""
-        for watcher in list(widget.param.watchers.get("value", {}).get("value", [])):
-            if getattr(watcher.fn, "__name__", "") == "link_widget":
-                widget.param.unwatch(watcher)
-
+    def _setter(self, name: str, widget: pn.widgets.Widget) -> Callable[[Any], None]:
+        """The widget -> config link of ``name``, reporting refused values."""
         def link(event: Any) -> None:
             try:
                 self.config.param.update(**{name: event.new})
             except Exception as exc:  # a refused value: say why, show what is still pending
                 self.report(exc)
                 _later(lambda: setattr(widget, "value", getattr(self.config, name)))
-        widget.param.watch(link, "value")
+        return link
+
+    def _shown(self, *events: Any) -> None:
+        """The config -> widget link: a value set elsewhere shows in its widget."""
+        for event in events:
+            self.widgets[event.name].value = event.new
 
     def _show_value_fields(self, *events: Any) -> None:
         """Show a face's value field only for the kinds that take a value, with a hint."""
@@ -118,8 +142,9 @@ class SettingsCards:
 
     def cards(self) -> list[pn.Card]:
         """One collapsed card per group."""
-        return [pn.Card(pane, title=title, collapsed=True, sizing_mode="stretch_width")
-                for title, pane in self.panes.items()]
+        return [pn.Card(*(self.widgets[name] for name in params), title=title, collapsed=True,
+                        sizing_mode="stretch_width")
+                for title, params in SETTING_GROUPS.items()]
 
 
 def _later(fn: Callable[[], None]) -> None:

@@ -17,12 +17,26 @@ from ..errors import GeometryError
 from ..npyfile import NPY_HEAD_BYTES, check_npy_header, read_npy
 from ..segment import segment
 from ..voxel import VoxelGeometry
+from .options import IMAGE_OPTIONS, VOXEL_SIZE, LoaderOption, shape
 from .source import DEFAULT_MAX_VOXELS, Payload, build_geometry, check_voxel_count
 
 __all__ = ["load_npy", "load_npz", "load_raw"]
 
 _BYTE_ORDERS = {"little": "<", "big": ">"}
 _ORDERS = ("F", "C")
+
+
+#: What a person chooses when reading each format (:mod:`geometries.loaders.options`).
+NPY_OPTIONS = IMAGE_OPTIONS
+NPZ_OPTIONS = (VOXEL_SIZE,)  # a saved VoxelGeometry: already segmented
+RAW_OPTIONS = (
+    LoaderOption("shape", "raw_shape", "RAW shape (nx, ny, nz)",
+                 "RAW: nx, ny[, nz] in voxels (x fastest), e.g. 64,64,64.", "", parse=shape),
+    LoaderOption("dtype", "raw_dtype", "RAW voxel type", "RAW: voxel type.", "uint8",
+                 choices={t: t for t in ("uint8", "uint16", "int16", "int32", "float32",
+                                         "bool")}),
+    *IMAGE_OPTIONS,
+)
 
 
 def load_npy(

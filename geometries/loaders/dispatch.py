@@ -17,17 +17,18 @@ from pathlib import PurePath
 
 from ..errors import GeometryError
 from ..voxel import VoxelGeometry
-from .arrays import load_npy, load_npz, load_raw
+from .arrays import NPY_OPTIONS, NPZ_OPTIONS, RAW_OPTIONS, load_npy, load_npz, load_raw
 from .isolation import ISOLATED_FORMATS, Limits, load_isolated
-from .mat import load_mat
+from .mat import MAT_OPTIONS, load_mat
 from .nrrd import load_nrrd
+from .options import IMAGE_OPTIONS, LoaderOption
 from .sniff import sniff_format
 from .source import DEFAULT_MAX_VOXELS, Payload, Source
-from .stl import load_stl
+from .stl import STL_OPTIONS, load_stl
 from .tiff import load_tiff
 from .vtkimage import VTK_FORMATS, load_vtk_image
 
-__all__ = ["FORMATS", "load"]
+__all__ = ["FORMATS", "LOADER_OPTIONS", "format_of", "load"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,26 @@ FORMATS: dict[str, Loader] = {
     **{fmt: functools.partial(load_vtk_image, format=fmt) for fmt in VTK_FORMATS},
 }
 
+#: Format name → the options its loader declares for a person reading a file (TIFF, NRRD and
+#: the VTK images take the image options alone).
+LOADER_OPTIONS: dict[str, tuple[LoaderOption, ...]] = {
+    "stl": STL_OPTIONS,
+    "npy": NPY_OPTIONS,
+    "npz": NPZ_OPTIONS,
+    "raw": RAW_OPTIONS,
+    "mat": MAT_OPTIONS,
+    "tiff": IMAGE_OPTIONS,
+    "nrrd": IMAGE_OPTIONS,
+    **{fmt: IMAGE_OPTIONS for fmt in VTK_FORMATS},
+}
+
 _ALIASES = {"tif": "tiff", "nhdr": "nrrd"}
+
+
+def format_of(filename: str) -> str | None:
+    """The format a file name's extension picks (None: none, or one no loader reads)."""
+    fmt = _normalise(PurePath(filename).suffix)
+    return fmt if fmt in FORMATS else None
 
 
 def load(

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import GeometryError
 from ..segment import segment
 from ..voxel import VoxelGeometry
+from .options import IMAGE_OPTIONS, LoaderOption
 from .source import DEFAULT_MAX_VOXELS, Payload, build_geometry, check_voxel_count
 
 __all__ = ["load_mat"]
@@ -27,6 +28,14 @@ __all__ = ["load_mat"]
 _NUMERIC = {"double", "single", "logical", "int8", "uint8", "int16", "uint16", "int32",
             "uint32", "int64", "uint64"}
 _V73 = b"MATLAB 7.3 MAT-file"
+
+
+#: What a person chooses when reading a MATLAB file (:mod:`geometries.loaders.options`).
+MAT_OPTIONS = (
+    LoaderOption("variable", "mat_variable", "MATLAB variable (.mat)",
+                 "MAT: variable holding the volume (empty: the largest array).", "", unset=""),
+    *IMAGE_OPTIONS,
+)
 
 
 def load_mat(

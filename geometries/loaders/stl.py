@@ -41,6 +41,7 @@ from ..voxel import VoxelGeometry
 if TYPE_CHECKING:  # trimesh is imported where STL is read: `import geometries` stays light
     import trimesh
 from ..voxelize import voxelize_triangles
+from .options import VOXEL_SIZE, LoaderOption
 from .source import (
     DEFAULT_MAX_VOXELS,
     Payload,
@@ -56,6 +57,28 @@ logger = logging.getLogger(__name__)
 
 _INSIDE = ("solid", "fluid")
 _DEFAULT_RESOLUTION = 64
+
+
+#: What a person chooses when reading an STL (:mod:`geometries.loaders.options`).
+STL_OPTIONS = (
+    LoaderOption("unit", "stl_unit", "STL units",
+                 "STL: unit of the file's coordinates (STL files carry none).",
+                 "guess from size",
+                 choices={"guess from size": "auto", "m": "m", "mm": "mm", "µm": "µm"}),
+    LoaderOption("resolution", "stl_resolution", "STL resolution (voxels)",
+                 "STL: voxels along the longest side of the surface (unused when a voxel size "
+                 "is given).", 96, bounds=(8, 1024), unless="voxel_size"),
+    LoaderOption("inside", "stl_inside", "STL surface encloses",
+                 "STL: whether the closed surface encloses solid or fluid.", "solid",
+                 choices={"solid": "solid", "fluid": "fluid"}),
+    LoaderOption("openings", "stl_openings", "STL openings (lumen = fluid)",
+                 "STL enclosing fluid: where flow enters and leaves a vessel; they become the "
+                 "inlets and outlets.", "open ends, else flat caps",
+                 choices={"open ends, else flat caps": "auto", "open ends (cut planes)": "loops",
+                          "flat end caps": "caps", "none (closed vessel)": "none"},
+                 requires=("inside", "fluid")),
+    VOXEL_SIZE,
+)
 
 
 def load_stl(

@@ -3,22 +3,21 @@ then the formation factor per axis (:mod:`.conduction`) and, with ``settings.rev
 curve along x (:mod:`.rev`); each k with its interval (:mod:`.uncertainty`), the wall time of
 each part, and :meth:`TensorJob.study` for the export.
 
-A :class:`TensorJob` runs the mirrored protocol (:mod:`solver.rock.protocol`) along each axis in
-a daemon thread, on simulations of its own: the dashboard's simulation keeps its state. The UI
-reads :meth:`TensorJob.progress` (host-side numbers only, a copy) and may
-:meth:`~TensorJob.cancel`; an axis without a connected pore path or a diverged run is reported
-on its row and the other axes still run. k in voxel² (lattice), m² and mD.
+A :class:`TensorJob` runs the mirrored protocol (:mod:`solver.rock.protocol`) along each axis on
+simulations of its own: the dashboard's simulation keeps its state. The work is a list of parts
+(k along each axis, the formation factors, the REV curve); given the session's ``runner``
+(:class:`~solver.runner.SimulationRunner`) each part is a command on the runner's thread, so a
+session has one device thread whatever it measures (no capture of one thread meeting a pool
+free of another, no split of the device's bandwidth); without one (a script, a test) the parts
+run in a daemon thread of the job's own. The UI reads :meth:`TensorJob.progress` (host-side
+numbers only, a copy) and may :meth:`~TensorJob.cancel` (checked at every k check); an axis
+without a connected pore path or a diverged run is reported on its row and the other axes still
+run. k in voxel² (lattice), m² and mD.
 
-Sharing the GPU with the session's runner: both would step on one device from two threads, the
-runner capturing and replaying CUDA graphs (:mod:`solver.backends.cuda.backend`, relaxed stream
-capture on its own non-blocking stream). A capture must not meet a device-wide call of another
-thread (a cudaFree of the memory pool synchronises the device), and two runs would only split
-the device's bandwidth. So a job on the GPU, given the ``runner``, pauses it while it measures
-(the pause is applied before the job's first launch: a no-op submitted after it has returned)
-and starts it again when it ends, cancelled or failed included, unless the user changed its
-state meanwhile. Should the user start the run during the job, the device's
-``CAPTURE_LOCK`` (:mod:`solver.backends.cuda.device`) still keeps captures, module loads and
-pool frees of the two threads apart.
+The session's run is paused while the job measures (it could not step meanwhile anyway: the
+thread is busy) and started again when the job ends, cancelled or failed included, unless the
+user changed its state meanwhile. The pause is a command sent before the first part, so it is
+applied before the job's first step.
 """
 
 from __future__ import annotations
@@ -27,7 +26,8 @@ import dataclasses
 import logging
 import math
 import threading
-from concurrent.futures import wait
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,10 +48,6 @@ from .uncertainty import KInterval
 __all__ = ["AxisProgress", "TensorJob", "TensorProgress"]
 
 log = logging.getLogger(__name__)
-
-#: Longest wait for the runner to apply the pause before the job starts anyway, seconds.
-PAUSE_TIMEOUT = 60.0
-
 
 class _Cancelled(Exception):
     """Raised inside the measuring thread when the job is cancelled."""
@@ -91,16 +87,15 @@ class TensorProgress:
 
 
 class TensorJob:
-    """Measure k along every axis of ``geometry`` one after another in a daemon thread."""
+    """Measure k along every axis of ``geometry`` one after another, part by part."""
 
     def __init__(self, geometry: VoxelGeometry, config: SimulationConfig,
-                 settings: PermeabilitySettings | None = None, runner: Any = None,
-                 pause_runner: bool | None = None) -> None:
-        """``runner``: the session's :class:`~solver.runner.SimulationRunner`, paused while
-        the job measures when ``pause_runner`` (default: when the job runs on the GPU)."""
+                 settings: PermeabilitySettings | None = None, runner: Any = None) -> None:
+        """``runner``: the session's :class:`~solver.runner.SimulationRunner`: the parts run
+        as its commands, its run paused meanwhile (None: a thread of the job's own)."""
         self.geometry, self.config = geometry, config
         self.settings = settings or PermeabilitySettings(protocol="mirrored")
-        self.runner, self._pause_runner = runner, pause_runner
+        self.runner = runner
         self._paused_run = False
         self._axes = [AxisProgress(AXIS_NAMES[a]) for a in range(geometry.ndim)]
         self._results: list[AxisResult] = []
@@ -110,28 +105,49 @@ class TensorJob:
         self._seconds = Phases()  # wall seconds per part: 'k x', ..., 'formation factor', 'REV'
         self._lock = threading.Lock()
         self._cancel = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._started = False
+        self._backend: Any = None
+        self._parts: list[Callable[[], None]] = []
+        self._thread: threading.Thread | None = None  # only without a runner
+        self._ran_on: str | None = None
 
     def start(self) -> None:
-        """Start measuring (once)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="k-tensor", daemon=True)
+        """Start measuring (once): the first part goes to the runner (or the job's thread)."""
+        if self._started:
+            return
+        self._started = True
+        self._parts = [self._prepare,
+                       *(lambda i=i: self._measure_axis(i) for i in range(self.geometry.ndim)),
+                       self._formation_factors, self._rev_curve]
+        if self.runner is None:
+            self._thread = threading.Thread(target=self._run_all, name="k-tensor", daemon=True)
             self._thread.start()
+            return
+        if self.runner.snapshot().status == "running":
+            self.runner.pause()  # applied before the first part: commands run in order
+            self._paused_run = True
+        self._submit()
 
     def cancel(self) -> None:
-        """Ask the thread to stop at its next k check (the current axis is marked cancelled)."""
+        """Stop at the next k check (the current axis and those after are marked cancelled)."""
         self._cancel.set()
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the thread; True when it has ended."""
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Wait for the job to end; True when it has."""
+        if self._started:
+            self._done.wait(timeout)
         return not self.running
 
     @property
     def running(self) -> bool:
-        """Whether the thread is still measuring."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether the job has started and not ended."""
+        return self._started and not self._done.is_set()
+
+    @property
+    def thread_name(self) -> str | None:
+        """The name of the thread the last part ran on (None before the first)."""
+        return self._ran_on
 
     def progress(self) -> TensorProgress:
         """The state of every axis, the converged k (mD) and their anisotropy."""
@@ -166,76 +182,103 @@ class TensorJob:
         with self._lock:
             self._axes[index] = dataclasses.replace(self._axes[index], **changes)
 
-    def _work(self) -> None:
+    # ------------------------------------------------------------------ parts
+    def _submit(self) -> None:
+        """Send the next part to the runner; the job ends when it cannot run."""
+        future: Future = self.runner.submit(lambda sim: self._run_next())
+        if not self.runner.alive:  # a stopped runner answers no command any more
+            future.cancel()
+        future.add_done_callback(self._after)
+
+    def _after(self, future: Future) -> None:
+        """A part sent to the runner has run or will never run (runner stopped or failed)."""
+        failed = future.cancelled() or future.exception() is not None
+        if failed:
+            reason = "the session's runner stopped" if future.cancelled() else \
+                f"{type(future.exception()).__name__}: {future.exception()}"
+            self._fail_waiting(reason)
+        if failed or not self._parts:
+            self._finish()
+        else:
+            self._submit()
+
+    def _run_next(self) -> None:
+        """Run the next part (on the runner's thread)."""
+        self._ran_on = threading.current_thread().name
+        part = self._parts.pop(0)
         try:
-            backend = get_backend(self.config.backend)
-        except Exception as exc:  # said on every row, never raised out of the thread
-            for index in range(self.geometry.ndim):
-                self._update(index, state="failed", message=f"{type(exc).__name__}: {exc}")
-            return
-        pause = self._pause_runner
-        self._paused_run = self._hold_runner(backend.name == "cupy" if pause is None else pause)
-        try:
-            self._measure_axes(backend)
-            if not self._cancel.is_set() and self.settings.formation_factor:
-                self._formation_factors(backend)
-            if not self._cancel.is_set() and self.settings.rev:
-                self._rev_curve(backend)
+            part()
         except _Cancelled:
             pass
         except Exception:  # said in the log; the rows keep what was measured
-            log.exception("formation factor / REV failed")
-        finally:
-            if self._paused_run:
-                self._release_runner()
+            log.exception("measuring k: a part failed")
+        if self._cancel.is_set():
+            self._parts.clear()
+            for index, axis in enumerate(self._axes):
+                if axis.state in ("waiting", "running"):
+                    self._update(index, state="cancelled")
 
-    def _hold_runner(self, pause: bool) -> bool:
-        """Pause the session's run if it is running; True once the pause has taken effect."""
-        if not pause or self.runner is None or self.runner.snapshot().status != "running":
-            return False
-        self.runner.pause()
-        # Commands run in order on the runner's thread: when this no-op has run, the pause has
-        # been applied and the runner launches nothing until it is started again.
-        done, _ = wait([self.runner.submit(lambda sim: None)], timeout=PAUSE_TIMEOUT)
-        if not done:
-            log.warning("The run did not pause within %.0f s; measuring k beside it.",
-                        PAUSE_TIMEOUT)
-        return True
-
-    def _release_runner(self) -> None:
-        """Start the session's run again, unless it was stopped, reset or diverged meanwhile."""
-        self._paused_run = False
+    def _run_all(self) -> None:
+        """Every part in turn (the job's own thread, without a runner)."""
         try:
-            if self.runner.alive and self.runner.snapshot().status == "paused":
-                self.runner.start()
-        except Exception:  # a closed session: nothing to resume
-            log.exception("Could not resume the run after measuring k")
+            while self._parts:
+                self._run_next()
+        finally:
+            self._finish()
 
-    def _measure_axes(self, backend: Any) -> None:
-        for index in range(self.geometry.ndim):
-            if self._cancel.is_set():
-                self._update(index, state="cancelled")
-                continue
-            self._update(index, state="running")
+    def _finish(self) -> None:
+        """End the job: start the paused run again (unless the user changed it meanwhile)."""
+        if self._paused_run:
+            self._paused_run = False
             try:
-                result = self._measure(index, backend)
-            except _Cancelled:
-                self._update(index, state="cancelled")
-            except (ValueError, DivergenceError) as exc:  # no path along it, or diverged
-                self._update(index, state="failed", message=str(exc))
-            except Exception as exc:  # a bug must not leave the row 'running' for ever
-                log.exception("k along %s failed", AXIS_NAMES[index])
-                self._update(index, state="failed", message=f"{type(exc).__name__}: {exc}")
-            else:
-                with self._lock:
-                    self._results.append(result)
-                change = result.change_per_1000
-                self._update(index, state="converged" if result.converged else "not converged",
-                             step=result.steps, k_lattice=result.k_lattice, k_mD=result.k_mD,
-                             change=change if math.isfinite(change) else None)
+                if self.runner.alive and self.runner.snapshot().status == "paused":
+                    self.runner.start()
+            except Exception:  # a closed session: nothing to resume
+                log.exception("Could not resume the run after measuring k")
+        self._done.set()
 
-    def _formation_factors(self, backend: Any) -> None:
+    def _fail_waiting(self, message: str) -> None:
+        """Mark the rows not measured yet as failed with ``message``."""
+        self._parts.clear()
+        for index, axis in enumerate(self._axes):
+            if axis.state in ("waiting", "running"):
+                self._update(index, state="failed", message=message)
+
+    def _prepare(self) -> None:
+        """Choose the backend (on the thread that will run the job's simulations)."""
+        try:
+            self._backend = get_backend(self.config.backend)
+        except Exception as exc:  # said on every row, never raised out of the thread
+            self._fail_waiting(f"{type(exc).__name__}: {exc}")
+
+    def _measure_axis(self, index: int) -> None:
+        """k along axis ``index`` (a failure is said on its row, the other axes go on)."""
+        if self._cancel.is_set():
+            self._update(index, state="cancelled")
+            return
+        self._update(index, state="running")
+        try:
+            result = self._measure(index, self._backend)
+        except _Cancelled:
+            self._update(index, state="cancelled")
+        except (ValueError, DivergenceError) as exc:  # no path along it, or diverged
+            self._update(index, state="failed", message=str(exc))
+        except Exception as exc:  # a bug must not leave the row 'running' for ever
+            log.exception("k along %s failed", AXIS_NAMES[index])
+            self._update(index, state="failed", message=f"{type(exc).__name__}: {exc}")
+        else:
+            with self._lock:
+                self._results.append(result)
+            change = result.change_per_1000
+            self._update(index, state="converged" if result.converged else "not converged",
+                         step=result.steps, k_lattice=result.k_lattice, k_mD=result.k_mD,
+                         change=change if math.isfinite(change) else None)
+
+    def _formation_factors(self) -> None:
         """F along every axis with a pore path (:mod:`solver.rock.conduction`)."""
+        if self._cancel.is_set() or not self.settings.formation_factor:
+            return
+        backend = self._backend
         with self._lock:
             self._stage = "formation factor"
         for index in range(self.geometry.ndim):
@@ -250,8 +293,11 @@ class TensorJob:
             with self._lock:
                 self._conduction[AXIS_NAMES[index]] = c
 
-    def _rev_curve(self, backend: Any) -> None:
+    def _rev_curve(self) -> None:
         """The REV curve along x (:mod:`solver.rock.rev`), reusing the x result and F."""
+        if self._cancel.is_set() or not self.settings.rev:
+            return
+        backend = self._backend
         with self._lock:
             self._stage = "REV"
             whole = next((r for r in self._results if r.axis == "x"), None)

@@ -1,6 +1,6 @@
 """The Rock tab's "Measure k (x, y, z)" in headless Chromium (issue 19 item 2): k along x, y
-and z one after another with progress and the anisotropy ratio, on a tiny uploaded sample,
-while the session's own simulation keeps stepping."""
+and z one after another with progress and the anisotropy ratio, on a tiny uploaded sample, as
+commands on the session's runner; the session's own simulation goes on stepping after it."""
 
 from __future__ import annotations
 

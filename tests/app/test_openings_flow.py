@@ -30,7 +30,7 @@ def board():
 
 def preview_sample(board: Dashboard, name: str) -> None:
     panel = board.geometry_panel
-    panel.param.update(source="Sample", sample=name)
+    panel.store.param.update(source="Sample", sample=name)
     asyncio.run(panel._preview_clicked(None))
 
 

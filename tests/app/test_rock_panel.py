@@ -58,16 +58,25 @@ def test_rock_tab_is_in_the_dashboard(board):
     assert "Rock" in tabs._names
 
 
-def test_measure_k_runs_the_tensor_beside_the_running_simulation(board):
+def test_measure_k_runs_the_tensor_as_commands_on_the_session_runner(board):
+    """The measurement runs on the session's runner thread: no second device thread."""
+    import threading
+
     board.controller.step(20)
     runner = board.controller.runner
+    runner.wait_for(lambda s: s.step >= 20)
+    threads = {t.name for t in threading.enumerate()}
     assert board.rock.json_download.disabled  # nothing to export yet
     board.rock.rev_box.value = True
     board.rock.measure_button.clicks += 1
     assert board.rock.measure_button.disabled and not board.rock.stop_button.disabled
     board.rock.measure_button.clicks += 1  # a second click while measuring starts nothing
     job = board.rock.job
+    while job.running and job.thread_name is None:
+        job.join(0.01)
+    assert {t.name for t in threading.enumerate()} <= threads, "a second device thread"
     assert job.join(240)
+    assert job.thread_name == runner._thread.name
     board.rock.refresh()
     text = board.rock.tensor.object
     # x percolates (channel + staircase); y and z have no connected path: said on their rows

@@ -1,4 +1,5 @@
-"""The k tensor measured in a background thread (what the app's "Measure k" button runs)."""
+"""The k tensor measured part by part (what the app's "Measure k" button runs on the session's
+runner)."""
 
 from __future__ import annotations
 
@@ -85,64 +86,65 @@ def _steps(runner) -> int:
     return runner.submit(lambda sim: sim.time_step).result(timeout=30)
 
 
-def test_job_pauses_the_run_while_it_measures_and_starts_it_again():
-    """The GPU-sharing protocol on the CPU: the run takes no step while the job measures, the
-    job says so, and the run goes on afterwards (cancelled job included); a run the user had
-    paused stays paused, and without pause_runner (the CPU default) the run is left alone."""
+def test_job_runs_as_commands_on_the_session_runner_and_pauses_its_run():
+    """One device thread per session: every part of the job runs on the runner's thread (no
+    thread of its own), the run takes no step meanwhile, the job says so, and the run goes on
+    afterwards (cancelled job included); a run the user had paused stays paused."""
+    import threading
+
     geom, config = _layers(), SimulationConfig(precision="float64", backend="numpy")
     slow = PermeabilitySettings(check_interval=1, tolerance=1e-9, sides="periodic")
     runner = _runner("numpy")
+    threads = threading.active_count()
     try:
-        job = TensorJob(geom, config, slow, runner=runner, pause_runner=True)
+        job = TensorJob(geom, config, slow, runner=runner)
         job.start()
         while job.progress().axes[0].step < 5:
             job.join(0.01)
+        assert threading.active_count() == threads, "the job started a thread of its own"
+        assert job.thread_name == runner._thread.name
         assert runner.snapshot().status == "paused" and job.progress().paused_run
-        held = _steps(runner)
-        job.join(0.5)
-        assert _steps(runner) == held, "the run stepped while the job held the device"
+        held = runner.snapshot().step
         job.cancel()
         assert job.join(60)
+        assert [a.state for a in job.progress().axes] == ["cancelled"] * 3
         assert not job.progress().paused_run
         runner.wait_for(lambda s: s.status == "running" and s.step > held + 2)
 
         runner.pause()
         runner.wait_for(lambda s: s.status == "paused")
-        job = TensorJob(geom, config, _settings(), runner=runner, pause_runner=True)
+        job = TensorJob(geom, config, _settings(), runner=runner)
         job.start()
         assert job.join(120) and not job.progress().paused_run
+        assert [a.state for a in job.progress().axes] == ["converged"] * 3
+        assert job.thread_name == runner._thread.name
         held = _steps(runner)
         assert runner.snapshot().status == "paused" and _steps(runner) == held
-
-        runner.start()
-        job = TensorJob(geom, config, slow, runner=runner)  # NumPy: the default leaves it
-        job.start()
-        while job.progress().axes[0].step < 5:
-            job.join(0.01)
-        before = _steps(runner)
-        runner.wait_for(lambda s: s.step > before + 2)
-        assert not job.progress().paused_run
-        job.cancel()
-        assert job.join(60)
     finally:
         runner.stop()
 
 
+def test_job_on_a_stopped_runner_ends_with_its_rows_failed():
+    geom, config = _layers(), SimulationConfig(precision="float64", backend="numpy")
+    runner = _runner("numpy")
+    runner.stop(10)
+    job = TensorJob(geom, config, _settings(), runner=runner)
+    job.start()
+    assert job.join(30)
+    assert all(a.state == "failed" for a in job.progress().axes)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("pause", [True, False])
-def test_gpu_job_beside_a_running_session_run(pause):
-    """On the CuPy backend a job measures k next to a session's run that replays CUDA graphs:
-    paused (the default on a GPU) or, as when the user starts it again meanwhile, running
-    beside it (the device's CAPTURE_LOCK keeps captures and pool frees apart). k is the k of
-    the job alone, and the run stays healthy and goes on."""
+def test_gpu_job_on_a_running_session_runner():
+    """On the CuPy backend a job measures k as commands of a session's runner that replays
+    CUDA graphs: k is the k of the job alone, and the run stays healthy and goes on."""
     geom = _layers()
     config = SimulationConfig(precision="float64", backend="cupy")
     alone = run_study(geom, config, PermeabilitySettings(
         axes=["x", "y", "z"], check_interval=100, sides="periodic")).k("mirrored")
     runner = _runner("cupy")
     try:
-        job = TensorJob(geom, config, _settings(), runner=runner,
-                        pause_runner=None if pause else False)
+        job = TensorJob(geom, config, _settings(), runner=runner)
         job.start()
         assert job.join(240)
         done = job.progress()
