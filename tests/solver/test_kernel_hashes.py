@@ -1,0 +1,30 @@
+"""The kernels composed from parts (issue 27) are the kernels of before, byte for byte.
+
+``tests/solver/data/kernel_hashes.json`` holds the hash of the code of every kernel the
+generators made on main at 1da8a13 (``tests/solver/kernel_hashes.py``; ``//`` comments aside,
+which name modules). Every kernel generated now must have its hash there, unchanged; the
+kernels of the table no longer generated must be exactly those of the knobs that were removed
+(``solver/backends/cuda/KERNELS.md``): the in-place step's register caps and read-only loads
+(tiled kernels named ``..._aan_r<N>``, ``..._aal_nc`` and the like). No kernel is compiled.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .kernel_hashes import TABLE, kernel_hashes
+
+#: Name endings of the removed knobs' kernels.
+REMOVED = re.compile(r"^lbm_(full|propagate)_\w*_aa[nl]\w*(_r\d+|_nc)$")
+
+
+def test_every_kernel_keeps_its_code_and_only_removed_knobs_are_gone() -> None:
+    table = json.loads(TABLE.read_text())
+    now = kernel_hashes()
+    changed = [name for name, h in now.items() if table.get(name) != h]
+    assert changed == [], f"{len(changed)} kernels changed or are new, e.g. {changed[:5]}"
+    gone = sorted(set(table) - set(now))
+    assert [n for n in gone if not REMOVED.search(n)] == []
+    assert all(not REMOVED.search(n) for n in now)
+    assert len(now) > 7000 and len(gone) > 1000  # the whole space, minus the removed knob
