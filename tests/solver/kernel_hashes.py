@@ -1,4 +1,4 @@
-"""sha256 (its first 64 bits) of the generated CUDA code (text without comments) of every kernel variant, by kernel name (issue 27).
+"""sha256 (first 64 bits) of every kernel variant's generated CUDA code, by name (issue 27).
 
 ``python -m tests.solver.kernel_hashes`` writes ``tests/solver/data/kernel_hashes.json``; it
 was first run on main at 1da8a13, before the kernels were composed from parts, and
@@ -7,8 +7,9 @@ had there. The enumeration covers every knob the generators had then: the tiled 
 every streaming (RR included), the larger tile edges and 64-bit halo sources, the in-place
 tuning (register caps, read-only loads), and the compact family (every collision, storage,
 mode, pad, packing, address pattern and halo code, and the probes without halo addressing).
-A knob the refactor removed (``README`` of ``solver/backends/cuda/kernel_parts``) is skipped
-where its constructor no longer takes it, so the same script runs on both sides.
+A knob the refactor removed (``solver/backends/cuda/KERNELS.md``) is skipped where the
+variant no longer takes it, so the same script runs on both sides. The code is hashed without
+its ``//`` comments (the templates' headers name the modules that fill them).
 """
 
 from __future__ import annotations

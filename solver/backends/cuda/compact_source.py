@@ -21,13 +21,7 @@ import numpy as np
 
 from ...lattice import Lattice, get_lattice
 from .collisions import PROBE_COLLISION, cuda_collision
-from .compact_shape import (
-    DEFAULT_CODE,
-    MAX_THREADS,
-    CompactCode,
-    packed_threads,
-    probe_shared_bytes,
-)
+from .compact_shape import DEFAULT_CODE, CompactCode, packed_threads, probe_shared_bytes
 from .kernel_parts import CollisionPart, Mode, StoragePart, collision_part, mode, storage_part
 from .streaming import phase_code
 from .tables import c_literal
@@ -107,9 +101,6 @@ def compact_spec(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     """The spec of one compact kernel (checked); the arguments as :func:`probe_source`'s."""
     if code != DEFAULT_CODE and not halo:
         raise ValueError(f"{code} needs halo addressing (halo=True).")
-    if code.registers and packed_threads(packed) > MAX_THREADS:
-        raise ValueError(f"A register cap allows blocks of {MAX_THREADS} threads, not the "
-                         f"{packed_threads(packed)} of {packed} packed tiles.")
     if streaming not in COMPACT_STREAMING:
         raise ValueError(f"Unknown streaming {streaming!r}; use one of "
                          f"{tuple(COMPACT_STREAMING)}.")
@@ -172,7 +163,7 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     'aa_local' from the streamed one), with the same arithmetic per node; 'swap' (no collision)
     decodes the streamed layout in place: the two slots of every fluid-fluid link exchanged,
     each link by the node it leaves in a direction of positive first non-zero component.
-    ``code``: how the halo is located and read (:class:`CompactCode`; halo addressing only).
+    ``code``: how the halo is located (:class:`CompactCode`; halo addressing only).
     ``storage``: 'auto' (the arithmetic type) or 'float16' (float32 arithmetic), stored, decoded
     and rounded by the tiled kernel's code (:mod:`.storage`): the same form per collision, the
     same step counter and the same random bits, keyed by the node's tiled identity
@@ -254,7 +245,6 @@ def _render(s: CompactSpec) -> str:
         collide=_indent(collide.split("\n"), indent), real_params=params, packed=s.packed,
         restrict=s.streaming.restrict(),
         inner="true" if s.code.inner else "false",
-        paired="true" if s.code.paired else "false", launch_bounds=s.code.launch_bounds(),
         corners="true" if (np.count_nonzero(lat.c, axis=1) == 3).any() else "false")
 
 

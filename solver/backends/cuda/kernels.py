@@ -33,13 +33,24 @@ from ..plan import COMPACT
 from .boundary import BOUNDARY_KINDS, boundary_kind
 from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
 from .compact_source import CompactCode, CompactSpec, compact_spec
-from .kernel_parts import MODE_PARTS, boundary_part, collision_part, mode, storage_part, \
-    streaming_part
+from .kernel_parts import (
+    MODE_PARTS,
+    boundary_part,
+    collision_part,
+    mode,
+    storage_part,
+    streaming_part,
+)
 from .sector_fill import SECTOR_FILL_MIN_MIX, can_fill_sectors
 from .storage import half_form, is_float16, kernel_constants, storage_param_names
 from .streaming import kernel_streaming, needs_halo
-from .tables import LAYOUTS, check_tile_shape, effective_layout, kernel_storage, \
-    needs_wide_sources
+from .tables import (
+    LAYOUTS,
+    check_tile_shape,
+    effective_layout,
+    kernel_storage,
+    needs_wide_sources,
+)
 from .tiled_source import TiledSpec, render_tiled
 
 __all__ = ["KernelVariant", "MODES", "COLLISIONS", "SECTOR_FILL_MIN_MIX", "kernel_source",
