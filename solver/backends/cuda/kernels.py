@@ -144,8 +144,9 @@ class KernelVariant:
         return _spec(self.canonical())
 
 
-@cache
 def _spec(v: KernelVariant) -> TiledSpec | CompactSpec:
+    """The spec of canonical ``v``: its family's, from the parts its fields name (cheap:
+    :func:`kernel_source` caches the text)."""
     m = mode(v.mode)
     if v.compact:
         return compact_spec(v.lattice, v.precision, v.compact, True,
@@ -154,7 +155,6 @@ def _spec(v: KernelVariant) -> TiledSpec | CompactSpec:
     storage = storage_part(v.precision, v.storage)
     collision = collision_part(v.collision if m.collides else None, v.incompressible,
                                v.half_form)
-    cuda_collision(v.collision)  # ValueError: unknown collision (the probes' included)
     boundary, streaming = boundary_part(v.boundary), streaming_part(v.streaming)
     fluid = "inc" if v.incompressible else "qc"
     unfilled = "_nf" if can_fill_sectors(v) and not v.sector_fill else ""
@@ -219,10 +219,10 @@ def real_args(variant: KernelVariant, physics: list) -> list:
 @cache
 def kernel_source(variant: KernelVariant) -> str:
     """Complete CUDA C++ source of one variant; its kernel is ``extern "C"`` ``variant.name``."""
-    spec = variant.spec()
-    why = _refusal(variant.canonical())
+    why = _refusal(variant.canonical())  # the family's declared support first
     if why:
         raise ValueError(why)
+    spec = variant.spec()
     if isinstance(spec, CompactSpec):
         return spec.render()
     return render_tiled(spec, collision_param_names(variant))

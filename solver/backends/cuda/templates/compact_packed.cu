@@ -1,5 +1,5 @@
-// Packed variant of the compact kernel (appended to compact_probe.cu's helpers by
-// compact_source.py): a block steps K consecutive tiles with fewer threads than their 64 K nodes, and thread j
+// Packed compact kernel (appended to compact_probe.cu's helpers by compact_source.py): a block
+// runs K consecutive tiles with fewer threads than their 64 K nodes, and thread j
 // steps the block's fluid nodes j, j + blockDim.x, ... (tile by tile, each tile's in rank
 // order). In the per-node kernel a thread per tile node idles where the node is solid, so at
 // eta_t 0.5 half the lanes of a warp issue loads; here every lane of a warp works on a fluid
