@@ -43,6 +43,7 @@ class CompactStreaming:
 
     pattern: str
     suffix: str
+    in_place: bool = True
     from_opposite: bool = False
     to_source: bool = False
     swaps: bool = False
@@ -53,12 +54,14 @@ class CompactStreaming:
         return "swap" if self.swaps else "propagate"
 
     def restrict(self) -> str:
-        return "__restrict__" if self.pattern == "pull" else ""
+        """Pointer qualifier of ``fin``/``fout`` (in place they alias)."""
+        return "" if self.in_place else "__restrict__"
 
 
 #: The compact address patterns, by name.
 COMPACT_STREAMING = {s.pattern: s for s in (
-    CompactStreaming("pull", ""), CompactStreaming("aa_neighbour", "_aan", to_source=True),
+    CompactStreaming("pull", "", in_place=False),
+    CompactStreaming("aa_neighbour", "_aan", to_source=True),
     CompactStreaming("aa_local", "_aal", from_opposite=True),
     CompactStreaming("swap", "_swap", swaps=True))}
 
