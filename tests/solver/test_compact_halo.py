@@ -152,7 +152,7 @@ def test_compact_run_with_the_configured_code_steps_like_numpy(monkeypatch, stre
 
     run = CompactRun(problem, choice.pad, xp=np, launcher=launcher, cuda=fake.cuda,
                      packed=choice.packed, code=choice.code)
-    assert all(v.code == DEFAULT_CODE and v.name.endswith("_h") for v in run.variants)
+    assert all(v.code == DEFAULT_CODE and not v.name.endswith("_i") for v in run.variants)
     f0 = noisy_start(problem)
     run.set_populations(as_stored(problem, f0))
     run.step(16 + 3)
