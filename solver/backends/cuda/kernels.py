@@ -85,7 +85,7 @@ class KernelVariant:
     #: multiple of this many values; full step or propagation probe, no boundary code.
     compact: int = 0
     packed: int = 0  #: compact only: K tiles per block, one thread per fluid node (0: per node)
-    code: CompactCode = CompactCode()  #: compact only: how its halo is located and read
+    code: CompactCode = CompactCode()  #: compact only: how its halo is located
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
