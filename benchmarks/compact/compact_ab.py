@@ -39,7 +39,6 @@ from solver.benchmarking.compact_suite import CompactSuite, _median_seconds  # n
 from solver.benchmarking.gpu_suite import _problem, pack_cases, rock_case  # noqa: E402
 
 INNER = CompactCode(inner=True)
-INNER_PAIRED = CompactCode(inner=True, paired=True)
 #: Values per 32-byte sector per storage precision.
 SECTOR = {"float32": 8, "float64": 4, "float16": 16}
 
@@ -47,11 +46,10 @@ SECTOR = {"float32": 8, "float64": 4, "float16": 16}
 def configs(what: str, precision: str) -> list[tuple[int, int, int, CompactCode]]:
     """(pad, packed tiles per block, tiles per block, halo code) timed. 'pad': float16 as its
     runs (packed 4) and per node, float32/float64 per node at 1 and 2 tiles per block, each
-    exact and sector-padded; 'in-place': exact, both halo codes, per node at 1, 2 and 4 tiles
-    per block and packed 4."""
+    exact and sector-padded; 'in-place': exact, inner halo code, per node at 1, 2 and 4 tiles
+    per block and packed 4 (the paired halo code lost its timing: removed, issue 27)."""
     if what == "in-place":
-        return [(1, packed, tpb, code) for code in (INNER, INNER_PAIRED)
-                for packed, tpb in ((0, 1), (0, 2), (0, 4), (4, 0))]
+        return [(1, packed, tpb, INNER) for packed, tpb in ((0, 1), (0, 2), (0, 4), (4, 0))]
     out = []
     for pad in (1, SECTOR[precision]):
         out += [(pad, 4, 0, INNER), (pad, 0, 2, INNER)] if precision == "float16" \

@@ -41,7 +41,6 @@ sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.compact_source import CompactCode  # noqa: E402
 from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
-from solver.backends.cuda.streaming import AATuning  # noqa: E402
 from solver.benchmarking.cases import git_commit  # noqa: E402
 
 #: The measured variants: D3Q19 incompressible, XYZ layout, two copies unless named.
@@ -64,9 +63,6 @@ VARIANTS = {
         "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_neighbour"),
     "BGK float32 in place (local step)": KernelVariant(
         "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_local"),
-    "BGK float32 in place (neighbour step), cap 40, nc loads": KernelVariant(
-        "D3Q19", "float32", "BGK", True, "xyz", streaming="aa_neighbour",
-        aa=AATuning(40, True)),
     "BGK float16 storage in place (neighbour step)": KernelVariant(
         "D3Q19", "float32", "BGK", True, "xyz", storage="float16", streaming="aa_neighbour"),
     "BGK float64 in place (neighbour step)": KernelVariant(
@@ -80,20 +76,17 @@ VARIANTS = {
 #: Fluid-compacted storage (issue 20), exact padding, one thread per tile node unless packed:
 #: the halo codes of solver.backends.cuda.compact.CompactCode. Their 'halo' counts include the
 #: first barrier's neighbourhood load; 'inner' is what an inner tile's warps run there.
-_INNER, _PAIRED = CompactCode(inner=True), CompactCode(inner=True, paired=True)
+_INNER = CompactCode(inner=True)
 for _prec in ("float32", "float64"):
     for _label, _code, _packed in (("", CompactCode(), 0), (" inner", _INNER, 0),
-                                   (" inner paired", _PAIRED, 0), (" packed 4", CompactCode(), 4),
-                                   (" inner paired packed 4", _PAIRED, 4)):
+                                   (" packed 4", CompactCode(), 4),
+                                   (" inner packed 4", _INNER, 4)):
         VARIANTS[f"compact BGK {_prec}{_label}"] = KernelVariant(
             "D3Q19", _prec, "BGK", True, "xyz", compact=1, packed=_packed, code=_code)
 for _kind, _streaming in (("", "pull"), (" in place (neighbour step)", "aa_neighbour")):
     VARIANTS[f"compact BGK float16 storage inner{_kind}"] = KernelVariant(
         "D3Q19", "float32", "BGK", True, "xyz", streaming=_streaming, storage="float16",
         compact=1, code=_INNER)
-for _prec, _cap in (("float32", 32), ("float64", 48)):
-    VARIANTS[f"compact BGK {_prec} inner r{_cap}"] = KernelVariant(
-        "D3Q19", _prec, "BGK", True, "xyz", compact=1, code=CompactCode(inner=True, registers=_cap))
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_]*)")
 
 

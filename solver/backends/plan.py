@@ -23,7 +23,7 @@ from ..config import population_copies
 from ..problem import Problem
 from ..values import ConfigError
 from .cuda.boundary import boundary_kind
-from .cuda.compact_source import CompactCode
+from .cuda.compact_shape import CompactCode
 from .cuda.tables import effective_layout
 
 __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "plan_for",

@@ -60,21 +60,16 @@ class CompactSuite:
     repeats: int = 3
 
 
-#: Halo codes timed next to the default one (issue 20: the inner-tile column fill, paired
-#: shared loads; also with a register cap for occupancy: float32 40 -> 32 registers, 6 spill
-#: stores; float64 56 -> 48, 8 spill stores; sm_90 ptxas).
+#: The halo code timed next to the default one (issue 20: the inner-tile column fill; paired
+#: shared loads and register caps lost their timings and left the kernels, issue 27).
 INNER = CompactCode(inner=True)
-INNER_PAIRED = CompactCode(inner=True, paired=True)
-INNER_CAPPED = {"float32": CompactCode(inner=True, registers=32),
-                "float64": CompactCode(inner=True, registers=48)}
 #: Tiles per block of the packed kernel timed (exact padding, halo addressing).
 PACKED = 4
 #: float16 storage: (packed tiles per block, halo code) of the two-copy kernels timed as runs
 #: step them (CompactRun). Its kernels issue about 28 % more instructions per node than
 #: float32's (sm_90: 504 vs 393 for BGK) on half the bytes, so instruction issue binds them
-#: sooner: the packed kernel (every lane a fluid node) and paired halo entries (one shared
-#: load per pull instead of two: 38 -> 19 LDS) are timed next to the per-node inner code.
-FLOAT16_RUNS = ((0, INNER), (0, INNER_PAIRED), (4, INNER), (8, INNER))
+#: sooner: the packed kernel (every lane a fluid node) is timed next to the per-node inner code.
+FLOAT16_RUNS = ((0, INNER), (4, INNER), (8, INNER))
 
 
 @dataclass(frozen=True)
@@ -88,7 +83,7 @@ class CompactKernel:
 
     @property
     def label(self) -> str:
-        """'exact halo inner paired packed 4' and the like (table column)."""
+        """'exact halo inner packed 4' and the like (table column)."""
         return " ".join(w for w in ("exact" if self.pad == 1 else "sector-padded", "halo",
                                     self.code.label, f"packed {self.packed}" if self.packed
                                     else "") if w)
@@ -96,11 +91,11 @@ class CompactKernel:
 
 def compact_variants(precision: str, step: bool = True) -> list[CompactKernel]:
     """The compact kernels timed: the H100 run's best (exact halo, sector-padded halo, packed
-    4) and the new halo codes; fewer for the propagation probe (``step`` False)."""
+    4) and the inner halo code; the per-node inner kernel for the full step only."""
     sector = sector_pad(np.dtype(precision).itemsize)
-    codes = [INNER, INNER_PAIRED, INNER_CAPPED[precision]] if step else [INNER_PAIRED]
+    codes = [INNER] if step else []
     return ([CompactKernel(1), CompactKernel(sector)] + [CompactKernel(1, 0, c) for c in codes]
-            + [CompactKernel(1, PACKED), CompactKernel(1, PACKED, INNER_PAIRED)])
+            + [CompactKernel(1, PACKED), CompactKernel(1, PACKED, INNER)])
 
 
 def _median_seconds(run: Callable[[int], float], suite: CompactSuite) -> tuple[int, float]:
@@ -271,7 +266,7 @@ def _measure_in_place(case: BenchCase, problem, precision: str, suite: CompactSu
     tiles per block."""
     from dataclasses import replace
 
-    for code in (CompactCode(), INNER_PAIRED):
+    for code in (CompactCode(), INNER):
         best = _best_run(replace(problem, streaming="in-place", tile_storage="compact"),
                          suite.tiles_per_block, suite, code=code)
         label = " ".join(w for w in ("compact BGK exact halo", code.label, "in place") if w)

@@ -180,11 +180,11 @@ def test_float16_has_its_own_packed_setting(monkeypatch) -> None:
     from solver.backends import plan
     from solver.backends.cuda.compact_source import CompactCode
 
-    paired = CompactCode(inner=True, paired=True)
-    monkeypatch.setattr(plan, "COMPACT_PACKED_FLOAT16", 4)
-    monkeypatch.setattr(plan, "COMPACT_CODE_FLOAT16", paired)
+    entry_by_entry = CompactCode()
+    monkeypatch.setattr(plan, "COMPACT_PACKED_FLOAT16", 8)
+    monkeypatch.setattr(plan, "COMPACT_CODE_FLOAT16", entry_by_entry)
     half = plan_for(_problem())
-    assert half.packed == 4 and half.code == paired
+    assert half.packed == 8 and half.code == entry_by_entry
     single = replace(make_problem("D3Q19", "float32", "BGK", offset=(1, 2, 3)),
                      tile_storage="compact")
     choice = plan_for(single)

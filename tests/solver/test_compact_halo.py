@@ -3,18 +3,16 @@ issue, most of it locating the halo; float64 by registers), checked on the CPU.
 
 * Inner tiles (halo inside the domain) fill their halo by columns (``CompactCode.inner``),
   edge tiles keep the general wrap and face logic; the test cases hold both kinds of tile.
-* Through the g++ emulator every code (inner, paired loads, register cap; per-node and packed)
+* Through the g++ emulator every code (default, inner; per-node and packed)
   equals the NumPy mirror of the pull bit for bit and the NumPy backend over full steps, two
   copies and in place, as :class:`CompactRun` steps them.
 * The default code keeps the names (and so the timings' labels) of the kernels timed before;
-  the backend runs the code ``plan.COMPACT_CODE`` names; nvcc compiles every code and
-  the register cap holds without changing results.
+  the backend runs the code ``plan.COMPACT_CODE`` names; nvcc compiles every code.
 """
 
 from __future__ import annotations
 
 import ctypes
-import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -47,9 +45,6 @@ from .porous_cases import as_stored, make_problem, noisy_start, reference
 from .test_kernel_compile import NVCC
 
 INNER = CompactCode(inner=True)
-PAIRED = CompactCode(paired=True)
-INNER_PAIRED = CompactCode(inner=True, paired=True)
-INNER_R48 = CompactCode(inner=True, registers=48)
 
 
 def _inner_tiles(compact: CompactTiling) -> np.ndarray:
@@ -80,8 +75,7 @@ def test_cases_hold_inner_and_edge_tiles(name: str) -> None:
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
-@pytest.mark.parametrize("code", [INNER, PAIRED, INNER_PAIRED, INNER_R48],
-                         ids=lambda c: c.label.replace(" ", "-"))
+@pytest.mark.parametrize("code", [DEFAULT_CODE, INNER], ids=["default", "inner"])
 @pytest.mark.parametrize("precision, pad, tpb, packed, name", [
     ("float32", 1, 1, 0, "periodic xyz, offset (1, 2, 3)"),
     ("float32", 8, 2, 0, "walls in y, offset (3, 0, 1)"),
@@ -101,17 +95,16 @@ def test_probe_with_halo_code_equals_numpy_mirror(code, precision, pad, tpb, pac
     run(ctypes.c_int(-(-tiling.n_tiles // k)),
         ctypes.c_int(packed_threads(packed) if packed else 64 * tpb), _ptr(fin), _ptr(fout),
         *(_ptr(t) for t in _tables(compact)), _ptr(ints), _ptr(np.zeros(1, dtype)))
-    # Paired halo entries after the bases of one tile were 4 bytes off an 8-byte boundary:
-    # the H100 stopped with "misaligned address"; the emulator's sanitizer says it here.
+    # The emulator's sanitizer reports misaligned shared-memory loads (the H100 stopped so).
     assert "misaligned" not in capfd.readouterr().err
     assert_pull_matches_mirror(compact, fin, fout, periodic)
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
 @pytest.mark.parametrize("precision, collision, fluid, packed, code", [
-    ("float32", "BGK", "incompressible", 0, INNER_PAIRED),
-    ("float64", "TRT", "quasi-compressible", 0, INNER_R48),
-    ("float32", "MRT", "incompressible", 4, INNER_PAIRED),
+    ("float32", "BGK", "incompressible", 0, INNER),
+    ("float64", "TRT", "quasi-compressible", 0, DEFAULT_CODE),
+    ("float32", "MRT", "incompressible", 4, INNER),
 ])
 def test_step_with_halo_code_equals_numpy_reference(precision, collision, fluid, packed,
                                                     code) -> None:
@@ -148,18 +141,18 @@ def test_compact_run_with_the_configured_code_steps_like_numpy(monkeypatch, stre
     decode included), 16 steps from a captured graph and 3 plain ones equal NumPy's."""
     from solver.backends.cuda.compact_run import CompactRun
 
-    monkeypatch.setattr(plan, "COMPACT_CODE", INNER_PAIRED)
+    monkeypatch.setattr(plan, "COMPACT_CODE", DEFAULT_CODE)
     problem = replace(make_problem("D3Q19", "float32", "BGK", "incompressible",
                                    offset=(1, 2, 0)),
                       tile_storage="compact", streaming=streaming)
     choice = plan.plan_for(problem)
-    assert choice.compact and choice.code == INNER_PAIRED
+    assert choice.compact and choice.code == DEFAULT_CODE
     fake = FakeCupy()
     launcher = fake.launcher()
 
     run = CompactRun(problem, choice.pad, xp=np, launcher=launcher, cuda=fake.cuda,
                      packed=choice.packed, code=choice.code)
-    assert all(v.code == INNER_PAIRED and v.name.endswith("_i_w") for v in run.variants)
+    assert all(v.code == DEFAULT_CODE and not v.name.endswith("_i") for v in run.variants)
     f0 = noisy_start(problem)
     run.set_populations(as_stored(problem, f0))
     run.step(16 + 3)
@@ -173,48 +166,37 @@ def test_default_code_keeps_kernel_names_and_refuses_what_it_cannot() -> None:
     assert plan.COMPACT_CODE == INNER  # the winner of the H100 timings (ch-0654955)
     assert probe_name("D3Q19", "float32", 1, True, "BGK") \
         == "lbm_compact_full_BGK_inc_D3Q19_f32_p1_h"
-    assert probe_name("D3Q19", "float64", 1, True, "BGK", code=INNER_R48) \
-        == "lbm_compact_full_BGK_inc_D3Q19_f64_p1_h_i_r48"
-    assert INNER_R48.label == "inner r48" and DEFAULT_CODE.label == ""
+    assert probe_name("D3Q19", "float64", 1, True, "BGK", code=INNER) \
+        == "lbm_compact_full_BGK_inc_D3Q19_f64_p1_h_i"
+    assert INNER.label == "inner" and DEFAULT_CODE.label == ""
     v = KernelVariant("D3Q19", "float32", "BGK", True, "xyz", compact=1, code=INNER)
     assert v.name.endswith("_h_i") and "fill_column(n" in kernel_source(v)
     tiled = KernelVariant("D3Q19", "float32", "BGK", True, "xyz", code=INNER)
     assert tiled.canonical() == replace(tiled, code=DEFAULT_CODE).canonical()  # tiled: ignored
     with pytest.raises(ValueError, match="halo addressing"):
         probe_source("D3Q19", "float32", 1, False, code=INNER)
-    with pytest.raises(ValueError, match="256 threads"):
-        probe_source("D3Q19", "float32", 1, True, packed=16, code=INNER_R48)
-    with pytest.raises(ValueError, match="registers"):
-        CompactCode(registers=8)
+    with pytest.raises(TypeError):  # paired entries and register caps lost: removed
+        CompactCode(inner=True, registers=48)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
-def test_halo_codes_compile_and_the_cap_holds(tmp_path: Path) -> None:
-    """nvcc compiles every code (probe, steps, in place, packed); the float64 BGK step with
-    the cap uses at most 48 registers (without it: more)."""
-    codes = (INNER, PAIRED, INNER_PAIRED, INNER_R48)
+def test_halo_codes_compile(tmp_path: Path) -> None:
+    """nvcc compiles every code (probe, steps, in place, packed)."""
+    codes = (DEFAULT_CODE, INNER)
     source = tmp_path / "halo.cu"
     source.write_text("\n".join(
         [probe_source("D3Q19", p, 1, True, coll, True, k, s, code) for p in ("float32", "float64")
          for code in codes for coll in (None, "BGK", "MRT") for k in (0, 4)
          for s in ("pull",)]
-        + [probe_source("D3Q19", "float32", 1, True, "TRT", True, k, s, INNER_PAIRED)
+        + [probe_source("D3Q19", "float32", 1, True, "TRT", True, k, s, INNER)
            for k in (0, 4) for s in ("aa_neighbour", "aa_local", "swap")]))
-    out = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "--resource-usage", "-o",
-                          str(tmp_path / "c.cubin"), str(source)], capture_output=True, text=True)
+    out = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-o", str(tmp_path / "c.cubin"),
+                          str(source)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
-    used = dict(re.findall(r"Function properties for (\w+)[\s\S]*?Used (\d+) registers",
-                           out.stderr))
-    if not used:  # ptxas reports per kernel as 'Compiling entry function' lines instead
-        used = dict(re.findall(r"entry function '(\w+)'[\s\S]*?Used (\d+) registers",
-                               out.stderr))
-    capped = probe_name("D3Q19", "float64", 1, True, "BGK", code=INNER_R48)
-    free = probe_name("D3Q19", "float64", 1, True, "BGK", code=INNER)
-    assert int(used[capped]) <= 48 < int(used[free]), (used.get(capped), used.get(free))
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
-@pytest.mark.parametrize("code", [DEFAULT_CODE, INNER_PAIRED], ids=["default", "inner-paired"])
+@pytest.mark.parametrize("code", [DEFAULT_CODE, INNER], ids=["default", "inner"])
 def test_d3q27_probe_reads_the_halo_corners(code) -> None:
     """D3Q27 pulls across the tile's corners, which the inner fill skips for D3Q19 only: the
     D3Q27 probe through the emulator equals the NumPy mirror bit for bit."""

@@ -8,14 +8,13 @@
   nvcc for sm_80 and sm_90.
 * The full compact step (BGK/TRT/MRT) through the emulator equals the NumPy backend.
 * Memory per fluid node at eta_t about 0.5 is below the tiled storage's.
-* ``KernelVariant(compact=pad)`` is that kernel and refuses what it lacks; every tiled variant's
-  source stays byte-identical (sha256); the edge conversion follows any in-tile layout.
+* ``KernelVariant(compact=pad)`` is that kernel and refuses what it lacks (every kernel's text
+  stays byte-identical: ``test_kernel_hashes.py``); the edge conversion follows any layout.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import subprocess
 from pathlib import Path
 
@@ -159,85 +158,6 @@ def test_probe_compiles_with_nvcc(arch: str, tmp_path: Path) -> None:
     out = subprocess.run([NVCC, "-cubin", f"-arch={arch}", "-o", str(tmp_path / "c.cubin"),
                           str(source)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
-
-
-#: sha256 of every tiled variant's name and source (all streamings), as on main before the
-#: compact flag existed (6fd52a2..1ea5ad0): adding compact storage must leave them byte-identical.
-#: A deliberate change of the tiled kernels updates this value in the same commit.
-#: Updated by collide2 (BGK/TRT per pair of opposite directions, MRT with shared moment sums)
-#: and aaregs (in-place neighbour step: cheaper store addresses) and f16path (float16 kernels
-#: collide deviations) and f16scaled (float16 BGK/TRT collide S-scaled deviations: a bare
-#: conversion per load; every float16 kernel takes fs_kinetic; the float16 sector fill zeroes
-#: solid lanes through the rounding mask) and masks (the halo fill tests fluid nodes with
-#: per-tile 64-bit fluid masks copied to shared memory, not one node-type byte per halo node).
-#: And issue 27 (the template's header named five modules by their old gpu_*.py names): the
-#: comments changed, the code did not, as TILED_CODE_SHA256 shows.
-TILED_SOURCES_SHA256 = "9c4caf9f89be9345146f2b7c7dfa4186b5c8524dec47dc11f653ff178adb3474"
-#: The same without ``//`` comments: unchanged since masks (62aa82d7... with the old header).
-TILED_CODE_SHA256 = "9e9da72cc814727deb4716f093f8ff0db2e9c542dbab3841709fae74ab8f8496"
-
-
-def test_tiled_kernel_sources_are_byte_identical() -> None:
-    import re
-
-    from solver.backends.cuda.kernels import all_variants, kernel_source
-    from solver.backends.cuda.streaming import KERNEL_STREAMING
-
-    every = sorted(all_variants(streaming=KERNEL_STREAMING), key=lambda v: v.name)
-    # RR (issue 28) added kernels of its own; those of the other models are unchanged.
-    variants = [v for v in every if v.collision != "RR"]
-    sources = [kernel_source(v) for v in variants]
-    text = "\n".join(v.name + s for v, s in zip(variants, sources, strict=True))
-    code = "\n".join(v.name + re.sub(r"//[^\n]*", "", s)
-                     for v, s in zip(variants, sources, strict=True))
-    assert len(variants) == 1110 and len(every) == 1434 and not any(v.compact for v in every)
-    assert hashlib.sha256(code.encode()).hexdigest() == TILED_CODE_SHA256
-    assert hashlib.sha256(text.encode()).hexdigest() == TILED_SOURCES_SHA256
-
-
-#: sha256 of every compact-family variant's name and source (3D lattices, every collision,
-#: precision and storage, modes, pads 1 and 8, per node or packed 4, every address pattern, four
-#: halo codes), as on main at ccff6fb before the execution plan (issue 27) moved the family's
-#: support into declared data: that move must leave every compact kernel byte-identical.
-COMPACT_SOURCES_SHA256 = "72ed06356612c2d82c23116e74d5f4fefb522db58bd5557aae30f59748a3b1c4"
-
-
-def compact_family() -> list:
-    """Every distinct compact variant the hash above covers (canonical, sorted by name)."""
-    import itertools
-
-    from solver.backends.cuda.compact_source import CompactCode
-    from solver.backends.cuda.kernels import KernelVariant, kernel_source
-    from solver.collisions import COLLISION_MODELS
-
-    codes = (CompactCode(), CompactCode(inner=True), CompactCode(inner=True, paired=True),
-             CompactCode(registers=48))
-    seen = {}
-    for lattice in ("D3Q19", "D3Q27", "D3Q13"):
-        # RR (issue 28) adds compact kernels of its own; the other models' must stay unchanged.
-        models = [m.name for m in COLLISION_MODELS.values()
-                  if lattice in m.lattices and m.name != "RR"]
-        for (prec, store), coll, inc, mode, pad, packed, access, code in itertools.product(
-                (("float32", "auto"), ("float64", "auto"), ("float32", "float16")), models,
-                (True, False), ("full", "propagate", "swap"), (1, 8), (0, 4),
-                ("pull", "aa_neighbour", "aa_local"), codes):
-            v = KernelVariant(lattice, prec, coll, inc, "xyz", mode, 4, "none", access, store,
-                              compact=pad, packed=packed, code=code).canonical()
-            try:
-                kernel_source(v)
-            except ValueError:  # e.g. a register cap on the packed kernel
-                continue
-            seen.setdefault(v.name, v)
-    return sorted(seen.values(), key=lambda v: v.name)
-
-
-def test_compact_kernel_sources_are_byte_identical() -> None:
-    from solver.backends.cuda.kernels import kernel_source
-
-    variants = compact_family()
-    text = "\n".join(v.name + kernel_source(v) for v in variants)
-    assert len(variants) == 2304
-    assert hashlib.sha256(text.encode()).hexdigest() == COMPACT_SOURCES_SHA256
 
 
 def test_compact_kernel_variant_flag() -> None:

@@ -95,7 +95,7 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     kernels = {(r["case"], r["precision"], r["kernel"]) for r in result["results"]}
     # cases x precisions x (2 tiled + propagation: 3 per node, 2 packed + BGK: 5 per node
     # (a register cap each), 2 packed + BGK in place: 2 codes)
-    assert len(kernels) == 3 * 2 * (2 + 5 + 7 + 2)
+    assert len(kernels) == 3 * 2 * (2 + 4 + 5 + 2)
     for r in result["results"]:
         per_step = 1e-5 if r["kernel"].startswith("tiled") else 0.5e-5
         assert r["fluid_g_per_s"] == pytest.approx(r["fluid_nodes"] / per_step / 1e9)
@@ -109,14 +109,13 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
     text = script.markdown(result)
     assert "probe float32 pad 1: ok" in text and "NumPy float64 pad 4 halo: ok" in text
     assert ("| tiled | compact exact halo | compact sector-padded halo | "
-            "compact exact halo inner paired | compact exact halo packed 4 | "
-            "compact exact halo inner paired packed 4 | padded") in text  # propagation
+            "compact exact halo packed 4 | "
+            "compact exact halo inner packed 4 | padded") in text  # propagation
     assert ("| tiled | compact exact halo | compact sector-padded halo | "
-            "compact exact halo inner | compact exact halo inner paired | "
-            "compact exact halo inner r32 | "
-            "compact exact halo packed 4 | compact exact halo inner paired packed 4 | "
-            "compact exact halo in place | compact exact halo inner paired in place | "
-            "compact exact halo inner r48 | padded") in text  # BGK: float64's r48 last
+            "compact exact halo inner | "
+            "compact exact halo packed 4 | compact exact halo inner packed 4 | "
+            "compact exact halo in place | compact exact halo inner in place | "
+            "padded") in text  # BGK
     assert "## Full step, BGK" in text
     assert {r["pad"] for r in result["results"] if "pad" in r} == {1, 4, 8}
     assert "- compact BGK, float64: best variant" in text and "Errors" not in text
@@ -147,10 +146,9 @@ def test_float16_is_timed_as_runs_step_it(monkeypatch) -> None:
     assert not result["errors"], result["errors"]
     kernels = [r["kernel"] for r in result["results"]]
     assert kernels == ["tiled propagation", "tiled BGK", "compact BGK exact halo inner",
-                       "compact BGK exact halo inner paired",
                        "compact BGK exact halo inner packed 4",
                        "compact BGK exact halo inner packed 8", "compact BGK exact halo in place",
-                       "compact BGK exact halo inner paired in place"]
+                       "compact BGK exact halo inner in place"]
     assert {m for m in _FakeRun.made if m[1] == "two-copy"} == {
         ("float16", "two-copy", k) for k in (0, 4, 8)}
     for r in result["results"]:
@@ -207,9 +205,9 @@ def test_device_checks_pass_on_the_emulated_kernels(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
     monkeypatch.setattr(compact_suite, "CompactProbe", _EmulatedProbe)
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
-    assert len(checks) == 10 + 14 and all(c["ok"] for c in checks), checks
+    assert len(checks) == 8 + 10 and all(c["ok"] for c in checks), checks
     assert {c["packed"] for c in checks} == {0, 4}
-    assert {c["code"] for c in checks} == {"", "inner", "inner paired", "inner r32", "inner r48"}
+    assert {c["code"] for c in checks} == {"", "inner"}
 
     class _Unmoved(_EmulatedProbe):
         def launch(self, tpb: int) -> None:
@@ -284,7 +282,7 @@ def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     from solver.benchmarking import compact_suite  # the script's device checks, same plumbing
 
     checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
-    assert len(checks) == 24 and all(c["ok"] for c in checks), checks
+    assert len(checks) == 18 and all(c["ok"] for c in checks), checks
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -311,5 +309,5 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
     assert not result["errors"], result["errors"]
     assert result["checks"] and all(c["ok"] for c in result["checks"])
     compact_rows = [r for r in result["results"] if r["kernel"].startswith("compact")]
-    assert len(compact_rows) == 2 * 14 and all(r["seconds_per_step"] > 0 for r in compact_rows)
+    assert len(compact_rows) == 2 * 11 and all(r["seconds_per_step"] > 0 for r in compact_rows)
     assert {r["pad"] for r in compact_rows} == {1, 8}

@@ -50,9 +50,8 @@ def probes(backend):
 
 
 #: (packed tiles per block, CompactCode arguments) of the kernels the backend may be set to run.
-KERNELS = {"per-node": (0, {}), "packed8": (8, {}), "inner-paired": (0, {"inner": True,
-           "paired": True}), "packed4-inner-paired": (4, {"inner": True, "paired": True}),
-           "inner-r48": (0, {"inner": True, "registers": 48})}
+KERNELS = {"per-node": (0, {}), "packed8": (8, {}), "inner": (0, {"inner": True}),
+           "packed4-inner": (4, {"inner": True})}
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))

@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -257,6 +259,32 @@ def test_in_place_variants_compile(tmp_path: Path) -> None:
     out = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"),
                           str(source)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]
+
+
+def _float_ops(tmp_path: Path, variant: KernelVariant) -> Counter:
+    cu = tmp_path / f"{variant.name}.cu"
+    cu.write_text(kernel_source(variant))
+    ptx = cu.with_suffix(".ptx")
+    out = subprocess.run([NVCC, "-ptx", "-arch=sm_90", "-o", str(ptx), str(cu)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return Counter(re.findall(r"^\s*((?:fma|mul|add|sub|neg|cvt)\.[a-z0-9.]*f(?:16|32|64)\b"
+                              r"[a-z0-9.]*)", ptx.read_text(), re.M))
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
+@pytest.mark.parametrize("precision, storage, collision, layout", [
+    ("float32", "auto", "BGK", "xyz"), ("float64", "auto", "BGK", "paper"),
+    ("float64", "auto", "MRT", "xyz"), ("float32", "float16", "TRT", "xyz")])
+def test_neighbour_step_does_the_two_copy_arithmetic(tmp_path: Path, precision, storage,
+                                                     collision, layout) -> None:
+    """The same floating-point PTX instructions as the two-copy kernel: its stores (which go
+    to neighbours' slots) never change how NVVM contracts products into FMAs."""
+    pull = KernelVariant("D3Q19", precision, collision, True, layout, storage=storage,
+                         sector_fill=False)
+    ref = _float_ops(tmp_path, pull)
+    assert sum(ref.values()) > 100
+    assert _float_ops(tmp_path, replace(pull, streaming="aa_neighbour")) == ref
 
 
 def test_streaming_option_is_validated() -> None:

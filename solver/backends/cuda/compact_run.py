@@ -134,7 +134,7 @@ class CompactRun:
         #: float16 storage: the kernels' two-slot step counter (uint32), None otherwise.
         self.seeds = xp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         self.current = 0
-        self.tiles_per_block = min(tiles_per_block, 4) if code.registers else tiles_per_block
+        self.tiles_per_block = tiles_per_block
         #: Tiles per chunk of a readout (:mod:`.compact_readout`: bounded temporaries).
         self.readout_tiles = readout_tiles(problem, compact_state_bytes(problem, self.compact))
         self.fill_rest()

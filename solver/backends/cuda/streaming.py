@@ -30,55 +30,15 @@ the same bytes either way (2 q values per node); only the memory for f halves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...config import population_copies
 from ...lattice import Lattice
 
-__all__ = ["KERNEL_STREAMING", "AATuning", "AA_TUNING", "kernel_streaming", "next_phase",
+__all__ = ["KERNEL_STREAMING", "kernel_streaming", "next_phase",
            "phase_code", "pointer_qualifier", "needs_halo", "own_offset_name", "own_offsets",
            "load_code", "store_code", "deferred_stores", "swap_code"]
 
 #: Kernel address patterns: two-copy pull, and the two alternating kernels of the AA pattern.
 KERNEL_STREAMING = ("pull", "aa_neighbour", "aa_local")
-
-
-@dataclass(frozen=True)
-class AATuning:
-    """Compile-time tuning of the in-place (AA) step kernels; two-copy kernels ignore it.
-
-    ``max_registers``: ``__maxnreg__`` cap per thread (0: the compiler's choice). More
-    resident warps hide more latency where the neighbour step is latency-bound, unless ptxas
-    spills (check ``local_size_bytes`` of the compiled kernel). ``nc_loads``: population loads
-    through the read-only data cache (``__ldg``, what ``__restrict__`` gives two-copy kernels).
-    In place that is safe although ``fin == fout``: in one launch every slot is read by one
-    thread only, before that thread writes it, and no slot is read after it was written.
-    """
-
-    max_registers: int = 0
-    nc_loads: bool = False
-
-    @property
-    def suffix(self) -> str:
-        """Kernel-name suffix of the non-default choices ('' for the default)."""
-        return (f"_r{self.max_registers}" if self.max_registers else "") + (
-            "_nc" if self.nc_loads else "")
-
-    def qualifier(self, nodes_per_tile: int) -> str:
-        """``__maxnreg__`` qualifier of the kernel, or '' (CUDA refuses it next to the
-        ``__launch_bounds__`` that tiles of more than 64 nodes get)."""
-        if not self.max_registers:
-            return ""
-        if nodes_per_tile > 64:
-            raise ValueError(f"A register cap applies to tiles of at most 64 nodes, not "
-                             f"{nodes_per_tile}; use AATuning() for this tile edge.")
-        return f"__maxnreg__({self.max_registers}) "
-
-
-#: The tuning each storage precision's in-place steps get (KernelVariant.for_problem). All at
-#: the compiler's choice until the variants are timed on the GPU
-#: (benchmarks/in_place/inplace_tune.py).
-AA_TUNING = {"float32": AATuning(), "float16": AATuning(), "float64": AATuning()}
 
 
 def kernel_streaming(streaming: str, phase: int) -> str:

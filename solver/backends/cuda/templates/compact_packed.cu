@@ -1,11 +1,11 @@
-// Packed variant of the compact kernel (appended to compact_probe.cu's helpers by compact.py):
-// a block steps K consecutive tiles with fewer threads than their 64 K nodes, and thread j
+// Packed compact kernel (appended to compact_probe.cu's helpers by compact_source.py): a block
+// runs K consecutive tiles with fewer threads than their 64 K nodes, and thread j
 // steps the block's fluid nodes j, j + blockDim.x, ... (tile by tile, each tile's in rank
 // order). In the per-node kernel a thread per tile node idles where the node is solid, so at
 // eta_t 0.5 half the lanes of a warp issue loads; here every lane of a warp works on a fluid
 // node, the warps that stay resident move twice the bytes, and the K tiles' neighbourhoods and
 // halos are located once per block in shared memory as before.
-extern "C" __global__ void ${launch_bounds}${kernel}(
+extern "C" __global__ void ${kernel}(
     const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,

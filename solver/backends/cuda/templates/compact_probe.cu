@@ -2,8 +2,8 @@
 // and BGK/TRT/MRT collision with Guo forcing, the tiled kernel's code) on storage that holds
 // only the fluid nodes of each tile (issue 20: throughput that follows the fluid, not the tiles).
 //
-// This file is a template: solver/backends/cuda/compact.py fills it for one lattice, precision,
-// storage and padding. No headers: it compiles unchanged under NVRTC, nvcc and the g++ emulator.
+// This file is a template: solver/backends/cuda/compact_source.py fills it for one lattice,
+// precision, storage and padding. No headers: it compiles unchanged under NVRTC, nvcc, g++.
 // A stored value is a store_t: the arithmetic type, or with float16 storage the binary16 bits
 // of the tiled kernel (solver/backends/cuda/storage.py: decoded on load, rounded stochastically
 // on store with random bits keyed by the node's tiled identity tile * 64 + n and the step
@@ -40,8 +40,8 @@ constexpr int HN = HE * HE * HE;
 // Inner tiles (halo inside the domain) locate their halo by columns (fill_column), others
 // entry by entry with the general wrap and face logic (locate).
 constexpr bool INNER = ${inner};
-// A halo node's (at0, pc) side by side, one 64-bit shared load per pull; else two arrays.
-constexpr bool PAIRED = ${paired};
+// Paired halo entries (one 64-bit shared load per pull) lost their timing: off (issue 27).
+constexpr bool PAIRED = false;
 // Whether a velocity has three non-zero components (reads the 8 corner nodes of the halo).
 constexpr bool CORNERS = ${corners};
 
@@ -230,7 +230,7 @@ __device__ __forceinline__ void fill_general(
     }
 }
 
-extern "C" __global__ void ${launch_bounds}${kernel}(
+extern "C" __global__ void ${kernel}(
     const store_t* ${restrict} fin, store_t* ${restrict} fout,
     const mask_t* __restrict__ masks, const int* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,

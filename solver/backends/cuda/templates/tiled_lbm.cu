@@ -1,9 +1,9 @@
 // Tiled sparse lattice-Boltzmann step: Algorithm 2 of Tomczak & Szafran (tiled-sparse-lbm-gpu).
 //
-// This file is a template: solver/backends/cuda/kernels.py fills the template fields for one
-// variant (lattice, precision, collision, fluid model, in-tile layout, kernel mode, tile edge)
-// and wraps everything in a namespace of its own, so that many variants can share one
-// translation unit (the nvcc compile test) while NVRTC compiles just the one a run needs.
+// This file is a template: solver/backends/cuda/tiled_source.py fills its fields for one variant
+// (lattice, precision, collision, fluid model, in-tile layout, kernel mode, tile edge: the parts
+// of kernel_parts.py) and wraps everything in a namespace of its own, so that many variants can
+// share one translation unit (the nvcc compile test) while NVRTC compiles just the one it needs.
 // No headers are included: the source must compile unchanged under NVRTC and nvcc.
 //
 // Layout: f[copy][tile][i][slot], one data block of NPT values per (tile, direction), each value
