@@ -66,7 +66,9 @@ def coarse_flow(sim: Any, reader: Any, name: str = "umag", max_edge: int = MAX_E
     stride = coarse_stride(shape, max_edge)
     axes = [np.arange(0, n, stride) for n in shape]
     coarse = tuple(len(a) for a in axes)
-    nodes = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(shape))
+    # The grid's nodes once per stride: their host location took longer than the gather.
+    nodes = reader.memo(("coarse nodes", stride), lambda: np.stack(
+        np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(shape)))
     rho, u, solid = gather(sim, reader, nodes, key=("coarse", stride))
     u = u[: len(shape)].reshape(len(shape), *coarse)
     fluid = ~solid.reshape(coarse)
@@ -75,7 +77,8 @@ def coarse_flow(sim: Any, reader: Any, name: str = "umag", max_edge: int = MAX_E
     elif name == "pressure":
         scalar = pressure(rho.reshape(coarse), sim.config.initial_density)
     else:
-        grad = velocity_gradient(u, xp.asarray(fluid), xp, tuple(sim.problem.periodic)) / stride
+        on_device = reader.memo(("coarse fluid", stride), lambda: xp.asarray(fluid))
+        grad = velocity_gradient(u, on_device, xp, tuple(sim.problem.periodic)) / stride
         scalar = (vorticity_magnitude(grad, xp) if name == GRADIENT_FIELDS[0]
                   else q_criterion(grad, xp))
     host = np.asarray(sim.backend.to_host(xp.concatenate([u, scalar[None]])), dtype=np.float32)

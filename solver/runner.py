@@ -343,19 +343,20 @@ class SimulationRunner(RunnerCommands):
         start = time.perf_counter()
         sim, extra, kept = self._sim, {}, 0.0
         if sim is not None and sim.state is not None:
-            flow = FlowSummary.of(sim, self._view, health, self._monitor)
+            # The probed nodes alone (solver.probes), gathered with the cut's.
+            probes = self._probes if self._probes and self._probes.fits(sim.solid.shape) \
+                else None
+            flow = FlowSummary.of(sim, self._view, health, self._monitor, probes)
             if check and not flow.healthy:
                 self._diverged(flow)
-                flow = FlowSummary.of(sim, self._view, True, self._monitor)
+                flow = FlowSummary.of(sim, self._view, True, self._monitor, probes)
             elif check and flow.checked:
                 kept = self._good.refresh(sim)  # a state that just passed its check
             if check and flow.checked and flow.healthy:
                 self._history.record(flow.reading, sim.metrics.mflups)
                 self._converged(sim, flow)
             extra = flow.snapshot_fields()
-            # The probed nodes alone (solver.probes), where the state lives.
-            extra["probes"] = (sim.sample(self._probes) if self._probes
-                               and self._probes.fits(sim.solid.shape) else None)
+            extra["probes"] = flow.probes
             extra.update(self._coarse_flow(sim))
             extra["steps_per_second"] = self._steps_per_second(sim.time_step)
             extra["cycle"] = self._driver.view()
