@@ -166,6 +166,8 @@ class Dashboard(pn.viewable.Viewer):
         # Every tick, not on new snapshots: a paused or finished run publishes none, and the
         # count of other sessions' simulations must still go down when they close.
         self._show_server_info()
+        if self.scene is not None:  # a new coarse flow's meshes at once, not at the next sync
+            self.scene.refresh_flow()
         snap = self.controller.snapshot
         if (self._scene_stale and self.scene is not None and self.scene.active
                 and snap.plane is not None
@@ -235,7 +237,8 @@ class Dashboard(pn.viewable.Viewer):
         if self.scene is not None:
             flow.append(pn.Column(
                 pn.pane.Markdown("**3D view** · cutaway at the slice, refreshed every "
-                                 f"{self.settings.scene_refresh_s:g} s"),
+                                 f"{self.settings.scene_refresh_s:g} s; streamlines and "
+                                 "isosurface with each new 3D flow"),
                 self.scene, sizing_mode="stretch_width"))
         flow = pn.Column(flow, self.probes, sizing_mode="stretch_width")
         tabs = pn.Tabs(("Flow", flow), ("Geometry", self.geometry_panel),

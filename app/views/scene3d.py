@@ -35,7 +35,8 @@ from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_poin
 from .slice_view import colour_range
 
 __all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
-           "colour_openings", "discs_by_kind", "add_opening_actors", "colour_bar_html"]
+           "colour_openings", "discs_by_kind", "add_opening_actors", "colour_bar_html",
+           "flow_info_html"]
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,7 @@ class Scene3D(pn.viewable.Viewer):
                                 enable_keybindings=True, css_classes=["scene3d"])
         self.colour_bar = pn.pane.HTML(self._bar_text, sizing_mode="stretch_width", height=44,
                                        css_classes=["scene3d-colourbar"])
+        self._flow_sent = None  # the CoarseFlow whose meshes the browser was last sent
 
     def _flow_controls(self) -> None:
         """Streamline and isosurface widgets; changing one asks the runner for the flow."""
@@ -210,6 +212,10 @@ class Scene3D(pn.viewable.Viewer):
         self.iso_level = pn.widgets.FloatInput(name="level, SI (0 = auto)", value=0.0,
                                                width=140)
         self._flow_key: tuple | None = None
+        # Which coarse flow the meshes show (its step and the wall time it was read at: the
+        # browser tests measure an update's delay from it).
+        self.flow_info = pn.pane.HTML(flow_info_html(None), height=20,
+                                      sizing_mode="stretch_width", css_classes=["flow3d-info"])
         for widget in (self.show_streamlines, self.show_iso, self.iso_field):
             widget.param.watch(self._request_flow, "value")
         for widget in (self.seeds, self.seed_from, self.iso_level):
@@ -218,7 +224,7 @@ class Scene3D(pn.viewable.Viewer):
             pn.Row(self.show_streamlines, self.seeds, self.seed_from,
                    sizing_mode="stretch_width"),
             pn.Row(self.show_iso, self.iso_field, self.iso_level, sizing_mode="stretch_width"),
-            sizing_mode="stretch_width", css_classes=["flow3d-controls"])
+            self.flow_info, sizing_mode="stretch_width", css_classes=["flow3d-controls"])
 
     def _request_flow(self, *events) -> None:
         """Ask the runner for the coarse flow the shown views need (or for none)."""
@@ -258,7 +264,29 @@ class Scene3D(pn.viewable.Viewer):
                 surface = isosurface(grid, self._level(flow))
         self._meshes["streamlines"].copy_from(_servable(lines))
         self._meshes["iso"].copy_from(_servable(surface))
+        self.flow_info.object = flow_info_html(flow if usable and (want_lines or want_iso)
+                                               else None)
         return True
+
+    def refresh_flow(self) -> None:
+        """Send a new coarse flow's streamlines and isosurface to the browser at once (called
+        on every poll): they arrive within a poll of the runner publishing the flow, not at
+        the scene's next refresh of every few seconds (issue 30: an update in <= 1 s)."""
+        flow = self.controller.snapshot.flow3d
+        geometry = self.controller.geometry
+        if (not self.active or not self._meshes or flow is None or flow is self._flow_sent
+                or not (self.show_streamlines.value or self.show_iso.value)
+                or geometry is None or geometry.ndim != 3 or self._geometry is not geometry
+                or flow.scalar.shape != tuple(-(-n // flow.stride) for n in geometry.shape)):
+            return
+        self._flow_sent = flow
+        try:
+            changed = self._update_flow(flow)
+        except Exception:  # a broken 3D view must not take the dashboard down
+            log.exception("3D flow update failed")
+            return
+        if changed:
+            self.pane.synchronize()
 
     def _level(self, flow) -> float:
         """The isosurface level in lattice units: the SI input over the field's factor, or
@@ -416,6 +444,16 @@ def colour_bar_html(label: str, low: float, high: float, stops: int = 11) -> str
             f'<span style="flex:1;height:12px;background:linear-gradient(to right, {colours})">'
             f'</span><span class="colourbar-high">{high:.3g}</span>'
             f'<span class="colourbar-label">{html.escape(label)}</span></div>')
+
+
+def flow_info_html(flow) -> str:
+    """What the flow meshes show: the step of ``flow`` (a CoarseFlow; None: nothing) with its
+    step and read time (``data-step``, ``data-read``: wall-clock seconds) for tests."""
+    if flow is None:
+        return '<span class="flow3d-step" data-step="-1" data-read="0"></span>'
+    return (f'<span class="flow3d-step" data-step="{flow.step}" data-read="{flow.read_at:.3f}" '
+            f'style="font-size:12px;color:#555">3D flow of step {flow.step:,} '
+            f'(every {flow.stride} voxels)</span>')
 
 
 def camera_state(camera: pv.Camera) -> dict:

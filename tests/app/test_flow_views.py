@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,13 @@ import pytest
 
 from app.controller import Controller, fullest_layer
 from app.views.counters import counter_cards
-from app.views.scene3d import VESSEL_OPACITY, Scene3D, is_vessel, solid_surface
+from app.views.scene3d import (
+    FLOW3D_INTERVAL_S,
+    VESSEL_OPACITY,
+    Scene3D,
+    is_vessel,
+    solid_surface,
+)
 from geometries import VoxelGeometry, samples
 from solver.snapshot import OpeningFlow, Snapshot
 
@@ -166,6 +173,19 @@ def test_streamlines_and_an_isosurface_come_from_the_coarse_flow():
         assert lines.points.min() >= -0.5 and (lines.points.max(axis=0) <= np.array(
             solid.shape) - 0.5).all()
         first = lines.n_points
+        assert f'data-step="{snap.flow3d.step}"' in scene.flow_info.object
+        # A newer coarse flow reaches the meshes on the next poll, not at the next refresh.
+        before = lines.points.copy()
+        time.sleep(FLOW3D_INTERVAL_S)  # the runner reads the coarse flow this often
+        controller.step(60)
+        newer = controller.runner.wait_for(lambda s: s.flow3d is not None
+                                           and s.flow3d.step > snap.flow3d.step, 60)
+        controller.poll()
+        scene.refresh_flow()
+        assert f'data-step="{newer.flow3d.step}"' in scene.flow_info.object
+        after = scene._meshes["streamlines"].points
+        assert after.shape != before.shape or not np.allclose(after, before)
+        first = scene._meshes["streamlines"].n_points
         scene.seed_from.value = "probe line"  # no line: the slice plane again
         scene.seeds.value = 5
         assert scene._meshes["streamlines"].n_points < first
