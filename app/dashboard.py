@@ -168,6 +168,7 @@ class Dashboard(pn.viewable.Viewer):
         self._show_server_info()
         if self.scene is not None:  # a new coarse flow's meshes at once, not at the next sync
             self.scene.refresh_flow()
+            self.scene.record_tick()
         snap = self.controller.snapshot
         if (self._scene_stale and self.scene is not None and self.scene.active
                 and snap.plane is not None
@@ -222,6 +223,9 @@ class Dashboard(pn.viewable.Viewer):
               if self.scene is not None else []),
             self._download("Slice recording (.gif)", "slice.gif", self.slice.recorder.gif),
             self._download("Slice recording (.mp4)", "slice.mp4", self.slice.recorder.mp4),
+            *([self._download("3D recording (.gif)", "view3d.gif", self.scene.recorder.gif),
+               self._download("3D recording (.mp4)", "view3d.mp4", self.scene.recorder.mp4)]
+              if self.scene is not None else []),
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
             # Reruns headless with the same openings: python -m solver run case.yaml
             self._download("Case (.yaml)", "case.yaml", lambda: self.case_text().encode()),

@@ -31,6 +31,7 @@ from solver.flow_fields import FIELDS
 
 from ..controller import Controller
 from ..openings import opening_groups
+from ..recording import SceneRecorder
 from .field_units import field_si
 from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_points, streamlines
 from .slice_view import colour_range
@@ -248,6 +249,14 @@ class Scene3D(pn.viewable.Viewer):
             FIELDS[f].label: f for f in COARSE_FIELDS}, value="umag", width=140)
         self.iso_level = pn.widgets.FloatInput(name="level, SI (0 = auto)", value=0.0,
                                                width=140)
+        # Recording: a picture of the scene (rendered off screen) every so many seconds.
+        self.recorder = SceneRecorder()
+        self.record = pn.widgets.Checkbox(name="record 3D view", value=False, width=120,
+                                          align="end")
+        self.record_every = pn.widgets.FloatInput(name="every (s)", value=2.0, start=0.5,
+                                                  width=90)
+        self.record.param.watch(lambda e: self.recorder.clear() if e.new else None, "value")
+        self.record_every.param.watch(self._record_interval, "value")
         self._flow_key: tuple | None = None
         # Which coarse flow the meshes show (its step and the wall time it was read at: the
         # browser tests measure an update's delay from it).
@@ -261,6 +270,7 @@ class Scene3D(pn.viewable.Viewer):
             pn.Row(self.show_streamlines, self.seeds, self.seed_from,
                    sizing_mode="stretch_width"),
             pn.Row(self.show_iso, self.iso_field, self.iso_level, sizing_mode="stretch_width"),
+            pn.Row(self.record, self.record_every, sizing_mode="stretch_width"),
             self.flow_info, sizing_mode="stretch_width", css_classes=["flow3d-controls"])
 
     def _request_flow(self, *events) -> None:
@@ -324,6 +334,26 @@ class Scene3D(pn.viewable.Viewer):
             return
         if changed:
             self.pane.synchronize(render=False)
+
+    def _record_interval(self, event) -> None:
+        if event.new and event.new > 0:
+            self.recorder.interval_s = float(event.new)
+
+    def record_tick(self) -> bool:
+        """With 'record 3D view' on and a picture due: bring the server's scene up to the
+        latest snapshot (plane, streamlines, isosurface; the browser is not synced) and keep
+        a picture of it (called on every poll); True if one was kept."""
+        snap, geometry = self.controller.snapshot, self.controller.geometry
+        if (not self.record.value or not self._meshes or geometry is None or geometry.ndim != 3
+                or snap.plane is None or snap.plane.ndim != 2):
+            return False
+
+        def take() -> np.ndarray:
+            self._update(geometry, snap.plane, snap.view)
+            self._update_flow(snap.flow3d)
+            return self.picture()
+
+        return self.recorder.offer(take, f"step {snap.step:,}")
 
     def _level(self, flow) -> float:
         """The isosurface level in lattice units: the SI input over the field's factor, or
@@ -441,19 +471,26 @@ class Scene3D(pn.viewable.Viewer):
         self._actors.update(add_opening_actors(self.plotter, self._meshes,
                                                self._meshes["labels"]))
 
+    def picture(self) -> np.ndarray:
+        """The 3D view (H, W, 3 uint8) rendered off screen from the browser's last camera."""
+        camera = getattr(self.pane, "camera", None) or {}
+        if {"position", "focalPoint", "viewUp"} <= set(camera):
+            self.plotter.camera.position = tuple(camera["position"])
+            self.plotter.camera.focal_point = tuple(camera["focalPoint"])
+            self.plotter.camera.up = tuple(camera["viewUp"])
+        # A render first: the screenshot alone returns the last rendered image, which the
+        # meshes changed since (a recording's pictures were all the first one).
+        self.plotter.render()
+        return self.plotter.screenshot(return_img=True)
+
     def png(self) -> bytes:
         """The 3D view as a PNG, rendered off screen from the browser's last camera."""
         import io
 
         from matplotlib.image import imsave
 
-        camera = getattr(self.pane, "camera", None) or {}
-        if {"position", "focalPoint", "viewUp"} <= set(camera):
-            self.plotter.camera.position = tuple(camera["position"])
-            self.plotter.camera.focal_point = tuple(camera["focalPoint"])
-            self.plotter.camera.up = tuple(camera["viewUp"])
         out = io.BytesIO()
-        imsave(out, self.plotter.screenshot(return_img=True), format="png")
+        imsave(out, self.picture(), format="png")
         return out.getvalue()
 
     def close(self) -> None:
