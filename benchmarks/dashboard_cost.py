@@ -607,8 +607,9 @@ def meshes_markdown(result: dict) -> str:
     return "\n".join([
         f"# 3D flow update: {result['device']} ({result['backend']}), host {result['host']}", "",
         f"Date {result['date']}, commit {result['commit']}. Sphere pack {shape} after "
-        f"{result['steps']} steps; coarse grid {coarse}; {m['streamline_points']:,} streamline "
-        f"points, {m['isosurface_cells']:,} isosurface cells.", "",
+        f"{result['steps']} steps; coarse grid {coarse}; "
+        f"{int(m['streamline_points']):,} streamline points, "
+        f"{int(m['isosurface_cells']):,} isosurface cells.", "",
         "| quantity | value |", "| --- | ---: |", *[f"| {a} | {b} |" for a, b in rows], ""])
 
 
