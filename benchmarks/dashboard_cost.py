@@ -77,7 +77,8 @@ log = logging.getLogger("dashboard_cost")
 FRAME_HZ = 10.0
 #: The dashboard re-synchronises its 3D view this often (app.settings: scene_refresh_s).
 SCENE_REFRESH_S = 10.0
-#: Seconds between coarse 3D flows the runner reads (app.views.scene3d.FLOW3D_INTERVAL_S).
+#: Seconds between coarse 3D flows the runner reads: more often than the dashboard's
+#: app.views.scene3d.FLOW3D_INTERVAL_S (5 s), a stricter cost, comparable with earlier runs.
 VIEWS_INTERVAL_S = 2.0
 #: Streamline seeds in the host build timing (the 3D view's default count).
 SEEDS = 60

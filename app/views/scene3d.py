@@ -49,8 +49,11 @@ VESSEL_RGB = "#d98c8c"
 VESSEL_OPACITY = 0.3
 STREAMLINE_RGB = "#1d4ed8"
 ISO_RGB = "#f59e0b"
-#: Seconds between coarse 3D flows the runner reads (each reads all tiles once).
-FLOW3D_INTERVAL_S = 2.0
+#: Seconds between coarse 3D flows the runner reads. Each new one goes to the browser at once
+#: (within a poll), and every sync makes vtk.js rebuild its render window with a new WebGL
+#: context: at 2 s a slow browser fell behind by tens of seconds and Chromium dropped the
+#: oldest context, the plots' (Bokeh's "regl context lost").
+FLOW3D_INTERVAL_S = 5.0
 #: Mask size per axis above which the surface is built from a coarsened mask.
 MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
@@ -160,16 +163,22 @@ def add_opening_actors(plotter: pv.Plotter, kind_meshes: dict[str, pv.PolyData],
 
 
 class FlowSyncVTK(VTKRenderWindowSynchronized):
-    """The VTK pane of the 3D view; :meth:`synchronize` with ``render=False`` serialises the
-    scene for the browser without rendering it on the server first.
+    """The VTK pane of the 3D view, sending each browser copy only the data arrays it lacks.
 
-    The pane renders the window off screen before every serialisation, which took about half
-    a second of the server's CPU per sync of a 48^3 scene (software OpenGL); a sync that only
-    replaced the data of meshes fed straight to their mappers (streamlines, isosurface: no
-    pipeline to update) needs no render, vtk.js renders the scene in the browser.
+    Panel's pane sends every array of the scene on every sync (the browser never reports the
+    ones it holds), and renders the window on the server first. vtk.js keeps the arrays it
+    fetched by hash and drops only those no sync used for a while, so the arrays of the
+    previous sync are still there: this pane sends only the others (a new streamline mesh, not
+    the solid surface again). :meth:`synchronize` with ``render=False`` also skips the server
+    render, about half a second of CPU for a 48^3 scene in software OpenGL, which a sync of
+    meshes fed straight to their mappers (no pipeline to update) does not need.
     """
 
     _render = True
+
+    def __init__(self, *args, **params) -> None:
+        super().__init__(*args, **params)
+        self._held: dict[str, set[str]] = {}  # model id -> array hashes its last sync used
 
     def synchronize(self, render: bool = True) -> None:
         """Send the scene to the browser (``render``: render it on the server first)."""
@@ -179,20 +188,46 @@ class FlowSyncVTK(VTKRenderWindowSynchronized):
         finally:
             self._render = True
 
+    def _update(self, ref: str, model) -> None:
+        context = self._contexts[model.id]
+        held = self._held.get(model.id, set())
+        scene, arrays, annotations = self._serialize_ren_win(self.object, context,
+                                                             exclude_arrays=held)
+        context.checkForArraysToRelease()
+        self._held[model.id] = _array_hashes(scene)
+        model.update(arrays=arrays, scene=scene, annotations=annotations)
+
     def _serialize_ren_win(self, ren_win, context, binary=False, compression=True,
                            exclude_arrays=None):
-        if self._render:
-            return super()._serialize_ren_win(ren_win, context, binary, compression,
-                                              exclude_arrays)
         from panel.pane.vtk import synchronizable_serializer as serializer
 
+        ren_win.OffScreenRenderingOn()
+        if self._render:
+            ren_win.Modified()
+            ren_win.Render()
         scene = serializer.serializeInstance(None, ren_win, context.getReferenceId(ren_win),
                                              context, 0)
-        scene["properties"]["numberOfLayers"] = 2  # as the pane's own: vtk.js's 2nd layer
+        scene["properties"]["numberOfLayers"] = 2  # as Panel's own: vtk.js's second layer
         skip = set(exclude_arrays or ())
         arrays = {name: context.getCachedDataArray(name, binary=True, compression=False)
-                  for name in context.dataArrayCache if name not in skip}
+                  for name in _array_hashes(scene) if name not in skip
+                  and name in context.dataArrayCache}
         return scene, arrays, context.getAnnotations()
+
+
+def _array_hashes(scene) -> set[str]:
+    """The hashes of every data array a serialised scene refers to."""
+    found: set[str] = set()
+    stack = [scene]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("hash"), str):
+                found.add(item["hash"])
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
 
 
 class Scene3D(pn.viewable.Viewer):
