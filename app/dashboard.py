@@ -122,7 +122,9 @@ class Dashboard(pn.viewable.Viewer):
         self.slice = SlicePlot(self.controller, self.physics.setup)  # SI units of the setup
         self.counters = CountersView(self.controller)
         self.probes = ProbesView(self.controller, self.physics.setup)
-        self.scene = (Scene3D(self.controller, self.physics.setup) if self.settings.scene_3d
+        self.scene = (Scene3D(self.controller, self.physics.setup,
+                              flow_interval_s=self.settings.scene_refresh_s)
+                      if self.settings.scene_3d
                       else None)
         self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
         self.rock = RockPanel(self.controller)
@@ -176,7 +178,7 @@ class Dashboard(pn.viewable.Viewer):
                 and (snap.view.axis, snap.view.index) == (self.controller.axis,
                                                           self.controller.position)):
             self._scene_stale = False
-            self.scene.refresh()
+            self.scene.refresh(force=True)
 
     def _structure_changed(self, *events) -> None:
         self._scene_stale = True

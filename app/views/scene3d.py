@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import logging
+import time
 
 import matplotlib
 import numpy as np
@@ -49,11 +50,13 @@ VESSEL_RGB = "#d98c8c"
 VESSEL_OPACITY = 0.3
 STREAMLINE_RGB = "#1d4ed8"
 ISO_RGB = "#f59e0b"
-#: Seconds between coarse 3D flows the runner reads. Each new one goes to the browser at once
-#: (within a poll), and every sync makes vtk.js rebuild its render window with a new WebGL
-#: context: at 2 s a slow browser fell behind by tens of seconds and Chromium dropped the
-#: oldest context, the plots' (Bokeh's "regl context lost").
-FLOW3D_INTERVAL_S = 5.0
+#: Seconds between coarse 3D flows the runner reads, unless the view is given its scene refresh
+#: period (the dashboard's: the flow then comes as often as the scene was synced before). Each
+#: new one goes to the browser at once (within a poll) and stands for that sync: every sync
+#: makes vtk.js rebuild its render window with a new WebGL context, and at a sync every 2 s a
+#: slow browser fell behind by tens of seconds and Chromium dropped the oldest context, the
+#: plots' (Bokeh's "regl context lost").
+FLOW3D_INTERVAL_S = 10.0
 #: Mask size per axis above which the surface is built from a coarsened mask.
 MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
@@ -235,11 +238,15 @@ class Scene3D(pn.viewable.Viewer):
 
     active = param.Boolean(default=True, doc="Whether the view is on screen (else not synced).")
 
-    def __init__(self, controller: Controller, setup=None, **params) -> None:
+    def __init__(self, controller: Controller, setup=None, flow_interval_s: float | None = None,
+                 **params) -> None:
         """``setup``: the :class:`~app.views.physics_panel.PhysicalSetup` whose units read the
-        isosurface level in SI (None: lattice units)."""
+        isosurface level in SI (None: lattice units); ``flow_interval_s``: seconds between
+        coarse flows (None: FLOW3D_INTERVAL_S), the scene's refresh period in the dashboard."""
         super().__init__(**params)
         self.controller, self.setup = controller, setup
+        self.flow_interval_s = float(flow_interval_s or FLOW3D_INTERVAL_S)
+        self._synced_at = -float("inf")  # time.monotonic() of the last flow sync
         self._flow_controls()
         self.plotter = pv.Plotter(off_screen=True, window_size=(640, 480))
         self.plotter.set_background("#f4f6f8")
@@ -312,7 +319,7 @@ class Scene3D(pn.viewable.Viewer):
         """Ask the runner for the coarse flow the shown views need (or for none)."""
         name = (self.iso_field.value if self.show_iso.value
                 else "umag" if self.show_streamlines.value else None)
-        self.controller.set_flow3d(name, FLOW3D_INTERVAL_S)
+        self.controller.set_flow3d(name, self.flow_interval_s)
         self._flow_widgets_changed()
 
     def _flow_widgets_changed(self, *events) -> None:
@@ -362,13 +369,18 @@ class Scene3D(pn.viewable.Viewer):
                 or flow.scalar.shape != tuple(-(-n // flow.stride) for n in geometry.shape)):
             return
         self._flow_sent = flow
+        snap = self.controller.snapshot
         try:
+            if snap.plane is not None and snap.plane.ndim == 2:  # the plane of the same sync
+                self._update(geometry, snap.plane, snap.view)
+                self._key = (id(geometry), snap.view, snap.step, snap.seq)
             changed = self._update_flow(flow)
         except Exception:  # a broken 3D view must not take the dashboard down
             log.exception("3D flow update failed")
             return
         if changed:
             self.pane.synchronize(render=False)
+            self._synced_at = time.monotonic()
 
     def _record_interval(self, event) -> None:
         if event.new and event.new > 0:
@@ -409,12 +421,16 @@ class Scene3D(pn.viewable.Viewer):
         plane = np.where(np.take(solid, view.index, axis=view.axis), np.nan, 0.0)
         self._update(geometry, plane, view)
 
-    def refresh(self) -> None:
-        """Bring the browser's scene up to date with the latest snapshot (periodic callback)."""
+    def refresh(self, force: bool = False) -> None:
+        """Bring the browser's scene up to date with the latest snapshot (periodic callback;
+        ``force``: even right after a flow's sync, e.g. for a new geometry or cut)."""
         snap = self.controller.snapshot
         geometry = self.controller.geometry
         if not self.active or not self._meshes or geometry is None or geometry.ndim != 3:
             return  # hidden, closed, or nothing 3D to show
+        if not force and (self.show_streamlines.value or self.show_iso.value) and \
+                time.monotonic() - self._synced_at < 0.9 * self.flow_interval_s:
+            return  # the flow's own syncs (refresh_flow) bring the scene this often
         key = (id(geometry), snap.view, snap.step, snap.seq)
         if key == self._key:
             return

@@ -120,19 +120,22 @@ def test_fields_probes_and_3d_flow_views_in_one_session(page):
     page.get_by_role("button", name="Start").click()
     wait_until(lambda: 0 < probe_step(page) < first + 10_000 and steps(page) > 0, 60,
                "probe readings of the new run")
+    # The 3D view's streamlines come back from the new run's flow.
+    wait_until(lambda: blue_pixels(scene_pixels(page)) > blue_pixels(before) + 200, 90,
+               "streamlines of the new run", interval=2)
     time.sleep(2)
     assert page.errors == [], f"console errors: {page.errors}"
 
 
 def test_a_new_3d_flow_reaches_the_browser_within_a_second(page):
-    """Issue 30 item 6: each new coarse flow (every FLOW3D_INTERVAL_S) is in the browser
-    within a second of the runner reading it, sent on the next poll rather than at the
-    scene's refresh (every 15 s here). The delays are written to the artifacts."""
+    """Issue 30 item 6: each new coarse flow (one per scene refresh period, 15 s here) is in
+    the browser within a second of the runner reading it, sent on the next poll rather than
+    at the scene's next periodic sync. The delays are written to the artifacts."""
     boxes = page.locator(".flow3d-controls input[type=checkbox]")
     for k in (0, 1):  # streamlines and isosurface (on since the first test unless run alone)
         if not boxes.nth(k).is_checked():
             boxes.nth(k).check()
-    delays = flow_delays(page, 3, 60)
+    delays = flow_delays(page, 3, 120)
     ARTIFACTS.mkdir(exist_ok=True)
     load = os.getloadavg()[0]
     (ARTIFACTS / "flow3d-delays.txt").write_text(
