@@ -73,14 +73,20 @@ def _momentum(part, lattice: Lattice, signs, xp):
     """``sum_i c_i f_i`` (T, d, N) of float64 populations ``part`` (T, q, N).
 
     Fixed-order sums, not BLAS: the same node gives the same bits in any tile order. With
-    unit speeds the +1 and the -1 directions of all axes are summed in two reductions over a
-    (T, d, k, N) gather whatever T is: a handful of launches, where a row-by-row sum took
-    about 60 and was most of a live view's cut and of a chunked health check on a GPU.
+    unit speeds each axis sums its +1 and its -1 directions in one reduction each over a
+    (T, k, N) gather whatever T is: 6 launches an axis, where a row-by-row sum took about 60
+    in all and was most of a live view's cut and of a chunked health check on a GPU. One axis
+    at a time, so the gathered copy is k/q of the populations' float64 copy (two of all axes
+    at once raised the NumPy peak of a health check past its estimate, solver.memory).
     """
     if signs is None:
         return combine_rows(lattice.c.T, part.transpose(1, 0, 2), xp).transpose(1, 0, 2)
     plus, minus = _on(xp, lattice.name, signs)
-    return part[:, plus].sum(axis=2) - part[:, minus].sum(axis=2)
+    j = xp.empty((part.shape[0], lattice.d, part.shape[2]), dtype=part.dtype)
+    for a in range(lattice.d):
+        j[:, a] = part[:, plus[a]].sum(axis=1)
+        j[:, a] -= part[:, minus[a]].sum(axis=1)
+    return j
 
 
 def _on(xp, name: str, signs: tuple[np.ndarray, np.ndarray]) -> tuple[Any, Any]:
