@@ -123,7 +123,9 @@ class Dashboard(pn.viewable.Viewer):
         self.slice = SlicePlot(self.controller, self.physics.setup)  # SI units of the setup
         self.counters = CountersView(self.controller)
         self.probes = ProbesView(self.controller, self.physics.setup)
-        self.scene = (Scene3D(self.controller, self.physics.setup) if self.settings.scene_3d
+        self.scene = (Scene3D(self.controller, self.physics.setup,
+                              flow_interval_s=self.settings.scene_refresh_s)
+                      if self.settings.scene_3d
                       else None)
         self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
         self.rock = RockPanel(self.controller)
@@ -167,6 +169,9 @@ class Dashboard(pn.viewable.Viewer):
         # Every tick, not on new snapshots: a paused or finished run publishes none, and the
         # count of other sessions' simulations must still go down when they close.
         self._show_server_info()
+        if self.scene is not None:  # a new coarse flow's meshes at once, not at the next sync
+            self.scene.refresh_flow()
+            self.scene.record_tick()
         snap = self.controller.snapshot
         if (self._scene_stale and self.scene is not None and self.scene.active
                 and snap.plane is not None
@@ -174,7 +179,7 @@ class Dashboard(pn.viewable.Viewer):
                 and (snap.view.axis, snap.view.index) == (self.controller.axis,
                                                           self.controller.position)):
             self._scene_stale = False
-            self.scene.refresh()
+            self.scene.refresh(force=True)
 
     def _structure_changed(self, *events) -> None:
         self._scene_stale = True
@@ -221,6 +226,9 @@ class Dashboard(pn.viewable.Viewer):
               if self.scene is not None else []),
             self._download("Slice recording (.gif)", "slice.gif", self.slice.recorder.gif),
             self._download("Slice recording (.mp4)", "slice.mp4", self.slice.recorder.mp4),
+            *([self._download("3D recording (.gif)", "view3d.gif", self.scene.recorder.gif),
+               self._download("3D recording (.mp4)", "view3d.mp4", self.scene.recorder.mp4)]
+              if self.scene is not None else []),
             self._download("Counters (.csv)", "counters.csv", lambda: c.export_csv().encode()),
             # Reruns headless with the same openings: python -m solver run case.yaml
             self._download("Case (.yaml)", "case.yaml", lambda: self.case_text().encode()),
@@ -236,7 +244,8 @@ class Dashboard(pn.viewable.Viewer):
         if self.scene is not None:
             flow.append(pn.Column(
                 pn.pane.Markdown("**3D view** · cutaway at the slice, refreshed every "
-                                 f"{self.settings.scene_refresh_s:g} s"),
+                                 f"{self.settings.scene_refresh_s:g} s; streamlines and "
+                                 "isosurface with each new 3D flow"),
                 self.scene, sizing_mode="stretch_width"))
         flow = pn.Column(flow, self.probes, sizing_mode="stretch_width")
         tabs = pn.Tabs(("Flow", flow), ("Geometry", self.geometry_panel),

@@ -1,12 +1,14 @@
-"""Recording the slice: frames taken from the snapshots at a chosen interval, saved as a GIF
-or an MP4.
+"""Recording the slice and the 3D view: frames taken at a chosen interval, saved as a GIF or
+an MP4.
 
 A :class:`SliceRecorder` keeps a copy of the slice plane (as shown: SI units when the view has
 them) every ``interval_s`` seconds of wall time, at most ``max_frames`` of them (the oldest are
 dropped), and :meth:`SliceRecorder.gif` and :meth:`SliceRecorder.mp4` render them with
 matplotlib (its Pillow writer; its FFmpeg writer with the ffmpeg binary of the imageio-ffmpeg
 wheel, so no system ffmpeg is needed) with one colour range over the whole recording, so
-colours mean the same in every frame.
+colours mean the same in every frame. A :class:`SceneRecorder` keeps pictures of the 3D view
+(RGB, rendered off screen by PyVista, so it works headless) the same way and writes them with
+the same writers.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import numpy as np
 from matplotlib.animation import AbstractMovieWriter, FFMpegWriter, PillowWriter
 from matplotlib.figure import Figure
 
-__all__ = ["SliceRecorder", "MAX_FRAMES"]
+__all__ = ["SliceRecorder", "SceneRecorder", "MAX_FRAMES", "MAX_SCENE_FRAMES"]
 
 #: Frames kept at most (a 256^2 float64 plane is 0.5 MB: 300 frames stay below 160 MB).
 MAX_FRAMES = 300
+#: Pictures of the 3D view kept at most (640 x 480 RGB is 0.9 MB: 150 stay below 140 MB).
+MAX_SCENE_FRAMES = 150
 
 
 class SliceRecorder:
@@ -84,15 +88,93 @@ class SliceRecorder:
         image = ax.imshow(np.ma.masked_invalid(planes[0].T), origin="lower", cmap=cmap,
                           vmin=low, vmax=high, interpolation="nearest")
         figure.colorbar(image, ax=ax, label=self.frames[0][2])
-        # The writers write to a path: a private temporary folder, never a user's name.
-        with tempfile.TemporaryDirectory(prefix="porous-lbm-movie-") as folder:
-            path = Path(folder) / f"slice.{suffix}"
-            with writer.saving(figure, str(path), dpi):
-                for plane, title, _ in self.frames:
-                    image.set_data(np.ma.masked_invalid(plane.T))
-                    ax.set_title(title, fontsize=9)
-                    writer.grab_frame()
-            return path.read_bytes()
+
+        def draw(frame: tuple[np.ndarray, str, str]) -> None:
+            image.set_data(np.ma.masked_invalid(frame[0].T))
+            ax.set_title(frame[1], fontsize=9)
+
+        return _write(writer, suffix, figure, dpi, self.frames, draw)
 
     def __len__(self) -> int:
         return len(self.frames)
+
+
+class SceneRecorder:
+    """Pictures of the 3D view (RGB, uint8) at ``interval_s`` seconds apart (``clock``: wall
+    time), each with a title; rendered only when one is due (rendering costs the server)."""
+
+    def __init__(self, interval_s: float = 2.0, max_frames: int = MAX_SCENE_FRAMES,
+                 clock=time.monotonic) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"The recording interval must be positive, got {interval_s!r} s.")
+        self.interval_s, self.clock = float(interval_s), clock
+        self.frames: deque[tuple[np.ndarray, str]] = deque(maxlen=max_frames)
+        self._last = -np.inf
+
+    def offer(self, take, title: str) -> bool:
+        """Keep the picture ``take()`` returns (H, W, 3 or 4, uint8) if the interval has
+        passed (``take`` is not called otherwise); True if kept. A picture of another size
+        starts a new recording."""
+        now = self.clock()
+        if now - self._last < self.interval_s:
+            return False
+        self._last = now
+        picture = np.ascontiguousarray(np.asarray(take(), dtype=np.uint8)[..., :3])
+        if self.frames and self.frames[-1][0].shape != picture.shape:
+            self.frames.clear()
+        self.frames.append((picture, title))
+        return True
+
+    def clear(self) -> None:
+        """Forget every picture."""
+        self.frames.clear()
+        self._last = -np.inf
+
+    def gif(self, fps: float = 2.0) -> bytes:
+        """The pictures as an animated GIF; ValueError without pictures."""
+        return self._movie(PillowWriter(fps=fps), "gif")
+
+    def mp4(self, fps: float = 2.0) -> bytes:
+        """The pictures as an H.264 MP4; ValueError without pictures."""
+        import imageio_ffmpeg
+
+        with matplotlib.rc_context({"animation.ffmpeg_path": imageio_ffmpeg.get_ffmpeg_exe()}):
+            return self._movie(FFMpegWriter(fps=fps, codec="h264",
+                                            extra_args=["-pix_fmt", "yuv420p"]), "mp4")
+
+    def _movie(self, writer: AbstractMovieWriter, suffix: str) -> bytes:
+        """Every picture at its own size (one pixel each), its title in a corner."""
+        if not self.frames:
+            raise ValueError("Nothing recorded yet: tick 'record 3D view', let the run go on, "
+                             "then download the recording.")
+        height, width = self.frames[0][0].shape[:2]
+        dpi = 100
+        # Even sizes: H.264 in yuv420p halves both.
+        figure = Figure(figsize=(2 * (width // 2) / dpi, 2 * (height // 2) / dpi), dpi=dpi)
+        ax = figure.add_axes((0.0, 0.0, 1.0, 1.0))
+        ax.set_axis_off()
+        image = ax.imshow(self.frames[0][0], interpolation="nearest")
+        text = ax.text(0.01, 0.99, "", transform=ax.transAxes, va="top", fontsize=9,
+                       color="#1f2a37")
+
+        def draw(frame: tuple[np.ndarray, str]) -> None:
+            image.set_data(frame[0])
+            text.set_text(frame[1])
+
+        return _write(writer, suffix, figure, dpi, self.frames, draw)
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+
+def _write(writer: AbstractMovieWriter, suffix: str, figure: Figure, dpi: int, frames,
+           draw) -> bytes:
+    """``draw`` each of ``frames`` on ``figure`` and grab it with ``writer``; the bytes of the
+    file it wrote (to a private temporary folder, never a user's name)."""
+    with tempfile.TemporaryDirectory(prefix="porous-lbm-movie-") as folder:
+        path = Path(folder) / f"recording.{suffix}"
+        with writer.saving(figure, str(path), dpi):
+            for frame in frames:
+                draw(frame)
+                writer.grab_frame()
+        return path.read_bytes()

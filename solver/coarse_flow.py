@@ -13,6 +13,7 @@ too, and only the coarse arrays cross to the host, float32. Lattice units.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,8 @@ COARSE_FIELDS = ("umag", "pressure", "vorticity", "qcrit")
 class CoarseFlow:
     """Velocity (3, *shape) and ``scalar`` (*shape) every ``stride`` voxels (node ``i`` of the
     coarse grid is voxel ``i * stride``), host float32, zero velocity and NaN scalar in solids;
-    ``step``: the time step it was read at."""
+    ``step``: the time step it was read at; ``read_at``: when it was ready on the host (wall
+    clock, ``time.time()`` seconds: how long it takes to reach a browser is measured from it)."""
 
     step: int
     stride: int
@@ -47,6 +49,7 @@ class CoarseFlow:
     scalar: np.ndarray
     name: str
     fluid: np.ndarray
+    read_at: float = 0.0
 
 
 def coarse_stride(shape: tuple[int, ...], max_edge: int = MAX_EDGE) -> int:
@@ -66,7 +69,9 @@ def coarse_flow(sim: Any, reader: Any, name: str = "umag", max_edge: int = MAX_E
     stride = coarse_stride(shape, max_edge)
     axes = [np.arange(0, n, stride) for n in shape]
     coarse = tuple(len(a) for a in axes)
-    nodes = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(shape))
+    # The grid's nodes once per stride: their host location took longer than the gather.
+    nodes = reader.memo(("coarse nodes", stride), lambda: np.stack(
+        np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(shape)))
     rho, u, solid = gather(sim, reader, nodes, key=("coarse", stride))
     u = u[: len(shape)].reshape(len(shape), *coarse)
     fluid = ~solid.reshape(coarse)
@@ -75,10 +80,11 @@ def coarse_flow(sim: Any, reader: Any, name: str = "umag", max_edge: int = MAX_E
     elif name == "pressure":
         scalar = pressure(rho.reshape(coarse), sim.config.initial_density)
     else:
-        grad = velocity_gradient(u, xp.asarray(fluid), xp, tuple(sim.problem.periodic)) / stride
+        on_device = reader.memo(("coarse fluid", stride), lambda: xp.asarray(fluid))
+        grad = velocity_gradient(u, on_device, xp, tuple(sim.problem.periodic)) / stride
         scalar = (vorticity_magnitude(grad, xp) if name == GRADIENT_FIELDS[0]
                   else q_criterion(grad, xp))
     host = np.asarray(sim.backend.to_host(xp.concatenate([u, scalar[None]])), dtype=np.float32)
     velocity, values = host[:-1], host[-1]
     values[~fluid] = np.nan
-    return CoarseFlow(sim.time_step, stride, velocity, values, name, fluid)
+    return CoarseFlow(sim.time_step, stride, velocity, values, name, fluid, time.time())

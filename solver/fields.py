@@ -36,16 +36,72 @@ def tile_moments(f, lattice: Lattice, force, incompressible: bool, xp=np):
     instant ``(sum_i c_i f_i - F/2) / rho`` (``rho`` replaced by 1 for the incompressible model).
     """
     n_tiles, _, n_node = f.shape
-    half_force = xp.asarray(np.asarray(force, dtype=np.float64) * 0.5)[:, None, None]
+    half_force = np.asarray(force, dtype=np.float64) * 0.5
     rho = xp.empty((n_tiles, n_node), dtype=xp.float64)
     u = xp.empty((lattice.d, n_tiles, n_node), dtype=xp.float64)
+    signs = _unit_directions(lattice)
     for start in range(0, n_tiles, TILE_CHUNK):
         part = f[start:start + TILE_CHUNK].astype(xp.float64)
-        rho[start:start + TILE_CHUNK] = part.sum(axis=1)
-        # Fixed-order sums, not BLAS: the same node gives the same bits in any tile order.
-        j = combine_rows(lattice.c.T, part.transpose(1, 0, 2), xp) - half_force
-        u[:, start:start + TILE_CHUNK] = j if incompressible else j / rho[start:start + TILE_CHUNK]
+        here = slice(start, start + TILE_CHUNK)
+        rho[here] = part.sum(axis=1)
+        j = _momentum(part, lattice, signs, xp)  # (T, d, N)
+        for a in range(lattice.d):  # Python floats: no host-to-device copy per call
+            if half_force[a]:
+                j[:, a] -= float(half_force[a])
+        u[:, here] = (j if incompressible else j / rho[here][:, None, :]).transpose(1, 0, 2)
     return rho, u
+
+
+def _unit_directions(lattice: Lattice) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per axis the directions of ``lattice`` whose velocity component is +1 and -1, (d, k)
+    each; None where a component is another value or the counts differ."""
+    if lattice.name not in _UNIT_DIRECTIONS:
+        c, found = np.asarray(lattice.c), None
+        plus = [np.flatnonzero(c[:, a] == 1) for a in range(c.shape[1])]
+        minus = [np.flatnonzero(c[:, a] == -1) for a in range(c.shape[1])]
+        if np.isin(c, (-1, 0, 1)).all() and len({len(i) for i in plus + minus}) == 1:
+            found = (np.stack(plus), np.stack(minus))
+        _UNIT_DIRECTIONS[lattice.name] = found
+    return _UNIT_DIRECTIONS[lattice.name]
+
+
+#: Lattice name -> its unit directions per axis (:func:`_unit_directions`).
+_UNIT_DIRECTIONS: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+
+
+def _momentum(part, lattice: Lattice, signs, xp):
+    """``sum_i c_i f_i`` (T, d, N) of float64 populations ``part`` (T, q, N).
+
+    Fixed-order sums, not BLAS: the same node gives the same bits in any tile order. With
+    unit speeds each axis sums its +1 and its -1 directions in one reduction each over a
+    (T, k, N) gather whatever T is: 6 launches an axis, where a row-by-row sum took about 60
+    in all and was most of a live view's cut and of a chunked health check on a GPU. One axis
+    at a time, so the gathered copy is k/q of the populations' float64 copy (two of all axes
+    at once raised the NumPy peak of a health check past its estimate, solver.memory).
+    """
+    if signs is None:
+        return combine_rows(lattice.c.T, part.transpose(1, 0, 2), xp).transpose(1, 0, 2)
+    plus, minus = _on(xp, lattice.name, signs)
+    j = xp.empty((part.shape[0], lattice.d, part.shape[2]), dtype=part.dtype)
+    for a in range(lattice.d):
+        j[:, a] = part[:, plus[a]].sum(axis=1)
+        j[:, a] -= part[:, minus[a]].sum(axis=1)
+    return j
+
+
+def _on(xp, name: str, signs: tuple[np.ndarray, np.ndarray]) -> tuple[Any, Any]:
+    """``signs`` as ``xp`` arrays, copied to the current device once (not per chunk)."""
+    if xp is np:
+        return signs
+    device = xp.cuda.Device().id if hasattr(xp, "cuda") else None
+    key = (name, xp.__name__, device)
+    if key not in _ON_DEVICE:
+        _ON_DEVICE[key] = tuple(xp.asarray(s) for s in signs)
+    return _ON_DEVICE[key]
+
+
+#: (lattice name, array module, device) -> the unit directions as that module's arrays.
+_ON_DEVICE: dict[tuple, tuple[Any, Any]] = {}
 
 
 def slice_indices(tiling: Tiling, axis: int, index: int) -> np.ndarray:

@@ -28,8 +28,11 @@ __all__ = ["Pacer", "CHUNK_SECONDS", "SNAPSHOT_INTERVAL", "HEALTH_SHARE", "MAX_C
 SNAPSHOT_INTERVAL = 0.1
 #: Wall time one chunk of steps should take, seconds.
 CHUNK_SECONDS = 0.035
-#: Largest fraction of the wall time health checks may take.
-HEALTH_SHARE = 0.02
+#: Largest fraction of the wall time health checks may take. A compact 256x256x128 run's check
+#: took 91 ms on an H100 (benchmarks/results/dashboard-cost-nvidia-h100-80gb-hbm3-2026-11-28.md),
+#: so 2 % was a fifth of the dashboard's 10 % budget; at 1 % a check as fast as that one
+#: comes every 9 s, one of 20 ms every 2 s (the pace of the last good copy, solver.last_good).
+HEALTH_SHARE = 0.01
 #: Most steps in one chunk.
 MAX_CHUNK = 100_000
 

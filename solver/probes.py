@@ -17,7 +17,7 @@ import numpy as np
 from .flow_fields import pressure
 
 __all__ = ["Probe", "Line", "ProbeSet", "Readings", "sample", "gather", "PROBE_FIELDS",
-           "line_nodes",
+           "line_nodes", "probe_nodes", "node_flat", "node_values", "readings",
            "probe_columns", "probe_row", "line_columns", "line_rows", "probe_set_from_specs",
            "probe_specs"]
 
@@ -95,21 +95,38 @@ def line_nodes(line: Line) -> np.ndarray:
     return np.rint(start + t * (end - start)).astype(np.int64)
 
 
-def sample(sim: Any, probes: ProbeSet, reader: Any) -> Readings:
-    """The :class:`Readings` of ``probes`` on a :class:`~solver.simulation.Simulation`'s
-    current state, read through its :class:`~solver.readout.Readout`: only the nodes are
-    reduced and only their values move (use :meth:`Simulation.sample`)."""
-    points = [np.asarray([p.point for p in probes.probes], dtype=np.int64).reshape(-1,
-                                                                                   sim.solid.ndim)]
+def probe_nodes(probes: ProbeSet, ndim: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Voxel indices (n, ndim) of every probe then every line node, and each line's nodes."""
+    points = np.asarray([p.point for p in probes.probes], dtype=np.int64).reshape(-1, ndim)
     lines = [line_nodes(ln) for ln in probes.lines]
-    nodes = np.concatenate(points + lines)
-    values = _node_values(sim, reader, nodes)
-    out = Readings(sim.time_step)
+    return np.concatenate([points, *lines]), lines
+
+
+def node_flat(tiling: Any, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flat tile-node index (n,) of voxel ``nodes`` (n, d) in a tiled state (0 where solid)
+    and the host solid mask (n,): outside every tile or a solid node."""
+    tile, node = tiling.locate(nodes)
+    flat = np.where(tile >= 0, tile.astype(np.int64) * tiling.nodes_per_tile + node, 0)
+    return flat, (tile < 0) | tiling.solid.reshape(-1)[flat]
+
+
+def node_values(rho: Any, u: Any, rho0: float, xp: Any) -> Any:
+    """PROBE_FIELDS (5, n) as a backend array from density (n,) and velocity (d, n)."""
+    u3 = u if u.shape[0] == 3 else xp.concatenate([u, xp.zeros((3 - u.shape[0], u.shape[1]))])
+    return xp.concatenate([u3, xp.sqrt((u3 * u3).sum(axis=0))[None],
+                           pressure(rho, rho0)[None]])
+
+
+def readings(probes: ProbeSet, step: int, values: np.ndarray) -> Readings:
+    """The :class:`Readings` of ``probes`` at ``step`` from host PROBE_FIELDS ``values``
+    (5, n) at :func:`probe_nodes`' nodes, NaN in solids."""
+    out = Readings(step)
     n = len(probes.probes)
     for i, probe in enumerate(probes.probes):
         out.probes[probe.name] = {name: float(values[k, i]) for k, name in
                                   enumerate(PROBE_FIELDS)}
-    for line, where in zip(probes.lines, lines, strict=True):
+    for line in probes.lines:
+        where = line_nodes(line)
         part = values[:, n:n + len(where)]
         n += len(where)
         distance = np.linalg.norm(where - where[0], axis=1).astype(float)
@@ -118,31 +135,46 @@ def sample(sim: Any, probes: ProbeSet, reader: Any) -> Readings:
     return out
 
 
+def sample(sim: Any, probes: ProbeSet, reader: Any) -> Readings:
+    """The :class:`Readings` of ``probes`` on a :class:`~solver.simulation.Simulation`'s
+    current state, read through its :class:`~solver.readout.Readout`: only the nodes are
+    reduced and only their values move (use :meth:`Simulation.sample`; a live view samples
+    them with its cut, :meth:`Simulation.view`)."""
+    nodes, _ = probe_nodes(probes, sim.solid.ndim)
+    return readings(probes, sim.time_step, _node_values(sim, reader, nodes, ("probes", probes)))
+
+
 def gather(sim: Any, reader: Any, nodes: np.ndarray, key: Any = None
            ) -> tuple[Any, Any, np.ndarray]:
     """Density (n,) and velocity (3, n) at voxel ``nodes`` (n, d) as backend arrays (zero
     velocity and rho0 in solids), and the host solid mask (n,). Only those nodes' populations
     are read, straight from the stored layout (:meth:`solver.readout.Readout.node_moments`,
     its index remembered under ``key``): nothing but the gathered values is made."""
-    xp, tiling = sim.backend.xp, sim.tiling
-    tile, node = tiling.locate(nodes)
-    flat = np.where(tile >= 0, tile.astype(np.int64) * tiling.nodes_per_tile + node, 0)
-    solid = (tile < 0) | tiling.solid.reshape(-1)[flat]
+    xp = sim.backend.xp
+    flat, solid, fluid = _located(sim, reader, nodes, key)
     rho_nodes, u_nodes = reader.node_moments(flat, solid, key)
-    fluid = xp.asarray(~solid)
     rho = xp.where(fluid, rho_nodes, float(sim.config.initial_density))
     u = xp.zeros((3, len(nodes)))
     u[: u_nodes.shape[0]] = xp.where(fluid, u_nodes, 0.0)
     return rho, u, solid
 
 
-def _node_values(sim: Any, reader: Any, nodes: np.ndarray) -> np.ndarray:
+def _located(sim: Any, reader: Any, nodes: np.ndarray, key: Any) -> tuple:
+    """:func:`node_flat` of ``nodes`` and the backend fluid mask, made once per ``key``
+    (None: every time)."""
+    def make() -> tuple:
+        flat, solid = node_flat(sim.tiling, nodes)
+        return flat, solid, sim.backend.xp.asarray(~solid)
+
+    return make() if key is None else reader.memo(("located", key), make)
+
+
+def _node_values(sim: Any, reader: Any, nodes: np.ndarray, key: Any = None) -> np.ndarray:
     """PROBE_FIELDS (len, n) at voxel ``nodes`` (n, d), host float64, NaN in solids."""
-    xp = sim.backend.xp
-    rho, u, solid = gather(sim, reader, nodes)
-    p = pressure(rho, sim.config.initial_density)
-    stacked = xp.concatenate([u, xp.sqrt((u * u).sum(axis=0))[None], p[None]])
-    out = np.array(sim.backend.to_host(stacked), dtype=np.float64)
+    flat, solid, _ = _located(sim, reader, nodes, key)
+    rho, u = reader.node_moments(flat, solid, key)
+    values = node_values(rho, u, sim.config.initial_density, sim.backend.xp)
+    out = np.array(sim.backend.to_host(values), dtype=np.float64)
     out[:, solid] = np.nan
     return out
 

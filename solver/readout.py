@@ -38,6 +38,16 @@ class Readout:
         self._layers: tuple | None = None  # (host, device) flat indices of the end layers
         self._nodes: dict = {}  # key -> the backend's NodeIndex of a node set (node_moments)
         self._n_fluid: int | None = None  # fluid nodes, made on a chunked health check
+        self._memo: dict = {}  # key -> host or backend arrays made once per node set (memo)
+
+    def memo(self, key: Any, make: Any) -> Any:
+        """``make()`` the first time ``key`` is asked for on this state, then the same value
+        (index arrays of a node set: their host work is not redone on every read)."""
+        if key not in self._memo:
+            if len(self._memo) > 64:
+                self._memo.clear()
+            self._memo[key] = make()
+        return self._memo[key]
 
     def chunks(self, tiles: Any = None) -> Iterator[tuple[slice, Any, Any]]:
         """``(part, rho, u)`` per chunk: the chunk's positions in the state's tiles (``tiles``

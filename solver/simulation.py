@@ -17,7 +17,7 @@ import numpy as np
 from . import observables
 from .backends import Backend, get_backend
 from .config import ConfigError, SimulationConfig
-from .fields import locate_cut, speed
+from .fields import Cut, locate_cut, speed
 from .flow_fields import (
     FIELDS,
     GRADIENT_FIELDS,
@@ -29,6 +29,7 @@ from .flow_fields import (
 )
 from .io import CheckpointError, config_from_values, read_checkpoint, restore, save_simulation
 from .metrics import Metrics
+from .probes import PROBE_FIELDS, node_flat, node_values, probe_nodes, readings
 from .problem import GeometryLike, Problem, as_geometry
 from .readout import Readout
 
@@ -191,7 +192,8 @@ class Simulation:
             return self._derived_plane(axis, index, quantity)
         return self._look(axis, index, [quantity], False)[0][0]
 
-    def view(self, axis: int, index: int, quantity: str = "umag", health: bool = True) -> dict:
+    def view(self, axis: int, index: int, quantity: str = "umag", health: bool = True,
+             probes: Any = None) -> dict:
         """What a live view shows, from one moment computation on the device.
 
         ``plane`` (n_a, n_b): ``quantity`` on the cut normal to ``axis`` at ``index`` (3D) or
@@ -201,16 +203,23 @@ class Simulation:
         once and the :meth:`health` numbers (``finite``, ``max_speed``, ``mean_velocity``) come
         with the cut; without, only the cut's nodes' populations are read. Only the
         three planes and a few scalars cross to the host. Lattice units.
+
+        With ``probes`` (a :class:`solver.probes.ProbeSet` inside the grid) their
+        :class:`~solver.probes.Readings` come as ``probes``, from the same gather and the same
+        transfer as the cut (one device look per publish, not two).
         """
         self._check_cut(axis, index, quantity)
         in_plane = [a for a in range(3) if a != axis] if self.solid.ndim == 3 else [0, 1]
         derived = quantity in DERIVED
         names = ["rho" if derived else quantity, *("u" + "xyz"[a] for a in in_plane)]
-        planes, numbers = self._look(axis, index, names, health)
+        planes, numbers, values = self._look(axis, index, names, health, probes or None)
         if derived:
             planes[0] = self._derived_plane(axis, index, quantity)
-        return {"plane": planes[0], "velocity": planes[1:],
-                "axes": tuple("xyz"[a] for a in in_plane), **(numbers or {})}
+        out = {"plane": planes[0], "velocity": planes[1:],
+               "axes": tuple("xyz"[a] for a in in_plane), **(numbers or {})}
+        if values is not None:
+            out["probes"] = readings(probes, self.time_step, values)
+        return out
 
     def health(self) -> dict:
         """Cheap run state: ``finite`` (no NaN/Inf in fluid nodes), ``max_speed``, the
@@ -243,31 +252,51 @@ class Simulation:
             self._slice_cache[key] = locate_cut(self.tiling, *key, self.backend.xp)
         return self._slice_cache[key]
 
-    def _look(self, axis: int, index: int, names: list[str], health: bool):
-        """Host planes (len(names), n_a, n_b) of the named quantities on a cut, and the health
-        numbers from the same moments (None without ``health``)."""
+    def _look(self, axis: int, index: int, names: list[str], health: bool, probes: Any = None):
+        """Host planes (len(names), n_a, n_b) of the named quantities on a cut, the health
+        numbers from the same moments (None without ``health``), and the PROBE_FIELDS (5, m)
+        of ``probes``' nodes gathered with the cut (None without probes)."""
         cut, key = self._cut(axis, index), self._cut_key(axis, index)
+        looked = cut
+        if probes is not None:  # the cut's nodes then the probes': one gather, one transfer
+            looked, key = self._probed_cut(cut, key, probes)
         if health:
-            numbers, (rho, u, index) = self._reader().health(cut, key)
-            return self._planes(rho, u, index, cut.solid, names), numbers
-        rho, u = self._cut_moments(cut, key)
-        return self._planes(rho, u, None, cut.solid, names), None
+            numbers, (rho, u, where) = self._reader().health(looked, key)
+        else:
+            (rho, u), where, numbers = self._cut_moments(looked, key), None, None
+        planes, values = self._planes(rho, u, where, cut.solid, names,
+                                      looked.solid.reshape(-1)[cut.solid.size:])
+        return planes, numbers, (values if probes is not None else None)
+
+    def _probed_cut(self, cut, key: tuple, probes: Any):
+        """A :class:`solver.fields.Cut` of the nodes of ``cut`` then of ``probes``' points and
+        line nodes (tiles and local index unused), and its cache key; made once per pair."""
+        key = (*key, probes)
+        if key not in self._slice_cache:
+            probes.check(self.solid.shape)
+            flat, solid = node_flat(self.tiling, probe_nodes(probes, self.solid.ndim)[0])
+            nodes = np.concatenate([np.asarray(self.backend.to_host(cut.nodes)).reshape(-1),
+                                    flat])
+            self._slice_cache[key] = Cut(self.backend.xp.asarray(nodes), None, None,
+                                         np.concatenate([cut.solid.reshape(-1), solid]))
+        return self._slice_cache[key], key
 
     def _cut_moments(self, cut, key) -> tuple[Any, Any]:
         """Density (n,) and velocity (d, n) at the cut's nodes in order (backend arrays):
         only those nodes' populations are read (:meth:`Readout.node_moments`)."""
         return self._reader().node_moments(cut.nodes, cut.solid.reshape(-1), key)
 
-    def _planes(self, rho, u, index, solid: np.ndarray, names: list[str]) -> np.ndarray:
+    def _planes(self, rho, u, index, solid: np.ndarray, names: list[str],
+                probe_solid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The named quantities at the flat node ``index`` (backend array; None: ``rho`` and
-        ``u`` hold the cut's nodes in order), in one transfer."""
+        ``u`` hold the cut's nodes in order, then any probes'), and the PROBE_FIELDS (5, m)
+        of the ``probe_solid.size`` nodes after the cut's (NaN where solid), in one transfer."""
         xp = self.backend.xp
-        if index is None:
-            rho_cut = rho.reshape(solid.shape)
-            u_cut = u.reshape(u.shape[0], *solid.shape)
-        else:
-            rho_cut = rho.reshape(-1)[index]
-            u_cut = u.reshape(u.shape[0], -1)[:, index]
+        if index is not None:
+            rho, u = rho.reshape(-1)[index], u.reshape(u.shape[0], -1)[:, index]
+        n = solid.size
+        rho_cut = rho.reshape(-1)[:n].reshape(solid.shape)
+        u_cut = u.reshape(u.shape[0], -1)[:, :n].reshape(u.shape[0], *solid.shape)
 
         def one(name: str):
             if name == "rho":
@@ -279,9 +308,18 @@ class Simulation:
             component = "xyz".index(name[1])
             return u_cut[component] if component < len(u_cut) else xp.zeros_like(u_cut[0])
 
-        planes = self.backend.to_host(xp.stack([one(name) for name in names]))
+        parts = [one(name).reshape(-1) for name in names]
+        m = 0 if probe_solid is None else probe_solid.size
+        if m:
+            parts.append(node_values(rho.reshape(-1)[n:], u.reshape(u.shape[0], -1)[:, n:],
+                                     self.config.initial_density, xp).reshape(-1))
+        host = np.asarray(self.backend.to_host(xp.concatenate(parts)), dtype=np.float64)
+        planes = host[:len(names) * n].reshape(len(names), *solid.shape)
         planes[:, solid] = np.nan
-        return planes
+        values = host[len(names) * n:].reshape(len(PROBE_FIELDS), m)
+        if m:
+            values[:, probe_solid] = np.nan
+        return planes, values
 
     def _derived_plane(self, axis: int, index: int, quantity: str) -> np.ndarray:
         """A :data:`DERIVED` quantity on a cut (host, NaN in solids; lattice units): the

@@ -118,18 +118,21 @@ class FlowSummary:
     reading: Reading | None = None
     #: Flow through the openings the config lists (:meth:`Simulation.opening_flows`).
     openings: tuple[OpeningFlow, ...] = ()
+    #: The :class:`solver.probes.Readings` gathered with the cut (None: no probes asked).
+    probes: Any = None
 
     @classmethod
     def of(cls, sim: Any, view: SliceView, health: bool = True,
-           monitor: RunMonitor | None = None) -> FlowSummary:
+           monitor: RunMonitor | None = None, probes: Any = None) -> FlowSummary:
         """The cut ``view`` of a :class:`~solver.simulation.Simulation`, read by ``monitor``
-        (one made for ``sim`` if None) when ``health``; only the planes and a few scalars
-        leave the device."""
+        (one made for ``sim`` if None) when ``health``, and ``probes`` (a ProbeSet inside the
+        grid, or None) sampled with the cut; only the planes, the probed values and a few
+        scalars leave the device."""
         view = resolve_view(view, sim.solid.shape)
-        look = sim.view(view.axis, view.index, view.quantity, health=health)
+        look = sim.view(view.axis, view.index, view.quantity, health=health, probes=probes)
         # A few numbers per opening: the per-link fluxes and opening densities are small.
         flow = cls(view, look["plane"], look["velocity"], look["axes"],
-                   openings=sim.opening_flows())
+                   openings=sim.opening_flows(), probes=look.get("probes"))
         if not health:
             return flow
         monitor = monitor if monitor is not None else RunMonitor(sim.problem, sim.config.tau)

@@ -18,24 +18,28 @@ from __future__ import annotations
 
 import html
 import logging
+import time
 
 import matplotlib
 import numpy as np
 import panel as pn
 import param
 import pyvista as pv
+from panel.pane.vtk.vtk import VTKRenderWindowSynchronized
 
 from solver.coarse_flow import COARSE_FIELDS
 from solver.flow_fields import FIELDS
 
 from ..controller import Controller
 from ..openings import opening_groups
+from ..recording import SceneRecorder
 from .field_units import field_si
 from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_points, streamlines
 from .slice_view import colour_range
 
 __all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
-           "colour_openings", "discs_by_kind", "add_opening_actors", "colour_bar_html"]
+           "colour_openings", "discs_by_kind", "add_opening_actors", "colour_bar_html",
+           "flow_info_html"]
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +50,13 @@ VESSEL_RGB = "#d98c8c"
 VESSEL_OPACITY = 0.3
 STREAMLINE_RGB = "#1d4ed8"
 ISO_RGB = "#f59e0b"
-#: Seconds between coarse 3D flows the runner reads (each reads all tiles once).
-FLOW3D_INTERVAL_S = 2.0
+#: Seconds between coarse 3D flows the runner reads, unless the view is given its scene refresh
+#: period (the dashboard's: the flow then comes as often as the scene was synced before). Each
+#: new one goes to the browser at once (within a poll) and stands for that sync: every sync
+#: makes vtk.js rebuild its render window with a new WebGL context, and at a sync every 2 s a
+#: slow browser fell behind by tens of seconds and Chromium dropped the oldest context, the
+#: plots' (Bokeh's "regl context lost").
+FLOW3D_INTERVAL_S = 10.0
 #: Mask size per axis above which the surface is built from a coarsened mask.
 MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
@@ -156,16 +165,88 @@ def add_opening_actors(plotter: pv.Plotter, kind_meshes: dict[str, pv.PolyData],
     return actors
 
 
+class FlowSyncVTK(VTKRenderWindowSynchronized):
+    """The VTK pane of the 3D view, sending each browser copy only the data arrays it lacks.
+
+    Panel's pane sends every array of the scene on every sync (the browser never reports the
+    ones it holds), and renders the window on the server first. vtk.js keeps the arrays it
+    fetched by hash and drops only those no sync used for a while, so the arrays of the
+    previous sync are still there: this pane sends only the others (a new streamline mesh, not
+    the solid surface again). :meth:`synchronize` with ``render=False`` also skips the server
+    render, about half a second of CPU for a 48^3 scene in software OpenGL, which a sync of
+    meshes fed straight to their mappers (no pipeline to update) does not need.
+    """
+
+    _render = True
+
+    def __init__(self, *args, **params) -> None:
+        super().__init__(*args, **params)
+        self._held: dict[str, set[str]] = {}  # model id -> array hashes its last sync used
+
+    def synchronize(self, render: bool = True) -> None:
+        """Send the scene to the browser (``render``: render it on the server first)."""
+        self._render = render
+        try:
+            super().synchronize()
+        finally:
+            self._render = True
+
+    def _update(self, ref: str, model) -> None:
+        context = self._contexts[model.id]
+        held = self._held.get(model.id, set())
+        scene, arrays, annotations = self._serialize_ren_win(self.object, context,
+                                                             exclude_arrays=held)
+        context.checkForArraysToRelease()
+        self._held[model.id] = _array_hashes(scene)
+        model.update(arrays=arrays, scene=scene, annotations=annotations)
+
+    def _serialize_ren_win(self, ren_win, context, binary=False, compression=True,
+                           exclude_arrays=None):
+        from panel.pane.vtk import synchronizable_serializer as serializer
+
+        ren_win.OffScreenRenderingOn()
+        if self._render:
+            ren_win.Modified()
+            ren_win.Render()
+        scene = serializer.serializeInstance(None, ren_win, context.getReferenceId(ren_win),
+                                             context, 0)
+        scene["properties"]["numberOfLayers"] = 2  # as Panel's own: vtk.js's second layer
+        skip = set(exclude_arrays or ())
+        arrays = {name: context.getCachedDataArray(name, binary=True, compression=False)
+                  for name in _array_hashes(scene) if name not in skip
+                  and name in context.dataArrayCache}
+        return scene, arrays, context.getAnnotations()
+
+
+def _array_hashes(scene) -> set[str]:
+    """The hashes of every data array a serialised scene refers to."""
+    found: set[str] = set()
+    stack = [scene]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("hash"), str):
+                found.add(item["hash"])
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
+
+
 class Scene3D(pn.viewable.Viewer):
     """Cutaway 3D view of the geometry with the live slice plane."""
 
     active = param.Boolean(default=True, doc="Whether the view is on screen (else not synced).")
 
-    def __init__(self, controller: Controller, setup=None, **params) -> None:
+    def __init__(self, controller: Controller, setup=None, flow_interval_s: float | None = None,
+                 **params) -> None:
         """``setup``: the :class:`~app.views.physics_panel.PhysicalSetup` whose units read the
-        isosurface level in SI (None: lattice units)."""
+        isosurface level in SI (None: lattice units); ``flow_interval_s``: seconds between
+        coarse flows (None: FLOW3D_INTERVAL_S), the scene's refresh period in the dashboard."""
         super().__init__(**params)
         self.controller, self.setup = controller, setup
+        self.flow_interval_s = float(flow_interval_s or FLOW3D_INTERVAL_S)
+        self._synced_at = -float("inf")  # time.monotonic() of the last flow sync
         self._flow_controls()
         self.plotter = pv.Plotter(off_screen=True, window_size=(640, 480))
         self.plotter.set_background("#f4f6f8")
@@ -190,10 +271,11 @@ class Scene3D(pn.viewable.Viewer):
         self._initial_scene()
         # No orientation widget: vtk.js re-creates the render window on every update and its
         # widget then reads the viewport of the deleted renderer (a console error).
-        self.pane = pn.pane.VTK(self.plotter.ren_win, sizing_mode="stretch_width", height=480,
+        self.pane = FlowSyncVTK(self.plotter.ren_win, sizing_mode="stretch_width", height=480,
                                 enable_keybindings=True, css_classes=["scene3d"])
         self.colour_bar = pn.pane.HTML(self._bar_text, sizing_mode="stretch_width", height=44,
                                        css_classes=["scene3d-colourbar"])
+        self._flow_sent = None  # the CoarseFlow whose meshes the browser was last sent
 
     def _flow_controls(self) -> None:
         """Streamline and isosurface widgets; changing one asks the runner for the flow."""
@@ -209,7 +291,19 @@ class Scene3D(pn.viewable.Viewer):
             FIELDS[f].label: f for f in COARSE_FIELDS}, value="umag", width=140)
         self.iso_level = pn.widgets.FloatInput(name="level, SI (0 = auto)", value=0.0,
                                                width=140)
+        # Recording: a picture of the scene (rendered off screen) every so many seconds.
+        self.recorder = SceneRecorder()
+        self.record = pn.widgets.Checkbox(name="record 3D view", value=False, width=120,
+                                          align="end")
+        self.record_every = pn.widgets.FloatInput(name="every (s)", value=2.0, start=0.5,
+                                                  width=90)
+        self.record.param.watch(lambda e: self.recorder.clear() if e.new else None, "value")
+        self.record_every.param.watch(self._record_interval, "value")
         self._flow_key: tuple | None = None
+        # Which coarse flow the meshes show (its step and the wall time it was read at: the
+        # browser tests measure an update's delay from it).
+        self.flow_info = pn.pane.HTML(flow_info_html(None), height=20,
+                                      sizing_mode="stretch_width", css_classes=["flow3d-info"])
         for widget in (self.show_streamlines, self.show_iso, self.iso_field):
             widget.param.watch(self._request_flow, "value")
         for widget in (self.seeds, self.seed_from, self.iso_level):
@@ -218,13 +312,14 @@ class Scene3D(pn.viewable.Viewer):
             pn.Row(self.show_streamlines, self.seeds, self.seed_from,
                    sizing_mode="stretch_width"),
             pn.Row(self.show_iso, self.iso_field, self.iso_level, sizing_mode="stretch_width"),
-            sizing_mode="stretch_width", css_classes=["flow3d-controls"])
+            pn.Row(self.record, self.record_every, sizing_mode="stretch_width"),
+            self.flow_info, sizing_mode="stretch_width", css_classes=["flow3d-controls"])
 
     def _request_flow(self, *events) -> None:
         """Ask the runner for the coarse flow the shown views need (or for none)."""
         name = (self.iso_field.value if self.show_iso.value
                 else "umag" if self.show_streamlines.value else None)
-        self.controller.set_flow3d(name, FLOW3D_INTERVAL_S)
+        self.controller.set_flow3d(name, self.flow_interval_s)
         self._flow_widgets_changed()
 
     def _flow_widgets_changed(self, *events) -> None:
@@ -258,7 +353,54 @@ class Scene3D(pn.viewable.Viewer):
                 surface = isosurface(grid, self._level(flow))
         self._meshes["streamlines"].copy_from(_servable(lines))
         self._meshes["iso"].copy_from(_servable(surface))
+        self.flow_info.object = flow_info_html(flow if usable and (want_lines or want_iso)
+                                               else None)
         return True
+
+    def refresh_flow(self) -> None:
+        """Send a new coarse flow's streamlines and isosurface to the browser at once (called
+        on every poll): they arrive within a poll of the runner publishing the flow, not at
+        the scene's next refresh of every few seconds (issue 30: an update in <= 1 s)."""
+        flow = self.controller.snapshot.flow3d
+        geometry = self.controller.geometry
+        if (not self.active or not self._meshes or flow is None or flow is self._flow_sent
+                or not (self.show_streamlines.value or self.show_iso.value)
+                or geometry is None or geometry.ndim != 3 or self._geometry is not geometry
+                or flow.scalar.shape != tuple(-(-n // flow.stride) for n in geometry.shape)):
+            return
+        self._flow_sent = flow
+        snap = self.controller.snapshot
+        try:
+            if snap.plane is not None and snap.plane.ndim == 2:  # the plane of the same sync
+                self._update(geometry, snap.plane, snap.view)
+                self._key = (id(geometry), snap.view, snap.step, snap.seq)
+            changed = self._update_flow(flow)
+        except Exception:  # a broken 3D view must not take the dashboard down
+            log.exception("3D flow update failed")
+            return
+        if changed:
+            self.pane.synchronize(render=False)
+            self._synced_at = time.monotonic()
+
+    def _record_interval(self, event) -> None:
+        if event.new and event.new > 0:
+            self.recorder.interval_s = float(event.new)
+
+    def record_tick(self) -> bool:
+        """With 'record 3D view' on and a picture due: bring the server's scene up to the
+        latest snapshot (plane, streamlines, isosurface; the browser is not synced) and keep
+        a picture of it (called on every poll); True if one was kept."""
+        snap, geometry = self.controller.snapshot, self.controller.geometry
+        if (not self.record.value or not self._meshes or geometry is None or geometry.ndim != 3
+                or snap.plane is None or snap.plane.ndim != 2):
+            return False
+
+        def take() -> np.ndarray:
+            self._update(geometry, snap.plane, snap.view)
+            self._update_flow(snap.flow3d)
+            return self.picture()
+
+        return self.recorder.offer(take, f"step {snap.step:,}")
 
     def _level(self, flow) -> float:
         """The isosurface level in lattice units: the SI input over the field's factor, or
@@ -279,12 +421,16 @@ class Scene3D(pn.viewable.Viewer):
         plane = np.where(np.take(solid, view.index, axis=view.axis), np.nan, 0.0)
         self._update(geometry, plane, view)
 
-    def refresh(self) -> None:
-        """Bring the browser's scene up to date with the latest snapshot (periodic callback)."""
+    def refresh(self, force: bool = False) -> None:
+        """Bring the browser's scene up to date with the latest snapshot (periodic callback;
+        ``force``: even right after a flow's sync, e.g. for a new geometry or cut)."""
         snap = self.controller.snapshot
         geometry = self.controller.geometry
         if not self.active or not self._meshes or geometry is None or geometry.ndim != 3:
             return  # hidden, closed, or nothing 3D to show
+        if not force and (self.show_streamlines.value or self.show_iso.value) and \
+                time.monotonic() - self._synced_at < 0.9 * self.flow_interval_s:
+            return  # the flow's own syncs (refresh_flow) bring the scene this often
         key = (id(geometry), snap.view, snap.step, snap.seq)
         if key == self._key:
             return
@@ -376,19 +522,26 @@ class Scene3D(pn.viewable.Viewer):
         self._actors.update(add_opening_actors(self.plotter, self._meshes,
                                                self._meshes["labels"]))
 
+    def picture(self) -> np.ndarray:
+        """The 3D view (H, W, 3 uint8) rendered off screen from the browser's last camera."""
+        camera = getattr(self.pane, "camera", None) or {}
+        if {"position", "focalPoint", "viewUp"} <= set(camera):
+            self.plotter.camera.position = tuple(camera["position"])
+            self.plotter.camera.focal_point = tuple(camera["focalPoint"])
+            self.plotter.camera.up = tuple(camera["viewUp"])
+        # A render first: the screenshot alone returns the last rendered image, which the
+        # meshes changed since (a recording's pictures were all the first one).
+        self.plotter.render()
+        return self.plotter.screenshot(return_img=True)
+
     def png(self) -> bytes:
         """The 3D view as a PNG, rendered off screen from the browser's last camera."""
         import io
 
         from matplotlib.image import imsave
 
-        camera = getattr(self.pane, "camera", None) or {}
-        if {"position", "focalPoint", "viewUp"} <= set(camera):
-            self.plotter.camera.position = tuple(camera["position"])
-            self.plotter.camera.focal_point = tuple(camera["focalPoint"])
-            self.plotter.camera.up = tuple(camera["viewUp"])
         out = io.BytesIO()
-        imsave(out, self.plotter.screenshot(return_img=True), format="png")
+        imsave(out, self.picture(), format="png")
         return out.getvalue()
 
     def close(self) -> None:
@@ -416,6 +569,16 @@ def colour_bar_html(label: str, low: float, high: float, stops: int = 11) -> str
             f'<span style="flex:1;height:12px;background:linear-gradient(to right, {colours})">'
             f'</span><span class="colourbar-high">{high:.3g}</span>'
             f'<span class="colourbar-label">{html.escape(label)}</span></div>')
+
+
+def flow_info_html(flow) -> str:
+    """What the flow meshes show: the step of ``flow`` (a CoarseFlow; None: nothing) with its
+    step and read time (``data-step``, ``data-read``: wall-clock seconds) for tests."""
+    if flow is None:
+        return '<span class="flow3d-step" data-step="-1" data-read="0"></span>'
+    return (f'<span class="flow3d-step" data-step="{flow.step}" data-read="{flow.read_at:.3f}" '
+            f'style="font-size:12px;color:#555">3D flow of step {flow.step:,} '
+            f'(every {flow.stride} voxels)</span>')
 
 
 def camera_state(camera: pv.Camera) -> dict:

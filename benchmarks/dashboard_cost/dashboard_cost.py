@@ -77,7 +77,8 @@ log = logging.getLogger("dashboard_cost")
 FRAME_HZ = 10.0
 #: The dashboard re-synchronises its 3D view this often (app.settings: scene_refresh_s).
 SCENE_REFRESH_S = 10.0
-#: Seconds between coarse 3D flows the runner reads (app.views.scene3d.FLOW3D_INTERVAL_S).
+#: Seconds between coarse 3D flows the runner reads: more often than the dashboard's
+#: app.views.scene3d.FLOW3D_INTERVAL_S (5 s), a stricter cost, comparable with earlier runs.
 VIEWS_INTERVAL_S = 2.0
 #: Streamline seeds in the host build timing (the 3D view's default count).
 SEEDS = 60
@@ -210,19 +211,25 @@ def headless(geometry, config: SimulationConfig, case: Case) -> dict:
         good.keep(sim)
         sim.backend.to_host(xp.zeros(1))  # waits for the device copy (same stream)
 
+    probes = three_probes(geometry)
     publish = {
         "cut_only_s": _median_seconds(lambda: FlowSummary.of(sim, view, health=False)),
+        "cut_and_probes_s": _median_seconds(
+            lambda: FlowSummary.of(sim, view, health=False, probes=probes)),
+        "health_only_s": _median_seconds(sim.health),
         "cut_and_health_s": _median_seconds(lambda: FlowSummary.of(sim, view, health=True)),
         "last_good_copy_s": _median_seconds(keep),
         "last_good_on_device": good.on_device,
         "before_full_readback_s": _median_seconds(sim.fields),
         "before_host_populations_s": _median_seconds(sim.populations),
-        "probes_3_s": _median_seconds(lambda: sim.sample(three_probes(geometry))),
+        "probes_3_s": _median_seconds(lambda: sim.sample(probes)),
         "coarse_flow_q_s": _median_seconds(lambda: sim.coarse_flow("qcrit")),
     }
     module = flow3d_module()
     publish["meshes"] = (mesh_seconds(sim.coarse_flow("qcrit"), geometry, module)
                          if module is not None else None)
+    if module is None:
+        log.info("no PyVista: the host part of a 3D flow update is timed with --meshes-only")
     good.clear()
     out = {
         "fluid_nodes": int(fluid), "n_tiles": int(sim.tiling.n_tiles),
@@ -462,6 +469,11 @@ def markdown(result: dict) -> str:
     rows += [
         ("publish: cut only (the slice's nodes alone)",
          f"{1e3 * p['cut_only_s']:.2f} ms", "", ""),
+        *([] if "cut_and_probes_s" not in p else [
+            ("publish: cut + 3 probes (one gather, as the runner publishes)",
+             f"{1e3 * p['cut_and_probes_s']:.2f} ms", "", ""),
+            ("health check alone (moments of the whole state)",
+             f"{1e3 * p['health_only_s']:.1f} ms", "", "")]),
         ("publish with health check (moments of the whole state, once)",
          f"{1e3 * p['cut_and_health_s']:.1f} ms", "", ""),
         (f"last good state: copy on the {where} (every >= {REFRESH_S:g} s)",
@@ -470,7 +482,7 @@ def markdown(result: dict) -> str:
          "", ""),
         ("before: host copy of the populations per publish",
          f"{1e3 * p['before_host_populations_s']:.0f} ms", "", ""),
-        ("publish part: 3 probes sampled on the device", f"{1e3 * p['probes_3_s']:.2f} ms",
+        ("3 probes sampled alone on the device", f"{1e3 * p['probes_3_s']:.2f} ms",
          "", ""),
         ("publish part: coarse 3D flow with Q (every few s)",
          f"{1e3 * p['coarse_flow_q_s']:.1f} ms", "", ""),
@@ -482,6 +494,8 @@ def markdown(result: dict) -> str:
             ("coarse read + streamlines + isosurface (before the browser sync)",
              f"{_update_s(p):.2f} s", "<= 1 s", _yes(_update_s(p) <= 1.0)),
         ]),
+        *([] if p.get("meshes") else [
+            ("host: streamlines + isosurface", "not timed here (no PyVista)", "", "")]),
         ("start() to first slice (kernels cached)", f"{f['first_slice_s']:.2f} s", "< 2 s",
          _yes(f["first_slice_s"] < 2.0)),
         ("start() to first slice of a stepped flow", f"{f['first_stepped_slice_s']:.2f} s", "",
@@ -556,6 +570,50 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def meshes_only(args: argparse.Namespace) -> dict:
+    """One 3D flow update of the case before the browser sync (issue 30 item 6), where PyVista
+    is: the coarse flow with Q of a run stepped ``--mesh-steps`` times on ``--backend``, then
+    SEEDS streamlines and the Q isosurface built from it on the host (median of 3 each)."""
+    case = SMALL if args.small else FULL
+    module = flow3d_module()
+    if module is None:
+        raise SystemExit("--meshes-only needs PyVista (the 3D view's meshes are built with it).")
+    geometry = random_sphere_pack(case.shape, case.porosity, case.diameter, seed=0)
+    sim = Simulation(geometry, case_config(args.backend))
+    sim.allocate()
+    sim.step(args.mesh_steps)
+    read = _median_seconds(lambda: sim.coarse_flow("qcrit"))
+    flow = sim.coarse_flow("qcrit")
+    runs = [mesh_seconds(flow, geometry, module) for _ in range(3)]
+    sim.close()
+    meshes = {key: float(np.median([r[key] for r in runs])) for key in runs[0]}
+    device = dict(get_backend(args.backend).device_info())
+    return {"device": str(device.get("name")), "backend": args.backend,
+            "host": platform.node(), "date": date.today().isoformat(), "commit": git_commit(),
+            "shape": list(case.shape), "steps": args.mesh_steps,
+            "coarse_shape": list(flow.scalar.shape), "coarse_flow_q_s": read, "meshes": meshes,
+            "update_s": read + meshes["streamlines_s"] + meshes["isosurface_s"]}
+
+
+def meshes_markdown(result: dict) -> str:
+    """The report of :func:`meshes_only`."""
+    m = result["meshes"]
+    shape = "x".join(map(str, result["shape"]))
+    coarse = "x".join(map(str, result["coarse_shape"]))
+    rows = [("coarse flow with Q (read on the backend)",
+             f"{1e3 * result['coarse_flow_q_s']:.1f} ms"),
+            (f"{SEEDS} streamlines (PyVista, host)", f"{1e3 * m['streamlines_s']:.0f} ms"),
+            ("Q isosurface (PyVista, host)", f"{1e3 * m['isosurface_s']:.0f} ms"),
+            ("one 3D flow update before the browser sync", f"{result['update_s']:.2f} s")]
+    return "\n".join([
+        f"# 3D flow update: {result['device']} ({result['backend']}), host {result['host']}", "",
+        f"Date {result['date']}, commit {result['commit']}. Sphere pack {shape} after "
+        f"{result['steps']} steps; coarse grid {coarse}; "
+        f"{int(m['streamline_points']):,} streamline points, "
+        f"{int(m['isosurface_cells']):,} isosurface cells.", "",
+        "| quantity | value |", "| --- | ---: |", *[f"| {a} | {b} |" for a, b in rows], ""])
+
+
 def _interval(text: str) -> float | None:
     return None if text == "default" else float(text)
 
@@ -575,11 +633,24 @@ def main() -> int:
                              "runner's own, as the dashboard uses it (default: default 0.1)")
     parser.add_argument("--no-views", action="store_true",
                         help="skip the run with probes and the coarse 3D flow (issue 30)")
+    parser.add_argument("--meshes-only", action="store_true",
+                        help="only time one 3D flow update (coarse flow, streamlines and "
+                             "isosurface; needs PyVista) of a run stepped --mesh-steps times")
+    parser.add_argument("--mesh-steps", type=int, default=200,
+                        help="steps before the --meshes-only update (default 200)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    result = run(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.meshes_only:
+        found = meshes_only(args)
+        slug = re.sub(r"[^a-z0-9]+", "-", f"{found['device']}-{found['host']}".lower()).strip("-")
+        stem = f"flow3d-update-{slug}-{found['date']}"
+        (out / f"{stem}.json").write_text(json.dumps(found, indent=2, default=str))
+        (out / f"{stem}.md").write_text(meshes_markdown(found))
+        print(meshes_markdown(found))
+        return 0
+    result = run(args)
     slug = re.sub(r"[^a-z0-9]+", "-", result["meta"]["device"].lower()).strip("-")
     stem = f"dashboard-cost-{slug}-{result['meta']['date']}"
     (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +11,19 @@ import pytest
 
 from app.controller import Controller, fullest_layer
 from app.views.counters import counter_cards
-from app.views.scene3d import VESSEL_OPACITY, Scene3D, is_vessel, solid_surface
+from app.views.scene3d import (
+    VESSEL_OPACITY,
+    Scene3D,
+    is_vessel,
+    solid_surface,
+)
 from geometries import VoxelGeometry, samples
 from solver.snapshot import OpeningFlow, Snapshot
 
 pytestmark = pytest.mark.timeout(300)
+
+#: Seconds between coarse flows in these tests (the 3D view asks for one every 5 s).
+FAST_FLOW3D_S = 0.5
 
 
 def test_a_vessel_is_drawn_as_its_see_through_wall_without_the_box_of_solid():
@@ -166,6 +175,20 @@ def test_streamlines_and_an_isosurface_come_from_the_coarse_flow():
         assert lines.points.min() >= -0.5 and (lines.points.max(axis=0) <= np.array(
             solid.shape) - 0.5).all()
         first = lines.n_points
+        assert f'data-step="{snap.flow3d.step}"' in scene.flow_info.object
+        # A newer coarse flow reaches the meshes on the next poll, not at the next refresh.
+        before = lines.points.copy()
+        controller.set_flow3d("umag", FAST_FLOW3D_S)  # sooner than the view's 5 s
+        time.sleep(FAST_FLOW3D_S)
+        controller.step(60)
+        newer = controller.runner.wait_for(lambda s: s.flow3d is not None
+                                           and s.flow3d.step > snap.flow3d.step, 60)
+        controller.poll()
+        scene.refresh_flow()
+        assert f'data-step="{newer.flow3d.step}"' in scene.flow_info.object
+        after = scene._meshes["streamlines"].points
+        assert after.shape != before.shape or not np.allclose(after, before)
+        first = scene._meshes["streamlines"].n_points
         scene.seed_from.value = "probe line"  # no line: the slice plane again
         scene.seeds.value = 5
         assert scene._meshes["streamlines"].n_points < first
@@ -286,3 +309,60 @@ def test_the_slice_recording_keeps_frames_at_the_interval_and_makes_a_gif_and_an
     now[0] += 5
     recorder.offer(np.zeros((5, 5)), "another cut", "|u| (m/s)")
     assert len(recorder) == 1
+
+
+def test_the_3d_view_records_pictures_that_change_with_the_flow_as_a_gif_and_an_mp4():
+    """Issue 30 item 4: the 3D view recorded at an interval (off screen, headless), each
+    picture the scene of its snapshot: the plane's colours and the streamlines follow the
+    flow, so pictures of a changing flow differ; the MP4 decodes to those pictures."""
+    import imageio_ffmpeg
+
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((16, 10, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    solid[6:9, 3:6, 2:6] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    scene = Scene3D(controller)
+    now = [0.0]
+    scene.recorder.clock = lambda: now[0]
+    try:
+        with pytest.raises(ValueError, match="Nothing recorded"):
+            scene.recorder.gif()
+        assert not scene.record_tick(), "nothing is recorded unless asked"
+        scene.record.value = True
+        scene.show_streamlines.value = True
+        controller.set_flow3d("umag", FAST_FLOW3D_S)  # sooner than the view's 5 s
+        controller.runner.wait_for(lambda s: s.plane is not None, 60)
+        controller.poll()
+        assert scene.record_tick()  # the fluid at rest
+        assert not scene.record_tick(), "the next picture comes after the interval"
+        for total in (30, 230):
+            time.sleep(FAST_FLOW3D_S)  # a new coarse flow with the next publish
+            controller.step(total - controller.snapshot.step)
+            controller.runner.wait_for(lambda s, total=total: s.step == total
+                                       and s.flow3d is not None and s.flow3d.step == total, 60)
+            controller.poll()
+            now[0] += scene.recorder.interval_s
+            assert scene.record_tick()
+        pictures = [p for p, _ in scene.recorder.frames]
+        assert [t for _, t in scene.recorder.frames] == ["step 0", "step 30", "step 230"]
+        assert pictures[0].shape == (480, 640, 3)
+        for a, b in zip(pictures, pictures[1:], strict=False):
+            assert (np.abs(a.astype(int) - b).sum(axis=2) > 30).sum() > 200
+        assert scene.recorder.gif()[:6] == b"GIF89a"
+        mp4 = scene.recorder.mp4()
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "view3d.mp4"
+            path.write_bytes(mp4)
+            reader = imageio_ffmpeg.read_frames(str(path))
+            meta = next(reader)
+            frames = [np.frombuffer(f, np.uint8).reshape(*meta["size"][::-1], 3)
+                      for f in reader]
+        assert len(frames) == 3 and frames[0].shape == (480, 640, 3)
+        for a, b in zip(frames, frames[1:], strict=False):
+            assert np.abs(a.astype(int) - b).mean() > 0.5
+    finally:
+        scene.close()
+        controller.close()

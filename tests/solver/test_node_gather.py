@@ -62,7 +62,7 @@ def _old_cut(sim: Simulation, axis: int, index: int, names: list[str]) -> np.nda
     """A cut's planes before node reads: the moments of the tiles it passes through."""
     cut = sim._cut(axis, index)
     rho, u = sim._reader().moments(cut.tiles)
-    return sim._planes(rho, u, cut.local, cut.solid, names)
+    return sim._planes(rho, u, cut.local, cut.solid, names)[0]  # (planes, probe values)
 
 
 def _assert_same(sim: Simulation) -> None:

@@ -119,3 +119,28 @@ def test_the_runner_publishes_probe_readings_and_the_coarse_flow():
         assert snap.error is None and snap.probes is None
     finally:
         runner.stop()
+
+
+@pytest.mark.parametrize("health", [False, True])
+def test_probes_gathered_with_the_cut_read_what_sampling_alone_reads(health):
+    """A live view samples its probes in the cut's gather and transfer (one look per
+    publish): the same probe values as Simulation.sample, the same planes as without."""
+    solid = np.zeros((8, 7, 6), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    sim = Simulation(solid, SimulationConfig(backend="numpy", body_force=(1e-5, 0, 0)))
+    sim.step(20)
+    probes = ProbeSet((Probe("mid", (3, 3, 2)), Probe("wall", (3, 0, 2))),
+                      (Line("across", (4, 0, 1), (4, 6, 1)),))
+    alone = sim.sample(probes)
+    plain = sim.view(2, 3, "umag", health=health)
+    looked = sim.view(2, 3, "umag", health=health, probes=probes)
+    np.testing.assert_array_equal(looked["plane"], plain["plane"])
+    np.testing.assert_array_equal(looked["velocity"], plain["velocity"])
+    got = looked["probes"]
+    assert got.step == alone.step == 20
+    for name, values in alone.probes.items():
+        np.testing.assert_array_equal(list(got.probes[name].values()), list(values.values()))
+    for key, profile in alone.lines["across"].items():
+        np.testing.assert_array_equal(got.lines["across"][key], profile)
+    assert np.isnan(got.probes["wall"]["ux"]) and got.probes["mid"]["ux"] > 0
+    sim.close()
