@@ -208,6 +208,9 @@ class LatticeChoice:
     backend: str
     given: bool
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: The grid at which TAU_MIN keeps the expected peak at the target ("a voxel size of ...
+    #: m or less (N voxels along ...)"), for advice after a divergence; "" when nothing drives.
+    finer: str = ""
 
     def text(self) -> str:
         """One paragraph: the choice, its cost and any warning (SI)."""
@@ -290,7 +293,8 @@ def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
     return LatticeChoice(tau=chosen, dt=units.dt, units=units, peak=peak, mach=mach,
                          mach_target=mach_target, area_ratio=max(demand.area_ratio, 1.0),
                          steps_per_flow_through=steps, wall_seconds=wall, mflups=mflups,
-                         backend=backend, given=tau is not None, warnings=tuple(warnings))
+                         backend=backend, given=tau is not None, warnings=tuple(warnings),
+                         finer=_resolution(demand, peak, mach_target) if peak > 0 else "")
 
 
 def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,

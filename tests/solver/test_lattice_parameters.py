@@ -102,6 +102,7 @@ def test_no_stable_tau_at_this_resolution_says_which_resolution_would():
     choice = choose_lattice(aorta)
     assert choice.tau == TAU_MIN and MACH_TARGET < choice.mach < MAX_MACH
     assert "voxels along the geometry" in choice.warnings[0]
+    assert choice.finer and choice.finer in choice.warnings[0]  # a divergence's advice
     # Four times faster: refused even at TAU_MIN, naming the voxel size that meets the target.
     fast = dataclasses.replace(aorta, inlet_speed=0.08)
     with pytest.raises(ConfigError, match="voxel size of") as info:
