@@ -1,7 +1,7 @@
 """The registry of opening boundary kinds: what drives the flow through a geometry's openings.
 
 An opening (:class:`geometries.openings.Opening`) is a plane inside the box where fluid enters or
-leaves a vessel; the links that cross it (:func:`geometries.openings.crossing_links`) bounce back
+leaves a vessel; the links that cross it (:func:`solver.opening_links.crossing_links`) bounce back
 like a wall unless a kind below replaces them. ``SimulationConfig.openings`` maps an opening id to
 its condition, in lattice units (SI conversion happens at the edges, :mod:`solver.units`):
 
