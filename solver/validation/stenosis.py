@@ -21,20 +21,32 @@ step heights (8.7 d at Re 100, d = 6, not yet steady): over 40 d at Re 500, and 
 (converged after 5.9 flow-throughs at Re 100, d = 6, 12 d long, on NumPy);
 ``expanded_pipe(d, ratio=3)`` builds the other.
 
+The Reynolds number is that of the voxelised throat (:func:`_setup`: its area gives the
+equivalent diameter and the flow rate); the nominal disc's area differs from the voxels' by up
+to 2 % with d, up or down, an error that is not monotone in d: at d = 24, 28, 32 the voxel
+throat is -1.0, +0.0, +1.0 % off, which alone moves a drop ~ U_t^2 by about +2, 0, -2 %, as
+much as the first GPU run's stenosis at Re 500 changed (0.510, 0.502, 0.491).
+
 Checked per run: the steady state is reached (the run stops as converged, no divergence) and
 the mass balance (net / inflow) is at most 0.5 %. Per Reynolds number: the pressure drop
-``dp / (rho U_t^2)`` (U_t the throat's mean speed; inlet minus outlet opening) converges with
-resolution (the change between the two finer grids is smaller than between the two coarser
-ones; the observed order of ``f(h) = f0 + C h^p`` through the three values is in the note).
-Behind the expansion at Re 500: the centreline speed 5 and 15 throat diameters after the step
-(over U_t) and the length of the recirculation zone (where the mean axial speed near the wall
-turns positive, in throat diameters), converging with resolution the same way.
+``dp / (rho U_t^2)`` (U_t the throat's mean speed) between two fixed stations, 1 d after the
+inlet and 2 d before the outlet (cross-section means, away from the openings' boundary layers;
+the drop between the openings is reported next to it), converges with resolution
+(:func:`converging`: the change between the two finer grids is smaller than between the two
+coarser ones, OR all three lie within the band of :data:`BANDS`, 0.02 rho U_t^2; the observed
+order of ``f(h) = f0 + C h^p`` through the three values is in the note where they are
+monotone). Behind the expansion at Re 500: the centreline speed 5 and 15 throat diameters after
+the step (over U_t; band 0.02 U_t) and the length of the recirculation zone (where the mean axial
+speed near the wall turns positive, in throat diameters; band 2 %), converging the same way.
 
-Resolutions (throat diameter in voxels) differ per Reynolds number: on a coarse grid tau would
-have to go below :data:`solver.lattice_parameters.TAU_MIN` for the Mach target, and at tau 0.51
-the peak of Re 300 (500) passes the hard Mach limit 0.3 below d = 15 (24) voxels, where the run
-is refused. ``ci`` runs one coarse stenosis at Re 100 (d = 6, a shorter tube; about 20 s of CPU
-on NumPy); the expansion has no ci size (its wide pipe fills slowly: minutes on NumPy).
+Resolutions (throat diameter in voxels) grow by about 1.5 per step (1.33-1.5; the first run's
+24, 28, 32 were too close to tell an order) and differ per Reynolds number: tau stays at
+:data:`solver.lattice_parameters.TAU_MIN` (0.505, RR) on the coarser grids, where the expected
+peak is above the Mach target 0.1 (up to 0.19 at Re 500, d = 16) and reaches the target at the
+finest (0.1 at Re 300, d = 18 and 24; Re 500, d = 30). A coarser grid at Re 500 fails: the
+stenosis at throat Re 250 and d = 7 (the same lattice speed and viscosity as Re 500 at d = 14)
+diverged at step 2500 on NumPy. ``ci`` runs one coarse stenosis at Re 100 (d = 6, a shorter
+tube, on NumPy); the expansion has no ci size (its wide pipe fills slowly: minutes on NumPy).
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ __all__ = ["TubeRun", "run_tube", "observed_order", "converging", "station_drop"
 VISCOSITY, DENSITY, THROAT = 3.3e-6, 1060.0, 4e-3
 #: Throat diameters (voxels) per size and Reynolds number.
 RESOLUTIONS = {"ci": {100: (6,)},  # one grid: steady state and mass balance only
-               "full": {100: (10, 15, 20), 300: (15, 20, 24), 500: (24, 28, 32)}}
+               "full": {100: (8, 12, 18), 300: (12, 18, 24), 500: (16, 22, 30)}}
 #: Tube lengths (``upstream``, ``downstream``; stenosis in pipe diameters D, expansion in throat
 #: diameters d) per size; ci is shorter to finish in seconds on NumPy.
 LENGTHS = {"stenosis": {"ci": (1.0, 3.0), "full": (2.0, 8.0)},
