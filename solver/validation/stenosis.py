@@ -330,7 +330,7 @@ def tube_case(size: str, backend: str, name: str, kind: str, reynolds: int) -> l
     for d in ds:
         r = run_tube(kind, reynolds, d, size, backend)
         note = (f"{r.status}; tau {r.tau:.4g}, {r.collision}, expected Mach {r.mach:.2g}, "
-                f"{r.steps} steps")
+                f"{r.steps} steps" + ("" if r.status == "converged" else f": {r.message}"))
         out.append(CaseResult(name, f"steady state reached, d = {d}",
                               float(r.status == "converged"), 1.0, 0.0, f"d{d}", r.steps,
                               r.seconds, relative=False, note=note))
