@@ -142,8 +142,9 @@ def _setup(kind: str, reynolds: float, d: int, size: str, backend: str):
     equivalent diameter d_e = sqrt(4 A_t / pi) and the flow rate Q = Re nu pi d_e / 4, so that
     U_t = Q / A_t = Re nu / d_e. The voxel disc of nominal diameter d differs from pi d^2 / 4 by
     up to 2 % at d = 10-32, up or down with d (24: -1.0 %, 28: +0.0 %, 32: +1.0 %); with
-    the nominal area that error, O(1/d) but not monotone, entered every result and alone
-    accounted for the stenosis drop's -3.8 % from d = 24 to 32 at Re 500.
+    the nominal area that error, O(1/d) but not monotone, entered every result (estimated:
+    about -4 % on a drop ~ U_t^2 from d = 24 to 32, the size of the stenosis drop's change at
+    Re 500 in the first GPU run, -3.8 %).
     """
     from ..case import load_geometry, parse_case
 
