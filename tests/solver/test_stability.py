@@ -226,3 +226,18 @@ def test_tau_near_half_through_openings_warns_of_the_collision_not_of_tau():
     assert any("collide with RR" in w for w in check_stability(trt, solid, openings=True))
     assert not check_stability(auto, solid, openings=True)
     assert any("0.6-1.0" in w for w in check_stability(auto, solid))  # body-force runs
+
+
+def test_the_cli_run_gives_its_monitor_the_grid_that_meets_the_mach_target(tmp_path):
+    from solver.run import HeadlessRun
+    from solver.validation.stenosis import _setup
+
+    _, geometry, _, _, case = _setup("stenosis", 300, 6, "ci", "numpy")
+    run = HeadlessRun(case, out=str(tmp_path / "out"), geometry=geometry)
+    try:
+        # tau at the floor misses the target here: the advice names the finer voxel size
+        assert run.lattice_choice.mach > run.lattice_choice.mach_target
+        assert "voxel size of" in run.monitor.finer
+        assert run.monitor.finer == run.lattice_choice.finer
+    finally:
+        run.sim.close()
