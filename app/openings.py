@@ -21,7 +21,7 @@ import numpy as np
 
 from geometries import VoxelGeometry
 from geometries.openings import Opening, face_openings
-from solver.opening_kinds import DENSITY, SPEED, opening_kind
+from solver.opening_kinds import DENSITY, OPENING_TYPES, SPEED, opening_kind
 from solver.opening_kinds import opening_conditions as parse_opening_conditions
 from solver.opening_specs import MAX_DENSITY_CHANGE
 from solver.units import UnitSystem
@@ -43,12 +43,12 @@ __all__ = [
     "STEADY", "UPLOADED", "inlet_mean",
 ]
 
-#: Solver kind -> what the table calls it (the kinds of solver/opening_kinds.py).
-KIND_LABELS = {"velocity": "inlet velocity", "pressure": "outlet pressure",
-               "outflow": "outflow", "closed": "closed"}
+#: Solver kind -> what the table calls it (each kind's own label, solver/opening_kinds.py).
+KIND_LABELS = {name: opening_kind(name).label or name for name in OPENING_TYPES}
+#: Units a value may be entered in, per what it is (the kind's ``quantity``; first: default).
+_QUANTITY_UNITS = {SPEED: ("m/s", "mL/s", "µL/s"), DENSITY: ("Pa",), None: ("",)}
 #: Units an opening's value may be entered in, per kind (the first is the default).
-VALUE_UNITS = {"velocity": ("m/s", "mL/s", "µL/s"), "pressure": ("Pa",),
-               "outflow": ("",), "closed": ("",)}
+VALUE_UNITS = {name: _QUANTITY_UNITS[opening_kind(name).quantity] for name in OPENING_TYPES}
 #: m^3/s in one unit of each flow-rate choice.
 FLOW_UNITS = {"mL/s": 1e-6, "µL/s": 1e-9}
 #: Default inlet mean speed, lattice units (Mach 0.017: well inside the limit at any resolution).

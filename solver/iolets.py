@@ -1,6 +1,6 @@
 """Boundary conditions on a geometry's openings ("iolets"): per-link host tables and the NumPy pass.
 
-Every lattice link that crosses an opening (:func:`geometries.openings.crossing_links`) is a
+Every lattice link that crosses an opening (:func:`solver.opening_links.crossing_links`) is a
 link from a fluid node ``x`` in an outgoing direction ``j`` to a node beyond the opening plane,
 which halfway bounce-back would send back as ``f_opp(j)(x) = f*_j(x)``. Each opening kind
 (:mod:`solver.opening_kinds`) replaces that one bounced population by a link-wise rule, with
@@ -182,7 +182,7 @@ def _locate(tiling: Any, coords: np.ndarray, periodic: tuple[bool, ...]
 
 
 class _Frame:
-    """What :func:`geometries.openings.crossing_links` reads of a geometry."""
+    """What :func:`solver.opening_links.crossing_links` reads of a geometry."""
 
     def __init__(self, solid: np.ndarray, voxel_size: float | None, origin: tuple) -> None:
         self.solid, self.voxel_size = solid, voxel_size
@@ -256,7 +256,7 @@ def build_iolets(problem: Any) -> IoletTables | None:
                           "opening tables (solver.distributed.openings.rank_tables, "
                           "Problem.use_iolets); build them from the whole problem.")
     # Imported only for driven openings: the geometries package costs ~20 MB and 0.6 s.
-    from geometries.openings import crossing_links
+    from .opening_links import crossing_links
 
     lattice: Lattice = problem.lattice
     tiling = problem.tiling

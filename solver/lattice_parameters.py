@@ -48,10 +48,13 @@ __all__ = ["MACH_TARGET", "TAU_MIN", "TAU_MAX", "THROUGHPUT_MFLUPS", "Narrowing"
 #: (~Ma^2) near 1 % and leaves a factor 3 to the refusal at MAX_MACH for jets faster than the
 #: estimate.
 MACH_TARGET = 0.1
-#: Smallest relaxation time chosen: nu_lattice = 1/300. TRT diverged at tau 0.5186 on an
-#: aneurysm (issue 28) while MRT ran; a collision stable nearer 1/2 is on its way, so the bound
-#: is set by it, with a margin.
-TAU_MIN = 0.51
+#: Smallest relaxation time chosen: nu_lattice = 1/600. Runs through openings collide with RR
+#: there ('auto', :data:`solver.collisions.AUTO_TAU`), which stays stable towards 1/2 (a shear
+#: layer at tau 0.505 and U 0.2; a 75 % stenosis at throat Re 250, d = 7 and 12 voxels, and a
+#: sudden expansion, at tau 0.505 on NumPy). 0.51 (nu 1/300) put every vessel benchmark of
+#: issue 28 at Mach 0.15-0.26 where 0.505 halves it at the same grid: the compressibility
+#: error (~Ma^2) then no longer changes with the resolution as much as the grid error does.
+TAU_MIN = 0.505
 #: Largest relaxation time chosen (the former default 0.8 and 1.0 are the well-tested range).
 TAU_MAX = 1.0
 #: Fluid-node updates per second assumed before a run has measured its own, millions, per
@@ -208,6 +211,9 @@ class LatticeChoice:
     backend: str
     given: bool
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: The grid at which TAU_MIN keeps the expected peak at the target ("a voxel size of ...
+    #: m or less (N voxels along ...)"), for advice after a divergence; "" when nothing drives.
+    finer: str = ""
 
     def text(self) -> str:
         """One paragraph: the choice, its cost and any warning (SI)."""
@@ -290,7 +296,8 @@ def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
     return LatticeChoice(tau=chosen, dt=units.dt, units=units, peak=peak, mach=mach,
                          mach_target=mach_target, area_ratio=max(demand.area_ratio, 1.0),
                          steps_per_flow_through=steps, wall_seconds=wall, mflups=mflups,
-                         backend=backend, given=tau is not None, warnings=tuple(warnings))
+                         backend=backend, given=tau is not None, warnings=tuple(warnings),
+                         finer=_resolution(demand, peak, mach_target) if peak > 0 else "")
 
 
 def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import observables
+from .collisions import AUTO, chosen_collision, collision_model
+from .lattice_parameters import TAU_MIN
 from .observables import Permeability
 from .opening_kinds import opening_kind
 from .problem import Problem
@@ -52,13 +54,22 @@ HISTORY_LENGTH = 2000
 
 
 def divergence_message(tau: float, force: np.ndarray, finite: bool, max_speed: float,
-                       limit: float = DIVERGENCE_SPEED) -> str:
-    """What went wrong in a diverged run and what to change (lattice units, one wording)."""
+                       limit: float = DIVERGENCE_SPEED, *, openings: bool = False,
+                       collision: str = "", finer: str = "") -> str:
+    """What went wrong in a diverged run and what to change (lattice units, one wording).
+
+    A run driven through ``openings`` is never told to raise tau (at its voxel size a larger
+    tau raises the lattice speed, past the Mach limit): it is pointed to the collision 'auto'
+    chooses near 1/2 (RR) when it collides with another (``collision``), and to a finer grid,
+    ``finer`` (:attr:`solver.lattice_parameters.LatticeChoice.finer`) where known.
+    """
     if not finite:
         what = "NaN or Inf in the fluid"
     else:
         what = (f"max |u| = {max_speed:.3g} > limit {limit:g} lattice units "
                 f"(Mach {max_speed * 3**0.5:.2f})")
+    if openings:
+        return f"The simulation diverged: {what}. " + _openings_advice(tau, collision, finer)
     causes = []
     if tau < WARN_TAU:
         causes.append(f"tau = {tau:g} is too close to 0.5 (use 0.6 or more)")
@@ -72,6 +83,21 @@ def divergence_message(tau: float, force: np.ndarray, finite: bool, max_speed: f
         causes.append("the lattice Mach number |u|/c_s grew too high: lower the driving "
                       "velocity or pressure difference")
     return f"The simulation diverged: {what}. Likely causes: " + "; ".join(causes) + "."
+
+
+def _openings_advice(tau: float, collision: str, finer: str) -> str:
+    """What to change after a run through openings diverged: the collision, then the grid."""
+    advice = ["Likely cause: the flow is too fast for this grid or this collision."]
+    near = chosen_collision(AUTO, tau, True)
+    if collision and collision_model(collision) is not near:
+        advice.append(f"Collide with {near.name} (collision 'auto' chooses it at tau = "
+                      f"{tau:g}; {collision} is fragile this close to 1/2).")
+    grid = (f"{finer}, where tau >= {TAU_MIN} keeps the expected peak under the Mach target"
+            if finer else "at the same tau, half the voxel size halves the lattice speed")
+    advice.append(f"Use a finer grid ({grid}), or lower the inflow or pressure difference. "
+                  "Raising tau at this voxel size would raise the lattice speed past the Mach "
+                  "limit.")
+    return " ".join(advice)
 
 
 def check_health(health: dict, tau: float, force: np.ndarray,
@@ -297,8 +323,10 @@ class RunMonitor:
     def __init__(self, problem: Problem, tau: float, *, u_limit: float = DIVERGENCE_SPEED,
                  k_tolerance: float = K_TOLERANCE, k_window: int = K_WINDOW,
                  axis: int | None = None, voxel_size: float | None = None,
-                 flow_tolerance: float = FLOW_TOLERANCE, flow_window: int = K_WINDOW) -> None:
+                 flow_tolerance: float = FLOW_TOLERANCE, flow_window: int = K_WINDOW,
+                 finer: str = "") -> None:
         self.problem, self.tau, self.u_limit = problem, float(tau), float(u_limit)
+        self.finer = finer  # the grid that meets the Mach target, for a divergence message
         self.axis = observables.flow_axis(problem, axis)
         self.voxel_size = voxel_size
         self.k = KConvergence(k_tolerance, k_window)
@@ -327,8 +355,10 @@ class RunMonitor:
                     tolerance=self.k.tolerance, window=self.k.window,
                     viscosity=self.problem.kinematic_viscosity)
         if not finite or not speed <= self.u_limit:
-            message = divergence_message(self.tau, self.problem.force, finite, speed,
-                                         self.u_limit)
+            message = divergence_message(
+                self.tau, self.problem.force, finite, speed, self.u_limit,
+                openings=bool(self.problem.opening_conditions),
+                collision=self.problem.collision.name, finer=self.finer)
             return Reading(residual=math.nan, permeability=None, message=message, **base)
         previous = self._last
         if previous is not None and step < previous[0]:

@@ -1,7 +1,7 @@
 """The registry of opening boundary kinds: what drives the flow through a geometry's openings.
 
 An opening (:class:`geometries.openings.Opening`) is a plane inside the box where fluid enters or
-leaves a vessel; the links that cross it (:func:`geometries.openings.crossing_links`) bounce back
+leaves a vessel; the links that cross it (:func:`solver.opening_links.crossing_links`) bounce back
 like a wall unless a kind below replaces them. ``SimulationConfig.openings`` maps an opening id to
 its condition, in lattice units (SI conversion happens at the edges, :mod:`solver.units`):
 
@@ -69,6 +69,8 @@ class OpeningKind:
     value is, :data:`SPEED` (a mean speed into the fluid, with a profile), :data:`DENSITY` (a
     pressure) or None (no value); user interfaces decide by it, never by the name. ``caveat``:
     what a user should know before choosing it (shown while it is chosen), or empty.
+    ``label`` and ``colour``: what the openings table calls it and its discs' colour in the 3D
+    views (the app reads both from here, never from a table of names).
     """
 
     name: str
@@ -81,6 +83,8 @@ class OpeningKind:
     si_value: SiValueFn | None = None
     quantity: str | None = None
     caveat: str = ""
+    label: str = ""
+    colour: str = "#8c8c8c"
 
     def __reduce__(self):
         return opening_kind, (self.name,)
@@ -159,16 +163,20 @@ def _si_density(entry: dict, area: float, units: Any, rho0: float) -> float:
 register(OpeningKind("velocity", _velocity, doc="velocity inlet (mean speed, profile)",
                      link_code=0, si_keys=("flow_rate", "mean_speed", "waveform"),
                      si_required=True,
-                     si_value=_si_speed, quantity=SPEED))
+                     si_value=_si_speed, quantity=SPEED, label="inlet velocity",
+                     colour="#d62728"))
 register(OpeningKind("pressure", _density, doc="pressure outlet (density)", link_code=1,
-                     si_keys=("pressure",), si_value=_si_density, quantity=DENSITY))
+                     si_keys=("pressure",), si_value=_si_density, quantity=DENSITY,
+                     label="outlet pressure", colour="#1f77b4"))
 register(OpeningKind(
-    "outflow", _no_value, doc="zero-gradient outflow", link_code=2,
+    "outflow", _no_value, doc="zero-gradient outflow", link_code=2, label="outflow",
+    colour="#2ca02c",
     caveat="an outflow sets no pressure and in slow flows acts almost like a wall (in the "
            "vessel sample next to a pressure outlet it passed 0.1 % of the flow). Use outlet "
            "pressure for vessels; outflow suits fast flows leaving through a long straight "
            "segment."))
-register(OpeningKind("closed", _no_value, flux=False, doc="wall (bounce-back)"))
+register(OpeningKind("closed", _no_value, flux=False, doc="wall (bounce-back)",
+                     label="closed", colour="#8c8c8c"))
 
 #: The opening kinds, in registration order (the config's option set).
 OPENING_TYPES = tuple(OPENING_KIND_REGISTRY)

@@ -135,7 +135,8 @@ class HeadlessRun:
         solid = np.asarray(self.geometry.solid)
         # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
         precheck_memory(solid, case.config, backend or case.config.backend).check()
-        for warning in check_stability(case.config, solid, steps=self.controls.max_steps):
+        for warning in check_stability(case.config, solid, steps=self.controls.max_steps,
+                                       openings=bool(case.openings)):
             log.warning(warning)
         self.sim = Simulation(self.geometry, case.config, backend)
         self.probes = (case.probes or ProbeSet()).check(np.asarray(self.geometry.solid).shape)
@@ -161,7 +162,9 @@ class HeadlessRun:
                                   k_tolerance=self.controls.k_tolerance,
                                   axis=self.sim.flow_axis, voxel_size=self.voxel_size,
                                   flow_tolerance=self.controls.flow_tolerance,
-                                  flow_window=self.controls.flow_window)
+                                  flow_window=self.controls.flow_window,
+                                  finer=(self.lattice_choice.finer
+                                         if self.lattice_choice is not None else ""))
         self.reading: Reading | None = None
         self.wall = 0.0
         self.last: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .collisions import AUTO, chosen_collision
 from .config import MAX_MACH, ConfigError, SimulationConfig
 from .memory import MemoryRefused, check_memory
 from .streaming import pull_table_bytes  # re-exported: the NumPy backend's table
@@ -85,12 +86,15 @@ def estimate_max_velocity(
 
 
 def assess(
-    config: SimulationConfig, solid: np.ndarray, steps: int | None = None
+    config: SimulationConfig, solid: np.ndarray, steps: int | None = None,
+    openings: bool = False,
 ) -> StabilityReport:
     """Estimate the peak speed of ``config`` on ``solid`` (True = solid); list refusals/warnings.
 
     ``steps`` caps the estimate at ``F * steps`` (the flow starts from rest). Raises
-    ConfigError if the config does not fit the geometry's dimension.
+    ConfigError if the config does not fit the geometry's dimension. A run driven through
+    ``openings`` has its tau from the Mach target (:mod:`solver.lattice_parameters`): near 1/2
+    it is warned only when it collides with another model than the one 'auto' chooses there.
     """
     config.check(solid.ndim)  # lattice dimension and face pairs first: the rest relies on them
     ndim = solid.ndim
@@ -117,7 +121,14 @@ def assess(
             f"Lattice Mach number {report.mach:.3g} > {WARN_MACH}: {where}; compressibility "
             "errors grow as Ma^2, consider a smaller body force."
         )
-    if config.tau < WARN_TAU:
+    if config.tau < WARN_TAU and openings:
+        near = chosen_collision(AUTO, config.tau, True)
+        if chosen_collision(config.collision, config.tau, True) is not near:
+            report.warnings.append(
+                f"tau = {config.tau} is close to 1/2, where {config.collision} is fragile: "
+                f"collide with {near.name} (collision 'auto'); a larger tau at this voxel "
+                "size would raise the lattice Mach number.")
+    elif config.tau < WARN_TAU:
         report.warnings.append(
             f"tau = {config.tau} is close to 1/2: the run may be unstable; 0.6-1.0 is robust."
         )
@@ -125,10 +136,12 @@ def assess(
 
 
 def check_stability(
-    config: SimulationConfig, solid: np.ndarray, steps: int | None = None
+    config: SimulationConfig, solid: np.ndarray, steps: int | None = None,
+    openings: bool = False,
 ) -> list[str]:
-    """Raise ConfigError if ``config`` cannot be stable on ``solid``; return warnings."""
-    report = assess(config, solid, steps)
+    """Raise ConfigError if ``config`` cannot be stable on ``solid``; return warnings
+    (``openings``: driven through openings, :func:`assess`)."""
+    report = assess(config, solid, steps, openings)
     if report.errors:
         raise ConfigError(" ".join(report.errors))
     return report.warnings

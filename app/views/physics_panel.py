@@ -152,10 +152,13 @@ class PhysicsPanel(pn.viewable.Viewer):
     def _report(self, config: SimulationConfig) -> StabilityReport:
         """Pre-run stability verdict (cached per geometry and settings: it scans the mask)."""
         geometry = self.controller.geometry
+        # driven through openings: near 1/2 the verdict is about the collision, not tau
+        openings = any(drives(o.get("kind", "closed")) for o in config.openings.values())
         key = (id(geometry), config.tau, tuple(config.body_force), config.periodic_axes(),
-               config.lattice)
+               config.lattice, config.collision, openings)
         if self._assessed is None or self._assessed[0] != key:
-            self._assessed = (key, assess(config, np.asarray(geometry.solid, dtype=bool)))
+            self._assessed = (key, assess(config, np.asarray(geometry.solid, dtype=bool),
+                                          openings=openings))
         return self._assessed[1]
 
     def _mapping(self) -> pn.viewable.Viewable:

@@ -29,6 +29,7 @@ from panel.pane.vtk.vtk import VTKRenderWindowSynchronized
 
 from solver.coarse_flow import COARSE_FIELDS
 from solver.flow_fields import FIELDS
+from solver.opening_kinds import OPENING_TYPES, opening_kind
 
 from ..controller import Controller
 from ..openings import opening_groups
@@ -62,9 +63,9 @@ MAX_SURFACE_EDGE = 96
 #: Triangle count above which the surface is decimated.
 MAX_TRIANGLES = 150_000
 LABEL_RGB = "#1f2a37"
-#: Disc colour per opening kind (the run's applied condition; unlisted = closed).
-KIND_COLOURS = {"closed": "#8c8c8c", "velocity": "#d62728", "pressure": "#1f77b4",
-                "outflow": "#2ca02c"}
+#: Disc colour per opening kind (the run's applied condition; unlisted = closed): each kind's
+#: own colour (solver/opening_kinds.py).
+KIND_COLOURS = {name: opening_kind(name).colour for name in OPENING_TYPES}
 #: Openings labelled in 3D (the largest first; a rock's face patches can be hundreds).
 MAX_LABELS = 12
 

@@ -10,14 +10,12 @@ Three detectors, each documented in its module:
 
 Every opening is an :class:`Opening` in SI units (metres, m²) with an outward unit normal and the
 voxel indices of its fluid nodes; :attr:`VoxelGeometry.openings` holds them.
-:func:`crossing_links` lists the lattice links that leave the fluid through an opening (for a
-velocity set passed in), which an inlet or outlet boundary kind sets instead of bouncing back.
+The lattice links that cross an opening are the solver's (``solver.opening_links``).
 """
 
 from __future__ import annotations
 
 from .faces import face_openings
-from .links import crossing_links
 from .opening import SOURCES, Opening
 
-__all__ = ["SOURCES", "Opening", "crossing_links", "face_openings"]
+__all__ = ["SOURCES", "Opening", "face_openings"]

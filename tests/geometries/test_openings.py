@@ -11,8 +11,9 @@ import trimesh
 
 import geometries
 from geometries import GeometryError, GeometryWarning, VoxelGeometry, preprocess
-from geometries.openings import Opening, crossing_links, face_openings
+from geometries.openings import Opening, face_openings
 from geometries.openings.lumen import open_lumen
+from solver.opening_links import crossing_links  # the solver's, checked on these openings
 
 from .geometry_builders import stl_bytes
 

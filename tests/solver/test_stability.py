@@ -181,3 +181,63 @@ def test_check_health_detects_nan_and_overspeed():
 def test_lattice_of_another_dimension_is_refused_first():
     with pytest.raises(ConfigError, match="choose D3Q19 or D3Q27"):
         assess(SimulationConfig(lattice="D2Q9"), np.zeros((4, 4, 4), bool))
+
+
+def test_a_diverged_run_through_openings_is_pointed_to_rr_and_a_finer_grid_not_a_larger_tau():
+    """TRT through a tube at tau 0.51 diverges (issue 28); the message names RR and the finer
+    grid of the lattice choice, never 'tau >= 0.6' (which would break the Mach limit there)."""
+    from solver.monitor import RunMonitor
+
+    from .test_cupy_iolets import voxel_tube
+
+    geom = voxel_tube(radius=4.0, length=30.0, angle_deg=0.0)
+    openings = {1: {"kind": "velocity", "value": 0.03, "profile": "poiseuille"},
+                2: {"kind": "pressure", "value": 1.0}}
+    finer = "a voxel size of 0.0001 m or less (400 voxels along the geometry's 40 mm, now 30)"
+
+    def monitor(collision: str) -> tuple[Simulation, RunMonitor]:
+        config = SimulationConfig(lattice="D3Q19", collision=collision, tau=0.51,
+                                  precision="float64", tile_edge=4, openings=openings,
+                                  ramp_steps=0)
+        sim = Simulation(geom, config, backend="numpy")
+        return sim, RunMonitor(sim.problem, 0.51, finer=finer)
+
+    sim, trt = monitor("TRT")
+    with np.errstate(all="ignore"):
+        for _ in range(6):
+            sim.step(100)
+            reading = trt.observe(sim.time_step, sim.health())
+            if not reading.healthy:
+                break
+    assert not reading.healthy  # measured: within 400 steps
+    assert "Collide with RR" in reading.message and finer in reading.message
+    assert "0.6" not in reading.message and "Raising tau" in reading.message
+    # Already on RR (what 'auto' chooses there): only the grid is left to change.
+    sim, rr = monitor("auto")
+    sim.step(1)
+    fast = rr.observe(1, {**sim.health(), "max_speed": 0.31})
+    assert not fast.healthy and "Collide with" not in fast.message and finer in fast.message
+
+
+def test_tau_near_half_through_openings_warns_of_the_collision_not_of_tau():
+    solid = np.zeros((8, 6, 6), dtype=bool)
+    trt = SimulationConfig(lattice="D3Q19", collision="TRT", tau=0.51)
+    auto = SimulationConfig(lattice="D3Q19", collision="auto", tau=0.51)
+    assert any("collide with RR" in w for w in check_stability(trt, solid, openings=True))
+    assert not check_stability(auto, solid, openings=True)
+    assert any("0.6-1.0" in w for w in check_stability(auto, solid))  # body-force runs
+
+
+def test_the_cli_run_gives_its_monitor_the_grid_that_meets_the_mach_target(tmp_path):
+    from solver.run import HeadlessRun
+    from solver.validation.stenosis import _setup
+
+    _, geometry, _, _, case = _setup("stenosis", 300, 6, "ci", "numpy")
+    run = HeadlessRun(case, out=str(tmp_path / "out"), geometry=geometry)
+    try:
+        # tau at the floor misses the target here: the advice names the finer voxel size
+        assert run.lattice_choice.mach > run.lattice_choice.mach_target
+        assert "voxel size of" in run.monitor.finer
+        assert run.monitor.finer == run.lattice_choice.finer
+    finally:
+        run.sim.close()

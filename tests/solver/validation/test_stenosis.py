@@ -70,3 +70,42 @@ def test_jet_reads_the_reattachment_where_the_wall_flow_turns_forward():
     (u5, u15), length = _jet(ux, step, d, 0.1)
     assert u5 == pytest.approx(2.0) and u15 == pytest.approx(2.0)
     assert length == pytest.approx(3.0)
+
+
+def test_convergence_is_a_shrinking_change_or_a_spread_within_the_band():
+    from solver.validation.stenosis import converging
+
+    ratio, spread = converging((1.0, 0.9, 0.85), 0.02)
+    assert ratio == pytest.approx(0.5) and spread == pytest.approx(7.5)  # shrinking: passes
+    # The first GPU run's stenosis at Re 500: growing changes, all within 0.02 rho U_t^2.
+    ratio, spread = converging((0.510, 0.5022, 0.4907), 0.02)
+    assert ratio > 1 and spread == pytest.approx(0.0193 / 0.02)
+    # Its expansion at Re 300: growing changes, 0.03 apart: not converged either way.
+    assert min(converging((0.1016, 0.1147, 0.0851), 0.02)) > 1
+    ratio, spread = converging((10.0, 10.1, 10.05), 0.02, relative=True)
+    assert spread == pytest.approx(0.1 / (0.02 * 10.1))
+    assert all(math.isnan(v) for v in converging((1.0, math.nan, 1.0), 0.02))
+
+
+def test_station_drop_reads_cross_section_means_at_the_stations():
+    from solver.validation.stenosis import PRESSURE_STATIONS, station_drop
+
+    d = 4
+    g = stenosed_pipe(d, upstream=1.0, downstream=3.0)
+    x = np.arange(g.shape[0])[:, None, None] + 0.5
+    rho = np.where(g.solid, np.nan, 1.0 - 0.001 * x)
+    first, last = PRESSURE_STATIONS[0] * d, g.shape[0] - PRESSURE_STATIONS[1] * d
+    assert station_drop(rho, d) == pytest.approx(0.001 * (last - first))
+
+
+def test_throat_reynolds_number_is_that_of_the_voxel_throat():
+    from solver.validation.stenosis import THROAT, VISCOSITY, _setup, throat_area
+
+    for d in (24, 28, 32):
+        speed, geometry, inlet, _, case = _setup("stenosis", 500, d, "full", "numpy")
+        area = throat_area(geometry.solid) * (THROAT / d) ** 2
+        d_e = math.sqrt(4 * area / math.pi)
+        assert abs(d_e / THROAT - 1) < 0.01  # voxel disc within 1 % of the nominal diameter
+        flow = next(o for o in case.openings if o["id"] == inlet.id)["flow_rate"]
+        assert flow / area == pytest.approx(speed) and speed * d_e / VISCOSITY == \
+            pytest.approx(500)

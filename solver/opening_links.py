@@ -1,5 +1,8 @@
 """The lattice links that cross an opening: what an inlet or outlet boundary kind replaces.
 
+The solver's side of an opening (the geometry package finds the opening, its plane and nodes;
+which links a boundary kind then replaces is the solver's concern, issue 28 item 6).
+
 Lattice-free: the caller passes its velocity set as integer vectors. A link from fluid node ``x``
 along ``c`` crosses the opening when ``x`` lies on the fluid side of the plane or on it
 (``n·(x - centre) <= h/2``), its target ``x + c`` lies beyond (``n·(x + c - centre) > h/2``)
@@ -16,15 +19,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import GeometryError
-from .opening import Opening
+from geometries.errors import GeometryError
 
 if TYPE_CHECKING:
-    from ..voxel import VoxelGeometry
+    from geometries.openings import Opening
+    from geometries.voxel import VoxelGeometry
 
 __all__ = ["crossing_links"]
 
-# As in lumen.py: ties half-way between two voxel layers go to the outer layer.
+# As in geometries/openings/lumen.py: ties half-way between two voxel layers go to the outer layer.
 _TIE = 1e-6
 
 
