@@ -230,7 +230,11 @@ def test_distributed_phase_stepper_refuses_in_place(backend):
         backend.phase_stepper(problem, 0, problem.tiling.n_tiles)
 
 
-def test_distributed_phase_stepper_refuses_float16_storage(backend):
+def test_distributed_phase_stepper_takes_float16_storage_on_tiles(backend):
+    """Issue 33: float16 storage runs on ranks (tiled storage; compact float16 is refused)."""
     problem = make_problem("D3Q19", "float32", storage="float16")
-    with pytest.raises(ValueError, match="storage='auto' with MPI"):
-        backend.phase_stepper(problem, 0, problem.tiling.n_tiles)
+    stepper = backend.phase_stepper(problem, 0, problem.tiling.n_tiles)
+    try:
+        assert stepper.state.problem.storage_dtype == np.float16
+    finally:
+        stepper.release()

@@ -3,6 +3,7 @@ set of real runs, one verdict for the app and the CLI, and refusal before alloca
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -147,6 +148,7 @@ def test_cupy_estimate_is_within_10_percent_of_the_pool_peak(kind, precision):
     # The device probe's copy-bandwidth measurement (two 1 GiB buffers, once per process) is
     # not part of a run, but the pool keeps its blocks: take it before measuring.
     get_backend("cupy").device_info()
+    gc.collect()  # an earlier test's unreachable run must not return its blocks mid-measurement
     pool = cp.get_default_memory_pool()
     pool.free_all_blocks()
     before = pool.total_bytes()
