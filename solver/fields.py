@@ -153,11 +153,14 @@ def locate_cut(tiling: Tiling, axis: int, index: int, xp=np) -> Cut:
 def moments_bytes(problem: Problem, chunk_tiles: int = TILE_CHUNK) -> int:
     """Bytes of the moment computation of a health check or slice (:func:`fields.tile_moments`
     and :meth:`Simulation.health`): a float64 copy of the populations of up to ``chunk_tiles``
-    tiles, then density and velocity, their momentum and fluid-masked copies, all float64."""
+    tiles with one axis's gathered unit directions and their sum (:func:`_momentum`), then
+    density and velocity, their momentum and fluid-masked copies, all float64."""
     t, q, d = problem.tiling, problem.lattice.q, problem.lattice.d
     nodes = t.n_tiles * t.nodes_per_tile
     chunk = min(t.n_tiles, chunk_tiles) * t.nodes_per_tile
-    return int(chunk * 8 * q + nodes * (8 + 16 * d))
+    signs = _unit_directions(problem.lattice)
+    gathered = 0 if signs is None else signs[0].shape[1] + 1
+    return int(chunk * 8 * (q + gathered) + nodes * (8 + 16 * d))
 
 
 def cut_bytes(problem: Problem) -> int:
