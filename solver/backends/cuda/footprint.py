@@ -7,7 +7,7 @@ the app and the command line show.
 
 from __future__ import annotations
 
-from ...fields import cut_bytes, moments_bytes
+from ...fields import cut_bytes, gather_bytes, moments_bytes
 from ...problem import Problem
 from ..plan import ExecutionPlan, plan_for
 from .compact_readout import compact_peak_bytes
@@ -21,7 +21,8 @@ def device_bytes(problem: Problem, plan: ExecutionPlan | None = None) -> int:
     The tiled state as allocated (:meth:`Tiling.memory_bytes`: population copies, node types,
     tile map and list; it agreed to 11 kB with the allocation on an H100), one byte per node
     each for the wall groups of moving walls and the fluid mask of health checks, and the
-    float64 moments of a check (:func:`~solver.fields.moments_bytes`). Where the plan (by
+    float64 moments of a check (:func:`~solver.fields.moments_bytes`, with the gathered
+    directions the pool keeps, :func:`~solver.fields.gather_bytes`). Where the plan (by
     default ``plan_for(problem)``) stores fluid nodes only: its copies and tables, its edge
     tables and one readout chunk (:func:`.compact_readout.compact_peak_bytes`: fields, checks
     and checkpoints read bounded chunks of tiles, :mod:`solver.readout`), the same two bytes
@@ -33,4 +34,5 @@ def device_bytes(problem: Problem, plan: ExecutionPlan | None = None) -> int:
     plan = plan or plan_for(problem)
     if plan.compact:
         return int(compact_peak_bytes(problem, plan.pad) + 2 * nodes + cut_bytes(problem))
-    return int(problem.tiled_state_bytes() + 2 * nodes + moments_bytes(problem))
+    return int(problem.tiled_state_bytes() + 2 * nodes + moments_bytes(problem)
+               + gather_bytes(problem))
