@@ -17,6 +17,7 @@ from solver.backends.plan import (
     plan_for,
 )
 from solver.config import SimulationConfig
+from solver.fields import gather_bytes
 from solver.memory import device_bytes, moments_bytes
 from solver.problem import Problem
 from solver.values import ConfigError
@@ -112,7 +113,8 @@ def test_device_bytes_follow_the_chosen_storage() -> None:
     chunk = readout_tiles(compact, state) * readout_tile_bytes(compact)
     assert device_bytes(compact) == state + chunk + 2 * nodes + cut_bytes(compact)
     assert state < 0.7 * t.memory_bytes(q, 4, 2)
-    assert device_bytes(tiled) == t.memory_bytes(q, 4, 2) + 2 * nodes + moments_bytes(tiled)
+    assert device_bytes(tiled) == (t.memory_bytes(q, 4, 2) + 2 * nodes + moments_bytes(tiled)
+                                   + gather_bytes(tiled))
 
 
 @pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
