@@ -58,6 +58,10 @@ def live_runners() -> int:
     return sum(t.name.startswith(THREAD_PREFIX) for t in threading.enumerate())
 
 
+# Commands whose effect a later Reset wipes out (see SimulationRunner._without_undone).
+_UNDONE_BY_RESET = frozenset({"run", "pause", "step", "reset"})
+
+
 class SimulationRunner(RunnerCommands):
     """Runs a Simulation of ``geometry`` with ``config`` in a daemon thread (lattice units)."""
 
@@ -172,15 +176,40 @@ class SimulationRunner(RunnerCommands):
     def _drain_commands(self) -> None:
         block = not self._running
         while True:
-            try:
-                command, payload = self._queue.get(timeout=0.05) if block else \
-                    self._queue.get_nowait()
-            except queue.Empty:
+            batch = self._take_batch(block)
+            if not batch:
                 return
             block = False
-            if command == "stop":
-                return
-            self._guard(self._handle, command, payload)
+            for command, payload in batch:
+                if command == "stop":
+                    return
+                self._guard(self._handle, command, payload)
+
+    def _take_batch(self, block: bool) -> list[tuple[str, Any]]:
+        """The queued commands up to and including a stop, less those a later Reset undoes."""
+        try:
+            batch = [self._queue.get(timeout=0.05) if block else self._queue.get_nowait()]
+        except queue.Empty:
+            return []
+        while batch[-1][0] != "stop":  # what follows a stop stays queued for the shutdown
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return self._without_undone(batch)
+
+    def _without_undone(self, batch: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Drop the run-state commands just before the batch's last Reset, counted as applied.
+
+        A Reset rebuilds from rest, so Start/Pause/Step/Reset clicks queued before it leave no
+        trace: a burst of clicks ends in the last one's state without one rebuild per Reset.
+        """
+        last = max((k for k, (command, _) in enumerate(batch) if command == "reset"), default=0)
+        first = last
+        while first > 0 and batch[first - 1][0] in _UNDONE_BY_RESET:
+            first -= 1
+        self._applied += last - first
+        return batch[:first] + batch[last:]
 
     def _guard(self, fn: Callable, *args: Any) -> None:
         """Run ``fn``; an exception becomes the error message and a paused state."""

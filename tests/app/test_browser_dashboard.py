@@ -149,8 +149,8 @@ def test_rapid_clicks_end_in_the_state_of_the_last_click(page):
         return n;
     }""", ["Start", "Pause", "Step ×10", "Reset", *clicks])
     assert clicked == 200
-    # The runner works through every command (each Reset rebuilds, showing "starting"): the
-    # last click's state must come and stay.
+    # The runner works through the commands (a Reset undoes the clicks queued before it, see
+    # SimulationRunner._without_undone): the last click's state must come and stay.
     seen = []
 
     def settled():

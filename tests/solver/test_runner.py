@@ -92,6 +92,29 @@ def test_start_pause_step_reset(make_runner):
     assert len(snap.history["step"]) == 0
 
 
+def test_a_burst_of_clicks_ends_in_the_last_state_without_one_rebuild_per_reset(make_runner,
+                                                                               monkeypatch):
+    runner = make_runner(porous(), config())
+    runner.step(2)
+    runner.wait_for(lambda s: s.step == 2)
+    builds = []
+    install = runner._install
+    monkeypatch.setattr(runner, "_install", lambda *a: (builds.append(a), install(*a)))
+    busy = threading.Event()
+    runner.submit(lambda sim: busy.wait(10))  # the burst queues up behind this call
+    for _ in range(10):
+        runner.start()
+        runner.step(3)
+        runner.reset()
+        runner.pause()
+    runner.step(4)
+    sent = runner.sent
+    busy.set()
+    snap = runner.wait_for(lambda s: s.applied == sent)
+    assert (snap.status, snap.step) == ("paused", 4), "the state after the last Reset and Step"
+    assert len(builds) == 1, f"the burst rebuilt {len(builds)} times; its last Reset is enough"
+
+
 def test_snapshot_carries_the_requested_cut(make_runner):
     solid = porous(16)
     runner = make_runner(solid[:, :12, :8].copy(), config())
