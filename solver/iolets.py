@@ -87,9 +87,10 @@ class IoletTables:
     """Per-link tables of the driven openings (m links), lattice units.
 
     ``ids``/``kinds``: the driven openings in order; ``opening`` (m,) index into them; ``code``
-    (m,) the link's kind (:func:`solver.opening_kinds.link_code`); ``tile``, ``node``, ``direction`` (m,): the link's source
-    node and outgoing direction ``j``; ``value`` (m,): Ladd's term (velocity), ``rho_w``
-    (pressure), 0 (outflow); ``rho_ref``: the density that turns mass flux into volume flux.
+    (m,) the link's kind (:func:`solver.opening_kinds.link_code`); ``tile``, ``node``,
+    ``direction`` (m,): the link's source node and outgoing direction ``j``; ``value`` (m,):
+    Ladd's term (velocity), ``rho_w`` (pressure), 0 (outflow); ``rho_ref``: the density that
+    turns mass flux into volume flux.
     ``mean_nodes``: per listed opening (id -> (tile, node) arrays) of its node set.
     ``ramp_steps``: steps of the soft start (0: impulsive); ``rho0``: the density a pressure
     opening ramps from (:mod:`solver.soft_start`). ``wave`` (2K, m) float64: per link the

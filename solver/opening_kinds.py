@@ -72,10 +72,11 @@ class OpeningKind:
     """One boundary kind of an opening: its name, parser and whether fluid crosses it.
 
     ``link_rule``: what the openings' pass (:mod:`solver.iolets`) does on its crossing links
-    (None: they keep bounce-back); ``si_keys``: the case-file keys of its SI value, ``si_required`` whether one
-    of them must be given, ``si_value`` the conversion to lattice units. ``quantity``: what its
-    value is, :data:`SPEED` (a mean speed into the fluid, with a profile), :data:`DENSITY` (a
-    pressure) or None (no value); user interfaces decide by it, never by the name. ``caveat``:
+    (None: they keep bounce-back); ``si_keys``: the case-file keys of its SI value,
+    ``si_required`` whether one of them must be given, ``si_value`` the conversion to lattice
+    units. ``quantity``: what its value is, :data:`SPEED` (a mean speed into the fluid, with a
+    profile), :data:`DENSITY` (a pressure) or None (no value); user interfaces decide by it,
+    never by the name. ``caveat``:
     what a user should know before choosing it (shown while it is chosen), or empty.
     ``label`` and ``colour``: what the openings table calls it and its discs' colour in the 3D
     views (the app reads both from here, never from a table of names).

@@ -78,7 +78,7 @@ def _int_assignments(tree: ast.Module) -> dict[str, int]:
             if isinstance(target, ast.Name):
                 pairs = [(target, node.value)]
             elif isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
-                pairs = list(zip(target.elts, node.value.elts))
+                pairs = list(zip(target.elts, node.value.elts, strict=False))
             for name, value in pairs:
                 if (isinstance(name, ast.Name) and isinstance(value, ast.Constant)
                         and type(value.value) is int):

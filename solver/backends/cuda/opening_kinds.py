@@ -57,7 +57,7 @@ def _velocity(ctx: CodeContext) -> list[str]:
 
 def _pressure(ctx: CodeContext) -> list[str]:
     """Anti-bounce-back with the node's velocity (:data:`solver.link_rules.ANTI_BOUNCE_BACK`)."""
-    lat, lit, real = ctx.lattice, ctx.lit, ctx.real
+    lat, lit = ctx.lattice, ctx.lit
     q, d = lat.q, lat.d
     c = lat.c.astype(int)
     w2 = ", ".join(lit(2.0 * float(w)) for w in np.asarray(lat.w, dtype=np.float64))
