@@ -42,7 +42,7 @@ import numpy as np
 from ...iolets import IoletTables
 from ...lattice import get_lattice
 from ...opening_kinds import links_by_kind
-from .opening_kinds import CodeContext, link_rule_code
+from .opening_kinds import CodeContext, link_rule_code, registered_link_kinds
 
 __all__ = ["IOLET_KERNELS", "IoletPlan", "iolet_plan", "iolet_source", "NVCC_OPTIONS",
            "wave_columns"]
@@ -170,12 +170,21 @@ def _wave_lines(harmonics: int) -> list[str]:
             "    }"]
 
 
-@cache
 def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: bool,
                  force: tuple[float, ...], rho0: float = 1.0, harmonics: int = 0) -> str:
     """CUDA C source of the three kernels for a lattice, arithmetic ``precision`` ('float32' or
     'float64'), float16 storage or not, fluid model, body force, the density a pressure
-    opening ramps from (lattice units) and the number of waveform harmonics."""
+    opening ramps from (lattice units) and the number of waveform harmonics, with the branch
+    of every registered opening kind (:mod:`solver.backends.cuda.opening_kinds`)."""
+    return _iolet_source(lattice_name, precision, half, incompressible, tuple(force),
+                         float(rho0), int(harmonics), registered_link_kinds())
+
+
+@cache
+def _iolet_source(lattice_name: str, precision: str, half: bool, incompressible: bool,
+                  force: tuple[float, ...], rho0: float, harmonics: int, kinds: tuple) -> str:
+    """:func:`iolet_source`, cached per the registered kinds ``kinds`` as well (a kind
+    registered later gets its branch)."""
     lat = get_lattice(lattice_name)
     real = "double" if precision == "float64" else "float"
     q, d = lat.q, lat.d

@@ -22,7 +22,8 @@ from ...lattice import Lattice
 from ...opening_kinds import link_kinds
 from ...registry import Registry
 
-__all__ = ["CudaOpeningKind", "CUDA_OPENING_KINDS", "CodeContext", "link_rule_code"]
+__all__ = ["CudaOpeningKind", "CUDA_OPENING_KINDS", "CodeContext", "link_rule_code",
+           "registered_link_kinds"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,12 @@ def _branches(pieces: list[tuple[int, list[str]]], indent: str) -> list[str]:
         out += [f"{indent}    {line}" for line in lines]
         out.append(f"{indent}}}")
     return out
+
+
+def registered_link_kinds() -> tuple[tuple[str, CudaOpeningKind | None], ...]:
+    """(name, CUDA entry) of every kind with a link rule, in code order: what the generated
+    pass depends on (a cache key)."""
+    return tuple((kind.name, CUDA_OPENING_KINDS.get(kind.name)) for kind in link_kinds())
 
 
 def link_rule_code(ctx: CodeContext) -> tuple[list[str], list[str]]:
