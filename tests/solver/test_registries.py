@@ -35,6 +35,11 @@ def test_numpy_and_cuda_registries_have_the_same_keys() -> None:
     assert list(face_kinds.FACE_KIND_REGISTRY) == list(cuda_boundary.CUDA_FACE_KINDS)
     assert (list(opening_kinds.OPENING_KIND_REGISTRY)
             == list(cuda_opening_kinds.CUDA_OPENING_KINDS))
+    for name, kind in opening_kinds.OPENING_KIND_REGISTRY.items():
+        cuda = cuda_opening_kinds.CUDA_OPENING_KINDS[name]
+        rule = kind.link_rule  # the same parts on both sides: a rule, and a ramp of its value
+        assert (rule is None) == (cuda.write is None)
+        assert (rule is None or rule.ramp is None) == (cuda.ramp is None)
 
 
 def test_option_sets_are_the_registries() -> None:
