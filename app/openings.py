@@ -215,7 +215,9 @@ class OpeningUnits:
         return self._inlet(kind, value, unit, group, profile, check, shape)
 
     def _pressure(self, kind: str, value: float, group: OpeningGroup, check: bool) -> dict:
-        density = self.initial_density + self.units.pressure_to_lattice(value)
+        # The kind's own SI conversion (solver.opening_kinds), as case files use it.
+        density = opening_kind(kind).si_value({"pressure": float(value)}, 0.0, self.units,
+                                              self.initial_density)
         # The limit case files hold (solver.opening_specs): a saved case must rerun.
         limit = MAX_DENSITY_CHANGE * self.initial_density
         if check and abs(density - self.initial_density) > limit:
@@ -230,7 +232,7 @@ class OpeningUnits:
 
     def _inlet(self, kind: str, value: float, unit: str, group: OpeningGroup, profile: str,
                check: bool, shape: dict | None) -> dict:
-        speed = self._speed(value, unit, group)
+        speed = self._speed(kind, value, unit, group)
         spec: dict = {"kind": kind, "value": speed, "profile": profile}
         # A waveform's peak, not its mean, must stay below the limit (solver.opening_kinds).
         peak = 1.0
@@ -274,12 +276,18 @@ class OpeningUnits:
         return {"Rp": model.resistance_proximal, "C": model.compliance,
                 "Rd": model.resistance_distal}
 
-    def _speed(self, value: float, unit: str, group: OpeningGroup) -> float:
+    def _speed(self, kind: str, value: float, unit: str, group: OpeningGroup) -> float:
+        """The lattice mean speed of ``value`` in ``unit`` by the kind's own SI conversion
+        (:mod:`solver.opening_kinds`, as case files use it): m/s, or a flow rate through the
+        group's area."""
         if unit == "m/s":
-            return self.units.velocity_to_lattice(value)
-        if unit not in FLOW_UNITS:
+            entry = {"mean_speed": float(value)}
+        elif unit in FLOW_UNITS:
+            entry = {"flow_rate": float(value) * FLOW_UNITS[unit]}
+        else:
             raise ConfigError(f"Unknown inlet unit {unit!r}; use one of {VALUE_UNITS['velocity']}.")
-        return self.units.flow_rate_to_lattice(value * FLOW_UNITS[unit]) / group.area_nodes
+        area = group.area_nodes * self.units.dx ** (len(group.centre_nodes) - 1)  # m^2
+        return opening_kind(kind).si_value(entry, area, self.units, self.initial_density)
 
     def to_si(self, speed: float, unit: str, group: OpeningGroup) -> float:
         """A lattice mean inlet speed in ``unit`` (m/s, or a flow rate through ``group``)."""

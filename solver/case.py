@@ -38,7 +38,7 @@ import param
 import yaml
 
 from .config import SimulationConfig
-from .monitor import DIVERGENCE_SPEED, FLOW_TOLERANCE, K_TOLERANCE, K_WINDOW
+from .monitor import DIVERGENCE_SPEED, FLOW_TOLERANCE, K_TOLERANCE
 
 __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_folder", "load_case",
            "parse_case", "load_geometry"]
@@ -94,8 +94,11 @@ class RunControls(param.Parameterized):
                                       "when its flow rates, pressures and pressure drop change "
                                       "by less than this (relative) per flow_window steps; "
                                       "0 = never stop on it.")
-    flow_window = param.Integer(default=K_WINDOW, bounds=(1, None),
-                                doc="Steps over which the openings' steady state is judged.")
+    flow_window = param.Integer(default=None, allow_None=True, bounds=(1, None),
+                                doc="Steps over which the openings' steady state is judged; "
+                                    "default: from the flow (5 % of one flow-through or "
+                                    "viscous time, at least 1000; solver.monitor."
+                                    "steady_window).")
     output = param.String(default="", doc="Output folder (relative to the working directory); "
                                           "default runs/<case name>.")
     vti = param.Boolean(default=True, doc="Write rho and u as .vti at every output interval.")

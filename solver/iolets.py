@@ -3,8 +3,9 @@
 Every lattice link that crosses an opening (:func:`solver.opening_links.crossing_links`) is a
 link from a fluid node ``x`` in an outgoing direction ``j`` to a node beyond the opening plane,
 which halfway bounce-back would send back as ``f_opp(j)(x) = f*_j(x)``. Each opening kind
-(:mod:`solver.opening_kinds`) replaces that one bounced population by a link-wise rule, with
-the wall half-way along the link:
+(:mod:`solver.opening_kinds`) replaces that one bounced population by its registered link rule
+(:mod:`solver.link_rules`; this module calls the rules and names no kind), with the wall
+half-way along the link:
 
 - ``velocity``: bounce-back with Ladd's momentum term, ``f_opp(j)(x) = f*_j(x) - 6 w_j rho_w
   c_j.u_w`` (Ladd, J. Fluid Mech. 271, 285 (1994)), ``u_w`` the wall velocity into the fluid
@@ -61,17 +62,14 @@ import numpy as np
 
 from .face_kinds import face_kind
 from .lattice import Lattice
-from .opening_kinds import OpeningCondition, opening_kind
+from .link_rules import LinkInputs, LinkSite
+from .opening_kinds import DENSITY, OpeningCondition, link_code, links_by_kind, opening_kind
 from .soft_start import ramp_factor, resolve_ramp_steps
 from .values import ConfigError
-from .waveform import harmonic_phases, womersley_shape
+from .waveform import harmonic_phases
 
 __all__ = ["IoletTables", "IoletAddresses", "build_iolets", "apply_iolets",
            "iolet_values", "ramp_factor"]
-
-#: Link-rule codes of the per-link tables (``OpeningKind.link_code``): Ladd velocity,
-#: anti-bounce-back pressure, zero-gradient outflow. ``closed`` links are not listed.
-VELOCITY, PRESSURE, OUTFLOW = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -89,9 +87,10 @@ class IoletTables:
     """Per-link tables of the driven openings (m links), lattice units.
 
     ``ids``/``kinds``: the driven openings in order; ``opening`` (m,) index into them; ``code``
-    (m,) the kind's ``link_code``; ``tile``, ``node``, ``direction`` (m,): the link's source
-    node and outgoing direction ``j``; ``value`` (m,): Ladd's term (velocity), ``rho_w``
-    (pressure), 0 (outflow); ``rho_ref``: the density that turns mass flux into volume flux.
+    (m,) the link's kind (:func:`solver.opening_kinds.link_code`); ``tile``, ``node``,
+    ``direction`` (m,): the link's source node and outgoing direction ``j``; ``value`` (m,):
+    Ladd's term (velocity), ``rho_w`` (pressure), 0 (outflow); ``rho_ref``: the density that
+    turns mass flux into volume flux.
     ``mean_nodes``: per listed opening (id -> (tile, node) arrays) of its node set.
     ``ramp_steps``: steps of the soft start (0: impulsive); ``rho0``: the density a pressure
     opening ramps from (:mod:`solver.soft_start`). ``wave`` (2K, m) float64: per link the
@@ -134,6 +133,17 @@ class IoletTables:
             total = total + self.wave[h] * np.cos(theta[h])
             total = total + self.wave[k + h] * np.sin(theta[h])
         return total
+
+    def density_links(self, opening_id: int) -> np.ndarray:
+        """Indices of the links of driven opening ``opening_id`` when its kind holds a density
+        (a pressure opening; Windkessel outlets set it), else empty. ValueError when the
+        opening is not driven."""
+        if opening_id not in self.ids:
+            raise ValueError(f"Opening {opening_id} is not a driven opening of this run.")
+        index = self.ids.index(opening_id)
+        if opening_kind(self.kinds[index]).quantity != DENSITY:
+            return np.empty(0, dtype=np.int64)
+        return np.flatnonzero(self.opening == index)
 
     def ramp(self, step: int) -> float:
         """Fraction of the target values applied before step ``step`` (0-based)."""
@@ -190,51 +200,6 @@ class _Frame:
         self.origin = tuple(origin) if len(origin) == solid.ndim else (0.0,) * solid.ndim
 
 
-def _radii(sources: np.ndarray, c: np.ndarray, opening: Any, frame: _Frame) -> np.ndarray:
-    """``r / R`` of each link's crossing of the plane ``d = 1/2`` (``R`` the equivalent
-    radius), unclipped."""
-    h = 1.0 if frame.voxel_size is None else frame.voxel_size
-    normal = np.asarray(opening.normal)
-    centre = (np.asarray(opening.centre) - np.asarray(frame.origin)) / h - 0.5
-    d = (sources - centre) @ normal
-    cn = c @ normal
-    t = np.clip((0.5 - d) / cn, 0.0, 1.0)
-    rel = sources + t[:, None] * c - centre
-    r2 = (rel * rel).sum(axis=1) - (rel @ normal) ** 2
-    radius = 0.5 * opening.diameter / h
-    return np.sqrt(np.maximum(r2, 0.0)) / radius
-
-
-def _profile(sources: np.ndarray, c: np.ndarray, opening: Any, frame: _Frame,
-             profile: str, alpha: float = 0.0) -> np.ndarray:
-    """Shape of the inlet profile at each link's crossing: 1 (uniform), Poiseuille (>= 0,
-    real) or, for ``alpha`` > 0, Womersley's (complex)."""
-    if profile == "uniform":
-        return np.ones(len(sources))
-    rho = _radii(sources, c, opening, frame)
-    if alpha > 0.0:
-        return np.where(rho < 1.0, womersley_shape(rho, alpha), 0.0)
-    return np.maximum(1.0 - rho**2, 0.0)
-
-
-def _wave_rows(src, cj, opening, frame, cond, lattice, direction, area, rho_ref, nu
-               ) -> tuple[np.ndarray, float]:
-    """(cosine and sine coefficients (2K, m) of one waveform opening's links, its period)."""
-    wave = cond.waveform
-    k = wave.harmonics
-    rows = np.zeros((2 * k, len(src)))
-    cn = cj @ np.asarray(opening.normal)
-    radius = 0.5 * opening.diameter / (1.0 if frame.voxel_size is None else frame.voxel_size)
-    for h in range(1, k + 1):
-        alpha = radius * np.sqrt(2.0 * np.pi * h / wave.period / nu)
-        shape = _profile(src, cj, opening, frame, cond.profile, alpha)
-        weight = 6.0 * lattice.w[direction] * shape * cn
-        # Complex rescaling: the links' net flux is rho_w A Re(c_k e^{i theta}) exactly.
-        v = rho_ref * wave.coefficients[h] * area * weight / weight.sum()
-        rows[h - 1], rows[k + h - 1] = v.real, -v.imag
-    return rows, wave.period
-
-
 def build_iolets(problem: Any) -> IoletTables | None:
     """Per-link tables of ``problem``'s driven openings, or None when nothing is driven.
 
@@ -248,7 +213,7 @@ def build_iolets(problem: Any) -> IoletTables | None:
         raise ConfigError(f"openings {missing} are not openings of this geometry (its openings: "
                           f"{have}); load the geometry with openings detected, or drop them.")
     driven = [k for k in sorted(conditions)
-              if opening_kind(conditions[k].kind).link_code is not None]
+              if opening_kind(conditions[k].kind).link_rule is not None]
     if not driven:
         return None
     if problem.owned is not None:
@@ -264,7 +229,6 @@ def build_iolets(problem: Any) -> IoletTables | None:
     frame = _Frame(solid, problem.voxel_size, problem.origin)
     c = lattice.c.astype(np.int64)
     rho_ref = 1.0 if problem.incompressible else problem.rho0
-    h = 1.0 if frame.voxel_size is None else frame.voxel_size
     parts: dict[str, list] = {k: [] for k in ("opening", "code", "src", "dir", "value", "donor")}
     waves: list = []  # (link offset, rows (2K, m_o), period) of waveform openings
     offset = 0
@@ -275,25 +239,15 @@ def build_iolets(problem: Any) -> IoletTables | None:
             raise ConfigError(f"Opening {oid} has no lattice link crossing it on this grid; "
                               "re-detect the openings after changing the grid.")
         _check_faces(oid, src + c[direction], frame.shape, problem.faces)
-        code = opening_kind(cond.kind).link_code
-        value = np.zeros(len(src))
-        if code == VELOCITY:
-            cn = c[direction] @ np.asarray(opening.normal)
-            shape = _profile(src, c[direction], opening, frame, cond.profile)
-            weight = 6.0 * lattice.w[direction] * shape * cn
-            area = opening.area / h ** (frame.ndim - 1)
-            # Rescaled so the links' net mass flux is exactly rho_w U A (module docstring).
-            value = rho_ref * cond.value * area * weight / weight.sum()
-            if cond.waveform is not None and cond.waveform.harmonics:
-                waves.append((offset, *_wave_rows(src, c[direction], opening, frame, cond,
-                                                  lattice, direction, area, rho_ref,
-                                                  problem.kinematic_viscosity)))
-        elif code == PRESSURE:
-            value[:] = cond.value
+        site = LinkSite(src, c[direction], direction, opening, cond, frame, lattice, rho_ref,
+                        problem.kinematic_viscosity)
+        value, rows = opening_kind(cond.kind).link_rule.values(site)
+        if rows is not None:
+            waves.append((offset, rows, cond.waveform.period))
         inward = int(np.argmax(-(c @ np.asarray(opening.normal))
                                / np.maximum(np.linalg.norm(c, axis=1), 1e-30)))
         parts["opening"].append(np.full(len(src), index))
-        parts["code"].append(np.full(len(src), code))
+        parts["code"].append(np.full(len(src), link_code(cond.kind)))
         parts["src"].append(src)
         parts["dir"].append(direction)
         parts["value"].append(value)
@@ -398,45 +352,24 @@ def iolet_values(own: np.ndarray, donor: np.ndarray, tables: IoletTables, lattic
 
     ``own`` (q, m): each link's node's post-collision populations; ``donor`` (m,): the
     outflow donors; ``ramp``: the soft start's factor (1: the target values); ``wave`` (m,):
-    the waveform harmonics' part of the values this step (float64). The CUDA kernel
-    (:mod:`solver.backends.cuda.iolets`) repeats this arithmetic.
+    the waveform harmonics' part of the values this step (float64). Each link gets its kind's
+    rule (:mod:`solver.link_rules`); the CUDA kernel (:mod:`solver.backends.cuda.iolets`)
+    repeats this arithmetic.
     """
     real = own.dtype
-    m = own.shape[1]
-    cols = np.arange(m)
     j = tables.direction
-    fj = own[j, cols]
-    rho = np.zeros(m, dtype=real)
-    mom = np.zeros((lattice.d, m), dtype=real)
-    for i in range(lattice.q):  # sequential sums: the order the kernel adds in
-        rho += own[i]
-        for a in range(lattice.d):
-            if lattice.c[i, a] > 0:
-                mom[a] += own[i]
-            elif lattice.c[i, a] < 0:
-                mom[a] -= own[i]
-    u = np.empty_like(mom)
-    for a in range(lattice.d):
-        u[a] = mom[a] + real.type(0.5 * force[a]) if len(force) > a else mom[a]
-        if not incompressible:
-            u[a] = u[a] / rho
-    cj = lattice.c[j].astype(real)
-    cu = np.zeros(m, dtype=real)
-    uu = np.zeros(m, dtype=real)
-    for a in range(lattice.d):
-        cu += cj[:, a] * u[a]
-        uu += u[a] * u[a]
-    w2 = 2.0 * np.asarray(lattice.w, dtype=np.float64)[j].astype(real)
+    fj = own[j, np.arange(own.shape[1])]
     value = tables.value.astype(real)
     if wave is not None and tables.harmonics:  # pulsatile: value + (real) sum of harmonics
         value = value + wave.astype(real)
-    if ramp < 1.0:  # soft start: the same real-typed products as the kernel
-        r, rho0 = real.type(ramp), real.type(tables.rho0)
-        value = np.where(tables.code == VELOCITY, r * value, rho0 + r * (value - rho0))
-    quad = real.type(4.5) * cu * cu - real.type(1.5) * uu
-    pressure = w2 * (value + quad) if incompressible else w2 * value * (real.type(1.0) + quad)
-    out = np.where(tables.code == VELOCITY, fj + value,
-                   np.where(tables.code == PRESSURE, pressure - fj, donor)).astype(real)
+    out = fj.copy()
+    for kind, links in links_by_kind(tables.code):
+        rule = kind.link_rule
+        v = value[links]
+        if ramp < 1.0 and rule.ramp is not None:  # soft start: the kernel's real products
+            v = rule.ramp(v, real.type(ramp), real.type(tables.rho0))
+        out[links] = rule.write(LinkInputs(fj[links], v, donor[links], own[:, links], j[links],
+                                           lattice, force, incompressible))
     return out, (out - fj).astype(real)
 
 

@@ -14,8 +14,14 @@ be presented as the answer (converged, positive, Darcy flow).
 A flow through openings has its own steady state (:class:`FlowConvergence`, the one definition
 for the dashboard, the CLI and validation): every opening's flow rate, relative to the total
 inflow, every opening's mean density and the pressure drop, relative to the pressure drop,
-change by less than ``flow_tolerance`` (0.1 %) per ``flow_window`` (1000) steps, once the soft
-start is over (:mod:`solver.soft_start`). Lattice units throughout.
+change by less than ``flow_tolerance`` (0.1 %) per ``flow_window`` steps, once the soft start
+is over (:mod:`solver.soft_start`). The window comes from the flow (:func:`steady_window`):
+:data:`FLOW_WINDOW_FRACTION` of its settling time, the smaller of one flow-through and one
+viscous time across the inlet, and at least :data:`FLOW_WINDOW_MIN` steps; a fixed window of
+1000 steps was a resolution-dependent share of the flow's time (1/59 of a flow-through of a
+stenosis at Re 500 and d = 32 voxels, 1/29 at Re 100 and d = 10), so the runs of one
+convergence study stopped at different distances from their steady states. Lattice units
+throughout.
 """
 
 from __future__ import annotations
@@ -27,15 +33,17 @@ import numpy as np
 
 from . import observables
 from .collisions import AUTO, chosen_collision, collision_model
+from .lattice import CS2
 from .lattice_parameters import TAU_MIN
 from .observables import Permeability
-from .opening_kinds import opening_kind
+from .opening_kinds import DENSITY, SPEED, opening_kind
 from .problem import Problem
 from .stability import WARN_TAU, DivergenceError
 
 __all__ = ["DIVERGENCE_SPEED", "K_TOLERANCE", "K_WINDOW", "DARCY_REYNOLDS", "Reading",
            "RunMonitor", "KConvergence", "FlowConvergence", "FLOW_TOLERANCE", "History",
-           "divergence_message", "check_health", "k_verdict"]
+           "divergence_message", "check_health", "k_verdict", "FlowWindow", "steady_window",
+           "FLOW_WINDOW_FRACTION", "FLOW_WINDOW_MIN"]
 
 #: Speed |u| (lattice units) above which a run counts as diverged: Mach ~0.5, far outside the
 #: validity of the lattice (the one threshold of the dashboard, the CLI and validation).
@@ -49,6 +57,14 @@ DARCY_REYNOLDS = 1.0
 #: Default steady-state tolerance of a flow through openings: relative change of the flow rates
 #: (to the inflow) and pressures (to the pressure drop) per :data:`K_WINDOW` steps.
 FLOW_TOLERANCE = 1e-3
+#: The openings' steady state is judged over this fraction of the flow's settling time
+#: (:func:`steady_window`): the same relative drift per flow-through (0.1 % per window = 2 %
+#: per settling time) on every grid; the stenosis and expansion validation (45 runs, Re 100
+#: to 500, three resolutions each) reached its steady states with it.
+FLOW_WINDOW_FRACTION = 0.05
+#: Fewest steps the openings' steady state is judged over: the pressure waves of the soft
+#: start cross a box of a few hundred voxels in about as many steps (c_s = 0.58 voxel/step).
+FLOW_WINDOW_MIN = 1000
 #: Points kept in the dashboard's time series.
 HISTORY_LENGTH = 2000
 
@@ -217,12 +233,65 @@ class KConvergence:
         return change, False, int(math.ceil(decay * math.log(change / self.tolerance)))
 
 
+@dataclass(frozen=True)
+class FlowWindow:
+    """The window (steps) a flow through openings is judged steady over, and its basis."""
+
+    steps: int
+    basis: str
+
+
+def _main_opening(problem: Problem) -> tuple[object | None, float]:
+    """(the opening setting the flow's scale, the lattice speed through it): the velocity
+    opening carrying the largest flow at its mean speed (as the soft start and
+    :func:`solver.lattice_parameters.demand_of_specs` pick it), else the widest open one at
+    Bernoulli's speed of the largest density difference (0 without one)."""
+    by_id = {o.id: o for o in problem.openings}
+    conditions = {oid: c for oid, c in problem.opening_conditions.items() if oid in by_id}
+    inlets = [(abs(c.value) * by_id[oid].area, oid) for oid, c in conditions.items()
+              if opening_kind(c.kind).quantity == SPEED and c.value]
+    if inlets:
+        oid = max(inlets)[1]
+        return by_id[oid], abs(conditions[oid].value)
+    densities = [c.value for c in conditions.values()
+                 if opening_kind(c.kind).quantity == DENSITY and c.value is not None]
+    drop = max(densities) - min(densities) if densities else 0.0
+    speed = math.sqrt(2.0 * CS2 * drop / problem.rho0) if drop > 0 else 0.0
+    open_ = [by_id[oid] for oid, c in conditions.items() if opening_kind(c.kind).flux]
+    return (max(open_, key=lambda o: o.area) if open_ else None), speed
+
+
+def steady_window(problem: Problem) -> FlowWindow:
+    """The steady-state window of ``problem``'s flow through openings (module text): a
+    fraction of the smaller of one flow-through (the box's longest side at the main inlet's
+    mean speed, as :meth:`solver.lattice_parameters.LatticeChoice.steps_per_flow_through`)
+    and one viscous time ``D^2 / nu`` across that inlet (creeping flows settle by diffusion
+    long before a flow-through), at least :data:`FLOW_WINDOW_MIN` steps."""
+    opening, speed = _main_opening(problem)
+    h = 1.0 if problem.voxel_size is None else float(problem.voxel_size)
+    times = []
+    if speed > 0:
+        times.append((math.ceil(max(problem.tiling.shape) / speed), "flow-through"))
+    nu = problem.kinematic_viscosity
+    if opening is not None and nu > 0:
+        times.append(((opening.diameter / h) ** 2 / nu, "viscous time across the inlet"))
+    if not times:
+        return FlowWindow(FLOW_WINDOW_MIN, "nothing drives the flow")
+    settle, what = min(times)
+    steps = max(FLOW_WINDOW_MIN, round(FLOW_WINDOW_FRACTION * settle))
+    basis = (f"{100 * FLOW_WINDOW_FRACTION:g} % of one {what} ({settle:,.0f} steps)"
+             if steps > FLOW_WINDOW_MIN else
+             f"the least window ({100 * FLOW_WINDOW_FRACTION:g} % of one {what} is "
+             f"{FLOW_WINDOW_FRACTION * settle:,.0f} steps)")
+    return FlowWindow(int(steps), basis)
+
+
 class FlowConvergence:
     """Steady state of a flow through openings (module text): flow rates relative to the total
     inflow, mean densities and the pressure drop relative to the pressure drop, each changing
     by less than ``tolerance`` per ``window`` steps, after step ``start`` (the soft start)."""
 
-    def __init__(self, tolerance: float = FLOW_TOLERANCE, window: int = K_WINDOW,
+    def __init__(self, tolerance: float = FLOW_TOLERANCE, window: int = FLOW_WINDOW_MIN,
                  start: int = 0) -> None:
         self.tolerance, self.window, self.start = float(tolerance), int(window), int(start)
         self.points: list[tuple[int, np.ndarray]] = []
@@ -323,7 +392,7 @@ class RunMonitor:
     def __init__(self, problem: Problem, tau: float, *, u_limit: float = DIVERGENCE_SPEED,
                  k_tolerance: float = K_TOLERANCE, k_window: int = K_WINDOW,
                  axis: int | None = None, voxel_size: float | None = None,
-                 flow_tolerance: float = FLOW_TOLERANCE, flow_window: int = K_WINDOW,
+                 flow_tolerance: float = FLOW_TOLERANCE, flow_window: int | None = None,
                  finer: str = "") -> None:
         self.problem, self.tau, self.u_limit = problem, float(tau), float(u_limit)
         self.finer = finer  # the grid that meets the Mach target, for a divergence message
@@ -331,7 +400,14 @@ class RunMonitor:
         self.voxel_size = voxel_size
         self.k = KConvergence(k_tolerance, k_window)
         tables = problem.iolets if problem.opening_conditions else None
-        self.flows = FlowConvergence(flow_tolerance, flow_window,
+        # The window of a flow through openings comes from the flow unless one is given.
+        if flow_window is not None:
+            self.window = FlowWindow(int(flow_window), "given")
+        elif tables is not None:
+            self.window = steady_window(problem)
+        else:
+            self.window = FlowWindow(FLOW_WINDOW_MIN, "no flow through openings")
+        self.flows = FlowConvergence(flow_tolerance, self.window.steps,
                                      0 if tables is None else tables.ramp_steps)
         self._last: tuple[int, np.ndarray] | None = None
         self._residual = math.inf

@@ -12,8 +12,12 @@ its condition, in lattice units (SI conversion happens at the edges, :mod:`solve
 - ``outflow``: zero normal gradient; no value.
 - ``closed``: a wall; no value. Openings not listed are closed.
 
-Each kind is registered once here with its parser; the physics of each kind (link tables, the
-NumPy operator and its CUDA twin) is keyed by the same names.
+Each kind is registered once here with its parser, its SI conversion, its labels and its link
+rule (:class:`solver.link_rules.LinkRule`: the per-link values and the NumPy arithmetic of the
+openings' pass); its CUDA code is registered under the same name in
+:mod:`solver.backends.cuda.opening_kinds`. A crossing link's integer code in the pass's tables
+is its kind's place among the kinds with a link rule (:func:`link_code`); only this module and
+the CUDA registry turn codes back into kinds (:func:`links_by_kind`).
 """
 
 from __future__ import annotations
@@ -23,11 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from .link_rules import ANTI_BOUNCE_BACK, LADD_VELOCITY, ZERO_GRADIENT, LinkRule
 from .registry import Registry
 from .values import MAX_MACH, PROFILE_PEAK, ConfigError, is_number, mean_speed_limit
 
 __all__ = ["OpeningCondition", "OpeningKind", "OPENING_KIND_REGISTRY", "OPENING_TYPES",
-           "PROFILES", "SPEED", "DENSITY", "opening_kind", "opening_conditions"]
+           "PROFILES", "SPEED", "DENSITY", "opening_kind", "opening_conditions", "link_kinds",
+           "link_code", "links_by_kind"]
 
 #: What an opening kind's value is (:attr:`OpeningKind.quantity`).
 SPEED, DENSITY = "speed", "density"
@@ -63,11 +71,12 @@ SiValueFn = Callable[[dict, float, Any, float], "float | None"]
 class OpeningKind:
     """One boundary kind of an opening: its name, parser and whether fluid crosses it.
 
-    ``link_code``: the rule of :mod:`solver.iolets` on its crossing links (None: they keep
-    bounce-back); ``si_keys``: the case-file keys of its SI value, ``si_required`` whether one
-    of them must be given, ``si_value`` the conversion to lattice units. ``quantity``: what its
-    value is, :data:`SPEED` (a mean speed into the fluid, with a profile), :data:`DENSITY` (a
-    pressure) or None (no value); user interfaces decide by it, never by the name. ``caveat``:
+    ``link_rule``: what the openings' pass (:mod:`solver.iolets`) does on its crossing links
+    (None: they keep bounce-back); ``si_keys``: the case-file keys of its SI value,
+    ``si_required`` whether one of them must be given, ``si_value`` the conversion to lattice
+    units. ``quantity``: what its value is, :data:`SPEED` (a mean speed into the fluid, with a
+    profile), :data:`DENSITY` (a pressure) or None (no value); user interfaces decide by it,
+    never by the name. ``caveat``:
     what a user should know before choosing it (shown while it is chosen), or empty.
     ``label`` and ``colour``: what the openings table calls it and its discs' colour in the 3D
     views (the app reads both from here, never from a table of names).
@@ -77,7 +86,7 @@ class OpeningKind:
     parse: ParseFn
     flux: bool = True
     doc: str = ""
-    link_code: int | None = None
+    link_rule: LinkRule | None = None
     si_keys: tuple[str, ...] = ()
     si_required: bool = False
     si_value: SiValueFn | None = None
@@ -161,15 +170,16 @@ def _si_density(entry: dict, area: float, units: Any, rho0: float) -> float:
 
 
 register(OpeningKind("velocity", _velocity, doc="velocity inlet (mean speed, profile)",
-                     link_code=0, si_keys=("flow_rate", "mean_speed", "waveform"),
+                     link_rule=LADD_VELOCITY, si_keys=("flow_rate", "mean_speed", "waveform"),
                      si_required=True,
                      si_value=_si_speed, quantity=SPEED, label="inlet velocity",
                      colour="#d62728"))
-register(OpeningKind("pressure", _density, doc="pressure outlet (density)", link_code=1,
+register(OpeningKind("pressure", _density, doc="pressure outlet (density)",
+                     link_rule=ANTI_BOUNCE_BACK,
                      si_keys=("pressure",), si_value=_si_density, quantity=DENSITY,
                      label="outlet pressure", colour="#1f77b4"))
 register(OpeningKind(
-    "outflow", _no_value, doc="zero-gradient outflow", link_code=2, label="outflow",
+    "outflow", _no_value, doc="zero-gradient outflow", link_rule=ZERO_GRADIENT, label="outflow",
     colour="#2ca02c",
     caveat="an outflow sets no pressure and in slow flows acts almost like a wall (in the "
            "vessel sample next to a pressure outlet it passed 0.1 % of the flow). Use outlet "
@@ -180,6 +190,27 @@ register(OpeningKind("closed", _no_value, flux=False, doc="wall (bounce-back)",
 
 #: The opening kinds, in registration order (the config's option set).
 OPENING_TYPES = tuple(OPENING_KIND_REGISTRY)
+
+
+def link_kinds() -> tuple[OpeningKind, ...]:
+    """The kinds with a link rule, in registration order: a crossing link's code in the pass's
+    tables is its kind's index here (velocity 0, pressure 1, outflow 2)."""
+    return tuple(kind for kind in OPENING_KIND_REGISTRY.values() if kind.link_rule is not None)
+
+
+def link_code(name: str) -> int:
+    """The integer code of the links of kind ``name`` in the pass's tables."""
+    return link_kinds().index(opening_kind(name))
+
+
+def links_by_kind(code: np.ndarray) -> list[tuple[OpeningKind, np.ndarray]]:
+    """(kind, indices of its links) for every kind present in the per-link ``code`` array."""
+    out = []
+    for index, kind in enumerate(link_kinds()):
+        links = np.flatnonzero(np.asarray(code) == index)
+        if links.size:
+            out.append((kind, links))
+    return out
 
 
 def _spec(opening_id: Any, spec: Any) -> dict:

@@ -211,6 +211,9 @@ class HeadlessRun:
                           + (FLOW_COLUMNS if self._vessel else []),
                           keep_until=start if start else None)
         self._probe_logs()
+        if self._vessel and self.cycles is None:
+            log.info("Steady state of the openings: judged over %s steps (%s).",
+                     f"{self.monitor.window.steps:,}", self.monitor.window.basis)
         status = "max_steps"
         bar = tqdm(total=self.controls.max_steps, initial=start, unit="step",
                    desc=self.case.name, disable=not progress, dynamic_ncols=True)
@@ -459,7 +462,9 @@ class HeadlessRun:
             summary[key] = self.last.get(key)
         if self._vessel and self.reading is not None:
             summary.update(steady=self.reading.steady, flow_change=self.reading.flow_change,
-                           steady_label=self.reading.steady_label)
+                           steady_label=self.reading.steady_label,
+                           steady_window=self.monitor.window.steps,
+                           steady_window_basis=self.monitor.window.basis)
         if self.cycles is not None:
             summary.update(self._cycle_summary())
         if self.lattice_choice is not None:

@@ -390,14 +390,12 @@ class Simulation:
     def set_opening_densities(self, densities: dict[int, float]) -> None:
         """Hold each pressure opening id of ``densities`` at its density (lattice) from the next
         step (Windkessel outlets, :mod:`solver.windkessel`): one upload for all of them."""
-        from .iolets import PRESSURE
-
         tables = self.problem.iolets
         for opening_id, density in densities.items():
-            if tables is None or opening_id not in tables.ids:
+            if tables is None:
                 raise ValueError(f"Opening {opening_id} is not a driven opening of this run.")
-            links = (tables.opening == tables.ids.index(opening_id)) & (tables.code == PRESSURE)
-            if not links.any():
+            links = tables.density_links(opening_id)
+            if not links.size:
                 raise ValueError(f"Opening {opening_id} is not a pressure opening.")
             tables.value[links] = float(density)  # the host tables stay the run's record
         self.allocate()

@@ -192,14 +192,12 @@ def windkessel_table(models: dict[int, Windkessel], tables: Any, rho0: float, ev
                      ) -> WindkesselTable:
     """The :class:`WindkesselTable` of lattice ``models`` ({opening id: model}) on a run's
     openings' tables (:class:`solver.iolets.IoletTables`)."""
-    from .iolets import PRESSURE  # the link code of a pressure opening
-
     ids, start, stop = [], [], []
     for oid in sorted(models):
-        if tables is None or oid not in tables.ids:
+        if tables is None:
             raise ValueError(f"Opening {oid} is not a driven opening of this run.")
-        links = np.flatnonzero(tables.opening == tables.ids.index(oid))
-        if links.size == 0 or not np.all(tables.code[links] == PRESSURE):
+        links = tables.density_links(oid)
+        if links.size == 0:
             raise ValueError(f"Opening {oid} is not a pressure opening.")
         assert links[-1] - links[0] + 1 == links.size, "an opening's links are contiguous"
         ids.append(oid)

@@ -158,6 +158,9 @@ def test_rock_permeability(kernel_specs):
 
 def test_vessel_flow(kernel_specs):
     summary = execute("vessel_flow.ipynb", kernel_specs)
+    # SI values only: tau from the shared choice (Mach 0.1 on the expected peak), and the run
+    # stops on the run monitor's steady state of the openings (issue 28).
+    assert 0.505 <= summary["tau"] <= 1.0 and summary["steady"] is True
     # The inlet's flow rate is exact; what enters leaves through the two daughters.
     assert summary["inlet flow rate (m^3/s)"] == pytest.approx(1.25e-8, rel=1e-9)
     outlets = summary["outlet flow rates (m^3/s)"]

@@ -66,10 +66,11 @@ def steady(sim: Simulation, every: int, max_steps: int) -> float:
     """Step ``every`` steps at a time until the openings' flow is steady by the run monitor's
     one definition (:class:`solver.monitor.FlowConvergence`, after the soft start) or
     ``max_steps``; return its last relative change per window."""
-    from ..monitor import FlowConvergence
+    from ..monitor import FlowConvergence, steady_window
 
     tables = sim.problem.iolets
-    convergence = FlowConvergence(start=0 if tables is None else tables.ramp_steps)
+    convergence = FlowConvergence(window=steady_window(sim.problem).steps,
+                                  start=0 if tables is None else tables.ramp_steps)
     change = math.inf
     while sim.time_step < max_steps:
         sim.step(every)

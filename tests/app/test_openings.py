@@ -80,6 +80,36 @@ def test_si_values_map_to_lattice_units_and_back(vessel):
     assert convert.spec("closed", None, "", group) == {"kind": "closed"}
 
 
+def test_the_dashboard_and_case_files_convert_si_values_by_the_kinds_own_rule(vessel,
+                                                                              monkeypatch):
+    """Issue 28 item 6: each opening kind carries its SI conversion; the openings table calls
+    it (as case files do, solver.opening_specs) rather than converting by itself: a kind whose
+    conversion is replaced converts differently in both, and both agree bit for bit."""
+    from dataclasses import replace
+
+    from solver import opening_kinds
+    from solver.opening_specs import resolve_openings
+
+    group = opening_groups(vessel)[0]
+    assert group.ids == (1,)
+    units = UnitSystem(dx=vessel.voxel_size, dt=1e-4, density=1000.0)  # the run's own grid
+    q = 3.7e-10  # m^3/s
+    case = resolve_openings([{"id": 1, "kind": "velocity", "flow_rate": q},
+                             {"id": 2, "kind": "pressure", "pressure": 0.03}], vessel, units)
+    table = OpeningUnits(units, initial_density=1.0)
+    assert table.spec("velocity", q / 1e-9, "µL/s", group)["value"] == case[1]["value"]
+    assert table.spec("pressure", 0.03, "Pa", group)["value"] == case[2]["value"]
+    convert = OpeningUnits(UNITS, initial_density=1.0)
+    for name in ("velocity", "pressure"):
+        kind = opening_kinds.opening_kind(name)
+        monkeypatch.setitem(opening_kinds.OPENING_KIND_REGISTRY, name, replace(
+            kind, si_value=lambda entry, area, units, rho0, rule=kind.si_value:
+            2.0 * rule(entry, area, units, rho0) - rho0 * (rule is opening_kinds._si_density)))
+    assert convert.spec("velocity", 0.005, "m/s", group)["value"] == pytest.approx(0.1)
+    density = convert.spec("pressure", 0.1, "Pa", group)["value"]
+    assert density == pytest.approx(1.0 + 2 * 3 * 0.1 * 1e-6 / 1e-5)
+
+
 @pytest.mark.parametrize("profile, peak", [("uniform", 1.0), ("poiseuille", 2.0)])
 def test_speed_above_the_mach_limit_is_refused_with_the_largest_si_value(vessel, profile, peak):
     group = opening_groups(vessel)[0]

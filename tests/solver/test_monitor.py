@@ -211,6 +211,62 @@ def test_flow_convergence_waits_for_the_soft_start_and_a_window_of_small_changes
     assert "soft start" in conv.label(None, False, 100)
 
 
+@pytest.fixture(scope="module")
+def straight_tube():
+    from solver.validation.vessels import tube_geometry
+
+    return tube_geometry(4, 0.0)  # (10, 10, 30) voxels of 1 mm, openings 8 mm across
+
+
+def _tube_problem(geometry, tau: float, openings: dict):
+    """The problem of a run on ``geometry`` (nothing allocated)."""
+    return Simulation(geometry, SimulationConfig(
+        lattice="D3Q19", collision="TRT", tau=tau, precision="float64", backend="numpy",
+        openings=openings)).problem
+
+
+@pytest.mark.parametrize("tau, speed, settle", [
+    (0.505, 0.001, "flow"),      # slow inflow, thin fluid: one flow-through is the shorter
+    (0.505, 0.0005, "viscous"),  # slower still: the viscous time D^2/nu is the shorter
+    (0.8, 0.001, "floor"),       # viscous fluid: both short, the least window holds
+])
+def test_the_steady_window_comes_from_the_flow_not_a_fixed_step_count(straight_tube, tau,
+                                                                       speed, settle):
+    """Issue 28: the window was 1000 steps on every grid; now 5 % of the smaller of one
+    flow-through (box length / inlet mean speed) and one viscous time across the inlet,
+    at least 1000 steps, the same in the dashboard's, the CLI's and validation's monitors."""
+    from solver.monitor import FLOW_WINDOW_FRACTION, FLOW_WINDOW_MIN, steady_window
+
+    problem = _tube_problem(straight_tube, tau, {
+        1: {"kind": "velocity", "value": speed, "profile": "poiseuille"}, 2: "pressure"})
+    inlet = next(o for o in straight_tube.openings if o.id == 1)
+    nu = (tau - 0.5) / 3.0
+    flow_through = math.ceil(30 / speed)  # the box's longest side, 30 voxels
+    viscous = (inlet.diameter / straight_tube.voxel_size) ** 2 / nu
+    expected = {"flow": round(FLOW_WINDOW_FRACTION * flow_through),
+                "viscous": round(FLOW_WINDOW_FRACTION * viscous),
+                "floor": FLOW_WINDOW_MIN}[settle]
+    window = steady_window(problem)
+    assert window.steps == expected
+    assert (window.steps > FLOW_WINDOW_MIN) == (settle != "floor")
+    assert {"flow": "flow-through", "viscous": "viscous time",
+            "floor": "least window"}[settle] in window.basis
+    monitor = RunMonitor(problem, tau)
+    assert monitor.window == window and monitor.flows.window == window.steps
+    given = RunMonitor(problem, tau, flow_window=500)  # a window given is kept
+    assert given.flows.window == 500 and given.window.basis == "given"
+
+
+def test_a_pressure_driven_steady_window_uses_bernoulli_speed(straight_tube):
+    from solver.monitor import FLOW_WINDOW_FRACTION, steady_window
+
+    problem = _tube_problem(straight_tube, 0.505, {
+        1: {"kind": "pressure", "value": 1.0001}, 2: {"kind": "pressure", "value": 1.0}})
+    speed = math.sqrt(2.0 / 3.0 * 1e-4)  # u = sqrt(2 dp / rho), dp = c_s^2 drho
+    expected = FLOW_WINDOW_FRACTION * math.ceil(30 / speed)
+    assert f"flow-through is {expected:,.0f} steps" in steady_window(problem).basis
+
+
 @pytest.mark.timeout(300)
 def test_a_vessel_run_without_tau_stops_when_its_openings_converge(tmp_path, capsys):
     import json
@@ -245,6 +301,8 @@ def test_a_vessel_run_without_tau_stops_when_its_openings_converge(tmp_path, cap
     assert "openings: converged" in out and "pressure drop" in out
     assert summary["steps"] < 20000 and abs(summary["mass_balance"]) < 1e-3
     assert summary["flow_change"] < 1e-3
+    # The window it was judged over, and why (here the least one: a short, viscous flow).
+    assert summary["steady_window"] == 1000 and "least window" in summary["steady_window_basis"]
 
 
 @pytest.mark.timeout(200)

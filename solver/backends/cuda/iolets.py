@@ -39,8 +39,10 @@ from functools import cache
 
 import numpy as np
 
-from ...iolets import PRESSURE, VELOCITY, IoletTables
+from ...iolets import IoletTables
 from ...lattice import get_lattice
+from ...opening_kinds import links_by_kind
+from .opening_kinds import CodeContext, link_rule_code, registered_link_kinds
 
 __all__ = ["IOLET_KERNELS", "IoletPlan", "iolet_plan", "iolet_source", "NVCC_OPTIONS",
            "wave_columns"]
@@ -83,8 +85,8 @@ class IoletPlan:
 
     ``own_j`` (m,): the address of each link's bounced population ``f*_j(x)``; ``donor`` (m,),
     ``write`` (m,) as in :class:`solver.iolets.IoletAddresses`; ``node_own`` (q, n): the
-    populations of the ``n`` distinct source nodes of pressure links; ``link_node`` (m,): each
-    link's row in them (-1 for other kinds).
+    populations of the ``n`` distinct source nodes of links whose rule reads the node's
+    velocity (pressure); ``link_node`` (m,): each link's row in them (-1 for other kinds).
     """
 
     own_j: np.ndarray
@@ -107,7 +109,9 @@ def iolet_plan(tables: IoletTables, q: int, nodes_per_tile: int, slots: np.ndarr
     addr = tables.addresses(q, nodes_per_tile, slots, parity)
     m = tables.n_links
     own_j = addr.own[tables.direction, np.arange(m)]
-    pressure = np.flatnonzero(tables.code == PRESSURE)
+    pressure = np.concatenate([links for kind, links in links_by_kind(tables.code)
+                               if kind.link_rule.reads_velocity] or [np.empty(0, np.int64)])
+    pressure.sort()
     link_node = np.full(m, -1, dtype=np.int32)
     if pressure.size:
         node_own, inverse = np.unique(addr.own[:, pressure].T, axis=0, return_inverse=True)
@@ -166,18 +170,27 @@ def _wave_lines(harmonics: int) -> list[str]:
             "    }"]
 
 
-@cache
 def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: bool,
                  force: tuple[float, ...], rho0: float = 1.0, harmonics: int = 0) -> str:
     """CUDA C source of the three kernels for a lattice, arithmetic ``precision`` ('float32' or
     'float64'), float16 storage or not, fluid model, body force, the density a pressure
-    opening ramps from (lattice units) and the number of waveform harmonics."""
+    opening ramps from (lattice units) and the number of waveform harmonics, with the branch
+    of every registered opening kind (:mod:`solver.backends.cuda.opening_kinds`)."""
+    return _iolet_source(lattice_name, precision, half, incompressible, tuple(force),
+                         float(rho0), int(harmonics), registered_link_kinds())
+
+
+@cache
+def _iolet_source(lattice_name: str, precision: str, half: bool, incompressible: bool,
+                  force: tuple[float, ...], rho0: float, harmonics: int, kinds: tuple) -> str:
+    """:func:`iolet_source`, cached per the registered kinds ``kinds`` as well (a kind
+    registered later gets its branch)."""
     lat = get_lattice(lattice_name)
     real = "double" if precision == "float64" else "float"
     q, d = lat.q, lat.d
     c = lat.c.astype(int)
-    w2 = ", ".join(_lit(2.0 * float(w), real) for w in np.asarray(lat.w, dtype=np.float64))
-    cx = [", ".join(_lit(float(c[i, a]), real) for i in range(q)) for a in range(d)]
+    ramp, write = link_rule_code(CodeContext(lat, real, lambda x: _lit(x, real),
+                                             incompressible))
     lines = [f"typedef {real} real;", _HALF if half else _PLAIN,
              "extern \"C\" __global__ void iolet_moments(",
              "    const store_t* __restrict__ f, const long long* __restrict__ node_own,",
@@ -227,25 +240,10 @@ def iolet_source(lattice_name: str, precision: str, half: bool, incompressible: 
               "        if (x < 1.0) {",
               "            const real s = (real)(x * x * (3.0 - 2.0 * x));",
               f"            const real r0 = {_lit(rho0, real)};",
-              f"            v = (code[k] == {VELOCITY}) ? s * v : r0 + s * (v - r0);",
+              *ramp,
               "        }",
               "    }",
-              "    real o;",
-              f"    if (code[k] == {VELOCITY}) o = fj + v;",
-              f"    else if (code[k] == {PRESSURE}) {{",
-              f"        const real W2[{q}] = {{{w2}}};",
-              *[f"        const real C{a}[{q}] = {{{cx[a]}}};" for a in range(d)],
-              "        const int p = link_node[k];",
-              "        real cu = (real)0;",
-              "        real uu = (real)0;"]
-    for a in range(d):
-        lines += [f"        const real u{a} = node_u[{a} * n + p];",
-                  f"        cu += C{a}[j] * u{a};", f"        uu += u{a} * u{a};"]
-    lines += [f"        const real quad = {_lit(4.5, real)} * cu * cu - {_lit(1.5, real)} * uu;",
-              ("        o = W2[j] * (v + quad) - fj;" if incompressible else
-               f"        o = W2[j] * v * ({_lit(1.0, real)} + quad) - fj;"),
-              "    }",
-              "    else o = IO_LOAD(f[donor[k]], shift[j]);",
+              *write,
               "    out[k] = o;",
               "    flux[k] = o - fj;",
               "}",
