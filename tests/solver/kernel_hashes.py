@@ -5,7 +5,9 @@ hash of every kernel of the variant space (``kernels.all_variants()``, exactly w
 execution plans launch). The table was first written on main at 1da8a13, before the kernels
 were composed from parts, over every knob the generators had then; the knobs that lost their
 timings left the variant space since, and their kernels the table, without any kept kernel's
-hash changing (``solver/backends/cuda/KERNELS.md``). ``tests/solver/test_kernel_hashes.py``
+hash changing, and the compact kernels' hashes were taken again when the dead paired-entry
+branches left their templates (the same PTX: ``solver/backends/cuda/KERNELS.md``).
+``tests/solver/test_kernel_hashes.py``
 checks that every kernel of the space still has its hash. The code is hashed without its
 ``//`` comments (the templates' headers name the modules that fill them).
 """

@@ -2,7 +2,9 @@
 
 ``tests/solver/data/kernel_hashes.json`` holds the hash of the code of every kernel of the
 variant space (``tests/solver/kernel_hashes.py``; ``//`` comments aside, which name modules),
-first taken on main at 1da8a13, before the kernels were composed from parts. Every kernel of
+first taken on main at 1da8a13, before the kernels were composed from parts (the compact
+kernels' taken again when the dead paired-entry branches left their templates: the same PTX,
+``solver/backends/cuda/KERNELS.md``). Every kernel of
 the space must have its hash there, unchanged, and the table no other kernel: a kernel the
 space gains (a new collision model, say) or loses is a deliberate change of the table, in the
 commit that makes it (rerun the script). No kernel is compiled.
