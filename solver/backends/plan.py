@@ -105,6 +105,7 @@ class KernelFamily:
 
 
 def _launches(streaming: str, mode: str, phase: int) -> bool:
+    """Whether a state of ``streaming`` in ``phase`` launches ``mode`` (``next_phase``'s rule)."""
     try:
         next_phase(streaming, mode, phase)
     except ValueError:
