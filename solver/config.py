@@ -170,7 +170,8 @@ class SimulationConfig(param.Parameterized):
                            doc="MRT relaxation rates overriding the defaults, {group: rate}; "
                                "groups: e, eps, q, pi, m (D2Q9/D3Q19), e, h (D3Q13).")
     tile_edge = param.Integer(default=None, allow_None=True, bounds=(1, 16),
-                              doc="Tile edge in nodes; default 4 in 3D and 8 in 2D.")
+                              doc="Tile edge in nodes; default 4 in 3D and 8 in 2D. The GPU "
+                                  "takes 4 in 3D and 8 or 16 in 2D (solver/backends/plan.py).")
     tile_offset = param.Selector(objects=["best", "origin"], default="best",
                                  doc="Tile-grid placement: search for the best eta_t, or start "
                                      "at node 0 as in Algorithm 1.")

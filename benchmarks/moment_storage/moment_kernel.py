@@ -95,7 +95,7 @@ def _helpers(storage: str, pad: int, inner: bool, layout: str) -> str:
         storage_code=storage_code("float16" if storage == "float16" else "auto"),
         q=N_MOMENTS if layout == "soa" else 1, pad=pad, halo="true",
         inner="true" if inner else "false",
-        paired="false", corners="false")
+        corners="false")
 
 
 def _pull(i: int) -> list[str]:

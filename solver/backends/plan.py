@@ -19,14 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import population_copies
+from ..config import GPU_LAYOUTS, STREAMING, population_copies
 from ..problem import Problem
 from ..values import ConfigError
 from .cuda.boundary import boundary_kind
 from .cuda.compact_shape import CompactCode
-from .cuda.tables import effective_layout
+from .cuda.streaming import next_phase
+from .cuda.tables import check_tile_shape, effective_layout
 
 __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "plan_for",
+           "STORAGE_CHOICES", "LAYOUT_CHOICES", "STREAMING_CHOICES", "compact_kernel",
            "storage_label", "distributed_refusal", "AUTO_COMPACT_BELOW",
            "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
            "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
@@ -36,14 +38,13 @@ __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "pla
 @dataclass(frozen=True)
 class KernelFamily:
     """What one family of kernels can step, declared (checked against the generated kernels by
-    ``tests/solver/test_plan.py``): lattice dimensions, tile edge (None: any the tiling takes),
-    kernel modes, whether it has the boundary code of Zou-He faces and moving walls, the
-    openings' link pass and distributed (MPI) ranks, and the lattices whose crossover against
-    the tiled storage was timed (None: every lattice; 'auto' picks the family only for these)."""
+    ``tests/solver/test_plan.py``): the tile edges per lattice dimension, kernel modes, whether
+    it has the boundary code of Zou-He faces and moving walls, the openings' link pass and
+    distributed (MPI) ranks, and the lattices whose crossover against the tiled storage was
+    timed (None: every lattice; 'auto' picks the family only for these)."""
 
     name: str
-    dims: tuple[int, ...]
-    tile_edge: int | None
+    edges: tuple[tuple[int, tuple[int, ...]], ...]  # (dimension, its tile edges), ...
     modes: tuple[str, ...]
     boundary_code: bool
     openings: bool
@@ -53,7 +54,7 @@ class KernelFamily:
     def variant_lacks(self, mode: str, dim: int, tile_edge: int, lattice: str,
                       boundary: str) -> list[str]:
         """What a kernel of this family lacks for one variant (words; empty: it exists)."""
-        shape = f"{'/'.join(f'{d}D' for d in self.dims)}, edge {self.tile_edge}"
+        shape = self._shapes()
         return [what for what, bad in (
             (f"mode {mode!r} (only {', '.join(repr(m) for m in self.modes)})",
              mode not in self.modes),
@@ -75,27 +76,72 @@ class KernelFamily:
                    f"{TILED.name} storage"
         t = problem.tiling
         if not self._fits(t.ndim, t.a):
-            return f"it needs {'/'.join(f'{d}D' for d in self.dims)} tiles of edge " \
-                   f"{self.tile_edge} (this run: {t.ndim}D, edge {t.a})"
+            return f"it needs {self._shapes()} (this run: {t.ndim}D, edge {t.a})"
         lacks = self.variant_lacks("full", t.ndim, t.a, problem.lattice.name,
                                    boundary_kind(problem))
         return ", ".join(lacks) or None
 
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The lattice dimensions it steps."""
+        return tuple(d for d, _ in self.edges)
+
+    def tile_edges(self, dim: int) -> tuple[int, ...]:
+        """The tile edges of ``dim``-D runs it steps (none: not that dimension)."""
+        return dict(self.edges).get(dim, ())
+
     def _fits(self, dim: int, tile_edge: int) -> bool:
-        return dim in self.dims and self.tile_edge in (None, tile_edge)
+        return tile_edge in self.tile_edges(dim)
+
+    def _shapes(self) -> str:
+        return "; ".join(f"{d}D tiles of edge {' or '.join(map(str, a))}"
+                         for d, a in self.edges)
+
+    def launches(self, streaming: str) -> tuple[tuple[str, int], ...]:
+        """(mode, phase) of every launch of this family's kernels on a state of ``streaming``:
+        its modes from either phase (in place the kernel follows the phase), 'swap' only where
+        it decodes (phase 1 of one copy)."""
+        return tuple((m, p) for m in self.modes for p in (0, 1) if _launches(streaming, m, p))
 
 
-#: Every node of each non-empty tile (the paper's storage): every mode, boundary and run.
-TILED = KernelFamily("tiled", (2, 3), None, ("full", "propagate", "readwrite", "swap"),
+def _launches(streaming: str, mode: str, phase: int) -> bool:
+    """Whether a state of ``streaming`` in ``phase`` launches ``mode`` (``next_phase``'s rule)."""
+    try:
+        next_phase(streaming, mode, phase)
+    except ValueError:
+        return False
+    return True
+
+
+#: Every node of each non-empty tile (the paper's storage): every mode, boundary and run, on
+#: the tiles whose nodes fill whole warps (:func:`.cuda.tables.check_tile_shape`) except 3D
+#: edge 8, which lost its timing on the H100 (dense float32 0.868 of the copy bandwidth against
+#: 0.954 at edge 4, float16 0.655 against 0.796; eta_t of the rock-like pack 0.29:
+#: benchmarks/kernel_tuning/README.md), so it left the variant space (issue 27).
+TILED = KernelFamily("tiled", ((2, (8, 16)), (3, (4,))),
+                     ("full", "propagate", "readwrite", "swap"),
                      boundary_code=True, openings=True, distributed=True)
 #: Only the fluid nodes of each tile (issue 20, :mod:`.cuda.compact`): 3D tiles of edge 4, the
 #: full step, the propagation probe and the in-place decoding, no boundary code; distributed
 #: ranks step tile ranges of it (``CompactRun.launch_tiles``).
-COMPACT = KernelFamily("compact", (3,), 4, ("full", "propagate", "swap"),
+COMPACT = KernelFamily("compact", ((3, (4,)),), ("full", "propagate", "swap"),
                        boundary_code=False, openings=False, distributed=True,
                        timed_lattices=("D3Q19",))
 #: The families by ``SimulationConfig.tile_storage`` name.
 FAMILIES = {f.name: f for f in (TILED, COMPACT)}
+
+# ------------------------------------------------------------- the choices a plan makes
+#: The storage precisions a plan chooses among (``ExecutionPlan.storage``), each with the
+#: arithmetic precision and the kernels' storage it means (float16: float32 arithmetic).
+STORAGE_CHOICES = {"float32": ("float32", "auto"), "float64": ("float64", "auto"),
+                   "float16": ("float32", "float16")}
+#: The in-tile layouts (the effective one: 'paper' applies to 3D tiles of edge 4 only).
+LAYOUT_CHOICES = GPU_LAYOUTS
+#: The streamings: two copies, or one in place.
+STREAMING_CHOICES = STREAMING
+# These, the families (FAMILIES: modes, tile edges, boundary code) and compact_kernel below are
+# every execution choice a kernel depends on: solver/backends/cuda/kernels.all_variants is their
+# image, and tests/solver/test_variant_space.py checks that every plan's launches lie in it.
 
 # ---------------------------------------------------------- the timings automatic choices use
 #: float16 storage (float32 arithmetic, binary16 values) has its own crossover. From the H100
@@ -217,12 +263,12 @@ def storage_label(problem: Problem) -> str:
     return "float16" if problem.storage.encoded else problem.dtype.name
 
 
-def _compact_kernel(label: str) -> tuple[int, CompactCode]:
-    """Packed tiles per block (0: one thread per tile node) and halo code of the compact
-    kernel for storage precision ``label``."""
+def compact_kernel(label: str) -> tuple[int, int, CompactCode]:
+    """Padding, packed tiles per block (0: one thread per tile node) and halo code of the
+    compact kernel for storage precision ``label``: the only compact kernel a plan runs."""
     if label == "float16":
-        return COMPACT_PACKED_FLOAT16, COMPACT_CODE_FLOAT16
-    return COMPACT_PACKED, COMPACT_CODE
+        return COMPACT_PAD, COMPACT_PACKED_FLOAT16, COMPACT_CODE_FLOAT16
+    return COMPACT_PAD, COMPACT_PACKED, COMPACT_CODE
 
 
 def _tile_storage(problem: Problem, label: str) -> tuple[KernelFamily, str]:
@@ -256,9 +302,16 @@ def _tile_storage(problem: Problem, label: str) -> tuple[KernelFamily, str]:
 def plan_for(problem: Problem) -> ExecutionPlan:
     """The execution plan of ``problem`` (pure: the same problem always gets the same plan).
 
-    Raises ConfigError for ``tile_storage='compact'`` on a run the compact family lacks."""
+    Raises ConfigError for ``tile_storage='compact'`` on a run the compact family lacks, and
+    for a tile edge the GPU kernels do not take (ValueError from ``check_tile_shape`` where
+    the tiles do not fill whole warps)."""
     label = storage_label(problem)
     family, why_family = _tile_storage(problem, label)
+    lacks = TILED.problem_lacks(problem) if family is TILED else None
+    if lacks:  # the shapes the tiles fill whole warps in are check_tile_shape's to explain
+        check_tile_shape(problem.lattice.name, problem.tiling.a, 1)
+        raise ConfigError(f"The GPU kernels cannot run this case: {lacks}. Set tile_edge to "
+                          "one of those, or backend='numpy' (every tile edge).")
     asked_layout, a = problem.layout, problem.tiling.a
     layout = effective_layout(problem.lattice.name, asked_layout, a)
     reasons = [
@@ -272,13 +325,13 @@ def plan_for(problem: Problem) -> ExecutionPlan:
         ("tile_storage", why_family),
     ]
     if family is COMPACT:
-        packed, code = _compact_kernel(label)
+        pad, packed, code = compact_kernel(label)
         shape = f"packed {packed} (COMPACT_PACKED_FLOAT16: instruction issue binds it)" \
             if packed else f"per node (COMPACT_PACKED), tiles_per_block={problem.tiles_per_block}"
         reasons.append(("launch", f"compact {label} kernel {shape}, halo code "
                         f"{code.label or 'default'} (timed fastest, see COMPACT_CODE)"))
         return ExecutionPlan(problem.dtype.name, label, layout, problem.streaming, family,
-                             problem.tiles_per_block, COMPACT_PAD, packed, code, tuple(reasons))
+                             problem.tiles_per_block, pad, packed, code, tuple(reasons))
     reasons.append(("launch", f"tiles_per_block={problem.tiles_per_block}"))
     return ExecutionPlan(problem.dtype.name, label, layout, problem.streaming, family,
                          problem.tiles_per_block, reasons=tuple(reasons))

@@ -182,7 +182,7 @@ def test_compact_kernel_variant_flag() -> None:
     assert in_place.name.endswith("_aan") and "__restrict__ fin" not in kernel_source(in_place)
     assert replace(v, mode="swap").canonical().collision == "BGK"
     for bad, words in [({"boundary": "zou_he"}, "boundary code 'zou_he'"),
-                       ({"lattice": "D2Q9", "tile_edge": 8}, "3D, edge 4"),
+                       ({"lattice": "D2Q9", "tile_edge": 8}, "3D tiles of edge 4"),
                        ({"mode": "readwrite"}, "mode 'readwrite'")]:
         with pytest.raises(ValueError, match="compacted storage does not support") as err:
             kernel_source(replace(v, **bad))

@@ -44,7 +44,7 @@ def probe_shared_bytes(tiles_per_block: int, halo: bool = False, packed: int = 0
     """Dynamic shared memory of one block: 27 masks (8 B) and bases (4 B) per tile, and with
     ``halo`` the located source (two ints) of each of the 6^3 halo nodes; ``packed`` K: those
     of its K tiles and the node of each fluid rank (one byte)."""
-    pad = 4  # halo entries start on 8 bytes (one int after an odd number of bases)
+    pad = 4  # slack once kept for paired (8-byte) halo entries; launches keep their bytes
     if packed:
         return packed * (27 * 12 + 2 * 4 * 6**3 + 64) + pad
     return tiles_per_block * (27 * 12 + (2 * 4 * 6**3 if halo else 0)) + (pad if halo else 0)

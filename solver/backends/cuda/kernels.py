@@ -27,9 +27,18 @@ from dataclasses import dataclass, replace
 from functools import cache
 
 from ...collisions import COLLISION_MODELS
-from ...lattice import get_lattice
+from ...lattice import LATTICE_NAMES, get_lattice
 from ...problem import Problem
-from ..plan import COMPACT
+from ..plan import (
+    COMPACT,
+    FAMILIES,
+    LAYOUT_CHOICES,
+    STORAGE_CHOICES,
+    STREAMING_CHOICES,
+    TILED,
+    ExecutionPlan,
+    compact_kernel,
+)
 from .boundary import BOUNDARY_KINDS, boundary_kind
 from .collisions import CUDA_COLLISIONS, PROBE_COLLISION, cuda_collision
 from .compact_source import CompactCode, CompactSpec, compact_spec
@@ -45,7 +54,6 @@ from .sector_fill import SECTOR_FILL_MIN_MIX, can_fill_sectors
 from .storage import half_form, is_float16, kernel_constants, storage_param_names
 from .streaming import kernel_streaming, needs_halo
 from .tables import (
-    LAYOUTS,
     check_tile_shape,
     effective_layout,
     kernel_storage,
@@ -92,6 +100,8 @@ class KernelVariant:
         m = mode(self.mode)
         if self.compact:  # one in-tile order (XYZ ranks), no sector fill, 32-bit indices
             v = replace(self, layout="xyz", sector_fill=False, wide_sources=False)
+            if m.decodes:  # 'swap' has one address pattern of its own
+                v = replace(v, streaming="aa_local")
             return replace(v, collision=PROBE_COLLISION, incompressible=True) \
                 if not m.collides and not m.copies else v
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge),
@@ -107,21 +117,32 @@ class KernelVariant:
         return v
 
     @classmethod
-    def for_problem(cls, problem: Problem, mode: str = "full", phase: int = 0
-                    ) -> KernelVariant:
-        """The variant that steps ``problem`` in ``mode`` from ``phase`` (canonical)."""
+    def for_problem(cls, problem: Problem, mode: str = "full", phase: int = 0,
+                    plan: ExecutionPlan | None = None) -> KernelVariant:
+        """The variant that steps ``problem`` in ``mode`` from ``phase`` (canonical); with
+        ``plan``, its family's kernel (the compact one where the plan stores fluid nodes)."""
         if problem.storage.encoded and problem.storage.rounding != "stochastic":
             raise ValueError("The GPU kernel rounds float16 stores stochastically only; "
                              "rounding='nearest' is a NumPy-backend ablation.")
         v = cls(problem.lattice.name, problem.dtype.name, problem.collision.name,
-                problem.incompressible, problem.layout, mode, problem.tiling.a,
+                problem.incompressible, problem.layout, "full", problem.tiling.a,
                 boundary_kind(problem) if mode == "full" else "none",
-                kernel_streaming(problem.streaming, phase),
-                kernel_storage(problem),
-                wide_sources=needs_wide_sources(problem)).canonical()
-        if v.sector_fill:  # only where it can apply: the geometry's mix is computed once
-            v = replace(v, sector_fill=problem.sector_mix >= SECTOR_FILL_MIN_MIX)
-        return v
+                storage=kernel_storage(problem),
+                wide_sources=needs_wide_sources(problem))
+        if plan is not None and plan.compact:
+            v = replace(v, compact=plan.pad, packed=plan.packed, code=plan.code)
+        # the sector fill only where it can apply: the geometry's mix is computed once
+        return v.launch(mode, problem.streaming, phase,
+                        lambda: problem.sector_mix >= SECTOR_FILL_MIN_MIX)
+
+    def launch(self, mode: str, streaming: str, phase: int, fill) -> KernelVariant:
+        """The canonical variant of this one's physics and plan launched in ``mode`` from
+        ``phase`` on a state of ``streaming`` (config name); ``fill()``: whether a kernel that
+        can have the sector fill gets it. The one path from choices to a launched kernel:
+        :meth:`for_problem` and :func:`all_variants` both take it."""
+        v = replace(self, mode=mode, boundary=self.boundary if mode == "full" else "none",
+                    streaming=kernel_streaming(streaming, phase)).canonical()
+        return replace(v, sector_fill=fill()) if v.sector_fill else v
 
     @property
     def half(self) -> bool:
@@ -167,18 +188,22 @@ def _spec(v: KernelVariant) -> TiledSpec | CompactSpec:
 
 def _refusal(v: KernelVariant) -> str | None:
     """Why the family of ``v`` (canonical) has no such kernel, or None (declared support:
-    :data:`~solver.backends.plan.COMPACT`; a collision's lattices; the tile shapes)."""
+    :data:`~solver.backends.plan.FAMILIES`; a collision's lattices)."""
+    family = COMPACT if v.compact else TILED
+    if not v.compact:
+        collision = cuda_collision(v.collision)
+        if v.lattice not in collision.lattices:
+            return (f"{v.collision} is implemented for {', '.join(collision.lattices)}, "
+                    f"not {v.lattice}.")
+        check_tile_shape(v.lattice, v.tile_edge, 1)  # says why a shape fills no whole warps
+    lacks = family.variant_lacks(v.mode, get_lattice(v.lattice).d, v.tile_edge, v.lattice,
+                                 v.boundary)
+    if not lacks:
+        return None
     if v.compact:
-        lacks = COMPACT.variant_lacks(v.mode, get_lattice(v.lattice).d, v.tile_edge,
-                                      v.lattice, v.boundary)
         return ("Fluid-compacted storage does not support " + ", ".join(lacks)
-                + "; use the tiled storage (compact=0) for this run.") if lacks else None
-    collision = cuda_collision(v.collision)
-    if v.lattice not in collision.lattices:
-        return (f"{v.collision} is implemented for {', '.join(collision.lattices)}, "
-                f"not {v.lattice}.")
-    check_tile_shape(v.lattice, v.tile_edge, 1)
-    return None
+                + "; use the tiled storage (compact=0) for this run.")
+    return "The tiled storage does not support " + ", ".join(lacks) + "."
 
 
 def collision_param_names(v: KernelVariant) -> list[str]:
@@ -228,22 +253,35 @@ def kernel_source(variant: KernelVariant) -> str:
     return render_tiled(spec, collision_param_names(variant))
 
 
-def all_variants(tile_edges: dict[str, tuple[int, ...]] | None = None,
-                 streaming: tuple[str, ...] = ("pull",)) -> list[KernelVariant]:
-    """Every distinct kernel variant (canonical) for the given tile edges per lattice.
+def all_variants() -> list[KernelVariant]:
+    """Every kernel a plan can launch (:func:`_variant_space`, a new list each call)."""
+    return list(_variant_space())
 
-    ``streaming``: the kernel address patterns to include (:data:`KERNEL_STREAMING`); the
-    in-place decoding ('swap') is always included.
-    """
-    edges = tile_edges or {"D2Q9": (8,), "D3Q19": (4,), "D3Q27": (4,), "D3Q13": (4,)}
+
+@cache
+def _variant_space() -> tuple[KernelVariant, ...]:
+    """Every kernel a plan can launch (canonical, one per name): the image of the plan's
+    choices (:mod:`solver.backends.plan`: storage, layout, streaming, family with its modes,
+    tile edges, boundary code and compact kernel) over every lattice, collision model and
+    fluid model, both geometry-dependent kernel choices (sector fill, 64-bit halo sources)
+    and every launch of a run (each phase, the in-place decoding, the timing probes), through
+    :meth:`KernelVariant.launch` as a run takes it. Nothing else is in it."""
     seen: dict[str, KernelVariant] = {}
-    for lattice, a_values in edges.items():
-        collisions = [m.name for m in COLLISION_MODELS.values() if lattice in m.lattices]
-        for a, (prec, store), coll, inc, layout, m, bc, access, fill in itertools.product(
-            a_values, (("float32", "auto"), ("float64", "auto"), ("float32", "float16")),
-            collisions, (True, False), LAYOUTS, MODES, BOUNDARY_KINDS, streaming, (True, False),
-        ):
-            v = KernelVariant(lattice, prec, coll, inc, layout, m, a, bc, access,
-                              store, fill).canonical()
-            seen.setdefault(v.name, v)
-    return list(seen.values())
+    for family, lattice in itertools.product(FAMILIES.values(), LATTICE_NAMES):
+        collisions = [m.name for m in COLLISION_MODELS.values()
+                      if lattice in m.lattices and lattice in cuda_collision(m.name).lattices]
+        boundaries = BOUNDARY_KINDS if family.boundary_code else ("none",)
+        for a, label, layout, streaming, coll, inc, bc, wide in itertools.product(
+                family.tile_edges(get_lattice(lattice).d), STORAGE_CHOICES, LAYOUT_CHOICES,
+                STREAMING_CHOICES, collisions, (True, False), boundaries, (False, True)):
+            precision, storage = STORAGE_CHOICES[label]
+            v = KernelVariant(lattice, precision, coll, inc, layout, "full", a, bc,
+                              storage=storage, wide_sources=wide)
+            if family is COMPACT:
+                pad, packed, code = compact_kernel(label)
+                v = replace(v, compact=pad, packed=packed, code=code)
+            for (launched, phase), fill in itertools.product(family.launches(streaming),
+                                                             (True, False)):
+                w = v.launch(launched, streaming, phase, lambda f=fill: f)
+                seen.setdefault(w.name, w)
+    return tuple(seen.values())

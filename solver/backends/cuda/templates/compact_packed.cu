@@ -16,8 +16,7 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
     extern __shared__ int lbm_smem[];
     mask_t* s_mask = reinterpret_cast<mask_t*>(lbm_smem);
     int* s_base = reinterpret_cast<int*>(s_mask + K * NB);
-    // 2 HN ints per tile (put_src); paired entries are 8-byte loads: start on 8 bytes.
-    int* s_halo_all = s_base + (PAIRED ? (K * NB + 1) & ~1 : K * NB);
+    int* s_halo_all = s_base + K * NB;  // 2 HN ints per tile (put_src)
     unsigned char* s_node = reinterpret_cast<unsigned char*>(s_halo_all + K * 2 * HN);
     const int first_tile = blockIdx.x * K;
     const int nk = n_tiles - first_tile < K ? n_tiles - first_tile : K;

@@ -40,8 +40,6 @@ constexpr int HN = HE * HE * HE;
 // Inner tiles (halo inside the domain) locate their halo by columns (fill_column), others
 // entry by entry with the general wrap and face logic (locate).
 constexpr bool INNER = ${inner};
-// Paired halo entries (one 64-bit shared load per pull) lost their timing: off (issue 27).
-constexpr bool PAIRED = false;
 // Whether a velocity has three non-zero components (reads the 8 corner nodes of the halo).
 constexpr bool CORNERS = ${corners};
 
@@ -111,28 +109,15 @@ __device__ __forceinline__ int source_slot(int i, const Found& s, int own)
     return s.at0 >= 0 ? s.at0 + i * s.pc : own;
 }
 
-// The located sources of a tile's halo: 2 HN ints of shared memory, either (PAIRED) HN
-// aligned pairs (at0, pc) or HN at0 followed by HN pc.
-struct alignas(8) Pair {
-    int at0, pc;
-};
-
+// The located sources of a tile's halo: 2 HN ints of shared memory, HN at0 followed by HN pc.
 __device__ __forceinline__ void put_src(int* s_halo, int h, int at0, int pc)
 {
-    if (PAIRED) {
-        reinterpret_cast<Pair*>(s_halo)[h] = Pair{at0, pc};
-    } else {
-        s_halo[h] = at0;
-        s_halo[HN + h] = pc;
-    }
+    s_halo[h] = at0;
+    s_halo[HN + h] = pc;
 }
 
 __device__ __forceinline__ Found halo_src(const int* s_halo, int h)
 {
-    if (PAIRED) {
-        const Pair p = reinterpret_cast<const Pair*>(s_halo)[h];
-        return {p.at0, p.pc};
-    }
     return {s_halo[h], s_halo[HN + h]};
 }
 
@@ -260,12 +245,9 @@ ${storage_prologue}    extern __shared__ int lbm_smem[];
     }
     __syncthreads();
     const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
-    // Paired halo entries are 8-byte loads: the bases of an odd number of tiles (27 ints
-    // each) are padded by one int so that the pairs start on 8 bytes.
-    const int bases = (blockDim.x / NPT) * NB;
     int* s_halo = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
                                          + (blockDim.x / NPT) * NB)
-                  + (PAIRED ? (bases + 1) & ~1 : bases) + local_tile * 2 * HN;
+                  + (blockDim.x / NPT) * NB + local_tile * 2 * HN;
     if (HALO) {  // the tile's threads locate its halo (tile nodes included) once
         if (active) {
             if (INNER && halo_inside(t[0], t[1], t[2], sizex, sizey, sizez, offx, offy, offz)) {
