@@ -214,18 +214,18 @@ def _agreed_storage(problem: Problem, backend: Backend, comm: Any) -> Problem:
     return dataclasses.replace(problem, tile_storage=chosen)
 
 
-def local_rank(source: RegionSource, config: SimulationConfig, summary: SlabSummary,
-               backend: Backend, comm: Any, transport: str = "auto", link: Any = None
+def local_rank(problem: Problem, decomposition: SlabDecomposition, backend: Backend,
+               comm: Any, transport: str = "auto", link: Any = None
                ) -> tuple[RankSolver, Any, str]:
-    """This rank's :class:`RankSolver` over its own slab (collective over ``comm``), the NCCL
-    link it built or was given (None with the host transport) and the transport used."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    error, problem, decomposition = None, None, None
+    """This rank's :class:`RankSolver` over its part (:func:`local_part`; collective over
+    ``comm``), the NCCL link it built or was given (None with the host transport) and the
+    transport used ('nccl' or 'host')."""
+    rank = comm.Get_rank()
+    error, report = None, None
     try:
-        problem, decomposition = local_part(source, config, summary, size, rank)
         report = local_report(backend) if transport != "host" else None
     except Exception as exc:  # every rank learns of it before any collective set-up
-        error, report = f"rank {rank}: {exc}", None
+        error = f"rank {rank}: {exc}"
     gathered = comm.allgather((error, report))
     errors = [e for e, _ in gathered if e]
     if errors:
@@ -235,5 +235,15 @@ def local_rank(source: RegionSource, config: SimulationConfig, summary: SlabSumm
         choose_transport(transport, [r for _, r in gathered])
     if used == "nccl" and link is None:
         link = backend.nccl_link(comm)
-    factory = exchange_factory(used, comm, link)
-    return RankSolver(problem, decomposition, rank, backend, factory), link, used
+    solver, error = None, None
+    try:
+        solver = RankSolver(problem, decomposition, rank, backend,
+                            exchange_factory(used, comm, link))
+    except Exception as exc:  # e.g. out of memory on one rank: all of them stop together
+        error = f"rank {rank}: {type(exc).__name__}: {exc}"
+    errors = [e for e in comm.allgather(error) if e]
+    if errors:
+        if solver is not None:
+            solver.release()
+        raise RuntimeError("; ".join(errors))
+    return solver, link, used

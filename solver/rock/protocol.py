@@ -79,7 +79,7 @@ from .settings import AXIS_NAMES, PermeabilitySettings
 
 __all__ = ["PROTOCOLS", "ProtocolSetup", "checked_sample", "setup_protocol", "protocol_values",
            "driving_gradient", "pore_drive", "estimate_k", "kozeny_carman", "estimated_steps",
-           "choose_fast_tau", "fast_tau_for"]
+           "steps_for", "choose_fast_tau", "fast_tau_for"]
 
 PROTOCOLS = ("mirrored", "pressure")
 #: Budget for the drive: mean pore speed (lattice units) and pore Reynolds number.
@@ -175,8 +175,12 @@ def estimated_steps(sample: VoxelGeometry, axis: int, nu: float, length: int) ->
     reached 0.1 % per 1000 steps after 1.8-2.2 diffusion times (a 200-step check, before the
     window); a 24³ pack at porosity 0.3 now stops after 1950 steps, estimated 2100.
     """
-    k_est, _ = estimate_k(sample, axis)
-    eps = max(sample.porosity, 1e-6)
+    return steps_for(estimate_k(sample, axis)[0], sample.porosity, nu, length)
+
+
+def steps_for(k_est: float, porosity: float, nu: float, length: int) -> int:
+    """:func:`estimated_steps` from a Kozeny-Carman ``k_est`` (voxels²) and the porosity."""
+    eps = max(porosity, 1e-6)
     diffusion = 2 * length**2 * eps * nu / (math.pi**2 * CS2 * k_est)
     # + one window: the monitor's test compares k over the last K_WINDOW steps.
     return int(math.ceil((diffusion + K_WINDOW) / 100) * 100)
