@@ -135,8 +135,16 @@ class GrainRegions:
                                dtype=np.int32)
         flat = solid.reshape(-1)
         strides = np.array([math.prod(dims[a + 1:]) for a in range(len(dims))], dtype=np.int64)
-        for first in range(0, len(near), _BATCH):
-            part = near[first:first + _BATCH]
+        reach = int(np.abs(self.offsets).max(initial=0))
+        inside = np.all((near >= reach) & (near < np.array(dims) - reach), axis=1)
+        # Balls wholly inside the slab: one add and one store per voxel (most of a large slab).
+        steps = self.offsets.astype(np.int64) @ strides
+        whole = near[inside].astype(np.int64) @ strides
+        for first in range(0, len(whole), _BATCH):
+            flat[(whole[first:first + _BATCH, None] + steps[None, :]).reshape(-1)] = True
+        cut = near[~inside]
+        for first in range(0, len(cut), _BATCH):
+            part = cut[first:first + _BATCH]
             index = np.zeros((len(part), len(self.offsets)), dtype=np.int64)
             keep = np.ones(index.shape, dtype=bool)
             for a, n in enumerate(dims):

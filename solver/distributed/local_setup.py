@@ -44,6 +44,7 @@ from .rank import RankSolver
 from .transport import choose_transport, exchange_factory, local_report
 
 __all__ = ["SlabSummary", "summarize", "rank_layers", "slab_tiling", "local_part", "local_rank",
+           "agreed_storage",
            "CHUNK_TILE_LAYERS"]
 
 #: Tile layers read per chunk while summarising (1600² voxels a layer: 16 tile layers of 4
@@ -202,14 +203,16 @@ def local_part(source: RegionSource, config: SimulationConfig, summary: SlabSumm
     return Problem.from_tiling(tiling, config), decomposition
 
 
-def _agreed_storage(problem: Problem, backend: Backend, comm: Any) -> Problem:
+def agreed_storage(problem: Problem, backend: Backend, comm: Any) -> Problem:
     """``problem`` with an explicit tile storage, rank 0's plan for 'auto' (the ranks' own
     tile utilisations differ; tiled and compact storage agree to rounding only)."""
     if problem.tile_storage != "auto" or not hasattr(backend, "phase_stepper"):
         return problem
     from ..backends.plan import plan_for
 
-    mine = plan_for(dataclasses.replace(problem)).tile_storage
+    # As RankSolver asks (every tile owned): a rank's limits (float16 keeps the tiled storage).
+    as_rank = dataclasses.replace(problem, owned=np.ones(problem.tiling.n_tiles, bool))
+    mine = plan_for(as_rank).tile_storage
     chosen = mine if comm is None else comm.bcast(mine, root=0)
     return dataclasses.replace(problem, tile_storage=chosen)
 
@@ -230,7 +233,7 @@ def local_rank(problem: Problem, decomposition: SlabDecomposition, backend: Back
     errors = [e for e, _ in gathered if e]
     if errors:
         raise ConfigError("; ".join(errors))
-    problem = _agreed_storage(problem, backend, comm)
+    problem = agreed_storage(problem, backend, comm)
     used, _why = ("host", "requested") if transport == "host" else \
         choose_transport(transport, [r for _, r in gathered])
     if used == "nccl" and link is None:

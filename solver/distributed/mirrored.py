@@ -44,8 +44,8 @@ from ..problem import Problem
 from ..rock.protocol import fast_tau_for, kozeny_carman, pore_drive, protocol_values, steps_for
 from ..rock.settings import PermeabilitySettings
 from ..tiling import default_tile_edge
-from .local_setup import SlabSummary, local_part, local_rank, summarize
-from .reductions import combine, owned_numbers
+from .local_setup import SlabSummary, agreed_storage, local_part, local_rank, summarize
+from .reductions import READ_TILES, combine, owned_numbers
 
 __all__ = ["mirrored_config", "device_estimate", "run_mirrored", "main"]
 
@@ -75,12 +75,34 @@ def mirrored_config(summary: SlabSummary, config: SimulationConfig,
                  "steps_estimate": steps_for(k_est, summary.porosity, nu, summary.shape[axis])}
 
 
-def device_estimate(problem: Problem, backend: Any) -> int | None:
-    """Bytes the rank's part needs on its device at its peak before allocating (the backend's
-    ``memory_required``, :func:`solver.backends.cuda.footprint.device_bytes` on the GPU; the
-    slab and both halo layers, so a little above what the rank keeps); None without it."""
-    ask = getattr(backend, "memory_required", None)
-    return None if ask is None else int(ask(problem))
+def device_estimate(problem: Problem) -> int:
+    """Device bytes a rank's part needs at its peak, before anything is allocated (its slab
+    and both halo layers, so a little above what the rank keeps): the resident state its
+    execution plan allocates (tiled: :meth:`Problem.tiled_state_bytes`, populations, node
+    types, tile map, fluid masks and tile list; compact:
+    :func:`~solver.backends.cuda.compact_readout.compact_state_bytes`) and one check's
+    chunk of :data:`~solver.distributed.reductions.READ_TILES` tiles at the readout's upper
+    bound per tile (:func:`~solver.backends.cuda.compact_readout.readout_tile_bytes`).
+    Unlike :func:`solver.backends.cuda.footprint.device_bytes` no whole-state float64
+    moments: a check here never holds them."""
+    from ..backends.cuda.compact import CompactTiling
+    from ..backends.cuda.compact_readout import compact_state_bytes, readout_tile_bytes
+    from ..backends.plan import plan_for
+
+    t = problem.tiling
+    plan = plan_for(problem)
+    state = (compact_state_bytes(problem, CompactTiling(t, plan.pad)) if plan.compact
+             else problem.tiled_state_bytes())
+    return int(state + min(READ_TILES, t.n_tiles) * readout_tile_bytes(problem))
+
+
+def _fits(estimate: int, backend: Any) -> None:
+    """Raise MemoryError before allocating when ``estimate`` exceeds the device's free bytes."""
+    free = getattr(backend, "free_memory", None)
+    if free is not None and estimate > free():
+        raise MemoryError(f"this rank needs about {estimate / 2**30:.1f} GiB on its device, "
+                          f"{free() / 2**30:.1f} GiB are free: store float16 "
+                          "(--set storage=float16), run on more ranks or on larger GPUs.")
 
 
 def _collect(comm: Any, error: Exception | None) -> None:
@@ -95,10 +117,12 @@ def _collect(comm: Any, error: Exception | None) -> None:
 def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm: Any,
                  backend: Any, steps: int, check: int, tolerance: float = K_TOLERANCE,
                  settings: PermeabilitySettings | None = None, transport: str = "auto",
-                 memory: Callable[[], dict] | None = None) -> dict | None:
+                 memory: Callable[[], dict] | None = None,
+                 estimate_only: bool = False) -> dict | None:
     """Run the mirrored protocol of ``sample`` along ``axis`` on the ranks of ``comm``
     (collective); the result on rank 0 (module docstring), None on the others. ``memory``:
-    extra per-rank numbers at the end (e.g. a device pool's peak)."""
+    extra per-rank numbers at the end (e.g. a device pool's peak); ``estimate_only``: stop
+    before allocating, with the set-up times and each rank's estimate."""
     settings = settings or PermeabilitySettings()
     rank, size = comm.Get_rank(), comm.Get_size()
     times: dict[str, float] = {}
@@ -114,9 +138,27 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
         problem, decomposition = local_part(box, cfg, summary, size, rank)
     except Exception as exc:
         error = exc
-    _collect(comm, error)
     times["slab"] = time.perf_counter() - t1
-    estimate = device_estimate(problem, backend)
+    _collect(comm, error)
+    problem = agreed_storage(problem, backend, comm)
+    estimate = None
+    try:
+        estimate = device_estimate(problem)
+        if not estimate_only:
+            _fits(estimate, backend)
+    except Exception as exc:
+        error = exc
+    _collect(comm, error)
+    if estimate_only:
+        ranks = comm.gather({"rank": rank, "tiles": int(problem.tiling.n_tiles),
+                             "fluid_nodes_with_halo": int(problem.tiling.n_fluid),
+                             "tile_storage": problem.tile_storage,
+                             "device_bytes_estimate": estimate, "seconds": dict(times),
+                             "host_peak_bytes": _host_peak()}, root=0)
+        return None if rank else {"shape": list(summary.shape), "ranks": size,
+                                  "porosity": summary.porosity, "fluid_nodes": summary.n_fluid,
+                                  "tiles": int(summary.tiles.sum()), **derived,
+                                  "estimate_only": True, "per_rank": ranks}
     t2 = time.perf_counter()
     solver, _link, used = local_rank(problem, decomposition, backend, comm, transport)
     del problem  # the rank keeps its layout's tiling only
@@ -157,7 +199,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "device_bytes_estimate": estimate,
             "device_bytes_used": (None if not hasattr(backend, "used_memory")
                                   else int(backend.used_memory())),
-            "host_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "host_peak_bytes": _host_peak(),
             "seconds": dict(times), "step_seconds": stepping}
     if memory is not None:
         mine.update(memory())
@@ -183,6 +225,11 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "load_imbalance_tiles": _imbalance([r["tiles_owned"] for r in ranks]),
             "load_imbalance_fluid": _imbalance([r["fluid_nodes"] for r in ranks]),
             "per_rank": ranks}
+
+
+def _host_peak() -> int:
+    """This process's peak resident host memory, bytes (Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _imbalance(load: list[int]) -> float:
@@ -213,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="SimulationConfig field (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
+    parser.add_argument("--estimate-only", action="store_true",
+                        help="stop before allocating: set-up times and device bytes per rank")
     return parser
 
 
@@ -240,7 +289,8 @@ def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None
     config = SimulationConfig(**{"backend": args.backend, **parse_settings(args.settings)})
     backend = get_backend(args.backend)
     result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
-                          args.check, args.tolerance, transport=args.transport, memory=memory)
+                          args.check, args.tolerance, transport=args.transport, memory=memory,
+                          estimate_only=args.estimate_only)
     if result is not None:
         text = json.dumps(result, indent=1, default=str)
         if args.json is not None:

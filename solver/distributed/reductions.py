@@ -23,9 +23,9 @@ from .rank import RankSolver
 
 __all__ = ["FlowNumbers", "owned_numbers", "combine", "READ_TILES"]
 
-#: Tiles read per chunk at most (64 nodes each: ~12 kB of float64 moments and populations per
-#: tile with D3Q19, 0.8 GB a chunk).
-READ_TILES = 65536
+#: Tiles read per chunk at most (64 nodes each; at the readout's upper bound of 49 kB per tile
+#: with D3Q19 and float32, 0.8 GB a chunk).
+READ_TILES = 16384
 
 
 @dataclass(frozen=True)

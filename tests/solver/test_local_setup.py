@@ -196,3 +196,18 @@ def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     k = observables.permeability(sim.problem, sim.fields(), 0)
     assert out["k"] == pytest.approx(k.lattice, rel=1e-11)
     assert sum(r["fluid_nodes"] for r in out["per_rank"]) == sim.problem.n_fluid
+
+
+def test_auto_keeps_runs_past_the_compact_indices_on_the_tiled_storage(monkeypatch):
+    """'auto' picks the compact storage for a rock-like pack, but not when its values per copy
+    pass the compact kernels' 32-bit indices (a 1600³ rock over 4 ranks: 4e8 fluid nodes a
+    rank, refused at allocation before)."""
+    from solver.backends import plan
+
+    source = grains(shape=(32, 32, 32))
+    problem = Problem.from_config(source.slab(0, 0, 32),
+                                  config(precision="float32", tile_storage="auto"))
+    assert plan.plan_for(problem).tile_storage == "compact"
+    monkeypatch.setattr(plan, "COMPACT_VALUE_LIMIT", problem.lattice.q * problem.n_fluid)
+    chosen = plan.plan_for(problem)
+    assert chosen.tile_storage == "tiled" and "32-bit" in chosen.why("tile_storage")
