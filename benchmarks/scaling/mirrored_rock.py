@@ -182,17 +182,17 @@ def markdown(r: dict) -> str:
              f"Command: `python benchmarks/scaling/mirrored_rock.py {r.get('command', '')}`", ""]
     if not r.get("estimate_only"):
         k = r.get("k")
+        per_step = r["step_seconds"] / max(r["timed_steps"], 1)
+        hours = r["steps_estimate"] * per_step / 3600
         lines += [f"Storage {r['storage']} ({r['precision']} arithmetic), tile storage "
                   f"{r['per_rank'][0]['tile_storage']}, halo transport {r['transport']}.",
                   f"{r['timed_steps']} timed steps in {r['step_seconds']:.2f} s "
-                  f"({r['step_seconds'] / max(r['timed_steps'], 1) * 1e3:.1f} ms per step, "
+                  f"({per_step * 1e3:.1f} ms per step, "
                   f"{r['mflups'] or 0:.0f} MFLUPS over the fluid nodes); "
                   f"k = {'-' if k is None else f'{k:.5g}'} voxel² after {r['steps']} steps "
                   f"(converged: {r['converged']}; layer flux spread "
                   f"{r.get('flux_spread') or float('nan'):.2g}); the protocol estimates "
-                  f"{r['steps_estimate']:,} steps from rest "
-                  f"(~{r['steps_estimate'] * r['step_seconds'] / max(r['timed_steps'], 1) / 3600:.1f}"
-                  " h at this speed).",
+                  f"{r['steps_estimate']:,} steps from rest (~{hours:.1f} h at this speed).",
                   f"Load imbalance: tiles {r['load_imbalance_tiles']:.3f}, fluid nodes "
                   f"{r['load_imbalance_fluid']:.3f}.", ""]
     lines += ["| rank | tiles | fluid nodes | estimate GiB | pool held GiB | device used GiB "
