@@ -160,7 +160,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
                                   "tiles": int(summary.tiles.sum()), **derived,
                                   "estimate_only": True, "per_rank": ranks}
     t2 = time.perf_counter()
-    solver, _link, used = local_rank(problem, decomposition, backend, comm, transport)
+    solver, link, used = local_rank(problem, decomposition, backend, comm, transport)
     del problem  # the rank keeps its layout's tiling only
     times["allocate"] = time.perf_counter() - t2
     solver.step(1)  # compiles the kernels; not timed with the steps
@@ -205,6 +205,8 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
         mine.update(memory())
     ranks = comm.gather(mine, root=0)
     solver.release()
+    if link is not None:  # after the solver: its graphs would hold NCCL work
+        link.close()
     if rank != 0:
         return None
     fluid = summary.n_fluid
