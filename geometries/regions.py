@@ -7,6 +7,9 @@ slab it is asked in:
 
 - :class:`ArrayRegions`: an array in memory, or a ``.npy`` file opened as a memory map
   (:meth:`ArrayRegions.from_npy`): only the slab's bytes are read;
+- :class:`TiffRegions`: a (z, y, x) TIFF stack on a trusted path (a cluster's file system,
+  not an upload: no worker process isolates tifffile here), segmented slab by slab as the
+  TIFF loader segments the whole (:func:`geometries.segment.segment`);
 - :class:`GrainRegions`: a rock-like Boolean model of overlapping solid balls of one radius
   (grains) at integer centres drawn from a seed, stamped only where a slab needs them;
 - :class:`MirroredRegions`: a source followed by its mirror image along an axis (the mirrored
@@ -24,8 +27,10 @@ import numpy as np
 
 from .errors import GeometryError
 from .generators.checks import check_fraction, check_int, check_positive
+from .segment import segment
 
-__all__ = ["RegionSource", "ArrayRegions", "GrainRegions", "MirroredRegions", "check_slab"]
+__all__ = ["RegionSource", "ArrayRegions", "TiffRegions", "GrainRegions", "MirroredRegions",
+           "check_slab"]
 
 #: Balls stamped per batch (temporaries ~ batch x ball voxels x 13 bytes: 220 MB at radius 10).
 _BATCH = 4096
@@ -77,6 +82,42 @@ class ArrayRegions:
         index = [slice(None)] * len(self.shape)
         index[axis] = slice(start, stop)
         return np.asarray(self.solid[tuple(index)]).astype(bool)
+
+
+class TiffRegions:
+    """Slabs of a (z, y, x) TIFF stack, one page per z slice (the TIFF loader's convention),
+    segmented with :func:`~geometries.segment.segment`'s options. A slab along z reads only
+    its pages; along x or y every page is read once and cut to the slab (memory: the slab)."""
+
+    def __init__(self, path: str | Path, *, pore_value: float | Sequence[float] | None = None,
+                 threshold: float | None = None, pore_below: bool = True) -> None:
+        import tifffile  # where TIFF is read: `import geometries` works without it
+
+        self.path = Path(path)
+        self.options = {"pore_value": pore_value, "threshold": threshold,
+                        "pore_below": pore_below}
+        with tifffile.TiffFile(self.path) as tif:
+            zyx = tuple(int(n) for n in tif.series[0].shape)
+            pages = len(tif.pages)
+        if len(zyx) != 3 or pages != zyx[0]:
+            raise GeometryError(f"{self.path} is not a single-channel stack of 2D pages (shape "
+                                f"{zyx}); save one page per z slice.")
+        self.shape = zyx[::-1]
+
+    def slab(self, axis: int, start: int, stop: int) -> np.ndarray:
+        """Solid mask of layers ``[start, stop)`` along ``axis`` (x, y, z order)."""
+        import tifffile
+
+        check_slab(self.shape, axis, start, stop)
+        with tifffile.TiffFile(self.path) as tif:
+            if axis == 2:
+                zyx = np.asarray(tif.asarray(key=range(start, stop)))
+                zyx = zyx.reshape(stop - start, self.shape[1], self.shape[0])
+            else:
+                cut = (slice(None), slice(start, stop)) if axis == 0 else \
+                    (slice(start, stop), slice(None))
+                zyx = np.stack([np.asarray(page.asarray())[cut] for page in tif.pages])
+        return segment(zyx.transpose(2, 1, 0), **self.options)
 
 
 def ball_offsets(radius: float, ndim: int = 3) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The mirrored permeability of an image too large for one process: every rank builds its slab.
 
-``mpirun -n N python -m solver.distributed.mirrored SAMPLE.npy --axis 0`` (or ``--grains
-1600 --porosity 0.2`` for a generated rock-like image) runs the mirrored protocol of
+``mpirun -n N python -m solver.distributed.mirrored SAMPLE.npy --axis 0`` (a TIFF stack with
+``--pore-value`` or ``--threshold``, or ``--grains 1600 --porosity 0.2`` for a generated
+rock-like image) runs the mirrored protocol of
 :mod:`solver.rock.protocol` — the sample followed by its mirror image along the flow axis,
 periodic there, sealed (or periodic) sides, driven by a body force — with no rank holding
 more than its slab (:mod:`solver.distributed.local_setup`) and every check reduced on the
@@ -35,7 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from geometries.regions import ArrayRegions, GrainRegions, MirroredRegions, RegionSource
+from geometries.regions import (
+    ArrayRegions,
+    GrainRegions,
+    MirroredRegions,
+    RegionSource,
+    TiffRegions,
+)
 
 from ..config import BACKENDS, HALO_TRANSPORTS, SimulationConfig
 from ..monitor import K_TOLERANCE, KConvergence
@@ -247,7 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sample", nargs="?", type=Path,
-                        help="boolean .npy solid mask (True = solid), read by slab")
+                        help="boolean .npy solid mask (True = solid) or a (z, y, x) TIFF stack, "
+                             "read by slab")
+    parser.add_argument("--pore-value", type=float, default=None,
+                        help="TIFF: the pore label (else 0/1 or bool images: nonzero = solid)")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="TIFF: grey values below it are pore")
     parser.add_argument("--grains", type=int, nargs="+", metavar="N",
                         help="generate a rock-like grain pack of N³ (or NX NY NZ) voxels")
     parser.add_argument("--porosity", type=float, default=0.2)
@@ -268,12 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def source_of(args: argparse.Namespace) -> RegionSource:
-    """The sample: a memory-mapped ``.npy`` or a generated grain pack."""
+    """The sample: a memory-mapped ``.npy``, a TIFF stack or a generated grain pack."""
     if args.grains:
         shape = args.grains * 3 if len(args.grains) == 1 else args.grains
         return GrainRegions(shape, args.porosity, args.diameter, args.seed)
     if args.sample is None:
         raise SystemExit("error: give a SAMPLE.npy or --grains N")
+    if args.sample.suffix.lower() in (".tif", ".tiff"):
+        return TiffRegions(args.sample, pore_value=args.pore_value, threshold=args.threshold)
     return ArrayRegions.from_npy(args.sample)
 
 

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from geometries import VoxelGeometry
-from geometries.errors import GeometryError
 from geometries.preprocess import keep_connected
 from geometries.regions import ArrayRegions, GrainRegions, MirroredRegions
 from solver import observables
@@ -45,31 +44,6 @@ def grains(shape=(26, 15, 22), seed=2) -> GrainRegions:
     """A small rock-like grain pack (porosity ~0.35), no axis a multiple of the tile edge 4
     except the last."""
     return GrainRegions(shape, 0.35, 7, seed=seed)
-
-
-def test_grain_pack_gives_the_same_voxels_in_any_slab():
-    source = grains()
-    whole = source.slab(0, 0, source.shape[0])
-    assert 0.25 < 1 - whole.mean() < 0.45  # the Boolean model's porosity, roughly
-    for axis, n in enumerate(source.shape):
-        parts = [source.slab(axis, s, min(s + 5, n)) for s in range(0, n, 5)]
-        assert np.array_equal(np.concatenate(parts, axis=axis), whole)
-    mirrored = MirroredRegions(source, 1)
-    expected = np.concatenate([whole, whole[:, ::-1]], axis=1)
-    assert mirrored.shape == expected.shape
-    for axis, n in enumerate(mirrored.shape):
-        parts = [mirrored.slab(axis, s, min(s + 4, n)) for s in range(0, n, 4)]
-        assert np.array_equal(np.concatenate(parts, axis=axis), expected)
-    with pytest.raises(GeometryError, match="outside"):
-        source.slab(0, 3, 99)
-
-
-def test_npy_source_reads_slabs_of_a_memory_map(tmp_path):
-    solid = grains().slab(0, 0, 26)
-    np.save(tmp_path / "s.npy", solid)
-    source = ArrayRegions.from_npy(tmp_path / "s.npy")
-    assert isinstance(source.solid, np.memmap)
-    assert np.array_equal(source.slab(2, 4, 9), solid[:, :, 4:9])
 
 
 @pytest.mark.parametrize("mirror_axis,axis", [(0, 0), (0, 1), (2, 2), (None, 0)])
