@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tests.solver.test_distributed import needs_mpi
+from tests.solver.test_local_setup import needs_mpi
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "scaling"))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from geometries.regions import ArrayRegions, GrainRegions, MirroredRegions
 from solver import observables
 from solver.backends.numpy_backend import NumpyBackend
 from solver.config import SimulationConfig
-from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
+from solver.distributed import LoopbackHub, RankSolver, decompose, mpi_available, step_together
 from solver.distributed.decomposition import layer_counts
 from solver.distributed.local_setup import local_part, rank_layers, slab_tiling, summarize
 from solver.distributed.mirrored import mirrored_config
@@ -35,9 +36,21 @@ from solver.rock.settings import PermeabilitySettings
 from solver.simulation import Simulation
 from solver.tiling import Tiling
 
-from .test_distributed import _mpirun, needs_mpi, noisy_start
+from .porous_cases import noisy_start
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _mpirun() -> str | None:
+    local = Path(sys.executable).parent / "mpirun"
+    return str(local) if local.exists() else shutil.which("mpirun")
+
+
+# As tests/solver/test_distributed.py (not imported: it needs hypothesis, the GPU box may not).
+MPI_OK, MPI_WHY = mpi_available()
+needs_mpi = pytest.mark.skipif(not MPI_OK or _mpirun() is None,
+                               reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else ''}"
+                                      f"{'' if _mpirun() else 'no mpirun on PATH'}")
 
 
 def grains(shape=(26, 15, 22), seed=2) -> GrainRegions:
@@ -185,3 +198,48 @@ def test_auto_keeps_runs_past_the_compact_indices_on_the_tiled_storage(monkeypat
     monkeypatch.setattr(plan, "COMPACT_VALUE_LIMIT", problem.lattice.q * problem.n_fluid)
     chosen = plan.plan_for(problem)
     assert chosen.tile_storage == "tiled" and "32-bit" in chosen.why("tile_storage")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile_storage", ["tiled", "compact"])
+def test_cupy_ranks_from_slabs_match_one_gpu(tile_storage):
+    """On the GPU (loopback exchange, one device): ranks built from their slabs of a mirrored
+    grain pack step bit for bit as one GPU, and k, the largest speed and the layer fluxes
+    reduced on the device are one GPU's."""
+    from solver.backends import get_backend
+
+    backend = get_backend("cupy")
+    source = MirroredRegions(grains(shape=(24, 18, 16), seed=5), 0)
+    solid = source.slab(0, 0, source.shape[0])
+    cfg = config(precision="float32", backend="cupy", tile_storage=tile_storage,
+                 body_force=(2e-5, 0.0, 0.0))
+    sim = Simulation(solid, cfg, backend=backend)
+    sim.step(30)
+    expected = sim.populations()
+    fields = sim.fields()
+    k = observables.permeability(sim.problem, fields, 0)
+    tiling = sim.problem.tiling
+    summary = summarize(source, 0, 4)
+    hub, ranks = LoopbackHub(), []
+    for r in range(2):
+        problem, dec = local_part(source, cfg, summary, 2, r)
+        ranks.append(RankSolver(problem, dec, r, backend,
+                                lambda plan, s, r=r, hub=hub: hub.exchange(r, plan, s)))
+    step_together(ranks, 30)
+    for rank in ranks:
+        assert rank.problem.tile_storage == tile_storage
+        owned = rank.layout.tiling.tiles[: rank.n_owned]
+        index = tiling.tile_map[tuple(owned.T)]
+        assert np.array_equal(rank.owned_populations(), expected[index])
+    total = combine_pair(owned_numbers(ranks[0], 0), owned_numbers(ranks[1], 0))
+    mean = total.momentum / solid.size
+    assert observables.darcy_permeability(sim.problem, mean, 0).lattice == \
+        pytest.approx(k.lattice, rel=1e-12)
+    speed = np.sqrt(np.nansum(fields["u"] ** 2, axis=0))
+    assert total.max_speed == pytest.approx(np.nanmax(speed), rel=1e-12)
+    j = observables.momentum_density(sim.problem, fields["rho"], fields["u"][0])
+    np.testing.assert_allclose(total.plane_flux, np.nansum(j, axis=(1, 2)), rtol=1e-10,
+                               atol=1e-14)
+    for rank in ranks:
+        rank.release()
+    sim.close()
