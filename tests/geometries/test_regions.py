@@ -50,3 +50,12 @@ def test_tiff_source_reads_slabs_segmented_like_the_whole(tmp_path):
     for axis, n in enumerate(solid.shape):
         parts = [source.slab(axis, s, min(s + 3, n)) for s in range(0, n, 3)]
         assert np.array_equal(np.concatenate(parts, axis=axis), solid)
+
+
+def test_grain_pack_is_the_balls_around_its_centres():
+    """A voxel is solid exactly when a drawn centre lies within the radius (brute force)."""
+    source = GrainRegions((14, 11, 9), 0.4, 6.5, seed=7)
+    solid = source.slab(1, 0, 11)
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in source.shape], indexing="ij"), -1)
+    d2 = ((grid[..., None, :] - source.centres[None, None, None]) ** 2).sum(-1)
+    assert np.array_equal(solid, (d2 <= source.radius**2).any(-1))
