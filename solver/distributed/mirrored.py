@@ -135,70 +135,29 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     box = MirroredRegions(sample, axis)
-    edge = config.tile_edge or default_tile_edge(len(box.shape))
-    summary = summarize(box, axis, edge, comm)
+    summary = summarize(box, axis, config.tile_edge or default_tile_edge(len(box.shape)), comm)
     times["summary"] = time.perf_counter() - t0
     cfg, derived = mirrored_config(summary, config, settings)
     t1 = time.perf_counter()
-    error, problem, decomposition = None, None, None
-    try:
-        problem, decomposition = local_part(box, cfg, summary, size, rank)
-    except Exception as exc:
-        error = exc
+    problem, decomposition, estimate = _rank_part(box, cfg, summary, backend, comm,
+                                                  check_fit=not estimate_only)
     times["slab"] = time.perf_counter() - t1
-    _collect(comm, error)
-    problem = agreed_storage(problem, backend, comm)
-    estimate = None
-    try:
-        estimate = device_estimate(problem)
-        if not estimate_only:
-            _fits(estimate, backend)
-    except Exception as exc:
-        error = exc
-    _collect(comm, error)
+    head = {"shape": list(summary.shape), "sample_shape": list(sample.shape), "axis": axis,
+            "ranks": size, "porosity": summary.porosity, "fluid_nodes": summary.n_fluid,
+            "tiles": int(summary.tiles.sum()), **derived}
     if estimate_only:
         ranks = comm.gather({"rank": rank, "tiles": int(problem.tiling.n_tiles),
                              "fluid_nodes_with_halo": int(problem.tiling.n_fluid),
                              "tile_storage": problem.tile_storage,
                              "device_bytes_estimate": estimate, "seconds": dict(times),
                              "host_peak_bytes": _host_peak()}, root=0)
-        return None if rank else {"shape": list(summary.shape), "ranks": size,
-                                  "porosity": summary.porosity, "fluid_nodes": summary.n_fluid,
-                                  "tiles": int(summary.tiles.sum()), **derived,
-                                  "estimate_only": True, "per_rank": ranks}
+        return None if rank else {**head, "estimate_only": True, "per_rank": ranks}
     t2 = time.perf_counter()
     solver, link, used = local_rank(problem, decomposition, backend, comm, transport)
     del problem  # the rank keeps its layout's tiling only
     times["allocate"] = time.perf_counter() - t2
-    solver.step(1)  # compiles the kernels; not timed with the steps
-    comm.Barrier()
-    done, stepping, history = 1, 0.0, []
-    monitor = KConvergence(tolerance)
-    converged = False
-    while done < steps:
-        n = min(check, steps - done)
-        comm.Barrier()
-        tic = time.perf_counter()
-        solver.step(n)
-        comm.Barrier()
-        stepping += time.perf_counter() - tic
-        done += n
-        numbers = combine(owned_numbers(solver, axis), comm)
-        if not numbers.finite:
-            history.append({"step": done, "k": None, "finite": False})
-            break
-        k = darcy_permeability(solver.problem, numbers.momentum / np.prod(summary.shape), axis)
-        change, converged, _ = monitor.update(done, k.lattice)
-        converged = bool(converged)
-        history.append({"step": done, "k": k.lattice, "change": change,
-                        "max_speed": numbers.max_speed,
-                        "flux_spread": numbers.flux_spread})
-        if rank == 0:
-            log.info("step %d: k = %.6g voxel², change %s, max speed %.3g, flux spread %.2g",
-                     done, k.lattice, change, numbers.max_speed, numbers.flux_spread)
-        if converged:
-            break
-    step_seconds = comm.allgather(stepping)
+    run = _checked_steps(solver, comm, axis, np.prod(summary.shape), steps, check, tolerance)
+    step_seconds = comm.allgather(run["seconds"])
     mine = {"rank": rank, "tiles_owned": int(solver.n_owned),
             "fluid_nodes": int(solver.problem.n_fluid),
             "halo_values_per_step": int(solver.plan.values_sent()),
@@ -206,34 +165,81 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "device_bytes_estimate": estimate,
             "device_bytes_used": (None if not hasattr(backend, "used_memory")
                                   else int(backend.used_memory())),
-            "host_peak_bytes": _host_peak(),
-            "seconds": dict(times), "step_seconds": stepping}
-    if memory is not None:
-        mine.update(memory())
+            "host_peak_bytes": _host_peak(), "seconds": dict(times),
+            "step_seconds": run["seconds"], **(memory() if memory is not None else {})}
     ranks = comm.gather(mine, root=0)
     solver.release()
     if link is not None:  # after the solver: its graphs would hold NCCL work
         link.close()
     if rank != 0:
         return None
-    fluid = summary.n_fluid
-    measured = done - 1
-    slowest = max(step_seconds)
-    last = history[-1] if history else {}
-    return {"shape": list(summary.shape), "sample_shape": list(sample.shape), "axis": axis,
-            "ranks": size, "transport": used, "backend": backend.name,
-            "precision": cfg.precision, "storage": cfg.storage, "streaming": cfg.streaming,
-            "porosity": summary.porosity, "fluid_nodes": fluid,
-            "tiles": int(summary.tiles.sum()), "slab_bounds": [int(b) for b in
-                                                               summary.bounds(size)],
-            **derived,
-            "steps": done, "timed_steps": measured, "step_seconds": slowest,
-            "mflups": fluid * measured / slowest / 1e6 if slowest > 0 else None,
-            "k": last.get("k"), "converged": converged,
-            "flux_spread": last.get("flux_spread"), "history": history,
+    measured, slowest = run["steps"] - 1, max(step_seconds)
+    last = run["history"][-1] if run["history"] else {}
+    return {**head, "transport": used, "backend": backend.name, "precision": cfg.precision,
+            "storage": cfg.storage, "streaming": cfg.streaming,
+            "slab_bounds": [int(b) for b in summary.bounds(size)],
+            "steps": run["steps"], "timed_steps": measured, "step_seconds": slowest,
+            "mflups": summary.n_fluid * measured / slowest / 1e6 if slowest > 0 else None,
+            "k": last.get("k"), "converged": run["converged"],
+            "flux_spread": last.get("flux_spread"), "history": run["history"],
             "load_imbalance_tiles": _imbalance([r["tiles_owned"] for r in ranks]),
             "load_imbalance_fluid": _imbalance([r["fluid_nodes"] for r in ranks]),
             "per_rank": ranks}
+
+
+def _rank_part(box: RegionSource, cfg: SimulationConfig, summary: SlabSummary, backend: Any,
+               comm: Any, check_fit: bool) -> tuple[Problem, Any, int]:
+    """This rank's problem and decomposition (:func:`local_part`, the tile storage agreed)
+    and its device estimate; with ``check_fit`` refused (on every rank) when it exceeds the
+    device's free memory (collective)."""
+    error, problem, decomposition = None, None, None
+    try:
+        problem, decomposition = local_part(box, cfg, summary, comm.Get_size(), comm.Get_rank())
+    except Exception as exc:
+        error = exc
+    _collect(comm, error)
+    problem = agreed_storage(problem, backend, comm)
+    estimate = 0
+    try:
+        estimate = device_estimate(problem)
+        if check_fit:
+            _fits(estimate, backend)
+    except Exception as exc:
+        error = exc
+    _collect(comm, error)
+    return problem, decomposition, estimate
+
+
+def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, check: int,
+                   tolerance: float) -> dict:
+    """Step to ``steps`` (the first, compiling the kernels, untimed), k every ``check`` steps
+    from the ranks' reduced numbers, stopping at the convergence test or a non-finite value:
+    ``{'steps', 'seconds' (this rank's timed stepping), 'history', 'converged'}``."""
+    solver.step(1)
+    comm.Barrier()
+    done, seconds, history, converged = 1, 0.0, [], False
+    monitor = KConvergence(tolerance)
+    while done < steps and not converged:
+        n = min(check, steps - done)
+        comm.Barrier()
+        tic = time.perf_counter()
+        solver.step(n)
+        comm.Barrier()
+        seconds += time.perf_counter() - tic
+        done += n
+        numbers = combine(owned_numbers(solver, axis), comm)
+        if not numbers.finite:
+            history.append({"step": done, "k": None, "finite": False})
+            break
+        k = darcy_permeability(solver.problem, numbers.momentum / volume, axis).lattice
+        change, done_yet, _ = monitor.update(done, k)
+        converged = bool(done_yet)
+        history.append({"step": done, "k": k, "change": change,
+                        "max_speed": numbers.max_speed, "flux_spread": numbers.flux_spread})
+        if comm.Get_rank() == 0:
+            log.info("step %d: k = %.6g voxel², change %s, max speed %.3g, flux spread %.2g",
+                     done, k, change, numbers.max_speed, numbers.flux_spread)
+    return {"steps": done, "seconds": seconds, "history": history, "converged": converged}
 
 
 def _host_peak() -> int:
