@@ -29,9 +29,11 @@ compact float32 / float16  152 / 76 per fluid n.   ~70 / ~40   refused: 19 x 4.0
 =========================  =====================  ==========  =========================
 
 So on H100s the run stores float16 in the tiled storage (``--storage float16``, the default
-here); on H200s float32 fits as well. The compact storage holds at most 2^31 / 19 = 1.13e8
-fluid nodes per rank (``CompactTiling.check_int32``): a rock this size needs 64-bit compact
-indices or 15+ ranks. Every number above is an estimate; the run records the measured ones.
+here); on H200s float32 fits as well. One copy (``--streaming in-place``, where ranks step in
+place: issue 33's in-place ranks) halves the populations: ~33 GB float16, ~65 GB float32.
+The compact storage holds at most 2^31 / 19 = 1.13e8 fluid nodes per rank
+(``CompactTiling.check_int32``): a rock this size needs 64-bit compact indices or 15+ ranks.
+Every number above is an estimate; the run records the measured ones.
 Time: a converged k from rest needs about ``steps_estimate`` steps (the protocol's pressure
 diffusion estimate, ~1e6 for this box at tau 0.7 without the coarse start); the benchmark
 runs ``--steps`` (default 1000) and reports k, its change and the spread of the flux through
@@ -79,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--storage", default="float16", choices=["float16", "float32"],
                         help="population storage (float32 arithmetic either way)")
     parser.add_argument("--tile-storage", default="auto", choices=["auto", "tiled", "compact"])
+    parser.add_argument("--streaming", default="two-copy", choices=["two-copy", "in-place"],
+                        help="in-place: one copy (where ranks support it)")
     parser.add_argument("--transport", default="auto", choices=["auto", "nccl", "host"])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--check", type=int, default=500, help="steps between k checks")
@@ -139,7 +143,7 @@ def work(args: argparse.Namespace) -> int:
         bind_local_gpu(comm)
     config = SimulationConfig(backend=args.backend, precision="float32",
                               storage="float16" if args.storage == "float16" else "auto",
-                              tile_storage=args.tile_storage)
+                              tile_storage=args.tile_storage, streaming=args.streaming)
     backend = get_backend(args.backend)
     sample = GrainRegions((args.size,) * 3, args.porosity, args.diameter, args.seed)
     result = run_mirrored(sample, config, 0, comm, backend, args.steps, args.check,
@@ -155,6 +159,7 @@ def work(args: argparse.Namespace) -> int:
     result.update(image=sample.name, commit=commit, date=date.today().isoformat(),
                   command=" ".join(sys.argv[1:]).replace("--worker ", ""), device=gpu)
     stem = (f"mirrored-rock-{args.size}-{args.ranks}x-{_slug(gpu)}-{args.storage}"
+            f"{'-in-place' if args.streaming == 'in-place' else ''}"
             f"{'-estimate' if args.estimate_only else ''}-{result['date']}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
