@@ -201,8 +201,8 @@ def markdown(r: dict) -> str:
                   f"Load imbalance: tiles {r['load_imbalance_tiles']:.3f}, fluid nodes "
                   f"{r['load_imbalance_fluid']:.3f}.", ""]
     lines += ["| rank | tiles | fluid nodes | estimate GiB | pool held GiB | device used GiB "
-              "| host peak GiB | summary s | slab s | allocate s | steps s |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| host peak GiB | summary s | slab s | allocate s | steps s | checks s |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in r["per_rank"]:
         s = p.get("seconds", {})
         lines.append(
@@ -211,7 +211,7 @@ def markdown(r: dict) -> str:
             f"{_gib(p.get('device_bytes_estimate'))} | {_gib(p.get('pool_held_bytes'))} | "
             f"{_gib(p.get('device_used_bytes'))} | {_gib(p.get('host_peak_bytes'))} | "
             f"{s.get('summary', 0):.1f} | {s.get('slab', 0):.1f} | {s.get('allocate', 0):.1f} | "
-            f"{p.get('step_seconds', 0):.1f} |")
+            f"{p.get('step_seconds', 0):.1f} | {p.get('check_seconds', 0):.1f} |")
     return "\n".join(lines) + "\n"
 
 

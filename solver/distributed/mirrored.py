@@ -166,7 +166,8 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "device_bytes_used": (None if not hasattr(backend, "used_memory")
                                   else int(backend.used_memory())),
             "host_peak_bytes": _host_peak(), "seconds": dict(times),
-            "step_seconds": run["seconds"], **(memory() if memory is not None else {})}
+            "step_seconds": run["seconds"], "check_seconds": run["check_seconds"],
+            **(memory() if memory is not None else {})}
     ranks = comm.gather(mine, root=0)
     solver.release()
     if link is not None:  # after the solver: its graphs would hold NCCL work
@@ -214,10 +215,11 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
                    tolerance: float) -> dict:
     """Step to ``steps`` (the first, compiling the kernels, untimed), k every ``check`` steps
     from the ranks' reduced numbers, stopping at the convergence test or a non-finite value:
-    ``{'steps', 'seconds' (this rank's timed stepping), 'history', 'converged'}``."""
+    ``{'steps', 'seconds' (this rank's timed stepping), 'check_seconds' (its reduced
+    checks), 'history', 'converged'}``."""
     solver.step(1)
     comm.Barrier()
-    done, seconds, history, converged = 1, 0.0, [], False
+    done, seconds, reading, history, converged = 1, 0.0, 0.0, [], False
     monitor = KConvergence(tolerance)
     while done < steps and not converged:
         n = min(check, steps - done)
@@ -227,7 +229,9 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
         comm.Barrier()
         seconds += time.perf_counter() - tic
         done += n
+        tic = time.perf_counter()
         numbers = combine(owned_numbers(solver, axis), comm)
+        reading += time.perf_counter() - tic
         if not numbers.finite:
             history.append({"step": done, "k": None, "finite": False})
             break
@@ -239,7 +243,8 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
         if comm.Get_rank() == 0:
             log.info("step %d: k = %.6g voxel², change %s, max speed %.3g, flux spread %.2g",
                      done, k, change, numbers.max_speed, numbers.flux_spread)
-    return {"steps": done, "seconds": seconds, "history": history, "converged": converged}
+    return {"steps": done, "seconds": seconds, "check_seconds": reading, "history": history,
+            "converged": converged}
 
 
 def _host_peak() -> int:
