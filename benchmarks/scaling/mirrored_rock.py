@@ -105,7 +105,9 @@ def _mpirun() -> str:
 
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     """Run the ranks under mpirun; the worker on rank 0 writes the results."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    # The repository first, the caller's path kept (a GPU box's dependencies may live there).
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if args.backend == "numpy":

@@ -34,3 +34,20 @@ def test_two_cpu_ranks_write_time_and_memory_per_rank(tmp_path, monkeypatch):
         assert set(r["seconds"]) == {"summary", "slab", "allocate"} and r["step_seconds"] > 0
     text = found.with_suffix(".md").read_text()
     assert "| rank |" in text and text.count("\n| ") >= 3
+
+
+def test_launcher_keeps_the_callers_python_path(monkeypatch):
+    """The ranks find the dependencies on the caller's PYTHONPATH (a GPU box keeps them
+    there; replacing it lost ``param`` on the ranks), with the repository first."""
+    seen = {}
+
+    def fake_run(cmd, env, cwd, timeout):
+        seen.update(cmd=cmd, env=env)
+        return type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setenv("PYTHONPATH", "/opt/deps")
+    monkeypatch.setattr(mirrored_rock.subprocess, "run", fake_run)
+    monkeypatch.setattr(mirrored_rock, "_mpirun", lambda: "mpirun")
+    assert mirrored_rock.main(["--ranks", "4", "--size", "400"]) == 0
+    assert seen["env"]["PYTHONPATH"].split(":") == [str(mirrored_rock.REPO), "/opt/deps"]
+    assert seen["cmd"][:3] == ["mpirun", "-n", "4"] and "--worker" in seen["cmd"]
