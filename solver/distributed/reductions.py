@@ -59,7 +59,7 @@ def owned_numbers(solver: RankSolver, axis: int) -> FlowNumbers:
     solver.stepper.idle()
     n_layers = tiling.shape[axis]
     per = max(1, min(READ_TILES, int(backend.readout_tiles(solver.state))))
-    local = tiling.local_coordinates()[:, axis]
+    local = xp.asarray(tiling.local_coordinates()[:, axis].astype(np.int64))
     finite, top, total, along = True, 0.0, 0.0, 0.0
     flux = xp.zeros(n_layers, dtype=xp.float64)
     fluid_count = 0
@@ -72,9 +72,12 @@ def owned_numbers(solver: RankSolver, axis: int) -> FlowNumbers:
         magnitude = xp.where(fluid, speed(u, xp), 0.0)
         j = xp.where(fluid, momentum_density(p, rho, u[axis]), 0.0)
         ok = xp.isfinite(xp.where(fluid, rho, 1.0)).all() & xp.isfinite(magnitude).all()
-        coord = (tiling.tiles[part, axis].astype(np.int64) * tiling.a - tiling.offset[axis])
-        coord = np.clip(coord[:, None] + local[None, :], 0, n_layers - 1)
-        flux += xp.bincount(xp.asarray(coord.reshape(-1)), weights=j.reshape(-1),
+        # The layer of every node made on the device from the tiles' corners: a host-made
+        # table sent 8 bytes per node per check (6.4 GB a check of a 1600³ mirrored rank).
+        corner = xp.asarray(tiling.tiles[part, axis].astype(np.int64) * tiling.a
+                            - tiling.offset[axis])
+        coord = xp.clip(corner[:, None] + local[None, :], 0, n_layers - 1)
+        flux += xp.bincount(coord.reshape(-1), weights=j.reshape(-1),
                             minlength=n_layers)
         numbers = backend.to_host(xp.stack([ok.astype(xp.float64), magnitude.max(),
                                             magnitude.sum(), j.sum()]))
