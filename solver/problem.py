@@ -91,9 +91,18 @@ class Problem:
         if labels is None and any(any(v) for v in objects.values()):
             raise ConfigError("object_velocities moves labelled objects but the geometry has "
                               "no labels; use a VoxelGeometry with `labels` or drop them.")
-        lattice = get_lattice(config.lattice)
         offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
         tiling = Tiling.build(solid, config.tile_edge, offset)
+        return cls.from_tiling(tiling, config, labels, objects)
+
+    @classmethod
+    def from_tiling(cls, tiling: Tiling, config: SimulationConfig,
+                    labels: np.ndarray | None = None, objects: dict | None = None) -> Problem:
+        """The run's constants over a tiling made already (:meth:`from_config` tiles a mask;
+        a distributed rank tiles only its slab, :mod:`solver.distributed.local_setup`)."""
+        config.check(tiling.ndim)
+        objects = config.check_objects() if objects is None else objects
+        lattice = get_lattice(config.lattice)
         collision = config.collision_model()
         rates = collision.rates(config.lattice, config.tau, config.trt_magic, config.mrt_rates,
                                 config.smagorinsky_cs)

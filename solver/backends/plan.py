@@ -31,6 +31,7 @@ __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "pla
            "STORAGE_CHOICES", "LAYOUT_CHOICES", "STREAMING_CHOICES", "compact_kernel",
            "storage_label", "distributed_refusal", "AUTO_COMPACT_BELOW",
            "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
+           "COMPACT_VALUE_LIMIT",
            "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
 
@@ -170,6 +171,10 @@ AUTO_COMPACT_IN_PLACE_BELOW = {"float32": 0.85, "float64": 1.01, "float16": 0.6}
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
 COMPACT_PAD = 1
+#: Values per copy the compact kernels address (32-bit indices,
+#: ``CompactTiling.check_int32``): 1.13e8 fluid nodes with D3Q19; 'auto' keeps larger runs
+#: (a 1600³ rock over 4 ranks: 4e8 fluid nodes each) on the tiled storage.
+COMPACT_VALUE_LIMIT = 2**31
 #: Tiles per block of the packed compact kernel (one thread per fluid node), 0 for the
 #: per-node kernel: in that run packed 4 lost to the per-node inner code at every case
 #: (float32 0.687 vs 0.775 at eta_t 0.50).
@@ -290,6 +295,10 @@ def _tile_storage(problem: Problem, label: str) -> tuple[KernelFamily, str]:
     eta, limit, lattice = problem.tiling.eta_t, limits[label], problem.lattice.name
     if why:
         return TILED, f"auto: compact storage lacks this case ({why})"
+    values = problem.lattice.q * problem.n_fluid  # the compact copy's values, padding aside
+    if values >= COMPACT_VALUE_LIMIT:
+        return TILED, f"auto: {values:,} values per copy pass the compact kernels' 32-bit " \
+                      f"indices ({COMPACT_VALUE_LIMIT:,})"
     timed = COMPACT.timed_lattices
     if timed is not None and lattice not in timed:
         return TILED, f"auto: compact storage is timed for {', '.join(timed)} only, not {lattice}"

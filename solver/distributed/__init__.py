@@ -37,6 +37,11 @@ NumPy and on one GPU, except float16 storage: its stochastic rounding keys a nod
 bits by its rank-local number, so ranks agree with one process to float16 rounding only (each
 node's rounding stays unbiased), and float16 ranks keep the tiled storage.
 
+9. :mod:`.local_setup`, :mod:`.reductions`, :mod:`.mirrored` — an image too large for one
+   process: the ranks summarise it together (non-empty tiles and fluid nodes per tile layer),
+   each reads and tiles only its slab and halo layers, and checks reduce on the ranks
+   (``mpirun -n N python -m solver.distributed.mirrored SAMPLE.npy``: mirrored permeability).
+
 Entry point until ``python -m solver run`` drives it: ``mpirun -n N python -m solver.distributed
 GEOMETRY.npy --steps 100 --backend numpy`` (see :mod:`solver.distributed.__main__`).
 """

@@ -77,8 +77,9 @@ from ..lattice import CS2, get_lattice
 from ..monitor import K_WINDOW
 from .settings import AXIS_NAMES, PermeabilitySettings
 
-__all__ = ["PROTOCOLS", "ProtocolSetup", "checked_sample", "setup_protocol",
-           "driving_gradient", "estimate_k", "estimated_steps", "choose_fast_tau"]
+__all__ = ["PROTOCOLS", "ProtocolSetup", "checked_sample", "setup_protocol", "protocol_values",
+           "driving_gradient", "pore_drive", "estimate_k", "kozeny_carman", "estimated_steps",
+           "steps_for", "choose_fast_tau", "fast_tau_for"]
 
 PROTOCOLS = ("mirrored", "pressure")
 #: Budget for the drive: mean pore speed (lattice units) and pore Reynolds number.
@@ -118,12 +119,19 @@ def estimate_k(sample: VoxelGeometry, axis: int) -> tuple[float, float]:
     box (no solid) is bounded by its sealed sides only (``d_h`` = narrowest side, k = d_h²/32).
     """
     solid = sample.solid
-    eps = max(sample.porosity, 1e-6)
     faces = sum(int(np.count_nonzero(np.diff(solid, axis=a))) for a in range(solid.ndim))
-    surface = faces / solid.size
+    return kozeny_carman(sample.porosity, faces / solid.size, solid.shape, axis)
+
+
+def kozeny_carman(porosity: float, surface: float, shape: tuple[int, ...],
+                  axis: int) -> tuple[float, float]:
+    """:func:`estimate_k` from the porosity and the solid-fluid faces per voxel ``surface`` of
+    a box of ``shape`` (what a distributed run sums over its slabs,
+    :mod:`solver.distributed.local_setup`)."""
+    eps = max(porosity, 1e-6)
     if surface > 0:
         return eps**3 / (5.0 * surface**2), 4.0 * eps / surface
-    d_h = float(min(n for a, n in enumerate(solid.shape) if a != axis))
+    d_h = float(min(n for a, n in enumerate(shape) if a != axis))
     return d_h**2 / 32.0, d_h
 
 
@@ -134,17 +142,26 @@ def driving_gradient(sample: VoxelGeometry, axis: int, nu: float) -> float:
     ``min(U_PORE_MAX, RE_PORE_MAX nu / d_h)``. In Stokes flow k does not depend on G; a larger
     G only lifts the signal above float32 rounding.
     """
-    k_est, d_h = estimate_k(sample, axis)
+    return pore_drive(*estimate_k(sample, axis), sample.porosity, nu)
+
+
+def pore_drive(k_est: float, d_h: float, porosity: float, nu: float) -> float:
+    """:func:`driving_gradient` from a Kozeny-Carman ``k_est`` and ``d_h`` (voxels)."""
     u_pore = min(U_PORE_MAX, RE_PORE_MAX * nu / d_h)
-    return u_pore * max(sample.porosity, 1e-6) * nu / k_est
+    return u_pore * max(porosity, 1e-6) * nu / k_est
 
 
 def choose_fast_tau(sample: VoxelGeometry, axis: int) -> float:
     """tau of an accelerated mirrored run when ``fast_tau`` is unset: :data:`FAST_TAU` for a
     sample of at most :data:`SHORT_SAMPLE_LAYERS` voxels along ``axis`` whose Kozeny-Carman k
     (:func:`estimate_k`) is at least :data:`WIDE_THROAT_K` voxel², else :data:`SAFE_FAST_TAU`."""
-    k_est, _ = estimate_k(sample, axis)
-    short = sample.shape[axis] <= SHORT_SAMPLE_LAYERS
+    return fast_tau_for(estimate_k(sample, axis)[0], sample.shape[axis])
+
+
+def fast_tau_for(k_est: float, layers: int) -> float:
+    """:func:`choose_fast_tau` from a Kozeny-Carman ``k_est`` (voxels²) and the sample's
+    ``layers`` along the flow axis."""
+    short = layers <= SHORT_SAMPLE_LAYERS
     return FAST_TAU if short and k_est >= WIDE_THROAT_K else SAFE_FAST_TAU
 
 
@@ -158,8 +175,12 @@ def estimated_steps(sample: VoxelGeometry, axis: int, nu: float, length: int) ->
     reached 0.1 % per 1000 steps after 1.8-2.2 diffusion times (a 200-step check, before the
     window); a 24³ pack at porosity 0.3 now stops after 1950 steps, estimated 2100.
     """
-    k_est, _ = estimate_k(sample, axis)
-    eps = max(sample.porosity, 1e-6)
+    return steps_for(estimate_k(sample, axis)[0], sample.porosity, nu, length)
+
+
+def steps_for(k_est: float, porosity: float, nu: float, length: int) -> int:
+    """:func:`estimated_steps` from a Kozeny-Carman ``k_est`` (voxels²) and the porosity."""
+    eps = max(porosity, 1e-6)
     diffusion = 2 * length**2 * eps * nu / (math.pi**2 * CS2 * k_est)
     # + one window: the monitor's test compares k over the last K_WINDOW steps.
     return int(math.ceil((diffusion + K_WINDOW) / 100) * 100)
@@ -176,6 +197,31 @@ def checked_sample(sample: VoxelGeometry, config: SimulationConfig,
     return report, kept
 
 
+def protocol_values(config: SimulationConfig, axis: int, protocol: str,
+                    settings: PermeabilitySettings, ndim: int,
+                    fast_tau: float) -> tuple[dict, list[str]]:
+    """SimulationConfig values of ``protocol`` along ``axis`` before its drive (tau and
+    collision of the speed-up, with ``fast_tau`` when ``settings.fast_tau`` is unset; sides,
+    the periodic flow axis, no openings) and the notes saying what changed."""
+    values = {k: v for k, v in config.param.values().items() if k != "name"}
+    values["openings"] = {}  # the protocol sets every face itself; a vessel's openings stay shut
+    notes = []
+    if settings.accelerate:
+        # Pressure-driven runs settle with their sound waves, damped by viscosity: a small tau
+        # slows them (measured: 8400 steps at tau 0.7 against 5400 at tau 1 on a 24³ pack),
+        # and Zou-He faces diverged at tau 1.5; so only the mirrored runs change tau.
+        tau = values["tau"]
+        if protocol == "mirrored":
+            tau = settings.fast_tau if settings.fast_tau is not None else fast_tau
+        values.update(collision="TRT", tau=tau, trt_magic=3 / 16, mrt_rates={})
+        notes.append(f"accelerated: TRT, tau = {tau}, Lambda = 3/16")
+    for a in range(ndim):
+        for side in ("min", "max"):
+            values[f"{'xyz'[a]}_{side}"] = settings.sides if a != axis else "periodic"
+            values[f"{'xyz'[a]}_{side}_value"] = None
+    return values, notes
+
+
 def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, protocol: str,
                    settings: PermeabilitySettings,
                    checked: tuple[PoreReport, VoxelGeometry] | None = None) -> ProtocolSetup:
@@ -188,26 +234,11 @@ def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, p
     if protocol not in PROTOCOLS:
         raise ValueError(f"Unknown permeability protocol {protocol!r}; use one of {PROTOCOLS}.")
     report, kept = checked if checked is not None else checked_sample(sample, config, axis)
-    values = {k: v for k, v in config.param.values().items() if k != "name"}
-    values["openings"] = {}  # the protocol sets every face itself; a vessel's openings stay shut
-    notes = []
-    if settings.accelerate:
-        # Pressure-driven runs settle with their sound waves, damped by viscosity: a small tau
-        # slows them (measured: 8400 steps at tau 0.7 against 5400 at tau 1 on a 24³ pack),
-        # and Zou-He faces diverged at tau 1.5; so only the mirrored runs change tau.
-        tau = values["tau"]
-        if protocol == "mirrored":
-            tau = settings.fast_tau if settings.fast_tau is not None else choose_fast_tau(kept,
-                                                                                         axis)
-        values.update(collision="TRT", tau=tau, trt_magic=3 / 16, mrt_rates={})
-        notes.append(f"accelerated: TRT, tau = {tau}, Lambda = 3/16")
-    nu = (values["tau"] - 0.5) / 3.0
-    gradient = driving_gradient(kept, axis, nu)
     ndim, n = sample.ndim, sample.shape[axis]
-    for a in range(ndim):
-        for side in ("min", "max"):
-            values[f"{'xyz'[a]}_{side}"] = settings.sides if a != axis else "periodic"
-            values[f"{'xyz'[a]}_{side}_value"] = None
+    k_est, d_h = estimate_k(kept, axis)
+    values, notes = protocol_values(config, axis, protocol, settings, ndim,
+                                    fast_tau_for(k_est, n))
+    gradient = pore_drive(k_est, d_h, kept.porosity, (values["tau"] - 0.5) / 3.0)
     force = [0.0, 0.0, 0.0]
     if protocol == "mirrored":
         geometry = mirror(kept, axis)

@@ -1,0 +1,330 @@
+"""The mirrored permeability of an image too large for one process: every rank builds its slab.
+
+``mpirun -n N python -m solver.distributed.mirrored SAMPLE.npy --axis 0`` (a TIFF stack with
+``--pore-value`` or ``--threshold``, or ``--grains 1600 --porosity 0.2`` for a generated
+rock-like image) runs the mirrored protocol of
+:mod:`solver.rock.protocol` — the sample followed by its mirror image along the flow axis,
+periodic there, sealed (or periodic) sides, driven by a body force — with no rank holding
+more than its slab (:mod:`solver.distributed.local_setup`) and every check reduced on the
+ranks (:mod:`solver.distributed.reductions`). The drive and the speed-up (TRT, Lambda 3/16,
+fast tau) are the single-process protocol's, computed from the summary's porosity and surface
+(:func:`~solver.rock.protocol.kozeny_carman`): the same numbers as on the whole image.
+
+What differs from ``python -m solver run`` with ``permeability:``: the pores not joining the
+two faces are kept (finding them needs the connected components of the whole image; they carry
+no flow at a steady state, so k is the same, they only cost memory and time), the run starts
+from rest (no coarse start), the tile grid sits at the origin, and k is checked every
+``--check`` steps up to ``--steps`` or the convergence test
+(:class:`solver.monitor.KConvergence`). Rank 0 prints one JSON object (``--json`` writes it):
+k, its history, the plane-flux spread, the set-up and step times and, per rank, the tiles,
+fluid nodes, halo values per step, the estimated device bytes (:func:`device_estimate`) and
+what the backend reports (``used_memory``; a benchmark adds the CuPy pool's peak).
+Lattice units; k also in voxels² (it is the same number).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geometries.regions import (
+    ArrayRegions,
+    GrainRegions,
+    MirroredRegions,
+    RegionSource,
+    TiffRegions,
+)
+
+from ..config import BACKENDS, HALO_TRANSPORTS, SimulationConfig
+from ..monitor import K_TOLERANCE, KConvergence
+from ..observables import darcy_permeability
+from ..problem import Problem
+from ..rock.protocol import fast_tau_for, kozeny_carman, pore_drive, protocol_values, steps_for
+from ..rock.settings import PermeabilitySettings
+from ..tiling import default_tile_edge
+from .local_setup import SlabSummary, agreed_storage, local_part, local_rank, summarize
+from .reductions import READ_TILES, combine, owned_numbers
+
+__all__ = ["mirrored_config", "device_estimate", "run_mirrored", "main"]
+
+log = logging.getLogger(__name__)
+
+
+def mirrored_config(summary: SlabSummary, config: SimulationConfig,
+                    settings: PermeabilitySettings) -> tuple[SimulationConfig, dict]:
+    """The mirrored protocol's config along ``summary.axis`` (the summary is of the mirrored
+    box: porosity and faces per voxel equal the sample's) and what was derived: Kozeny-Carman
+    k, hydraulic diameter, the drive G and the steps the protocol estimates from rest."""
+    axis, ndim = summary.axis, len(summary.shape)
+    layers = summary.shape[axis] // 2
+    k_est, d_h = kozeny_carman(summary.porosity, summary.surface, summary.shape, axis)
+    values, notes = protocol_values(config, axis, "mirrored", settings, ndim,
+                                    fast_tau_for(k_est, layers))
+    nu = (values["tau"] - 0.5) / 3.0
+    gradient = pore_drive(k_est, d_h, summary.porosity, nu)
+    force = [0.0, 0.0, 0.0]
+    force[axis] = gradient
+    values["body_force"] = tuple(force)
+    values["tile_offset"] = "origin"  # the offset search needs the whole image
+    cfg = SimulationConfig(**values)
+    cfg.check(ndim)
+    return cfg, {"k_estimate": k_est, "hydraulic_diameter": d_h, "gradient": gradient,
+                 "tau": values["tau"], "notes": notes,
+                 "steps_estimate": steps_for(k_est, summary.porosity, nu, summary.shape[axis])}
+
+
+def device_estimate(problem: Problem) -> int:
+    """Device bytes a rank's part needs at its peak, before anything is allocated (its slab
+    and both halo layers, so a little above what the rank keeps): the resident state its
+    execution plan allocates (tiled: :meth:`Problem.tiled_state_bytes`, populations, node
+    types, tile map, fluid masks and tile list; compact:
+    :func:`~solver.backends.cuda.compact_readout.compact_state_bytes`) and one check's
+    chunk of :data:`~solver.distributed.reductions.READ_TILES` tiles at the readout's upper
+    bound per tile (:func:`~solver.backends.cuda.compact_readout.readout_tile_bytes`).
+    Unlike :func:`solver.backends.cuda.footprint.device_bytes` no whole-state float64
+    moments: a check here never holds them."""
+    from ..backends.cuda.compact import CompactTiling
+    from ..backends.cuda.compact_readout import compact_state_bytes, readout_tile_bytes
+    from ..backends.plan import plan_for
+
+    t = problem.tiling
+    plan = plan_for(problem)
+    state = (compact_state_bytes(problem, CompactTiling(t, plan.pad)) if plan.compact
+             else problem.tiled_state_bytes())
+    return int(state + min(READ_TILES, t.n_tiles) * readout_tile_bytes(problem))
+
+
+def _fits(estimate: int, backend: Any) -> None:
+    """Raise MemoryError before allocating when ``estimate`` exceeds the device's free bytes."""
+    free = getattr(backend, "free_memory", None)
+    if free is not None and estimate > free():
+        raise MemoryError(f"this rank needs about {estimate / 2**30:.1f} GiB on its device, "
+                          f"{free() / 2**30:.1f} GiB are free: store float16 "
+                          "(--set storage=float16), run on more ranks or on larger GPUs.")
+
+
+def _collect(comm: Any, error: Exception | None) -> None:
+    """Raise on every rank if any rank failed (each sees the same messages)."""
+    errors = [e for e in comm.allgather(None if error is None else
+                                        f"rank {comm.Get_rank()}: {type(error).__name__}: "
+                                        f"{error}") if e]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+
+
+def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm: Any,
+                 backend: Any, steps: int, check: int, tolerance: float = K_TOLERANCE,
+                 settings: PermeabilitySettings | None = None, transport: str = "auto",
+                 memory: Callable[[], dict] | None = None,
+                 estimate_only: bool = False) -> dict | None:
+    """Run the mirrored protocol of ``sample`` along ``axis`` on the ranks of ``comm``
+    (collective); the result on rank 0 (module docstring), None on the others. ``memory``:
+    extra per-rank numbers at the end (e.g. a device pool's peak); ``estimate_only``: stop
+    before allocating, with the set-up times and each rank's estimate."""
+    settings = settings or PermeabilitySettings()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    box = MirroredRegions(sample, axis)
+    summary = summarize(box, axis, config.tile_edge or default_tile_edge(len(box.shape)), comm)
+    times["summary"] = time.perf_counter() - t0
+    cfg, derived = mirrored_config(summary, config, settings)
+    t1 = time.perf_counter()
+    problem, decomposition, estimate = _rank_part(box, cfg, summary, backend, comm,
+                                                  check_fit=not estimate_only)
+    times["slab"] = time.perf_counter() - t1
+    head = {"shape": list(summary.shape), "sample_shape": list(sample.shape), "axis": axis,
+            "ranks": size, "porosity": summary.porosity, "fluid_nodes": summary.n_fluid,
+            "tiles": int(summary.tiles.sum()), **derived}
+    if estimate_only:
+        ranks = comm.gather({"rank": rank, "tiles": int(problem.tiling.n_tiles),
+                             "fluid_nodes_with_halo": int(problem.tiling.n_fluid),
+                             "tile_storage": problem.tile_storage,
+                             "device_bytes_estimate": estimate, "seconds": dict(times),
+                             "host_peak_bytes": _host_peak()}, root=0)
+        return None if rank else {**head, "estimate_only": True, "per_rank": ranks}
+    t2 = time.perf_counter()
+    solver, link, used = local_rank(problem, decomposition, backend, comm, transport)
+    del problem  # the rank keeps its layout's tiling only
+    times["allocate"] = time.perf_counter() - t2
+    run = _checked_steps(solver, comm, axis, np.prod(summary.shape), steps, check, tolerance)
+    step_seconds = comm.allgather(run["seconds"])
+    mine = {"rank": rank, "tiles_owned": int(solver.n_owned),
+            "fluid_nodes": int(solver.problem.n_fluid),
+            "halo_values_per_step": int(solver.plan.values_sent()),
+            "tile_storage": solver.problem.tile_storage,
+            "device_bytes_estimate": estimate,
+            "device_bytes_used": (None if not hasattr(backend, "used_memory")
+                                  else int(backend.used_memory())),
+            "host_peak_bytes": _host_peak(), "seconds": dict(times),
+            "step_seconds": run["seconds"], "check_seconds": run["check_seconds"],
+            **(memory() if memory is not None else {})}
+    ranks = comm.gather(mine, root=0)
+    solver.release()
+    if link is not None:  # after the solver: its graphs would hold NCCL work
+        link.close()
+    if rank != 0:
+        return None
+    measured, slowest = run["steps"] - 1, max(step_seconds)
+    last = run["history"][-1] if run["history"] else {}
+    return {**head, "transport": used, "backend": backend.name, "precision": cfg.precision,
+            "storage": cfg.storage, "streaming": cfg.streaming,
+            "slab_bounds": [int(b) for b in summary.bounds(size)],
+            "steps": run["steps"], "timed_steps": measured, "step_seconds": slowest,
+            "mflups": summary.n_fluid * measured / slowest / 1e6 if slowest > 0 else None,
+            "k": last.get("k"), "converged": run["converged"],
+            "flux_spread": last.get("flux_spread"), "history": run["history"],
+            "load_imbalance_tiles": _imbalance([r["tiles_owned"] for r in ranks]),
+            "load_imbalance_fluid": _imbalance([r["fluid_nodes"] for r in ranks]),
+            "per_rank": ranks}
+
+
+def _rank_part(box: RegionSource, cfg: SimulationConfig, summary: SlabSummary, backend: Any,
+               comm: Any, check_fit: bool) -> tuple[Problem, Any, int]:
+    """This rank's problem and decomposition (:func:`local_part`, the tile storage agreed)
+    and its device estimate; with ``check_fit`` refused (on every rank) when it exceeds the
+    device's free memory (collective)."""
+    error, problem, decomposition = None, None, None
+    try:
+        problem, decomposition = local_part(box, cfg, summary, comm.Get_size(), comm.Get_rank())
+    except Exception as exc:
+        error = exc
+    _collect(comm, error)
+    problem = agreed_storage(problem, backend, comm)
+    estimate = 0
+    try:
+        estimate = device_estimate(problem)
+        if check_fit:
+            _fits(estimate, backend)
+    except Exception as exc:
+        error = exc
+    _collect(comm, error)
+    return problem, decomposition, estimate
+
+
+def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, check: int,
+                   tolerance: float) -> dict:
+    """Step to ``steps`` (the first, compiling the kernels, untimed), k every ``check`` steps
+    from the ranks' reduced numbers, stopping at the convergence test or a non-finite value:
+    ``{'steps', 'seconds' (this rank's timed stepping), 'check_seconds' (its reduced
+    checks), 'history', 'converged'}``."""
+    solver.step(1)
+    comm.Barrier()
+    done, seconds, reading, history, converged = 1, 0.0, 0.0, [], False
+    monitor = KConvergence(tolerance)
+    while done < steps and not converged:
+        n = min(check, steps - done)
+        comm.Barrier()
+        tic = time.perf_counter()
+        solver.step(n)
+        comm.Barrier()
+        seconds += time.perf_counter() - tic
+        done += n
+        tic = time.perf_counter()
+        numbers = combine(owned_numbers(solver, axis), comm)
+        reading += time.perf_counter() - tic
+        if not numbers.finite:
+            history.append({"step": done, "k": None, "finite": False})
+            break
+        k = darcy_permeability(solver.problem, numbers.momentum / volume, axis).lattice
+        change, done_yet, _ = monitor.update(done, k)
+        converged = bool(done_yet)
+        history.append({"step": done, "k": k, "change": change,
+                        "max_speed": numbers.max_speed, "flux_spread": numbers.flux_spread})
+        if comm.Get_rank() == 0:
+            log.info("step %d: k = %.6g voxel², change %s, max speed %.3g, flux spread %.2g",
+                     done, k, change, numbers.max_speed, numbers.flux_spread)
+    return {"steps": done, "seconds": seconds, "check_seconds": reading, "history": history,
+            "converged": converged}
+
+
+def _host_peak() -> int:
+    """This process's peak resident host memory, bytes (Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _imbalance(load: list[int]) -> float:
+    """Largest load over the mean (1: perfect balance)."""
+    mean = float(np.mean(load)) if load else 0.0
+    return float(max(load) / mean) if mean > 0 else 1.0
+
+
+# ----------------------------------------------------------------------------- command line
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``python -m solver.distributed.mirrored``."""
+    parser = argparse.ArgumentParser(prog="python -m solver.distributed.mirrored",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sample", nargs="?", type=Path,
+                        help="boolean .npy solid mask (True = solid) or a (z, y, x) TIFF stack, "
+                             "read by slab")
+    parser.add_argument("--pore-value", type=float, default=None,
+                        help="TIFF: the pore label (else 0/1 or bool images: nonzero = solid)")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="TIFF: grey values below it are pore")
+    parser.add_argument("--grains", type=int, nargs="+", metavar="N",
+                        help="generate a rock-like grain pack of N³ (or NX NY NZ) voxels")
+    parser.add_argument("--porosity", type=float, default=0.2)
+    parser.add_argument("--diameter", type=float, default=21, help="grain diameter, voxels")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--axis", type=int, default=0, help="flow axis (0, 1, 2)")
+    parser.add_argument("--backend", default="numpy", choices=list(BACKENDS))
+    parser.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS))
+    parser.add_argument("--steps", type=int, default=1000, help="most steps")
+    parser.add_argument("--check", type=int, default=500, help="steps between k checks")
+    parser.add_argument("--tolerance", type=float, default=K_TOLERANCE)
+    parser.add_argument("--set", dest="settings", action="append", default=[],
+                        metavar="KEY=VALUE", help="SimulationConfig field (repeatable)")
+    parser.add_argument("--json", type=Path, default=None, help="write the result here")
+    parser.add_argument("--estimate-only", action="store_true",
+                        help="stop before allocating: set-up times and device bytes per rank")
+    return parser
+
+
+def source_of(args: argparse.Namespace) -> RegionSource:
+    """The sample: a memory-mapped ``.npy``, a TIFF stack or a generated grain pack."""
+    if args.grains:
+        shape = args.grains * 3 if len(args.grains) == 1 else args.grains
+        return GrainRegions(shape, args.porosity, args.diameter, args.seed)
+    if args.sample is None:
+        raise SystemExit("error: give a SAMPLE.npy or --grains N")
+    if args.sample.suffix.lower() in (".tif", ".tiff"):
+        return TiffRegions(args.sample, pore_value=args.pore_value, threshold=args.threshold)
+    return ArrayRegions.from_npy(args.sample)
+
+
+def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None) -> int:
+    """Entry point on every rank; rank 0 prints (and writes) the result. Returns 0 or 2."""
+    from ..backends import get_backend, may_use_gpu
+    from .__main__ import parse_settings
+    from .comm import bind_local_gpu, world
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    comm = world()
+    if may_use_gpu(args.backend):
+        bind_local_gpu(comm)  # before CUDA starts in this process
+    config = SimulationConfig(**{"backend": args.backend, **parse_settings(args.settings)})
+    backend = get_backend(args.backend)
+    result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
+                          args.check, args.tolerance, transport=args.transport, memory=memory,
+                          estimate_only=args.estimate_only)
+    if result is not None:
+        text = json.dumps(result, indent=1, default=str)
+        if args.json is not None:
+            args.json.write_text(text)
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
