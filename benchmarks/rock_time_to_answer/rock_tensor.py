@@ -65,21 +65,26 @@ def image(n: int, voxel_size: float, porosity: float = 0.2, grain: float = 20.0,
 
 def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             huge: bool = False, pressure_start: str = "rest", axes: list[str] | None = None,
-            max_seconds: float = 0.0) -> dict:
+            max_seconds: float = 0.0, coarse_levels: int = 1,
+            coarse_factor: float = 10.0) -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
-    formation factor (the issue's 1000³ target is the mirrored k tensor)."""
+    formation factor, one population copy (the issue's 1000³ target is the mirrored k
+    tensor); ``coarse_levels``, ``coarse_factor``: the coarse start's levels and tolerance
+    factor (:class:`~solver.rock.PermeabilitySettings`)."""
     tic = time.perf_counter()
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
     # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds one copy of its populations (in
-    # place, the AA pattern: the same steps): two would be about 76 GB.
+    # place, the AA pattern: the same steps): two, tiled, would be 127 GB (module doc).
     config = SimulationConfig(precision=precision, collision="TRT",
                               streaming="in-place" if huge else "two-copy")
     settings = PermeabilitySettings(protocol=protocol, axes=axes or ["x", "y", "z"],
                                     formation_factor=not huge, pressure_start=pressure_start,
-                                    max_seconds=max_seconds)
+                                    max_seconds=max_seconds, coarse_levels=coarse_levels,
+                                    coarse_tolerance_factor=coarse_factor)
+    peak = DevicePeak(backend)
     tic = time.perf_counter()
-    study = run_study(sample, config, settings, backend)
+    study = run_study(sample, config, settings, backend, on_check=peak.sample)
     seconds = time.perf_counter() - tic
     summary = study.as_dict()
     return {"size": n, "protocol": protocol, "porosity": sample.porosity,
@@ -89,8 +94,33 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             "converged": study.converged,
             "runs": [{"protocol": r.protocol, "axis": r.axis, "k_voxel2": r.k_lattice,
                       "k_mD": r.k_mD, "steps": r.steps, "coarse_steps": r.coarse_steps,
+                      "start_steps": r.start_steps, "work_steps": r.work_steps,
                       "seconds": r.seconds, "phases_s": r.phases} for r in study.results],
-            "study": summary}
+            "coarse_levels": coarse_levels, "coarse_tolerance_factor": coarse_factor,
+            "device_pool_peak_GB": peak.gigabytes(), "study": summary}
+
+
+class DevicePeak:
+    """The most bytes CuPy's memory pool held at any fine check of a study (a lower bound of
+    the device peak: the prolongation's moment, coarse and fine runs together, falls between
+    checks); None without CuPy."""
+
+    def __init__(self, backend) -> None:
+        self.pool = None
+        if backend.name == "cupy":
+            import cupy
+
+            self.pool = cupy.get_default_memory_pool()
+        self.most = 0
+
+    def sample(self, *_args) -> None:
+        """Called at each fine check (``run_study``'s ``on_check``)."""
+        if self.pool is not None:
+            self.most = max(self.most, int(self.pool.total_bytes()))
+
+    def gigabytes(self) -> float | None:
+        """The peak in GB (1e9 bytes)."""
+        return None if self.pool is None else self.most / 1e9
 
 
 def baseline_of(baseline: Path, size: int) -> dict | None:
@@ -160,14 +190,15 @@ def run(args: argparse.Namespace) -> dict:
     """Measure every chosen image; the report."""
     compiles = CompileLog()
     backend = get_backend(args.backend)
-    sizes = [16] if args.quick else [*args.sizes, *([1000] if args.huge else [])]
+    sizes = [16] if args.quick else [*args.sizes, *([args.huge_size] if args.huge else [])]
     rows = []
     for n in sizes:
-        voxel, protocol, target = CASES.get(n, (5.345e-6, "both", None))
+        huge = args.huge and n == args.huge_size
+        voxel, protocol, target = CASES.get(n, (5.345e-6, "mirrored" if huge else "both", None))
         before = len(compiles.entries)
-        huge = args.huge and n >= 1000
         row = measure(n, protocol, voxel, args.precision, backend, huge, args.pressure_start,
-                      args.axes if huge else None, args.max_seconds if huge else 0.0)
+                      args.axes if huge else None, args.max_seconds if huge else 0.0,
+                      args.coarse_levels if huge else 1, args.coarse_factor if huge else 10.0)
         row["target_seconds"] = target
         row["compiles"] = {"count": len(compiles.entries) - before,
                            "seconds": sum(s for _, s in compiles.entries[before:])}
@@ -200,10 +231,15 @@ def markdown(report: dict) -> str:
         out += [f"| {name} | {s:.2f} |" for name, s in row["phases_s"].items()]
         out += ["", f"(phases sum {sum(row['phases_s'].values()):.1f} s: on a GPU the host "
                 "set-up of the next run overlaps the device's steps)"]
-        out += ["", "| protocol | axis | k (mD) | steps | coarse steps | seconds |",
-                "|---|---|---|---|---|---|"]
+        out += ["", "| protocol | axis | k (mD) | steps | coarse steps (1/2, 1/4, ...) | "
+                "work (fine steps) | seconds |", "|---|---|---|---|---|---|---|"]
         out += [f"| {r['protocol']} | {r['axis']} | {r['k_mD']:.5g} | {r['steps']} | "
-                f"{r['coarse_steps']} | {r['seconds']:.1f} |" for r in row["runs"]]
+                f"{', '.join(str(n) for n in r.get('start_steps') or [r['coarse_steps']])} | "
+                f"{r.get('work_steps', 0):.0f} | {r['seconds']:.1f} |" for r in row["runs"]]
+        if row.get("device_pool_peak_GB") is not None:
+            out += ["", f"Coarse start levels {row.get('coarse_levels', 1)} (tolerance x "
+                    f"{row.get('coarse_tolerance_factor', 10.0):g}); CuPy pool at most "
+                    f"{row['device_pool_peak_GB']:.2f} GB at a fine check"]
         out += ["", f"NVRTC compiles during this image: {row['compiles']['count']} "
                 f"({row['compiles']['seconds']:.1f} s)"]
         study = row["study"]
@@ -252,6 +288,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--huge", action="store_true", help="also the 1000³ mirrored tensor")
     p.add_argument("--axes", nargs="+", default=["x", "y", "z"], choices=["x", "y", "z"],
                    help="axes of the --huge image (e.g. x alone, to time one axis)")
+    p.add_argument("--huge-size", type=int, default=1000,
+                   help="edge of the --huge image (1000: the issue's target; smaller for a "
+                        "check of the same set-up)")
+    p.add_argument("--coarse-levels", type=int, default=3,
+                   help="coarse start levels of the --huge image (3: from 1/8 via 1/4 and 1/2 "
+                        "resolution; 1: today's single 1/2 start)")
+    p.add_argument("--coarse-factor", type=float, default=10.0,
+                   help="the --huge image's coarse runs stop at this times the tolerance")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="wall limit of each --huge run, s (0: none; a stopped run is reported "
                         "not converged)")

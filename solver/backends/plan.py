@@ -49,6 +49,7 @@ class KernelFamily:
     openings: bool
     distributed: bool
     timed_lattices: tuple[str, ...] | None = None
+    value_limit: int | None = None  # population values per copy its offsets address (None: any)
 
     def variant_lacks(self, mode: str, dim: int, tile_edge: int, lattice: str,
                       boundary: str) -> list[str]:
@@ -74,6 +75,9 @@ class KernelFamily:
             return "driven openings need the openings' link pass, written for the " \
                    f"{TILED.name} storage"
         t = problem.tiling
+        if self.value_limit is not None and problem.lattice.q * t.n_fluid >= self.value_limit:
+            return f"its {problem.lattice.q * t.n_fluid:.3g} values per copy exceed the " \
+                   f"{self.name} kernels' 32-bit value offsets ({self.value_limit:.3g})"
         if not self._fits(t.ndim, t.a):
             return f"it needs {'/'.join(f'{d}D' for d in self.dims)} tiles of edge " \
                    f"{self.tile_edge} (this run: {t.ndim}D, edge {t.a})"
@@ -90,10 +94,12 @@ TILED = KernelFamily("tiled", (2, 3), None, ("full", "propagate", "readwrite", "
                      boundary_code=True, openings=True, distributed=True)
 #: Only the fluid nodes of each tile (issue 20, :mod:`.cuda.compact`): 3D tiles of edge 4, the
 #: full step, the propagation probe and the in-place decoding, no boundary code; distributed
-#: ranks step tile ranges of it (``CompactRun.launch_tiles``).
+#: ranks step tile ranges of it (``CompactRun.launch_tiles``). Its kernels address a copy with
+#: 32-bit offsets (``CompactTiling.check_int32``): below 2^31 values, 113 M D3Q19 fluid nodes
+#: (a 1000³ rock image at porosity 0.2, mirrored, has 4e8: it runs tiled, with 64-bit sources).
 COMPACT = KernelFamily("compact", (3,), 4, ("full", "propagate", "swap"),
                        boundary_code=False, openings=False, distributed=True,
-                       timed_lattices=("D3Q19",))
+                       timed_lattices=("D3Q19",), value_limit=2**31)
 #: The families by ``SimulationConfig.tile_storage`` name.
 FAMILIES = {f.name: f for f in (TILED, COMPACT)}
 
