@@ -12,8 +12,8 @@ tile stored (as the 1000³ image must: :data:`solver.backends.plan.COMPACT` addr
 time), the start's steps per level, the work in fine-step equivalents, the phases, and the
 most CuPy's pool held at a check.
 
-GPU check (about 2 minutes on an H100):
-``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --variants 1:10 3:10 3:3 1:10:tiled``
+GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:3 1:10:tiled):
+``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40``
 CPU smoke test: ``--size 24 --backend numpy --precision float64 --variants 1:10 2:10``.
 Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
 """
