@@ -3,16 +3,17 @@
 The check behind the 1000³ model of ``rock_tensor.py`` (its module doc), at a size one GPU runs
 in a minute or two: the mirrored protocol of one generated sandstone-like image (``image`` of
 ``rock_tensor.py``: random sphere pack, porosity 0.2, 20-voxel grains, seed 3), float32, TRT,
-one population copy (in place), no formation factor, for each variant ``LEVELS:FACTOR[:tiled]``:
-``LEVELS`` coarse start levels (1: today's single start at 1/2 resolution; 3: from 1/8 via
-1/4 and 1/2), coarse runs stopped at ``FACTOR`` times the tolerance, ``tiled`` every node of a
-tile stored (as the 1000³ image must: :data:`solver.backends.plan.COMPACT` addresses fewer than
-2^31 values). The first variant is the reference: every other's k is compared with it (target
-0.1 %). Per run: the fine steps and their rate (fluid G updates/s over the fine steps' wall
-time), the start's steps per level, the work in fine-step equivalents, the phases, and the
-most CuPy's pool held at a check.
+one population copy (in place), no formation factor, for each variant
+``LEVELS:FACTOR[:STORAGE]``: ``LEVELS`` coarse start levels (1: today's single start at 1/2
+resolution; 3: from 1/8 via 1/4 and 1/2), coarse runs stopped at ``FACTOR`` times the
+tolerance, ``STORAGE`` the tile storage (:data:`STORAGES`; ``tiled-wide``: every node of a tile
+stored, 64-bit halo sources, as the 1000³ image's fine runs must: the compact kernels address
+fewer than 2^31 values, :data:`solver.backends.plan.COMPACT`). The first variant is the
+reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps and
+their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
+the work in fine-step equivalents, the phases, and the most CuPy's pool held at a check.
 
-GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:3 1:10:tiled):
+GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:3 3:10:tiled-wide):
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40``
 CPU smoke test: ``--size 24 --backend numpy --precision float64 --variants 1:10 2:10``.
 Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
@@ -26,6 +27,7 @@ import logging
 import re
 import sys
 import time
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
@@ -43,11 +45,17 @@ from solver.rock import PermeabilitySettings, run_study  # noqa: E402
 log = logging.getLogger("start_levels")
 
 
+#: Tile storages a variant may ask for; ``tiled-wide``: tiled with the 64-bit halo sources of
+#: copies of 2^31 values or more forced (the kernel the 1000³ image's fine runs get).
+STORAGES = ("auto", "tiled", "compact", "tiled-wide")
+
+
 def parse_variant(text: str) -> tuple[int, float, str]:
     """``'3:10'`` or ``'1:10:tiled'`` -> (levels, tolerance factor, tile storage)."""
     parts = text.split(":")
-    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("tiled", "compact")):
-        raise argparse.ArgumentTypeError(f"variant {text!r}: use LEVELS:FACTOR[:tiled]")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in STORAGES):
+        raise argparse.ArgumentTypeError(f"variant {text!r}: use LEVELS:FACTOR[:STORAGE], "
+                                         f"STORAGE one of {', '.join(STORAGES)}")
     return int(parts[0]), float(parts[1]), parts[2] if len(parts) == 3 else "auto"
 
 
@@ -56,7 +64,32 @@ def run_variant(sample, axes: list[str], variant: tuple[int, float, str], precis
     """One mirrored study of ``sample`` with a start variant; its numbers per run."""
     levels, factor, storage = variant
     config = SimulationConfig(precision=precision, collision="TRT", streaming="in-place",
-                              tile_storage=storage)
+                              tile_storage=storage.removesuffix("-wide"))
+    with wide_sources(backend, storage.endswith("-wide")):
+        return _study(sample, axes, variant, config, backend, max_seconds)
+
+
+@contextmanager
+def wide_sources(backend, force: bool):
+    """With ``force`` on CuPy, every tiled kernel takes 64-bit halo sources (as a copy of 2^31
+    values or more does; ``tests/solver/test_cupy_backend.py`` forces them alike)."""
+    if not force or backend.name != "cupy":
+        yield
+        return
+    from solver.backends.cuda import kernels
+
+    original = kernels.needs_wide_sources
+    kernels.needs_wide_sources = lambda _problem: True
+    try:
+        yield
+    finally:
+        kernels.needs_wide_sources = original
+
+
+def _study(sample, axes: list[str], variant: tuple[int, float, str], config, backend,
+           max_seconds: float) -> dict:
+    """:func:`run_variant`'s study and numbers."""
+    levels, factor, storage = variant
     settings = PermeabilitySettings(protocol="mirrored", axes=axes, formation_factor=False,
                                     coarse_levels=levels, coarse_tolerance_factor=factor,
                                     max_seconds=max_seconds)
@@ -139,8 +172,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=400, help="image edge, voxels")
     p.add_argument("--axes", nargs="+", default=["x"], choices=["x", "y", "z"])
     p.add_argument("--variants", nargs="+", type=parse_variant,
-                   default=[parse_variant(v) for v in ("1:10", "3:10", "3:3", "1:10:tiled")],
-                   help="LEVELS:FACTOR[:tiled] per study; the first is the k reference")
+                   default=[parse_variant(v) for v in ("1:10", "3:10", "3:3", "3:10:tiled-wide")],
+                   help="LEVELS:FACTOR[:STORAGE] per study; the first is the k reference")
     p.add_argument("--precision", default="float32", choices=["float32", "float64"])
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     p.add_argument("--max-seconds", type=float, default=60.0,
