@@ -20,11 +20,60 @@ machine compiles every kernel (NVRTC); a second process loads them from CuPy's d
 Every NVRTC compilation of the process is logged (:class:`CompileLog`: count, seconds, kernel
 names), so the report says which kernels were compiled and how often.
 
-GPU commands (200³ and 300³; then the 1000³ image, about 9 GB of populations, alone with
-``--sizes --huge``, without the formation factor):
-``python benchmarks/rock_time_to_answer/rock_tensor.py`` and
-``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge`` (``--out`` default:
-``benchmarks/rock_time_to_answer/results``).
+The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
+
+- **Nodes.** Porosity 0.2: 2.0e8 fluid voxels in the sample, 4.0e8 in the mirrored box
+  (2000 x 1000 x 1000 voxels, one axis at a time). Tile utilisation eta_t 0.478 (4³ tiles,
+  measured on the 320³ and 400³ images of this generator): 1.31e7 tiles, 8.4e8 tile nodes.
+- **Storage.** The compact kernels address a copy with 32-bit offsets (below 2^31 values):
+  19 x 4.0e8 = 7.6e9 values do not fit, so the plan stores the fine runs tiled
+  (:data:`solver.backends.plan.COMPACT`, ``value_limit``), with the 64-bit halo sources of
+  copies of 2^31 values or more. Bytes per tile node: 19 x 4 per copy + 1 node type: one copy
+  (in place, the AA pattern: ``--huge`` runs in place) 77 B = 64.4 GB; two copies 153 B = 128
+  GB (does not fit). Compact would need 92 B per fluid node in place (36.8 GB, with 16 B of
+  edge tables) or 168 B with two copies (67 GB): not possible until its kernels, checks and
+  prolongation take 64-bit offsets. Besides the fine state: the fused check's flags (1 B per
+  tile node, 0.84 GB), the tile map and masks (0.4 GB) and, at the prolongation only, the 1/2
+  level's compact state (5.2e7 fluid nodes, 4.6 GB): **about 70 GB at the peak**. Only one
+  axis and two neighbouring start levels hold device memory at a time; the next axis's host
+  set-up (tiling, a few GB of host tables) is made while the current one steps.
+- **Rate.** H100 fluid updates per second on the rock-like 192³ pack (eta_t 0.50, BGK,
+  ``benchmarks/throughput/results/*-0460fb9-fluid.md``): tiled in place 8.69 G/s, compact in
+  place 10.87, compact two copies 15.36. Tiled in place at 4.0e8 fluid nodes: **46 ms per
+  step, 21.7 steps/s** (compact in place would give 27, compact two copies 38).
+- **Steps.** Today (single start at 1/2 resolution, stopped at 10x the tolerance): 200³
+  (tau 0.6) 1600-2600 fine steps after 1400-1800 coarse ones, 300³ (tau 0.7) 4200-5200
+  after 2600-2800. The pressure-diffusion time ``L² eps nu / (pi² c_s² k)`` of the mirrored
+  box (L = 2n, k = 0.066 voxel² for these grains, nu = 1/15 at tau 0.7) is 2.2e4 steps at
+  300³ and 2.5e5 at 1000³: scaled by L² from 300³, the fine run would need 47,000-58,000
+  steps per axis, 3 x 50,000 / 21.7 = 6900 s. The floor of the convergence test (k changed
+  by < 0.1 % over 1000 steps, checked every 200) is 1200 fine steps: 3 x 1200 / 21.7 = 166 s.
+- **Budget.** 300 s less the first axis's host set-up (pore check and tiling of the 2e9-voxel
+  box: the H200's 2.4 s per mirrored run of the 300³ image scaled by volume, 37x, is about
+  90 s; the node coordinates no longer built for a box without pressure faces were a good
+  part of its tiling) leaves about 210 s of device time for three axes: about 1600 fine-step
+  equivalents per axis. So the fine run has to start close enough to stop near its floor.
+- **The start.** ``--coarse-levels 3`` (``PermeabilitySettings.coarse_levels``): the run at
+  1/8 resolution (1/512 of the work per step) starts from rest, its flow starts the 1/4 run
+  (1/64), that one the 1/2 run (1/8), that one the fine run: the slow pressure modes are
+  settled where steps are cheap, every level keeps its own convergence test, and k is
+  the fine run's, tested as today (CPU, NumPy float64: a 20³ pack, two levels, k within
+  0.002 % of the single start, ``tests/solver/test_rock_permeability.py``). Levels that no
+  longer percolate are dropped (a 20-voxel grain is 2.5 voxels at 1/8). With 1200-1600 fine
+  steps and about 200 fine-step equivalents of start per axis the model gives 3 x (55-74 s +
+  9 s) + 90 s = 280-340 s: at the target, not safely under it; compact storage with 64-bit
+  offsets would take 20 % (in place) to 43 % (two copies, 67 GB) off the fine steps.
+- **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
+  two minutes (k against today's start, fine steps, the tiled wide-source kernel's rate).
+
+GPU commands: 200³ and 300³ (both protocols, formation factor):
+``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored tensor alone
+(about 70 GB of device memory; one axis first to see the steps and the rate):
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --axes x --max-seconds 150``
+and ``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 150``
+(``--coarse-levels 3`` by default; ``--max-seconds`` bounds each level's and the fine run's
+wall time so the command ends within the device's 10-minute limit, a stopped run is reported
+not converged; ``--out`` default: ``benchmarks/rock_time_to_answer/results``).
 CPU smoke test: ``--quick`` (one 16³ image, NumPy, float64).
 """
 
