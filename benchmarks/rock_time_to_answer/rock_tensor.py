@@ -58,7 +58,7 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   (1/64), that one the 1/2 run (1/8), that one the fine run: the slow pressure modes are
   settled where steps are cheap, every level keeps its own convergence test, and k is
   the fine run's, tested as today (CPU, NumPy float64: a 20³ pack, two levels, k within
-  0.002 % of the single start, ``tests/solver/test_rock_permeability.py``). Levels that no
+  0.001 % of the single start, ``tests/solver/test_rock_permeability.py``). Levels that no
   longer percolate are dropped (a 20-voxel grain is 2.5 voxels at 1/8). With 1200-1600 fine
   steps and about 200 fine-step equivalents of start per axis the model gives 3 x (55-74 s +
   9 s) + 90 s = 280-340 s: at the target, not safely under it; compact storage with 64-bit
@@ -69,8 +69,8 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
 GPU commands: 200³ and 300³ (both protocols, formation factor):
 ``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored tensor alone
 (about 70 GB of device memory; one axis first to see the steps and the rate):
-``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --axes x --max-seconds 150``
-and ``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 150``
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --axes x --max-seconds 120``
+and ``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 120``
 (``--coarse-levels 3`` by default; ``--max-seconds`` bounds each level's and the fine run's
 wall time so the command ends within the device's 10-minute limit, a stopped run is reported
 not converged; ``--out`` default: ``benchmarks/rock_time_to_answer/results``).
