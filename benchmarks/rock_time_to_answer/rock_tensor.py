@@ -161,11 +161,16 @@ class DevicePeak:
 
             self.pool = cupy.get_default_memory_pool()
         self.most = 0
+        self.start = time.perf_counter()
 
-    def sample(self, *_args) -> None:
-        """Called at each fine check (``run_study``'s ``on_check``)."""
+    def sample(self, name: str = "", step: int = 0, k: float = 0.0,
+               change: float = float("inf")) -> None:
+        """Called at each fine check (``run_study``'s ``on_check``: run name, step, k in
+        voxel², change per 1000 steps); logs the check, so a long run shows its progress."""
         if self.pool is not None:
             self.most = max(self.most, int(self.pool.total_bytes()))
+        log.info("  %6.1f s %s: step %d, k %.6g voxel², change %.3g per 1000 steps, pool %.1f GB",
+                 time.perf_counter() - self.start, name, step, k, change, self.most / 1e9)
 
     def gigabytes(self) -> float | None:
         """The peak in GB (1e9 bytes)."""
@@ -245,9 +250,18 @@ def run(args: argparse.Namespace) -> dict:
         huge = args.huge and n == args.huge_size
         voxel, protocol, target = CASES.get(n, (5.345e-6, "mirrored" if huge else "both", None))
         before = len(compiles.entries)
-        row = measure(n, protocol, voxel, args.precision, backend, huge, args.pressure_start,
-                      args.axes if huge else None, args.max_seconds if huge else 0.0,
-                      args.coarse_levels if huge else 1, args.coarse_factor if huge else 10.0)
+        try:
+            row = measure(n, protocol, voxel, args.precision, backend, huge, args.pressure_start,
+                          args.axes if huge else None, args.max_seconds if huge else 0.0,
+                          args.coarse_levels if huge else 1,
+                          args.coarse_factor if huge else 10.0)
+        except Exception as exc:  # e.g. out of device memory: report it with the rest
+            if not huge:
+                raise
+            log.exception("%d^3 failed", n)
+            rows.append({"size": n, "protocol": protocol, "error": repr(exc),
+                         "target_seconds": target})
+            continue
         row["target_seconds"] = target
         row["compiles"] = {"count": len(compiles.entries) - before,
                            "seconds": sum(s for _, s in compiles.entries[before:])}
@@ -273,6 +287,9 @@ def markdown(report: dict) -> str:
            f"{report.get('pressure_start', 'rest')})", ""]
     for row in report["rows"]:
         target = row["target_seconds"]
+        if "error" in row:
+            out += [f"## {row['size']}³, protocol {row['protocol']}: failed: {row['error']}", ""]
+            continue
         out += [f"## {row['size']}³, protocol {row['protocol']}, porosity "
                 f"{row['porosity']:.3f}: **{row['seconds']:.1f} s**"
                 + (f" (target {target:.0f} s)" if target else ""), "",

@@ -11,9 +11,11 @@ stored, 64-bit halo sources, as the 1000³ image's fine runs must: the compact k
 fewer than 2^31 values, :data:`solver.backends.plan.COMPACT`). The first variant is the
 reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps and
 their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
-the work in fine-step equivalents, the phases, and the most CuPy's pool held at a check.
+the work in fine-step equivalents, the phases, the most CuPy's pool held at a check, and in
+the JSON the fine run's k at every check (how it approaches: the steps a 1000³ run needs are
+extrapolated from it).
 
-GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:3 3:10:tiled-wide):
+GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:1 3:10:tiled-wide):
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40``
 CPU smoke test: ``--size 24 --backend numpy --precision float64 --variants 1:10 2:10``.
 Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
@@ -104,6 +106,7 @@ def _study(sample, axes: list[str], variant: tuple[int, float, str], config, bac
         runs.append({"axis": r.axis, "k_voxel2": r.k_lattice, "k_mD": r.k_mD,
                      "converged": r.converged, "steps": r.steps, "start_steps": r.start_steps,
                      "work_steps": r.work_steps, "seconds": r.seconds, "phases_s": r.phases,
+                     "coarse_k_voxel2": r.coarse_k_lattice, "history": r.history,
                      "fine_G_updates_per_s": fluid * r.steps / stepping / 1e9
                      if stepping else None})
     return {"levels": levels, "factor": factor, "tile_storage": storage, "seconds": seconds,
@@ -172,7 +175,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=400, help="image edge, voxels")
     p.add_argument("--axes", nargs="+", default=["x"], choices=["x", "y", "z"])
     p.add_argument("--variants", nargs="+", type=parse_variant,
-                   default=[parse_variant(v) for v in ("1:10", "3:10", "3:3", "3:10:tiled-wide")],
+                   default=[parse_variant(v) for v in ("1:10", "3:10", "3:1", "3:10:tiled-wide")],
                    help="LEVELS:FACTOR[:STORAGE] per study; the first is the k reference")
     p.add_argument("--precision", default="float32", choices=["float32", "float64"])
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
