@@ -45,9 +45,15 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   (tau 0.6) 1600-2600 fine steps after 1400-1800 coarse ones, 300³ (tau 0.7) 4200-5200
   after 2600-2800. The pressure-diffusion time ``L² eps nu / (pi² c_s² k)`` of the mirrored
   box (L = 2n, k = 0.066 voxel² for these grains, nu = 1/15 at tau 0.7) is 2.2e4 steps at
-  300³ and 2.5e5 at 1000³: scaled by L² from 300³, the fine run would need 47,000-58,000
-  steps per axis, 3 x 50,000 / 21.7 = 6900 s. The floor of the convergence test (k changed
-  by < 0.1 % over 1000 steps, checked every 200) is 1200 fine steps: 3 x 1200 / 21.7 = 166 s.
+  300³ and 2.5e5 at 1000³: scaled by L² from 300³ (the upper bound), the fine run would need
+  47,000-58,000 steps per axis, 3 x 50,000 / 21.7 = 6900 s. But the fine runs stop long
+  before that time (4200-5200 steps at 300³ against 2.2e4): what the start leaves is mostly
+  the local correction of the coarse geometry (the k of a long-wave pressure error averages
+  out over a periodic box), and 200³ -> 300³ grew about as tau 0.6 -> 0.7 alone predicts
+  (pressure diffusion is twice as slow at nu 1/15 as at 1/30). If the fine steps do not grow
+  with L (the lower bound), 1000³ needs about 300³'s 4200-5200: 3 x 4700 / 21.7 = 650 s. The
+  floor of the convergence test (k changed by < 0.1 % over 1000 steps, checked every 200) is
+  1200 fine steps: 3 x 1200 / 21.7 = 166 s.
 - **Budget.** 300 s less the first axis's host set-up (pore check and tiling of the 2e9-voxel
   box: the H200's 2.4 s per mirrored run of the 300³ image scaled by volume, 37x, is about
   90 s; the node coordinates no longer built for a box without pressure faces were a good
@@ -61,8 +67,13 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   0.001 % of the single start, ``tests/solver/test_rock_permeability.py``). Levels that no
   longer percolate are dropped (a 20-voxel grain is 2.5 voxels at 1/8). With 1200-1600 fine
   steps and about 200 fine-step equivalents of start per axis the model gives 3 x (55-74 s +
-  9 s) + 90 s = 280-340 s: at the target, not safely under it; compact storage with 64-bit
-  offsets would take 20 % (in place) to 43 % (two copies, 67 GB) off the fine steps.
+  9 s) + 90 s = 280-340 s: at the target, not safely under it. With 300³'s 4200-5200 fine
+  steps it gives about 740 s: then the target needs fewer fine steps than any start gives
+  today and compact storage with 64-bit offsets (20 % off the fine steps in place, 43 % with
+  two copies, 67 GB). Every level stops at the same change per 1000 of its own steps, and the
+  slow time is the same number of steps at every level (``L²/k`` does not change when both
+  are coarsened), so a deeper start can only help as far as its coarsest run is converged
+  more tightly (``--coarse-factor``: 1 = the fine tolerance at every level).
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
   two minutes (k against today's start, fine steps, the tiled wide-source kernel's rate).
 
