@@ -48,8 +48,8 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   300³ and 2.5e5 at 1000³: scaled by L² from 300³ (the upper bound), the fine run would need
   47,000-58,000 steps per axis, 3 x 50,000 / 21.7 = 6900 s. But the fine runs stop long
   before that time (4200-5200 steps at 300³ against 2.2e4): what the start leaves is mostly
-  the local correction of the coarse geometry (the k of a long-wave pressure error averages
-  out over a periodic box), and 200³ -> 300³ grew about as tau 0.6 -> 0.7 alone predicts
+  probably the local correction of the coarse geometry (the k of a long-wave pressure error
+  averages out over a periodic box), and 200³ -> 300³ grew about as tau 0.6 -> 0.7 alone predicts
   (pressure diffusion is twice as slow at nu 1/15 as at 1/30). If the fine steps do not grow
   with L (the lower bound), 1000³ needs about 300³'s 4200-5200: 3 x 4700 / 21.7 = 650 s. The
   floor of the convergence test (k changed by < 0.1 % over 1000 steps, checked every 200) is

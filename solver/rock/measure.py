@@ -39,7 +39,7 @@ from ..simulation import Simulation
 from .check import KCheck, Phases
 from .conduction import Conduction, ConductionSystem, conduction_system, solve_conduction
 from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
-from .protocol import ProtocolSetup, checked_sample, setup_protocol
+from .protocol import ProtocolSetup, checked_sample, sample_labels, setup_protocol
 from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
 from .uncertainty import KInterval, interval
@@ -459,12 +459,17 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
         backend = get_backend(backend or config.backend)
     results = []
     checked: dict[int, tuple] = {}  # per axis: the pore check and the connected sample
+    labels: list = []  # the pore labelling, made once for every axis
     order = study_runs(sample, settings) if runs is None else runs
 
     def prepare(axis: int, protocol: str):
         tic = time.perf_counter()
         if axis not in checked:
-            checked[axis] = checked_sample(sample, config, axis)
+            if not labels:
+                labels.append(sample_labels(sample, config))
+            checked[axis] = checked_sample(sample, config, axis, labels[0])
+            if len(checked) == len({a for a, _ in order}):
+                labels.clear()  # every axis checked: free the labels (4 GB at 1000³)
         setup = setup_protocol(sample, config, axis, protocol, settings, checked[axis])
         connectivity = time.perf_counter() - tic
         return setup, connectivity, prepare_axis(setup, settings, backend)

@@ -296,3 +296,18 @@ def test_a_two_level_start_gives_the_k_of_the_one_level_start():
     assert one.steps < two.work_steps < two.steps + sum(two.start_steps) / 4
     # The 1/2 run reaches its own k from either start (its loose 1 % tolerance).
     assert two.coarse_k_lattice == pytest.approx(one.coarse_k_lattice, rel=0.01)
+
+
+def test_a_study_labels_the_pores_once_for_every_axis(monkeypatch):
+    """The pore labelling is the same along every axis: a tensor study makes it once (two per
+    axis before: a 1000³ image's first axis waited for both)."""
+    from solver.rock import protocol
+
+    calls = []
+    original = protocol.pore_labels
+    monkeypatch.setattr(protocol, "pore_labels", lambda *a: calls.append(1) or original(*a))
+    pack = random_sphere_pack((12, 12, 12), 0.4, diameter=6, seed=3)
+    settings = PermeabilitySettings(axes=["x", "y", "z"], tolerance=1e-2, check_interval=100,
+                                    max_steps=200, accelerate=False, formation_factor=False)
+    study = run_study(pack, _config(), settings)
+    assert len(study.results) == 3 and len(calls) == 1
