@@ -70,10 +70,11 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   9 s) + 90 s = 280-340 s: at the target, not safely under it. With 300³'s 4200-5200 fine
   steps it gives about 740 s: then the target needs fewer fine steps than any start gives
   today and compact storage with 64-bit offsets (20 % off the fine steps in place, 43 % with
-  two copies, 67 GB). Every level stops at the same change per 1000 of its own steps, and the
-  slow time is the same number of steps at every level (``L²/k`` does not change when both
-  are coarsened), so a deeper start can only help as far as its coarsest run is converged
-  more tightly (``--coarse-factor``: 1 = the fine tolerance at every level).
+  two copies, 67 GB). The slowest transient is the same number of steps at every level
+  (``L²/k`` does not change when both are coarsened), so a finer level started from a run
+  stopped at the same change per 1000 of its own steps passes its test at once and hands on
+  what that run left: a chain helps only because its coarsest run (1/512 of a fine step)
+  converges to the fine tolerance, the others to ``--coarse-factor`` (10) times it.
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
   two minutes (k against today's start, fine steps, the tiled wide-source kernel's rate).
 

@@ -5,10 +5,11 @@ in a minute or two: the mirrored protocol of one generated sandstone-like image 
 ``rock_tensor.py``: random sphere pack, porosity 0.2, 20-voxel grains, seed 3), float32, TRT,
 one population copy (in place), no formation factor, for each variant
 ``LEVELS:FACTOR[:STORAGE]``: ``LEVELS`` coarse start levels (1: today's single start at 1/2
-resolution; 3: from 1/8 via 1/4 and 1/2), coarse runs stopped at ``FACTOR`` times the
-tolerance, ``STORAGE`` the tile storage (:data:`STORAGES`; ``tiled-wide``: every node of a tile
-stored, 64-bit halo sources, as the 1000³ image's fine runs must: the compact kernels address
-fewer than 2^31 values, :data:`solver.backends.plan.COMPACT`). The first variant is the
+resolution; 3: from 1/8 via 1/4 and 1/2, the coarsest converged to the tolerance), the other
+coarse runs stopped at ``FACTOR`` times the tolerance, ``STORAGE`` the tile storage
+(:data:`STORAGES`; ``tiled-wide``: every node of a tile stored, 64-bit halo sources, as the
+1000³ image's fine runs must: the compact kernels address fewer than 2^31 values,
+:data:`solver.backends.plan.COMPACT`). The first variant is the
 reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps and
 their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
 the work in fine-step equivalents, the phases, the most CuPy's pool held at a check, and in
