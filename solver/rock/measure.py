@@ -407,6 +407,9 @@ class PermeabilityStudy:
             si = (f" = {r.k_m2:.4g} m² = {r.k_mD:.4g} mD" if r.k_m2 is not None else "")
             flag = "converged" if r.converged else "NOT converged"
             start = f" + {r.coarse_steps} coarse" if r.coarse_steps else ""
+            if len(r.start_steps) > 1:  # a chain: the steps of each level, 1/2 first
+                start = " + " + " + ".join(f"{n} at 1/{FACTOR ** (i + 1)}"
+                                           for i, n in enumerate(r.start_steps))
             out.append(f"{r.protocol:<8} {r.axis}: k = {r.k_lattice:.5g} voxel²{si}; {flag} "
                        f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps}"
                        f"{start} steps, {r.seconds:.1f} s)")
