@@ -34,7 +34,8 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   edge tables) or 168 B with two copies (67 GB): not possible until its kernels, checks and
   prolongation take 64-bit offsets. Besides the fine state: the fused check's flags (1 B per
   tile node, 0.84 GB), the tile map and masks (0.4 GB) and, at the prolongation only, the 1/2
-  level's compact state (5.2e7 fluid nodes, 4.6 GB): **about 70 GB at the peak**. Only one
+  level's compact state (5.2e7 fluid nodes, 4.6 GB) and its float32 moments (0.8 GB): **about
+  71 GB at the peak** (an estimate: the benchmark reports the pool at the fine checks). Only one
   axis and two neighbouring start levels hold device memory at a time; the next axis's host
   set-up (tiling, a few GB of host tables) is made while the current one steps.
 - **Rate.** H100 fluid updates per second on the rock-like 192³ pack (eta_t 0.50, BGK,
@@ -80,7 +81,7 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
 
 GPU commands: 200³ and 300³ (both protocols, formation factor):
 ``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored tensor alone
-(about 70 GB of device memory; one axis first to see the steps and the rate):
+(about 71 GB of device memory; one axis first to see the steps and the rate):
 ``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --axes x --max-seconds 120``
 and ``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 120``
 (``--coarse-levels 3`` by default; ``--max-seconds`` bounds each level's and the fine run's
