@@ -374,7 +374,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="coarse start levels of the --huge image (3: from 1/8 via 1/4 and 1/2 "
                         "resolution; 1: today's single 1/2 start)")
     p.add_argument("--coarse-factor", type=float, default=10.0,
-                   help="the --huge image's coarse runs stop at this times the tolerance")
+                   help="the --huge image's coarse runs (but the coarsest of a chain, which "
+                        "converges to the tolerance) stop at this times the tolerance")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="wall limit of each --huge run, s (0: none; a stopped run is reported "
                         "not converged)")
