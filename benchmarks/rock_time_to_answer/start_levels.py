@@ -63,13 +63,13 @@ def parse_variant(text: str) -> tuple[int, float, str]:
 
 
 def run_variant(sample, axes: list[str], variant: tuple[int, float, str], precision: str,
-                backend, max_seconds: float) -> dict:
+                backend, max_seconds: float, fast_tau: float | None = None) -> dict:
     """One mirrored study of ``sample`` with a start variant; its numbers per run."""
     levels, factor, storage = variant
     config = SimulationConfig(precision=precision, collision="TRT", streaming="in-place",
                               tile_storage=storage.removesuffix("-wide"))
     with wide_sources(backend, storage.endswith("-wide")):
-        return _study(sample, axes, variant, config, backend, max_seconds)
+        return _study(sample, axes, variant, config, backend, max_seconds, fast_tau)
 
 
 @contextmanager
@@ -90,12 +90,12 @@ def wide_sources(backend, force: bool):
 
 
 def _study(sample, axes: list[str], variant: tuple[int, float, str], config, backend,
-           max_seconds: float) -> dict:
+           max_seconds: float, fast_tau: float | None) -> dict:
     """:func:`run_variant`'s study and numbers."""
     levels, factor, storage = variant
     settings = PermeabilitySettings(protocol="mirrored", axes=axes, formation_factor=False,
                                     coarse_levels=levels, coarse_tolerance_factor=factor,
-                                    max_seconds=max_seconds)
+                                    max_seconds=max_seconds, fast_tau=fast_tau)
     peak = DevicePeak(backend)
     tic = time.perf_counter()
     study = run_study(sample, config, settings, backend, on_check=peak.sample)
@@ -118,11 +118,12 @@ def run(args: argparse.Namespace) -> dict:
     """Every variant on one image; the report (k differences against the first variant)."""
     backend = get_backend(args.backend)
     tic = time.perf_counter()
-    sample = image(args.size, 5.345e-6)
+    sample = image(args.size, 5.345e-6, args.porosity, args.grain)
     made = time.perf_counter() - tic
     rows = []
     for variant in args.variants:
-        row = run_variant(sample, args.axes, variant, args.precision, backend, args.max_seconds)
+        row = run_variant(sample, args.axes, variant, args.precision, backend, args.max_seconds,
+                          args.fast_tau)
         log.info("variant %s: %.1f s", variant, row["seconds"])
         rows.append(row)
     first = {r["axis"]: r["k_voxel2"] for r in rows[0]["runs"]}
@@ -131,6 +132,7 @@ def run(args: argparse.Namespace) -> dict:
             r["k_vs_first"] = r["k_voxel2"] / first[r["axis"]] - 1.0
     return {"device": backend.device_info().get("name"), "backend": backend.name,
             "date": date.today().isoformat(), "commit": git_commit(), "size": args.size,
+            "grain": args.grain, "fast_tau": args.fast_tau,
             "porosity": sample.porosity, "precision": args.precision,
             "image_seconds": made, "rows": rows}
 
@@ -138,7 +140,8 @@ def run(args: argparse.Namespace) -> dict:
 def markdown(report: dict) -> str:
     """The report as one Markdown table."""
     out = [f"# Coarse start levels, mirrored k of a {report['size']}³ image (porosity "
-           f"{report['porosity']:.3f}; {report['device']}, {report['date']}, commit "
+           f"{report['porosity']:.3f}, grains {report.get('grain', 20.0):g} voxels, tau "
+           f"{report.get('fast_tau') or 'auto'}; {report['device']}, {report['date']}, commit "
            f"{report['commit']}, {report['precision']}, in place)", "",
            "| levels | factor | storage | axis | k (mD) | vs first | converged | fine steps | "
            "start steps (1/2, 1/4, ...) | work | fine G/s | run s | study s | pool GB |",
@@ -175,6 +178,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=400, help="image edge, voxels")
     p.add_argument("--axes", nargs="+", default=["x"], choices=["x", "y", "z"])
+    p.add_argument("--porosity", type=float, default=0.2, help="of the generated image")
+    p.add_argument("--grain", type=float, default=20.0, help="grain diameter, voxels")
+    p.add_argument("--fast-tau", type=float, default=None,
+                   help="tau of the mirrored runs (default: the sample's choice, 0.6 or 0.7)")
     p.add_argument("--variants", nargs="+", type=parse_variant,
                    default=[parse_variant(v) for v in ("1:10", "3:10", "3:1", "3:10:tiled-wide")],
                    help="LEVELS:FACTOR[:STORAGE] per study; the first is the k reference")
