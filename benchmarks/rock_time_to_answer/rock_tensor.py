@@ -48,34 +48,43 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   box (L = 2n, k = 0.066 voxel² for these grains, nu = 1/15 at tau 0.7) is 2.2e4 steps at
   300³ and 2.5e5 at 1000³: scaled by L² from 300³ (the upper bound), the fine run would need
   47,000-58,000 steps per axis, 3 x 50,000 / 21.7 = 6900 s. But the fine runs stop long
-  before that time (4200-5200 steps at 300³ against 2.2e4): what the start leaves is mostly
-  probably the local correction of the coarse geometry (the k of a long-wave pressure error
-  averages out over a periodic box), and 200³ -> 300³ grew about as tau 0.6 -> 0.7 alone predicts
-  (pressure diffusion is twice as slow at nu 1/15 as at 1/30). If the fine steps do not grow
-  with L (the lower bound), 1000³ needs about 300³'s 4200-5200: 3 x 4700 / 21.7 = 650 s. The
-  floor of the convergence test (k changed by < 0.1 % over 1000 steps, checked every 200) is
-  1200 fine steps: 3 x 1200 / 21.7 = 166 s.
+  before that time (4200-5200 steps at 300³ against 2.2e4). The prolongated start carries the
+  coarse grid's k, 33 % above the fine one at 200³ and at 300³ alike (coarse k 0.086-0.107
+  against 0.065-0.080 voxel²): the fine run's steps are the 1000-step window plus the time
+  this local correction (a grain-scale relaxation, longer the larger the grains and the
+  smaller the pressure diffusivity ``c_s² k / (eps nu)``) takes to fall under 0.1 % per 1000
+  steps; 200³ -> 300³ grew 2.6-5x past the window, of which tau 0.6 -> 0.7 (nu doubled)
+  explains about 2x. On the CPU (NumPy,
+  float64, tau 0.7, 8-voxel grains at porosity 0.25; ``start_levels.py --size N --grain 8
+  --porosity 0.25 --fast-tau 0.7 --backend numpy --precision float64 --variants 1:10 3:10``,
+  ``results/start_levels-CPU-*``) the fine steps did not grow with the sample: 24³, 32³, 48³
+  took 2000, 2600 and 1800. So 1000³, with the grains of 300³, should need about 300³'s
+  4200-5200 fine steps per axis: 3 x 4700 / 21.7 = **650 s of fine steps**. The floor of the
+  convergence test (k changed by < 0.1 % over 1000 steps, checked every 200) is 1200 fine
+  steps: 3 x 1200 / 21.7 = 166 s.
 - **Budget.** 300 s less the first axis's host set-up (pore check and tiling of the 2e9-voxel
   box: the H200's 2.4 s per mirrored run of the 300³ image scaled by volume, 37x, is about
   90 s; the node coordinates no longer built for a box without pressure faces were a good
   part of its tiling) leaves about 210 s of device time for three axes: about 1600 fine-step
   equivalents per axis. So the fine run has to start close enough to stop near its floor.
 - **The start.** ``--coarse-levels 3`` (``PermeabilitySettings.coarse_levels``): the run at
-  1/8 resolution (1/512 of the work per step) starts from rest, its flow starts the 1/4 run
-  (1/64), that one the 1/2 run (1/8), that one the fine run: the slow pressure modes are
-  settled where steps are cheap, every level keeps its own convergence test, and k is
-  the fine run's, tested as today (CPU, NumPy float64: a 20³ pack, two levels, k within
-  0.001 % of the single start, ``tests/solver/test_rock_permeability.py``). Levels that no
-  longer percolate are dropped (a 20-voxel grain is 2.5 voxels at 1/8). With 1200-1600 fine
-  steps and about 200 fine-step equivalents of start per axis the model gives 3 x (55-74 s +
-  9 s) + 90 s = 280-340 s: at the target, not safely under it. With 300³'s 4200-5200 fine
-  steps it gives about 740 s: then the target needs fewer fine steps than any start gives
-  today and compact storage with 64-bit offsets (20 % off the fine steps in place, 43 % with
-  two copies, 67 GB). The slowest transient is the same number of steps at every level
-  (``L²/k`` does not change when both are coarsened), so a finer level started from a run
-  stopped at the same change per 1000 of its own steps passes its test at once and hands on
-  what that run left: a chain helps only because its coarsest run (1/512 of a fine step)
-  converges to the fine tolerance, the others to ``--coarse-factor`` (10) times it.
+  1/8 resolution (1/512 of the work per step) starts from rest and converges to the fine
+  tolerance, its flow starts the 1/4 run (1/64), that one the 1/2 run (1/8), that one the fine
+  run; every level keeps its own convergence test, and k is the fine run's, tested as today.
+  Levels that no longer percolate are dropped (a 20-voxel grain is 2.5 voxels at 1/8). The
+  slowest transient is the same number of steps at every level (``L²/k`` does not change when
+  both are coarsened), so a chain can only settle the long pressure modes more cheaply; it
+  leaves the coarse grid's k, hence the fine run's local correction, as it is. On the CPU it
+  did not change the fine steps (24³, 32³, 48³: the same counts with one level and with
+  three) and kept k within 0.02 % (0.001 % on the 20³ pack of
+  ``tests/solver/test_rock_permeability.py``).
+- **Expected.** About 90 s of host set-up + 3 x (4200-5200 fine steps / 21.7 + about 10 s of
+  start, allocation and prolongation) = **about 700-840 s for the tensor** (one axis about
+  300 s with the set-up): the 5-minute target is not met by this model. What it would take:
+  compact storage with 64-bit offsets (its step kernel, check, prolongation and edge tables;
+  20 % off the fine steps in place, 43 % with two copies at 67 GB: then about 490 s) and a
+  start that leaves less than the coarse grid's 33 % (a coarse k closer to the fine one).
+  With fine runs at their 1200-step floor it would be 3 x (55 + 10) + 90 = 285 s.
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
   two minutes (k against today's start, fine steps, the tiled wide-source kernel's rate).
 
