@@ -80,7 +80,7 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   ``tests/solver/test_rock_permeability.py``).
 - **Expected.** About 90 s of host set-up + 3 x (4200-5200 fine steps / 21.7 + about 10 s of
   start, allocation and prolongation) = **about 700-840 s for the tensor** (one axis about
-  300 s with the set-up): the 5-minute target is not met by this model. What it would take:
+  300-340 s with the set-up): the 5-minute target is not met by this model. What it would take:
   compact storage with 64-bit offsets (its step kernel, check, prolongation and edge tables;
   20 % off the fine steps in place, 43 % with two copies at 67 GB: then about 490 s) and a
   start that leaves less than the coarse grid's 33 % (a coarse k closer to the fine one).
