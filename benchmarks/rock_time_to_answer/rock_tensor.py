@@ -83,7 +83,8 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   300-340 s with the set-up): the 5-minute target is not met by this model. What it would take:
   compact storage with 64-bit offsets (its step kernel, check, prolongation and edge tables;
   20 % off the fine steps in place, 43 % with two copies at 67 GB: then about 490 s) and a
-  start that leaves less than the coarse grid's 33 % (a coarse k closer to the fine one).
+  start whose pressure field is closer to the fine grid's (its velocity settles within the
+  first 200 steps: scaling it changed nothing on the CPU; README).
   With fine runs at their 1200-step floor it would be 3 x (55 + 10) + 90 = 285 s.
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
   two minutes (k against today's start, fine steps, the tiled wide-source kernel's rate).
