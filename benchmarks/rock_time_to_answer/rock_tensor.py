@@ -49,13 +49,14 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   300³ and 2.5e5 at 1000³: scaled by L² from 300³ (the upper bound), the fine run would need
   47,000-58,000 steps per axis, 3 x 50,000 / 21.7 = 6900 s. But the fine runs stop long
   before that time (4200-5200 steps at 300³ against 2.2e4). The prolongated start carries the
-  coarse grid's k, 33 % above the fine one at 200³ and at 300³ alike (coarse k 0.086-0.107
-  against 0.065-0.080 voxel²): the fine run's steps are the 1000-step window plus the time
-  this local correction (a grain-scale relaxation, longer the larger the grains and the
-  smaller the pressure diffusivity ``c_s² k / (eps nu)``) takes to fall under 0.1 % per 1000
-  steps; 200³ -> 300³ grew 2.6-5x past the window, of which tau 0.6 -> 0.7 (nu doubled)
-  explains about 2x. On the CPU (NumPy,
-  float64, tau 0.7, 8-voxel grains at porosity 0.25; ``start_levels.py --size N --grain 8
+  coarse grid's flow, whose k is 33 % above the fine one at 200³ and at 300³ alike (coarse k
+  0.086-0.107 against 0.065-0.080 voxel²); the velocity settles to the fine geometry within
+  the first 200 steps, then the pressure field of the coarse geometry relaxes to the fine one
+  (diffusivity ``c_s² k / (eps nu)``, over the scales where the two geometries differ): the
+  fine steps are the 1000-step window plus the time that tail takes to fall under 0.1 % per
+  1000 steps; 200³ -> 300³ grew 2.6-5x past the window, of which tau 0.6 -> 0.7 (nu doubled)
+  explains about 2x. On the CPU (NumPy, float64, tau 0.7, 8-voxel grains at porosity 0.25;
+  ``start_levels.py --size N --grain 8
   --porosity 0.25 --fast-tau 0.7 --backend numpy --precision float64 --variants 1:10 3:10``,
   ``results/start_levels-CPU-*``) the fine steps did not grow with the sample: 24³, 32³, 48³
   took 2000, 2600 and 1800. So 1000³, with the grains of 300³, should need about 300³'s
