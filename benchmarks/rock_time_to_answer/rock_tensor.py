@@ -91,13 +91,14 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   two minutes (k against today's start, fine steps, the tiled wide-source kernel's rate).
 
 GPU commands: 200³ and 300³ (both protocols, formation factor):
-``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored tensor alone
-(about 71 GB of device memory; one axis first to see the steps and the rate):
-``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --axes x --max-seconds 120``
-and ``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 120``
-(``--coarse-levels 3`` by default; ``--max-seconds`` bounds each level's and the fine run's
-wall time so the command ends within the device's 10-minute limit, a stopped run is reported
-not converged; ``--out`` default: ``benchmarks/rock_time_to_answer/results``).
+``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored image (about 71
+GB of device memory), one axis to convergence (model: 300-340 s of study, plus the image's
+generation, about 386,000 spheres dropped on the host, not measured at this size):
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --axes x --max-seconds 300``;
+the tensor within one 10-minute device command (each level's and fine run's wall time capped
+at 130 s: by the model the fine runs need 190-240 s, so they would be reported not converged):
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 130``
+(``--coarse-levels 3`` by default; ``--out`` default: ``benchmarks/rock_time_to_answer/results``).
 CPU smoke test: ``--quick`` (one 16³ image, NumPy, float64).
 """
 
