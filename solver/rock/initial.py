@@ -18,7 +18,9 @@ the coarse run may itself start from the sample coarsened by 4, and so on; every
 :func:`coarse_setup` of the one above and is prolongated into it by :func:`start_on_device`.
 The slowest transient takes about the same number of steps at every level (``L²/k`` is
 unchanged when both are halved), so a deeper chain helps as far as its coarsest, cheapest
-run is converged more tightly than the finer ones would be (``coarse_tolerance_factor``).
+run is converged more tightly than the finer ones would be (``coarse_tolerance_factor``); the
+fine run's own correction of the coarse geometry (its pressure field) stays, and on 24³-48³
+packs (CPU) that, not the long modes, set the fine steps: the chain did not change them.
 
 How close the coarse run must get matters little: on a 40³ sandstone-like image (tau 0.6) the
 fine run took 1600 steps whether the coarse run stopped at 10x, 3x or 1x the tolerance (1400,
