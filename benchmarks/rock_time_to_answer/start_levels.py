@@ -16,7 +16,7 @@ the work in fine-step equivalents, the phases, the most CuPy's pool held at a ch
 the JSON the fine run's k at every check (how it approaches: the steps a 1000³ run needs are
 extrapolated from it).
 
-GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:1 3:10:tiled-wide):
+GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:1 3:10:auto-wide):
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40``
 CPU smoke test: ``--size 24 --backend numpy --precision float64 --variants 1:10 2:10``.
 Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
@@ -49,8 +49,14 @@ log = logging.getLogger("start_levels")
 
 
 #: Tile storages a variant may ask for; ``tiled-wide``: tiled with the 64-bit halo sources of
-#: copies of 2^31 values or more forced (the kernel the 1000³ image's fine runs get).
-STORAGES = ("auto", "tiled", "compact", "tiled-wide")
+#: copies of 2^31 values or more forced (the kernel the 1000³ image's fine runs get);
+#: ``auto-wide``: the 1000³ image's arrangement at a smaller size: runs of more than
+#: :data:`SMALL_VALUE_LIMIT` values per copy (the fine run) tiled with 64-bit halo sources, the
+#: smaller start levels compact, as the plan stores them.
+STORAGES = ("auto", "tiled", "compact", "tiled-wide", "auto-wide")
+#: The compact family's value limit of an ``auto-wide`` variant (2^31 in the plan): a 400³
+#: image's fine run has 4.9e8 values per copy, its 1/2 level 6.4e7.
+SMALL_VALUE_LIMIT = 2**27
 
 
 def parse_variant(text: str) -> tuple[int, float, str]:
@@ -68,25 +74,32 @@ def run_variant(sample, axes: list[str], variant: tuple[int, float, str], precis
     levels, factor, storage = variant
     config = SimulationConfig(precision=precision, collision="TRT", streaming="in-place",
                               tile_storage=storage.removesuffix("-wide"))
-    with wide_sources(backend, storage.endswith("-wide")):
+    with wide_sources(backend, storage.endswith("-wide"), storage == "auto-wide"):
         return _study(sample, axes, variant, config, backend, max_seconds, fast_tau)
 
 
 @contextmanager
-def wide_sources(backend, force: bool):
+def wide_sources(backend, force: bool, small_limit: bool = False):
     """With ``force`` on CuPy, every tiled kernel takes 64-bit halo sources (as a copy of 2^31
-    values or more does; ``tests/solver/test_cupy_backend.py`` forces them alike)."""
+    values or more does; ``tests/solver/test_cupy_backend.py`` forces them alike); with
+    ``small_limit`` the compact family also takes runs of at most :data:`SMALL_VALUE_LIMIT`
+    values only (``tests/solver/test_plan.py`` lowers it alike)."""
     if not force or backend.name != "cupy":
         yield
         return
+    from dataclasses import replace
+
+    from solver.backends import plan
     from solver.backends.cuda import kernels
 
-    original = kernels.needs_wide_sources
+    original, family = kernels.needs_wide_sources, plan.COMPACT
     kernels.needs_wide_sources = lambda _problem: True
+    if small_limit:
+        plan.COMPACT = replace(family, value_limit=SMALL_VALUE_LIMIT)
     try:
         yield
     finally:
-        kernels.needs_wide_sources = original
+        kernels.needs_wide_sources, plan.COMPACT = original, family
 
 
 def _study(sample, axes: list[str], variant: tuple[int, float, str], config, backend,
@@ -183,7 +196,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fast-tau", type=float, default=None,
                    help="tau of the mirrored runs (default: the sample's choice, 0.6 or 0.7)")
     p.add_argument("--variants", nargs="+", type=parse_variant,
-                   default=[parse_variant(v) for v in ("1:10", "3:10", "3:1", "3:10:tiled-wide")],
+                   default=[parse_variant(v) for v in ("1:10", "3:10", "3:1", "3:10:auto-wide")],
                    help="LEVELS:FACTOR[:STORAGE] per study; the first is the k reference")
     p.add_argument("--precision", default="float32", choices=["float32", "float64"])
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
