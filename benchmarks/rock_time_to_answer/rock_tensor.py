@@ -88,7 +88,8 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   first 200 steps: scaling it changed nothing on the CPU; README).
   With fine runs at their 1200-step floor it would be 3 x (55 + 10) + 90 = 285 s.
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
-  two minutes (k against today's start, fine steps, the tiled wide-source kernel's rate).
+  two minutes (k against today's start, fine steps, the 1000³ arrangement's rate:
+  fine run tiled with 64-bit halo sources, start levels compact).
 
 GPU commands: 200³ and 300³ (both protocols, formation factor):
 ``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored image (about 71
