@@ -171,7 +171,7 @@ def checked_sample(sample: VoxelGeometry, config: SimulationConfig, axis: int,
     path) and the sample with the pores not joining inlet and outlet dropped; the lattice's own
     connectivity. Both protocols of one axis share it (:func:`setup_protocol`'s ``checked``).
     The pores are labelled once for both (``components``: :func:`sample_labels`, when made
-    already: the same for every axis; two labellings of a 1000³ image were most of this)."""
+    already: the same for every axis; the two labellings were most of this at 400³)."""
     links = get_lattice(config.lattice).c
     if components is None:
         components = pore_labels(sample, links)
