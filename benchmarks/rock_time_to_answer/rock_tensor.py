@@ -59,46 +59,51 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   ``start_levels.py --size N --grain 8
   --porosity 0.25 --fast-tau 0.7 --backend numpy --precision float64 --variants 1:10 3:10``,
   ``results/start_levels-CPU-*``) the fine steps did not grow with the sample: 24³, 32³, 48³
-  took 2000, 2600 and 1800. So 1000³, with the grains of 300³, should need about 300³'s
-  4200-5200 fine steps per axis: 3 x 4700 / 21.7 = **650 s of fine steps**. The floor of the
-  convergence test (k changed by < 0.1 % over 1000 steps, checked every 200) is 1200 fine
-  steps: 3 x 1200 / 21.7 = 166 s.
-- **Budget.** 300 s less the first axis's host set-up (pore check and tiling of the 2e9-voxel
-  box: the H200's 2.4 s per mirrored run of the 300³ image scaled by volume, 37x, is about
-  90 s; the node coordinates no longer built for a box without pressure faces were a good
-  part of its tiling) leaves about 210 s of device time for three axes: about 1600 fine-step
-  equivalents per axis. So the fine run has to start close enough to stop near its floor.
+  took 2000, 2600 and 1800; on an H200 the 400³ image took 4200 with today's start, as 300³
+  did. So 1000³, with the same grains, should need about 4200-5200 fine steps per axis with
+  today's start and about 3200 with ``--coarse-levels 3`` (measured at 400³, below). The floor
+  of the convergence test (k changed by < 0.1 % over 1000 steps, checked every 200) is 1200.
 - **The start.** ``--coarse-levels 3`` (``PermeabilitySettings.coarse_levels``): the run at
   1/8 resolution (1/512 of the work per step) starts from rest and converges to the fine
   tolerance, its flow starts the 1/4 run (1/64), that one the 1/2 run (1/8), that one the fine
   run; every level keeps its own convergence test, and k is the fine run's, tested as today.
-  Levels that no longer percolate are dropped (a 20-voxel grain is 2.5 voxels at 1/8). The
-  slowest transient is the same number of steps at every level (``L²/k`` does not change when
-  both are coarsened), so a chain can only settle the long pressure modes more cheaply; it
-  leaves the coarse grid's k, hence the fine run's local correction, as it is. On the CPU it
-  did not change the fine steps (24³, 32³, 48³: the same counts with one level and with
-  three) and kept k within 0.02 % (0.001 % on the 20³ pack of
-  ``tests/solver/test_rock_permeability.py``).
-- **Expected.** About 90 s of host set-up + 3 x (4200-5200 fine steps / 21.7 + about 10 s of
-  start, allocation and prolongation) = **about 700-840 s for the tensor** (one axis about
-  300-340 s with the set-up): the 5-minute target is not met by this model. What it would take:
-  compact storage with 64-bit offsets (its step kernel, check, prolongation and edge tables;
-  20 % off the fine steps in place, 43 % with two copies at 67 GB: then about 490 s) and a
-  start whose pressure field is closer to the fine grid's (its velocity settles within the
-  first 200 steps: scaling it changed nothing on the CPU; README).
-  With fine runs at their 1200-step floor it would be 3 x (55 + 10) + 90 = 285 s.
+  Levels that no longer percolate are dropped. On the CPU (24³-48³) it did not change the fine
+  steps and kept k within 0.02 %; at 400³ on the GPU it cut them by a quarter (below).
+- **Measured at 400³** (H200, ``start_levels.py --size 400``, x axis, 2.6e7 fluid nodes in the
+  mirrored box; ``results/start_levels-NVIDIA-H200-2026-11-28-400*.md``): today's start 4200
+  fine steps after 2400 at 1/2; the chain 3200 fine steps (3000 with every level at the
+  tolerance), work 4514 -> 3419 fine-step equivalents, 18.1 -> 14.3 s. k: -0.08 to -0.13 %
+  against today's start. Every run was still falling when it stopped (today's by 0.016 % per
+  200 steps, its last checks falling by a factor 0.92 per 200 steps: about 0.18 % still to go;
+  the chain's about 0.09 % below its -0.11 %): all tend to about 0.2 % under today's k, the
+  chain's k is the nearer, and 0.1 % against today's k is inside today's own convergence
+  remainder. The fine run tiled with 64-bit halo sources (the 1000³ kernel): 11.1 G fluid
+  updates/s against 14.3 compact (0.78x), the same steps and k; the pool held 4.22 GB at its
+  checks, 79 B per tile node (66 GB at 1000³). Host set-up of the first axis (pore check and
+  tiling): 6.5 s; the image 2.6 s.
+- **Expected at 1000³ on an H100** (host x 15.6, the volume, from 400³; kernel x 0.76, the
+  H100/H200 ratio of compact in place, 10.87 / 14.26 G/s): host set-up about 100 s, then per
+  axis 3200 fine steps at 21 steps/s (8.5 G/s) = 150 s plus about 20 s of start, allocation and
+  prolongation: **one axis about 270 s, the tensor about 610 s** (about 700 s with today's
+  start), plus about 40 s to generate the image (outside the study's time). The 5-minute
+  target is missed by about 2x. What would close it: compact storage with 64-bit offsets (its
+  step kernel, check, prolongation and edge tables; 27 steps/s in place, 38 with two copies at
+  67 GB: the tensor in about 470 or 380 s), a start that leaves the fine run less (past the
+  1000-step window its steps are the coarse pressure field relaxing to the fine geometry; the
+  velocity settles within 200 steps: README), or several GPUs.
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
   two minutes (k against today's start, fine steps, the 1000³ arrangement's rate:
   fine run tiled with 64-bit halo sources, start levels compact).
 
 GPU commands: 200³ and 300³ (both protocols, formation factor):
 ``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored image (about 71
-GB of device memory), one axis to convergence (model: 300-340 s of study, plus the image's
-generation, about 386,000 spheres dropped on the host, not measured at this size):
+GB of device memory), one axis to convergence (expected: about 270 s of study, plus about 40 s
+of image generation):
 ``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --axes x --max-seconds 300``;
-the tensor within one 10-minute device command (each level's and fine run's wall time capped
-at 130 s: by the model the fine runs need 190-240 s, so they would be reported not converged):
-``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 130``
+the tensor (expected about 610 s of study: over a 10-minute device command with the image, so
+each level's and fine run's wall time is capped at 120 s, and runs that need more, about 150 s
+expected, are reported not converged):
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 120``
 (``--coarse-levels 3`` by default; ``--out`` default: ``benchmarks/rock_time_to_answer/results``).
 CPU smoke test: ``--quick`` (one 16³ image, NumPy, float64).
 """
