@@ -20,7 +20,8 @@ The slowest transient takes about the same number of steps at every level (``L²
 unchanged when both are halved), so a deeper chain helps as far as its coarsest, cheapest
 run is converged more tightly than the finer ones would be (``coarse_tolerance_factor``); the
 fine run's own correction of the coarse geometry (its pressure field) stays, and on 24³-48³
-packs (CPU) that, not the long modes, set the fine steps: the chain did not change them.
+packs (CPU) that, not the long modes, set the fine steps: the chain did not change them; on a
+400³ image (H200) it cut them from 4200 to 3200 (k 0.1 % lower, nearer the common limit).
 
 How close the coarse run must get matters little: on a 40³ sandstone-like image (tau 0.6) the
 fine run took 1600 steps whether the coarse run stopped at 10x, 3x or 1x the tolerance (1400,
