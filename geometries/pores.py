@@ -28,8 +28,8 @@ import scipy.ndimage as ndi
 from .errors import GeometryError
 from .voxel import VoxelGeometry
 
-__all__ = ["PoreReport", "connectivity", "label_pores", "pore_report", "pore_reports",
-           "sample_hints", "check_sample"]
+__all__ = ["PoreReport", "connectivity", "label_pores", "pore_labels", "pore_report",
+           "pore_reports", "sample_hints", "check_sample"]
 
 #: Porosity above which a rock image probably has its pore label inverted (hint only).
 INVERTED_POROSITY = 0.5
@@ -59,10 +59,20 @@ def connectivity(links: np.ndarray | None, ndim: int) -> np.ndarray:
     return structure
 
 
-def label_pores(geom: VoxelGeometry, axis: int, links: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return (component labels, ids touching the inlet, ids touching the outlet) along ``axis``."""
+def pore_labels(geom: VoxelGeometry, links: np.ndarray | None = None) -> np.ndarray:
+    """Connected pore components of ``geom`` (int labels, 0 = solid): the same for every
+    axis, so one labelling may serve several axes and checks (``components=`` below)."""
     components, _ = ndi.label(~geom.solid, structure=connectivity(links, geom.ndim))
+    return components
+
+
+def label_pores(geom: VoxelGeometry, axis: int, links: np.ndarray | None = None,
+                components: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (component labels, ids touching the inlet, ids touching the outlet) along ``axis``;
+    ``components``: :func:`pore_labels` of ``geom`` with ``links`` when made already."""
+    if components is None:
+        components = pore_labels(geom, links)
     inlet = np.unique(np.take(components, 0, axis=axis))
     outlet = np.unique(np.take(components, -1, axis=axis))
     return components, inlet[inlet > 0], outlet[outlet > 0]
@@ -116,16 +126,20 @@ class PoreReport:
 
 
 def pore_report(geom: VoxelGeometry, axis: int | None = None,
-                links: np.ndarray | None = None) -> PoreReport:
+                links: np.ndarray | None = None,
+                components: np.ndarray | None = None) -> PoreReport:
     """Classify the pore space of ``geom`` along ``axis`` (default flow axis); never raises."""
     a = geom.flow_axis if axis is None else int(axis)
-    return pore_reports(geom, (a,), links)[0]
+    return pore_reports(geom, (a,), links, components)[0]
 
 
 def pore_reports(geom: VoxelGeometry, axes: tuple[int, ...] | None = None,
-                 links: np.ndarray | None = None) -> list[PoreReport]:
-    """:func:`pore_report` along each of ``axes`` (default all), labelling the pores once."""
-    components, _ = ndi.label(~geom.solid, structure=connectivity(links, geom.ndim))
+                 links: np.ndarray | None = None,
+                 components: np.ndarray | None = None) -> list[PoreReport]:
+    """:func:`pore_report` along each of ``axes`` (default all), labelling the pores once
+    (``components``: that labelling, :func:`pore_labels`, when made already)."""
+    if components is None:
+        components = pore_labels(geom, links)
     sizes = np.bincount(components.ravel())
     pores = int(sizes[1:].sum())
     hints = tuple(sample_hints(geom))
@@ -159,9 +173,10 @@ def sample_hints(geom: VoxelGeometry) -> list[str]:
 
 
 def check_sample(geom: VoxelGeometry, axis: int | None = None,
-                 links: np.ndarray | None = None) -> PoreReport:
+                 links: np.ndarray | None = None,
+                 components: np.ndarray | None = None) -> PoreReport:
     """:func:`pore_report`, raising GeometryError when no pore path joins the faces along axis."""
-    report = pore_report(geom, axis, links)
+    report = pore_report(geom, axis, links, components)
     if not report.percolates:
         name = "xyz"[report.axis]
         raise GeometryError(

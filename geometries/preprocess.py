@@ -29,17 +29,19 @@ _FILLS = ("fluid", "edge")
 
 
 def keep_connected(geom: VoxelGeometry, axis: int | None = None,
-                   links: np.ndarray | None = None) -> tuple[VoxelGeometry, int]:
+                   links: np.ndarray | None = None,
+                   components: np.ndarray | None = None) -> tuple[VoxelGeometry, int]:
     """Return (geometry with only fluid linking inlet and outlet faces, dropped fluid voxels).
 
     Fluid voxels connect along ``links``: the lattice's velocity set (e.g.
     ``get_lattice("D3Q19").c``, faces and edges) or a structuring element; None joins faces
     only (see :func:`geometries.pores.connectivity`). The inlet and outlet are the first and
     last layer along ``axis``. Dropped fluid becomes solid (label 0), and leaves the openings'
-    node sets.
+    node sets. ``components``: :func:`geometries.pores.pore_labels` of ``geom`` with ``links``
+    when made already (one labelling serves every axis).
     """
     a = _axis(geom, axis)
-    components, inlet, outlet = label_pores(geom, a, links)
+    components, inlet, outlet = label_pores(geom, a, links, components)
     through = np.intersect1d(inlet, outlet)
     if through.size == 0:
         raise GeometryError(

@@ -172,7 +172,9 @@ class Tiling:
     @property
     def n_fluid(self) -> int:
         """Number of non-solid nodes in the domain."""
-        return int((~self.solid).sum())
+        # A count, no inverted copy (0.84 GB for the 8.4e8 tile nodes of a 1000³ rock image's
+        # mirrored box; the plan asks for it several times per run).
+        return int(self.solid.size - np.count_nonzero(self.solid))
 
     @property
     def eta_t(self) -> float:

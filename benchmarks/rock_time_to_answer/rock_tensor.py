@@ -20,11 +20,91 @@ machine compiles every kernel (NVRTC); a second process loads them from CuPy's d
 Every NVRTC compilation of the process is logged (:class:`CompileLog`: count, seconds, kernel
 names), so the report says which kernels were compiled and how often.
 
-GPU commands (200³ and 300³; then the 1000³ image, about 9 GB of populations, alone with
-``--sizes --huge``, without the formation factor):
-``python benchmarks/rock_time_to_answer/rock_tensor.py`` and
-``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge`` (``--out`` default:
-``benchmarks/rock_time_to_answer/results``).
+The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
+
+- **Nodes.** Porosity 0.2: 2.0e8 fluid voxels in the sample, 4.0e8 in the mirrored box
+  (2000 x 1000 x 1000 voxels, one axis at a time). Tile utilisation eta_t 0.478 (4³ tiles,
+  measured on the 320³ and 400³ images of this generator): 1.31e7 tiles, 8.4e8 tile nodes.
+- **Storage.** The compact kernels address a copy with 32-bit offsets (below 2^31 values):
+  19 x 4.0e8 = 7.6e9 values do not fit, so the plan stores the fine runs tiled
+  (:data:`solver.backends.plan.COMPACT`, ``value_limit``), with the 64-bit halo sources of
+  copies of 2^31 values or more. Bytes per tile node: 19 x 4 per copy + 1 node type: one copy
+  (in place, the AA pattern: ``--huge`` runs in place) 77 B = 64.4 GB; two copies 153 B = 128
+  GB (does not fit). Compact would need 92 B per fluid node in place (36.8 GB, with 16 B of
+  edge tables) or 168 B with two copies (67 GB): not possible until its kernels, checks and
+  prolongation take 64-bit offsets. Besides the fine state: the fused check's flags (1 B per
+  tile node, 0.84 GB), the tile map and masks (0.4 GB) and, at the prolongation only, the 1/2
+  level's compact state (5.2e7 fluid nodes, 4.6 GB) and its float32 moments (0.8 GB): **about
+  71 GB at the peak** (an estimate: the benchmark reports the pool at the fine checks). Only one
+  axis and two neighbouring start levels hold device memory at a time; the next axis's host
+  set-up (tiling, a few GB of host tables) is made while the current one steps.
+- **Rate.** H100 fluid updates per second on the rock-like 192³ pack (eta_t 0.50, BGK,
+  ``benchmarks/throughput/results/*-0460fb9-fluid.md``): tiled in place 8.69 G/s, compact in
+  place 10.87, compact two copies 15.36. Tiled in place at 4.0e8 fluid nodes: **46 ms per
+  step, 21.7 steps/s** (compact in place would give 27, compact two copies 38).
+- **Steps.** Today (single start at 1/2 resolution, stopped at 10x the tolerance): 200³
+  (tau 0.6) 1600-2600 fine steps after 1400-1800 coarse ones, 300³ (tau 0.7) 4200-5200
+  after 2600-2800. The pressure-diffusion time ``L² eps nu / (pi² c_s² k)`` of the mirrored
+  box (L = 2n, k = 0.066 voxel² for these grains, nu = 1/15 at tau 0.7) is 2.2e4 steps at
+  300³ and 2.5e5 at 1000³: scaled by L² from 300³ (the upper bound), the fine run would need
+  47,000-58,000 steps per axis, 3 x 50,000 / 21.7 = 6900 s. But the fine runs stop long
+  before that time (4200-5200 steps at 300³ against 2.2e4). The prolongated start carries the
+  coarse grid's flow, whose k is 33 % above the fine one at 200³ and at 300³ alike (coarse k
+  0.086-0.107 against 0.065-0.080 voxel²); the velocity settles to the fine geometry within
+  the first 200 steps, then the pressure field of the coarse geometry relaxes to the fine one
+  (diffusivity ``c_s² k / (eps nu)``, over the scales where the two geometries differ): the
+  fine steps are the 1000-step window plus the time that tail takes to fall under 0.1 % per
+  1000 steps; 200³ -> 300³ grew 2.6-5x past the window, of which tau 0.6 -> 0.7 (nu doubled)
+  explains about 2x. On the CPU (NumPy, float64, tau 0.7, 8-voxel grains at porosity 0.25;
+  ``start_levels.py --size N --grain 8
+  --porosity 0.25 --fast-tau 0.7 --backend numpy --precision float64 --variants 1:10 3:10``,
+  ``results/start_levels-CPU-*``) the fine steps did not grow with the sample: 24³, 32³, 48³
+  took 2000, 2600 and 1800; on an H200 the 400³ image took 4200 with today's start, as 300³
+  did. So 1000³, with the same grains, should need about 4200-5200 fine steps per axis with
+  today's start and about 3200 with ``--coarse-levels 3`` (measured at 400³, below). The floor
+  of the convergence test (k changed by < 0.1 % over 1000 steps, checked every 200) is 1200.
+- **The start.** ``--coarse-levels 3`` (``PermeabilitySettings.coarse_levels``): the run at
+  1/8 resolution (1/512 of the work per step) starts from rest and converges to the fine
+  tolerance, its flow starts the 1/4 run (1/64), that one the 1/2 run (1/8), that one the fine
+  run; every level keeps its own convergence test, and k is the fine run's, tested as today.
+  Levels that no longer percolate are dropped. On the CPU (24³-48³) it did not change the fine
+  steps and kept k within 0.02 %; at 400³ on the GPU it cut them by a quarter (below).
+- **Measured at 400³** (H200, ``start_levels.py --size 400``, x axis, 2.6e7 fluid nodes in the
+  mirrored box; ``results/start_levels-NVIDIA-H200-2026-11-28-400*.md``): today's start 4200
+  fine steps after 2400 at 1/2; the chain 3200 fine steps (3000 with every level at the
+  tolerance), work 4514 -> 3419 fine-step equivalents, 18.1 -> 14.3 s. k: -0.08 to -0.13 %
+  against today's start. Every run was still falling when it stopped (today's by 0.016 % per
+  200 steps, its last checks falling by a factor 0.92 per 200 steps: about 0.18 % still to go;
+  the chain's about 0.09 % below its -0.11 %): all tend to about 0.2 % under today's k, the
+  chain's k is the nearer, and 0.1 % against today's k is inside today's own convergence
+  remainder. The fine run tiled with 64-bit halo sources (the 1000³ kernel): 11.1 G fluid
+  updates/s against 14.3 compact (0.78x), the same steps and k; the pool held 4.22 GB at its
+  checks, 79 B per tile node (66 GB at 1000³). Host set-up of the first axis (pore check and
+  tiling): 6.5 s; the image 2.6 s.
+- **Expected at 1000³ on an H100** (host x 15.6, the volume, from 400³; kernel x 0.76, the
+  H100/H200 ratio of compact in place, 10.87 / 14.26 G/s): host set-up about 100 s, then per
+  axis 3200 fine steps at 21 steps/s (8.5 G/s) = 150 s plus about 20 s of start, allocation and
+  prolongation: **one axis about 270 s, the tensor about 610 s** (about 700 s with today's
+  start), plus about 40 s to generate the image (outside the study's time). The 5-minute
+  target is missed by about 2x. What would close it: compact storage with 64-bit offsets (its
+  step kernel, check, prolongation and edge tables; 27 steps/s in place, 38 with two copies at
+  67 GB: the tensor in about 470 or 380 s), a start that leaves the fine run less (past the
+  1000-step window its steps are the coarse pressure field relaxing to the fine geometry; the
+  velocity settles within 200 steps: README), or several GPUs.
+- **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
+  two minutes (k against today's start, fine steps, the 1000³ arrangement's rate:
+  fine run tiled with 64-bit halo sources, start levels compact).
+
+GPU commands: 200³ and 300³ (both protocols, formation factor):
+``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored image (about 71
+GB of device memory), one axis to convergence (expected: about 270 s of study, plus about 40 s
+of image generation):
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --axes x --max-seconds 300``;
+the tensor (expected about 610 s of study: over a 10-minute device command with the image, so
+each level's and fine run's wall time is capped at 120 s, and runs that need more, about 150 s
+expected, are reported not converged):
+``python benchmarks/rock_time_to_answer/rock_tensor.py --sizes --huge --max-seconds 120``
+(``--coarse-levels 3`` by default; ``--out`` default: ``benchmarks/rock_time_to_answer/results``).
 CPU smoke test: ``--quick`` (one 16³ image, NumPy, float64).
 """
 
@@ -65,21 +145,26 @@ def image(n: int, voxel_size: float, porosity: float = 0.2, grain: float = 20.0,
 
 def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             huge: bool = False, pressure_start: str = "rest", axes: list[str] | None = None,
-            max_seconds: float = 0.0) -> dict:
+            max_seconds: float = 0.0, coarse_levels: int = 1,
+            coarse_factor: float = 10.0) -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
-    formation factor (the issue's 1000³ target is the mirrored k tensor)."""
+    formation factor, one population copy (the issue's 1000³ target is the mirrored k
+    tensor); ``coarse_levels``, ``coarse_factor``: the coarse start's levels and tolerance
+    factor (:class:`~solver.rock.PermeabilitySettings`)."""
     tic = time.perf_counter()
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
     # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds one copy of its populations (in
-    # place, the AA pattern: the same steps): two would be about 76 GB.
+    # place, the AA pattern: the same steps): two, tiled, would be 127 GB (module doc).
     config = SimulationConfig(precision=precision, collision="TRT",
                               streaming="in-place" if huge else "two-copy")
     settings = PermeabilitySettings(protocol=protocol, axes=axes or ["x", "y", "z"],
                                     formation_factor=not huge, pressure_start=pressure_start,
-                                    max_seconds=max_seconds)
+                                    max_seconds=max_seconds, coarse_levels=coarse_levels,
+                                    coarse_tolerance_factor=coarse_factor)
+    peak = DevicePeak(backend)
     tic = time.perf_counter()
-    study = run_study(sample, config, settings, backend)
+    study = run_study(sample, config, settings, backend, on_check=peak.sample)
     seconds = time.perf_counter() - tic
     summary = study.as_dict()
     return {"size": n, "protocol": protocol, "porosity": sample.porosity,
@@ -89,8 +174,38 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             "converged": study.converged,
             "runs": [{"protocol": r.protocol, "axis": r.axis, "k_voxel2": r.k_lattice,
                       "k_mD": r.k_mD, "steps": r.steps, "coarse_steps": r.coarse_steps,
+                      "start_steps": r.start_steps, "work_steps": r.work_steps,
                       "seconds": r.seconds, "phases_s": r.phases} for r in study.results],
-            "study": summary}
+            "coarse_levels": coarse_levels, "coarse_tolerance_factor": coarse_factor,
+            "device_pool_peak_GB": peak.gigabytes(), "study": summary}
+
+
+class DevicePeak:
+    """The most bytes CuPy's memory pool held at any fine check of a study (a lower bound of
+    the device peak: the prolongation's moment, coarse and fine runs together, falls between
+    checks); None without CuPy."""
+
+    def __init__(self, backend) -> None:
+        self.pool = None
+        if backend.name == "cupy":
+            import cupy
+
+            self.pool = cupy.get_default_memory_pool()
+        self.most = 0
+        self.start = time.perf_counter()
+
+    def sample(self, name: str = "", step: int = 0, k: float = 0.0,
+               change: float = float("inf")) -> None:
+        """Called at each fine check (``run_study``'s ``on_check``: run name, step, k in
+        voxel², change per 1000 steps); logs the check, so a long run shows its progress."""
+        if self.pool is not None:
+            self.most = max(self.most, int(self.pool.total_bytes()))
+        log.info("  %6.1f s %s: step %d, k %.6g voxel², change %.3g per 1000 steps, pool %.1f GB",
+                 time.perf_counter() - self.start, name, step, k, change, self.most / 1e9)
+
+    def gigabytes(self) -> float | None:
+        """The peak in GB (1e9 bytes)."""
+        return None if self.pool is None else self.most / 1e9
 
 
 def baseline_of(baseline: Path, size: int) -> dict | None:
@@ -160,14 +275,24 @@ def run(args: argparse.Namespace) -> dict:
     """Measure every chosen image; the report."""
     compiles = CompileLog()
     backend = get_backend(args.backend)
-    sizes = [16] if args.quick else [*args.sizes, *([1000] if args.huge else [])]
+    sizes = [16] if args.quick else [*args.sizes, *([args.huge_size] if args.huge else [])]
     rows = []
     for n in sizes:
-        voxel, protocol, target = CASES.get(n, (5.345e-6, "both", None))
+        huge = args.huge and n == args.huge_size
+        voxel, protocol, target = CASES.get(n, (5.345e-6, "mirrored" if huge else "both", None))
         before = len(compiles.entries)
-        huge = args.huge and n >= 1000
-        row = measure(n, protocol, voxel, args.precision, backend, huge, args.pressure_start,
-                      args.axes if huge else None, args.max_seconds if huge else 0.0)
+        try:
+            row = measure(n, protocol, voxel, args.precision, backend, huge, args.pressure_start,
+                          args.axes if huge else None, args.max_seconds if huge else 0.0,
+                          args.coarse_levels if huge else 1,
+                          args.coarse_factor if huge else 10.0)
+        except Exception as exc:  # e.g. out of device memory: report it with the rest
+            if not huge:
+                raise
+            log.exception("%d^3 failed", n)
+            rows.append({"size": n, "protocol": protocol, "error": repr(exc),
+                         "target_seconds": target})
+            continue
         row["target_seconds"] = target
         row["compiles"] = {"count": len(compiles.entries) - before,
                            "seconds": sum(s for _, s in compiles.entries[before:])}
@@ -193,6 +318,9 @@ def markdown(report: dict) -> str:
            f"{report.get('pressure_start', 'rest')})", ""]
     for row in report["rows"]:
         target = row["target_seconds"]
+        if "error" in row:
+            out += [f"## {row['size']}³, protocol {row['protocol']}: failed: {row['error']}", ""]
+            continue
         out += [f"## {row['size']}³, protocol {row['protocol']}, porosity "
                 f"{row['porosity']:.3f}: **{row['seconds']:.1f} s**"
                 + (f" (target {target:.0f} s)" if target else ""), "",
@@ -200,10 +328,15 @@ def markdown(report: dict) -> str:
         out += [f"| {name} | {s:.2f} |" for name, s in row["phases_s"].items()]
         out += ["", f"(phases sum {sum(row['phases_s'].values()):.1f} s: on a GPU the host "
                 "set-up of the next run overlaps the device's steps)"]
-        out += ["", "| protocol | axis | k (mD) | steps | coarse steps | seconds |",
-                "|---|---|---|---|---|---|"]
+        out += ["", "| protocol | axis | k (mD) | steps | coarse steps (1/2, 1/4, ...) | "
+                "work (fine steps) | seconds |", "|---|---|---|---|---|---|---|"]
         out += [f"| {r['protocol']} | {r['axis']} | {r['k_mD']:.5g} | {r['steps']} | "
-                f"{r['coarse_steps']} | {r['seconds']:.1f} |" for r in row["runs"]]
+                f"{', '.join(str(n) for n in r.get('start_steps') or [r['coarse_steps']])} | "
+                f"{r.get('work_steps', 0):.0f} | {r['seconds']:.1f} |" for r in row["runs"]]
+        if row.get("device_pool_peak_GB") is not None:
+            out += ["", f"Coarse start levels {row.get('coarse_levels', 1)} (tolerance x "
+                    f"{row.get('coarse_tolerance_factor', 10.0):g}); CuPy pool at most "
+                    f"{row['device_pool_peak_GB']:.2f} GB at a fine check"]
         out += ["", f"NVRTC compiles during this image: {row['compiles']['count']} "
                 f"({row['compiles']['seconds']:.1f} s)"]
         study = row["study"]
@@ -252,6 +385,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--huge", action="store_true", help="also the 1000³ mirrored tensor")
     p.add_argument("--axes", nargs="+", default=["x", "y", "z"], choices=["x", "y", "z"],
                    help="axes of the --huge image (e.g. x alone, to time one axis)")
+    p.add_argument("--huge-size", type=int, default=1000,
+                   help="edge of the --huge image (1000: the issue's target; smaller for a "
+                        "check of the same set-up)")
+    p.add_argument("--coarse-levels", type=int, default=3,
+                   help="coarse start levels of the --huge image (3: from 1/8 via 1/4 and 1/2 "
+                        "resolution; 1: today's single 1/2 start)")
+    p.add_argument("--coarse-factor", type=float, default=10.0,
+                   help="the --huge image's coarse runs (but the coarsest of a chain, which "
+                        "converges to the tolerance) stop at this times the tolerance")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="wall limit of each --huge run, s (0: none; a stopped run is reported "
                         "not converged)")

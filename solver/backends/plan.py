@@ -31,7 +31,6 @@ __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "pla
            "STORAGE_CHOICES", "LAYOUT_CHOICES", "STREAMING_CHOICES", "compact_kernel",
            "storage_label", "distributed_refusal", "AUTO_COMPACT_BELOW",
            "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
-           "COMPACT_VALUE_LIMIT",
            "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
 
@@ -51,6 +50,7 @@ class KernelFamily:
     openings: bool
     distributed: bool
     timed_lattices: tuple[str, ...] | None = None
+    value_limit: int | None = None  # population values per copy its offsets address (None: any)
 
     def variant_lacks(self, mode: str, dim: int, tile_edge: int, lattice: str,
                       boundary: str) -> list[str]:
@@ -76,6 +76,9 @@ class KernelFamily:
             return "driven openings need the openings' link pass, written for the " \
                    f"{TILED.name} storage"
         t = problem.tiling
+        if self.value_limit is not None and problem.lattice.q * t.n_fluid >= self.value_limit:
+            return f"its {problem.lattice.q * t.n_fluid:.3g} values per copy exceed the " \
+                   f"{self.name} kernels' 32-bit value offsets ({self.value_limit:.3g})"
         if not self._fits(t.ndim, t.a):
             return f"it needs {self._shapes()} (this run: {t.ndim}D, edge {t.a})"
         lacks = self.variant_lacks("full", t.ndim, t.a, problem.lattice.name,
@@ -124,10 +127,12 @@ TILED = KernelFamily("tiled", ((2, (8, 16)), (3, (4,))),
                      boundary_code=True, openings=True, distributed=True)
 #: Only the fluid nodes of each tile (issue 20, :mod:`.cuda.compact`): 3D tiles of edge 4, the
 #: full step, the propagation probe and the in-place decoding, no boundary code; distributed
-#: ranks step tile ranges of it (``CompactRun.launch_tiles``).
+#: ranks step tile ranges of it (``CompactRun.launch_tiles``). Its kernels address a copy with
+#: 32-bit offsets (``CompactTiling.check_int32``): below 2^31 values, 113 M D3Q19 fluid nodes
+#: (a 1000³ rock image at porosity 0.2, mirrored, has 4e8: it runs tiled, with 64-bit sources).
 COMPACT = KernelFamily("compact", ((3, (4,)),), ("full", "propagate", "swap"),
                        boundary_code=False, openings=False, distributed=True,
-                       timed_lattices=("D3Q19",))
+                       timed_lattices=("D3Q19",), value_limit=2**31)
 #: The families by ``SimulationConfig.tile_storage`` name.
 FAMILIES = {f.name: f for f in (TILED, COMPACT)}
 
@@ -171,10 +176,6 @@ AUTO_COMPACT_IN_PLACE_BELOW = {"float32": 0.85, "float64": 1.01, "float16": 0.6}
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
 COMPACT_PAD = 1
-#: Values per copy the compact kernels address (32-bit indices,
-#: ``CompactTiling.check_int32``): 1.13e8 fluid nodes with D3Q19; 'auto' keeps larger runs
-#: (a 1600³ rock over 4 ranks: 4e8 fluid nodes each) on the tiled storage.
-COMPACT_VALUE_LIMIT = 2**31
 #: Tiles per block of the packed compact kernel (one thread per fluid node), 0 for the
 #: per-node kernel: in that run packed 4 lost to the per-node inner code at every case
 #: (float32 0.687 vs 0.775 at eta_t 0.50).
@@ -295,10 +296,6 @@ def _tile_storage(problem: Problem, label: str) -> tuple[KernelFamily, str]:
     eta, limit, lattice = problem.tiling.eta_t, limits[label], problem.lattice.name
     if why:
         return TILED, f"auto: compact storage lacks this case ({why})"
-    values = problem.lattice.q * problem.n_fluid  # the compact copy's values, padding aside
-    if values >= COMPACT_VALUE_LIMIT:
-        return TILED, f"auto: {values:,} values per copy pass the compact kernels' 32-bit " \
-                      f"indices ({COMPACT_VALUE_LIMIT:,})"
     timed = COMPACT.timed_lattices
     if timed is not None and lattice not in timed:
         return TILED, f"auto: compact storage is timed for {', '.join(timed)} only, not {lattice}"

@@ -39,7 +39,7 @@ from ..simulation import Simulation
 from .check import KCheck, Phases
 from .conduction import Conduction, ConductionSystem, conduction_system, solve_conduction
 from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
-from .protocol import ProtocolSetup, checked_sample, setup_protocol
+from .protocol import ProtocolSetup, checked_sample, sample_labels, setup_protocol
 from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
 from .uncertainty import KInterval, interval
@@ -59,7 +59,8 @@ PHASES = ("connectivity", "tiling", "allocation", "compile_first_chunk", "coarse
           "coarse_checks", "prolongation", "fine_steps", "fine_checks", "formation_factor",
           "rev")
 
-#: The coarse start stops when k changes by less than this times the tolerance per 1000 steps.
+#: The coarse start stops when k changes by less than this times the tolerance per 1000 steps
+#: (the default of ``PermeabilitySettings.coarse_tolerance_factor``).
 COARSE_TOLERANCE_FACTOR = 10.0
 
 
@@ -84,29 +85,50 @@ class AxisResult:
     work_steps: float = 0.0  # fine steps + coarse steps x (coarse / fine fluid nodes)
     start_seconds: float = 0.0  # wall time of the coarse start (its run and prolongation)
     phases: dict = field(default_factory=dict)  # wall seconds per phase (:data:`PHASES`)
-    coarse_k_lattice: float | None = None  # k of the coarse start, fine voxel²
+    coarse_k_lattice: float | None = None  # k of the coarse start (by 2), fine voxel²
+    start_steps: list[int] = field(default_factory=list)  # per start level, 1/2 first
     flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
 
 
 @dataclass
 class PreparedAxis:
     """The host set-up of one protocol run (:func:`prepare_axis`): the fine simulation, the
-    coarse start's set-up and simulation (None without), the phases it took and the seconds
-    of that set-up (all of it; ``coarse_seconds`` the coarse start's part)."""
+    coarse start's levels (finest first: the sample coarsened by 2, by 4, ...; empty without
+    a coarse start), the phases it took and the seconds of that set-up (all of it;
+    ``coarse_seconds`` the coarse start's part)."""
 
     sim: Simulation
-    coarse: ProtocolSetup | None
-    coarse_sim: Simulation | None
+    levels: list[tuple[ProtocolSetup, Simulation]]
     phases: Phases
     seconds: float
     coarse_seconds: float
+
+    @property
+    def coarse(self) -> ProtocolSetup | None:
+        """The set-up of the finest coarse level (coarsened by 2), None without a start."""
+        return self.levels[0][0] if self.levels else None
+
+
+def start_levels(setup: ProtocolSetup, levels: int) -> list[ProtocolSetup]:
+    """The coarse starts of ``setup``, finest first: the protocol on the sample coarsened by 2,
+    then that coarsened by 2 again, ... up to ``levels`` of them (fewer where a level no longer
+    coarsens or percolates, :func:`~solver.rock.initial.coarse_setup`)."""
+    out: list[ProtocolSetup] = []
+    current = setup
+    while len(out) < levels:
+        current = coarse_setup(current)
+        if current is None:
+            break
+        out.append(current)
+    return out
 
 
 def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
                  backend: Any) -> PreparedAxis:
     """Tile the run of ``setup`` and, with ``accelerate`` and ``coarse_start``, coarsen and tile
-    its coarse start: host work only (no device memory), so a study may do it for the next run
-    while the device steps the current one (:func:`run_study`)."""
+    its coarse start (``settings.coarse_levels`` levels): host work only (no device memory), so
+    a study may do it for the next run while the device steps the current one
+    (:func:`run_study`)."""
     tic = time.perf_counter()
     phases = Phases()
     # The fine run's host set-up (tiling) comes first: a run from rest pays it too, so the
@@ -115,17 +137,18 @@ def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
         sim = Simulation(setup.geometry, setup.config, backend)
         _host_tables(sim)
     start = time.perf_counter()
-    coarse, coarse_sim = None, None
+    setups: list[ProtocolSetup] = []
     if settings.accelerate and settings.coarse_start:
         with phases.timed("connectivity"):
-            coarse = coarse_setup(setup)
-    if coarse is not None:
+            setups = start_levels(setup, settings.coarse_levels)
+    levels = []
+    for coarse in setups:
         with phases.timed("tiling"):
             coarse_sim = Simulation(coarse.geometry, coarse.config, backend)
             _host_tables(coarse_sim)
+        levels.append((coarse, coarse_sim))
     end = time.perf_counter()
-    return PreparedAxis(sim, coarse, coarse_sim, phases, end - tic,
-                        end - start if coarse is not None else 0.0)
+    return PreparedAxis(sim, levels, phases, end - tic, end - start if levels else 0.0)
 
 
 def _host_tables(sim: Simulation) -> None:
@@ -145,9 +168,11 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
 
     With ``settings.accelerate`` and ``coarse_start`` the run starts from the flow of the same
     protocol on the sample coarsened by 2, prolongated on the device
-    (:func:`~solver.rock.initial.start_on_device`); its steps are reported as
-    ``coarse_steps``, the total as ``work_steps`` in fine-step equivalents. ``prepared``: its
-    :func:`prepare_axis`, when made ahead.
+    (:func:`~solver.rock.initial.start_on_device`); with ``coarse_levels`` > 1 that coarse run
+    itself starts from the one coarsened by 4, and so on (the coarsest from rest). Steps of
+    the run coarsened by 2 are reported as ``coarse_steps``, every level's in ``start_steps``,
+    the total as ``work_steps`` in fine-step equivalents. Only the runs of two neighbouring
+    levels are allocated at a time. ``prepared``: its :func:`prepare_axis`, when made ahead.
     """
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or setup.config.backend)
@@ -155,43 +180,78 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
         prepared = prepare_axis(setup, settings, backend)
     tic = time.perf_counter()
     phases, sim = prepared.phases, prepared.sim
-    coarse, coarse_sim = prepared.coarse, prepared.coarse_sim
-    coarse_steps, start_seconds, coarse_k = 0, prepared.coarse_seconds, None
+    levels = list(prepared.levels)
+    start_seconds, coarse_k = prepared.coarse_seconds, None
+    steps: list[int] = []  # per level, coarsest first
     try:
         start = time.perf_counter()
-        if coarse is not None:
-            # The start only has to be close: the coarse run stops at 10x the tolerance.
-            loose = min(1.0, COARSE_TOLERANCE_FACTOR * settings.tolerance)
-            _ramp(coarse_sim, coarse, settings, phases)
-            result = _run(coarse_sim, coarse, settings, loose, voxel_size, None, phases,
-                          "coarse")
-            coarse_steps, coarse_k = result.steps, FACTOR**2 * result.k_lattice
-            log.info("%s: coarse start after %d coarse steps (k = %.4g voxel² fine)",
-                     setup.name, coarse_steps, FACTOR**2 * result.k_lattice)
-            with phases.timed("allocation"):
-                sim.allocate()
-            with phases.timed("prolongation"):
-                start_on_device(sim, coarse_sim)
-                coarse_sim.close()
-            coarse_sim = None
+        if levels:
+            # The start only has to be close: the coarse runs stop at (by default) 10x the
+            # tolerance; the coarsest run of a chain at the tolerance itself.
+            below = None  # the coarser level's simulation, run already
+            for level, (coarse, coarse_sim) in reversed(list(enumerate(levels))):
+                if below is None:
+                    _ramp(coarse_sim, coarse, settings, phases)
+                else:
+                    _prolong(coarse_sim, below, phases)
+                result = _run(coarse_sim, coarse, settings,
+                              _level_tolerance(settings, level, len(levels)), voxel_size,
+                              None, phases, "coarse")
+                scale = (FACTOR ** (level + 1)) ** 2  # coarse voxel² in fine voxel²
+                steps.insert(0, result.steps)
+                log.info("%s: start level 1/%d after %d steps (k = %.4g voxel² fine)",
+                         setup.name, FACTOR ** (level + 1), result.steps,
+                         scale * result.k_lattice)
+                if level == 0:
+                    coarse_k = scale * result.k_lattice
+                below = coarse_sim
+            _prolong(sim, below, phases)
+            levels = []
             start_seconds += time.perf_counter() - start
         else:
             _ramp(sim, setup, settings, phases)
         result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check, phases,
                       "fine")
     finally:
-        if coarse_sim is not None:
+        for _, coarse_sim in levels:
             coarse_sim.close()
         sim.close()
-    result.coarse_steps, result.start_seconds = coarse_steps, start_seconds
+    result.coarse_steps, result.start_seconds = (steps[0] if steps else 0), start_seconds
+    result.start_steps = steps
     result.coarse_k_lattice = coarse_k
-    ratio = coarse.geometry.n_fluid / setup.geometry.n_fluid if coarse is not None else 0.0
-    result.work_steps = result.steps + coarse_steps * ratio
+    result.work_steps = result.steps + sum(
+        n * (coarse.geometry.n_fluid / setup.geometry.n_fluid)
+        for n, (coarse, _) in zip(steps, prepared.levels, strict=False))
     # The coarse start included, and the host set-up wherever it ran (ahead, beside the
     # previous run's steps, in a study on a device).
     result.seconds = time.perf_counter() - tic + prepared.seconds
     result.phases = dict(phases)
     return result
+
+
+def _level_tolerance(settings: PermeabilitySettings, level: int, levels: int) -> float:
+    """Relative change of k per 1000 steps at which start level ``level`` (0: coarsened by 2)
+    of ``levels`` stops: ``coarse_tolerance_factor`` x the tolerance, except the coarsest of a
+    chain (``levels`` > 1), which converges to the tolerance itself. Why: every level stops at
+    a change per 1000 of its own steps and the slowest transient takes about the same number
+    of steps at every level, so a finer level started from a run stopped at the same change
+    passes its test at once and hands on what that run left; only a tighter coarsest run
+    (1/64 or 1/512 of a fine step) leaves less of the long pressure modes. The fine grid's own
+    correction of the coarse geometry stays: on the CPU (24³-48³ packs) the chain did not
+    change the fine steps, on a 400³ image (H200) it cut them from 4200 to 3200
+    (benchmarks/rock_time_to_answer/README.md)."""
+    factor = 1.0 if levels > 1 and level == levels - 1 else settings.coarse_tolerance_factor
+    return min(1.0, factor * settings.tolerance)
+
+
+def _prolong(sim: Simulation, coarse_sim: Simulation, phases: Phases) -> None:
+    """Start ``sim`` from the flow of ``coarse_sim`` (its level coarsened by 2), on the device,
+    and free the coarse run's device memory."""
+    with phases.timed("allocation"):
+        sim.allocate()
+    with phases.timed("prolongation"):
+        start_on_device(sim, coarse_sim)
+        coarse_sim.close()
 
 
 def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
@@ -350,6 +410,9 @@ class PermeabilityStudy:
             si = (f" = {r.k_m2:.4g} m² = {r.k_mD:.4g} mD" if r.k_m2 is not None else "")
             flag = "converged" if r.converged else "NOT converged"
             start = f" + {r.coarse_steps} coarse" if r.coarse_steps else ""
+            if len(r.start_steps) > 1:  # a chain: the steps of each level, 1/2 first
+                start = " + " + " + ".join(f"{n} at 1/{FACTOR ** (i + 1)}"
+                                           for i, n in enumerate(r.start_steps))
             out.append(f"{r.protocol:<8} {r.axis}: k = {r.k_lattice:.5g} voxel²{si}; {flag} "
                        f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps}"
                        f"{start} steps, {r.seconds:.1f} s)")
@@ -414,12 +477,17 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
         backend = get_backend(backend or config.backend)
     results = []
     checked: dict[int, tuple] = {}  # per axis: the pore check and the connected sample
+    labels: list = []  # the pore labelling, made once for every axis
     order = study_runs(sample, settings) if runs is None else runs
 
     def prepare(axis: int, protocol: str):
         tic = time.perf_counter()
         if axis not in checked:
-            checked[axis] = checked_sample(sample, config, axis)
+            if not labels:
+                labels.append(sample_labels(sample, config))
+            checked[axis] = checked_sample(sample, config, axis, labels[0])
+            if len(checked) == len({a for a, _ in order}):
+                labels.clear()  # every axis checked: free the labels (4 GB at 1000³)
         setup = setup_protocol(sample, config, axis, protocol, settings, checked[axis])
         connectivity = time.perf_counter() - tic
         return setup, connectivity, prepare_axis(setup, settings, backend)

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from geometries import VoxelGeometry
-from geometries.pores import PoreReport, check_sample
+from geometries.pores import PoreReport, check_sample, pore_labels
 from geometries.preprocess import add_buffer, keep_connected, mirror
 
 from ..config import SimulationConfig
@@ -77,9 +77,9 @@ from ..lattice import CS2, get_lattice
 from ..monitor import K_WINDOW
 from .settings import AXIS_NAMES, PermeabilitySettings
 
-__all__ = ["PROTOCOLS", "ProtocolSetup", "checked_sample", "setup_protocol", "protocol_values",
-           "driving_gradient", "pore_drive", "estimate_k", "kozeny_carman", "estimated_steps",
-           "steps_for", "choose_fast_tau", "fast_tau_for"]
+__all__ = ["PROTOCOLS", "ProtocolSetup", "checked_sample", "sample_labels", "setup_protocol",
+           "protocol_values", "driving_gradient", "pore_drive", "estimate_k", "kozeny_carman",
+           "estimated_steps", "steps_for", "choose_fast_tau", "fast_tau_for"]
 
 PROTOCOLS = ("mirrored", "pressure")
 #: Budget for the drive: mean pore speed (lattice units) and pore Reynolds number.
@@ -186,14 +186,18 @@ def steps_for(k_est: float, porosity: float, nu: float, length: int) -> int:
     return int(math.ceil((diffusion + K_WINDOW) / 100) * 100)
 
 
-def checked_sample(sample: VoxelGeometry, config: SimulationConfig,
-                   axis: int) -> tuple[PoreReport, VoxelGeometry]:
+def checked_sample(sample: VoxelGeometry, config: SimulationConfig, axis: int,
+                   components: np.ndarray | None = None) -> tuple[PoreReport, VoxelGeometry]:
     """The pore report of ``sample`` along ``axis`` (refusing a sample without a connected
     path) and the sample with the pores not joining inlet and outlet dropped; the lattice's own
-    connectivity. Both protocols of one axis share it (:func:`setup_protocol`'s ``checked``)."""
+    connectivity. Both protocols of one axis share it (:func:`setup_protocol`'s ``checked``).
+    The pores are labelled once for both (``components``: :func:`sample_labels`, when made
+    already: the same for every axis; the two labellings were most of this at 400³)."""
     links = get_lattice(config.lattice).c
-    report = check_sample(sample, axis, links)
-    kept, _ = keep_connected(sample, axis, links)
+    if components is None:
+        components = pore_labels(sample, links)
+    report = check_sample(sample, axis, links, components)
+    kept, _ = keep_connected(sample, axis, links, components)
     return report, kept
 
 
@@ -220,6 +224,12 @@ def protocol_values(config: SimulationConfig, axis: int, protocol: str,
             values[f"{'xyz'[a]}_{side}"] = settings.sides if a != axis else "periodic"
             values[f"{'xyz'[a]}_{side}_value"] = None
     return values, notes
+
+
+def sample_labels(sample: VoxelGeometry, config: SimulationConfig) -> np.ndarray:
+    """The connected pore components of ``sample`` with the lattice's connectivity (int
+    labels), shared by :func:`checked_sample` along every axis."""
+    return pore_labels(sample, get_lattice(config.lattice).c)
 
 
 def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, protocol: str,

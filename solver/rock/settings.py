@@ -37,6 +37,19 @@ class PermeabilitySettings(param.Parameterized):
                                  doc="With accelerate: start from the flow of the sample "
                                      "coarsened by 2 (about 1/8 of the work per step) "
                                      "instead of from rest.")
+    coarse_levels = param.Integer(default=1, bounds=(1, 4),
+                                  doc="With coarse_start: how many times the sample is coarsened "
+                                      "by 2 for the start. 1: one coarse run (1/8 of the work "
+                                      "per step); 2 or more: the coarsest run starts from rest "
+                                      "and, converged to the tolerance itself, starts the "
+                                      "next finer one (a 1000³ sample: 1/8, 1/4 then 1/2 "
+                                      "resolution), so the fine run starts closer "
+                                      "(solver.rock.measure.start_levels).")
+    coarse_tolerance_factor = param.Number(default=10.0, bounds=(1.0, None),
+                                           doc="A coarse start stops when k changes by less "
+                                               "than this times the tolerance per 1000 steps "
+                                               "(it only has to be close; the coarsest run of "
+                                               "a chain stops at the tolerance).")
     # Why the default depends on the sample: with TRT (Lambda = 3/16) the steady k should not
     # depend on tau, yet measured k moved with it, the more the thinner the throats and the
     # longer the sample (its k converges more slowly). Against tau = 1 from rest (float32,

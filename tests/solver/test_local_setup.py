@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -195,7 +196,8 @@ def test_auto_keeps_runs_past_the_compact_indices_on_the_tiled_storage(monkeypat
     problem = Problem.from_config(source.slab(0, 0, 32),
                                   config(precision="float32", tile_storage="auto"))
     assert plan.plan_for(problem).tile_storage == "compact"
-    monkeypatch.setattr(plan, "COMPACT_VALUE_LIMIT", problem.lattice.q * problem.n_fluid)
+    monkeypatch.setattr(plan, "COMPACT",
+                        replace(plan.COMPACT, value_limit=problem.lattice.q * problem.n_fluid))
     chosen = plan.plan_for(problem)
     assert chosen.tile_storage == "tiled" and "32-bit" in chosen.why("tile_storage")
 

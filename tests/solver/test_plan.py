@@ -67,6 +67,24 @@ def test_float16_and_in_place_follow_their_own_rules() -> None:
     assert in_place.in_place and in_place.copies == 1 and "below 0.85" in in_place.reason
 
 
+def test_a_run_beyond_the_compact_offsets_runs_tiled(monkeypatch) -> None:
+    """The compact kernels address a copy with 32-bit offsets: a run with more values per copy
+    (a 1000³ rock image mirrored: 4e8 fluid nodes) gets the tiled family, with the reason,
+    instead of a refusal at allocation; an explicit 'compact' is refused with it."""
+    from dataclasses import replace
+
+    problem = _problem(streaming="in-place")
+    values = problem.lattice.q * problem.tiling.n_fluid
+    monkeypatch.setattr(plan_module, "COMPACT", replace(COMPACT, value_limit=values + 1))
+    assert plan_for(problem).compact
+    monkeypatch.setattr(plan_module, "COMPACT", replace(COMPACT, value_limit=values))
+    plan = plan_for(problem)
+    assert plan.family is TILED and "32-bit value offsets" in plan.reason
+    assert COMPACT.value_limit == 2**31
+    with pytest.raises(ConfigError, match="32-bit value offsets"):
+        plan_for(_problem(tile_storage="compact"))
+
+
 def test_the_layout_choice_gives_its_reason() -> None:
     flat = plan_for(_problem(porous_solid((16, 16)), lattice="D2Q9", gpu_layout="paper"))
     assert flat.layout == "xyz" and "3D tiles of edge 4 only" in flat.why("layout")

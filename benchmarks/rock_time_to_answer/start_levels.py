@@ -1,0 +1,221 @@
+"""Coarse start levels of the mirrored k run: fine steps, work, wall time and k per variant.
+
+The check behind the 1000³ model of ``rock_tensor.py`` (its module doc), at a size one GPU runs
+in a minute or two: the mirrored protocol of one generated sandstone-like image (``image`` of
+``rock_tensor.py``: random sphere pack, porosity 0.2, 20-voxel grains, seed 3), float32, TRT,
+one population copy (in place), no formation factor, for each variant
+``LEVELS:FACTOR[:STORAGE]``: ``LEVELS`` coarse start levels (1: today's single start at 1/2
+resolution; 3: from 1/8 via 1/4 and 1/2, the coarsest converged to the tolerance), the other
+coarse runs stopped at ``FACTOR`` times the tolerance, ``STORAGE`` the tile storage
+(:data:`STORAGES`; ``tiled-wide``: every node of a tile stored, 64-bit halo sources, as the
+1000³ image's fine runs must: the compact kernels address fewer than 2^31 values,
+:data:`solver.backends.plan.COMPACT`). The first variant is the
+reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps and
+their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
+the work in fine-step equivalents, the phases, the most CuPy's pool held at a check, and in
+the JSON the fine run's k at every check (how it approaches: the steps a 1000³ run needs are
+extrapolated from it).
+
+GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:1 3:10:auto-wide):
+``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40``
+CPU smoke test: ``--size 24 --backend numpy --precision float64 --variants 1:10 2:10``.
+Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+from contextlib import contextmanager
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rock_tensor import DevicePeak, image  # noqa: E402
+
+from solver.backends import get_backend  # noqa: E402
+from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.config import SimulationConfig  # noqa: E402
+from solver.rock import PermeabilitySettings, run_study  # noqa: E402
+
+log = logging.getLogger("start_levels")
+
+
+#: Tile storages a variant may ask for; ``tiled-wide``: tiled with the 64-bit halo sources of
+#: copies of 2^31 values or more forced (the kernel the 1000³ image's fine runs get);
+#: ``auto-wide``: the 1000³ image's arrangement at a smaller size: runs of more than
+#: :data:`SMALL_VALUE_LIMIT` values per copy (the fine run) tiled with 64-bit halo sources, the
+#: smaller start levels compact, as the plan stores them.
+STORAGES = ("auto", "tiled", "compact", "tiled-wide", "auto-wide")
+#: The compact family's value limit of an ``auto-wide`` variant (2^31 in the plan): a 400³
+#: image's fine run has 4.9e8 values per copy, its 1/2 level 6.4e7.
+SMALL_VALUE_LIMIT = 2**27
+
+
+def parse_variant(text: str) -> tuple[int, float, str]:
+    """``'3:10'`` or ``'1:10:tiled'`` -> (levels, tolerance factor, tile storage)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in STORAGES):
+        raise argparse.ArgumentTypeError(f"variant {text!r}: use LEVELS:FACTOR[:STORAGE], "
+                                         f"STORAGE one of {', '.join(STORAGES)}")
+    return int(parts[0]), float(parts[1]), parts[2] if len(parts) == 3 else "auto"
+
+
+def run_variant(sample, axes: list[str], variant: tuple[int, float, str], precision: str,
+                backend, max_seconds: float, fast_tau: float | None = None) -> dict:
+    """One mirrored study of ``sample`` with a start variant; its numbers per run."""
+    levels, factor, storage = variant
+    config = SimulationConfig(precision=precision, collision="TRT", streaming="in-place",
+                              tile_storage=storage.removesuffix("-wide"))
+    with wide_sources(backend, storage.endswith("-wide"), storage == "auto-wide"):
+        return _study(sample, axes, variant, config, backend, max_seconds, fast_tau)
+
+
+@contextmanager
+def wide_sources(backend, force: bool, small_limit: bool = False):
+    """With ``force`` on CuPy, every tiled kernel takes 64-bit halo sources (as a copy of 2^31
+    values or more does; ``tests/solver/test_cupy_backend.py`` forces them alike); with
+    ``small_limit`` the compact family also takes runs of at most :data:`SMALL_VALUE_LIMIT`
+    values only (``tests/solver/test_plan.py`` lowers it alike)."""
+    if not force or backend.name != "cupy":
+        yield
+        return
+    from dataclasses import replace
+
+    from solver.backends import plan
+    from solver.backends.cuda import kernels
+
+    original, family = kernels.needs_wide_sources, plan.COMPACT
+    kernels.needs_wide_sources = lambda _problem: True
+    if small_limit:
+        plan.COMPACT = replace(family, value_limit=SMALL_VALUE_LIMIT)
+    try:
+        yield
+    finally:
+        kernels.needs_wide_sources, plan.COMPACT = original, family
+
+
+def _study(sample, axes: list[str], variant: tuple[int, float, str], config, backend,
+           max_seconds: float, fast_tau: float | None) -> dict:
+    """:func:`run_variant`'s study and numbers."""
+    levels, factor, storage = variant
+    settings = PermeabilitySettings(protocol="mirrored", axes=axes, formation_factor=False,
+                                    coarse_levels=levels, coarse_tolerance_factor=factor,
+                                    max_seconds=max_seconds, fast_tau=fast_tau)
+    peak = DevicePeak(backend)
+    tic = time.perf_counter()
+    study = run_study(sample, config, settings, backend, on_check=peak.sample)
+    seconds = time.perf_counter() - tic
+    fluid = 2 * int((~sample.solid).sum())  # the mirrored box's fluid voxels (upper bound)
+    runs = []
+    for r in study.results:
+        stepping = r.phases.get("fine_steps", 0.0) + r.phases.get("compile_first_chunk", 0.0)
+        runs.append({"axis": r.axis, "k_voxel2": r.k_lattice, "k_mD": r.k_mD,
+                     "converged": r.converged, "steps": r.steps, "start_steps": r.start_steps,
+                     "work_steps": r.work_steps, "seconds": r.seconds, "phases_s": r.phases,
+                     "coarse_k_voxel2": r.coarse_k_lattice, "history": r.history,
+                     "fine_G_updates_per_s": fluid * r.steps / stepping / 1e9
+                     if stepping else None})
+    return {"levels": levels, "factor": factor, "tile_storage": storage, "seconds": seconds,
+            "device_pool_peak_GB": peak.gigabytes(), "runs": runs}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Every variant on one image; the report (k differences against the first variant)."""
+    backend = get_backend(args.backend)
+    tic = time.perf_counter()
+    sample = image(args.size, 5.345e-6, args.porosity, args.grain)
+    made = time.perf_counter() - tic
+    rows = []
+    for variant in args.variants:
+        row = run_variant(sample, args.axes, variant, args.precision, backend, args.max_seconds,
+                          args.fast_tau)
+        log.info("variant %s: %.1f s", variant, row["seconds"])
+        rows.append(row)
+    first = {r["axis"]: r["k_voxel2"] for r in rows[0]["runs"]}
+    for row in rows:
+        for r in row["runs"]:
+            r["k_vs_first"] = r["k_voxel2"] / first[r["axis"]] - 1.0
+    return {"device": backend.device_info().get("name"), "backend": backend.name,
+            "date": date.today().isoformat(), "commit": git_commit(), "size": args.size,
+            "grain": args.grain, "fast_tau": args.fast_tau,
+            "porosity": sample.porosity, "precision": args.precision,
+            "image_seconds": made, "rows": rows}
+
+
+def markdown(report: dict) -> str:
+    """The report as one Markdown table."""
+    out = [f"# Coarse start levels, mirrored k of a {report['size']}³ image (porosity "
+           f"{report['porosity']:.3f}, grains {report.get('grain', 20.0):g} voxels, tau "
+           f"{report.get('fast_tau') or 'auto'}; {report['device']}, {report['date']}, commit "
+           f"{report['commit']}, {report['precision']}, in place)", "",
+           "| levels | factor | storage | axis | k (mD) | vs first | converged | fine steps | "
+           "start steps (1/2, 1/4, ...) | work | fine G/s | run s | study s | pool GB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in report["rows"]:
+        pool = row["device_pool_peak_GB"]
+        for r in row["runs"]:
+            rate = r["fine_G_updates_per_s"]
+            out.append(
+                f"| {row['levels']} | {row['factor']:g} | {row['tile_storage']} | {r['axis']} | "
+                f"{r['k_mD']:.5g} | {100 * r['k_vs_first']:+.3f} % | {r['converged']} | "
+                f"{r['steps']} | {', '.join(str(n) for n in r['start_steps']) or '-'} | "
+                f"{r['work_steps']:.0f} | {'-' if rate is None else f'{rate:.2f}'} | "
+                f"{r['seconds']:.1f} | {row['seconds']:.1f} | "
+                f"{'-' if pool is None else f'{pool:.2f}'} |")
+    return "\n".join(out + ["", "fine G/s: fluid node updates per second over the fine run's "
+                            "steps (its first chunk included); work: fine steps plus each "
+                            "level's steps times its share of the fluid nodes", ""])
+
+
+def write(report: dict, out: Path) -> tuple[Path, Path]:
+    """Write the JSON and Markdown reports; their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
+    stem = out / f"start_levels-{device}-{report['date']}-{report['size']}"
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(json.dumps(report, indent=2, default=float))
+    md_path.write_text(markdown(report))
+    return json_path, md_path
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=400, help="image edge, voxels")
+    p.add_argument("--axes", nargs="+", default=["x"], choices=["x", "y", "z"])
+    p.add_argument("--porosity", type=float, default=0.2, help="of the generated image")
+    p.add_argument("--grain", type=float, default=20.0, help="grain diameter, voxels")
+    p.add_argument("--fast-tau", type=float, default=None,
+                   help="tau of the mirrored runs (default: the sample's choice, 0.6 or 0.7)")
+    p.add_argument("--variants", nargs="+", type=parse_variant,
+                   default=[parse_variant(v) for v in ("1:10", "3:10", "3:1", "3:10:auto-wide")],
+                   help="LEVELS:FACTOR[:STORAGE] per study; the first is the k reference")
+    p.add_argument("--precision", default="float32", choices=["float32", "float64"])
+    p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    p.add_argument("--max-seconds", type=float, default=60.0,
+                   help="wall limit of each run (each level and the fine run), s")
+    p.add_argument("--out", default="benchmarks/rock_time_to_answer/results")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, write, print the Markdown."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parse(argv)
+    report = run(args)
+    json_path, md_path = write(report, Path(args.out))
+    print(markdown(report))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""``benchmarks/rock_time_to_answer``: the 1000³ path of ``rock_tensor.py`` (``--huge``) and the
+start-level check ``start_levels.py`` run on the CPU at a small size and write their reports."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "rock_time_to_answer"))
+
+import rock_tensor  # noqa: E402
+import start_levels  # noqa: E402
+
+
+def test_huge_path_runs_one_axis_in_place_with_a_start_chain(tmp_path):
+    """``--sizes --huge --huge-size N``: the mirrored protocol only, no formation factor, one
+    population copy, ``--coarse-levels`` start levels; every check logged, the levels' steps
+    reported."""
+    argv = ["--sizes", "--huge", "--huge-size", "24", "--axes", "z", "--coarse-levels", "2",
+            "--backend", "numpy", "--precision", "float64", "--out", str(tmp_path)]
+    assert rock_tensor.main(argv) == 0
+    (json_path,) = tmp_path.glob("rock_tensor-*-24.json")
+    (row,) = json.loads(json_path.read_text())["rows"]
+    assert row["protocol"] == "mirrored" and row["coarse_levels"] == 2
+    assert not row["study"]["formation_factor"]
+    (run,) = row["runs"]
+    assert run["axis"] == "z" and run["steps"] > 0 and len(run["start_steps"]) == 2
+    assert run["work_steps"] > run["steps"]
+    assert "coarse steps (1/2, 1/4, ...)" in json_path.with_suffix(".md").read_text()
+
+
+def test_start_levels_compares_variants_with_the_first(tmp_path):
+    assert start_levels.parse_variant("3:10:tiled-wide") == (3, 10.0, "tiled-wide")
+    assert start_levels.parse_variant("3:10:auto-wide") == (3, 10.0, "auto-wide")
+    with pytest.raises(Exception, match="LEVELS:FACTOR"):
+        start_levels.parse_variant("3:10:dense")
+    argv = ["--size", "16", "--grain", "6", "--porosity", "0.3", "--backend", "numpy",
+            "--precision", "float64", "--variants", "1:10", "2:10:tiled-wide",
+            "--out", str(tmp_path)]
+    assert start_levels.main(argv) == 0
+    (json_path,) = tmp_path.glob("start_levels-*-16.json")
+    report = json.loads(json_path.read_text())
+    first, second = (row["runs"][0] for row in report["rows"])
+    assert first["k_vs_first"] == 0.0 and abs(second["k_vs_first"]) < 1e-3
+    assert first["history"] and first["history"][-1][1] == pytest.approx(first["k_voxel2"])
+    assert "| 2 | 10 | tiled-wide |" in json_path.with_suffix(".md").read_text()
