@@ -197,7 +197,7 @@ def _bench_gpu(args: argparse.Namespace, backend) -> int:
         print("The GPU suite needs the CuPy backend (a CUDA GPU); use --suite cpu.",
               file=sys.stderr)
         return 2
-    from .backends.cuda.probe_backend import ProbeBackend  # the probes are benchmarks' only
+    from .benchmarking.probe_backend import ProbeBackend  # the probes are benchmarks' only
 
     backend = ProbeBackend()
     suite = GpuSuite(dense_sizes=tuple(args.dense), porosities=tuple(args.porosity),

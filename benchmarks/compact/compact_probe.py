@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from solver.backends import gpu_available
-    from solver.backends.cuda.probe_backend import ProbeBackend
+    from solver.benchmarking.probe_backend import ProbeBackend
 
     ok, why = gpu_available()
     if not ok:

@@ -89,7 +89,7 @@ def solver_rows(cp, backend, case, precision: str) -> list[dict]:
             for tpb in (2, 4):
                 for phase in (0, 1) if streaming == "in-place" else (0,):
                     state.current = phase
-                    kernel, grid, block, tail, smem = backend._entry(state, "full", tpb)
+                    kernel, grid, block, tail, smem = state.entry("full", tpb)
                     copies = state.copies()
 
                     def launch(k=kernel, grid=grid, block=block, tail=tail, smem=smem,

@@ -336,9 +336,9 @@ def stream_seconds(cp, module, dtype, nbytes: int = 1 << 30) -> dict:
 def solver_kernels(n: int, precision: str) -> dict:
     """Seconds per step of the solver's own BGK kernels on the same periodic box, two copies
     and in place, per tiles per block (1, 2, 4: 64-256 threads)."""
-    from solver.backends.cuda.probe_backend import ProbeBackend
     from solver.benchmarking.cases import BenchCase
     from solver.benchmarking.gpu_suite import _problem
+    from solver.benchmarking.probe_backend import ProbeBackend
 
     backend, out = ProbeBackend(), {}
     box = BenchCase(f"periodic box {n}^3", np.zeros((n,) * 3, dtype=bool), tile_offset="origin")

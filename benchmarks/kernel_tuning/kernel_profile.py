@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.compact import CompactTiling  # noqa: E402
-from solver.backends.cuda.compact_timing import CompactProbe  # noqa: E402
 from solver.backends.plan import COMPACT_CODE  # noqa: E402
 from solver.benchmarking.cases import BenchCase, sphere_pack  # noqa: E402
+from solver.benchmarking.compact_probe import CompactProbe  # noqa: E402
 from solver.benchmarking.gpu_suite import _problem, _rates  # noqa: E402
 
 
@@ -45,12 +45,12 @@ def tiled(backend, case: BenchCase, precision: str, streaming: str = "two-copy",
         backend.release(base)
 
 
-def compact(case: BenchCase, precision: str, step: bool, packed: int = 0) -> None:
+def compact(backend, case: BenchCase, precision: str, step: bool, packed: int = 0) -> None:
     """Two launches of a compact kernel (exact padding, halo addressing, the runs' code)."""
     problem = _problem(case, precision)
     probe = CompactProbe(CompactTiling(problem.tiling, 1), problem.periodic, precision,
                          problem.lattice.q, True, problem if step else None, packed,
-                         COMPACT_CODE)
+                         COMPACT_CODE, xp=backend.xp)
     try:
         probe.launch(packed or 2)
         probe.launch(packed or 2)
@@ -63,7 +63,7 @@ def compact(case: BenchCase, precision: str, step: bool, packed: int = 0) -> Non
 
 def main() -> int:
     """Launch every kernel of the list."""
-    from solver.backends.cuda.probe_backend import ProbeBackend  # CuPy: the GPU machine only
+    from solver.benchmarking.probe_backend import ProbeBackend  # CuPy: the GPU machine only
 
     backend = ProbeBackend()
     box = BenchCase("periodic box 256^3", np.zeros((256,) * 3, dtype=bool),
@@ -75,9 +75,9 @@ def main() -> int:
     tiled(backend, box, "float16", collision="MRT")
     tiled(backend, rock, "float32")
     for precision in ("float32", "float64"):
-        compact(rock, precision, False)
-        compact(rock, precision, True)
-    compact(rock, "float32", True, packed=4)
+        compact(backend, rock, precision, False)
+        compact(backend, rock, precision, True)
+    compact(backend, rock, "float32", True, packed=4)
     return 0
 
 

@@ -212,7 +212,7 @@ def _bs_label(bs) -> str:
 
 def run_timing(args, info: dict, save) -> list[dict]:
     """Time both codes on every case and precision; ``save(rows)`` after each of them."""
-    from solver.backends.cuda.probe_backend import ProbeBackend
+    from solver.benchmarking.probe_backend import ProbeBackend
 
     backend = ProbeBackend()
     block_sizes = [None] + [tuple(int(v) for v in s.split("x")) for s in args.block_sizes]

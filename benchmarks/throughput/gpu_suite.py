@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 from solver.backends import gpu_available  # noqa: E402
 from solver.backends.cuda.backend import compile_kernel  # noqa: E402
 from solver.backends.cuda.kernels import all_variants  # noqa: E402
-from solver.backends.cuda.probe_backend import ProbeBackend  # noqa: E402
 from solver.benchmarking.cases import PRECISION_LABELS, precision_options, sphere_pack  # noqa: E402
 from solver.benchmarking.gpu_suite import GpuSuite, run_gpu_suite  # noqa: E402
+from solver.benchmarking.probe_backend import ProbeBackend  # noqa: E402
 from solver.benchmarking.report import summary, write_report  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402

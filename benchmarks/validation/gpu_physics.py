@@ -88,7 +88,7 @@ def _dense_problem(precision: str, boundary: str):
 
 def timing(steps: int = 64, repeats: int = 7) -> list[dict]:
     """MFLUPS of BGK/TRT/MRT, plain and boundary kernels, on the dense 256^3 box."""
-    from solver.backends.cuda.probe_backend import ProbeBackend
+    from solver.benchmarking.probe_backend import ProbeBackend
     from solver.collision import relaxation
     from solver.mrt import mrt_rates
 
@@ -148,7 +148,7 @@ def timing_markdown(rows: list[dict], device: str, commit: str) -> str:
 
 def validation(out: Path, size: str, cases: list[str] | None, deadline: float) -> list[str]:
     """Run validation cases until the deadline; rewrite the report after each. Summary lines."""
-    from solver.backends.cuda.probe_backend import ProbeBackend
+    from solver.benchmarking.probe_backend import ProbeBackend
     from solver.validation import CASES, run_case, write_report
 
     device = ProbeBackend().device_info()["name"]
@@ -201,7 +201,7 @@ def main() -> int:
         summary.append(f"pytest -m gpu: {run_pytest(out, 300)}")
     commit = os.environ.get("LBM_COMMIT", "unknown")
     if not args.skip_timing:
-        from solver.backends.cuda.probe_backend import ProbeBackend
+        from solver.benchmarking.probe_backend import ProbeBackend
 
         rows = timing()
         device = ProbeBackend().device_info()["name"]
@@ -210,8 +210,8 @@ def main() -> int:
         (out / "physics-timing.md").write_text(md)
         summary.append(md)
     if args.suite:
-        from solver.backends.cuda.probe_backend import ProbeBackend
         from solver.benchmarking.gpu_suite import GpuSuite, run_gpu_suite
+        from solver.benchmarking.probe_backend import ProbeBackend
         from solver.benchmarking.report import write_report
 
         report = run_gpu_suite(ProbeBackend(), GpuSuite(dense_sizes=(256,),

@@ -27,9 +27,9 @@ import numpy as np
 from ..backends.cuda.compact import CompactTiling, sector_pad
 from ..backends.cuda.compact_run import CompactRun
 from ..backends.cuda.compact_source import CompactCode
-from ..backends.cuda.compact_timing import CompactProbe
 from ..config import GPU_LAYOUTS
 from .cases import BenchCase, git_commit, sphere_pack
+from .compact_probe import CompactProbe
 from .gpu_suite import _problem, pack_cases, rock_case
 
 __all__ = ["CompactSuite", "check_on_device", "check_step_on_device", "run_compact_suite"]
@@ -105,9 +105,10 @@ def _median_seconds(run: Callable[[int], float], suite: CompactSuite) -> tuple[i
     return steps, float(np.median([run(steps) / steps for _ in range(suite.repeats)]))
 
 
-def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> list[dict]:
+def check_on_device(xp, size: int = 64, porosity: float = 0.4, seed: int = 5) -> list[dict]:
     """One probe launch on a periodic ``size``^3 pack from random values against the NumPy
-    mirror, per precision and padding: max |difference| (must be 0) and the case."""
+    mirror, per precision and padding (``xp``: CuPy, the backend's array module): max
+    |difference| (must be 0) and the case."""
     from ..lattice import get_lattice
     from ..tiling import Tiling
 
@@ -122,7 +123,7 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
             rng = np.random.default_rng(seed)
             fin = rng.random(lat.q * compact.n_slots).astype(precision)
             probe = CompactProbe(compact, periodic, precision, halo=True, packed=kernel.packed,
-                                 code=kernel.code)
+                                 code=kernel.code, xp=xp)
             probe.upload(fin, 0)
             probe.upload(fin, 1)  # padding slots as in the NumPy mirror
             probe.launch(2)
@@ -136,10 +137,10 @@ def check_on_device(size: int = 64, porosity: float = 0.4, seed: int = 5) -> lis
     return checks
 
 
-def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
-    """One compact BGK step on the device (every timed kernel) against a NumPy backend step
-    of the same problem from the same noisy start, per precision: max relative difference over
-    the fluid nodes (ok below 1e-12 float64, 1e-5 float32)."""
+def check_step_on_device(xp, size: int = 48, seed: int = 6) -> list[dict]:
+    """One compact BGK step on the device (every timed kernel; ``xp``: CuPy) against a NumPy
+    backend step of the same problem from the same noisy start, per precision: max relative
+    difference over the fluid nodes (ok below 1e-12 float64, 1e-5 float32)."""
     from ..backends.numpy_backend import NumpyBackend
 
     case = BenchCase("check", sphere_pack((size,) * 3, 0.4, size / 4, seed))
@@ -157,7 +158,7 @@ def check_step_on_device(size: int = 48, seed: int = 6) -> list[dict]:
         for kernel in compact_variants(precision):
             compact = CompactTiling(problem.tiling, kernel.pad)
             probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, True,
-                                 step=problem, packed=kernel.packed, code=kernel.code)
+                                 step=problem, packed=kernel.packed, code=kernel.code, xp=xp)
             probe.upload(compact.pack(f0.astype(precision)), 0)
             probe.launch(2)
             got = compact.unpack(probe.download(1), problem.lattice.q).astype(np.float64)
@@ -210,7 +211,8 @@ def _measure_case(backend, case: BenchCase, precision: str, suite: CompactSuite,
         for kernel in compact_variants(precision, step):
             compact = CompactTiling(problem.tiling, kernel.pad)
             probe = CompactProbe(compact, problem.periodic, precision, problem.lattice.q, True,
-                                 problem if step else None, kernel.packed, kernel.code)
+                                 problem if step else None, kernel.packed, kernel.code,
+                                 xp=backend.xp)
             try:
                 best = None
                 tpbs = (kernel.packed,) if kernel.packed else suite.tiles_per_block
@@ -298,7 +300,7 @@ def run_compact_suite(backend, suite: CompactSuite | None = None,
             "suite": asdict(suite)}
     result = {"meta": meta, "checks": [], "results": [], "errors": []}
     try:
-        result["checks"] = check_on_device() + check_step_on_device()
+        result["checks"] = check_on_device(backend.xp) + check_step_on_device(backend.xp)
     except Exception as exc:  # reported as a failed check; the timings still come
         log.exception("device check failed")
         result["checks"] = [{"precision": "-", "pad": 0, "max_abs_diff": float("nan"),

@@ -6,7 +6,6 @@ backend."""
 from __future__ import annotations
 
 import ctypes
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +20,8 @@ from .porous_cases import as_stored, make_problem, noisy_start, porous_solid, re
 
 class _FakeBackend:
     """The CuPy backend's interface as the compact suite uses it, timing 10 us per launch."""
+
+    xp = np
 
     def device_info(self) -> dict:
         return {"name": "Fake GPU", "copy_bandwidth": 3.0e12}
@@ -60,7 +61,7 @@ class _FakeRun:
 
 class _FakeProbe:
     def __init__(self, compact, periodic, precision, q=19, halo=False, step=None,
-                 packed=0, code=None) -> None:
+                 packed=0, code=None, *, xp) -> None:
         assert compact.tiling.n_tiles and len(periodic) == 3 and q == 19 and halo
         self.use_graphs = True
 
@@ -80,9 +81,9 @@ def test_suite_control_flow_and_table_without_a_gpu(monkeypatch, tmp_path: Path)
 
     monkeypatch.setattr(compact_suite, "CompactProbe", _FakeProbe)
     monkeypatch.setattr(compact_suite, "CompactRun", _FakeRun)
-    monkeypatch.setattr(compact_suite, "check_on_device", lambda: [
+    monkeypatch.setattr(compact_suite, "check_on_device", lambda xp: [
         {"precision": "float32", "pad": 1, "max_abs_diff": 0.0, "ok": True}])
-    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: [
+    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda xp: [
         {"precision": "float64", "pad": 4, "halo": True, "kernel": "BGK step vs NumPy",
          "max_abs_diff": 1e-15, "ok": True}])
     monkeypatch.setattr(compact_suite, "git_commit", lambda: "abc1234")
@@ -136,8 +137,8 @@ def test_float16_is_timed_as_runs_step_it(monkeypatch) -> None:
 
     monkeypatch.setattr(compact_suite, "CompactProbe", None)  # would fail the case
     monkeypatch.setattr(compact_suite, "CompactRun", _FakeRun)
-    monkeypatch.setattr(compact_suite, "check_on_device", lambda: [])
-    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: [])
+    monkeypatch.setattr(compact_suite, "check_on_device", lambda xp: [])
+    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda xp: [])
     _FakeRun.made = []
     suite = compact_suite.CompactSuite(porosities=(0.5,), pack_size=24, diameter=8.0,
                                        dense_size=0, rock_diameter=0, precisions=("float16",),
@@ -160,7 +161,7 @@ class _EmulatedProbe:
     """CompactProbe's interface on the g++ emulator: host arrays, the same kernel text."""
 
     def __init__(self, compact, periodic, precision, q=19, halo=False, step=None,
-                 packed=0, code=None) -> None:
+                 packed=0, code=None, *, xp) -> None:
         self.compact, self.precision, self.halo, self.packed = compact, precision, halo, packed
         self.code = code
         self.kind = (step.collision.name, step.incompressible) if step else (None, True)
@@ -202,9 +203,9 @@ def test_device_checks_pass_on_the_emulated_kernels(monkeypatch) -> None:
     fake_cupy = SimpleNamespace(asarray=np.asarray, asnumpy=np.asarray,
                                 cuda=SimpleNamespace(Device=lambda: SimpleNamespace(
                                     synchronize=lambda: None)))
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
     monkeypatch.setattr(compact_suite, "CompactProbe", _EmulatedProbe)
-    checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
+    checks = (compact_suite.check_on_device(fake_cupy, size=20)
+              + compact_suite.check_step_on_device(fake_cupy, 16))
     assert len(checks) == 8 + 10 and all(c["ok"] for c in checks), checks
     assert {c["packed"] for c in checks} == {0, 4}
     assert {c["code"] for c in checks} == {"", "inner"}
@@ -214,7 +215,8 @@ def test_device_checks_pass_on_the_emulated_kernels(monkeypatch) -> None:
             self.f[1][...] = self.f[0]
 
     monkeypatch.setattr(compact_suite, "CompactProbe", _Unmoved)
-    checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
+    checks = (compact_suite.check_on_device(fake_cupy, size=20)
+              + compact_suite.check_step_on_device(fake_cupy, 16))
     assert not any(c["ok"] for c in checks)
 
 
@@ -263,12 +265,11 @@ def test_compact_run_refuses_what_the_kernel_lacks() -> None:
 def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     """CompactProbe as the GPU script drives it (module, launches, graph capture and replay,
     events), with CuPy replaced by NumPy and the emulator: n timed launches are n pulls."""
-    from solver.backends.cuda.compact_timing import CompactProbe
+    from solver.benchmarking.compact_probe import CompactProbe
 
     fake = FakeCupy()
-    monkeypatch.setitem(sys.modules, "cupy", fake)
     _, tiling, compact, f, periodic = case("periodic xyz, offset (1, 2, 3)", 8)
-    probe = CompactProbe(compact, periodic, "float64", halo=True)
+    probe = CompactProbe(compact, periodic, "float64", halo=True, xp=fake)
     start = np.random.default_rng(3).random(probe.f[0].size)
     probe.f[0][...] = start
     seconds = probe.time(3, 2) + probe.time(16, 2)  # plain launches, then one graph replay
@@ -281,7 +282,8 @@ def test_compact_probe_cupy_plumbing_on_a_fake_cupy(monkeypatch) -> None:
     probe.release()
     from solver.benchmarking import compact_suite  # the script's device checks, same plumbing
 
-    checks = compact_suite.check_on_device(size=20) + compact_suite.check_step_on_device(16)
+    checks = (compact_suite.check_on_device(fake, size=20)
+              + compact_suite.check_step_on_device(fake, 16))
     assert len(checks) == 18 and all(c["ok"] for c in checks), checks
 
 
@@ -292,20 +294,21 @@ def test_whole_suite_on_a_fake_cupy(monkeypatch) -> None:
     from solver.benchmarking import compact_suite
 
     fake = FakeCupy()
-    monkeypatch.setitem(sys.modules, "cupy", fake)
     launcher = fake.launcher()
 
     real_run = compact_suite.CompactRun
     monkeypatch.setattr(compact_suite, "CompactRun", lambda problem, pad, **kw: real_run(
         problem, pad, xp=np, launcher=launcher, cuda=fake.cuda, **kw))
     small = compact_suite.check_on_device, compact_suite.check_step_on_device
-    monkeypatch.setattr(compact_suite, "check_on_device", lambda: small[0](size=16))
-    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda: small[1](16))
+    monkeypatch.setattr(compact_suite, "check_on_device", lambda xp: small[0](xp, size=16))
+    monkeypatch.setattr(compact_suite, "check_step_on_device", lambda xp: small[1](xp, 16))
     suite = compact_suite.CompactSuite(porosities=(0.5,), pack_size=16, diameter=6.0,
                                        dense_size=8, rock_diameter=0, precisions=("float32",),
                                        tiles_per_block=(2,), layouts=("xyz",), min_seconds=0.0,
                                        repeats=1)
-    result = compact_suite.run_compact_suite(_FakeBackend(), suite)
+    backend = _FakeBackend()
+    backend.xp = fake  # the real CompactProbe gets CuPy from the backend
+    result = compact_suite.run_compact_suite(backend, suite)
     assert not result["errors"], result["errors"]
     assert result["checks"] and all(c["ok"] for c in result["checks"])
     compact_rows = [r for r in result["results"] if r["kernel"].startswith("compact")]

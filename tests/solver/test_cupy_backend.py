@@ -76,7 +76,7 @@ def backend():
 @pytest.fixture(scope="module")
 def probes(backend):
     """The benchmarks' CuPy backend: the probe kernels and re-laid views of one allocation."""
-    from solver.backends.cuda.probe_backend import ProbeBackend
+    from solver.benchmarking.probe_backend import ProbeBackend
 
     return ProbeBackend()
 
@@ -314,7 +314,7 @@ def test_domains_narrower_than_a_tile(backend, shape):
 
 
 def test_graph_replays_from_either_copy(backend):
-    from solver.backends.cuda.backend import GRAPH_STEPS
+    from solver.backends.cuda.capture import GRAPH_STEPS
 
     problem = make_problem("D3Q19", "float64", "BGK", "incompressible", "paper", 2)
     f0 = noisy_start(problem)

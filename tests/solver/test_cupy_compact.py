@@ -44,7 +44,7 @@ def backend():
 @pytest.fixture(scope="module")
 def probes(backend):
     """The benchmarks' CuPy backend: the probe kernels and re-laid views of one allocation."""
-    from solver.backends.cuda.probe_backend import ProbeBackend
+    from solver.benchmarking.probe_backend import ProbeBackend
 
     return ProbeBackend()
 
@@ -96,8 +96,8 @@ def test_compact_steps_like_numpy_through_graphs_and_launches(backend, probes, n
 
 
 def test_auto_chooses_by_tile_utilisation(backend):
-    from solver.backends.cuda.backend import CupyState
     from solver.backends.cuda.compact_run import CompactRun
+    from solver.backends.cuda.tiled_run import TiledRun
     from solver.config import SimulationConfig
     from solver.problem import Problem
 
@@ -107,7 +107,7 @@ def test_auto_chooses_by_tile_utilisation(backend):
                                 SimulationConfig(collision="BGK", tile_storage="auto"))
     assert dense.tiling.eta_t == 1.0
     assert isinstance(backend.allocate(porous), CompactRun)
-    assert isinstance(backend.allocate(dense), CupyState)
+    assert isinstance(backend.allocate(dense), TiledRun)
 
 
 @pytest.mark.parametrize("streaming, storage", [("two-copy", "compact"), ("in-place", "auto")])

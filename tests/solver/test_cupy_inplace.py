@@ -75,7 +75,7 @@ def backend():
 @pytest.fixture(scope="module")
 def probes(backend):
     """The benchmarks' CuPy backend: the probe kernels and re-laid views of one allocation."""
-    from solver.backends.cuda.probe_backend import ProbeBackend
+    from solver.benchmarking.probe_backend import ProbeBackend
 
     return ProbeBackend()
 
@@ -86,7 +86,7 @@ def _fluid(problem) -> np.ndarray:
 
 def _runs(backend, problem, f0, schedule):
     """Populations after each group of step calls, two copies and in place side by side."""
-    from solver.backends.cuda.backend import GRAPH_STEPS
+    from solver.backends.cuda.capture import GRAPH_STEPS
 
     states = {s: backend.allocate(replace(problem, streaming=s))
               for s in ("two-copy", "in-place")}
@@ -109,7 +109,7 @@ def _runs(backend, problem, f0, schedule):
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_in_place_equals_two_copy_bit_for_bit(backend, name):
-    from solver.backends.cuda.backend import GRAPH_STEPS
+    from solver.backends.cuda.capture import GRAPH_STEPS
 
     problem = PROBLEMS[name]()
     f0 = noisy_start(problem)

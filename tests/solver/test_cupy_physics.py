@@ -72,7 +72,7 @@ def backend():
 @pytest.fixture(scope="module")
 def probes(backend):
     """The benchmarks' CuPy backend: the probe kernels and re-laid views of one allocation."""
-    from solver.backends.cuda.probe_backend import ProbeBackend
+    from solver.benchmarking.probe_backend import ProbeBackend
 
     return ProbeBackend()
 

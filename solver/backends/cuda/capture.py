@@ -5,10 +5,11 @@ the memory pool returns its blocks to the device: runs on other threads (the ses
 the rock tab's k tensor) share the device, and a cudaFree synchronises it, which a capture on
 another thread's stream must not meet. No CuPy here, so the CPU tests' fake CuPy can use it.
 
-The graph launcher both runs share (the tiled state of :mod:`.backend` and
-:class:`~.compact_run.CompactRun`): :func:`capture_or_none` captures GRAPH_STEPS launches or
-falls back to plain launches, :func:`replay_timed` replays the graph while whole graphs fit and
-launches the rest one by one, timed by CUDA events.
+The graph launcher both device runs share (:class:`~.tiled_run.TiledRun` and
+:class:`~.compact_run.CompactRun`, :mod:`.device_run`): :class:`RunGraphs` holds a run's
+captured graphs by key, :func:`capture_or_none` captures GRAPH_STEPS launches or falls back to
+plain launches, :func:`replay_timed` replays the graph while whole graphs fit and launches the
+rest one by one, timed by CUDA events.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CAPTURE_LOCK", "GRAPH_STEPS", "capture_graph", "capture_or_none", "replay_timed"]
+__all__ = ["CAPTURE_LOCK", "GRAPH_STEPS", "RunGraphs", "capture_graph", "capture_or_none",
+           "replay_timed"]
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +77,32 @@ def replay_timed(cuda: Any, stream: Any, n: int, graph: Any, launches: int,
         end.record(stream)
     end.synchronize()
     return cuda.get_elapsed_time(start, end) / 1e3
+
+
+class RunGraphs(dict):
+    """One run's captured graphs (of GRAPH_STEPS launches each) by what they launch from;
+    after a capture failed here, none for the rest of the run (plain launches)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__()
+        self.stream = stream
+        #: Whether graphs are captured (no stream: host arrays, plain launches only).
+        self.enabled = stream is not None
+
+    def get_or_capture(self, key: Any, launch: Callable[[], None],
+                       restore: Callable[[], None], prepare: Callable[[], None] | None = None
+                       ) -> Any:
+        """The graph of ``key``; a new key is captured (:func:`capture_or_none` of ``launch``
+        and ``restore``) after ``prepare()`` (load the kernels: loading is not capturable).
+        None where graphs are off or the capture failed."""
+        if not self.enabled:
+            return None
+        if key not in self:
+            if prepare is not None:
+                prepare()
+            graph = capture_or_none(self.stream, launch, GRAPH_STEPS, restore)
+            if graph is None:
+                self.enabled = False
+                return None
+            self[key] = graph
+        return self[key]

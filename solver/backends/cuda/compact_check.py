@@ -212,4 +212,4 @@ def state_check(backend, state, flags, slots, axis: int) -> np.ndarray:
     :func:`tiled_slots` of a tiled one); the steps are done (a step synchronizes)."""
     if getattr(state, "edge", None):
         return darcy_check(state, flags, axis)
-    return darcy_check(state, flags, axis, latest=backend._natural(state), slots=slots)
+    return darcy_check(state, flags, axis, latest=state.latest(), slots=slots)

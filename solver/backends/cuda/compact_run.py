@@ -1,4 +1,5 @@
-"""A run on fluid-compacted storage: the device state the CuPy backend can delegate to.
+"""A run on fluid-compacted storage, one :class:`~.device_run.DeviceRun` (the tiled one is
+:class:`~.tiled_run.TiledRun`).
 
 :class:`CompactRun` holds the two compact copies of a problem's populations and the tables of
 :class:`~.compact.CompactTiling`, steps them with the ``KernelVariant(compact=pad)`` kernel and
@@ -23,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...problem import Problem
-from .capture import GRAPH_STEPS, capture_or_none, replay_timed
+from .capture import GRAPH_STEPS, RunGraphs, replay_timed
 from .compact import CompactTiling, popcount, sector_pad
 from .compact_readout import (
     compact_node_index,
@@ -101,8 +102,8 @@ class CompactRun:
         self.problem, self.xp = problem, xp
         self.cuda = cuda if cuda is not None else getattr(xp, "cuda", None)
         self.stream = self.cuda.Stream(non_blocking=True) if self.cuda is not None else None
-        self.graphs: dict[int, object] = {}
-        self.use_graphs = self.cuda is not None
+        #: Captured graphs by ``current`` (:mod:`.capture`; none without ``cuda``).
+        self.graphs = RunGraphs(self.stream)
         self.loaded: set[str] = set()  # kernels launched once (loading is not capturable)
         self.launcher = launcher or _cupy_launcher
         pad = pad or sector_pad(problem.storage_dtype.itemsize)
@@ -197,7 +198,8 @@ class CompactRun:
 
     def latest(self):
         """The compact array holding the latest populations as stored (natural layout: in
-        place in phase 1 it is first decoded where it lies), a view of ``f``."""
+        place in phase 1 it is first decoded where it lies), a view of ``f``, after the queued
+        steps."""
         self._natural()
         return self.f[self.current]
 
@@ -304,18 +306,10 @@ class CompactRun:
     def _graph(self):
         """A captured graph of GRAPH_STEPS launches from the current copy, or None (the kernel
         must have been launched once already: loading it is not capturable)."""
-        if not self.use_graphs:
-            return None
-        if self.current not in self.graphs:
-            self.stream.synchronize()
-            current = self.current
-            graph = capture_or_none(self.stream, self._launch, self.GRAPH_STEPS,
-                                    lambda: setattr(self, "current", current))
-            if graph is None:
-                self.use_graphs = False
-                return None
-            self.graphs[current] = graph
-        return self.graphs[self.current]
+        current = self.current
+        return self.graphs.get_or_capture(current, self._launch,
+                                          lambda: setattr(self, "current", current),
+                                          prepare=self.stream.synchronize)
 
     def step(self, n: int = 1) -> float:
         """Advance ``n`` steps (two copies, one launch each; captured graphs of GRAPH_STEPS
@@ -333,7 +327,7 @@ class CompactRun:
         self.cuda.get_current_stream().synchronize()
         done = warm = 0
         kernels = {v.name for v in (self.variants if self.in_place else self.variants[:1])}
-        if n >= self.GRAPH_STEPS + 2 and self.use_graphs and not kernels <= self.loaded:
+        if n >= self.GRAPH_STEPS + 2 and self.graphs.enabled and not kernels <= self.loaded:
             with self.stream:
                 self._launch()
                 self._launch()
@@ -346,7 +340,8 @@ class CompactRun:
 
     def release(self) -> None:
         """Drop the device arrays (the caller frees its memory pool)."""
-        self.f, self.tables, self.edge, self.graphs, self.seeds = [], (), (), {}, None
+        self.f, self.tables, self.edge, self.seeds = [], (), (), None
+        self.graphs.clear()
 
     def memory_bytes(self) -> int:
         """Device bytes of the copies (one or two; float16 storage: 2 bytes a value), the

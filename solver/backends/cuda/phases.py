@@ -1,7 +1,9 @@
 """One distributed rank on the GPU: boundary and interior tile ranges on two CUDA streams.
 
 :class:`CupyPhases` is the CuPy backend's :class:`~solver.distributed.stepper.RankStepper`
-(``CupyBackend.phase_stepper``). The rank-local state orders its tiles ``[boundary | interior |
+(``CupyBackend.phase_stepper``) over a :class:`~.device_run.DeviceRun`, tiled or compact: it
+steps tile ranges (``launch_tiles``) and addresses the halo (``value_index``) through that
+protocol alone. The rank-local state orders its tiles ``[boundary | interior |
 halo]``, so one time step is two launches of the tiled kernel over tile ranges (its
 ``first_tile`` argument), and the halo tiles are never stepped:
 
@@ -58,7 +60,6 @@ from typing import Any
 import numpy as np
 
 from ..plan import distributed_refusal
-from .tables import slot_table
 from .timeline import timeline_from_environment
 
 __all__ = ["CupyPhases", "refuse_undistributable", "COPY_PER_THREAD", "halo_copy_source"]
@@ -173,10 +174,6 @@ class CupyPhases:
         index = "unsigned int" if self._index_dtype == np.uint32 else "long long"
         self._gather, self._scatter = _copy_kernels(cp, problem.storage_dtype.name, index,
                                                     cp.cuda.Device().id)
-        # Halo indices in the storage's own addressing: popcount slots of a compact run, the
-        # in-tile layout's slots of a tiled one.
-        self._value_index = getattr(state, "value_index", None)
-        self._slots = slot_table(problem.lattice.name, problem.layout, problem.tiling.a)
         self._flat = tuple(state.f[c].reshape(-1) for c in (0, 1))
         self._device_buffers: dict[int, Any] = {}
         self.idle()  # the rest state was written on the default stream
@@ -191,16 +188,11 @@ class CupyPhases:
         return self._flat[self.state.current]
 
     def device_index(self, index: np.ndarray) -> Any:
-        """XYZ flat indices ``(tile q + i) a^d + node`` as device indices into the slot layout
-        of the copies (``slot = slots[i, node]``), uploaded once: uint32, or int64 for a copy
-        of 2^32 values or more."""
-        index = np.asarray(index, dtype=np.int64)
-        if self._value_index is not None:  # compact storage
-            return self._cp.asarray(self._value_index(index).astype(self._index_dtype))
-        q, npt = self._slots.shape
-        block, node = np.divmod(index, npt)
-        return self._cp.asarray((block * npt + self._slots[block % q, node]).astype(
-            self._index_dtype))
+        """XYZ flat indices ``(tile q + i) a^d + node`` as device indices into the flat copies
+        in the storage's own addressing (the run's ``value_index``: the in-tile layout's slots
+        of a tiled run, popcount slots of a compact one), uploaded once: uint32, or int64 for
+        a copy of 2^32 values or more."""
+        return self._cp.asarray(self.state.value_index(index).astype(self._index_dtype))
 
     def host_buffer(self, n: int) -> np.ndarray:
         """Page-locked host array of ``n`` values of the storage dtype."""
@@ -277,12 +269,12 @@ class CupyPhases:
             self._compute.wait_event(self._passed)
         self._mark(self._comm, "boundary queued")
         with self._comm:
-            self.backend.launch_tiles(self.state, *self._ranges[0])
+            self.state.launch_tiles(*self._ranges[0])
         self._boundary.record(self._comm)
         self._mark(self._comm, "boundary done")
         self._mark(self._compute, "interior queued")
         with self._compute:
-            self.backend.launch_tiles(self.state, *self._ranges[1])
+            self.state.launch_tiles(*self._ranges[1])
         self._mark(self._compute, "interior done")
 
     def interior(self, progress: Callable[[], None]) -> None:

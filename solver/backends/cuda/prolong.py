@@ -264,7 +264,7 @@ def run_access(backend, state, xp) -> NodeAccess:
         return compact_access(state, xp)
     from .compact_check import tiled_slots
 
-    return tiled_access(state.problem, backend._natural(state), tiled_slots(state.problem), xp)
+    return tiled_access(state.problem, state.latest(), tiled_slots(state.problem), xp)
 
 
 def fused_applies(*problems) -> bool:

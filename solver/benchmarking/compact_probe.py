@@ -1,19 +1,22 @@
-"""Timing one compact kernel on the device: the benchmarks' twin of `.compact_run.CompactRun`.
+"""Timing one compact kernel on the device: the benchmarks' twin of
+:class:`~solver.backends.cuda.compact_run.CompactRun`, kept out of the backend package.
 
-:class:`CompactProbe` holds two compact copies of one :class:`~.compact.CompactTiling` and
-launches one compact kernel (propagation probe or full step, either addressing, per-node or
-packed) between them, timed with CUDA events around captured graphs;
-``solver.benchmarking.compact_suite`` and ``benchmarks/compact/compact_probe.py`` drive it.
+:class:`CompactProbe` holds two compact copies of one
+:class:`~solver.backends.cuda.compact.CompactTiling` and launches one compact kernel
+(propagation probe or full step, either addressing, per-node or packed) between them, timed
+with CUDA events around captured graphs; :mod:`.compact_suite`,
+``benchmarks/compact/compact_probe.py`` and ``benchmarks/kernel_tuning/kernel_profile.py`` drive
+it. CuPy comes as an argument (``xp``: the backend's array module, or a fake in the CPU tests):
+only the backend package imports it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...problem import Problem
-from .capture import CAPTURE_LOCK, GRAPH_STEPS, capture_or_none, replay_timed
-from .compact import CompactTiling
-from .compact_source import (
+from ..backends.cuda.capture import CAPTURE_LOCK, GRAPH_STEPS, RunGraphs, replay_timed
+from ..backends.cuda.compact import CompactTiling
+from ..backends.cuda.compact_source import (
     DEFAULT_CODE,
     CompactCode,
     packed_threads,
@@ -21,10 +24,10 @@ from .compact_source import (
     probe_shared_bytes,
     probe_source,
 )
-from .tables import physics_args
+from ..backends.cuda.tables import physics_args
+from ..problem import Problem
 
 __all__ = ["CompactProbe"]
-
 
 
 class CompactProbe:
@@ -36,13 +39,12 @@ class CompactProbe:
 
     def __init__(self, compact: CompactTiling, periodic, precision: str, q: int = 19,
                  halo: bool = False, step: Problem | None = None, packed: int = 0,
-                 code: CompactCode = DEFAULT_CODE) -> None:
+                 code: CompactCode = DEFAULT_CODE, *, xp) -> None:
         """``step``: run the full step of that problem's collision (its physics arguments)
         instead of the propagation probe; ``packed`` K: the packed kernel (K tiles per block,
         one thread per fluid node; launches ignore their tiles per block); ``code``: how the
-        kernel locates and reads its halo."""
-        import cupy as cp
-
+        kernel locates and reads its halo; ``xp``: CuPy (``backend.xp``)."""
+        cp = xp
         self.cp, self.compact, self.q = cp, compact, q
         compact.check_int32(q)
         self.halo, self.packed = halo, packed
@@ -63,8 +65,7 @@ class CompactProbe:
         self.f = [cp.full(size, 0.05, dtype=precision), cp.full(size, 0.05, dtype=precision)]
         self.current = 0
         self.stream = cp.cuda.Stream(non_blocking=True)
-        self.graphs: dict[int, object] = {}
-        self.use_graphs = True
+        self.graphs = RunGraphs(self.stream)  # by tiles per block: the runs' graph launcher
         cp.cuda.Device().synchronize()  # the fills ran on the default stream
 
     def launch(self, tpb: int) -> None:
@@ -89,20 +90,21 @@ class CompactProbe:
         self.stream.synchronize()
         return self.cp.asnumpy(self.f[copy])
 
+    @property
+    def use_graphs(self) -> bool:
+        """Whether launches are captured into graphs (False once a capture failed here)."""
+        return self.graphs.enabled
+
+    def _load(self, tpb: int) -> None:
+        """Load the kernel outside the capture (two launches)."""
+        self.launch(tpb)
+        self.launch(tpb)
+        self.stream.synchronize()
+
     def _graph(self, tpb: int):
-        if not self.use_graphs:
-            return None
-        if tpb not in self.graphs:
-            self.launch(tpb)  # loads the kernel outside the capture
-            self.launch(tpb)
-            self.stream.synchronize()
-            graph = capture_or_none(self.stream, lambda: self.launch(tpb), self.GRAPH_STEPS,
-                                    lambda: None)  # the probe keeps no phase
-            if graph is None:
-                self.use_graphs = False
-                return None
-            self.graphs[tpb] = graph
-        return self.graphs[tpb]
+        return self.graphs.get_or_capture(tpb, lambda: self.launch(tpb),
+                                          lambda: None,  # the probe keeps no phase
+                                          prepare=lambda: self._load(tpb))
 
     def time(self, n: int, tpb: int) -> float:
         """Seconds of ``n`` launches (CUDA events)."""
@@ -112,6 +114,7 @@ class CompactProbe:
 
     def release(self) -> None:
         """Free the device arrays."""
-        self.f, self.tables, self.graphs = [], (), {}
+        self.f, self.tables = [], ()
+        self.graphs.clear()
         with CAPTURE_LOCK:  # not while a run on another thread captures a graph
             self.cp.get_default_memory_pool().free_all_blocks()

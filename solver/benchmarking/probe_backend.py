@@ -1,24 +1,24 @@
-"""What only the benchmarks ask of the CuPy backend, kept out of the backend a run uses.
+"""What only the benchmarks ask of the CuPy backend, kept out of the backend package.
 
-:class:`ProbeBackend` is :class:`~.backend.CupyBackend` plus the paper's probe kernels (section
-4.1: read/write only, propagation only) timed on a run's state, and re-laid views of one
-allocation under changed settings (layout, tiles per block, collision), so that a benchmark times
-every kernel variant on one allocation. ``python -m solver bench``, :mod:`solver.benchmarking`
-and the scripts under ``benchmarks/`` use it; simulations and the app never do.
+:class:`ProbeBackend` is :class:`~solver.backends.cuda.backend.CupyBackend` plus the paper's
+probe kernels (section 4.1: read/write only, propagation only) timed on a run's state, and
+re-laid views of one allocation under changed settings (layout, tiles per block, collision), so
+that a benchmark times every kernel variant on one allocation. ``python -m solver bench``,
+:mod:`solver.benchmarking` and the scripts under ``benchmarks/`` use it; simulations and the app
+never do. CuPy is the backend's array module (``self.xp``): only the backend package imports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import cupy as cp
-
-from .backend import CupyBackend, CupyState
-from .boundary import boundary_values
-from .compact_run import CompactRun
-from .iolet_launch import device_iolets
-from .kernels import KernelVariant, kernel_source
-from .tables import check_tile_shape, physics_args, slot_table
+from ..backends.cuda.backend import CupyBackend
+from ..backends.cuda.boundary import boundary_values
+from ..backends.cuda.compact_run import CompactRun
+from ..backends.cuda.iolet_launch import device_iolets
+from ..backends.cuda.kernels import KernelVariant, kernel_source
+from ..backends.cuda.tables import check_tile_shape, physics_args, slot_table
+from ..backends.cuda.tiled_run import TiledRun
 
 __all__ = ["PROBE_MODES", "ProbeBackend"]
 
@@ -29,7 +29,7 @@ PROBE_MODES = ("full", "propagate", "readwrite")
 class ProbeBackend(CupyBackend):
     """The CuPy backend with the benchmarks' probes and re-laid views (never a run's backend)."""
 
-    def probe(self, state: CupyState, mode: str, n: int = 1,
+    def probe(self, state: TiledRun | CompactRun, mode: str, n: int = 1,
               tiles_per_block: int | None = None) -> float:
         """Run ``n`` launches of a probe ('readwrite', 'propagate') or 'full'; event seconds.
 
@@ -45,9 +45,9 @@ class ProbeBackend(CupyBackend):
                                  "tile_storage='tiled' (compact probes: "
                                  "benchmarks/compact/compact_probe.py).")
             return state.step(n)
-        return self._timed(state, n, mode, tiles_per_block or state.problem.tiles_per_block)
+        return state.timed(n, mode, tiles_per_block or state.problem.tiles_per_block)
 
-    def reconfigure(self, state: CupyState, **changes) -> CupyState:
+    def reconfigure(self, state: TiledRun, **changes) -> TiledRun:
         """The same device populations under changed problem settings (a new state view).
 
         ``changes`` are :class:`~solver.problem.Problem` fields other than the geometry, its
@@ -69,12 +69,13 @@ class ProbeBackend(CupyBackend):
                 cached, rho_wall=1.0 if problem.incompressible else problem.rho0)
         check_tile_shape(problem.lattice.name, problem.tiling.a, problem.tiles_per_block)
         kernel_source(KernelVariant.for_problem(problem))  # refuses what the kernel lacks
-        self._natural(state)  # in place: decode with the old kernels before anything changes
+        cp = self.xp
+        state.latest()  # in place: decode with the old kernels before anything changes
         slots = cp.asarray(slot_table(problem.lattice.name, problem.layout, problem.tiling.a))
         tables = dict(state.tables)
         if tables["bc"].size > 1:
             tables["bc"] = cp.asarray(boundary_values(problem).astype(problem.dtype))
-        new = replace(state, problem=problem, slots=slots, launches={}, graphs={},
+        new = replace(state, problem=problem, slots=slots, launches={}, graphs=None,
                       real_args=physics_args(problem), identity_slots=None, tables=tables,
                       iolets=device_iolets(problem, cp.asnumpy(slots)))
         if new.iolets is not None and state.iolets is not None:  # the soft start goes on
