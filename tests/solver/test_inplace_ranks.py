@@ -238,11 +238,11 @@ def test_compact_float16_ranges_draw_the_bits_of_one_launch(streaming):
         whole.launch_tiles(0, no)
         for run in (split, whole):
             run.current = 1 - run.current
+    owned = slice(0, no)
+    assert np.array_equal(split.populations()[owned], whole.populations()[owned])
     assert np.array_equal(split.seeds, whole.seeds)
     assert split.key_seeds and np.array_equal(
         split.key_seeds[nb], split.seeds + np.uint32(key_shift(nb, 64)))
-    owned = slice(0, no)
-    assert np.array_equal(split.populations()[owned], whole.populations()[owned])
     split.set_step(9)  # a resume sets every range's pair
     assert np.array_equal(split.key_seeds[nb], split.seeds + np.uint32(key_shift(nb, 64)))
 
