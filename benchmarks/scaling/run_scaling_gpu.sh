@@ -2,7 +2,8 @@
 # Multi-GPU session in one call (4 GPUs of one node, about 9 minutes): weak scaling on a
 # rock-like pack of 384^3 per rank and strong scaling on a 768^3 one, 1, 2 and 4 ranks with the
 # NCCL halo transport, float32 then float16 storage (1 and 4 ranks), the tile storage the
-# execution plan picks (compact below its eta_t threshold), then the distributed GPU tests,
+# execution plan picks (compact below its eta_t threshold: on the rock pack float16 too, since
+# compact float16 runs on ranks), then the distributed GPU tests,
 # then the halo/latency model (benchmarks/scaling/halo_model.py) fitted to what was measured.
 #
 #   benchmarks/scaling/run_scaling_gpu.sh OUT [BUDGET_SECONDS] [full|quick]
@@ -69,7 +70,8 @@ if [ "$MODE" = full ]; then
     scaling "strong float16" 100 strong --ranks 1 4 --size 768 --steps 60 --storage float16
     # what is left of the budget (the tests also run alone: pytest -m gpu tests/solver)
     step "gpu tests" 120 python3 -m pytest -m gpu -q -p no:cacheprovider \
-        tests/solver/test_distributed_compact_gpu.py tests/solver/test_distributed_gpu.py
+        tests/solver/test_distributed_compact_gpu.py tests/solver/test_distributed_gpu.py \
+        tests/solver/test_distributed_inplace_gpu.py
 fi
 step "halo model" 20 python3 benchmarks/scaling/halo_model.py "$OUT"/scaling/scaling-*.json
 
