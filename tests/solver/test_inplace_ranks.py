@@ -247,17 +247,18 @@ def test_compact_float16_ranges_draw_the_bits_of_one_launch(streaming):
     assert np.array_equal(split.key_seeds[nb], split.seeds + np.uint32(key_shift(nb, 64)))
 
 
-@pytest.mark.parametrize("streaming", ["two-copy", "in-place"])
-def test_compact_float16_ranks_agree_with_one_run_to_float16_rounding(streaming):
+@pytest.mark.parametrize("storage, streaming", [("compact", "two-copy"), ("compact", "in-place"),
+                                               ("tiled", "in-place")])
+def test_float16_ranks_agree_with_one_run_to_float16_rounding(storage, streaming):
     problem = replace(make_problem("D3Q19", "float32", "TRT", storage="float16",
-                                   offset=(1, 2, 0)), streaming=streaming, tile_storage="compact")
-    assert plan_for(problem).compact and plan_for(problem).half
+                                   offset=(1, 2, 0)), streaming=streaming, tile_storage=storage)
+    assert plan_for(problem).tile_storage == storage and plan_for(problem).half
     backend = _Backend(packed=4)
     f0 = as_stored(problem, noisy_start(problem))
     steps = 6
     (expected,) = _one(backend, problem, f0, (steps,))
     ranks = _ranks(problem, backend, 2, 0, f0)
-    assert all(isinstance(r.state, CompactRun) for r in ranks)
+    assert all(isinstance(r.state, CompactRun) == (storage == "compact") for r in ranks)
     step_together(ranks, steps)
     got = _gather(ranks, expected)
     fluid = np.broadcast_to(~problem.tiling.solid[:, None, :], got.shape)
