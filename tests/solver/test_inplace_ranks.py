@@ -215,8 +215,9 @@ def test_key_shift_adds_the_first_tile_to_every_key():
 
 @pytest.mark.parametrize("streaming", ["two-copy", "in-place"])
 def test_compact_float16_ranges_draw_the_bits_of_one_launch(streaming):
-    """A rank-local compact float16 run: boundary + interior ranges, steps 1..3 (in place both
-    phases), equal one launch over the owned tiles, bit for bit, the halo fixed."""
+    """A rank-local compact float16 run: boundary + interior ranges equal one launch over the
+    owned tiles, bit for bit (the halo fixed), read after 3 steps (in place in phase 1: the
+    decoding moves the step counter, and the ranges' pairs follow) and 2 more."""
     problem = replace(make_problem("D3Q19", "float32", "TRT", storage="float16",
                                    offset=(1, 2, 0)), streaming=streaming, tile_storage="compact")
     dec = decompose(problem.tiling, 2, 0)
@@ -232,14 +233,15 @@ def test_compact_float16_ranges_draw_the_bits_of_one_launch(streaming):
         run.set_step(5)
     nb, no = layout.n_boundary, layout.n_owned
     assert 0 < nb < no
-    for _ in range(3):
-        split.launch_tiles(0, nb)
-        split.launch_tiles(nb, no)
-        whole.launch_tiles(0, no)
-        for run in (split, whole):
-            run.current = 1 - run.current
     owned = slice(0, no)
-    assert np.array_equal(split.populations()[owned], whole.populations()[owned])
+    for steps in (3, 2):  # read after 3 (in place: decoded from phase 1), then step on
+        for _ in range(steps):
+            split.launch_tiles(0, nb)
+            split.launch_tiles(nb, no)
+            whole.launch_tiles(0, no)
+            for run in (split, whole):
+                run.current = 1 - run.current
+        assert np.array_equal(split.populations()[owned], whole.populations()[owned])
     assert np.array_equal(split.seeds, whole.seeds)
     assert split.key_seeds and np.array_equal(
         split.key_seeds[nb], split.seeds + np.uint32(key_shift(nb, 64)))
