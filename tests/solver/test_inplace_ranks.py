@@ -175,9 +175,10 @@ def _one(backend, problem, f0, steps):
     return out
 
 
-@pytest.mark.parametrize("storage, precision, packed, axis", [
-    ("compact", "float64", 0, 0), ("compact", "float32", 4, 1), ("tiled", "float32", 0, 0)])
-def test_in_place_ranks_match_one_in_place_run_bitwise(storage, precision, packed, axis):
+@pytest.mark.parametrize("storage, precision, packed, n, axis", [
+    ("compact", "float64", 0, 3, 0), ("compact", "float32", 4, 2, 1),
+    ("tiled", "float32", 0, 2, 0)])
+def test_in_place_ranks_match_one_in_place_run_bitwise(storage, precision, packed, n, axis):
     problem = replace(make_problem("D3Q19", precision, "TRT", offset=(1, 2, 0)),
                       streaming="in-place", tile_storage=storage)
     assert plan_for(problem).in_place and plan_for(problem).tile_storage == storage
@@ -185,7 +186,7 @@ def test_in_place_ranks_match_one_in_place_run_bitwise(storage, precision, packe
     f0 = as_stored(problem, noisy_start(problem))
     steps = (3, 2)  # read in phase 1 (decoded where it lies on every rank), then step on
     expected = _one(backend, problem, f0, steps)
-    ranks = _ranks(problem, backend, 2, axis, f0)
+    ranks = _ranks(problem, backend, n, axis, f0)
     assert all(isinstance(r.exchange, PhasedExchange) and r.stepper.in_place for r in ranks)
     for n, want in zip(steps, expected, strict=True):
         step_together(ranks, n)
