@@ -377,15 +377,17 @@ class CupyPhases:
                 compile_kernel(variant)
                 self.state.loaded.add(variant.name)
             return
-        current = self.state.current
+        current, tpb = self.state.current, self.state.problem.tiles_per_block
+        own = getattr(self.state, "entry", None)  # a tiled run that resolves its own launches
         try:
             for phase in (0, 1):  # the tiled launches are resolved per range and phase
                 self.state.current = phase
                 for first, end in self._ranges:
-                    if end > first:
-                        # resolves (compiles, loads, caches) the range's launch only
-                        self.backend._entry(self.state, "full",
-                                            self.state.problem.tiles_per_block, (first, end))
+                    if end > first:  # resolves (compiles, loads, caches) the launch only
+                        if own is not None:
+                            own("full", tpb, (first, end))
+                        else:
+                            self.backend._entry(self.state, "full", tpb, (first, end))
         finally:
             self.state.current = current
 
