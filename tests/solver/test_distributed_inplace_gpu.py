@@ -12,7 +12,8 @@ may share a GPU; NCCL with CUDA-graph replays where there are two GPUs or more).
   one launch over the rank's tiles (:func:`~solver.storage.key_shift`), which hash local tile
   numbers, so ranks agree with one GPU to float16 rounding, two copies and in place.
 
-The CPU twins (emulated kernels, the same RankSolver): test_inplace_ranks.py.
+The CPU twins (emulated kernels, the same RankSolver): test_inplace_ranks.py. Run on 4 x H200
+(commit c8d5643): all 12 passed in 20 s, the NCCL cases with 4 ranks and graph replays.
 """
 
 from __future__ import annotations
