@@ -99,4 +99,4 @@ for f in "$OUT"/scaling/*.md; do
     echo "--- $(basename "$f")"
     grep -E "^(##|\| [0-9])" "$f"
 done
-sed -n '/^=== halo model (/,/^=== halo model: rc/p' "$LOG" | grep -v "^==="
+sed -n '/^=== halo model (/,/^=== halo model: rc/p' "$LOG" | grep -v "^===" || true
