@@ -70,7 +70,7 @@ from .lattice import Lattice
 
 __all__ = ["STORAGES", "PRECISION_LABELS", "label_options", "precision_label", "Storage",
            "storage_for", "stored_dtype", "dither", "collides_deviations", "DEVIATION_COLLISIONS",
-           "HALF_SCALE_EXPONENT", "DITHER_BITS", "GOLDEN"]
+           "HALF_SCALE_EXPONENT", "DITHER_BITS", "GOLDEN", "key_shift"]
 
 #: Storage settings (``SimulationConfig.storage``): 'auto' = the arithmetic precision.
 STORAGES = ("auto", "float16")
@@ -131,6 +131,18 @@ def dither(node: np.ndarray, step: int, q: int, xp=np) -> np.ndarray:
         x = _mix32(xp.asarray(node, dtype=_U32) + _U32((step * GOLDEN) & 0xFFFFFFFF))
         mult = xp.asarray([direction_multiplier(i) for i in range(q)], dtype=_U32)[:, None]
         return (x[None, :] * mult) >> _U32(32 - DITHER_BITS)
+
+
+def key_shift(first_tile: int, nodes_per_tile: int) -> int:
+    """Step-counter offset (uint32) that keys a launch over a tile list starting at tile
+    ``first_tile`` as one launch over the whole list.
+
+    A kernel hashes ``tile a^d + n + step GOLDEN`` (mod 2^32) with ``tile`` counted from the
+    start of the list it is given; GOLDEN is odd, hence invertible mod 2^32, so adding
+    ``first_tile a^d GOLDEN^-1`` to the step counter adds ``first_tile a^d`` to every key: the
+    same bits as counting tiles from the start of the whole list."""
+    inverse = pow(GOLDEN, -1, 1 << 32)
+    return (first_tile * nodes_per_tile * inverse) & 0xFFFFFFFF
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,10 +11,12 @@ Cases (after Huang et al., ``papers/multi-gpu-porous-media.txt``, section 4.2):
 about half fluid, as ``solver.benchmarking.gpu_suite.rock_case``), e.g. ``--cross 384 --size
 384`` per rank (weak) and ``--size 768`` (strong); ``--storage float16`` stores binary16
 (float32 arithmetic). The tile storage is the execution plan's (``solver.backends.plan``,
-compact below its eta_t threshold), decided once for all ranks and recorded per point with
-the load imbalance of the slabs (non-empty tiles and fluid nodes per rank, largest over mean)
-and each rank's device memory after the run (CuPy's pool, bytes). Geometries are generated
-once per shape and kept under ``--out``/.geometry (``.npy``), so each point only loads them.
+compact below its eta_t threshold; ``--tile-storage tiled|compact`` forces one, e.g. to time
+float16 on both), ``--streaming in-place`` keeps one copy (AA pattern); decided once for all
+ranks and recorded per point with the load imbalance of the slabs (non-empty tiles and fluid
+nodes per rank, largest over mean) and each rank's device memory after the run (CuPy's pool,
+bytes). Geometries are generated once per shape and kept under ``--out``/.geometry (``.npy``),
+so each point only loads them.
 
 Each point is one ``mpirun -n N python benchmarks/scaling/scaling.py measure ...`` job; rank 0
 builds the geometry and an ordinary Simulation on a DistributedBackend, runs warm-up steps (kernel
@@ -41,6 +43,8 @@ Usage (one GPU per rank; each invocation writes ``scaling-<device>-<cases>-<back
     python benchmarks/scaling/scaling.py both --ranks 1 2 --backend cupy --transport nccl host \
         --out DIR
     python benchmarks/scaling/scaling.py strong --ranks 1 2 --backend numpy --size 64 --steps 5
+    python benchmarks/scaling/scaling.py both --ranks 1 4 --backend cupy --pack rock \
+        --storage float16 --tile-storage compact --transport nccl   # compact float16 on ranks
 
 Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python executable, else
 PATH's); the geometry comes from ``geometries.generators``; ranks of a node get one GPU each
@@ -112,7 +116,8 @@ def _config(args):
 
     return SimulationConfig(lattice="D3Q19", collision=args.collision, precision=args.precision,
                             storage=args.storage, tau=0.8, body_force=(1e-6, 0.0, 0.0),
-                            backend=args.backend)
+                            backend=args.backend, tile_storage=args.tile_storage,
+                            streaming=args.streaming)
 
 
 def _timed(sim, steps: int, warmup: int, repeats: int, after_warmup=None) -> float:
@@ -177,6 +182,7 @@ def measure(args) -> dict:
             "porosity": float(1 - solid.mean()), "backend": backend.name,
             "precision": args.precision, "storage": args.storage, "pack": args.pack,
             "tile_storage": sim.state.solver.problem.tile_storage,
+            "tile_storage_requested": args.tile_storage, "streaming": args.streaming,
             "load_imbalance_tiles": split["load_imbalance_tiles"],
             "load_imbalance_fluid": split["load_imbalance_fluid"],
             "fluid_nodes_per_rank": split["fluid_nodes_per_rank"],
@@ -264,8 +270,8 @@ def series(args, progress=None) -> list[dict]:
                "measure", args.case, "--json", str(point), "--transport", transport]
         for key in ("backend", "precision", "storage", "pack", "cache", "collision", "size",
                     "cross", "porosity", "diameter", "steps", "warmup", "repeats", "axis",
-                    "ablate"):
-            cmd += [f"--{key}", str(getattr(args, key))]
+                    "ablate", "tile_storage", "streaming"):
+            cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
         log.info("%s", " ".join(cmd))
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         error = _run_point(cmd, dict(os.environ, PYTHONPATH=path), args.point_timeout)
@@ -302,7 +308,9 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
     device = good[0]["device"] if good else "unknown device"
     slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-")
     label = "float16" if args.storage == "float16" else args.precision
-    stem = (f"scaling-{slug}-{'-'.join(cases)}-{args.pack}-{args.backend}-{label}-"
+    options = "".join(f"-{v}" for v, default in ((args.tile_storage, "auto"),
+                                                 (args.streaming, "two-copy")) if v != default)
+    stem = (f"scaling-{slug}-{'-'.join(cases)}-{args.pack}-{args.backend}-{label}{options}-"
             f"{date.today().isoformat()}")
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
@@ -374,7 +382,9 @@ def _case_table(case: str, rows: list[dict]) -> list[str]:
                            if b is not None)
         lines.append(f"| {r['ranks']} | {transport} | {'x'.join(map(str, r['shape']))} | "
                      f"{r['fluid_nodes']} | {r['tiles_per_rank']} | {imbalance} | "
-                     f"{r.get('tile_storage', '')} {r.get('storage', '')} | {halo} | {memory} | "
+                     f"{r.get('tile_storage', '')} {r.get('storage', '')}"
+                     f"{' in place' if r.get('streaming') == 'in-place' else ''} | {halo} | "
+                     f"{memory} | "
                      f"{r['ms_per_step']:.3f} | {r['mflups']:.1f} | {r.get('speedup', 0):.3f} "
                      f"| {r.get('efficiency', 0):.3f} | {r.get('efficiency_vs_plain', 0):.3f} "
                      f"| {plain} | {graphs} |")
@@ -395,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", default="float32", choices=["float32", "float64"])
     parser.add_argument("--storage", default="auto", choices=["auto", "float16"],
                         help="population storage: the precision's, or binary16 (float32 only)")
+    parser.add_argument("--tile-storage", default="auto", choices=["auto", "tiled", "compact"],
+                        help="tile storage: the execution plan's choice (auto), every node of a "
+                             "tile, or fluid nodes only (compact)")
+    parser.add_argument("--streaming", default="two-copy", choices=["two-copy", "in-place"],
+                        help="two copies of f, or one updated in place (AA pattern)")
     parser.add_argument("--pack", default="sphere", choices=["sphere", "rock"],
                         help="sphere: --porosity/--diameter (0.8, 40); rock: porosity 0.2, "
                              "grains of 22 nodes")

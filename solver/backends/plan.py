@@ -68,10 +68,6 @@ class KernelFamily:
         """Why this family cannot step ``problem``, or None (the first reason only)."""
         if problem.owned is not None and not self.distributed:
             return f"a distributed (MPI) rank steps the {TILED.name} storage"
-        if problem.owned is not None and problem.storage.encoded and self is not TILED:
-            # A tile range is launched from its first tile, which the float16 random bits
-            # would then key by their place in the range: ranks keep the tiled storage.
-            return f"a distributed (MPI) rank stores float16 in the {TILED.name} storage"
         if problem.iolets is not None and not self.openings:
             return "driven openings need the openings' link pass, written for the " \
                    f"{TILED.name} storage"
@@ -127,7 +123,8 @@ TILED = KernelFamily("tiled", ((2, (8, 16)), (3, (4,))),
                      boundary_code=True, openings=True, distributed=True)
 #: Only the fluid nodes of each tile (issue 20, :mod:`.cuda.compact`): 3D tiles of edge 4, the
 #: full step, the propagation probe and the in-place decoding, no boundary code; distributed
-#: ranks step tile ranges of it (``CompactRun.launch_tiles``). Its kernels address a copy with
+#: ranks step tile ranges of it (``CompactRun.launch_tiles``: two copies or in place, float16
+#: storage keyed as one launch over the rank's tiles). Its kernels address a copy with
 #: 32-bit offsets (``CompactTiling.check_int32``): below 2^31 values, 113 M D3Q19 fluid nodes
 #: (a 1000³ rock image at porosity 0.2, mirrored, has 4e8: it runs tiled, with 64-bit sources).
 COMPACT = KernelFamily("compact", ((3, (4,)),), ("full", "propagate", "swap"),
@@ -346,7 +343,10 @@ def plan_for(problem: Problem) -> ExecutionPlan:
 def distributed_refusal(problem: Problem) -> str | None:
     """Why a distributed (MPI) rank cannot step ``problem``'s options, saying what to use
     instead, or None."""
-    if population_copies(problem.streaming) != 2:
-        return ("A distributed run keeps two copies of f: its halo exchange reads one copy "
-                "while the step writes the other. Use streaming='two-copy' with MPI.")
+    if population_copies(problem.streaming) != 2 and problem.iolets is not None:
+        # The openings' pass and the values it reads from other ranks are addressed in the
+        # natural layout, which an in-place run has only every other step.
+        return ("Driven openings over MPI ranks need streaming='two-copy' (in place, the "
+                "openings' pass would read other ranks' values in the streamed layout). Use "
+                "streaming='two-copy' with MPI.")
     return None

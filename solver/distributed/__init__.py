@@ -32,10 +32,13 @@ Design (issue 8; see also ``papers/multi-gpu-porous-media.txt``):
 What runs as on one device: driven openings, wall shear stress and the other fields (rank 0),
 checkpoints and resume, the run monitor, permeability runs (each sample split over the ranks),
 compact storage (the plan decides tiled or compact once for all ranks; a compact rank steps
-tile ranges of its CompactRun) and float16 storage. Results equal one process bit for bit on
-NumPy and on one GPU, except float16 storage: its stochastic rounding keys a node's random
-bits by its rank-local number, so ranks agree with one process to float16 rounding only (each
-node's rounding stays unbiased), and float16 ranks keep the tiled storage.
+tile ranges of its CompactRun), float16 storage (tiled or compact), and in-place streaming on
+the GPU (one copy, AA pattern, tiled or compact; not with driven openings): its exchange
+alternates between the halo plan and its reverse with the phase
+(:func:`.halo.in_place_plans`). Results equal one process bit for bit on NumPy and on one GPU,
+except float16 storage: its stochastic rounding keys a node's random bits by its rank-local
+number, so ranks agree with one process to float16 rounding only (each node's rounding stays
+unbiased).
 
 9. :mod:`.local_setup`, :mod:`.reductions`, :mod:`.mirrored` — an image too large for one
    process: the ranks summarise it together (non-empty tiles and fluid nodes per tile layer),

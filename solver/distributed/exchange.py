@@ -25,6 +25,10 @@ Implementations (chosen by :mod:`solver.distributed.transport`):
   call waits on the host and the interior launch runs meanwhile on the compute stream; whole
   steps can therefore be captured in a CUDA graph and replayed (``capturable``).
 - :class:`LoopbackHub` — every rank in one process, for tests and debugging without MPI.
+
+With in-place streaming (one copy, AA pattern) a rank holds two exchanges of one transport,
+the plan and its reverse, and :class:`PhasedExchange` runs the one the step's phase needs
+(:func:`~solver.distributed.halo.in_place_plans` derives which values are where).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from .halo import HaloPlan
 from .stepper import RankStepper
 
 __all__ = ["HaloExchange", "HaloBuffers", "MpiExchange", "NcclExchange", "LoopbackHub",
-           "HALO_TAG"]
+           "PhasedExchange", "HALO_TAG"]
 
 #: Message tag of halo messages.
 HALO_TAG = 17
@@ -167,6 +171,42 @@ class NcclExchange:
     def finish(self, f: Any) -> None:
         """Queue the scatter of the received values into ``f`` behind the receives."""
         self.buffers.unpack(f)
+
+
+class PhasedExchange:
+    """The halo exchange of in-place streaming: the exchange of each step follows the phase
+    the step starts from (``stepper.state.current``), ``after[phase]`` (built from
+    :func:`~solver.distributed.halo.in_place_plans`); :meth:`refresh` exchanges what the
+    phase the state is in needs (the two-copy plan in phase 0, its reverse in phase 1)."""
+
+    def __init__(self, after: tuple[HaloExchange, HaloExchange], stepper: RankStepper) -> None:
+        self.after, self.stepper = after, stepper
+        self.capturable = all(e.capturable for e in after)
+        self._step: HaloExchange = after[0]
+
+    def post(self) -> None:
+        """Pick this step's exchange (by the phase it starts from) and post its receives."""
+        self._step = self.after[self.stepper.state.current]
+        self._step.post()
+
+    def start(self, f: Any) -> None:
+        """Pack and send this step's values."""
+        self._step.start(f)
+
+    def progress(self) -> None:
+        """Let the transport move data."""
+        self._step.progress()
+
+    def finish(self, f: Any) -> None:
+        """Receive and unpack this step's values."""
+        self._step.finish(f)
+
+    def refresh(self) -> HaloExchange:
+        """The exchange that refreshes the halo of the state as it is now: phase 0 needs the
+        halo slots (the exchange after a phase-1 step), phase 1 the owned slots that other
+        ranks' nodes wrote (the exchange after a phase-0 step; moving them again is
+        harmless)."""
+        return self.after[1 - self.stepper.state.current]
 
 
 class LoopbackHub:

@@ -32,7 +32,8 @@ from ..streaming import PullTable
 from ..tiling import Tiling
 from .decomposition import SlabDecomposition
 
-__all__ = ["crossing_directions", "RankLayout", "HaloPlan", "build_rank", "check_plan_covers"]
+__all__ = ["crossing_directions", "RankLayout", "HaloPlan", "build_rank", "check_plan_covers",
+           "in_place_plans"]
 
 
 def crossing_directions(lattice: Lattice, axis: int, side: int) -> np.ndarray:
@@ -80,6 +81,42 @@ class HaloPlan:
     def values_sent(self) -> int:
         """Populations sent per step."""
         return int(sum(v.size for v in self.send.values()))
+
+    def reversed(self) -> HaloPlan:
+        """The plan with ``send`` and ``recv`` exchanged: halo slots go back to their owners
+        (in-place streaming after its neighbour step, :func:`in_place_plans`)."""
+        return HaloPlan(dict(self.recv), dict(self.send))
+
+
+def in_place_plans(plan: HaloPlan) -> tuple[HaloPlan, HaloPlan]:
+    """The halo plans of in-place streaming (AA pattern, :mod:`solver.backends.cuda.streaming`)
+    by the phase a step starts from: ``(after phase 0, after phase 1)``.
+
+    Why, for one fluid-fluid link between node ``y`` of rank P and ``x = y + c_i`` of rank R
+    (the two-copy ``plan`` moves slot ``(y, i)`` from P's owned tile to R's halo tile):
+
+    - phase 0 (natural layout, slot ``(z, j)`` holds ``f*_j(z)``). The neighbour step at ``x``
+      reads ``(x - c_j, j)`` for every j, so it needs the halo slot ``(y, i)`` = ``f*_i(y)``:
+      what the two-copy plan fills. It then writes ``f*_opp(i)(x)`` back into the slot it read,
+      ``(y, i)`` (the AA pattern writes each value where its opposite came from). One process
+      has that value in slot ``(y, i)`` of the streamed layout, but on P slot ``(y, i)`` is owned
+      and no node of P writes it (only x does, on R). So after a phase-0 step the exchange is
+      the two-copy plan reversed: R's halo slot ``(y, i)`` goes to P's owned slot ``(y, i)``.
+      Every other slot a phase-0 step of P writes belongs to P's own nodes or to links inside P.
+    - phase 1 (streamed layout). The local step reads and writes the slots of its own node
+      only, so it needs no halo, and leaves the natural layout: the next (phase-0) step needs
+      the halo slots ``(y, i)`` = ``f*_i(y)`` again, which P's local step has just written into
+      its owned slot ``(y, i)``. So after a phase-1 step the exchange is the two-copy plan.
+
+    Neither exchange writes a slot that the other tile range of the same step touches: the
+    owned slots ``(y, i)`` filled after phase 0 are read and written only by ``x`` (on R), and
+    halo slots by no owned interior node; the packed values are written by the boundary tiles
+    (their nodes are the ends of the cross-rank links), so the two-copy overlap of boundary
+    tiles, messages and interior holds for both phases. A 'swap' decoding of phase 1 on every
+    rank at once (a collective readout) leaves each halo slot ``(y, i)`` holding ``f*_i(y)``
+    of phase 0: it exchanges the owned slot ``(x, opp(i))`` (filled by the reversed exchange)
+    with it, as one process would."""
+    return plan.reversed(), plan
 
 
 def _edge_nodes(tiling: Tiling, dec: SlabDecomposition, rank: int):

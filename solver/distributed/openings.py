@@ -18,8 +18,8 @@ links, a donor slot near ``x`` that may lie in a tile another rank owns. So:
   per-link values added in the same order: flow rates and mass balance are bit for bit
   those of one process).
 
-Only two copies are supported (the distributed run's streaming): the in-place phase-1
-addresses are not kept.
+Only two copies are supported with openings (:func:`~solver.backends.plan.distributed_refusal`
+refuses in-place streaming with them): the in-place phase-1 addresses are not kept.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ allocates it on an ordinary backend and steps it with the halo exchange overlapp
     post receives -> boundary tiles -> pack + send -> interior tiles (polling) -> wait + unpack
     -> swap copies
 
+In place (one copy, AA pattern: the GPU stepper's ``in_place``) the copy is not swapped but
+its phase flips, and the exchange after a step alternates between the halo plan and its reverse
+(:class:`~solver.distributed.exchange.PhasedExchange`).
+
 :attr:`RankSolver.host_seconds` adds up the host's wall time per phase ('launch': post,
 boundary and the swap; 'pack': packing and waiting until the packed values can be sent, then
 the sends; 'interior'; 'halo': waiting for the messages and unpacking; with graphs also
@@ -38,8 +42,8 @@ from ..backends import Backend
 from ..backends.plan import plan_for
 from ..problem import Problem
 from .decomposition import SlabDecomposition
-from .exchange import HaloExchange
-from .halo import HaloPlan, build_rank, check_plan_covers
+from .exchange import HaloExchange, PhasedExchange
+from .halo import HaloPlan, build_rank, check_plan_covers, in_place_plans
 from .openings import pass_reads, rank_tables
 from .replay import StepGraphs
 from .stepper import RankStepper, stepper_for
@@ -78,7 +82,13 @@ class RankSolver:
         self.state: Any = self.stepper.state
         for table in getattr(self.stepper, "pull_tables", ()):  # exactly what a step reads
             check_plan_covers(table, self.plan, self.layout, problem.lattice.q)
-        self.exchange = exchange(self.plan, self.stepper)
+        #: The per-step exchange; in place (one copy, AA pattern) the plan's or its reverse
+        #: by the phase of the step (:func:`~solver.distributed.halo.in_place_plans`).
+        self.exchange: HaloExchange = exchange(self.plan, self.stepper)
+        if getattr(self.stepper, "in_place", False):
+            self.exchange = PhasedExchange(
+                (exchange(in_place_plans(self.plan)[0], self.stepper), self.exchange),
+                self.stepper)
         #: Host wall time per step phase, seconds (see the module docstring).
         self.host_seconds: Counter[str] = Counter()
         #: Graph replays of whole steps (``graphs.enabled``), or None where steps cannot be
@@ -146,9 +156,12 @@ class RankSolver:
     def refresh_halo(self) -> None:
         """Fill the halo of the latest copy from the neighbours (collective)."""
         self.stepper.idle()  # whatever wrote the copy (on any stream) comes first
-        self.exchange.post()
-        self.exchange.start(self.stepper.current())
-        self.exchange.finish(self.stepper.current())
+        exchange = self.exchange
+        if isinstance(exchange, PhasedExchange):  # in place: what the state's phase needs
+            exchange = exchange.refresh()
+        exchange.post()
+        exchange.start(self.stepper.current())
+        exchange.finish(self.stepper.current())
         self.stepper.idle()
 
     def iolet_flux(self) -> np.ndarray:

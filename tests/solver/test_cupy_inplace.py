@@ -224,14 +224,20 @@ def test_in_place_relayout_keeps_populations(probes):
     probes.release(other)
 
 
-def test_distributed_phase_stepper_refuses_in_place(backend):
+def test_distributed_phase_stepper_steps_in_place(backend):
+    """Issue 33: a rank steps one copy in place (its exchange alternates with the phase:
+    test_distributed_inplace_gpu.py)."""
     problem = replace(make_problem("D3Q19", "float32"), streaming="in-place")
-    with pytest.raises(ValueError, match="streaming='two-copy' with MPI"):
-        backend.phase_stepper(problem, 0, problem.tiling.n_tiles)
+    stepper = backend.phase_stepper(problem, 0, problem.tiling.n_tiles)
+    try:
+        assert stepper.in_place and stepper.target() is stepper.current()
+    finally:
+        stepper.release()
 
 
 def test_distributed_phase_stepper_takes_float16_storage_on_tiles(backend):
-    """Issue 33: float16 storage runs on ranks (tiled storage; compact float16 is refused)."""
+    """Issue 33: float16 storage runs on ranks (tiled here; compact float16 ranks:
+    test_distributed_inplace_gpu.py)."""
     problem = make_problem("D3Q19", "float32", storage="float16")
     stepper = backend.phase_stepper(problem, 0, problem.tiling.n_tiles)
     try:

@@ -74,14 +74,15 @@ def test_loopback_compact_ranks_match_one_compact_gpu_run_bitwise(backend, preci
 
 
 def test_loopback_float16_ranks_match_one_gpu_to_float16_rounding(backend):
-    """float16 storage: ranks keep the tiled storage (their random bits hash local node
-    numbers), halos move binary16 bits; one GPU's populations to float16 rounding."""
+    """float16 storage on the tiled storage (compact float16 ranks:
+    test_distributed_inplace_gpu.py): the random bits hash local node numbers, halos move
+    binary16 bits; one GPU's populations to float16 rounding."""
     from solver.backends.cuda.compact_run import CompactRun
 
     from .porous_cases import half_tolerance
 
     problem = replace(make_problem("D3Q19", "float32", "TRT", storage="float16",
-                                   offset=(1, 2, 0)), tile_storage="auto")
+                                   offset=(1, 2, 0)), tile_storage="tiled")
     f0 = noisy_start(problem)
     one = backend.allocate(problem)
     backend.set_populations(one, f0)

@@ -24,6 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...problem import Problem
+from ...storage import key_shift
 from .capture import GRAPH_STEPS, RunGraphs, replay_timed
 from .compact import CompactTiling, popcount, sector_pad
 from .compact_readout import (
@@ -134,6 +135,9 @@ class CompactRun:
         self.f = [copies[c] for c in range(problem.population_copies)]
         #: float16 storage: the kernels' two-slot step counter (uint32), None otherwise.
         self.seeds = xp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
+        #: float16 storage on a distributed rank: the step-counter pair of each tile range
+        #: that starts past tile 0, by its first tile (:meth:`launch_tiles`).
+        self.key_seeds: dict[int, object] = {}
         self.current = 0
         self.tiles_per_block = tiles_per_block
         #: Tiles per chunk of a readout (:mod:`.compact_readout`: bounded temporaries).
@@ -230,6 +234,7 @@ class CompactRun:
         if self.seeds is not None:
             self.synchronize()  # after the queued steps, which advance the counter
             self.seeds[self.current] = np.uint32(step & 0xFFFFFFFF)
+            self._sync_key_seeds()
             if self.cuda is not None:  # written on the default stream, before the next step
                 self.cuda.Device().synchronize()
 
@@ -240,6 +245,9 @@ class CompactRun:
             swap = replace(self.variant, mode="swap").canonical()
             self._launch_variant(swap, tuple(real_args(swap, self.physics)))
             self.current = 0
+            if self.key_seeds:  # the swap moved the run's counter to phase 0
+                self.synchronize()
+                self._sync_key_seeds()
         self.synchronize()
 
     def synchronize(self) -> None:
@@ -265,28 +273,49 @@ class CompactRun:
 
     def launch_tiles(self, first: int, end: int) -> None:
         """Enqueue one full step of tiles ``[first, end)`` on the current stream (the caller's,
-        not the run's own), from the current copy into the other, without swapping them: a
-        distributed rank's phase (:class:`.phases.CupyPhases`; two copies only).
+        not the run's own), from the current copy into the other (in place: the phase's
+        kernel on the one copy), without swapping them or flipping the phase: a distributed
+        rank's phase (:class:`.phases.CupyPhases`).
 
         The kernel steps tiles ``[0, n_tiles)`` of the tile list it is given and finds every
         other tile through the tile map, so it is given the list from ``first`` on and
-        ``end - first`` tiles: the values are those of a launch over all tiles (float16
-        storage would key its random bits by the place in that list, and is refused under
-        MPI)."""
+        ``end - first`` tiles: the values are those of a launch over all tiles. float16
+        storage keys its random bits by the place in that list, so a range from ``first > 0``
+        reads its own step-counter pair, ahead by :func:`~solver.storage.key_shift`: the bits
+        of one launch over all tiles."""
         if end <= first:
             return
-        if self.in_place:
-            raise ValueError("A tile range steps two copies; use streaming='two-copy'.")
-        variant, k = self.variants[0], self.variants[0].packed
+        variant = self.variants[self.current if self.in_place else 0]
+        k = variant.packed
         masks, base, tiles, tile_map = self.tables
         n = end - first
+        src, dst = (self.f[0], self.f[0]) if self.in_place else \
+            (self.f[self.current], self.f[1 - self.current])
         self.loaded.add(variant.name)
         self.launcher(variant, -(-n // (k or self.tiles_per_block)),
                       packed_threads(k) if k else 64 * self.tiles_per_block,
                       probe_shared_bytes(self.tiles_per_block, True, k),
-                      (self.f[self.current], self.f[1 - self.current], masks, base,
-                       tiles[3 * first:], tile_map, np.int32(n), *self.ints[1:], *self.reals,
-                       *(() if self.seeds is None else (self.seeds,))))
+                      (src, dst, masks, base, tiles[3 * first:], tile_map, np.int32(n),
+                       *self.ints[1:], *self.reals, *self._range_seeds(first)))
+
+    def _range_seeds(self, first: int) -> tuple:
+        """The step-counter pair of a range from tile ``first`` (float16 storage), else ()."""
+        if self.seeds is None:
+            return ()
+        if first == 0:
+            return (self.seeds,)
+        if first not in self.key_seeds:  # made on a range's first (plain) launch
+            self.key_seeds[first] = self.seeds + np.uint32(
+                key_shift(first, self.problem.tiling.nodes_per_tile))
+        return (self.key_seeds[first],)
+
+    def _sync_key_seeds(self) -> None:
+        """Set the ranges' step-counter pairs from the run's (after it changed outside them)."""
+        for first, pair in self.key_seeds.items():
+            pair[...] = self.seeds + np.uint32(key_shift(first,
+                                                         self.problem.tiling.nodes_per_tile))
+        if self.key_seeds and self.cuda is not None:  # default stream: before the next step
+            self.cuda.Device().synchronize()
 
     def value_index(self, flat: np.ndarray) -> np.ndarray:
         """Compact value indices (int64) of tiled XYZ flat indices ``(tile q + i) 64 + node``
@@ -342,6 +371,7 @@ class CompactRun:
         """Drop the device arrays (the caller frees its memory pool)."""
         self.f, self.tables, self.edge, self.seeds = [], (), (), None
         self.graphs.clear()
+        self.key_seeds = {}
 
     def memory_bytes(self) -> int:
         """Device bytes of the copies (one or two; float16 storage: 2 bytes a value), the

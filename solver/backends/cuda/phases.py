@@ -18,6 +18,12 @@ compute     interior tiles ``[n_b, n_owned)``; scatter the      the previous ste
             received values into the halo slots                 boundary tiles (comm)
 ==========  ==================================================  ===========================
 
+In place (``streaming='in-place'``, one copy, AA pattern) the same launches step the phase's
+kernel on the one copy, ``finish()`` flips the phase, and the rank's exchange alternates between
+the halo plan and its reverse (:func:`~solver.distributed.halo.in_place_plans`, which also shows
+that the hazards below hold unchanged: each slot is read and written by one node's thread per
+step, and neither exchange touches a slot of the other tile range).
+
 The two streams share the two copies; per step (reading copy A, writing copy B) the hazards
 are: the interior of the next step writes A, which this step's boundary tiles read, and reads
 the boundary tiles of B, which they write — so it waits for this step's boundary launch (event
@@ -174,18 +180,25 @@ class CupyPhases:
         index = "unsigned int" if self._index_dtype == np.uint32 else "long long"
         self._gather, self._scatter = _copy_kernels(cp, problem.storage_dtype.name, index,
                                                     cp.cuda.Device().id)
-        self._flat = tuple(state.f[c].reshape(-1) for c in (0, 1))
+        # Flat views of the copies: two, or the one copy of in-place streaming (AA pattern)
+        self._flat = tuple(state.f[c].reshape(-1) for c in range(len(state.f)))
         self._device_buffers: dict[int, Any] = {}
         self.idle()  # the rest state was written on the default stream
 
     # -- copies and indices ------------------------------------------------------------------
+    @property
+    def in_place(self) -> bool:
+        """Whether the rank steps one copy in place (AA pattern: ``state.current`` is the
+        phase, and the exchange alternates, :func:`~solver.distributed.halo.in_place_plans`)."""
+        return len(self._flat) == 1
+
     def target(self) -> Any:
-        """Flat device view of the copy the running step writes."""
-        return self._flat[1 - self.state.current]
+        """Flat device view of the copy the running step writes (in place: the copy)."""
+        return self._flat[0 if self.in_place else 1 - self.state.current]
 
     def current(self) -> Any:
-        """Flat device view of the latest copy."""
-        return self._flat[self.state.current]
+        """Flat device view of the latest copy (in place: the copy, in its phase's layout)."""
+        return self._flat[0 if self.in_place else self.state.current]
 
     def device_index(self, index: np.ndarray) -> Any:
         """XYZ flat indices ``(tile q + i) a^d + node`` as device indices into the flat copies
@@ -292,7 +305,7 @@ class CupyPhases:
 
     def finish(self) -> None:
         """Order the next step after this one on both streams (see the module docstring);
-        swap the copies."""
+        swap the copies (in place: flip the phase)."""
         self._compute.wait_event(self._boundary)
         self.state.current = 1 - self.state.current
         self._step_done.record(self._compute)
@@ -319,6 +332,8 @@ class CupyPhases:
         steps, an even number, so the copies end where they began); nothing runs. Raises if
         the capture fails; the streams are then out of capture and the copies unchanged."""
         current, compute = self.state.current, self._compute
+        if self.in_place:
+            self._load_phase_kernels()
         self._join()  # nothing captured may overtake the plain steps queued before
         compute.begin_capture()
         try:
@@ -342,6 +357,27 @@ class CupyPhases:
             raise RuntimeError("A captured graph must hold an even number of steps.")
         graph.upload(compute)  # instantiate now: a failure here still means "no graphs"
         return graph
+
+    def _load_phase_kernels(self) -> None:
+        """Compile and load both phases' kernels (in place) before a capture, which cannot
+        load a module: the plain steps before it may have run one phase only."""
+        from .device import compile_kernel
+
+        variants = getattr(self.state, "variants", None)
+        if variants is not None:  # a CompactRun
+            for variant in variants:
+                compile_kernel(variant)
+                self.state.loaded.add(variant.name)
+            return
+        current, tpb = self.state.current, self.state.problem.tiles_per_block
+        try:
+            for phase in (0, 1):  # the tiled launches are resolved per range and phase
+                self.state.current = phase
+                for first, end in self._ranges:
+                    if end > first:  # resolves (compiles, loads, caches) the launch only
+                        self.state.entry("full", tpb, (first, end))
+        finally:
+            self.state.current = current
 
     def _rearm(self) -> None:
         """Record the step events outside any capture: events last recorded inside one stand
