@@ -49,7 +49,7 @@ from .simulation import Simulation
 from .slice_frames import plane_axes, save_slice_png
 from .stability import DivergenceError, check_stability
 from .vessel import opening_columns, opening_row
-from .vessel_setup import case_setup
+from .vessel_setup import backend_name, case_setup
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
            "RunOutcome", "HeadlessRun", "memory_required"]
@@ -481,12 +481,7 @@ class HeadlessRun:
 
 def _backend_name(case: Case, backend: Any) -> str:
     """The name of the backend a run will use ('numpy' or 'cupy'), for its cost estimate."""
-    name = getattr(backend, "name", None) or backend or case.config.backend
-    if name == "auto":
-        from .backends import gpu_available
-
-        name = "cupy" if gpu_available()[0] else "numpy"
-    return str(name)
+    return backend_name(case.config, getattr(backend, "name", None) or backend)
 
 
 def _next(step: int, interval: int) -> int:

@@ -20,7 +20,7 @@ from .lattice_parameters import MACH_TARGET, LatticeChoice, choose_lattice, dema
 from .opening_specs import parse_opening_specs, resolve_openings, specs_by_id
 from .values import ConfigError
 
-__all__ = ["vessel_setup", "case_setup", "case_lattice"]
+__all__ = ["vessel_setup", "case_setup", "case_lattice", "backend_name"]
 
 
 def _positive(value: Any, name: str, unit: str) -> float:
@@ -33,6 +33,17 @@ def _positive(value: Any, name: str, unit: str) -> float:
                           + (" (blood is about 3.3e-6 m^2/s, water 1.0e-6)."
                              if name == "viscosity" else "."))
     return number
+
+
+def backend_name(config: SimulationConfig, backend: str | None = None) -> str:
+    """The backend a run of ``config`` will use ('numpy' or 'cupy'; 'auto' resolved), for
+    pricing its steps."""
+    name = backend or config.backend
+    if name == "auto":
+        from .backends import gpu_available
+
+        name = "cupy" if gpu_available()[0] else "numpy"
+    return str(name)
 
 
 def _choice(specs: list[dict], geometry: Any, viscosity: float, density: float,
@@ -59,7 +70,7 @@ def vessel_setup(geometry: Any, openings: list[dict], *, viscosity: float,
     expected peak stays at ``mach_target``; given: kept, with a warning in the report when it
     breaks the target. ``config`` (default a new SimulationConfig) gets ``tau`` and
     ``openings`` set in place; ``backend`` ('numpy' | 'cupy', default the config's) prices the
-    cost. Returns the config and the :class:`LatticeChoice` (``report.text()`` says it all).
+    steps. Returns the config and the :class:`LatticeChoice` (``report.text()`` says it all).
     """
     viscosity = _positive(viscosity, "viscosity", "m^2/s")
     density = _positive(density, "density", "kg/m^3")
@@ -74,9 +85,8 @@ def vessel_setup(geometry: Any, openings: list[dict], *, viscosity: float,
                           "detected (e.g. samples.load_sample(..., openings='auto')).")
     config = SimulationConfig() if config is None else config
     specs = specs_by_id(parse_opening_specs(list(openings), source), geometry, source)
-    name = backend or (config.backend if config.backend != "auto" else "numpy")
-    choice = _choice(specs, geometry, viscosity, density, tau, mach_target, name,
-                     config.precision)
+    choice = _choice(specs, geometry, viscosity, density, tau, mach_target,
+                     backend_name(config, backend), config.precision)
     if choice.peak <= 0 and not any(config.body_force):
         raise ConfigError(f"{source}: nothing drives the flow: give a velocity opening a "
                           "flow_rate (m^3/s) or mean_speed (m/s), or two pressure openings "
