@@ -35,7 +35,7 @@ from .values import ConfigError, is_number
 from .windkessel import WindkesselCoupling, parse_windkessel
 
 __all__ = ["SPEC_KEYS", "parse_opening_specs", "resolve_openings", "nearest_opening",
-           "case_units", "specs_by_id", "case_lattice", "case_coupling"]
+           "case_units", "specs_by_id", "case_coupling"]
 
 #: Largest relative density change a pressure opening may ask for (weakly compressible LBM).
 MAX_DENSITY_CHANGE = 0.1
@@ -148,20 +148,6 @@ def specs_by_id(specs: list[dict], geometry: Any, source: str = "case") -> list[
         seen.add(oid)
         out.append({**{k: v for k, v in entry.items() if k != "at"}, "id": oid})
     return out
-
-
-def case_lattice(case: Any, geometry: Any, backend: str = "numpy") -> Any:
-    """The lattice parameters of a case driven through its openings in SI
-    (:class:`solver.lattice_parameters.LatticeChoice`): tau chosen where the case gives none,
-    the case's own tau judged otherwise; None without SI openings, viscosity or voxel size."""
-    from .lattice_parameters import choose_lattice, demand_of_specs
-
-    if not (case.openings and case.run.viscosity and getattr(geometry, "voxel_size", None)):
-        return None
-    specs = specs_by_id(case.openings, geometry, str(case.path or case.name))
-    demand = demand_of_specs(specs, geometry, case.run.viscosity, case.run.density)
-    return choose_lattice(demand, tau=case.config.tau if case.tau_given else None,
-                          backend=backend, precision=case.config.precision)
 
 
 def resolve_openings(specs: list[dict], geometry: Any, units: UnitSystem | None,

@@ -41,7 +41,7 @@ from .io import (
 )
 from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
-from .opening_specs import case_coupling, case_lattice, case_units, resolve_openings
+from .opening_specs import case_coupling, case_units
 from .probes import ProbeSet, line_columns, line_rows, probe_columns, probe_row
 from .problem import GeometryLike, as_geometry
 from .pulsatile import PulsatileDriver, cycle_monitor
@@ -49,6 +49,7 @@ from .simulation import Simulation
 from .slice_frames import plane_axes, save_slice_png
 from .stability import DivergenceError, check_stability
 from .vessel import opening_columns, opening_row
+from .vessel_setup import backend_name, case_setup
 
 __all__ = ["EXIT_OK", "EXIT_INVALID", "EXIT_DIVERGED", "EXIT_INTERRUPTED", "CSV_COLUMNS",
            "RunOutcome", "HeadlessRun", "memory_required"]
@@ -122,16 +123,13 @@ class HeadlessRun:
                                     else load_geometry(case.geometry))
         self.voxel_size = self.geometry.voxel_size
         # SI in, lattice parameters out: tau chosen (or the given one judged) before the units.
-        self.lattice_choice = case_lattice(case, self.geometry, _backend_name(case, backend))
+        # The SI entries become lattice units on this geometry's openings (solver.vessel_setup,
+        # the Python API's own function).
+        self.lattice_choice = case_setup(case, self.geometry, _backend_name(case, backend))
         if self.lattice_choice is not None:
-            case.config.tau = self.lattice_choice.tau
             for warning in self.lattice_choice.warnings:
                 log.warning(warning)
         self.units = case_units(case, self.voxel_size)
-        if case.openings:  # SI entries -> lattice units, on this geometry's openings
-            case.config.openings = resolve_openings(
-                case.openings, self.geometry, self.units, case.config.initial_density,
-                str(case.path or case.name))
         solid = np.asarray(self.geometry.solid)
         # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
         precheck_memory(solid, case.config, backend or case.config.backend).check()
@@ -483,12 +481,7 @@ class HeadlessRun:
 
 def _backend_name(case: Case, backend: Any) -> str:
     """The name of the backend a run will use ('numpy' or 'cupy'), for its cost estimate."""
-    name = getattr(backend, "name", None) or backend or case.config.backend
-    if name == "auto":
-        from .backends import gpu_available
-
-        name = "cupy" if gpu_available()[0] else "numpy"
-    return str(name)
+    return backend_name(case.config, getattr(backend, "name", None) or backend)
 
 
 def _next(step: int, interval: int) -> int:

@@ -178,7 +178,7 @@ def _setup(kind: str, reynolds: float, d: int, size: str, backend: str):
 def cost(size: str = "full", backend: str = "cupy") -> list[dict]:
     """Per run of ``size``: tau, expected Mach, steps per flow-through, the step limit, fluid
     nodes and fluid-node updates at that limit (what the lattice parameters report)."""
-    from ..opening_specs import case_lattice
+    from ..vessel_setup import case_lattice
 
     rows = []
     for kind in ("stenosis", "expansion"):

@@ -157,16 +157,14 @@ def tube_case(size: str, backend: str, name: str) -> list[CaseResult]:
 def bifurcation_balance(backend: str = "numpy", max_steps: int = 20000) -> tuple[float, int]:
     """Mass balance (net / inflow) of the shipped bifurcation at steady state, and steps."""
     from ..case import load_case, load_geometry
-    from ..opening_specs import case_units, resolve_openings
     from ..vessel import mass_balance
+    from ..vessel_setup import case_setup
 
     case = load_case(Path(__file__).resolve().parents[2] / "examples/vessel_bifurcation.yaml")
     geometry = load_geometry(case.geometry)
     config = case.config
     config.backend = backend
-    config.openings = resolve_openings(case.openings, geometry,
-                                       case_units(case, geometry.voxel_size),
-                                       config.initial_density)
+    case_setup(case, geometry, backend)
     sim = Simulation(geometry, config)
     steady(sim, 200, max_steps)
     return mass_balance(sim.opening_flows()), sim.time_step

@@ -24,9 +24,9 @@ from solver.lattice_parameters import (
     peak_speed,
 )
 from solver.opening_kinds import opening_conditions
-from solver.opening_specs import case_lattice
 from solver.units import SOUND_SPEED
 from solver.values import MAX_MACH, ConfigError, mean_speed_limit
+from solver.vessel_setup import case_lattice
 
 
 def stenosed_tube(area_fraction: float, length: int = 48, radius: float = 7.0,
