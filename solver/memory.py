@@ -135,9 +135,19 @@ class _PackedTiles:
     n_fluid: int
 
     @property
+    def ndim(self) -> int:
+        """Dimensions of the box."""
+        return len(self.shape)
+
+    @property
+    def eta_t(self) -> float:
+        """Fluid share of the tiled nodes: 1, as packed as tiles can be."""
+        return 1.0
+
+    @property
     def nodes_per_tile(self) -> int:
         """Nodes per tile, a**d."""
-        return self.a ** len(self.shape)
+        return self.a ** self.ndim
 
     @property
     def n_tiles(self) -> int:

@@ -205,3 +205,28 @@ def test_a_case_that_cannot_fit_even_perfectly_tiled_is_refused_before_tiling(
                  "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"({bound} bytes)" in err and f"({bound // 2} bytes) free" in err
+
+
+@pytest.mark.parametrize("tile_storage", ["auto", "tiled", "compact"])
+def test_the_gpu_precheck_plans_the_packed_bound(tile_storage):
+    """The mask-only bound a run is prechecked with goes through the GPU footprint and its
+    execution plan (found on the GPU: every CuPy run raised AttributeError 'ndim' before it
+    was built, the plan now asking the tiling for its dimensions)."""
+    from solver.backends.cuda.footprint import device_bytes
+    from solver.memory import precheck_memory
+
+    class GpuSized:
+        name = "cupy"
+
+        def memory_required(self, problem: Problem) -> int:
+            return device_bytes(problem)
+
+        def free_memory(self) -> int:
+            return 80 * 2**30
+
+    solid = np.zeros((32, 32, 32), dtype=bool)
+    solid[:8] = True
+    config = SimulationConfig(backend="numpy", precision="float32", tile_storage=tile_storage)
+    verdict = precheck_memory(solid, config, GpuSized())
+    tiled = 2 * 19 * 4 * 24 * 32 * 32  # the fluid nodes' two float32 copies of D3Q19
+    assert tiled * 0.5 < verdict.required < tiled * 3
