@@ -29,13 +29,20 @@ from panel.pane.vtk.vtk import VTKRenderWindowSynchronized
 
 from solver.coarse_flow import COARSE_FIELDS
 from solver.flow_fields import FIELDS
+from solver.flow_meshes import (
+    SEED_SOURCES,
+    auto_level,
+    coarse_grid,
+    isosurface,
+    seed_points,
+    streamlines,
+)
 from solver.opening_kinds import OPENING_TYPES, opening_kind
 
 from ..controller import Controller
 from ..openings import opening_groups
 from ..recording import SceneRecorder
 from .field_units import field_si
-from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_points, streamlines
 from .slice_view import colour_range
 
 __all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
@@ -405,7 +412,7 @@ class Scene3D(pn.viewable.Viewer):
 
     def _level(self, flow) -> float:
         """The isosurface level in lattice units: the SI input over the field's factor, or
-        :func:`~app.views.flow3d.auto_level` for 0."""
+        :func:`~solver.flow_meshes.auto_level` for 0."""
         level = float(self.iso_level.value or 0.0)
         if level == 0.0:
             return auto_level(flow.scalar, flow.name)
