@@ -224,7 +224,8 @@ def serialisation(solid: np.ndarray, lines, surface, repeats: int) -> dict | Non
     try:
         import pyvista as pv
 
-        from app.views.scene3d import FlowSyncVTK, _servable, solid_surface
+        from app.views.scene3d import FlowSyncVTK, _servable
+        from solver.scene_frames import solid_surface
     except ImportError:
         return None
     plotter = pv.Plotter(off_screen=True, window_size=(640, 480))

@@ -147,3 +147,58 @@ def test_a_new_3d_flow_reaches_the_browser_within_a_second(page):
                     "a time limit needs a machine that is not overloaded")
     assert float(np.median([delay for _, delay in delays])) <= 1.0, \
         f"3D flow updates took {delays} s from the runner to the browser"
+
+
+def orange_pixels(pixels: np.ndarray) -> int:
+    """Pixels near the isosurface's colour (#f59e0b, 60 % opaque over the scene)."""
+    return int((np.abs(pixels.astype(int) - (240, 160, 40)).sum(axis=2) < 90).sum())
+
+
+def views_follow_the_new_run(page, before_steps: int, what: str) -> None:
+    """The run restarted from rest (``before_steps`` was the old run's step), its probes and
+    line read it, and the 3D view draws its streamlines and isosurface again."""
+    wait_until(lambda: 0 < steps(page) < before_steps, 60, f"the run of {what} to step")
+    wait_until(lambda: 0 < probe_step(page) < before_steps, 60, f"probe readings of {what}")
+    assert "2 probes, 1 lines" in page.locator(".probe-step").first.text_content()
+    boxes = page.locator(".flow3d-controls input[type=checkbox]")
+    assert boxes.nth(0).is_checked() and boxes.nth(1).is_checked()
+    wait_until(lambda: blue_pixels(pixels := scene_pixels(page)) > 200
+               and orange_pixels(pixels) > 200, 60,
+               f"streamlines and the isosurface of {what}", interval=2)
+
+
+def test_the_flow_views_survive_apply_and_a_new_geometry(page):
+    """Issue 30 item 7: with probes, a line, streamlines and an isosurface on (the tests
+    above), Apply settings and a second built-in geometry (the shipped 48^3 TIFF pack, whose
+    box the probes still fit) restart the run, and every view follows the new run."""
+    boxes = page.locator(".flow3d-controls input[type=checkbox]")
+    if not (boxes.nth(0).is_checked() and boxes.nth(1).is_checked()):  # run alone
+        page.get_by_placeholder(re.compile(r"^10 10 10; ")).fill("12 24 24; 36 24 24")
+        page.get_by_placeholder(re.compile(r"^10 10 10 -> ")).fill("24 0 24 -> 24 47 24")
+        page.get_by_role("button", name="Set probes").click()
+        for k in (0, 1):
+            boxes.nth(k).check()
+    wait_until(lambda: steps(page) > 20, 60, "the run to go on")
+    # 1. Apply settings: the simulation is rebuilt from rest with the settings.
+    before = steps(page)
+    page.get_by_role("button", name=re.compile(r"^Apply settings")).click()
+    page.locator(".run-button", has_text="Start").first.click()  # if the rebuild paused it
+    views_follow_the_new_run(page, before, "the applied settings")
+    # 2. A new geometry: the shipped sphere-pack sample, used from the Geometry tab.
+    before = max(steps(page), 2)
+    page.get_by_text("Geometry", exact=True).click()
+    page.get_by_role("button", name="Sample").click()
+    page.locator("select").filter(
+        has=page.locator("option", has_text="sphere_pack_48.tif")).first.select_option(
+        "sphere_pack_48.tif")
+    page.get_by_role("button", name="Preview").click()
+    use = page.get_by_role("button", name="Use this geometry")
+    wait_until(lambda: use.is_enabled(), 60, "the sample's preview")
+    use.click()
+    page.get_by_text(re.compile("Simulating")).first.wait_for()
+    page.get_by_text("Flow", exact=True).click()
+    page.locator(".run-button", has_text="Start").first.click()
+    views_follow_the_new_run(page, before, "the new geometry")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "flow-views-new-geometry.png"))
+    assert page.errors == [], f"console errors: {page.errors}"
