@@ -88,3 +88,20 @@ def test_frames_3d_needs_a_3d_geometry_and_known_keys(tmp_path):
     data["frames"] = {"views": ["3d"]}
     with pytest.raises(CaseError, match="3D geometry"):
         HeadlessRun(parse_case(data, tmp_path), tmp_path / "out")
+
+
+def test_the_frames_option_of_the_command_line(tmp_path, capsys):
+    from solver.__main__ import main
+
+    data = _case(tmp_path, None)
+    del data["frames"]
+    data["run"]["max_steps"] = 30
+    (tmp_path / "ch.yaml").write_text(yaml.safe_dump(data))
+    code = main(["run", str(tmp_path / "ch.yaml"), "--quiet", "--output", str(tmp_path / "o"),
+                 "--frames", "every: 30, views: [3d], streamlines: 10, index: 5"])
+    assert code == 0
+    assert [p.name for p in (tmp_path / "o" / "frames").iterdir()] == [
+        "scene_umag_z5_00000030.png"]
+    code = main(["run", str(tmp_path / "ch.yaml"), "--quiet", "--output", str(tmp_path / "p"),
+                 "--frames", "every: 30, views: [3d"])
+    assert code == 2 and "--frames" in capsys.readouterr().err
