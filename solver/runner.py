@@ -265,7 +265,10 @@ class SimulationRunner(RunnerCommands):
         was_running = self._running and keep_flow
         self._running, self._status, self._message = False, "starting", "Building the simulation"
         self._steady_seen = False
-        self._emit({})
+        # The old run's coarse flow goes with it: the new one is read at the first publish
+        # (kept until its next period, the 3D view drew the old streamlines on a new geometry).
+        self._flow3d_read = -math.inf
+        self._emit({"flow3d": None})
         # Host-side construction validates the configuration and tiles the geometry; a failure
         # here leaves the current simulation untouched.
         freed = 0 if old is None else old.backend.memory_required(old.problem)
