@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import time
 
 import numpy as np
 import pytest
@@ -169,8 +170,14 @@ def test_a_reset_or_a_new_geometry_never_shows_the_old_runs_coarse_flow():
         other = solid.copy()
         other[3:5, 2:5, 2:4] = True  # another geometry in the same box
         runner.load_geometry(other, None)
+        start_read = time.time()
         snap = runner.wait_for(lambda s: s.step == 0 and s.status == "paused", 60)
         assert snap.flow3d is not None and snap.flow3d.step == 0
         assert not snap.flow3d.fluid[3, 3, 2]  # the new geometry's solid
+        # The flow at rest has no streamlines: the next one comes a second into the run, not
+        # a whole period (here 10 minutes) later.
+        runner.start()
+        snap = runner.wait_for(lambda s: s.flow3d is not None and s.flow3d.step > 0, 30)
+        assert snap.flow3d.read_at - start_read < 30
     finally:
         runner.stop()
