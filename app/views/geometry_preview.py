@@ -39,6 +39,7 @@ class PreviewView(pn.viewable.Viewer):
 #: dropped the oldest, a plot's (regl "context lost"), after a new geometry.
 CANVAS = {"plot.output_backend": "canvas"}
 
+
 def preview_image(preview: GeometryPreview | None) -> hv.Element:
     """The preview's mid-slice (solid dark) with its openings labelled (id and size)."""
     cut = np.zeros((2, 2)) if preview is None else preview.mid_slice.astype(float)
