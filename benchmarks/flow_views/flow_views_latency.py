@@ -26,7 +26,7 @@ everything.
 Usage, from the repository root::
 
     python benchmarks/flow_views/flow_views_latency.py --backend cupy          # GPU, ~2 min
-    python benchmarks/flow_views/flow_views_latency.py --host-from FILE.npz    # host part
+    python benchmarks/flow_views/flow_views_latency.py --host-from FILE.npz --device-from FILE.json
     python benchmarks/flow_views/flow_views_latency.py --backend numpy --small --out /tmp/fv
 
 Writes ``flow-views-<device>-<date>.json``/``.md`` (and the ``.npz`` of the coarse flow) to
@@ -337,10 +337,16 @@ def run_host(args: argparse.Namespace) -> dict:
     case = SMALL if args.small else FULL
     geometry = random_sphere_pack(case.shape, case.porosity, case.diameter, seed=0)
     flow = load_flow(Path(args.host_from))
-    text = (f"Host parts only, on the coarse flow {args.host_from} (step {flow.step}, field "
-            f"{flow.name}, grid {'x'.join(map(str, flow.scalar.shape))}).")
-    return {"meta": _meta(f"host {platform.processor() or platform.machine()}", case, text),
-            "device": None, "host": host_part(flow, geometry)}
+    text = (f"Host parts on the coarse flow {Path(args.host_from).name} (step {flow.step}, "
+            f"field {flow.name}, grid {'x'.join(map(str, flow.scalar.shape))}).")
+    device = None
+    if args.device_from:  # the device part measured where the flow was read
+        found = json.loads(Path(args.device_from).read_text())
+        device = found["device"]
+        text += (f" Device part from {Path(args.device_from).name} ({found['meta']['device']}, "
+                 f"commit {found['meta']['commit']}): {found['meta']['case_text']}")
+    return {"meta": _meta(f"host {platform.machine()}", case, text),
+            "device": device, "host": host_part(flow, geometry)}
 
 
 def _slug(text: str) -> str:
@@ -355,6 +361,8 @@ def main() -> int:
     parser.add_argument("--backend", choices=("cupy", "numpy"), default="cupy")
     parser.add_argument("--small", action="store_true", help="48^3 pack, short phases (CPU)")
     parser.add_argument("--host-from", help="time the host parts on this saved coarse flow")
+    parser.add_argument("--device-from", help="with --host-from: the JSON of the device run "
+                        "that saved it, for one report with the total")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out)
