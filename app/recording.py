@@ -4,11 +4,10 @@ an MP4.
 A :class:`SliceRecorder` keeps a copy of the slice plane (as shown: SI units when the view has
 them) every ``interval_s`` seconds of wall time, at most ``max_frames`` of them (the oldest are
 dropped), and :meth:`SliceRecorder.gif` and :meth:`SliceRecorder.mp4` render them with
-matplotlib (its Pillow writer; its FFmpeg writer with the ffmpeg binary of the imageio-ffmpeg
-wheel, so no system ffmpeg is needed) with one colour range over the whole recording, so
-colours mean the same in every frame. A :class:`SceneRecorder` keeps pictures of the 3D view
-(RGB, rendered off screen by PyVista, so it works headless) the same way and writes them with
-the same writers.
+matplotlib (:mod:`solver.movie`, the writers of the command line's frames too) with one colour
+range over the whole recording, so colours mean the same in every frame. A
+:class:`SceneRecorder` keeps pictures of the 3D view (RGB, rendered off screen by PyVista, so
+it works headless) the same way and writes them with the same writers.
 """
 
 from __future__ import annotations
@@ -20,8 +19,9 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
-from matplotlib.animation import AbstractMovieWriter, FFMpegWriter, PillowWriter
 from matplotlib.figure import Figure
+
+from solver.movie import write_frames, write_pictures
 
 __all__ = ["SliceRecorder", "SceneRecorder", "MAX_FRAMES", "MAX_SCENE_FRAMES"]
 
@@ -61,20 +61,14 @@ class SliceRecorder:
 
     def gif(self, fps: float = 5.0, dpi: int = 80) -> bytes:
         """The frames as an animated GIF (solids grey); ValueError without frames."""
-        return self._movie(PillowWriter(fps=fps), "gif", dpi)
+        return self._movie("gif", fps, dpi)
 
     def mp4(self, fps: float = 5.0, dpi: int = 80) -> bytes:
         """The frames as an H.264 MP4 (solids grey); ValueError without frames."""
-        import imageio_ffmpeg
+        return self._movie("mp4", fps, dpi)
 
-        # The wheel's own ffmpeg: matplotlib looks for one on PATH otherwise.
-        with matplotlib.rc_context({"animation.ffmpeg_path": imageio_ffmpeg.get_ffmpeg_exe()}):
-            # yuv420p: the pixel format every browser and player decodes.
-            return self._movie(FFMpegWriter(fps=fps, codec="h264",
-                                            extra_args=["-pix_fmt", "yuv420p"]), "mp4", dpi)
-
-    def _movie(self, writer: AbstractMovieWriter, suffix: str, dpi: int) -> bytes:
-        """Every frame drawn with one colour range and written by ``writer``; the file's bytes."""
+    def _movie(self, suffix: str, fps: float, dpi: int) -> bytes:
+        """Every frame drawn with one colour range into a ``suffix`` movie; the file's bytes."""
         if not self.frames:
             raise ValueError("Nothing recorded yet: tick 'record slice', let the run go on, "
                              "then download the recording.")
@@ -93,7 +87,8 @@ class SliceRecorder:
             image.set_data(np.ma.masked_invalid(frame[0].T))
             ax.set_title(frame[1], fontsize=9)
 
-        return _write(writer, suffix, figure, dpi, self.frames, draw)
+        return _movie_bytes(suffix, lambda path: write_frames(path, figure, dpi, self.frames,
+                                                              draw, fps))
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -132,49 +127,27 @@ class SceneRecorder:
 
     def gif(self, fps: float = 2.0) -> bytes:
         """The pictures as an animated GIF; ValueError without pictures."""
-        return self._movie(PillowWriter(fps=fps), "gif")
+        return self._movie("gif", fps)
 
     def mp4(self, fps: float = 2.0) -> bytes:
         """The pictures as an H.264 MP4; ValueError without pictures."""
-        import imageio_ffmpeg
+        return self._movie("mp4", fps)
 
-        with matplotlib.rc_context({"animation.ffmpeg_path": imageio_ffmpeg.get_ffmpeg_exe()}):
-            return self._movie(FFMpegWriter(fps=fps, codec="h264",
-                                            extra_args=["-pix_fmt", "yuv420p"]), "mp4")
-
-    def _movie(self, writer: AbstractMovieWriter, suffix: str) -> bytes:
+    def _movie(self, suffix: str, fps: float) -> bytes:
         """Every picture at its own size (one pixel each), its title in a corner."""
         if not self.frames:
             raise ValueError("Nothing recorded yet: tick 'record 3D view', let the run go on, "
                              "then download the recording.")
-        height, width = self.frames[0][0].shape[:2]
-        dpi = 100
-        # Even sizes: H.264 in yuv420p halves both.
-        figure = Figure(figsize=(2 * (width // 2) / dpi, 2 * (height // 2) / dpi), dpi=dpi)
-        ax = figure.add_axes((0.0, 0.0, 1.0, 1.0))
-        ax.set_axis_off()
-        image = ax.imshow(self.frames[0][0], interpolation="nearest")
-        text = ax.text(0.01, 0.99, "", transform=ax.transAxes, va="top", fontsize=9,
-                       color="#1f2a37")
-
-        def draw(frame: tuple[np.ndarray, str]) -> None:
-            image.set_data(frame[0])
-            text.set_text(frame[1])
-
-        return _write(writer, suffix, figure, dpi, self.frames, draw)
+        return _movie_bytes(suffix, lambda path: write_pictures(path, list(self.frames), fps))
 
     def __len__(self) -> int:
         return len(self.frames)
 
 
-def _write(writer: AbstractMovieWriter, suffix: str, figure: Figure, dpi: int, frames,
-           draw) -> bytes:
-    """``draw`` each of ``frames`` on ``figure`` and grab it with ``writer``; the bytes of the
-    file it wrote (to a private temporary folder, never a user's name)."""
+def _movie_bytes(suffix: str, write) -> bytes:
+    """The bytes of the movie ``write(path)`` writes to a ``suffix`` file in a private
+    temporary folder (never a user's name)."""
     with tempfile.TemporaryDirectory(prefix="porous-lbm-movie-") as folder:
         path = Path(folder) / f"recording.{suffix}"
-        with writer.saving(figure, str(path), dpi):
-            for frame in frames:
-                draw(frame)
-                writer.grab_frame()
+        write(path)
         return path.read_bytes()

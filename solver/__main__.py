@@ -94,6 +94,8 @@ def _run(args: argparse.Namespace) -> int:
     under_mpi = launched_size() > 1 and not hasattr(args.backend, "allocate")
     try:
         case = load_case(args.case)
+        if args.frames is not None:
+            case.frames = _frames_option(args.frames)
         from .rock.cli import run_permeability, run_permeability_mpi, settings_for
 
         study = settings_for(case, args.protocol, args.axes, args.max_steps)
@@ -137,6 +139,22 @@ def _run(args: argparse.Namespace) -> int:
               "folder, then resume from its last checkpoint with --resume.", file=sys.stderr)
         return EXIT_OUTPUT
     return _report(run, outcome)
+
+
+def _frames_option(text: str):
+    """The ``--frames`` option: a case's ``frames`` mapping in YAML flow style, braces
+    optional ("every: 200, views: [slice, 3d], movie: gif"); ValueError saying the fix."""
+    import yaml
+
+    from .slice_frames import frame_settings
+
+    text = text.strip()
+    try:
+        spec = yaml.safe_load(text if text.startswith("{") else "{" + text + "}")
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--frames {text!r} is not a mapping; write it as a case's frames, "
+                         "e.g. --frames 'every: 200, views: [slice, 3d], movie: gif'.") from exc
+    return frame_settings(spec, "--frames")
 
 
 def _describe(exc: BaseException) -> str:
@@ -274,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default=None, choices=list(BACKENDS),
                      help="override config.backend")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--frames", default=None, metavar="SPEC",
+                     help="write pictures headless, as a case's frames (replaces them): "
+                          "'every: 200, views: [slice, 3d], movie: gif' (keys: field, axis, "
+                          "index, every, views, movie, fps, streamlines, isosurface, range)")
     run.add_argument("--protocol", default=None, choices=["mirrored", "pressure", "both"],
                      help="measure k by this protocol (solver/rock/protocol.py); overrides "
                           "the case's permeability.protocol")

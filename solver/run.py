@@ -140,6 +140,7 @@ class HeadlessRun:
         self.probes = (case.probes or ProbeSet()).check(np.asarray(self.geometry.solid).shape)
         # Headless slice frames (a case's `frames`): the layer is chosen once, on this geometry.
         self.frames = case.frames
+        self._scene = None  # the 3D view's off-screen picture, made at the first 3D frame
         try:
             self.frame_layer = None if self.frames is None else self.frames.layer(solid)
         except ValueError as exc:
@@ -345,9 +346,10 @@ class HeadlessRun:
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
 
-    def _write_frame(self) -> Path:
-        """frames/<field>_<axis><index>_<step>.png: the case's cut now, in SI when the case
-        gives the units (the picture the app's slice export draws)."""
+    def _write_frame(self) -> list[Path]:
+        """The case's cut now, in SI when the case gives the units: the slice picture the app's
+        slice export draws, frames/<field>_<axis><index>_<step>.png, and the 3D view's picture,
+        frames/scene_<field>_<axis><index>_<step>.png, as the case's views ask."""
         f, sim = self.frames, self.sim
         ndim = sim.solid.ndim
         axis = f.axis if ndim == 3 else 0
@@ -359,12 +361,69 @@ class HeadlessRun:
             label = spec.lattice_label()
         folder = self.out / "frames"
         folder.mkdir(parents=True, exist_ok=True)
-        where = f"{'xyz'[f.axis]}{self.frame_layer}" if ndim == 3 else "xy"
+        where = self._frame_where
         step = sim.time_step
         title = f"{self.case.name}, step {step}, {where[0]} = {where[1:]}" if ndim == 3 else \
             f"{self.case.name}, step {step}"
-        return save_slice_png(folder / f"{f.field}_{where}_{step:08d}.png", plane,
-                              plane_axes(axis, ndim), label, title)
+        written = []
+        if "slice" in f.views:
+            written.append(save_slice_png(folder / f"{f.field}_{where}_{step:08d}.png", plane,
+                                          plane_axes(axis, ndim), label, title, clim=f.clim))
+        if "3d" in f.views:
+            written.append(self._write_scene(folder / f"scene_{f.field}_{where}_{step:08d}.png",
+                                             plane, label, title))
+        return written
+
+    @property
+    def _frame_where(self) -> str:
+        """The cut of the frames in their names: x4, z12 (xy in 2D)."""
+        if self.sim.solid.ndim != 3:
+            return "xy"
+        return f"{'xyz'[self.frames.axis]}{self.frame_layer}"
+
+    def _write_scene(self, path: Path, plane: np.ndarray, label: str, title: str) -> Path:
+        """The 3D view's picture of the run now (solver.scene_frames, off screen): the cut
+        ``plane`` (the frame's units), streamlines and the isosurface from the coarse flow."""
+        from matplotlib.image import imsave
+
+        from .flow_meshes import auto_level, coarse_grid, isosurface, seed_points, streamlines
+        from .scene_frames import ScenePicture, is_vessel
+
+        f, sim = self.frames, self.sim
+        if self._scene is None:  # the solid surface is built once per run
+            self._scene = ScenePicture(self.geometry, label=label)
+        lines = iso = None
+        if f.streamlines or f.isosurface:
+            flow = sim.coarse_flow(f.isosurface or "umag")
+            grid = coarse_grid(flow)
+            if f.streamlines:
+                source = "inlet opening" if is_vessel(self.geometry) else "slice plane"
+                seeds = seed_points(self.geometry, source, f.streamlines, f.axis,
+                                    self.frame_layer, self.probes, sim.config.openings)
+                lines = streamlines(grid, seeds)
+            if f.isosurface:
+                iso = isosurface(grid, auto_level(flow.scalar, flow.name))
+        finite = plane[np.isfinite(plane)]
+        clim = f.clim or (tuple(np.percentile(finite, [1, 99])) if finite.size else (0.0, 1.0))
+        picture = self._scene.render(plane, f.axis, self.frame_layer, clim, lines, iso, title)
+        imsave(path, picture, format="png")
+        return path
+
+    def _write_movies(self) -> list[Path]:
+        """Each view's frames (all of them in the folder, a resumed run's earlier ones too) as
+        one movie beside them, frames/[scene_]<field>_<axis><index>.<gif|mp4>."""
+        f = self.frames
+        if f is None or f.movie is None:
+            return []
+        from .movie import write_pictures
+
+        folder, where, written = self.out / "frames", self._frame_where, []
+        for prefix in [p for view, p in (("slice", ""), ("3d", "scene_")) if view in f.views]:
+            paths = sorted(folder.glob(f"{prefix}{f.field}_{where}_*.png"))
+            if paths:
+                written.append(write_pictures(folder / f"{prefix}{f.field}_{where}.{f.movie}",
+                                              _PngPictures(paths), f.fps))
+        return written
 
     def _probe_logs(self) -> None:
         """probes.csv (a row per output) and lines.csv (a row per line node and output), SI."""
@@ -434,6 +493,12 @@ class HeadlessRun:
                 checkpoint: bool = True) -> RunOutcome:
         if checkpoint:
             self._checkpoint()
+        try:
+            self._write_movies()
+        except (OSError, RuntimeError, ValueError) as exc:  # the run's results stand without
+            log.warning("The frames' movie could not be written: %s", exc)
+        if self._scene is not None:
+            self._scene.close()
         summary = self._summary(status, code, message, time.perf_counter() - t0)
         write_json(self.out / "summary.json", summary)
         self.sim.close()
@@ -477,6 +542,25 @@ class HeadlessRun:
             if summary["u_flow"] is not None:
                 summary["u_flow_m_s"] = summary["u_flow"] * self.voxel_size / dt
         return summary
+
+
+class _PngPictures:
+    """PNG files read as RGB pictures (uint8) one at a time: a long run's frames are never all
+    in memory at once; each with an empty title (the pictures carry theirs)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, k: int) -> tuple[np.ndarray, str]:
+        from matplotlib.image import imread
+
+        if not -len(self.paths) <= k < len(self.paths):
+            raise IndexError(k)
+        rgba = imread(self.paths[k], format="png")
+        return np.round(np.asarray(rgba)[..., :3] * 255).astype(np.uint8), ""
 
 
 def _backend_name(case: Case, backend: Any) -> str:

@@ -50,6 +50,9 @@ __all__ = ["SimulationRunner", "Snapshot", "SliceView", "live_runners", "CHUNK_S
 log = logging.getLogger(__name__)
 
 THREAD_PREFIX = "lbm-runner"
+#: Seconds after a run from rest (a new geometry, a Reset) until its second coarse 3D flow:
+#: the first, at rest, has no streamlines, and the next one is otherwise a whole period away.
+EARLY_FLOW_S = 1.0
 _ids = itertools.count(1)
 
 
@@ -294,7 +297,10 @@ class SimulationRunner(RunnerCommands):
         was_running = self._running and keep_flow
         self._running, self._status, self._message = False, "starting", "Building the simulation"
         self._steady_seen = False
-        self._emit({})
+        # The old run's coarse flow goes with it: the new one is read at the first publish
+        # (kept until its next period, the 3D view drew the old streamlines on a new geometry).
+        self._flow3d_read = -math.inf
+        self._emit({"flow3d": None})
         # Host-side construction validates the configuration and tiles the geometry; a failure
         # here leaves the current simulation untouched.
         freed = 0 if old is None else old.backend.memory_required(old.problem)
@@ -347,6 +353,8 @@ class SimulationRunner(RunnerCommands):
         self._pacer.restart()
         self._rate = (time.perf_counter(), sim.time_step, 0.0)
         self._publish(check=False)
+        if carry is None and self._flow3d is not None:  # streamlines once the flow moves
+            self._flow3d_read = time.monotonic() - self._flow3d[1] + EARLY_FLOW_S
 
     def _new_monitor(self, sim: Simulation) -> RunMonitor:
         """The run monitor of ``sim``: k along the same axis as :meth:`Simulation.permeability`."""

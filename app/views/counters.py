@@ -186,7 +186,10 @@ class CountersView(pn.viewable.Viewer):
             return hv.Curve(data, "step", hv.Dimension(column, label=label)).opts(
                 color=colour, line_width=2, responsive=True, height=190, logy=logy,
                 framewise=True, title=label, show_grid=True, toolbar=None,
-                default_tools=["hover"])
+                default_tools=["hover"],
+                # A canvas, not WebGL: the 3D views' syncs each take a browser context, and
+                # after a new geometry Chromium dropped the plots' (regl "context lost").
+                backend_opts={"plot.output_backend": "canvas"})
         dmap = hv.DynamicMap(curve, streams=[self.buffer])
         return pn.pane.HoloViews(dmap, sizing_mode="stretch_width", height=200)
 

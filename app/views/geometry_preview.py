@@ -35,6 +35,11 @@ class PreviewView(pn.viewable.Viewer):
         return pn.Column(self.alert, pn.Row(self.image, self.info), sizing_mode="stretch_width")
 
 
+#: Drawn on a canvas, not WebGL: the 3D views' syncs each take a browser context, and Chromium
+#: dropped the oldest, a plot's (regl "context lost"), after a new geometry.
+CANVAS = {"plot.output_backend": "canvas"}
+
+
 def preview_image(preview: GeometryPreview | None) -> hv.Element:
     """The preview's mid-slice (solid dark) with its openings labelled (id and size)."""
     cut = np.zeros((2, 2)) if preview is None else preview.mid_slice.astype(float)
@@ -45,7 +50,8 @@ def preview_image(preview: GeometryPreview | None) -> hv.Element:
     image = hv.Image((np.arange(cut.shape[0]), np.arange(cut.shape[1]), cut.T),
                      kdims=list(axes), vdims=["solid"]).opts(
         cmap=["#f4f1ea", "#5b4a36"], clim=(0, 1), data_aspect=1,
-        title=title, toolbar=None, colorbar=False, fontsize={"title": 10})
+        title=title, toolbar=None, colorbar=False, fontsize={"title": 10},
+        backend_opts=CANVAS)
     groups = () if preview is None else preview.groups
     if not groups:
         return image
@@ -60,7 +66,7 @@ def preview_image(preview: GeometryPreview | None) -> hv.Element:
         if chosen:
             overlay = overlay * hv.Labels(chosen, kdims=list(axes), vdims="label").opts(
                 text_font_size="9pt", text_color="#d62728", text_align=align, yoffset=3)
-    return overlay
+    return overlay.opts(backend_opts=CANVAS)
 
 
 def preview_table(p: GeometryPreview | None, memory: str) -> str:

@@ -1,6 +1,7 @@
 """The 3D view: a cutaway of the solid and the current slice plane, rendered by vtk.js.
 
-An off-screen :class:`pyvista.Plotter` holds the scene and :class:`panel.pane.VTK` mirrors it in
+An off-screen :class:`pyvista.Plotter` holds the scene (:mod:`solver.scene_frames`, the same
+scene the command line's 3D frames render) and :class:`panel.pane.VTK` mirrors it in
 the browser. The solid surface is the marching-cubes contour (pyvista ``contour``) of the
 solid mask at 0.5, halfway between solid and fluid nodes where the bounce-back walls sit,
 computed once per geometry (on a coarsened mask for large domains, decimated if still large)
@@ -29,28 +30,45 @@ from panel.pane.vtk.vtk import VTKRenderWindowSynchronized
 
 from solver.coarse_flow import COARSE_FIELDS
 from solver.flow_fields import FIELDS
+from solver.flow_meshes import (
+    SEED_SOURCES,
+    auto_level,
+    coarse_grid,
+    isosurface,
+    seed_points,
+    streamlines,
+)
 from solver.opening_kinds import OPENING_TYPES, opening_kind
+from solver.scene_frames import (
+    BACKGROUND_RGB,
+    MAX_TRIANGLES,
+    SOLID_RGB,
+    VESSEL_OPACITY,
+    add_scene_actors,
+    clip_solid,
+    is_vessel,
+    outline,
+    reset_view,
+    slice_plane,
+    solid_surface,
+    style_solid,
+)
 
 from ..controller import Controller
 from ..openings import opening_groups
 from ..recording import SceneRecorder
 from .field_units import field_si
-from .flow3d import SEED_SOURCES, auto_level, coarse_grid, isosurface, seed_points, streamlines
 from .slice_view import colour_range
 
 __all__ = ["Scene3D", "solid_surface", "is_vessel", "slice_plane", "camera_state", "opening_marks",
            "colour_openings", "discs_by_kind", "add_opening_actors", "colour_bar_html",
-           "flow_info_html"]
+           "flow_info_html",
+           # the shared scene (solver.scene_frames), re-exported for the app's other views
+           "SOLID_RGB", "VESSEL_OPACITY", "MAX_TRIANGLES"]
 
 log = logging.getLogger(__name__)
 
 pv.OFF_SCREEN = True
-SOLID_RGB = "#c9b28f"
-#: A vessel's wall: see-through, so the cut and the flow inside the lumen stay visible.
-VESSEL_RGB = "#d98c8c"
-VESSEL_OPACITY = 0.3
-STREAMLINE_RGB = "#1d4ed8"
-ISO_RGB = "#f59e0b"
 #: Seconds between coarse 3D flows the runner reads, unless the view is given its scene refresh
 #: period (the dashboard's: the flow then comes as often as the scene was synced before). Each
 #: new one goes to the browser at once (within a poll) and stands for that sync: every sync
@@ -58,54 +76,12 @@ ISO_RGB = "#f59e0b"
 #: slow browser fell behind by tens of seconds and Chromium dropped the oldest context, the
 #: plots' (Bokeh's "regl context lost").
 FLOW3D_INTERVAL_S = 10.0
-#: Mask size per axis above which the surface is built from a coarsened mask.
-MAX_SURFACE_EDGE = 96
-#: Triangle count above which the surface is decimated.
-MAX_TRIANGLES = 150_000
 LABEL_RGB = "#1f2a37"
 #: Disc colour per opening kind (the run's applied condition; unlisted = closed): each kind's
 #: own colour (solver/opening_kinds.py).
 KIND_COLOURS = {name: opening_kind(name).colour for name in OPENING_TYPES}
 #: Openings labelled in 3D (the largest first; a rock's face patches can be hundreds).
 MAX_LABELS = 12
-
-
-def is_vessel(geometry) -> bool:
-    """Whether ``geometry`` is read as a vessel: a lumen with openings found on an STL surface
-    (a box face's fluid patches make a porous sample's openings, not a vessel's)."""
-    return any(o.source != "face-patch" for o in getattr(geometry, "openings", ()))
-
-
-def solid_surface(solid: np.ndarray, close_box: bool = True) -> pv.PolyData:
-    """Triangulated solid-fluid interface of a 3D mask, node coordinates (lattice units).
-
-    ``close_box``: close the surface at the box faces (a porous sample's grains cut by the box
-    look solid); False leaves it open there (a vessel: the wall with its openings, without the
-    box of solid around the lumen)."""
-    stride = max(1, int(np.ceil(max(solid.shape) / MAX_SURFACE_EDGE)))
-    coarse = solid[::stride, ::stride, ::stride].astype(np.float32)
-    padded = np.pad(coarse, 1, mode="constant" if close_box else "edge")
-    image = pv.ImageData(dimensions=padded.shape, spacing=(stride,) * 3,
-                         origin=(-stride,) * 3)
-    image.point_data["solid"] = padded.ravel(order="F")
-    surface = image.contour([0.5], scalars="solid")
-    if surface.n_cells > MAX_TRIANGLES:
-        surface = surface.decimate(1.0 - MAX_TRIANGLES / surface.n_cells)
-    return surface
-
-
-def slice_plane(plane: np.ndarray, axis: int, index: int) -> tuple[pv.DataSet, pv.DataSet]:
-    """(fluid cells with scalar 'q', solid cells) of a cut normal to ``axis`` at ``index``."""
-    dims, origin = [1, 1, 1], [0.0, 0.0, 0.0]
-    in_plane = [a for a in range(3) if a != axis]
-    for a, n in zip(in_plane, plane.shape, strict=True):
-        dims[a], origin[a] = n + 1, -0.5
-    origin[axis] = float(index)
-    grid = pv.ImageData(dimensions=dims, origin=origin)
-    values = np.asarray(plane, dtype=float).ravel(order="F")
-    grid.cell_data["q"] = np.nan_to_num(values)
-    solid = np.isnan(values)
-    return grid.extract_cells(np.flatnonzero(~solid)), grid.extract_cells(np.flatnonzero(solid))
 
 
 def opening_marks(geometry) -> tuple[pv.PolyData, pv.PolyData]:
@@ -250,7 +226,7 @@ class Scene3D(pn.viewable.Viewer):
         self._synced_at = -float("inf")  # time.monotonic() of the last flow sync
         self._flow_controls()
         self.plotter = pv.Plotter(off_screen=True, window_size=(640, 480))
-        self.plotter.set_background("#f4f6f8")
+        self.plotter.set_background(BACKGROUND_RGB)
         # A cut through no fluid (a pore one voxel wide elsewhere) or a solid entirely behind
         # the cut leaves an empty mesh; pyvista refuses those unless its theme allows them.
         self.plotter.theme.allow_empty_mesh = True
@@ -405,7 +381,7 @@ class Scene3D(pn.viewable.Viewer):
 
     def _level(self, flow) -> float:
         """The isosurface level in lattice units: the SI input over the field's factor, or
-        :func:`~app.views.flow3d.auto_level` for 0."""
+        :func:`~solver.flow_meshes.auto_level` for 0."""
         level = float(self.iso_level.value or 0.0)
         if level == 0.0:
             return auto_level(flow.scalar, flow.name)
@@ -453,17 +429,14 @@ class Scene3D(pn.viewable.Viewer):
             self._vessel = is_vessel(geometry)
             self._surface = solid_surface(np.asarray(geometry.solid, dtype=bool),
                                           close_box=not self._vessel)
-            self._meshes["outline"].copy_from(pv.Box(
-                bounds=[v for n in geometry.shape for v in (-0.5, n - 0.5)]).outline())
+            self._meshes["outline"].copy_from(outline(geometry.shape))
             self._discs, labels = opening_marks(geometry)
             self._kinds = None
             self._meshes["labels"].copy_from(_servable(labels))
         self._colour_openings()
         index = view.index or 0
-        # Keep the solid behind the plane (below it along the normal) so the cut is visible;
-        # a vessel's see-through wall stays whole, and its cut shows the lumen alone.
-        clipped = self._surface if self._vessel else self._surface.clip(
-            normal=tuple(np.eye(3)[view.axis]), origin=_point(view.axis, index), invert=True)
+        # A vessel's see-through wall stays whole, and its cut shows the lumen alone.
+        clipped = clip_solid(self._surface, self._vessel, view.axis, index)
         self._meshes["solid"].copy_from(_servable(clipped))
         fluid, grains = slice_plane(plane, view.axis, index)
         self._meshes["fluid"].copy_from(fluid)
@@ -483,8 +456,7 @@ class Scene3D(pn.viewable.Viewer):
         if hasattr(self, "colour_bar"):
             self.colour_bar.object = self._bar_text
         if new_geometry:
-            self.plotter.view_isometric()
-            self.plotter.camera.zoom(1.15)
+            reset_view(self.plotter)
             if hasattr(self, "pane"):  # the browser already shows an older geometry
                 self.pane.reset_camera()
                 # The browser re-applies the pane's `camera` (its last own camera) after every
@@ -503,23 +475,11 @@ class Scene3D(pn.viewable.Viewer):
 
     def _style_solid(self) -> None:
         """A vessel's wall see-through and reddish, a porous sample's grains opaque sand."""
-        prop = self._actors["solid"].prop
-        prop.opacity = VESSEL_OPACITY if self._vessel else 1.0
-        prop.color = VESSEL_RGB if self._vessel else SOLID_RGB
+        style_solid(self._actors["solid"], self._vessel)
 
     def _add_actors(self) -> None:
-        add = self.plotter.add_mesh
-        self._actors["solid"] = add(self._meshes["solid"], color=SOLID_RGB, smooth_shading=True,
-                                    specular=0.2)
-        self._actors["grains"] = add(self._meshes["grains"], color=SOLID_RGB)
-        # A range given: pyvista cannot take one from an empty cut; _update sets the real one.
-        self._actors["fluid"] = add(self._meshes["fluid"], scalars="q", cmap="viridis",
-                                    clim=(0.0, 1.0), show_scalar_bar=False)
-        self._actors["outline"] = add(self._meshes["outline"], color="#6b7785", line_width=1)
-        self._actors["streamlines"] = add(self._meshes["streamlines"], color=STREAMLINE_RGB,
-                                          line_width=2)
-        self._actors["iso"] = add(self._meshes["iso"], color=ISO_RGB, opacity=0.6,
-                                  smooth_shading=True)
+        # The scene of the command line's 3D frames (solver.scene_frames), and the openings.
+        self._actors.update(add_scene_actors(self.plotter, self._meshes))
         self._actors.update(add_opening_actors(self.plotter, self._meshes,
                                                self._meshes["labels"]))
 
@@ -598,8 +558,3 @@ def _servable(mesh: pv.PolyData) -> pv.PolyData:
     empty.points = np.zeros((1, 3), dtype=np.float32)
     return empty
 
-
-def _point(axis: int, value: float) -> tuple[float, float, float]:
-    point = [0.0, 0.0, 0.0]
-    point[axis] = value
-    return tuple(point)

@@ -243,7 +243,10 @@ class SlicePlot(pn.viewable.Viewer):
             framewise=True, tools=["hover"],
             toolbar="above", colorbar_opts={"width": 12},
         )
-        return (image * _arrows(data)).opts(framewise=True)
+        # A canvas, not WebGL (as the counters and probes): WebGL contexts the 3D views'
+        # syncs take made Chromium drop the plot's (regl "context lost").
+        return (image * _arrows(data)).opts(framewise=True,
+                                            backend_opts={"plot.output_backend": "canvas"})
 
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(self._controls, self.caption, self._pane, sizing_mode="stretch_width")

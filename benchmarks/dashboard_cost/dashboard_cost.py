@@ -23,8 +23,8 @@
    3D flow with the Q-criterion (``solver.coarse_flow``, what streamlines and an isosurface
    are built from) read every ``VIEWS_INTERVAL_S`` seconds; cost target <= 10 %. Step 1 also
    times one probe sample and one coarse-flow read alone, and, where PyVista is installed,
-   the host build of 60 streamlines and the isosurface from it (``app/views/flow3d.py``,
-   loaded from its file so HoloViews and Panel are not needed).
+   the host build of 60 streamlines and the isosurface from it (``solver/flow_meshes.py``,
+   which needs neither HoloViews nor Panel).
 
 Needs only solver, geometries, numpy and param (plus CuPy for ``--backend cupy``): no Panel,
 HoloViews or PyVista. Writes ``dashboard-cost-<device>-<date>.json`` and ``.md`` to ``--out``
@@ -150,17 +150,12 @@ def three_probes(geometry) -> ProbeSet:
 
 
 def flow3d_module():
-    """app/views/flow3d.py loaded from its file (needs PyVista only), or None without it."""
-    import importlib.util
-
+    """solver/flow_meshes.py (needs PyVista only), or None without PyVista."""
     try:
-        import pyvista  # noqa: F401
+        from solver import flow_meshes
     except ImportError:
         return None
-    spec = importlib.util.spec_from_file_location("flow3d", ROOT / "app" / "views" / "flow3d.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return flow_meshes
 
 
 def mesh_seconds(flow, geometry, module) -> dict:

@@ -147,3 +147,67 @@ def test_a_new_3d_flow_reaches_the_browser_within_a_second(page):
                     "a time limit needs a machine that is not overloaded")
     assert float(np.median([delay for _, delay in delays])) <= 1.0, \
         f"3D flow updates took {delays} s from the runner to the browser"
+
+
+def orange_pixels(pixels: np.ndarray) -> int:
+    """Pixels near the isosurface's colour (#f59e0b, 60 % opaque over the scene)."""
+    return int((np.abs(pixels.astype(int) - (240, 160, 40)).sum(axis=2) < 90).sum())
+
+
+def flow_step(page) -> int:
+    """The step of the coarse flow the 3D view's streamlines and isosurface show, -1 before
+    one."""
+    match = re.search(r'data-step="(-?\d+)"', html.unescape(page.evaluate(FLOW_INFO) or ""))
+    return int(match[1]) if match else -1
+
+
+def views_follow_the_run(page, fresh, what: str) -> None:
+    """The probes, the line and the 3D view's flow show the run after a change (``fresh(step)``:
+    a step of that run), and the 3D view draws its streamlines and isosurface."""
+    wait_until(lambda: fresh(probe_step(page)), 60, f"probe readings of {what}")
+    assert "2 probes, 1 lines" in page.locator(".probe-step").first.text_content()
+    wait_until(lambda: fresh(flow_step(page)), 60, f"the 3D flow of {what}")
+    boxes = page.locator(".flow3d-controls input[type=checkbox]")
+    assert boxes.nth(0).is_checked() and boxes.nth(1).is_checked()
+    wait_until(lambda: blue_pixels(pixels := scene_pixels(page)) > 200
+               and orange_pixels(pixels) > 200, 60,
+               f"streamlines and the isosurface of {what}", interval=1)
+
+
+def test_the_flow_views_survive_apply_and_a_new_geometry(page):
+    """Issue 30 item 7: with probes, a line, streamlines and an isosurface on (the tests
+    above), Apply settings (the run rebuilt, its flow carried over) and a second built-in
+    geometry (the shipped 48^3 TIFF pack, whose box the probes still fit: the run starts from
+    rest) keep every view on the run; the 3D view never shows the old run's flow."""
+    boxes = page.locator(".flow3d-controls input[type=checkbox]")
+    if not (boxes.nth(0).is_checked() and boxes.nth(1).is_checked()):  # run alone
+        page.get_by_placeholder(re.compile(r"^10 10 10; ")).fill("12 24 24; 36 24 24")
+        page.get_by_placeholder(re.compile(r"^10 10 10 -> ")).fill("24 0 24 -> 24 47 24")
+        page.get_by_role("button", name="Set probes").click()
+        for k in (0, 1):
+            boxes.nth(k).check()
+    wait_until(lambda: steps(page) > 20, 60, "the run to go on")
+    # 1. Apply settings: the simulation is rebuilt with the settings, its flow carried over,
+    # and the 3D flow read again at once (not at the next 15 s period).
+    applied = steps(page)
+    page.get_by_role("button", name=re.compile(r"^Apply settings")).click()
+    page.get_by_text("Settings applied").first.wait_for()
+    views_follow_the_run(page, lambda step: step >= applied, "the applied settings")
+    # 2. A new geometry: the shipped sphere-pack sample, used from the Geometry tab.
+    before = steps(page)
+    page.get_by_text("Geometry", exact=True).click()
+    page.get_by_role("button", name="Sample").click()
+    page.locator("select").filter(
+        has=page.locator("option", has_text="sphere_pack_48.tif")).first.select_option(
+        "sphere_pack_48.tif")
+    page.get_by_role("button", name="Preview").click()
+    use = page.get_by_role("button", name="Use this geometry")
+    wait_until(lambda: use.is_enabled(), 60, "the sample's preview")
+    use.click()
+    page.get_by_text("Flow", exact=True).click()
+    # The status says so with the first snapshot of the new run: any reading after is its.
+    page.get_by_text("Loaded sphere_pack_48.tif").first.wait_for()
+    views_follow_the_run(page, lambda step: 0 <= step < before, "the new geometry")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "flow-views-new-geometry.png"))
+    assert page.errors == [], f"console errors: {page.errors}"

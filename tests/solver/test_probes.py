@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import time
 
 import numpy as np
 import pytest
@@ -144,3 +145,39 @@ def test_probes_gathered_with_the_cut_read_what_sampling_alone_reads(health):
         np.testing.assert_array_equal(got.lines["across"][key], profile)
     assert np.isnan(got.probes["wall"]["ux"]) and got.probes["mid"]["ux"] > 0
     sim.close()
+
+
+def test_a_reset_or_a_new_geometry_never_shows_the_old_runs_coarse_flow():
+    """Issue 30 item 7: the snapshot kept the last coarse flow until the next was due (every
+    scene refresh period, 10 s), so after a Reset or a new geometry of the same box the 3D
+    view drew the old run's streamlines over the new one; the new run's flow is read at once."""
+    from solver.runner import SimulationRunner
+
+    solid = np.zeros((8, 7, 6), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    runner = SimulationRunner(solid, SimulationConfig(backend="numpy",
+                                                      body_force=(1e-5, 0, 0)))
+    try:
+        runner.step(10)
+        runner.set_flow3d("umag", interval=600.0)  # read now, then not for 10 minutes
+        snap = runner.wait_for(lambda s: s.flow3d is not None, 60)
+        assert snap.flow3d.step == 10
+        runner.reset()
+        snap = runner.wait_for(lambda s: s.step == 0 and s.status == "paused", 60)
+        assert snap.flow3d is not None and snap.flow3d.step == 0  # the new run's, at rest
+        runner.step(5)
+        runner.wait_for(lambda s: s.step == 5, 60)
+        other = solid.copy()
+        other[3:5, 2:5, 2:4] = True  # another geometry in the same box
+        runner.load_geometry(other, None)
+        start_read = time.time()
+        snap = runner.wait_for(lambda s: s.step == 0 and s.status == "paused", 60)
+        assert snap.flow3d is not None and snap.flow3d.step == 0
+        assert not snap.flow3d.fluid[3, 3, 2]  # the new geometry's solid
+        # The flow at rest has no streamlines: the next one comes a second into the run, not
+        # a whole period (here 10 minutes) later.
+        runner.start()
+        snap = runner.wait_for(lambda s: s.flow3d is not None and s.flow3d.step > 0, 30)
+        assert snap.flow3d.read_at - start_read < 30
+    finally:
+        runner.stop()

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyvista as pv
 
-from solver.opening_kinds import OPENING_KIND_REGISTRY, SPEED, opening_kind
-from solver.probes import line_nodes
+from .opening_kinds import OPENING_KIND_REGISTRY, SPEED, opening_kind
+from .probes import line_nodes
 
 __all__ = ["coarse_grid", "seed_points", "streamlines", "isosurface", "auto_level",
            "SEED_SOURCES"]
