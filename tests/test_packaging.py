@@ -116,6 +116,48 @@ def _modules() -> list[str]:
     return names
 
 
+def _own_module_file(path: Path, node) -> list[Path]:
+    """Files of this repository a module-level ``from ... import`` in ``path`` loads."""
+    if node.level:
+        base = path.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+    elif node.module and node.module.split(".")[0] in OWN_PACKAGES:
+        base = ROOT
+    else:
+        return []
+    target = base.joinpath(*node.module.split(".")) if node.module else base
+    candidates = [target.with_suffix(".py"), target / "__init__.py"]
+    candidates += [target / f"{alias.name}.py" for alias in node.names]
+    return [c for c in candidates if c.exists()]
+
+
+def _needing_optional_imports() -> set[str]:
+    """Files that import an optional package, or load (at module level) a file that does."""
+    import ast
+
+    needing = {f for m in OPTIONAL_IMPORTS for f in third_party_imports().get(m, ())}
+    loads = {}
+    for path in _source_files():
+        tree = ast.parse(path.read_text(), str(path))
+        loads[str(path.relative_to(ROOT))] = {
+            str(f.relative_to(ROOT)) for node in tree.body if isinstance(node, ast.ImportFrom)
+            for f in _own_module_file(path, node)}
+    grown = True
+    while grown:
+        more = {f for f, used in loads.items() if used & needing} - needing
+        needing |= more
+        grown = bool(more)
+    return needing
+
+
+def test_a_module_loading_a_gpu_module_counts_as_needing_the_gpu_extra():
+    needing = _needing_optional_imports()
+    assert "solver/backends/cuda/backend.py" in needing  # imports cupy itself
+    assert "solver/benchmarking/probe_backend.py" in needing  # through cuda.backend
+    assert "solver/backends/plan.py" not in needing
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_every_module_imports_in_a_venv_of_the_declared_dependencies(tmp_path):
@@ -134,7 +176,7 @@ def test_every_module_imports_in_a_venv_of_the_declared_dependencies(tmp_path):
                                     or "No matching distribution" in install.stderr):
         pytest.skip(f"no package index reachable: {install.stderr[-300:]}")
     assert install.returncode == 0, install.stderr[-3000:]
-    optional = {f for m in OPTIONAL_IMPORTS for f in third_party_imports().get(m, ())}
+    optional = _needing_optional_imports()
     modules = [m for m in _modules() if m.replace(".", "/") + ".py" not in optional
                and m.replace(".", "/") + "/__init__.py" not in optional and m != "app.main"]
     script = ("import importlib, sys\nfailed = []\n"
