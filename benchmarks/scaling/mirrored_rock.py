@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from datetime import date
@@ -97,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _mpirun() -> str:
-    """$MPIRUN, else the mpirun next to this Python, else the one on PATH."""
-    local = Path(sys.executable).parent / "mpirun"
-    found = os.environ.get("MPIRUN") or (str(local) if local.exists() else shutil.which("mpirun"))
+    """The mpirun to launch with (:func:`solver.distributed.comm.find_mpirun`)."""
+    from solver.distributed.comm import find_mpirun
+
+    found = find_mpirun()
     if not found:
         raise SystemExit("error: no mpirun found; install `pip install mpi4py mpich`.")
     return found

@@ -59,7 +59,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -229,9 +228,10 @@ def _gpus_visible() -> int:
 
 
 def _mpirun() -> str:
-    """$MPIRUN, else the mpirun next to this Python (PyPI mpich), else the one on PATH."""
-    local = Path(sys.executable).parent / "mpirun"
-    found = os.environ.get("MPIRUN") or (str(local) if local.exists() else shutil.which("mpirun"))
+    """The mpirun to launch with (:func:`solver.distributed.comm.find_mpirun`)."""
+    from solver.distributed.comm import find_mpirun
+
+    found = find_mpirun()
     if not found:
         raise SystemExit("error: no mpirun found; install `pip install mpi4py mpich`.")
     return found

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
 
-__all__ = ["mpi_available", "world", "launched_size", "local_rank", "bind_local_gpu",
+__all__ = ["find_mpirun", "mpi_available", "world", "launched_size", "local_rank", "bind_local_gpu",
            "visible_gpus", "rotated_gpus"]
 
 #: Environment variables in which MPI launchers announce the job size (MPICH/Hydra and PMIx,
@@ -25,6 +27,12 @@ _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
 #: Set by bind_local_gpu to the GPU id it chose, so that a second call does not rotate again.
 _BOUND = "LBM_LOCAL_GPU"
+
+
+def find_mpirun() -> str | None:
+    """$MPIRUN, else the mpirun next to this Python (PyPI mpich's), else the one on PATH."""
+    local = Path(sys.executable).parent / "mpirun"
+    return os.environ.get("MPIRUN") or (str(local) if local.exists() else shutil.which("mpirun"))
 
 
 def mpi_available() -> tuple[bool, str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ from solver.distributed import (
     mpi_available,
     step_together,
 )
+from solver.distributed.comm import find_mpirun
 from solver.distributed.decomposition import cut_layers, layer_counts
 from solver.distributed.halo import HaloPlan, check_plan_covers
 from solver.distributed.stepper import tile_pieces
@@ -245,15 +245,10 @@ def test_launched_size_reads_the_launcher_environment():
 
 
 # -- bitwise equality over MPI -----------------------------------------------------------------
-def _mpirun() -> str | None:
-    local = Path(sys.executable).parent / "mpirun"
-    return str(local) if local.exists() else shutil.which("mpirun")
-
-
 MPI_OK, MPI_WHY = mpi_available()
-needs_mpi = pytest.mark.skipif(not MPI_OK or _mpirun() is None,
+needs_mpi = pytest.mark.skipif(not MPI_OK or find_mpirun() is None,
                                reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else ''}"
-                                      f"{'' if _mpirun() else 'no mpirun on PATH'}")
+                                      f"{'' if find_mpirun() else 'no mpirun on PATH'}")
 
 
 @needs_mpi
@@ -268,7 +263,7 @@ def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis):
     np.save(tmp_path / "f0.npy", f0)
     settings_ = ["precision=float64", "collision=TRT", "tau=0.7", f"body_force={list(FORCE)}",
                  "y_min=wall", "y_max=wall"]
-    cmd = [_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
+    cmd = [find_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
            str(tmp_path / "solid.npy"), "--steps", "12", "--axis", axis,
            "--initial", str(tmp_path / "f0.npy"), "--save", str(tmp_path / "out.npz")]
     for item in settings_:
@@ -311,7 +306,7 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     for n, extra in ((2, ["--max-steps", "20"]),
                      (3, ["--resume", str(tmp_path / "mpi" / "checkpoint.npz")])):
-        cmd = [_mpirun(), "-n", str(n), sys.executable, "-m", "solver", "run", str(path),
+        cmd = [find_mpirun(), "-n", str(n), sys.executable, "-m", "solver", "run", str(path),
                "--output", str(tmp_path / "mpi"), "--quiet", *extra]
         done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=300)

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 
 from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
+from solver.distributed.comm import find_mpirun
 
 from .porous_cases import as_stored, make_problem, noisy_start
-from .test_distributed_gpu import _ROOT_MPIRUN, _mpirun, needs_mpi
+from .test_distributed_gpu import _ROOT_MPIRUN, needs_mpi
 
 pytestmark = pytest.mark.gpu
 
@@ -133,7 +134,7 @@ def test_mpirun_openings_on_cupy_match_one_gpu(tmp_path):
     env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
     script = [sys.executable, "-m", "tests.solver.opening_cases"]
     for cmd in ([*script, str(tmp_path / "one.npz"), "--single", "--backend", "cupy"],
-                [_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
+                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
                  "--backend", "cupy"]):
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=300)
@@ -165,7 +166,7 @@ def test_mpirun_compact_on_cupy_matches_one_gpu(backend, tmp_path):
     f0 = as_stored(problem, noisy_start(problem))
     np.save(tmp_path / "solid.npy", solid)
     np.save(tmp_path / "f0.npy", f0)
-    cmd = [_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed",
+    cmd = [find_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed",
            str(tmp_path / "solid.npy"), "--backend", "cupy", "--transport", "host",
            "--steps", "20", "--initial", str(tmp_path / "f0.npy"),
            "--save", str(tmp_path / "out.npz")]

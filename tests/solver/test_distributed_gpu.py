@@ -16,7 +16,6 @@ check that they did.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from solver.distributed import (
     step_together,
     visible_gpus,
 )
+from solver.distributed.comm import find_mpirun
 from solver.problem import Problem
 
 from .porous_cases import noisy_start
@@ -115,17 +115,11 @@ def test_allocate_refuses_a_rank_local_problem(backend):
         backend.phase_stepper(replace(problem, owned=owned), 2, 7)
 
 
-def _mpirun() -> str | None:
-    """$MPIRUN, else the mpirun next to this Python (PyPI mpich), else the one on PATH."""
-    local = Path(sys.executable).parent / "mpirun"
-    return os.environ.get("MPIRUN") or (str(local) if local.exists() else shutil.which("mpirun"))
-
-
 MPI_OK, MPI_WHY = mpi_available()
 
 
 needs_mpi = pytest.mark.skipif(
-    not MPI_OK or _mpirun() is None,
+    not MPI_OK or find_mpirun() is None,
     reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else 'no mpirun on PATH'}")
 #: Open MPI refuses to start as root unless told to (the lent GPU machines run tests as root).
 _ROOT_MPIRUN = ({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -141,7 +135,7 @@ def _mpirun_distributed(tmp_path, n_ranks: int, settings: dict, *extra: str,
                         steps: tuple[int, ...] = (STEPS,)):
     """``mpirun -n N python -m solver.distributed`` on the porous case (one step() call per
     entry of ``steps``); the finished process."""
-    cmd = [_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
+    cmd = [find_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
            str(tmp_path / "solid.npy"), "--backend", "cupy", "--steps", *map(str, steps),
            "--initial", str(tmp_path / "f0.npy"), "--save", str(tmp_path / "out.npz"), *extra]
     for key, value in settings.items():
@@ -215,7 +209,7 @@ def test_solver_run_under_mpirun_on_cupy_matches_one_process(tmp_path):
     path.write_text(yaml.safe_dump(case))
     python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
-    for launcher, out in (([], "one"), ([_mpirun(), "-n", "2"], "mpi")):
+    for launcher, out in (([], "one"), ([find_mpirun(), "-n", "2"], "mpi")):
         cmd = [*launcher, sys.executable, "-m", "solver", "run", str(path),
                "--output", str(tmp_path / out), "--quiet"]
         done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,

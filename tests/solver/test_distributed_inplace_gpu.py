@@ -28,6 +28,7 @@ import pytest
 
 from solver.config import SimulationConfig
 from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
+from solver.distributed.comm import find_mpirun
 from solver.distributed.exchange import PhasedExchange
 from solver.problem import Problem
 
@@ -38,7 +39,6 @@ from .test_distributed_gpu import (
     NCCL_CALLS,
     REPO,
     SETTINGS,
-    _mpirun,
     config,
     needs_mpi,
     needs_two_gpus,
@@ -135,7 +135,7 @@ def test_loopback_compact_float16_ranks_match_one_gpu_to_float16_rounding(backen
 
 
 def _mpirun_in_place(tmp_path, n_ranks, settings, transport, steps):
-    cmd = [_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
+    cmd = [find_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
            str(tmp_path / "solid.npy"), "--backend", "cupy", "--transport", transport,
            "--steps", *map(str, steps), "--initial", str(tmp_path / "f0.npy"),
            "--save", str(tmp_path / "out.npz"), "--axis", "0"]

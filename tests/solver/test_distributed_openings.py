@@ -5,7 +5,6 @@ bit (NumPy backend), in one process through the loopback exchange and under ``mp
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from solver.backends.numpy_backend import NumpyBackend
 from solver.distributed import LoopbackHub, RankSolver, build_rank, decompose, step_together
+from solver.distributed.comm import find_mpirun
 from solver.distributed.openings import pass_reads
 from solver.simulation import Simulation
 
@@ -77,24 +77,19 @@ def test_halo_carries_outflow_donors_that_no_pull_reads():
     assert not np.isin(wanted, pulled).all()  # the reads add values the pulls do not move
 
 
-def _mpirun() -> str | None:
-    local = Path(sys.executable).parent / "mpirun"
-    return str(local) if local.exists() else shutil.which("mpirun")
-
-
 def test_mpirun_openings_checkpoint_and_resume_match_one_process(tmp_path):
     """``mpirun -n 2``, split across both openings: populations, per-link flux, flow rates,
     mean densities, wall shear stress, a changed outlet density and a resumed run inside the
     soft start (the ranks' step counters restored) equal one process's bit for bit."""
     pytest.importorskip("mpi4py")
-    if _mpirun() is None:
+    if find_mpirun() is None:
         pytest.skip("MPI test skipped: no mpirun on PATH")
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     script = [sys.executable, "-m", "tests.solver.opening_cases"]
     for cmd in ([*script, str(tmp_path / "one.npz"), "--single"],
-                [_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1"]):
+                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1"]):
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]

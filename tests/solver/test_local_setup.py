@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -26,6 +25,7 @@ from solver import observables
 from solver.backends.numpy_backend import NumpyBackend
 from solver.config import SimulationConfig
 from solver.distributed import LoopbackHub, RankSolver, decompose, mpi_available, step_together
+from solver.distributed.comm import find_mpirun
 from solver.distributed.decomposition import layer_counts
 from solver.distributed.local_setup import local_part, rank_layers, slab_tiling, summarize
 from solver.distributed.mirrored import mirrored_config
@@ -42,16 +42,11 @@ from .porous_cases import noisy_start
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _mpirun() -> str | None:
-    local = Path(sys.executable).parent / "mpirun"
-    return str(local) if local.exists() else shutil.which("mpirun")
-
-
 # As tests/solver/test_distributed.py (not imported: it needs hypothesis, the GPU box may not).
 MPI_OK, MPI_WHY = mpi_available()
-needs_mpi = pytest.mark.skipif(not MPI_OK or _mpirun() is None,
+needs_mpi = pytest.mark.skipif(not MPI_OK or find_mpirun() is None,
                                reason=f"MPI test skipped: {MPI_WHY if not MPI_OK else ''}"
-                                      f"{'' if _mpirun() else 'no mpirun on PATH'}")
+                                      f"{'' if find_mpirun() else 'no mpirun on PATH'}")
 
 
 def grains(shape=(26, 15, 22), seed=2) -> GrainRegions:
@@ -161,7 +156,7 @@ def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     lattice = get_lattice("D3Q19")
     kept, _ = keep_connected(VoxelGeometry(source.slab(0, 0, 24)), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
-    cmd = [_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed.mirrored",
+    cmd = [find_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed.mirrored",
            str(tmp_path / "sample.npy"), "--axis", "0", "--steps", "61", "--check", "30",
            "--set", "precision=float64", "--json", str(tmp_path / "out.json")]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")

@@ -9,6 +9,7 @@ import pytest
 
 from solver.__main__ import EXIT_OUTPUT, main
 from solver.case import load_case, load_geometry
+from solver.distributed.comm import find_mpirun
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -77,15 +78,7 @@ def test_sphere_pack_example_summary_has_k_in_si(tmp_path):
         summary["permeability_m2"] / 9.869233e-13 * 1e3)
 
 
-def _mpirun() -> str | None:
-    import shutil
-    import sys
-
-    local = Path(sys.executable).parent / "mpirun"
-    return str(local) if local.exists() else shutil.which("mpirun")
-
-
-@pytest.mark.skipif(_mpirun() is None, reason="no mpirun next to the Python or on PATH")
+@pytest.mark.skipif(find_mpirun() is None, reason="no mpirun next to the Python or on PATH")
 @pytest.mark.parametrize("ranks,per_rank", [(3, [1, 1, 1]), (2, [3, 3])])
 def test_tensor_under_mpirun_one_axis_per_rank_or_each_split_over_ranks(tmp_path, ranks,
                                                                         per_rank):
@@ -103,7 +96,7 @@ def test_tensor_under_mpirun_one_axis_per_rank_or_each_split_over_ranks(tmp_path
     env = dict(os.environ, PYTHONPATH=str(EXAMPLES.parent), OMP_NUM_THREADS="1")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = [_mpirun(), "-n", str(ranks), sys.executable, "-m", "solver", "run", str(path),
+    cmd = [find_mpirun(), "-n", str(ranks), sys.executable, "-m", "solver", "run", str(path),
            "--axes", "all", "--output", str(tmp_path / "mpi")]
     done = subprocess.run(cmd, cwd=EXAMPLES.parent, env=env, capture_output=True, text=True,
                           timeout=600)
@@ -116,7 +109,7 @@ def test_tensor_under_mpirun_one_axis_per_rank_or_each_split_over_ranks(tmp_path
     assert [r["axis"] for r in mpi["runs"]] == ["x", "y", "z"]
 
 
-@pytest.mark.skipif(_mpirun() is None, reason="no mpirun next to the Python or on PATH")
+@pytest.mark.skipif(find_mpirun() is None, reason="no mpirun next to the Python or on PATH")
 def test_a_rank_that_fails_under_mpirun_is_reported_and_no_rank_hangs(tmp_path):
     """z has no connected path: its rank fails, rank 0 says so, every rank exits 2."""
     import os
@@ -138,7 +131,7 @@ def test_a_rank_that_fails_under_mpirun_is_reported_and_no_rank_hangs(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(EXAMPLES.parent), OMP_NUM_THREADS="1")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    done = subprocess.run([_mpirun(), "-n", "3", sys.executable, "-m", "solver", "run",
+    done = subprocess.run([find_mpirun(), "-n", "3", sys.executable, "-m", "solver", "run",
                            str(path), "--output", str(tmp_path / "out")],
                           cwd=EXAMPLES.parent, env=env, capture_output=True, text=True,
                           timeout=300)
