@@ -177,7 +177,7 @@ def views_follow_the_run(page, fresh, what: str) -> None:
 @pytest.mark.xfail(strict=False, reason=(
     "flaky, open (issue 30 item 7): after Apply the probes and the 3D flow follow the run, but "
     "the streamline and isosurface pixels sometimes never come back (clean-clone CI at 67e1030, "
-    "and once locally even with 180 s); passed alone and in 2 of 3 whole-file runs"))
+    "and in 2 of 4 whole-file runs locally, once with 180 s); it passed when run alone"))
 def test_the_flow_views_survive_apply_and_a_new_geometry(page):
     """Issue 30 item 7: with probes, a line, streamlines and an isosurface on (the tests
     above), Apply settings (the run rebuilt, its flow carried over) and a second built-in
