@@ -12,8 +12,8 @@ fast tau) are the single-process protocol's, computed from the summary's porosit
 
 What differs from ``python -m solver run`` with ``permeability:``: the pores not joining the
 two faces are kept (finding them needs the connected components of the whole image; they carry
-no flow at a steady state, so k is the same, they only cost memory and time), the run starts
-from rest (no coarse start), the tile grid sits at the origin, and k is checked every
+no flow at a steady state, so k is the same, they only cost memory and time), the run is
+started at rest (no coarse start), the tile grid sits at the origin, and k is checked every
 ``--check`` steps up to ``--steps`` or the convergence test
 (:class:`solver.monitor.KConvergence`). Rank 0 prints one JSON object (``--json`` writes it):
 k, its history, the plane-flux spread, the set-up and step times and, per rank, the tiles,
