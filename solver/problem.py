@@ -28,7 +28,7 @@ from .storage import Storage, storage_for
 from .streaming import PullTable, build_pull_table
 from .tiling import Tiling
 
-__all__ = ["Problem", "GeometryLike", "ArrayGeometry", "as_geometry"]
+__all__ = ["Problem", "GeometryLike", "ArrayGeometry", "as_geometry", "tile_offset"]
 
 
 @dataclass
@@ -77,11 +77,13 @@ class Problem:
 
     @classmethod
     def from_config(cls, solid: np.ndarray, config: SimulationConfig,
-                    labels: np.ndarray | None = None) -> Problem:
+                    labels: np.ndarray | None = None, tiling: Tiling | None = None) -> Problem:
         """Tile ``solid`` (True = solid, axes (x, y[, z])) and derive the run's constants.
 
         ``labels`` (int, same shape, 0 = no object) names the solid objects that
         ``config.object_velocities`` moves and that :mod:`solver.observables` reports on.
+        ``tiling``: the tiling of ``solid`` with ``config``'s edge and :func:`tile_offset`, made
+        already (e.g. on the GPU, :mod:`solver.backends.cuda.rock_setup`).
         """
         config.check(solid.ndim)
         if labels is not None and np.shape(labels) != solid.shape:
@@ -91,8 +93,11 @@ class Problem:
         if labels is None and any(any(v) for v in objects.values()):
             raise ConfigError("object_velocities moves labelled objects but the geometry has "
                               "no labels; use a VoxelGeometry with `labels` or drop them.")
-        offset = "best" if config.tile_offset == "best" else (0,) * solid.ndim
-        tiling = Tiling.build(solid, config.tile_edge, offset)
+        if tiling is None:
+            tiling = Tiling.build(solid, config.tile_edge, tile_offset(config, solid.ndim))
+        elif tuple(tiling.shape) != tuple(solid.shape):
+            raise ValueError(f"The given tiling covers {tiling.shape}, not the mask's "
+                             f"{solid.shape}.")
         return cls.from_tiling(tiling, config, labels, objects)
 
     @classmethod
@@ -235,6 +240,11 @@ class Problem:
     def bytes_per_fluid_node_step(self) -> int:
         """Minimum bytes moved per fluid node and step, 2 q n_d (paper eq. 10)."""
         return 2 * self.lattice.q * self.storage_dtype.itemsize
+
+
+def tile_offset(config: SimulationConfig, ndim: int) -> str | tuple[int, ...]:
+    """The tile-grid offset ``config`` asks for: 'best' (searched) or the origin."""
+    return "best" if config.tile_offset == "best" else (0,) * ndim
 
 
 # ---------------------------------------------------------------- the geometry it is built from

@@ -180,6 +180,75 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             "device_pool_peak_GB": peak.gigabytes(), "study": summary}
 
 
+def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list[str],
+                  coarse_levels: int, host_too: bool = False) -> dict:
+    """The host set-up of the mirrored tensor of the n³ image alone (no steps), part by part,
+    as :func:`solver.rock.run_study` makes it: the pore labels once, then per axis the pore
+    check, the protocol geometry (mirror, drive), the start levels (coarsening and their pore
+    checks) and the tiling with the host tables of the fine run and of each level. On CuPy
+    the labels and tilings are made on the device (:mod:`solver.backends.cuda.rock_setup`);
+    ``host_too``: also time the first axis's labels and fine tiling on the host (the parts
+    the device took over), and check that they are the same."""
+    from solver.rock import measure as rock_measure
+    from solver.rock.protocol import checked_sample, sample_labels, setup_protocol
+
+    tic = time.perf_counter()
+    sample = image(n, voxel_size)
+    out: dict = {"size": n, "image_seconds": time.perf_counter() - tic, "axes": {}}
+    config = SimulationConfig(precision=precision, collision="TRT", streaming="in-place")
+    settings = PermeabilitySettings(protocol="mirrored", axes=axes, formation_factor=False,
+                                    coarse_levels=coarse_levels)
+    tic = time.perf_counter()
+    labels = sample_labels(sample, config, backend)
+    out["labels_seconds"] = time.perf_counter() - tic
+    for name in axes:
+        axis, part = "xyz".index(name), {}
+        tic = time.perf_counter()
+        checked = checked_sample(sample, config, axis, labels)
+        part["pore_check"] = time.perf_counter() - tic
+        tic = time.perf_counter()
+        setup = setup_protocol(sample, config, axis, "mirrored", settings, checked)
+        part["protocol_geometry"] = time.perf_counter() - tic
+        tic = time.perf_counter()
+        prepared = rock_measure.prepare_axis(setup, settings, backend)
+        part["prepare_axis"] = time.perf_counter() - tic
+        part.update({f"prepare_{k}": v for k, v in prepared.phases.items()})
+        tiling = prepared.sim.tiling
+        part.update(tiles=int(tiling.n_tiles), eta_t=float(tiling.eta_t),
+                    offset=list(tiling.offset), fluid_nodes=int(tiling.n_fluid),
+                    levels=[list(s.geometry.shape) for s, _ in prepared.levels])
+        if host_too and name == axes[0]:
+            part.update(_host_parts(sample, config, setup, labels, tiling))
+        out["axes"][name] = part
+        log.info("%d^3 set-up along %s: %s", n, name, part)
+        del prepared
+    return out
+
+
+def _host_parts(sample, config, setup, labels, tiling) -> dict:
+    """The first axis's labels and fine tiling made on the host again: seconds, and whether
+    they equal the study's (labels: the same components)."""
+    import numpy as np
+
+    from solver.problem import tile_offset
+    from solver.rock.protocol import sample_labels
+    from solver.tiling import Tiling
+
+    tic = time.perf_counter()
+    host_labels = sample_labels(sample, config)
+    seconds = time.perf_counter() - tic
+    same = bool(np.array_equal(host_labels, labels))
+    del host_labels
+    tic = time.perf_counter()
+    host = Tiling.build(setup.geometry.solid, setup.config.tile_edge,
+                        tile_offset(setup.config, 3))
+    tiling_seconds = time.perf_counter() - tic
+    same_tiles = bool(host.offset == tiling.offset and np.array_equal(host.tiles, tiling.tiles)
+                      and np.array_equal(host.solid, tiling.solid))
+    return {"host_labels_seconds": seconds, "host_labels_identical": same,
+            "host_fine_tiling_seconds": tiling_seconds, "host_tiles_identical": same_tiles}
+
+
 class DevicePeak:
     """The most bytes CuPy's memory pool held at any fine check of a study (a lower bound of
     the device peak: the prolongation's moment, coarse and fine runs together, falls between
@@ -277,6 +346,11 @@ def run(args: argparse.Namespace) -> dict:
     backend = get_backend(args.backend)
     sizes = [16] if args.quick else [*args.sizes, *([args.huge_size] if args.huge else [])]
     rows = []
+    if args.setup_only:
+        n = args.huge_size
+        rows.append(measure_setup(n, CASES.get(n, (5.345e-6,))[0], args.precision, backend,
+                                  args.axes, args.coarse_levels, args.host_too))
+        sizes = []
     for n in sizes:
         huge = args.huge and n == args.huge_size
         voxel, protocol, target = CASES.get(n, (5.345e-6, "mirrored" if huge else "both", None))
@@ -305,7 +379,7 @@ def run(args: argparse.Namespace) -> dict:
         log.info("%d^3 %s: %.1f s %s", n, protocol, row["seconds"], row["phases_s"])
         rows.append(row)
     info = backend.device_info()
-    return {"device": info.get("name"), "backend": backend.name,
+    return {"device": info.get("name"), "backend": backend.name, "setup_only": args.setup_only,
             "date": date.today().isoformat(), "commit": git_commit(),
             "precision": args.precision, "pressure_start": args.pressure_start, "rows": rows,
             "compiles": compiles.summary()}
@@ -317,6 +391,9 @@ def markdown(report: dict) -> str:
            f"commit {report['commit']}, {report['precision']}, pressure start "
            f"{report.get('pressure_start', 'rest')})", ""]
     for row in report["rows"]:
+        if report.get("setup_only"):
+            out += _setup_lines(row)
+            continue
         target = row["target_seconds"]
         if "error" in row:
             out += [f"## {row['size']}³, protocol {row['protocol']}: failed: {row['error']}", ""]
@@ -352,6 +429,30 @@ def markdown(report: dict) -> str:
     return "\n".join(out + _compile_lines(report))
 
 
+def _setup_lines(row: dict) -> list[str]:
+    """The set-up-only report of one image: the labels, then a table of the parts per axis."""
+    out = [f"## {row['size']}³ mirrored tensor, host set-up only (no steps)", "",
+           f"Image generated in {row['image_seconds']:.1f} s (outside the study); pore labels "
+           f"(once per sample): {row['labels_seconds']:.2f} s", ""]
+    names = [k for k, v in next(iter(row["axes"].values())).items()
+             if k.endswith("_seconds") or k in ("pore_check", "protocol_geometry")
+             or k.startswith("prepare")]
+    out += ["| axis | " + " | ".join(names) + " | tiles | eta_t |",
+            "|---|" + "---|" * (len(names) + 2)]
+    for axis, part in row["axes"].items():
+        out.append(f"| {axis} | " + " | ".join(f"{part[k]:.2f}" if k in part else "-"
+                                                 for k in names)
+                   + f" | {part['tiles']} | {part['eta_t']:.3f} |")
+    first = next(iter(row["axes"].values()))
+    if "host_labels_seconds" in first:
+        out += ["", f"On the host (first axis): labels {first['host_labels_seconds']:.2f} s "
+                f"(identical: {first['host_labels_identical']}), fine tiling "
+                f"{first['host_fine_tiling_seconds']:.2f} s (identical tiles: "
+                f"{first['host_tiles_identical']})"]
+    return out + ["", "(seconds; prepare_axis = prepare_tiling + prepare_connectivity: the "
+                  "fine run's tiling and tables, the start levels' coarsening and tiling)", ""]
+
+
 def _compile_lines(report: dict) -> list[str]:
     """The compile table: which kernels were compiled, how often, seconds."""
     c = report.get("compiles") or {}
@@ -369,7 +470,8 @@ def write(report: dict, out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
     sizes = "-".join(str(row["size"]) for row in report["rows"]) + (
-        "-ramp" if report.get("pressure_start") == "ramp" else "")
+        "-ramp" if report.get("pressure_start") == "ramp" else "") + (
+        "-setup" if report.get("setup_only") else "")
     stem = out / f"rock_tensor-{device}-{report['date']}-{sizes}"
     json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
     json_path.write_text(json.dumps(report, indent=2, default=float))
@@ -407,6 +509,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="benchmarks/rock_time_to_answer/results",
                    help="folder for JSON + md")
     p.add_argument("--quick", action="store_true", help="CPU smoke test: one 16³ image")
+    p.add_argument("--setup-only", action="store_true",
+                   help="only the host set-up of the --huge-size image's mirrored runs along "
+                        "--axes, part by part (no steps; :func:`measure_setup`)")
+    p.add_argument("--host-too", action="store_true",
+                   help="with --setup-only: also the first axis's labels and fine tiling on "
+                        "the host, timed and compared")
     args = p.parse_args(argv)
     if args.quick:
         args.backend, args.precision = "numpy", "float64"

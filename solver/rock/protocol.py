@@ -65,11 +65,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from geometries import VoxelGeometry
-from geometries.pores import PoreReport, check_sample, pore_labels
+from geometries.pores import PoreReport, check_sample, connectivity, pore_labels
 from geometries.preprocess import add_buffer, keep_connected, mirror
 
 from ..config import SimulationConfig
@@ -226,10 +227,20 @@ def protocol_values(config: SimulationConfig, axis: int, protocol: str,
     return values, notes
 
 
-def sample_labels(sample: VoxelGeometry, config: SimulationConfig) -> np.ndarray:
+def sample_labels(sample: VoxelGeometry, config: SimulationConfig,
+                  backend: Any = None) -> np.ndarray:
     """The connected pore components of ``sample`` with the lattice's connectivity (int
-    labels), shared by :func:`checked_sample` along every axis."""
-    return pore_labels(sample, get_lattice(config.lattice).c)
+    labels), shared by :func:`checked_sample` along every axis; labelled on the GPU when
+    ``backend`` is CuPy's (:mod:`solver.backends.cuda.rock_setup`: the same components, 31 s
+    of host time at 1000³ before), else on the host."""
+    links = get_lattice(config.lattice).c
+    if getattr(backend, "name", None) == "cupy" and sample.ndim == 3:
+        from ..backends.cuda.rock_setup import device_pore_labels
+
+        labels = device_pore_labels(~sample.solid, connectivity(links, sample.ndim))
+        if labels is not None:
+            return labels
+    return pore_labels(sample, links)
 
 
 def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, protocol: str,
