@@ -78,7 +78,8 @@ from ..lattice import CS2, get_lattice
 from ..monitor import K_WINDOW
 from .settings import AXIS_NAMES, PermeabilitySettings
 
-__all__ = ["PROTOCOLS", "ProtocolSetup", "checked_sample", "sample_labels", "setup_protocol",
+__all__ = ["PROTOCOLS", "PoreLabels", "ProtocolSetup", "checked_sample", "sample_labels",
+           "setup_protocol",
            "protocol_values", "driving_gradient", "pore_drive", "estimate_k", "kozeny_carman",
            "estimated_steps", "steps_for", "choose_fast_tau", "fast_tau_for"]
 
@@ -187,18 +188,27 @@ def steps_for(k_est: float, porosity: float, nu: float, length: int) -> int:
     return int(math.ceil((diffusion + K_WINDOW) / 100) * 100)
 
 
+@dataclass(frozen=True)
+class PoreLabels:
+    """The connected pore components of a sample (int labels, 0 = solid), labelled once for
+    every axis (:func:`sample_labels`), and the voxels of each label (``np.bincount``)."""
+
+    components: np.ndarray
+    sizes: np.ndarray
+
+
 def checked_sample(sample: VoxelGeometry, config: SimulationConfig, axis: int,
-                   components: np.ndarray | None = None) -> tuple[PoreReport, VoxelGeometry]:
+                   labels: PoreLabels | None = None) -> tuple[PoreReport, VoxelGeometry]:
     """The pore report of ``sample`` along ``axis`` (refusing a sample without a connected
     path) and the sample with the pores not joining inlet and outlet dropped; the lattice's own
     connectivity. Both protocols of one axis share it (:func:`setup_protocol`'s ``checked``).
-    The pores are labelled once for both (``components``: :func:`sample_labels`, when made
+    The pores are labelled once for both (``labels``: :func:`sample_labels`, when made
     already: the same for every axis; the two labellings were most of this at 400³)."""
     links = get_lattice(config.lattice).c
-    if components is None:
-        components = pore_labels(sample, links)
-    report = check_sample(sample, axis, links, components)
-    kept, _ = keep_connected(sample, axis, links, components)
+    if labels is None:
+        labels = sample_labels(sample, config)
+    report = check_sample(sample, axis, links, labels.components, labels.sizes)
+    kept, _ = keep_connected(sample, axis, links, labels.components)
     return report, kept
 
 
@@ -228,19 +238,21 @@ def protocol_values(config: SimulationConfig, axis: int, protocol: str,
 
 
 def sample_labels(sample: VoxelGeometry, config: SimulationConfig,
-                  backend: Any = None) -> np.ndarray:
-    """The connected pore components of ``sample`` with the lattice's connectivity (int
-    labels), shared by :func:`checked_sample` along every axis; labelled on the GPU when
-    ``backend`` is CuPy's (:mod:`solver.backends.cuda.rock_setup`: the same components, 31 s
-    of host time at 1000³ before), else on the host."""
+                  backend: Any = None) -> PoreLabels:
+    """The connected pore components of ``sample`` with the lattice's connectivity and their
+    sizes, shared by :func:`checked_sample` along every axis; labelled and counted on the GPU
+    when ``backend`` is CuPy's (:mod:`solver.backends.cuda.rock_setup`: the same components;
+    labels and counts were most of the 31 s of host connectivity analysis at 1000³), else on
+    the host."""
     links = get_lattice(config.lattice).c
     if getattr(backend, "name", None) == "cupy" and sample.ndim == 3:
         from ..backends.cuda.rock_setup import device_pore_labels
 
-        labels = device_pore_labels(~sample.solid, connectivity(links, sample.ndim))
-        if labels is not None:
-            return labels
-    return pore_labels(sample, links)
+        made = device_pore_labels(~sample.solid, connectivity(links, sample.ndim))
+        if made is not None:
+            return PoreLabels(*made)
+    components = pore_labels(sample, links)
+    return PoreLabels(components, np.bincount(components.ravel()))
 
 
 def setup_protocol(sample: VoxelGeometry, config: SimulationConfig, axis: int, protocol: str,

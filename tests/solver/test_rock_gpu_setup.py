@@ -92,9 +92,10 @@ def test_device_pore_labels_are_the_host_components():
     pack = random_sphere_pack((40, 36, 30), 0.2, diameter=8, seed=3)
     links = get_lattice("D3Q19").c
     host = pore_labels(pack, links)
-    device = device_pore_labels(~pack.solid, connectivity(links, 3))
+    device, sizes = device_pore_labels(~pack.solid, connectivity(links, 3))
     assert device.dtype == np.int32 and host.max() > 5  # several components to tell apart
     np.testing.assert_array_equal(_partition(device), _partition(host))
+    np.testing.assert_array_equal(sizes, np.bincount(device.ravel()))
 
 
 @pytest.mark.gpu

@@ -39,10 +39,12 @@ log = logging.getLogger(__name__)
 MAX_LABEL_VOXELS = 2**31 - 1
 
 
-def device_pore_labels(fluid: np.ndarray, structure: np.ndarray) -> np.ndarray | None:
+def device_pore_labels(fluid: np.ndarray,
+                       structure: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """int32 labels (0 = solid) of the ``structure``-connected components of ``fluid`` (bool,
-    True = pore), labelled on the GPU; None when the device has not the memory for it or the
-    image has :data:`MAX_LABEL_VOXELS` voxels or more."""
+    True = pore) and the voxels per label (``np.bincount`` of the labels, int64), labelled and
+    counted on the GPU; None when the device has not the memory for it or the image has
+    :data:`MAX_LABEL_VOXELS` voxels or more."""
     if fluid.size >= MAX_LABEL_VOXELS:
         return None
     import cupy
@@ -52,7 +54,8 @@ def device_pore_labels(fluid: np.ndarray, structure: np.ndarray) -> np.ndarray |
         try:
             labels, _ = ndimage.label(cupy.asarray(fluid, dtype=bool),
                                       structure=np.asarray(structure, dtype=bool))
-            return labels.get().astype(np.int32, copy=False)
+            sizes = cupy.bincount(labels.ravel()).get().astype(np.int64, copy=False)
+            return labels.get().astype(np.int32, copy=False), sizes
         except cupy.cuda.memory.OutOfMemoryError:
             log.info("pore labels: no device memory for %d voxels; labelled on the host",
                      fluid.size)
