@@ -181,14 +181,16 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
 
 
 def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list[str],
-                  coarse_levels: int, host_too: bool = False) -> dict:
+                  coarse_levels: int, host_too: bool = False, profile: bool = False) -> dict:
     """The host set-up of the mirrored tensor of the n³ image alone (no steps), part by part,
     as :func:`solver.rock.run_study` makes it: the pore labels once, then per axis the pore
     check, the protocol geometry (mirror, drive), the start levels (coarsening and their pore
     checks) and the tiling with the host tables of the fine run and of each level. On CuPy
     the labels and tilings are made on the device (:mod:`solver.backends.cuda.rock_setup`);
     ``host_too``: also time the first axis's labels and fine tiling on the host (the parts
-    the device took over), and check that they are the same."""
+    the device took over), and check that they are the same; ``profile``: also allocate the
+    first axis's fine run, make its k check and step it once (one check interval, from rest)
+    under cProfile (:func:`_profiled_start`)."""
     from solver.rock import measure as rock_measure
     from solver.rock.protocol import checked_sample, sample_labels, setup_protocol
 
@@ -219,9 +221,51 @@ def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list
                     levels=[list(s.geometry.shape) for s, _ in prepared.levels])
         if host_too and name == axes[0]:
             part.update(_host_parts(sample, config, setup, labels, tiling))
+        if profile and name == axes[0]:
+            part.update(_profiled_start(prepared.sim, setup))
         out["axes"][name] = part
-        log.info("%d^3 set-up along %s: %s", n, name, part)
+        log.info("%d^3 set-up along %s: %s", n, name,
+                 {k: v for k, v in part.items() if not k.endswith("_profile")})
         del prepared
+    return out
+
+
+def _profiled_start(sim, setup) -> dict:
+    """Seconds of the fine run's allocation, its k check's set-up and its first 200 steps
+    (compilation, graph capture; from rest), and the 25 costliest calls of each (cProfile,
+    cumulative seconds): where a study's ``allocation`` and ``compile_first_chunk`` go."""
+    import cProfile
+    import io
+    import pstats
+
+    from solver.rock.check import KCheck
+
+    out: dict = {}
+    check = None
+
+    def allocate():
+        sim.allocate()
+
+    def make_check():
+        nonlocal check
+        check = KCheck(sim, setup.axis, setup.window, None)
+
+    def first_chunk():
+        sim.step(200)
+        check.read()
+
+    for name, task in (("allocate", allocate), ("k_check", make_check),
+                       ("first_chunk", first_chunk)):
+        profile = cProfile.Profile()
+        tic = time.perf_counter()
+        profile.enable()
+        task()
+        profile.disable()
+        out[f"{name}_seconds"] = time.perf_counter() - tic
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
+        out[f"{name}_profile"] = text.getvalue()
+    sim.close()
     return out
 
 
@@ -350,7 +394,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.setup_only:
         n = args.huge_size
         rows.append(measure_setup(n, CASES.get(n, (5.345e-6,))[0], args.precision, backend,
-                                  args.axes, args.coarse_levels, args.host_too))
+                                  args.axes, args.coarse_levels, args.host_too,
+                                  args.profile_start))
         sizes = []
     for n in sizes:
         huge = args.huge and n == args.huge_size
@@ -450,6 +495,13 @@ def _setup_lines(row: dict) -> list[str]:
                 f"(identical: {first['host_labels_identical']}), fine tiling "
                 f"{first['host_fine_tiling_seconds']:.2f} s (identical tiles: "
                 f"{first['host_tiles_identical']})"]
+    if "allocate_seconds" in first:
+        out += ["", "First axis's fine run (from rest, profiled): allocation "
+                f"{first['allocate_seconds']:.2f} s, k check {first['k_check_seconds']:.2f} s, "
+                f"first 200 steps {first['first_chunk_seconds']:.2f} s", ""]
+        for name in ("allocate", "k_check", "first_chunk"):
+            out += [f"<details><summary>cProfile: {name}</summary>", "", "```",
+                    first[f"{name}_profile"].strip(), "```", "", "</details>", ""]
     return out + ["", "(seconds; prepare_axis = prepare_tiling + prepare_connectivity: the "
                   "fine run's tiling and tables, the start levels' coarsening and tiling)", ""]
 
@@ -516,6 +568,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host-too", action="store_true",
                    help="with --setup-only: also the first axis's labels and fine tiling on "
                         "the host, timed and compared")
+    p.add_argument("--profile-start", action="store_true",
+                   help="with --setup-only: also allocate the first axis's fine run and step "
+                        "it 200 steps under cProfile (allocation, k check, first chunk)")
     args = p.parse_args(argv)
     if args.quick:
         args.backend, args.precision = "numpy", "float64"
