@@ -120,3 +120,19 @@ def test_occupancy_of_all_offsets_equals_each_offsets_own(shape, a):
     assert len(every) == a ** len(shape)
     for offset, occupied in every.items():
         assert np.array_equal(occupied, _tile_occupancy(fluid, a, offset))
+
+
+@pytest.mark.parametrize("group", [1, 2, 4, 8, 16, 32])
+def test_mixed_group_fraction_counts_runs_with_both_kinds(group):
+    """The share of mixed runs, read as unsigned words for runs of 1-8 nodes, is the one of
+    the definition (runs holding fluid that also hold a solid node), for every run size."""
+    rng = np.random.default_rng(group)
+    solid = rng.random((20, 18, 16)) < 0.6
+    solid[:8] = True  # whole solid runs as well
+    solid[12:, :9] = False  # and whole fluid ones
+    tiling = Tiling.build(solid, 4, (1, 2, 3))
+    runs = tiling.solid.reshape(tiling.n_tiles, -1, group)
+    fluid = ~runs.all(axis=2)
+    want = int((fluid & runs.any(axis=2)).sum()) / int(fluid.sum())
+    assert (0 < want < 1) if group > 1 else want == 0  # a run of one node is never mixed
+    assert tiling.mixed_group_fraction(group) == want
