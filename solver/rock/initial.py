@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ from ..config import SimulationConfig
 from ..fields import tile_moments
 from ..lattice import get_lattice
 from ..simulation import Simulation
-from .protocol import ProtocolSetup
+from .protocol import ProtocolSetup, sample_labels
 
 __all__ = ["FACTOR", "coarse_setup", "prolongate", "pressure_ramp", "start_from",
            "start_on_device"]
@@ -60,8 +61,10 @@ log = logging.getLogger(__name__)
 FACTOR = 2
 
 
-def coarse_setup(setup: ProtocolSetup) -> ProtocolSetup | None:
-    """The protocol on the geometry coarsened by 2 (None when that no longer percolates)."""
+def coarse_setup(setup: ProtocolSetup, backend: Any = None) -> ProtocolSetup | None:
+    """The protocol on the geometry coarsened by 2 (None when that no longer percolates);
+    its pores labelled on the GPU when ``backend`` is CuPy's (:func:`sample_labels`: 500³
+    voxels for the first level of a 1000³ sample)."""
     shape = setup.geometry.shape
     if any(n % FACTOR or n < 4 * FACTOR for n in shape):
         return None
@@ -78,8 +81,12 @@ def coarse_setup(setup: ProtocolSetup) -> ProtocolSetup | None:
                                        openings=())
     coarse = downsample(geometry, FACTOR)
     coarse.flow_axis = setup.axis
+    components = None
+    if getattr(backend, "name", None) == "cupy":
+        components = sample_labels(coarse, setup.config, backend).components
     try:
-        coarse, _ = keep_connected(coarse, setup.axis, get_lattice(setup.config.lattice).c)
+        coarse, _ = keep_connected(coarse, setup.axis, get_lattice(setup.config.lattice).c,
+                                   components)
     except GeometryError:
         log.info("%s: the coarsened sample does not percolate; starting from rest.", setup.name)
         return None

@@ -110,14 +110,14 @@ class PreparedAxis:
         return self.levels[0][0] if self.levels else None
 
 
-def start_levels(setup: ProtocolSetup, levels: int) -> list[ProtocolSetup]:
+def start_levels(setup: ProtocolSetup, levels: int, backend: Any = None) -> list[ProtocolSetup]:
     """The coarse starts of ``setup``, finest first: the protocol on the sample coarsened by 2,
     then that coarsened by 2 again, ... up to ``levels`` of them (fewer where a level no longer
-    coarsens or percolates, :func:`~solver.rock.initial.coarse_setup`)."""
+    coarsens or percolates, :func:`~solver.rock.initial.coarse_setup`, on ``backend``)."""
     out: list[ProtocolSetup] = []
     current = setup
     while len(out) < levels:
-        current = coarse_setup(current)
+        current = coarse_setup(current, backend)
         if current is None:
             break
         out.append(current)
@@ -141,7 +141,7 @@ def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
     setups: list[ProtocolSetup] = []
     if settings.accelerate and settings.coarse_start:
         with phases.timed("connectivity"):
-            setups = start_levels(setup, settings.coarse_levels)
+            setups = start_levels(setup, settings.coarse_levels, backend)
     levels = []
     for coarse in setups:
         with phases.timed("tiling"):
