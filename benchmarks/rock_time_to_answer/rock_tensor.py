@@ -146,7 +146,7 @@ def image(n: int, voxel_size: float, porosity: float = 0.2, grain: float = 20.0,
 def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             huge: bool = False, pressure_start: str = "rest", axes: list[str] | None = None,
             max_seconds: float = 0.0, coarse_levels: int = 1,
-            coarse_factor: float = 10.0) -> dict:
+            coarse_factor: float = 10.0, streaming: str = "auto") -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
     formation factor, one population copy (the issue's 1000³ target is the mirrored k
     tensor); ``coarse_levels``, ``coarse_factor``: the coarse start's levels and tolerance
@@ -154,10 +154,12 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     tic = time.perf_counter()
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
-    # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds one copy of its populations (in
-    # place, the AA pattern: the same steps): two, tiled, would be 127 GB (module doc).
+    # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds two copies of its populations
+    # where the device has room (140 GB: an H200), else one (in place, the AA pattern: the same
+    # steps, bit for bit; 66.5 GB); :func:`huge_streaming`.
     config = SimulationConfig(precision=precision, collision="TRT",
-                              streaming="in-place" if huge else "two-copy")
+                              streaming=huge_streaming(n, backend, streaming) if huge
+                              else "two-copy")
     settings = PermeabilitySettings(protocol=protocol, axes=axes or ["x", "y", "z"],
                                     formation_factor=not huge, pressure_start=pressure_start,
                                     max_seconds=max_seconds, coarse_levels=coarse_levels,
@@ -177,16 +179,39 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
                       "start_steps": r.start_steps, "work_steps": r.work_steps,
                       "seconds": r.seconds, "phases_s": r.phases} for r in study.results],
             "coarse_levels": coarse_levels, "coarse_tolerance_factor": coarse_factor,
+            "streaming": config.streaming,
             "device_pool_peak_GB": peak.gigabytes(), "study": summary}
 
 
+#: Device bytes of the 1000³ mirrored box's fine run with two population copies, float32, at
+#: its peak (the prolongation): 8.4e8 tile nodes x (153 B of populations and node types + 1 B
+#: of check flags), the tables, and the 1/2 level's compact two-copy run (5.2e7 fluid nodes x
+#: 168 B) with its moments; the pool held 66.5 GB in place (H100, 668bee6), +63.8 GB for the
+#: second copy. Scaled by (n / 1000)³ for other sizes.
+TWO_COPY_PEAK_1000 = 140e9
+
+
+def huge_streaming(n: int, backend, choice: str = "auto") -> str:
+    """The streaming of the huge image's runs: ``choice``, or with 'auto' two copies when the
+    device holds :data:`TWO_COPY_PEAK_1000` scaled to n³ with 5 % to spare (an H200's 150 GB;
+    on the H100 at 192³, rock-like, tiled two copies ran 1.29x the rate in place: 11.18 against
+    8.69 G fluid updates/s, benchmarks/throughput), else in place (one copy, the same results
+    bit for bit)."""
+    if choice != "auto":
+        return choice
+    memory = (backend.device_info() or {}).get("memory") or 0
+    return "two-copy" if memory >= 1.05 * TWO_COPY_PEAK_1000 * (n / 1000) ** 3 else "in-place"
+
+
 def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list[str],
-                  coarse_levels: int, host_too: bool = False, profile: bool = False) -> dict:
+                  coarse_levels: int, host_too: bool = False, profile: bool = False,
+                  streaming: str = "auto") -> dict:
     """The host set-up of the mirrored tensor of the n³ image alone (no steps), part by part,
     as :func:`solver.rock.run_study` makes it: the pore labels once, then per axis the pore
     check, the protocol geometry (mirror, drive), the start levels (coarsening and their pore
     checks) and the tiling with the host tables of the fine run and of each level. On CuPy
-    the labels and tilings are made on the device (:mod:`solver.backends.cuda.rock_setup`);
+    the labels and the first axis's tilings are made on the device, the later axes' on the
+    host, as a study makes them beside the steps (:mod:`solver.backends.cuda.rock_setup`);
     ``host_too``: also time the first axis's labels and fine tiling on the host (the parts
     the device took over), and check that they are the same; ``profile``: also allocate the
     first axis's fine run, make its k check and step it once (one check interval, from rest)
@@ -197,11 +222,13 @@ def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list
     tic = time.perf_counter()
     sample = image(n, voxel_size)
     out: dict = {"size": n, "image_seconds": time.perf_counter() - tic, "axes": {}}
-    config = SimulationConfig(precision=precision, collision="TRT", streaming="in-place")
+    config = SimulationConfig(precision=precision, collision="TRT",
+                              streaming=huge_streaming(n, backend, streaming))
     settings = PermeabilitySettings(protocol="mirrored", axes=axes, formation_factor=False,
                                     coarse_levels=coarse_levels)
+    out["streaming"] = config.streaming
     tic = time.perf_counter()
-    labels = sample_labels(sample, config, backend)
+    labels = sample_labels(sample, config, backend)  # before the first run: on the device
     out["labels_seconds"] = time.perf_counter() - tic
     for name in axes:
         axis, part = "xyz".index(name), {}
@@ -212,7 +239,9 @@ def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list
         setup = setup_protocol(sample, config, axis, "mirrored", settings, checked)
         part["protocol_geometry"] = time.perf_counter() - tic
         tic = time.perf_counter()
-        prepared = rock_measure.prepare_axis(setup, settings, backend)
+        # As run_study: the first run's set-up on the device (idle), the others' on the host
+        # (they overlap the steps of the run before).
+        prepared = rock_measure.prepare_axis(setup, settings, backend, name == axes[0])
         part["prepare_axis"] = time.perf_counter() - tic
         part.update({f"prepare_{k}": v for k, v in prepared.phases.items()})
         tiling = prepared.sim.tiling
@@ -254,8 +283,12 @@ def _profiled_start(sim, setup) -> dict:
         sim.step(200)
         check.read()
 
+    def second_chunk():
+        sim.step(200)
+        check.read()
+
     for name, task in (("allocate", allocate), ("k_check", make_check),
-                       ("first_chunk", first_chunk)):
+                       ("first_chunk", first_chunk), ("second_chunk", second_chunk)):
         profile = cProfile.Profile()
         tic = time.perf_counter()
         profile.enable()
@@ -265,8 +298,22 @@ def _profiled_start(sim, setup) -> dict:
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
         out[f"{name}_profile"] = text.getvalue()
+    pool = _pool_bytes()
+    if pool is not None:
+        out["pool_GB_after_chunks"] = pool / 1e9
+    out["fluid_updates_per_s_second_chunk"] = (200 * sim.problem.n_fluid
+                                               / out["second_chunk_seconds"])
     sim.close()
     return out
+
+
+def _pool_bytes() -> int | None:
+    """Bytes CuPy's memory pool holds now; None without CuPy."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return int(cupy.get_default_memory_pool().total_bytes())
 
 
 def _host_parts(sample, config, setup, labels, tiling) -> dict:
@@ -395,7 +442,7 @@ def run(args: argparse.Namespace) -> dict:
         n = args.huge_size
         rows.append(measure_setup(n, CASES.get(n, (5.345e-6,))[0], args.precision, backend,
                                   args.axes, args.coarse_levels, args.host_too,
-                                  args.profile_start))
+                                  args.profile_start, args.huge_streaming))
         sizes = []
     for n in sizes:
         huge = args.huge and n == args.huge_size
@@ -405,7 +452,7 @@ def run(args: argparse.Namespace) -> dict:
             row = measure(n, protocol, voxel, args.precision, backend, huge, args.pressure_start,
                           args.axes if huge else None, args.max_seconds if huge else 0.0,
                           args.coarse_levels if huge else 1,
-                          args.coarse_factor if huge else 10.0)
+                          args.coarse_factor if huge else 10.0, args.huge_streaming)
         except Exception as exc:  # e.g. out of device memory: report it with the rest
             if not huge:
                 raise
@@ -457,7 +504,8 @@ def markdown(report: dict) -> str:
                 f"{', '.join(str(n) for n in r.get('start_steps') or [r['coarse_steps']])} | "
                 f"{r.get('work_steps', 0):.0f} | {r['seconds']:.1f} |" for r in row["runs"]]
         if row.get("device_pool_peak_GB") is not None:
-            out += ["", f"Coarse start levels {row.get('coarse_levels', 1)} (tolerance x "
+            out += ["", f"Streaming {row.get('streaming', 'in-place')}; coarse start levels "
+                    f"{row.get('coarse_levels', 1)} (tolerance x "
                     f"{row.get('coarse_tolerance_factor', 10.0):g}); CuPy pool at most "
                     f"{row['device_pool_peak_GB']:.2f} GB at a fine check"]
         out += ["", f"NVRTC compiles during this image: {row['compiles']['count']} "
@@ -496,10 +544,14 @@ def _setup_lines(row: dict) -> list[str]:
                 f"{first['host_fine_tiling_seconds']:.2f} s (identical tiles: "
                 f"{first['host_tiles_identical']})"]
     if "allocate_seconds" in first:
-        out += ["", "First axis's fine run (from rest, profiled): allocation "
-                f"{first['allocate_seconds']:.2f} s, k check {first['k_check_seconds']:.2f} s, "
-                f"first 200 steps {first['first_chunk_seconds']:.2f} s", ""]
-        for name in ("allocate", "k_check", "first_chunk"):
+        out += ["", f"First axis's fine run ({row.get('streaming')}, from rest, profiled): "
+                f"allocation {first['allocate_seconds']:.2f} s, k check "
+                f"{first['k_check_seconds']:.2f} s, first 200 steps "
+                f"{first['first_chunk_seconds']:.2f} s, next 200 steps "
+                f"{first['second_chunk_seconds']:.2f} s "
+                f"({first['fluid_updates_per_s_second_chunk'] / 1e9:.2f} G fluid updates/s); "
+                f"pool {first.get('pool_GB_after_chunks', float('nan')):.1f} GB", ""]
+        for name in ("allocate", "k_check", "first_chunk", "second_chunk"):
             out += [f"<details><summary>cProfile: {name}</summary>", "", "```",
                     first[f"{name}_profile"].strip(), "```", "", "</details>", ""]
     return out + ["", "(seconds; prepare_axis = prepare_tiling + prepare_connectivity: the "
@@ -549,6 +601,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--coarse-factor", type=float, default=10.0,
                    help="the --huge image's coarse runs (but the coarsest of a chain, which "
                         "converges to the tolerance) stop at this times the tolerance")
+    p.add_argument("--huge-streaming", default="auto", choices=["auto", "in-place", "two-copy"],
+                   help="population copies of the --huge image's runs (auto: two where the "
+                        "device holds them, 140 GB at 1000³; huge_streaming)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="wall limit of each --huge run, s (0: none; a stopped run is reported "
                         "not converged)")

@@ -125,40 +125,44 @@ def start_levels(setup: ProtocolSetup, levels: int, backend: Any = None) -> list
 
 
 def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
-                 backend: Any) -> PreparedAxis:
+                 backend: Any, on_device: bool = False) -> PreparedAxis:
     """Tile the run of ``setup`` and, with ``accelerate`` and ``coarse_start``, coarsen and tile
-    its coarse start (``settings.coarse_levels`` levels): host work only (no device memory), so
-    a study may do it for the next run while the device steps the current one
-    (:func:`run_study`)."""
+    its coarse start (``settings.coarse_levels`` levels). With ``on_device`` and a CuPy
+    backend the tilings and the levels' pore labels are made on the GPU (for a moment; the
+    results on the host: :mod:`solver.backends.cuda.rock_setup`), else host work only (no
+    device memory), so a study may do it for the next run while the device steps the
+    current one (:func:`run_study`)."""
+    device = backend if on_device else None
     tic = time.perf_counter()
     phases = Phases()
     # The fine run's host set-up (tiling) comes first: a run from rest pays it too, so the
     # coarse start's seconds are its own (coarsening, its run, the prolongation).
     with phases.timed("tiling"):
-        sim = _simulation(setup, backend)
+        sim = _simulation(setup, backend, device)
         _host_tables(sim)
     start = time.perf_counter()
     setups: list[ProtocolSetup] = []
     if settings.accelerate and settings.coarse_start:
         with phases.timed("connectivity"):
-            setups = start_levels(setup, settings.coarse_levels, backend)
+            setups = start_levels(setup, settings.coarse_levels, device)
     levels = []
     for coarse in setups:
         with phases.timed("tiling"):
-            coarse_sim = _simulation(coarse, backend)
+            coarse_sim = _simulation(coarse, backend, device)
             _host_tables(coarse_sim)
         levels.append((coarse, coarse_sim))
     end = time.perf_counter()
     return PreparedAxis(sim, levels, phases, end - tic, end - start if levels else 0.0)
 
 
-def _simulation(setup: ProtocolSetup, backend: Any) -> Simulation:
-    """The simulation of ``setup`` on ``backend``, its geometry tiled on the GPU when the
-    backend is CuPy's (:func:`~solver.backends.cuda.rock_setup.device_tiling`: the same tiles;
-    the 64-offset search over a 1000³ sample's mirrored box was about 40 s of host time)."""
+def _simulation(setup: ProtocolSetup, backend: Any, device: Any = None) -> Simulation:
+    """The simulation of ``setup`` on ``backend``, its geometry tiled on the GPU when
+    ``device`` is a CuPy backend (:func:`~solver.backends.cuda.rock_setup.device_tiling`: the
+    same tiles; the 64-offset search over a 1000³ sample's mirrored box was about 40 s of host
+    time), else on the host."""
     geometry, config = setup.geometry, setup.config
     problem = None
-    if getattr(backend, "name", None) == "cupy" and geometry.ndim == 3:
+    if getattr(device, "name", None) == "cupy" and geometry.ndim == 3:
         from ..backends.cuda.rock_setup import device_tiling
 
         tiling = device_tiling(geometry.solid, config.tile_edge,
@@ -497,27 +501,31 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
     labels: list = []  # the pore labelling, made once for every axis
     order = study_runs(sample, settings) if runs is None else runs
 
-    def prepare(axis: int, protocol: str):
+    def prepare(axis: int, protocol: str, idle: bool):
+        # ``idle``: nothing runs on the device yet (the first run's set-up), so the labels and
+        # tilings may be made there; later set-ups overlap a run's steps on the host (a run
+        # may hold nearly all device memory: the 1000³ box with two copies, 130 GB).
         tic = time.perf_counter()
         if axis not in checked:
             if not labels:
-                labels.append(sample_labels(sample, config, backend))
+                labels.append(sample_labels(sample, config, backend if idle else None))
             checked[axis] = checked_sample(sample, config, axis, labels[0])
             if len(checked) == len({a for a, _ in order}):
                 labels.clear()  # every axis checked: free the labels (4 GB at 1000³)
         setup = setup_protocol(sample, config, axis, protocol, settings, checked[axis])
         connectivity = time.perf_counter() - tic
-        return setup, connectivity, prepare_axis(setup, settings, backend)
+        return setup, connectivity, prepare_axis(setup, settings, backend, idle)
 
     systems = {}
     with _host_worker(backend) as worker:
         # One run ahead: the next run's host set-up (pore check, coarsening, tiling) is made
         # while the device steps this one; then the conduction systems of the formation factor.
-        pending = worker.submit(prepare, *order[0]) if order else None
+        pending = worker.submit(prepare, *order[0], True) if order else None
         _warm_up(backend, config)  # in this thread, while the worker prepares the first run
         for i, _ in enumerate(order):
             setup, connectivity, prepared = pending.result()
-            pending = worker.submit(prepare, *order[i + 1]) if i + 1 < len(order) else None
+            pending = (worker.submit(prepare, *order[i + 1], False) if i + 1 < len(order)
+                       else None)
             if pending is None and settings.formation_factor and runs is None:
                 systems = {axis: worker.submit(conduction_system, sample.solid, axis,
                                                settings.sides)

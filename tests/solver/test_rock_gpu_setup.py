@@ -115,7 +115,7 @@ def test_a_cupy_study_prepares_the_host_studys_tiles_and_pores():
         labels = sample_labels(pack, config, backend)
         checked = checked_sample(pack, config, 1, labels)
         setup = setup_protocol(pack, config, 1, "mirrored", settings, checked)
-        prepared[name] = (checked[0], prepare_axis(setup, settings, backend))
+        prepared[name] = (checked[0], prepare_axis(setup, settings, backend, on_device=True))
     (report_h, host), (report_d, device) = prepared["numpy"], prepared["cupy"]
     assert report_h == report_d
     sims = [(host.sim, device.sim)] + [(h, d) for (_, h), (_, d) in
