@@ -114,6 +114,7 @@ import argparse
 import json
 import logging
 import re
+import signal
 import sys
 import time
 from datetime import date
@@ -216,8 +217,7 @@ def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list
     the device took over), and check that they are the same; ``profile``: also allocate the
     first axis's fine run, make its k check and step it once (one check interval, from rest)
     under cProfile (:func:`_profiled_start`)."""
-    from solver.rock import measure as rock_measure
-    from solver.rock.protocol import checked_sample, sample_labels, setup_protocol
+    from solver.rock.protocol import sample_labels
 
     tic = time.perf_counter()
     sample = image(n, voxel_size)
@@ -230,36 +230,53 @@ def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list
     tic = time.perf_counter()
     labels = sample_labels(sample, config, backend)  # before the first run: on the device
     out["labels_seconds"] = time.perf_counter() - tic
-    for name in axes:
-        axis, part = "xyz".index(name), {}
-        tic = time.perf_counter()
-        checked = checked_sample(sample, config, axis, labels)
-        part["pore_check"] = time.perf_counter() - tic
-        tic = time.perf_counter()
-        setup = setup_protocol(sample, config, axis, "mirrored", settings, checked)
-        part["protocol_geometry"] = time.perf_counter() - tic
-        tic = time.perf_counter()
-        # As run_study: the first run's set-up on the device (idle), the others' on the host
-        # (they overlap the steps of the run before).
-        prepared = rock_measure.prepare_axis(setup, settings, backend, name == axes[0])
-        part["prepare_axis"] = time.perf_counter() - tic
-        part.update({f"prepare_{k}": v for k, v in prepared.phases.items()})
-        tiling = prepared.sim.tiling
-        part.update(tiles=int(tiling.n_tiles), eta_t=float(tiling.eta_t),
-                    offset=list(tiling.offset), fluid_nodes=int(tiling.n_fluid),
-                    levels=[list(s.geometry.shape) for s, _ in prepared.levels])
-        if host_too and name == axes[0]:
-            part.update(_host_parts(sample, config, setup, labels, tiling))
-        if profile and name == axes[0]:
-            part.update(_profiled_start(prepared.sim, setup))
-        out["axes"][name] = part
-        log.info("%d^3 set-up along %s: %s", n, name,
-                 {k: v for k, v in part.items() if not k.endswith("_profile")})
-        del prepared
+    try:
+        for name in axes:
+            out["axes"][name] = {}
+            _setup_axis(out["axes"][name], sample, config, settings, backend, labels, name,
+                        first=name == axes[0], host_too=host_too, profile=profile)
+    except Stopped as exc:  # a time limit's SIGTERM: report what was measured
+        out["stopped"] = str(exc)
     return out
 
 
-def _profiled_start(sim, setup) -> dict:
+class Stopped(Exception):
+    """The process was asked to stop (SIGTERM, e.g. from ``timeout``)."""
+
+
+def _setup_axis(part: dict, sample, config, settings, backend, labels, name: str,
+                first: bool, host_too: bool, profile: bool) -> None:
+    """One axis of :func:`measure_setup`, its seconds and sizes written into ``part`` as they
+    are measured (a stopped run keeps those)."""
+    from solver.rock import measure as rock_measure
+    from solver.rock.protocol import checked_sample, setup_protocol
+
+    axis = "xyz".index(name)
+    tic = time.perf_counter()
+    checked = checked_sample(sample, config, axis, labels)
+    part["pore_check"] = time.perf_counter() - tic
+    tic = time.perf_counter()
+    setup = setup_protocol(sample, config, axis, "mirrored", settings, checked)
+    part["protocol_geometry"] = time.perf_counter() - tic
+    tic = time.perf_counter()
+    # As run_study: the first run's set-up on the device (idle), the others' on the host
+    # (they overlap the steps of the run before).
+    prepared = rock_measure.prepare_axis(setup, settings, backend, first)
+    part["prepare_axis"] = time.perf_counter() - tic
+    part.update({f"prepare_{k}": v for k, v in prepared.phases.items()})
+    tiling = prepared.sim.tiling
+    part.update(tiles=int(tiling.n_tiles), eta_t=float(tiling.eta_t),
+                offset=list(tiling.offset), fluid_nodes=int(tiling.n_fluid),
+                levels=[list(s.geometry.shape) for s, _ in prepared.levels])
+    if profile and first:  # before the host parts: the device's numbers matter more
+        _profiled_start(part, prepared.sim, setup)
+    if host_too and first:
+        part.update(_host_parts(sample, config, setup, labels, tiling))
+    log.info("set-up along %s: %s", name,
+             {k: v for k, v in part.items() if not k.endswith("_profile")})
+
+
+def _profiled_start(out: dict, sim, setup) -> None:
     """Seconds of the fine run's allocation, its k check's set-up and its first 200 steps
     (compilation, graph capture; from rest), and the 25 costliest calls of each (cProfile,
     cumulative seconds): where a study's ``allocation`` and ``compile_first_chunk`` go."""
@@ -269,7 +286,6 @@ def _profiled_start(sim, setup) -> dict:
 
     from solver.rock.check import KCheck
 
-    out: dict = {}
     check = None
 
     def allocate():
@@ -304,7 +320,6 @@ def _profiled_start(sim, setup) -> dict:
     out["fluid_updates_per_s_second_chunk"] = (200 * sim.problem.n_fluid
                                                / out["second_chunk_seconds"])
     sim.close()
-    return out
 
 
 def _pool_bytes() -> int | None:
@@ -528,6 +543,8 @@ def _setup_lines(row: dict) -> list[str]:
     out = [f"## {row['size']}³ mirrored tensor, host set-up only (no steps)", "",
            f"Image generated in {row['image_seconds']:.1f} s (outside the study); pore labels "
            f"(once per sample): {row['labels_seconds']:.2f} s", ""]
+    if not row["axes"]:
+        return out + [f"Stopped before any axis: {row.get('stopped')}", ""]
     names = [k for k, v in next(iter(row["axes"].values())).items()
              if k.endswith("_seconds") or k in ("pore_check", "protocol_geometry")
              or k.startswith("prepare")]
@@ -536,14 +553,16 @@ def _setup_lines(row: dict) -> list[str]:
     for axis, part in row["axes"].items():
         out.append(f"| {axis} | " + " | ".join(f"{part[k]:.2f}" if k in part else "-"
                                                  for k in names)
-                   + f" | {part['tiles']} | {part['eta_t']:.3f} |")
+                   + f" | {part.get('tiles', '-')} | {part.get('eta_t', float('nan')):.3f} |")
+    if row.get("stopped"):
+        out += ["", f"**Stopped** ({row['stopped']}): the parts above were measured."]
     first = next(iter(row["axes"].values()))
     if "host_labels_seconds" in first:
         out += ["", f"On the host (first axis): labels {first['host_labels_seconds']:.2f} s "
                 f"(identical: {first['host_labels_identical']}), fine tiling "
                 f"{first['host_fine_tiling_seconds']:.2f} s (identical tiles: "
                 f"{first['host_tiles_identical']})"]
-    if "allocate_seconds" in first:
+    if "second_chunk_seconds" in first:
         out += ["", f"First axis's fine run ({row.get('streaming')}, from rest, profiled): "
                 f"allocation {first['allocate_seconds']:.2f} s, k check "
                 f"{first['k_check_seconds']:.2f} s, first 200 steps "
@@ -632,10 +651,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _stop(signum, frame) -> None:
+    raise Stopped(f"signal {signum} after {time.perf_counter() - STARTED:.0f} s")
+
+
+STARTED = time.perf_counter()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run, write, print the Markdown."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse(argv)
+    if args.setup_only:  # under `timeout`: report the parts measured so far
+        signal.signal(signal.SIGTERM, _stop)
     report = run(args)
     json_path, md_path = write(report, Path(args.out))
     print(markdown(report))
