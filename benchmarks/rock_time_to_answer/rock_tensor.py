@@ -614,9 +614,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--huge-size", type=int, default=1000,
                    help="edge of the --huge image (1000: the issue's target; smaller for a "
                         "check of the same set-up)")
-    p.add_argument("--coarse-levels", type=int, default=3,
-                   help="coarse start levels of the --huge image (3: from 1/8 via 1/4 and 1/2 "
-                        "resolution; 1: today's single 1/2 start)")
+    p.add_argument("--coarse-levels", type=int, default=0,
+                   help="coarse start levels of the --huge image (0: by size, the default of "
+                        "PermeabilitySettings: 3 at 400³ or more, from 1/8 via 1/4 and 1/2 "
+                        "resolution; 1: the single 1/2 start)")
     p.add_argument("--coarse-factor", type=float, default=10.0,
                    help="the --huge image's coarse runs (but the coarsest of a chain, which "
                         "converges to the tolerance) stop at this times the tolerance")

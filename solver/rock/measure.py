@@ -127,7 +127,7 @@ def start_levels(setup: ProtocolSetup, levels: int, backend: Any = None) -> list
 def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
                  backend: Any, on_device: bool = False) -> PreparedAxis:
     """Tile the run of ``setup`` and, with ``accelerate`` and ``coarse_start``, coarsen and tile
-    its coarse start (``settings.coarse_levels`` levels). With ``on_device`` and a CuPy
+    its coarse start (``settings.start_level_count`` levels). With ``on_device`` and a CuPy
     backend the tilings and the levels' pore labels are made on the GPU (for a moment; the
     results on the host: :mod:`solver.backends.cuda.rock_setup`), else host work only (no
     device memory), so a study may do it for the next run while the device steps the
@@ -144,7 +144,10 @@ def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
     setups: list[ProtocolSetup] = []
     if settings.accelerate and settings.coarse_start:
         with phases.timed("connectivity"):
-            setups = start_levels(setup, settings.coarse_levels, device)
+            shape = setup.geometry.shape
+            voxels = math.prod(shape) // shape[setup.axis] * setup.sample_layers
+            setups = start_levels(setup, settings.start_level_count(setup.protocol, voxels),
+                                  device)
     levels = []
     for coarse in setups:
         with phases.timed("tiling"):

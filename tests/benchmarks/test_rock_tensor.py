@@ -20,11 +20,13 @@ def test_huge_path_runs_one_axis_in_place_with_a_start_chain(tmp_path):
     population copy, ``--coarse-levels`` start levels; every check logged, the levels' steps
     reported."""
     argv = ["--sizes", "--huge", "--huge-size", "24", "--axes", "z", "--coarse-levels", "2",
-            "--backend", "numpy", "--precision", "float64", "--out", str(tmp_path)]
+            "--huge-streaming", "in-place", "--backend", "numpy", "--precision", "float64",
+            "--out", str(tmp_path)]
     assert rock_tensor.main(argv) == 0
     (json_path,) = tmp_path.glob("rock_tensor-*-24.json")
     (row,) = json.loads(json_path.read_text())["rows"]
     assert row["protocol"] == "mirrored" and row["coarse_levels"] == 2
+    assert row["streaming"] == "in-place"
     assert not row["study"]["formation_factor"]
     (run,) = row["runs"]
     assert run["axis"] == "z" and run["steps"] > 0 and len(run["start_steps"]) == 2
@@ -47,3 +49,19 @@ def test_start_levels_compares_variants_with_the_first(tmp_path):
     assert first["k_vs_first"] == 0.0 and abs(second["k_vs_first"]) < 1e-3
     assert first["history"] and first["history"][-1][1] == pytest.approx(first["k_voxel2"])
     assert "| 2 | 10 | tiled-wide |" in json_path.with_suffix(".md").read_text()
+
+
+def test_setup_only_reports_each_part_of_the_huge_set_up(tmp_path):
+    """``--setup-only``: the set-up of the mirrored runs part by part without their steps; with
+    ``--host-too`` the host's labels and tiles are the study's; ``--profile-start`` times the
+    first axis's allocation and two chunks of steps."""
+    argv = ["--sizes", "--setup-only", "--huge-size", "24", "--axes", "x", "y",
+            "--host-too", "--profile-start", "--backend", "numpy", "--out", str(tmp_path)]
+    assert rock_tensor.main(argv) == 0
+    (json_path,) = tmp_path.glob("rock_tensor-*-24-setup.json")
+    (row,) = json.loads(json_path.read_text())["rows"]
+    x, y = row["axes"]["x"], row["axes"]["y"]
+    assert x["host_labels_identical"] and x["host_tiles_identical"]
+    assert x["second_chunk_seconds"] > 0 and "allocate_profile" in x
+    assert y["tiles"] > 0 and "host_labels_seconds" not in y
+    assert "host set-up only" in json_path.with_suffix(".md").read_text()

@@ -318,3 +318,23 @@ def test_a_study_labels_the_pores_once_for_every_axis(monkeypatch):
                                     max_steps=200, accelerate=False, formation_factor=False)
     study = run_study(pack, _config(), settings)
     assert len(study.results) == 3 and len(calls) == 1
+
+
+def test_start_levels_are_chosen_by_the_sample_size(monkeypatch):
+    """coarse_levels 0 (the default): a chain of three start levels for mirrored runs of large
+    samples (400³ voxels or more), one below that and for pressure-driven runs; a number set
+    is kept. prepare_axis starts from that many levels."""
+    from solver.rock import settings as settings_module
+    from solver.rock.measure import prepare_axis
+
+    by_size = PermeabilitySettings()
+    assert by_size.coarse_levels == 0
+    assert by_size.start_level_count("mirrored", 400**3) == 3
+    assert by_size.start_level_count("mirrored", 300**3) == 1  # 200³ and 300³ as before
+    assert by_size.start_level_count("pressure", 1000**3) == 1
+    assert PermeabilitySettings(coarse_levels=2).start_level_count("pressure", 8) == 2
+    pack = random_sphere_pack((32, 16, 16), 0.4, diameter=6, seed=3)
+    setup = setup_protocol(pack, _config(), 0, "mirrored", by_size)
+    assert len(prepare_axis(setup, by_size, "numpy").levels) == 1
+    monkeypatch.setattr(settings_module, "LARGE_SAMPLE_VOXELS", 32 * 16 * 16)
+    assert len(prepare_axis(setup, by_size, "numpy").levels) == 2  # 4-voxel levels: too small
