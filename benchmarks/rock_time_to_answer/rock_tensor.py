@@ -269,7 +269,12 @@ def _setup_axis(part: dict, sample, config, settings, backend, labels, name: str
                 offset=list(tiling.offset), fluid_nodes=int(tiling.n_fluid),
                 levels=[list(s.geometry.shape) for s, _ in prepared.levels])
     if profile and first:  # before the host parts: the device's numbers matter more
-        _profiled_start(part, prepared.sim, setup)
+        try:
+            _profiled_start(part, prepared.sim, setup)
+        except Exception as exc:  # e.g. out of device memory with two copies: say so
+            log.exception("profiled start failed")
+            part["profile_error"] = repr(exc)
+            prepared.sim.close()
     if host_too and first:
         part.update(_host_parts(sample, config, setup, labels, tiling))
     log.info("set-up along %s: %s", name,
@@ -556,6 +561,10 @@ def _setup_lines(row: dict) -> list[str]:
                    + f" | {part.get('tiles', '-')} | {part.get('eta_t', float('nan')):.3f} |")
     if row.get("stopped"):
         out += ["", f"**Stopped** ({row['stopped']}): the parts above were measured."]
+    errors = [f"{a}: {p['profile_error']}" for a, p in row["axes"].items()
+              if "profile_error" in p]
+    if errors:
+        out += ["", "Profiled start failed: " + "; ".join(errors)]
     first = next(iter(row["axes"].values()))
     if "host_labels_seconds" in first:
         out += ["", f"On the host (first axis): labels {first['host_labels_seconds']:.2f} s "
