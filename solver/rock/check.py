@@ -137,8 +137,12 @@ def node_flags(problem, window: DarcyWindow, compact: bool) -> np.ndarray:
     on a non-periodic axis; bit 3: fluid) of every tile node (T x N, tiled), or of every fluid
     node in the order of ``np.flatnonzero(~tiling.solid)`` (``compact``: the edge tables'
     order); ``window``: :func:`solver.observables.darcy_window` with host masks."""
-    if compact and window.inside is None and not window.ends:  # the whole box: every node
-        return np.full(int(problem.tiling.n_fluid), 9, np.uint8)
+    if window.inside is None and not window.ends:  # the whole box: every fluid node is in it
+        if compact:
+            return np.full(int(problem.tiling.n_fluid), 9, np.uint8)
+        # 9 where fluid, 0 where solid, in one pass over the mask's bytes (a bool is 0 or 1):
+        # the general path below made five passes over 8.4e8 tile nodes at 1000³, per run.
+        return np.logical_not(problem.tiling.solid.reshape(-1)).view(np.uint8) * np.uint8(9)
     fluid = ~problem.tiling.solid.reshape(-1)
     inside = fluid if window.inside is None else window.inside.reshape(-1)
     flags = inside.astype(np.uint8) | (fluid.astype(np.uint8) << np.uint8(3))

@@ -90,6 +90,18 @@ def test_fused_check_of_a_tiled_run_reads_the_chunked_checks_numbers():
     assert health_f["flow_tortuosity"] == pytest.approx(health["flow_tortuosity"], rel=1e-12)
 
 
+def test_whole_box_flags_of_a_tiled_run_mark_every_fluid_node():
+    """A mirrored run's window is the whole periodic box: in a tiled state its flags are
+    'in the window' and 'fluid' (9) at every fluid tile node, 0 at the solid ones."""
+    sim, setup = _run("mirrored", "incompressible", NumpyBackend())
+    window = _host_window(sim, setup)
+    assert window.inside is None and not window.ends
+    flags = check.node_flags(sim.problem, window, False)
+    fluid = ~sim.problem.tiling.solid.reshape(-1)
+    assert flags.dtype == np.uint8 and 0 < fluid.mean() < 1
+    np.testing.assert_array_equal(flags, np.where(fluid, 9, 0))
+
+
 def test_fused_check_reports_a_non_finite_state(monkeypatch):
     sim, setup = _run("mirrored", "incompressible", EmulatedCompactBackend())
     sim.state.f[sim.state.current][int(sim.state.edge[0][3])] = np.nan
