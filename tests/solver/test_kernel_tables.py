@@ -6,7 +6,7 @@ import pytest
 from solver.backends.cuda.tables import fluid_masks, halo_masks, mask_map, shared_bytes
 
 
-@pytest.mark.parametrize("npt", [64, 256, 512])
+@pytest.mark.parametrize("npt", [27, 64, 125, 256, 512])
 def test_fluid_mask_bits_follow_the_node_types(npt):
     rng = np.random.default_rng(npt)
     types = rng.choice(np.array([0, 1, 2, 9], np.uint8), size=(5, npt), p=[0.4, 0.4, 0.1, 0.1])

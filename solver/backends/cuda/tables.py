@@ -154,7 +154,7 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
                          "the geometry or use a coarser voxel size.")
     wall_group, bc = np.zeros(1, np.uint8), np.zeros(1, problem.dtype)
     if boundary == "none":  # FLUID = 1, SOLID = 0, without building the per-node tables
-        types = ~tiling.solid
+        types = np.logical_not(tiling.solid).view(np.uint8)  # a bool's byte: no second copy
     else:
         types = problem.boundary.node_type
         bc = boundary_values(problem).astype(problem.dtype)
@@ -178,9 +178,12 @@ def fluid_masks(types: np.ndarray) -> np.ndarray:
     tile at bit n % 64 of its word n // 64, from node types (n_tiles, npt) in XYZ order."""
     n_tiles, npt = types.shape
     words = -(-npt // 64)
-    bits = np.zeros((n_tiles, 64 * words), dtype=bool)
-    bits[:, :npt] = types != 0
-    packed = np.packbits(bits, axis=1, bitorder="little")
+    if npt == 64 * words:  # whole words (4³ tiles): no padded copy of the tile nodes
+        packed = np.packbits(types != 0, axis=1, bitorder="little")
+    else:
+        bits = np.zeros((n_tiles, 64 * words), dtype=bool)
+        bits[:, :npt] = types != 0
+        packed = np.packbits(bits, axis=1, bitorder="little")
     return np.ascontiguousarray(packed).view("<u8").astype(np.uint64)
 
 
