@@ -94,6 +94,18 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
   two minutes (k against today's start, fine steps, the 1000³ arrangement's rate:
   fine run tiled with 64-bit halo sources, start levels compact).
+- **Measured at 1000³, one axis** (H100, 668bee6, in place, 3 start levels): 238.9 s =
+  connectivity 31 s, tiling 58 s, allocation 8 s, first chunks 10 s, start levels 9 s, 3000
+  fine steps 122 s; pool 66.5 GB. Host set-up was 40 % of it, so since then (issue 29, third
+  round): the pore labels and sizes and the first run's tilings are made on the GPU while it is
+  idle (:mod:`solver.backends.cuda.rock_setup`; later runs' set-up stays on the host, beside
+  the steps), the sizes counted once per sample, node types, sector mix, fluid masks and the
+  check's flags without extra passes; start levels by size (``coarse_levels`` 0: 3 at 1000³);
+  and ``--huge-streaming auto`` stores two copies where the device holds them (about 140 GB at
+  the prolongation: an H200's 150 GB), tiled two copies having run 1.29x the in-place rate on
+  the rock-like 192³ pack (H100). ``--setup-only`` measures the set-up part by part (with
+  ``--host-too`` the host's labels and tiling again, compared; ``--profile-start`` the first
+  fine run's allocation and two chunks of 200 steps under cProfile).
 
 GPU commands: 200³ and 300³ (both protocols, formation factor):
 ``python benchmarks/rock_time_to_answer/rock_tensor.py``; the 1000³ mirrored image (about 71
