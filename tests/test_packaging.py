@@ -44,9 +44,10 @@ def test_environment_installs_the_repo_editable():
 #: Packages of this repository (imports of each other are not dependencies).
 OWN_PACKAGES = ("app", "solver", "geometries")
 #: Imports that only optional features need, and the extra that must declare them.
-OPTIONAL_IMPORTS = {"cupy": "gpu", "mpi4py": "mpi"}
+OPTIONAL_IMPORTS = {"cupy": "gpu", "cupyx": "gpu", "mpi4py": "mpi"}
 #: Import name -> distribution name where the two differ and the package may be absent here.
-IMPORT_TO_DIST = {"cupy": "cupy-cuda12x", "yaml": "pyyaml"}
+#: (``cupyx``, CuPy's SciPy-like functions, ships in the CuPy distribution.)
+IMPORT_TO_DIST = {"cupy": "cupy-cuda12x", "cupyx": "cupy-cuda12x", "yaml": "pyyaml"}
 
 
 def _source_files() -> list[Path]:
