@@ -26,6 +26,9 @@ __all__ = ["add_buffer", "crop", "downsample", "keep_connected", "mirror"]
 logger = logging.getLogger(__name__)
 
 _FILLS = ("fluid", "edge")
+#: keep_connected compares the labels with each joining component up to this many of them,
+#: and looks them up in a table beyond.
+FEW_COMPONENTS = 4
 
 
 def keep_connected(geom: VoxelGeometry, axis: int | None = None,
@@ -48,9 +51,16 @@ def keep_connected(geom: VoxelGeometry, axis: int | None = None,
             f"No fluid path connects the inlet and outlet faces along axis {a}. Check flow_axis, "
             "use a geometry with open pores, or add_buffer() layers before and after."
         )
-    through_id = np.zeros(int(components.max()) + 1, dtype=bool)  # a lookup, not np.isin:
-    through_id[through] = True  # several times faster on a 400³ label image
-    keep = through_id[components]
+    if through.size <= FEW_COMPONENTS:
+        # Usually one component joins the faces: a comparison per component reads the labels
+        # once each, several times faster than a lookup (5 s of a 1000³ sample's set-up).
+        keep = components == through[0]
+        for label in through[1:]:
+            keep |= components == label
+    else:
+        through_id = np.zeros(int(components.max()) + 1, dtype=bool)  # a lookup, not np.isin:
+        through_id[through] = True  # several times faster on a 400³ label image
+        keep = through_id[components]
     dropped = geom.n_fluid - int(np.count_nonzero(keep))
     logger.info("keep_connected: dropped %d isolated fluid voxels", dropped)
     openings = on_fluid(geom.openings, ~keep)

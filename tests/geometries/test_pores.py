@@ -122,3 +122,22 @@ def test_one_labelling_serves_every_axis_and_both_checks():
         shared = keep_connected(geom, axis, D3Q19, labels)
         assert shared[1] == alone[1]
         np.testing.assert_array_equal(shared[0].solid, alone[0].solid)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 6])
+def test_keep_connected_keeps_every_channel_joining_the_faces(channels):
+    """Fluid of each of ``channels`` straight channels along x is kept, a dead end and an
+    isolated pore are dropped: the same with few joining components (compared one by one)
+    and with many (looked up in a table)."""
+    solid = np.ones((10, 3 * channels + 4, 5), bool)
+    for c in range(channels):
+        solid[:, 1 + 3 * c, 2] = False  # joins both faces
+    solid[:4, -2, 2] = False  # a dead end from the inlet
+    solid[5:7, -2, 2] = False  # isolated
+    geom = VoxelGeometry(solid, voxel_size=1e-5)
+    kept, dropped = keep_connected(geom, 0, D3Q19)
+    want = np.ones_like(solid)
+    for c in range(channels):
+        want[:, 1 + 3 * c, 2] = False
+    np.testing.assert_array_equal(kept.solid, want)
+    assert dropped == 6
