@@ -687,8 +687,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run, write, print the Markdown."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse(argv)
-    if args.setup_only:  # under `timeout`: report the parts measured so far
-        signal.signal(signal.SIGTERM, _stop)
+    # Under `timeout`: write the report with what was measured (a stopped huge image's row
+    # says so; --setup-only keeps its parts).
+    signal.signal(signal.SIGTERM, _stop)
     report = run(args)
     json_path, md_path = write(report, Path(args.out))
     print(markdown(report))
