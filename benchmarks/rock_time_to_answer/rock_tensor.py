@@ -101,9 +101,10 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   idle (:mod:`solver.backends.cuda.rock_setup`; later runs' set-up stays on the host, beside
   the steps), the sizes counted once per sample, node types, sector mix, fluid masks and the
   check's flags without extra passes; start levels by size (``coarse_levels`` 0: 3 at 1000³);
-  and ``--huge-streaming auto`` stores two copies where the device holds them (about 140 GB at
-  the prolongation: an H200's 150 GB), tiled two copies having run 1.29x the in-place rate on
-  the rock-like 192³ pack (H100). ``--setup-only`` measures the set-up part by part (with
+  and ``--huge-streaming auto`` (or ``two-copy``) stores two copies where the device holds
+  them (130 GB at the fine checks: an H200's 150 GB, not the issue's 80 GB H100), tiled two
+  copies having run 1.29x the in-place rate on the rock-like 192³ pack (H100); the default
+  stays in place (66.5 GB). ``--setup-only`` measures the set-up part by part (with
   ``--host-too`` the host's labels and tiling again, compared; ``--profile-start`` the first
   fine run's allocation and two chunks of 200 steps under cProfile).
 
@@ -128,6 +129,7 @@ import logging
 import re
 import signal
 import sys
+import threading
 import time
 from datetime import date
 from pathlib import Path
@@ -159,7 +161,7 @@ def image(n: int, voxel_size: float, porosity: float = 0.2, grain: float = 20.0,
 def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             huge: bool = False, pressure_start: str = "rest", axes: list[str] | None = None,
             max_seconds: float = 0.0, coarse_levels: int = 1,
-            coarse_factor: float = 10.0, streaming: str = "auto") -> dict:
+            coarse_factor: float = 10.0, streaming: str = "in-place") -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
     formation factor, one population copy (the issue's 1000³ target is the mirrored k
     tensor); ``coarse_levels``, ``coarse_factor``: the coarse start's levels and tolerance
@@ -167,9 +169,10 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     tic = time.perf_counter()
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
-    # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds two copies of its populations
-    # where the device has room (140 GB: an H200), else one (in place, the AA pattern: the same
-    # steps, bit for bit; 66.5 GB); :func:`huge_streaming`.
+    # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds one copy of its populations by
+    # default (in place, the AA pattern: the same steps, bit for bit; 66.5 GB, within the
+    # issue's 80 GB H100), two with ``streaming`` 'two-copy' or 'auto' where the device has
+    # room (130-140 GB: an H200); :func:`huge_streaming`.
     config = SimulationConfig(precision=precision, collision="TRT",
                               streaming=huge_streaming(n, backend, streaming) if huge
                               else "two-copy")
@@ -179,7 +182,10 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
                                     coarse_tolerance_factor=coarse_factor)
     peak = DevicePeak(backend)
     tic = time.perf_counter()
-    study = run_study(sample, config, settings, backend, on_check=peak.sample)
+    try:
+        study = run_study(sample, config, settings, backend, on_check=peak.sample)
+    finally:
+        peak.stop()
     seconds = time.perf_counter() - tic
     summary = study.as_dict()
     return {"size": n, "protocol": protocol, "porosity": sample.porosity,
@@ -193,7 +199,8 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
                       "seconds": r.seconds, "phases_s": r.phases} for r in study.results],
             "coarse_levels": coarse_levels, "coarse_tolerance_factor": coarse_factor,
             "streaming": config.streaming,
-            "device_pool_peak_GB": peak.gigabytes(), "study": summary}
+            "device_pool_peak_GB": peak.gigabytes(),
+            "device_pool_polled_peak_GB": peak.polled_gigabytes(), "study": summary}
 
 
 #: Device bytes of the 1000³ mirrored box's fine run with two population copies, float32, at
@@ -218,7 +225,7 @@ def huge_streaming(n: int, backend, choice: str = "auto") -> str:
 
 def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list[str],
                   coarse_levels: int, host_too: bool = False, profile: bool = False,
-                  streaming: str = "auto") -> dict:
+                  streaming: str = "in-place") -> dict:
     """The host set-up of the mirrored tensor of the n³ image alone (no steps), part by part,
     as :func:`solver.rock.run_study` makes it: the pore labels once, then per axis the pore
     check, the protocol geometry (mirror, drive), the start levels (coarsening and their pore
@@ -373,10 +380,15 @@ def _host_parts(sample, config, setup, labels, tiling) -> dict:
             "host_fine_tiling_seconds": tiling_seconds, "host_tiles_identical": same_tiles}
 
 
+#: Seconds between two samples of the memory pool (:class:`DevicePeak`).
+POLL_SECONDS = 0.05
+
+
 class DevicePeak:
-    """The most bytes CuPy's memory pool held at any fine check of a study (a lower bound of
-    the device peak: the prolongation's moment, coarse and fine runs together, falls between
-    checks); None without CuPy."""
+    """The most bytes CuPy's memory pool held at any fine check of a study, and (``polled``)
+    at any of its samples every :data:`POLL_SECONDS` over the whole study from a daemon thread
+    (the prolongation's moment, coarse and fine runs together, falls between checks; a
+    transient shorter than a poll may still be missed); None without CuPy."""
 
     def __init__(self, backend) -> None:
         self.pool = None
@@ -384,8 +396,23 @@ class DevicePeak:
             import cupy
 
             self.pool = cupy.get_default_memory_pool()
-        self.most = 0
+        self.most = self.polled = 0
         self.start = time.perf_counter()
+        self.done = threading.Event()
+        if self.pool is not None:
+            threading.Thread(target=self._poll, name="pool-peak", daemon=True).start()
+
+    def _poll(self) -> None:
+        while not self.done.wait(POLL_SECONDS):
+            self.polled = max(self.polled, int(self.pool.total_bytes()))
+
+    def stop(self) -> None:
+        """End the polling (the study is over)."""
+        self.done.set()
+
+    def polled_gigabytes(self) -> float | None:
+        """The polled peak in GB (1e9 bytes)."""
+        return None if self.pool is None else max(self.polled, self.most) / 1e9
 
     def sample(self, name: str = "", step: int = 0, k: float = 0.0,
                change: float = float("inf")) -> None:
@@ -536,10 +563,13 @@ def markdown(report: dict) -> str:
                 f"{', '.join(str(n) for n in r.get('start_steps') or [r['coarse_steps']])} | "
                 f"{r.get('work_steps', 0):.0f} | {r['seconds']:.1f} |" for r in row["runs"]]
         if row.get("device_pool_peak_GB") is not None:
+            used = max((len(r.get("start_steps") or []) for r in row["runs"]), default=0)
             out += ["", f"Streaming {row.get('streaming', 'in-place')}; coarse start levels "
-                    f"{row.get('coarse_levels', 1)} (tolerance x "
+                    f"{row.get('coarse_levels', 1)} (0: by size), {used} run (tolerance x "
                     f"{row.get('coarse_tolerance_factor', 10.0):g}); CuPy pool at most "
-                    f"{row['device_pool_peak_GB']:.2f} GB at a fine check"]
+                    f"{row['device_pool_peak_GB']:.2f} GB at a fine check, "
+                    f"{row.get('device_pool_polled_peak_GB') or float('nan'):.2f} GB at most "
+                    f"in samples every {POLL_SECONDS:g} s over the study"]
         out += ["", f"NVRTC compiles during this image: {row['compiles']['count']} "
                 f"({row['compiles']['seconds']:.1f} s)"]
         study = row["study"]
@@ -642,9 +672,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--coarse-factor", type=float, default=10.0,
                    help="the --huge image's coarse runs (but the coarsest of a chain, which "
                         "converges to the tolerance) stop at this times the tolerance")
-    p.add_argument("--huge-streaming", default="auto", choices=["auto", "in-place", "two-copy"],
-                   help="population copies of the --huge image's runs (auto: two where the "
-                        "device holds them, 140 GB at 1000³; huge_streaming)")
+    p.add_argument("--huge-streaming", default="in-place",
+                   choices=["auto", "in-place", "two-copy"],
+                   help="population copies of the --huge image's runs (in-place, the default: "
+                        "one, 66.5 GB at 1000³, within the issue's 80 GB H100; auto: two where "
+                        "the device holds them, 130-140 GB at 1000³, an H200; huge_streaming)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="wall limit of each --huge run, s (0: none; a stopped run is reported "
                         "not converged)")
