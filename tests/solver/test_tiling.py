@@ -136,3 +136,20 @@ def test_mixed_group_fraction_counts_runs_with_both_kinds(group):
     want = int((fluid & runs.any(axis=2)).sum()) / int(fluid.sum())
     assert (0 < want < 1) if group > 1 else want == 0  # a run of one node is never mixed
     assert tiling.mixed_group_fraction(group) == want
+
+
+@pytest.mark.parametrize("shape, offset", [((13, 10, 7), (0, 0, 0)), ((13, 10, 7), (3, 1, 2)),
+                                           ((17, 9), (5, 7))])
+def test_tile_occupancy_is_any_fluid_node_per_padded_tile(shape, offset):
+    """The occupancy (planes OR-ed axis by axis, no reduction kernel) is the definition: the
+    mask shifted by the offset, padded with solid to whole tiles, any fluid node per tile."""
+    from solver.tiling import _tile_occupancy
+
+    a = 4 if len(shape) == 3 else 8
+    fluid = np.random.default_rng(len(shape)).random(shape) < 0.05
+    pads = [(o, (-(n + o)) % a) for n, o in zip(shape, offset, strict=True)]
+    padded = np.pad(fluid, pads)
+    blocked = padded.reshape([k for n in padded.shape for k in (n // a, a)])
+    want = blocked.any(axis=tuple(range(1, 2 * len(shape), 2)))
+    assert 0 < want.mean() < 1
+    np.testing.assert_array_equal(_tile_occupancy(fluid, a, offset), want)
