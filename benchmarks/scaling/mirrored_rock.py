@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--transport", default="auto", choices=["auto", "nccl", "host"])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--check", type=int, default=500, help="steps between k checks")
+    parser.add_argument("--coarse-levels", type=int, default=1,
+                        help="coarse start over the ranks (solver.distributed.coarse_start): "
+                             "1 the sample coarsened by 2, 2-3 a chain from 1/4 or 1/8, 0 rest")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop before allocating (set-up and the estimates only)")
     parser.add_argument("--out", type=Path, default=OUT)
@@ -140,7 +143,7 @@ def work(args: argparse.Namespace) -> int:
     from solver.backends import get_backend, may_use_gpu
     from solver.config import SimulationConfig
     from solver.distributed.comm import bind_local_gpu, world
-    from solver.distributed.mirrored import run_mirrored
+    from solver.distributed.mirrored import run_mirrored, start_settings
 
     comm = world()
     if may_use_gpu(args.backend):
@@ -151,7 +154,7 @@ def work(args: argparse.Namespace) -> int:
     backend = get_backend(args.backend)
     sample = GrainRegions((args.size,) * 3, args.porosity, args.diameter, args.seed)
     result = run_mirrored(sample, config, 0, comm, backend, args.steps, args.check,
-                          transport=args.transport,
+                          settings=start_settings(args.coarse_levels), transport=args.transport,
                           memory=pool_memory if args.backend == "cupy" else None,
                           estimate_only=args.estimate_only)
     if result is None:
@@ -164,6 +167,7 @@ def work(args: argparse.Namespace) -> int:
                   command=" ".join(sys.argv[1:]).replace("--worker ", ""), device=gpu)
     stem = (f"mirrored-rock-{args.size}-{args.ranks}x-{_slug(gpu)}-{args.storage}"
             f"{'-in-place' if args.streaming == 'in-place' else ''}"
+            f"{f'-coarse{args.coarse_levels}' if args.coarse_levels else ''}"
             f"{'-estimate' if args.estimate_only else ''}-{result['date']}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
@@ -179,6 +183,29 @@ def _slug(text: str) -> str:
 
 def _gib(value) -> str:
     return "-" if value is None else f"{value / GIB:.2f}"
+
+
+def _coarse_lines(r: dict) -> list[str]:
+    """The coarse start's levels (none: from rest) and the fine run's remaining estimate."""
+    if not r.get("coarse"):
+        return ["Started at rest (no coarse start).", ""]
+    lines = [f"Coarse start, {r['coarse_levels']} level(s), then {r['steps']} fine steps; "
+             f"work {r['work_steps']:.0f} fine-step equivalents.", "",
+             "| level | box | fluid nodes | steps | k fine voxel² | converged | set-up s | "
+             "steps s | checks s |", "|---:|---|---:|---:|---:|---|---:|---:|---:|"]
+    for c in r["coarse"]:
+        k = c.get("k")
+        lines.append(f"| 1/{c['scale']} | {' x '.join(map(str, c['shape']))} | "
+                     f"{c['fluid_nodes']:,} | {c['steps']} | {'-' if k is None else f'{k:.5g}'} "
+                     f"| {c['converged']} | {c['setup_seconds']:.1f} | {c['step_seconds']:.1f} "
+                     f"| {c['check_seconds']:.1f} |")
+    history = r.get("history") or []
+    if history:
+        last = history[-1]
+        lines += ["", f"Fine run: last check at step {last.get('step')}, k change per 1000 "
+                      f"steps {last.get('change')}, remaining steps estimated "
+                      f"{last.get('remaining')}."]
+    return lines + [""]
 
 
 def markdown(r: dict) -> str:
@@ -204,9 +231,11 @@ def markdown(r: dict) -> str:
                   f"{r['steps_estimate']:,} steps from rest (~{hours:.1f} h at this speed).",
                   f"Load imbalance: tiles {r['load_imbalance_tiles']:.3f}, fluid nodes "
                   f"{r['load_imbalance_fluid']:.3f}.", ""]
+        lines += _coarse_lines(r)
     lines += ["| rank | tiles | fluid nodes | estimate GiB | pool held GiB | device used GiB "
-              "| host peak GiB | summary s | slab s | allocate s | steps s | checks s |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| host peak GiB | summary s | slab s | coarse s | allocate s | prolong s | steps s "
+              "| checks s |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in r["per_rank"]:
         s = p.get("seconds", {})
         lines.append(
@@ -214,7 +243,9 @@ def markdown(r: dict) -> str:
             f"{p.get('fluid_nodes', p.get('fluid_nodes_with_halo', 0)):,} | "
             f"{_gib(p.get('device_bytes_estimate'))} | {_gib(p.get('pool_held_bytes'))} | "
             f"{_gib(p.get('device_used_bytes'))} | {_gib(p.get('host_peak_bytes'))} | "
-            f"{s.get('summary', 0):.1f} | {s.get('slab', 0):.1f} | {s.get('allocate', 0):.1f} | "
+            f"{s.get('summary', 0):.1f} | {s.get('slab', 0):.1f} | "
+            f"{s.get('coarse_summary', 0) + s.get('coarse_runs', 0):.1f} | "
+            f"{s.get('allocate', 0):.1f} | {s.get('prolong', 0):.1f} | "
             f"{p.get('step_seconds', 0):.1f} | {p.get('check_seconds', 0):.1f} |")
     return "\n".join(lines) + "\n"
 

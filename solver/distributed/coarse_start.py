@@ -61,7 +61,8 @@ from .local_setup import SlabSummary, summarize
 from .rank import RankSolver
 from .reductions import READ_TILES
 
-__all__ = ["CoarseLevel", "feasible_levels", "coarse_levels", "prolong_ranks", "run_levels"]
+__all__ = ["CoarseLevel", "feasible_levels", "coarse_levels", "coarse_table", "prolong_owned",
+           "prolong_ranks", "run_levels"]
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +124,21 @@ def coarse_levels(sample: RegionSource, axis: int, config: SimulationConfig, lev
     return out
 
 
-def prolong_ranks(fine: RankSolver, coarse: RankSolver, comm: Any,
-                  chunk: int = 1 << 16) -> None:
+def prolong_ranks(fine: RankSolver, coarse: RankSolver, comm: Any) -> None:
     """Start ``fine``'s owned tiles from the equilibrium of ``coarse``'s flow (the level
     coarsened by 2 of the same ranks, slabs aligned: :func:`coarse_levels`) and exchange the
-    fine halo (collective)."""
+    fine halo (collective: the mean coarse density over all ranks, then the halo)."""
+    table, mine = coarse_table(coarse)
+    parts = comm.allgather(mine)
+    count = sum(c for _, c in parts)
+    prolong_owned(fine, table, sum(s for s, _ in parts) / count if count else 1.0)
+    fine.refresh_halo()
+
+
+def coarse_table(coarse: RankSolver) -> tuple[CoarseTable, tuple[float, int]]:
+    """The :class:`~solver.rock.initial.CoarseTable` of ``coarse``'s owned tiles (moments read a
+    readout chunk at a time; solid nodes and the last slot still to be given the mean density,
+    :func:`prolong_owned`) and this rank's (sum of the fluid densities, fluid nodes)."""
     cb, xp = coarse.backend, coarse.backend.xp
     cp_, ct, n = coarse.problem, coarse.problem.tiling, coarse.n_owned
     coarse.stepper.idle()
@@ -142,11 +153,19 @@ def prolong_ranks(fine: RankSolver, coarse: RankSolver, comm: Any,
         del f
     fluid_c = xp.asarray(~ct.solid[:n])
     mine = (float(cb.to_host(rho_c[fluid_c].sum())), int(np.count_nonzero(~ct.solid[:n])))
-    parts = comm.allgather(mine)
-    count = sum(c for _, c in parts)
-    mean = sum(s for s, _ in parts) / count if count else 1.0
-    table = CoarseTable.build(ct, rho_c, u_c, fluid_c, xp.asarray(mean), xp)
-    del rho_c, u_c
+    # NaN marks the nodes that take the mean, known only once every rank has summed.
+    table = CoarseTable.build(ct, rho_c, u_c, fluid_c, xp.asarray(np.nan), xp)
+    return table, mine
+
+
+def prolong_owned(fine: RankSolver, table: CoarseTable, mean_rho: float,
+                  chunk: int = 1 << 16) -> None:
+    """Write ``fine``'s owned tiles from ``table`` (:func:`coarse_table`), ``mean_rho`` where
+    it has no fluid coarse node, ``chunk`` tiles at a time (no collective; the halo is stale
+    until :meth:`RankSolver.refresh_halo`)."""
+    xp = fine.backend.xp
+    rho = table.rho
+    rho[xp.isnan(rho)] = mean_rho
     p = fine.problem
     dtype = xp.float64 if p.dtype == np.float64 else xp.float32
     fine.stepper.idle()
@@ -155,7 +174,6 @@ def prolong_ranks(fine: RankSolver, coarse: RankSolver, comm: Any,
         fine.backend.set_populations(fine.state, prolonged_populations(p, table, lo, hi,
                                                                         dtype, xp),
                                      tiles=slice(lo, hi))
-    fine.refresh_halo()
 
 
 def run_levels(levels: list[CoarseLevel], settings: PermeabilitySettings,

@@ -280,9 +280,9 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
             history.append({"step": done, "k": None, "finite": False})
             break
         k = darcy_permeability(solver.problem, numbers.momentum / volume, axis).lattice
-        change, done_yet, _ = monitor.update(done, k)
+        change, done_yet, remaining = monitor.update(done, k)
         converged = bool(done_yet)
-        history.append({"step": done, "k": k, "change": change,
+        history.append({"step": done, "k": k, "change": change, "remaining": remaining,
                         "max_speed": numbers.max_speed, "flux_spread": numbers.flux_spread})
         if comm.Get_rank() == 0:
             log.info("step %d: k = %.6g voxel², change %s, max speed %.3g, flux spread %.2g",
