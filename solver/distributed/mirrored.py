@@ -42,6 +42,7 @@ import numpy as np
 
 from geometries.regions import (
     ArrayRegions,
+    CachedRegions,
     GrainRegions,
     MirroredRegions,
     RegionSource,
@@ -140,11 +141,13 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     rank, size = comm.Get_rank(), comm.Get_size()
     times: dict[str, float] = {}
     t0 = time.perf_counter()
+    wanted = settings.coarse_levels if settings.accelerate and settings.coarse_start else 0
+    if wanted:  # the coarse levels read the fine layers this rank has read already
+        sample = CachedRegions(sample, axis)
     box = MirroredRegions(sample, axis)
     summary = summarize(box, axis, config.tile_edge or default_tile_edge(len(box.shape)), comm)
     times["summary"] = time.perf_counter() - t0
     cfg, derived = mirrored_config(summary, config, settings)
-    wanted = settings.coarse_levels if settings.accelerate and settings.coarse_start else 0
     n_levels = feasible_levels(tuple(sample.shape), axis, summary.a, wanted)
     bounds = summary.bounds(size, FACTOR**n_levels)  # level l's slabs: these over 2^l
     t1 = time.perf_counter()
@@ -185,6 +188,8 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
 
     t3 = time.perf_counter()
     coarse_solver, coarse = run_levels(levels, settings, build, run_level, comm)
+    if isinstance(sample, CachedRegions):
+        sample.clear()
     times["coarse_runs"] = time.perf_counter() - t3
     t2 = time.perf_counter()
     solver, link, used = local_rank(problem, decomposition, backend, comm, transport, link)

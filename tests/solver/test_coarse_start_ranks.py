@@ -173,3 +173,24 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path):
     k = observables.permeability(fine_sim.problem, fine_sim.fields(), 0).lattice
     assert out["k"] == pytest.approx(k, rel=1e-10)
     assert out["work_steps"] > out["steps"]
+
+
+def test_cached_slabs_are_the_source_slabs_read_once():
+    """A cached source gives every slab of its source; layers read once are not read again,
+    slabs across the cut axis pass through, and a kept block changed by a caller stays."""
+    from geometries.regions import CachedRegions
+
+    source = GrainRegions((40, 18, 16), 0.3, 6, seed=5)
+    whole = source.slab(0, 0, 40)
+    cached = CachedRegions(source, 0)
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        lo = int(rng.integers(0, 40))
+        hi = int(rng.integers(lo + 1, 41))
+        part = cached.slab(0, lo, hi)
+        assert np.array_equal(part, whole[lo:hi])
+        part[...] = True  # the caller's copy
+    assert cached.reads == 40
+    assert np.array_equal(cached.slab(1, 2, 5), whole[:, 2:5])
+    small = CachedRegions(source, 0, budget=0)
+    assert np.array_equal(small.slab(0, 3, 9), whole[3:9]) and not small.blocks
