@@ -15,8 +15,8 @@ scaled by 64: porosity 0.196, tile utilisation eta_t 0.483 with 4³ tiles, slabs
 within 1 %): the mirrored 1600³ box has 1.61e9 fluid nodes in 5.2e7 non-empty tiles; a rank
 owns 4.0e8 fluid nodes in 1.3e7 tiles (8.3e8 tile nodes). Bytes per rank (two copies, D3Q19;
 ``mirrored.device_estimate``: the state as its plan allocates it and one check's chunk of
-16,384 tiles, 0.8 GB; tile map and fluid masks of the global tile grid of 1.28e8 cells, 12
-bytes each, 1.5 GB):
+65,536 tiles, 3.2 GB (16,384 and 0.8 GB in the measured run below); tile map and fluid masks
+of the global tile grid of 1.28e8 cells, 12 bytes each, 1.5 GB):
 
 =========================  =====================  ==========  =========================
 storage                    per node                per rank    fits
@@ -36,16 +36,23 @@ The compact storage holds at most 2^31 / 19 = 1.13e8 fluid nodes per rank
 Every number above is an estimate; the run records the measured ones. Measured on 4 x H200
 (float16, tiled, commit 3c20093, results/mirrored-rock-1600-4x-nvidia-h200-float16-2026-11-28):
 62.7 GiB held by CuPy's pool per rank against 63.0 GiB estimated, 26.8 ms per step.
-Time: a converged k from rest needs about ``steps_estimate`` steps (the protocol's pressure
-diffusion estimate, ~1e6 for this box at tau 0.7 without the coarse start); the benchmark
-runs ``--steps`` (default 1000) and reports k, its change and the spread of the flux through
-the layers, and the time per step to extrapolate from.
+Time: ``steps_estimate`` is the protocol's pressure-diffusion bound from rest (~1e6 for this
+box at tau 0.7); the one-device protocol's runs of 300³-400³ images converged in 4200-5200
+fine steps after 2400 at half resolution (benchmarks/rock_time_to_answer/README.md). The run
+starts from the coarse start over the ranks (``--coarse-levels``, default 1:
+:mod:`solver.distributed.coarse_start`; set-up of the coarse levels from the fine layers each
+rank read already, :class:`geometries.regions.CachedRegions`), then runs ``--steps`` (default
+1000) or to k's convergence and reports k, its change per 1000 steps, the monitor's estimate
+of the steps still needed, the spread of the flux through the layers, each level's steps and
+times, and the time per step to extrapolate from.
 
 Usage (one GPU per rank; writes ``mirrored-rock-<size>-<ranks>x-<device>-<storage>-<date>``
 ``.json`` and ``.md`` to ``--out``, default benchmarks/scaling/results/)::
 
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600            # ~5-8 min
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 400 --steps 2000  # check
+    python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --steps 12000 \
+        --check 500 --timeout 570                       # to a converged k (not yet measured)
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --estimate-only
     python benchmarks/scaling/mirrored_rock.py --ranks 2 --size 48 --backend numpy \\
         --storage float32 --steps 41 --check 20                                  # CPU
