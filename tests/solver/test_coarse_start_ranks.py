@@ -82,52 +82,70 @@ def config(force=(3e-5, 0.0, 0.0), **kw) -> SimulationConfig:
     return SimulationConfig(**base)
 
 
-def ranks_of(source, cfg, summary, bounds, hub) -> list[RankSolver]:
+def ranks_of(source, cfg, summary, bounds, hub, backend) -> list[RankSolver]:
     """Ranks built from their slabs with the given bounds (loopback exchange)."""
     out = []
     for r in range(len(bounds) - 1):
         problem, dec = local_part(source, cfg, summary, len(bounds) - 1, r, bounds)
-        out.append(RankSolver(problem, dec, r, NumpyBackend(threads=1),
+        out.append(RankSolver(problem, dec, r, backend,
                               lambda plan, s, r=r, hub=hub: hub.exchange(r, plan, s)))
     return out
 
 
-@pytest.mark.parametrize("n_ranks", [1, 3])
-def test_ranks_prolongate_as_one_device(n_ranks):
+CASES = [
+    pytest.param(1, "numpy", {}, 1e-14, id="numpy-1"),
+    pytest.param(3, "numpy", {}, 1e-14, id="numpy-3"),
+    # float32 arithmetic: one GPU prolongates in its fused kernels, the ranks in CuPy
+    # operations (the same map, rounding apart); float16 storage rounds by node numbers.
+    pytest.param(2, "cupy", {"precision": "float32"}, 1e-6, marks=pytest.mark.gpu,
+                 id="cupy-float32-tiled"),
+    pytest.param(2, "cupy", {"precision": "float32", "tile_storage": "compact"}, 1e-6,
+                 marks=pytest.mark.gpu, id="cupy-float32-compact"),
+    pytest.param(2, "cupy", {"precision": "float32", "storage": "float16"}, 2e-3,
+                 marks=pytest.mark.gpu, id="cupy-float16-tiled"),
+]
+
+
+@pytest.mark.parametrize("n_ranks,backend_name,extra,rtol", CASES)
+def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
     """Coarse ranks stepped from a noisy start, prolongated rank by rank into fine ranks
     whose slabs are twice theirs: every owned fine tile is the one-device start's
-    (start_on_device) bit for bit, the mean density summed over the ranks to rounding."""
+    (start_on_device; NumPy: bit for bit but the mean density, summed over the ranks)."""
+    from solver.backends import get_backend
+
+    backend = NumpyBackend(threads=1) if backend_name == "numpy" else get_backend(backend_name)
     sample = GrainRegions((32, 16, 16), 0.35, 6, seed=2)
     fine_box = MirroredRegions(sample, 0)
     coarse_box = MirroredRegions(CoarsenedRegions(sample), 0)
-    fine_cfg, coarse_cfg = config(), config(force=(6e-5, 0.0, 0.0))
+    fine_cfg = config(backend=backend_name, **extra)
+    coarse_cfg = config(force=(6e-5, 0.0, 0.0), backend=backend_name, **extra)
     coarse_solid = coarse_box.slab(0, 0, coarse_box.shape[0])
     whole_c = Problem.from_config(coarse_solid, coarse_cfg)
     f0 = noisy_start(whole_c)
-    coarse_sim = Simulation(coarse_solid, coarse_cfg, backend=NumpyBackend(threads=1))
+    coarse_sim = Simulation(coarse_solid, coarse_cfg, backend=backend)
     coarse_sim.allocate()
     coarse_sim.backend.set_populations(coarse_sim.state, f0)
     coarse_sim.step(5)
-    fine_sim = Simulation(fine_box.slab(0, 0, 64), fine_cfg, backend=NumpyBackend(threads=1))
+    fine_sim = Simulation(fine_box.slab(0, 0, 64), fine_cfg, backend=backend)
     start_on_device(fine_sim, coarse_sim)
     expected = fine_sim.populations()
 
     fine_summary = summarize(fine_box, 0, 4)
     bounds = fine_summary.bounds(n_ranks, 2)
-    hub = LoopbackHub()
-    coarse = ranks_of(coarse_box, coarse_cfg, summarize(coarse_box, 0, 4), bounds // 2, hub)
+    coarse = ranks_of(coarse_box, coarse_cfg, summarize(coarse_box, 0, 4), bounds // 2,
+                      LoopbackHub(), backend)
     for rank in coarse:
         index = whole_c.tiling.tile_map[tuple(rank.layout.tiling.tiles.T)]
         rank.backend.set_populations(rank.state, f0[index])
     step_together(coarse, 5)
-    fine = ranks_of(fine_box, fine_cfg, fine_summary, bounds, LoopbackHub())
+    fine = ranks_of(fine_box, fine_cfg, fine_summary, bounds, LoopbackHub(), backend)
     tables = [coarse_table(rank) for rank in coarse]
     total = sum(s for _, (s, _) in tables) / sum(c for _, (_, c) in tables)
     for rank, (table, _) in zip(fine, tables, strict=True):
         prolong_owned(rank, table, total)
         owned = rank.layout.tiling.tiles[: rank.n_owned]
         index = fine_sim.tiling.tile_map[tuple(owned.T)]
-        np.testing.assert_allclose(rank.owned_populations(), expected[index], rtol=1e-14,
+        np.testing.assert_allclose(rank.owned_populations(), expected[index], rtol=rtol,
                                    atol=0)
 
 
