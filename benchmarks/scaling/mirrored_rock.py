@@ -51,8 +51,8 @@ Usage (one GPU per rank; writes ``mirrored-rock-<size>-<ranks>x-<device>-<storag
 
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600            # ~5-8 min
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 400 --steps 2000  # check
-    python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --steps 12000 \
-        --check 500 --timeout 570                       # to a converged k (not yet measured)
+    python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --steps 20000 \
+        --check 500 --max-seconds 480 --timeout 570     # to a converged k (not yet measured)
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --estimate-only
     python benchmarks/scaling/mirrored_rock.py --ranks 2 --size 48 --backend numpy \\
         --storage float32 --steps 41 --check 20                                  # CPU
@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop before allocating (set-up and the estimates only)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--timeout", type=float, default=3000, help="seconds for the job")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop stepping at the first check after this many seconds from "
+                             "the start (k, its change and the steps still needed reported)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -163,7 +166,7 @@ def work(args: argparse.Namespace) -> int:
     result = run_mirrored(sample, config, 0, comm, backend, args.steps, args.check,
                           settings=start_settings(args.coarse_levels), transport=args.transport,
                           memory=pool_memory if args.backend == "cupy" else None,
-                          estimate_only=args.estimate_only)
+                          estimate_only=args.estimate_only, max_seconds=args.max_seconds)
     if result is None:
         return 0
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(

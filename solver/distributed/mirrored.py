@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import resource
 import sys
 import time
@@ -132,15 +133,20 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
                  backend: Any, steps: int, check: int, tolerance: float = K_TOLERANCE,
                  settings: PermeabilitySettings | None = None, transport: str = "auto",
                  memory: Callable[[], dict] | None = None,
-                 estimate_only: bool = False) -> dict | None:
+                 estimate_only: bool = False, max_seconds: float | None = None
+                 ) -> dict | None:
     """Run the mirrored protocol of ``sample`` along ``axis`` on the ranks of ``comm``
     (collective); the result on rank 0 (module docstring), None on the others. ``memory``:
     extra per-rank numbers at the end (e.g. a device pool's peak); ``estimate_only``: stop
-    before allocating, with the set-up times and each rank's estimate."""
+    before allocating, with the set-up times and each rank's estimate; ``max_seconds``: wall
+    seconds from the start after which the stepping stops at its next check (rank 0's clock;
+    the coarse levels stop at half the time left when they start), so that a job's limit
+    still gets a result."""
     settings = settings or PermeabilitySettings()
     rank, size = comm.Get_rank(), comm.Get_size()
     times: dict[str, float] = {}
     t0 = time.perf_counter()
+    deadline = math.inf if max_seconds is None else t0 + max_seconds
     wanted = settings.coarse_levels if settings.accelerate and settings.coarse_start else 0
     if wanted:  # the coarse levels read the fine layers this rank has read already
         sample = CachedRegions(sample, axis)
@@ -177,8 +183,9 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
         return built
 
     def run_level(level_solver, level, level_tolerance):
+        now = time.perf_counter()
         out = _checked_steps(level_solver, comm, axis, np.prod(level.summary.shape), steps,
-                             check, level_tolerance)
+                             check, level_tolerance, now + (deadline - now) / 2)
         last = out["history"][-1] if out["history"] else {}
         k = last.get("k")
         return {"steps": out["steps"], "converged": out["converged"],
@@ -200,7 +207,8 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
         prolong_ranks(solver, coarse_solver, comm)
         coarse_solver.release()
         times["prolong"] = time.perf_counter() - t4
-    run = _checked_steps(solver, comm, axis, np.prod(summary.shape), steps, check, tolerance)
+    run = _checked_steps(solver, comm, axis, np.prod(summary.shape), steps, check, tolerance,
+                         deadline)
     step_seconds = comm.allgather(run["seconds"])
     mine = {"rank": rank, "tiles_owned": int(solver.n_owned),
             "fluid_nodes": int(solver.problem.n_fluid),
@@ -261,9 +269,10 @@ def _rank_part(box: RegionSource, cfg: SimulationConfig, summary: SlabSummary, b
 
 
 def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, check: int,
-                   tolerance: float) -> dict:
+                   tolerance: float, deadline: float = math.inf) -> dict:
     """Step to ``steps`` (the first, compiling the kernels, untimed), k every ``check`` steps
-    from the ranks' reduced numbers, stopping at the convergence test or a non-finite value:
+    from the ranks' reduced numbers, stopping at the convergence test, a non-finite value or
+    the first check after ``deadline`` (``time.perf_counter()`` of rank 0):
     ``{'steps', 'seconds' (this rank's timed stepping), 'check_seconds' (its reduced
     checks), 'history', 'converged'}``."""
     solver.step(1)
@@ -295,6 +304,9 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
         if comm.Get_rank() == 0:
             log.info("step %d: k = %.6g voxel², change %s, max speed %.3g, flux spread %.2g",
                      done, k, change, numbers.max_speed, numbers.flux_spread)
+        if comm.bcast(time.perf_counter() > deadline, root=0) and not converged:
+            history[-1]["stopped"] = "max_seconds"
+            break
     return {"steps": done, "seconds": seconds, "check_seconds": reading, "history": history,
             "converged": converged}
 
@@ -340,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="SimulationConfig field (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop stepping at the first check after this many wall seconds "
+                             "from the start (the result is still written)")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop before allocating: set-up times and device bytes per rank")
     return parser
@@ -380,7 +395,7 @@ def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None
     result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
                           args.check, args.tolerance, settings=start_settings(args.coarse_levels),
                           transport=args.transport, memory=memory,
-                          estimate_only=args.estimate_only)
+                          estimate_only=args.estimate_only, max_seconds=args.max_seconds)
     if result is not None:
         text = json.dumps(result, indent=1, default=str)
         if args.json is not None:
