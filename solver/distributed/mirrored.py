@@ -50,7 +50,7 @@ from geometries.regions import (
     TiffRegions,
 )
 
-from ..config import BACKENDS, HALO_TRANSPORTS, SimulationConfig
+from ..config import BACKENDS, HALO_TRANSPORTS, ConfigError, SimulationConfig
 from ..monitor import K_TOLERANCE, KConvergence
 from ..observables import darcy_permeability
 from ..problem import Problem
@@ -155,7 +155,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     times["summary"] = time.perf_counter() - t0
     cfg, derived = mirrored_config(summary, config, settings)
     n_levels = feasible_levels(tuple(sample.shape), axis, summary.a, wanted)
-    bounds = summary.bounds(size, FACTOR**n_levels)  # level l's slabs: these over 2^l
+    bounds, n_levels = _level_bounds(summary, size, n_levels)
     t1 = time.perf_counter()
     problem, decomposition, estimate = _rank_part(box, cfg, summary, backend, comm,
                                                   check_fit=not estimate_only, bounds=bounds)
@@ -241,6 +241,18 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "load_imbalance_tiles": _imbalance([r["tiles_owned"] for r in ranks]),
             "load_imbalance_fluid": _imbalance([r["fluid_nodes"] for r in ranks]),
             "per_rank": ranks}
+
+
+def _level_bounds(summary: SlabSummary, size: int, levels: int) -> tuple[np.ndarray, int]:
+    """Slab bounds on multiples of ``2^levels`` tile layers (level l's slabs are these over
+    2^l) and the levels they allow: fewer where a rank would get no tile on such a cut."""
+    for n in range(levels, 0, -1):
+        try:
+            return summary.bounds(size, FACTOR**n), n
+        except ConfigError:
+            log.info("slabs on multiples of %d tile layers leave a rank empty; fewer levels.",
+                     FACTOR**n)
+    return summary.bounds(size), 0
 
 
 def _rank_part(box: RegionSource, cfg: SimulationConfig, summary: SlabSummary, backend: Any,
