@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from geometries import VoxelGeometry
-from geometries.preprocess import downsample, keep_connected, mirror
+from geometries.preprocess import downsample, keep_connected
 from geometries.regions import ArrayRegions, CoarsenedRegions, GrainRegions, MirroredRegions
 from solver import observables
 from solver.backends.numpy_backend import NumpyBackend
@@ -150,18 +150,18 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
 
 
 @needs_mpi
-def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path):
-    """``mpirun -n 2 python -m solver.distributed.mirrored --coarse-levels 1`` with 41 coarse
-    and 41 fine steps: the coarse k and the fine k equal those of the one-device pieces
-    (coarse_setup's run, start_on_device, the fine run) in one process, to rounding."""
-    n = 24
+@pytest.mark.parametrize("n,seed,levels", [(24, 5, 1), (32, 4, 2)])
+def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, seed, levels):
+    """``mpirun -n 2 python -m solver.distributed.mirrored --coarse-levels L`` with 41 steps at
+    every level: each level's k and the fine k equal those of the one-device pieces
+    (coarse_setup's runs, start_on_device, the fine run) in one process, to rounding."""
     lattice = get_lattice("D3Q19")
-    sample = GrainRegions((n, 16, 16), 0.35, 6, seed=5).slab(0, 0, n)
+    sample = GrainRegions((n, 16, 16), 0.35, 6, seed=seed).slab(0, 0, n)
     kept, _ = keep_connected(VoxelGeometry(sample), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
     cmd = [find_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed.mirrored",
            str(tmp_path / "sample.npy"), "--axis", "0", "--steps", "41", "--check", "20",
-           "--coarse-levels", "1", "--set", "precision=float64",
+           "--coarse-levels", str(levels), "--set", "precision=float64",
            "--json", str(tmp_path / "out.json")]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -169,26 +169,29 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path):
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads((tmp_path / "out.json").read_text())
-    assert out["coarse_levels"] == 1 and out["coarse"][0]["steps"] == 41
-    assert all(b % 2 == 0 for b in out["slab_bounds"])
+    assert out["coarse_levels"] == levels and [c["steps"] for c in out["coarse"]] == [41] * levels
+    assert all(b % 2**levels == 0 for b in out["slab_bounds"])
 
     base = SimulationConfig(precision="float64", backend="numpy", tile_offset="origin")
-    setup = setup_protocol(kept, base, 0, "mirrored", PermeabilitySettings())
-    coarse = coarse_setup(setup)
-    # The ranks keep every pore of the coarse box; this sample's coarse box has none to drop.
-    assert np.array_equal(coarse.geometry.solid,
-                          downsample(mirror(VoxelGeometry(kept.solid), 0), 2).solid)
-    assert np.array_equal(coarse.geometry.solid,
-                          MirroredRegions(CoarsenedRegions(ArrayRegions(kept.solid)), 0)
-                          .slab(0, 0, n))
-    coarse_sim = Simulation(coarse.geometry, coarse.config, backend=NumpyBackend(threads=1))
-    coarse_sim.step(41)
-    k_coarse = observables.permeability(coarse_sim.problem, coarse_sim.fields(), 0).lattice
-    assert out["coarse"][0]["k"] == pytest.approx(4 * k_coarse, rel=1e-11)
-    fine_sim = Simulation(setup.geometry, setup.config, backend=NumpyBackend(threads=1))
-    start_on_device(fine_sim, coarse_sim)
-    fine_sim.step(41)
-    k = observables.permeability(fine_sim.problem, fine_sim.fields(), 0).lattice
+    setups = [setup_protocol(kept, base, 0, "mirrored", PermeabilitySettings())]
+    source = ArrayRegions(kept.solid)
+    for _ in range(levels):
+        setups.append(coarse_setup(setups[-1]))
+        source = CoarsenedRegions(source)
+        # The ranks keep every pore of a coarse box; these samples' have none to drop.
+        box = MirroredRegions(source, 0)
+        assert np.array_equal(setups[-1].geometry.solid, box.slab(0, 0, box.shape[0]))
+    below = None
+    for level in range(levels, -1, -1):  # coarsest first, as both run them
+        sim = Simulation(setups[level].geometry, setups[level].config,
+                         backend=NumpyBackend(threads=1))
+        if below is not None:
+            start_on_device(sim, below)
+        sim.step(41)
+        k = observables.permeability(sim.problem, sim.fields(), 0).lattice
+        if level:
+            assert out["coarse"][level - 1]["k"] == pytest.approx(4**level * k, rel=1e-10)
+        below = sim
     assert out["k"] == pytest.approx(k, rel=1e-10)
     assert out["work_steps"] > out["steps"]
 
