@@ -173,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.from_rest:
                 runs.append(ranks_run(path, ranks, 0, args))
                 print(runs[-1], flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                            capture_output=True).stdout.strip() or "unknown"
+    # LBM_COMMIT where the tree is a snapshot inside another checkout (its HEAD is not ours).
+    commit = os.environ.get("LBM_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
+    ).stdout.strip() or "unknown"
     device = "cpu" if args.backend == "numpy" else _gpu_name()
     result = {"sample": f"grains d={args.diameter:g} porosity~{args.porosity:g} seed "
                         f"{args.seed} {args.size}³ (pores joining the faces only)",
