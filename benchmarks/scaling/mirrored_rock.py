@@ -52,7 +52,8 @@ Usage (one GPU per rank; writes ``mirrored-rock-<size>-<ranks>x-<device>-<storag
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600            # ~5-8 min
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 400 --steps 2000  # check
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --steps 20000 \
-        --check 500 --max-seconds 480 --timeout 570     # to a converged k (not yet measured)
+        --check 500 --coarse-levels 3 --max-seconds 480 --timeout 570
+                                    # to a converged k (not yet measured; estimated 5-6.5 min)
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --estimate-only
     python benchmarks/scaling/mirrored_rock.py --ranks 2 --size 48 --backend numpy \\
         --storage float32 --steps 41 --check 20                                  # CPU
