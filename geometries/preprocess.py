@@ -21,7 +21,7 @@ from .openings.opening import on_fluid
 from .pores import label_pores
 from .voxel import VoxelGeometry
 
-__all__ = ["add_buffer", "crop", "downsample", "keep_connected", "mirror"]
+__all__ = ["add_buffer", "crop", "downsample", "keep_connected", "majority_mask", "mirror"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,14 +124,7 @@ def downsample(geom: VoxelGeometry, factor: int) -> VoxelGeometry:
         raise GeometryError(f"factor {f} is larger than the smallest axis {min(geom.shape)}.")
     if any(n % f for n in geom.shape):
         logger.info("downsample: cutting %s to a multiple of %d", geom.shape, f)
-    # Solid voxels per block, one strided slice of each in-block offset at a time: summing
-    # the blocked view over its block axes is about 15x slower at 400³.
-    blocks = _blocks(np.asarray(geom.solid, dtype=bool).view(np.uint8), f, coarse)
-    counts = np.zeros(coarse, dtype=np.min_scalar_type(f**geom.ndim))
-    for inner in itertools.product(range(f), repeat=geom.ndim):
-        counts += blocks[tuple(i for pair in zip([slice(None)] * geom.ndim, inner, strict=True)
-                               for i in pair)]
-    solid = counts > f**geom.ndim // 2  # majority; ties are fluid
+    solid = majority_mask(np.asarray(geom.solid, dtype=bool), f)
     labels = None
     if geom.labels is not None:
         labels = _blocks(geom.labels, f, coarse).max(axis=tuple(range(1, 2 * geom.ndim, 2)))
@@ -208,6 +201,22 @@ def _bounds(geom: VoxelGeometry, corner: Sequence[int], what: str) -> tuple[int,
             f"{what} must be {geom.ndim} integers within the shape {geom.shape}, got {corner!r}."
         )
     return values
+
+
+def majority_mask(solid: np.ndarray, factor: int) -> np.ndarray:
+    """A solid mask (True = solid) coarsened by ``factor`` per axis by majority vote, ties
+    fluid, a trailing remainder cut off (:func:`downsample`'s rule; a slab's coarse layers
+    depend on its own ``factor`` layers only, which a slab-wise source relies on)."""
+    f, ndim = int(factor), solid.ndim
+    coarse = tuple(n // f for n in solid.shape)
+    # Solid voxels per block, one strided slice of each in-block offset at a time: summing
+    # the blocked view over its block axes is about 15x slower at 400³.
+    blocks = _blocks(np.asarray(solid, dtype=bool).view(np.uint8), f, coarse)
+    counts = np.zeros(coarse, dtype=np.min_scalar_type(f**ndim))
+    for inner in itertools.product(range(f), repeat=ndim):
+        counts += blocks[tuple(i for pair in zip([slice(None)] * ndim, inner, strict=True)
+                               for i in pair)]
+    return counts > f**ndim // 2  # majority; ties are fluid
 
 
 def _blocks(array: np.ndarray, f: int, coarse: tuple[int, ...]) -> np.ndarray:

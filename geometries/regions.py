@@ -13,7 +13,14 @@ slab it is asked in:
 - :class:`GrainRegions`: a rock-like Boolean model of overlapping solid balls of one radius
   (grains) at integer centres drawn from a seed, stamped only where a slab needs them;
 - :class:`MirroredRegions`: a source followed by its mirror image along an axis (the mirrored
-  permeability protocol's box, :func:`geometries.preprocess.mirror`).
+  permeability protocol's box, :func:`geometries.preprocess.mirror`);
+- :class:`CoarsenedRegions`: a source coarsened by an integer factor per axis by majority vote
+  (:func:`geometries.preprocess.downsample`'s rule): coarse layers ``[start, stop)`` read the
+  fine layers ``[f start, f stop)`` and nothing else, so a slab needs no overlap with its
+  neighbours' (a coarse start of a permeability run over ranks);
+- :class:`CachedRegions`: a source whose slabs along one axis are kept once read (up to a
+  byte budget), so that the coarse levels of that start read the fine layers a rank has read
+  already from memory instead of reading (or stamping) them again.
 """
 
 from __future__ import annotations
@@ -27,10 +34,11 @@ import numpy as np
 
 from .errors import GeometryError
 from .generators.checks import check_fraction, check_int, check_positive
+from .preprocess import majority_mask
 from .segment import segment
 
 __all__ = ["RegionSource", "ArrayRegions", "TiffRegions", "GrainRegions", "MirroredRegions",
-           "check_slab"]
+           "CoarsenedRegions", "CachedRegions", "check_slab"]
 
 #: Balls stamped per batch (temporaries ~ batch x ball voxels x 13 bytes: 16 MB at diameter
 #: 21): small temporaries are reused by the allocator, large ones are fresh pages every batch
@@ -225,3 +233,66 @@ class MirroredRegions:
             lo, hi = max(start, n), stop
             parts.append(np.flip(self.source.slab(axis, 2 * n - hi, 2 * n - lo), axis=axis))
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
+
+
+class CoarsenedRegions:
+    """``source`` coarsened by ``factor`` per axis by majority vote (ties fluid; a trailing
+    remainder cut off), by slab: coarse layer ``m`` is fine layers ``[f m, f m + f)``."""
+
+    def __init__(self, source: RegionSource, factor: int = 2) -> None:
+        self.source, self.factor = source, check_int(factor, "factor")
+        self.shape = tuple(int(n) // self.factor for n in source.shape)
+        if min(self.shape) < 1:
+            raise GeometryError(f"factor {factor} is larger than the smallest axis of "
+                                f"{source.shape}; coarsen less.")
+
+    def slab(self, axis: int, start: int, stop: int) -> np.ndarray:
+        """Solid mask of coarse layers ``[start, stop)`` along ``axis``."""
+        check_slab(self.shape, axis, start, stop)
+        f = self.factor
+        return majority_mask(self.source.slab(axis, f * start, f * stop), f)
+
+
+class CachedRegions:
+    """``source`` whose slabs along ``axis`` are kept as read (blocks of layers, at most
+    ``budget`` bytes; past it slabs are read and not kept); a slab covered by kept blocks is
+    assembled from them, the layers missing read from ``source`` (and kept)."""
+
+    def __init__(self, source: RegionSource, axis: int, budget: int = 8 << 30) -> None:
+        self.source, self.axis, self.budget = source, int(axis), int(budget)
+        self.shape = tuple(source.shape)
+        self.blocks: list[tuple[int, int, np.ndarray]] = []  # (start, stop, mask), disjoint
+        self.kept = 0
+        self.reads = 0  # layers read from the source (a test's and a report's number)
+
+    def slab(self, axis: int, start: int, stop: int) -> np.ndarray:
+        """Solid mask of layers ``[start, stop)`` along ``axis`` (a copy)."""
+        check_slab(self.shape, axis, start, stop)
+        if axis != self.axis:
+            return self.source.slab(axis, start, stop)
+        parts, at = [], start
+        for lo, hi, mask in sorted(self.blocks, key=lambda b: b[0]):
+            if hi <= at or lo >= stop:
+                continue
+            if lo > at:
+                parts.append(self._read(at, lo))
+            parts.append(np.take(mask, np.arange(max(lo, at) - lo, min(hi, stop) - lo),
+                                 axis=axis))
+            at = min(hi, stop)
+        if at < stop:
+            parts.append(self._read(at, stop))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        """Layers ``[start, stop)`` from the source, kept while the budget allows."""
+        mask = self.source.slab(self.axis, start, stop)
+        self.reads += stop - start
+        if self.kept + mask.nbytes <= self.budget:
+            self.blocks.append((start, stop, mask))
+            self.kept += mask.nbytes
+            return mask.copy()  # the caller's to change
+        return mask
+
+    def clear(self) -> None:
+        """Drop every kept block (their memory)."""
+        self.blocks, self.kept = [], 0

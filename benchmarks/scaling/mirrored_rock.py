@@ -15,8 +15,8 @@ scaled by 64: porosity 0.196, tile utilisation eta_t 0.483 with 4³ tiles, slabs
 within 1 %): the mirrored 1600³ box has 1.61e9 fluid nodes in 5.2e7 non-empty tiles; a rank
 owns 4.0e8 fluid nodes in 1.3e7 tiles (8.3e8 tile nodes). Bytes per rank (two copies, D3Q19;
 ``mirrored.device_estimate``: the state as its plan allocates it and one check's chunk of
-16,384 tiles, 0.8 GB; tile map and fluid masks of the global tile grid of 1.28e8 cells, 12
-bytes each, 1.5 GB):
+65,536 tiles, 3.2 GB (16,384 and 0.8 GB in the measured run below); tile map and fluid masks
+of the global tile grid of 1.28e8 cells, 12 bytes each, 1.5 GB):
 
 =========================  =====================  ==========  =========================
 storage                    per node                per rank    fits
@@ -36,16 +36,24 @@ The compact storage holds at most 2^31 / 19 = 1.13e8 fluid nodes per rank
 Every number above is an estimate; the run records the measured ones. Measured on 4 x H200
 (float16, tiled, commit 3c20093, results/mirrored-rock-1600-4x-nvidia-h200-float16-2026-11-28):
 62.7 GiB held by CuPy's pool per rank against 63.0 GiB estimated, 26.8 ms per step.
-Time: a converged k from rest needs about ``steps_estimate`` steps (the protocol's pressure
-diffusion estimate, ~1e6 for this box at tau 0.7 without the coarse start); the benchmark
-runs ``--steps`` (default 1000) and reports k, its change and the spread of the flux through
-the layers, and the time per step to extrapolate from.
+Time: ``steps_estimate`` is the protocol's pressure-diffusion bound from rest (~1e6 for this
+box at tau 0.7); the one-device protocol's runs of 300³-400³ images converged in 4200-5200
+fine steps after 2400 at half resolution (benchmarks/rock_time_to_answer/README.md). The run
+starts from the coarse start over the ranks (``--coarse-levels``, default 1:
+:mod:`solver.distributed.coarse_start`; set-up of the coarse levels from the fine layers each
+rank read already, :class:`geometries.regions.CachedRegions`), then runs ``--steps`` (default
+1000) or to k's convergence and reports k, its change per 1000 steps, the monitor's estimate
+of the steps still needed, the spread of the flux through the layers, each level's steps and
+times, and the time per step to extrapolate from.
 
 Usage (one GPU per rank; writes ``mirrored-rock-<size>-<ranks>x-<device>-<storage>-<date>``
 ``.json`` and ``.md`` to ``--out``, default benchmarks/scaling/results/)::
 
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600            # ~5-8 min
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 400 --steps 2000  # check
+    python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --steps 20000 \
+        --check 500 --coarse-levels 3 --max-seconds 480 --timeout 570
+                                    # to a converged k (not yet measured; estimated 5-6.5 min)
     python benchmarks/scaling/mirrored_rock.py --ranks 4 --size 1600 --estimate-only
     python benchmarks/scaling/mirrored_rock.py --ranks 2 --size 48 --backend numpy \\
         --storage float32 --steps 41 --check 20                                  # CPU
@@ -87,10 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--transport", default="auto", choices=["auto", "nccl", "host"])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--check", type=int, default=500, help="steps between k checks")
+    parser.add_argument("--coarse-levels", type=int, default=1,
+                        help="coarse start over the ranks (solver.distributed.coarse_start): "
+                             "1 the sample coarsened by 2, 2-3 a chain from 1/4 or 1/8, 0 rest")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop before allocating (set-up and the estimates only)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--timeout", type=float, default=3000, help="seconds for the job")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop stepping at the first check after this many seconds from "
+                             "the start (k, its change and the steps still needed reported)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -140,7 +154,7 @@ def work(args: argparse.Namespace) -> int:
     from solver.backends import get_backend, may_use_gpu
     from solver.config import SimulationConfig
     from solver.distributed.comm import bind_local_gpu, world
-    from solver.distributed.mirrored import run_mirrored
+    from solver.distributed.mirrored import run_mirrored, start_settings
 
     comm = world()
     if may_use_gpu(args.backend):
@@ -151,9 +165,9 @@ def work(args: argparse.Namespace) -> int:
     backend = get_backend(args.backend)
     sample = GrainRegions((args.size,) * 3, args.porosity, args.diameter, args.seed)
     result = run_mirrored(sample, config, 0, comm, backend, args.steps, args.check,
-                          transport=args.transport,
+                          settings=start_settings(args.coarse_levels), transport=args.transport,
                           memory=pool_memory if args.backend == "cupy" else None,
-                          estimate_only=args.estimate_only)
+                          estimate_only=args.estimate_only, max_seconds=args.max_seconds)
     if result is None:
         return 0
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(
@@ -164,6 +178,7 @@ def work(args: argparse.Namespace) -> int:
                   command=" ".join(sys.argv[1:]).replace("--worker ", ""), device=gpu)
     stem = (f"mirrored-rock-{args.size}-{args.ranks}x-{_slug(gpu)}-{args.storage}"
             f"{'-in-place' if args.streaming == 'in-place' else ''}"
+            f"{f'-coarse{args.coarse_levels}' if args.coarse_levels else ''}"
             f"{'-estimate' if args.estimate_only else ''}-{result['date']}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
@@ -179,6 +194,29 @@ def _slug(text: str) -> str:
 
 def _gib(value) -> str:
     return "-" if value is None else f"{value / GIB:.2f}"
+
+
+def _coarse_lines(r: dict) -> list[str]:
+    """The coarse start's levels (none: from rest) and the fine run's remaining estimate."""
+    if not r.get("coarse"):
+        return ["Started at rest (no coarse start).", ""]
+    lines = [f"Coarse start, {r['coarse_levels']} level(s), then {r['steps']} fine steps; "
+             f"work {r['work_steps']:.0f} fine-step equivalents.", "",
+             "| level | box | fluid nodes | steps | k fine voxel² | converged | set-up s | "
+             "steps s | checks s |", "|---:|---|---:|---:|---:|---|---:|---:|---:|"]
+    for c in r["coarse"]:
+        k = c.get("k")
+        lines.append(f"| 1/{c['scale']} | {' x '.join(map(str, c['shape']))} | "
+                     f"{c['fluid_nodes']:,} | {c['steps']} | {'-' if k is None else f'{k:.5g}'} "
+                     f"| {c['converged']} | {c['setup_seconds']:.1f} | {c['step_seconds']:.1f} "
+                     f"| {c['check_seconds']:.1f} |")
+    history = r.get("history") or []
+    if history:
+        last = history[-1]
+        lines += ["", f"Fine run: last check at step {last.get('step')}, k change per 1000 "
+                      f"steps {last.get('change')}, remaining steps estimated "
+                      f"{last.get('remaining')}."]
+    return lines + [""]
 
 
 def markdown(r: dict) -> str:
@@ -204,9 +242,11 @@ def markdown(r: dict) -> str:
                   f"{r['steps_estimate']:,} steps from rest (~{hours:.1f} h at this speed).",
                   f"Load imbalance: tiles {r['load_imbalance_tiles']:.3f}, fluid nodes "
                   f"{r['load_imbalance_fluid']:.3f}.", ""]
+        lines += _coarse_lines(r)
     lines += ["| rank | tiles | fluid nodes | estimate GiB | pool held GiB | device used GiB "
-              "| host peak GiB | summary s | slab s | allocate s | steps s | checks s |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| host peak GiB | summary s | slab s | coarse s | allocate s | prolong s | steps s "
+              "| checks s |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in r["per_rank"]:
         s = p.get("seconds", {})
         lines.append(
@@ -214,7 +254,9 @@ def markdown(r: dict) -> str:
             f"{p.get('fluid_nodes', p.get('fluid_nodes_with_halo', 0)):,} | "
             f"{_gib(p.get('device_bytes_estimate'))} | {_gib(p.get('pool_held_bytes'))} | "
             f"{_gib(p.get('device_used_bytes'))} | {_gib(p.get('host_peak_bytes'))} | "
-            f"{s.get('summary', 0):.1f} | {s.get('slab', 0):.1f} | {s.get('allocate', 0):.1f} | "
+            f"{s.get('summary', 0):.1f} | {s.get('slab', 0):.1f} | "
+            f"{s.get('coarse_summary', 0) + s.get('coarse_runs', 0):.1f} | "
+            f"{s.get('allocate', 0):.1f} | {s.get('prolong', 0):.1f} | "
             f"{p.get('step_seconds', 0):.1f} | {p.get('check_seconds', 0):.1f} |")
     return "\n".join(lines) + "\n"
 

@@ -36,14 +36,15 @@ class DeviceInfo(dict):
     """Name, memory (bytes) and peak bandwidth (bytes/s, None if unknown) of a device."""
 
 
-def with_rest_solids(problem: Problem, stored, xp: Any = np):
-    """``stored`` (n_tiles, q, a**d, XYZ order, storage dtype) with the stored rest equilibrium
-    in solid nodes.
+def with_rest_solids(problem: Problem, stored, xp: Any = np, tiles: slice | None = None):
+    """``stored`` (n_tiles, q, a**d, XYZ order, storage dtype; of the tiles ``tiles`` only
+    when given) with the stored rest equilibrium in solid nodes.
 
     The rule of the module doc; returns a new ``xp`` array.
     """
     rest = xp.asarray(problem.storage.encode(problem.rest_populations()[:, None]))[None]
-    solid = xp.asarray(problem.tiling.solid)[:, None, :]
+    solid = problem.tiling.solid if tiles is None else problem.tiling.solid[tiles]
+    solid = xp.asarray(solid)[:, None, :]
     return xp.where(solid, rest, xp.asarray(stored, dtype=problem.storage_dtype))
 
 
@@ -145,9 +146,10 @@ class Backend(Protocol):
     def to_host(self, array: Any) -> np.ndarray:
         """Copy a backend array to a host NumPy array."""
 
-    def set_populations(self, state: Any, f: np.ndarray) -> None:
+    def set_populations(self, state: Any, f: np.ndarray, tiles: slice | None = None) -> None:
         """Overwrite the latest populations from a host or backend array (n_tiles, q, a**d),
-        rounded to the storage.
+        rounded to the storage; of the tiles ``tiles`` only (a slice, ``f`` of their count)
+        when given: a start built a chunk at a time, never the whole state at once.
 
         Solid nodes of both copies get the rest equilibrium, whatever ``f`` holds there.
         """

@@ -262,13 +262,15 @@ class NumpyBackend:
         """Already on the host."""
         return np.asarray(array)
 
-    def set_populations(self, state: NumpyState, f: np.ndarray) -> None:
-        """Overwrite the latest populations (rounded to the storage, as every step stores);
-        solid nodes of both copies at rest equilibrium."""
-        problem = state.problem
-        state.f[state.current] = with_rest_solids(problem, problem.storage.encode(f))
+    def set_populations(self, state: NumpyState, f: np.ndarray,
+                        tiles: slice | None = None) -> None:
+        """Overwrite the latest populations (rounded to the storage, as every step stores), of
+        ``tiles`` only when given; solid nodes of both copies at rest equilibrium."""
+        problem, part = state.problem, slice(None) if tiles is None else tiles
+        state.f[state.current][part] = with_rest_solids(problem, problem.storage.encode(f),
+                                                        tiles=tiles)
         other = state.f[1 - state.current]
-        other[...] = with_rest_solids(problem, other)
+        other[part] = with_rest_solids(problem, other[part], tiles=tiles)
 
     def stored_populations(self, state: NumpyState) -> np.ndarray:
         """The latest copy as stored (a view; storage dtype, n_tiles, q, a**d)."""

@@ -80,9 +80,15 @@ class SlabSummary:
         """Solid-fluid faces per voxel (what :func:`solver.rock.protocol.kozeny_carman` reads)."""
         return self.faces / float(np.prod(self.shape))
 
-    def bounds(self, n_ranks: int) -> np.ndarray:
-        """Tile-layer bounds of ``n_ranks`` slabs balanced by non-empty tiles (int64)."""
-        bounds = cut_layers(self.tiles, n_ranks)
+    def bounds(self, n_ranks: int, multiple: int = 1) -> np.ndarray:
+        """Tile-layer bounds of ``n_ranks`` slabs balanced by non-empty tiles (int64), every
+        inner bound a multiple of ``multiple`` (a coarse start's levels: the slabs of the box
+        coarsened by 2^L are then this box's halved L times, :mod:`.coarse_start`)."""
+        if multiple > 1:
+            blocks = np.add.reduceat(self.tiles, np.arange(0, len(self.tiles), multiple))
+            bounds = np.minimum(cut_layers(blocks, n_ranks) * multiple, len(self.tiles))
+        else:
+            bounds = cut_layers(self.tiles, n_ranks)
         per_rank = np.add.reduceat(self.tiles, bounds[:-1])
         empty = np.flatnonzero(per_rank == 0)
         if empty.size:
@@ -192,9 +198,11 @@ def slab_tiling(source: RegionSource, axis: int, a: int, runs: list[tuple[int, i
 
 
 def local_part(source: RegionSource, config: SimulationConfig, summary: SlabSummary,
-               n_ranks: int, rank: int) -> tuple[Problem, SlabDecomposition]:
-    """``rank``'s problem (its slab and halo layers) and the decomposition of its tiles."""
-    bounds = summary.bounds(n_ranks)
+               n_ranks: int, rank: int, bounds: np.ndarray | None = None
+               ) -> tuple[Problem, SlabDecomposition]:
+    """``rank``'s problem (its slab and halo layers) and the decomposition of its tiles
+    (slab ``bounds`` in tile layers; default ``summary.bounds(n_ranks)``)."""
+    bounds = summary.bounds(n_ranks) if bounds is None else np.asarray(bounds, dtype=np.int64)
     axis = summary.axis
     periodic = config.periodic_axes()[axis]
     tiling = slab_tiling(source, axis, summary.a, rank_layers(bounds, rank, periodic))

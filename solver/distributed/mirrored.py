@@ -12,10 +12,14 @@ fast tau) are the single-process protocol's, computed from the summary's porosit
 
 What differs from ``python -m solver run`` with ``permeability:``: the pores not joining the
 two faces are kept (finding them needs the connected components of the whole image; they carry
-no flow at a steady state, so k is the same, they only cost memory and time), the run is
-started at rest (no coarse start), the tile grid sits at the origin, and k is checked every
-``--check`` steps up to ``--steps`` or the convergence test
-(:class:`solver.monitor.KConvergence`). Rank 0 prints one JSON object (``--json`` writes it):
+no flow at a steady state, so k is the same, they only cost memory and time), the tile grid
+sits at the origin, and k is checked every ``--check`` steps up to ``--steps`` or the
+convergence test (:class:`solver.monitor.KConvergence`). The run starts from the flow of the
+sample coarsened by 2 (``--coarse-levels``, default 1; 0: from rest), run over the same ranks
+(:mod:`solver.distributed.coarse_start`: the one-device start of :mod:`solver.rock.initial`,
+slab by slab), as ``PermeabilitySettings.coarse_levels`` does on one device; the result lists
+each level's steps, k and times under ``coarse`` and the fine-step equivalents of the whole
+run as ``work_steps``. Rank 0 prints one JSON object (``--json`` writes it):
 k, its history, the plane-flux spread, the set-up and step times and, per rank, the tiles,
 fluid nodes, halo values per step, the estimated device bytes (:func:`device_estimate`) and
 what the backend reports (``used_memory``; a benchmark adds the CuPy pool's peak).
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import resource
 import sys
 import time
@@ -38,23 +43,26 @@ import numpy as np
 
 from geometries.regions import (
     ArrayRegions,
+    CachedRegions,
     GrainRegions,
     MirroredRegions,
     RegionSource,
     TiffRegions,
 )
 
-from ..config import BACKENDS, HALO_TRANSPORTS, SimulationConfig
+from ..config import BACKENDS, HALO_TRANSPORTS, ConfigError, SimulationConfig
 from ..monitor import K_TOLERANCE, KConvergence
 from ..observables import darcy_permeability
 from ..problem import Problem
+from ..rock.initial import FACTOR
 from ..rock.protocol import fast_tau_for, kozeny_carman, pore_drive, protocol_values, steps_for
 from ..rock.settings import PermeabilitySettings
 from ..tiling import default_tile_edge
+from .coarse_start import coarse_levels, feasible_levels, prolong_ranks, run_levels
 from .local_setup import SlabSummary, agreed_storage, local_part, local_rank, summarize
 from .reductions import READ_TILES, combine, owned_numbers
 
-__all__ = ["mirrored_config", "device_estimate", "run_mirrored", "main"]
+__all__ = ["mirrored_config", "device_estimate", "run_mirrored", "start_settings", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -125,26 +133,36 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
                  backend: Any, steps: int, check: int, tolerance: float = K_TOLERANCE,
                  settings: PermeabilitySettings | None = None, transport: str = "auto",
                  memory: Callable[[], dict] | None = None,
-                 estimate_only: bool = False) -> dict | None:
+                 estimate_only: bool = False, max_seconds: float | None = None
+                 ) -> dict | None:
     """Run the mirrored protocol of ``sample`` along ``axis`` on the ranks of ``comm``
     (collective); the result on rank 0 (module docstring), None on the others. ``memory``:
     extra per-rank numbers at the end (e.g. a device pool's peak); ``estimate_only``: stop
-    before allocating, with the set-up times and each rank's estimate."""
+    before allocating, with the set-up times and each rank's estimate; ``max_seconds``: wall
+    seconds from the start after which the stepping stops at its next check (rank 0's clock;
+    the coarse levels stop at half the time left when they start), so that a job's limit
+    still gets a result."""
     settings = settings or PermeabilitySettings()
     rank, size = comm.Get_rank(), comm.Get_size()
     times: dict[str, float] = {}
     t0 = time.perf_counter()
+    deadline = math.inf if max_seconds is None else t0 + max_seconds
+    wanted = settings.coarse_levels if settings.accelerate and settings.coarse_start else 0
+    if wanted:  # the coarse levels read the fine layers this rank has read already
+        sample = CachedRegions(sample, axis)
     box = MirroredRegions(sample, axis)
     summary = summarize(box, axis, config.tile_edge or default_tile_edge(len(box.shape)), comm)
     times["summary"] = time.perf_counter() - t0
     cfg, derived = mirrored_config(summary, config, settings)
+    n_levels = feasible_levels(tuple(sample.shape), axis, summary.a, wanted)
+    bounds, n_levels = _level_bounds(summary, size, n_levels)
     t1 = time.perf_counter()
     problem, decomposition, estimate = _rank_part(box, cfg, summary, backend, comm,
-                                                  check_fit=not estimate_only)
+                                                  check_fit=not estimate_only, bounds=bounds)
     times["slab"] = time.perf_counter() - t1
     head = {"shape": list(summary.shape), "sample_shape": list(sample.shape), "axis": axis,
             "ranks": size, "porosity": summary.porosity, "fluid_nodes": summary.n_fluid,
-            "tiles": int(summary.tiles.sum()), **derived}
+            "tiles": int(summary.tiles.sum()), "coarse_levels_asked": wanted, **derived}
     if estimate_only:
         ranks = comm.gather({"rank": rank, "tiles": int(problem.tiling.n_tiles),
                              "fluid_nodes_with_halo": int(problem.tiling.n_fluid),
@@ -153,10 +171,44 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
                              "host_peak_bytes": _host_peak()}, root=0)
         return None if rank else {**head, "estimate_only": True, "per_rank": ranks}
     t2 = time.perf_counter()
-    solver, link, used = local_rank(problem, decomposition, backend, comm, transport)
+    levels = coarse_levels(sample, axis, cfg, n_levels, bounds, summary.a, comm)
+    times["coarse_summary"] = time.perf_counter() - t2
+    link = None
+
+    def build(level):  # a level's rank part and solver, the NCCL link shared
+        nonlocal link
+        part, cut, _ = _rank_part(level.box, level.config, level.summary, backend, comm,
+                                  check_fit=True, bounds=level.bounds)
+        built, link, _ = local_rank(part, cut, backend, comm, transport, link)
+        return built
+
+    def run_level(level_solver, level, level_tolerance):
+        now = time.perf_counter()
+        out = _checked_steps(level_solver, comm, axis, np.prod(level.summary.shape), steps,
+                             check, level_tolerance, now + (deadline - now) / 2)
+        last = out["history"][-1] if out["history"] else {}
+        k = last.get("k")
+        return {"steps": out["steps"], "converged": out["converged"],
+                "k": None if k is None else k * level.scale**2,  # fine voxel²
+                "step_seconds": out["seconds"], "check_seconds": out["check_seconds"],
+                "history": out["history"]}
+
+    t3 = time.perf_counter()
+    coarse_solver, coarse = run_levels(levels, settings, build, run_level, comm)
+    if isinstance(sample, CachedRegions):
+        sample.clear()
+    times["coarse_runs"] = time.perf_counter() - t3
+    t2 = time.perf_counter()
+    solver, link, used = local_rank(problem, decomposition, backend, comm, transport, link)
     del problem  # the rank keeps its layout's tiling only
     times["allocate"] = time.perf_counter() - t2
-    run = _checked_steps(solver, comm, axis, np.prod(summary.shape), steps, check, tolerance)
+    if coarse_solver is not None:
+        t4 = time.perf_counter()
+        prolong_ranks(solver, coarse_solver, comm)
+        coarse_solver.release()
+        times["prolong"] = time.perf_counter() - t4
+    run = _checked_steps(solver, comm, axis, np.prod(summary.shape), steps, check, tolerance,
+                         deadline)
     step_seconds = comm.allgather(run["seconds"])
     mine = {"rank": rank, "tiles_owned": int(solver.n_owned),
             "fluid_nodes": int(solver.problem.n_fluid),
@@ -178,24 +230,41 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     last = run["history"][-1] if run["history"] else {}
     return {**head, "transport": used, "backend": backend.name, "precision": cfg.precision,
             "storage": cfg.storage, "streaming": cfg.streaming,
-            "slab_bounds": [int(b) for b in summary.bounds(size)],
+            "slab_bounds": [int(b) for b in bounds],
             "steps": run["steps"], "timed_steps": measured, "step_seconds": slowest,
             "mflups": summary.n_fluid * measured / slowest / 1e6 if slowest > 0 else None,
             "k": last.get("k"), "converged": run["converged"],
+            "coarse_levels": len(coarse), "coarse": coarse,
+            "work_steps": run["steps"] + sum(c["steps"] * c["fluid_nodes"] / summary.n_fluid
+                                             for c in coarse),
             "flux_spread": last.get("flux_spread"), "history": run["history"],
             "load_imbalance_tiles": _imbalance([r["tiles_owned"] for r in ranks]),
             "load_imbalance_fluid": _imbalance([r["fluid_nodes"] for r in ranks]),
             "per_rank": ranks}
 
 
+def _level_bounds(summary: SlabSummary, size: int, levels: int) -> tuple[np.ndarray, int]:
+    """Slab bounds on multiples of ``2^levels`` tile layers (level l's slabs are these over
+    2^l) and the levels they allow: fewer where a rank would get no tile on such a cut."""
+    for n in range(levels, 0, -1):
+        try:
+            return summary.bounds(size, FACTOR**n), n
+        except ConfigError:
+            log.info("slabs on multiples of %d tile layers leave a rank empty; fewer levels.",
+                     FACTOR**n)
+    return summary.bounds(size), 0
+
+
 def _rank_part(box: RegionSource, cfg: SimulationConfig, summary: SlabSummary, backend: Any,
-               comm: Any, check_fit: bool) -> tuple[Problem, Any, int]:
+               comm: Any, check_fit: bool, bounds: np.ndarray | None = None
+               ) -> tuple[Problem, Any, int]:
     """This rank's problem and decomposition (:func:`local_part`, the tile storage agreed)
     and its device estimate; with ``check_fit`` refused (on every rank) when it exceeds the
     device's free memory (collective)."""
     error, problem, decomposition = None, None, None
     try:
-        problem, decomposition = local_part(box, cfg, summary, comm.Get_size(), comm.Get_rank())
+        problem, decomposition = local_part(box, cfg, summary, comm.Get_size(), comm.Get_rank(),
+                                            bounds)
     except Exception as exc:
         error = exc
     _collect(comm, error)
@@ -212,9 +281,10 @@ def _rank_part(box: RegionSource, cfg: SimulationConfig, summary: SlabSummary, b
 
 
 def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, check: int,
-                   tolerance: float) -> dict:
+                   tolerance: float, deadline: float = math.inf) -> dict:
     """Step to ``steps`` (the first, compiling the kernels, untimed), k every ``check`` steps
-    from the ranks' reduced numbers, stopping at the convergence test or a non-finite value:
+    from the ranks' reduced numbers, stopping at the convergence test, a non-finite value or
+    the first check after ``deadline`` (``time.perf_counter()`` of rank 0):
     ``{'steps', 'seconds' (this rank's timed stepping), 'check_seconds' (its reduced
     checks), 'history', 'converged'}``."""
     solver.step(1)
@@ -222,7 +292,10 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
     done, seconds, reading, history, converged = 1, 0.0, 0.0, [], False
     monitor = KConvergence(tolerance)
     while done < steps and not converged:
-        n = min(check, steps - done)
+        # Checks at multiples of ``check`` (after the compiling step), the steps the
+        # one-device protocol checks at: k alternates between even and odd steps (by 1 % on a
+        # 24³ pack at tau 0.7, float64, converged), so k read one step off is that far off.
+        n = min(check - done % check, steps - done)
         comm.Barrier()
         tic = time.perf_counter()
         solver.step(n)
@@ -236,13 +309,16 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
             history.append({"step": done, "k": None, "finite": False})
             break
         k = darcy_permeability(solver.problem, numbers.momentum / volume, axis).lattice
-        change, done_yet, _ = monitor.update(done, k)
+        change, done_yet, remaining = monitor.update(done, k)
         converged = bool(done_yet)
-        history.append({"step": done, "k": k, "change": change,
+        history.append({"step": done, "k": k, "change": change, "remaining": remaining,
                         "max_speed": numbers.max_speed, "flux_spread": numbers.flux_spread})
         if comm.Get_rank() == 0:
             log.info("step %d: k = %.6g voxel², change %s, max speed %.3g, flux spread %.2g",
                      done, k, change, numbers.max_speed, numbers.flux_spread)
+        if comm.bcast(time.perf_counter() > deadline, root=0) and not converged:
+            history[-1]["stopped"] = "max_seconds"
+            break
     return {"steps": done, "seconds": seconds, "check_seconds": reading, "history": history,
             "converged": converged}
 
@@ -282,12 +358,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=1000, help="most steps")
     parser.add_argument("--check", type=int, default=500, help="steps between k checks")
     parser.add_argument("--tolerance", type=float, default=K_TOLERANCE)
+    parser.add_argument("--coarse-levels", type=int, default=1,
+                        help="start from the sample coarsened by 2 (1), a chain from 1/4 or "
+                             "1/8 (2, 3), or from rest (0); fewer where the shape does not halve")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="SimulationConfig field (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop stepping at the first check after this many wall seconds "
+                             "from the start (the result is still written)")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop before allocating: set-up times and device bytes per rank")
     return parser
+
+
+def start_settings(levels: int) -> PermeabilitySettings:
+    """The protocol's settings with ``levels`` coarse-start levels (0: from rest)."""
+    if levels < 0:
+        raise SystemExit(f"error: --coarse-levels must be 0 (from rest) or more, got {levels}")
+    return PermeabilitySettings(coarse_start=levels > 0, coarse_levels=min(max(levels, 1), 4))
 
 
 def source_of(args: argparse.Namespace) -> RegionSource:
@@ -316,8 +405,9 @@ def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None
     config = SimulationConfig(**{"backend": args.backend, **parse_settings(args.settings)})
     backend = get_backend(args.backend)
     result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
-                          args.check, args.tolerance, transport=args.transport, memory=memory,
-                          estimate_only=args.estimate_only)
+                          args.check, args.tolerance, settings=start_settings(args.coarse_levels),
+                          transport=args.transport, memory=memory,
+                          estimate_only=args.estimate_only, max_seconds=args.max_seconds)
     if result is not None:
         text = json.dumps(result, indent=1, default=str)
         if args.json is not None:

@@ -52,8 +52,8 @@ from ..lattice import get_lattice
 from ..simulation import Simulation
 from .protocol import ProtocolSetup, sample_labels
 
-__all__ = ["FACTOR", "coarse_setup", "prolongate", "pressure_ramp", "start_from",
-           "start_on_device"]
+__all__ = ["FACTOR", "CoarseTable", "coarse_setup", "prolongate", "pressure_ramp",
+           "prolonged_populations", "start_from", "start_on_device"]
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,9 @@ def start_on_device(fine: Simulation, coarse: Simulation, chunk: int = 1 << 16) 
     The map of :func:`prolongate` + :func:`start_from` without the host: each fine node takes
     the density and velocity of the coarse node containing it (coordinates // 2); fine nodes
     whose coarse node is solid or in an empty coarse tile get the mean coarse density at rest.
-    Built ``chunk`` fine tiles at a time in the backend's array module; on CuPy with plain
+    Built ``chunk`` fine tiles at a time in the backend's array module
+    (:class:`CoarseTable`, :func:`prolonged_populations`; the distributed coarse start,
+    :mod:`solver.distributed.coarse_start`, uses the same two pieces); on CuPy with plain
     storage in two kernels instead (:mod:`solver.backends.cuda.prolong`: no CuPy operation to
     compile), written into the fresh fine state.
     """
@@ -166,42 +168,73 @@ def start_on_device(fine: Simulation, coarse: Simulation, chunk: int = 1 << 16) 
     del f_c
     fluid_c = xp.asarray(~ct.solid)
     mean_rho = rho_c[fluid_c].mean() if bool(fluid_c.any()) else xp.asarray(1.0)
-    # One extra slot at the end: the value of fine nodes without a fluid coarse node.
-    rho_flat = xp.concatenate([xp.where(fluid_c, rho_c, mean_rho).reshape(-1),
-                               xp.reshape(mean_rho, (1,))])
-    d = ft.ndim
-    u_flat = xp.concatenate([xp.where(fluid_c[None], FACTOR * u_c, 0.0).reshape(d, -1),
-                             xp.zeros((d, 1))], axis=1)
+    table = CoarseTable.build(ct, rho_c, u_c, fluid_c, mean_rho, xp)
     del rho_c, u_c
-    rest = ct.n_tiles * ct.nodes_per_tile
+    p = fine.problem
+    dtype = xp.float64 if fine.config.precision == "float64" else xp.float32
+    f = xp.empty((ft.n_tiles, p.lattice.q, ft.nodes_per_tile), dtype=dtype)
+    # 65536 tiles a chunk (4M nodes, under 1 GB of float64 temporaries, as fields.TILE_CHUNK):
+    # 13 chunks for a 400³ sample's fine box instead of 51, each a few dozen launches.
+    for lo in range(0, ft.n_tiles, chunk):
+        hi = min(lo + chunk, ft.n_tiles)
+        f[lo:hi] = prolonged_populations(p, table, lo, hi, dtype, xp)
+    fine.allocate()
+    fine.backend.set_populations(fine.state, f)
+
+
+@dataclasses.dataclass(frozen=True)
+class CoarseTable:
+    """A coarse run's flow as the prolongation reads it (lattice units, arrays of ``xp``):
+    density ``rho`` (n * N + 1,) and velocity already times :data:`FACTOR` ``u`` (d, n * N + 1)
+    of the first ``n`` tiles of ``tiling`` (tile-node order), solid nodes at the mean
+    density at rest, and one extra slot at the end: the value of fine nodes without a fluid
+    coarse node (the mean density at rest)."""
+
+    tiling: Any
+    rho: Any
+    u: Any
+    n: int
+
+    @classmethod
+    def build(cls, tiling: Any, rho_c: Any, u_c: Any, fluid_c: Any, mean_rho: Any,
+              xp: Any) -> CoarseTable:
+        """The table of moments ``rho_c`` (n, N) and ``u_c`` (d, n, N) of the first n tiles of
+        ``tiling``, fluid where ``fluid_c`` (n, N), with ``mean_rho`` for the rest."""
+        d = tiling.ndim
+        rho = xp.concatenate([xp.where(fluid_c, rho_c, mean_rho).reshape(-1),
+                              xp.reshape(xp.asarray(mean_rho), (1,))])
+        u = xp.concatenate([xp.where(fluid_c[None], FACTOR * u_c, 0.0).reshape(d, -1),
+                            xp.zeros((d, 1))], axis=1)
+        return cls(tiling, rho, u, int(rho_c.shape[0]))
+
+
+def prolonged_populations(problem: Any, table: CoarseTable, lo: int, hi: int, dtype: Any,
+                          xp: Any) -> Any:
+    """Equilibrium populations (hi - lo, q, N) in ``dtype`` of the fine tiles ``[lo, hi)`` of
+    ``problem`` from the coarse node containing each node (``table``; solid fine nodes at rest
+    velocity; fine nodes whose coarse tile is not among the table's get its last slot)."""
+    ct, ft = table.tiling, problem.tiling
+    d = ft.ndim
+    rest = table.n * ct.nodes_per_tile
     tile_map = xp.asarray(ct.tile_map.astype(np.int64))
     offset_c, offset_f = (xp.asarray(np.array(t.offset, dtype=np.int64)) for t in (ct, ft))
     upper_f = xp.asarray(np.array(ft.shape, dtype=np.int64) - 1)
     upper_c = xp.asarray(np.array(ct.shape, dtype=np.int64) - 1)
     weights = xp.asarray(ct.a ** np.arange(d, dtype=np.int64))
     local = xp.asarray(ft.local_coordinates().astype(np.int64))
-    tiles = xp.asarray(ft.tiles.astype(np.int64))
-    solid_f = xp.asarray(ft.solid)
-    p = fine.problem
-    q, n_node = p.lattice.q, ft.nodes_per_tile
-    dtype = xp.float64 if fine.config.precision == "float64" else xp.float32
-    f = xp.empty((ft.n_tiles, q, n_node), dtype=dtype)
-    # 65536 tiles a chunk (4M nodes, under 1 GB of float64 temporaries, as fields.TILE_CHUNK):
-    # 13 chunks for a 400³ sample's fine box instead of 51, each a few dozen launches.
-    for lo in range(0, ft.n_tiles, chunk):
-        hi = min(lo + chunk, ft.n_tiles)
-        coords = tiles[lo:hi, None, :] * ft.a - offset_f + local[None]  # (t, N, d) fine
-        coords = xp.clip(coords, 0, upper_f)
-        shifted = xp.clip(coords // FACTOR, 0, upper_c) + offset_c  # coarse, tile frame
-        tile = tile_map[tuple(shifted[..., a] // ct.a for a in range(d))]
-        node = ((shifted % ct.a) * weights).sum(axis=-1)
-        flat = xp.where(tile >= 0, tile * ct.nodes_per_tile + node, rest).reshape(-1)
-        rho = rho_flat[flat]
-        u = xp.where(solid_f[lo:hi].reshape(1, -1), 0.0, u_flat[:, flat])
-        feq = equilibrium(rho, u, p.lattice, p.incompressible, xp)  # (q, t * N)
-        f[lo:hi] = feq.reshape(q, hi - lo, n_node).transpose(1, 0, 2)
-    fine.allocate()
-    fine.backend.set_populations(fine.state, f)
+    tiles = xp.asarray(ft.tiles[lo:hi].astype(np.int64))
+    coords = tiles[:, None, :] * ft.a - offset_f + local[None]  # (t, N, d) fine
+    coords = xp.clip(coords, 0, upper_f)
+    shifted = xp.clip(coords // FACTOR, 0, upper_c) + offset_c  # coarse, tile frame
+    tile = tile_map[tuple(shifted[..., a] // ct.a for a in range(d))]
+    node = ((shifted % ct.a) * weights).sum(axis=-1)
+    known = (tile >= 0) & (tile < table.n)
+    flat = xp.where(known, tile * ct.nodes_per_tile + node, rest).reshape(-1)
+    rho = table.rho[flat]
+    u = xp.where(xp.asarray(ft.solid[lo:hi]).reshape(1, -1), 0.0, table.u[:, flat])
+    q, n_node = problem.lattice.q, ft.nodes_per_tile
+    feq = equilibrium(rho, u, problem.lattice, problem.incompressible, xp)  # (q, t * N)
+    return feq.reshape(q, hi - lo, n_node).transpose(1, 0, 2).astype(dtype, copy=False)
 
 
 def _fused_start(fine: Simulation, coarse: Simulation) -> bool:

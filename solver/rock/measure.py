@@ -45,7 +45,7 @@ from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
 from .uncertainty import KInterval, interval
 
-__all__ = ["AxisResult", "PermeabilityStudy", "measure_axis", "run_study",
+__all__ = ["AxisResult", "PermeabilityStudy", "level_tolerance", "measure_axis", "run_study",
            "study_runs"]
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 else:
                     _prolong(coarse_sim, below, phases)
                 result = _run(coarse_sim, coarse, settings,
-                              _level_tolerance(settings, level, len(levels)), voxel_size,
+                              level_tolerance(settings, level, len(levels)), voxel_size,
                               None, phases, "coarse")
                 scale = (FACTOR ** (level + 1)) ** 2  # coarse voxel² in fine voxel²
                 steps.insert(0, result.steps)
@@ -253,7 +253,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     return result
 
 
-def _level_tolerance(settings: PermeabilitySettings, level: int, levels: int) -> float:
+def level_tolerance(settings: PermeabilitySettings, level: int, levels: int) -> float:
     """Relative change of k per 1000 steps at which start level ``level`` (0: coarsened by 2)
     of ``levels`` stops: ``coarse_tolerance_factor`` x the tolerance, except the coarsest of a
     chain (``levels`` > 1), which converges to the tolerance itself. Why: every level stops at

@@ -268,6 +268,22 @@ def test_last_good_of_a_compact_run_keeps_its_fluid_slots_only(room) -> None:
         np.testing.assert_array_equal(good._f, run.f[run.current])
 
 
+def test_writing_tile_ranges_stores_the_bits_of_one_whole_write() -> None:
+    """set_populations(f[part], tiles=part) over consecutive ranges (a start built a chunk at a
+    time, solver.distributed.coarse_start) stores what one whole write stores."""
+    sim = _simulation(shape=(40, 31, 29))
+    run, p = sim.state, sim.problem
+    f = noisy_start(p, seed=6)
+    run.readout_tiles = 5
+    run.set_populations(f)
+    whole = run.f[run.current].copy()
+    run.f[run.current][...] = -9.0
+    cuts = [0, 3, 17, 18, p.tiling.n_tiles]
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        run.set_populations(f[lo:hi], slice(lo, hi))
+    np.testing.assert_array_equal(run.f[run.current], whole)
+
+
 @pytest.mark.parametrize("tiles", [1, 7, 10**6])
 def test_writing_in_chunks_stores_the_same_bits_in_one_chunk_of_memory(tiles) -> None:
     """set_populations (checkpoint resume, rollback) writes readout_tiles tiles at a time: the

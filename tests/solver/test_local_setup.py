@@ -158,7 +158,8 @@ def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     np.save(tmp_path / "sample.npy", kept.solid)
     cmd = [find_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed.mirrored",
            str(tmp_path / "sample.npy"), "--axis", "0", "--steps", "61", "--check", "30",
-           "--set", "precision=float64", "--json", str(tmp_path / "out.json")]
+           "--coarse-levels", "0", "--set", "precision=float64",
+           "--json", str(tmp_path / "out.json")]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")

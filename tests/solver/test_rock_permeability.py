@@ -277,11 +277,11 @@ def test_start_levels_coarsen_the_mirrored_sample_again_and_again():
     assert [lv.config.body_force[0] for lv in levels] == pytest.approx([2 * force, 4 * force])
     assert [lv.geometry.shape for lv in start_levels(setup, 1)] == [(32, 8, 8)]
     # Stops: 10x the tolerance, but the coarsest run of a chain converges to the tolerance.
-    from solver.rock.measure import _level_tolerance
+    from solver.rock.measure import level_tolerance
 
     settings = PermeabilitySettings(tolerance=1e-3)
-    assert _level_tolerance(settings, 0, 1) == pytest.approx(1e-2)
-    assert [_level_tolerance(settings, lv, 3) for lv in range(3)] == pytest.approx(
+    assert level_tolerance(settings, 0, 1) == pytest.approx(1e-2)
+    assert [level_tolerance(settings, lv, 3) for lv in range(3)] == pytest.approx(
         [1e-2, 1e-2, 1e-3])
 
 

@@ -161,14 +161,15 @@ class CompactRun:
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 
-    def set_populations(self, f: np.ndarray) -> None:
-        """Overwrite the latest populations from tiled XYZ ones (n_tiles, q, 64); solid nodes
-        are not stored."""
+    def set_populations(self, f: np.ndarray, tiles: slice | None = None) -> None:
+        """Overwrite the latest populations from tiled XYZ ones (n_tiles, q, 64; of the tiles
+        ``tiles``, a slice, only when given); solid nodes are not stored."""
         self._natural()  # in place: the values arrive in the natural layout (phase 0)
+        lo, hi, _ = (slice(None) if tiles is None else tiles).indices(self.problem.tiling.n_tiles)
         # readout_tiles tiles at a time, host or device input: temporaries of one chunk
         # (the peak memory of a compact run, .footprint.device_bytes).
-        for first in range(0, self.problem.tiling.n_tiles, self.readout_tiles):
-            write_chunk(self, first, f[first:first + self.readout_tiles])
+        for first in range(lo, hi, self.readout_tiles):
+            write_chunk(self, first, f[first - lo:first - lo + self.readout_tiles])
         if self.cuda is not None:  # written on the default stream, before the next step
             self.cuda.Device().synchronize()
 

@@ -81,9 +81,9 @@ class DeviceRun(Protocol):
         (asked only where the readout is chunked)."""
 
     # -- writing -----------------------------------------------------------------------------
-    def set_populations(self, f: Any) -> None:
+    def set_populations(self, f: Any, tiles: slice | None = None) -> None:
         """Overwrite the latest populations from tiled XYZ ones (host or device), rounded to
-        the storage; solid nodes at rest."""
+        the storage, of the tiles ``tiles`` only when given; solid nodes at rest."""
 
     def set_step(self, step: int) -> None:
         """Set the step counter (float16 stochastic rounding, the openings' soft start)."""

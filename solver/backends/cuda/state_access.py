@@ -62,13 +62,17 @@ class StateAccess:
         """Copy a device array to the host."""
         return cp.asnumpy(array)
 
-    def set_populations(self, state: DeviceRun, f: np.ndarray) -> None:
+    def set_populations(self, state: DeviceRun, f: np.ndarray,
+                        tiles: slice | None = None) -> None:
         """Overwrite the latest populations from a host or device array in XYZ in-tile order
-        (rounded to the storage on the device).
+        (rounded to the storage on the device), of ``tiles`` only when given.
 
         Solid nodes of every copy get the rest equilibrium (:mod:`solver.backends.base`).
         """
-        state.set_populations(f)
+        if tiles is None:
+            state.set_populations(f)
+        else:
+            state.set_populations(f, tiles)
 
     def set_step(self, state: DeviceRun, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding (on resume)."""

@@ -230,18 +230,19 @@ class TiledRun:
                         "one chunk (device_populations).")
 
     # -- writing -----------------------------------------------------------------------------
-    def set_populations(self, f) -> None:
+    def set_populations(self, f, tiles: slice | None = None) -> None:
         """Overwrite the latest populations from a host or device array in XYZ in-tile order
-        (rounded to the storage on the device); solid nodes of every copy get the rest
-        equilibrium (:mod:`solver.backends.base`)."""
+        (rounded to the storage on the device), of the tiles ``tiles`` (a slice) only when
+        given; solid nodes of every copy get the rest equilibrium (:mod:`solver.backends.base`)."""
         problem, q = self.problem, cp.arange(self.problem.lattice.q)[:, None]
+        part = slice(None) if tiles is None else tiles
         if self.in_place:  # values arrive in the natural layout: decode to phase 0 first,
             self.latest()  # which also moves the float16 step counter there
         others = [c for c in range(self.f.shape[0]) if c != self.current]
         for copy in (self.current, *others):
             stored = (problem.storage.encode(cp.asarray(f), cp) if copy == self.current
-                      else self.f[copy][:, q, self.slots])
-            self.f[copy][:, q, self.slots] = with_rest_solids(problem, stored, cp)
+                      else self.f[copy][part, q, self.slots])
+            self.f[copy][part, q, self.slots] = with_rest_solids(problem, stored, cp, tiles)
 
     def set_step(self, step: int) -> None:
         """Set the step counter that seeds float16 stochastic rounding and the openings' soft
