@@ -59,12 +59,16 @@ class RankSolver:
     def __init__(self, problem: Problem, decomposition: SlabDecomposition, rank: int,
                  backend: Backend, exchange: ExchangeFactory, graphs: bool = False) -> None:
         tables = problem.iolets  # the global openings' links, built once from the whole box
-        reads = pass_reads(tables, decomposition, problem.lattice.q,
-                           problem.tiling.nodes_per_tile)
-        self.layout, self.plan = build_rank(problem.tiling, decomposition, problem.lattice,
-                                            problem.periodic, rank, reads)
+        q, npt = problem.lattice.q, problem.tiling.nodes_per_tile
+        # One copy (AA pattern) on a GPU backend's stepper: the pass reads either phase's
+        # layout, and the exchange after a phase-0 step carries the phase-1 reads.
+        in_place = problem.population_copies == 1 and hasattr(backend, "phase_stepper")
+        self.layout, self.plan = build_rank(
+            problem.tiling, decomposition, problem.lattice, problem.periodic, rank,
+            pass_reads(tables, decomposition, q, npt),
+            pass_reads(tables, decomposition, q, npt, parity=1) if in_place else None)
         local, links = rank_tables(tables, self.layout.global_tiles, self.layout.n_owned,
-                                   problem.tiling.n_tiles)
+                                   problem.tiling.n_tiles, in_place)
         #: Global numbers of this rank's opening links (int64), the order of its flux.
         self.links: np.ndarray = links
         # A GPU backend's tile storage is decided once, on the whole problem as a rank sees

@@ -50,14 +50,15 @@ def channel_config(case: str, **extra):
                             x_max="wall", backend="numpy", **extra)
 
 
-def scenario(backend, folder: Path) -> dict[str, np.ndarray]:
-    """The driver's run of both cases on ``backend`` (see the module docstring)."""
+def scenario(backend, folder: Path, **extra) -> dict[str, np.ndarray]:
+    """The driver's run of both cases on ``backend`` (see the module docstring), ``extra``
+    config settings added."""
     from solver.simulation import Simulation
 
     out = {}
     geometry = channel()
     for case in OPENINGS:
-        sim = Simulation(geometry, channel_config(case), backend=backend)
+        sim = Simulation(geometry, channel_config(case, **extra), backend=backend)
         sim.step(5)
         path = sim.save(folder / f"{case}.npz")
         sim.step(9)  # past the soft start
@@ -80,10 +81,11 @@ def scenario(backend, folder: Path) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str]) -> int:
-    """``OUT.npz [--single] [--axis N] [--backend B]``: run :func:`scenario` under MPI (split
-    along axis N, halos through host memory, each rank on backend B, default numpy) or on one
-    process, to OUT."""
+    """``OUT.npz [--single] [--axis N] [--backend B] [--streaming S]``: run :func:`scenario`
+    under MPI (split along axis N, halos through host memory, each rank on backend B, default
+    numpy) or on one process, to OUT."""
     target = Path(argv[0])
+    extra = {"streaming": argv[argv.index("--streaming") + 1]} if "--streaming" in argv else {}
     with tempfile.TemporaryDirectory() as tmp:
         inner = argv[argv.index("--backend") + 1] if "--backend" in argv else "numpy"
         if "--single" in argv:
@@ -91,12 +93,12 @@ def main(argv: list[str]) -> int:
             from solver.backends.numpy_backend import NumpyBackend
 
             single = NumpyBackend(threads=1) if inner == "numpy" else get_backend(inner)
-            np.savez(target, **scenario(single, Path(tmp)))
+            np.savez(target, **scenario(single, Path(tmp), **extra))
             return 0
         from solver.distributed import launch
 
         def run(backend) -> int:
-            np.savez(target, ranks=backend.size, **scenario(backend, Path(tmp)))
+            np.savez(target, ranks=backend.size, **scenario(backend, Path(tmp), **extra))
             return 0
 
         axis = int(argv[argv.index("--axis") + 1]) if "--axis" in argv else "longest"

@@ -62,7 +62,7 @@ def test_halo_carries_outflow_donors_that_no_pull_reads():
     problem = one_process("velocity-outflow").problem
     dec = decompose(problem.tiling, 8, 0)
     lat, tiling = problem.lattice, problem.tiling
-    reader, flat = pass_reads(problem.iolets, dec, lat.q, tiling.nodes_per_tile)
+    reader, flat, _ = pass_reads(problem.iolets, dec, lat.q, tiling.nodes_per_tile)
     block = lat.q * tiling.nodes_per_tile
     rank = 7
     mine = (reader == rank) & (dec.owner[flat // block] != rank)
