@@ -7,10 +7,12 @@ single-rank format) — while every other rank runs :meth:`DistributedBackend.se
 rank 0 broadcasts a small command and then takes part in the same collective work as the
 others:
 
-- ``allocate(problem)``: the global problem is broadcast; every rank decomposes it the same way
-  (:func:`~solver.distributed.decomposition.decompose`), the ranks agree on the halo transport
-  (:mod:`~solver.distributed.transport`; the NCCL communicator is built once, at the first
-  allocation that uses it) and every rank builds its
+- ``allocate(problem)``: rank 0 decomposes the global problem
+  (:func:`~solver.distributed.decomposition.decompose`) and sends every other rank only its
+  part (:func:`~solver.distributed.slab_parts.rank_part`: its slab, the halo layers and the
+  opening links it runs or feeds), so no serving rank holds the whole problem; the ranks agree
+  on the halo transport (:mod:`~solver.distributed.transport`; the NCCL communicator is built
+  once, at the first allocation that uses it) and every rank builds its
   :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``). Several
   allocations may live at once (a permeability run's coarse start beside its fine run): each
   state carries a key that every later command names.
@@ -50,6 +52,7 @@ from ..problem import Problem
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
 from .rank import RankSolver
+from .slab_parts import RankPart, rank_part
 from .transport import (
     TransportReport,
     check_transport,
@@ -64,6 +67,8 @@ log = logging.getLogger(__name__)
 
 #: Longest sleep of an idle serving rank between looks for the next command, seconds.
 IDLE_POLL_SECONDS = 0.002
+#: Message tag of the rank parts rank 0 sends at an allocation.
+PART_TAG = 23
 
 
 @contextlib.contextmanager
@@ -142,6 +147,7 @@ class DistributedBackend:
         self._solvers: dict[int, RankSolver] = {}
         self._next_key = 0
         self._counts_of: dict[int, np.ndarray] = {}  # rank 0: owned tiles per rank, by key
+        self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
         self._stopped = False
         if self.is_root:
             atexit.register(self.shutdown)  # never leave workers waiting for a command
@@ -166,9 +172,12 @@ class DistributedBackend:
         # openings' tables do (small; their values may have been set since they were built).
         key = self._next_key
         self._next_key += 1
-        payload = (dataclasses.replace(problem).use_iolets(problem.iolets), self.inner.name,
-                   self.axis, self.transport, self.graphs, key)
-        self._command("allocate", payload)
+        self._whole = dataclasses.replace(problem).use_iolets(problem.iolets)  # rank 0 only
+        try:
+            self._command("allocate", (self.inner.name, self.axis, self.transport,
+                                       self.graphs, key))
+        finally:
+            self._whole = None
         return DistributedState(problem=problem, solver=self._solver, order=self._order, key=key,
                                 counts=self._counts, halo_values=self._halo_values,
                                 links=self._links, axis=self._axis)
@@ -364,15 +373,18 @@ class DistributedBackend:
             log.exception("Rank %d failed during %r; aborting all ranks.", self.rank, command)
             self.comm.Abort(1)
 
-    def _allocate(self, problem: Problem, inner: str, axis: int | str, transport: str,
-                  graphs: bool, key: int) -> None:
+    def _allocate(self, inner: str, axis: int | str, transport: str, graphs: bool,
+                  key: int) -> None:
         self.graphs = graphs
         self._solver = None
         error, report = None, TransportReport(False, "not asked")
+        problem = decomposition = None
         try:
             if self.inner.name != inner:
                 self.inner = get_backend(inner)
-            decomposition = decompose(problem.tiling, self.size, axis, problem.force)
+            if self.is_root:  # the whole problem is rank 0's alone
+                problem = self._agreed_storage(self._whole)
+                decomposition = decompose(problem.tiling, self.size, axis, problem.force)
             if transport != "host":
                 report = local_report(self.inner)
         except Exception as exc:  # reported to rank 0, which raises it for the user
@@ -381,18 +393,23 @@ class DistributedBackend:
         if not self._check(error, [e for e, _ in gathered]) or \
                 not self._agree(transport, [r for _, r in gathered]):
             return
-        self._axis = decomposition.axis
         factory = exchange_factory(self.transport_used, self.comm, self._link)
-        error = None
+        part, error = self._share_parts(problem, decomposition)
+        if part is not None:
+            problem, decomposition = part.problem, part.decomposition
+        self._axis = None if decomposition is None else decomposition.axis
         try:
-            self._solver = RankSolver(problem, decomposition, self.rank, self.inner, factory,
-                                      graphs=graphs)
+            if error is None:
+                self._solver = RankSolver(problem, decomposition, self.rank, self.inner,
+                                          factory, graphs=graphs,
+                                          link_numbers=None if part is None else part.links)
         except Exception as exc:
             error = exc
         if not self._check(error, self.comm.allgather(self._message(error))):
             return
         self._solvers[key] = self._solver
-        rows = self.comm.gather((self._solver.layout.global_tiles[: self._solver.n_owned],
+        owned = self._solver.layout.global_tiles[: self._solver.n_owned]
+        rows = self.comm.gather((owned if part is None else part.global_tiles(owned),
                                  self._solver.plan.values_sent(), self._solver.links))
         if self.is_root:  # where each rank's owned rows go in the global tile order
             self._counts = np.array([len(r) for r, _, _ in rows], dtype=np.int64)
@@ -400,6 +417,33 @@ class DistributedBackend:
             self._order = np.concatenate([r for r, _, _ in rows])
             self._halo_values = [v for _, v, _ in rows]
             self._links = [links for _, _, links in rows]
+
+    def _agreed_storage(self, problem: Problem) -> Problem:
+        """``problem`` with the tile storage every rank steps: 'auto' resolved once, on the
+        whole problem as a rank sees it (a part's own tile utilisation differs; tiled and
+        compact storage agree to rounding only)."""
+        if problem.tile_storage != "auto" or not hasattr(self.inner, "phase_stepper"):
+            return problem
+        from ..backends.plan import plan_for
+
+        as_rank = dataclasses.replace(problem, owned=np.ones(problem.tiling.n_tiles, bool))
+        storage = plan_for(as_rank.use_iolets(problem.iolets)).tile_storage
+        return dataclasses.replace(problem, tile_storage=storage).use_iolets(problem.iolets)
+
+    def _share_parts(self, problem: Problem | None, decomposition: Any
+                     ) -> tuple[RankPart | None, Exception | None]:
+        """Rank 0 cuts every other rank's part and sends it; (the part this rank received,
+        or None on rank 0, which keeps the whole problem; the error, if its part failed)."""
+        if self.is_root:
+            for rank in range(1, self.size):
+                try:
+                    message = (rank_part(problem, decomposition, rank), None)
+                except Exception as exc:  # the rank reports it; rank 0 raises it
+                    message = (None, f"cutting rank {rank}'s part on rank 0: {exc}")
+                self.comm.send(message, dest=rank, tag=PART_TAG)
+            return None, None
+        part, why = self.comm.recv(source=0, tag=PART_TAG)
+        return part, None if why is None else RuntimeError(why)
 
     def _message(self, error: Exception | None) -> str | None:
         return None if error is None else f"rank {self.rank}: {error}"

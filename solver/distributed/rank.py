@@ -57,7 +57,8 @@ class RankSolver:
     """Owned tiles of ``rank`` on ``backend``, stepped with a halo exchange."""
 
     def __init__(self, problem: Problem, decomposition: SlabDecomposition, rank: int,
-                 backend: Backend, exchange: ExchangeFactory, graphs: bool = False) -> None:
+                 backend: Backend, exchange: ExchangeFactory, graphs: bool = False,
+                 link_numbers: np.ndarray | None = None) -> None:
         tables = problem.iolets  # the global openings' links, built once from the whole box
         q, npt = problem.lattice.q, problem.tiling.nodes_per_tile
         # One copy (AA pattern) on a GPU backend's stepper: the pass reads either phase's
@@ -69,8 +70,10 @@ class RankSolver:
             pass_reads(tables, decomposition, q, npt, parity=1) if in_place else None)
         local, links = rank_tables(tables, self.layout.global_tiles, self.layout.n_owned,
                                    problem.tiling.n_tiles, in_place)
-        #: Global numbers of this rank's opening links (int64), the order of its flux.
-        self.links: np.ndarray = links
+        #: Global numbers of this rank's opening links (int64), the order of its flux
+        #: (``link_numbers``: the global numbers of ``problem.iolets``' links when ``problem``
+        #: is a part of the whole, :mod:`~solver.distributed.slab_parts`).
+        self.links: np.ndarray = links if link_numbers is None else link_numbers[links]
         # A GPU backend's tile storage is decided once, on the whole problem as a rank sees
         # it: the ranks' own tile utilisations differ, and tiled and compact storage agree to
         # rounding only.
