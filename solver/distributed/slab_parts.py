@@ -7,7 +7,7 @@ gather whole fields). The other ranks need only what their
 (:func:`rank_part`) and sends it alone:
 
 - the tiles of the tile layers ``r`` reads, its slab and one layer each side (wrapped on a
-  periodic axis, :func:`~solver.distributed.local_setup.rank_layers`), numbered in ascending
+  periodic axis, :func:`~solver.distributed.decomposition.rank_layers`), numbered in ascending
   global order: two ranks then number the tiles both hold in the same relative order, which is
   all the halo plan (:func:`~solver.distributed.halo.build_rank`) needs to match buffers;
 - the decomposition's owner of each of those tiles;
@@ -31,8 +31,7 @@ import numpy as np
 from ..iolets import IoletTables
 from ..problem import Problem
 from ..tiling import Tiling
-from .decomposition import SlabDecomposition
-from .local_setup import rank_layers
+from .decomposition import SlabDecomposition, rank_layers
 
 __all__ = ["RankPart", "rank_part"]
 
