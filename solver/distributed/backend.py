@@ -96,6 +96,9 @@ class DistributedState:
     halo_values: list[int] = field(default_factory=list)
     #: Global numbers of each rank's opening links (int64), in rank order.
     links: list[np.ndarray] = field(default_factory=list, repr=False)
+    #: Tiles of the problem each rank holds on the host, in rank order (rank 0: the whole
+    #: problem; the others: their part, :mod:`~solver.distributed.slab_parts`).
+    host_tiles: list[int] = field(default_factory=list)
     #: The decomposition axis.
     axis: int = 0
     #: Which of the backend's allocations this is (commands name it).
@@ -104,7 +107,8 @@ class DistributedState:
     def decomposition_summary(self) -> dict:
         """How the run is split (for a run summary): ranks, axis, non-empty tiles and fluid
         nodes per rank, the load imbalance of each (largest over mean: the tiled storage's
-        work follows tiles, the compact storage's fluid nodes) and halo values per step."""
+        work follows tiles, the compact storage's fluid nodes), halo values per step and the
+        tiles of the problem each rank holds on the host."""
         fluid = (~self.problem.tiling.solid).sum(axis=1)[self.order]
         starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
         per_rank = np.add.reduceat(fluid, starts) if fluid.size else np.zeros(0, np.int64)
@@ -112,7 +116,8 @@ class DistributedState:
                 "tiles_per_rank": self.counts.tolist(), "fluid_nodes_per_rank":
                 per_rank.tolist(), "load_imbalance_tiles": _imbalance(self.counts),
                 "load_imbalance_fluid": _imbalance(per_rank),
-                "halo_values_per_step": list(self.halo_values)}
+                "halo_values_per_step": list(self.halo_values),
+                "host_tiles_per_rank": list(self.host_tiles)}
 
 
 def _imbalance(load: np.ndarray) -> float:
@@ -180,7 +185,8 @@ class DistributedBackend:
             self._whole = None
         return DistributedState(problem=problem, solver=self._solver, order=self._order, key=key,
                                 counts=self._counts, halo_values=self._halo_values,
-                                links=self._links, axis=self._axis)
+                                links=self._links, axis=self._axis,
+                                host_tiles=self._host_tiles)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
         """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s."""
@@ -410,13 +416,15 @@ class DistributedBackend:
         self._solvers[key] = self._solver
         owned = self._solver.layout.global_tiles[: self._solver.n_owned]
         rows = self.comm.gather((owned if part is None else part.global_tiles(owned),
-                                 self._solver.plan.values_sent(), self._solver.links))
+                                 self._solver.plan.values_sent(), self._solver.links,
+                                 problem.tiling.n_tiles))
         if self.is_root:  # where each rank's owned rows go in the global tile order
-            self._counts = np.array([len(r) for r, _, _ in rows], dtype=np.int64)
+            self._counts = np.array([len(r[0]) for r in rows], dtype=np.int64)
             self._counts_of[key] = self._counts
-            self._order = np.concatenate([r for r, _, _ in rows])
-            self._halo_values = [v for _, v, _ in rows]
-            self._links = [links for _, _, links in rows]
+            self._order = np.concatenate([r[0] for r in rows])
+            self._halo_values = [r[1] for r in rows]
+            self._links = [r[2] for r in rows]
+            self._host_tiles = [int(r[3]) for r in rows]
 
     def _agreed_storage(self, problem: Problem) -> Problem:
         """``problem`` with the tile storage every rank steps: 'auto' resolved once, on the

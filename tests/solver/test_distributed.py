@@ -324,6 +324,8 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
     assert summary["device"].endswith("x 3 MPI ranks")
     split = summary["decomposition"]
     assert split["ranks"] == 3 and sum(split["fluid_nodes_per_rank"]) == summary["fluid_nodes"]
+    held = split["host_tiles_per_rank"]  # rank 0 the whole problem, the others their part
+    assert held[0] == sum(split["tiles_per_rank"]) and max(held[1:]) < held[0]
     tiles = np.array(split["tiles_per_rank"])
     assert split["load_imbalance_tiles"] == pytest.approx(tiles.max() / tiles.mean())
     assert split["load_imbalance_fluid"] >= 1.0
