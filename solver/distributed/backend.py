@@ -196,17 +196,24 @@ class DistributedBackend:
 
     def populations(self, state: DistributedState) -> np.ndarray:
         """All owned tiles gathered on rank 0, float64 (n_tiles, q, a**d), global order."""
-        self._command("gather", None, state.key)
-        out = np.empty_like(self._gathered)
-        out[state.order] = self._gathered
-        return out
+        return self._gathered_populations(state, np.float64)
 
     def device_populations(self, state: DistributedState, tiles=None) -> np.ndarray:
         """The gathered populations in the arithmetic precision (host, global order; of
         ``tiles``, a slice or an index array, if given): fields on rank 0, reduced in the
-        precision one process reduces them in (the float64 gather holds them exactly)."""
-        f = self.populations(state).astype(state.problem.dtype, copy=False)
+        precision one process reduces them in. Each rank casts its float64 rows (which hold
+        every stored value exactly) before the gather: the values of a cast on rank 0, half
+        the bytes in float32 and no float64 copy of the whole state on rank 0."""
+        f = self._gathered_populations(state, state.problem.dtype)
         return f if tiles is None else f[tiles]
+
+    def _gathered_populations(self, state: DistributedState, dtype: Any) -> np.ndarray:
+        """Every rank's owned rows as ``dtype``, gathered on rank 0 in global tile order."""
+        self._command("gather", np.dtype(dtype).name, state.key)
+        gathered, self._gathered = self._gathered, None  # not kept between reads
+        out = np.empty_like(gathered)
+        out[state.order] = gathered
+        return out
 
     def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
                    solid: np.ndarray) -> NodeIndex:
@@ -493,15 +500,16 @@ class DistributedBackend:
         self._solver.step(n)
         self.comm.Barrier()
 
-    def _gather(self, _: Any) -> None:
-        from mpi4py import MPI
+    def _gather(self, dtype: str | None) -> None:
+        from mpi4py.util.dtlib import from_numpy_dtype
 
-        block = np.ascontiguousarray(self._solver.owned_populations(), dtype=np.float64)
+        dtype = np.dtype(dtype or np.float64)
+        block = np.ascontiguousarray(self._solver.owned_populations(), dtype=dtype)
         q, n_node = block.shape[1:]
         recv = None
         if self.is_root:
-            self._gathered = np.empty((int(self._counts.sum()), q, n_node), dtype=np.float64)
-            recv = [self._gathered, self._counts * q * n_node, None, MPI.DOUBLE]
+            self._gathered = np.empty((int(self._counts.sum()), q, n_node), dtype=dtype)
+            recv = [self._gathered, self._counts * q * n_node, None, from_numpy_dtype(dtype)]
         self.comm.Gatherv(block, recv, root=0)
 
     def _scatter(self, _: Any) -> None:
