@@ -235,7 +235,7 @@ def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
             streamed_reads, dec.owner, block, rank)
         streamed = (t_peer, t_flat, u_peer, u_flat)
         in_tile = np.concatenate([in_tile, t_tile])
-        reader, flat = (np.asarray(a, np.int64) for a in streamed_reads[:2])
+        reader = np.asarray(streamed_reads[0], np.int64)
         writer = np.asarray(streamed_reads[2], np.int64)
         sent_by.append(writer[(dec.owner[writer] == rank) & (reader != rank)])
     boundary = np.intersect1d(np.concatenate(sent_by), owned)
