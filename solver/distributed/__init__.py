@@ -36,7 +36,8 @@ compact storage (the plan decides tiled or compact once for all ranks; a compact
 tile ranges of its CompactRun), float16 storage (tiled or compact), and in-place streaming on
 the GPU (one copy, AA pattern, tiled or compact; with driven openings on the tiled storage):
 its exchange alternates between the halo plan and its reverse with the phase
-(:func:`.halo.in_place_plans`), each carrying the openings' reads of the phase that follows. Results equal one process bit for bit on NumPy and on one GPU,
+(:func:`.halo.in_place_plans`), each carrying the openings' reads of the phase that follows.
+Results equal one process bit for bit on NumPy and on one GPU,
 except float16 storage: its stochastic rounding keys a node's random bits by its rank-local
 number, so ranks agree with one process to float16 rounding only (each node's rounding stays
 unbiased).
