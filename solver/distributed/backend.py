@@ -48,6 +48,7 @@ import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
 from ..backends.base import NodeIndex, node_index, with_rest_nodes
+from ..config import ConfigError
 from ..problem import Problem
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
@@ -280,6 +281,21 @@ class DistributedBackend:
             raise ValueError(f"{np.shape(values)} opening-link values for a run with "
                              f"{0 if tables is None else tables.n_links}.")
         self._command("set_values", np.asarray(values, dtype=np.float64), state.key)
+
+    def set_windkessel(self, state: DistributedState, table: Any, values: np.ndarray) -> None:
+        """Refused: a Windkessel outlet sums its links' flux in the openings' pass of one
+        process, and an outlet's links may lie on several ranks."""
+        raise ConfigError("Windkessel outlets do not run over MPI ranks yet (an outlet's flux "
+                          "would be summed over its links on several ranks); run the case on "
+                          "one process or GPU, or give the outlet a fixed pressure.")
+
+    def windkessel_state(self, state: DistributedState) -> None:
+        """None: no Windkessel outlets run over ranks (:meth:`set_windkessel`)."""
+        return None
+
+    def windkessel_trace(self, state: DistributedState) -> None:
+        """None: no Windkessel outlets run over ranks (:meth:`set_windkessel`)."""
+        return None
 
     def set_step(self, state: DistributedState, step: int) -> None:
         """Set every rank's step counter (the openings' soft start and waveforms; resume)."""

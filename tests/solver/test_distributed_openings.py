@@ -98,3 +98,18 @@ def test_mpirun_openings_checkpoint_and_resume_match_one_process(tmp_path):
     for key in one.files:
         assert np.array_equal(one[key], mpi[key], equal_nan=True), key
     assert np.all(one["pressures/flows"][:1] > 0) and np.all(one["pressures/flows"][1:] < 0)
+
+
+def test_windkessel_outlets_are_refused_over_ranks_with_a_reason():
+    """An outlet's Windkessel sums its links' flux in one process's pass; over ranks it is
+    refused with what to do instead (it was an AttributeError)."""
+    pytest.importorskip("mpi4py")
+    from solver.config import ConfigError
+    from solver.distributed import DistributedBackend
+
+    with DistributedBackend("numpy") as backend:
+        sim = Simulation(channel(), channel_config("pressures"), backend=backend)
+        with pytest.raises(ConfigError, match="Windkessel outlets do not run over MPI ranks"):
+            sim.attach_windkessel(None, np.zeros((4, 1)))
+        assert sim.windkessel_state() is None
+        sim.close()
