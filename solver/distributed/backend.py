@@ -17,7 +17,9 @@ others:
   allocations may live at once (a permeability run's coarse start beside its fine run): each
   state carries a key that every later command names.
 - driven openings: each rank applies its links' pass; ``iolet_flux`` gathers the per-link
-  flux to rank 0 in global link order (:mod:`~solver.distributed.openings`).
+  flux to rank 0 in global link order (:mod:`~solver.distributed.openings`). Windkessel
+  outlets are updated on rank 0 from that flux at each of their intervals (the arithmetic of
+  :func:`~solver.windkessel.windkessel_update`), their densities sent to the ranks.
 - ``step(state, n)``: ``n`` overlapped steps on every rank (with the NCCL transport and
   ``graphs=True``, or after :meth:`DistributedBackend.use_graphs`, mostly as replays of
   captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
@@ -50,6 +52,7 @@ from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
 from ..backends.base import NodeIndex, node_index, with_rest_nodes
 from ..config import ConfigError
 from ..problem import Problem
+from ..windkessel import DENSITY, TRACE, windkessel_update
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
 from .rank import RankSolver
@@ -100,6 +103,10 @@ class DistributedState:
     #: Tiles of the problem each rank holds on the host, in rank order (rank 0: the whole
     #: problem; the others: their part, :mod:`~solver.distributed.slab_parts`).
     host_tiles: list[int] = field(default_factory=list)
+    #: Steps done (the Windkessel outlets' clock; :meth:`DistributedBackend.set_step` sets it).
+    step: int = 0
+    #: Windkessel outlets (:mod:`solver.windkessel`): (table, state (4, n), trace), or None.
+    windkessel: tuple | None = field(default=None, repr=False)
     #: The decomposition axis.
     axis: int = 0
     #: Which of the backend's allocations this is (commands name it).
@@ -190,9 +197,21 @@ class DistributedBackend:
                                 host_tiles=self._host_tiles)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
-        """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s."""
+        """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s
+        (with Windkessel outlets, stopping at each of their updates)."""
         start = time.perf_counter()
-        self._command("step", n, state.key)
+        while n > 0:
+            k = n
+            if state.windkessel is not None:  # up to the next update
+                every = state.windkessel[0].every
+                k = min(n, every - state.step % every)
+            self._command("step", k, state.key)
+            state.step += k
+            n -= k
+            if state.windkessel is not None:
+                table, values, trace = state.windkessel
+                if windkessel_update(table, values, self.iolet_flux(state), state.step, trace):
+                    self._set_outlet_densities(state)
         return time.perf_counter() - start
 
     def populations(self, state: DistributedState) -> np.ndarray:
@@ -283,22 +302,37 @@ class DistributedBackend:
         self._command("set_values", np.asarray(values, dtype=np.float64), state.key)
 
     def set_windkessel(self, state: DistributedState, table: Any, values: np.ndarray) -> None:
-        """Refused: a Windkessel outlet sums its links' flux in the openings' pass of one
-        process, and an outlet's links may lie on several ranks."""
-        raise ConfigError("Windkessel outlets do not run over MPI ranks yet (an outlet's flux "
-                          "would be summed over its links on several ranks); run the case on "
-                          "one process or GPU, or give the outlet a fixed pressure.")
+        """Update ``table``'s Windkessel outlets from the state ``values`` (4, n) on: rank 0
+        holds the models; :meth:`step` stops at each update interval, gathers the per-link
+        flux of the step just taken (an outlet's links may lie on several ranks) and sets the
+        outlets' densities on the ranks holding their links (:mod:`solver.windkessel`)."""
+        if state.problem.iolets is None:
+            raise ConfigError("This run has no openings' pass (driven openings) to couple a "
+                              "Windkessel outlet to.")
+        values = np.array(values, dtype=np.float64)
+        state.windkessel = (table, values, np.zeros((TRACE, 2, table.n)))
+        self._set_outlet_densities(state)
 
-    def windkessel_state(self, state: DistributedState) -> None:
-        """None: no Windkessel outlets run over ranks (:meth:`set_windkessel`)."""
-        return None
+    def windkessel_state(self, state: DistributedState) -> np.ndarray | None:
+        """The Windkessel outlets' state (4, n) float64 now, None without any."""
+        return None if state.windkessel is None else state.windkessel[1].copy()
 
-    def windkessel_trace(self, state: DistributedState) -> None:
-        """None: no Windkessel outlets run over ranks (:meth:`set_windkessel`)."""
-        return None
+    def windkessel_trace(self, state: DistributedState) -> np.ndarray | None:
+        """The outlets' (flow, pressure) per update slot (TRACE, 2, n), None without any."""
+        return None if state.windkessel is None else state.windkessel[2].copy()
+
+    def _set_outlet_densities(self, state: DistributedState) -> None:
+        """The outlets' links' values: their densities (what the pass of one process
+        writes), on the ranks holding them."""
+        table, values, _ = state.windkessel
+        tables = state.problem.iolets
+        for o in range(table.n):
+            tables.value[table.start[o]:table.stop[o]] = values[DENSITY, o]
+        self.set_iolet_values(state, tables.value)
 
     def set_step(self, state: DistributedState, step: int) -> None:
         """Set every rank's step counter (the openings' soft start and waveforms; resume)."""
+        state.step = int(step)
         self._command("set_step", int(step), state.key)
 
     def device_info(self) -> DeviceInfo:

@@ -18,7 +18,7 @@ from solver.distributed.comm import find_mpirun
 from solver.distributed.openings import pass_reads
 from solver.simulation import Simulation
 
-from .opening_cases import OPENINGS, channel, channel_config
+from .opening_cases import OPENINGS, channel, channel_config, windkessel_run
 
 pytest.importorskip("geometries.openings")
 
@@ -79,8 +79,9 @@ def test_halo_carries_outflow_donors_that_no_pull_reads():
 
 def test_mpirun_openings_checkpoint_and_resume_match_one_process(tmp_path):
     """``mpirun -n 2``, split across both openings: populations, per-link flux, flow rates,
-    mean densities, wall shear stress, a changed outlet density and a resumed run inside the
-    soft start (the ranks' step counters restored) equal one process's bit for bit."""
+    mean densities, wall shear stress, a changed outlet density, a resumed run inside the
+    soft start (the ranks' step counters restored) and an RCR Windkessel outlet's run equal
+    one process's bit for bit."""
     pytest.importorskip("mpi4py")
     if find_mpirun() is None:
         pytest.skip("MPI test skipped: no mpirun on PATH")
@@ -88,8 +89,9 @@ def test_mpirun_openings_checkpoint_and_resume_match_one_process(tmp_path):
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     script = [sys.executable, "-m", "tests.solver.opening_cases"]
-    for cmd in ([*script, str(tmp_path / "one.npz"), "--single"],
-                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1"]):
+    for cmd in ([*script, str(tmp_path / "one.npz"), "--single", "--windkessel"],
+                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
+                 "--windkessel"]):
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -100,16 +102,15 @@ def test_mpirun_openings_checkpoint_and_resume_match_one_process(tmp_path):
     assert np.all(one["pressures/flows"][:1] > 0) and np.all(one["pressures/flows"][1:] < 0)
 
 
-def test_windkessel_outlets_are_refused_over_ranks_with_a_reason():
-    """An outlet's Windkessel sums its links' flux in one process's pass; over ranks it is
-    refused with what to do instead (it was an AttributeError)."""
+def test_windkessel_outlets_over_the_distributed_backend_match_one_process_bitwise():
+    """Rank 0 updates the outlets from the gathered flux at each interval (an outlet's links
+    may lie on several ranks; mpirun: opening_cases' --windkessel)."""
     pytest.importorskip("mpi4py")
-    from solver.config import ConfigError
     from solver.distributed import DistributedBackend
 
+    expected = windkessel_run(NumpyBackend(threads=1), 23)
     with DistributedBackend("numpy") as backend:
-        sim = Simulation(channel(), channel_config("pressures"), backend=backend)
-        with pytest.raises(ConfigError, match="Windkessel outlets do not run over MPI ranks"):
-            sim.attach_windkessel(None, np.zeros((4, 1)))
-        assert sim.windkessel_state() is None
-        sim.close()
+        got = windkessel_run(backend, 23)
+    for key, value in expected.items():
+        assert np.array_equal(got[key], value), key
+    assert np.any(expected["windkessel/trace"] != 0)  # four updates recorded
