@@ -1,6 +1,7 @@
 """Driven openings over ranks (solver.distributed.openings): the same populations, per-link
-fluxes, flow rates, mass balance, wall shear stress and resumed runs as one process, bit for
-bit (NumPy backend), in one process through the loopback exchange and under ``mpirun``."""
+fluxes, flow rates, mass balance, wall shear stress, resumed runs and Windkessel outlets as one
+process, bit for bit (NumPy backend), in one process through the loopback exchange and under
+``mpirun``."""
 
 from __future__ import annotations
 
