@@ -17,7 +17,8 @@ may share a GPU; NCCL with CUDA-graph replays where there are two GPUs or more).
   resume, a changed outlet density) under ``mpirun -n 2``.
 
 The CPU twins (emulated kernels, the same RankSolver): test_inplace_ranks.py. Run on 4 x H200
-(commit c8d5643): all 12 passed in 20 s, the NCCL cases with 4 ranks and graph replays.
+(commit c8d5643): all 12 passed in 20 s, the NCCL cases with 4 ranks and graph replays; with the
+openings' cases (a35a877, 2 H200s, with test_distributed_compact_gpu.py): 20 passed in 56 s.
 """
 
 from __future__ import annotations
