@@ -342,11 +342,8 @@ def plan_for(problem: Problem) -> ExecutionPlan:
 
 def distributed_refusal(problem: Problem) -> str | None:
     """Why a distributed (MPI) rank cannot step ``problem``'s options, saying what to use
-    instead, or None."""
-    if population_copies(problem.streaming) != 2 and problem.iolets is not None:
-        # The openings' pass and the values it reads from other ranks are addressed in the
-        # natural layout, which an in-place run has only every other step.
-        return ("Driven openings over MPI ranks need streaming='two-copy' (in place, the "
-                "openings' pass would read other ranks' values in the streamed layout). Use "
-                "streaming='two-copy' with MPI.")
+    instead, or None: the one place such a refusal is decided. None for every option now:
+    in place, driven openings read either phase's layout and the exchange after each phase
+    carries their reads (:mod:`solver.distributed.openings`)."""
+    del problem  # every storage, streaming and opening kind runs over ranks
     return None

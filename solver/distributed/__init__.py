@@ -20,7 +20,8 @@ Design (issue 8; see also ``papers/multi-gpu-porous-media.txt``):
    backend, stepper and exchange; :func:`step_together` runs several ranks in one process.
 6. :mod:`.backend` / :mod:`.launch` — :class:`DistributedBackend` implements the Backend
    protocol: rank 0 runs an ordinary ``Simulation`` on it (fields, metrics and checkpoints
-   gathered to rank 0 in the single-rank format) while the other ranks serve.
+   gathered to rank 0 in the single-rank format) while the other ranks serve, each built from
+   the part of the problem rank 0 sends it (:mod:`.slab_parts`).
 7. :mod:`.replay` — with the NCCL transport nothing in a step waits on the host, so long runs
    can replay a captured multi-step CUDA graph (both streams and the NCCL calls) instead of
    launching every kernel from Python (opt-in: ``graphs=True``); :func:`~.replay.plan_steps`
@@ -33,9 +34,10 @@ What runs as on one device: driven openings, wall shear stress and the other fie
 checkpoints and resume, the run monitor, permeability runs (each sample split over the ranks),
 compact storage (the plan decides tiled or compact once for all ranks; a compact rank steps
 tile ranges of its CompactRun), float16 storage (tiled or compact), and in-place streaming on
-the GPU (one copy, AA pattern, tiled or compact; not with driven openings): its exchange
-alternates between the halo plan and its reverse with the phase
-(:func:`.halo.in_place_plans`). Results equal one process bit for bit on NumPy and on one GPU,
+the GPU (one copy, AA pattern, tiled or compact; with driven openings on the tiled storage):
+its exchange alternates between the halo plan and its reverse with the phase
+(:func:`.halo.in_place_plans`), each carrying the openings' reads of the phase that follows.
+Results equal one process bit for bit on NumPy and on one GPU,
 except float16 storage: its stochastic rounding keys a node's random bits by its rank-local
 number, so ranks agree with one process to float16 rounding only (each node's rounding stays
 unbiased).

@@ -7,15 +7,19 @@ single-rank format) — while every other rank runs :meth:`DistributedBackend.se
 rank 0 broadcasts a small command and then takes part in the same collective work as the
 others:
 
-- ``allocate(problem)``: the global problem is broadcast; every rank decomposes it the same way
-  (:func:`~solver.distributed.decomposition.decompose`), the ranks agree on the halo transport
-  (:mod:`~solver.distributed.transport`; the NCCL communicator is built once, at the first
-  allocation that uses it) and every rank builds its
+- ``allocate(problem)``: rank 0 decomposes the global problem
+  (:func:`~solver.distributed.decomposition.decompose`) and sends every other rank only its
+  part (:func:`~solver.distributed.slab_parts.rank_part`: its slab, the halo layers and the
+  opening links it runs or feeds), so no serving rank holds the whole problem; the ranks agree
+  on the halo transport (:mod:`~solver.distributed.transport`; the NCCL communicator is built
+  once, at the first allocation that uses it) and every rank builds its
   :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``). Several
   allocations may live at once (a permeability run's coarse start beside its fine run): each
   state carries a key that every later command names.
 - driven openings: each rank applies its links' pass; ``iolet_flux`` gathers the per-link
-  flux to rank 0 in global link order (:mod:`~solver.distributed.openings`).
+  flux to rank 0 in global link order (:mod:`~solver.distributed.openings`). Windkessel
+  outlets are updated on rank 0 from that flux at each of their intervals (the arithmetic of
+  :func:`~solver.windkessel.windkessel_update`), their densities sent to the ranks.
 - ``step(state, n)``: ``n`` overlapped steps on every rank (with the NCCL transport and
   ``graphs=True``, or after :meth:`DistributedBackend.use_graphs`, mostly as replays of
   captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
@@ -46,10 +50,13 @@ import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
 from ..backends.base import NodeIndex, node_index, with_rest_nodes
+from ..config import ConfigError
 from ..problem import Problem
+from ..windkessel import DENSITY, TRACE, windkessel_update
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
 from .rank import RankSolver
+from .slab_parts import RankPart, rank_part
 from .transport import (
     TransportReport,
     check_transport,
@@ -64,6 +71,8 @@ log = logging.getLogger(__name__)
 
 #: Longest sleep of an idle serving rank between looks for the next command, seconds.
 IDLE_POLL_SECONDS = 0.002
+#: Message tag of the rank parts rank 0 sends at an allocation.
+PART_TAG = 23
 
 
 @contextlib.contextmanager
@@ -91,6 +100,13 @@ class DistributedState:
     halo_values: list[int] = field(default_factory=list)
     #: Global numbers of each rank's opening links (int64), in rank order.
     links: list[np.ndarray] = field(default_factory=list, repr=False)
+    #: Tiles of the problem each rank holds on the host, in rank order (rank 0: the whole
+    #: problem; the others: their part, :mod:`~solver.distributed.slab_parts`).
+    host_tiles: list[int] = field(default_factory=list)
+    #: Steps done (the Windkessel outlets' clock; :meth:`DistributedBackend.set_step` sets it).
+    step: int = 0
+    #: Windkessel outlets (:mod:`solver.windkessel`): (table, state (4, n), trace), or None.
+    windkessel: tuple | None = field(default=None, repr=False)
     #: The decomposition axis.
     axis: int = 0
     #: Which of the backend's allocations this is (commands name it).
@@ -99,7 +115,8 @@ class DistributedState:
     def decomposition_summary(self) -> dict:
         """How the run is split (for a run summary): ranks, axis, non-empty tiles and fluid
         nodes per rank, the load imbalance of each (largest over mean: the tiled storage's
-        work follows tiles, the compact storage's fluid nodes) and halo values per step."""
+        work follows tiles, the compact storage's fluid nodes), halo values per step and the
+        tiles of the problem each rank holds on the host."""
         fluid = (~self.problem.tiling.solid).sum(axis=1)[self.order]
         starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
         per_rank = np.add.reduceat(fluid, starts) if fluid.size else np.zeros(0, np.int64)
@@ -107,7 +124,8 @@ class DistributedState:
                 "tiles_per_rank": self.counts.tolist(), "fluid_nodes_per_rank":
                 per_rank.tolist(), "load_imbalance_tiles": _imbalance(self.counts),
                 "load_imbalance_fluid": _imbalance(per_rank),
-                "halo_values_per_step": list(self.halo_values)}
+                "halo_values_per_step": list(self.halo_values),
+                "host_tiles_per_rank": list(self.host_tiles)}
 
 
 def _imbalance(load: np.ndarray) -> float:
@@ -142,6 +160,7 @@ class DistributedBackend:
         self._solvers: dict[int, RankSolver] = {}
         self._next_key = 0
         self._counts_of: dict[int, np.ndarray] = {}  # rank 0: owned tiles per rank, by key
+        self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
         self._stopped = False
         if self.is_root:
             atexit.register(self.shutdown)  # never leave workers waiting for a command
@@ -166,32 +185,55 @@ class DistributedBackend:
         # openings' tables do (small; their values may have been set since they were built).
         key = self._next_key
         self._next_key += 1
-        payload = (dataclasses.replace(problem).use_iolets(problem.iolets), self.inner.name,
-                   self.axis, self.transport, self.graphs, key)
-        self._command("allocate", payload)
+        self._whole = dataclasses.replace(problem).use_iolets(problem.iolets)  # rank 0 only
+        try:
+            self._command("allocate", (self.inner.name, self.axis, self.transport,
+                                       self.graphs, key))
+        finally:
+            self._whole = None
         return DistributedState(problem=problem, solver=self._solver, order=self._order, key=key,
                                 counts=self._counts, halo_values=self._halo_values,
-                                links=self._links, axis=self._axis)
+                                links=self._links, axis=self._axis,
+                                host_tiles=self._host_tiles)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
-        """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s."""
+        """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s
+        (with Windkessel outlets, stopping at each of their updates)."""
         start = time.perf_counter()
-        self._command("step", n, state.key)
+        while n > 0:
+            k = n
+            if state.windkessel is not None:  # up to the next update
+                every = state.windkessel[0].every
+                k = min(n, every - state.step % every)
+            self._command("step", k, state.key)
+            state.step += k
+            n -= k
+            if state.windkessel is not None:
+                table, values, trace = state.windkessel
+                if windkessel_update(table, values, self.iolet_flux(state), state.step, trace):
+                    self._set_outlet_densities(state)
         return time.perf_counter() - start
 
     def populations(self, state: DistributedState) -> np.ndarray:
         """All owned tiles gathered on rank 0, float64 (n_tiles, q, a**d), global order."""
-        self._command("gather", None, state.key)
-        out = np.empty_like(self._gathered)
-        out[state.order] = self._gathered
-        return out
+        return self._gathered_populations(state, np.float64)
 
     def device_populations(self, state: DistributedState, tiles=None) -> np.ndarray:
         """The gathered populations in the arithmetic precision (host, global order; of
         ``tiles``, a slice or an index array, if given): fields on rank 0, reduced in the
-        precision one process reduces them in (the float64 gather holds them exactly)."""
-        f = self.populations(state).astype(state.problem.dtype, copy=False)
+        precision one process reduces them in. Each rank casts its float64 rows (which hold
+        every stored value exactly) before the gather: the values of a cast on rank 0, half
+        the bytes in float32 and no float64 copy of the whole state on rank 0."""
+        f = self._gathered_populations(state, state.problem.dtype)
         return f if tiles is None else f[tiles]
+
+    def _gathered_populations(self, state: DistributedState, dtype: Any) -> np.ndarray:
+        """Every rank's owned rows as ``dtype``, gathered on rank 0 in global tile order."""
+        self._command("gather", np.dtype(dtype).name, state.key)
+        gathered, self._gathered = self._gathered, None  # not kept between reads
+        out = np.empty_like(gathered)
+        out[state.order] = gathered
+        return out
 
     def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
                    solid: np.ndarray) -> NodeIndex:
@@ -259,8 +301,38 @@ class DistributedBackend:
                              f"{0 if tables is None else tables.n_links}.")
         self._command("set_values", np.asarray(values, dtype=np.float64), state.key)
 
+    def set_windkessel(self, state: DistributedState, table: Any, values: np.ndarray) -> None:
+        """Update ``table``'s Windkessel outlets from the state ``values`` (4, n) on: rank 0
+        holds the models; :meth:`step` stops at each update interval, gathers the per-link
+        flux of the step just taken (an outlet's links may lie on several ranks) and sets the
+        outlets' densities on the ranks holding their links (:mod:`solver.windkessel`)."""
+        if state.problem.iolets is None:
+            raise ConfigError("This run has no openings' pass (driven openings) to couple a "
+                              "Windkessel outlet to.")
+        values = np.array(values, dtype=np.float64)
+        state.windkessel = (table, values, np.zeros((TRACE, 2, table.n)))
+        self._set_outlet_densities(state)
+
+    def windkessel_state(self, state: DistributedState) -> np.ndarray | None:
+        """The Windkessel outlets' state (4, n) float64 now, None without any."""
+        return None if state.windkessel is None else state.windkessel[1].copy()
+
+    def windkessel_trace(self, state: DistributedState) -> np.ndarray | None:
+        """The outlets' (flow, pressure) per update slot (TRACE, 2, n), None without any."""
+        return None if state.windkessel is None else state.windkessel[2].copy()
+
+    def _set_outlet_densities(self, state: DistributedState) -> None:
+        """The outlets' links' values: their densities (what the pass of one process
+        writes), on the ranks holding them."""
+        table, values, _ = state.windkessel
+        tables = state.problem.iolets
+        for o in range(table.n):
+            tables.value[table.start[o]:table.stop[o]] = values[DENSITY, o]
+        self.set_iolet_values(state, tables.value)
+
     def set_step(self, state: DistributedState, step: int) -> None:
         """Set every rank's step counter (the openings' soft start and waveforms; resume)."""
+        state.step = int(step)
         self._command("set_step", int(step), state.key)
 
     def device_info(self) -> DeviceInfo:
@@ -364,15 +436,18 @@ class DistributedBackend:
             log.exception("Rank %d failed during %r; aborting all ranks.", self.rank, command)
             self.comm.Abort(1)
 
-    def _allocate(self, problem: Problem, inner: str, axis: int | str, transport: str,
-                  graphs: bool, key: int) -> None:
+    def _allocate(self, inner: str, axis: int | str, transport: str, graphs: bool,
+                  key: int) -> None:
         self.graphs = graphs
         self._solver = None
         error, report = None, TransportReport(False, "not asked")
+        problem = decomposition = None
         try:
             if self.inner.name != inner:
                 self.inner = get_backend(inner)
-            decomposition = decompose(problem.tiling, self.size, axis, problem.force)
+            if self.is_root:  # the whole problem is rank 0's alone
+                problem = self._agreed_storage(self._whole)
+                decomposition = decompose(problem.tiling, self.size, axis, problem.force)
             if transport != "host":
                 report = local_report(self.inner)
         except Exception as exc:  # reported to rank 0, which raises it for the user
@@ -381,25 +456,59 @@ class DistributedBackend:
         if not self._check(error, [e for e, _ in gathered]) or \
                 not self._agree(transport, [r for _, r in gathered]):
             return
-        self._axis = decomposition.axis
         factory = exchange_factory(self.transport_used, self.comm, self._link)
-        error = None
+        part, error = self._share_parts(problem, decomposition)
+        if part is not None:
+            problem, decomposition = part.problem, part.decomposition
+        self._axis = None if decomposition is None else decomposition.axis
         try:
-            self._solver = RankSolver(problem, decomposition, self.rank, self.inner, factory,
-                                      graphs=graphs)
+            if error is None:
+                self._solver = RankSolver(problem, decomposition, self.rank, self.inner,
+                                          factory, graphs=graphs,
+                                          link_numbers=None if part is None else part.links)
         except Exception as exc:
             error = exc
         if not self._check(error, self.comm.allgather(self._message(error))):
             return
         self._solvers[key] = self._solver
-        rows = self.comm.gather((self._solver.layout.global_tiles[: self._solver.n_owned],
-                                 self._solver.plan.values_sent(), self._solver.links))
+        owned = self._solver.layout.global_tiles[: self._solver.n_owned]
+        rows = self.comm.gather((owned if part is None else part.global_tiles(owned),
+                                 self._solver.plan.values_sent(), self._solver.links,
+                                 problem.tiling.n_tiles))
         if self.is_root:  # where each rank's owned rows go in the global tile order
-            self._counts = np.array([len(r) for r, _, _ in rows], dtype=np.int64)
+            self._counts = np.array([len(r[0]) for r in rows], dtype=np.int64)
             self._counts_of[key] = self._counts
-            self._order = np.concatenate([r for r, _, _ in rows])
-            self._halo_values = [v for _, v, _ in rows]
-            self._links = [links for _, _, links in rows]
+            self._order = np.concatenate([r[0] for r in rows])
+            self._halo_values = [r[1] for r in rows]
+            self._links = [r[2] for r in rows]
+            self._host_tiles = [int(r[3]) for r in rows]
+
+    def _agreed_storage(self, problem: Problem) -> Problem:
+        """``problem`` with the tile storage every rank steps: 'auto' resolved once, on the
+        whole problem as a rank sees it (a part's own tile utilisation differs; tiled and
+        compact storage agree to rounding only)."""
+        if problem.tile_storage != "auto" or not hasattr(self.inner, "phase_stepper"):
+            return problem
+        from ..backends.plan import plan_for
+
+        as_rank = dataclasses.replace(problem, owned=np.ones(problem.tiling.n_tiles, bool))
+        storage = plan_for(as_rank.use_iolets(problem.iolets)).tile_storage
+        return dataclasses.replace(problem, tile_storage=storage).use_iolets(problem.iolets)
+
+    def _share_parts(self, problem: Problem | None, decomposition: Any
+                     ) -> tuple[RankPart | None, Exception | None]:
+        """Rank 0 cuts every other rank's part and sends it; (the part this rank received,
+        or None on rank 0, which keeps the whole problem; the error, if its part failed)."""
+        if self.is_root:
+            for rank in range(1, self.size):
+                try:
+                    message = (rank_part(problem, decomposition, rank), None)
+                except Exception as exc:  # the rank reports it; rank 0 raises it
+                    message = (None, f"cutting rank {rank}'s part on rank 0: {exc}")
+                self.comm.send(message, dest=rank, tag=PART_TAG)
+            return None, None
+        part, why = self.comm.recv(source=0, tag=PART_TAG)
+        return part, None if why is None else RuntimeError(why)
 
     def _message(self, error: Exception | None) -> str | None:
         return None if error is None else f"rank {self.rank}: {error}"
@@ -441,15 +550,16 @@ class DistributedBackend:
         self._solver.step(n)
         self.comm.Barrier()
 
-    def _gather(self, _: Any) -> None:
-        from mpi4py import MPI
+    def _gather(self, dtype: str | None) -> None:
+        from mpi4py.util.dtlib import from_numpy_dtype
 
-        block = np.ascontiguousarray(self._solver.owned_populations(), dtype=np.float64)
+        dtype = np.dtype(dtype or np.float64)
+        block = np.ascontiguousarray(self._solver.owned_populations(), dtype=dtype)
         q, n_node = block.shape[1:]
         recv = None
         if self.is_root:
-            self._gathered = np.empty((int(self._counts.sum()), q, n_node), dtype=np.float64)
-            recv = [self._gathered, self._counts * q * n_node, None, MPI.DOUBLE]
+            self._gathered = np.empty((int(self._counts.sum()), q, n_node), dtype=dtype)
+            recv = [self._gathered, self._counts * q * n_node, None, from_numpy_dtype(dtype)]
         self.comm.Gatherv(block, recv, root=0)
 
     def _scatter(self, _: Any) -> None:

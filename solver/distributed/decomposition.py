@@ -20,7 +20,7 @@ from ..config import ConfigError
 from ..tiling import Tiling
 
 __all__ = ["AXIS_CHOICES", "SlabDecomposition", "layer_counts", "cut_layers", "resolve_axis",
-           "decompose"]
+           "decompose", "rank_layers"]
 
 #: Named axis choices; an integer 0 <= axis < d is accepted as well.
 AXIS_CHOICES = ("longest", "flow")
@@ -118,3 +118,24 @@ def decompose(tiling: Tiling, n_ranks: int, axis: int | str = "longest",
                           f"too few tile layers along axis {ax} for {n_ranks} ranks; use fewer "
                           "ranks or another decomposition axis.")
     return decomposition
+
+
+def rank_layers(bounds: np.ndarray, rank: int, periodic: bool) -> list[tuple[int, int]]:
+    """Tile-layer runs ``[first, end)`` a rank reads: its slab and one layer each side (the
+    halo, wrapped when ``periodic``), merged and ascending."""
+    n_layers, n_ranks = int(bounds[-1]), len(bounds) - 1
+    lo, hi = int(bounds[rank]), int(bounds[rank + 1])
+    layers = set(range(lo, hi))
+    if n_ranks > 1:
+        for layer in (lo - 1, hi):
+            if periodic:
+                layers.add(layer % n_layers)
+            elif 0 <= layer < n_layers:
+                layers.add(layer)
+    ordered = sorted(layers)
+    runs, first = [], ordered[0]
+    for prev, nxt in zip(ordered, ordered[1:] + [None], strict=True):
+        if nxt != prev + 1:
+            runs.append((first, prev + 1))
+            first = nxt
+    return runs

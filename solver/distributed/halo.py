@@ -72,6 +72,9 @@ class HaloPlan:
 
     send: dict[int, np.ndarray]
     recv: dict[int, np.ndarray]
+    #: In place with reads besides the pulls (the openings' pass): the exchange after a
+    #: phase-0 step, built with the plan (:func:`in_place_plans`); None: this plan reversed.
+    after_neighbour: HaloPlan | None = None
 
     @property
     def peers(self) -> tuple[int, ...]:
@@ -115,8 +118,15 @@ def in_place_plans(plan: HaloPlan) -> tuple[HaloPlan, HaloPlan]:
     tiles, messages and interior holds for both phases. A 'swap' decoding of phase 1 on every
     rank at once (a collective readout) leaves each halo slot ``(y, i)`` holding ``f*_i(y)``
     of phase 0: it exchanges the owned slot ``(x, opp(i))`` (filled by the reversed exchange)
-    with it, as one process would."""
-    return plan.reversed(), plan
+    with it, as one process would.
+
+    Values read besides the pulls (the openings' pass, :mod:`solver.distributed.openings`)
+    are not reversed: ``plan`` carries those of phase 0 (sent by the owner of their tile, as
+    two copies), and ``plan.after_neighbour`` (:func:`build_rank`'s ``streamed_reads``) the
+    pulls' reverse with those of phase 1, each sent by the rank whose node wrote it in the
+    phase-0 step. That writer is a boundary tile of its rank, so the overlap holds too."""
+    after0 = plan.after_neighbour if plan.after_neighbour is not None else plan.reversed()
+    return after0, plan
 
 
 def _edge_nodes(tiling: Tiling, dec: SlabDecomposition, rank: int):
@@ -160,38 +170,77 @@ def _links(tiling: Tiling, dec: SlabDecomposition, rank: int, lattice: Lattice,
 
 def _local_flat(flat: np.ndarray, local_of: np.ndarray, block: int) -> np.ndarray:
     """Global flat index -> local flat index, with ``local_of`` mapping global -> local tile."""
-    return local_of[flat // block] * block + flat % block
+    local = local_of[flat // block]
+    if np.any(local < 0):
+        raise RuntimeError("The halo plan moves a value of a tile this rank does not hold "
+                           "(solver/distributed/halo.py).")
+    return local * block + flat % block
+
+
+def _split_reads(reads, owner: np.ndarray, block: int, rank: int):
+    """(peer, global flat, tile) of the values ``rank`` receives and (peer, global flat) of
+    those it sends, of ``reads`` = (reading rank, global flat[, global tile whose node writes
+    the value: its owner sends it; default the value's own tile])."""
+    empty = np.empty(0, np.int64)
+    if reads is None or not len(reads[0]):
+        return (empty, empty, empty), (empty, empty)
+    reader, flat = np.asarray(reads[0], np.int64), np.asarray(reads[1], np.int64)
+    writer = flat // block if len(reads) < 3 else np.asarray(reads[2], np.int64)
+    sender = owner[writer].astype(np.int64)
+    mine = (reader == rank) & (sender != rank)
+    theirs = (sender == rank) & (reader != rank)
+    return (sender[mine], flat[mine], flat[mine] // block), (reader[theirs], flat[theirs])
+
+
+def _per_peer(peer: np.ndarray, flat: np.ndarray, local_of: np.ndarray, block: int
+              ) -> dict[int, np.ndarray]:
+    """Local flat indices per peer, each peer's in ascending global order (both ends of a
+    message enumerate the same values in the same order)."""
+    return {int(p): _local_flat(np.unique(flat[peer == p]), local_of, block)
+            for p in np.unique(peer)}
 
 
 def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
                periodic: tuple[bool, ...], rank: int,
-               reads: tuple[np.ndarray, np.ndarray] | None = None
+               reads: tuple[np.ndarray, ...] | None = None,
+               streamed_reads: tuple[np.ndarray, ...] | None = None
                ) -> tuple[RankLayout, HaloPlan]:
     """Layout and halo plan of ``rank`` (pure host computation, no communication).
 
-    ``reads``: (reading rank, global flat index) of values read besides the pulls, e.g. the
-    openings' pass (:func:`solver.distributed.openings.pass_reads`), the same on every rank;
-    those another rank owns travel with the halo."""
+    ``reads``: (reading rank, global flat index[, global tile whose node writes the value])
+    of values read besides the pulls, e.g. the openings' pass
+    (:func:`solver.distributed.openings.pass_reads`), the same on every rank; those another
+    rank's node writes travel with the halo, sent by that rank. ``streamed_reads``: in place,
+    the same for the reads before a phase-1 step; the plan's ``after_neighbour`` then holds the
+    exchange after a phase-0 step (:func:`in_place_plans`)."""
     owned = dec.tiles_of(rank)
     block = lattice.q * tiling.nodes_per_tile
+    empty = np.empty(0, np.int64)
+    pull_in = pull_out = (empty, empty, empty)
     if dec.n_ranks > 1:
-        in_peer, in_flat, in_tile = _links(tiling, dec, rank, lattice, periodic, -1)
+        pull_in = _links(tiling, dec, rank, lattice, periodic, -1)
         out_peer, out_flat, _ = _links(tiling, dec, rank, lattice, periodic, +1)
-        if reads is not None and len(reads[0]):
-            reader, flat = reads
-            holder = dec.owner[flat // block]
-            mine = (reader == rank) & (holder != rank)
-            theirs = (holder == rank) & (reader != rank)
-            in_peer = np.concatenate([in_peer, holder[mine]])
-            in_flat = np.concatenate([in_flat, flat[mine]])
-            in_tile = np.concatenate([in_tile, flat[mine] // block])
-            out_peer = np.concatenate([out_peer, reader[theirs]])
-            out_flat = np.concatenate([out_flat, flat[theirs]])
-    else:
-        in_peer = in_flat = in_tile = out_peer = out_flat = np.empty(0, np.int64)
-    boundary = np.unique(out_flat // block)
+        pull_out = (out_peer, out_flat, out_flat // block)
+    (r_peer, r_flat, r_tile), (s_peer, s_flat) = _split_reads(
+        reads if dec.n_ranks > 1 else None, dec.owner, block, rank)
+    in_peer = np.concatenate([pull_in[0], r_peer])
+    in_flat = np.concatenate([pull_in[1], r_flat])
+    in_tile = np.concatenate([pull_in[2], r_tile])
+    out_peer = np.concatenate([pull_out[0], s_peer])
+    out_flat = np.concatenate([pull_out[1], s_flat])
+    sent_by = [out_flat // block]  # tiles whose nodes write what this rank sends
+    streamed = None
+    if streamed_reads is not None and dec.n_ranks > 1:
+        (t_peer, t_flat, t_tile), (u_peer, u_flat) = _split_reads(
+            streamed_reads, dec.owner, block, rank)
+        streamed = (t_peer, t_flat, u_peer, u_flat)
+        in_tile = np.concatenate([in_tile, t_tile])
+        reader = np.asarray(streamed_reads[0], np.int64)
+        writer = np.asarray(streamed_reads[2], np.int64)
+        sent_by.append(writer[(dec.owner[writer] == rank) & (reader != rank)])
+    boundary = np.intersect1d(np.concatenate(sent_by), owned)
     interior = np.setdiff1d(owned, boundary, assume_unique=True)
-    halo = np.unique(in_tile)
+    halo = np.setdiff1d(np.unique(in_tile), owned)
     global_tiles = np.concatenate([boundary, interior, halo]).astype(np.int64)
     local_of = np.full(tiling.n_tiles, -1, dtype=np.int64)
     local_of[global_tiles] = np.arange(len(global_tiles))
@@ -200,11 +249,18 @@ def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
     local = Tiling(tiling.shape, tiling.a, tiling.offset, tile_map,
                    tiling.tiles[global_tiles], tiling.solid[global_tiles])
     layout = RankLayout(rank, global_tiles, len(boundary), len(owned), local)
-    send = {int(p): _local_flat(np.unique(out_flat[out_peer == p]), local_of, block)
-            for p in np.unique(out_peer)}
-    recv = {int(p): _local_flat(np.unique(in_flat[in_peer == p]), local_of, block)
-            for p in np.unique(in_peer)}
-    return layout, HaloPlan(send, recv)
+    after_neighbour = None
+    if streamed is not None:
+        # The pulls' reverse (halo slots back to their owners) with the phase-1 reads.
+        t_peer, t_flat, u_peer, u_flat = streamed
+        after_neighbour = HaloPlan(
+            _per_peer(np.concatenate([pull_in[0], u_peer]),
+                      np.concatenate([pull_in[1], u_flat]), local_of, block),
+            _per_peer(np.concatenate([pull_out[0], t_peer]),
+                      np.concatenate([pull_out[1], t_flat]), local_of, block))
+    plan = HaloPlan(_per_peer(out_peer, out_flat, local_of, block),
+                    _per_peer(in_peer, in_flat, local_of, block), after_neighbour)
+    return layout, plan
 
 
 def check_plan_covers(table: PullTable, plan: HaloPlan, layout: RankLayout, q: int) -> None:

@@ -39,7 +39,7 @@ from ..backends import Backend
 from ..config import ConfigError, SimulationConfig
 from ..problem import Problem
 from ..tiling import Tiling
-from .decomposition import SlabDecomposition, cut_layers
+from .decomposition import SlabDecomposition, cut_layers, rank_layers
 from .rank import RankSolver
 from .transport import choose_transport, exchange_factory, local_report
 
@@ -151,27 +151,6 @@ def summarize(source: RegionSource, axis: int, a: int, comm: Any = None,
     parts = [mine] if comm is None else comm.allgather(mine)
     return SlabSummary(shape, axis, a, np.concatenate([p[0] for p in parts]),
                        np.concatenate([p[1] for p in parts]), int(sum(p[2] for p in parts)))
-
-
-def rank_layers(bounds: np.ndarray, rank: int, periodic: bool) -> list[tuple[int, int]]:
-    """Tile-layer runs ``[first, end)`` a rank reads: its slab and one layer each side (the
-    halo, wrapped when ``periodic``), merged and ascending."""
-    n_layers, n_ranks = int(bounds[-1]), len(bounds) - 1
-    lo, hi = int(bounds[rank]), int(bounds[rank + 1])
-    layers = set(range(lo, hi))
-    if n_ranks > 1:
-        for layer in (lo - 1, hi):
-            if periodic:
-                layers.add(layer % n_layers)
-            elif 0 <= layer < n_layers:
-                layers.add(layer)
-    ordered = sorted(layers)
-    runs, first = [], ordered[0]
-    for prev, nxt in zip(ordered, ordered[1:] + [None], strict=True):
-        if nxt != prev + 1:
-            runs.append((first, prev + 1))
-            first = nxt
-    return runs
 
 
 def slab_tiling(source: RegionSource, axis: int, a: int, runs: list[tuple[int, int]]) -> Tiling:

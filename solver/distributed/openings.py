@@ -18,8 +18,20 @@ links, a donor slot near ``x`` that may lie in a tile another rank owns. So:
   per-link values added in the same order: flow rates and mass balance are bit for bit
   those of one process).
 
-Only two copies are supported with openings (:func:`~solver.backends.plan.distributed_refusal`
-refuses in-place streaming with them): the in-place phase-1 addresses are not kept.
+In place (one copy, AA pattern) the pass reads the layout of the phase the step starts from
+(:meth:`~solver.iolets.IoletTables.addresses` per parity), so each phase has its reads:
+
+- phase 0 (natural layout, filled by the exchange after a phase-1 step): as two copies, the
+  donor slots, held by the owner of their tile;
+- phase 1 (streamed layout, filled by the exchange after a phase-0 step): slot ``(z, k)``
+  then holds what the neighbour step of node ``z + c_k`` wrote there (of ``z`` itself where
+  ``z + c_k`` is no fluid node), which is the node of the link's phase-0 location of the same
+  read (own: ``x``; donor: ``y + c_j`` or ``y``). So the rank *owning that writer* has the value
+  right after its step, in an owned or a halo slot, and sends it
+  (:func:`~solver.distributed.halo.build_rank`'s ``streamed_reads``); the own reads are
+  written by ``x`` itself and never travel.
+
+:func:`rank_tables` keeps both phases' locations of an in-place rank's links (local tiles).
 """
 
 from __future__ import annotations
@@ -35,15 +47,30 @@ __all__ = ["pass_reads", "rank_tables"]
 
 
 def pass_reads(tables: IoletTables | None, dec: SlabDecomposition, q: int,
-               nodes_per_tile: int) -> tuple[np.ndarray, np.ndarray]:
-    """(reading rank, global XYZ flat index ``(tile q + i) a^d + node``) of every slot the
-    openings' pass reads (two copies), int64; empty without driven openings."""
+               nodes_per_tile: int, parity: int = 0
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reading rank, global XYZ flat index ``(tile q + i) a^d + node``, global tile whose
+    node writes the value in the step before) of every slot the openings' pass reads in AA
+    phase ``parity`` (two copies: 0), int64; empty without driven openings.
+
+    Phase 0 (and two copies): the donors, each written by its own node (the slot's tile); the
+    own populations sit in the link's own tile. Phase 1: the own and donor slots of the
+    streamed layout, each written by the node of the same read's phase-0 location (see the
+    module docstring)."""
+    empty = np.empty(0, np.int64)
     if tables is None or tables.n_links == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    addr = tables.addresses(q, nodes_per_tile)
+        return empty, empty, empty
+    block = q * nodes_per_tile
     reader = dec.owner[tables.tile].astype(np.int64)
-    # The own populations sit in the link's own tile; only the donor may be elsewhere.
-    return reader, addr.donor.astype(np.int64)
+    if parity == 0:
+        donor = tables.addresses(q, nodes_per_tile).donor.astype(np.int64)
+        return reader, donor, donor // block
+    streamed = tables.addresses(q, nodes_per_tile, parity=1)
+    writers = tables.addresses(q, nodes_per_tile, parity=0)
+    flat = np.concatenate([streamed.own.ravel(), streamed.donor]).astype(np.int64)
+    writer = np.concatenate([writers.own.ravel(), writers.donor]).astype(np.int64) // block
+    readers = np.concatenate([np.broadcast_to(reader, streamed.own.shape).ravel(), reader])
+    return readers, flat, writer
 
 
 def _local(tiles: np.ndarray, local_of: np.ndarray) -> np.ndarray:
@@ -55,9 +82,10 @@ def _local(tiles: np.ndarray, local_of: np.ndarray) -> np.ndarray:
 
 
 def rank_tables(tables: IoletTables | None, global_tiles: np.ndarray, n_owned: int,
-                n_tiles: int) -> tuple[IoletTables | None, np.ndarray]:
+                n_tiles: int, in_place: bool = False) -> tuple[IoletTables | None, np.ndarray]:
     """(the links of the rank holding ``global_tiles`` (its first ``n_owned`` owned) with
-    local tile numbers, or None where it holds none; their global link numbers, int64)."""
+    local tile numbers, or None where it holds none; their global link numbers, int64).
+    ``in_place``: keep the phase-1 locations too (else phase 0's stand for both)."""
     if tables is None:
         return None, np.empty(0, np.int64)
     local_of = np.full(n_tiles, -1, dtype=np.int64)
@@ -73,10 +101,11 @@ def rank_tables(tables: IoletTables | None, global_tiles: np.ndarray, n_owned: i
         return _local(tile, local_of), direction, node
 
     own, donor = where(tables._own[0]), where(tables._donor[0])
+    own1, donor1 = (where(tables._own[1]), where(tables._donor[1])) if in_place else (own, donor)
     local = dataclasses.replace(
         tables, opening=tables.opening[links], code=tables.code[links],
         tile=_local(tables.tile[links], local_of), node=tables.node[links],
         direction=tables.direction[links], value=tables.value[links].copy(),
-        _own=(own, own), _donor=(donor, donor), mean_nodes={},
+        _own=(own, own1), _donor=(donor, donor1), mean_nodes={},
         wave=tables.wave[:, links] if tables.harmonics else tables.wave)
     return local, links

@@ -57,16 +57,23 @@ class RankSolver:
     """Owned tiles of ``rank`` on ``backend``, stepped with a halo exchange."""
 
     def __init__(self, problem: Problem, decomposition: SlabDecomposition, rank: int,
-                 backend: Backend, exchange: ExchangeFactory, graphs: bool = False) -> None:
+                 backend: Backend, exchange: ExchangeFactory, graphs: bool = False,
+                 link_numbers: np.ndarray | None = None) -> None:
         tables = problem.iolets  # the global openings' links, built once from the whole box
-        reads = pass_reads(tables, decomposition, problem.lattice.q,
-                           problem.tiling.nodes_per_tile)
-        self.layout, self.plan = build_rank(problem.tiling, decomposition, problem.lattice,
-                                            problem.periodic, rank, reads)
+        q, npt = problem.lattice.q, problem.tiling.nodes_per_tile
+        # One copy (AA pattern) on a GPU backend's stepper: the pass reads either phase's
+        # layout, and the exchange after a phase-0 step carries the phase-1 reads.
+        in_place = problem.population_copies == 1 and hasattr(backend, "phase_stepper")
+        self.layout, self.plan = build_rank(
+            problem.tiling, decomposition, problem.lattice, problem.periodic, rank,
+            pass_reads(tables, decomposition, q, npt),
+            pass_reads(tables, decomposition, q, npt, parity=1) if in_place else None)
         local, links = rank_tables(tables, self.layout.global_tiles, self.layout.n_owned,
-                                   problem.tiling.n_tiles)
-        #: Global numbers of this rank's opening links (int64), the order of its flux.
-        self.links: np.ndarray = links
+                                   problem.tiling.n_tiles, in_place)
+        #: Global numbers of this rank's opening links (int64), the order of its flux
+        #: (``link_numbers``: the global numbers of ``problem.iolets``' links when ``problem``
+        #: is a part of the whole, :mod:`~solver.distributed.slab_parts`).
+        self.links: np.ndarray = links if link_numbers is None else link_numbers[links]
         # A GPU backend's tile storage is decided once, on the whole problem as a rank sees
         # it: the ranks' own tile utilisations differ, and tiled and compact storage agree to
         # rounding only.

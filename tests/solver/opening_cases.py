@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["channel", "channel_config", "OPENINGS", "scenario"]
+__all__ = ["channel", "channel_config", "OPENINGS", "scenario", "windkessel_run"]
 
 #: The driven cases: a Poiseuille velocity inlet with an outflow outlet, two pressures.
 OPENINGS = {
@@ -50,14 +50,15 @@ def channel_config(case: str, **extra):
                             x_max="wall", backend="numpy", **extra)
 
 
-def scenario(backend, folder: Path) -> dict[str, np.ndarray]:
-    """The driver's run of both cases on ``backend`` (see the module docstring)."""
+def scenario(backend, folder: Path, **extra) -> dict[str, np.ndarray]:
+    """The driver's run of both cases on ``backend`` (see the module docstring), ``extra``
+    config settings added."""
     from solver.simulation import Simulation
 
     out = {}
     geometry = channel()
     for case in OPENINGS:
-        sim = Simulation(geometry, channel_config(case), backend=backend)
+        sim = Simulation(geometry, channel_config(case, **extra), backend=backend)
         sim.step(5)
         path = sim.save(folder / f"{case}.npz")
         sim.step(9)  # past the soft start
@@ -79,11 +80,32 @@ def scenario(backend, folder: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def windkessel_run(backend, steps: int = 23) -> dict[str, np.ndarray]:
+    """The pressure-driven channel with an RCR outlet on opening 2 (updated every 5 steps):
+    its populations, outlet state and trace after ``steps`` steps, read once mid-interval."""
+    from solver.simulation import Simulation
+    from solver.units import UnitSystem
+    from solver.windkessel import Windkessel, WindkesselCoupling
+
+    sim = Simulation(channel(), channel_config("pressures"), backend=backend)
+    coupling = WindkesselCoupling({2: Windkessel(1.2e8, 1.0e-9, 1.5e9, distal_pressure=500.0)},
+                                  UnitSystem(dx=1e-3, dt=1e-4, density=1000.0), every=5)
+    coupling.start(sim)
+    sim.step(steps - 4)
+    sim.step(4)
+    out = {"windkessel/populations": sim.populations(),
+           "windkessel/state": sim.windkessel_state(), "windkessel/trace": sim.windkessel_trace()}
+    sim.close()
+    return out
+
+
 def main(argv: list[str]) -> int:
-    """``OUT.npz [--single] [--axis N] [--backend B]``: run :func:`scenario` under MPI (split
-    along axis N, halos through host memory, each rank on backend B, default numpy) or on one
+    """``OUT.npz [--single] [--axis N] [--backend B] [--streaming S] [--windkessel]``: run
+    :func:`scenario` (and with ``--windkessel`` :func:`windkessel_run`) under MPI (split along
+    axis N, halos through host memory, each rank on backend B, default numpy) or on one
     process, to OUT."""
     target = Path(argv[0])
+    extra = {"streaming": argv[argv.index("--streaming") + 1]} if "--streaming" in argv else {}
     with tempfile.TemporaryDirectory() as tmp:
         inner = argv[argv.index("--backend") + 1] if "--backend" in argv else "numpy"
         if "--single" in argv:
@@ -91,12 +113,14 @@ def main(argv: list[str]) -> int:
             from solver.backends.numpy_backend import NumpyBackend
 
             single = NumpyBackend(threads=1) if inner == "numpy" else get_backend(inner)
-            np.savez(target, **scenario(single, Path(tmp)))
+            np.savez(target, **scenario(single, Path(tmp), **extra),
+                     **(windkessel_run(single) if "--windkessel" in argv else {}))
             return 0
         from solver.distributed import launch
 
         def run(backend) -> int:
-            np.savez(target, ranks=backend.size, **scenario(backend, Path(tmp)))
+            np.savez(target, ranks=backend.size, **scenario(backend, Path(tmp), **extra),
+                     **(windkessel_run(backend) if "--windkessel" in argv else {}))
             return 0
 
         axis = int(argv[argv.index("--axis") + 1]) if "--axis" in argv else "longest"

@@ -252,17 +252,19 @@ needs_mpi = pytest.mark.skipif(not MPI_OK or find_mpirun() is None,
 
 
 @needs_mpi
-@pytest.mark.parametrize("n_ranks,axis", [(2, "longest"), (3, "1")])
-def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis):
+@pytest.mark.parametrize("n_ranks,axis,precision", [(2, "longest", "float64"),
+                                                     (3, "1", "float32")])
+def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis, precision):
+    """Populations and fields (float32: gathered as float32 rows, cast on each rank)."""
     solid = porous()
-    cfg = config()
+    cfg = config(precision=precision)
     problem = Problem.from_config(solid, cfg)
     assert problem.n_fluid % CHUNK_NODES != 1  # see the solver.distributed.stepper doc
     f0 = noisy_start(problem)
     np.save(tmp_path / "solid.npy", solid)
     np.save(tmp_path / "f0.npy", f0)
-    settings_ = ["precision=float64", "collision=TRT", "tau=0.7", f"body_force={list(FORCE)}",
-                 "y_min=wall", "y_max=wall"]
+    settings_ = [f"precision={precision}", "collision=TRT", "tau=0.7",
+                 f"body_force={list(FORCE)}", "y_min=wall", "y_max=wall"]
     cmd = [find_mpirun(), "-n", str(n_ranks), sys.executable, "-m", "solver.distributed",
            str(tmp_path / "solid.npy"), "--steps", "12", "--axis", axis,
            "--initial", str(tmp_path / "f0.npy"), "--save", str(tmp_path / "out.npz")]
@@ -324,6 +326,8 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
     assert summary["device"].endswith("x 3 MPI ranks")
     split = summary["decomposition"]
     assert split["ranks"] == 3 and sum(split["fluid_nodes_per_rank"]) == summary["fluid_nodes"]
+    held = split["host_tiles_per_rank"]  # rank 0 the whole problem, the others their part
+    assert held[0] == sum(split["tiles_per_rank"]) and max(held[1:]) < held[0]
     tiles = np.array(split["tiles_per_rank"])
     assert split["load_imbalance_tiles"] == pytest.approx(tiles.max() / tiles.mean())
     assert split["load_imbalance_fluid"] >= 1.0

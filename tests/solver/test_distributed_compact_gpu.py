@@ -183,3 +183,24 @@ def test_mpirun_compact_on_cupy_matches_one_gpu(backend, tmp_path):
     assert np.array_equal(np.load(tmp_path / "out.npz")["populations"],
                           backend.populations(one))
     backend.release(one)
+
+
+@needs_mpi
+def test_mpirun_windkessel_on_cupy_matches_one_gpu(tmp_path):
+    """An RCR outlet over ``mpirun -n 2`` CuPy ranks (rank 0 updates it from the gathered
+    flux at each interval) against one GPU (the update kernels in the openings' pass): bit
+    for bit on 2 H200s (c4382ef)."""
+    pytest.importorskip("geometries.openings")
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
+    script = [sys.executable, "-m", "tests.solver.opening_cases"]
+    flags = ["--backend", "cupy", "--windkessel"]
+    for cmd in ([*script, str(tmp_path / "one.npz"), "--single", *flags],
+                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
+                 *flags]):
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, mpi = np.load(tmp_path / "one.npz"), np.load(tmp_path / "mpi.npz")
+    for key in ("windkessel/populations", "windkessel/state", "windkessel/trace"):
+        assert np.array_equal(one[key], mpi[key]), (key, np.abs(one[key] - mpi[key]).max())

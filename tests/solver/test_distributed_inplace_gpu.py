@@ -11,9 +11,14 @@ may share a GPU; NCCL with CUDA-graph replays where there are two GPUs or more).
 * Compact float16: the ranks keep the compact storage; a tile range's random bits are those of
   one launch over the rank's tiles (:func:`~solver.storage.key_shift`), which hash local tile
   numbers, so ranks agree with one GPU to float16 rounding, two copies and in place.
+* In place with driven openings (the pass in the phase's layout; the exchange after a phase-0
+  step carries the phase-1 reads): populations and per-link flux equal one in-place GPU run
+  bit for bit in one process, and the openings' scenario of opening_cases.py (checkpoint,
+  resume, a changed outlet density) under ``mpirun -n 2``.
 
 The CPU twins (emulated kernels, the same RankSolver): test_inplace_ranks.py. Run on 4 x H200
-(commit c8d5643): all 12 passed in 20 s, the NCCL cases with 4 ranks and graph replays.
+(commit c8d5643): all 12 passed in 20 s, the NCCL cases with 4 ranks and graph replays; with the
+openings' cases (a35a877, 2 H200s, with test_distributed_compact_gpu.py): 20 passed in 56 s.
 """
 
 from __future__ import annotations
@@ -179,3 +184,54 @@ def test_mpirun_in_place_matches_one_gpu_bitwise(backend, tmp_path, n_ranks, tra
     assert np.array_equal(out["populations"], expected)
     if transport == "nccl":  # the check above covered graph replays of both phases
         assert int(out["replayed_steps"]) == 32, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("case", ["velocity-outflow", "pressures"])
+def test_loopback_in_place_ranks_with_openings_match_one_gpu_bitwise(backend, case):
+    from solver.simulation import Simulation
+
+    from .opening_cases import channel, channel_config
+
+    sim = Simulation(channel(), channel_config(case, streaming="in-place"), backend=backend)
+    problem = sim.problem
+    steps, expected = (13, 3), []
+    for k in steps:  # 13: read in phase 1, then stepped on
+        sim.step(k)
+        expected.append((sim.populations(), sim.backend.iolet_flux(sim.state)))
+    sim.close()
+    for n, axis in ((2, 1), (8, 0)):
+        ranks = _loopback(backend, problem, n, axis, problem.initial_populations())
+        for k, (want, flux) in zip(steps, expected, strict=True):
+            step_together(ranks, k)
+            got = _gathered(ranks, want)
+            links = np.full(problem.iolets.n_links, np.nan)
+            for rank in ranks:
+                links[rank.links] = rank.iolet_flux()
+            assert np.array_equal(got, want), (case, n, axis, k)
+            assert np.array_equal(links, flux), (case, n, axis, k)
+        for rank in ranks:
+            rank.release()
+
+
+@needs_mpi
+def test_mpirun_in_place_openings_on_cupy_match_one_gpu(tmp_path):
+    """``mpirun -n 2`` (host transport): the openings' scenario of opening_cases.py in place
+    on CuPy ranks against one in-place CuPy process."""
+    pytest.importorskip("geometries.openings")
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
+    script = [sys.executable, "-m", "tests.solver.opening_cases"]
+    flags = ["--backend", "cupy", "--streaming", "in-place"]
+    for cmd in ([*script, str(tmp_path / "one.npz"), "--single", *flags],
+                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
+                 *flags]):
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, mpi = np.load(tmp_path / "one.npz"), np.load(tmp_path / "mpi.npz")
+    for key in one.files:
+        if key.endswith(("/density", "/wss")):  # reduced on the GPU vs on the host
+            scale = np.nanmax(np.abs(one[key]))
+            np.testing.assert_allclose(mpi[key], one[key], rtol=1e-12, atol=1e-12 * scale)
+        else:
+            assert np.array_equal(one[key], mpi[key], equal_nan=True), key

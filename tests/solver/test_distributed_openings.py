@@ -1,6 +1,7 @@
 """Driven openings over ranks (solver.distributed.openings): the same populations, per-link
-fluxes, flow rates, mass balance, wall shear stress and resumed runs as one process, bit for
-bit (NumPy backend), in one process through the loopback exchange and under ``mpirun``."""
+fluxes, flow rates, mass balance, wall shear stress, resumed runs and Windkessel outlets as one
+process, bit for bit (NumPy backend), in one process through the loopback exchange and under
+``mpirun``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from solver.distributed.comm import find_mpirun
 from solver.distributed.openings import pass_reads
 from solver.simulation import Simulation
 
-from .opening_cases import OPENINGS, channel, channel_config
+from .opening_cases import OPENINGS, channel, channel_config, windkessel_run
 
 pytest.importorskip("geometries.openings")
 
@@ -62,7 +63,7 @@ def test_halo_carries_outflow_donors_that_no_pull_reads():
     problem = one_process("velocity-outflow").problem
     dec = decompose(problem.tiling, 8, 0)
     lat, tiling = problem.lattice, problem.tiling
-    reader, flat = pass_reads(problem.iolets, dec, lat.q, tiling.nodes_per_tile)
+    reader, flat, _ = pass_reads(problem.iolets, dec, lat.q, tiling.nodes_per_tile)
     block = lat.q * tiling.nodes_per_tile
     rank = 7
     mine = (reader == rank) & (dec.owner[flat // block] != rank)
@@ -79,8 +80,9 @@ def test_halo_carries_outflow_donors_that_no_pull_reads():
 
 def test_mpirun_openings_checkpoint_and_resume_match_one_process(tmp_path):
     """``mpirun -n 2``, split across both openings: populations, per-link flux, flow rates,
-    mean densities, wall shear stress, a changed outlet density and a resumed run inside the
-    soft start (the ranks' step counters restored) equal one process's bit for bit."""
+    mean densities, wall shear stress, a changed outlet density, a resumed run inside the
+    soft start (the ranks' step counters restored) and an RCR Windkessel outlet's run equal
+    one process's bit for bit."""
     pytest.importorskip("mpi4py")
     if find_mpirun() is None:
         pytest.skip("MPI test skipped: no mpirun on PATH")
@@ -88,8 +90,9 @@ def test_mpirun_openings_checkpoint_and_resume_match_one_process(tmp_path):
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     script = [sys.executable, "-m", "tests.solver.opening_cases"]
-    for cmd in ([*script, str(tmp_path / "one.npz"), "--single"],
-                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1"]):
+    for cmd in ([*script, str(tmp_path / "one.npz"), "--single", "--windkessel"],
+                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
+                 "--windkessel"]):
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -98,3 +101,17 @@ def test_mpirun_openings_checkpoint_and_resume_match_one_process(tmp_path):
     for key in one.files:
         assert np.array_equal(one[key], mpi[key], equal_nan=True), key
     assert np.all(one["pressures/flows"][:1] > 0) and np.all(one["pressures/flows"][1:] < 0)
+
+
+def test_windkessel_outlets_over_the_distributed_backend_match_one_process_bitwise():
+    """Rank 0 updates the outlets from the gathered flux at each interval (an outlet's links
+    may lie on several ranks; mpirun: opening_cases' --windkessel)."""
+    pytest.importorskip("mpi4py")
+    from solver.distributed import DistributedBackend
+
+    expected = windkessel_run(NumpyBackend(threads=1), 23)
+    with DistributedBackend("numpy") as backend:
+        got = windkessel_run(backend, 23)
+    for key, value in expected.items():
+        assert np.array_equal(got[key], value), key
+    assert np.any(expected["windkessel/trace"] != 0)  # four updates recorded

@@ -277,7 +277,7 @@ class CupyPhases:
         iolets = self.state.iolets
         if iolets is not None:  # the rank's opening links, before either range reads them
             with self._comm:
-                iolets.launch(self.current(), 0)
+                iolets.launch(self.current(), self.state.current)  # in place: the phase
             self._passed.record(self._comm)
             self._compute.wait_event(self._passed)
         self._mark(self._comm, "boundary queued")
