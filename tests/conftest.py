@@ -51,8 +51,9 @@ class WorkerTurns:
     block go first (the other workers queue behind it instead of starting new tests)."""
 
     def __init__(self, prefix: Path):
-        self._gate: IO[bytes] = open(f"{prefix}.gate", "ab")  # noqa: SIM115 (held for the run)
-        self._turn: IO[bytes] = open(f"{prefix}.turn", "ab")  # noqa: SIM115
+        self._paths = [Path(f"{prefix}.gate"), Path(f"{prefix}.turn")]
+        self._gate: IO[bytes] = self._paths[0].open("ab")  # noqa: SIM115 (held for the run)
+        self._turn: IO[bytes] = self._paths[1].open("ab")  # noqa: SIM115
         self.held: str | None = None
 
     def take(self, alone: bool) -> None:
@@ -78,6 +79,15 @@ class WorkerTurns:
         if self.held == "alone":
             fcntl.flock(self._gate, fcntl.LOCK_UN)
         self.held = None
+
+    def close(self) -> None:
+        """At the end of the run: no worker opens the files any more (each opened them before
+        its first test), so the first to finish removes them."""
+        self.give_back()
+        self._gate.close()
+        self._turn.close()
+        for path in self._paths:
+            path.unlink(missing_ok=True)
 
 
 _turns: list[WorkerTurns] = []
@@ -106,6 +116,12 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         if not (alone and nextitem is not None and runs_alone(nextitem)):
             turns.give_back()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove this run's turn files."""
+    while _turns:
+        _turns.pop().close()
 
 
 @pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
