@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.solver.test_local_setup import needs_mpi
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "scaling"))
@@ -15,6 +17,7 @@ import mirrored_rock  # noqa: E402
 
 
 @needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_two_cpu_ranks_write_time_and_memory_per_rank(tmp_path, monkeypatch):
     monkeypatch.setenv("LBM_COMMIT", "test")
     code = mirrored_rock.main(["--ranks", "2", "--size", "24", "--diameter", "9",

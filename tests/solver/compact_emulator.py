@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from solver.backends.cuda.compact_source import (
 from solver.lattice import get_lattice
 from solver.tiling import Tiling
 
+from .gxx_cache import compile_once
 from .kernel_emulator import _SHIM, compiler
 from .porous_cases import porous_solid
 
@@ -113,14 +113,10 @@ def compile_compact(code: str, name: str, real: str, n_reals: int, half: bool = 
            f"#define RARGS {rargs}\n" + _LAUNCH[1] + "\n// built with -fsanitize=alignment\n")
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
     lib = Path(tempfile.gettempdir()) / "lbm_kernel_emulator" / f"{name}_{key}.so"
-    if not lib.exists():
-        lib.parent.mkdir(exist_ok=True)
-        lib.with_suffix(".cpp").write_text(src)
-        # The alignment sanitizer reports (on stderr) what a GPU refuses with "misaligned
-        # address": x86 loads 8-byte pairs from 4-byte boundaries without complaint.
-        subprocess.run([compiler(), "-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-w",
-                        "-fsanitize=alignment", "-o", str(lib), str(lib.with_suffix(".cpp"))],
-                       check=True, capture_output=True)
+    # The alignment sanitizer reports (on stderr) what a GPU refuses with "misaligned
+    # address": x86 loads 8-byte pairs from 4-byte boundaries without complaint.
+    compile_once(src, lib, ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-w",
+                            "-fsanitize=alignment"], compiler())
     return ctypes.CDLL(str(lib)).emu_compact
 
 

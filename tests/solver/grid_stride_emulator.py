@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import shutil
-import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
 
 import numpy as np
+
+from .gxx_cache import compile_once
 
 __all__ = ["compiler", "load", "launch_args", "run_template"]
 
@@ -98,14 +99,9 @@ def load(source: str, wrappers: str, stem: str) -> ctypes.CDLL:
     """Compile kernel ``source`` behind the shim with the ``wrappers`` (:func:`run_template`)."""
     src = SHIM + source + RUN + wrappers
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
-    folder.mkdir(exist_ok=True)
-    lib = folder / f"{stem}_{key}.so"
-    if not lib.exists():
-        cpp = folder / f"{stem}_{key}.cpp"
-        cpp.write_text(src)
-        subprocess.run([compiler(), "-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-w",
-                        "-o", str(lib), str(cpp)], check=True, capture_output=True)
+    lib = Path(tempfile.gettempdir()) / "lbm_kernel_emulator" / f"{stem}_{key}.so"
+    compile_once(src, lib, ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-w"],
+                 compiler())
     return ctypes.CDLL(str(lib))
 
 

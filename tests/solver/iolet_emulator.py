@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -17,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from solver.backends.cuda.iolets import iolet_plan, iolet_source, wave_columns
+
+from .gxx_cache import compile_once
 
 __all__ = ["emulated_pass"]
 
@@ -62,14 +63,8 @@ extern "C" void emu_pass(int m, int n, store_t* f, const long long* own_j,
 def _load(source: str):
     src = _SHIM + source + _RUN
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "lbm_iolet_emulator"
-    folder.mkdir(exist_ok=True)
-    lib = folder / f"iolets_{key}.so"
-    if not lib.exists():
-        cpp = folder / f"iolets_{key}.cpp"
-        cpp.write_text(src)
-        subprocess.run(["g++", "-O1", "-std=c++20", "-ffp-contract=off", "-shared", "-fPIC",
-                        "-w", "-o", str(lib), str(cpp)], check=True, capture_output=True)
+    lib = Path(tempfile.gettempdir()) / "lbm_iolet_emulator" / f"iolets_{key}.so"
+    compile_once(src, lib, ["-O1", "-std=c++20", "-ffp-contract=off", "-shared", "-fPIC", "-w"])
     return ctypes.CDLL(str(lib)).emu_pass
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import shutil
-import subprocess
 import tempfile
 from dataclasses import replace
 from functools import cache
@@ -41,6 +40,7 @@ from solver.backends.cuda.tables import (
 )
 from solver.problem import Problem
 
+from .gxx_cache import compile_once
 from .porous_cases import as_stored
 
 __all__ = ["compiler", "load", "EmulatedKernel", "emulate"]
@@ -140,14 +140,9 @@ def load(source: str, name: str, real: str, n_reals: int, store: str | None = No
     src = (_SHIM + source + f"\n#define REAL {real}\n#define STORE {store or real}\n"
            f"#define KERNEL {name}::{name}\n#define ARGS {args}\n" + _LAUNCH)
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "lbm_kernel_emulator"
-    folder.mkdir(exist_ok=True)
-    lib = folder / f"{name}_{key}.so"
-    if not lib.exists():
-        cpp = folder / f"{name}_{key}.cpp"
-        cpp.write_text(src)
-        subprocess.run([compiler(), "-O1", "-std=c++20", "-shared", "-fPIC", "-pthread",
-                        "-w", "-o", str(lib), str(cpp)], check=True, capture_output=True)
+    lib = Path(tempfile.gettempdir()) / "lbm_kernel_emulator" / f"{name}_{key}.so"
+    compile_once(src, lib, ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-w"],
+                 compiler())
     return ctypes.CDLL(str(lib)).emu_run
 
 

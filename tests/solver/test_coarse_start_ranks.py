@@ -150,6 +150,7 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
 
 
 @needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 @pytest.mark.parametrize("n,seed,levels", [(24, 5, 1), (32, 4, 2)])
 def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, seed, levels):
     """``mpirun -n 2 python -m solver.distributed.mirrored --coarse-levels L`` with 41 steps at

@@ -252,6 +252,7 @@ needs_mpi = pytest.mark.skipif(not MPI_OK or find_mpirun() is None,
 
 
 @needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 @pytest.mark.parametrize("n_ranks,axis,precision", [(2, "longest", "float64"),
                                                      (3, "1", "float32")])
 def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis, precision):
@@ -286,6 +287,7 @@ def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis, precision):
 
 
 @needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
     """``mpirun -n 2 python -m solver run`` to a checkpoint, ``-n 3 --resume`` to the end: the
     checkpoint, CSV and .vti equal one uninterrupted process's, bit for bit."""

@@ -91,6 +91,7 @@ extern "C" void run_copy(int scatter, void* f, const index_t* index, void* value
     assert not g[np.setdiff1d(np.arange(f.size), index)].any()
 
 
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_mpirun_float16_runs_and_agrees_to_float16_rounding(tmp_path) -> None:
     """``mpirun -n 2 python -m solver.distributed`` with float16 storage: the host halo moves
     binary16 values (as 16-bit patterns) and the result is one process's to float16 rounding."""

@@ -148,6 +148,7 @@ def combine_pair(a, b):
 
 
 @needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     """``mpirun -n 2 python -m solver.distributed.mirrored``: the protocol's drive and tau are
     the single-process protocol's, and k after 61 steps equals k of one process running the

@@ -79,6 +79,7 @@ def test_sphere_pack_example_summary_has_k_in_si(tmp_path):
 
 
 @pytest.mark.skipif(find_mpirun() is None, reason="no mpirun next to the Python or on PATH")
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 @pytest.mark.parametrize("ranks,per_rank", [(3, [1, 1, 1]), (2, [3, 3])])
 def test_tensor_under_mpirun_one_axis_per_rank_or_each_split_over_ranks(tmp_path, ranks,
                                                                         per_rank):
@@ -110,6 +111,7 @@ def test_tensor_under_mpirun_one_axis_per_rank_or_each_split_over_ranks(tmp_path
 
 
 @pytest.mark.skipif(find_mpirun() is None, reason="no mpirun next to the Python or on PATH")
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_a_rank_that_fails_under_mpirun_is_reported_and_no_rank_hangs(tmp_path):
     """z has no connected path: its rank fails, rank 0 says so, every rank exits 2."""
     import os

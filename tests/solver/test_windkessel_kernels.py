@@ -27,6 +27,7 @@ from solver.windkessel import (
     windkessel_update,
 )
 
+from .gxx_cache import compile_once
 from .iolet_emulator import _SHIM
 
 NVCC = shutil.which("nvcc")
@@ -57,14 +58,8 @@ extern "C" void emu_windkessel(const wk_real* flux, const long long* link, const
 def _library(precision: str):
     src = _SHIM + "#define WK_HOST 1\nusing std::llrint;\n" + windkessel_source(precision) + _RUN
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "lbm_windkessel_emulator"
-    folder.mkdir(exist_ok=True)
-    lib = folder / f"wk_{key}.so"
-    if not lib.exists():
-        cpp = folder / f"wk_{key}.cpp"
-        cpp.write_text(src)
-        subprocess.run(["g++", "-O1", "-std=c++20", "-ffp-contract=off", "-shared", "-fPIC",
-                        "-w", "-o", str(lib), str(cpp)], check=True, capture_output=True)
+    lib = Path(tempfile.gettempdir()) / "lbm_windkessel_emulator" / f"wk_{key}.so"
+    compile_once(src, lib, ["-O1", "-std=c++20", "-ffp-contract=off", "-shared", "-fPIC", "-w"])
     return ctypes.CDLL(str(lib)).emu_windkessel
 
 
