@@ -68,29 +68,36 @@ def series_rows(readings, field: str, factor: float) -> pd.DataFrame:
     return pd.DataFrame([row])
 
 
-def dropped_note(outside, geometry, voxel_size: float) -> str:
+def dropped_note(outside, geometry, voxel_size: float | None) -> str:
     """HTML naming the probes and lines (``outside``) a new geometry left out, each point as
     voxel indices and as the SI position of that voxel's centre (``voxel_size`` m, from the
-    geometry's origin); empty for none."""
+    geometry's origin; indices alone if None); empty for none."""
     if not outside:
         return ""
-    origin = np.asarray(geometry.origin, dtype=float)
-    metres = [(np.asarray(p) + 0.5) * voxel_size + origin for item in outside
+    voxels = " × ".join(map(str, geometry.shape))
+
+    def centre(point: tuple[int, ...]) -> np.ndarray:  # metres, the voxel's centre
+        return (np.asarray(point) + 0.5) * voxel_size + np.asarray(geometry.origin, float)
+    points = [p for item in outside
               for p in ((item.point,) if isinstance(item, Probe) else (item.start, item.end))]
-    scale, unit = (1e3, "mm") if max(np.abs(m).max() for m in metres) >= 1e-3 else (1e6, "µm")
+    box = f"{voxels} voxels"
+    if voxel_size:
+        top = max(float(np.abs(centre(p)).max()) for p in points)
+        scale, unit = (1e3, "mm") if top >= 1e-3 else (1e6, "µm")
+        box = (" × ".join(f"{n * voxel_size * scale:.4g}" for n in geometry.shape)
+               + f" {unit}, {box}")
 
     def where(point: tuple[int, ...]) -> str:
-        si = (np.asarray(point) + 0.5) * voxel_size + origin
-        return (f"{tuple(int(v) for v in point)} = ("
-                + ", ".join(f"{v * scale:.4g}" for v in si) + f") {unit}")
+        text = str(tuple(int(v) for v in point))
+        if voxel_size:
+            text += " = (" + ", ".join(f"{v * scale:.4g}" for v in centre(point)) + f") {unit}"
+        return text
     parts = [f"{item.name} at {where(item.point)}" if isinstance(item, Probe)
              else f"{item.name} from {where(item.start)} to {where(item.end)}"
              for item in outside]
-    size = " × ".join(f"{n * voxel_size * scale:.4g}" for n in geometry.shape)
     return (f'<div class="probe-dropped" data-dropped="{len(outside)}" '
-            'style="color:#b45309;font-size:13px">Outside the new geometry '
-            f"({size} {unit}, {' × '.join(map(str, geometry.shape))} voxels), no longer "
-            f"sampled and removed: {html.escape('; '.join(parts))}.</div>")
+            f'style="color:#b45309;font-size:13px">Outside the new geometry ({box}), no '
+            f"longer sampled and removed: {html.escape('; '.join(parts))}.</div>")
 
 
 class ProbesView(pn.viewable.Viewer):
@@ -154,7 +161,7 @@ class ProbesView(pn.viewable.Viewer):
 
     def _show_dropped(self, *events) -> None:
         geometry = self.controller.geometry
-        voxel = geometry.voxel_size or (self.setup.voxel_size_um * 1e-6 if self.setup else 1.0)
+        voxel = geometry.voxel_size or (self.setup.voxel_size_um * 1e-6 if self.setup else None)
         self.dropped.object = dropped_note(self.controller.probes_dropped, geometry, voxel)
 
     # ------------------------------------------------------------------ plots
