@@ -226,7 +226,13 @@ def test_the_flow_views_survive_apply_and_a_new_geometry(page):
     use.click()
     page.get_by_text("Flow", exact=True).click()
     # The status says so with the first snapshot of the new run: any reading after is its.
-    page.get_by_text("Loaded sphere_pack_48.tif").first.wait_for()
+    try:
+        page.get_by_text("Loaded sphere_pack_48.tif").first.wait_for()
+    except Exception:  # what the page said instead, for the failure's report
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "flow-views-new-geometry-failed.png"))
+        raise AssertionError("no 'Loaded sphere_pack_48.tif'; the status said "
+                             f"{page.locator('.run-status').first.text_content()!r}") from None
     views_follow_the_run(page, lambda step: 0 <= step < before, "the new geometry")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "flow-views-new-geometry.png"))
