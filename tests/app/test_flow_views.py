@@ -462,3 +462,37 @@ def test_probes_a_smaller_geometry_leaves_outside_are_removed_and_named_in_si():
         assert view.set_from_text() and view.dropped.object == ""
     finally:
         controller.close()
+
+
+def test_a_flow_synced_without_a_server_render_sends_its_isosurface():
+    """A new flow's sync skips the server render; the smooth-shaded isosurface reaches the
+    serialised scene through pyvista's normals filter all the same. It did not: the browser
+    kept the isosurface of the last rendered sync, after Apply the empty one of the moment
+    the rebuilt run had no flow yet, for as long as new flows kept coming."""
+    from bokeh.document import Document
+
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((16, 10, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    solid[6:9, 3:6, 2:6] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    scene = Scene3D(controller)
+    try:
+        scene.pane.get_root(Document())  # a browser's copy: each sync serialises the scene
+        scene.show_iso.value = True
+        controller.step(40)
+        controller.runner.wait_for(lambda s: s.flow3d is not None and s.step >= 40, 60)
+        controller.poll()
+        drawn = scene._actors["iso"].mapper
+        scene._update_flow(None)  # the rebuilt run before its first flow, synced with a render
+        scene.pane.synchronize()
+        assert drawn.GetInput().GetNumberOfPoints() <= 1
+        scene.refresh_flow()  # the run's flow, synced without a render
+        iso = scene._meshes["iso"]
+        assert iso.n_points > 1
+        assert drawn.GetInput().GetNumberOfPoints() == iso.n_points
+    finally:
+        scene.close()
+        controller.close()
