@@ -5,9 +5,9 @@ WebGL context, on every scene sync (the 3D view's every few seconds, the geometr
 every change). vtk.js deletes the old window but never releases its context, so the contexts
 stay alive until the browser collects their canvases. Chromium keeps at most 16 alive per page
 and, past that, forcibly loses the least recently drawn one ("Too many active WebGL contexts.
-Oldest context will be lost."), then restores the lost ones as others are collected: which
-context is lost depends on garbage collection, and after Apply or a new geometry it was at
-times the 3D view's current one, whose streamlines and isosurface then stayed blank.
+Oldest context will be lost."): measured in headless Chromium with a sync every 2 s, one forced
+loss per sync from the 17th on, the hidden geometry preview's context among them; which
+context goes depends on garbage collection.
 :class:`WebGLRelease`, placed once in the page, makes every vtk.js OpenGL render window lose its
 context (``WEBGL_lose_context``) when it is deleted, so a page holds one context per VTK view.
 """

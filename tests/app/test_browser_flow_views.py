@@ -41,8 +41,8 @@ def page(chromium, tmp_path_factory):
 
 def contexts_kept(page) -> None:
     """Every vtk.js window replaced so far gave its WebGL context back, and none was lost
-    forcibly (each scene sync replaces the window: without the release, Chromium began losing
-    the least recently drawn context after 16 syncs, at times the 3D view's own)."""
+    forcibly (each scene sync replaces the window: without the release, Chromium lost the
+    least recently drawn context once per sync past 16, the geometry preview's among them)."""
     assert page.lost_contexts == [], f"WebGL contexts forcibly lost: {page.lost_contexts}"
     assert page.evaluate("() => window.porousLbmReleasedContexts || 0") > 0, \
         "no replaced vtk.js window released its WebGL context"
