@@ -67,6 +67,9 @@ class Controller(param.Parameterized):
     settings_changed = param.Boolean(default=False, precedence=-1)
     probes = param.ClassSelector(class_=ProbeSet, default=ProbeSet(), precedence=-1,
                                  doc="Point probes and lines sampled with each snapshot.")
+    probes_dropped = param.Parameter(default=(), precedence=-1, doc=(
+        "The probes and lines (solver.probes Probe/Line) the last new geometry left outside "
+        "its box and that were removed; empty otherwise."))
 
     def __init__(
         self, geometry: VoxelGeometry | None = None, config: SimulationConfig | None = None,
@@ -208,6 +211,7 @@ class Controller(param.Parameterized):
         """Sample ``probes`` (voxel indices) with every snapshot; True if accepted."""
         def send() -> None:
             self.probes = probes.check(tuple(self.geometry.shape))
+            self.probes_dropped = ()
         what = f"{len(probes.probes)} probes, {len(probes.lines)} lines"
         return self._act(f"Setting {what}…", f"Sampling {what}", send)
 
@@ -231,6 +235,16 @@ class Controller(param.Parameterized):
     def _probes_changed(self) -> None:
         if self.runner is not None:
             self.runner.set_probes(self.probes)
+
+    @param.depends("geometry", watch=True)
+    def _fit_probes(self) -> None:
+        """Remove the probes and lines a new, smaller geometry leaves outside and name them in
+        ``probes_dropped``: the runner samples a set only if all of it fits, so one point
+        outside silently stopped every probe."""
+        kept, outside = self.probes.within(tuple(self.geometry.shape))
+        self.probes_dropped = outside
+        if outside:
+            self.probes = kept
 
     @param.depends("quantity", "axis", "position", watch=True)
     def _view_changed(self) -> None:

@@ -38,6 +38,7 @@ from .views.run_buttons import RunButtons
 from .views.scene3d import Scene3D
 from .views.settings_cards import SETTING_GROUPS, SettingsCards
 from .views.slice_view import SlicePlot
+from .views.webgl_release import WebGLRelease
 
 __all__ = ["Dashboard", "SETTING_GROUPS"]
 
@@ -255,7 +256,8 @@ class Dashboard(pn.viewable.Viewer):
             tabs.param.watch(lambda e: setattr(self.scene, "active", e.new == 0), "active")
         # The openings' flow right under the counters (one block: the tabs stay second).
         counters = pn.Column(self.counters.cards, self.flows.pane, sizing_mode="stretch_width")
-        return pn.Column(counters, tabs, self.counters.plots,
+        # Each vtk.js window gives its WebGL context back when replaced (app/views/webgl_release).
+        return pn.Column(counters, tabs, self.counters.plots, WebGLRelease(),
                          sizing_mode="stretch_width")
 
     def case_text(self) -> str:

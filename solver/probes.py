@@ -76,6 +76,18 @@ class ProbeSet:
             raise ValueError(f"Probe and line names must be unique, got {names}.")
         return self
 
+    def within(self, shape: tuple[int, ...]) -> tuple[ProbeSet, tuple[Probe | Line, ...]]:
+        """(the probes and lines inside ``shape``, those outside it): a line with either end
+        outside is left out whole (a new, smaller geometry; voxel indices)."""
+        def inside(point: tuple[int, ...]) -> bool:
+            return len(point) == len(shape) and all(0 <= int(i) < n for i, n in
+                                                    zip(point, shape, strict=True))
+        probes = tuple(p for p in self.probes if inside(p.point))
+        lines = tuple(ln for ln in self.lines if inside(ln.start) and inside(ln.end))
+        outside = tuple(p for p in self.probes if p not in probes) + tuple(
+            ln for ln in self.lines if ln not in lines)
+        return ProbeSet(probes, lines), outside
+
 
 @dataclass(frozen=True)
 class Readings:

@@ -104,6 +104,7 @@ class SimulationRunner(RunnerCommands):
         self._steady_seen = False
         self._error: str | None = None
         self._seq, self._run_id, self._applied = 0, 0, 0
+        self._build = 0  # simulations installed so far (Snapshot.build)
         self._pacer = Pacer(snapshot_interval)
         self._k_tolerance = float(k_tolerance)
         self._monitor: RunMonitor | None = None
@@ -324,6 +325,7 @@ class SimulationRunner(RunnerCommands):
                 self._sim = Simulation(old_geometry, old_config,
                                        backend=self._backend(old_config.backend))
                 self._sim.allocate()
+                self._build += 1
                 self._monitor = self._new_monitor(self._sim)
                 self._driver = _driver(self._sim)
                 self._driver.start(self._sim)
@@ -331,6 +333,7 @@ class SimulationRunner(RunnerCommands):
                 self._reset_series()
             raise
         self._sim, self._geometry, self._config = sim, geometry, config
+        self._build += 1
         self._monitor = self._new_monitor(sim)
         self._driver = _driver(sim)
         self._device = dict(sim.backend.device_info())
@@ -452,7 +455,8 @@ class SimulationRunner(RunnerCommands):
     def _emit(self, extra: dict[str, Any]) -> None:
         sim = self._sim
         self._seq += 1
-        base = dict(seq=self._seq, run_id=self._run_id, applied=self._applied,
+        base = dict(seq=self._seq, run_id=self._run_id, build=self._build,
+                    applied=self._applied,
                     status=self._status,
                     message=self._message, error=self._error, history=self._history.arrays(),
                     config=self._config_values())

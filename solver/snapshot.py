@@ -50,11 +50,14 @@ class Snapshot:
     ``plane_axes`` (in x, y, z order); ``plane_velocity`` (2, n_a, n_b) holds the in-plane
     velocity components. ``history`` maps ``sample, step, mflups, residual, permeability,
     k_change`` to 1D arrays (:class:`~solver.monitor.History`). ``run_id`` changes whenever
-    the run restarts from rest.
+    the run restarts from rest; ``build`` whenever the simulation is rebuilt (Reset, Apply
+    even with the flow carried over, a new geometry).
     """
 
     seq: int = 0
     run_id: int = 0
+    #: Simulations the runner has built so far (a new one on Reset, Apply, a new geometry).
+    build: int = 0
     #: Commands the runner has applied so far (compare with ``SimulationRunner.sent``).
     applied: int = 0
     status: str = "starting"

@@ -5,10 +5,15 @@ Points and the line are typed in voxel indices (or a probe is added by clicking 
 samples just those nodes on the device with every snapshot (:mod:`solver.probes`). The time
 series stream through a :class:`holoviews.streams.Buffer`, the profile through a
 :class:`holoviews.streams.Pipe`; values are shown in SI with the physical setup's units.
+The series start again whenever the simulation is rebuilt (Reset, Apply, a new geometry:
+``Snapshot.build``), so one run's samples never mix with another's. Probes and lines that a
+new, smaller geometry leaves outside are dropped by the controller and named here, with their
+positions in SI (:func:`dropped_note`).
 """
 
 from __future__ import annotations
 
+import html
 import re
 
 import holoviews as hv
@@ -22,7 +27,7 @@ from solver.probes import PROBE_FIELDS, Line, Probe, ProbeSet
 from ..controller import Controller
 from .field_units import field_si
 
-__all__ = ["ProbesView", "parse_points", "parse_line", "series_rows"]
+__all__ = ["ProbesView", "parse_points", "parse_line", "series_rows", "dropped_note"]
 
 #: Samples kept per probe in the live plot.
 SERIES_LENGTH = 2000
@@ -63,6 +68,38 @@ def series_rows(readings, field: str, factor: float) -> pd.DataFrame:
     return pd.DataFrame([row])
 
 
+def dropped_note(outside, geometry, voxel_size: float | None) -> str:
+    """HTML naming the probes and lines (``outside``) a new geometry left out, each point as
+    voxel indices and as the SI position of that voxel's centre (``voxel_size`` m, from the
+    geometry's origin; indices alone if None); empty for none."""
+    if not outside:
+        return ""
+    voxels = " × ".join(map(str, geometry.shape))
+
+    def centre(point: tuple[int, ...]) -> np.ndarray:  # metres, the voxel's centre
+        return (np.asarray(point) + 0.5) * voxel_size + np.asarray(geometry.origin, float)
+    points = [p for item in outside
+              for p in ((item.point,) if isinstance(item, Probe) else (item.start, item.end))]
+    box = f"{voxels} voxels"
+    if voxel_size:
+        top = max(float(np.abs(centre(p)).max()) for p in points)
+        scale, unit = (1e3, "mm") if top >= 1e-3 else (1e6, "µm")
+        box = (" × ".join(f"{n * voxel_size * scale:.4g}" for n in geometry.shape)
+               + f" {unit}, {box}")
+
+    def where(point: tuple[int, ...]) -> str:
+        text = str(tuple(int(v) for v in point))
+        if voxel_size:
+            text += " = (" + ", ".join(f"{v * scale:.4g}" for v in centre(point)) + f") {unit}"
+        return text
+    parts = [f"{item.name} at {where(item.point)}" if isinstance(item, Probe)
+             else f"{item.name} from {where(item.start)} to {where(item.end)}"
+             for item in outside]
+    return (f'<div class="probe-dropped" data-dropped="{len(outside)}" '
+            f'style="color:#b45309;font-size:13px">Outside the new geometry ({box}), no '
+            f"longer sampled and removed: {html.escape('; '.join(parts))}.</div>")
+
+
 class ProbesView(pn.viewable.Viewer):
     """Probe and line inputs, the probes' time series and the line's profile."""
 
@@ -92,9 +129,12 @@ class ProbesView(pn.viewable.Viewer):
             self.profile_pipe]), sizing_mode="stretch_width", height=230,
             css_classes=["line-profile"])
         self.info = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["probe-info"])
+        self.dropped = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["probe-note"])
         self._last_step = -1
+        self._build = controller.snapshot.build  # the simulation the series shows
         controller.param.watch(self._update, "snapshot")
         controller.param.watch(self._probes_changed, "probes")
+        controller.param.watch(self._show_dropped, "probes_dropped")
 
     # ------------------------------------------------------------------ inputs
     def set_from_text(self) -> bool:
@@ -115,7 +155,14 @@ class ProbesView(pn.viewable.Viewer):
         text = "; ".join(" ".join(map(str, p.point)) for p in probes.probes)
         if text != self.points.value:  # a probe added by a click shows in the input
             self.points.value = text
+        if not probes.lines and self.line.value:  # dropped with a new geometry
+            self.line.value = ""
         self._restart()
+
+    def _show_dropped(self, *events) -> None:
+        geometry = self.controller.geometry
+        voxel = geometry.voxel_size or (self.setup.voxel_size_um * 1e-6 if self.setup else None)
+        self.dropped.object = dropped_note(self.controller.probes_dropped, geometry, voxel)
 
     # ------------------------------------------------------------------ plots
     def _new_buffer(self, columns: tuple[str, ...]) -> hv.streams.Buffer:
@@ -151,7 +198,11 @@ class ProbesView(pn.viewable.Viewer):
             title=f"Line profile {data['name']}", tools=["hover"], backend_opts=CANVAS)
 
     def _update(self, *events) -> None:
-        readings = self.controller.snapshot.probes
+        snap = self.controller.snapshot
+        if snap.build != self._build:  # a rebuilt simulation: its series starts afresh
+            self._build, self._last_step = snap.build, -1
+            self.buffer.clear()
+        readings = snap.probes
         if readings is None or readings.step == self._last_step:
             return
         if tuple(readings.probes) != self._columns:
@@ -172,6 +223,7 @@ class ProbesView(pn.viewable.Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(
             pn.Row(self.points, self.line, self.apply, sizing_mode="stretch_width"),
+            self.dropped,
             pn.Row(self.field, self.info, sizing_mode="stretch_width"),
             pn.Row(self.series, self.profile, sizing_mode="stretch_width"),
             sizing_mode="stretch_width")

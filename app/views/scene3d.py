@@ -150,8 +150,11 @@ class FlowSyncVTK(VTKRenderWindowSynchronized):
     fetched by hash and drops only those no sync used for a while, so the arrays of the
     previous sync are still there: this pane sends only the others (a new streamline mesh, not
     the solid surface again). :meth:`synchronize` with ``render=False`` also skips the server
-    render, about half a second of CPU for a 48^3 scene in software OpenGL, which a sync of
-    meshes fed straight to their mappers (no pipeline to update) does not need.
+    render, about half a second of CPU for a 48^3 scene in software OpenGL, and updates only
+    the mappers' input pipelines: pyvista draws the smooth-shaded isosurface through a normals
+    filter whose output the serialiser reads as it is, so without that update every such sync
+    sent the isosurface of the last render (after Apply or a new geometry, the empty one of
+    the moment the run had no flow yet: it never came back while flows kept coming).
     """
 
     _render = True
@@ -185,6 +188,8 @@ class FlowSyncVTK(VTKRenderWindowSynchronized):
         if self._render:
             ren_win.Modified()
             ren_win.Render()
+        else:
+            update_mapper_inputs(ren_win)
         scene = serializer.serializeInstance(None, ren_win, context.getReferenceId(ren_win),
                                              context, 0)
         scene["properties"]["numberOfLayers"] = 2  # as Panel's own: vtk.js's second layer
@@ -193,6 +198,18 @@ class FlowSyncVTK(VTKRenderWindowSynchronized):
                   for name in _array_hashes(scene) if name not in skip
                   and name in context.dataArrayCache}
         return scene, arrays, context.getAnnotations()
+
+
+def update_mapper_inputs(ren_win) -> None:
+    """Bring every actor's mapper input up to date without rendering (a filter between a mesh
+    and its mapper, e.g. pyvista's normals for smooth shading, runs only when asked)."""
+    renderers = ren_win.GetRenderers()
+    for i in range(renderers.GetNumberOfItems()):
+        props = renderers.GetItemAsObject(i).GetViewProps()
+        for j in range(props.GetNumberOfItems()):
+            mapper = getattr(props.GetItemAsObject(j), "GetMapper", lambda: None)()
+            if mapper is not None and mapper.GetNumberOfInputConnections(0):
+                mapper.GetInputAlgorithm().Update()
 
 
 def _array_hashes(scene) -> set[str]:

@@ -366,3 +366,133 @@ def test_the_3d_view_records_pictures_that_change_with_the_flow_as_a_gif_and_an_
     finally:
         scene.close()
         controller.close()
+
+
+def _probed_controller(solid: np.ndarray, voxel_size: float | None = None):
+    """A paused NumPy run of ``solid`` (channel walls at y = 0 and -1) with two probes and a
+    line typed in, and its probes view."""
+    from app.views.physics_panel import PhysicalSetup
+    from app.views.probes_view import ProbesView
+    from solver.config import SimulationConfig
+
+    controller = Controller(VoxelGeometry(solid, voxel_size=voxel_size), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    view = ProbesView(controller, PhysicalSetup())
+    view.points.value, view.line.value = "5 4 3; 8 4 3", "5 0 3 -> 5 7 3"
+    assert view.set_from_text()
+    return controller, view
+
+
+def _steps_shown(controller, view, at_least: int) -> np.ndarray:
+    """The steps of the probes' series once the runner has done every command sent and
+    reached step ``at_least``."""
+    sent = controller.runner.sent
+    controller.runner.wait_for(lambda s: s.applied >= sent and s.probes is not None
+                               and s.step >= at_least, 60)
+    controller.poll()
+    return view.buffer.data["step"].to_numpy()
+
+
+def test_the_probe_series_starts_again_when_the_run_restarts():
+    """Reset, Apply (even with the flow carried over) and a new geometry rebuild the run: the
+    series then holds that run's samples alone, never the previous run's."""
+    from app.geometry_sources import make_preview
+
+    solid = np.zeros((10, 8, 6), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    controller, view = _probed_controller(solid)
+    try:
+        controller.step(20)
+        assert _steps_shown(controller, view, 20).max() == 20
+        controller.reset()
+        controller.step(5)
+        steps = _steps_shown(controller, view, 5)
+        assert steps.max() == 5 and (steps <= 5).all(), f"old samples kept: {steps}"
+        # Apply carries the flow (the steps go on) but the settings changed: a new series.
+        controller.step(5)
+        _steps_shown(controller, view, 10)
+        controller.config.tau = 0.9
+        controller.apply_settings()
+        controller.runner.wait_for(lambda s: s.config["tau"] == 0.9, 60)
+        controller.step(3)
+        steps = _steps_shown(controller, view, 13)
+        assert steps.min() >= 10 and steps.max() == 13, f"old settings' samples kept: {steps}"
+        # A new geometry (same box) starts from rest.
+        controller.use_geometry(make_preview(VoxelGeometry(solid.copy()), controller.config),
+                                autostart=False)
+        controller.step(2)
+        steps = _steps_shown(controller, view, 2)
+        assert (steps <= 2).all(), f"the previous geometry's samples kept: {steps}"
+    finally:
+        controller.close()
+
+
+def test_probes_a_smaller_geometry_leaves_outside_are_removed_and_named_in_si():
+    """A new geometry smaller than a probe's or a line's position: those are removed (the
+    others go on sampling) and the probes view names them with their positions in SI."""
+    from app.geometry_sources import make_preview
+
+    solid = np.zeros((10, 8, 6), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    controller, view = _probed_controller(solid, voxel_size=1e-4)
+    try:
+        controller.step(2)
+        _steps_shown(controller, view, 2)
+        smaller = VoxelGeometry(solid[:7, :6].copy(), voxel_size=1e-4)  # 7 x 6 x 6
+        smaller.solid[:, -1] = True
+        controller.use_geometry(make_preview(smaller, controller.config), autostart=False)
+        assert [p.name for p in controller.probes.probes] == ["p1"]
+        assert controller.probes.lines == ()
+        assert view.points.value == "5 4 3" and view.line.value == ""
+        note = view.dropped.object
+        assert 'data-dropped="2"' in note
+        # Voxel (8, 4, 3)'s centre with 100 µm voxels: (850, 450, 350) µm.
+        assert "p2 at (8, 4, 3) = (850, 450, 350) µm" in note
+        assert "line from (5, 0, 3) = (550, 50, 350) µm to (5, 7, 3)" in note
+        assert "700 × 600 × 600 µm" in note
+        # The probe left inside goes on sampling on the new geometry.
+        controller.step(3)
+        controller.runner.wait_for(
+            lambda s: s.shape == smaller.shape and s.probes is not None and s.step >= 3, 60)
+        controller.poll()
+        assert list(controller.snapshot.probes.probes) == ["p1"]
+        assert list(view.buffer.data.columns) == ["step", "p1"] and len(view.buffer.data)
+        # Probes set again clear the note.
+        view.points.value = "1 1 1"
+        assert view.set_from_text() and view.dropped.object == ""
+    finally:
+        controller.close()
+
+
+def test_a_flow_synced_without_a_server_render_sends_its_isosurface():
+    """A new flow's sync skips the server render; the smooth-shaded isosurface reaches the
+    serialised scene through pyvista's normals filter all the same. It did not: the browser
+    kept the isosurface of the last rendered sync, after Apply the empty one of the moment
+    the rebuilt run had no flow yet, for as long as new flows kept coming."""
+    from bokeh.document import Document
+
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((16, 10, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    solid[6:9, 3:6, 2:6] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    scene = Scene3D(controller)
+    try:
+        scene.pane.get_root(Document())  # a browser's copy: each sync serialises the scene
+        scene.show_iso.value = True
+        controller.step(40)
+        controller.runner.wait_for(lambda s: s.flow3d is not None and s.step >= 40, 60)
+        controller.poll()
+        drawn = scene._actors["iso"].mapper
+        scene._update_flow(None)  # the rebuilt run before its first flow, synced with a render
+        scene.pane.synchronize()
+        assert drawn.GetInput().GetNumberOfPoints() <= 1
+        scene.refresh_flow()  # the run's flow, synced without a render
+        iso = scene._meshes["iso"]
+        assert iso.n_points > 1
+        assert drawn.GetInput().GetNumberOfPoints() == iso.n_points
+    finally:
+        scene.close()
+        controller.close()
