@@ -317,14 +317,7 @@ def test_the_3d_view_records_pictures_that_change_with_the_flow_as_a_gif_and_an_
     flow, so pictures of a changing flow differ; the MP4 decodes to those pictures."""
     import imageio_ffmpeg
 
-    from solver.config import SimulationConfig
-
-    solid = np.zeros((16, 10, 8), dtype=bool)
-    solid[:, 0] = solid[:, -1] = True
-    solid[6:9, 3:6, 2:6] = True
-    controller = Controller(VoxelGeometry(solid), SimulationConfig(
-        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
-    scene = Scene3D(controller)
+    controller, scene = _obstacle_channel_scene()
     now = [0.0]
     scene.recorder.clock = lambda: now[0]
     try:
@@ -366,6 +359,19 @@ def test_the_3d_view_records_pictures_that_change_with_the_flow_as_a_gif_and_an_
     finally:
         scene.close()
         controller.close()
+
+
+def _obstacle_channel_scene() -> tuple[Controller, Scene3D]:
+    """A 16×10×8 channel along x with a block inside, driven by a body force, and its 3D view
+    (run not started)."""
+    from solver.config import SimulationConfig
+
+    solid = np.zeros((16, 10, 8), dtype=bool)
+    solid[:, 0] = solid[:, -1] = True
+    solid[6:9, 3:6, 2:6] = True
+    controller = Controller(VoxelGeometry(solid), SimulationConfig(
+        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
+    return controller, Scene3D(controller)
 
 
 def _probed_controller(solid: np.ndarray, voxel_size: float | None = None):
@@ -471,14 +477,7 @@ def test_a_flow_synced_without_a_server_render_sends_its_isosurface():
     the rebuilt run had no flow yet, for as long as new flows kept coming."""
     from bokeh.document import Document
 
-    from solver.config import SimulationConfig
-
-    solid = np.zeros((16, 10, 8), dtype=bool)
-    solid[:, 0] = solid[:, -1] = True
-    solid[6:9, 3:6, 2:6] = True
-    controller = Controller(VoxelGeometry(solid), SimulationConfig(
-        backend="numpy", body_force=(1e-5, 0, 0)), autostart=None)
-    scene = Scene3D(controller)
+    controller, scene = _obstacle_channel_scene()
     try:
         scene.pane.get_root(Document())  # a browser's copy: each sync serialises the scene
         scene.show_iso.value = True

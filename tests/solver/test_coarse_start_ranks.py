@@ -9,10 +9,6 @@ tests/solver/test_local_setup.py does.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +32,7 @@ from solver.rock.settings import PermeabilitySettings
 from solver.simulation import Simulation
 
 from .porous_cases import noisy_start
+from .test_local_setup import mirrored_over_two_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 MPI_OK, MPI_WHY = mpi_available()
@@ -160,16 +157,8 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, s
     sample = GrainRegions((n, 16, 16), 0.35, 6, seed=seed).slab(0, 0, n)
     kept, _ = keep_connected(VoxelGeometry(sample), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
-    cmd = [find_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed.mirrored",
-           str(tmp_path / "sample.npy"), "--axis", "0", "--steps", "41", "--check", "20",
-           "--coarse-levels", str(levels), "--set", "precision=float64",
-           "--json", str(tmp_path / "out.json")]
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads((tmp_path / "out.json").read_text())
+    out = mirrored_over_two_ranks(tmp_path, "--steps", "41", "--check", "20",
+                                  "--coarse-levels", str(levels))
     assert out["coarse_levels"] == levels and [c["steps"] for c in out["coarse"]] == [41] * levels
     assert all(b % 2**levels == 0 for b in out["slab_bounds"])
 

@@ -24,7 +24,12 @@ from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
 from solver.distributed.comm import find_mpirun
 
 from .porous_cases import as_stored, make_problem, noisy_start
-from .test_distributed_gpu import _ROOT_MPIRUN, needs_mpi
+from .test_distributed_gpu import (
+    _ROOT_MPIRUN,
+    assert_ranks_match_one_gpu,
+    needs_mpi,
+    opening_cases_on_one_gpu_and_two_ranks,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -129,23 +134,7 @@ def test_loopback_ranks_with_openings_match_one_gpu_bitwise(backend, case):
 def test_mpirun_openings_on_cupy_match_one_gpu(tmp_path):
     """``mpirun -n 2`` (host transport, ranks may share a GPU): the openings' scenario of
     tests/solver/opening_cases.py on CuPy ranks against one CuPy process."""
-    pytest.importorskip("geometries.openings")
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
-    script = [sys.executable, "-m", "tests.solver.opening_cases"]
-    for cmd in ([*script, str(tmp_path / "one.npz"), "--single", "--backend", "cupy"],
-                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
-                 "--backend", "cupy"]):
-        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    one, mpi = np.load(tmp_path / "one.npz"), np.load(tmp_path / "mpi.npz")
-    for key in one.files:
-        if key.endswith(("/density", "/wss")):  # reduced on the GPU vs on the host
-            scale = np.nanmax(np.abs(one[key]))  # near-zero stresses differ in their last bits
-            np.testing.assert_allclose(mpi[key], one[key], rtol=1e-12, atol=1e-12 * scale)
-        else:
-            assert np.array_equal(one[key], mpi[key], equal_nan=True), key
+    assert_ranks_match_one_gpu(*opening_cases_on_one_gpu_and_two_ranks(tmp_path))
 
 
 @needs_mpi
@@ -190,17 +179,6 @@ def test_mpirun_windkessel_on_cupy_matches_one_gpu(tmp_path):
     """An RCR outlet over ``mpirun -n 2`` CuPy ranks (rank 0 updates it from the gathered
     flux at each interval) against one GPU (the update kernels in the openings' pass): bit
     for bit on 2 H200s (c4382ef)."""
-    pytest.importorskip("geometries.openings")
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
-    script = [sys.executable, "-m", "tests.solver.opening_cases"]
-    flags = ["--backend", "cupy", "--windkessel"]
-    for cmd in ([*script, str(tmp_path / "one.npz"), "--single", *flags],
-                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
-                 *flags]):
-        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    one, mpi = np.load(tmp_path / "one.npz"), np.load(tmp_path / "mpi.npz")
+    one, mpi = opening_cases_on_one_gpu_and_two_ranks(tmp_path, "--windkessel")
     for key in ("windkessel/populations", "windkessel/state", "windkessel/trace"):
         assert np.array_equal(one[key], mpi[key]), (key, np.abs(one[key] - mpi[key]).max())

@@ -125,6 +125,33 @@ needs_mpi = pytest.mark.skipif(
 _ROOT_MPIRUN = ({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
                 if os.geteuid() == 0 else {})
 
+def opening_cases_on_one_gpu_and_two_ranks(tmp_path, *flags: str):
+    """Run tests/solver/opening_cases.py on one CuPy process and under ``mpirun -n 2`` (split
+    along y) with the same flags; return the two .npz archives (one, ranks)."""
+    pytest.importorskip("geometries.openings")
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
+    script = [sys.executable, "-m", "tests.solver.opening_cases"]
+    for cmd in ([*script, str(tmp_path / "one.npz"), "--single", "--backend", "cupy", *flags],
+                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
+                 "--backend", "cupy", *flags]):
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    return np.load(tmp_path / "one.npz"), np.load(tmp_path / "mpi.npz")
+
+
+def assert_ranks_match_one_gpu(one, ranks) -> None:
+    """Every array equal bit for bit, except densities and wall shear stress, which are reduced
+    on the GPU on one process and on the host over ranks (last bits of near-zero stresses)."""
+    for key in one.files:
+        if key.endswith(("/density", "/wss")):
+            scale = np.nanmax(np.abs(one[key]))
+            np.testing.assert_allclose(ranks[key], one[key], rtol=1e-12, atol=1e-12 * scale)
+        else:
+            assert np.array_equal(one[key], ranks[key], equal_nan=True), key
+
+
 #: NCCL needs one GPU per rank.
 GPUS = len(visible_gpus())
 needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"NCCL halo test skipped: {GPUS} GPU(s) "

@@ -44,9 +44,11 @@ from .test_distributed_gpu import (
     NCCL_CALLS,
     REPO,
     SETTINGS,
+    assert_ranks_match_one_gpu,
     config,
     needs_mpi,
     needs_two_gpus,
+    opening_cases_on_one_gpu_and_two_ranks,
     porous,
 )
 
@@ -217,21 +219,5 @@ def test_loopback_in_place_ranks_with_openings_match_one_gpu_bitwise(backend, ca
 def test_mpirun_in_place_openings_on_cupy_match_one_gpu(tmp_path):
     """``mpirun -n 2`` (host transport): the openings' scenario of opening_cases.py in place
     on CuPy ranks against one in-place CuPy process."""
-    pytest.importorskip("geometries.openings")
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **_ROOT_MPIRUN)
-    script = [sys.executable, "-m", "tests.solver.opening_cases"]
-    flags = ["--backend", "cupy", "--streaming", "in-place"]
-    for cmd in ([*script, str(tmp_path / "one.npz"), "--single", *flags],
-                [find_mpirun(), "-n", "2", *script, str(tmp_path / "mpi.npz"), "--axis", "1",
-                 *flags]):
-        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    one, mpi = np.load(tmp_path / "one.npz"), np.load(tmp_path / "mpi.npz")
-    for key in one.files:
-        if key.endswith(("/density", "/wss")):  # reduced on the GPU vs on the host
-            scale = np.nanmax(np.abs(one[key]))
-            np.testing.assert_allclose(mpi[key], one[key], rtol=1e-12, atol=1e-12 * scale)
-        else:
-            assert np.array_equal(one[key], mpi[key], equal_nan=True), key
+    assert_ranks_match_one_gpu(*opening_cases_on_one_gpu_and_two_ranks(
+        tmp_path, "--streaming", "in-place"))

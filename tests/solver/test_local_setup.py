@@ -42,6 +42,20 @@ from .porous_cases import noisy_start
 REPO = Path(__file__).resolve().parents[2]
 
 
+def mirrored_over_two_ranks(tmp_path: Path, *flags: str) -> dict:
+    """``mpirun -n 2 python -m solver.distributed.mirrored`` on tmp_path/sample.npy along x in
+    float64 with the given flags; its JSON summary."""
+    cmd = [find_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed.mirrored",
+           str(tmp_path / "sample.npy"), "--axis", "0", *flags, "--set", "precision=float64",
+           "--json", str(tmp_path / "out.json")]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((tmp_path / "out.json").read_text())
+
+
 # As tests/solver/test_distributed.py (not imported: it needs hypothesis, the GPU box may not).
 MPI_OK, MPI_WHY = mpi_available()
 needs_mpi = pytest.mark.skipif(not MPI_OK or find_mpirun() is None,
@@ -157,16 +171,8 @@ def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     lattice = get_lattice("D3Q19")
     kept, _ = keep_connected(VoxelGeometry(source.slab(0, 0, 24)), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
-    cmd = [find_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed.mirrored",
-           str(tmp_path / "sample.npy"), "--axis", "0", "--steps", "61", "--check", "30",
-           "--coarse-levels", "0", "--set", "precision=float64",
-           "--json", str(tmp_path / "out.json")]
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads((tmp_path / "out.json").read_text())
+    out = mirrored_over_two_ranks(tmp_path, "--steps", "61", "--check", "30",
+                                  "--coarse-levels", "0")
     assert out["ranks"] == 2 and out["steps"] == 61 and len(out["per_rank"]) == 2
 
     base = SimulationConfig(precision="float64", backend="numpy", tile_offset="origin")
