@@ -28,13 +28,16 @@ def test_two_cpu_ranks_write_time_and_memory_per_rank(tmp_path, monkeypatch):
     (found,) = tmp_path.glob("mirrored-rock-24-2x-numpy-float32-*.json")
     result = json.loads(found.read_text())
     assert result["shape"] == [48, 24, 24] and result["steps"] == 21 and result["ranks"] == 2
-    assert len(result["history"]) == 2 and result["k"] > 0
+    # k at multiples of --check (the steps the one-device protocol checks at) and at the end
+    assert [h["step"] for h in result["history"]] == [10, 20, 21] and result["k"] > 0
     ranks = result["per_rank"]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert sum(r["fluid_nodes"] for r in ranks) == result["fluid_nodes"]
     for r in ranks:
         assert r["device_bytes_estimate"] > 0 and r["host_peak_bytes"] > 0
-        assert set(r["seconds"]) == {"summary", "slab", "allocate"} and r["step_seconds"] > 0
+        # the default start: the sample coarsened by 2, run over the same ranks, prolonged
+        assert set(r["seconds"]) == {"summary", "slab", "coarse_summary", "coarse_runs",
+                                     "allocate", "prolong"} and r["step_seconds"] > 0
     text = found.with_suffix(".md").read_text()
     assert "| rank |" in text and text.count("\n| ") >= 3
 
