@@ -43,6 +43,12 @@ class Line:
     end: tuple[int, ...]
 
 
+def _inside(point: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether voxel indices ``point`` lie inside a grid of ``shape``."""
+    return len(point) == len(shape) and all(0 <= int(i) < n for i, n in
+                                            zip(point, shape, strict=True))
+
+
 @dataclass(frozen=True)
 class ProbeSet:
     """The probes and lines of a run (empty: nothing is sampled)."""
@@ -67,8 +73,7 @@ class ProbeSet:
         named += [(f"{ln.name} (start)", ln.start) for ln in self.lines]
         named += [(f"{ln.name} (end)", ln.end) for ln in self.lines]
         for name, point in named:
-            if len(point) != len(shape) or not all(0 <= int(i) < n for i, n in
-                                                   zip(point, shape, strict=True)):
+            if not _inside(point, shape):
                 raise ValueError(f"Probe {name} at {tuple(point)} is outside the domain "
                                  f"{tuple(shape)} (voxel indices from 0): move it inside.")
         names = [p.name for p in self.probes] + [ln.name for ln in self.lines]
@@ -79,11 +84,9 @@ class ProbeSet:
     def within(self, shape: tuple[int, ...]) -> tuple[ProbeSet, tuple[Probe | Line, ...]]:
         """(the probes and lines inside ``shape``, those outside it): a line with either end
         outside is left out whole (a new, smaller geometry; voxel indices)."""
-        def inside(point: tuple[int, ...]) -> bool:
-            return len(point) == len(shape) and all(0 <= int(i) < n for i, n in
-                                                    zip(point, shape, strict=True))
-        probes = tuple(p for p in self.probes if inside(p.point))
-        lines = tuple(ln for ln in self.lines if inside(ln.start) and inside(ln.end))
+        probes = tuple(p for p in self.probes if _inside(p.point, shape))
+        lines = tuple(ln for ln in self.lines
+                      if _inside(ln.start, shape) and _inside(ln.end, shape))
         outside = tuple(p for p in self.probes if p not in probes) + tuple(
             ln for ln in self.lines if ln not in lines)
         return ProbeSet(probes, lines), outside
