@@ -85,7 +85,7 @@ def valid_files(tmp: Path) -> dict[str, bytes]:
     files["npy"] = out.getvalue()
     out = io.BytesIO()
     VoxelGeometry(xyz.astype(bool), voxel_size=1e-6).save(out)
-    files["npz"] = out.getvalue()
+    files["npz"] = _rezip(out.getvalue(), zipfile.ZIP_DEFLATED, lambda name, body: body)
     files["raw"] = xyz.tobytes(order="F")
     out = io.BytesIO()
     tifffile.imwrite(out, xyz.T)
@@ -135,32 +135,44 @@ _NPZ_MEMBERS = [
 _TIFF_HUGE = [0, 1, 2**16 - 1, 2**31 - 1, 2**32 - 1]
 
 
+# Members carry a fixed time stamp: zipfile stamps the wall clock, which made two generations of
+# the same seed differ whenever they straddled a 2 s tick of the zip format's clock.
+_STAMP = (2026, 1, 1, 0, 0, 0)
+
+
+def _rezip(data: bytes, method: int, member) -> bytes:
+    """The archive rewritten with ``method``; ``member(name, body)`` gives each body, or None."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", method) as dst:
+        for name in src.namelist():
+            body = member(name, src.read(name))
+            if body is not None:
+                dst.writestr(zipfile.ZipInfo(name, date_time=_STAMP), body, compress_type=method)
+    return out.getvalue()
+
+
 def _zip_method(data: bytes, rng: random.Random) -> bytes:
     """The archive's members recompressed with bzip2 or LZMA; at times one is a bzip2 bomb."""
     method = rng.choice((zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA))
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", method) as dst:
-        for info in src.infolist():
-            body = src.read(info)
-            if info.filename == "solid.npy" and rng.random() < 0.3:
-                body = body + bytes(8 * 2**20)  # inflates to 8 MiB from a few hundred bytes
-            dst.writestr(info.filename, body)
-    return out.getvalue()
+
+    def member(name: str, body: bytes) -> bytes:
+        if name == "solid.npy" and rng.random() < 0.3:
+            return body + bytes(8 * 2**20)  # inflates to 8 MiB from a few hundred bytes
+        return body
+    return _rezip(data, method, member)
 
 
 def _npz_edit(data: bytes, rng: random.Random) -> bytes:
     """A member replaced by a hostile array, or dropped, keeping the rest of the archive."""
-    out = io.BytesIO()
     method = rng.choice((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED))
-    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", method) as dst:
-        names = src.namelist()
-        target = rng.choice(names)
-        for name in names:
-            if name != target:
-                dst.writestr(name, src.read(name))
-            elif rng.random() < 0.85:
-                dst.writestr(name, rng.choice(_NPZ_MEMBERS))
-    return out.getvalue()
+    with zipfile.ZipFile(io.BytesIO(data)) as src:
+        target = rng.choice(src.namelist())
+
+    def member(name: str, body: bytes) -> bytes | None:
+        if name != target:
+            return body
+        return rng.choice(_NPZ_MEMBERS) if rng.random() < 0.85 else None
+    return _rezip(data, method, member)
 
 
 def _tiff_edit(data: bytearray, rng: random.Random) -> bytearray:
