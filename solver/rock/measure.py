@@ -5,7 +5,10 @@ Convergence: k is measured every ``check_interval`` steps by Darcy's law on the 
 of the fields, without copying them to the host) and judged by the run monitor's steady-state test
 (:class:`solver.monitor.KConvergence`, the one definition of "converged" of the dashboard, the
 CLI and these runs): converged when k is positive and changed by less than ``tolerance``
-(relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps.
+(relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps. A run then takes one
+step more and reads k again: k alternates between even and odd steps, so the k reported is the
+mean of the two and half their difference a term of its interval
+(:class:`solver.rock.uncertainty.StepPair`).
 Axes and protocols run one after the other on one backend (one device, or a
 :class:`~solver.distributed.DistributedBackend` that splits each sample over MPI ranks); under
 MPI each rank runs its share of the runs when there is one per rank (:func:`study_runs`,
@@ -35,6 +38,7 @@ from geometries import VoxelGeometry
 from ..backends import get_backend
 from ..config import SimulationConfig
 from ..monitor import K_WINDOW, KConvergence, check_health
+from ..observables import Permeability
 from ..problem import Problem, tile_offset
 from ..simulation import Simulation
 from .check import KCheck, Phases
@@ -43,7 +47,7 @@ from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_d
 from .protocol import ProtocolSetup, checked_sample, sample_labels, setup_protocol
 from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
-from .uncertainty import KInterval, interval
+from .uncertainty import KInterval, StepPair, interval
 
 __all__ = ["AxisResult", "PermeabilityStudy", "level_tolerance", "measure_axis", "run_study",
            "study_runs"]
@@ -89,6 +93,7 @@ class AxisResult:
     coarse_k_lattice: float | None = None  # k of the coarse start (by 2), fine voxel²
     start_steps: list[int] = field(default_factory=list)  # per start level, 1/2 first
     flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
+    pair: StepPair | None = None  # k at the last check's step and the next; k_lattice: mean
 
 
 @dataclass
@@ -296,8 +301,10 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
          on_check: Callable[[int, float, float], None] | None,
          phases: Phases | None = None, stage: str = "fine") -> AxisResult:
     """Step ``sim`` (of ``setup``) until the monitor's :class:`KConvergence` says k converged
-    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit; wall time
-    goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...; :data:`PHASES`)."""
+    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit, then one
+    step more: k is the mean of the last check's and the next step's (:func:`_step_pair`);
+    wall time goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...;
+    :data:`PHASES`)."""
     phases = Phases() if phases is None else phases
     every = settings.check_interval
     history: list[tuple[int, float]] = []
@@ -327,12 +334,33 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
             log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
                         settings.max_seconds)
             break
+    pair, k, tortuosity = _step_pair(sim, check, setup, phases, stage, k,
+                                     health["flow_tortuosity"])
     result = AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2,
                         k.millidarcy, sim.time_step, converged, change,
                         time.perf_counter() - tic, setup.config.tau, setup.gradient,
                         setup.report.as_dict(), history)
-    result.flow_tortuosity = health["flow_tortuosity"]
+    result.flow_tortuosity, result.pair = tortuosity, pair
     return result
+
+
+def _step_pair(sim: Simulation, check: KCheck, setup: ProtocolSetup, phases: Phases,
+               stage: str, k: Permeability, tortuosity: float
+               ) -> tuple[StepPair, Permeability, float]:
+    """One more step and readout after the last check: the :class:`StepPair` of k at the
+    two steps, the run's k (their mean, lattice units and m²) and the mean of the two flow
+    tortuosities. Why: k alternates between even and odd steps (solver.rock.uncertainty)."""
+    step = sim.time_step
+    with phases.timed(f"{stage}_steps"):
+        sim.step(1)
+    with phases.timed(f"{stage}_checks"):
+        health, k_next = check.read()
+        check_health(health, setup.config.tau, sim.problem.force)
+    pair = StepPair(step, k.lattice, k_next.lattice)
+    m2 = None if k.m2 is None or k_next.m2 is None else 0.5 * (k.m2 + k_next.m2)
+    mean = Permeability(pair.k, 0.5 * (k.gradient + k_next.gradient),
+                        0.5 * (k.superficial_velocity + k_next.superficial_velocity), m2)
+    return pair, mean, 0.5 * (tortuosity + health["flow_tortuosity"])
 
 
 @dataclass
@@ -365,14 +393,16 @@ class PermeabilityStudy:
 
     def intervals(self) -> list[KInterval]:
         """Per run (in :attr:`results` order), k with its stated interval
-        (:mod:`solver.rock.uncertainty`): convergence remainder, discretisation from the coarse
-        start, and the protocol spread where both protocols ran along the axis."""
+        (:mod:`solver.rock.uncertainty`): convergence remainder, period-2 alternation,
+        discretisation from the coarse start, and the protocol spread where both protocols ran
+        along the axis."""
         out = []
         for r in self.results:
             other = [o.k_lattice for o in self.results
                      if o.axis == r.axis and o.protocol != r.protocol]
             out.append(interval(r.k_lattice, r.history, r.coarse_k_lattice,
-                                other[0] if other else None))
+                                other[0] if other else None,
+                                None if r.pair is None else r.pair.alternation))
         return out
 
     def phases(self) -> dict[str, float]:
@@ -410,10 +440,13 @@ class PermeabilityStudy:
                            **_finite(i.as_dict()),
                            "low_mD": _scaled(i.low, r), "high_mD": _scaled(i.high, r)}
                           for r, i in zip(self.results, self.intervals(), strict=True)],
-            "interval_definition": "k (1 ± (remainder + discretisation + protocol_spread)): "
-                                   "convergence remainder, Richardson estimate from the coarse "
-                                   "start (order 2 assumed), half the protocol difference; "
-                                   "not covered: segmentation, sub-voxel features, REV",
+            "interval_definition": "k (1 ± (remainder + alternation + discretisation + "
+                                   "protocol_spread)): convergence remainder, period-2 "
+                                   "alternation (half the difference of k at two consecutive "
+                                   "steps; k is their mean), Richardson estimate from the "
+                                   "coarse start (order 2 assumed), half the protocol "
+                                   "difference; not covered: segmentation, sub-voxel "
+                                   "features, REV",
             "formation_factor": {a: c.as_dict() for a, c in self.conduction.items()},
             "tortuosity": {
                 "electrical_F_times_porosity": {a: c.tortuosity
@@ -444,6 +477,8 @@ class PermeabilityStudy:
             unit, scale = ("mD", r.k_mD / r.k_lattice) if r.k_mD and r.k_lattice else \
                 ("voxel²", 1.0)
             terms = [f"remainder {100 * i.remainder:.2g} %"]
+            if i.alternation is not None:
+                terms.append(f"period-2 alternation {100 * i.alternation:.2g} %")
             if i.discretisation is not None:
                 terms.append(f"grid {100 * i.discretisation:.2g} % (order 2 assumed)")
             if i.protocol_spread is not None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from solver.rock.uncertainty import convergence_remainder, discretisation_error, interval
+from solver.rock.uncertainty import StepPair, convergence_remainder, discretisation_error, interval
 
 
 def test_remainder_of_a_geometric_approach_is_the_rest_of_the_series():
@@ -48,3 +48,68 @@ def test_interval_adds_the_terms_and_the_protocol_spread():
     assert i.protocol_spread == pytest.approx(0.02)
     assert (i.low, i.high) == pytest.approx((0.97, 1.03))
     assert i.as_dict()["relative"] == pytest.approx(0.03)
+
+
+def test_step_pair_is_the_mean_and_half_the_difference():
+    pair = StepPair(400, 0.99, 1.01)
+    assert pair.k == pytest.approx(1.0) and pair.alternation == pytest.approx(0.01)
+    i = interval(pair.k, [(0, 1.0), (1000, 1.0)], None, None, pair.alternation)
+    assert i.alternation == pytest.approx(0.01) and i.relative == pytest.approx(0.01)
+    assert i.low <= pair.k_first and pair.k_next <= i.high
+    assert i.as_dict()["alternation"] == pytest.approx(0.01)
+
+
+def alternating_pack():
+    """A 12³ grain pack (mirrored: 24 x 12 x 12) whose k alternates between even and odd
+    steps by about 0.1 % after a few hundred steps (NumPy, float64, TRT at tau 0.7)."""
+    from geometries import VoxelGeometry
+    from geometries.preprocess import keep_connected
+    from geometries.regions import GrainRegions
+    from solver.lattice import get_lattice
+
+    sample = GrainRegions((12, 12, 12), 0.35, 6, seed=5).slab(0, 0, 12)
+    return keep_connected(VoxelGeometry(sample), 0, get_lattice("D3Q19").c)[0]
+
+
+def k_at(setup, steps: int) -> tuple[float, float]:
+    """k (voxel²) of the protocol run of ``setup`` from rest at ``steps`` and ``steps + 1``,
+    read by the run's check on a separate simulation."""
+    from solver.rock.check import KCheck
+    from solver.simulation import Simulation
+
+    sim = Simulation(setup.geometry, setup.config)
+    check = KCheck(sim, setup.axis, setup.window, None)
+    sim.step(steps)
+    first = check.read()[1].lattice
+    sim.step(1)
+    return first, check.read()[1].lattice
+
+
+def test_a_run_reports_the_mean_of_two_consecutive_steps_and_their_alternation():
+    """k alternates between even and odd steps (the populations do): a run reads k once more
+    one step after its last check, reports the mean and states half the difference in its
+    interval, which then holds k of both steps. Before, k was the last check's alone."""
+    from solver.config import SimulationConfig
+    from solver.rock import measure_axis
+    from solver.rock.measure import PermeabilityStudy
+    from solver.rock.protocol import setup_protocol
+    from solver.rock.settings import PermeabilitySettings
+
+    settings = PermeabilitySettings(coarse_start=False, check_interval=100, tolerance=0.05)
+    config = SimulationConfig(precision="float64", backend="numpy")
+    setup = setup_protocol(alternating_pack(), config, 0, "mirrored", settings)
+    result = measure_axis(setup, settings, voxel_size=1e-5)
+    n = result.history[-1][0]  # the last check
+    assert result.converged and n % 100 == 0 and result.steps == n + 1
+    k_n, k_next = k_at(setup, n)
+    assert abs(k_next - k_n) / k_n > 5e-4  # measurably apart
+    assert result.pair == StepPair(n, pytest.approx(k_n, rel=1e-12),
+                                   pytest.approx(k_next, rel=1e-12))
+    assert result.k_lattice == pytest.approx((k_n + k_next) / 2, rel=1e-12)
+    assert result.k_m2 == pytest.approx(result.k_lattice * 1e-10, rel=1e-12)
+    study = PermeabilityStudy([result], 1e-5)
+    (i,) = study.intervals()
+    assert i.alternation == pytest.approx(abs(k_next - k_n) / (k_n + k_next), rel=1e-9)
+    assert i.low <= min(k_n, k_next) and max(k_n, k_next) <= i.high
+    assert study.as_dict()["intervals"][0]["alternation"] == pytest.approx(i.alternation)
+    assert "period-2 alternation" in "\n".join(study.lines())
