@@ -386,7 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--axis", type=int, default=0, help="flow axis (0, 1, 2)")
     parser.add_argument("--backend", default="numpy", choices=list(BACKENDS))
     parser.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS))
-    parser.add_argument("--steps", type=int, default=1000, help="most steps")
+    parser.add_argument("--steps", type=int, default=1000,
+                        help="most steps before the last check (one more step follows: k is "
+                             "the mean of the last two steps' k)")
     parser.add_argument("--check", type=int, default=500, help="steps between k checks")
     parser.add_argument("--tolerance", type=float, default=K_TOLERANCE)
     parser.add_argument("--coarse-levels", type=int, default=1,

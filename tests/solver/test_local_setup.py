@@ -42,10 +42,10 @@ from .porous_cases import noisy_start
 REPO = Path(__file__).resolve().parents[2]
 
 
-def mirrored_over_two_ranks(tmp_path: Path, *flags: str) -> dict:
+def mirrored_over_two_ranks(tmp_path: Path, *flags: str, ranks: int = 2) -> dict:
     """``mpirun -n 2 python -m solver.distributed.mirrored`` on tmp_path/sample.npy along x in
-    float64 with the given flags; its JSON summary."""
-    cmd = [find_mpirun(), "-n", "2", sys.executable, "-m", "solver.distributed.mirrored",
+    float64 with the given flags (``ranks``: another number of ranks); its JSON summary."""
+    cmd = [find_mpirun(), "-n", str(ranks), sys.executable, "-m", "solver.distributed.mirrored",
            str(tmp_path / "sample.npy"), "--axis", "0", *flags, "--set", "precision=float64",
            "--json", str(tmp_path / "out.json")]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
@@ -173,7 +173,8 @@ def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     np.save(tmp_path / "sample.npy", kept.solid)
     out = mirrored_over_two_ranks(tmp_path, "--steps", "61", "--check", "30",
                                   "--coarse-levels", "0")
-    assert out["ranks"] == 2 and out["steps"] == 61 and len(out["per_rank"]) == 2
+    # 61 steps, then one more: k is the mean of steps 61 and 62 (solver.rock.uncertainty)
+    assert out["ranks"] == 2 and out["steps"] == 62 and len(out["per_rank"]) == 2
 
     base = SimulationConfig(precision="float64", backend="numpy", tile_offset="origin")
     setup = setup_protocol(kept, base, 0, "mirrored", PermeabilitySettings())
@@ -185,8 +186,38 @@ def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     sim = Simulation(setup.geometry, setup.config, backend=NumpyBackend(threads=1))
     sim.step(61)
     k = observables.permeability(sim.problem, sim.fields(), 0)
-    assert out["k"] == pytest.approx(k.lattice, rel=1e-11)
+    sim.step(1)
+    k_next = observables.permeability(sim.problem, sim.fields(), 0)
+    assert out["k"] == pytest.approx((k.lattice + k_next.lattice) / 2, rel=1e-11)
+    assert out["k_pair"]["k_first"] == pytest.approx(k.lattice, rel=1e-11)
     assert sum(r["fluid_nodes"] for r in out["per_rank"]) == sim.problem.n_fluid
+
+
+@needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_ranks_report_the_mean_of_k_at_two_consecutive_steps(tmp_path, ranks):
+    """k alternates between even and odd steps (the populations do): over MPI ranks, as on one
+    device (:class:`solver.rock.uncertainty.StepPair`), the run reads k once more one step
+    after its last check and reports the mean, the two k and half their relative difference
+    (``alternation``); before, k was the last check's alone."""
+    from .test_rock_uncertainty import alternating_pack, k_at
+
+    kept = alternating_pack()
+    np.save(tmp_path / "sample.npy", kept.solid)
+    out = mirrored_over_two_ranks(tmp_path, "--steps", "400", "--check", "100",
+                                  "--coarse-levels", "0", ranks=ranks)
+    assert out["ranks"] == ranks and out["steps"] == 401
+    assert [h["step"] for h in out["history"]] == [100, 200, 300, 400]
+    base = SimulationConfig(precision="float64", backend="numpy", tile_offset="origin")
+    k_n, k_next = k_at(setup_protocol(kept, base, 0, "mirrored", PermeabilitySettings()), 400)
+    assert abs(k_next - k_n) / k_n > 5e-4  # measurably apart
+    assert out["k_pair"] == {"step": 400, "k_first": pytest.approx(k_n, rel=1e-10),
+                             "k_next": pytest.approx(k_next, rel=1e-10)}
+    assert out["k"] == pytest.approx((k_n + k_next) / 2, rel=1e-10)
+    assert out["alternation"] == pytest.approx(abs(k_next - k_n) / (k_n + k_next), rel=1e-8)
+    low, high = (out["k"] * (1 + s * out["alternation"]) for s in (-1, 1))
+    assert low <= min(k_n, k_next) * (1 + 1e-12) and max(k_n, k_next) <= high * (1 + 1e-12)
 
 
 def test_auto_keeps_runs_past_the_compact_indices_on_the_tiled_storage(monkeypatch):

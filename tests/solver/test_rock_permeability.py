@@ -196,7 +196,8 @@ def test_device_start_equals_the_host_prolongation(offset, backend_name):
 
 def test_runs_stop_where_the_monitor_says_converged():
     """One definition of converged: the run stops at the first check at which the monitor's
-    KConvergence (0.1 % over 1000 steps, k > 0) says so, and not before."""
+    KConvergence (0.1 % over 1000 steps, k > 0) says so, and not before; then one step more
+    (k is the mean of the two: solver.rock.uncertainty)."""
     from solver.monitor import KConvergence
     from solver.rock import measure_axis
 
@@ -205,7 +206,9 @@ def test_runs_stop_where_the_monitor_says_converged():
     setup = setup_protocol(duct, _config(), 0, "mirrored", settings)
     checks = []
     result = measure_axis(setup, settings, on_check=lambda s, k, c: checks.append((s, k, c)))
-    assert result.converged and result.steps == checks[-1][0]
+    # One step after the last check: k is the mean of the two (solver.rock.uncertainty).
+    assert result.converged and result.steps == checks[-1][0] + 1
+    assert result.pair.step == checks[-1][0] and result.pair.k_first == checks[-1][1]
     test = KConvergence(1e-6, 1000)
     verdicts = [test.update(step, k)[1] and k > 0 for step, k, _ in checks]
     assert verdicts[-1] and not any(verdicts[:-1])
@@ -217,7 +220,7 @@ def test_runs_stop_where_the_monitor_says_converged():
     # A step limit stops a run unconverged.
     settings.max_steps = 600
     capped = measure_axis(setup, settings)
-    assert capped.steps == 600 and not capped.converged
+    assert capped.steps == 601 and capped.history[-1][0] == 600 and not capped.converged
 
 
 def test_default_fast_tau_is_chosen_by_the_sample():
