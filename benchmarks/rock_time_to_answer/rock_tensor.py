@@ -196,7 +196,10 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             "runs": [{"protocol": r.protocol, "axis": r.axis, "k_voxel2": r.k_lattice,
                       "k_mD": r.k_mD, "steps": r.steps, "coarse_steps": r.coarse_steps,
                       "start_steps": r.start_steps, "work_steps": r.work_steps,
-                      "seconds": r.seconds, "phases_s": r.phases} for r in study.results],
+                      "seconds": r.seconds, "phases_s": r.phases,
+                      # k's period-2 part: k is the mean of two steps (solver.rock.uncertainty)
+                      "alternation": None if r.pair is None else r.pair.alternation}
+                     for r in study.results],
             "coarse_levels": coarse_levels, "coarse_tolerance_factor": coarse_factor,
             "streaming": config.streaming,
             "device_pool_peak_GB": peak.gigabytes(),

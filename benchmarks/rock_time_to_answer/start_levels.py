@@ -31,6 +31,7 @@ import re
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import date
 from pathlib import Path
 
@@ -121,6 +122,7 @@ def _study(sample, axes: list[str], variant: tuple[int, float, str], config, bac
                      "converged": r.converged, "steps": r.steps, "start_steps": r.start_steps,
                      "work_steps": r.work_steps, "seconds": r.seconds, "phases_s": r.phases,
                      "coarse_k_voxel2": r.coarse_k_lattice, "history": r.history,
+                     "k_pair": None if r.pair is None else asdict(r.pair),
                      "fine_G_updates_per_s": fluid * r.steps / stepping / 1e9
                      if stepping else None})
     return {"levels": levels, "factor": factor, "tile_storage": storage, "seconds": seconds,

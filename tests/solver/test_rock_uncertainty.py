@@ -113,3 +113,34 @@ def test_a_run_reports_the_mean_of_two_consecutive_steps_and_their_alternation()
     assert i.low <= min(k_n, k_next) and max(k_n, k_next) <= i.high
     assert study.as_dict()["intervals"][0]["alternation"] == pytest.approx(i.alternation)
     assert "period-2 alternation" in "\n".join(study.lines())
+
+
+@pytest.mark.gpu
+def test_the_gpu_run_reads_the_same_pair_as_numpy():
+    """CuPy (its storage plan, CUDA graphs, the fused check): the step after the last check
+    and its readout, at the coarse start (prolongated from its odd step) and the fine run,
+    give NumPy's two k and their mean (float64; fixed step counts, 300 then one more)."""
+    from geometries import VoxelGeometry
+    from geometries.preprocess import keep_connected
+    from geometries.regions import GrainRegions
+    from solver.config import SimulationConfig
+    from solver.lattice import get_lattice
+    from solver.rock import measure_axis
+    from solver.rock.protocol import setup_protocol
+    from solver.rock.settings import PermeabilitySettings
+
+    sample = GrainRegions((16, 16, 16), 0.35, 6, seed=5).slab(0, 0, 16)
+    kept = keep_connected(VoxelGeometry(sample), 0, get_lattice("D3Q19").c)[0]
+    settings = PermeabilitySettings(check_interval=100, tolerance=1e-9, max_steps=300)
+    runs = {}
+    for name in ("numpy", "cupy"):
+        config = SimulationConfig(precision="float64", backend=name)
+        runs[name] = measure_axis(setup_protocol(kept, config, 0, "mirrored", settings),
+                                  settings)
+    cpu, gpu = runs["numpy"], runs["cupy"]
+    assert gpu.steps == cpu.steps == 301 and gpu.start_steps == cpu.start_steps == [301]
+    assert gpu.pair.step == 300 and abs(gpu.pair.k_next / gpu.pair.k_first - 1) > 5e-4
+    assert gpu.pair.k_first == pytest.approx(cpu.pair.k_first, rel=1e-8)
+    assert gpu.pair.k_next == pytest.approx(cpu.pair.k_next, rel=1e-8)
+    assert gpu.k_lattice == pytest.approx(cpu.k_lattice, rel=1e-8)
+    assert gpu.coarse_k_lattice == pytest.approx(cpu.coarse_k_lattice, rel=1e-8)
