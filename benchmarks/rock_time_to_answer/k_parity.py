@@ -4,10 +4,13 @@ A converged mirrored run's k alternates between even and odd steps (found while 
 coarse start over MPI ranks): the whole domain's mean velocity alternates with it, so it is in
 the populations, not in the readout. The protocol reads k at multiples of its (even) check
 interval only, so its k carries up to half this alternation. This script measures it on
-generated grain packs of growing size, reading k at steps n and n + 1 four times over the run.
+generated grain packs of growing size, reading k at steps n and n + 1 four times over the run
+(mirrored, or ``--protocol pressure``: started at rest, the default ``pressure_start``, without
+the coarse start). The protocol now reports the mean of the two (solver.rock.uncertainty).
 
     python benchmarks/rock_time_to_answer/k_parity.py                 # GPU: 24³, 96³, 200³
     python benchmarks/rock_time_to_answer/k_parity.py --backend numpy --sizes 24   # CPU
+    python benchmarks/rock_time_to_answer/k_parity.py --protocol pressure --sizes 200
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ PACKS = {24: (0.35, 6, 4000), 96: (0.2, 11, 12000), 200: (0.2, 21, 16000)}
 OUT = Path(__file__).parent / "results"
 
 
-def alternation(size: int, precision: str, backend) -> dict:
-    """k at steps n and n + 1, four times over the run, for the mirrored x run of one pack."""
+def alternation(size: int, precision: str, backend, protocol: str = "mirrored") -> dict:
+    """k at steps n and n + 1, four times over the run, for the x run of one pack."""
     porosity, grain, steps = PACKS[size]
     sample = GrainRegions((size,) * 3, porosity, grain, seed=5).slab(0, 0, size)
     kept, _ = keep_connected(VoxelGeometry(sample), 0, get_lattice("D3Q19").c)
     config = SimulationConfig(precision=precision, backend=backend.name)
-    setup = setup_protocol(kept, config, 0, "mirrored", PermeabilitySettings())
+    setup = setup_protocol(kept, config, 0, protocol, PermeabilitySettings())
     sim = Simulation(setup.geometry, setup.config, backend)
     check = KCheck(sim, setup.axis, setup.window, None)
     reads = []
@@ -59,13 +62,15 @@ def alternation(size: int, precision: str, backend) -> dict:
         reads.append({"n": n, "k_n": k_n, "k_n1": k_next,
                       "relative": (k_next - k_n) / (0.5 * (k_n + k_next))})
     sim.close()
-    return {"size": size, "porosity": porosity, "grain": grain, "precision": precision,
+    return {"size": size, "protocol": protocol, "porosity": porosity, "grain": grain,
+            "precision": precision,
             "collision": setup.config.collision, "tau": setup.config.tau, "reads": reads}
 
 
 def markdown(report: dict) -> str:
     """The report as one Markdown table."""
-    out = [f"# k at consecutive steps, mirrored x ({report['device']}, {report['date']}, "
+    out = [f"# k at consecutive steps, {report['protocol']} x ({report['device']}, "
+           f"{report['date']}, "
            f"commit {report['commit']})", "",
            "| pack | precision | collision, tau | step n | k(n) voxel² | k(n+1) voxel² | "
            "(k(n+1) - k(n)) / mean |", "|---|---|---|---|---|---|---|"]
@@ -84,14 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=sorted(PACKS),
                         choices=sorted(PACKS))
     parser.add_argument("--precision", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--protocol", default="mirrored", choices=("mirrored", "pressure"))
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     backend = get_backend(args.backend)
-    rows = [alternation(size, args.precision, backend) for size in args.sizes]
+    rows = [alternation(size, args.precision, backend, args.protocol) for size in args.sizes]
     report = {"device": backend.device_info().get("name") or args.backend,
+              "protocol": args.protocol,
               "date": date.today().isoformat(), "commit": git_commit(), "rows": rows}
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"])).strip("-")
-    stem = args.out / f"k_parity-{device}-{report['date']}"
+    suffix = "" if args.protocol == "mirrored" else f"-{args.protocol}"
+    stem = args.out / f"k_parity{suffix}-{device}-{report['date']}"
     args.out.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=float))
     stem.with_suffix(".md").write_text(markdown(report))

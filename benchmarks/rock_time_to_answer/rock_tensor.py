@@ -540,6 +540,11 @@ def run(args: argparse.Namespace) -> dict:
             "compiles": compiles.summary()}
 
 
+def _alternation(value: float | None) -> str:
+    """A run's period-2 alternation (relative) for the table; '-' where not recorded."""
+    return "-" if value is None else f"{value:.2e}"
+
+
 def markdown(report: dict) -> str:
     """The report as a Markdown table per image."""
     out = [f"# Rock tensor time to answer ({report['device']}, {report['date']}, "
@@ -560,9 +565,11 @@ def markdown(report: dict) -> str:
         out += [f"| {name} | {s:.2f} |" for name, s in row["phases_s"].items()]
         out += ["", f"(phases sum {sum(row['phases_s'].values()):.1f} s: on a GPU the host "
                 "set-up of the next run overlaps the device's steps)"]
-        out += ["", "| protocol | axis | k (mD) | steps | coarse steps (1/2, 1/4, ...) | "
-                "work (fine steps) | seconds |", "|---|---|---|---|---|---|---|"]
-        out += [f"| {r['protocol']} | {r['axis']} | {r['k_mD']:.5g} | {r['steps']} | "
+        out += ["", "| protocol | axis | k (mD) | period-2 alternation | steps | coarse steps "
+                "(1/2, 1/4, ...) | work (fine steps) | seconds |",
+                "|---|---|---|---|---|---|---|---|"]
+        out += [f"| {r['protocol']} | {r['axis']} | {r['k_mD']:.5g} | "
+                f"{_alternation(r.get('alternation'))} | {r['steps']} | "
                 f"{', '.join(str(n) for n in r.get('start_steps') or [r['coarse_steps']])} | "
                 f"{r.get('work_steps', 0):.0f} | {r['seconds']:.1f} |" for r in row["runs"]]
         if row.get("device_pool_peak_GB") is not None:

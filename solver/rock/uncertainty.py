@@ -16,10 +16,12 @@ Four estimates, each a relative half-width, from what a study already computes:
 ``alternation``
     The period-2 part of k. A converged run's k alternates between even and odd steps, and so
     does the whole domain's mean velocity: the alternation is in the populations, not in the
-    readout. Mirrored runs (TRT, fast tau) carry it most and it barely decays: 2.6e-3 of k on
-    a 24³ pack, 1.5e-3 at 96³, 7.6e-5 at 200³ (H200, float32; 2.6e-3 at 24³ with NumPy,
-    float64); pressure-driven runs far less and it decays (3e-6 on a 24³ pack after 4000
-    steps, NumPy, float64). So a run ends with one more step and one more readout after its
+    readout. The difference of consecutive steps' k relative to k: mirrored runs 2.6e-3 on a
+    24³ pack, 1.5e-3 at 96³, 7.6e-5 at 200³, barely decaying (H200, float32; 2.6e-3 at 24³
+    with NumPy, float64); pressure-driven runs started at rest (the default) 5.3e-3 on a 16³
+    pack and 6.4e-3 at 24³ where they stopped converged (NumPy, float64, coarse start), from
+    the density ramp (``pressure_start: ramp``) only 3e-6 on the 24³ pack after 4000 steps.
+    So a run ends with one more step and one more readout after its
     last check (:class:`StepPair`; it runs one step past its last check, and past
     ``max_steps`` when it stops there): the k reported is the mean of k at the two
     consecutive steps ``n`` and ``n + 1``, in which the period-2 part cancels, and this term
