@@ -21,12 +21,11 @@ Four estimates, each a relative half-width, from what a study already computes:
     with NumPy, float64); pressure-driven runs started at rest (the default) 5.3e-3 on a 16³
     pack and 6.4e-3 at 24³ where they stopped converged (NumPy, float64, coarse start), from
     the density ramp (``pressure_start: ramp``) only 3e-6 on the 24³ pack after 4000 steps.
-    So a run ends with one more step and one more readout after its
-    last check (:class:`StepPair`; it runs one step past its last check, and past
-    ``max_steps`` when it stops there): the k reported is the mean of k at the two
-    consecutive steps ``n`` and ``n + 1``, in which the period-2 part cancels, and this term
-    is half their difference, how far one step's k is from that mean. One definition for the
-    one-device runs (:mod:`solver.rock.measure`) and the runs over MPI ranks
+    So a run takes one more step and one more readout after its last check (:class:`StepPair`;
+    one step past ``max_steps`` when it stops there): the k reported is the mean of k at the
+    two consecutive steps ``n`` and ``n + 1``, in which the period-2 part cancels, and this
+    term is half their difference, how far one step's k is from that mean. One definition for
+    the one-device runs (:mod:`solver.rock.measure`) and the runs over MPI ranks
     (:mod:`solver.distributed.mirrored`).
 ``discretisation``
     Richardson-style, from the coarse start (the same protocol on the sample coarsened by 2,
