@@ -44,13 +44,17 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
 from ..backends.base import NodeIndex, node_index, with_rest_nodes
+from ..checkpoint_parts import CheckpointError, PartSet, new_token
 from ..config import ConfigError
+from ..fields import tile_moments
+from ..io import atomic_write
 from ..problem import Problem
 from ..windkessel import DENSITY, TRACE, windkessel_update
 from .comm import bind_local_gpu, world
@@ -109,6 +113,8 @@ class DistributedState:
     windkessel: tuple | None = field(default=None, repr=False)
     #: The decomposition axis.
     axis: int = 0
+    #: The slabs' bounds in tile layers along ``axis`` (int64, ranks + 1).
+    bounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     #: Which of the backend's allocations this is (commands name it).
     key: int = 0
 
@@ -126,6 +132,11 @@ class DistributedState:
                 "load_imbalance_fluid": _imbalance(per_rank),
                 "halo_values_per_step": list(self.halo_values),
                 "host_tiles_per_rank": list(self.host_tiles)}
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    """``array`` as ``.npy`` at ``path``, atomically (no pickles)."""
+    atomic_write(path, lambda fh: np.save(fh, array, allow_pickle=False))
 
 
 def _imbalance(load: np.ndarray) -> float:
@@ -160,6 +171,9 @@ class DistributedBackend:
         self._solvers: dict[int, RankSolver] = {}
         self._next_key = 0
         self._counts_of: dict[int, np.ndarray] = {}  # rank 0: owned tiles per rank, by key
+        #: Every rank: the global numbers of its owned tiles (its rows' order), by key.
+        self._owned_of: dict[int, np.ndarray] = {}
+        self._error: Exception | None = None  # rank 0: what a file command's ranks reported
         self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
         self._stopped = False
         if self.is_root:
@@ -194,7 +208,7 @@ class DistributedBackend:
         return DistributedState(problem=problem, solver=self._solver, order=self._order, key=key,
                                 counts=self._counts, halo_values=self._halo_values,
                                 links=self._links, axis=self._axis,
-                                host_tiles=self._host_tiles)
+                                host_tiles=self._host_tiles, bounds=self._bounds)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
         """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s
@@ -235,16 +249,64 @@ class DistributedBackend:
         out[state.order] = gathered
         return out
 
+    def tile_moments(self, state: DistributedState, tiles: Any = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Density (t, N) and velocity (d, t, N), float64 on rank 0, of all tiles or of
+        ``tiles`` (a slice or an index array, global order): each rank computes its owned
+        tiles' moments from its rows cast to the arithmetic precision (what a gather then
+        :func:`solver.fields.tile_moments` on rank 0 computed, node by node the same bits) and
+        only the moments travel: 4 values a node instead of q populations."""
+        n = state.problem.tiling.n_tiles
+        if isinstance(tiles, slice):
+            tiles = None if tiles.indices(n) == (0, n, 1) else np.arange(n)[tiles]
+        self._command("moments", None if tiles is None else np.asarray(tiles, np.int64),
+                      state.key)
+        return self._moments_out
+
     def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
                    solid: np.ndarray) -> NodeIndex:
-        """Where host (tile, XYZ node) pairs lie in the gathered populations."""
+        """Where host (tile, XYZ node) pairs lie in the global tile order."""
         return node_index(tile, node, solid)
 
     def node_populations(self, state: DistributedState, index: NodeIndex) -> np.ndarray:
-        """Populations (q, n) of ``index``'s nodes from one gather on rank 0, float64."""
-        f = self.device_populations(state)
-        values = f[index.first[None, :], np.arange(f.shape[1])[:, None], index.node[None, :]]
-        return with_rest_nodes(state.problem, values, index.solid)
+        """Populations (q, n) of ``index``'s nodes on rank 0 in the arithmetic precision: the
+        ranks owning them send those nodes' values alone (a slice's plane, the probes'
+        points), not the whole state."""
+        self._command("nodes", (np.asarray(index.first, np.int64),
+                                np.asarray(index.node, np.int64)), state.key)
+        return with_rest_nodes(state.problem, self._nodes_out, index.solid)
+
+    @property
+    def writes_parts(self) -> bool:
+        """Whether checkpoints are written as per-rank parts (:mod:`solver.checkpoint_parts`):
+        over two or more ranks; one rank writes the single-process file."""
+        return self.size > 1
+
+    def write_parts(self, state: DistributedState, folder: Any, step: int, dtype: Any
+                    ) -> PartSet:
+        """Every rank writes its owned tiles' populations (as ``dtype``) and their global
+        numbers to ``folder`` (atomically, each file); the :class:`PartSet` naming them (what
+        the manifest records). CheckpointError, after every rank finished, if one failed."""
+        parts = PartSet(folder=Path(folder), token=new_token(step),
+                        tiles_per_part=np.asarray(self._counts_of[state.key], np.int64),
+                        shape=(state.problem.tiling.n_tiles, state.problem.lattice.q,
+                               state.problem.tiling.nodes_per_tile),
+                        dtype=np.dtype(dtype), axis=state.axis, bounds=state.bounds)
+        self._command("write_parts", parts, state.key)
+        self._raise_reported()
+        return parts
+
+    def load_parts(self, state: DistributedState, parts: PartSet) -> None:
+        """Every rank reads its owned tiles' rows from the parts (written by any number of
+        ranks: re-slabbed by tile number, no whole state on any rank) and refreshes its halo;
+        CheckpointError if a rank could not read its rows (no rank's state is changed then)."""
+        self._command("load_parts", parts, state.key)
+        self._raise_reported()
+
+    def _raise_reported(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def readout_tiles(self, state: DistributedState) -> int:
         """Tiles per readout chunk: all (one gather per readout)."""
@@ -425,6 +487,7 @@ class DistributedBackend:
             self._allocate(*payload)
             return
         self._solver = self._solvers.get(key) if key is not None else None
+        self._key = key
         if self.is_root and key in self._counts_of:  # rank 0: that allocation's rows per rank
             self._counts = self._counts_of[key]
         try:
@@ -472,10 +535,12 @@ class DistributedBackend:
             return
         self._solvers[key] = self._solver
         owned = self._solver.layout.global_tiles[: self._solver.n_owned]
-        rows = self.comm.gather((owned if part is None else part.global_tiles(owned),
-                                 self._solver.plan.values_sent(), self._solver.links,
+        owned = owned if part is None else part.global_tiles(owned)
+        self._owned_of[key] = np.asarray(owned, dtype=np.int64)
+        rows = self.comm.gather((owned, self._solver.plan.values_sent(), self._solver.links,
                                  problem.tiling.n_tiles))
         if self.is_root:  # where each rank's owned rows go in the global tile order
+            self._bounds = np.asarray(decomposition.bounds, dtype=np.int64)
             self._counts = np.array([len(r[0]) for r in rows], dtype=np.int64)
             self._counts_of[key] = self._counts
             self._order = np.concatenate([r[0] for r in rows])
@@ -562,6 +627,102 @@ class DistributedBackend:
             recv = [self._gathered, self._counts * q * n_node, None, from_numpy_dtype(dtype)]
         self.comm.Gatherv(block, recv, root=0)
 
+    def _owned_rows(self, dtype: Any) -> np.ndarray:
+        """This rank's owned rows (n_owned, q, a**d) as ``dtype``."""
+        return np.ascontiguousarray(self._solver.owned_populations(), dtype=dtype)
+
+    def _moments(self, tiles: np.ndarray | None) -> None:
+        problem = self._solver.problem
+        owned = self._owned_of[self._key]
+        pick = None if tiles is None else np.flatnonzero(np.isin(owned, tiles))
+        rows = self._owned_rows(problem.dtype)
+        rho, u = tile_moments(rows if pick is None else rows[pick], problem.lattice,
+                              problem.force, problem.incompressible)
+        del rows
+        where = owned if pick is None else owned[pick]
+        self._moments_out = self._gather_rows([rho, *u], where, tiles)
+
+    def _gather_rows(self, blocks: list[np.ndarray], where: np.ndarray,
+                     tiles: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rank 0: (rho, u) of the blocks (n, N) each rank holds for global tiles ``where``,
+        placed in the order of ``tiles`` (None: global order), one Gatherv per block."""
+        from mpi4py.util.dtlib import from_numpy_dtype
+
+        counts = np.asarray(self.comm.gather(len(where), root=0) or [0], np.int64)
+        places = self.comm.gather(where, root=0)
+        out = []
+        for block in blocks:
+            block = np.ascontiguousarray(block, dtype=np.float64)
+            recv = None
+            if self.is_root:
+                got = np.empty((int(counts.sum()), block.shape[1]), dtype=np.float64)
+                recv = [got, counts * block.shape[1], None, from_numpy_dtype(np.float64)]
+            self.comm.Gatherv(block, recv, root=0)
+            if self.is_root:
+                out.append(self._in_order(got, np.concatenate(places), tiles))
+        if not self.is_root:
+            return None
+        return out[0], np.stack(out[1:]) if len(out) > 1 else np.empty((0, *out[0].shape))
+
+    @staticmethod
+    def _in_order(got: np.ndarray, where: np.ndarray, tiles: np.ndarray | None) -> np.ndarray:
+        """Rows ``got`` of global tiles ``where`` reordered as ``tiles`` (None: 0..T-1)."""
+        if tiles is None:
+            if np.array_equal(where, np.arange(where.size)):
+                return got
+            out = np.empty_like(got)
+            out[where] = got
+            return out
+        order = np.argsort(where, kind="stable")
+        return got[order[np.searchsorted(where[order], tiles)]]
+
+    def _nodes(self, payload: tuple[np.ndarray, np.ndarray]) -> None:
+        tiles, nodes = payload
+        owned = self._owned_of[self._key]
+        sorted_at = np.argsort(owned, kind="stable")
+        at = np.minimum(np.searchsorted(owned[sorted_at], tiles), max(owned.size - 1, 0))
+        mine = np.flatnonzero(owned[sorted_at][at] == tiles) if owned.size else \
+            np.zeros(0, np.int64)
+        rows = self._owned_rows(self._solver.problem.dtype)
+        values = rows[sorted_at[at[mine]], :, nodes[mine]]  # (k, q)
+        del rows
+        got = self.comm.gather((mine, values), root=0)
+        if self.is_root:
+            q = self._solver.problem.lattice.q
+            out = np.zeros((q, tiles.size), dtype=self._solver.problem.dtype)
+            for which, vals in got:
+                out[:, which] = vals.T
+            self._nodes_out = out
+
+    def _write_parts(self, parts: PartSet) -> None:
+        error = None
+        try:
+            tiles_path, rows_path = parts.paths(self.rank)
+            tiles_path.parent.mkdir(parents=True, exist_ok=True)
+            _save(rows_path, self._owned_rows(parts.dtype))
+            _save(tiles_path, self._owned_of[self._key])
+        except Exception as exc:  # reported to rank 0 after every rank is done
+            error = f"rank {self.rank}: {type(exc).__name__}: {exc}"
+        self._collect(error, "writing its checkpoint part")
+
+    def _load_parts(self, parts: PartSet) -> None:
+        error, rows = None, None
+        try:
+            rows = parts.read_rows(self._owned_of[self._key])
+        except Exception as exc:  # every rank must learn it before the halo exchange
+            error = f"rank {self.rank}: {exc}"
+        if self._collect(error, "reading its checkpoint rows", everyone=True):
+            self._solver.set_owned_populations(rows.astype(np.float64))  # collective
+
+    def _collect(self, error: str | None, doing: str, everyone: bool = False) -> bool:
+        """Whether no rank failed; rank 0 keeps the failures as a CheckpointError for its
+        caller (raised outside the command, so no rank aborts)."""
+        errors = self.comm.allgather(error) if everyone else self.comm.gather(error, root=0)
+        if self.is_root and any(errors):
+            self._error = CheckpointError("Checkpoint failed while " + doing + ": " +
+                                          "; ".join(e for e in errors if e))
+        return not any(errors or [])
+
     def _scatter(self, _: Any) -> None:
         from mpi4py import MPI
 
@@ -602,4 +763,5 @@ class DistributedBackend:
             if solver is self._solver:
                 solver.release()
                 del self._solvers[key]
+                self._owned_of.pop(key, None)
         self._solver = None

@@ -286,44 +286,85 @@ def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis, precision):
     assert np.array_equal(out["rho"], fields["rho"], equal_nan=True)
 
 
+def _mpirun(n: int, path: Path, out: Path, *extra: str, cwd: Path) -> None:
+    """``mpirun -n n python -m solver run path --output out ...`` (or one plain process)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    launcher = [find_mpirun(), "-n", str(n)] if n > 1 else []
+    done = subprocess.run([*launcher, sys.executable, "-m", "solver", "run", str(path),
+                           "--output", str(out), "--quiet", *extra], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _populations(folder: Path) -> np.ndarray:
+    """The populations of the checkpoint in ``folder``, either format."""
+    from solver.io import read_checkpoint
+
+    checkpoint = read_checkpoint(folder / "checkpoint.npz")
+    return checkpoint.populations if checkpoint.parts is None else checkpoint.parts.assemble()
+
+
 @needs_mpi
 @pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
-    """``mpirun -n 2 python -m solver run`` to a checkpoint, ``-n 3 --resume`` to the end: the
-    checkpoint, CSV and .vti equal one uninterrupted process's, bit for bit."""
+    """``mpirun -n 2 python -m solver run`` to a checkpoint (per-rank parts and a manifest),
+    resumed to the end on 3 ranks and in one plain process; and an old gathered checkpoint of
+    one process resumed on 2 ranks: checkpoints, CSV (health numbers, probes) and .vti equal
+    one uninterrupted process's, bit for bit."""
     pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
     pv = pytest.importorskip("pyvista")
+    import shutil
+
     import yaml
 
     from solver.__main__ import main
+    from solver.io import read_checkpoint
 
     np.save(tmp_path / "pack.npy", porous())
     case = {"name": "pack", "geometry": {"file": "pack.npy"},
             "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
                        "y_min": "wall", "y_max": "wall", "backend": "numpy"},
             "run": {"max_steps": 40, "output_interval": 20, "check_interval": 10,
-                    "checkpoint_interval": 20, "convergence": 0}}
+                    "checkpoint_interval": 20, "convergence": 0},
+            "probes": [{"name": "a", "at": [20, 7, 12]}, {"name": "b", "at": [3, 12, 20]}]}
     path = tmp_path / "pack.yaml"
     path.write_text(yaml.safe_dump(case))
     assert main(["run", str(path), "--output", str(tmp_path / "one"), "--quiet"]) == 0
 
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    for n, extra in ((2, ["--max-steps", "20"]),
-                     (3, ["--resume", str(tmp_path / "mpi" / "checkpoint.npz")])):
-        cmd = [find_mpirun(), "-n", str(n), sys.executable, "-m", "solver", "run", str(path),
-               "--output", str(tmp_path / "mpi"), "--quiet", *extra]
-        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    one, mpi = tmp_path / "one", tmp_path / "mpi"
-    a, b = np.load(one / "checkpoint.npz"), np.load(mpi / "checkpoint.npz")
-    assert int(b["step"]) == 40 and np.array_equal(a["populations"], b["populations"])
-    rows = [np.genfromtxt(d / "history.csv", delimiter=",", names=True) for d in (one, mpi)]
-    for column in ("step", "u_mean_x", "u_mean_y", "u_mean_z", "permeability"):
-        assert np.array_equal(rows[0][column], rows[1][column])
-    for name in ("u", "rho"):
-        fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, mpi)]
-        assert np.array_equal(fields[0], fields[1], equal_nan=True)
+    _mpirun(2, path, tmp_path / "mpi", "--max-steps", "20", cwd=tmp_path)
+    written = read_checkpoint(tmp_path / "mpi" / "checkpoint.npz")
+    assert written.populations is None and written.parts.n_parts == 2 and written.step == 20
+    # Two writes at step 20 (the interval, the end): only the last one's files are left.
+    assert sorted(p.name.split(".", 1)[1] for p in written.parts.folder.iterdir()) == \
+        ["r00000.populations.npy", "r00000.tiles.npy", "r00001.populations.npy",
+         "r00001.tiles.npy"]
+    shutil.copytree(tmp_path / "mpi", tmp_path / "plain")
+    _mpirun(3, path, tmp_path / "mpi", "--resume", str(tmp_path / "mpi" / "checkpoint.npz"),
+            cwd=tmp_path)
+    _mpirun(1, path, tmp_path / "plain", "--resume",
+            str(tmp_path / "plain" / "checkpoint.npz"), cwd=tmp_path)
+    # An old gathered checkpoint (one process, the single-process format) resumed on 2 ranks.
+    assert main(["run", str(path), "--output", str(tmp_path / "old"), "--quiet",
+                 "--max-steps", "20"]) == 0
+    assert read_checkpoint(tmp_path / "old" / "checkpoint.npz").parts is None
+    _mpirun(2, path, tmp_path / "old", "--resume", str(tmp_path / "old" / "checkpoint.npz"),
+            cwd=tmp_path)
+    one = tmp_path / "one"
+    assert read_checkpoint(tmp_path / "plain" / "checkpoint.npz").parts is None
+    assert read_checkpoint(tmp_path / "mpi" / "checkpoint.npz").parts.n_parts == 3
+    for folder in (tmp_path / "mpi", tmp_path / "plain", tmp_path / "old"):
+        assert read_checkpoint(folder / "checkpoint.npz").step == 40
+        assert np.array_equal(_populations(one), _populations(folder)), folder.name
+        rows = [np.genfromtxt(d / "history.csv", delimiter=",", names=True)
+                for d in (one, folder)]
+        for column in ("step", "u_mean_x", "u_mean_y", "u_mean_z", "permeability", "u_max"):
+            assert np.array_equal(rows[0][column], rows[1][column]), (folder.name, column)
+        probes = [(d / "probes.csv").read_text() for d in (one, folder)]
+        assert probes[0] == probes[1], folder.name
+        for name in ("u", "rho"):
+            fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, folder)]
+            assert np.array_equal(fields[0], fields[1], equal_nan=True)
+    mpi = tmp_path / "mpi"
     summary = json.loads((mpi / "summary.json").read_text())
     assert summary["device"].endswith("x 3 MPI ranks")
     split = summary["decomposition"]

@@ -1,0 +1,251 @@
+"""Rank 0's host memory and set-up time against a serving rank's, ``mpirun ... solver run``.
+
+One point per rank count: ``mpirun -n N python benchmarks/scaling/rank0_memory.py rank CASE
+OUT`` runs the ordinary ``python -m solver run CASE`` (NumPy ranks, CPU) on a periodic sphere
+pack, with a probe on every rank that records, at the end of each phase of interest, the
+resident set (``/proc/self/statm``) and the peak so far (``ru_maxrss``): the Simulation built
+(geometry read, tiled, problem made), the allocation done (the set-up: CPU seconds to there),
+each health check (the run monitor), each ``.vti`` and each checkpoint written; at exit the
+rank's peak and CPU time. The parent writes ``rank0-memory-<cpu>-<size>-<date>.json`` and
+``.md`` to ``--out`` (default benchmarks/scaling/results/) with, per point and rank, the
+peak, the set-up CPU seconds and the phase that first raised the peak, and the sizes of the
+whole-case host arrays rank 0 held (solid mask, tiling tables, one gathered float64 copy of
+the populations, the fields of a ``.vti``) computed from the same problem.
+
+Usage::
+
+    python benchmarks/scaling/rank0_memory.py --size 160 --ranks 2 4
+    python benchmarks/scaling/rank0_memory.py --size 96 --ranks 2 --steps 10   # quick
+
+Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python, else PATH's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+MIB = 2.0**20
+
+
+def _rss() -> int:
+    """Resident bytes of this process now."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak() -> int:
+    """Peak resident bytes of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Probe:
+    """Phases of one rank: (name, rss, peak, cpu seconds) at the end of each."""
+
+    def __init__(self) -> None:
+        self.rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", 0)))
+        self.phases: list[tuple[str, int, int, float]] = []
+        self.setup_cpu: float | None = None
+
+    def mark(self, name: str) -> None:
+        self.phases.append((name, _rss(), _peak(), time.process_time()))
+
+    def wrap(self, owner, attr: str, name: str, after=None) -> None:
+        """Mark ``name`` after every call of ``owner.attr``."""
+        inner = getattr(owner, attr)
+
+        def wrapped(*args, **kwargs):
+            out = inner(*args, **kwargs)
+            self.mark(name)
+            if after is not None:
+                after()
+            return out
+
+        setattr(owner, attr, wrapped)
+
+    def report(self) -> dict:
+        self.mark("exit")
+        first = None  # the phase whose end first saw the final peak
+        for name, _, peak, _ in self.phases:
+            if peak >= self.phases[-1][2] * 0.99:
+                first = name
+                break
+        return {"rank": self.rank, "peak_bytes": _peak(), "cpu_s": time.process_time(),
+                "setup_cpu_s": self.setup_cpu, "peak_phase": first,
+                "phases": [{"phase": n, "rss_mib": round(r / MIB, 1),
+                            "peak_mib": round(p / MIB, 1), "cpu_s": round(c, 2)}
+                           for n, r, p, c in _squeeze(self.phases)]}
+
+
+def _squeeze(phases: list) -> list:
+    """Consecutive repeats of a phase kept once (the last), so a long run reads short."""
+    out: list = []
+    for item in phases:
+        if out and out[-1][0] == item[0]:
+            out[-1] = item
+        else:
+            out.append(item)
+    return out
+
+
+def rank_main(case: str, out: str, report: str) -> int:
+    """One rank: ``solver run CASE`` under the probe; writes REPORT.<rank>.json."""
+    from solver import io, readout, run, simulation
+    from solver.__main__ import main
+    from solver.distributed import backend as dist
+
+    probe = Probe()
+    probe.mark("imports")
+
+    def allocated() -> None:
+        if probe.setup_cpu is None:
+            probe.setup_cpu = time.process_time()
+
+    probe.wrap(simulation.Simulation, "__init__", "simulation built")
+    probe.wrap(dist.DistributedBackend, "_allocate", "allocated", allocated)
+    probe.wrap(readout.Readout, "health", "health check")
+    probe.wrap(run, "write_vti", "vti written")
+    probe.wrap(run, "save_simulation" if hasattr(run, "save_simulation") else
+               "write_checkpoint", "checkpoint written")
+    probe.wrap(dist.DistributedBackend, "_gather", "gather")
+    del io
+    code = main(["run", case, "--output", out, "--quiet"])
+    Path(f"{report}.{probe.rank}.json").write_text(json.dumps(probe.report()))
+    return code
+
+
+def _case(folder: Path, size: int, steps: int, vti: bool) -> Path:
+    """A periodic sphere pack of size^3 (porosity 0.4, grains of 16 nodes) and its case."""
+    import yaml
+
+    from benchmarks.scaling.scaling import sphere_pack
+
+    geometry = folder / f"pack-{size}.npy"
+    if not geometry.exists():
+        np.save(geometry, sphere_pack((size,) * 3, 0.4, 16.0, 0))
+    case = {"name": f"pack{size}", "geometry": {"file": geometry.name},
+            "config": {"precision": "float64", "tau": 0.8, "body_force": [1e-6, 0, 0],
+                       "backend": "numpy"},
+            "run": {"max_steps": steps, "output_interval": steps, "check_interval": steps,
+                    "checkpoint_interval": 0, "convergence": 0, "vti": vti}}
+    path = folder / f"pack-{size}.yaml"
+    path.write_text(yaml.safe_dump(case))
+    return path
+
+
+def whole_arrays(geometry: Path) -> dict[str, float]:
+    """MiB of the whole-case host arrays rank 0 held before this work (one process's view)."""
+    from solver.config import SimulationConfig
+    from solver.problem import Problem
+
+    solid = np.load(geometry)
+    problem = Problem.from_config(solid, SimulationConfig(precision="float64", tau=0.8))
+    t = problem.tiling
+    tables = sum(v.nbytes for v in vars(t).values() if isinstance(v, np.ndarray))
+    pops = t.n_tiles * problem.lattice.q * t.nodes_per_tile * 8
+    return {"solid_mask": solid.nbytes / MIB, "tiling_arrays": tables / MIB,
+            "gathered_populations_float64": pops / MIB,
+            "vti_fields_float64": 4 * solid.size * 8 / MIB,
+            "n_tiles": t.n_tiles, "fluid_nodes": problem.n_fluid}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every point of ``args.ranks``; the results as one JSON-ready dict."""
+    from solver.distributed.comm import find_mpirun
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    case = _case(work, args.size, args.steps, not args.no_vti)
+    points = []
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    for n in args.ranks:
+        report = work / f"report-{n}"
+        for old in work.glob(f"report-{n}.*.json"):
+            old.unlink()
+        tic = time.perf_counter()
+        done = subprocess.run([find_mpirun(), "-n", str(n), sys.executable, __file__, "rank",
+                               str(case), str(work / f"out-{n}"), str(report)],
+                              cwd=work, env=env, capture_output=True, text=True,
+                              timeout=args.timeout)
+        wall = time.perf_counter() - tic
+        if done.returncode != 0:
+            points.append({"ranks": n, "error": done.stderr[-2000:]})
+            continue
+        ranks = [json.loads(Path(f"{report}.{r}.json").read_text()) for r in range(n)]
+        points.append({"ranks": n, "wall_s": round(wall, 2), "per_rank": ranks})
+    return {"size": args.size, "steps": args.steps, "vti": not args.no_vti,
+            "commit": _commit(), "date": date.today().isoformat(),
+            "whole_case_mib": whole_arrays(work / f"pack-{args.size}.npy"), "points": points}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                              capture_output=True, text=True).stdout.strip() or "unknown"
+    except OSError:
+        return os.environ.get("LBM_COMMIT", "unknown")
+
+
+def markdown(result: dict) -> str:
+    """The result as a short Markdown table."""
+    lines = [f"# Rank 0's host memory, {result['size']}³ pack, NumPy ranks "
+             f"({result['date']}, {result['commit']})", "",
+             f"{result['steps']} steps, one health check, .vti {'on' if result['vti'] else 'off'}"
+             ", checkpoint at the end.", "",
+             "| ranks | rank | peak RSS (MiB) | set-up CPU (s) | peak reached at |",
+             "|---:|---:|---:|---:|---|"]
+    for point in result["points"]:
+        if "error" in point:
+            lines.append(f"| {point['ranks']} | – | failed | | |")
+            continue
+        for r in point["per_rank"]:
+            setup = r["setup_cpu_s"]
+            lines.append(f"| {point['ranks']} | {r['rank']} | {r['peak_bytes'] / MIB:.0f} | "
+                         f"{'–' if setup is None else f'{setup:.1f}'} | {r['peak_phase']} |")
+    whole = result["whole_case_mib"]
+    lines += ["", "Whole-case host arrays of this case (MiB): " + ", ".join(
+        f"{k} {v:.1f}" for k, v in whole.items() if k not in ("n_tiles", "fluid_nodes")) +
+        f"; {whole['n_tiles']} tiles, {whole['fluid_nodes']} fluid nodes.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "rank":
+        return rank_main(*argv[1:4])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=160)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--no-vti", action="store_true", help="write no .vti (fields)")
+    parser.add_argument("--tag", default="", help="added to the result files' names")
+    parser.add_argument("--work", default="/tmp/rank0-memory")
+    parser.add_argument("--out", default=str(REPO / "benchmarks/scaling/results"))
+    parser.add_argument("--timeout", type=float, default=1200)
+    args = parser.parse_args(argv)
+    result = measure(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"rank0-memory-cpu-{args.size}{args.tag}-{result['date']}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
