@@ -58,16 +58,21 @@ class Probe:
         self.rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", 0)))
         self.phases: list[tuple[str, int, int, float]] = []
         self.setup_cpu: float | None = None
+        self.setup_wall: float | None = None
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}  # wall seconds inside each wrapped call
 
     def mark(self, name: str) -> None:
         self.phases.append((name, _rss(), _peak(), time.process_time()))
 
     def wrap(self, owner, attr: str, name: str, after=None) -> None:
-        """Mark ``name`` after every call of ``owner.attr``."""
+        """Mark ``name`` after every call of ``owner.attr``; add up its wall time."""
         inner = getattr(owner, attr)
 
         def wrapped(*args, **kwargs):
+            tic = time.perf_counter()
             out = inner(*args, **kwargs)
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - tic
             self.mark(name)
             if after is not None:
                 after()
@@ -83,7 +88,9 @@ class Probe:
                 first = name
                 break
         return {"rank": self.rank, "peak_bytes": _peak(), "cpu_s": time.process_time(),
-                "setup_cpu_s": self.setup_cpu, "peak_phase": first,
+                "setup_cpu_s": self.setup_cpu, "setup_wall_s": self.setup_wall,
+                "peak_phase": first,
+                "seconds_in": {k: round(v, 3) for k, v in self.seconds.items()},
                 "phases": [{"phase": n, "rss_mib": round(r / MIB, 1),
                             "peak_mib": round(p / MIB, 1), "cpu_s": round(c, 2)}
                            for n, r, p, c in _squeeze(self.phases)]}
@@ -112,6 +119,7 @@ def rank_main(case: str, out: str, report: str) -> int:
     def allocated() -> None:
         if probe.setup_cpu is None:
             probe.setup_cpu = time.process_time()
+            probe.setup_wall = time.perf_counter() - probe.start
 
     probe.wrap(simulation.Simulation, "__init__", "simulation built")
     probe.wrap(dist.DistributedBackend, "_allocate", "allocated", allocated)
@@ -120,6 +128,12 @@ def rank_main(case: str, out: str, report: str) -> int:
     probe.wrap(run, "save_simulation" if hasattr(run, "save_simulation") else
                "write_checkpoint", "checkpoint written")
     probe.wrap(dist.DistributedBackend, "_gather", "gather")
+    probe.wrap(dist.RankSolver, "__init__", "rank solver built")
+    probe.wrap(dist, "rank_part", "part cut")
+    probe.wrap(dist, "decompose", "decomposed")
+    for name in ("_moments", "_nodes", "_write_parts", "_load_parts"):  # absent before
+        if hasattr(dist.DistributedBackend, name):
+            probe.wrap(dist.DistributedBackend, name, name.strip("_"))
     del io
     code = main(["run", case, "--output", out, "--quiet"])
     Path(f"{report}.{probe.rank}.json").write_text(json.dumps(probe.report()))
@@ -205,17 +219,24 @@ def markdown(result: dict) -> str:
     lines = [f"# Rank 0's host memory, {result['size']}³ pack, NumPy ranks "
              f"({result['date']}, {result['commit']})", "",
              f"{result['steps']} steps, one health check, .vti {'on' if result['vti'] else 'off'}"
-             ", checkpoint at the end.", "",
-             "| ranks | rank | peak RSS (MiB) | set-up CPU (s) | peak reached at |",
-             "|---:|---:|---:|---:|---|"]
+             ", checkpoint at the end. Set-up wall: process start (imports done) to the end of "
+             "the allocation; own set-up: the rank's time in building the Simulation (rank 0: "
+             "read, tile, problem), decomposing, cutting the parts and building its rank "
+             "solver (the rest of a serving rank's set-up is waiting for rank 0).", "",
+             "| ranks | rank | peak RSS (MiB) | set-up wall (s) | own set-up (s) | "
+             "peak reached at |", "|---:|---:|---:|---:|---:|---|"]
     for point in result["points"]:
         if "error" in point:
             lines.append(f"| {point['ranks']} | – | failed | | |")
             continue
         for r in point["per_rank"]:
-            setup = r["setup_cpu_s"]
+            setup = r.get("setup_wall_s")
+            own = sum(v for k, v in r.get("seconds_in", {}).items()
+                      if k in ("simulation built", "decomposed", "part cut",
+                               "rank solver built"))
             lines.append(f"| {point['ranks']} | {r['rank']} | {r['peak_bytes'] / MIB:.0f} | "
-                         f"{'–' if setup is None else f'{setup:.1f}'} | {r['peak_phase']} |")
+                         f"{'–' if setup is None else f'{setup:.1f}'} | {own:.1f} | "
+                         f"{r['peak_phase']} |")
     whole = result["whole_case_mib"]
     lines += ["", "Whole-case host arrays of this case (MiB): " + ", ".join(
         f"{k} {v:.1f}" for k, v in whole.items() if k not in ("n_tiles", "fluid_nodes")) +

@@ -703,7 +703,7 @@ class DistributedBackend:
             _save(tiles_path, self._owned_of[self._key])
         except Exception as exc:  # reported to rank 0 after every rank is done
             error = f"rank {self.rank}: {type(exc).__name__}: {exc}"
-        self._collect(error, "writing its checkpoint part")
+        self._collect(error, "Writing the checkpoint's per-rank parts")
 
     def _load_parts(self, parts: PartSet) -> None:
         error, rows = None, None
@@ -711,7 +711,7 @@ class DistributedBackend:
             rows = parts.read_rows(self._owned_of[self._key])
         except Exception as exc:  # every rank must learn it before the halo exchange
             error = f"rank {self.rank}: {exc}"
-        if self._collect(error, "reading its checkpoint rows", everyone=True):
+        if self._collect(error, "Resuming from the checkpoint's parts", everyone=True):
             self._solver.set_owned_populations(rows.astype(np.float64))  # collective
 
     def _collect(self, error: str | None, doing: str, everyone: bool = False) -> bool:
@@ -719,7 +719,7 @@ class DistributedBackend:
         caller (raised outside the command, so no rank aborts)."""
         errors = self.comm.allgather(error) if everyone else self.comm.gather(error, root=0)
         if self.is_root and any(errors):
-            self._error = CheckpointError("Checkpoint failed while " + doing + ": " +
+            self._error = CheckpointError(f"{doing} failed: " +
                                           "; ".join(e for e in errors if e))
         return not any(errors or [])
 

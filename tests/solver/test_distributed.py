@@ -286,14 +286,16 @@ def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis, precision):
     assert np.array_equal(out["rho"], fields["rho"], equal_nan=True)
 
 
-def _mpirun(n: int, path: Path, out: Path, *extra: str, cwd: Path) -> None:
+def _mpirun(n: int, path: Path, out: Path, *extra: str, cwd: Path, ok: bool = True
+            ) -> subprocess.CompletedProcess:
     """``mpirun -n n python -m solver run path --output out ...`` (or one plain process)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     launcher = [find_mpirun(), "-n", str(n)] if n > 1 else []
     done = subprocess.run([*launcher, sys.executable, "-m", "solver", "run", str(path),
                            "--output", str(out), "--quiet", *extra], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.returncode == 0) == ok, done.stderr[-3000:]
+    return done
 
 
 def _populations(folder: Path) -> np.ndarray:
@@ -365,6 +367,11 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
             fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, folder)]
             assert np.array_equal(fields[0], fields[1], equal_nan=True)
     mpi = tmp_path / "mpi"
+    # A part missing: every rank learns it before the halo exchange; a clear error, no hang.
+    read_checkpoint(mpi / "checkpoint.npz").parts.paths(2)[1].unlink()
+    done = _mpirun(2, path, tmp_path / "broken", "--resume", str(mpi / "checkpoint.npz"),
+                   cwd=tmp_path, ok=False)
+    assert "r00002.populations.npy is missing" in done.stderr, done.stderr[-3000:]
     summary = json.loads((mpi / "summary.json").read_text())
     assert summary["device"].endswith("x 3 MPI ranks")
     split = summary["decomposition"]
