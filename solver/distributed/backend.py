@@ -2,8 +2,8 @@
 
 :class:`DistributedBackend` implements :class:`~solver.backends.Backend`, so on rank 0
 ``Simulation(geometry, config, backend=DistributedBackend())`` works unchanged — ``fields()``,
-``slice()``, metrics, checkpoints (``solver.io`` reads ``populations()`` and writes the
-single-rank format) — while every other rank runs :meth:`DistributedBackend.serve`. Each call on
+``slice()``, metrics, checkpoints (per-rank parts and a manifest, :mod:`solver.checkpoint_parts`)
+— while every other rank runs :meth:`DistributedBackend.serve`. Each call on
 rank 0 broadcasts a small command and then takes part in the same collective work as the
 others:
 
@@ -25,11 +25,22 @@ others:
   captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
   ``benchmarks/scaling/README.md``); the time is rank 0's wall time up to a closing barrier, so
   MFLUPS count the global fluid nodes over the slowest rank.
+- reads send only what an output needs: ``tile_moments`` (the run monitor's health check,
+  ``.vti`` fields, the coarse flow) has each rank compute its owned tiles' density and velocity
+  and gathers those (4 values a node instead of q populations; node by node the arithmetic of
+  one process, so the same bits); ``node_populations`` (a slice's plane, probes) gathers the
+  asked nodes' populations from the ranks owning them; ``device_populations(state, tiles)``
+  (the openings' mean densities) gathers those tiles alone.
+- checkpoints over two or more ranks (``writes_parts``): ``write_parts`` has every rank write
+  its owned tiles' rows and their global numbers (:mod:`solver.checkpoint_parts`; the manifest
+  is :func:`solver.io.save_simulation`'s), ``load_parts`` has every rank read its own tiles'
+  rows from parts written by any number of ranks (re-slabbed by tile number; a failure on any
+  rank is rank 0's CheckpointError, nothing aborts). One rank writes the single-process file.
 - ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
   (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
-  halos. ``device_populations`` is the same gather (``xp`` is NumPy on rank 0), so
-  ``Simulation.fields``/``slice``/``health`` read the whole state once per call; reducing
-  moments on the ranks and sending only slices or scalars is the next step for large GPU runs.
+  halos (an old gathered checkpoint resumes this way). ``device_populations`` of all tiles is
+  the same gather in the arithmetic precision (``xp`` is NumPy on rank 0): what still reads
+  the whole state on rank 0 are wall shear stress, forces and ``Simulation.populations``.
 
 Use :func:`solver.distributed.launch` (or ``with DistributedBackend() as b``) so that the
 workers are released when rank 0 finishes or fails.
@@ -238,8 +249,15 @@ class DistributedBackend:
         precision one process reduces them in. Each rank casts its float64 rows (which hold
         every stored value exactly) before the gather: the values of a cast on rank 0, half
         the bytes in float32 and no float64 copy of the whole state on rank 0."""
-        f = self._gathered_populations(state, state.problem.dtype)
-        return f if tiles is None else f[tiles]
+        n = state.problem.tiling.n_tiles
+        if isinstance(tiles, slice):
+            tiles = None if tiles.indices(n) == (0, n, 1) else np.arange(n)[tiles]
+        if tiles is None:
+            return self._gathered_populations(state, state.problem.dtype)
+        # Only those tiles travel (an opening's nodes, a chunk): not the whole state.
+        self._command("rows", (np.asarray(tiles, np.int64), np.dtype(state.problem.dtype).name),
+                      state.key)
+        return self._rows_out
 
     def _gathered_populations(self, state: DistributedState, dtype: Any) -> np.ndarray:
         """Every rank's owned rows as ``dtype``, gathered on rank 0 in global tile order."""
@@ -640,29 +658,41 @@ class DistributedBackend:
                               problem.force, problem.incompressible)
         del rows
         where = owned if pick is None else owned[pick]
-        self._moments_out = self._gather_rows([rho, *u], where, tiles)
+        got = self._gather_blocks([rho, *u], where, tiles, np.float64)
+        if self.is_root:
+            self._moments_out = (got[0], np.stack(got[1:]) if len(got) > 1 else
+                                 np.empty((0, *got[0].shape)))
 
-    def _gather_rows(self, blocks: list[np.ndarray], where: np.ndarray,
-                     tiles: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rank 0: (rho, u) of the blocks (n, N) each rank holds for global tiles ``where``,
-        placed in the order of ``tiles`` (None: global order), one Gatherv per block."""
+    def _rows(self, payload: tuple[np.ndarray, str]) -> None:
+        tiles, dtype = payload
+        owned = self._owned_of[self._key]
+        pick = np.flatnonzero(np.isin(owned, tiles))
+        rows = self._owned_rows(dtype)[pick]
+        shape = rows.shape[1:]
+        got = self._gather_blocks([rows.reshape(len(pick), -1)], owned[pick], tiles, dtype)
+        if self.is_root:
+            self._rows_out = got[0].reshape(len(tiles), *shape)
+
+    def _gather_blocks(self, blocks: list[np.ndarray], where: np.ndarray,
+                       tiles: np.ndarray | None, dtype: Any) -> list[np.ndarray] | None:
+        """Rank 0: the 2D blocks (n, m) each rank holds for its global tiles ``where``, as
+        ``dtype``, placed in the order of ``tiles`` (None: global order), one Gatherv each."""
         from mpi4py.util.dtlib import from_numpy_dtype
 
+        dtype = np.dtype(dtype)
         counts = np.asarray(self.comm.gather(len(where), root=0) or [0], np.int64)
         places = self.comm.gather(where, root=0)
         out = []
         for block in blocks:
-            block = np.ascontiguousarray(block, dtype=np.float64)
+            block = np.ascontiguousarray(block, dtype=dtype)
             recv = None
             if self.is_root:
-                got = np.empty((int(counts.sum()), block.shape[1]), dtype=np.float64)
-                recv = [got, counts * block.shape[1], None, from_numpy_dtype(np.float64)]
+                got = np.empty((int(counts.sum()), block.shape[1]), dtype=dtype)
+                recv = [got, counts * block.shape[1], None, from_numpy_dtype(dtype)]
             self.comm.Gatherv(block, recv, root=0)
             if self.is_root:
                 out.append(self._in_order(got, np.concatenate(places), tiles))
-        if not self.is_root:
-            return None
-        return out[0], np.stack(out[1:]) if len(out) > 1 else np.empty((0, *out[0].shape))
+        return out if self.is_root else None
 
     @staticmethod
     def _in_order(got: np.ndarray, where: np.ndarray, tiles: np.ndarray | None) -> np.ndarray:
