@@ -207,11 +207,13 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def _commit() -> str:
+    """The checkout's commit; ``LBM_COMMIT`` where it has no ``.git``."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                              capture_output=True, text=True).stdout.strip() or "unknown"
+        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
     except OSError:
-        return os.environ.get("LBM_COMMIT", "unknown")
+        found = ""
+    return found or os.environ.get("LBM_COMMIT", "unknown")
 
 
 def markdown(result: dict) -> str:

@@ -8,6 +8,7 @@ checked in one process through the loopback exchange, which needs no MPI.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -236,6 +237,52 @@ def test_loopback_ranks_match_one_process_bitwise(lattice, precision):
             for rank in ranks:
                 got[rank.layout.global_tiles[: rank.n_owned]] = rank.owned_populations()
             assert np.array_equal(got, expected), (lattice, axis, n)
+
+
+def _same(a, b) -> None:
+    """``a`` equals ``b`` bit for bit (NaN equal to NaN), through dicts, lists, tuples and
+    dataclasses."""
+    if dataclasses.is_dataclass(a):
+        _same(vars(a), vars(b))
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _same(a[key], b[key])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same(x, y)
+    elif a is None or isinstance(a, str | bool | int):
+        assert a == b
+    else:
+        assert np.array_equal(a, b, equal_nan=True), (a, b)
+
+
+def test_outputs_read_over_ranks_never_gather_the_whole_state():
+    """Health checks, fields, a cut, the live view and probes on a DistributedBackend equal one
+    plain process's bit for bit, and none gathers the whole state to rank 0 (moments are
+    computed on the ranks, a cut's and the probes' nodes travel alone): one rank, in process."""
+    pytest.importorskip("mpi4py")
+    from solver.distributed import DistributedBackend
+    from solver.probes import Line, Probe, ProbeSet
+
+    solid, cfg = porous(), config()
+    probes = ProbeSet((Probe("a", (20, 7, 12)),), (Line("l", (0, 3, 3), (25, 3, 20)),))
+    plain = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
+    with DistributedBackend("numpy") as backend:
+        whole = []
+        gather = backend._gather
+        backend._gather = lambda dtype: (whole.append(dtype), gather(dtype))[1]
+        sim = Simulation(solid, cfg, backend=backend)
+        for s in (plain, sim):
+            s.step(7)
+        reads = [lambda s: s.health(), lambda s: s.fields(), lambda s: s.slice(2, 11, "ux"),
+                 lambda s: s.view(1, 6, "pressure", health=True, probes=probes),
+                 lambda s: s.sample(probes), lambda s: vars(s.coarse_flow()) | {"read_at": 0}]
+        for read in reads:
+            _same(read(sim), read(plain))
+        assert whole == []
+        sim.close()
 
 
 def test_launched_size_reads_the_launcher_environment():
