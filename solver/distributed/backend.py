@@ -304,7 +304,8 @@ class DistributedBackend:
                     ) -> PartSet:
         """Every rank writes its owned tiles' populations (as ``dtype``) and their global
         numbers to ``folder`` (atomically, each file); the :class:`PartSet` naming them (what
-        the manifest records). CheckpointError, after every rank finished, if one failed."""
+        the manifest records). OSError, after every rank finished, if one failed (the previous
+        checkpoint stays whole: its manifest is not replaced)."""
         parts = PartSet(folder=Path(folder), token=new_token(step),
                         tiles_per_part=np.asarray(self._counts_of[state.key], np.int64),
                         shape=(state.problem.tiling.n_tiles, state.problem.lattice.q,
@@ -733,7 +734,7 @@ class DistributedBackend:
             _save(tiles_path, self._owned_of[self._key])
         except Exception as exc:  # reported to rank 0 after every rank is done
             error = f"rank {self.rank}: {type(exc).__name__}: {exc}"
-        self._collect(error, "Writing the checkpoint's per-rank parts")
+        self._collect(error, "Writing the checkpoint's per-rank parts", OSError)
 
     def _load_parts(self, parts: PartSet) -> None:
         error, rows = None, None
@@ -741,16 +742,18 @@ class DistributedBackend:
             rows = parts.read_rows(self._owned_of[self._key])
         except Exception as exc:  # every rank must learn it before the halo exchange
             error = f"rank {self.rank}: {exc}"
-        if self._collect(error, "Resuming from the checkpoint's parts", everyone=True):
+        if self._collect(error, "Resuming from the checkpoint's parts", CheckpointError,
+                         everyone=True):
             self._solver.set_owned_populations(rows.astype(np.float64))  # collective
 
-    def _collect(self, error: str | None, doing: str, everyone: bool = False) -> bool:
-        """Whether no rank failed; rank 0 keeps the failures as a CheckpointError for its
-        caller (raised outside the command, so no rank aborts)."""
+    def _collect(self, error: str | None, doing: str, kind: type[Exception],
+                 everyone: bool = False) -> bool:
+        """Whether no rank failed; rank 0 keeps the failures as a ``kind`` error for its
+        caller (raised outside the command, so no rank aborts: an OSError of a write is the
+        run's output error, a CheckpointError of a read the user's)."""
         errors = self.comm.allgather(error) if everyone else self.comm.gather(error, root=0)
         if self.is_root and any(errors):
-            self._error = CheckpointError(f"{doing} failed: " +
-                                          "; ".join(e for e in errors if e))
+            self._error = kind(f"{doing} failed: " + "; ".join(e for e in errors if e))
         return not any(errors or [])
 
     def _scatter(self, _: Any) -> None:

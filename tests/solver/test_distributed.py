@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solver.__main__ import EXIT_OUTPUT
 from solver.backends.numpy_backend import CHUNK_NODES, NumpyBackend
 from solver.config import ConfigError, SimulationConfig
 from solver.distributed import (
@@ -419,6 +420,13 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
     done = _mpirun(2, path, tmp_path / "broken", "--resume", str(mpi / "checkpoint.npz"),
                    cwd=tmp_path, ok=False)
     assert "r00002.populations.npy is missing" in done.stderr, done.stderr[-3000:]
+    # A part that cannot be written (its folder is a file): the run's output error, no hang.
+    (tmp_path / "unwritable").mkdir()
+    (tmp_path / "unwritable" / "checkpoint.parts").write_text("not a folder")
+    done = _mpirun(2, path, tmp_path / "unwritable", "--max-steps", "10", cwd=tmp_path,
+                   ok=False)
+    assert done.returncode == EXIT_OUTPUT, done.stderr[-3000:]
+    assert "Writing the checkpoint's per-rank parts failed: rank 0" in done.stderr
     summary = json.loads((mpi / "summary.json").read_text())
     assert summary["device"].endswith("x 3 MPI ranks")
     split = summary["decomposition"]
