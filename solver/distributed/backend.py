@@ -651,14 +651,22 @@ class DistributedBackend:
         return np.ascontiguousarray(self._solver.owned_populations(), dtype=dtype)
 
     def _moments(self, tiles: np.ndarray | None) -> None:
-        problem = self._solver.problem
+        solver = self._solver
+        problem = solver.problem
         owned = self._owned_of[self._key]
-        pick = None if tiles is None else np.flatnonzero(np.isin(owned, tiles))
-        rows = self._owned_rows(problem.dtype)
-        rho, u = tile_moments(rows if pick is None else rows[pick], problem.lattice,
-                              problem.force, problem.incompressible)
-        del rows
-        where = owned if pick is None else owned[pick]
+        pick = np.arange(owned.size) if tiles is None else \
+            np.flatnonzero(np.isin(owned, tiles))
+        n_node = problem.tiling.nodes_per_tile
+        rho = np.empty((pick.size, n_node))
+        u = np.empty((problem.lattice.d, pick.size, n_node))
+        per = solver.readout_tiles()
+        for first in range(0, pick.size, per):  # a readout chunk at a time, no whole copy
+            part = slice(first, min(pick.size, first + per))
+            which = slice(int(pick[first]), int(pick[part.stop - 1]) + 1) if tiles is None \
+                else pick[part]
+            rho[part], u[:, part] = tile_moments(solver.owned_readout(which), problem.lattice,
+                                                 problem.force, problem.incompressible)
+        where = owned[pick]
         got = self._gather_blocks([rho, *u], where, tiles, np.float64)
         if self.is_root:
             self._moments_out = (got[0], np.stack(got[1:]) if len(got) > 1 else
@@ -668,7 +676,7 @@ class DistributedBackend:
         tiles, dtype = payload
         owned = self._owned_of[self._key]
         pick = np.flatnonzero(np.isin(owned, tiles))
-        rows = self._owned_rows(dtype)[pick]
+        rows = np.asarray(self._solver.owned_readout(pick), dtype=dtype)
         shape = rows.shape[1:]
         got = self._gather_blocks([rows.reshape(len(pick), -1)], owned[pick], tiles, dtype)
         if self.is_root:
@@ -714,9 +722,9 @@ class DistributedBackend:
         at = np.minimum(np.searchsorted(owned[sorted_at], tiles), max(owned.size - 1, 0))
         mine = np.flatnonzero(owned[sorted_at][at] == tiles) if owned.size else \
             np.zeros(0, np.int64)
-        rows = self._owned_rows(self._solver.problem.dtype)
-        values = rows[sorted_at[at[mine]], :, nodes[mine]]  # (k, q)
-        del rows
+        local, where = np.unique(sorted_at[at[mine]], return_inverse=True)
+        rows = self._solver.owned_readout(local)  # only the tiles holding the nodes
+        values = rows[where.reshape(-1), :, nodes[mine]]  # (k, q)
         got = self.comm.gather((mine, values), root=0)
         if self.is_root:
             q = self._solver.problem.lattice.q
