@@ -5,7 +5,9 @@ populations in the arithmetic dtype (n_tiles, q, a**d; with float16 storage thei
 values, which encode back to the very same stored state), the step count and metrics, the
 opening links' mass flux of the last step (what a resumed vessel reports as its flows until its
 next step), the configuration as JSON of its ``param`` values, and a SHA-256 hash of the solid
-mask and its shape so that a checkpoint is never resumed on another geometry. Nothing is
+mask and its shape so that a checkpoint is never resumed on another geometry. Over MPI ranks
+the file is a manifest of the same fields without the populations, which every rank writes as
+its own part beside it (:mod:`solver.checkpoint_parts`); :func:`restore` reads both. Nothing is
 pickled; files are read with ``allow_pickle=False``. Checkpoints and JSON are written
 atomically: a temporary file in the same folder, fsync, then ``os.replace``, so a crash
 mid-write leaves the previous file.
@@ -429,6 +431,7 @@ def save_simulation(sim, path: str | Path, extra: dict[str, Any] | None = None,
                                                sim.problem.storage.checkpoint_dtype)
     written = write_checkpoint(path, checkpoint)
     remove_other_parts(checkpoint.parts.folder, checkpoint.parts.token)
+    remove_orphaned_temporaries(checkpoint.parts.folder)  # a killed rank's half-written part
     return written
 
 
