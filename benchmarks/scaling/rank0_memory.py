@@ -16,6 +16,7 @@ Usage::
 
     python benchmarks/scaling/rank0_memory.py --size 160 --ranks 2 4
     python benchmarks/scaling/rank0_memory.py --size 96 --ranks 2 --steps 10   # quick
+    python benchmarks/scaling/rank0_memory.py setup --sizes 160 256   # rank 0's set-up alone
 
 Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python, else PATH's).
 """
@@ -246,10 +247,64 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def setup_point(size: int, work: str) -> dict:
+    """What rank 0's set-up of ``solver run`` builds for a size^3 pack in one process (the
+    geometry read, the case's checks, the whole tiling and problem): seconds, the peak above
+    the imports and the resident set after it, MiB."""
+    from solver.case import load_case
+    from solver.run import HeadlessRun
+
+    folder = Path(work)
+    folder.mkdir(parents=True, exist_ok=True)
+    case = _case(folder, size, 4, True)
+    base, rss = _peak(), _rss()
+    tic = time.perf_counter()
+    run = HeadlessRun(load_case(case), out=folder / "out")
+    return {"size": size, "voxels": size**3, "setup_s": round(time.perf_counter() - tic, 2),
+            "peak_above_imports_mib": round((_peak() - base) / MIB, 1),
+            "held_mib": round((_rss() - rss) / MIB, 1), "n_tiles": run.sim.tiling.n_tiles}
+
+
+def setup_series(args: argparse.Namespace) -> int:
+    """``setup --sizes ...``: :func:`setup_point` per size, each in a fresh process."""
+    points = []
+    for size in args.sizes:
+        done = subprocess.run([sys.executable, __file__, "setup-point", str(size), args.work],
+                              capture_output=True, text=True, timeout=args.timeout)
+        points.append(json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                      else {"size": size, "error": done.stderr[-2000:]})
+    result = {"commit": _commit(), "date": date.today().isoformat(), "points": points}
+    lines = [f"# Rank 0's set-up of `solver run` in one process ({result['date']}, "
+             f"{result['commit']})", "", "| size | voxels | set-up (s) | peak above imports "
+             "(MiB) | held after (MiB) | bytes a voxel (peak) |", "|---:|---:|---:|---:|---:|---:|"]
+    for p in points:
+        if "error" not in p:
+            lines.append(f"| {p['size']}³ | {p['voxels']} | {p['setup_s']} | "
+                         f"{p['peak_above_imports_mib']} | {p['held_mib']} | "
+                         f"{p['peak_above_imports_mib'] * MIB / p['voxels']:.1f} |")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"rank0-setup-cpu-{'-'.join(map(str, args.sizes))}-{result['date']}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "rank":
         return rank_main(*argv[1:4])
+    if argv and argv[0] == "setup-point":
+        print(json.dumps(setup_point(int(argv[1]), argv[2])))
+        return 0
+    if argv and argv[0] == "setup":
+        parser = argparse.ArgumentParser(description="rank 0's set-up in one process")
+        parser.add_argument("--sizes", type=int, nargs="+", default=[160, 256])
+        parser.add_argument("--work", default="/tmp/rank0-memory")
+        parser.add_argument("--out", default=str(REPO / "benchmarks/scaling/results"))
+        parser.add_argument("--timeout", type=float, default=1200)
+        return setup_series(parser.parse_args(argv[1:]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=160)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])

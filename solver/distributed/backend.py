@@ -254,7 +254,7 @@ class DistributedBackend:
             tiles = None if tiles.indices(n) == (0, n, 1) else np.arange(n)[tiles]
         if tiles is None:
             return self._gathered_populations(state, state.problem.dtype)
-        # Only those tiles travel (an opening's nodes, a chunk): not the whole state.
+        # Only those tiles travel (an opening's nodes, a chunk), read as a readout reads them.
         self._command("rows", (np.asarray(tiles, np.int64), np.dtype(state.problem.dtype).name),
                       state.key)
         return self._rows_out
@@ -271,9 +271,10 @@ class DistributedBackend:
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Density (t, N) and velocity (d, t, N), float64 on rank 0, of all tiles or of
         ``tiles`` (a slice or an index array, global order): each rank computes its owned
-        tiles' moments from its rows cast to the arithmetic precision (what a gather then
-        :func:`solver.fields.tile_moments` on rank 0 computed, node by node the same bits) and
-        only the moments travel: 4 values a node instead of q populations."""
+        tiles' moments from its readout (``device_populations`` a readout chunk at a time,
+        the arithmetic precision: what one process's readout reads; node by node the
+        arithmetic of :func:`solver.fields.tile_moments`, so the same bits) and only the
+        moments travel: 4 values a node instead of q populations."""
         n = state.problem.tiling.n_tiles
         if isinstance(tiles, slice):
             tiles = None if tiles.indices(n) == (0, n, 1) else np.arange(n)[tiles]
