@@ -341,9 +341,13 @@ class DistributedBackend:
         return np.asarray(array)
 
     def set_populations(self, state: DistributedState, f: np.ndarray) -> None:
-        """Scatter global populations (n_tiles, q, a**d) to the owners; refresh halos."""
-        self._scatter_rows = np.ascontiguousarray(np.asarray(f, dtype=np.float64)[state.order])
-        self._command("scatter", None, state.key)
+        """Scatter global populations (n_tiles, q, a**d) to the owners; refresh halos. Sent
+        in ``f``'s float dtype (each rank widens its rows exactly): rank 0 makes one reordered
+        copy of ``f``, not two float64 ones."""
+        f = np.asarray(f)
+        dtype = f.dtype if f.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+        self._scatter_rows = np.ascontiguousarray(f[state.order], dtype=dtype)
+        self._command("scatter", dtype.name, state.key)
 
     def stored_populations(self, state: DistributedState) -> np.ndarray:
         """The gathered populations: float64 holds every stored value exactly (float16
@@ -765,18 +769,20 @@ class DistributedBackend:
             self._error = kind(f"{doing} failed: " + "; ".join(e for e in errors if e))
         return not any(errors or [])
 
-    def _scatter(self, _: Any) -> None:
-        from mpi4py import MPI
+    def _scatter(self, dtype: str | None) -> None:
+        from mpi4py.util.dtlib import from_numpy_dtype
 
+        dtype = np.dtype(dtype or np.float64)
         solver = self._solver
         lat, tiling = solver.problem.lattice, solver.problem.tiling
-        block = np.empty((solver.n_owned, lat.q, tiling.nodes_per_tile), dtype=np.float64)
+        block = np.empty((solver.n_owned, lat.q, tiling.nodes_per_tile), dtype=dtype)
         send = None
         if self.is_root:
             send = [self._scatter_rows, self._counts * lat.q * tiling.nodes_per_tile, None,
-                    MPI.DOUBLE]
+                    from_numpy_dtype(dtype)]
         self.comm.Scatterv(send, block, root=0)
-        solver.set_owned_populations(block)
+        self._scatter_rows = None
+        solver.set_owned_populations(block.astype(np.float64, copy=False))
 
     def _flux(self, _: Any) -> None:
         self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)

@@ -286,6 +286,25 @@ def test_outputs_read_over_ranks_never_gather_the_whole_state():
         sim.close()
 
 
+def test_float32_populations_are_scattered_in_their_dtype():
+    """``set_populations`` of a float32 array (a coarse start's, a float32 checkpoint's) sends
+    float32 rows and each rank widens them: the run equals one process's bit for bit."""
+    pytest.importorskip("mpi4py")
+    from solver.distributed import DistributedBackend
+
+    solid, cfg = porous(), config(precision="float32")
+    f0 = noisy_start(Problem.from_config(solid, cfg)).astype(np.float32)
+    plain = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
+    with DistributedBackend("numpy") as backend:
+        sim = Simulation(solid, cfg, backend=backend)
+        for s in (plain, sim):
+            s.allocate()
+            s.backend.set_populations(s.state, f0)
+            s.step(3)
+        assert np.array_equal(sim.populations(), plain.populations())
+        sim.close()
+
+
 def test_launched_size_reads_the_launcher_environment():
     assert launched_size({}) == 1
     assert launched_size({"PMI_SIZE": "3"}) == 3
