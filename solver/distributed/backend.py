@@ -37,10 +37,12 @@ others:
   rows from parts written by any number of ranks (re-slabbed by tile number; a failure on any
   rank is rank 0's CheckpointError, nothing aborts). One rank writes the single-process file.
 - ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
-  (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
-  halos (an old gathered checkpoint resumes this way). ``device_populations`` of all tiles is
-  the same gather in the arithmetic precision (``xp`` is NumPy on rank 0): what still reads
-  the whole state on rank 0 are wall shear stress, forces and ``Simulation.populations``.
+  (``Gatherv`` of float64 blocks, ``Scatterv`` in the given array's float dtype) in global tile
+  order; a scatter refreshes the halos (a single-process checkpoint and a permeability run's
+  coarse start reach the ranks this way: the whole array is then on rank 0 once).
+  ``device_populations`` of all tiles is the same gather in the arithmetic precision (``xp``
+  is NumPy on rank 0): what still reads the whole state on rank 0 are wall shear stress,
+  forces and ``Simulation.populations``.
 
 Use :func:`solver.distributed.launch` (or ``with DistributedBackend() as b``) so that the
 workers are released when rank 0 finishes or fails.
