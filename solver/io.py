@@ -5,7 +5,9 @@ populations in the arithmetic dtype (n_tiles, q, a**d; with float16 storage thei
 values, which encode back to the very same stored state), the step count and metrics, the
 opening links' mass flux of the last step (what a resumed vessel reports as its flows until its
 next step), the configuration as JSON of its ``param`` values, and a SHA-256 hash of the solid
-mask and its shape so that a checkpoint is never resumed on another geometry. Nothing is
+mask and its shape so that a checkpoint is never resumed on another geometry. Over MPI ranks
+the file is a manifest of the same fields without the populations, which every rank writes as
+its own part beside it (:mod:`solver.checkpoint_parts`); :func:`restore` reads both. Nothing is
 pickled; files are read with ``allow_pickle=False``. Checkpoints and JSON are written
 atomically: a temporary file in the same folder, fsync, then ``os.replace``, so a crash
 mid-write leaves the previous file.
@@ -30,16 +32,20 @@ from typing import IO, Any
 
 import numpy as np
 
+from .checkpoint_parts import CheckpointError, PartSet, parts_folder, remove_other_parts
 from .config import SimulationConfig
 
 __all__ = [
     "CheckpointError", "Checkpoint", "mask_hash", "config_values", "config_from_values",
     "config_differences",
     "atomic_write", "remove_orphaned_temporaries", "write_checkpoint", "read_checkpoint",
-    "checkpoint_of", "restore", "save_simulation", "write_vti", "write_json", "CsvLog",
+    "checkpoint_of", "restore", "save_simulation", "PARTS_FORMAT", "write_vti", "write_json",
+    "CsvLog",
 ]
 
 FORMAT = "porous-lbm checkpoint"
+#: The format of a manifest of per-rank parts (:mod:`solver.checkpoint_parts`).
+PARTS_FORMAT = "porous-lbm checkpoint parts"
 VERSION = 1
 #: Config parameters that choose how a run executes, not what it computes; a checkpoint may be
 #: resumed with other values (e.g. written on the CPU, resumed on a GPU).
@@ -47,10 +53,6 @@ EXECUTION_ONLY = ("name", "backend", "gpu_layout", "tiles_per_block", "streaming
                   "tile_storage")
 #: Counters carried over on resume; the others describe the device or follow from the problem.
 RESUMED_METRICS = ("steps", "seconds", "mflups", "mflups_mean")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is unreadable or belongs to another geometry or configuration."""
 
 
 @dataclass
@@ -61,7 +63,8 @@ class Checkpoint:
     shape: tuple[int, ...]
     mask_sha256: str
     step: int
-    populations: np.ndarray = field(repr=False)
+    #: None in a manifest of per-rank parts (``parts``).
+    populations: np.ndarray | None = field(repr=False)
     metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     #: Mass flux per opening link in the last step (float64), None without driven openings
@@ -74,6 +77,9 @@ class Checkpoint:
     #: Numeric arrays of the way of running that a resume continues from (a pulsatile run's
     #: cycle accumulators, :meth:`solver.cycles.CycleMonitor.state_arrays`), by name.
     arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    #: The per-rank files holding the populations of a checkpoint written over MPI ranks
+    #: (:mod:`solver.checkpoint_parts`), None when ``populations`` holds them.
+    parts: PartSet | None = field(default=None, repr=False)
 
 
 def mask_hash(solid: np.ndarray) -> str:
@@ -172,16 +178,27 @@ def _write_npz(fh: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
 
 def write_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
     """Write ``checkpoint`` atomically as ``.npz`` (no pickles)."""
+    parts = checkpoint.parts
     arrays = {
-        "format": np.array(FORMAT), "version": np.array(VERSION),
+        "format": np.array(FORMAT if parts is None else PARTS_FORMAT),
+        "version": np.array(VERSION),
         "config": np.array(json.dumps(checkpoint.config)),
         "shape": np.array(checkpoint.shape, dtype=np.int64),
         "mask_sha256": np.array(checkpoint.mask_sha256),
         "step": np.array(checkpoint.step, dtype=np.int64),
         "metrics": np.array(json.dumps(checkpoint.metrics)),
         "extra": np.array(json.dumps(checkpoint.extra)),
-        "populations": checkpoint.populations,
     }
+    if parts is None:
+        arrays["populations"] = checkpoint.populations
+    else:  # a manifest: the populations lie in the ranks' files
+        arrays.update({
+            "parts_token": np.array(parts.token),
+            "parts_tiles": np.asarray(parts.tiles_per_part, dtype=np.int64),
+            "parts_shape": np.array(parts.shape, dtype=np.int64),
+            "parts_dtype": np.array(np.dtype(parts.dtype).name),
+            "parts_axis": np.array(parts.axis, dtype=np.int64),
+            "parts_bounds": np.asarray(parts.bounds, dtype=np.int64)})
     if checkpoint.iolet_flux is not None:
         arrays["iolet_flux"] = np.asarray(checkpoint.iolet_flux, dtype=np.float64)
     if checkpoint.windkessel is not None:
@@ -244,19 +261,35 @@ def _read_checkpoint_file(path: str | Path) -> Checkpoint:
 
 def _checkpoint_of_npz(fh: IO[bytes], path: str | Path) -> Checkpoint:
     with np.load(fh, allow_pickle=False) as data:
-        if str(data["format"]) != FORMAT or int(data["version"]) != VERSION:
+        kind = str(data["format"])
+        if kind not in (FORMAT, PARTS_FORMAT) or int(data["version"]) != VERSION:
             raise CheckpointError(f"{path} is not a version-{VERSION} porous-lbm checkpoint.")
+        parts = None if kind == FORMAT else _part_set(data, path)
         return Checkpoint(
             config=json.loads(str(data["config"])),
             shape=tuple(int(n) for n in data["shape"]),
             mask_sha256=str(data["mask_sha256"]), step=int(data["step"]),
-            populations=data["populations"], metrics=json.loads(str(data["metrics"])),
+            populations=data["populations"] if parts is None else None, parts=parts,
+            metrics=json.loads(str(data["metrics"])),
             extra=json.loads(str(data["extra"])),
             iolet_flux=data["iolet_flux"] if "iolet_flux" in data.files else None,
             windkessel=data["windkessel"] if "windkessel" in data.files else None,
             windkessel_ids=data["windkessel_ids"] if "windkessel_ids" in data.files else None,
             arrays={k[len(RUN_ARRAY):]: data[k] for k in data.files if k.startswith(RUN_ARRAY)},
         )
+
+
+def _part_set(data: Any, path: str | Path) -> PartSet:
+    """The :class:`PartSet` a manifest names, its fields checked (files in NAME.parts)."""
+    dtype = str(data["parts_dtype"])
+    if dtype not in ("float32", "float64"):
+        raise CheckpointError(f"The checkpoint manifest {path} is damaged: its populations are "
+                              f"{dtype!r}, not float32 or float64.")
+    return PartSet(folder=parts_folder(path), token=str(data["parts_token"]),
+                   tiles_per_part=np.asarray(data["parts_tiles"]),
+                   shape=tuple(int(n) for n in data["parts_shape"]), dtype=np.dtype(dtype),
+                   axis=int(data["parts_axis"]), bounds=np.asarray(data["parts_bounds"])
+                   ).check(path)
 
 
 def _check_fields(checkpoint: Checkpoint, path: str | Path) -> None:
@@ -267,7 +300,9 @@ def _check_fields(checkpoint: Checkpoint, path: str | Path) -> None:
                                "checkpoint or start again without --resume.")
 
     pops = checkpoint.populations
-    if pops.dtype not in (np.float32, np.float64) or pops.ndim != 3:
+    if pops is None and checkpoint.parts is None:
+        raise bad("it holds neither populations nor parts")
+    if pops is not None and (pops.dtype not in (np.float32, np.float64) or pops.ndim != 3):
         raise bad(f"its populations are {pops.dtype} of {pops.ndim} dimensions, not a float "
                   "(n_tiles, q, nodes) array")
     if not 0 <= checkpoint.step <= MAX_STEP:
@@ -310,15 +345,18 @@ def _check_windkessel(checkpoint: Checkpoint, bad: Callable[[str], CheckpointErr
 
 
 def checkpoint_of(sim, extra: dict[str, Any] | None = None,
-                  arrays: dict[str, np.ndarray] | None = None) -> Checkpoint:
+                  arrays: dict[str, np.ndarray] | None = None,
+                  populations: bool = True) -> Checkpoint:
     """Snapshot of a Simulation (populations decoded, in the arithmetic dtype; float64 with
     float16 storage, which holds every stored value exactly: solver.storage), with its
-    Windkessel outlets' state and the way of running's ``arrays``."""
+    Windkessel outlets' state and the way of running's ``arrays``; without ``populations``
+    the rest of it (a manifest's fields: the ranks write the populations)."""
     wk = getattr(sim, "windkessel_state", lambda: None)()
     return Checkpoint(
         config=config_values(sim.config), shape=tuple(sim.solid.shape),
         mask_sha256=mask_hash(sim.solid), step=sim.time_step,
-        populations=sim.populations().astype(sim.problem.storage.checkpoint_dtype),
+        populations=sim.populations().astype(sim.problem.storage.checkpoint_dtype)
+        if populations else None,
         metrics=sim.metrics.as_dict(), extra=dict(extra or {}),
         iolet_flux=sim.backend.iolet_flux(sim.state),
         windkessel=wk, arrays=dict(arrays or {}),
@@ -342,12 +380,13 @@ def restore(sim, checkpoint: Checkpoint) -> None:
             + "); resume with the configuration it was written for, or start a new run.")
     expected = (sim.tiling.n_tiles, sim.problem.lattice.q, sim.tiling.nodes_per_tile)
     dtype = sim.problem.storage.checkpoint_dtype
-    if checkpoint.populations.dtype != dtype:
-        raise CheckpointError(f"Checkpoint populations are {checkpoint.populations.dtype}, this "
+    stored = checkpoint.populations if checkpoint.parts is None else checkpoint.parts
+    if np.dtype(stored.dtype) != dtype:
+        raise CheckpointError(f"Checkpoint populations are {stored.dtype}, this "
                               f"run stores {np.dtype(dtype)}: the checkpoint is damaged or was "
                               "written with another precision; resume with that precision.")
-    if checkpoint.populations.shape != expected:
-        raise CheckpointError(f"Checkpoint populations have shape {checkpoint.populations.shape}"
+    if tuple(stored.shape) != expected:
+        raise CheckpointError(f"Checkpoint populations have shape {tuple(stored.shape)}"
                               f", this run needs {expected}; the tiling code has changed.")
     flux = checkpoint.iolet_flux if sim.problem.iolets is not None else None
     if flux is not None and flux.shape != (sim.problem.iolets.n_links,):
@@ -355,7 +394,12 @@ def restore(sim, checkpoint: Checkpoint) -> None:
                               f"{sim.problem.iolets.n_links}; the opening tables have changed: "
                               "resume with the version that wrote it, or start a new run.")
     sim.allocate()
-    sim.backend.set_populations(sim.state, checkpoint.populations)
+    if checkpoint.parts is None:
+        sim.backend.set_populations(sim.state, checkpoint.populations)
+    elif hasattr(sim.backend, "load_parts"):  # ranks: each reads its own tiles' rows
+        sim.backend.load_parts(sim.state, checkpoint.parts)
+    else:  # one process: the parts gathered once
+        sim.backend.set_populations(sim.state, checkpoint.parts.assemble())
     sim.backend.set_step(sim.state, checkpoint.step)  # seeds float16 stochastic rounding
     if flux is not None:
         sim.backend.set_iolet_flux(sim.state, flux)  # the saved step's flows until the next
@@ -372,9 +416,23 @@ def restore(sim, checkpoint: Checkpoint) -> None:
             setattr(sim.metrics, key, checkpoint.metrics[key])
 
 
-def save_simulation(sim, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write a checkpoint of ``sim`` to ``path`` atomically."""
-    return write_checkpoint(path, checkpoint_of(sim, extra))
+def save_simulation(sim, path: str | Path, extra: dict[str, Any] | None = None,
+                    arrays: dict[str, np.ndarray] | None = None) -> Path:
+    """Write a checkpoint of ``sim`` to ``path`` atomically: one file (the single-process
+    format), or, where the backend's ranks write their own parts (``writes_parts``), a
+    manifest at ``path`` after the parts (:mod:`solver.checkpoint_parts`); then the files of
+    earlier writes' parts are removed."""
+    if not getattr(sim.backend, "writes_parts", False):
+        written = write_checkpoint(path, checkpoint_of(sim, extra, arrays))
+        remove_other_parts(parts_folder(path), None)
+        return written
+    checkpoint = checkpoint_of(sim, extra, arrays, populations=False)
+    checkpoint.parts = sim.backend.write_parts(sim.state, parts_folder(path), checkpoint.step,
+                                               sim.problem.storage.checkpoint_dtype)
+    written = write_checkpoint(path, checkpoint)
+    remove_other_parts(checkpoint.parts.folder, checkpoint.parts.token)
+    remove_orphaned_temporaries(checkpoint.parts.folder)  # a killed rank's half-written part
+    return written
 
 
 def write_vti(path: str | Path, fields_: dict[str, np.ndarray], voxel_size: float | None = None,

@@ -56,9 +56,15 @@ class Readout:
         p, backend = self.problem, self.backend
         n = p.tiling.n_tiles if tiles is None else len(tiles)
         per = backend.readout_tiles(self.state)
+        # A backend that reduces moments where the populations lie (MPI ranks) sends those.
+        remote = getattr(backend, "tile_moments", None)
         for first in range(0, n, per):
             part = slice(first, min(n, first + per))
-            f = backend.device_populations(self.state, part if tiles is None else tiles[part])
+            which = part if tiles is None else tiles[part]
+            if remote is not None:
+                yield (part, *remote(self.state, which))
+                continue
+            f = backend.device_populations(self.state, which)
             yield (part, *tile_moments(f, p.lattice, p.force, p.incompressible, self.xp))
 
     def node_moments(self, flat: np.ndarray, solid: np.ndarray, key: Any = None

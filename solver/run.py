@@ -32,10 +32,9 @@ from .flow_fields import FIELDS
 from .io import (
     CheckpointError,
     CsvLog,
-    checkpoint_of,
     read_checkpoint,
     restore,
-    write_checkpoint,
+    save_simulation,
     write_json,
     write_vti,
 )
@@ -486,7 +485,7 @@ class HeadlessRun:
     def _checkpoint(self) -> None:
         extra = {"wall_s": self.wall, "last": self.last, "monitor": self.monitor.state()}
         arrays = {} if self.cycles is None else self.cycles.state_arrays(self.sim.backend.to_host)
-        write_checkpoint(self.checkpoint_path, checkpoint_of(self.sim, extra, arrays))
+        save_simulation(self.sim, self.checkpoint_path, extra, arrays)
         log.debug("Checkpoint at step %d.", self.sim.time_step)
 
     def _finish(self, status: str, code: int, message: str, t0: float,

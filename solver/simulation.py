@@ -84,7 +84,7 @@ class Simulation:
         self._readout: Readout | None = None  # chunked reads of the state, made on first use
         self._state_bytes: int | None = None  # memory_bytes, made on first use
         self._walls = None  # wall nodes of solver.wall_shear, made on first use
-        self._opening_nodes = None  # device indices of the openings' nodes, made on first use
+        self._opening_nodes = None  # (tiles, device indices) of the openings' nodes, first use
         self._windkessel: Any = None  # the attached WindkesselTable (solver.windkessel)
         self._saved_windkessel: Any = None  # (ids, state) of a checkpoint read before attaching
         self._closed_windkessel: Any = (None, None)  # (state, trace) when the run was closed
@@ -368,9 +368,11 @@ class Simulation:
         self.allocate()
         if self._opening_nodes is None:
             self._opening_nodes = opening_nodes(self.problem, self.backend.xp)
-        # Only driven openings have nodes to average: a run of closed ones reads no populations.
-        rho = mean_densities(self._opening_nodes, self.backend.device_populations(self.state)) \
-            if self._opening_nodes else {}
+        # Only driven openings have nodes to average: a run of closed ones reads no populations;
+        # only the tiles holding their nodes are read (over MPI ranks, only those travel).
+        tiles, nodes = self._opening_nodes
+        rho = mean_densities(nodes, self.backend.device_populations(
+            self.state, self.backend.xp.asarray(tiles))) if nodes else {}
         return opening_flows(self.problem, self._iolet_flux(),
                              {k: float(self.backend.to_host(v)) for k, v in rho.items()})
 

@@ -53,18 +53,23 @@ def flow_rates(problem: Any, flux: np.ndarray | None) -> dict[int, float]:
     return {oid: float(flows.get(oid, 0.0)) for oid in problem.opening_conditions}
 
 
-def opening_nodes(problem: Any, xp: Any = np) -> dict[int, tuple[Any, Any]]:
-    """Backend index arrays (tile, node) of each listed opening's nodes, made once per run."""
+def opening_nodes(problem: Any, xp: Any = np) -> tuple[np.ndarray, dict[int, tuple[Any, Any]]]:
+    """The tiles holding the listed openings' nodes (host int64, ascending) and, per opening,
+    backend index arrays (position in those tiles, node) of its nodes, made once per run: a
+    readout reads those tiles alone (``backend.device_populations(state, tiles)``)."""
     tables = problem.iolets
-    if tables is None:
-        return {}
-    return {oid: (xp.asarray(tile), xp.asarray(node))
-            for oid, (tile, node) in tables.mean_nodes.items() if len(tile)}
+    kept = {} if tables is None else {oid: (np.asarray(t, np.int64), node) for oid, (t, node)
+                                      in tables.mean_nodes.items() if len(t)}
+    tiles = np.unique(np.concatenate([t for t, _ in kept.values()])) if kept else \
+        np.zeros(0, np.int64)
+    return tiles, {oid: (xp.asarray(np.searchsorted(tiles, t)), xp.asarray(node))
+                   for oid, (t, node) in kept.items()}
 
 
 def mean_densities(nodes: dict[int, tuple[Any, Any]], populations: Any) -> dict[int, Any]:
     """Mean density on each opening's ``nodes`` (:func:`opening_nodes`) from the backend's
-    populations (n_tiles, q, a^d) (device scalars: the caller moves them to the host)."""
+    populations (n, q, a^d) of the openings' tiles (device scalars: the caller moves them to
+    the host)."""
     return {oid: populations[tile, :, node].sum(axis=1).mean()
             for oid, (tile, node) in nodes.items()}
 

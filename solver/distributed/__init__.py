@@ -19,9 +19,11 @@ Design (issue 8; see also ``papers/multi-gpu-porous-media.txt``):
 5. :mod:`.rank` — :class:`RankSolver` composes one rank's ``Problem`` (``owned`` mask) with a
    backend, stepper and exchange; :func:`step_together` runs several ranks in one process.
 6. :mod:`.backend` / :mod:`.launch` — :class:`DistributedBackend` implements the Backend
-   protocol: rank 0 runs an ordinary ``Simulation`` on it (fields, metrics and checkpoints
-   gathered to rank 0 in the single-rank format) while the other ranks serve, each built from
-   the part of the problem rank 0 sends it (:mod:`.slab_parts`).
+   protocol: rank 0 runs an ordinary ``Simulation`` on it (moments, cut nodes and probes
+   reduced on the ranks and gathered to rank 0; checkpoints written by every rank as its own
+   part beside a manifest, :mod:`solver.checkpoint_parts`, resumable on any number of ranks)
+   while the other ranks serve, each built from the part of the problem rank 0 sends it
+   (:mod:`.slab_parts`).
 7. :mod:`.replay` — with the NCCL transport nothing in a step waits on the host, so long runs
    can replay a captured multi-step CUDA graph (both streams and the NCCL calls) instead of
    launching every kernel from Python (opt-in: ``graphs=True``); :func:`~.replay.plan_steps`

@@ -2,8 +2,8 @@
 
 :class:`DistributedBackend` implements :class:`~solver.backends.Backend`, so on rank 0
 ``Simulation(geometry, config, backend=DistributedBackend())`` works unchanged — ``fields()``,
-``slice()``, metrics, checkpoints (``solver.io`` reads ``populations()`` and writes the
-single-rank format) — while every other rank runs :meth:`DistributedBackend.serve`. Each call on
+``slice()``, metrics, checkpoints (per-rank parts and a manifest, :mod:`solver.checkpoint_parts`)
+— while every other rank runs :meth:`DistributedBackend.serve`. Each call on
 rank 0 broadcasts a small command and then takes part in the same collective work as the
 others:
 
@@ -25,11 +25,24 @@ others:
   captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
   ``benchmarks/scaling/README.md``); the time is rank 0's wall time up to a closing barrier, so
   MFLUPS count the global fluid nodes over the slowest rank.
+- reads send only what an output needs: ``tile_moments`` (the run monitor's health check,
+  ``.vti`` fields, the coarse flow) has each rank compute its owned tiles' density and velocity
+  and gathers those (4 values a node instead of q populations; node by node the arithmetic of
+  one process, so the same bits); ``node_populations`` (a slice's plane, probes) gathers the
+  asked nodes' populations from the ranks owning them; ``device_populations(state, tiles)``
+  (the openings' mean densities) gathers those tiles alone.
+- checkpoints over two or more ranks (``writes_parts``): ``write_parts`` has every rank write
+  its owned tiles' rows and their global numbers (:mod:`solver.checkpoint_parts`; the manifest
+  is :func:`solver.io.save_simulation`'s), ``load_parts`` has every rank read its own tiles'
+  rows from parts written by any number of ranks (re-slabbed by tile number; a failure on any
+  rank is rank 0's CheckpointError, nothing aborts). One rank writes the single-process file.
 - ``populations`` / ``set_populations``: owned tiles are gathered to / scattered from rank 0
-  (``Gatherv`` / ``Scatterv`` of float64 blocks) in global tile order; a scatter refreshes the
-  halos. ``device_populations`` is the same gather (``xp`` is NumPy on rank 0), so
-  ``Simulation.fields``/``slice``/``health`` read the whole state once per call; reducing
-  moments on the ranks and sending only slices or scalars is the next step for large GPU runs.
+  (``Gatherv`` of float64 blocks, ``Scatterv`` in the given array's float dtype) in global tile
+  order; a scatter refreshes the halos (a single-process checkpoint and a permeability run's
+  coarse start reach the ranks this way: the whole array is then on rank 0 once).
+  ``device_populations`` of all tiles is the same gather in the arithmetic precision (``xp``
+  is NumPy on rank 0): what still reads the whole state on rank 0 are wall shear stress,
+  forces and ``Simulation.populations``.
 
 Use :func:`solver.distributed.launch` (or ``with DistributedBackend() as b``) so that the
 workers are released when rank 0 finishes or fails.
@@ -44,13 +57,17 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
 from ..backends.base import NodeIndex, node_index, with_rest_nodes
+from ..checkpoint_parts import CheckpointError, PartSet, new_token
 from ..config import ConfigError
+from ..fields import tile_moments
+from ..io import atomic_write
 from ..problem import Problem
 from ..windkessel import DENSITY, TRACE, windkessel_update
 from .comm import bind_local_gpu, world
@@ -109,6 +126,8 @@ class DistributedState:
     windkessel: tuple | None = field(default=None, repr=False)
     #: The decomposition axis.
     axis: int = 0
+    #: The slabs' bounds in tile layers along ``axis`` (int64, ranks + 1).
+    bounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     #: Which of the backend's allocations this is (commands name it).
     key: int = 0
 
@@ -126,6 +145,11 @@ class DistributedState:
                 "load_imbalance_fluid": _imbalance(per_rank),
                 "halo_values_per_step": list(self.halo_values),
                 "host_tiles_per_rank": list(self.host_tiles)}
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    """``array`` as ``.npy`` at ``path``, atomically (no pickles)."""
+    atomic_write(path, lambda fh: np.save(fh, array, allow_pickle=False))
 
 
 def _imbalance(load: np.ndarray) -> float:
@@ -160,6 +184,9 @@ class DistributedBackend:
         self._solvers: dict[int, RankSolver] = {}
         self._next_key = 0
         self._counts_of: dict[int, np.ndarray] = {}  # rank 0: owned tiles per rank, by key
+        #: Every rank: the global numbers of its owned tiles (its rows' order), by key.
+        self._owned_of: dict[int, np.ndarray] = {}
+        self._error: Exception | None = None  # rank 0: what a file command's ranks reported
         self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
         self._stopped = False
         if self.is_root:
@@ -194,7 +221,7 @@ class DistributedBackend:
         return DistributedState(problem=problem, solver=self._solver, order=self._order, key=key,
                                 counts=self._counts, halo_values=self._halo_values,
                                 links=self._links, axis=self._axis,
-                                host_tiles=self._host_tiles)
+                                host_tiles=self._host_tiles, bounds=self._bounds)
 
     def step(self, state: DistributedState, n: int = 1) -> float:
         """Advance every rank by ``n`` steps; rank 0's wall time to a closing barrier, s
@@ -224,8 +251,15 @@ class DistributedBackend:
         precision one process reduces them in. Each rank casts its float64 rows (which hold
         every stored value exactly) before the gather: the values of a cast on rank 0, half
         the bytes in float32 and no float64 copy of the whole state on rank 0."""
-        f = self._gathered_populations(state, state.problem.dtype)
-        return f if tiles is None else f[tiles]
+        n = state.problem.tiling.n_tiles
+        if isinstance(tiles, slice):
+            tiles = None if tiles.indices(n) == (0, n, 1) else np.arange(n)[tiles]
+        if tiles is None:
+            return self._gathered_populations(state, state.problem.dtype)
+        # Only those tiles travel (an opening's nodes, a chunk), read as a readout reads them.
+        self._command("rows", (np.asarray(tiles, np.int64), np.dtype(state.problem.dtype).name),
+                      state.key)
+        return self._rows_out
 
     def _gathered_populations(self, state: DistributedState, dtype: Any) -> np.ndarray:
         """Every rank's owned rows as ``dtype``, gathered on rank 0 in global tile order."""
@@ -235,16 +269,66 @@ class DistributedBackend:
         out[state.order] = gathered
         return out
 
+    def tile_moments(self, state: DistributedState, tiles: Any = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Density (t, N) and velocity (d, t, N), float64 on rank 0, of all tiles or of
+        ``tiles`` (a slice or an index array, global order): each rank computes its owned
+        tiles' moments from its readout (``device_populations`` a readout chunk at a time,
+        the arithmetic precision: what one process's readout reads; node by node the
+        arithmetic of :func:`solver.fields.tile_moments`, so the same bits) and only the
+        moments travel: 4 values a node instead of q populations."""
+        n = state.problem.tiling.n_tiles
+        if isinstance(tiles, slice):
+            tiles = None if tiles.indices(n) == (0, n, 1) else np.arange(n)[tiles]
+        self._command("moments", None if tiles is None else np.asarray(tiles, np.int64),
+                      state.key)
+        return self._moments_out
+
     def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
                    solid: np.ndarray) -> NodeIndex:
-        """Where host (tile, XYZ node) pairs lie in the gathered populations."""
+        """Where host (tile, XYZ node) pairs lie in the global tile order."""
         return node_index(tile, node, solid)
 
     def node_populations(self, state: DistributedState, index: NodeIndex) -> np.ndarray:
-        """Populations (q, n) of ``index``'s nodes from one gather on rank 0, float64."""
-        f = self.device_populations(state)
-        values = f[index.first[None, :], np.arange(f.shape[1])[:, None], index.node[None, :]]
-        return with_rest_nodes(state.problem, values, index.solid)
+        """Populations (q, n) of ``index``'s nodes on rank 0 in the arithmetic precision: the
+        ranks owning them send those nodes' values alone (a slice's plane, the probes'
+        points), not the whole state."""
+        self._command("nodes", (np.asarray(index.first, np.int64),
+                                np.asarray(index.node, np.int64)), state.key)
+        return with_rest_nodes(state.problem, self._nodes_out, index.solid)
+
+    @property
+    def writes_parts(self) -> bool:
+        """Whether checkpoints are written as per-rank parts (:mod:`solver.checkpoint_parts`):
+        over two or more ranks; one rank writes the single-process file."""
+        return self.size > 1
+
+    def write_parts(self, state: DistributedState, folder: Any, step: int, dtype: Any
+                    ) -> PartSet:
+        """Every rank writes its owned tiles' populations (as ``dtype``) and their global
+        numbers to ``folder`` (atomically, each file); the :class:`PartSet` naming them (what
+        the manifest records). OSError, after every rank finished, if one failed (the previous
+        checkpoint stays whole: its manifest is not replaced)."""
+        parts = PartSet(folder=Path(folder), token=new_token(step),
+                        tiles_per_part=np.asarray(self._counts_of[state.key], np.int64),
+                        shape=(state.problem.tiling.n_tiles, state.problem.lattice.q,
+                               state.problem.tiling.nodes_per_tile),
+                        dtype=np.dtype(dtype), axis=state.axis, bounds=state.bounds)
+        self._command("write_parts", parts, state.key)
+        self._raise_reported()
+        return parts
+
+    def load_parts(self, state: DistributedState, parts: PartSet) -> None:
+        """Every rank reads its owned tiles' rows from the parts (written by any number of
+        ranks: re-slabbed by tile number, no whole state on any rank) and refreshes its halo;
+        CheckpointError if a rank could not read its rows (no rank's state is changed then)."""
+        self._command("load_parts", parts, state.key)
+        self._raise_reported()
+
+    def _raise_reported(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def readout_tiles(self, state: DistributedState) -> int:
         """Tiles per readout chunk: all (one gather per readout)."""
@@ -259,9 +343,13 @@ class DistributedBackend:
         return np.asarray(array)
 
     def set_populations(self, state: DistributedState, f: np.ndarray) -> None:
-        """Scatter global populations (n_tiles, q, a**d) to the owners; refresh halos."""
-        self._scatter_rows = np.ascontiguousarray(np.asarray(f, dtype=np.float64)[state.order])
-        self._command("scatter", None, state.key)
+        """Scatter global populations (n_tiles, q, a**d) to the owners; refresh halos. Sent
+        in ``f``'s float dtype (each rank widens its rows exactly): rank 0 makes one reordered
+        copy of ``f``, not two float64 ones."""
+        f = np.asarray(f)
+        dtype = f.dtype if f.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+        self._scatter_rows = np.ascontiguousarray(f[state.order], dtype=dtype)
+        self._command("scatter", dtype.name, state.key)
 
     def stored_populations(self, state: DistributedState) -> np.ndarray:
         """The gathered populations: float64 holds every stored value exactly (float16
@@ -425,6 +513,7 @@ class DistributedBackend:
             self._allocate(*payload)
             return
         self._solver = self._solvers.get(key) if key is not None else None
+        self._key = key
         if self.is_root and key in self._counts_of:  # rank 0: that allocation's rows per rank
             self._counts = self._counts_of[key]
         try:
@@ -472,10 +561,12 @@ class DistributedBackend:
             return
         self._solvers[key] = self._solver
         owned = self._solver.layout.global_tiles[: self._solver.n_owned]
-        rows = self.comm.gather((owned if part is None else part.global_tiles(owned),
-                                 self._solver.plan.values_sent(), self._solver.links,
+        owned = owned if part is None else part.global_tiles(owned)
+        self._owned_of[key] = np.asarray(owned, dtype=np.int64)
+        rows = self.comm.gather((owned, self._solver.plan.values_sent(), self._solver.links,
                                  problem.tiling.n_tiles))
         if self.is_root:  # where each rank's owned rows go in the global tile order
+            self._bounds = np.asarray(decomposition.bounds, dtype=np.int64)
             self._counts = np.array([len(r[0]) for r in rows], dtype=np.int64)
             self._counts_of[key] = self._counts
             self._order = np.concatenate([r[0] for r in rows])
@@ -562,18 +653,138 @@ class DistributedBackend:
             recv = [self._gathered, self._counts * q * n_node, None, from_numpy_dtype(dtype)]
         self.comm.Gatherv(block, recv, root=0)
 
-    def _scatter(self, _: Any) -> None:
-        from mpi4py import MPI
+    def _owned_rows(self, dtype: Any) -> np.ndarray:
+        """This rank's owned rows (n_owned, q, a**d) as ``dtype``."""
+        return np.ascontiguousarray(self._solver.owned_populations(), dtype=dtype)
 
+    def _moments(self, tiles: np.ndarray | None) -> None:
+        solver = self._solver
+        problem = solver.problem
+        owned = self._owned_of[self._key]
+        pick = np.arange(owned.size) if tiles is None else \
+            np.flatnonzero(np.isin(owned, tiles))
+        n_node = problem.tiling.nodes_per_tile
+        rho = np.empty((pick.size, n_node))
+        u = np.empty((problem.lattice.d, pick.size, n_node))
+        per = solver.readout_tiles()
+        for first in range(0, pick.size, per):  # a readout chunk at a time, no whole copy
+            part = slice(first, min(pick.size, first + per))
+            which = slice(int(pick[first]), int(pick[part.stop - 1]) + 1) if tiles is None \
+                else pick[part]
+            rho[part], u[:, part] = tile_moments(solver.owned_readout(which), problem.lattice,
+                                                 problem.force, problem.incompressible)
+        where = owned[pick]
+        got = self._gather_blocks([rho, *u], where, tiles, np.float64)
+        if self.is_root:
+            self._moments_out = (got[0], np.stack(got[1:]) if len(got) > 1 else
+                                 np.empty((0, *got[0].shape)))
+
+    def _rows(self, payload: tuple[np.ndarray, str]) -> None:
+        tiles, dtype = payload
+        owned = self._owned_of[self._key]
+        pick = np.flatnonzero(np.isin(owned, tiles))
+        rows = np.asarray(self._solver.owned_readout(pick), dtype=dtype)
+        shape = rows.shape[1:]
+        got = self._gather_blocks([rows.reshape(len(pick), -1)], owned[pick], tiles, dtype)
+        if self.is_root:
+            self._rows_out = got[0].reshape(len(tiles), *shape)
+
+    def _gather_blocks(self, blocks: list[np.ndarray], where: np.ndarray,
+                       tiles: np.ndarray | None, dtype: Any) -> list[np.ndarray] | None:
+        """Rank 0: the 2D blocks (n, m) each rank holds for its global tiles ``where``, as
+        ``dtype``, placed in the order of ``tiles`` (None: global order), one Gatherv each."""
+        from mpi4py.util.dtlib import from_numpy_dtype
+
+        dtype = np.dtype(dtype)
+        counts = np.asarray(self.comm.gather(len(where), root=0) or [0], np.int64)
+        places = self.comm.gather(where, root=0)
+        out = []
+        for block in blocks:
+            block = np.ascontiguousarray(block, dtype=dtype)
+            recv = None
+            if self.is_root:
+                got = np.empty((int(counts.sum()), block.shape[1]), dtype=dtype)
+                recv = [got, counts * block.shape[1], None, from_numpy_dtype(dtype)]
+            self.comm.Gatherv(block, recv, root=0)
+            if self.is_root:
+                out.append(self._in_order(got, np.concatenate(places), tiles))
+        return out if self.is_root else None
+
+    @staticmethod
+    def _in_order(got: np.ndarray, where: np.ndarray, tiles: np.ndarray | None) -> np.ndarray:
+        """Rows ``got`` of global tiles ``where`` reordered as ``tiles`` (None: 0..T-1)."""
+        if tiles is None:
+            if np.array_equal(where, np.arange(where.size)):
+                return got
+            out = np.empty_like(got)
+            out[where] = got
+            return out
+        order = np.argsort(where, kind="stable")
+        return got[order[np.searchsorted(where[order], tiles)]]
+
+    def _nodes(self, payload: tuple[np.ndarray, np.ndarray]) -> None:
+        tiles, nodes = payload
+        owned = self._owned_of[self._key]
+        sorted_at = np.argsort(owned, kind="stable")
+        at = np.minimum(np.searchsorted(owned[sorted_at], tiles), max(owned.size - 1, 0))
+        mine = np.flatnonzero(owned[sorted_at][at] == tiles) if owned.size else \
+            np.zeros(0, np.int64)
+        local, where = np.unique(sorted_at[at[mine]], return_inverse=True)
+        rows = self._solver.owned_readout(local)  # only the tiles holding the nodes
+        values = rows[where.reshape(-1), :, nodes[mine]]  # (k, q)
+        got = self.comm.gather((mine, values), root=0)
+        if self.is_root:
+            q = self._solver.problem.lattice.q
+            out = np.zeros((q, tiles.size), dtype=self._solver.problem.dtype)
+            for which, vals in got:
+                out[:, which] = vals.T
+            self._nodes_out = out
+
+    def _write_parts(self, parts: PartSet) -> None:
+        error = None
+        try:
+            tiles_path, rows_path = parts.paths(self.rank)
+            tiles_path.parent.mkdir(parents=True, exist_ok=True)
+            _save(rows_path, self._owned_rows(parts.dtype))
+            _save(tiles_path, self._owned_of[self._key])
+        except Exception as exc:  # reported to rank 0 after every rank is done
+            error = f"rank {self.rank}: {type(exc).__name__}: {exc}"
+        self._collect(error, "Writing the checkpoint's per-rank parts", OSError)
+
+    def _load_parts(self, parts: PartSet) -> None:
+        error, rows = None, None
+        try:
+            rows = parts.read_rows(self._owned_of[self._key])
+        except Exception as exc:  # every rank must learn it before the halo exchange
+            error = f"rank {self.rank}: {exc}"
+        if self._collect(error, "Resuming from the checkpoint's parts", CheckpointError,
+                         everyone=True):
+            self._solver.set_owned_populations(rows.astype(np.float64))  # collective
+
+    def _collect(self, error: str | None, doing: str, kind: type[Exception],
+                 everyone: bool = False) -> bool:
+        """Whether no rank failed; rank 0 keeps the failures as a ``kind`` error for its
+        caller (raised outside the command, so no rank aborts: an OSError of a write is the
+        run's output error, a CheckpointError of a read the user's)."""
+        errors = self.comm.allgather(error) if everyone else self.comm.gather(error, root=0)
+        if self.is_root and any(errors):
+            self._error = kind(f"{doing} failed: " + "; ".join(e for e in errors if e))
+        return not any(errors or [])
+
+    def _scatter(self, dtype: str | None) -> None:
+        from mpi4py.util.dtlib import from_numpy_dtype
+
+        dtype = np.dtype(dtype or np.float64)
         solver = self._solver
         lat, tiling = solver.problem.lattice, solver.problem.tiling
-        block = np.empty((solver.n_owned, lat.q, tiling.nodes_per_tile), dtype=np.float64)
+        block = np.empty((solver.n_owned, lat.q, tiling.nodes_per_tile), dtype=dtype)
         send = None
         if self.is_root:
             send = [self._scatter_rows, self._counts * lat.q * tiling.nodes_per_tile, None,
-                    MPI.DOUBLE]
+                    from_numpy_dtype(dtype)]
         self.comm.Scatterv(send, block, root=0)
-        solver.set_owned_populations(block)
+        self._scatter_rows = None
+        solver.set_owned_populations(block.astype(np.float64, copy=False))
 
     def _flux(self, _: Any) -> None:
         self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)
@@ -602,4 +813,5 @@ class DistributedBackend:
             if solver is self._solver:
                 solver.release()
                 del self._solvers[key]
+                self._owned_of.pop(key, None)
         self._solver = None

@@ -3,8 +3,10 @@
 Every rank reads the (small) case file to learn the backend; rank 0 then runs the ordinary
 ``solver run`` command with a :class:`~solver.distributed.backend.DistributedBackend` in place
 of the backend name, so case checks, progress, divergence checks, CSV/VTI output and
-checkpoints (gathered, the single-rank format) are exactly the single-process code; the other
-ranks serve until it finishes. A checkpoint written by N ranks resumes on any number of ranks.
+checkpoints are exactly the single-process code; the other ranks serve until it finishes.
+Checkpoints are written by every rank (``checkpoint.npz``, a manifest, and the ranks' parts in
+``checkpoint.parts/``, :mod:`solver.checkpoint_parts`); one written by N ranks resumes on any
+number of ranks or in one process, and a single-process checkpoint resumes on N ranks.
 """
 
 from __future__ import annotations

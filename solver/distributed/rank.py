@@ -152,6 +152,18 @@ class RankSolver:
         self.stepper.idle()
         return self.backend.populations(self.state)[: self.n_owned]
 
+    def owned_readout(self, tiles: slice | np.ndarray) -> np.ndarray:
+        """Latest populations of the owned tiles ``tiles`` (a slice or an index array of
+        this rank's tile numbers), host, in the arithmetic precision: what a readout of one
+        process reads (NumPy: a view when ``tiles`` is a slice; no whole-state copy)."""
+        self.stepper.idle()
+        return np.asarray(self.backend.to_host(self.backend.device_populations(self.state,
+                                                                               tiles)))
+
+    def readout_tiles(self) -> int:
+        """Tiles per :meth:`owned_readout` chunk (the backend's readout chunk)."""
+        return max(1, int(self.backend.readout_tiles(self.state)))
+
     def set_owned_populations(self, f: np.ndarray) -> None:
         """Overwrite the owned tiles (n_owned, q, a**d) and refresh the halo (collective)."""
         self.stepper.idle()

@@ -8,6 +8,7 @@ checked in one process through the loopback exchange, which needs no MPI.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solver.__main__ import EXIT_OUTPUT
 from solver.backends.numpy_backend import CHUNK_NODES, NumpyBackend
 from solver.config import ConfigError, SimulationConfig
 from solver.distributed import (
@@ -238,6 +240,71 @@ def test_loopback_ranks_match_one_process_bitwise(lattice, precision):
             assert np.array_equal(got, expected), (lattice, axis, n)
 
 
+def _same(a, b) -> None:
+    """``a`` equals ``b`` bit for bit (NaN equal to NaN), through dicts, lists, tuples and
+    dataclasses."""
+    if dataclasses.is_dataclass(a):
+        _same(vars(a), vars(b))
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _same(a[key], b[key])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same(x, y)
+    elif a is None or isinstance(a, str | bool | int):
+        assert a == b
+    else:
+        assert np.array_equal(a, b, equal_nan=True), (a, b)
+
+
+def test_outputs_read_over_ranks_never_gather_the_whole_state():
+    """Health checks, fields, a cut, the live view and probes on a DistributedBackend equal one
+    plain process's bit for bit, and none gathers the whole state to rank 0 (moments are
+    computed on the ranks, a cut's and the probes' nodes travel alone): one rank, in process."""
+    pytest.importorskip("mpi4py")
+    from solver.distributed import DistributedBackend
+    from solver.probes import Line, Probe, ProbeSet
+
+    solid, cfg = porous(), config()
+    probes = ProbeSet((Probe("a", (20, 7, 12)),), (Line("l", (0, 3, 3), (25, 3, 20)),))
+    plain = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
+    with DistributedBackend("numpy") as backend:
+        whole = []
+        gather = backend._gather
+        backend._gather = lambda dtype: (whole.append(dtype), gather(dtype))[1]
+        sim = Simulation(solid, cfg, backend=backend)
+        for s in (plain, sim):
+            s.step(7)
+        reads = [lambda s: s.health(), lambda s: s.fields(), lambda s: s.slice(2, 11, "ux"),
+                 lambda s: s.view(1, 6, "pressure", health=True, probes=probes),
+                 lambda s: s.sample(probes), lambda s: vars(s.coarse_flow()) | {"read_at": 0}]
+        for read in reads:
+            _same(read(sim), read(plain))
+        assert whole == []
+        sim.close()
+
+
+def test_float32_populations_are_scattered_in_their_dtype():
+    """``set_populations`` of a float32 array (a coarse start's, a float32 checkpoint's) sends
+    float32 rows and each rank widens them: the run equals one process's bit for bit."""
+    pytest.importorskip("mpi4py")
+    from solver.distributed import DistributedBackend
+
+    solid, cfg = porous(), config(precision="float32")
+    f0 = noisy_start(Problem.from_config(solid, cfg)).astype(np.float32)
+    plain = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
+    with DistributedBackend("numpy") as backend:
+        sim = Simulation(solid, cfg, backend=backend)
+        for s in (plain, sim):
+            s.allocate()
+            s.backend.set_populations(s.state, f0)
+            s.step(3)
+        assert np.array_equal(sim.populations(), plain.populations())
+        sim.close()
+
+
 def test_launched_size_reads_the_launcher_environment():
     assert launched_size({}) == 1
     assert launched_size({"PMI_SIZE": "3"}) == 3
@@ -286,44 +353,99 @@ def test_mpirun_matches_one_process_bitwise(tmp_path, n_ranks, axis, precision):
     assert np.array_equal(out["rho"], fields["rho"], equal_nan=True)
 
 
+def _mpirun(n: int, path: Path, out: Path, *extra: str, cwd: Path, ok: bool = True
+            ) -> subprocess.CompletedProcess:
+    """``mpirun -n n python -m solver run path --output out ...`` (or one plain process)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    launcher = [find_mpirun(), "-n", str(n)] if n > 1 else []
+    done = subprocess.run([*launcher, sys.executable, "-m", "solver", "run", str(path),
+                           "--output", str(out), "--quiet", *extra], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert (done.returncode == 0) == ok, done.stderr[-3000:]
+    return done
+
+
+def _populations(folder: Path) -> np.ndarray:
+    """The populations of the checkpoint in ``folder``, either format."""
+    from solver.io import read_checkpoint
+
+    checkpoint = read_checkpoint(folder / "checkpoint.npz")
+    return checkpoint.populations if checkpoint.parts is None else checkpoint.parts.assemble()
+
+
 @needs_mpi
 @pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
-    """``mpirun -n 2 python -m solver run`` to a checkpoint, ``-n 3 --resume`` to the end: the
-    checkpoint, CSV and .vti equal one uninterrupted process's, bit for bit."""
+    """``mpirun -n 2 python -m solver run`` to a checkpoint (per-rank parts and a manifest),
+    resumed to the end on 3 ranks and in one plain process; and an old gathered checkpoint of
+    one process resumed on 2 ranks: checkpoints, CSV (health numbers, probes) and .vti equal
+    one uninterrupted process's, bit for bit."""
     pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
     pv = pytest.importorskip("pyvista")
+    import shutil
+
     import yaml
 
     from solver.__main__ import main
+    from solver.io import read_checkpoint
 
     np.save(tmp_path / "pack.npy", porous())
     case = {"name": "pack", "geometry": {"file": "pack.npy"},
             "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
                        "y_min": "wall", "y_max": "wall", "backend": "numpy"},
             "run": {"max_steps": 40, "output_interval": 20, "check_interval": 10,
-                    "checkpoint_interval": 20, "convergence": 0}}
+                    "checkpoint_interval": 20, "convergence": 0},
+            "probes": [{"name": "a", "at": [20, 7, 12]}, {"name": "b", "at": [3, 12, 20]}]}
     path = tmp_path / "pack.yaml"
     path.write_text(yaml.safe_dump(case))
     assert main(["run", str(path), "--output", str(tmp_path / "one"), "--quiet"]) == 0
 
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    for n, extra in ((2, ["--max-steps", "20"]),
-                     (3, ["--resume", str(tmp_path / "mpi" / "checkpoint.npz")])):
-        cmd = [find_mpirun(), "-n", str(n), sys.executable, "-m", "solver", "run", str(path),
-               "--output", str(tmp_path / "mpi"), "--quiet", *extra]
-        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-    one, mpi = tmp_path / "one", tmp_path / "mpi"
-    a, b = np.load(one / "checkpoint.npz"), np.load(mpi / "checkpoint.npz")
-    assert int(b["step"]) == 40 and np.array_equal(a["populations"], b["populations"])
-    rows = [np.genfromtxt(d / "history.csv", delimiter=",", names=True) for d in (one, mpi)]
-    for column in ("step", "u_mean_x", "u_mean_y", "u_mean_z", "permeability"):
-        assert np.array_equal(rows[0][column], rows[1][column])
-    for name in ("u", "rho"):
-        fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, mpi)]
-        assert np.array_equal(fields[0], fields[1], equal_nan=True)
+    _mpirun(2, path, tmp_path / "mpi", "--max-steps", "20", cwd=tmp_path)
+    written = read_checkpoint(tmp_path / "mpi" / "checkpoint.npz")
+    assert written.populations is None and written.parts.n_parts == 2 and written.step == 20
+    # Two writes at step 20 (the interval, the end): only the last one's files are left.
+    assert sorted(p.name.split(".", 1)[1] for p in written.parts.folder.iterdir()) == \
+        ["r00000.populations.npy", "r00000.tiles.npy", "r00001.populations.npy",
+         "r00001.tiles.npy"]
+    shutil.copytree(tmp_path / "mpi", tmp_path / "plain")
+    _mpirun(3, path, tmp_path / "mpi", "--resume", str(tmp_path / "mpi" / "checkpoint.npz"),
+            cwd=tmp_path)
+    _mpirun(1, path, tmp_path / "plain", "--resume",
+            str(tmp_path / "plain" / "checkpoint.npz"), cwd=tmp_path)
+    # An old gathered checkpoint (one process, the single-process format) resumed on 2 ranks.
+    assert main(["run", str(path), "--output", str(tmp_path / "old"), "--quiet",
+                 "--max-steps", "20"]) == 0
+    assert read_checkpoint(tmp_path / "old" / "checkpoint.npz").parts is None
+    _mpirun(2, path, tmp_path / "old", "--resume", str(tmp_path / "old" / "checkpoint.npz"),
+            cwd=tmp_path)
+    one = tmp_path / "one"
+    assert read_checkpoint(tmp_path / "plain" / "checkpoint.npz").parts is None
+    assert read_checkpoint(tmp_path / "mpi" / "checkpoint.npz").parts.n_parts == 3
+    for folder in (tmp_path / "mpi", tmp_path / "plain", tmp_path / "old"):
+        assert read_checkpoint(folder / "checkpoint.npz").step == 40
+        assert np.array_equal(_populations(one), _populations(folder)), folder.name
+        rows = [np.genfromtxt(d / "history.csv", delimiter=",", names=True)
+                for d in (one, folder)]
+        for column in ("step", "u_mean_x", "u_mean_y", "u_mean_z", "permeability", "u_max"):
+            assert np.array_equal(rows[0][column], rows[1][column]), (folder.name, column)
+        probes = [(d / "probes.csv").read_text() for d in (one, folder)]
+        assert probes[0] == probes[1], folder.name
+        for name in ("u", "rho"):
+            fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, folder)]
+            assert np.array_equal(fields[0], fields[1], equal_nan=True)
+    mpi = tmp_path / "mpi"
+    # A part missing: every rank learns it before the halo exchange; a clear error, no hang.
+    read_checkpoint(mpi / "checkpoint.npz").parts.paths(2)[1].unlink()
+    done = _mpirun(2, path, tmp_path / "broken", "--resume", str(mpi / "checkpoint.npz"),
+                   cwd=tmp_path, ok=False)
+    assert "r00002.populations.npy is missing" in done.stderr, done.stderr[-3000:]
+    # A part that cannot be written (its folder is a file): the run's output error, no hang.
+    (tmp_path / "unwritable").mkdir()
+    (tmp_path / "unwritable" / "checkpoint.parts").write_text("not a folder")
+    done = _mpirun(2, path, tmp_path / "unwritable", "--max-steps", "10", cwd=tmp_path,
+                   ok=False)
+    assert done.returncode == EXIT_OUTPUT, done.stderr[-3000:]
+    assert "Writing the checkpoint's per-rank parts failed: rank 0" in done.stderr
     summary = json.loads((mpi / "summary.json").read_text())
     assert summary["device"].endswith("x 3 MPI ranks")
     split = summary["decomposition"]

@@ -1,0 +1,329 @@
+"""Rank 0's host memory and set-up time against a serving rank's, ``mpirun ... solver run``.
+
+One point per rank count: ``mpirun -n N python benchmarks/scaling/rank0_memory.py rank CASE
+OUT`` runs the ordinary ``python -m solver run CASE`` (NumPy ranks, CPU) on a periodic sphere
+pack, with a probe on every rank that records, at the end of each phase of interest, the
+resident set (``/proc/self/statm``) and the peak so far (``ru_maxrss``): the Simulation built
+(geometry read, tiled, problem made), the allocation done (the set-up: CPU seconds to there),
+each health check (the run monitor), each ``.vti`` and each checkpoint written; at exit the
+rank's peak and CPU time. The parent writes ``rank0-memory-<cpu>-<size>-<date>.json`` and
+``.md`` to ``--out`` (default benchmarks/scaling/results/) with, per point and rank, the
+peak, the set-up CPU seconds and the phase that first raised the peak, and the sizes of the
+whole-case host arrays rank 0 held (solid mask, tiling tables, one gathered float64 copy of
+the populations, the fields of a ``.vti``) computed from the same problem.
+
+Usage::
+
+    python benchmarks/scaling/rank0_memory.py --size 160 --ranks 2 4
+    python benchmarks/scaling/rank0_memory.py --size 96 --ranks 2 --steps 10   # quick
+    python benchmarks/scaling/rank0_memory.py setup --sizes 160 256   # rank 0's set-up alone
+
+Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python, else PATH's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+MIB = 2.0**20
+
+
+def _rss() -> int:
+    """Resident bytes of this process now."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak() -> int:
+    """Peak resident bytes of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Probe:
+    """Phases of one rank: (name, rss, peak, cpu seconds) at the end of each."""
+
+    def __init__(self) -> None:
+        self.rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", 0)))
+        self.phases: list[tuple[str, int, int, float]] = []
+        self.setup_cpu: float | None = None
+        self.setup_wall: float | None = None
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}  # wall seconds inside each wrapped call
+
+    def mark(self, name: str) -> None:
+        self.phases.append((name, _rss(), _peak(), time.process_time()))
+
+    def wrap(self, owner, attr: str, name: str, after=None) -> None:
+        """Mark ``name`` after every call of ``owner.attr``; add up its wall time."""
+        inner = getattr(owner, attr)
+
+        def wrapped(*args, **kwargs):
+            tic = time.perf_counter()
+            out = inner(*args, **kwargs)
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - tic
+            self.mark(name)
+            if after is not None:
+                after()
+            return out
+
+        setattr(owner, attr, wrapped)
+
+    def report(self) -> dict:
+        self.mark("exit")
+        first = None  # the phase whose end first saw the final peak
+        for name, _, peak, _ in self.phases:
+            if peak >= self.phases[-1][2] * 0.99:
+                first = name
+                break
+        return {"rank": self.rank, "peak_bytes": _peak(), "cpu_s": time.process_time(),
+                "setup_cpu_s": self.setup_cpu, "setup_wall_s": self.setup_wall,
+                "peak_phase": first,
+                "seconds_in": {k: round(v, 3) for k, v in self.seconds.items()},
+                "phases": [{"phase": n, "rss_mib": round(r / MIB, 1),
+                            "peak_mib": round(p / MIB, 1), "cpu_s": round(c, 2)}
+                           for n, r, p, c in _squeeze(self.phases)]}
+
+
+def _squeeze(phases: list) -> list:
+    """Consecutive repeats of a phase kept once (the last), so a long run reads short."""
+    out: list = []
+    for item in phases:
+        if out and out[-1][0] == item[0]:
+            out[-1] = item
+        else:
+            out.append(item)
+    return out
+
+
+def rank_main(case: str, out: str, report: str) -> int:
+    """One rank: ``solver run CASE`` under the probe; writes REPORT.<rank>.json."""
+    from solver import io, readout, run, simulation
+    from solver.__main__ import main
+    from solver.distributed import backend as dist
+
+    probe = Probe()
+    probe.mark("imports")
+
+    def allocated() -> None:
+        if probe.setup_cpu is None:
+            probe.setup_cpu = time.process_time()
+            probe.setup_wall = time.perf_counter() - probe.start
+
+    probe.wrap(simulation.Simulation, "__init__", "simulation built")
+    probe.wrap(dist.DistributedBackend, "_allocate", "allocated", allocated)
+    probe.wrap(readout.Readout, "health", "health check")
+    probe.wrap(run, "write_vti", "vti written")
+    probe.wrap(run, "save_simulation" if hasattr(run, "save_simulation") else
+               "write_checkpoint", "checkpoint written")
+    probe.wrap(dist.DistributedBackend, "_gather", "gather")
+    probe.wrap(dist.RankSolver, "__init__", "rank solver built")
+    probe.wrap(dist, "rank_part", "part cut")
+    probe.wrap(dist, "decompose", "decomposed")
+    for name in ("_moments", "_nodes", "_write_parts", "_load_parts"):  # absent before
+        if hasattr(dist.DistributedBackend, name):
+            probe.wrap(dist.DistributedBackend, name, name.strip("_"))
+    del io
+    code = main(["run", case, "--output", out, "--quiet"])
+    Path(f"{report}.{probe.rank}.json").write_text(json.dumps(probe.report()))
+    return code
+
+
+def _case(folder: Path, size: int, steps: int, vti: bool) -> Path:
+    """A periodic sphere pack of size^3 (porosity 0.4, grains of 16 nodes) and its case."""
+    import yaml
+
+    from benchmarks.scaling.scaling import sphere_pack
+
+    geometry = folder / f"pack-{size}.npy"
+    if not geometry.exists():
+        np.save(geometry, sphere_pack((size,) * 3, 0.4, 16.0, 0))
+    case = {"name": f"pack{size}", "geometry": {"file": geometry.name},
+            "config": {"precision": "float64", "tau": 0.8, "body_force": [1e-6, 0, 0],
+                       "backend": "numpy"},
+            "run": {"max_steps": steps, "output_interval": steps, "check_interval": steps,
+                    "checkpoint_interval": 0, "convergence": 0, "vti": vti}}
+    path = folder / f"pack-{size}.yaml"
+    path.write_text(yaml.safe_dump(case))
+    return path
+
+
+def whole_arrays(geometry: Path) -> dict[str, float]:
+    """MiB of the whole-case host arrays rank 0 held before this work (one process's view)."""
+    from solver.config import SimulationConfig
+    from solver.problem import Problem
+
+    solid = np.load(geometry)
+    problem = Problem.from_config(solid, SimulationConfig(precision="float64", tau=0.8))
+    t = problem.tiling
+    tables = sum(v.nbytes for v in vars(t).values() if isinstance(v, np.ndarray))
+    pops = t.n_tiles * problem.lattice.q * t.nodes_per_tile * 8
+    return {"solid_mask": solid.nbytes / MIB, "tiling_arrays": tables / MIB,
+            "gathered_populations_float64": pops / MIB,
+            "vti_fields_float64": 4 * solid.size * 8 / MIB,
+            "n_tiles": t.n_tiles, "fluid_nodes": problem.n_fluid}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every point of ``args.ranks``; the results as one JSON-ready dict."""
+    from solver.distributed.comm import find_mpirun
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    case = _case(work, args.size, args.steps, not args.no_vti)
+    points = []
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    for n in args.ranks:
+        report = work / f"report-{n}"
+        for old in work.glob(f"report-{n}.*.json"):
+            old.unlink()
+        tic = time.perf_counter()
+        done = subprocess.run([find_mpirun(), "-n", str(n), sys.executable, __file__, "rank",
+                               str(case), str(work / f"out-{n}"), str(report)],
+                              cwd=work, env=env, capture_output=True, text=True,
+                              timeout=args.timeout)
+        wall = time.perf_counter() - tic
+        if done.returncode != 0:
+            points.append({"ranks": n, "error": done.stderr[-2000:]})
+            continue
+        ranks = [json.loads(Path(f"{report}.{r}.json").read_text()) for r in range(n)]
+        points.append({"ranks": n, "wall_s": round(wall, 2), "per_rank": ranks})
+    return {"size": args.size, "steps": args.steps, "vti": not args.no_vti,
+            "commit": _commit(), "date": date.today().isoformat(),
+            "whole_case_mib": whole_arrays(work / f"pack-{args.size}.npy"), "points": points}
+
+
+def _commit() -> str:
+    """The checkout's commit; ``LBM_COMMIT`` where it has no ``.git``."""
+    try:
+        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+    except OSError:
+        found = ""
+    return found or os.environ.get("LBM_COMMIT", "unknown")
+
+
+def markdown(result: dict) -> str:
+    """The result as a short Markdown table."""
+    lines = [f"# Rank 0's host memory, {result['size']}³ pack, NumPy ranks "
+             f"({result['date']}, {result['commit']})", "",
+             f"{result['steps']} steps, one health check, .vti {'on' if result['vti'] else 'off'}"
+             ", checkpoint at the end. Set-up wall: process start (imports done) to the end of "
+             "the allocation; own set-up: the rank's time in building the Simulation (rank 0: "
+             "read, tile, problem), decomposing, cutting the parts and building its rank "
+             "solver (the rest of a serving rank's set-up is waiting for rank 0).", "",
+             "| ranks | rank | peak RSS (MiB) | set-up wall (s) | own set-up (s) | "
+             "peak reached at |", "|---:|---:|---:|---:|---:|---|"]
+    for point in result["points"]:
+        if "error" in point:
+            lines.append(f"| {point['ranks']} | – | failed | | |")
+            continue
+        for r in point["per_rank"]:
+            setup = r.get("setup_wall_s")
+            own = sum(v for k, v in r.get("seconds_in", {}).items()
+                      if k in ("simulation built", "decomposed", "part cut",
+                               "rank solver built"))
+            lines.append(f"| {point['ranks']} | {r['rank']} | {r['peak_bytes'] / MIB:.0f} | "
+                         f"{'–' if setup is None else f'{setup:.1f}'} | {own:.1f} | "
+                         f"{r['peak_phase']} |")
+    whole = result["whole_case_mib"]
+    lines += ["", "Whole-case host arrays of this case (MiB): " + ", ".join(
+        f"{k} {v:.1f}" for k, v in whole.items() if k not in ("n_tiles", "fluid_nodes")) +
+        f"; {whole['n_tiles']} tiles, {whole['fluid_nodes']} fluid nodes.", ""]
+    return "\n".join(lines)
+
+
+def setup_point(size: int, work: str) -> dict:
+    """What rank 0's set-up of ``solver run`` builds for a size^3 pack in one process (the
+    geometry read, the case's checks, the whole tiling and problem): seconds, the peak above
+    the imports and the resident set after it, MiB."""
+    from solver.case import load_case
+    from solver.run import HeadlessRun
+
+    folder = Path(work)
+    folder.mkdir(parents=True, exist_ok=True)
+    case = _case(folder, size, 4, True)
+    base, rss = _peak(), _rss()
+    tic = time.perf_counter()
+    run = HeadlessRun(load_case(case), out=folder / "out")
+    return {"size": size, "voxels": size**3, "setup_s": round(time.perf_counter() - tic, 2),
+            "peak_above_imports_mib": round((_peak() - base) / MIB, 1),
+            "held_mib": round((_rss() - rss) / MIB, 1), "n_tiles": run.sim.tiling.n_tiles}
+
+
+def setup_series(args: argparse.Namespace) -> int:
+    """``setup --sizes ...``: :func:`setup_point` per size, each in a fresh process."""
+    points = []
+    for size in args.sizes:
+        done = subprocess.run([sys.executable, __file__, "setup-point", str(size), args.work],
+                              capture_output=True, text=True, timeout=args.timeout)
+        points.append(json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                      else {"size": size, "error": done.stderr[-2000:]})
+    result = {"commit": _commit(), "date": date.today().isoformat(), "points": points}
+    lines = [f"# Rank 0's set-up of `solver run` in one process ({result['date']}, "
+             f"{result['commit']})", "", "| size | voxels | set-up (s) | peak above imports "
+             "(MiB) | held after (MiB) | bytes a voxel (peak) |", "|---:|---:|---:|---:|---:|---:|"]
+    for p in points:
+        if "error" not in p:
+            lines.append(f"| {p['size']}³ | {p['voxels']} | {p['setup_s']} | "
+                         f"{p['peak_above_imports_mib']} | {p['held_mib']} | "
+                         f"{p['peak_above_imports_mib'] * MIB / p['voxels']:.1f} |")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"rank0-setup-cpu-{'-'.join(map(str, args.sizes))}-{result['date']}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "rank":
+        return rank_main(*argv[1:4])
+    if argv and argv[0] == "setup-point":
+        print(json.dumps(setup_point(int(argv[1]), argv[2])))
+        return 0
+    if argv and argv[0] == "setup":
+        parser = argparse.ArgumentParser(description="rank 0's set-up in one process")
+        parser.add_argument("--sizes", type=int, nargs="+", default=[160, 256])
+        parser.add_argument("--work", default="/tmp/rank0-memory")
+        parser.add_argument("--out", default=str(REPO / "benchmarks/scaling/results"))
+        parser.add_argument("--timeout", type=float, default=1200)
+        return setup_series(parser.parse_args(argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=160)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--no-vti", action="store_true", help="write no .vti (fields)")
+    parser.add_argument("--tag", default="", help="added to the result files' names")
+    parser.add_argument("--work", default="/tmp/rank0-memory")
+    parser.add_argument("--out", default=str(REPO / "benchmarks/scaling/results"))
+    parser.add_argument("--timeout", type=float, default=1200)
+    args = parser.parse_args(argv)
+    result = measure(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"rank0-memory-cpu-{args.size}{args.tag}-{result['date']}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
