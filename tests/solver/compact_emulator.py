@@ -147,8 +147,8 @@ def emulator_launcher(variant, blocks, threads, shared, args) -> None:
     """CompactRun's launcher on the g++ emulator (host arrays)."""
     k = variant.packed
     assert shared == probe_shared_bytes(threads // 64, True, k, variant.wide)
-    assert base.dtype == (np.int64 if variant.wide else np.int32)  # the kernel's offset_t
     fin, fout, masks, base, tiles, tile_map, *rest = args
+    assert base.dtype == (np.int64 if variant.wide else np.int32)  # the kernel's offset_t
     seeds = rest.pop() if variant.half else np.zeros(2, np.uint32)  # the last argument
     ints = np.array(rest[:11], dtype=np.int32)
     reals = np.array(rest[11:] or [0.0], dtype=variant.precision)

@@ -1,7 +1,7 @@
 """The kernels nvcc compiles on the CPU: a 3-way covering subset of the variant space.
 
 The variant space (``kernels.all_variants()``, exactly what the execution plans launch:
-``test_variant_space.py``) holds 3306 kernels; compiling each for sm_80 and sm_90 would take
+``test_variant_space.py``) holds 3486 kernels; compiling each for sm_80 and sm_90 would take
 about 15 minutes on CI's two cores. A kernel is composed of parts (lattice and tile edge,
 storage, collision, fluid model, layout, mode, boundary code, streaming, sector fill, halo
 source width, family with its compact kernel, compact value offsets), so :func:`compile_cover` picks, greedily and
