@@ -43,7 +43,7 @@ def _problem(precision: str = "float32", streaming: str = "two-copy", tpb: int =
     'float16': float16 storage, float32 arithmetic."""
     storage = "float16" if precision == "float16" else "auto"
     problem = make_problem("D3Q19", "float32" if storage == "float16" else precision,
-                           collision, "quasi-compressible", "xyz", tpb, offset=(1, 2, 3),
+                           collision, "incompressible", "xyz", tpb, offset=(1, 2, 3),
                            storage=storage)
     return replace(problem, streaming=streaming, tile_storage="compact")
 
