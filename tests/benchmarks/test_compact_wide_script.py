@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -51,3 +52,41 @@ def test_summary_gives_the_mean_per_storage_and_the_ratio() -> None:
     assert "return code 0" in table and "`3 passed`" in table
     assert "| rock | float32 | 0.500 | 11.00 | 9.90 | 0.900 |" in table
     assert "| rock | float16 | 0.500 | 16.00 | 14.00 | 0.875 |" in table
+
+
+
+@pytest.mark.parametrize("storage", ["auto", "float16"])
+def test_the_counted_stand_in_gives_the_estimators_numbers_of_a_real_tiling(storage,
+                                                                            monkeypatch):
+    """``wide_memory.py`` runs the estimators on counts (fluid nodes, tiles, box): on a real
+    mirrored sample they give the numbers of its real tiling, compact (32-bit and, with the
+    plan's limit lowered, wide) and tiled, for one process and one rank."""
+    from dataclasses import replace
+
+    import wide_memory
+
+    from solver.backends import plan as plan_module
+    from solver.backends.cuda.footprint import device_bytes
+    from solver.backends.plan import plan_for
+    from solver.config import SimulationConfig
+    from solver.distributed.mirrored import device_estimate
+    from solver.problem import Problem
+
+    box = wide_memory.mirrored_box(36)
+    config = SimulationConfig(precision="float32", storage=storage, streaming="in-place",
+                              collision="TRT", tile_offset="origin", tile_storage="auto")
+    real = Problem.from_config(box, config)
+    t = real.tiling
+    counted = replace(real, tiling=wide_memory.CountedTiling(box.shape, t.n_fluid, t.n_tiles))
+    assert counted.tiling.tile_map.shape == t.tile_map.shape
+
+    def numbers(problem):
+        plan = plan_for(problem)
+        with wide_memory.counted_compact() if problem is counted else nullcontext():
+            return (plan.compact, plan.wide, device_bytes(problem, plan),
+                    device_estimate(problem),
+                    device_bytes(replace(problem, tile_storage="tiled")))
+
+    assert numbers(real)[:2] == (True, False) and numbers(counted) == numbers(real)
+    monkeypatch.setattr(plan_module, "COMPACT", replace(plan_module.COMPACT, value_limit=1))
+    assert numbers(real)[:2] == (True, True) and numbers(counted) == numbers(real)
