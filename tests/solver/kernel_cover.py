@@ -4,10 +4,11 @@ The variant space (``kernels.all_variants()``, exactly what the execution plans 
 ``test_variant_space.py``) holds 3486 kernels; compiling each for sm_80 and sm_90 would take
 about 15 minutes on CI's two cores. A kernel is composed of parts (lattice and tile edge,
 storage, collision, fluid model, layout, mode, boundary code, streaming, sector fill, halo
-source width, family with its compact kernel, compact value offsets), so :func:`compile_cover` picks, greedily and
-deterministically, variants of the space until every combination of values of any three
-parts that occurs in the space occurs in one of them: every fragment is compiled next to
-every pair of others it meets. ``LBM_COMPILE_ALL=1`` compiles the whole space instead.
+source width, family with its compact kernel, compact value offsets), so
+:func:`compile_cover` picks, greedily and deterministically, variants of the space until
+every combination of values of any three parts that occurs in the space occurs in one of
+them: every fragment is compiled next to every pair of others it meets.
+``LBM_COMPILE_ALL=1`` compiles the whole space instead.
 """
 
 from __future__ import annotations

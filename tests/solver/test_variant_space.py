@@ -4,9 +4,10 @@
 (:mod:`solver.backends.plan`: storages, layouts, streamings, families with their modes, tile
 edges, boundary code and compact kernel). Here real problems over every one of those choices,
 every lattice, collision model, fluid model and boundary kind, with and without the sector
-fill, the 64-bit halo sources and the compact kernels' 64-bit value offsets, are planned by ``plan_for`` and every launch of their runs
-(``family.launches``) is resolved by ``KernelVariant.for_problem`` as the backends do: the
-set of those kernels must equal the enumeration, so no plan launches a kernel outside it and
+fill, the 64-bit halo sources and the compact kernels' 64-bit value offsets, are planned by
+``plan_for`` and every launch of their runs (``family.launches``) is resolved by
+``KernelVariant.for_problem`` as the backends do: the set of those kernels must equal the
+enumeration, so no plan launches a kernel outside it and
 no enumerated kernel is one no plan launches. No kernel is compiled.
 """
 

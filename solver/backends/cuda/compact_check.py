@@ -163,8 +163,9 @@ def darcy_check(state, flags, axis: int, latest=None, slots=None, launch=None,
     slot table (q, N) int32, both device arrays; ``flags`` per tile node); plain float32/64
     storage. ``flags`` (uint8): bit 0 window, bits 1 and 2 its first and last layer, bit 3
     fluid. A compact run's value offsets are read as its storage holds them (int64 where its
-    offsets are wide, ``state.compact.wide``). ``launch(source, blocks, threads, args)``: a CuPy launch by default (an emulated
-    launcher, ``max_blocks`` of ``threads``, in the CPU tests, on NumPy arrays)."""
+    offsets are wide, ``state.compact.wide``). ``launch(source, blocks, threads, args)``: a
+    CuPy launch by default (an emulated launcher, ``max_blocks`` of ``threads``, in the CPU
+    tests, on NumPy arrays)."""
     p = state.problem
     if p.storage.encoded or p.lattice.d != 3:
         raise ValueError("darcy_check reads plain float32/float64 storage of 3D runs; use the "
