@@ -74,6 +74,6 @@ def test_wide_compact_run_stores_the_32_bit_bits_on_the_gpu(backend, monkeypatch
         flags = cp.full(int(problem.tiling.n_fluid), 9, dtype=np.uint8)
         a, b = (compact_check.darcy_check(run, flags, 0) for run in runs)
         assert a[0] == 0 and a[2] != 0
-        np.testing.assert_allclose(b, a, rtol=1e-12)  # atomics: sums in any order
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)  # atomics: any order
     for run in runs:
         backend.release(run)
