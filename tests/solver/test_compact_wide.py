@@ -269,3 +269,46 @@ def test_a_run_above_the_32_bit_offsets_gets_wide_compact_kernels(storage, strea
                                    f"copy, not below the 32-bit offsets' {OFFSET_LIMIT:.3g}")
     assert COMPACT.value_limit == OFFSET_LIMIT == 2**31
     assert KernelVariant.for_problem(problem, plan=plan).name.endswith("_o64")
+
+
+@needs_gxx
+@pytest.mark.parametrize("precision, streaming, packed", [("float32", "two-copy", 0),
+                                                          ("float16", "in-place", 4)])
+def test_wide_kernel_steps_with_offsets_beyond_2_31(precision, streaming, packed) -> None:
+    """The wide kernel's arithmetic past 2^31 without GBs: every tile's base moved up by
+    2^27 nodes (19 x 2^27 = 2.55e9 values: every offset the kernel forms lies beyond 2^31)
+    and the copies handed over as pointers moved down by as many values, so the same
+    memory is addressed only if no offset wraps (the 32-bit kernel, so moved, faults); one
+    step equals the 32-bit kernel's on the unmoved tables bit for bit."""
+    import ctypes
+
+    from solver.backends.cuda.compact_shape import packed_threads
+
+    from .compact_emulator import emulated
+
+    narrow, _ = _pair(_problem(precision, streaming), packed)
+    v, q = narrow.variant, narrow.problem.lattice.q
+    shift = 2**27
+    assert q * shift >= OFFSET_LIMIT
+    masks, base, tiles, tile_map = narrow.tables
+    ints = np.array(narrow.ints, dtype=np.int32)
+    reals = np.array(narrow.reals or [0.0], dtype=v.precision)
+    n_tiles = narrow.problem.tiling.n_tiles
+    k = packed or narrow.tiles_per_block
+    threads = packed_threads(packed) if packed else 64 * k
+    outputs = []
+    for wide in (False, True):
+        copies = [f.copy() for f in narrow.f]  # in place: one copy, read and written
+        src, dst = copies[0], copies[-1]
+        moved = q * shift * src.itemsize if wide else 0
+        table = base.astype(np.int64) + shift if wide else base
+        seeds = narrow.seeds.copy() if narrow.seeds is not None else np.zeros(2, np.uint32)
+        run = emulated(v.precision, v.compact, True, v.collision, v.incompressible, packed,
+                       v.streaming, v.code, v.storage, wide)
+        ptr = lambda a, by=0: ctypes.c_void_p(a.ctypes.data - by)  # noqa: E731
+        run(ctypes.c_int(-(-n_tiles // k)), ctypes.c_int(threads), ptr(src, moved),
+            ptr(dst, moved), ptr(masks), ptr(table), ptr(tiles), ptr(tile_map), ptr(ints),
+            ptr(reals), ptr(seeds))
+        outputs.append(dst.view(np.uint8).copy())
+    np.testing.assert_array_equal(outputs[1], outputs[0])
+    assert not np.array_equal(outputs[0], narrow.f[-1].view(np.uint8))  # the step wrote
