@@ -89,6 +89,7 @@ def test_wide_kernels_are_the_same_template_with_64_bit_offsets() -> None:
     ("float32", "in-place", 0),
     ("float16", "two-copy", 4),
     ("float16", "in-place", 4),
+    ("float64", "in-place", 0),
 ])
 def test_wide_step_gives_the_32_bit_kernels_bits(precision, streaming, packed) -> None:
     """1 then 2 steps (in place: an odd phase decoded, then an even one): every stored value
