@@ -93,7 +93,7 @@ def _helpers(storage: str, pad: int, inner: bool, layout: str) -> str:
         namespace=kernel_name(storage, pad, inner, layout),
         real="double" if storage == "float64" else "float",
         storage_code=storage_code("float16" if storage == "float16" else "auto"),
-        q=N_MOMENTS if layout == "soa" else 1, pad=pad, halo="true",
+        q=N_MOMENTS if layout == "soa" else 1, pad=pad, halo="true", offset="int",
         inner="true" if inner else "false",
         corners="false")
 

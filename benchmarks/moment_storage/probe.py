@@ -74,7 +74,7 @@ class MomentProbe:
         self.cp, self.capture_graph, self.storage = cp, capture_graph, storage
         self.layout = layout
         self.compact = CompactTiling(tiling, 1)
-        self.compact.check_int32(mk.N_MOMENTS)
+        self.compact.check_offsets(mk.N_MOMENTS)
         name = mk.kernel_name(storage, layout=layout)
         module = cp.RawModule(code=mk.kernel_source(storage, layout=layout),
                               options=("-std=c++17",))

@@ -8,12 +8,13 @@ one population copy (in place), no formation factor, for each variant
 resolution; 3: from 1/8 via 1/4 and 1/2, the coarsest converged to the tolerance), the other
 coarse runs stopped at ``FACTOR`` times the tolerance, ``STORAGE`` the tile storage
 (:data:`STORAGES`; ``tiled-wide``: every node of a tile stored, 64-bit halo sources, as the
-1000³ image's fine runs must: the compact kernels address fewer than 2^31 values,
-:data:`solver.backends.plan.COMPACT`). The first variant is the
-reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps and
-their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
-the work in fine-step equivalents, the phases, the most CuPy's pool held at a check, and in
-the JSON the fine run's k at every check (how it approaches: the steps a 1000³ run needs are
+1000³ image's fine runs were stored while the compact kernels addressed fewer than 2^31 values;
+``auto-wide``: the plan's limit lowered, so the fine run takes the compact kernels with 64-bit
+offsets, as the 1000³ image's now do, :data:`solver.backends.plan.COMPACT`). The first variant
+is the reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps
+and their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
+the work in fine-step equivalents, the phases, the most CuPy's pool held at a check, and in the
+JSON the fine run's k at every check (how it approaches: the steps a 1000³ run needs are
 extrapolated from it).
 
 GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:1 3:10:auto-wide):
@@ -52,8 +53,9 @@ log = logging.getLogger("start_levels")
 #: Tile storages a variant may ask for; ``tiled-wide``: tiled with the 64-bit halo sources of
 #: copies of 2^31 values or more forced (the kernel the 1000³ image's fine runs get);
 #: ``auto-wide``: the 1000³ image's arrangement at a smaller size: runs of more than
-#: :data:`SMALL_VALUE_LIMIT` values per copy (the fine run) tiled with 64-bit halo sources, the
-#: smaller start levels compact, as the plan stores them.
+#: :data:`SMALL_VALUE_LIMIT` values per copy (the fine run) compact with 64-bit offsets (the
+#: plan's wide kernels; tiled with 64-bit halo sources before they existed), the smaller
+#: start levels compact with 32-bit offsets, as the plan stores them.
 STORAGES = ("auto", "tiled", "compact", "tiled-wide", "auto-wide")
 #: The compact family's value limit of an ``auto-wide`` variant (2^31 in the plan): a 400³
 #: image's fine run has 4.9e8 values per copy, its 1/2 level 6.4e7.
@@ -83,8 +85,9 @@ def run_variant(sample, axes: list[str], variant: tuple[int, float, str], precis
 def wide_sources(backend, force: bool, small_limit: bool = False):
     """With ``force`` on CuPy, every tiled kernel takes 64-bit halo sources (as a copy of 2^31
     values or more does; ``tests/solver/test_cupy_backend.py`` forces them alike); with
-    ``small_limit`` the compact family also takes runs of at most :data:`SMALL_VALUE_LIMIT`
-    values only (``tests/solver/test_plan.py`` lowers it alike)."""
+    ``small_limit`` the compact family's 32-bit offsets address at most
+    :data:`SMALL_VALUE_LIMIT` values (larger runs take its 64-bit ones;
+    ``tests/solver/test_plan.py`` lowers it alike)."""
     if not force or backend.name != "cupy":
         yield
         return

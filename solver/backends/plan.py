@@ -4,7 +4,8 @@ decided once, with the reason for every choice.
 The ``Problem`` is the physics; the plan is the rest (lbmpy's split of a method from its
 optimisation and target): the arithmetic and storage precision, the in-tile layout, the
 streaming (two copies or one in place), the tile storage (every node of a tile, or only its
-fluid nodes) and with it the kernel family, and the launch shape. :func:`plan_for` decides it
+fluid nodes) and with it the kernel family, the compact kernels' value offsets (32-bit, or
+64-bit for a copy of 2^31 values or more), and the launch shape. :func:`plan_for` decides it
 from the problem's options, the geometry's numbers (tile utilisation eta_t, dimensions, tile
 edge) and the families' support, which is declared data (:class:`KernelFamily`), never learned
 by compiling a kernel. It needs no GPU, so every automatic choice is unit-tested on the CPU.
@@ -29,7 +30,7 @@ from .cuda.tables import check_tile_shape, effective_layout
 
 __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "plan_for",
            "STORAGE_CHOICES", "LAYOUT_CHOICES", "STREAMING_CHOICES", "compact_kernel",
-           "storage_label", "distributed_refusal", "AUTO_COMPACT_BELOW",
+           "storage_label", "distributed_refusal", "compact_values", "AUTO_COMPACT_BELOW",
            "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
            "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
@@ -40,8 +41,10 @@ class KernelFamily:
     """What one family of kernels can step, declared (checked against the generated kernels by
     ``tests/solver/test_plan.py``): the tile edges per lattice dimension, kernel modes, whether
     it has the boundary code of Zou-He faces and moving walls, the openings' link pass and
-    distributed (MPI) ranks, and the lattices whose crossover against the tiled storage was
-    timed (None: every lattice; 'auto' picks the family only for these)."""
+    distributed (MPI) ranks, the lattices whose crossover against the tiled storage was
+    timed (None: every lattice; 'auto' picks the family only for these), and the values per
+    copy its 32-bit offsets address (None: any): from there on its wide kernels (64-bit
+    offsets) run, never a refusal."""
 
     name: str
     edges: tuple[tuple[int, tuple[int, ...]], ...]  # (dimension, its tile edges), ...
@@ -50,7 +53,7 @@ class KernelFamily:
     openings: bool
     distributed: bool
     timed_lattices: tuple[str, ...] | None = None
-    value_limit: int | None = None  # population values per copy its offsets address (None: any)
+    value_limit: int | None = None  # values per copy its 32-bit offsets address (None: any)
 
     def variant_lacks(self, mode: str, dim: int, tile_edge: int, lattice: str,
                       boundary: str) -> list[str]:
@@ -72,9 +75,6 @@ class KernelFamily:
             return "driven openings need the openings' link pass, written for the " \
                    f"{TILED.name} storage"
         t = problem.tiling
-        if self.value_limit is not None and problem.lattice.q * t.n_fluid >= self.value_limit:
-            return f"its {problem.lattice.q * t.n_fluid:.3g} values per copy exceed the " \
-                   f"{self.name} kernels' 32-bit value offsets ({self.value_limit:.3g})"
         if not self._fits(t.ndim, t.a):
             return f"it needs {self._shapes()} (this run: {t.ndim}D, edge {t.a})"
         lacks = self.variant_lacks("full", t.ndim, t.a, problem.lattice.name,
@@ -125,8 +125,9 @@ TILED = KernelFamily("tiled", ((2, (8, 16)), (3, (4,))),
 #: full step, the propagation probe and the in-place decoding, no boundary code; distributed
 #: ranks step tile ranges of it (``CompactRun.launch_tiles``: two copies or in place, float16
 #: storage keyed as one launch over the rank's tiles). Its kernels address a copy with
-#: 32-bit offsets (``CompactTiling.check_int32``): below 2^31 values, 113 M D3Q19 fluid nodes
-#: (a 1000³ rock image at porosity 0.2, mirrored, has 4e8: it runs tiled, with 64-bit sources).
+#: 32-bit offsets below 2^31 values (113 M D3Q19 fluid nodes), with 64-bit ones from there on
+#: (the wide kernels, ``ExecutionPlan.wide``: a 1000³ rock image at porosity 0.2, mirrored,
+#: has 4e8 fluid nodes, 7.6e9 values per copy; ``CompactTiling.check_offsets``).
 COMPACT = KernelFamily("compact", ((3, (4,)),), ("full", "propagate", "swap"),
                        boundary_code=False, openings=False, distributed=True,
                        timed_lattices=("D3Q19",), value_limit=2**31)
@@ -200,6 +201,7 @@ class ExecutionPlan:
     ``storage``: the storage precision ('float32', 'float64' or 'float16'); ``layout`` the
     effective in-tile layout; ``tile_storage`` 'tiled' or 'compact' (``family``); ``pad``,
     ``packed`` and ``code`` the compact kernel's padding, tiles per packed block and halo code;
+    ``wide`` its 64-bit value offsets (a copy of ``COMPACT.value_limit`` values or more);
     ``tiles_per_block`` the launch shape of the per-node kernels."""
 
     precision: str
@@ -212,6 +214,7 @@ class ExecutionPlan:
     packed: int = 0
     code: CompactCode = CompactCode()
     reasons: tuple[tuple[str, str], ...] = ()
+    wide: bool = False
 
     @property
     def tile_storage(self) -> str:
@@ -245,14 +248,14 @@ class ExecutionPlan:
 
     def why(self, choice: str) -> str:
         """The reason of one choice ('precision', 'storage', 'layout', 'streaming',
-        'tile_storage', 'launch')."""
+        'tile_storage', 'offsets' (compact plans), 'launch')."""
         return dict(self.reasons)[choice]
 
     def describe(self) -> str:
         """One line per choice: 'choice: value (reason)'."""
         values = {"precision": self.precision, "storage": self.storage, "layout": self.layout,
                   "streaming": self.streaming, "tile_storage": self.tile_storage,
-                  "launch": self._launch()}
+                  "offsets": "64-bit" if self.wide else "32-bit", "launch": self._launch()}
         return "\n".join(f"{k}: {values[k]} ({why})" for k, why in self.reasons)
 
     def _launch(self) -> str:
@@ -272,6 +275,29 @@ def compact_kernel(label: str) -> tuple[int, int, CompactCode]:
     if label == "float16":
         return COMPACT_PAD, COMPACT_PACKED_FLOAT16, COMPACT_CODE_FLOAT16
     return COMPACT_PAD, COMPACT_PACKED, COMPACT_CODE
+
+
+def compact_values(problem: Problem, pad: int) -> int:
+    """Population values per copy of ``problem`` on compact storage padded to ``pad``: q times
+    the fluid nodes, exact for pad 1 (the plans' :data:`COMPACT_PAD`), an upper bound else
+    (each tile adds at most pad - 1 slots): the count the value offsets must address."""
+    t = problem.tiling
+    return problem.lattice.q * (int(t.n_fluid) + (pad - 1) * int(t.n_tiles))
+
+
+def _offsets(problem: Problem, pad: int) -> tuple[bool, str]:
+    """Whether the compact kernels of ``problem`` need 64-bit value offsets, and why. The
+    32-bit ones are faster (32-bit address arithmetic; 2052 instead of 3888 bytes of shared
+    memory a tile for the neighbourhood and the located halo sources) and address below
+    ``COMPACT.value_limit`` values per copy."""
+    values, limit = compact_values(problem, pad), COMPACT.value_limit
+    if limit is None:
+        return False, "32-bit value offsets: the family addresses any copy with them"
+    if values < limit:
+        return False, f"32-bit value offsets: {values:.3g} values per copy, below {limit:.3g} " \
+                      "(the faster kernels)"
+    return True, f"64-bit value offsets (wide kernels): {values:.3g} values per copy, not " \
+                 f"below the 32-bit offsets' {limit:.3g}"
 
 
 def _tile_storage(problem: Problem, label: str) -> tuple[KernelFamily, str]:
@@ -329,12 +355,14 @@ def plan_for(problem: Problem) -> ExecutionPlan:
     ]
     if family is COMPACT:
         pad, packed, code = compact_kernel(label)
+        wide, why_offsets = _offsets(problem, pad)
+        reasons.append(("offsets", why_offsets))
         shape = f"packed {packed} (COMPACT_PACKED_FLOAT16: instruction issue binds it)" \
             if packed else f"per node (COMPACT_PACKED), tiles_per_block={problem.tiles_per_block}"
         reasons.append(("launch", f"compact {label} kernel {shape}, halo code "
                         f"{code.label or 'default'} (timed fastest, see COMPACT_CODE)"))
         return ExecutionPlan(problem.dtype.name, label, layout, problem.streaming, family,
-                             problem.tiles_per_block, pad, packed, code, tuple(reasons))
+                             problem.tiles_per_block, pad, packed, code, tuple(reasons), wide)
     reasons.append(("launch", f"tiles_per_block={problem.tiles_per_block}"))
     return ExecutionPlan(problem.dtype.name, label, layout, problem.streaming, family,
                          problem.tiles_per_block, reasons=tuple(reasons))

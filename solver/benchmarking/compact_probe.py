@@ -46,7 +46,7 @@ class CompactProbe:
         kernel locates and reads its halo; ``xp``: CuPy (``backend.xp``)."""
         cp = xp
         self.cp, self.compact, self.q = cp, compact, q
-        compact.check_int32(q)
+        compact.check_offsets(q)
         self.halo, self.packed = halo, packed
         kind = (step.collision.name, step.incompressible) if step is not None else (None, True)
         name = probe_name("D3Q19", precision, compact.pad, halo, *kind, packed, code=code)

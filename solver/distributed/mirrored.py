@@ -98,7 +98,8 @@ def device_estimate(problem: Problem) -> int:
     and both halo layers, so a little above what the rank keeps): the resident state its
     execution plan allocates (tiled: :meth:`Problem.tiled_state_bytes`, populations, node
     types, tile map, fluid masks and tile list; compact:
-    :func:`~solver.backends.cuda.compact_readout.compact_state_bytes`) and one check's
+    :func:`~solver.backends.cuda.compact_readout.compact_state_bytes`, with 64-bit offsets
+    where the plan's are wide) and one check's
     chunk of :data:`~solver.distributed.reductions.READ_TILES` tiles at the readout's upper
     bound per tile (:func:`~solver.backends.cuda.compact_readout.readout_tile_bytes`).
     Unlike :func:`solver.backends.cuda.footprint.device_bytes` no whole-state float64
@@ -109,7 +110,7 @@ def device_estimate(problem: Problem) -> int:
 
     t = problem.tiling
     plan = plan_for(problem)
-    state = (compact_state_bytes(problem, CompactTiling(t, plan.pad)) if plan.compact
+    state = (compact_state_bytes(problem, CompactTiling(t, plan.pad, plan.wide)) if plan.compact
              else problem.tiled_state_bytes())
     return int(state + min(READ_TILES, t.n_tiles) * readout_tile_bytes(problem))
 

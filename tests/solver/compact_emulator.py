@@ -76,7 +76,7 @@ _LAUNCH = r"""
 #define __popc(x) __builtin_popcount(x)
 """, r"""
 extern "C" void emu_compact(int grid, int block, const STORE* fin, STORE* fout,
-    const unsigned long long* masks, const int* base, const int* tiles, const int* tile_map,
+    const unsigned long long* masks, const OFFSET* base, const int* tiles, const int* tile_map,
     const int* ia, const REAL* ra, unsigned int* seeds)
 {
     blockDim.x = block;
@@ -101,14 +101,17 @@ extern "C" void emu_compact(int grid, int block, const STORE* fin, STORE* fout,
 """
 
 
-def compile_compact(code: str, name: str, real: str, n_reals: int, half: bool = False):
+def compile_compact(code: str, name: str, real: str, n_reals: int, half: bool = False,
+                    wide: bool = False):
     """The emulated launch of compact kernel ``name`` in ``code``: (blocks, threads, fin, fout,
     masks, base, tiles, tile_map, ints, reals, seeds) with the 11 ints and ``n_reals`` reals
     packed; ``half``: float16 storage (binary16 bits; the kernel also takes ``seeds``, its
-    step-counter pair)."""
+    step-counter pair); ``wide``: 64-bit value offsets (``base`` int64)."""
     rargs = "".join(f", ra[{k}]" for k in range(n_reals)) + (", seeds" if half else "")
     store = "unsigned short" if half else real
+    offset = "long long" if wide else "int"
     src = (_SHIM + _LAUNCH[0] + code + f"\n#define REAL {real}\n#define STORE {store}\n"
+           f"#define OFFSET {offset}\n"
            f"#define KERNEL {name}::{name}\n"
            f"#define RARGS {rargs}\n" + _LAUNCH[1] + "\n// built with -fsanitize=alignment\n")
     key = hashlib.sha1(src.encode()).hexdigest()[:16]
@@ -122,17 +125,18 @@ def compile_compact(code: str, name: str, real: str, n_reals: int, half: bool = 
 
 def emulated(precision: str, pad: int, halo: bool, collision: str | None = None,
              incompressible: bool = True, packed: int = 0, streaming: str = "pull",
-             code: CompactCode = DEFAULT_CODE, storage: str = "auto"):
-    """The emulated launch of one compact kernel (:func:`compile_compact`)."""
+             code: CompactCode = DEFAULT_CODE, storage: str = "auto", wide: bool = False):
+    """The emulated launch of one compact kernel (:func:`compile_compact`); ``wide``: the
+    kernel with 64-bit value offsets."""
     if streaming == "swap":
         collision = None
     name = probe_name("D3Q19", precision, pad, halo, collision, incompressible, packed,
-                      streaming, code, storage)
+                      streaming, code, storage, wide)
     real = "double" if precision == "float64" else "float"
     n_reals = len(real_param_names("D3Q19", precision, collision, incompressible, storage))
     return compile_compact(probe_source("D3Q19", precision, pad, halo, collision,
-                                        incompressible, packed, streaming, code, storage), name,
-                           real, n_reals, storage == "float16")
+                                        incompressible, packed, streaming, code, storage, wide),
+                           name, real, n_reals, storage == "float16", wide)
 
 
 def _ptr(a: np.ndarray):
@@ -142,15 +146,16 @@ def _ptr(a: np.ndarray):
 def emulator_launcher(variant, blocks, threads, shared, args) -> None:
     """CompactRun's launcher on the g++ emulator (host arrays)."""
     k = variant.packed
-    assert shared == probe_shared_bytes(threads // 64, True, k)
+    assert shared == probe_shared_bytes(threads // 64, True, k, variant.wide)
     fin, fout, masks, base, tiles, tile_map, *rest = args
+    assert base.dtype == (np.int64 if variant.wide else np.int32)  # the kernel's offset_t
     seeds = rest.pop() if variant.half else np.zeros(2, np.uint32)  # the last argument
     ints = np.array(rest[:11], dtype=np.int32)
     reals = np.array(rest[11:] or [0.0], dtype=variant.precision)
     run = emulated(variant.precision, variant.compact, True,
                    None if variant.mode != "full" else variant.collision,
                    variant.incompressible, k, "swap" if variant.mode == "swap" else
-                   variant.streaming, variant.code, variant.storage)
+                   variant.streaming, variant.code, variant.storage, variant.wide)
     run(ctypes.c_int(blocks), ctypes.c_int(threads), _ptr(fin), _ptr(fout), _ptr(masks),
         _ptr(base), _ptr(tiles), _ptr(tile_map), _ptr(ints), _ptr(reals), _ptr(seeds))
 

@@ -1,13 +1,14 @@
 """The kernels nvcc compiles on the CPU: a 3-way covering subset of the variant space.
 
 The variant space (``kernels.all_variants()``, exactly what the execution plans launch:
-``test_variant_space.py``) holds 3306 kernels; compiling each for sm_80 and sm_90 would take
+``test_variant_space.py``) holds 3486 kernels; compiling each for sm_80 and sm_90 would take
 about 15 minutes on CI's two cores. A kernel is composed of parts (lattice and tile edge,
 storage, collision, fluid model, layout, mode, boundary code, streaming, sector fill, halo
-source width, family with its compact kernel), so :func:`compile_cover` picks, greedily and
-deterministically, variants of the space until every combination of values of any three
-parts that occurs in the space occurs in one of them: every fragment is compiled next to
-every pair of others it meets. ``LBM_COMPILE_ALL=1`` compiles the whole space instead.
+source width, family with its compact kernel, compact value offsets), so
+:func:`compile_cover` picks, greedily and deterministically, variants of the space until
+every combination of values of any three parts that occurs in the space occurs in one of
+them: every fragment is compiled next to every pair of others it meets.
+``LBM_COMPILE_ALL=1`` compiles the whole space instead.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def parts(v: KernelVariant) -> tuple[tuple, ...]:
             ("collision", v.collision), ("incompressible", v.incompressible),
             ("layout", v.layout), ("mode", v.mode), ("boundary", v.boundary),
             ("streaming", v.streaming), ("sector_fill", v.sector_fill),
-            ("wide_sources", v.wide_sources), ("family", v.compact, v.packed, v.code))
+            ("wide_sources", v.wide_sources), ("family", v.compact, v.packed, v.code),
+            ("offsets", v.wide))
 
 
 @cache

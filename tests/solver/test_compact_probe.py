@@ -93,7 +93,7 @@ def test_probe_kernel_text_equals_numpy_mirror(precision, pad, tpb, name, halo) 
     tiled = np.moveaxis(tiling.gather(np.moveaxis(f, 0, -1)), 2, 1).astype(dtype)
     fin = compact.pack(tiled, fill=-7.0)
     fout = np.full_like(fin, -9.0)  # padding slots must stay as they are
-    compact.check_int32(LAT.q)
+    compact.check_offsets(LAT.q)
     ints = np.array(compact.int_args(periodic), dtype=np.int32)
     tables = [compact.masks.astype(np.uint64), compact.base.astype(np.int32),
               np.ascontiguousarray(tiling.tiles, dtype=np.int32),

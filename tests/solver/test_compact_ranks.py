@@ -2,7 +2,8 @@
 :class:`CompactRun` of its rank-local problem steps its boundary and interior tile ranges
 (``launch_tiles``, the kernels through the g++ emulator), halo values move between the ranks'
 compact copies by ``value_index`` (what :class:`~solver.backends.cuda.phases.CupyPhases` uploads
-as its halo indices), and the owned populations equal one compact run's bit for bit. The same
+as its halo indices), and the owned populations equal one compact run's bit for bit (also
+where the ranks' kernels take 64-bit offsets). The same
 on the GPU through CupyPhases: test_distributed_compact_gpu.py."""
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from .porous_cases import as_stored, make_problem, noisy_start
 pytestmark = pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
 
 
-def _run(problem, fake, packed=0, tpb=2) -> CompactRun:
+def _run(problem, fake, packed=0, tpb=2, wide=False) -> CompactRun:
     return CompactRun(problem, 1, xp=np, launcher=fake.launcher(), tiles_per_block=tpb,
-                      cuda=fake.cuda, packed=packed)
+                      cuda=fake.cuda, packed=packed, wide=wide)
 
 
-@pytest.mark.parametrize("precision, packed, axis", [("float64", 0, 0), ("float32", 4, 1)])
-def test_compact_ranks_step_tile_ranges_like_one_compact_run(precision, packed, axis) -> None:
+@pytest.mark.parametrize("precision, packed, axis, wide", [
+    ("float64", 0, 0, False), ("float32", 4, 1, False),
+    ("float32", 0, 2, True)])  # the ranks' kernels with 64-bit offsets, one run's 32-bit
+def test_compact_ranks_step_tile_ranges_like_one_compact_run(precision, packed, axis,
+                                                             wide) -> None:
     problem = replace(make_problem("D3Q19", precision, "TRT", offset=(1, 2, 0)),
                       tile_storage="compact")
     assert distributed_refusal(problem) is None and plan_for(problem).compact
@@ -46,7 +50,8 @@ def test_compact_ranks_step_tile_ranges_like_one_compact_run(precision, packed, 
     for r in range(2):
         layout, plan = build_rank(problem.tiling, dec, problem.lattice, problem.periodic, r)
         local = replace(problem, tiling=layout.tiling, owned=layout.owned)
-        run = _run(local, fake, packed)
+        run = _run(local, fake, packed, wide=wide)
+        assert run.variant.wide == wide
         run.set_populations(f0[layout.global_tiles])
         ranks.append((layout, plan, run))
     for _ in range(steps):

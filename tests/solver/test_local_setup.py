@@ -220,20 +220,22 @@ def test_ranks_report_the_mean_of_k_at_two_consecutive_steps(tmp_path, ranks):
     assert low <= min(k_n, k_next) * (1 + 1e-12) and max(k_n, k_next) <= high * (1 + 1e-12)
 
 
-def test_auto_keeps_runs_past_the_compact_indices_on_the_tiled_storage(monkeypatch):
-    """'auto' picks the compact storage for a rock-like pack, but not when its values per copy
-    pass the compact kernels' 32-bit indices (a 1600³ rock over 4 ranks: 4e8 fluid nodes a
-    rank, refused at allocation before)."""
+def test_auto_takes_runs_past_the_32_bit_offsets_on_the_wide_compact_kernels(monkeypatch):
+    """'auto' picks the compact storage for a rock-like pack, and keeps it when its values per
+    copy pass the compact kernels' 32-bit offsets (a 1600³ rock over 4 ranks: 4e8 fluid nodes
+    a rank, tiled before), with 64-bit offsets (the wide kernels) and the reason."""
     from solver.backends import plan
 
     source = grains(shape=(32, 32, 32))
     problem = Problem.from_config(source.slab(0, 0, 32),
                                   config(precision="float32", tile_storage="auto"))
     assert plan.plan_for(problem).tile_storage == "compact"
+    assert not plan.plan_for(problem).wide
     monkeypatch.setattr(plan, "COMPACT",
                         replace(plan.COMPACT, value_limit=problem.lattice.q * problem.n_fluid))
     chosen = plan.plan_for(problem)
-    assert chosen.tile_storage == "tiled" and "32-bit" in chosen.why("tile_storage")
+    assert chosen.tile_storage == "compact" and chosen.wide
+    assert "64-bit" in chosen.why("offsets")
 
 
 @pytest.mark.gpu

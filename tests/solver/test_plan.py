@@ -48,8 +48,9 @@ def test_a_porous_run_gets_the_compact_family_with_its_reasons() -> None:
     assert plan.pad == 1 and plan.packed == 0 and plan.code.inner and not plan.half
     assert plan.why("tile_storage").startswith("auto: eta_t") and "below 0.92" in plan.reason
     assert [c for c, _ in plan.reasons] == ["precision", "storage", "layout", "streaming",
-                                            "tile_storage", "launch"]
-    assert len(plan.describe().splitlines()) == 6
+                                            "tile_storage", "offsets", "launch"]
+    assert len(plan.describe().splitlines()) == 7 and not plan.wide
+    assert plan.why("offsets").startswith("32-bit value offsets")
 
 
 def test_a_dense_box_stays_tiled_and_says_why() -> None:
@@ -67,22 +68,24 @@ def test_float16_and_in_place_follow_their_own_rules() -> None:
     assert in_place.in_place and in_place.copies == 1 and "below 0.85" in in_place.reason
 
 
-def test_a_run_beyond_the_compact_offsets_runs_tiled(monkeypatch) -> None:
-    """The compact kernels address a copy with 32-bit offsets: a run with more values per copy
-    (a 1000³ rock image mirrored: 4e8 fluid nodes) gets the tiled family, with the reason,
-    instead of a refusal at allocation; an explicit 'compact' is refused with it."""
+def test_a_run_beyond_the_32_bit_offsets_gets_the_wide_compact_kernels(monkeypatch) -> None:
+    """The compact kernels address a copy with 32-bit offsets below ``COMPACT.value_limit``
+    values: a run with more values per copy (a 1000³ rock image mirrored: 4e8 fluid nodes,
+    7.6e9 values) gets the compact family with 64-bit offsets (the wide kernels) and the
+    reason, not the tiled storage; an explicit 'compact' too (it was refused before)."""
     from dataclasses import replace
 
     problem = _problem(streaming="in-place")
     values = problem.lattice.q * problem.tiling.n_fluid
     monkeypatch.setattr(plan_module, "COMPACT", replace(COMPACT, value_limit=values + 1))
-    assert plan_for(problem).compact
+    assert plan_for(problem).compact and not plan_for(problem).wide
     monkeypatch.setattr(plan_module, "COMPACT", replace(COMPACT, value_limit=values))
     plan = plan_for(problem)
-    assert plan.family is TILED and "32-bit value offsets" in plan.reason
+    assert plan.compact and plan.wide and "64-bit value offsets" in plan.why("offsets")
+    assert plan.reason.startswith("auto: eta_t")
     assert COMPACT.value_limit == 2**31
-    with pytest.raises(ConfigError, match="32-bit value offsets"):
-        plan_for(_problem(tile_storage="compact"))
+    explicit = plan_for(_problem(tile_storage="compact"))
+    assert explicit.compact and explicit.wide
 
 
 def test_the_layout_choice_gives_its_reason() -> None:

@@ -24,9 +24,11 @@ from .test_compact_readout import EmulatedCompactBackend
 pytestmark = pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
 
 _PARAMS = ("const store_t* f, const int* at, const int* block, const int* slots, "
-           "const unsigned char* flags, long long n, int tiled, double hfx, double hfy, "
-           "double hfz, int axis, int incompressible, double* sums, unsigned long long* bits")
-_ARGS = "f, at, block, slots, flags, n, tiled, hfx, hfy, hfz, axis, incompressible, sums, bits"
+           "const unsigned char* flags, long long n, int tiled, int wide, double hfx, "
+           "double hfy, double hfz, int axis, int incompressible, double* sums, "
+           "unsigned long long* bits")
+_ARGS = ("f, at, block, slots, flags, n, tiled, wide, hfx, hfy, hfz, axis, incompressible, "
+         "sums, bits")
 
 
 def _launch(source: str, blocks: int, threads: int, args: tuple) -> None:

@@ -4,9 +4,10 @@
 (:mod:`solver.backends.plan`: storages, layouts, streamings, families with their modes, tile
 edges, boundary code and compact kernel). Here real problems over every one of those choices,
 every lattice, collision model, fluid model and boundary kind, with and without the sector
-fill and the 64-bit halo sources, are planned by ``plan_for`` and every launch of their runs
-(``family.launches``) is resolved by ``KernelVariant.for_problem`` as the backends do: the
-set of those kernels must equal the enumeration, so no plan launches a kernel outside it and
+fill, the 64-bit halo sources and the compact kernels' 64-bit value offsets, are planned by
+``plan_for`` and every launch of their runs (``family.launches``) is resolved by
+``KernelVariant.for_problem`` as the backends do: the set of those kernels must equal the
+enumeration, so no plan launches a kernel outside it and
 no enumerated kernel is one no plan launches. No kernel is compiled.
 """
 
@@ -67,17 +68,23 @@ def _problems():
 
 def _planned(problem: Problem, family: plans.KernelFamily, mp: pytest.MonkeyPatch):
     """Every kernel the runs of ``problem`` launch under every plan choice of ``family``, with
-    and without the sector fill and the 64-bit halo sources."""
+    and without the sector fill, the 64-bit halo sources and (compact) 64-bit value offsets."""
     limits = (tables.SOURCE32_LIMIT, 0)  # 0: every copy needs 64-bit halo sources
-    for label, layout, streaming in itertools.product(
-            plans.STORAGE_CHOICES, plans.LAYOUT_CHOICES, plans.STREAMING_CHOICES):
+    # 1: every copy needs the compact family's 64-bit value offsets (its wide kernels)
+    offsets = (None,) if family.value_limit is None else (family.value_limit, 1)
+    for label, layout, streaming, offset_limit in itertools.product(
+            plans.STORAGE_CHOICES, plans.LAYOUT_CHOICES, plans.STREAMING_CHOICES, offsets):
+        if offset_limit != family.value_limit:
+            mp.setattr(plans, "COMPACT", replace(family, value_limit=offset_limit))
         precision, _ = plans.STORAGE_CHOICES[label]
         p = replace(problem, dtype=np.dtype(precision), layout=layout, streaming=streaming,
                     storage_kind="float16" if label == "float16" else "auto",
                     tile_storage=family.name)
         p.__dict__["boundary"] = problem.boundary  # the same geometry and faces
         plan = plans.plan_for(p)
-        assert (plan.family, plan.storage, plan.streaming) == (family, label, streaming)
+        assert (plan.family.name, plan.storage, plan.streaming) == (family.name, label,
+                                                                    streaming)
+        assert plan.wide == (offset_limit == 1)
         for fill_from, limit in itertools.product((0.0, 2.0), limits):
             mp.setattr(kernels, "SECTOR_FILL_MIN_MIX", fill_from)  # every mix fills / none
             mp.setattr(tables, "SOURCE32_LIMIT", limit)

@@ -68,7 +68,7 @@ class CupyBackend(StateAccess):
     def _allocate_planned(self, problem: Problem, plan: ExecutionPlan) -> DeviceRun:
         if plan.compact:
             return CompactRun(problem, plan.pad, cp, tiles_per_block=plan.tiles_per_block,
-                              packed=plan.packed, code=plan.code)
+                              packed=plan.packed, code=plan.code, wide=plan.wide)
         return TiledRun.allocate(problem)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):

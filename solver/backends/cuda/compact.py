@@ -5,7 +5,11 @@ Issue 20 asks for throughput that follows the fluid, not the tiles: the tiled ke
 the dense figure. Here a tile keeps one 64-bit occupancy mask and a base offset (the prefix sum
 of the fluid counts, each rounded up to ``pad``); direction ``i`` of its fluid node of rank
 ``r`` (fluid nodes before it in XYZ order) sits at ``q * base + i * padded_count + r``. No
-per-node index list: 12 bytes per tile of addressing.
+per-node index list: 12 bytes per tile of addressing (16 with 64-bit offsets).
+
+The kernels address a copy with 32-bit value offsets below :data:`OFFSET_LIMIT` values (2^31,
+113 M D3Q19 fluid nodes); a larger copy is addressed by the ``wide`` kernels, whose offsets and
+bases are 64-bit (the execution plan decides which, :mod:`solver.backends.plan`).
 
 :class:`CompactTiling` builds that storage from a :class:`~solver.tiling.Tiling`, converts
 tiled populations to and from it, and mirrors the CUDA probe's index arithmetic in NumPy
@@ -24,10 +28,12 @@ from ...lattice import Lattice
 from ...tiling import Tiling
 from .tables import fluid_masks
 
-__all__ = ["CompactTiling", "SECTOR_BYTES", "popcount", "sector_pad"]
+__all__ = ["CompactTiling", "SECTOR_BYTES", "OFFSET_LIMIT", "popcount", "sector_pad"]
 
 #: Bytes of one DRAM/L2 sector: the unit a GPU reads and writes.
 SECTOR_BYTES = 32
+#: Values per copy that 32-bit value offsets address (``int``); from here on 64-bit ones.
+OFFSET_LIMIT = 2**31
 
 
 def popcount(x: np.ndarray) -> np.ndarray:
@@ -52,6 +58,8 @@ class CompactTiling:
     ----------
     tiling : the tiling whose fluid nodes are stored.
     pad : a tile's direction block holds its fluid count rounded up to a multiple of ``pad``.
+    wide : 64-bit value offsets and bases (the kernels' ``offset_t`` is ``long long``), for
+        copies of :data:`OFFSET_LIMIT` values or more; else 32-bit (faster).
     masks : uint64 (n_tiles,), bit n set where XYZ node n of the tile is fluid.
     padded : int64 (n_tiles,), values per direction block of each tile.
     base : int64 (n_tiles,), exclusive prefix sum of ``padded`` (in nodes, times q in values).
@@ -59,6 +67,7 @@ class CompactTiling:
 
     tiling: Tiling
     pad: int = 1
+    wide: bool = False
     masks: np.ndarray = field(init=False, repr=False)
     padded: np.ndarray = field(init=False, repr=False)
     base: np.ndarray = field(init=False, repr=False)
@@ -81,16 +90,27 @@ class CompactTiling:
         """Nodes' worth of storage per direction over all tiles (fluid nodes plus padding)."""
         return int(self.padded.sum())
 
+    @property
+    def offset_dtype(self) -> np.dtype:
+        """dtype of the kernels' value offsets and of the base table: int64 wide, else int32."""
+        return np.dtype(np.int64 if self.wide else np.int32)
+
+    def base_table(self) -> np.ndarray:
+        """The base table as the kernels read it (:attr:`offset_dtype`, one per tile)."""
+        return self.base.astype(self.offset_dtype)
+
     def ranks(self) -> np.ndarray:
         """int64 (n_tiles, 64): rank of each fluid node among its tile's, -1 for solid."""
         fluid = ~self.tiling.solid
         return np.where(fluid, np.cumsum(fluid, axis=1) - 1, -1)
 
     def memory_bytes(self, q: int, value_bytes: int, copies: int = 2) -> int:
-        """Device bytes: ``copies`` of the populations, masks and bases, tile map and list."""
+        """Device bytes: ``copies`` of the populations, masks and bases (4 or, wide, 8 bytes),
+        tile map and list."""
         t = self.tiling
-        return int(copies * q * self.n_slots * value_bytes + 12 * t.n_tiles + t.tile_map.nbytes
-                   + t.tiles.nbytes)
+        per_tile = 8 + self.offset_dtype.itemsize
+        return int(copies * q * self.n_slots * value_bytes + per_tile * t.n_tiles
+                   + t.tile_map.nbytes + t.tiles.nbytes)
 
     def _slots(self, q: int) -> tuple[np.ndarray, np.ndarray]:
         """(tile, node) index pair of every fluid node and its value index of direction 0;
@@ -174,8 +194,10 @@ class CompactTiling:
         bits = sum(1 << ax for ax, p in enumerate(periodic) if p)
         return [t.n_tiles, *t.tile_map.shape, *t.shape, *t.offset, bits]
 
-    def check_int32(self, q: int) -> None:
-        """Refuse storage the probe's 32-bit value indices cannot address."""
-        if q * self.n_slots >= 2**31:
-            raise ValueError(f"{q * self.n_slots} values per copy exceed the probe's 32-bit "
-                             "indices; use a smaller domain.")
+    def check_offsets(self, q: int) -> None:
+        """Refuse a copy of ``q`` directions that 32-bit value offsets cannot address unless
+        the offsets are wide (64-bit)."""
+        if not self.wide and q * self.n_slots >= OFFSET_LIMIT:
+            raise ValueError(f"{q * self.n_slots} values per copy exceed the compact kernels' "
+                             "32-bit offsets; use the wide (64-bit) kernels (wide=True, as "
+                             "the execution plan chooses for such a run).")

@@ -47,10 +47,15 @@ __device__ __forceinline__ double warp_max(double v) {
     for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
     return v;
 }
+// Value offset of compact node i: at holds int32 offsets, or int64 ones where wide (64-bit).
+__device__ __forceinline__ long long offset_at(const int* at, int wide, long long i) {
+    return wide ? reinterpret_cast<const long long*>(at)[i] : (long long)at[i];
+}
 
 extern "C" __global__ void darcy_check(
     const store_t* f, const int* at, const int* block, const int* slots,
-    const unsigned char* flags, long long n, int tiled, double hfx, double hfy, double hfz,
+    const unsigned char* flags, long long n, int tiled, int wide, double hfx, double hfy,
+    double hfz,
     int axis, int incompressible, double* sums, unsigned long long* bits)
 {
     __shared__ double part[6][32];
@@ -66,7 +71,7 @@ extern "C" __global__ void darcy_check(
         if (!(flag & 8)) continue;
         // Compact: direction k at base + k stride; tiled (T, q, N): tile t, node slot per k.
         const long long t = tiled ? i / @N@ : 0, node = tiled ? i % @N@ : 0;
-        const long long base = tiled ? t * @Q@LL * @N@ : (long long)at[i];
+        const long long base = tiled ? t * @Q@LL * @N@ : offset_at(at, wide, i);
         const long long stride = tiled ? @N@ : (long long)block[i];
         double rho = 0.0, jx = 0.0, jy = 0.0, jz = 0.0, v;
 @MOMENTS@
@@ -157,18 +162,22 @@ def darcy_check(state, flags, axis: int, latest=None, slots=None, launch=None,
     tables' order) or a tiled one (``latest``: its natural copy (T, q, N) and ``slots`` its
     slot table (q, N) int32, both device arrays; ``flags`` per tile node); plain float32/64
     storage. ``flags`` (uint8): bit 0 window, bits 1 and 2 its first and last layer, bit 3
-    fluid. ``launch(source, blocks, threads, args)``: a CuPy launch by default (an emulated
-    launcher, ``max_blocks`` of ``threads``, in the CPU tests, on NumPy arrays)."""
+    fluid. A compact run's value offsets are read as its storage holds them (int64 where its
+    offsets are wide, ``state.compact.wide``). ``launch(source, blocks, threads, args)``: a
+    CuPy launch by default (an emulated launcher, ``max_blocks`` of ``threads``, in the CPU
+    tests, on NumPy arrays)."""
     p = state.problem
     if p.storage.encoded or p.lattice.d != 3:
         raise ValueError("darcy_check reads plain float32/float64 storage of 3D runs; use the "
                          "chunked readout (solver.rock.check) for encoded storage.")
     tiled = latest is not None
+    wide = False
     if tiled:
         f, n, at, block = latest, int(np.prod(latest.shape[::2])), slots, slots
         xp = _module_of(latest)
     else:
         at, block, _ = state.edge
+        wide = state.compact.wide
         n, xp, slots = int(at.shape[0]), state.xp, at  # slots unused: any int array
         f = state.latest()  # waits for the queued steps
     store = "double" if p.storage_dtype == np.float64 else "float"
@@ -179,7 +188,8 @@ def darcy_check(state, flags, axis: int, latest=None, slots=None, launch=None,
     half = 0.5 * np.asarray(p.force, dtype=np.float64)
     blocks = int(max(1, min(-(-n // threads), max_blocks or _cupy_blocks())))
     launch(source, blocks, threads,
-           (f, at, block, slots, flags, np.int64(n), np.int32(tiled), np.float64(half[0]),
+           (f, at, block, slots, flags, np.int64(n), np.int32(tiled), np.int32(wide),
+            np.float64(half[0]),
             np.float64(half[1]), np.float64(half[2]), np.int32(axis),
             np.int32(bool(p.incompressible)), sums, bits))
     host_bits = bits.get() if hasattr(bits, "get") else np.asarray(bits)

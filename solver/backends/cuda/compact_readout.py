@@ -42,8 +42,9 @@ def wide_edges(compact: CompactTiling, q: int) -> bool:
 
 def edge_bytes(compact: CompactTiling, q: int) -> int:
     """Device bytes per fluid node of the edge conversion tables (compact_run.edge_nodes):
-    two int32 and the tiled index, int32 where it fits, else int64."""
-    return 16 if wide_edges(compact, q) else 12
+    the compact index (an offset: int32, int64 where ``compact.wide``), the block length
+    (int32) and the tiled index, int32 where it fits, else int64."""
+    return compact.offset_dtype.itemsize + 4 + (8 if wide_edges(compact, q) else 4)
 
 
 def compact_state_bytes(problem: Problem, compact: CompactTiling) -> int:
@@ -84,13 +85,14 @@ def state_bytes(problem: Problem) -> int:
     else the tiled state (populations and tables)."""
     plan = plan_for(problem)
     if plan.compact:
-        return compact_state_bytes(problem, CompactTiling(problem.tiling, plan.pad))
+        return compact_state_bytes(problem, CompactTiling(problem.tiling, plan.pad, plan.wide))
     return problem.tiled_state_bytes()
 
 
-def compact_peak_bytes(problem: Problem, pad: int) -> int:
-    """Device bytes of a compact run at its peak: the resident state and one readout chunk."""
-    state = compact_state_bytes(problem, CompactTiling(problem.tiling, pad))
+def compact_peak_bytes(problem: Problem, pad: int, wide: bool = False) -> int:
+    """Device bytes of a compact run at its peak: the resident state and one readout chunk
+    (``wide``: 64-bit value offsets, the plan's)."""
+    state = compact_state_bytes(problem, CompactTiling(problem.tiling, pad, wide))
     return state + readout_tiles(problem, state) * readout_tile_bytes(problem)
 
 

@@ -59,8 +59,9 @@ def _cupy_launcher(variant: KernelVariant, blocks: int, threads: int, shared: in
 def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per fluid node: its compact value index of direction 0, its tile's direction block
     length (direction i adds i times it), and its tiled XYZ index of direction 0 (direction i
-    adds 64 i). int32 where the indices fit (12 bytes per fluid node), else the tiled one int64:
-    the conversion tables of :class:`CompactRun`, a fraction of :meth:`CompactTiling.edge_index`
+    adds 64 i). int32 where the indices fit (12 bytes per fluid node), else the tiled one int64,
+    and the compact one the storage's offset type (int64 where ``compact.wide``): the
+    conversion tables of :class:`CompactRun`, a fraction of :meth:`CompactTiling.edge_index`
     (16 q bytes per fluid node)."""
     # One pass over the flat fluid indices (ranks as int8 running counts, int32 arithmetic
     # where it fits): 0.23 s instead of 1.7 s for the 400x200x200 mirrored box of a 200³
@@ -75,14 +76,16 @@ def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, 
         tiled = tile * (q * 64) + node
     else:
         tiled = tile.astype(np.int32) * np.int32(q * 64) + node.astype(np.int32)
-    return at.astype(np.int32), compact.padded.astype(np.int32)[tile], tiled
+    return at.astype(compact.offset_dtype), compact.padded.astype(np.int32)[tile], tiled
 
 
 class CompactRun:
     """Two compact copies of ``problem``'s populations on the device, stepped two-copy.
 
     ``pad``: values per direction block rounded up to it (default: one 32-byte sector).
-    Refuses (ValueError, with what to use instead) what the compact kernel lacks.
+    ``wide``: the kernels with 64-bit value offsets and bases (the plan's ``wide``: a copy of
+    2^31 values or more; refused without it). Refuses (ValueError, with what to use instead)
+    what the compact kernel lacks.
     """
 
     #: Launches per captured CUDA graph (:data:`.capture.GRAPH_STEPS`, shared with the tiled run).
@@ -92,7 +95,8 @@ class CompactRun:
 
     def __init__(self, problem: Problem, pad: int | None = None, xp=None,
                  launcher: Launcher | None = None, tiles_per_block: int = 2,
-                 cuda=None, packed: int = 0, code: CompactCode = DEFAULT_CODE) -> None:
+                 cuda=None, packed: int = 0, code: CompactCode = DEFAULT_CODE,
+                 wide: bool = False) -> None:
         """``cuda``: the CUDA runtime namespace for streams, events and graphs (``cupy.cuda``
         with CuPy; a fake in the CPU tests); None with NumPy arrays (plain launches, host
         clock). ``packed`` K: the packed kernel (K tiles per block, one thread per fluid node;
@@ -110,16 +114,17 @@ class CompactRun:
         pad = pad or sector_pad(problem.storage_dtype.itemsize)
         #: The kernel of each phase (in place: AA pattern, :mod:`.streaming`; two copies: one).
         self.variants = [replace(KernelVariant.for_problem(problem, "full", phase), compact=pad,
-                                 packed=packed, code=code).canonical() for phase in (0, 1)]
+                                 packed=packed, code=code, wide=wide).canonical()
+                         for phase in (0, 1)]
         self.variant = self.variants[0]
         self.in_place = problem.population_copies == 1
         kernel_source(self.variant)  # ValueError: boundary code, 2D
-        self.compact = CompactTiling(problem.tiling, pad)
+        self.compact = CompactTiling(problem.tiling, pad, wide)
         q = problem.lattice.q
-        self.compact.check_int32(q)
+        self.compact.check_offsets(q)
         t = problem.tiling
         self.tables = (xp.asarray(self.compact.masks.astype(np.uint64)),
-                       xp.asarray(self.compact.base.astype(np.int32)),
+                       xp.asarray(self.compact.base_table()),
                        xp.asarray(np.ascontiguousarray(t.tiles, dtype=np.int32).ravel()),
                        xp.asarray(np.ascontiguousarray(t.tile_map.transpose(),
                                                        dtype=np.int32).ravel()))
@@ -268,7 +273,7 @@ class CompactRun:
         self.loaded.add(variant.name)
         with self.stream if self.stream is not None else nullcontext():
             self.launcher(variant, blocks, packed_threads(k) if k else 64 * tpb,
-                          probe_shared_bytes(tpb, True, k),
+                          probe_shared_bytes(tpb, True, k, variant.wide),
                           (src, dst, *self.tables, *self.ints, *reals,
                            *(() if self.seeds is None else (self.seeds,))))
 
@@ -295,7 +300,7 @@ class CompactRun:
         self.loaded.add(variant.name)
         self.launcher(variant, -(-n // (k or self.tiles_per_block)),
                       packed_threads(k) if k else 64 * self.tiles_per_block,
-                      probe_shared_bytes(self.tiles_per_block, True, k),
+                      probe_shared_bytes(self.tiles_per_block, True, k, variant.wide),
                       (src, dst, masks, base, tiles[3 * first:], tile_map, np.int32(n),
                        *self.ints[1:], *self.reals, *self._range_seeds(first)))
 

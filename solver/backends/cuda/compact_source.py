@@ -4,7 +4,9 @@ A :class:`CompactSpec` is one kernel on storage that holds only a tile's fluid n
 of the parts of :mod:`.kernel_parts` (the collision or the propagation probe's plain stores,
 the storage) and the compact family's own address patterns (:class:`CompactStreaming`: two
 copies, the in-place AA kernels and their 'swap' decoding), with its padding, halo addressing,
-packing and halo code (:mod:`.compact_shape`). :meth:`CompactSpec.render` fills
+packing, halo code (:mod:`.compact_shape`) and value offsets (32-bit, or ``wide`` 64-bit for a
+copy of 2^31 values or more: the same template with ``offset_t`` long long; the 32-bit
+kernels' text is unchanged). :meth:`CompactSpec.render` fills
 ``templates/compact_probe.cu`` (and, packed, ``compact_packed.cu``); float16 storage uses the
 tiled kernel's code of :mod:`.storage`. :func:`probe_source`, :func:`probe_name` and
 :func:`real_param_names` are the same by plain arguments.
@@ -69,7 +71,8 @@ COMPACT_STREAMING = {s.pattern: s for s in (
 @dataclass(frozen=True)
 class CompactSpec:
     """One compact kernel, composed of parts; ``collision`` has no model for the probe and
-    'swap'; ``halo``: sources located once per tile halo node (shared memory)."""
+    'swap'; ``halo``: sources located once per tile halo node (shared memory); ``wide``: 64-bit
+    value offsets and bases (name suffix '_o64')."""
 
     lattice: Lattice
     storage: StoragePart
@@ -80,6 +83,12 @@ class CompactSpec:
     streaming: CompactStreaming
     code: CompactCode
     mode: Mode
+    wide: bool = False
+
+    @property
+    def offset(self) -> str:
+        """The C type of a value offset (``offset_t``): 'long long' wide, else 'int'."""
+        return "long long" if self.wide else "int"
 
     @property
     def name(self) -> str:
@@ -89,7 +98,7 @@ class CompactSpec:
             f"full_{c.model.name}_{'inc' if c.incompressible else 'qc'}"
         return (f"lbm_compact_{kind}_{self.lattice.name}_{self.storage.tag}_p{self.pad}"
                 + ("_h" if self.halo else "") + (f"_k{self.packed}" if self.packed else "")
-                + self.streaming.suffix + self.code.suffix)
+                + self.streaming.suffix + self.code.suffix + ("_o64" if self.wide else ""))
 
     def render(self) -> str:
         """CUDA source; its kernel is :attr:`name`."""
@@ -100,7 +109,8 @@ class CompactSpec:
 def compact_spec(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
                  halo: bool = False, collision: str | None = None,
                  incompressible: bool = True, packed: int = 0, streaming: str = "pull",
-                 code: CompactCode = DEFAULT_CODE, storage: str = "auto") -> CompactSpec:
+                 code: CompactCode = DEFAULT_CODE, storage: str = "auto",
+                 wide: bool = False) -> CompactSpec:
     """The spec of one compact kernel (checked); the arguments as :func:`probe_source`'s."""
     if code != DEFAULT_CODE and not halo:
         raise ValueError(f"{code} needs halo addressing (halo=True).")
@@ -122,16 +132,16 @@ def compact_spec(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     if pad < 1 or pad & (pad - 1):
         raise ValueError(f"pad must be a power of two >= 1, got {pad}.")
     return CompactSpec(lat, store, pad, halo, collision_part(collision, incompressible, form),
-                       packed, access, code, m)
+                       packed, access, code, m, wide)
 
 
 def probe_name(lattice: str, precision: str, pad: int, halo: bool = False,
                collision: str | None = None, incompressible: bool = True,
                packed: int = 0, streaming: str = "pull", code: CompactCode = DEFAULT_CODE,
-               storage: str = "auto") -> str:
+               storage: str = "auto", wide: bool = False) -> str:
     """Kernel (and namespace) name of one compact kernel (``collision`` None: the probe)."""
     return compact_spec(lattice, precision, pad, halo, collision, incompressible, packed,
-                        streaming, code, storage).name
+                        streaming, code, storage, wide).name
 
 
 def real_param_names(lattice: str, precision: str, collision: str | None,
@@ -152,7 +162,8 @@ def real_param_names(lattice: str, precision: str, collision: str | None,
 def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 1,
                  halo: bool = False, collision: str | None = None,
                  incompressible: bool = True, packed: int = 0, streaming: str = "pull",
-                 code: CompactCode = DEFAULT_CODE, storage: str = "auto") -> str:
+                 code: CompactCode = DEFAULT_CODE, storage: str = "auto",
+                 wide: bool = False) -> str:
     """CUDA source of a compact kernel; its kernel is ``probe_name(...)`` of the same arguments.
 
     ``halo``: the tile's threads locate the source of each halo node once (shared memory),
@@ -171,9 +182,11 @@ def probe_source(lattice: str = "D3Q19", precision: str = "float32", pad: int = 
     and rounded by the tiled kernel's code (:mod:`.storage`): the same form per collision, the
     same step counter and the same random bits, keyed by the node's tiled identity
     ``tile * 64 + n``, so a compact float16 run stores the tiled run's bits.
+    ``wide``: 64-bit value offsets, bases (the ``base`` argument is int64) and located sources,
+    for a copy of 2^31 values or more (:data:`.compact.OFFSET_LIMIT`); the same arithmetic.
     """
     return compact_spec(lattice, precision, pad, halo, collision, incompressible, packed,
-                        streaming, code, storage).render()
+                        streaming, code, storage, wide).render()
 
 
 _AXIS_TABLES = "\n".join(
@@ -198,7 +211,7 @@ def _pulls(s: CompactSpec) -> list[str]:
     """The loads of g0..g(q-1) (after the float16 node hash), or the swap's exchanges."""
     lat, form = s.lattice, s.collision.form
     if s.streaming.swaps:
-        return [f"    {{ const int a = own + {i} * stride, "
+        return [f"    {{ const {s.offset} a = own + {i} * stride, "
                 f"b = {_slot(s, int(lat.opposite[i]), c, 1)};"
                 f" const store_t t = fin[a]; fout[a] = fin[b]; fout[b] = t; }}"
                 for i, c in enumerate(lat.c.tolist()) if tuple(c) > (0, 0, 0)]
@@ -240,7 +253,7 @@ def _render(s: CompactSpec) -> str:
         text = text[:text.index('extern "C"')] + _PACKED.read_text()
     indent = "    " if s.packed else ""  # the packed kernel's body sits in its node loop
     return Template(text).substitute(
-        namespace=s.name, kernel=s.name, real=real, q=lat.q,
+        namespace=s.name, kernel=s.name, real=real, q=lat.q, offset=s.offset,
         storage_code=s.storage.definitions(),
         storage_prologue=s.storage.prologue(s.mode, phase_code(s.streaming.pattern)),
         pad=s.pad, halo="true" if s.halo else "false",

@@ -24,8 +24,9 @@ def device_bytes(problem: Problem, plan: ExecutionPlan | None = None) -> int:
     float64 moments of a check (:func:`~solver.fields.moments_bytes`, with the gathered
     directions the pool keeps, :func:`~solver.fields.gather_bytes`). Where the plan (by
     default ``plan_for(problem)``) stores fluid nodes only: its copies and tables, its edge
-    tables and one readout chunk (:func:`.compact_readout.compact_peak_bytes`: fields, checks
-    and checkpoints read bounded chunks of tiles, :mod:`solver.readout`), the same two bytes
+    tables (both with 64-bit offsets where the plan's are wide) and one readout chunk
+    (:func:`.compact_readout.compact_peak_bytes`: fields, checks and checkpoints read bounded
+    chunks of tiles, :mod:`solver.readout`), the same two bytes
     per node, and the float64 moments of the tiles a cut passes through
     (:func:`~solver.fields.cut_bytes`).
     """
@@ -33,6 +34,7 @@ def device_bytes(problem: Problem, plan: ExecutionPlan | None = None) -> int:
     nodes = t.n_tiles * t.nodes_per_tile
     plan = plan or plan_for(problem)
     if plan.compact:
-        return int(compact_peak_bytes(problem, plan.pad) + 2 * nodes + cut_bytes(problem))
+        return int(compact_peak_bytes(problem, plan.pad, plan.wide) + 2 * nodes
+                   + cut_bytes(problem))
     return int(problem.tiled_state_bytes() + 2 * nodes + moments_bytes(problem)
                + gather_bytes(problem))

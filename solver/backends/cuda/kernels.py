@@ -94,6 +94,9 @@ class KernelVariant:
     compact: int = 0
     packed: int = 0  #: compact only: K tiles per block, one thread per fluid node (0: per node)
     code: CompactCode = CompactCode()  #: compact only: how its halo is located
+    #: compact only: 64-bit value offsets and bases (copies of 2^31 values or more, the plan's
+    #: ``wide``); else 32-bit, faster
+    wide: bool = False
 
     def canonical(self) -> KernelVariant:
         """Same kernel with the fields that do not change the code normalised (shared cache)."""
@@ -105,7 +108,7 @@ class KernelVariant:
             return replace(v, collision=PROBE_COLLISION, incompressible=True) \
                 if not m.collides and not m.copies else v
         v = replace(self, layout=effective_layout(self.lattice, self.layout, self.tile_edge),
-                    packed=0, code=CompactCode())
+                    packed=0, code=CompactCode(), wide=False)
         if not m.collides:  # the probes neither collide nor apply boundary conditions
             v = replace(v, collision=PROBE_COLLISION, incompressible=True, boundary="none")
         if m.decodes or (m.copies and streaming_part(v.streaming).in_place):
@@ -130,7 +133,8 @@ class KernelVariant:
                 storage=kernel_storage(problem),
                 wide_sources=needs_wide_sources(problem))
         if plan is not None and plan.compact:
-            v = replace(v, compact=plan.pad, packed=plan.packed, code=plan.code)
+            v = replace(v, compact=plan.pad, packed=plan.packed, code=plan.code,
+                        wide=plan.wide)
         # the sector fill only where it can apply: the geometry's mix is computed once
         return v.launch(mode, problem.streaming, phase,
                         lambda: problem.sector_mix >= SECTOR_FILL_MIN_MIX)
@@ -172,7 +176,7 @@ def _spec(v: KernelVariant) -> TiledSpec | CompactSpec:
     if v.compact:
         return compact_spec(v.lattice, v.precision, v.compact, True,
                             v.collision if m.collides else None, v.incompressible, v.packed,
-                            "swap" if m.decodes else v.streaming, v.code, v.storage)
+                            "swap" if m.decodes else v.streaming, v.code, v.storage, v.wide)
     storage = storage_part(v.precision, v.storage)
     collision = collision_part(v.collision if m.collides else None, v.incompressible,
                                v.half_form)
@@ -263,7 +267,8 @@ def _variant_space() -> tuple[KernelVariant, ...]:
     """Every kernel a plan can launch (canonical, one per name): the image of the plan's
     choices (:mod:`solver.backends.plan`: storage, layout, streaming, family with its modes,
     tile edges, boundary code and compact kernel) over every lattice, collision model and
-    fluid model, both geometry-dependent kernel choices (sector fill, 64-bit halo sources)
+    fluid model, the geometry-dependent kernel choices (sector fill, 64-bit halo sources of
+    the tiled kernels, 64-bit value offsets of the compact ones)
     and every launch of a run (each phase, the in-place decoding, the timing probes), through
     :meth:`KernelVariant.launch` as a run takes it. Nothing else is in it."""
     seen: dict[str, KernelVariant] = {}
@@ -279,7 +284,7 @@ def _variant_space() -> tuple[KernelVariant, ...]:
                               storage=storage, wide_sources=wide)
             if family is COMPACT:
                 pad, packed, code = compact_kernel(label)
-                v = replace(v, compact=pad, packed=packed, code=code)
+                v = replace(v, compact=pad, packed=packed, code=code, wide=wide)
             for (launched, phase), fill in itertools.product(family.launches(streaming),
                                                              (True, False)):
                 w = v.launch(launched, streaming, phase, lambda f=fill: f)

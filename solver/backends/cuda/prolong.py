@@ -40,11 +40,18 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
-// tile * N + node of compact node i from its tiled index (tile * Q * N + node).
+// tile * N + node of compact node i from its tiled index (tile * Q * N + node): int64 where
+// bit 0 of wide is set, else int32.
 __device__ __forceinline__ long long tile_node(const int* edge32, const long long* edge64,
                                                int wide, long long i) {
-    const long long t = wide ? edge64[i] : (long long)edge32[i];
+    const long long t = (wide & 1) ? edge64[i] : (long long)edge32[i];
     return t / (Q * N) * N + t % (Q * N);
+}
+
+// Value offset of compact node i: at holds int64 offsets where bit 1 of wide is set (64-bit
+// offsets of a compact copy of 2^31 values or more), else int32.
+__device__ __forceinline__ long long offset_at(const int* at, int wide, long long i) {
+    return (wide & 2) ? reinterpret_cast<const long long*>(at)[i] : (long long)at[i];
 }
 
 // Density and velocity of every fluid node into tile-node arrays; the density sum into total.
@@ -60,7 +67,7 @@ extern "C" __global__ void coarse_moments(
          i += (long long)gridDim.x * blockDim.x) {
         if (!(flags[i] & 8)) continue;
         const long long t = tiled ? i / N : 0, node = tiled ? i % N : 0;
-        const long long base = tiled ? t * Q * N : (long long)at[i];
+        const long long base = tiled ? t * Q * N : offset_at(at, wide, i);
         const long long stride = tiled ? N : (long long)block[i];
         double rho = 0.0, jx = 0.0, jy = 0.0, jz = 0.0, v;
 @MOMENTS@
@@ -120,7 +127,7 @@ extern "C" __global__ void prolong(
             }
         }
         const double usq = ux * ux + uy * uy + uz * uz;
-        const long long base = tiled ? t * Q * N : (long long)at[i];
+        const long long base = tiled ? t * Q * N : offset_at(at, wide, i);
         const long long stride = tiled ? N : (long long)block[i];
         double cu, poly;
 @STORES@
@@ -151,7 +158,8 @@ def source(c: tuple[tuple[int, ...], ...], store: str, nodes: int) -> str:
 class NodeAccess:
     """How a kernel reaches the fluid nodes of a run's latest copy: the array ``f`` as stored,
     the compact edge tables ``at``/``block``/``edge`` (the tiled index ``tile * q * N + node``,
-    int64 when ``wide``) or the tiled ``slots`` (q, N) int32, ``flags`` per enumerated node
+    int64 when ``wide``; the value offsets ``at`` int64 when ``wide_offsets``, the storage's
+    64-bit offsets) or the tiled ``slots`` (q, N) int32, ``flags`` per enumerated node
     (bit 3: fluid), ``n`` nodes, ``tiled``. Arrays of the run's module (CuPy, or NumPy in the
     CPU tests)."""
 
@@ -164,11 +172,14 @@ class NodeAccess:
     wide: bool
     n: int
     tiled: bool
+    wide_offsets: bool = False
 
     def args(self) -> tuple:
-        """The kernels' leading arguments."""
+        """The kernels' leading arguments (``wide``: bit 0 the tiled index, bit 1 the value
+        offsets int64)."""
         return (self.f, self.at, self.block, self.slots, self.flags, self.edge, self.edge,
-                np.int32(self.wide), np.int64(self.n), np.int32(self.tiled))
+                np.int32(int(self.wide) | int(self.wide_offsets) << 1), np.int64(self.n),
+                np.int32(self.tiled))
 
 
 def compact_access(run, xp) -> NodeAccess:
@@ -176,7 +187,7 @@ def compact_access(run, xp) -> NodeAccess:
     at, block, tiled = run.edge
     n = int(at.shape[0])
     return NodeAccess(run.latest(), at, block, at, xp.asarray(np.full(n, 8, np.uint8)),
-                      tiled, tiled.dtype == np.int64, n, False)
+                      tiled, tiled.dtype == np.int64, n, False, run.compact.wide)
 
 
 def tiled_access(problem, latest, slots, xp) -> NodeAccess:

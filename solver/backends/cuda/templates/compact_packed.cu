@@ -7,7 +7,7 @@
 // halos are located once per block in shared memory as before.
 extern "C" __global__ void ${kernel}(
     const store_t* ${restrict} fin, store_t* ${restrict} fout,
-    const mask_t* __restrict__ masks, const int* __restrict__ base,
+    const mask_t* __restrict__ masks, const ${offset}* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
     int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,
     int offx, int offy, int offz, int periodic${real_params})
@@ -15,8 +15,8 @@ extern "C" __global__ void ${kernel}(
 ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
     extern __shared__ int lbm_smem[];
     mask_t* s_mask = reinterpret_cast<mask_t*>(lbm_smem);
-    int* s_base = reinterpret_cast<int*>(s_mask + K * NB);
-    int* s_halo_all = s_base + K * NB;  // 2 HN ints per tile (put_src)
+    ${offset}* s_base = reinterpret_cast<${offset}*>(s_mask + K * NB);
+    ${offset}* s_halo_all = s_base + K * NB;  // 2 HN offsets per tile (put_src)
     unsigned char* s_node = reinterpret_cast<unsigned char*>(s_halo_all + K * 2 * HN);
     const int first_tile = blockIdx.x * K;
     const int nk = n_tiles - first_tile < K ? n_tiles - first_tile : K;
@@ -73,8 +73,8 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
         const int tile = first_tile + k;  // float16 storage: keys the node's random bits
         const mask_t mine = s_mask[k * NB + 13];
         const int stride = padded(mine);
-        const int own = Q * s_base[k * NB + 13] + (j - before);
-        const int* s_halo = s_halo_all + k * 2 * HN;
+        const ${offset} own = Q * s_base[k * NB + 13] + (j - before);
+        const ${offset}* s_halo = s_halo_all + k * 2 * HN;
         const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
         const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);
 ${pulls}

@@ -2,8 +2,8 @@
 // and BGK/TRT/MRT collision with Guo forcing, the tiled kernel's code) on storage that holds
 // only the fluid nodes of each tile (issue 20: throughput that follows the fluid, not the tiles).
 //
-// This file is a template: solver/backends/cuda/compact_source.py fills it for one lattice,
-// precision, storage and padding. No headers: it compiles unchanged under NVRTC, nvcc, g++.
+// A template: solver/backends/cuda/compact_source.py fills it per lattice, precision, storage,
+// padding and offset type (${offset}: long long in the wide kernels, copies of 2^31+ values).
 // A stored value is a store_t: the arithmetic type, or with float16 storage the binary16 bits
 // of the tiled kernel (solver/backends/cuda/storage.py: decoded on load, rounded stochastically
 // on store with random bits keyed by the node's tiled identity tile * 64 + n and the step
@@ -75,17 +75,17 @@ __device__ __forceinline__ AxisSrc axis_src(int t, int x, int d, int size, int o
 // 0; direction i adds i * pc) and its tile's padded count pc, or at0 = -1 where the source is
 // not fluid (solid, empty tile, outside a non-periodic face).
 struct Found {
-    int at0, pc;
+    ${offset} at0, pc;
 };
 
 __device__ __forceinline__ Found locate(
     const AxisSrc& sx, const AxisSrc& sy, const AxisSrc& sz, const mask_t* s_mask,
-    const int* s_base, const mask_t* __restrict__ masks, const int* __restrict__ base,
+    const ${offset}* s_base, const mask_t* __restrict__ masks, const ${offset}* __restrict__ base,
     const int* __restrict__ tile_map, int gx, int gy)
 {
     if (!(sx.ok && sy.ok && sz.ok)) return {-1, 0};
     mask_t m = 0ull;
-    int b = 0;
+    ${offset} b = 0;
     if (sx.dt >= -1 && sx.dt <= 1 && sy.dt >= -1 && sy.dt <= 1 && sz.dt >= -1 && sz.dt <= 1) {
         const int nb = (sx.dt + 1) + 3 * (sy.dt + 1) + 9 * (sz.dt + 1);
         m = s_mask[nb];
@@ -104,19 +104,19 @@ __device__ __forceinline__ Found locate(
 
 // Slot of direction i at a located source, or `own` (the node's own value of the opposite
 // direction: halfway bounce-back).
-__device__ __forceinline__ int source_slot(int i, const Found& s, int own)
+__device__ __forceinline__ ${offset} source_slot(int i, const Found& s, ${offset} own)
 {
     return s.at0 >= 0 ? s.at0 + i * s.pc : own;
 }
 
-// The located sources of a tile's halo: 2 HN ints of shared memory, HN at0 followed by HN pc.
-__device__ __forceinline__ void put_src(int* s_halo, int h, int at0, int pc)
+// The located sources of a tile's halo: 2 HN offsets of shared memory, HN at0 followed by HN pc.
+__device__ __forceinline__ void put_src(${offset}* s_halo, int h, ${offset} at0, ${offset} pc)
 {
     s_halo[h] = at0;
     s_halo[HN + h] = pc;
 }
 
-__device__ __forceinline__ Found halo_src(const int* s_halo, int h)
+__device__ __forceinline__ Found halo_src(const ${offset}* s_halo, int h)
 {
     return {s_halo[h], s_halo[HN + h]};
 }
@@ -135,8 +135,8 @@ __device__ __forceinline__ bool halo_inside(int tx, int ty, int tz, int sizex, i
 // compile-time constants of the unrolled loop, so an entry is a bit test and the popcounts of
 // 32-bit words (the planes below, then this plane's nodes below the node). The column's 3
 // neighbour masks are read before any store (shared stores would otherwise force reloads).
-__device__ __forceinline__ void fill_column(int c, const mask_t* s_mask, const int* s_base,
-                                            int* s_halo)
+__device__ __forceinline__ void fill_column(int c, const mask_t* s_mask, const ${offset}* s_base,
+                                            ${offset}* s_halo)
 {
     const int hx = c % HE - 1, hy = c / HE - 1;
     const int sx = (hx + A) / A, sy = (hy + A) / A;  // 0 the tile below, 1 this one, 2 above
@@ -144,7 +144,7 @@ __device__ __forceinline__ void fill_column(int c, const mask_t* s_mask, const i
     const unsigned below = (1u << kxy) - 1u;
     const int nbxy = sx + 3 * sy;
     unsigned lo[3], hi[3];
-    int at[3], pc[3];
+    ${offset} at[3], pc[3];
 #pragma unroll
     for (int sz = 0; sz < 3; ++sz) {
         const mask_t m = s_mask[nbxy + 9 * sz];
@@ -170,8 +170,8 @@ __device__ __forceinline__ void fill_column(int c, const mask_t* s_mask, const i
 // Entry j of the 4 corner columns (x and y of the halo both outside the tile) of an inner tile,
 // one per thread: z = 0..A-1, or -1..A where a velocity has three non-zero components (CORNERS;
 // else the 8 corner nodes of the halo are never read). A general entry, decoded at run time.
-__device__ __forceinline__ void fill_corner(int j, const mask_t* s_mask, const int* s_base,
-                                            int* s_halo)
+__device__ __forceinline__ void fill_corner(int j, const mask_t* s_mask, const ${offset}* s_base,
+                                            ${offset}* s_halo)
 {
     const int cc = j & 3, hz = (j >> 2) - (CORNERS ? 1 : 0);
     const int sx = (cc & 1) * 2, sy = (cc >> 1) * 2;  // the tile below (0) or above (2)
@@ -188,8 +188,8 @@ __device__ __forceinline__ void fill_corner(int j, const mask_t* s_mask, const i
 // columns that are not corner columns (fill_column, 6 entries each), the second the corner
 // columns' entries (fill_corner, one each). 36 columns over the first 36 threads would make the
 // second warp run a whole column pass for 4 lanes.
-__device__ __forceinline__ void fill_inner(int n, const mask_t* s_mask, const int* s_base,
-                                           int* s_halo)
+__device__ __forceinline__ void fill_inner(int n, const mask_t* s_mask, const ${offset}* s_base,
+                                           ${offset}* s_halo)
 {
     if (n < 32)  // column index (x + 1) + HE (y + 1), skipping 0, HE - 1, HE (HE - 1), HE^2 - 1
         fill_column(n + 1 + (n >= A ? 1 : 0) + (n >= HE * A + A ? 1 : 0), s_mask, s_base, s_halo);
@@ -200,8 +200,8 @@ __device__ __forceinline__ void fill_inner(int n, const mask_t* s_mask, const in
 // Sources of halo entries h0, h0 + step, ... (< HN) of the tile at tile-grid coordinate t, each
 // located in full (periodic wrap per node, faces, the global tables across a periodic face).
 __device__ __forceinline__ void fill_general(
-    int h0, int step, int tx, int ty, int tz, int* s_halo, const mask_t* s_mask,
-    const int* s_base, const mask_t* __restrict__ masks, const int* __restrict__ base,
+    int h0, int step, int tx, int ty, int tz, ${offset}* s_halo, const mask_t* s_mask,
+    const ${offset}* s_base, const mask_t* __restrict__ masks, const ${offset}* __restrict__ base,
     const int* __restrict__ tile_map, int gx, int gy, int sizex, int sizey, int sizez,
     int offx, int offy, int offz, int periodic)
 {
@@ -217,7 +217,7 @@ __device__ __forceinline__ void fill_general(
 
 extern "C" __global__ void ${kernel}(
     const store_t* ${restrict} fin, store_t* ${restrict} fout,
-    const mask_t* __restrict__ masks, const int* __restrict__ base,
+    const mask_t* __restrict__ masks, const ${offset}* __restrict__ base,
     const int* __restrict__ tiles, const int* __restrict__ tile_map,
     int n_tiles, int gx, int gy, int gz, int sizex, int sizey, int sizez,
     int offx, int offy, int offz, int periodic${real_params})
@@ -227,7 +227,7 @@ ${storage_prologue}    extern __shared__ int lbm_smem[];
     const int local_tile = threadIdx.x / NPT;
     const int tile = blockIdx.x * (blockDim.x / NPT) + local_tile;
     mask_t* s_mask = reinterpret_cast<mask_t*>(lbm_smem) + local_tile * NB;
-    int* s_base = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
+    ${offset}* s_base = reinterpret_cast<${offset}*>(reinterpret_cast<mask_t*>(lbm_smem)
                                          + (blockDim.x / NPT) * NB) + local_tile * NB;
     const bool active = tile < n_tiles;
     int t[3] = {0, 0, 0};
@@ -245,7 +245,7 @@ ${storage_prologue}    extern __shared__ int lbm_smem[];
     }
     __syncthreads();
     const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
-    int* s_halo = reinterpret_cast<int*>(reinterpret_cast<mask_t*>(lbm_smem)
+    ${offset}* s_halo = reinterpret_cast<${offset}*>(reinterpret_cast<mask_t*>(lbm_smem)
                                          + (blockDim.x / NPT) * NB)
                   + (blockDim.x / NPT) * NB + local_tile * 2 * HN;
     if (HALO) {  // the tile's threads locate its halo (tile nodes included) once
@@ -263,7 +263,7 @@ ${storage_prologue}    extern __shared__ int lbm_smem[];
     const mask_t mine = s_mask[13];
     if (!((mine >> n) & 1ull)) return;
     const int stride = padded(mine);
-    const int own = Q * s_base[13] + __popcll(mine & ((1ull << n) - 1ull));
+    const ${offset} own = Q * s_base[13] + __popcll(mine & ((1ull << n) - 1ull));
     const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);  // the node in the halo block
 ${axis_tables}
 ${pulls}

@@ -1,0 +1,212 @@
+"""Device memory of the mirrored 1000³ and 1600³ rock runs on compact storage with 64-bit
+offsets, from the code's own estimators, on the CPU (no GPU, no tiling of the whole image).
+
+A mirrored n³ rock image at porosity 0.2 is a 2n x n x n box with 0.4 n³ fluid nodes: 4.0e8 at
+1000³ (7.6e9 D3Q19 values per copy), 1.6e9 at 1600³ (3.1e10), beyond the 2^31 values the
+compact kernels' 32-bit offsets address, so the plan picks the wide kernels. Tiling such a box
+here would take tens of GB of host memory, so the estimators run on a stand-in tiling with the
+counts they read (fluid nodes, tiles, tile-grid shape): the tile utilisation eta_t and the
+porosity measured on a generated sample of ``--sample`` voxels a side (the generator of
+``benchmarks/rock_time_to_answer/rock_tensor.py``: random sphere pack, 20-voxel grains, seed
+3), mirrored along x and tiled with 4³ tiles from the origin (as the mirrored runs tile), and
+the compact storage's slot count equal to the fluid count (pad 1, the plans' ``COMPACT_PAD``).
+Per size, storage (float32, float16) and streaming (in place): the plan (``plan_for``: tile
+storage, offsets and their reasons), :func:`solver.backends.cuda.footprint.device_bytes` (one
+process, the peak of a ``Simulation``) and
+:func:`solver.distributed.mirrored.device_estimate` (one rank holding the whole box, and each
+of 2 ranks holding half of it, halo layers left out), next to the tiled state of the same box.
+
+Usage: ``python benchmarks/compact/wide_memory.py`` (about 20 s on the CPU); writes
+``wide-memory-<date>-<commit>.{json,md}`` to ``benchmarks/compact/results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from solver.backends.cuda import compact as compact_module  # noqa: E402
+from solver.backends.cuda import compact_readout  # noqa: E402
+from solver.backends.cuda.compact import CompactTiling  # noqa: E402
+from solver.backends.cuda.footprint import device_bytes  # noqa: E402
+from solver.backends.plan import plan_for  # noqa: E402
+from solver.config import SimulationConfig  # noqa: E402
+from solver.distributed.mirrored import device_estimate  # noqa: E402
+from solver.lattice import get_lattice  # noqa: E402
+from solver.problem import Problem  # noqa: E402
+from solver.tiling import Tiling  # noqa: E402
+
+GIB = 2**30
+
+
+def mirrored_box(n: int, porosity: float = 0.2, grain: float = 20.0, seed: int = 3
+                 ) -> np.ndarray:
+    """Solid mask (2n, n, n) of a generated n³ image followed by its mirror image along x."""
+    from geometries.generators import random_sphere_pack
+
+    pack = random_sphere_pack((n, n, n), porosity, diameter=min(grain, n / 3), seed=seed)
+    solid = np.asarray(pack.solid, dtype=bool)
+    return np.concatenate([solid, solid[::-1]], axis=0)
+
+
+def measure_sample(n: int, porosity: float = 0.2, grain: float = 20.0, seed: int = 3) -> dict:
+    """Porosity and eta_t of a generated n³ image mirrored along x, tiled from the origin."""
+    box = mirrored_box(n, porosity, grain, seed)
+    tiling = Tiling.build(box, 4, (0, 0, 0))
+    return {"sample": n, "porosity": float(1.0 - box.mean()), "eta_t": float(tiling.eta_t),
+            "n_fluid": int(tiling.n_fluid), "n_tiles": int(tiling.n_tiles)}
+
+
+@dataclass(frozen=True)
+class CountedTiling:
+    """What the estimators read of a tiling, from counts: the box, its fluid nodes and tiles
+    (tile map and tile list as zero-stride arrays: their shapes and bytes, no memory)."""
+
+    shape: tuple[int, int, int]
+    n_fluid: int
+    n_tiles: int
+    a: int = 4
+    offset: tuple[int, int, int] = (0, 0, 0)
+
+    ndim = 3
+    memory_bytes = Tiling.memory_bytes
+
+    @property
+    def nodes_per_tile(self) -> int:
+        """Nodes per tile, a³."""
+        return self.a ** 3
+
+    @property
+    def eta_t(self) -> float:
+        """Fluid share of the tiled nodes."""
+        return self.n_fluid / (self.n_tiles * self.nodes_per_tile)
+
+    @property
+    def tile_map(self) -> np.ndarray:
+        """The tile grid (int32), zero-stride."""
+        return np.broadcast_to(np.int32(0), tuple(-(-s // self.a) for s in self.shape))
+
+    @property
+    def tiles(self) -> np.ndarray:
+        """The tile list (n_tiles, 3) int32, zero-stride."""
+        return np.broadcast_to(np.int32(0), (self.n_tiles, 3))
+
+
+class CountedCompact(CompactTiling):
+    """Compact storage of a :class:`CountedTiling` with pad 1: as many slots as fluid nodes."""
+
+    def __post_init__(self) -> None:
+        if self.pad != 1:
+            raise ValueError("counted compact storage: pad 1 only (slots = fluid nodes)")
+        self.padded = np.array([self.tiling.n_fluid], dtype=np.int64)
+
+
+@contextmanager
+def counted_compact():
+    """The estimators build :class:`CountedCompact` storage while inside."""
+    saved = compact_module.CompactTiling, compact_readout.CompactTiling
+    compact_module.CompactTiling = compact_readout.CompactTiling = CountedCompact
+    try:
+        yield
+    finally:
+        compact_module.CompactTiling, compact_readout.CompactTiling = saved
+
+
+def mirrored_problem(n: int, sample: dict, storage: str, streaming: str,
+                     tile_storage: str = "auto", ranks: int = 1) -> Problem:
+    """The mirrored n³ run (box 2n x n x n, or one of ``ranks`` equal parts of it along x) as
+    the estimators see it: TRT, float32 arithmetic, the sample's porosity and eta_t."""
+    shape = (2 * n // ranks, n, n)
+    n_fluid = int(round(sample["porosity"] * np.prod(shape, dtype=np.float64)))
+    n_tiles = int(np.ceil(n_fluid / (64 * sample["eta_t"])))
+    config = SimulationConfig(precision="float32", storage=storage, streaming=streaming,
+                              collision="TRT")
+    return Problem(lattice=get_lattice("D3Q19"), tiling=CountedTiling(shape, n_fluid, n_tiles),
+                   rates=None, force=np.zeros(3), incompressible=True, rho0=1.0,
+                   periodic=(True, False, False), dtype=np.dtype("float32"),
+                   collision=config.collision_model(), storage_kind=storage,
+                   streaming=streaming, tile_storage=tile_storage, layout="xyz",
+                   tiles_per_block=2)
+
+
+def estimate(n: int, sample: dict, storage: str, streaming: str = "in-place") -> dict:
+    """The plan and the estimates of one mirrored run (bytes)."""
+    label = "float16" if storage == "float16" else "float32"
+    with counted_compact():
+        problem = mirrored_problem(n, sample, storage, streaming)
+        plan = plan_for(problem)
+        half = mirrored_problem(n, sample, storage, streaming, ranks=2)
+        row = {"n": n, "storage": label, "streaming": streaming,
+               "n_fluid": problem.n_fluid, "n_tiles": problem.tiling.n_tiles,
+               "values_per_copy": problem.lattice.q * problem.n_fluid,
+               "plan": dict(plan.reasons), "tile_storage": plan.tile_storage,
+               "wide": plan.wide, "device_bytes": device_bytes(problem, plan),
+               "rank_estimate_1": device_estimate(problem),
+               "rank_estimate_2": device_estimate(half),
+               "narrow_device_bytes": device_bytes(problem, replace(plan, wide=False))}
+        tiled = replace(problem, tile_storage="tiled")
+        row["tiled_device_bytes"] = device_bytes(tiled, plan_for(tiled))
+    return row
+
+
+def markdown(result: dict) -> str:
+    """The table of the estimates (GiB) and the plan's reasons of each run."""
+    s = result["sample"]
+    lines = [f"# Device memory of mirrored rock runs, compact 64-bit offsets ({result['date']}, "
+             f"commit {result['commit']})", "",
+             f"Estimators of the code on counts: porosity {s['porosity']:.3f} and eta_t "
+             f"{s['eta_t']:.3f} measured on a generated {s['sample']}³ sample mirrored along x "
+             "(`rock_tensor.py`'s generator, 20-voxel grains). GiB; in place; 'peak, one "
+             "process' is `footprint.device_bytes`, 'rank' `mirrored.device_estimate`.", "",
+             "| image | storage | fluid nodes | tiles | values/copy | plan | peak, one process "
+             "| 1 rank | each of 2 ranks | wide tables add | tiled storage, one process |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in result["rows"]:
+        plan = f"{r['tile_storage']}{', 64-bit offsets' if r['wide'] else ''}"
+        lines.append(
+            f"| {r['n']}³ mirrored | {r['storage']} | {r['n_fluid']:.3g} | {r['n_tiles']:.3g} "
+            f"| {r['values_per_copy']:.3g} | {plan} | {r['device_bytes'] / GIB:.1f} | "
+            f"{r['rank_estimate_1'] / GIB:.1f} | {r['rank_estimate_2'] / GIB:.1f} | "
+            f"{(r['device_bytes'] - r['narrow_device_bytes']) / GIB:.2f} | "
+            f"{r['tiled_device_bytes'] / GIB:.1f} |")
+    lines += ["", "The plan's reasons:", ""]
+    for r in result["rows"]:
+        lines.append(f"- {r['n']}³ {r['storage']}: " + "; ".join(
+            f"{k}: {v}" for k, v in r["plan"].items() if k in ("tile_storage", "offsets",
+                                                                  "launch")))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--sample", type=int, default=160, help="edge of the measured sample")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 1600])
+    args = parser.parse_args(argv)
+    sample = measure_sample(args.sample)
+    rows = [estimate(n, sample, storage) for n in args.sizes for storage in ("auto", "float16")]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    result = {"date": date.today().isoformat(), "commit": commit, "sample": sample,
+              "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"wide-memory-{result['date']}-{commit}"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    table = markdown(result)
+    (args.out / f"{stem}.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
