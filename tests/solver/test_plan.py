@@ -193,3 +193,34 @@ def test_the_plan_module_imports_no_compiler() -> None:
     assert not any(n.startswith(("solver.backends.cuda.kernels", "solver.backends.cuda.device",
                                  "cupy")) for n in names)
     assert plan_module.__name__ == "solver.backends.plan"
+
+
+def test_the_device_memory_reaches_the_plan_from_the_backend() -> None:
+    """A Simulation fills ``Problem.device_capacity`` from its backend (all of the device's
+    memory, the CuPy backend's ``memory_capacity``; None on NumPy) before any plan is made, and
+    the memory verdict estimates the plan the run will get with it."""
+    from dataclasses import replace
+
+    from solver.backends.numpy_backend import NumpyBackend
+    from solver.memory import assess_memory
+    from solver.simulation import Simulation
+
+    class Device(NumpyBackend):  # NumPy, with a device memory to report
+        def memory_capacity(self) -> int:
+            return 12345
+
+    solid = porous_solid((16, 12, 12))
+    config = SimulationConfig(precision="float32")
+    assert Simulation(solid, config, NumpyBackend()).problem.device_capacity is None
+    assert Simulation(solid, config, Device()).problem.device_capacity == 12345
+    given = replace(_problem(), device_capacity=99)
+    assert Simulation(solid, config, Device(), problem=given).problem.device_capacity == 99
+    seen = []
+
+    class Asked(Device):
+        def memory_required(self, problem: Problem) -> int:
+            seen.append(problem.device_capacity)
+            return 1
+
+    assess_memory(_problem(), Asked())
+    assert seen == [12345]
