@@ -187,8 +187,9 @@ WIDE_SLOWER = "measured slower than tiled: 1000³ mirrored rock in place on an H
               "10.3 against 12.5 G fluid updates/s (f052a62)"
 #: 'auto' counts a storage as fitting the device (``Problem.device_capacity``) where its
 #: resident state takes at most this share of it: the rest is for the checks' chunks and the
-#: coarse level held at the prolongation (the 1000³ mirrored tiled in-place run: 64.4 GB of
-#: state, CuPy's pool at 66.5 GB at its checks and 73.8 GB at its polled peak, 1.15x).
+#: coarse level held at the prolongation (the 1000³ mirrored tiled in-place run, float32: 65.0
+#: GB of state by ``Problem.tiled_state_bytes``, CuPy's pool at 66.5 GB at its checks and 73.8
+#: GB at its polled peak, 1.14x; ``benchmarks/compact/wide_memory.py``).
 AUTO_STATE_SHARE = 0.85
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
