@@ -7,18 +7,18 @@ compact kernels' 32-bit offsets address, so compact storage takes the wide kerne
 slower than the tiled storage (1000³ on an H200: 10.3 against 12.5 G fluid updates/s, commit
 f052a62), so tile_storage 'auto' takes them only where the tiled state does not fit the device
 and the compact one does: the table shows its choice on an H100 and an H200, one process and
-each of 2 ranks. Tiling such a box
-here would take tens of GB of host memory, so the estimators run on a stand-in tiling with the
-counts they read (fluid nodes, tiles, tile-grid shape): the tile utilisation eta_t and the
-porosity measured on a generated sample of ``--sample`` voxels a side (the generator of
-``benchmarks/rock_time_to_answer/rock_tensor.py``: random sphere pack, 20-voxel grains, seed
-3), mirrored along x and tiled with 4³ tiles from the origin (as the mirrored runs tile), and
-the compact storage's slot count equal to the fluid count (pad 1, the plans' ``COMPACT_PAD``).
-Per size, storage (float32, float16) and streaming (in place): the compact plan asked for
-(``plan_for``: offsets and their reasons), 'auto''s choice per device, :func:`solver.backends.cuda.footprint.device_bytes` (one
-process, the peak of a ``Simulation``) and
-:func:`solver.distributed.mirrored.device_estimate` (one rank holding the whole box, and each
-of 2 ranks holding half of it, halo layers left out), next to the tiled state of the same box.
+each of 2 ranks. Tiling such a box here would take tens of GB of host memory, so the estimators
+run on a stand-in tiling with the counts they read (fluid nodes, tiles, tile-grid shape): the
+tile utilisation eta_t and the porosity measured on a generated sample of ``--sample`` voxels a
+side (the generator of ``benchmarks/rock_time_to_answer/rock_tensor.py``: random sphere pack,
+20-voxel grains, seed 3), mirrored along x and tiled with 4³ tiles from the origin (as the
+mirrored runs tile), and the compact storage's slot count equal to the fluid count (pad 1, the
+plans' ``COMPACT_PAD``). Per size, storage (float32, float16) and streaming (in place): the
+compact plan asked for (``plan_for``: offsets and their reasons), 'auto''s choice per device,
+:func:`solver.backends.cuda.footprint.device_bytes` (one process, the peak of a ``Simulation``)
+and :func:`solver.distributed.mirrored.device_estimate` (one rank holding the whole box, and
+each of 2 ranks holding half of it, halo layers left out), next to the tiled state of the same
+box.
 
 Usage: ``python benchmarks/compact/wide_memory.py`` (about 20 s on the CPU); writes
 ``wide-memory-<date>-<commit>.{json,md}`` to ``benchmarks/compact/results``.
@@ -44,7 +44,11 @@ from solver.backends.cuda import compact as compact_module  # noqa: E402
 from solver.backends.cuda import compact_readout  # noqa: E402
 from solver.backends.cuda.compact import CompactTiling  # noqa: E402
 from solver.backends.cuda.footprint import device_bytes  # noqa: E402
-from solver.backends.plan import AUTO_STATE_SHARE, compact_state_estimate, plan_for  # noqa: E402
+from solver.backends.plan import (  # noqa: E402
+    AUTO_HEADROOM_PER_TILE_NODE,
+    compact_state_estimate,
+    plan_for,
+)
 from solver.config import SimulationConfig  # noqa: E402
 from solver.distributed.mirrored import device_estimate  # noqa: E402
 from solver.lattice import get_lattice  # noqa: E402
@@ -197,7 +201,8 @@ def markdown(result: dict) -> str:
              "storage asked for (64-bit offsets); 'peak, one process' is "
              "`footprint.device_bytes`, 'rank' `mirrored.device_estimate`; 'state' the plan's "
              "resident-state estimates that 'auto' compares with "
-             f"{AUTO_STATE_SHARE} of the device's memory.", "",
+             f"the device's memory, each with {AUTO_HEADROOM_PER_TILE_NODE} B per tile node "
+             "of headroom (`plan.device_headroom`).", "",
              "| image | storage | fluid nodes | tiles | values/copy | peak, one process "
              "| 1 rank | each of 2 ranks | wide tables add | tiled storage, one process "
              "| state tiled / compact |",

@@ -33,7 +33,8 @@ from .cuda.tables import check_tile_shape, effective_layout
 __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "plan_for",
            "STORAGE_CHOICES", "LAYOUT_CHOICES", "STREAMING_CHOICES", "compact_kernel",
            "storage_label", "distributed_refusal", "compact_values", "compact_state_estimate",
-           "AUTO_COMPACT_BELOW", "AUTO_STATE_SHARE", "WIDE_SLOWER",
+           "AUTO_COMPACT_BELOW", "AUTO_HEADROOM_PER_TILE_NODE", "WIDE_SLOWER", "fits_device",
+           "device_headroom",
            "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
            "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
@@ -185,12 +186,13 @@ AUTO_COMPACT_IN_PLACE_BELOW = {"float32": 0.85, "float64": 1.01, "float16": 0.6}
 #: (benchmarks/compact/results/compact-wide-nvidia-h200-2026-11-28-bd19b10.md).
 WIDE_SLOWER = "measured slower than tiled: 1000³ mirrored rock in place on an H200, " \
               "10.3 against 12.5 G fluid updates/s (f052a62)"
-#: 'auto' counts a storage as fitting the device (``Problem.device_capacity``) where its
-#: resident state takes at most this share of it: the rest is for the checks' chunks and the
-#: coarse level held at the prolongation (the 1000³ mirrored tiled in-place run, float32: 65.0
-#: GB of state by ``Problem.tiled_state_bytes``, CuPy's pool at 66.5 GB at its checks and 73.8
-#: GB at its polled peak, 1.14x; ``benchmarks/compact/wide_memory.py``).
-AUTO_STATE_SHARE = 0.85
+#: Device bytes per tile node a run holds beyond its resident state at its peak, for 'auto''s
+#: fit (``Problem.device_capacity``): the fused check's flags, the checks' chunks, and at the
+#: prolongation the coarser level's state and moments. The 1000³ mirrored tiled in-place run
+#: (float32, 8.37e8 tile nodes, 65.0 GB of state by ``Problem.tiled_state_bytes``) held 66.5
+#: GB in CuPy's pool at its checks and 73.8 GB at its polled peak (H200, f052a62): 10.5 B per
+#: tile node above the state, rounded up.
+AUTO_HEADROOM_PER_TILE_NODE = 12
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
 COMPACT_PAD = 1
@@ -354,21 +356,34 @@ def _tile_storage(problem: Problem, label: str) -> tuple[KernelFamily, str]:
 def _wide_or_tiled(problem: Problem, pad: int, why_compact: str) -> tuple[KernelFamily, str]:
     """'auto''s family for a run whose compact storage needs 64-bit offsets: tiled (faster,
     :data:`WIDE_SLOWER`) unless, on ``problem.device_capacity``, only the compact state fits
-    (:data:`AUTO_STATE_SHARE` of it: a 1600³ mirrored rock image on one H200, float16)."""
+    (:func:`fits_device`: a 1600³ mirrored rock image on one H200, float16)."""
     slower = f"the compact storage would need 64-bit value offsets " \
              f"({compact_values(problem, pad):.3g} values per copy), {WIDE_SLOWER}"
     capacity = problem.device_capacity
     if capacity is None:
         return TILED, f"auto: {slower}; device memory not given"
-    room, gib = AUTO_STATE_SHARE * capacity, 2**30
     tiled, compact = problem.tiled_state_bytes(), compact_state_estimate(problem, pad)
-    sizes = f"state tiled {tiled / gib:.1f} GiB, compact {compact / gib:.1f} GiB, " \
-            f"{AUTO_STATE_SHARE} of the device's {capacity / gib:.1f} GiB: {room / gib:.1f} GiB"
-    if tiled <= room:
+    headroom = device_headroom(problem)
+    sizes = f"state tiled {tiled / 1e9:.1f} GB, compact {compact / 1e9:.1f} GB, each " \
+            f"+{headroom / 1e9:.1f} GB of headroom, device {capacity / 1e9:.1f} GB"
+    if fits_device(problem, tiled, capacity):
         return TILED, f"auto: {slower}; the tiled state fits ({sizes})"
-    if compact > room:
+    if not fits_device(problem, compact, capacity):
         return TILED, f"auto: {slower}; neither state fits ({sizes})"
     return COMPACT, f"auto: {why_compact}, and only the compact state fits the device ({sizes})"
+
+
+def device_headroom(problem: Problem) -> int:
+    """Device bytes a run of ``problem`` holds beyond its resident state at its peak, an
+    estimate: :data:`AUTO_HEADROOM_PER_TILE_NODE` per tile node."""
+    t = problem.tiling
+    return int(AUTO_HEADROOM_PER_TILE_NODE * t.n_tiles * t.nodes_per_tile)
+
+
+def fits_device(problem: Problem, state_bytes: int, capacity: int) -> bool:
+    """Whether a run of ``problem`` whose resident state takes ``state_bytes`` fits a device of
+    ``capacity`` bytes with :func:`device_headroom` beside it."""
+    return state_bytes + device_headroom(problem) <= capacity
 
 
 def compact_state_estimate(problem: Problem, pad: int) -> int:

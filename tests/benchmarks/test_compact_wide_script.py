@@ -99,7 +99,7 @@ def test_the_counted_stand_in_gives_the_estimators_numbers_of_a_real_tiling(stor
     monkeypatch.setattr(plan_module, "COMPACT", replace(plan_module.COMPACT, value_limit=1))
     assert numbers(real)[:2] == (True, True) and numbers(counted) == numbers(real)
     tiled, compact = numbers(real)[5:]
-    share = plan_module.AUTO_STATE_SHARE
-    for capacity, chosen in ((None, ("tiled", False)), (int(tiled / share) + 1, ("tiled", False)),
-                             (int((tiled + compact) / 2 / share), ("compact", True))):
+    room = plan_module.device_headroom(real)
+    for capacity, chosen in ((None, ("tiled", False)), (tiled + room, ("tiled", False)),
+                             (compact + room, ("compact", True))):
         assert auto(real, capacity) == auto(counted, capacity) == chosen

@@ -227,7 +227,7 @@ def test_auto_keeps_runs_past_the_32_bit_offsets_tiled_unless_a_rank_fits_only_c
         def allgather(self, mine):
             return [mine, self.other]
 
-    roomy, tight = Device(2 * tiled), Device(int((tiled + compact) / 2 / plan.AUTO_STATE_SHARE))
+    roomy, tight = Device(2 * tiled), Device(compact + plan.device_headroom(problem))
     assert agreed_storage(problem, roomy, None).tile_storage == "tiled"
     agreed = agreed_storage(problem, tight, None)
     assert agreed.tile_storage == "compact" and agreed.device_capacity == tight.capacity

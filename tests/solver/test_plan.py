@@ -89,18 +89,19 @@ def test_auto_keeps_a_run_beyond_the_32_bit_offsets_tiled_where_the_tiled_state_
     tiled = problem.tiled_state_bytes()
     compact = plan_module.compact_state_estimate(problem, plan_module.COMPACT_PAD)
     assert compact < tiled
-    share = plan_module.AUTO_STATE_SHARE
+    room = plan_module.device_headroom(problem)  # beside the state, per tile node
+    assert room == plan_module.AUTO_HEADROOM_PER_TILE_NODE * problem.tiling.n_tiles * 64
 
     def on(capacity: float):
         return plan_for(replace(problem, device_capacity=int(capacity)))
 
-    roomy = on(tiled / share + 1)
+    roomy = on(tiled + room)
     assert roomy.family is TILED and "the tiled state fits" in roomy.reason
-    tight = on((tiled - 1) / share)
+    tight = on(tiled + room - 1)
     assert tight.compact and tight.wide and "only the compact state fits" in tight.reason
     assert tight.reason.startswith("auto: eta_t") and "64-bit" in tight.why("offsets")
-    assert on((compact + tiled) / 2 / share).wide
-    small = on((compact - 1) / share)
+    assert on(compact + room).wide
+    small = on(compact + room - 1)
     assert small.family is TILED and "neither state fits" in small.reason
     assert COMPACT.value_limit == 2**31
     explicit = _problem(streaming="in-place", tile_storage="compact")
