@@ -26,21 +26,22 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   (2000 x 1000 x 1000 voxels, one axis at a time). Tile utilisation eta_t 0.478 (4³ tiles,
   measured on the 320³ and 400³ images of this generator): 1.31e7 tiles, 8.4e8 tile nodes.
 - **Storage.** 19 x 4.0e8 = 7.6e9 values per copy: beyond the compact kernels' 32-bit offsets
-  (2^31, :data:`solver.backends.plan.COMPACT`, ``value_limit``). The plan now keeps such runs
-  compact with 64-bit offsets (``ExecutionPlan.wide``): 96 B per fluid node in place (76 B of
-  populations, 20 B of edge tables), 38.3 GiB at the peak of one process in float32, 24.1 GiB
-  with float16 storage (``benchmarks/compact/wide_memory.py``). The numbers below were written
-  when the plan stored these fine runs tiled, with the 64-bit halo sources of copies of 2^31
-  values or more. Bytes per tile node: 19 x 4 per copy + 1 node type: one copy (in place, the
-  AA pattern: ``--huge`` runs in place) 77 B = 64.4 GB; two copies 153 B = 128 GB (does not
-  fit). Compact would need 92 B per fluid node in place (36.8 GB, with 16 B of edge tables,
-  32-bit offsets) or 168 B with two copies (67 GB). Besides the fine state: the fused check's
-  flags (1 B per tile node, 0.84 GB), the tile map and masks (0.4 GB) and, at the prolongation
-  only, the 1/2 level's compact state (5.2e7 fluid nodes, 4.6 GB) and its float32 moments (0.8
-  GB): **about 71 GB at the peak** (an estimate: the benchmark reports the pool at the fine
-  checks). Only one axis and two neighbouring start levels hold device memory at a time; the
-  next axis's host set-up (tiling, a few GB of host tables) is made while the current one
-  steps.
+  (2^31, :data:`solver.backends.plan.COMPACT`, ``value_limit``). Compact with 64-bit offsets
+  (``ExecutionPlan.wide``) would take 96 B per fluid node in place (76 B of populations, 20 B of
+  edge tables): CuPy's pool held 39.4 GB, but it stepped 21 % slower than tiled (H200, f052a62:
+  39.0 against 32.1 ms per fine step), so tile_storage 'auto' keeps these fine runs tiled, with
+  the 64-bit halo sources of copies of 2^31 values or more, wherever the tiled state fits the
+  device (:data:`solver.backends.plan.WIDE_SLOWER`, ``fits_device``; the Simulation gives the
+  plan the device's memory). Bytes per tile node: 19 x 4 per copy + 1 node type: one copy (in
+  place, the AA pattern: ``--huge`` runs in place) 77 B = 64.4 GB; two copies 153 B = 128 GB
+  (does not fit). Compact would need 92 B per fluid node in place (36.8 GB, with 16 B of edge
+  tables, 32-bit offsets) or 168 B with two copies (67 GB). Besides the fine state: the fused
+  check's flags (1 B per tile node, 0.84 GB), the tile map and masks (0.4 GB) and, at the
+  prolongation only, the 1/2 level's compact state (5.2e7 fluid nodes, 4.6 GB) and its float32
+  moments (0.8 GB): **about 71 GB at the peak** (an estimate: the benchmark reports the pool at
+  the fine checks). Only one axis and two neighbouring start levels hold device memory at a
+  time; the next axis's host set-up (tiling, a few GB of host tables) is made while the current
+  one steps.
 - **Rate.** H100 fluid updates per second on the rock-like 192³ pack (eta_t 0.50, BGK,
   ``benchmarks/throughput/results/*-0460fb9-fluid.md``): tiled in place 8.69 G/s, compact in
   place 10.87, compact two copies 15.36. Tiled in place at 4.0e8 fluid nodes: **46 ms per

@@ -37,6 +37,7 @@ def test_huge_path_runs_one_axis_in_place_with_a_start_chain(tmp_path):
 def test_start_levels_compares_variants_with_the_first(tmp_path):
     assert start_levels.parse_variant("3:10:tiled-wide") == (3, 10.0, "tiled-wide")
     assert start_levels.parse_variant("3:10:auto-wide") == (3, 10.0, "auto-wide")
+    assert start_levels.parse_variant("3:10:compact-wide") == (3, 10.0, "compact-wide")
     with pytest.raises(Exception, match="LEVELS:FACTOR"):
         start_levels.parse_variant("3:10:dense")
     argv = ["--size", "16", "--grain", "6", "--porosity", "0.3", "--backend", "numpy",
