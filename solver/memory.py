@@ -118,8 +118,9 @@ def assess_memory(problem: Problem, backend: Any, reclaimable: int = 0) -> Memor
     """
     if isinstance(backend, str):
         backend = _backend(backend)
-    if problem.device_capacity is None:  # the plan the run will get (Simulation fills it)
-        problem = replace(problem, device_capacity=device_capacity(backend))
+    capacity = device_capacity(backend) if problem.device_capacity is None else None
+    if capacity is not None:  # the plan the run will get (the Simulation fills it alike)
+        problem = replace(problem, device_capacity=capacity).use_iolets(problem.iolets)
     ask = getattr(backend, "memory_required", None)
     if ask is None:  # a backend without an estimate (e.g. a distributed wrapper): the state
         return judge(problem.tiled_state_bytes(), None)
