@@ -14,12 +14,13 @@ backend's gather tables, and the float64 moments that every health check and sli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 import numpy as np
 
+from .backends import device_capacity
 from .backends.cuda.footprint import device_bytes
 from .config import SimulationConfig
 from .fields import cut_bytes, moments_bytes
@@ -117,6 +118,9 @@ def assess_memory(problem: Problem, backend: Any, reclaimable: int = 0) -> Memor
     """
     if isinstance(backend, str):
         backend = _backend(backend)
+    capacity = device_capacity(backend) if problem.device_capacity is None else None
+    if capacity is not None:  # the plan the run will get (the Simulation fills it alike)
+        problem = replace(problem, device_capacity=capacity).use_iolets(problem.iolets)
     ask = getattr(backend, "memory_required", None)
     if ask is None:  # a backend without an estimate (e.g. a distributed wrapper): the state
         return judge(problem.tiled_state_bytes(), None)

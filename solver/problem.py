@@ -70,6 +70,11 @@ class Problem:
     opening_conditions: dict = field(default_factory=dict)
     #: ``SimulationConfig.ramp_steps``: the openings' soft start (None: one characteristic time).
     ramp_steps: int | None = None
+    #: Bytes of memory of the device the run is for (None: unknown), filled by who knows the
+    #: device (:class:`~solver.simulation.Simulation`, a distributed rank's set-up): with
+    #: tile_storage 'auto' the plan keeps a run needing the compact kernels' 64-bit offsets
+    #: tiled (faster) unless only the compact state fits (:func:`solver.backends.plan.plan_for`).
+    device_capacity: int | None = None
 
     def __post_init__(self) -> None:
         # Decided once: a name (tests, reconfigure(collision=...)) becomes the model object.

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import observables
-from .backends import Backend, get_backend
+from .backends import Backend, device_capacity, get_backend
 from .config import ConfigError, SimulationConfig
 from .fields import Cut, locate_cut, speed
 from .flow_fields import (
@@ -79,6 +79,8 @@ class Simulation:
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
         self.backend = backend
+        if self.problem.device_capacity is None:  # before any plan is made of the problem
+            self.problem.device_capacity = device_capacity(backend)
         self.state: Any = None
         self._slice_cache: dict = {}  # (axis, index) -> fields.Cut (backend index arrays)
         self._readout: Readout | None = None  # chunked reads of the state, made on first use

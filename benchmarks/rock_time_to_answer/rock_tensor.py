@@ -26,21 +26,22 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   (2000 x 1000 x 1000 voxels, one axis at a time). Tile utilisation eta_t 0.478 (4³ tiles,
   measured on the 320³ and 400³ images of this generator): 1.31e7 tiles, 8.4e8 tile nodes.
 - **Storage.** 19 x 4.0e8 = 7.6e9 values per copy: beyond the compact kernels' 32-bit offsets
-  (2^31, :data:`solver.backends.plan.COMPACT`, ``value_limit``). The plan now keeps such runs
-  compact with 64-bit offsets (``ExecutionPlan.wide``): 96 B per fluid node in place (76 B of
-  populations, 20 B of edge tables), 38.3 GiB at the peak of one process in float32, 24.1 GiB
-  with float16 storage (``benchmarks/compact/wide_memory.py``). The numbers below were written
-  when the plan stored these fine runs tiled, with the 64-bit halo sources of copies of 2^31
-  values or more. Bytes per tile node: 19 x 4 per copy + 1 node type: one copy (in place, the
-  AA pattern: ``--huge`` runs in place) 77 B = 64.4 GB; two copies 153 B = 128 GB (does not
-  fit). Compact would need 92 B per fluid node in place (36.8 GB, with 16 B of edge tables,
-  32-bit offsets) or 168 B with two copies (67 GB). Besides the fine state: the fused check's
-  flags (1 B per tile node, 0.84 GB), the tile map and masks (0.4 GB) and, at the prolongation
-  only, the 1/2 level's compact state (5.2e7 fluid nodes, 4.6 GB) and its float32 moments (0.8
-  GB): **about 71 GB at the peak** (an estimate: the benchmark reports the pool at the fine
-  checks). Only one axis and two neighbouring start levels hold device memory at a time; the
-  next axis's host set-up (tiling, a few GB of host tables) is made while the current one
-  steps.
+  (2^31, :data:`solver.backends.plan.COMPACT`, ``value_limit``). Compact with 64-bit offsets
+  (``ExecutionPlan.wide``) would take 96 B per fluid node in place (76 B of populations, 20 B of
+  edge tables): CuPy's pool held 39.4 GB, but it stepped 21 % slower than tiled (H200, f052a62:
+  39.0 against 32.1 ms per fine step), so tile_storage 'auto' keeps these fine runs tiled, with
+  the 64-bit halo sources of copies of 2^31 values or more, wherever the tiled state fits the
+  device (:data:`solver.backends.plan.WIDE_SLOWER`, ``fits_device``; the Simulation gives the
+  plan the device's memory). Bytes per tile node: 19 x 4 per copy + 1 node type: one copy (in
+  place, the AA pattern: ``--huge`` runs in place) 77 B = 64.4 GB; two copies 153 B = 128 GB
+  (does not fit). Compact would need 92 B per fluid node in place (36.8 GB, with 16 B of edge
+  tables, 32-bit offsets) or 168 B with two copies (67 GB). Besides the fine state: the fused
+  check's flags (1 B per tile node, 0.84 GB), the tile map and masks (0.4 GB) and, at the
+  prolongation only, the 1/2 level's compact state (5.2e7 fluid nodes, 4.6 GB) and its float32
+  moments (0.8 GB): **about 71 GB at the peak** (an estimate: the benchmark reports the pool at
+  the fine checks). Only one axis and two neighbouring start levels hold device memory at a
+  time; the next axis's host set-up (tiling, a few GB of host tables) is made while the current
+  one steps.
 - **Rate.** H100 fluid updates per second on the rock-like 192³ pack (eta_t 0.50, BGK,
   ``benchmarks/throughput/results/*-0460fb9-fluid.md``): tiled in place 8.69 G/s, compact in
   place 10.87, compact two copies 15.36. Tiled in place at 4.0e8 fluid nodes: **46 ms per
@@ -173,9 +174,9 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
     # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds one copy of its populations by
-    # default (in place, the AA pattern: the same steps, bit for bit; 66.5 GB, within the
-    # issue's 80 GB H100), two with ``streaming`` 'two-copy' or 'auto' where the device has
-    # room (130-140 GB: an H200); :func:`huge_streaming`.
+    # default (in place, the AA pattern: the same steps, bit for bit; tiled, 66.5 GB, within
+    # the issue's 80 GB H100), two with ``streaming`` 'two-copy' or 'auto' where the device has
+    # room (139 GB: an H200); :func:`huge_streaming`.
     config = SimulationConfig(precision=precision, collision="TRT",
                               streaming=huge_streaming(n, backend, streaming) if huge
                               else "two-copy")
@@ -209,24 +210,32 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             "device_pool_polled_peak_GB": peak.polled_gigabytes(), "study": summary}
 
 
-#: Device bytes of the 1000³ mirrored box's fine run with two population copies, float32, at
-#: its peak (the prolongation): 8.4e8 tile nodes x (153 B of populations and node types + 1 B
-#: of check flags), the tables, and the 1/2 level's compact two-copy run (5.2e7 fluid nodes x
-#: 168 B) with its moments; the pool held 66.5 GB in place (H100, 668bee6), +63.8 GB for the
-#: second copy. Scaled by (n / 1000)³ for other sizes.
-TWO_COPY_PEAK_1000 = 140e9
+#: Resident device bytes of the 1000³ mirrored box's fine run on the tiled storage, float32,
+#: by streaming (``Problem.tiled_state_bytes`` on its counts: 1.31e7 tiles, 8.37e8 tile nodes;
+#: ``benchmarks/compact/wide_memory.py``, commit 8195efe): 153 B per tile node with two copies,
+#: 77 B in place (the in-place run's pool held 66.5 GB at its checks). Scaled by (n / 1000)³.
+TILED_STATE_1000 = {"two-copy": 128.65e9, "in-place": 65.01e9}
+#: Tile nodes of the 1000³ mirrored box (eta_t 0.478).
+TILE_NODES_1000 = 8.37e8
 
 
 def huge_streaming(n: int, backend, choice: str = "auto") -> str:
-    """The streaming of the huge image's runs: ``choice``, or with 'auto' two copies when the
-    device holds :data:`TWO_COPY_PEAK_1000` scaled to n³ with 5 % to spare (an H200's 150 GB;
+    """The streaming of the huge image's runs: ``choice``, or with 'auto' two copies where the
+    plan keeps their tiled state on the device (:func:`solver.backends.plan.fits_device`'s
+    rule on the device's memory, the state :data:`TILED_STATE_1000` scaled to n³: an H200;
     on the H100 at 192³, rock-like, tiled two copies ran 1.29x the rate in place: 11.18 against
     8.69 G fluid updates/s, benchmarks/throughput), else in place (one copy, the same results
-    bit for bit)."""
+    bit for bit). The tile storage is the plan's: the Simulation gives it the device's memory
+    (``Problem.device_capacity``), so 'auto' stays tiled where its state fits (faster than
+    the compact kernels' 64-bit offsets these runs need)."""
+    from solver.backends import device_capacity
+    from solver.backends.plan import AUTO_HEADROOM_PER_TILE_NODE
+
     if choice != "auto":
         return choice
-    memory = (backend.device_info() or {}).get("memory") or 0
-    return "two-copy" if memory >= 1.05 * TWO_COPY_PEAK_1000 * (n / 1000) ** 3 else "in-place"
+    scale = (n / 1000) ** 3
+    need = (TILED_STATE_1000["two-copy"] + AUTO_HEADROOM_PER_TILE_NODE * TILE_NODES_1000) * scale
+    return "two-copy" if (device_capacity(backend) or 0) >= need else "in-place"
 
 
 def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list[str],
@@ -689,7 +698,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    choices=["auto", "in-place", "two-copy"],
                    help="population copies of the --huge image's runs (in-place, the default: "
                         "one, 66.5 GB at 1000³, within the issue's 80 GB H100; auto: two where "
-                        "the device holds them, 130-140 GB at 1000³, an H200; huge_streaming)")
+                        "the device holds their tiled state with the plan's headroom, 139 GB at "
+                        "1000³, an H200; huge_streaming)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="wall limit of each --huge run, s (0: none; a stopped run is reported "
                         "not converged)")

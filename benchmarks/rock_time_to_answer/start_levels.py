@@ -8,9 +8,11 @@ one population copy (in place), no formation factor, for each variant
 resolution; 3: from 1/8 via 1/4 and 1/2, the coarsest converged to the tolerance), the other
 coarse runs stopped at ``FACTOR`` times the tolerance, ``STORAGE`` the tile storage
 (:data:`STORAGES`; ``tiled-wide``: every node of a tile stored, 64-bit halo sources, as the
-1000³ image's fine runs were stored while the compact kernels addressed fewer than 2^31 values;
-``auto-wide``: the plan's limit lowered, so the fine run takes the compact kernels with 64-bit
-offsets, as the 1000³ image's now do, :data:`solver.backends.plan.COMPACT`). The first variant
+1000³ image's fine runs are stored; ``auto-wide``: the plan's 32-bit offset limit lowered, so
+the fine run is past it as the 1000³ image's is and 'auto' stores it as it stores those:
+tiled where the tiled state fits the device, the start levels compact,
+:data:`solver.backends.plan.COMPACT`; ``compact-wide``: the same with 'compact' asked for, so
+the fine run takes the compact kernels with 64-bit offsets). The first variant
 is the reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps
 and their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
 the work in fine-step equivalents, the phases, the most CuPy's pool held at a check, and in the
@@ -53,12 +55,13 @@ log = logging.getLogger("start_levels")
 #: Tile storages a variant may ask for; ``tiled-wide``: tiled with the 64-bit halo sources of
 #: copies of 2^31 values or more forced (the kernel the 1000³ image's fine runs get);
 #: ``auto-wide``: the 1000³ image's arrangement at a smaller size: runs of more than
-#: :data:`SMALL_VALUE_LIMIT` values per copy (the fine run) compact with 64-bit offsets (the
-#: plan's wide kernels; tiled with 64-bit halo sources before they existed), the smaller
-#: start levels compact with 32-bit offsets, as the plan stores them.
-STORAGES = ("auto", "tiled", "compact", "tiled-wide", "auto-wide")
-#: The compact family's value limit of an ``auto-wide`` variant (2^31 in the plan): a 400³
-#: image's fine run has 4.9e8 values per copy, its 1/2 level 6.4e7.
+#: :data:`SMALL_VALUE_LIMIT` values per copy (the fine run) as 'auto' stores a run past the
+#: compact kernels' 32-bit offsets (tiled with 64-bit halo sources where the tiled state fits
+#: the device: the wide compact kernels are slower), the smaller start levels compact with
+#: 32-bit offsets; ``compact-wide``: every run compact, the fine run with 64-bit offsets.
+STORAGES = ("auto", "tiled", "compact", "tiled-wide", "auto-wide", "compact-wide")
+#: The compact family's value limit of the ``auto-wide`` and ``compact-wide`` variants (2^31 in
+#: the plan): a 400³ image's fine run has 4.9e8 values per copy, its 1/2 level 6.4e7.
 SMALL_VALUE_LIMIT = 2**27
 
 
@@ -77,7 +80,7 @@ def run_variant(sample, axes: list[str], variant: tuple[int, float, str], precis
     levels, factor, storage = variant
     config = SimulationConfig(precision=precision, collision="TRT", streaming="in-place",
                               tile_storage=storage.removesuffix("-wide"))
-    with wide_sources(backend, storage.endswith("-wide"), storage == "auto-wide"):
+    with wide_sources(backend, storage.endswith("-wide"), storage != "tiled-wide"):
         return _study(sample, axes, variant, config, backend, max_seconds, fast_tau)
 
 

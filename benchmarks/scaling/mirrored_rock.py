@@ -32,8 +32,10 @@ So on H100s the run stores float16 in the tiled storage (``--storage float16``, 
 here); on H200s float32 fits as well. One copy (``--streaming in-place``, where ranks step in
 place: issue 33's in-place ranks) halves the populations: ~33 GB float16, ~65 GB float32.
 The compact storage's 32-bit offsets address at most 2^31 / 19 = 1.13e8 fluid nodes per rank;
-beyond it the plan now runs its 64-bit offsets (``CompactTiling.check_offsets``,
-``benchmarks/compact/wide_memory.py``); the table above was written before.
+beyond it it runs 64-bit offsets (``CompactTiling.check_offsets``,
+``benchmarks/compact/wide_memory.py``; the table above was written before), slower than tiled,
+so ``--tile-storage auto`` takes them only where a rank's tiled part does not fit its device
+and the compact one does (one H200 in float16, two in float32; ``agreed_storage``).
 Every number above is an estimate; the run records the measured ones. Measured on 4 x H200
 (float16, tiled, commit 3c20093, results/mirrored-rock-1600-4x-nvidia-h200-float16-2026-11-28):
 62.7 GiB held by CuPy's pool per rank against 63.0 GiB estimated, 26.8 ms per step.

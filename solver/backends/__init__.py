@@ -7,7 +7,8 @@ import logging
 from ..config import BACKENDS
 from .base import Backend, DeviceInfo
 
-__all__ = ["Backend", "DeviceInfo", "get_backend", "gpu_available", "may_use_gpu"]
+__all__ = ["Backend", "DeviceInfo", "get_backend", "gpu_available", "may_use_gpu",
+           "device_capacity"]
 
 log = logging.getLogger(__name__)
 
@@ -43,3 +44,11 @@ def get_backend(name: str = "auto") -> Backend:
     from .numpy_backend import NumpyBackend
 
     return NumpyBackend()
+
+
+def device_capacity(backend: object) -> int | None:
+    """Bytes of memory of ``backend``'s device (the CuPy backend's ``memory_capacity``), None
+    where it has none to give (NumPy; a distributed wrapper): what ``Problem.device_capacity``
+    holds for the plan (:func:`solver.backends.plan.plan_for`)."""
+    ask = getattr(backend, "memory_capacity", None)
+    return None if ask is None else int(ask())

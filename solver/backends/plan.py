@@ -7,8 +7,10 @@ streaming (two copies or one in place), the tile storage (every node of a tile, 
 fluid nodes) and with it the kernel family, the compact kernels' value offsets (32-bit, or
 64-bit for a copy of 2^31 values or more), and the launch shape. :func:`plan_for` decides it
 from the problem's options, the geometry's numbers (tile utilisation eta_t, dimensions, tile
-edge) and the families' support, which is declared data (:class:`KernelFamily`), never learned
-by compiling a kernel. It needs no GPU, so every automatic choice is unit-tested on the CPU.
+edge), the device's memory where the problem carries it (``Problem.device_capacity``: only
+for a run whose compact storage would need 64-bit offsets) and the families' support, which
+is declared data (:class:`KernelFamily`), never learned by compiling a kernel. It needs no
+GPU, so every automatic choice is unit-tested on the CPU.
 
 This module (with :mod:`solver.config`, which declares the options, and the kernel generators
 that own the kernels' vocabulary) is the only code that compares an execution option's name;
@@ -30,7 +32,9 @@ from .cuda.tables import check_tile_shape, effective_layout
 
 __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "plan_for",
            "STORAGE_CHOICES", "LAYOUT_CHOICES", "STREAMING_CHOICES", "compact_kernel",
-           "storage_label", "distributed_refusal", "compact_values", "AUTO_COMPACT_BELOW",
+           "storage_label", "distributed_refusal", "compact_values", "compact_state_estimate",
+           "AUTO_COMPACT_BELOW", "AUTO_HEADROOM_PER_TILE_NODE", "WIDE_SLOWER", "fits_device",
+           "device_headroom",
            "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
            "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
@@ -127,7 +131,9 @@ TILED = KernelFamily("tiled", ((2, (8, 16)), (3, (4,))),
 #: storage keyed as one launch over the rank's tiles). Its kernels address a copy with
 #: 32-bit offsets below 2^31 values (113 M D3Q19 fluid nodes), with 64-bit ones from there on
 #: (the wide kernels, ``ExecutionPlan.wide``: a 1000³ rock image at porosity 0.2, mirrored,
-#: has 4e8 fluid nodes, 7.6e9 values per copy; ``CompactTiling.check_offsets``).
+#: has 4e8 fluid nodes, 7.6e9 values per copy; ``CompactTiling.check_offsets``). 'auto' takes
+#: the wide kernels only where the tiled state does not fit the device and the compact one
+#: does (they are slower than tiled, :data:`WIDE_SLOWER`); an explicit 'compact' always can.
 COMPACT = KernelFamily("compact", ((3, (4,)),), ("full", "propagate", "swap"),
                        boundary_code=False, openings=False, distributed=True,
                        timed_lattices=("D3Q19",), value_limit=2**31)
@@ -171,6 +177,22 @@ AUTO_COMPACT_BELOW = {"float32": 0.92, "float64": 0.875, "float16": AUTO_COMPACT
 #: 13.08 -> 16.24 at 0.55, 14.98 -> 14.51 at 0.65. Compact in place also stores one copy of
 #: the fluid nodes only: the least memory of any option.
 AUTO_COMPACT_IN_PLACE_BELOW = {"float32": 0.85, "float64": 1.01, "float16": 0.6}
+#: Why 'auto' keeps a run tiled where the compact storage would need 64-bit value offsets: the
+#: wide kernels were measured slower than the tiled storage there (H200, commit f052a62,
+#: 2026-11-28, TRT in place): the 1000³ mirrored rock run along x (4.0e8 fluid nodes) 39.0 ms
+#: per fine step compact with 64-bit offsets (10.3 G fluid updates/s) against 32.1 ms tiled
+#: (12.5 G/s, commit 9c87819), 21 % slower; on the 256³ rock-like pack (eta_t ~0.5) the wide
+#: kernels ran 0.81x (float32) and 0.84x (float16) the 32-bit ones
+#: (benchmarks/compact/results/compact-wide-nvidia-h200-2026-11-28-bd19b10.md).
+WIDE_SLOWER = "measured slower than tiled: 1000³ mirrored rock in place on an H200, " \
+              "10.3 against 12.5 G fluid updates/s (f052a62)"
+#: Device bytes per tile node a run holds beyond its resident state at its peak, for 'auto''s
+#: fit (``Problem.device_capacity``): the fused check's flags, the checks' chunks, and at the
+#: prolongation the coarser level's state and moments. The 1000³ mirrored tiled in-place run
+#: (float32, 8.37e8 tile nodes, 65.0 GB of state by ``Problem.tiled_state_bytes``) held 66.5
+#: GB in CuPy's pool at its checks and 73.8 GB at its polled peak (H200, f052a62): 10.5 B per
+#: tile node above the state, rounded up.
+AUTO_HEADROOM_PER_TILE_NODE = 12
 #: Values per direction block rounded up to this: 1 ('exact'), faster than sector-padded at
 #: every eta_t below the thresholds (float32 0.634 vs 0.568 at eta_t 0.50 in that run).
 COMPACT_PAD = 1
@@ -325,7 +347,56 @@ def _tile_storage(problem: Problem, label: str) -> tuple[KernelFamily, str]:
     if eta >= limit:
         return TILED, f"auto: eta_t {eta:.3f} not below {limit} ({lattice}, {label}, " \
                       f"{problem.streaming})"
+    pad = compact_kernel(label)[0]
+    if _offsets(problem, pad)[0]:
+        return _wide_or_tiled(problem, pad, f"eta_t {eta:.3f} below {limit}")
     return COMPACT, f"auto: eta_t {eta:.3f} below {limit}"
+
+
+def _wide_or_tiled(problem: Problem, pad: int, why_compact: str) -> tuple[KernelFamily, str]:
+    """'auto''s family for a run whose compact storage needs 64-bit offsets: tiled (faster,
+    :data:`WIDE_SLOWER`) unless, on ``problem.device_capacity``, only the compact state fits
+    (:func:`fits_device`: a 1600³ mirrored rock image on one H200, float16)."""
+    slower = f"the compact storage would need 64-bit value offsets " \
+             f"({compact_values(problem, pad):.3g} values per copy), {WIDE_SLOWER}"
+    capacity = problem.device_capacity
+    if capacity is None:
+        return TILED, f"auto: {slower}; device memory not given"
+    tiled, compact = problem.tiled_state_bytes(), compact_state_estimate(problem, pad)
+    headroom = device_headroom(problem)
+    sizes = f"state tiled {tiled / 1e9:.1f} GB, compact {compact / 1e9:.1f} GB, each " \
+            f"+{headroom / 1e9:.1f} GB of headroom, device {capacity / 1e9:.1f} GB"
+    if fits_device(problem, tiled, capacity):
+        return TILED, f"auto: {slower}; the tiled state fits ({sizes})"
+    if not fits_device(problem, compact, capacity):
+        return TILED, f"auto: {slower}; neither state fits ({sizes})"
+    return COMPACT, f"auto: {why_compact}, and only the compact state fits the device ({sizes})"
+
+
+def device_headroom(problem: Problem) -> int:
+    """Device bytes a run of ``problem`` holds beyond its resident state at its peak, an
+    estimate: :data:`AUTO_HEADROOM_PER_TILE_NODE` per tile node."""
+    t = problem.tiling
+    return int(AUTO_HEADROOM_PER_TILE_NODE * t.n_tiles * t.nodes_per_tile)
+
+
+def fits_device(problem: Problem, state_bytes: int, capacity: int) -> bool:
+    """Whether a run of ``problem`` whose resident state takes ``state_bytes`` fits a device of
+    ``capacity`` bytes with :func:`device_headroom` beside it."""
+    return state_bytes + device_headroom(problem) <= capacity
+
+
+def compact_state_estimate(problem: Problem, pad: int) -> int:
+    """Device bytes of ``problem``'s resident compact state with 64-bit offsets, from counts
+    (no :class:`~.cuda.compact.CompactTiling`: the plan stays cheap): its copies, per tile the
+    fluid mask and base (8 + 8 B), tile map and list, and per fluid node 20 B of edge tables;
+    :func:`~.cuda.compact_readout.compact_state_bytes` or a little above (its edge tables'
+    tiled index takes 4 B where the tiled copy has fewer than 2^31 values)."""
+    t = problem.tiling
+    slots = compact_values(problem, pad) // problem.lattice.q
+    return int(problem.population_copies * problem.lattice.q * slots
+               * problem.storage_dtype.itemsize + 16 * int(t.n_tiles) + t.tile_map.nbytes
+               + t.tiles.nbytes + 20 * int(t.n_fluid))
 
 
 def plan_for(problem: Problem) -> ExecutionPlan:

@@ -35,7 +35,7 @@ import numpy as np
 
 from geometries.regions import MirroredRegions, RegionSource
 
-from ..backends import Backend
+from ..backends import Backend, device_capacity
 from ..config import ConfigError, SimulationConfig
 from ..problem import Problem
 from ..tiling import Tiling
@@ -192,15 +192,22 @@ def local_part(source: RegionSource, config: SimulationConfig, summary: SlabSumm
 
 def agreed_storage(problem: Problem, backend: Backend, comm: Any) -> Problem:
     """``problem`` with an explicit tile storage, rank 0's plan for 'auto' (the ranks' own
-    tile utilisations differ; tiled and compact storage agree to rounding only)."""
+    tile utilisations differ; tiled and compact storage agree to rounding only), compact on
+    every rank where any rank's part fits its device only so (the plan's compact storage with
+    64-bit offsets under 'auto': :func:`~solver.backends.plan.plan_for` on the rank's part
+    and its device's memory, ``Problem.device_capacity``; collective over ``comm``)."""
     if problem.tile_storage != "auto" or not hasattr(backend, "phase_stepper"):
         return problem
     from ..backends.plan import plan_for
 
+    if problem.device_capacity is None:
+        problem = dataclasses.replace(problem, device_capacity=device_capacity(backend))
     # As RankSolver asks (every tile owned): a rank's limits (float16 keeps the tiled storage).
     as_rank = dataclasses.replace(problem, owned=np.ones(problem.tiling.n_tiles, bool))
-    mine = plan_for(as_rank).tile_storage
-    chosen = mine if comm is None else comm.bcast(mine, root=0)
+    plan = plan_for(as_rank)
+    mine = (plan.tile_storage, plan.compact and plan.wide)
+    every = [mine] if comm is None else comm.allgather(mine)
+    chosen = "compact" if any(by_memory for _, by_memory in every) else every[0][0]
     return dataclasses.replace(problem, tile_storage=chosen)
 
 

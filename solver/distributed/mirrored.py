@@ -260,9 +260,11 @@ def _level_bounds(summary: SlabSummary, size: int, levels: int) -> tuple[np.ndar
 def _rank_part(box: RegionSource, cfg: SimulationConfig, summary: SlabSummary, backend: Any,
                comm: Any, check_fit: bool, bounds: np.ndarray | None = None
                ) -> tuple[Problem, Any, int]:
-    """This rank's problem and decomposition (:func:`local_part`, the tile storage agreed)
-    and its device estimate; with ``check_fit`` refused (on every rank) when it exceeds the
-    device's free memory (collective)."""
+    """This rank's problem and decomposition (:func:`local_part`, the tile storage agreed on
+    the devices' memory: :func:`agreed_storage`, where 'auto' keeps a part needing the compact
+    kernels' 64-bit offsets tiled unless only its compact state fits) and its device estimate
+    of that storage; with ``check_fit`` refused (on every rank) when it exceeds the device's
+    free memory (collective)."""
     error, problem, decomposition = None, None, None
     try:
         problem, decomposition = local_part(box, cfg, summary, comm.Get_size(), comm.Get_rank(),

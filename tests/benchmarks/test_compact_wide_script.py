@@ -60,7 +60,9 @@ def test_the_counted_stand_in_gives_the_estimators_numbers_of_a_real_tiling(stor
                                                                             monkeypatch):
     """``wide_memory.py`` runs the estimators on counts (fluid nodes, tiles, box): on a real
     mirrored sample they give the numbers of its real tiling, compact (32-bit and, with the
-    plan's limit lowered, wide) and tiled, for one process and one rank."""
+    plan's limit lowered, wide) and tiled, for one process and one rank, and 'auto' makes the
+    same choice on them for every device memory (tiled where it fits, wide compact where only
+    the compact state fits)."""
     from dataclasses import replace
 
     import wide_memory
@@ -74,7 +76,7 @@ def test_the_counted_stand_in_gives_the_estimators_numbers_of_a_real_tiling(stor
 
     box = wide_memory.mirrored_box(36)
     config = SimulationConfig(precision="float32", storage=storage, streaming="in-place",
-                              collision="TRT", tile_offset="origin", tile_storage="auto")
+                              collision="TRT", tile_offset="origin", tile_storage="compact")
     real = Problem.from_config(box, config)
     t = real.tiling
     counted = replace(real, tiling=wide_memory.CountedTiling(box.shape, t.n_fluid, t.n_tiles))
@@ -85,8 +87,19 @@ def test_the_counted_stand_in_gives_the_estimators_numbers_of_a_real_tiling(stor
         with wide_memory.counted_compact() if problem is counted else nullcontext():
             return (plan.compact, plan.wide, device_bytes(problem, plan),
                     device_estimate(problem),
-                    device_bytes(replace(problem, tile_storage="tiled")))
+                    device_bytes(replace(problem, tile_storage="tiled")),
+                    problem.tiled_state_bytes(),
+                    plan_module.compact_state_estimate(problem, plan.pad))
+
+    def auto(problem, capacity):
+        plan = plan_for(replace(problem, tile_storage="auto", device_capacity=capacity))
+        return plan.tile_storage, plan.wide
 
     assert numbers(real)[:2] == (True, False) and numbers(counted) == numbers(real)
     monkeypatch.setattr(plan_module, "COMPACT", replace(plan_module.COMPACT, value_limit=1))
     assert numbers(real)[:2] == (True, True) and numbers(counted) == numbers(real)
+    tiled, compact = numbers(real)[5:]
+    room = plan_module.device_headroom(real)
+    for capacity, chosen in ((None, ("tiled", False)), (tiled + room, ("tiled", False)),
+                             (compact + room, ("compact", True))):
+        assert auto(real, capacity) == auto(counted, capacity) == chosen

@@ -37,6 +37,7 @@ def test_huge_path_runs_one_axis_in_place_with_a_start_chain(tmp_path):
 def test_start_levels_compares_variants_with_the_first(tmp_path):
     assert start_levels.parse_variant("3:10:tiled-wide") == (3, 10.0, "tiled-wide")
     assert start_levels.parse_variant("3:10:auto-wide") == (3, 10.0, "auto-wide")
+    assert start_levels.parse_variant("3:10:compact-wide") == (3, 10.0, "compact-wide")
     with pytest.raises(Exception, match="LEVELS:FACTOR"):
         start_levels.parse_variant("3:10:dense")
     argv = ["--size", "16", "--grain", "6", "--porosity", "0.3", "--backend", "numpy",
@@ -68,3 +69,28 @@ def test_setup_only_reports_each_part_of_the_huge_set_up(tmp_path):
     assert x["second_chunk_seconds"] > 0 and "allocate_profile" in x
     assert y["tiles"] > 0 and "host_labels_seconds" not in y
     assert "host set-up only" in json_path.with_suffix(".md").read_text()
+
+
+def test_huge_streaming_takes_two_copies_where_the_plan_keeps_them_tiled():
+    """``--huge-streaming auto``: two copies where the device holds their tiled state with the
+    plan's headroom (an H200's 141 GB at 1000³), else in place (an 80 GB H100, the default);
+    an explicit choice is kept; no device memory (NumPy): in place."""
+    from solver.backends.plan import AUTO_HEADROOM_PER_TILE_NODE
+
+    class Device:
+        def __init__(self, capacity):
+            self.capacity = capacity
+
+        def memory_capacity(self):
+            return self.capacity
+
+    h100, h200 = Device(80 * 10**9), Device(141 * 10**9)
+    assert rock_tensor.huge_streaming(1000, h200) == "two-copy"
+    assert rock_tensor.huge_streaming(1000, h100) == "in-place"
+    assert rock_tensor.huge_streaming(1000, h100, "two-copy") == "two-copy"
+    assert rock_tensor.huge_streaming(1000, object()) == "in-place"
+    assert rock_tensor.huge_streaming(1600, h200) == "in-place"
+    # in place, the tiled state and its headroom fit the H100 (66.5 GB held at the checks)
+    in_place = rock_tensor.TILED_STATE_1000["in-place"] \
+        + AUTO_HEADROOM_PER_TILE_NODE * rock_tensor.TILE_NODES_1000
+    assert 66.5e9 < in_place < h100.capacity

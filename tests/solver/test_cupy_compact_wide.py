@@ -4,8 +4,9 @@ The CuPy backend allocates the run its plan chooses; with the plan's 32-bit limi
 below a small case's values per copy it allocates the wide kernels (int64 bases and edge
 offsets), which must store the 32-bit run's bits after plain launches, captured graphs and a
 distributed rank's tile-range launches (two copies and in place, float32 and float16 storage),
-and read the same populations, node gathers and fused k check. The CPU twin (the kernels
-through the g++ emulator): test_compact_wide.py.
+and read the same populations, node gathers and fused k check. A Simulation gives the plan
+the GPU's memory, so 'auto' keeps a run past the 32-bit offsets tiled where it fits. The CPU
+twin (the kernels through the g++ emulator): test_compact_wide.py.
 """
 
 from __future__ import annotations
@@ -77,3 +78,24 @@ def test_wide_compact_run_stores_the_32_bit_bits_on_the_gpu(backend, monkeypatch
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)  # atomics: any order
     for run in runs:
         backend.release(run)
+
+
+def test_a_simulation_gives_the_plan_the_gpu_memory(backend, monkeypatch):
+    """On the GPU a Simulation's problem carries the device's whole memory (memGetInfo's
+    total, at least what is free), and 'auto' past the 32-bit offsets keeps the run tiled
+    there: a small case's tiled state fits any GPU."""
+    import cupy as cp
+
+    from solver.backends.plan import TILED, plan_for
+    from solver.config import SimulationConfig
+    from solver.simulation import Simulation
+
+    from .porous_cases import porous_solid
+
+    sim = Simulation(porous_solid((16, 12, 12)), SimulationConfig(precision="float32"), backend)
+    total = int(cp.cuda.runtime.memGetInfo()[1])
+    assert sim.problem.device_capacity == total >= backend.free_memory()
+    assert plan_for(sim.problem).compact
+    _limit(monkeypatch, 1)
+    chosen = plan_for(sim.problem)
+    assert chosen.family is TILED and "the tiled state fits" in chosen.reason

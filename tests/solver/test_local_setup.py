@@ -220,11 +220,15 @@ def test_ranks_report_the_mean_of_k_at_two_consecutive_steps(tmp_path, ranks):
     assert low <= min(k_n, k_next) * (1 + 1e-12) and max(k_n, k_next) <= high * (1 + 1e-12)
 
 
-def test_auto_takes_runs_past_the_32_bit_offsets_on_the_wide_compact_kernels(monkeypatch):
-    """'auto' picks the compact storage for a rock-like pack, and keeps it when its values per
-    copy pass the compact kernels' 32-bit offsets (a 1600³ rock over 4 ranks: 4e8 fluid nodes
-    a rank, tiled before), with 64-bit offsets (the wide kernels) and the reason."""
+def test_auto_keeps_runs_past_the_32_bit_offsets_tiled_unless_a_rank_fits_only_compact(
+        monkeypatch):
+    """'auto' picks the compact storage for a rock-like pack; past the compact kernels' 32-bit
+    offsets (a 1600³ rock over 2 ranks: 8e8 fluid nodes a rank) it keeps the tiled storage
+    (faster than the 64-bit offsets), unless the tiled part does not fit the rank's device and
+    the compact one does (the device's memory, which the ranks' agreed storage fills in):
+    then every rank takes compact, also where another rank's part is the one that needs it."""
     from solver.backends import plan
+    from solver.distributed.local_setup import agreed_storage
 
     source = grains(shape=(32, 32, 32))
     problem = Problem.from_config(source.slab(0, 0, 32),
@@ -234,8 +238,33 @@ def test_auto_takes_runs_past_the_32_bit_offsets_on_the_wide_compact_kernels(mon
     monkeypatch.setattr(plan, "COMPACT",
                         replace(plan.COMPACT, value_limit=problem.lattice.q * problem.n_fluid))
     chosen = plan.plan_for(problem)
-    assert chosen.tile_storage == "compact" and chosen.wide
-    assert "64-bit" in chosen.why("offsets")
+    assert chosen.tile_storage == "tiled" and "64-bit value offsets" in chosen.reason
+    tiled = problem.tiled_state_bytes()
+    compact = plan.compact_state_estimate(problem, plan.COMPACT_PAD)
+
+    class Device:  # what agreed_storage asks of a CuPy backend
+        phase_stepper = None
+
+        def __init__(self, capacity):
+            self.capacity = capacity
+
+        def memory_capacity(self):
+            return self.capacity
+
+    class Ranks:  # the other rank's (storage, needs compact for memory)
+        def __init__(self, other):
+            self.other = other
+
+        def allgather(self, mine):
+            return [mine, self.other]
+
+    roomy, tight = Device(2 * tiled), Device(compact + plan.device_headroom(problem))
+    assert agreed_storage(problem, roomy, None).tile_storage == "tiled"
+    agreed = agreed_storage(problem, tight, None)
+    assert agreed.tile_storage == "compact" and agreed.device_capacity == tight.capacity
+    assert plan.plan_for(agreed).wide
+    assert agreed_storage(problem, roomy, Ranks(("tiled", False))).tile_storage == "tiled"
+    assert agreed_storage(problem, roomy, Ranks(("compact", True))).tile_storage == "compact"
 
 
 @pytest.mark.gpu

@@ -68,11 +68,14 @@ def test_float16_and_in_place_follow_their_own_rules() -> None:
     assert in_place.in_place and in_place.copies == 1 and "below 0.85" in in_place.reason
 
 
-def test_a_run_beyond_the_32_bit_offsets_gets_the_wide_compact_kernels(monkeypatch) -> None:
+def test_auto_keeps_a_run_beyond_the_32_bit_offsets_tiled_where_the_tiled_state_fits(
+        monkeypatch) -> None:
     """The compact kernels address a copy with 32-bit offsets below ``COMPACT.value_limit``
-    values: a run with more values per copy (a 1000³ rock image mirrored: 4e8 fluid nodes,
-    7.6e9 values) gets the compact family with 64-bit offsets (the wide kernels) and the
-    reason, not the tiled storage; an explicit 'compact' too (it was refused before)."""
+    values; beyond (a 1000³ rock image mirrored: 7.6e9 values) they need 64-bit offsets, which
+    ran 21 % slower than the tiled storage on an H200. So 'auto' keeps such a run tiled, with
+    a reason citing the measurement, where the device's memory is not given or the tiled
+    state fits it; compact with 64-bit offsets only where the tiled state does not fit and
+    the compact one does; an explicit 'compact' always gets the wide kernels."""
     from dataclasses import replace
 
     problem = _problem(streaming="in-place")
@@ -81,11 +84,44 @@ def test_a_run_beyond_the_32_bit_offsets_gets_the_wide_compact_kernels(monkeypat
     assert plan_for(problem).compact and not plan_for(problem).wide
     monkeypatch.setattr(plan_module, "COMPACT", replace(COMPACT, value_limit=values))
     plan = plan_for(problem)
-    assert plan.compact and plan.wide and "64-bit value offsets" in plan.why("offsets")
-    assert plan.reason.startswith("auto: eta_t")
+    assert plan.family is TILED and "64-bit value offsets" in plan.reason
+    assert plan_module.WIDE_SLOWER in plan.reason and "device memory not given" in plan.reason
+    tiled = problem.tiled_state_bytes()
+    compact = plan_module.compact_state_estimate(problem, plan_module.COMPACT_PAD)
+    assert compact < tiled
+    room = plan_module.device_headroom(problem)  # beside the state, per tile node
+    assert room == plan_module.AUTO_HEADROOM_PER_TILE_NODE * problem.tiling.n_tiles * 64
+
+    def on(capacity: float):
+        return plan_for(replace(problem, device_capacity=int(capacity)))
+
+    roomy = on(tiled + room)
+    assert roomy.family is TILED and "the tiled state fits" in roomy.reason
+    tight = on(tiled + room - 1)
+    assert tight.compact and tight.wide and "only the compact state fits" in tight.reason
+    assert tight.reason.startswith("auto: eta_t") and "64-bit" in tight.why("offsets")
+    assert on(compact + room).wide
+    small = on(compact + room - 1)
+    assert small.family is TILED and "neither state fits" in small.reason
     assert COMPACT.value_limit == 2**31
-    explicit = plan_for(_problem(tile_storage="compact"))
-    assert explicit.compact and explicit.wide
+    explicit = _problem(streaming="in-place", tile_storage="compact")
+    for capacity in (None, 1, 10 * tiled):
+        chosen = plan_for(replace(explicit, device_capacity=capacity))
+        assert chosen.compact and chosen.wide and chosen.reason == "tile_storage='compact'"
+
+
+def test_the_compact_estimate_of_the_plan_bounds_the_allocated_state() -> None:
+    """The plan's compact state from counts (:func:`compact_state_estimate`) is the wide
+    storage's :func:`compact_state_bytes` or at most 4 bytes per fluid node above it (the
+    edge tables' tiled index, int32 where the tiled copy is small)."""
+    from solver.backends.cuda.compact import CompactTiling
+    from solver.backends.cuda.compact_readout import compact_state_bytes
+
+    for streaming in ("in-place", "two-copy"):
+        problem = _problem(streaming=streaming)
+        exact = compact_state_bytes(problem, CompactTiling(problem.tiling, 1, wide=True))
+        estimate = plan_module.compact_state_estimate(problem, 1)
+        assert exact <= estimate <= exact + 4 * problem.tiling.n_fluid
 
 
 def test_the_layout_choice_gives_its_reason() -> None:
@@ -158,3 +194,34 @@ def test_the_plan_module_imports_no_compiler() -> None:
     assert not any(n.startswith(("solver.backends.cuda.kernels", "solver.backends.cuda.device",
                                  "cupy")) for n in names)
     assert plan_module.__name__ == "solver.backends.plan"
+
+
+def test_the_device_memory_reaches_the_plan_from_the_backend() -> None:
+    """A Simulation fills ``Problem.device_capacity`` from its backend (all of the device's
+    memory, the CuPy backend's ``memory_capacity``; None on NumPy) before any plan is made, and
+    the memory verdict estimates the plan the run will get with it."""
+    from dataclasses import replace
+
+    from solver.backends.numpy_backend import NumpyBackend
+    from solver.memory import assess_memory
+    from solver.simulation import Simulation
+
+    class Device(NumpyBackend):  # NumPy, with a device memory to report
+        def memory_capacity(self) -> int:
+            return 12345
+
+    solid = porous_solid((16, 12, 12))
+    config = SimulationConfig(precision="float32")
+    assert Simulation(solid, config, NumpyBackend()).problem.device_capacity is None
+    assert Simulation(solid, config, Device()).problem.device_capacity == 12345
+    given = replace(_problem(), device_capacity=99)
+    assert Simulation(solid, config, Device(), problem=given).problem.device_capacity == 99
+    seen = []
+
+    class Asked(Device):
+        def memory_required(self, problem: Problem) -> int:
+            seen.append(problem.device_capacity)
+            return 1
+
+    assess_memory(_problem(), Asked())
+    assert seen == [12345]

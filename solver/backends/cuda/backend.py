@@ -125,6 +125,11 @@ class CupyBackend(StateAccess):
         """Device bytes this process's arrays hold now (CuPy's memory pool in use)."""
         return int(cp.get_default_memory_pool().used_bytes())
 
+    def memory_capacity(self) -> int:
+        """Bytes of memory of the current device: all of it, not what is free now (the plan's
+        storage choice must not depend on a run beside it, ``Problem.device_capacity``)."""
+        return int(cp.cuda.runtime.memGetInfo()[1])
+
     def free_memory(self) -> int:
         """Device memory a new allocation can use, bytes: free on the device plus CuPy's pool."""
         return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())

@@ -1,8 +1,11 @@
 """GPU bytes a CuPy run needs at its peak, decided before anything is allocated.
 
 The estimate follows the run's execution plan (:func:`~solver.backends.plan.plan_for`), so it
-always describes the storage that gets allocated; :mod:`solver.memory` turns it into the verdict
-the app and the command line show.
+always describes the storage that gets allocated (the plan reads the device's memory from the
+problem, ``Problem.device_capacity``, which :func:`solver.memory.assess_memory` and the
+Simulation fill in: its tile storage for a run past the compact kernels' 32-bit offsets is
+decided there, never here); :mod:`solver.memory` turns it into the verdict the app and the
+command line show.
 """
 
 from __future__ import annotations
