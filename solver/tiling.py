@@ -265,6 +265,19 @@ class Tiling:
         picked = tuple(xp.asarray(t) for t in self.tiles.T)
         return blocks[picked].reshape(self.n_tiles, a**d, *extra)
 
+    def mask(self) -> np.ndarray:
+        """The solid mask (True = solid, shape ``shape``) the tiles were built from: the
+        tiles' masks placed back, nodes of empty tiles solid; bool."""
+        # The inverse of gather: the padded grid viewed as (tile grid, in-tile z, y, x)
+        # blocks, written through the view (1 byte a voxel, no node-coordinate arrays).
+        d, a = self.ndim, self.a
+        padded = np.ones([t * a for t in self.tile_map.shape], dtype=bool)
+        blocks = padded.reshape([k for t in self.tile_map.shape for k in (t, a)])
+        order = [2 * i for i in range(d)] + [2 * i + 1 for i in reversed(range(d))]
+        blocks.transpose(order)[tuple(self.tiles.T)] = self.solid.reshape(-1, *(a,) * d)
+        return padded[tuple(slice(o, o + n) for n, o in zip(self.shape, self.offset,
+                                                             strict=True))]
+
     def scatter(self, values: np.ndarray, fill=np.nan) -> np.ndarray:
         """Domain array from per-tile-node values (n_tiles, a**d, ...); empty tiles get ``fill``."""
         out = np.full(self.shape + values.shape[2:], fill, dtype=values.dtype)

@@ -153,3 +153,18 @@ def test_tile_occupancy_is_any_fluid_node_per_padded_tile(shape, offset):
     want = blocked.any(axis=tuple(range(1, 2 * len(shape), 2)))
     assert 0 < want.mean() < 1
     np.testing.assert_array_equal(_tile_occupancy(fluid, a, offset), want)
+
+
+@pytest.mark.parametrize("shape, a, offset", [((13, 10, 7), 4, "best"), ((13, 10, 7), 3, (2, 0, 1)),
+                                              ((16, 8, 12), 4, (0, 0, 0)), ((21, 30), 8, "best")])
+def test_mask_is_the_mask_the_tiling_was_built_from(shape, a, offset):
+    """Tiling.mask (rank 0 of a run over MPI ranks keeps the tiling, not the image): the
+    tiles' masks placed back and empty tiles solid give the image, whatever its memory order
+    and the grid's offset."""
+    solid = np.random.default_rng(3).random(shape) < 0.5
+    solid[(slice(0, 9),) * len(shape)] = True  # empty tiles
+    for image in (solid, np.asfortranarray(solid)):
+        tiling = Tiling.build(image, a, offset)
+        assert tiling.tile_map.min() == -1
+        mask = tiling.mask()
+        assert mask.dtype == bool and mask.shape == shape and np.array_equal(mask, solid)
