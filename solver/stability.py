@@ -53,7 +53,7 @@ class StabilityReport:
 
 #: Voxels per block of :func:`mean_chord_length` (its temporaries are a few bytes a voxel of
 #: a block, not of the whole image: rank 0's set-up of a large image).
-CHORD_BLOCK_VOXELS = 1 << 22
+CHORD_BLOCK_VOXELS = 1 << 20
 
 
 def mean_chord_length(solid: np.ndarray, axis: int, periodic: bool) -> float:

@@ -249,20 +249,31 @@ def markdown(result: dict) -> str:
 
 def setup_point(size: int, work: str) -> dict:
     """What rank 0's set-up of ``solver run`` builds for a size^3 pack in one process (the
-    geometry read, the case's checks, the whole tiling and problem): seconds, the peak above
-    the imports and the resident set after it, MiB."""
+    geometry read, the case's checks, the whole tiling and problem): seconds, and from
+    ``tracemalloc`` (which sees NumPy's arrays) the peak during it and what it holds after,
+    then what it holds once the voxel image is dropped as rank 0 over MPI ranks drops it
+    (``Simulation.release_mask``), MiB."""
+    import tracemalloc
+
     from solver.case import load_case
     from solver.run import HeadlessRun
 
     folder = Path(work)
     folder.mkdir(parents=True, exist_ok=True)
-    case = _case(folder, size, 4, True)
-    base, rss = _peak(), _rss()
+    case = load_case(_case(folder, size, 4, True))
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
     tic = time.perf_counter()
-    run = HeadlessRun(load_case(case), out=folder / "out")
-    return {"size": size, "voxels": size**3, "setup_s": round(time.perf_counter() - tic, 2),
-            "peak_above_imports_mib": round((_peak() - base) / MIB, 1),
-            "held_mib": round((_rss() - rss) / MIB, 1), "n_tiles": run.sim.tiling.n_tiles}
+    run = HeadlessRun(case, out=folder / "out")
+    seconds = time.perf_counter() - tic
+    held, peak = tracemalloc.get_traced_memory()
+    released = None
+    if hasattr(run.sim, "release_mask"):  # absent before this step
+        run.geometry = run.sim.release_mask()
+        released = round((tracemalloc.get_traced_memory()[0] - base) / MIB, 1)
+    return {"size": size, "voxels": size**3, "setup_s": round(seconds, 2),
+            "peak_mib": round((peak - base) / MIB, 1), "held_mib": round((held - base) / MIB, 1),
+            "held_released_mib": released, "n_tiles": run.sim.tiling.n_tiles}
 
 
 def setup_series(args: argparse.Namespace) -> int:
@@ -275,13 +286,18 @@ def setup_series(args: argparse.Namespace) -> int:
                       else {"size": size, "error": done.stderr[-2000:]})
     result = {"commit": _commit(), "date": date.today().isoformat(), "points": points}
     lines = [f"# Rank 0's set-up of `solver run` in one process ({result['date']}, "
-             f"{result['commit']})", "", "| size | voxels | set-up (s) | peak above imports "
-             "(MiB) | held after (MiB) | bytes a voxel (peak) |", "|---:|---:|---:|---:|---:|---:|"]
+             f"{result['commit']})", "", "NumPy arrays (tracemalloc) during the set-up (read, "
+             "checks, whole tiling and problem) and held after it; the last columns: held once "
+             "the voxel image is dropped, as rank 0 over MPI ranks does.", "",
+             "| size | voxels | set-up (s) | peak (MiB) | held after (MiB) | held, image dropped "
+             "(MiB) | bytes a voxel: peak, held, dropped |", "|---:|---:|---:|---:|---:|---:|---|"]
     for p in points:
         if "error" not in p:
-            lines.append(f"| {p['size']}³ | {p['voxels']} | {p['setup_s']} | "
-                         f"{p['peak_above_imports_mib']} | {p['held_mib']} | "
-                         f"{p['peak_above_imports_mib'] * MIB / p['voxels']:.1f} |")
+            dropped = p.get("held_released_mib")
+            per = [p["peak_mib"], p["held_mib"]] + ([] if dropped is None else [dropped])
+            lines.append(f"| {p['size']}³ | {p['voxels']} | {p['setup_s']} | {p['peak_mib']} | "
+                         f"{p['held_mib']} | {'–' if dropped is None else dropped} | "
+                         + ", ".join(f"{v * MIB / p['voxels']:.2f}" for v in per) + " |")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"rank0-setup-cpu-{'-'.join(map(str, args.sizes))}-{result['date']}"

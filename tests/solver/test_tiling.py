@@ -71,11 +71,17 @@ def test_gather_scatter_round_trip_with_offset():
     assert not tiling.solid[tile, node].any()
 
 
+@pytest.mark.parametrize("block", [1, 50, 1 << 22])  # slabs of 1 tile layer, a few, all
 @pytest.mark.parametrize("shape, a, offset", [((9, 11, 6), 4, (1, 3, 2)),
                                               ((10, 7, 5), 4, (0, 0, 0)), ((13, 9), 8, (5, 2))])
-def test_gather_is_the_value_at_each_tile_node_and_fill_outside(shape, a, offset):
+def test_gather_is_the_value_at_each_tile_node_and_fill_outside(shape, a, offset, block,
+                                                                monkeypatch):
     # The block gather must equal indexing the grid at every tile node's coordinates
-    # (node_coordinates), with ``fill`` for the padding, for scalar and vector fields.
+    # (node_coordinates), with ``fill`` for the padding, for scalar and vector fields, whether
+    # it reads the grid whole or a slab of tile layers at a time.
+    import solver.tiling
+
+    monkeypatch.setattr(solver.tiling, "GATHER_BLOCK_VALUES", block)
     rng = np.random.default_rng(5)
     solid = rng.random(shape) < 0.6
     tiling = Tiling.build(solid, a, offset)
@@ -116,10 +122,13 @@ def test_occupancy_of_all_offsets_equals_each_offsets_own(shape, a):
     from solver.tiling import _occupancy_all_offsets, _tile_occupancy
 
     fluid = np.random.default_rng(5).random(shape) < 0.05  # sparse: many empty tiles
-    every = _occupancy_all_offsets(fluid, a)
-    assert len(every) == a ** len(shape)
+    every = dict(_occupancy_all_offsets(fluid, a))
+    assert len(every) == a ** len(shape) and list(every) == sorted(every)
+    of_solid = dict(_occupancy_all_offsets(~fluid, a, of_solid=True))  # no inverted copy
     for offset, occupied in every.items():
         assert np.array_equal(occupied, _tile_occupancy(fluid, a, offset))
+        assert np.array_equal(occupied, of_solid[offset])
+        assert np.array_equal(occupied, _tile_occupancy(~fluid, a, offset, of_solid=True))
 
 
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16, 32])
