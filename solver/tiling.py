@@ -314,23 +314,26 @@ class Tiling:
     def mask(self) -> np.ndarray:
         """The solid mask (True = solid, shape ``shape``) the tiles were built from: the
         tiles' masks placed back, nodes of empty tiles solid; bool."""
-        # The inverse of gather: the padded grid viewed as (tile grid, in-tile z, y, x)
-        # blocks, written through the view (1 byte a voxel, no node-coordinate arrays).
-        d, a = self.ndim, self.a
-        padded = np.ones([t * a for t in self.tile_map.shape], dtype=bool)
-        blocks = padded.reshape([k for t in self.tile_map.shape for k in (t, a)])
-        order = [2 * i for i in range(d)] + [2 * i + 1 for i in reversed(range(d))]
-        blocks.transpose(order)[tuple(self.tiles.T)] = self.solid.reshape(-1, *(a,) * d)
-        return padded[tuple(slice(o, o + n) for n, o in zip(self.shape, self.offset,
-                                                             strict=True))]
+        return self.scatter(self.solid, fill=True)
 
     def scatter(self, values: np.ndarray, fill=np.nan) -> np.ndarray:
         """Domain array from per-tile-node values (n_tiles, a**d, ...); empty tiles get ``fill``."""
-        out = np.full(self.shape + values.shape[2:], fill, dtype=values.dtype)
-        ok = self.inside()
-        coords = self.node_coordinates()[ok]
-        out[tuple(coords.T)] = values[ok]
-        return out
+        # The inverse of gather: the grid padded to whole tiles, viewed as (tile grid, in-tile
+        # z, y, x) blocks and written through the view; no per-node coordinate arrays (three
+        # int64 a tile node, twice: most of rank 0's memory for a .vti over MPI ranks).
+        values = np.asarray(values)
+        d, a = self.ndim, self.a
+        extra = list(values.shape[2:])
+        grid = list(self.tile_map.shape)
+        padded = np.full([t * a for t in grid] + extra, fill, dtype=values.dtype)
+        blocks = padded.reshape([k for t in grid for k in (t, a)] + extra)
+        order = [2 * i for i in range(d)] + [2 * i + 1 for i in reversed(range(d))]
+        blocks = blocks.transpose(order + list(range(2 * d, 2 * d + len(extra))))
+        blocks[tuple(self.tiles.T)] = values.reshape(self.n_tiles, *(a,) * d, *extra)
+        inner = tuple(slice(o, o + n) for n, o in zip(self.shape, self.offset, strict=True))
+        if all(t * a == n for t, n in zip(grid, self.shape, strict=True)):
+            return padded  # offset 0 and whole tiles: nothing to cut
+        return np.ascontiguousarray(padded[inner])
 
     def locate(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tile index (-1 if empty) and in-tile XYZ index of domain nodes, coords (..., d)."""

@@ -95,6 +95,12 @@ def test_gather_is_the_value_at_each_tile_node_and_fill_outside(shape, a, offset
         want[inside] = grid[tuple(coords[inside].T)]
         want[~inside] = fill
         np.testing.assert_array_equal(got, want)
+        # scatter, the way back: each tile node's value at its coordinates, fill elsewhere.
+        back = np.full(grid.shape, fill, dtype=grid.dtype)
+        back[tuple(coords[inside].T)] = got[inside]
+        scattered = tiling.scatter(got, fill=fill)
+        assert scattered.flags.c_contiguous and scattered.dtype == grid.dtype
+        np.testing.assert_array_equal(scattered, back)
 
 
 def test_memory_estimate_counts_two_copies_node_types_and_fluid_masks():
