@@ -355,8 +355,10 @@ def held_rank(case: str, out: str, report: str) -> int:
         run = HeadlessRun(load_case(case), out=out, backend=backend)
         run.sim.allocate()
         rows = arrays_held({"run": run})
-        Path(report).write_text(json.dumps({"voxels": int(np.prod(run.sim.tiling.shape)), "arrays": [
-            {"path": p, "bytes": n, "dtype": d, "shape": list(sh)} for p, n, d, sh in rows]}))
+        arrays = [{"path": p, "bytes": n, "dtype": d, "shape": list(sh)}
+                  for p, n, d, sh in rows]
+        voxels = int(np.prod(run.sim.tiling.shape))
+        Path(report).write_text(json.dumps({"voxels": voxels, "arrays": arrays}))
         run.sim.close()
 
     launch(on_root, inner="numpy")
