@@ -135,6 +135,13 @@ def test_occupancy_of_all_offsets_equals_each_offsets_own(shape, a):
         assert np.array_equal(occupied, _tile_occupancy(fluid, a, offset))
         assert np.array_equal(occupied, of_solid[offset])
         assert np.array_equal(occupied, _tile_occupancy(~fluid, a, offset, of_solid=True))
+    import solver.tiling
+
+    for block in (5, 97):  # reduced a slab across the image at a time (the host's large images)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(solver.tiling, "GATHER_BLOCK_VALUES", block)
+            slabbed = dict(_occupancy_all_offsets(~fluid, a, of_solid=True))
+        assert all(np.array_equal(every[k], slabbed[k]) for k in every)
 
 
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16, 32])
