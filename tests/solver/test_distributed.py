@@ -498,6 +498,15 @@ def test_rank0_run_keeps_the_tiling_not_the_voxel_mask(tmp_path, monkeypatch):
         assert image() is None  # the Simulation, its problem and the run hold only the tiling
         assert np.array_equal(run.sim.solid, porous()) and run.sim.shape == SHAPE
         assert np.array_equal(run.geometry.solid, porous())
+        # What a 3D frame reads of the geometry (the solid surface, the streamlines' seeds).
+        from solver.flow_meshes import seed_points
+        from solver.scene_frames import is_vessel
+
+        whole = load_geometry(case.geometry)
+        assert not is_vessel(run.geometry) and run.geometry.openings == whole.openings
+        assert np.array_equal(seed_points(run.geometry, "slice plane", 20, 2, 11),
+                              seed_points(whole, "slice plane", 20, 2, 11))
+        del whole
         assert run.execute(progress=False).exit_code == 0
     one, lean = tmp_path / "plain", tmp_path / "lean"
     for folder in (one, lean):
