@@ -65,7 +65,7 @@ def coarse_flow(sim: Any, reader: Any, name: str = "umag", max_edge: int = MAX_E
     if name not in COARSE_FIELDS:
         raise ValueError(f"Unknown coarse field {name!r}; choose one of {COARSE_FIELDS}.")
     xp = sim.backend.xp
-    shape = tuple(sim.solid.shape)
+    shape = tuple(sim.shape)
     stride = coarse_stride(shape, max_edge)
     axes = [np.arange(0, n, stride) for n in shape]
     coarse = tuple(len(a) for a in axes)

@@ -169,12 +169,12 @@ def cut_gradient_field(sim: Any, axis: int, index: int, name: str) -> np.ndarray
     """
     xp = sim.backend.xp
     periodic = tuple(sim.problem.periodic)
-    if sim.solid.ndim == 2:
+    if len(sim.shape) == 2:
         u, fluid = sim.cut_velocity(0, 0)
         grad = velocity_gradient(u, xp.asarray(fluid), xp, periodic)
         middle = fluid
     else:
-        n = sim.solid.shape[axis]
+        n = sim.shape[axis]
         u_mid, middle = sim.cut_velocity(axis, index)
         layers, masks = [], []
         for k in (index - 1, index, index + 1):

@@ -353,8 +353,8 @@ def checkpoint_of(sim, extra: dict[str, Any] | None = None,
     the rest of it (a manifest's fields: the ranks write the populations)."""
     wk = getattr(sim, "windkessel_state", lambda: None)()
     return Checkpoint(
-        config=config_values(sim.config), shape=tuple(sim.solid.shape),
-        mask_sha256=mask_hash(sim.solid), step=sim.time_step,
+        config=config_values(sim.config), shape=tuple(sim.shape),
+        mask_sha256=sim.mask_sha256, step=sim.time_step,
         populations=sim.populations().astype(sim.problem.storage.checkpoint_dtype)
         if populations else None,
         metrics=sim.metrics.as_dict(), extra=dict(extra or {}),
@@ -366,12 +366,12 @@ def checkpoint_of(sim, extra: dict[str, Any] | None = None,
 
 def restore(sim, checkpoint: Checkpoint) -> None:
     """Load ``checkpoint`` into ``sim`` after checking geometry, configuration and layout."""
-    digest = mask_hash(sim.solid)
-    if digest != checkpoint.mask_sha256 or tuple(checkpoint.shape) != tuple(sim.solid.shape):
+    digest = sim.mask_sha256
+    if digest != checkpoint.mask_sha256 or tuple(checkpoint.shape) != tuple(sim.shape):
         raise CheckpointError(
             f"The checkpoint was written for another geometry (shape {checkpoint.shape}, "
             f"sha256 {checkpoint.mask_sha256[:12]}...) than this one (shape "
-            f"{tuple(sim.solid.shape)}, sha256 {digest[:12]}...); resume with the geometry it "
+            f"{tuple(sim.shape)}, sha256 {digest[:12]}...); resume with the geometry it "
             "was written for, or start a new run without --resume.")
     changed = config_differences(checkpoint.config, sim.config)
     if changed:

@@ -155,7 +155,7 @@ def sample(sim: Any, probes: ProbeSet, reader: Any) -> Readings:
     current state, read through its :class:`~solver.readout.Readout`: only the nodes are
     reduced and only their values move (use :meth:`Simulation.sample`; a live view samples
     them with its cut, :meth:`Simulation.view`)."""
-    nodes, _ = probe_nodes(probes, sim.solid.ndim)
+    nodes, _ = probe_nodes(probes, len(sim.shape))
     return readings(probes, sim.time_step, _node_values(sim, reader, nodes, ("probes", probes)))
 
 

@@ -28,7 +28,8 @@ from .storage import Storage, storage_for
 from .streaming import PullTable, build_pull_table
 from .tiling import Tiling
 
-__all__ = ["Problem", "GeometryLike", "ArrayGeometry", "as_geometry", "tile_offset"]
+__all__ = ["Problem", "GeometryLike", "ArrayGeometry", "TiledGeometry", "as_geometry",
+           "tile_offset"]
 
 
 @dataclass
@@ -285,9 +286,48 @@ class ArrayGeometry:
     name: str = ""
 
 
+@dataclass(frozen=True, eq=False)
+class TiledGeometry:
+    """A :class:`GeometryLike` whose mask is its tiling's: ``solid`` is made from ``tiling`` at
+    each read (:meth:`~solver.tiling.Tiling.mask`, the same booleans), so the whole voxel mask
+    is not held between reads (rank 0 of a run over MPI ranks,
+    :meth:`solver.simulation.Simulation.release_mask`)."""
+
+    tiling: Tiling = field(repr=False)
+    voxel_size: float | None = None
+    origin: tuple[float, ...] = ()
+    flow_axis: int | None = None
+    labels: np.ndarray | None = field(default=None, repr=False)
+    name: str = ""
+    openings: tuple = ()
+
+    @classmethod
+    def of(cls, geometry: Any, tiling: Tiling) -> TiledGeometry:
+        """``geometry``'s frame, labels, name and openings over ``tiling`` (its mask's)."""
+        return cls(tiling, geometry.voxel_size, tuple(geometry.origin or ()), geometry.flow_axis,
+                   geometry.labels, geometry.name, tuple(getattr(geometry, "openings", ()) or ()))
+
+    @property
+    def solid(self) -> np.ndarray:
+        """The solid mask (bool, True = solid), made from the tiling."""
+        return self.tiling.mask()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Grid shape in voxels."""
+        return tuple(self.tiling.shape)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions, 2 or 3."""
+        return self.tiling.ndim
+
+
 def as_geometry(geometry: Any) -> GeometryLike:
     """``geometry`` itself when it is a :class:`GeometryLike`; a plain array (or an object with a
     ``solid`` and only some of the other attributes) as an :class:`ArrayGeometry`."""
+    if isinstance(geometry, TiledGeometry):  # not the protocol's check: it would make the mask
+        return geometry
     if isinstance(geometry, GeometryLike):
         return geometry
     if not hasattr(geometry, "solid"):

@@ -163,6 +163,10 @@ class HeadlessRun:
                                   flow_window=self.controls.flow_window,
                                   finer=(self.lattice_choice.finer
                                          if self.lattice_choice is not None else ""))
+        if not getattr(self.sim.backend, "keeps_voxel_mask", True):
+            # Rank 0 over MPI ranks: the tiling holds the same mask, so the voxel image (1 byte
+            # a voxel) is dropped once nothing above reads it; an output rebuilds it.
+            self.geometry = self.sim.release_mask()
         self.reading: Reading | None = None
         self.wall = 0.0
         self.last: dict[str, Any] = {}
@@ -350,7 +354,7 @@ class HeadlessRun:
         slice export draws, frames/<field>_<axis><index>_<step>.png, and the 3D view's picture,
         frames/scene_<field>_<axis><index>_<step>.png, as the case's views ask."""
         f, sim = self.frames, self.sim
-        ndim = sim.solid.ndim
+        ndim = len(sim.shape)
         axis = f.axis if ndim == 3 else 0
         plane = sim.slice(axis, self.frame_layer, f.field)
         spec = FIELDS[f.field]
@@ -376,7 +380,7 @@ class HeadlessRun:
     @property
     def _frame_where(self) -> str:
         """The cut of the frames in their names: x4, z12 (xy in 2D)."""
-        if self.sim.solid.ndim != 3:
+        if len(self.sim.shape) != 3:
             return "xy"
         return f"{'xyz'[self.frames.axis]}{self.frame_layer}"
 
@@ -464,7 +468,7 @@ class HeadlessRun:
             unit = self.units.stress_to_si(1.0)
             fields.update(tawss_Pa=result.tawss * unit, rrt_1_Pa=result.rrt / unit)
         for name, values in fields.items():
-            grid = np.full(self.sim.solid.shape, np.nan)
+            grid = np.full(self.sim.shape, np.nan)
             grid[at] = values
             out[name] = grid
         return out
@@ -511,8 +515,8 @@ class HeadlessRun:
             "solver_seconds": round(m.seconds, 3), "check_seconds": round(self.check_seconds, 3),
             "mflups": m.mflups_mean,
             "eta_t": sim.tiling.eta_t, "fluid_nodes": sim.problem.n_fluid,
-            "n_tiles": sim.tiling.n_tiles, "shape": list(sim.solid.shape),
-            "porosity": sim.problem.n_fluid / sim.solid.size, "backend": sim.backend.name,
+            "n_tiles": sim.tiling.n_tiles, "shape": list(sim.shape),
+            "porosity": sim.problem.n_fluid / int(np.prod(sim.shape)), "backend": sim.backend.name,
             "device": sim.backend.device_info().get("name"), "memory_bytes": self.required,
             "voxel_size_m": self.voxel_size, "config": {k: v for k, v in
                                                         sim.config.param.values().items()

@@ -27,10 +27,17 @@ from .flow_fields import (
     pressure,
     wall_cut,
 )
-from .io import CheckpointError, config_from_values, read_checkpoint, restore, save_simulation
+from .io import (
+    CheckpointError,
+    config_from_values,
+    mask_hash,
+    read_checkpoint,
+    restore,
+    save_simulation,
+)
 from .metrics import Metrics
 from .probes import PROBE_FIELDS, node_flat, node_values, probe_nodes, readings
-from .problem import GeometryLike, Problem, as_geometry
+from .problem import GeometryLike, Problem, TiledGeometry, as_geometry
 from .readout import Readout
 
 __all__ = ["Simulation", "SimulationConfig", "ConfigError", "QUANTITIES"]
@@ -69,12 +76,13 @@ class Simulation:
         (e.g. by a preview), so the geometry is not tiled a second time."""
         self.geometry = as_geometry(geometry)
         self.config = config if config is not None else SimulationConfig()
-        self.solid = solid_mask(self.geometry)
-        if problem is not None and tuple(problem.tiling.shape) != self.solid.shape:
+        self._solid: np.ndarray | None = solid_mask(self.geometry)
+        self._mask_sha256: str | None = None  # mask_sha256, made on first use
+        if problem is not None and tuple(problem.tiling.shape) != self._solid.shape:
             raise ValueError(f"The given problem was built for shape {problem.tiling.shape}, "
-                             f"not this geometry's {self.solid.shape}.")
+                             f"not this geometry's {self._solid.shape}.")
         self.problem = problem if problem is not None else Problem.from_config(
-            self.solid, self.config, labels=self.geometry.labels)
+            self._solid, self.config, labels=self.geometry.labels)
         self.problem.with_openings(self.geometry)
         if backend is None or isinstance(backend, str):
             backend = get_backend(backend or self.config.backend)
@@ -100,6 +108,35 @@ class Simulation:
     def tiling(self):
         """The tiling of the geometry (see :class:`solver.tiling.Tiling`)."""
         return self.problem.tiling
+
+    @property
+    def solid(self) -> np.ndarray:
+        """The geometry's solid mask (bool, True = solid); after :meth:`release_mask`, made
+        again from the tiling at each read (the same booleans)."""
+        return self._solid if self._solid is not None else self.tiling.mask()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Grid shape in nodes, (nx, ny[, nz])."""
+        return tuple(self.tiling.shape)
+
+    @property
+    def mask_sha256(self) -> str:
+        """SHA-256 of the solid mask (:func:`solver.io.mask_hash`; a checkpoint's geometry
+        check), made once."""
+        if self._mask_sha256 is None:
+            self._mask_sha256 = mask_hash(self.solid)
+        return self._mask_sha256
+
+    def release_mask(self) -> GeometryLike:
+        """Drop the whole voxel mask (1 byte a voxel): rank 0 of a run over MPI ranks keeps
+        only the tiling, which holds the same mask (:meth:`solver.tiling.Tiling.mask` makes it
+        again where an output reads it). Returns the geometry now kept (its mask made from the
+        tiling too); the caller drops its own references to the old one."""
+        _ = self.mask_sha256  # every checkpoint needs it: hashed once, from the mask in hand
+        self.geometry = TiledGeometry.of(self.geometry, self.tiling)
+        self._solid = None
+        return self.geometry
 
     @property
     def time_step(self) -> int:
@@ -188,7 +225,7 @@ class Simulation:
         Only the slice leaves the device, and only its nodes' populations are read.
         """
         self._check_cut(axis, index, quantity)
-        if quantity in ("ux", "uy", "uz") and "xyz".index(quantity[1]) >= self.solid.ndim:
+        if quantity in ("ux", "uy", "uz") and "xyz".index(quantity[1]) >= len(self.shape):
             raise ValueError(f"{quantity} does not exist in a 2D simulation.")
         if quantity in DERIVED:
             return self._derived_plane(axis, index, quantity)
@@ -211,7 +248,7 @@ class Simulation:
         transfer as the cut (one device look per publish, not two).
         """
         self._check_cut(axis, index, quantity)
-        in_plane = [a for a in range(3) if a != axis] if self.solid.ndim == 3 else [0, 1]
+        in_plane = [a for a in range(3) if a != axis] if len(self.shape) == 3 else [0, 1]
         derived = quantity in DERIVED
         names = ["rho" if derived else quantity, *("u" + "xyz"[a] for a in in_plane)]
         planes, numbers, values = self._look(axis, index, names, health, probes or None)
@@ -237,13 +274,13 @@ class Simulation:
     def _check_cut(self, axis: int, index: int, quantity: str) -> None:
         if quantity not in QUANTITIES:
             raise ValueError(f"Unknown quantity {quantity!r}; choose one of {QUANTITIES}.")
-        if self.solid.ndim == 3 and (not 0 <= axis < 3 or not 0 <= index < self.solid.shape[axis]):
+        if len(self.shape) == 3 and (not 0 <= axis < 3 or not 0 <= index < self.shape[axis]):
             raise ValueError(f"Slice axis {axis} index {index} is outside shape "
-                             f"{self.solid.shape}.")
+                             f"{self.shape}.")
 
     def _cut_key(self, axis: int, index: int) -> tuple:
         """The key of the cut normal to ``axis`` at ``index`` in the caches."""
-        return ("cut", axis, index) if self.solid.ndim == 3 else ("cut", 0, 0)
+        return ("cut", axis, index) if len(self.shape) == 3 else ("cut", 0, 0)
 
     def _cut(self, axis: int, index: int):
         """The :class:`solver.fields.Cut` normal to ``axis`` at ``index`` (cached)."""
@@ -275,8 +312,8 @@ class Simulation:
         line nodes (tiles and local index unused), and its cache key; made once per pair."""
         key = (*key, probes)
         if key not in self._slice_cache:
-            probes.check(self.solid.shape)
-            flat, solid = node_flat(self.tiling, probe_nodes(probes, self.solid.ndim)[0])
+            probes.check(self.shape)
+            flat, solid = node_flat(self.tiling, probe_nodes(probes, len(self.shape))[0])
             nodes = np.concatenate([np.asarray(self.backend.to_host(cut.nodes)).reshape(-1),
                                     flat])
             self._slice_cache[key] = Cut(self.backend.xp.asarray(nodes), None, None,
@@ -328,7 +365,7 @@ class Simulation:
         gradient fields from the cut and its two neighbour layers, computed on the device."""
         if quantity == "wss":
             walls = self._wall_nodes()
-            sub, where = wall_cut(walls, axis, index, self.solid.ndim)
+            sub, where = wall_cut(walls, axis, index, len(self.shape))
             out = np.full(self._cut(axis, index).solid.shape, np.nan)
             if len(sub.voxels):
                 out[where] = self._reader().wall_shear(sub)
@@ -449,7 +486,7 @@ class Simulation:
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
         reader = self._reader()
         walls = self._wall_nodes()
-        out = np.full(self.solid.shape, np.nan)
+        out = np.full(self.shape, np.nan)
         out[tuple(walls.voxels.T)] = reader.wall_shear(walls)
         return out
 

@@ -19,12 +19,17 @@ mirrored rock box) the 64-offset search was most of a minute of host time.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 __all__ = ["Tiling", "best_offset", "tile_utilisation", "default_tile_edge"]
+
+
+#: Grid values per slab of :meth:`Tiling.gather` on the host (its temporaries: a slab's).
+GATHER_BLOCK_VALUES = 1 << 20
 
 
 def default_tile_edge(ndim: int) -> int:
@@ -37,27 +42,40 @@ def _host(array: Any) -> np.ndarray:
     return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
-def _tile_occupancy(fluid: np.ndarray, a: int, offset: tuple[int, ...], xp: Any = np) -> np.ndarray:
-    """Boolean tile-grid array (of ``xp``): True where a tile holds at least one fluid node."""
+def _tile_occupancy(fluid: np.ndarray, a: int, offset: tuple[int, ...], xp: Any = np,
+                    of_solid: bool = False) -> np.ndarray:
+    """Boolean tile-grid array (of ``xp``): True where a tile holds at least one fluid node;
+    ``of_solid``: ``fluid`` is the solid mask (its complement is reduced, no inverted copy)."""
     occupied = fluid
     for axis, o in enumerate(offset):
-        occupied = _reduce_axis(occupied, axis, o, a, xp)
+        occupied = _reduce_axis(occupied, axis, o, a, xp, invert=of_solid and axis == 0)
     return occupied
 
 
-def _reduce_axis(arr: np.ndarray, axis: int, o: int, a: int, xp: Any) -> np.ndarray:
-    """``arr`` shifted by ``o`` along ``axis``, zero-padded to whole tiles and reduced to one
-    value per tile along it (any of its ``a`` nodes)."""
+def _reduce_axis(arr: np.ndarray, axis: int, o: int, a: int, xp: Any, invert: bool = False
+                 ) -> np.ndarray:
+    """``arr`` (``invert``: its complement) shifted by ``o`` along ``axis``, zero-padded to
+    whole tiles and reduced to one value per tile along it (any of its ``a`` nodes)."""
     # Zero padding by assignment and an OR of the a planes of each block: the same booleans as
     # np.pad and .any(), 2-3x faster (a 200³ image: 0.30 -> 0.09-0.14 s), and on CuPy only
     # element-wise kernels (its reductions compile CUB kernels, seconds in a fresh process).
+    across = 1 if axis == 0 else 0  # columns along it are reduced independently
+    if xp is np and arr.size > GATHER_BLOCK_VALUES and arr.shape[across] > 1:
+        # On the host, a slab across the image at a time: the padded copy is a slab's, not
+        # the image's (rank 0 searches the whole image's offsets).
+        step = max(1, GATHER_BLOCK_VALUES * arr.shape[across] // arr.size)
+        parts = [_reduce_axis(arr[(slice(None),) * across + (slice(k, k + step),)], axis, o,
+                              a, xp, invert) for k in range(0, arr.shape[across], step)]
+        return np.concatenate(parts, axis=across)
     n = arr.shape[axis]
     shape = list(arr.shape)
     shape[axis] = n + o + (-(n + o)) % a
-    padded = xp.zeros(shape, dtype=bool)
+    padded = xp.ones(shape, dtype=bool) if invert else xp.zeros(shape, dtype=bool)
     inner = [slice(None)] * arr.ndim
     inner[axis] = slice(o, o + n)
     padded[tuple(inner)] = arr
+    if invert:  # in place: the complement of a solid mask without a whole inverted copy
+        padded ^= True
     shape[axis : axis + 1] = [shape[axis] // a, a]
     blocks = padded.reshape(shape)
     pick: list = [slice(None)] * len(shape)
@@ -69,15 +87,27 @@ def _reduce_axis(arr: np.ndarray, axis: int, o: int, a: int, xp: Any) -> np.ndar
     return occupied
 
 
-def _occupancy_all_offsets(fluid: np.ndarray, a: int,
-                           xp: Any = np) -> dict[tuple[int, ...], np.ndarray]:
-    """Tile occupancy for every offset, reducing one axis at a time (about 3x the mask work);
-    arrays of ``xp``, the module of ``fluid``."""
-    partial: dict[tuple[int, ...], np.ndarray] = {(): fluid}
-    for axis in range(fluid.ndim):
-        partial = {key + (o,): _reduce_axis(arr, axis, o, a, xp)
-                   for key, arr in partial.items() for o in range(a)}
-    return partial
+def _occupancy_all_offsets(fluid: np.ndarray, a: int, xp: Any = np, of_solid: bool = False
+                           ) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+    """(offset, tile occupancy) of every offset in lexicographic order, reducing one axis at a
+    time (about 3x the mask work); arrays of ``xp``, the module of ``fluid`` (``of_solid``: the
+    solid mask, whose complement is reduced)."""
+    # Depth first: one partial reduction per axis is alive at a time (1/a of the image's
+    # bytes after the first axis), not all a**k of a level (the image's bytes per level).
+    # A module function, not a closure: a recursive closure is a reference cycle that would
+    # keep the image alive until the garbage collector runs.
+    yield from _walk_offsets(fluid, (), a, xp, of_solid)
+
+
+def _walk_offsets(arr: np.ndarray, key: tuple[int, ...], a: int, xp: Any,
+                  of_solid: bool = False) -> Iterator:
+    """(offset, occupancy) below the partial reduction ``arr`` of the offsets ``key``."""
+    if len(key) == arr.ndim:
+        yield key, arr
+        return
+    for o in range(a):
+        yield from _walk_offsets(_reduce_axis(arr, len(key), o, a, xp, of_solid and not key),
+                                 key + (o,), a, xp)
 
 
 def _count(mask: np.ndarray) -> int:
@@ -102,12 +132,12 @@ def best_offset(solid: np.ndarray, a: int, xp: Any = np, n_fluid: int | None = N
 
     Ties keep the smallest offset in lexicographic order, so the result is deterministic.
     """
-    fluid = ~xp.asarray(solid, dtype=bool)
-    n_fluid = _count(fluid) if n_fluid is None else int(n_fluid)
+    solid = xp.asarray(solid, dtype=bool)  # its complement is reduced: no inverted copy
+    n_fluid = solid.size - _count(solid) if n_fluid is None else int(n_fluid)
     per_offset = {}
-    for off, occ in sorted(_occupancy_all_offsets(fluid, a, xp).items()):
+    for off, occ in _occupancy_all_offsets(solid, a, xp, of_solid=True):  # sorted
         n_tiles = _count(occ)
-        per_offset[off] = n_fluid / (n_tiles * a**fluid.ndim) if n_tiles else 0.0
+        per_offset[off] = n_fluid / (n_tiles * a**solid.ndim) if n_tiles else 0.0
     best = max(per_offset, key=lambda k: (per_offset[k], [-x for x in k]))
     return best, per_offset
 
@@ -159,10 +189,9 @@ class Tiling:
         offset = tuple(int(o) for o in offset)
         if len(offset) != solid.ndim or any(not 0 <= o < a for o in offset):
             raise ValueError(f"offset {offset} must have {solid.ndim} entries in [0, {a}).")
-        occupancy = _host(_tile_occupancy(~on_device, a, offset, xp))
+        occupancy = _host(_tile_occupancy(on_device, a, offset, xp, of_solid=True))
         # Algorithm 1 visits tiles with x fastest; argwhere on the transposed grid does the same.
-        order = np.argwhere(occupancy.transpose()[...])[:, ::-1]
-        tiles = order.astype(np.int32)
+        tiles = np.argwhere(occupancy.transpose()[...])[:, ::-1].astype(np.int32)  # no int64 kept
         tile_map = np.full(occupancy.shape, -1, dtype=np.int32)
         tile_map[tuple(tiles.T)] = np.arange(len(tiles), dtype=np.int32)
         tiling = cls(tuple(solid.shape), a, offset, tile_map, tiles, np.empty(0, bool))
@@ -250,28 +279,68 @@ class Tiling:
     def gather(self, grid: np.ndarray, fill=np.nan, xp: Any = np) -> np.ndarray:
         """Values of a domain array at every tile node, shape (n_tiles, a**d, ...); an array of
         ``xp`` (``grid`` may already be one)."""
-        # The grid padded to whole tiles and viewed as (tile grid, in-tile z, y, x) blocks:
-        # one copy of the picked tiles, no per-node coordinate arrays (which made building a
-        # 400³ tiling take seconds).
         grid = xp.asarray(grid)
+        layers = self.tile_map.shape[0]
+        per_layer = self.a * int(np.prod(grid.shape[1:]))  # grid values in one tile layer
+        step = max(1, GATHER_BLOCK_VALUES // max(1, per_layer))
+        if xp is not np or step >= layers:
+            return self._gather_layers(grid, fill, 0, layers, self.tiles, xp)
+        # On the host, a slab of tile layers at a time: the padded copy and the picked tiles'
+        # temporaries are a slab's, not the image's (rank 0 tiles the whole image).
+        out = np.empty((self.n_tiles, self.nodes_per_tile, *grid.shape[self.ndim:]),
+                       dtype=grid.dtype)
+        for first in range(0, layers, step):
+            end = min(layers, first + step)
+            rows = np.flatnonzero((self.tiles[:, 0] >= first) & (self.tiles[:, 0] < end))
+            if rows.size:
+                out[rows] = self._gather_layers(grid, fill, first, end, self.tiles[rows], xp)
+        return out
+
+    def _gather_layers(self, grid: Any, fill: Any, first: int, end: int, tiles: np.ndarray,
+                       xp: Any) -> Any:
+        """:meth:`gather` of ``tiles`` (tile coordinates, all in the tile layers ``first`` to
+        ``end`` along axis 0)."""
+        # The grid's part padded to whole tiles and viewed as (tile grid, in-tile z, y, x)
+        # blocks: one copy of the picked tiles, no per-node coordinate arrays (which made
+        # building a 400³ tiling take seconds).
         d, a = self.ndim, self.a
-        pads = [(o, (-(n + o)) % a) for n, o in zip(self.shape, self.offset, strict=True)]
+        lo, hi = first * a - self.offset[0], end * a - self.offset[0]  # grid x of the layers
+        part = grid[max(lo, 0):min(hi, self.shape[0])]
+        pads = [(max(0, -lo), hi - min(hi, self.shape[0]))]
+        pads += [(o, (-(n + o)) % a) for n, o in zip(self.shape[1:], self.offset[1:],
+                                                     strict=True)]
         extra = grid.shape[d:]
-        padded = xp.pad(grid, pads + [(0, 0)] * len(extra),
+        padded = xp.pad(part, pads + [(0, 0)] * len(extra),
                         constant_values=np.asarray(fill, dtype=grid.dtype)[()])
         blocks = padded.reshape([k for n in padded.shape[:d] for k in (n // a, a)] + list(extra))
         order = [2 * i for i in range(d)] + [2 * i + 1 for i in reversed(range(d))]
         blocks = blocks.transpose(order + list(range(2 * d, 2 * d + len(extra))))
-        picked = tuple(xp.asarray(t) for t in self.tiles.T)
-        return blocks[picked].reshape(self.n_tiles, a**d, *extra)
+        picked = tuple(xp.asarray(t) for t in (tiles - np.array([first] + [0] * (d - 1))).T)
+        return blocks[picked].reshape(len(tiles), a**d, *extra)
+
+    def mask(self) -> np.ndarray:
+        """The solid mask (True = solid, shape ``shape``) the tiles were built from: the
+        tiles' masks placed back, nodes of empty tiles solid; bool."""
+        return self.scatter(self.solid, fill=True)
 
     def scatter(self, values: np.ndarray, fill=np.nan) -> np.ndarray:
         """Domain array from per-tile-node values (n_tiles, a**d, ...); empty tiles get ``fill``."""
-        out = np.full(self.shape + values.shape[2:], fill, dtype=values.dtype)
-        ok = self.inside()
-        coords = self.node_coordinates()[ok]
-        out[tuple(coords.T)] = values[ok]
-        return out
+        # The inverse of gather: the grid padded to whole tiles, viewed as (tile grid, in-tile
+        # z, y, x) blocks and written through the view; no per-node coordinate arrays (three
+        # int64 a tile node, twice: most of rank 0's memory for a .vti over MPI ranks).
+        values = np.asarray(values)
+        d, a = self.ndim, self.a
+        extra = list(values.shape[2:])
+        grid = list(self.tile_map.shape)
+        padded = np.full([t * a for t in grid] + extra, fill, dtype=values.dtype)
+        blocks = padded.reshape([k for t in grid for k in (t, a)] + extra)
+        order = [2 * i for i in range(d)] + [2 * i + 1 for i in reversed(range(d))]
+        blocks = blocks.transpose(order + list(range(2 * d, 2 * d + len(extra))))
+        blocks[tuple(self.tiles.T)] = values.reshape(self.n_tiles, *(a,) * d, *extra)
+        inner = tuple(slice(o, o + n) for n, o in zip(self.shape, self.offset, strict=True))
+        if all(t * a == n for t, n in zip(grid, self.shape, strict=True)):
+            return padded  # offset 0 and whole tiles: nothing to cut
+        return np.ascontiguousarray(padded[inner])
 
     def locate(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tile index (-1 if empty) and in-tile XYZ index of domain nodes, coords (..., d)."""

@@ -17,6 +17,7 @@ Usage::
     python benchmarks/scaling/rank0_memory.py --size 160 --ranks 2 4
     python benchmarks/scaling/rank0_memory.py --size 96 --ranks 2 --steps 10   # quick
     python benchmarks/scaling/rank0_memory.py setup --sizes 160 256   # rank 0's set-up alone
+    python benchmarks/scaling/rank0_memory.py held --size 256 --ranks 2  # what rank 0 keeps
 
 Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python, else PATH's).
 """
@@ -249,20 +250,31 @@ def markdown(result: dict) -> str:
 
 def setup_point(size: int, work: str) -> dict:
     """What rank 0's set-up of ``solver run`` builds for a size^3 pack in one process (the
-    geometry read, the case's checks, the whole tiling and problem): seconds, the peak above
-    the imports and the resident set after it, MiB."""
+    geometry read, the case's checks, the whole tiling and problem): seconds, and from
+    ``tracemalloc`` (which sees NumPy's arrays) the peak during it and what it holds after,
+    then what it holds once the voxel image is dropped as rank 0 over MPI ranks drops it
+    (``Simulation.release_mask``), MiB."""
+    import tracemalloc
+
     from solver.case import load_case
     from solver.run import HeadlessRun
 
     folder = Path(work)
     folder.mkdir(parents=True, exist_ok=True)
-    case = _case(folder, size, 4, True)
-    base, rss = _peak(), _rss()
+    case = load_case(_case(folder, size, 4, True))
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
     tic = time.perf_counter()
-    run = HeadlessRun(load_case(case), out=folder / "out")
-    return {"size": size, "voxels": size**3, "setup_s": round(time.perf_counter() - tic, 2),
-            "peak_above_imports_mib": round((_peak() - base) / MIB, 1),
-            "held_mib": round((_rss() - rss) / MIB, 1), "n_tiles": run.sim.tiling.n_tiles}
+    run = HeadlessRun(case, out=folder / "out")
+    seconds = time.perf_counter() - tic
+    held, peak = tracemalloc.get_traced_memory()
+    released = None
+    if hasattr(run.sim, "release_mask"):  # absent before this step
+        run.geometry = run.sim.release_mask()
+        released = round((tracemalloc.get_traced_memory()[0] - base) / MIB, 1)
+    return {"size": size, "voxels": size**3, "setup_s": round(seconds, 2),
+            "peak_mib": round((peak - base) / MIB, 1), "held_mib": round((held - base) / MIB, 1),
+            "held_released_mib": released, "n_tiles": run.sim.tiling.n_tiles}
 
 
 def setup_series(args: argparse.Namespace) -> int:
@@ -275,16 +287,125 @@ def setup_series(args: argparse.Namespace) -> int:
                       else {"size": size, "error": done.stderr[-2000:]})
     result = {"commit": _commit(), "date": date.today().isoformat(), "points": points}
     lines = [f"# Rank 0's set-up of `solver run` in one process ({result['date']}, "
-             f"{result['commit']})", "", "| size | voxels | set-up (s) | peak above imports "
-             "(MiB) | held after (MiB) | bytes a voxel (peak) |", "|---:|---:|---:|---:|---:|---:|"]
+             f"{result['commit']})", "", "NumPy arrays (tracemalloc) during the set-up (read, "
+             "checks, whole tiling and problem) and held after it; the last columns: held once "
+             "the voxel image is dropped, as rank 0 over MPI ranks does.", "",
+             "| size | voxels | set-up (s) | peak (MiB) | held after (MiB) | held, image dropped "
+             "(MiB) | bytes a voxel: peak, held, dropped |", "|---:|---:|---:|---:|---:|---:|---|"]
     for p in points:
         if "error" not in p:
-            lines.append(f"| {p['size']}³ | {p['voxels']} | {p['setup_s']} | "
-                         f"{p['peak_above_imports_mib']} | {p['held_mib']} | "
-                         f"{p['peak_above_imports_mib'] * MIB / p['voxels']:.1f} |")
+            dropped = p.get("held_released_mib")
+            per = [p["peak_mib"], p["held_mib"]] + ([] if dropped is None else [dropped])
+            lines.append(f"| {p['size']}³ | {p['voxels']} | {p['setup_s']} | {p['peak_mib']} | "
+                         f"{p['held_mib']} | {'–' if dropped is None else dropped} | "
+                         + ", ".join(f"{v * MIB / p['voxels']:.2f}" for v in per) + " |")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"rank0-setup-cpu-{'-'.join(map(str, args.sizes))}-{result['date']}"
+    stem = f"rank0-setup-cpu-{'-'.join(map(str, args.sizes))}{args.tag}-{result['date']}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def arrays_held(roots: dict) -> list[tuple[str, int, str, tuple]]:
+    """Every NumPy buffer reachable from ``roots`` (attributes, dicts, sequences), once each
+    (a view counts as its base): (first path found, bytes, dtype, shape), largest first."""
+    import types
+
+    seen: set[int] = set()
+    owners: dict[int, tuple] = {}
+    stack = list(roots.items())[::-1]
+    skip = (types.ModuleType, types.FunctionType, type, str, bytes, int, float, bool)
+    while stack:
+        path, obj = stack.pop()
+        if obj is None or isinstance(obj, skip) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            base = obj
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            owners.setdefault(id(base), (path, base.nbytes, obj.dtype.name, obj.shape))
+            continue
+        if isinstance(obj, dict):
+            items = [(f"{path}[{k!r}]", v) for k, v in obj.items()]
+        elif isinstance(obj, list | tuple | set | frozenset):
+            items = [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+        elif hasattr(obj, "__dict__") or hasattr(type(obj), "__slots__"):
+            attrs = dict(getattr(obj, "__dict__", {}))
+            for name in getattr(type(obj), "__slots__", ()):
+                if hasattr(obj, name):
+                    attrs[name] = getattr(obj, name)
+            items = [(f"{path}.{k}", v) for k, v in attrs.items()]
+        else:
+            continue
+        stack.extend(items[::-1])
+    return sorted(owners.values(), key=lambda r: -r[1])
+
+
+def held_rank(case: str, out: str, report: str) -> int:
+    """Rank 0 of ``mpirun``: ``solver run``'s set-up and allocation (HeadlessRun on a
+    DistributedBackend), then every array it keeps, written to ``report`` as JSON."""
+    from solver.case import load_case
+    from solver.distributed.launch import launch
+    from solver.run import HeadlessRun
+
+    def on_root(backend) -> None:
+        run = HeadlessRun(load_case(case), out=out, backend=backend)
+        run.sim.allocate()
+        rows = arrays_held({"run": run})
+        arrays = [{"path": p, "bytes": n, "dtype": d, "shape": list(sh)}
+                  for p, n, d, sh in rows]
+        voxels = int(np.prod(run.sim.tiling.shape))
+        Path(report).write_text(json.dumps({"voxels": voxels, "arrays": arrays}))
+        run.sim.close()
+
+    launch(on_root, inner="numpy")
+    return 0
+
+
+def held_table(args: argparse.Namespace) -> int:
+    """``held --size S --ranks N``: the arrays rank 0 keeps after the set-up, whole-case ones
+    apart from its own rank's share; JSON + md to ``--out``."""
+    from solver.distributed.comm import find_mpirun
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    case = _case(work, args.size, 4, True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    report = work / f"held-{args.size}-{args.ranks}.json"
+    done = subprocess.run([find_mpirun(), "-n", str(args.ranks), sys.executable, __file__,
+                           "held-rank", str(case), str(work / "out-held"), str(report)],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+        return 1
+    found = json.loads(report.read_text())
+    own = [a for a in found["arrays"] if "._solver" in a["path"]]  # rank 0's own rank share
+    whole = [a for a in found["arrays"] if "._solver" not in a["path"]]
+    result = {"commit": _commit(), "date": date.today().isoformat(), "size": args.size,
+              "ranks": args.ranks, "voxels": found["voxels"], "whole_case": whole,
+              "own_rank_bytes": sum(a["bytes"] for a in own),
+              "own_rank_largest": own[:8]}
+    total = sum(a["bytes"] for a in whole)
+    lines = [f"# What rank 0 keeps after `solver run`'s set-up, {args.size}³ pack, "
+             f"{args.ranks} NumPy ranks ({result['date']}, {result['commit']})", "",
+             "Every NumPy buffer reachable from rank 0's run after the allocation; its own "
+             f"rank's share (populations, pull tables, halo buffers) apart: "
+             f"{result['own_rank_bytes'] / MIB:.1f} MiB, as on a serving rank.", "",
+             "| array | dtype | shape | MiB | bytes a voxel |", "|---|---|---|---:|---:|"]
+    for a in whole:
+        if a["bytes"] >= 1024:
+            lines.append(f"| `{a['path']}` | {a['dtype']} | {tuple(a['shape'])} | "
+                         f"{a['bytes'] / MIB:.2f} | {a['bytes'] / found['voxels']:.3f} |")
+    lines.append(f"| **whole-case total** | | | **{total / MIB:.1f}** | "
+                 f"**{total / found['voxels']:.2f}** |")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"rank0-held-cpu-{args.size}-{args.ranks}ranks{args.tag}-{result['date']}"
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -295,6 +416,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "rank":
         return rank_main(*argv[1:4])
+    if argv and argv[0] == "held-rank":
+        return held_rank(*argv[1:4])
+    if argv and argv[0] == "held":
+        parser = argparse.ArgumentParser(description="what rank 0 keeps after the set-up")
+        parser.add_argument("--size", type=int, default=256)
+        parser.add_argument("--ranks", type=int, default=2)
+        parser.add_argument("--tag", default="", help="added to the result files' names")
+        parser.add_argument("--work", default="/tmp/rank0-memory")
+        parser.add_argument("--out", default=str(REPO / "benchmarks/scaling/results"))
+        parser.add_argument("--timeout", type=float, default=1200)
+        return held_table(parser.parse_args(argv[1:]))
     if argv and argv[0] == "setup-point":
         print(json.dumps(setup_point(int(argv[1]), argv[2])))
         return 0
@@ -304,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--work", default="/tmp/rank0-memory")
         parser.add_argument("--out", default=str(REPO / "benchmarks/scaling/results"))
         parser.add_argument("--timeout", type=float, default=1200)
+        parser.add_argument("--tag", default="", help="added to the result files' names")
         return setup_series(parser.parse_args(argv[1:]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=160)

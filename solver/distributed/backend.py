@@ -298,6 +298,13 @@ class DistributedBackend:
         return with_rest_nodes(state.problem, self._nodes_out, index.solid)
 
     @property
+    def keeps_voxel_mask(self) -> bool:
+        """Whether rank 0's ``solver run`` keeps the whole voxel mask (one rank only): over
+        two or more ranks it keeps the tiling alone, which holds the same mask
+        (:meth:`solver.simulation.Simulation.release_mask`)."""
+        return self.size == 1
+
+    @property
     def writes_parts(self) -> bool:
         """Whether checkpoints are written as per-rank parts (:mod:`solver.checkpoint_parts`):
         over two or more ranks; one rank writes the single-process file."""

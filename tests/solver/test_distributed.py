@@ -455,3 +455,75 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
     tiles = np.array(split["tiles_per_rank"])
     assert split["load_imbalance_tiles"] == pytest.approx(tiles.max() / tiles.mean())
     assert split["load_imbalance_fluid"] >= 1.0
+
+
+def test_rank0_run_keeps_the_tiling_not_the_voxel_mask(tmp_path, monkeypatch):
+    """Rank 0 of ``solver run`` over two or more ranks drops the voxel image once set up
+    (``keeps_voxel_mask`` False; forced here on one in-process rank): nothing references the
+    geometry's mask afterwards, the mask made again from the tiling is the image's, and every
+    output that reads it (.vti fields with their NaN and solid arrays, the checkpoint's mask
+    hash, probes, the summary's porosity) equals one plain process's, bit for bit; the
+    checkpoint resumes on a run that kept the mask."""
+    pytest.importorskip("mpi4py")
+    pv = pytest.importorskip("pyvista")
+    import gc
+    import weakref
+
+    import yaml
+
+    from solver.case import load_case, load_geometry
+    from solver.distributed import DistributedBackend
+    from solver.io import read_checkpoint
+    from solver.run import HeadlessRun
+
+    np.save(tmp_path / "pack.npy", porous())
+    spec = {"name": "pack", "geometry": {"file": "pack.npy"},
+            "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
+                       "y_min": "wall", "y_max": "wall", "backend": "numpy"},
+            "run": {"max_steps": 12, "output_interval": 6, "check_interval": 6,
+                    "checkpoint_interval": 12, "convergence": 0},
+            "probes": [{"name": "a", "at": [20, 7, 12]}]}
+    (tmp_path / "pack.yaml").write_text(yaml.safe_dump(spec))
+    case = load_case(tmp_path / "pack.yaml")
+    plain = HeadlessRun(case, out=tmp_path / "plain", backend=NumpyBackend(threads=1))
+    assert plain.execute(progress=False).exit_code == 0
+    monkeypatch.setattr(DistributedBackend, "keeps_voxel_mask", property(lambda self: False))
+    geometry = load_geometry(case.geometry)
+    image = weakref.ref(geometry.solid)
+    with DistributedBackend("numpy") as backend:
+        run = HeadlessRun(load_case(tmp_path / "pack.yaml"), out=tmp_path / "lean",
+                          geometry=geometry, backend=backend)
+        del geometry
+        gc.collect()
+        assert image() is None  # the Simulation, its problem and the run hold only the tiling
+        assert np.array_equal(run.sim.solid, porous()) and run.sim.shape == SHAPE
+        assert np.array_equal(run.geometry.solid, porous())
+        # What a 3D frame reads of the geometry (the solid surface, the streamlines' seeds).
+        from solver.flow_meshes import seed_points
+        from solver.scene_frames import is_vessel
+
+        whole = load_geometry(case.geometry)
+        assert not is_vessel(run.geometry) and run.geometry.openings == whole.openings
+        assert np.array_equal(seed_points(run.geometry, "slice plane", 20, 2, 11),
+                              seed_points(whole, "slice plane", 20, 2, 11))
+        del whole
+        assert run.execute(progress=False).exit_code == 0
+    one, lean = tmp_path / "plain", tmp_path / "lean"
+    for folder in (one, lean):
+        assert read_checkpoint(folder / "checkpoint.npz").step == 12
+    assert read_checkpoint(lean / "checkpoint.npz").mask_sha256 == \
+        read_checkpoint(one / "checkpoint.npz").mask_sha256
+    assert np.array_equal(_populations(one), _populations(lean))
+    assert (one / "probes.csv").read_text() == (lean / "probes.csv").read_text()
+    for step in (6, 12):
+        grids = [pv.read(d / f"fields_{step:08d}.vti") for d in (one, lean)]
+        assert sorted(grids[0].cell_data) == sorted(grids[1].cell_data)
+        for name in grids[0].cell_data:
+            assert np.array_equal(grids[0].cell_data[name], grids[1].cell_data[name],
+                                  equal_nan=True), name
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (one, lean)]
+    for key in ("shape", "porosity", "fluid_nodes", "n_tiles"):
+        assert summaries[0][key] == summaries[1][key], key
+    resumed = HeadlessRun(case, out=tmp_path / "resumed", backend=NumpyBackend(threads=1))
+    resumed.resume(lean / "checkpoint.npz")  # the hash made before the release is the mask's
+    assert resumed.sim.time_step == 12

@@ -36,6 +36,10 @@ class _ArrayModule:
         return np.zeros(shape, dtype=dtype).view(_Elsewhere)
 
     @staticmethod
+    def ones(shape, dtype=float):
+        return np.ones(shape, dtype=dtype).view(_Elsewhere)
+
+    @staticmethod
     def pad(array, pads, constant_values=0):
         return np.pad(np.asarray(array), pads, constant_values=constant_values).view(_Elsewhere)
 

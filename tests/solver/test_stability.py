@@ -241,3 +241,18 @@ def test_the_cli_run_gives_its_monitor_the_grid_that_meets_the_mach_target(tmp_p
         assert run.monitor.finer == run.lattice_choice.finer
     finally:
         run.sim.close()
+
+
+@pytest.mark.parametrize("block", [1, 7, 40, 1 << 22])
+def test_chord_length_in_blocks_is_the_whole_images(monkeypatch, block):
+    """The chord length summed over blocks of lines (bounded temporaries on a large image) is
+    the whole image's, to the bit, for any block size."""
+    import solver.stability as stability
+
+    rng = np.random.default_rng(5)
+    solid = rng.random((11, 6, 9)) < 0.4
+    solid[:, :, 3] = False  # all-fluid lines: unbounded across a periodic axis
+    monkeypatch.setattr(stability, "CHORD_BLOCK_VOXELS", block)
+    for axis in range(3):
+        for periodic in (True, False):
+            assert mean_chord_length(solid, axis, periodic) == brute_chord(solid, axis, periodic)

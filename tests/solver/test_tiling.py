@@ -71,11 +71,17 @@ def test_gather_scatter_round_trip_with_offset():
     assert not tiling.solid[tile, node].any()
 
 
+@pytest.mark.parametrize("block", [1, 50, 1 << 22])  # slabs of 1 tile layer, a few, all
 @pytest.mark.parametrize("shape, a, offset", [((9, 11, 6), 4, (1, 3, 2)),
                                               ((10, 7, 5), 4, (0, 0, 0)), ((13, 9), 8, (5, 2))])
-def test_gather_is_the_value_at_each_tile_node_and_fill_outside(shape, a, offset):
+def test_gather_is_the_value_at_each_tile_node_and_fill_outside(shape, a, offset, block,
+                                                                monkeypatch):
     # The block gather must equal indexing the grid at every tile node's coordinates
-    # (node_coordinates), with ``fill`` for the padding, for scalar and vector fields.
+    # (node_coordinates), with ``fill`` for the padding, for scalar and vector fields, whether
+    # it reads the grid whole or a slab of tile layers at a time.
+    import solver.tiling
+
+    monkeypatch.setattr(solver.tiling, "GATHER_BLOCK_VALUES", block)
     rng = np.random.default_rng(5)
     solid = rng.random(shape) < 0.6
     tiling = Tiling.build(solid, a, offset)
@@ -89,6 +95,12 @@ def test_gather_is_the_value_at_each_tile_node_and_fill_outside(shape, a, offset
         want[inside] = grid[tuple(coords[inside].T)]
         want[~inside] = fill
         np.testing.assert_array_equal(got, want)
+        # scatter, the way back: each tile node's value at its coordinates, fill elsewhere.
+        back = np.full(grid.shape, fill, dtype=grid.dtype)
+        back[tuple(coords[inside].T)] = got[inside]
+        scattered = tiling.scatter(got, fill=fill)
+        assert scattered.flags.c_contiguous and scattered.dtype == grid.dtype
+        np.testing.assert_array_equal(scattered, back)
 
 
 def test_memory_estimate_counts_two_copies_node_types_and_fluid_masks():
@@ -116,10 +128,20 @@ def test_occupancy_of_all_offsets_equals_each_offsets_own(shape, a):
     from solver.tiling import _occupancy_all_offsets, _tile_occupancy
 
     fluid = np.random.default_rng(5).random(shape) < 0.05  # sparse: many empty tiles
-    every = _occupancy_all_offsets(fluid, a)
-    assert len(every) == a ** len(shape)
+    every = dict(_occupancy_all_offsets(fluid, a))
+    assert len(every) == a ** len(shape) and list(every) == sorted(every)
+    of_solid = dict(_occupancy_all_offsets(~fluid, a, of_solid=True))  # no inverted copy
     for offset, occupied in every.items():
         assert np.array_equal(occupied, _tile_occupancy(fluid, a, offset))
+        assert np.array_equal(occupied, of_solid[offset])
+        assert np.array_equal(occupied, _tile_occupancy(~fluid, a, offset, of_solid=True))
+    import solver.tiling
+
+    for block in (5, 97):  # reduced a slab across the image at a time (the host's large images)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(solver.tiling, "GATHER_BLOCK_VALUES", block)
+            slabbed = dict(_occupancy_all_offsets(~fluid, a, of_solid=True))
+        assert all(np.array_equal(every[k], slabbed[k]) for k in every)
 
 
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16, 32])
@@ -153,3 +175,18 @@ def test_tile_occupancy_is_any_fluid_node_per_padded_tile(shape, offset):
     want = blocked.any(axis=tuple(range(1, 2 * len(shape), 2)))
     assert 0 < want.mean() < 1
     np.testing.assert_array_equal(_tile_occupancy(fluid, a, offset), want)
+
+
+@pytest.mark.parametrize("shape, a, offset", [((13, 10, 7), 4, "best"), ((13, 10, 7), 3, (2, 0, 1)),
+                                              ((16, 8, 12), 4, (0, 0, 0)), ((21, 30), 8, "best")])
+def test_mask_is_the_mask_the_tiling_was_built_from(shape, a, offset):
+    """Tiling.mask (rank 0 of a run over MPI ranks keeps the tiling, not the image): the
+    tiles' masks placed back and empty tiles solid give the image, whatever its memory order
+    and the grid's offset."""
+    solid = np.random.default_rng(3).random(shape) < 0.5
+    solid[(slice(0, 9),) * len(shape)] = True  # empty tiles
+    for image in (solid, np.asfortranarray(solid)):
+        tiling = Tiling.build(image, a, offset)
+        assert tiling.tile_map.min() == -1
+        mask = tiling.mask()
+        assert mask.dtype == bool and mask.shape == shape and np.array_equal(mask, solid)
