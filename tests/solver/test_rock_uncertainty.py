@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from solver.rock.uncertainty import StepPair, convergence_remainder, discretisation_error, interval
+from solver.rock.uncertainty import (
+    RESIDUAL_FLOOR,
+    StepPair,
+    alternation_residual,
+    convergence_remainder,
+    discretisation_error,
+    interval,
+)
 
 
 def test_remainder_of_a_geometric_approach_is_the_rest_of_the_series():
@@ -53,10 +60,47 @@ def test_interval_adds_the_terms_and_the_protocol_spread():
 def test_step_pair_is_the_mean_and_half_the_difference():
     pair = StepPair(400, 0.99, 1.01)
     assert pair.k == pytest.approx(1.0) and pair.alternation == pytest.approx(0.01)
-    i = interval(pair.k, [(0, 1.0), (1000, 1.0)], None, None, pair.alternation)
+    # One pair: no decay measured, the half difference itself is the residual.
+    i = interval(pair.k, [(0, 1.0), (1000, 1.0)], None, None, pair)
     assert i.alternation == pytest.approx(0.01) and i.relative == pytest.approx(0.01)
+    assert i.alternation_residual == pytest.approx(0.01)
     assert i.low <= pair.k_first and pair.k_next <= i.high
     assert i.as_dict()["alternation"] == pytest.approx(0.01)
+
+
+def pairs_of(k, steps: list[int]) -> list[StepPair]:
+    """The pairs (k(n), k(n + 1)) of the function ``k`` of the step at ``steps``."""
+    return [StepPair(n, k(n), k(n + 1)) for n in steps]
+
+
+@pytest.mark.parametrize("checks", [[1000, 1200], [1001, 1200]])  # even/odd check steps
+def test_residual_of_a_decaying_period_2_mode_is_what_the_mean_keeps(checks):
+    """k(t) = K + b t + a r^t (-1)^t: the pair mean at n is off the smooth part at n + 1/2 by
+    a r^n (1 - r) / 2, which the residual recovers from the two checks (the drift b removed),
+    far below the half difference the interval held before."""
+    big_k, b, a, r = 2.0, 1e-7, 0.02, 0.5 ** (1 / 1000)  # halves per 1000 steps
+
+    def k(t):
+        return big_k + b * t + a * r**t * (-1) ** t
+
+    previous, last = pairs_of(k, checks)
+    error = abs(last.k - (big_k + b * (last.step + 0.5)))
+    assert error == pytest.approx(a * r ** last.step * (1 - r) / 2, rel=1e-9)
+    # rel 1e-4: the drift is taken from the means, which hold the residuals themselves
+    # (of opposite signs at odd and even checks: 2e-5 off then, 1e-9 at even checks).
+    assert alternation_residual(last, previous) == pytest.approx(error / last.k, rel=1e-4)
+    assert alternation_residual(last, previous) < 1e-3 * last.alternation
+    i = interval(last.k, [(0, last.k), (1000, last.k)], None, None, last, previous)
+    assert i.relative == pytest.approx(error / last.k, rel=1e-4)
+    assert i.alternation == pytest.approx(last.alternation)
+
+
+def test_residual_falls_back_to_the_half_difference_or_the_floor():
+    steady = pairs_of(lambda t: 1.0 + 1e-3 * (-1) ** t, [1000, 1200])
+    assert alternation_residual(*reversed(steady)) == RESIDUAL_FLOOR  # cancelled exactly
+    flipped = [StepPair(1000, 0.99, 1.01), StepPair(1200, 1.01, 0.99)]  # no single mode
+    assert alternation_residual(flipped[1], flipped[0]) == pytest.approx(0.01)
+    assert alternation_residual(flipped[1]) == pytest.approx(0.01)
 
 
 def alternating_pack():
