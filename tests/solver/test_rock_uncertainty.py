@@ -130,9 +130,12 @@ def k_at(setup, steps: int) -> tuple[float, float]:
 
 
 def test_a_run_reports_the_mean_of_two_consecutive_steps_and_their_alternation():
-    """k alternates between even and odd steps (the populations do): a run reads k once more
-    one step after its last check, reports the mean and states half the difference in its
-    interval, which then holds k of both steps. Before, k was the last check's alone."""
+    """k alternates between even and odd steps (the populations do): every check reads k at
+    its step and one step later, the history and the convergence test take the means and the
+    run reports the last one (it ends one step after its last check). Its interval holds what
+    the decay leaves of the alternation in that mean (not the half difference) and still
+    contains the pair mean of a run four times as long. Before, only the last check had a
+    pair and the history held k of even steps."""
     from solver.config import SimulationConfig
     from solver.rock import measure_axis
     from solver.rock.measure import PermeabilityStudy
@@ -145,18 +148,28 @@ def test_a_run_reports_the_mean_of_two_consecutive_steps_and_their_alternation()
     result = measure_axis(setup, settings, voxel_size=1e-5)
     n = result.history[-1][0]  # the last check
     assert result.converged and n % 100 == 0 and result.steps == n + 1
+    assert [s for s, _ in result.history] == list(range(100, n + 1, 100))
     k_n, k_next = k_at(setup, n)
     assert abs(k_next - k_n) / k_n > 5e-4  # measurably apart
     assert result.pair == StepPair(n, pytest.approx(k_n, rel=1e-12),
                                    pytest.approx(k_next, rel=1e-12))
+    assert result.previous_pair.step == n - 100
+    assert result.previous_pair.k == pytest.approx(result.history[-2][1], rel=1e-15)
     assert result.k_lattice == pytest.approx((k_n + k_next) / 2, rel=1e-12)
+    assert result.history[-1][1] == result.k_lattice
     assert result.k_m2 == pytest.approx(result.k_lattice * 1e-10, rel=1e-12)
     study = PermeabilityStudy([result], 1e-5)
     (i,) = study.intervals()
     assert i.alternation == pytest.approx(abs(k_next - k_n) / (k_n + k_next), rel=1e-9)
-    assert i.low <= min(k_n, k_next) and max(k_n, k_next) <= i.high
-    assert study.as_dict()["intervals"][0]["alternation"] == pytest.approx(i.alternation)
-    assert "period-2 alternation" in "\n".join(study.lines())
+    assert i.alternation_residual == pytest.approx(
+        alternation_residual(result.pair, result.previous_pair))
+    assert i.alternation_residual < 0.1 * i.alternation
+    k_long = sum(k_at(setup, 4 * n)) / 2
+    assert i.low <= k_long <= i.high
+    intervals = study.as_dict()["intervals"][0]
+    assert intervals["alternation"] == pytest.approx(i.alternation)
+    assert intervals["alternation_residual"] == pytest.approx(i.alternation_residual)
+    assert "period-2 residual" in "\n".join(study.lines())
 
 
 @pytest.mark.gpu
