@@ -43,7 +43,12 @@ alternation itself, reported beside them):
     prove an exact cancellation below it). Without two pairs, or where the amplitude changed
     sign between them (no single geometric mode: several modes, or the drift dominating), the
     residual is not estimated and the half difference itself is taken (the previous, larger
-    term: a bound on the mean's error as long as the mode does not grow). One definition for
+    term: a bound on the mean's error as long as the mode does not grow). An oscillation
+    whose period is near but not exactly 2 steps is not cancelled by the pair; its amplitude
+    at successive checks then beats, and a sign change falls back to the half difference. The
+    model is checked on the CPU: a pressure-driven 24³ pack from rest (NumPy, float64) stopped
+    at 1601 steps with a half difference of 0.13 and a residual of 2.2e-5; its k was 2.6e-4
+    below a 13401-step run's, which remainder + residual (6.0e-4) held. One definition for
     the one-device runs (:mod:`solver.rock.measure`) and the runs over MPI ranks
     (:mod:`solver.distributed.mirrored`).
 ``discretisation``
@@ -60,11 +65,10 @@ alternation itself, reported beside them):
     ran: how much the choice of boundary set-up moves k.
 
 The interval is ``k (1 ± (remainder + alternation_residual + discretisation +
-protocol_spread))``: the
-terms are added, not combined in quadrature, because they are not independent random errors.
-It does not cover the image itself: segmentation (which voxels are grain), resolution below
-the voxel (the sub-voxel throats no grid resolves), nor whether the sample is a representative
-volume (see the REV curve, :mod:`solver.rock.rev`).
+protocol_spread))``: the terms are added, not combined in quadrature, because they are not
+independent random errors. It does not cover the image itself: segmentation (which voxels
+are grain), resolution below the voxel (the sub-voxel throats no grid resolves), nor whether
+the sample is a representative volume (see the REV curve, :mod:`solver.rock.rev`).
 """
 
 from __future__ import annotations
