@@ -294,8 +294,9 @@ def _extras_html(progress: TensorProgress | None) -> str:
         text += _table(["axis", "formation factor F", "electrical tortuosity F·φ", "φ"], rows)
         text += ("<p>F: conduction in the pores only (insulating grains, fixed potential on "
                  "the two faces, no flux through grain walls and sealed sides). Interval: "
-                 "convergence remainder + period-2 alternation (k: the mean of two "
-                 "consecutive steps) + grid estimate (coarse start, order 2 assumed); not "
+                 "convergence remainder + period-2 residual (k: the mean of two "
+                 "consecutive steps at every check) + grid estimate (coarse start, order 2 "
+                 "assumed); not "
                  "covered: segmentation, REV.</p>")
     if progress.rev:
         rows = []

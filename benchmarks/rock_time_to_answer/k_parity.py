@@ -6,7 +6,8 @@ the populations, not in the readout. The protocol reads k at multiples of its (e
 interval only, so its k carries up to half this alternation. This script measures it on
 generated grain packs of growing size, reading k at steps n and n + 1 four times over the run
 (mirrored, or ``--protocol pressure``: started at rest, the default ``pressure_start``, without
-the coarse start). The protocol now reports the mean of the two (solver.rock.uncertainty).
+the coarse start). The protocol now reads k at n and n + 1 at every check and judges and
+reports their means (solver.rock.uncertainty).
 
     python benchmarks/rock_time_to_answer/k_parity.py                 # GPU: 24³, 96³, 200³
     python benchmarks/rock_time_to_answer/k_parity.py --backend numpy --sizes 24   # CPU

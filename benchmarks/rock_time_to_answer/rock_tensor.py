@@ -147,6 +147,7 @@ from solver.backends import get_backend  # noqa: E402
 from solver.benchmarking.cases import git_commit  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.rock import PermeabilitySettings, run_study  # noqa: E402
+from solver.rock.uncertainty import alternation_residual  # noqa: E402
 
 log = logging.getLogger("rock_tensor")
 
@@ -201,8 +202,11 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
                       "k_mD": r.k_mD, "steps": r.steps, "coarse_steps": r.coarse_steps,
                       "start_steps": r.start_steps, "work_steps": r.work_steps,
                       "seconds": r.seconds, "phases_s": r.phases,
-                      # k's period-2 part: k is the mean of two steps (solver.rock.uncertainty)
-                      "alternation": None if r.pair is None else r.pair.alternation}
+                      # k's period-2 part: k is the mean of two steps at every check, and
+                      # what the decay leaves of it in that mean (solver.rock.uncertainty)
+                      "alternation": None if r.pair is None else r.pair.alternation,
+                      "alternation_residual": None if r.pair is None else
+                      alternation_residual(r.pair, r.previous_pair)}
                      for r in study.results],
             "coarse_levels": coarse_levels, "coarse_tolerance_factor": coarse_factor,
             "streaming": config.streaming,
@@ -577,11 +581,12 @@ def markdown(report: dict) -> str:
         out += [f"| {name} | {s:.2f} |" for name, s in row["phases_s"].items()]
         out += ["", f"(phases sum {sum(row['phases_s'].values()):.1f} s: on a GPU the host "
                 "set-up of the next run overlaps the device's steps)"]
-        out += ["", "| protocol | axis | k (mD) | period-2 alternation | steps | coarse steps "
-                "(1/2, 1/4, ...) | work (fine steps) | seconds |",
-                "|---|---|---|---|---|---|---|---|"]
+        out += ["", "| protocol | axis | k (mD) | period-2 alternation | its residual in k | "
+                "steps | coarse steps (1/2, 1/4, ...) | work (fine steps) | seconds |",
+                "|---|---|---|---|---|---|---|---|---|"]
         out += [f"| {r['protocol']} | {r['axis']} | {r['k_mD']:.5g} | "
-                f"{_alternation(r.get('alternation'))} | {r['steps']} | "
+                f"{_alternation(r.get('alternation'))} | "
+                f"{_alternation(r.get('alternation_residual'))} | {r['steps']} | "
                 f"{', '.join(str(n) for n in r.get('start_steps') or [r['coarse_steps']])} | "
                 f"{r.get('work_steps', 0):.0f} | {r['seconds']:.1f} |" for r in row["runs"]]
         if row.get("device_pool_peak_GB") is not None:

@@ -240,8 +240,9 @@ def markdown(r: dict) -> str:
                   f"({per_step * 1e3:.1f} ms per step, "
                   f"{r['mflups'] or 0:.0f} MFLUPS over the fluid nodes); "
                   f"k = {'-' if k is None else f'{k:.5g}'} voxel² after {r['steps']} steps "
-                  f"(the mean of the last two steps' k, period-2 alternation "
-                  f"±{r.get('alternation') or float('nan'):.2g}; "
+                  f"(the mean of the last check's and the next step's k, period-2 "
+                  f"alternation ±{r.get('alternation') or float('nan'):.2g}, residual in "
+                  f"k {r.get('alternation_residual') or float('nan'):.2g}; "
                   f"converged: {r['converged']}; layer flux spread "
                   f"{r.get('flux_spread') or float('nan'):.2g}); the protocol estimates "
                   f"{r['steps_estimate']:,} steps from rest (~{hours:.1f} h at this speed).",

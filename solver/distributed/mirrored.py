@@ -14,8 +14,9 @@ What differs from ``python -m solver run`` with ``permeability:``: the pores not
 two faces are kept (finding them needs the connected components of the whole image; they carry
 no flow at a steady state, so k is the same, they only cost memory and time), the tile grid
 sits at the origin, and k is checked every ``--check`` steps up to ``--steps`` or the
-convergence test (:class:`solver.monitor.KConvergence`); then one step more, and k is the mean
-of the last check's and that step's k, half their difference its ``alternation``
+convergence test (:class:`solver.monitor.KConvergence`), each check reading k at its step and
+one step later: the test and k are the means of these pairs, half the last pair's difference
+its ``alternation`` and what is left of it in the mean its ``alternation_residual``
 (:class:`solver.rock.uncertainty.StepPair`, as on one device). The run starts from the flow of the
 sample coarsened by 2 (``--coarse-levels``, default 1; 0: from rest), run over the same ranks
 (:mod:`solver.distributed.coarse_start`: the one-device start of :mod:`solver.rock.initial`,
@@ -59,7 +60,7 @@ from ..problem import Problem
 from ..rock.initial import FACTOR
 from ..rock.protocol import fast_tau_for, kozeny_carman, pore_drive, protocol_values, steps_for
 from ..rock.settings import PermeabilitySettings
-from ..rock.uncertainty import StepPair
+from ..rock.uncertainty import StepPair, alternation_residual
 from ..tiling import default_tile_edge
 from .coarse_start import coarse_levels, feasible_levels, prolong_ranks, run_levels
 from .local_setup import SlabSummary, agreed_storage, local_part, local_rank, summarize
@@ -191,7 +192,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
         out = _checked_steps(level_solver, comm, axis, np.prod(level.summary.shape), steps,
                              check, level_tolerance, now + (deadline - now) / 2)
         return {"steps": out["steps"], "converged": out["converged"],
-                **_pair_record(out["pair"], level.scale),  # fine voxel²
+                **_pair_record(out["pair"], out["previous_pair"], level.scale),  # fine voxel²
                 "step_seconds": out["seconds"], "check_seconds": out["check_seconds"],
                 "history": out["history"]}
 
@@ -235,7 +236,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "slab_bounds": [int(b) for b in bounds],
             "steps": run["steps"], "timed_steps": measured, "step_seconds": slowest,
             "mflups": summary.n_fluid * measured / slowest / 1e6 if slowest > 0 else None,
-            **_pair_record(run["pair"]), "converged": run["converged"],
+            **_pair_record(run["pair"], run["previous_pair"]), "converged": run["converged"],
             "coarse_levels": len(coarse), "coarse": coarse,
             "work_steps": run["steps"] + sum(c["steps"] * c["fluid_nodes"] / summary.n_fluid
                                              for c in coarse),
@@ -288,53 +289,55 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
                    tolerance: float, deadline: float = math.inf) -> dict:
     """Step to ``steps`` (the first, compiling the kernels, untimed), k every ``check`` steps
     from the ranks' reduced numbers, stopping at the convergence test, a non-finite value or
-    the first check after ``deadline`` (``time.perf_counter()`` of rank 0), then one step
-    more: k at the last check and the next step as a :class:`StepPair` (its mean is the run's
-    k, as on one device: :mod:`solver.rock.uncertainty`). ``{'steps', 'seconds' (this rank's
-    timed stepping), 'check_seconds' (its reduced checks), 'history' (the checks), 'pair'
-    (None after a non-finite value), 'converged'}``."""
+    the first check after ``deadline`` (``time.perf_counter()`` of rank 0). Every check reads
+    k at its step and, one step later, again (a :class:`StepPair`; k alternates between even
+    and odd steps): the test and the history judge the pair means, as on one device
+    (:mod:`solver.rock.uncertainty`). ``{'steps', 'seconds' (this rank's timed stepping),
+    'check_seconds' (its reduced checks), 'history' (the checks, k the pair means), 'pair'
+    (the last check's, None after a non-finite value), 'previous_pair', 'converged'}``."""
     solver.step(1)
     comm.Barrier()
     done, seconds, reading, history, converged = 1, 0.0, 0.0, [], False
     monitor = KConvergence(tolerance)
+    pair = previous = None
     while done < steps and not converged:
         # Checks at multiples of ``check`` (after the compiling step), the steps the
         # one-device protocol checks at, so the two histories compare check by check.
         n = min(check - done % check, steps - done)
         seconds += _timed_steps(solver, comm, n)
         done += n
-        tic = time.perf_counter()
-        numbers = combine(owned_numbers(solver, axis), comm)
-        reading += time.perf_counter() - tic
-        if not numbers.finite:
+        reads = []
+        for extra in (0, 1):  # the check's step, then one step later
+            if extra:
+                seconds += _timed_steps(solver, comm, 1)
+                done += 1
+            tic = time.perf_counter()
+            numbers = combine(owned_numbers(solver, axis), comm)
+            reading += time.perf_counter() - tic
+            if not numbers.finite:
+                break
+            reads.append((numbers, darcy_permeability(
+                solver.problem, numbers.momentum / volume, axis).lattice))
+        if len(reads) < 2:
             history.append({"step": done, "k": None, "finite": False})
+            pair = previous = None
             break
-        k = darcy_permeability(solver.problem, numbers.momentum / volume, axis).lattice
-        change, done_yet, remaining = monitor.update(done, k)
+        previous, pair = pair, StepPair(done - 1, reads[0][1], reads[1][1])
+        numbers, k = reads[0][0], pair.k
+        change, done_yet, remaining = monitor.update(pair.step, k)
         converged = bool(done_yet)
-        history.append({"step": done, "k": k, "change": change, "remaining": remaining,
+        history.append({"step": pair.step, "k": k, "k_first": pair.k_first,
+                        "k_next": pair.k_next, "change": change, "remaining": remaining,
                         "max_speed": numbers.max_speed, "flux_spread": numbers.flux_spread})
         if comm.Get_rank() == 0:
-            log.info("step %d: k = %.6g voxel², change %s, max speed %.3g, flux spread %.2g",
-                     done, k, change, numbers.max_speed, numbers.flux_spread)
+            log.info("step %d: k = %.6g voxel² (pair mean; alternation %.2g), change %s, max "
+                     "speed %.3g, flux spread %.2g", pair.step, k, pair.alternation, change,
+                     numbers.max_speed, numbers.flux_spread)
         if comm.bcast(time.perf_counter() > deadline, root=0) and not converged:
             history[-1]["stopped"] = "max_seconds"
             break
-    pair = None
-    if history and history[-1]["k"] is not None:
-        # k alternates between even and odd steps: one step more, and k is the mean of both.
-        seconds += _timed_steps(solver, comm, 1)
-        done += 1
-        tic = time.perf_counter()
-        numbers = combine(owned_numbers(solver, axis), comm)
-        reading += time.perf_counter() - tic
-        if numbers.finite:
-            pair = StepPair(done - 1, history[-1]["k"], darcy_permeability(
-                solver.problem, numbers.momentum / volume, axis).lattice)
-        else:
-            history.append({"step": done, "k": None, "finite": False})
     return {"steps": done, "seconds": seconds, "check_seconds": reading, "history": history,
-            "pair": pair, "converged": converged}
+            "pair": pair, "previous_pair": previous, "converged": converged}
 
 
 def _timed_steps(solver: Any, comm: Any, n: int) -> float:
@@ -346,15 +349,18 @@ def _timed_steps(solver: Any, comm: Any, n: int) -> float:
     return time.perf_counter() - tic
 
 
-def _pair_record(pair: StepPair | None, scale: int = 1) -> dict:
-    """The run's k (the mean of the pair, fine voxel² for a level coarsened by ``scale``), the
-    pair and its period-2 alternation, JSON-ready; k None without a pair."""
+def _pair_record(pair: StepPair | None, previous: StepPair | None = None,
+                 scale: int = 1) -> dict:
+    """The run's k (the mean of the last check's pair, fine voxel² for a level coarsened by
+    ``scale``), that pair, its period-2 alternation and the residual of it in the mean (from
+    the ``previous`` check's pair), JSON-ready; k None without a pair."""
     if pair is None:
-        return {"k": None, "k_pair": None, "alternation": None}
+        return {"k": None, "k_pair": None, "alternation": None, "alternation_residual": None}
     return {"k": pair.k * scale**2,
             "k_pair": {"step": pair.step, "k_first": pair.k_first * scale**2,
                        "k_next": pair.k_next * scale**2},
-            "alternation": pair.alternation}
+            "alternation": pair.alternation,
+            "alternation_residual": alternation_residual(pair, previous)}
 
 
 def _host_peak() -> int:

@@ -5,10 +5,11 @@ Convergence: k is measured every ``check_interval`` steps by Darcy's law on the 
 of the fields, without copying them to the host) and judged by the run monitor's steady-state test
 (:class:`solver.monitor.KConvergence`, the one definition of "converged" of the dashboard, the
 CLI and these runs): converged when k is positive and changed by less than ``tolerance``
-(relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps. A run then takes one
-step more and reads k again: k alternates between even and odd steps, so the k reported is the
-mean of the two and half their difference a term of its interval
-(:class:`solver.rock.uncertainty.StepPair`).
+(relative) over the last :data:`~solver.monitor.K_WINDOW` (1000) steps. k alternates between
+even and odd steps, so every check reads k at its step and one step later
+(:class:`solver.rock.uncertainty.StepPair`): the test judges the means of the pairs, in which
+the period-2 part cancels, and the run reports the last pair's mean (the run ends one step
+after its last check); what is left of the alternation in that mean is a term of its interval.
 Axes and protocols run one after the other on one backend (one device, or a
 :class:`~solver.distributed.DistributedBackend` that splits each sample over MPI ranks); under
 MPI each rank runs its share of the runs when there is one per rank (:func:`study_runs`,
@@ -94,6 +95,7 @@ class AxisResult:
     start_steps: list[int] = field(default_factory=list)  # per start level, 1/2 first
     flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
     pair: StepPair | None = None  # k at the last check's step and the next; k_lattice: mean
+    previous_pair: StepPair | None = None  # the same at the check before (the decay)
 
 
 @dataclass
@@ -303,10 +305,10 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
          on_check: Callable[[int, float, float], None] | None,
          phases: Phases | None = None, stage: str = "fine") -> AxisResult:
     """Step ``sim`` (of ``setup``) until the monitor's :class:`KConvergence` says k converged
-    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit, then one
-    step more: k is the mean of the last check's and the next step's (:func:`_step_pair`);
-    wall time goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...;
-    :data:`PHASES`)."""
+    to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit. Checks at
+    multiples of ``check_interval`` steps, each reading k there and one step later
+    (:func:`_read_pair`): the history, the test and the run's k are the pair means; wall time
+    goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...; :data:`PHASES`)."""
     phases = Phases() if phases is None else phases
     every = settings.check_interval
     history: list[tuple[int, float]] = []
@@ -315,20 +317,19 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
     tic = time.perf_counter()
     with phases.timed("allocation"):
         check = KCheck(sim, setup.axis, setup.window, voxel_size)
-    first = True
+    first, pair, previous = True, None, None
     while sim.time_step < settings.max_steps:
-        # The first chunk compiles the kernels (and captures a graph) on a GPU.
+        # The first chunk compiles the kernels (and captures a graph) on a GPU. Checks stay
+        # at multiples of ``every`` (the pair's step in between), as over MPI ranks.
         with phases.timed("compile_first_chunk" if first else f"{stage}_steps"):
-            sim.step(min(every, settings.max_steps - sim.time_step))
+            sim.step(min(every - sim.time_step % every, settings.max_steps - sim.time_step))
         first = False
-        with phases.timed(f"{stage}_checks"):
-            health, k = check.read()
-            check_health(health, setup.config.tau, sim.problem.force)
-        measured, calm, _ = test.update(sim.time_step, k.lattice)
+        previous, (pair, k, tortuosity) = pair, _read_pair(sim, check, setup, phases, stage)
+        measured, calm, _ = test.update(pair.step, k.lattice)
         change = math.inf if measured is None else measured
-        history.append((sim.time_step, k.lattice))
+        history.append((pair.step, k.lattice))
         if on_check is not None:
-            on_check(sim.time_step, k.lattice, change)
+            on_check(pair.step, k.lattice, change)
         if calm and k.lattice > 0:
             converged = True
             break
@@ -336,23 +337,27 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
             log.warning("%s: stopped after %.0f s (permeability.max_seconds).", setup.name,
                         settings.max_seconds)
             break
-    pair, k, tortuosity = _step_pair(sim, check, setup, phases, stage, k,
-                                     health["flow_tortuosity"])
+    if pair is None:
+        raise ValueError(f"{setup.name}: no check before max_steps ({settings.max_steps}); "
+                         "raise permeability.max_steps above 0.")
     result = AxisResult(setup.protocol, AXIS_NAMES[setup.axis], k.lattice, k.m2,
                         k.millidarcy, sim.time_step, converged, change,
                         time.perf_counter() - tic, setup.config.tau, setup.gradient,
                         setup.report.as_dict(), history)
-    result.flow_tortuosity, result.pair = tortuosity, pair
+    result.flow_tortuosity, result.pair, result.previous_pair = tortuosity, pair, previous
     return result
 
 
-def _step_pair(sim: Simulation, check: KCheck, setup: ProtocolSetup, phases: Phases,
-               stage: str, k: Permeability, tortuosity: float
-               ) -> tuple[StepPair, Permeability, float]:
-    """One more step and readout after the last check: the :class:`StepPair` of k at the
-    two steps, the run's k (their mean, lattice units and m²) and the mean of the two flow
-    tortuosities. Why: k alternates between even and odd steps (solver.rock.uncertainty)."""
+def _read_pair(sim: Simulation, check: KCheck, setup: ProtocolSetup, phases: Phases,
+               stage: str) -> tuple[StepPair, Permeability, float]:
+    """A check: health and k now and, after one more step, again: the :class:`StepPair`, the
+    check's k (their mean, lattice units and m²) and the mean of the two flow tortuosities.
+    Why: k alternates between even and odd steps (solver.rock.uncertainty)."""
     step = sim.time_step
+    with phases.timed(f"{stage}_checks"):
+        health, k = check.read()
+        check_health(health, setup.config.tau, sim.problem.force)
+    tortuosity = health["flow_tortuosity"]
     with phases.timed(f"{stage}_steps"):
         sim.step(1)
     with phases.timed(f"{stage}_checks"):
@@ -395,7 +400,7 @@ class PermeabilityStudy:
 
     def intervals(self) -> list[KInterval]:
         """Per run (in :attr:`results` order), k with its stated interval
-        (:mod:`solver.rock.uncertainty`): convergence remainder, period-2 alternation,
+        (:mod:`solver.rock.uncertainty`): convergence remainder, period-2 residual,
         discretisation from the coarse start, and the protocol spread where both protocols ran
         along the axis."""
         out = []
@@ -403,8 +408,7 @@ class PermeabilityStudy:
             other = [o.k_lattice for o in self.results
                      if o.axis == r.axis and o.protocol != r.protocol]
             out.append(interval(r.k_lattice, r.history, r.coarse_k_lattice,
-                                other[0] if other else None,
-                                None if r.pair is None else r.pair.alternation))
+                                other[0] if other else None, r.pair, r.previous_pair))
         return out
 
     def phases(self) -> dict[str, float]:
@@ -442,10 +446,13 @@ class PermeabilityStudy:
                            **_finite(i.as_dict()),
                            "low_mD": _scaled(i.low, r), "high_mD": _scaled(i.high, r)}
                           for r, i in zip(self.results, self.intervals(), strict=True)],
-            "interval_definition": "k (1 ± (remainder + alternation + discretisation + "
-                                   "protocol_spread)): convergence remainder, period-2 "
-                                   "alternation (half the difference of k at two consecutive "
-                                   "steps; k is their mean), Richardson estimate from the "
+            "interval_definition": "k (1 ± (remainder + alternation_residual + "
+                                   "discretisation + protocol_spread)): convergence "
+                                   "remainder, what is left in k (the mean of k at two "
+                                   "consecutive steps, read at every check) of the period-2 "
+                                   "alternation (from its decay between the last two checks; "
+                                   "'alternation', half the pair's difference, is not in the "
+                                   "interval), Richardson estimate from the "
                                    "coarse start (order 2 assumed), half the protocol "
                                    "difference; not covered: segmentation, sub-voxel "
                                    "features, REV",
@@ -479,8 +486,9 @@ class PermeabilityStudy:
             unit, scale = ("mD", r.k_mD / r.k_lattice) if r.k_mD and r.k_lattice else \
                 ("voxel²", 1.0)
             terms = [f"remainder {100 * i.remainder:.2g} %"]
-            if i.alternation is not None:
-                terms.append(f"period-2 alternation {100 * i.alternation:.2g} %")
+            if i.alternation_residual is not None:
+                terms.append(f"period-2 residual {100 * i.alternation_residual:.2g} % "
+                             f"(alternation ±{100 * i.alternation:.2g} %, not included)")
             if i.discretisation is not None:
                 terms.append(f"grid {100 * i.discretisation:.2g} % (order 2 assumed)")
             if i.protocol_spread is not None:

@@ -1,7 +1,8 @@
-"""An interval for each measured k: convergence remainder, period-2 alternation, discretisation
-and protocol spread.
+"""An interval for each measured k: convergence remainder, what is left of the period-2
+alternation, discretisation and protocol spread.
 
-Four estimates, each a relative half-width, from what a study already computes:
+Four estimates, each a relative half-width, from what a study already computes (and the
+alternation itself, reported beside them):
 
 ``remainder``
     How far k may still move after the run stopped. The changes of k between checks
@@ -14,17 +15,40 @@ Four estimates, each a relative half-width, from what a study already computes:
     pressure-driven sphere pack (NumPy, float64, tau 0.8) it said 0.12 % and 0.07 % where k
     still had 0.30 % and 0.16 % to go (against the run converged to 2e-5 per 1000 steps).
 ``alternation``
-    The period-2 part of k. A converged run's k alternates between even and odd steps, and so
-    does the whole domain's mean velocity: the alternation is in the populations, not in the
-    readout. The difference of consecutive steps' k relative to k: mirrored runs 2.6e-3 on a
-    24³ pack, 1.5e-3 at 96³, 7.6e-5 at 200³, barely decaying (H200, float32; 2.6e-3 at 24³
-    with NumPy, float64); pressure-driven runs started at rest (the default) 5.3e-3 on a 16³
-    pack and 6.4e-3 at 24³ where they stopped converged (NumPy, float64, coarse start), from
-    the density ramp (``pressure_start: ramp``) only 3e-6 on the 24³ pack after 4000 steps.
-    So a run takes one more step and one more readout after its last check (:class:`StepPair`;
-    one step past ``max_steps`` when it stops there): the k reported is the mean of k at the
-    two consecutive steps ``n`` and ``n + 1``, in which the period-2 part cancels, and this
-    term is half their difference, how far one step's k is from that mean. One definition for
+    The period-2 part of k, reported as information, not in the interval. A converged run's
+    k alternates between even and odd steps, and so does the whole domain's mean velocity: the
+    alternation is in the populations, not in the readout. The difference of consecutive
+    steps' k relative to k: mirrored runs 2.6e-3 on a 24³ pack, 1.5e-3 at 96³, 7.6e-5 at 200³,
+    barely decaying (H200, float32; 2.6e-3 at 24³ with NumPy, float64); pressure-driven runs
+    started at rest (the default) 5.3e-3 on a 16³ pack and 6.4e-3 at 24³ where they stopped
+    converged (NumPy, float64, coarse start), from the density ramp (``pressure_start: ramp``)
+    only 3e-6 on the 24³ pack after 4000 steps; at 200³ (H200, float32) the pressure runs'
+    half-difference was 1.4-2 % of k at 3600-5000 steps. So a run reads k at every check
+    ``n`` and one step later (:class:`StepPair`; the last one past ``max_steps`` when it stops
+    there): its k and its history, which the convergence test judges, are the means of the
+    two consecutive steps, in which the period-2 part cancels. ``alternation`` is half the
+    last pair's difference, how far one step's k is from that mean.
+``alternation_residual``
+    What of the period-2 part is left in the mean (:func:`alternation_residual`), the term the
+    interval holds. Model: ``k(t) = K(t) + a r^t (-1)^t``, a smooth part ``K`` and a mode of
+    per-step factor ``r`` (decaying for r < 1). The pair at a check ``n`` then has the half
+    difference ``h_n = (k(n) - k(n+1)) / 2 = (-1)^n a r^n (1 + r) / 2`` (after removing the
+    smooth change over the step, ``K(n+1) - K(n)``, taken from the slope of the pair means
+    between the last two checks) and its mean is off by ``(-1)^n a r^n (1 - r) / 2``, that is
+    by ``|h_n| |1 - r| / (1 + r)``. ``r`` comes from the signed amplitudes
+    ``(-1)^n h_n`` of the last two checks, ``Δ`` steps apart: ``r = (A_last / A_prev)^(1/Δ)``.
+    A mode that keeps its amplitude (the mirrored runs) is cancelled exactly; one decaying by
+    half per 1000 steps leaves 3.5e-4 of its half difference. Floored at
+    :data:`RESIDUAL_FLOOR` (the resolution of a float32 run's k: a ratio measured as 1 does not
+    prove an exact cancellation below it). Without two pairs, or where the amplitude changed
+    sign between them (no single geometric mode: several modes, or the drift dominating), the
+    residual is not estimated and the half difference itself is taken (the previous, larger
+    term: a bound on the mean's error as long as the mode does not grow). An oscillation
+    whose period is near but not exactly 2 steps is not cancelled by the pair; its amplitude
+    at successive checks then beats, and a sign change falls back to the half difference. The
+    model is checked on the CPU: a pressure-driven 24³ pack from rest (NumPy, float64) stopped
+    at 1601 steps with a half difference of 0.13 and a residual of 2.2e-5; its k was 2.6e-4
+    below a 13401-step run's, which remainder + residual (6.0e-4) held. One definition for
     the one-device runs (:mod:`solver.rock.measure`) and the runs over MPI ranks
     (:mod:`solver.distributed.mirrored`).
 ``discretisation``
@@ -40,11 +64,11 @@ Four estimates, each a relative half-width, from what a study already computes:
     Half the difference between the mirrored and pressure-driven k of the same axis, when both
     ran: how much the choice of boundary set-up moves k.
 
-The interval is ``k (1 ± (remainder + alternation + discretisation + protocol_spread))``: the
-terms are added, not combined in quadrature, because they are not independent random errors.
-It does not cover the image itself: segmentation (which voxels are grain), resolution below
-the voxel (the sub-voxel throats no grid resolves), nor whether the sample is a representative
-volume (see the REV curve, :mod:`solver.rock.rev`).
+The interval is ``k (1 ± (remainder + alternation_residual + discretisation +
+protocol_spread))``: the terms are added, not combined in quadrature, because they are not
+independent random errors. It does not cover the image itself: segmentation (which voxels
+are grain), resolution below the voxel (the sub-voxel throats no grid resolves), nor whether
+the sample is a representative volume (see the REV curve, :mod:`solver.rock.rev`).
 """
 
 from __future__ import annotations
@@ -54,13 +78,15 @@ from dataclasses import asdict, dataclass
 
 from ..monitor import K_WINDOW
 
-__all__ = ["ASSUMED_ORDER", "KInterval", "StepPair", "convergence_remainder",
-           "discretisation_error", "interval"]
+__all__ = ["ASSUMED_ORDER", "KInterval", "RESIDUAL_FLOOR", "StepPair", "alternation_residual",
+           "convergence_remainder", "discretisation_error", "interval"]
 
 #: Assumed order of convergence of k with the voxel size (Richardson estimate).
 ASSUMED_ORDER = 2.0
 #: Successive changes of k used for the decay ratio of the remainder.
 DECAY_CHECKS = 3
+#: Smallest relative residual of the period-2 part in a pair's mean (float32's 2^-23).
+RESIDUAL_FLOOR = 2.0**-23
 
 
 @dataclass(frozen=True)
@@ -71,14 +97,16 @@ class KInterval:
     remainder: float
     discretisation: float | None
     protocol_spread: float | None
-    alternation: float | None = None  # period-2 alternation (:class:`StepPair`)
+    alternation: float | None = None  # the last pair's half difference (information only)
+    alternation_residual: float | None = None  # what of it is left in the mean (in the interval)
     assumed_order: float = ASSUMED_ORDER
 
     @property
     def relative(self) -> float:
-        """Relative half-width of the interval (sum of the terms present)."""
-        return (self.remainder + (self.alternation or 0.0) + (self.discretisation or 0.0)
-                + (self.protocol_spread or 0.0))
+        """Relative half-width of the interval (sum of the terms present; the alternation
+        through its residual only)."""
+        return (self.remainder + (self.alternation_residual or 0.0)
+                + (self.discretisation or 0.0) + (self.protocol_spread or 0.0))
 
     @property
     def low(self) -> float:
@@ -97,7 +125,7 @@ class KInterval:
 
 @dataclass(frozen=True)
 class StepPair:
-    """k (voxel²) read at a run's last check, step ``step``, and one step later: the run's k is
+    """k (voxel²) read at a check, step ``step``, and one step later: the k of the check is
     their mean and half their difference its period-2 alternation (see module)."""
 
     step: int
@@ -115,6 +143,27 @@ class StepPair:
         if not self.k:
             return math.inf
         return abs(self.k_next - self.k_first) / 2.0 / abs(self.k)
+
+
+def alternation_residual(last: StepPair, previous: StepPair | None = None) -> float:
+    """Relative error of ``last.k`` (the mean of its pair) from the period-2 part, estimated
+    from its decay since the ``previous`` check's pair (see module); without a previous pair
+    or a measurable geometric decay, ``last.alternation`` (inf when k is 0)."""
+    if not last.k:
+        return math.inf
+    if previous is None or previous.step >= last.step or not previous.k:
+        return last.alternation
+    steps = last.step - previous.step
+    slope = (last.k - previous.k) / steps  # the smooth change per step, from the means
+
+    def amplitude(pair: StepPair) -> float:  # (-1)^n h_n, the smooth change removed
+        return (-1) ** (pair.step % 2) * (pair.k_first - pair.k_next + slope) / 2.0
+
+    now, before = amplitude(last), amplitude(previous)
+    if not now or not before or now / before <= 0.0 or not math.isfinite(now / before):
+        return last.alternation
+    r = (now / before) ** (1.0 / steps)
+    return max(abs(now) * abs(1.0 - r) / (1.0 + r) / abs(last.k), RESIDUAL_FLOOR)
 
 
 def convergence_remainder(history: list[tuple[int, float]]) -> float:
@@ -145,12 +194,16 @@ def discretisation_error(k_fine: float, k_coarse: float | None,
 
 
 def interval(k: float, history: list[tuple[int, float]], k_coarse: float | None,
-             k_other_protocol: float | None, alternation: float | None = None) -> KInterval:
-    """The :class:`KInterval` of one run: its history, its coarse start's k (fine voxel²),
-    the other protocol's k along the same axis (None when not run) and its period-2
-    alternation (:attr:`StepPair.alternation`; None when not read)."""
+             k_other_protocol: float | None, pair: StepPair | None = None,
+             previous: StepPair | None = None) -> KInterval:
+    """The :class:`KInterval` of one run: its history (the pair means), its coarse start's k
+    (fine voxel²), the other protocol's k along the same axis (None when not run) and the
+    pairs of its last two checks (``pair`` None: no alternation read)."""
     spread = None
     if k_other_protocol is not None and k:
         spread = abs(k - k_other_protocol) / 2.0 / abs(k)
+    alternation = residual = None
+    if pair is not None:
+        alternation, residual = pair.alternation, alternation_residual(pair, previous)
     return KInterval(k, convergence_remainder(history), discretisation_error(k, k_coarse),
-                     spread, alternation)
+                     spread, alternation, residual)

@@ -151,16 +151,16 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
 @pytest.mark.parametrize("n,seed,levels", [(24, 5, 1), (32, 4, 2)])
 def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, seed, levels):
     """``mpirun -n 2 python -m solver.distributed.mirrored --coarse-levels L`` with 41 steps at
-    every level (then one more: k is the mean of steps 41 and 42): each level's k and the
-    fine k equal those of the one-device pieces (coarse_setup's runs, start_on_device, the
-    fine run) in one process, to rounding."""
+    every level (checks at 20 and 40, each read one step later too: k is the mean of steps 40
+    and 41): each level's k and the fine k equal those of the one-device pieces
+    (coarse_setup's runs, start_on_device, the fine run) in one process, to rounding."""
     lattice = get_lattice("D3Q19")
     sample = GrainRegions((n, 16, 16), 0.35, 6, seed=seed).slab(0, 0, n)
     kept, _ = keep_connected(VoxelGeometry(sample), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
     out = mirrored_over_two_ranks(tmp_path, "--steps", "41", "--check", "20",
                                   "--coarse-levels", str(levels))
-    assert out["coarse_levels"] == levels and [c["steps"] for c in out["coarse"]] == [42] * levels
+    assert out["coarse_levels"] == levels and [c["steps"] for c in out["coarse"]] == [41] * levels
     assert all(b % 2**levels == 0 for b in out["slab_bounds"])
 
     base = SimulationConfig(precision="float64", backend="numpy", tile_offset="origin")
@@ -178,7 +178,7 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, s
                          backend=NumpyBackend(threads=1))
         if below is not None:
             start_on_device(sim, below)
-        sim.step(41)
+        sim.step(40)
         k_first = observables.permeability(sim.problem, sim.fields(), 0).lattice
         sim.step(1)
         k = (k_first + observables.permeability(sim.problem, sim.fields(), 0).lattice) / 2

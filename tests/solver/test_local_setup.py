@@ -34,6 +34,7 @@ from solver.lattice import get_lattice
 from solver.problem import Problem
 from solver.rock.protocol import setup_protocol
 from solver.rock.settings import PermeabilitySettings
+from solver.rock.uncertainty import StepPair, alternation_residual
 from solver.simulation import Simulation
 from solver.tiling import Tiling
 
@@ -166,15 +167,17 @@ def combine_pair(a, b):
 def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     """``mpirun -n 2 python -m solver.distributed.mirrored``: the protocol's drive and tau are
     the single-process protocol's, and k after 61 steps equals k of one process running the
-    protocol's mirrored geometry (rounding of the sums only)."""
+    protocol's mirrored geometry (rounding of the sums only): checks at 30 and 60, each read
+    one step later too; k is the mean of steps 60 and 61."""
     source = grains(shape=(24, 18, 16), seed=5)
     lattice = get_lattice("D3Q19")
     kept, _ = keep_connected(VoxelGeometry(source.slab(0, 0, 24)), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
     out = mirrored_over_two_ranks(tmp_path, "--steps", "61", "--check", "30",
                                   "--coarse-levels", "0")
-    # 61 steps, then one more: k is the mean of steps 61 and 62 (solver.rock.uncertainty)
-    assert out["ranks"] == 2 and out["steps"] == 62 and len(out["per_rank"]) == 2
+    # The last check at 60, its pair at 61 (solver.rock.uncertainty)
+    assert out["ranks"] == 2 and out["steps"] == 61 and len(out["per_rank"]) == 2
+    assert [h["step"] for h in out["history"]] == [30, 60]
 
     base = SimulationConfig(precision="float64", backend="numpy", tile_offset="origin")
     setup = setup_protocol(kept, base, 0, "mirrored", PermeabilitySettings())
@@ -184,7 +187,7 @@ def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
     cfg, _ = mirrored_config(summary, base, PermeabilitySettings())
     assert cfg.body_force == setup.config.body_force
     sim = Simulation(setup.geometry, setup.config, backend=NumpyBackend(threads=1))
-    sim.step(61)
+    sim.step(60)
     k = observables.permeability(sim.problem, sim.fields(), 0)
     sim.step(1)
     k_next = observables.permeability(sim.problem, sim.fields(), 0)
@@ -198,9 +201,10 @@ def test_mirrored_permeability_over_mpi_ranks_matches_one_process(tmp_path):
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_ranks_report_the_mean_of_k_at_two_consecutive_steps(tmp_path, ranks):
     """k alternates between even and odd steps (the populations do): over MPI ranks, as on one
-    device (:class:`solver.rock.uncertainty.StepPair`), the run reads k once more one step
-    after its last check and reports the mean, the two k and half their relative difference
-    (``alternation``); before, k was the last check's alone."""
+    device (:class:`solver.rock.uncertainty.StepPair`), every check reads k once more one step
+    later; the run reports the last mean, the two k, half their relative difference
+    (``alternation``) and what the decay since the previous check leaves of it in the mean
+    (``alternation_residual``); the history holds the means."""
     from .test_rock_uncertainty import alternating_pack, k_at
 
     kept = alternating_pack()
@@ -216,8 +220,12 @@ def test_ranks_report_the_mean_of_k_at_two_consecutive_steps(tmp_path, ranks):
                              "k_next": pytest.approx(k_next, rel=1e-10)}
     assert out["k"] == pytest.approx((k_n + k_next) / 2, rel=1e-10)
     assert out["alternation"] == pytest.approx(abs(k_next - k_n) / (k_n + k_next), rel=1e-8)
-    low, high = (out["k"] * (1 + s * out["alternation"]) for s in (-1, 1))
-    assert low <= min(k_n, k_next) * (1 + 1e-12) and max(k_n, k_next) <= high * (1 + 1e-12)
+    k_300 = k_at(setup_protocol(kept, base, 0, "mirrored", PermeabilitySettings()), 300)
+    assert out["history"][-2]["k"] == pytest.approx(sum(k_300) / 2, rel=1e-10)
+    assert out["history"][-1]["k"] == out["k"]
+    assert out["alternation_residual"] == pytest.approx(alternation_residual(
+        StepPair(400, k_n, k_next), StepPair(300, *k_300)), rel=1e-6)
+    assert out["alternation_residual"] < 0.1 * out["alternation"]
 
 
 def test_auto_keeps_runs_past_the_32_bit_offsets_tiled_unless_a_rank_fits_only_compact(

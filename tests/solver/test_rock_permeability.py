@@ -67,12 +67,14 @@ def test_acceleration_cuts_steps_and_keeps_k():
         assert runs[fast].converged
     assert runs[True].tau == 0.6 and runs[False].tau == 1.0
     assert runs[True].coarse_steps > 0 and runs[False].coarse_steps == 0
-    # measured (KConvergence, 1000-step window): 1950 steps from rest at tau 1; 1100 (+ 1200
-    # coarse) at tau 0.6 = 1259 fine-step equivalents, k +0.23 %. Every run needs at least
-    # one window, which caps the gain on so small a sample (3.2x at 40³,
-    # benchmarks/rock_time_to_answer/results).
-    assert runs[True].work_steps < 0.75 * runs[False].work_steps
-    assert runs[True].steps < 0.65 * runs[False].steps
+    # measured (KConvergence, 1000-step window, on the step-pair means): 1951 steps from rest
+    # at tau 1; 1501 (+ 1201 coarse) at tau 0.6 = 1660 fine-step equivalents. The fast run's
+    # k at its first checks (100-450) swings by 5 %, and the test compares with k 1000 steps
+    # earlier: with even steps only it happened to pass at 1100 (1260 equivalents; k of the
+    # two runs 2e-6 apart). Every run needs at least one window, which caps the gain on so
+    # small a sample (3.2x at 40³, benchmarks/rock_time_to_answer/results).
+    assert runs[True].work_steps < 0.9 * runs[False].work_steps
+    assert runs[True].steps < 0.8 * runs[False].steps
     assert runs[True].k_lattice == pytest.approx(runs[False].k_lattice, rel=0.005)
     # The preview's step estimate (twice the pressure-diffusion time) matches the run from rest.
     assert estimated_steps(pack, 0, (1.0 - 0.5) / 3, 48) == pytest.approx(runs[False].steps,
@@ -196,8 +198,8 @@ def test_device_start_equals_the_host_prolongation(offset, backend_name):
 
 def test_runs_stop_where_the_monitor_says_converged():
     """One definition of converged: the run stops at the first check at which the monitor's
-    KConvergence (0.1 % over 1000 steps, k > 0) says so, and not before; then one step more
-    (k is the mean of the two: solver.rock.uncertainty)."""
+    KConvergence (0.1 % over 1000 steps, k > 0) says so, and not before. Every check reads k
+    at its step and one step later and judges their mean (solver.rock.uncertainty)."""
     from solver.monitor import KConvergence
     from solver.rock import measure_axis
 
@@ -208,7 +210,9 @@ def test_runs_stop_where_the_monitor_says_converged():
     result = measure_axis(setup, settings, on_check=lambda s, k, c: checks.append((s, k, c)))
     # One step after the last check: k is the mean of the two (solver.rock.uncertainty).
     assert result.converged and result.steps == checks[-1][0] + 1
-    assert result.pair.step == checks[-1][0] and result.pair.k_first == checks[-1][1]
+    assert [s for s, _, _ in checks] == list(range(100, checks[-1][0] + 1, 100))
+    assert result.pair.step == checks[-1][0] and result.pair.k == checks[-1][1]
+    assert result.k_lattice == checks[-1][1]
     test = KConvergence(1e-6, 1000)
     verdicts = [test.update(step, k)[1] and k > 0 for step, k, _ in checks]
     assert verdicts[-1] and not any(verdicts[:-1])

@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from solver.rock.uncertainty import StepPair, convergence_remainder, discretisation_error, interval
+from solver.rock.uncertainty import (
+    RESIDUAL_FLOOR,
+    StepPair,
+    alternation_residual,
+    convergence_remainder,
+    discretisation_error,
+    interval,
+)
 
 
 def test_remainder_of_a_geometric_approach_is_the_rest_of_the_series():
@@ -53,10 +60,47 @@ def test_interval_adds_the_terms_and_the_protocol_spread():
 def test_step_pair_is_the_mean_and_half_the_difference():
     pair = StepPair(400, 0.99, 1.01)
     assert pair.k == pytest.approx(1.0) and pair.alternation == pytest.approx(0.01)
-    i = interval(pair.k, [(0, 1.0), (1000, 1.0)], None, None, pair.alternation)
+    # One pair: no decay measured, the half difference itself is the residual.
+    i = interval(pair.k, [(0, 1.0), (1000, 1.0)], None, None, pair)
     assert i.alternation == pytest.approx(0.01) and i.relative == pytest.approx(0.01)
+    assert i.alternation_residual == pytest.approx(0.01)
     assert i.low <= pair.k_first and pair.k_next <= i.high
     assert i.as_dict()["alternation"] == pytest.approx(0.01)
+
+
+def pairs_of(k, steps: list[int]) -> list[StepPair]:
+    """The pairs (k(n), k(n + 1)) of the function ``k`` of the step at ``steps``."""
+    return [StepPair(n, k(n), k(n + 1)) for n in steps]
+
+
+@pytest.mark.parametrize("checks", [[1000, 1200], [1001, 1200]])  # even/odd check steps
+def test_residual_of_a_decaying_period_2_mode_is_what_the_mean_keeps(checks):
+    """k(t) = K + b t + a r^t (-1)^t: the pair mean at n is off the smooth part at n + 1/2 by
+    a r^n (1 - r) / 2, which the residual recovers from the two checks (the drift b removed),
+    far below the half difference the interval held before."""
+    big_k, b, a, r = 2.0, 1e-7, 0.02, 0.5 ** (1 / 1000)  # halves per 1000 steps
+
+    def k(t):
+        return big_k + b * t + a * r**t * (-1) ** t
+
+    previous, last = pairs_of(k, checks)
+    error = abs(last.k - (big_k + b * (last.step + 0.5)))
+    assert error == pytest.approx(a * r ** last.step * (1 - r) / 2, rel=1e-9)
+    # rel 1e-4: the drift is taken from the means, which hold the residuals themselves
+    # (of opposite signs at odd and even checks: 2e-5 off then, 1e-9 at even checks).
+    assert alternation_residual(last, previous) == pytest.approx(error / last.k, rel=1e-4)
+    assert alternation_residual(last, previous) < 1e-3 * last.alternation
+    i = interval(last.k, [(0, last.k), (1000, last.k)], None, None, last, previous)
+    assert i.relative == pytest.approx(error / last.k, rel=1e-4)
+    assert i.alternation == pytest.approx(last.alternation)
+
+
+def test_residual_falls_back_to_the_half_difference_or_the_floor():
+    steady = pairs_of(lambda t: 1.0 + 1e-3 * (-1) ** t, [1000, 1200])
+    assert alternation_residual(*reversed(steady)) == RESIDUAL_FLOOR  # cancelled exactly
+    flipped = [StepPair(1000, 0.99, 1.01), StepPair(1200, 1.01, 0.99)]  # no single mode
+    assert alternation_residual(flipped[1], flipped[0]) == pytest.approx(0.01)
+    assert alternation_residual(flipped[1]) == pytest.approx(0.01)
 
 
 def alternating_pack():
@@ -86,9 +130,12 @@ def k_at(setup, steps: int) -> tuple[float, float]:
 
 
 def test_a_run_reports_the_mean_of_two_consecutive_steps_and_their_alternation():
-    """k alternates between even and odd steps (the populations do): a run reads k once more
-    one step after its last check, reports the mean and states half the difference in its
-    interval, which then holds k of both steps. Before, k was the last check's alone."""
+    """k alternates between even and odd steps (the populations do): every check reads k at
+    its step and one step later, the history and the convergence test take the means and the
+    run reports the last one (it ends one step after its last check). Its interval holds what
+    the decay leaves of the alternation in that mean (not the half difference) and still
+    contains the pair mean of a run four times as long. Before, only the last check had a
+    pair and the history held k of even steps."""
     from solver.config import SimulationConfig
     from solver.rock import measure_axis
     from solver.rock.measure import PermeabilityStudy
@@ -101,18 +148,28 @@ def test_a_run_reports_the_mean_of_two_consecutive_steps_and_their_alternation()
     result = measure_axis(setup, settings, voxel_size=1e-5)
     n = result.history[-1][0]  # the last check
     assert result.converged and n % 100 == 0 and result.steps == n + 1
+    assert [s for s, _ in result.history] == list(range(100, n + 1, 100))
     k_n, k_next = k_at(setup, n)
     assert abs(k_next - k_n) / k_n > 5e-4  # measurably apart
     assert result.pair == StepPair(n, pytest.approx(k_n, rel=1e-12),
                                    pytest.approx(k_next, rel=1e-12))
+    assert result.previous_pair.step == n - 100
+    assert result.previous_pair.k == pytest.approx(result.history[-2][1], rel=1e-15)
     assert result.k_lattice == pytest.approx((k_n + k_next) / 2, rel=1e-12)
+    assert result.history[-1][1] == result.k_lattice
     assert result.k_m2 == pytest.approx(result.k_lattice * 1e-10, rel=1e-12)
     study = PermeabilityStudy([result], 1e-5)
     (i,) = study.intervals()
     assert i.alternation == pytest.approx(abs(k_next - k_n) / (k_n + k_next), rel=1e-9)
-    assert i.low <= min(k_n, k_next) and max(k_n, k_next) <= i.high
-    assert study.as_dict()["intervals"][0]["alternation"] == pytest.approx(i.alternation)
-    assert "period-2 alternation" in "\n".join(study.lines())
+    assert i.alternation_residual == pytest.approx(
+        alternation_residual(result.pair, result.previous_pair))
+    assert i.alternation_residual < 0.1 * i.alternation
+    k_long = sum(k_at(setup, 4 * n)) / 2
+    assert i.low <= k_long <= i.high
+    intervals = study.as_dict()["intervals"][0]
+    assert intervals["alternation"] == pytest.approx(i.alternation)
+    assert intervals["alternation_residual"] == pytest.approx(i.alternation_residual)
+    assert "period-2 residual" in "\n".join(study.lines())
 
 
 @pytest.mark.gpu
