@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Tiling", "best_offset", "tile_utilisation", "default_tile_edge"]
+__all__ = ["Tiling", "CountedTiling", "best_offset", "tile_utilisation", "default_tile_edge"]
 
 
 #: Grid values per slab of :meth:`Tiling.gather` on the host (its temporaries: a slab's).
@@ -360,3 +360,39 @@ class Tiling:
     def offsets(self) -> list[tuple[int, ...]]:
         """All ``a**d`` admissible tile-grid offsets."""
         return list(itertools.product(range(self.a), repeat=self.ndim))
+
+
+@dataclass(frozen=True)
+class CountedTiling:
+    """What the memory estimators and the plan read of a tiling, from counts, for a box too
+    large to tile where only its sizes matter: the box, its fluid nodes and tiles (tile map and
+    tile list as zero-stride arrays: their shapes and bytes, no memory)."""
+
+    shape: tuple[int, int, int]
+    n_fluid: int
+    n_tiles: int
+    a: int = 4
+    offset: tuple[int, int, int] = (0, 0, 0)
+
+    ndim = 3
+    memory_bytes = Tiling.memory_bytes
+
+    @property
+    def nodes_per_tile(self) -> int:
+        """Nodes per tile, a³."""
+        return self.a ** 3
+
+    @property
+    def eta_t(self) -> float:
+        """Fluid share of the tiled nodes."""
+        return self.n_fluid / (self.n_tiles * self.nodes_per_tile)
+
+    @property
+    def tile_map(self) -> np.ndarray:
+        """The tile grid (int32), zero-stride."""
+        return np.broadcast_to(np.int32(0), tuple(-(-s // self.a) for s in self.shape))
+
+    @property
+    def tiles(self) -> np.ndarray:
+        """The tile list (n_tiles, 3) int32, zero-stride."""
+        return np.broadcast_to(np.int32(0), (self.n_tiles, 3))

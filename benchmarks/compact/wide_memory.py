@@ -31,7 +31,7 @@ import json
 import subprocess
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -53,7 +53,7 @@ from solver.config import SimulationConfig  # noqa: E402
 from solver.distributed.mirrored import device_estimate  # noqa: E402
 from solver.lattice import get_lattice  # noqa: E402
 from solver.problem import Problem  # noqa: E402
-from solver.tiling import Tiling  # noqa: E402
+from solver.tiling import CountedTiling, Tiling  # noqa: E402
 
 GIB = 2**30
 
@@ -74,41 +74,6 @@ def measure_sample(n: int, porosity: float = 0.2, grain: float = 20.0, seed: int
     tiling = Tiling.build(box, 4, (0, 0, 0))
     return {"sample": n, "porosity": float(1.0 - box.mean()), "eta_t": float(tiling.eta_t),
             "n_fluid": int(tiling.n_fluid), "n_tiles": int(tiling.n_tiles)}
-
-
-@dataclass(frozen=True)
-class CountedTiling:
-    """What the estimators read of a tiling, from counts: the box, its fluid nodes and tiles
-    (tile map and tile list as zero-stride arrays: their shapes and bytes, no memory)."""
-
-    shape: tuple[int, int, int]
-    n_fluid: int
-    n_tiles: int
-    a: int = 4
-    offset: tuple[int, int, int] = (0, 0, 0)
-
-    ndim = 3
-    memory_bytes = Tiling.memory_bytes
-
-    @property
-    def nodes_per_tile(self) -> int:
-        """Nodes per tile, a³."""
-        return self.a ** 3
-
-    @property
-    def eta_t(self) -> float:
-        """Fluid share of the tiled nodes."""
-        return self.n_fluid / (self.n_tiles * self.nodes_per_tile)
-
-    @property
-    def tile_map(self) -> np.ndarray:
-        """The tile grid (int32), zero-stride."""
-        return np.broadcast_to(np.int32(0), tuple(-(-s // self.a) for s in self.shape))
-
-    @property
-    def tiles(self) -> np.ndarray:
-        """The tile list (n_tiles, 3) int32, zero-stride."""
-        return np.broadcast_to(np.int32(0), (self.n_tiles, 3))
 
 
 class CountedCompact(CompactTiling):

@@ -14,7 +14,7 @@ test_cupy_compact_wide.py. No test allocates more than a few MB.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -31,7 +31,7 @@ from solver.config import SimulationConfig
 from solver.lattice import get_lattice
 from solver.memory import device_bytes
 from solver.problem import Problem
-from solver.tiling import Tiling
+from solver.tiling import CountedTiling
 
 from .compact_emulator import FakeCupy, compiler
 from .porous_cases import as_stored, make_problem, noisy_start
@@ -224,42 +224,10 @@ def test_memory_estimates_count_the_wide_tables(monkeypatch) -> None:
     assert device_estimate(problem) - before == extra
 
 
-@dataclass(frozen=True)
-class _VirtualTiling:
-    """What the plan reads of a tiling, for a box too large to tile in a test: a 1000³ rock
-    image at porosity 0.2 mirrored along x (2000 x 1000 x 1000, 4e8 fluid nodes)."""
-
-    shape: tuple[int, ...] = (2000, 1000, 1000)
-    a: int = 4
-    n_fluid: int = 400_000_000
-    eta_t: float = 0.478  # measured on the generator's mirrored samples (rock_tensor.py)
-
-    @property
-    def ndim(self) -> int:
-        """Dimensions of the box."""
-        return len(self.shape)
-
-    @property
-    def nodes_per_tile(self) -> int:
-        """Nodes per tile, a**3."""
-        return self.a ** 3
-
-    @property
-    def n_tiles(self) -> int:
-        """Non-empty tiles at that utilisation."""
-        return int(self.n_fluid / (self.eta_t * 64))
-
-    memory_bytes = Tiling.memory_bytes
-
-    @property
-    def tile_map(self) -> np.ndarray:
-        """The tile grid (int32), zero-stride: its shape and bytes, no memory."""
-        return np.broadcast_to(np.int32(0), tuple(-(-s // self.a) for s in self.shape))
-
-    @property
-    def tiles(self) -> np.ndarray:
-        """The tile list (n_tiles, 3) int32, zero-stride."""
-        return np.broadcast_to(np.int32(0), (self.n_tiles, 3))
+#: What the plan reads of a tiling, for a box too large to tile in a test: a 1000³ rock image
+#: at porosity 0.2 mirrored along x (2000 x 1000 x 1000, 4e8 fluid nodes) at the tile
+#: utilisation 0.478 measured on the generator's mirrored samples (rock_tensor.py).
+HUGE_MIRRORED = CountedTiling((2000, 1000, 1000), 400_000_000, int(400_000_000 / (0.478 * 64)))
 
 
 GB = 10**9
@@ -278,7 +246,7 @@ def test_a_run_above_the_32_bit_offsets_is_tiled_unless_only_compact_fits(
     lattice = get_lattice("D3Q19")
     config = SimulationConfig(precision="float32", storage=storage, streaming=streaming,
                               collision="TRT")
-    problem = Problem(lattice=lattice, tiling=_VirtualTiling(), rates=None,
+    problem = Problem(lattice=lattice, tiling=HUGE_MIRRORED, rates=None,
                       force=np.zeros(3), incompressible=True, rho0=1.0,
                       periodic=(True,) * 3, dtype=np.dtype("float32"),
                       collision=config.collision_model(), storage_kind=storage,
