@@ -430,9 +430,23 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
             assert np.array_equal(rows[0][column], rows[1][column]), (folder.name, column)
         probes = [(d / "probes.csv").read_text() for d in (one, folder)]
         assert probes[0] == probes[1], folder.name
-        for name in ("u", "rho"):
-            fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, folder)]
-            assert np.array_equal(fields[0], fields[1], equal_nan=True)
+        # Over ranks a .pvti of per-rank pieces (3 ranks: mpi, 2: old), one process a .vti:
+        # the same image, every array (names, dtypes, NaN in solid, the solid array) bit for bit.
+        parallel = folder.name != "plain"
+        grids = [pv.read(one / "fields_00000040.vti"),
+                 pv.read(folder / f"fields_00000040.{'pvti' if parallel else 'vti'}")]
+        assert not (folder / f"fields_00000040.{'vti' if parallel else 'pvti'}").exists()
+        assert grids[0].extent == grids[1].extent
+        assert list(grids[0].cell_data) == list(grids[1].cell_data) == ["rho", "u", "solid"]
+        for name in grids[0].cell_data:
+            a, b = grids[0].cell_data[name], grids[1].cell_data[name]
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
+        if parallel:
+            pieces = sorted(p.name for p in (folder / "fields_00000040").iterdir())
+            ranks = 3 if folder.name == "mpi" else 2
+            assert pieces == [f"rank_{r:04d}.vti" for r in range(ranks)], pieces
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["fields_format"] == ("pvti" if parallel else "vti")
     mpi = tmp_path / "mpi"
     # A part missing: every rank learns it before the halo exchange; a clear error, no hang.
     read_checkpoint(mpi / "checkpoint.npz").parts.paths(2)[1].unlink()
