@@ -541,3 +541,44 @@ def test_rank0_run_keeps_the_tiling_not_the_voxel_mask(tmp_path, monkeypatch):
     resumed = HeadlessRun(case, out=tmp_path / "resumed", backend=NumpyBackend(threads=1))
     resumed.resume(lean / "checkpoint.npz")  # the hash made before the release is the mask's
     assert resumed.sim.time_step == 12
+
+
+def test_vessel_fields_over_ranks_are_a_pvti_equal_to_one_process_vti(tmp_path, monkeypatch,
+                                                                      caplog):
+    """The parallel-image path of ``solver run`` in process (one rank that writes pieces, as
+    two or more do): a vessel's .pvti (rho, u, solid from the rank's tiles; wall shear stress
+    in lattice units and Pa sent from rank 0 as slabs) reads back as one process's .vti, every
+    array bit for bit, NaN in solid; the log and the summary say the fields are a .pvti."""
+    pytest.importorskip("mpi4py")
+    pv = pytest.importorskip("pyvista")
+    import logging
+
+    from solver.distributed import DistributedBackend
+    from solver.run import HeadlessRun
+
+    from .test_iolets import tube
+    from .test_opening_specs import case_with
+
+    case = case_with([{"id": 1, "kind": "velocity", "flow_rate": 2e-9},
+                      {"id": 2, "kind": "pressure"}], vti=True, max_steps=20,
+                     output_interval=20)
+    plain = HeadlessRun(case, out=tmp_path / "plain", geometry=tube(),
+                        backend=NumpyBackend(threads=1))
+    assert plain.execute(progress=False).exit_code == 0
+    monkeypatch.setattr(DistributedBackend, "writes_parts", property(lambda self: True))
+    with DistributedBackend("numpy") as backend, caplog.at_level(logging.INFO, "solver.run"):
+        run = HeadlessRun(case, out=tmp_path / "ranks", geometry=tube(), backend=backend)
+        assert run.execute(progress=False).exit_code == 0
+    assert "fields go to fields_STEP.pvti" in caplog.text
+    assert json.loads((tmp_path / "ranks" / "summary.json").read_text())["fields_format"] == \
+        "pvti"
+    assert not (tmp_path / "ranks" / "fields_00000020.vti").exists()
+    one = pv.read(tmp_path / "plain" / "fields_00000020.vti")
+    ranks = pv.read(tmp_path / "ranks" / "fields_00000020.pvti")
+    assert list(one.cell_data) == list(ranks.cell_data) == \
+        ["rho", "u", "solid", "wall_shear_stress", "wall_shear_stress_Pa"]
+    assert one.extent == ranks.extent and np.allclose(one.origin, ranks.origin)
+    for name in one.cell_data:
+        a, b = one.cell_data[name], ranks.cell_data[name]
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
+    assert np.isnan(ranks.cell_data["rho"][ranks.cell_data["solid"] == 1]).all()
