@@ -67,7 +67,7 @@ from ..backends.base import NodeIndex, node_index, with_rest_nodes
 from ..checkpoint_parts import CheckpointError, PartSet, new_token
 from ..config import ConfigError
 from ..fields import tile_moments
-from ..io import atomic_write
+from ..io import atomic_write, remove_orphaned_temporaries
 from ..problem import Problem
 from ..vtk_pieces import cell_extent, cell_image, piece_path, pieces_folder, save_image, write_pvti
 from ..windkessel import DENSITY, TRACE, windkessel_update
@@ -351,6 +351,7 @@ class DistributedBackend:
         for stale in pieces_folder(path).glob("rank_*.vti"):  # of a run on more ranks
             if stale not in {p for _, p in pieces}:
                 stale.unlink(missing_ok=True)
+        remove_orphaned_temporaries(pieces_folder(path))  # a killed rank's half-written piece
         arrays = [("rho", np.float64, 1), ("u", np.float64, 3), ("solid", np.uint8, 1)]
         arrays += [(name, np.dtype(dtype), 1) for name, dtype in names]
         return write_pvti(path, tiling.shape, voxel_size, origin, arrays, pieces)

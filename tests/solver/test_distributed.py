@@ -582,6 +582,14 @@ def test_vessel_fields_over_ranks_are_a_pvti_equal_to_one_process_vti(tmp_path, 
         a, b = one.cell_data[name], ranks.cell_data[name]
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
     assert np.isnan(ranks.cell_data["rho"][ranks.cell_data["solid"] == 1]).all()
+    # A piece that cannot be written (its folder is a file): an OSError after every rank is
+    # done (the CLI's output error), no rank aborted.
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "fields_00000020").write_text("not a folder")
+    with DistributedBackend("numpy") as backend:
+        run = HeadlessRun(case, out=tmp_path / "broken", geometry=tube(), backend=backend)
+        with pytest.raises(OSError, match=r"Writing the .vti pieces failed: rank 0: "):
+            run.execute(progress=False)
 
 
 @needs_mpi
