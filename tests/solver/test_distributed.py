@@ -618,3 +618,39 @@ def test_mpirun_vessel_fields_are_a_pvti_equal_to_one_process_vti(tmp_path):
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
     assert sorted(p.name for p in (tmp_path / "two" / "fields_00000010").iterdir()) == \
         ["rank_0000.vti", "rank_0001.vti"]
+
+
+@needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
+def test_mpirun_fields_in_y_slabs_are_a_pvti_equal_to_one_process_vti(tmp_path):
+    """A box longest along y is cut into y slabs (3 ranks): the pieces' extents differ in y
+    alone, sharing their boundary points, and the .pvti reads back as one process's .vti."""
+    pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
+    pv = pytest.importorskip("pyvista")
+    import xml.etree.ElementTree as ET
+
+    import yaml
+
+    np.save(tmp_path / "pack.npy", porous((14, 30, 11), seed=2))
+    case = {"name": "pack", "geometry": {"file": "pack.npy"},
+            "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
+                       "backend": "numpy"},
+            "run": {"max_steps": 6, "output_interval": 6, "check_interval": 6,
+                    "checkpoint_interval": 0, "convergence": 0}}
+    path = tmp_path / "pack.yaml"
+    path.write_text(yaml.safe_dump(case))
+    _mpirun(1, path, tmp_path / "one", cwd=tmp_path)
+    _mpirun(3, path, tmp_path / "three", cwd=tmp_path)
+    pvti = tmp_path / "three" / "fields_00000006.pvti"
+    extents = [[int(v) for v in piece.get("Extent").split()]
+               for piece in ET.parse(pvti).getroot().iter("Piece")]
+    assert len(extents) == 3
+    for lower, upper in zip(extents[:-1], extents[1:], strict=True):
+        assert lower[3] == upper[2]  # one shared layer of points along y
+        assert lower[:2] == upper[:2] == [0, 14] and lower[4:] == upper[4:] == [0, 11]
+    assert extents[0][2] == 0 and extents[-1][3] == 30
+    one, three = pv.read(tmp_path / "one" / "fields_00000006.vti"), pv.read(pvti)
+    assert list(one.cell_data) == list(three.cell_data) and one.extent == three.extent
+    for name in one.cell_data:
+        a, b = one.cell_data[name], three.cell_data[name]
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
