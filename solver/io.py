@@ -34,6 +34,7 @@ import numpy as np
 
 from .checkpoint_parts import CheckpointError, PartSet, parts_folder, remove_other_parts
 from .config import SimulationConfig
+from .vtk_pieces import cell_image, save_image
 
 __all__ = [
     "CheckpointError", "Checkpoint", "mask_hash", "config_values", "config_from_values",
@@ -439,27 +440,8 @@ def write_vti(path: str | Path, fields_: dict[str, np.ndarray], voxel_size: floa
               origin: tuple[float, ...] | None = None, extra: dict[str, np.ndarray] | None = None,
               ) -> Path:
     """Write ``rho`` (grid) and ``u`` ((d,) + grid, padded to 3 components) as cell data."""
-    import pyvista as pv
-
-    rho, u = fields_["rho"], fields_["u"]
-    d = rho.ndim
-    h = float(voxel_size) if voxel_size else 1.0
-    start = tuple(origin or ()) + (0.0,) * (3 - len(origin or ()))
-    grid = pv.ImageData(dimensions=tuple(n + 1 for n in rho.shape) + (1,) * (3 - d),
-                        spacing=(h, h, h), origin=start)
-    grid.cell_data["rho"] = rho.ravel(order="F")
-    vectors = np.zeros((rho.size, 3), dtype=u.dtype)
-    for k in range(d):
-        vectors[:, k] = u[k].ravel(order="F")
-    grid.cell_data["u"] = vectors
-    for name, values in (extra or {}).items():
-        grid.cell_data[name] = np.asarray(values).ravel(order="F")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.vti")
-    grid.save(tmp)
-    os.replace(tmp, path)
-    return path
+    grid = cell_image(fields_["rho"], fields_["u"], extra, voxel_size, origin)
+    return save_image(grid, path)
 
 
 def write_json(path: str | Path, data: Any) -> Path:

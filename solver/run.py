@@ -5,6 +5,7 @@ the simulation in chunks. Every ``check_interval`` steps it looks at the run's h
 the run monitor (:mod:`solver.monitor`, shared with the dashboard and validation) and stops
 on NaN/Inf or a speed above ``u_limit``; every ``output_interval`` steps it writes a CSV row
 (MFLUPS, residual, mean velocity, Darcy permeability and its convergence, eta_t) and a ``.vti``
+(over MPI ranks a ``.pvti`` of per-rank pieces, :mod:`solver.vtk_pieces`)
 of rho and u; every ``checkpoint_interval`` steps, at the end and on Ctrl-C it writes
 ``checkpoint.npz``, only ever from a state that passed the divergence check, so the last good
 checkpoint survives a divergence. The residual (:func:`solver.observables.residual`) is the
@@ -173,6 +174,7 @@ class HeadlessRun:
         self._interval = (0, 0.0)  # (steps, solver seconds) at the previous output
         self.check_seconds = 0.0
         self._slow_warned = False
+        self._pvti_said = False  # the log says once that fields are a .pvti over ranks
 
     @property
     def checkpoint_path(self) -> Path:
@@ -335,19 +337,40 @@ class HeadlessRun:
         self.last = {**row, "k_answer": answer, "k_label": label}
         bar.set_postfix(mflups=f"{mflups:.2f}", residual=f"{residual:.2e}", refresh=False)
         if self.controls.vti:
-            extra = {"solid": self.sim.solid.astype(np.uint8)}
-            if sim.config.openings:  # a vessel: its wall shear stress (lattice units, Pa)
-                wss = sim.wall_shear_stress()
-                extra["wall_shear_stress"] = wss
-                if self.units is not None:
-                    extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
-            extra.update(self._shear_indices())
-            write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
-                      self.geometry.origin or None, extra=extra)
+            self._write_fields(step)
         if self._vessel:  # a flow through openings stops on its own steady state (_loop)
             return False
         change = residual * self.controls.output_interval  # over one output interval
         return 0 < self.controls.convergence and change < self.controls.convergence
+
+    def _pieces(self) -> bool:
+        """Whether the fields are a parallel image of per-rank pieces (over MPI ranks)."""
+        return bool(getattr(self.sim.backend, "writes_parts", False))
+
+    def _write_fields(self, step: int) -> Path:
+        """The fields now: ``fields_STEP.vti``, or over MPI ranks (a backend that
+        ``writes_parts``) ``fields_STEP.pvti`` and every rank's piece beside it
+        (:mod:`solver.vtk_pieces`): the same arrays, no whole-grid fields on rank 0."""
+        sim = self.sim
+        pieces = self._pieces()
+        if pieces and not self._pvti_said:
+            self._pvti_said = True
+            log.info("Over %d MPI ranks the fields go to fields_STEP.pvti (each rank's piece "
+                     "in fields_STEP/), not .vti: ParaView and pyvista.read open it the same "
+                     "way.", sim.backend.size)
+        extra = {} if pieces else {"solid": sim.solid.astype(np.uint8)}  # pieces: their own
+        if sim.config.openings:  # a vessel: its wall shear stress (lattice units, Pa)
+            wss = sim.wall_shear_stress()
+            extra["wall_shear_stress"] = wss
+            if self.units is not None:
+                extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
+        extra.update(self._shear_indices())
+        origin = self.geometry.origin or None
+        if pieces:
+            return sim.backend.write_vti_pieces(sim.state, self.out / f"fields_{step:08d}.pvti",
+                                                self.voxel_size, origin, extra)
+        return write_vti(self.out / f"fields_{step:08d}.vti", sim.fields(), self.voxel_size,
+                         origin, extra=extra)
 
     def _write_frame(self) -> list[Path]:
         """The case's cut now, in SI when the case gives the units: the slice picture the app's
@@ -538,6 +561,8 @@ class HeadlessRun:
         split = getattr(sim.state, "decomposition_summary", None)  # a run over MPI ranks
         if split is not None:
             summary["decomposition"] = split()
+        if self.controls.vti:  # over MPI ranks a parallel image: opened like a .vti
+            summary["fields_format"] = "pvti" if self._pieces() else "vti"
         nu_phys = self.controls.viscosity
         if nu_phys and self.voxel_size:
             dt = self.case.config.viscosity * self.voxel_size**2 / nu_phys

@@ -342,6 +342,35 @@ class Tiling:
             return padded  # offset 0 and whole tiles: nothing to cut
         return np.ascontiguousarray(padded[inner])
 
+    def slab_cells(self, axis: int, first: int, end: int) -> tuple[int, int]:
+        """Grid cells ``[lo, hi)`` along ``axis`` that the tile layers ``[first, end)`` cover."""
+        a, off, n = self.a, self.offset[axis], self.shape[axis]
+        return max(0, first * a - off), max(0, min(n, end * a - off))
+
+    def scatter_slab(self, values: np.ndarray, tiles: np.ndarray, axis: int, first: int,
+                     end: int, fill=np.nan) -> np.ndarray:
+        """The grid's cells in the tile layers ``[first, end)`` along ``axis``
+        (:meth:`slab_cells`) from the per-tile-node values (n, a**d, ...) of the tiles at tile
+        coordinates ``tiles`` (n, d), all in those layers; other cells get ``fill``. The
+        slab's part of :meth:`scatter` without the whole grid (a rank's ``.vti`` piece)."""
+        values = np.asarray(values)
+        d, a = self.ndim, self.a
+        extra = list(values.shape[2:])
+        grid = list(self.tile_map.shape)
+        grid[axis] = end - first
+        padded = np.full([t * a for t in grid] + extra, fill, dtype=values.dtype)
+        blocks = padded.reshape([k for t in grid for k in (t, a)] + extra)
+        order = [2 * i for i in range(d)] + [2 * i + 1 for i in reversed(range(d))]
+        blocks = blocks.transpose(order + list(range(2 * d, 2 * d + len(extra))))
+        at = np.array(tiles, dtype=np.int64).reshape(-1, d)
+        at[:, axis] -= first
+        blocks[tuple(at.T)] = values.reshape(len(at), *(a,) * d, *extra)
+        lo, hi = self.slab_cells(axis, first, end)
+        inner = [slice(o, o + n) for n, o in zip(self.shape, self.offset, strict=True)]
+        base = first * a - self.offset[axis]  # grid cell of the padded slab's first layer
+        inner[axis] = slice(lo - base, hi - base)
+        return np.ascontiguousarray(padded[tuple(inner)])
+
     def locate(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tile index (-1 if empty) and in-tile XYZ index of domain nodes, coords (..., d)."""
         shifted = coords + np.array(self.offset)

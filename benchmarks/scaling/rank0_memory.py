@@ -5,7 +5,8 @@ OUT`` runs the ordinary ``python -m solver run CASE`` (NumPy ranks, CPU) on a pe
 pack, with a probe on every rank that records, at the end of each phase of interest, the
 resident set (``/proc/self/statm``) and the peak so far (``ru_maxrss``): the Simulation built
 (geometry read, tiled, problem made), the allocation done (the set-up: CPU seconds to there),
-each health check (the run monitor), each ``.vti`` and each checkpoint written; at exit the
+each health check (the run monitor), each ``.vti`` (over ranks: each rank's piece and rank 0's
+``.pvti``) and each checkpoint written; at exit the
 rank's peak and CPU time. The parent writes ``rank0-memory-<cpu>-<size>-<date>.json`` and
 ``.md`` to ``--out`` (default benchmarks/scaling/results/) with, per point and rank, the
 peak, the set-up CPU seconds and the phase that first raised the peak, and the sizes of the
@@ -127,13 +128,15 @@ def rank_main(case: str, out: str, report: str) -> int:
     probe.wrap(dist.DistributedBackend, "_allocate", "allocated", allocated)
     probe.wrap(readout.Readout, "health", "health check")
     probe.wrap(run, "write_vti", "vti written")
+    if hasattr(dist.DistributedBackend, "write_vti_pieces"):  # over ranks: a .pvti (rank 0)
+        probe.wrap(dist.DistributedBackend, "write_vti_pieces", "vti written")
     probe.wrap(run, "save_simulation" if hasattr(run, "save_simulation") else
                "write_checkpoint", "checkpoint written")
     probe.wrap(dist.DistributedBackend, "_gather", "gather")
     probe.wrap(dist.RankSolver, "__init__", "rank solver built")
     probe.wrap(dist, "rank_part", "part cut")
     probe.wrap(dist, "decompose", "decomposed")
-    for name in ("_moments", "_nodes", "_write_parts", "_load_parts"):  # absent before
+    for name in ("_moments", "_nodes", "_write_parts", "_load_parts", "_vti_piece"):
         if hasattr(dist.DistributedBackend, name):
             probe.wrap(dist.DistributedBackend, name, name.strip("_"))
     del io

@@ -67,8 +67,9 @@ from ..backends.base import NodeIndex, node_index, with_rest_nodes
 from ..checkpoint_parts import CheckpointError, PartSet, new_token
 from ..config import ConfigError
 from ..fields import tile_moments
-from ..io import atomic_write
+from ..io import atomic_write, remove_orphaned_temporaries
 from ..problem import Problem
+from ..vtk_pieces import cell_extent, cell_image, piece_path, pieces_folder, save_image, write_pvti
 from ..windkessel import DENSITY, TRACE, windkessel_update
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
@@ -187,6 +188,7 @@ class DistributedBackend:
         #: Every rank: the global numbers of its owned tiles (its rows' order), by key.
         self._owned_of: dict[int, np.ndarray] = {}
         self._error: Exception | None = None  # rank 0: what a file command's ranks reported
+        self._pending_extra: dict | None = None  # rank 0: a .vti's whole-grid extra arrays
         self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
         self._stopped = False
         if self.is_root:
@@ -324,6 +326,35 @@ class DistributedBackend:
         self._command("write_parts", parts, state.key)
         self._raise_reported()
         return parts
+
+    def write_vti_pieces(self, state: DistributedState, path: Any,
+                         voxel_size: float | None, origin: Any,
+                         extra: dict[str, np.ndarray] | None = None) -> Path:
+        """Every rank writes its slab's cells as a ``.vti`` piece (:mod:`solver.vtk_pieces`):
+        ``rho``, ``u`` and ``solid`` from its own tiles, then ``extra`` (whole-grid arrays on
+        rank 0, e.g. wall shear stress: each rank is sent its slab); rank 0 writes the
+        ``.pvti`` at ``path`` naming them. The arrays and values of :func:`solver.io.write_vti`
+        of the gathered fields. OSError, after every rank finished, if one failed."""
+        path, extra = Path(path), dict(extra or {})
+        names = [(name, np.asarray(values).dtype.name) for name, values in extra.items()]
+        self._pending_extra = extra
+        self._command("vti_piece", (path, voxel_size, origin, state.axis,
+                                    tuple(int(b) for b in state.bounds), names), state.key)
+        self._raise_reported()
+        tiling = state.problem.tiling
+        pieces = []
+        for rank in range(self.size):
+            lo, hi = tiling.slab_cells(state.axis, state.bounds[rank], state.bounds[rank + 1])
+            if hi > lo:
+                pieces.append((cell_extent(tiling.shape, state.axis, lo, hi),
+                               piece_path(path, rank)))
+        for stale in pieces_folder(path).glob("rank_*.vti"):  # of a run on more ranks
+            if stale not in {p for _, p in pieces}:
+                stale.unlink(missing_ok=True)
+        remove_orphaned_temporaries(pieces_folder(path))  # a killed rank's half-written piece
+        arrays = [("rho", np.float64, 1), ("u", np.float64, 3), ("solid", np.uint8, 1)]
+        arrays += [(name, np.dtype(dtype), 1) for name, dtype in names]
+        return write_pvti(path, tiling.shape, voxel_size, origin, arrays, pieces)
 
     def load_parts(self, state: DistributedState, parts: PartSet) -> None:
         """Every rank reads its owned tiles' rows from the parts (written by any number of
@@ -665,26 +696,33 @@ class DistributedBackend:
         return np.ascontiguousarray(self._solver.owned_populations(), dtype=dtype)
 
     def _moments(self, tiles: np.ndarray | None) -> None:
-        solver = self._solver
-        problem = solver.problem
         owned = self._owned_of[self._key]
         pick = np.arange(owned.size) if tiles is None else \
             np.flatnonzero(np.isin(owned, tiles))
+        rho, u = self._owned_moments(pick, tiles is None)
+        where = owned[pick]
+        got = self._gather_blocks([rho, *u], where, tiles, np.float64)
+        if self.is_root:
+            self._moments_out = (got[0], np.stack(got[1:]) if len(got) > 1 else
+                                 np.empty((0, *got[0].shape)))
+
+    def _owned_moments(self, pick: np.ndarray, contiguous: bool = True
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Density (n, N) and velocity (d, n, N) of the owned tiles ``pick`` (ascending rows;
+        ``contiguous``: all of them), a readout chunk at a time, float64."""
+        solver = self._solver
+        problem = solver.problem
         n_node = problem.tiling.nodes_per_tile
         rho = np.empty((pick.size, n_node))
         u = np.empty((problem.lattice.d, pick.size, n_node))
         per = solver.readout_tiles()
         for first in range(0, pick.size, per):  # a readout chunk at a time, no whole copy
             part = slice(first, min(pick.size, first + per))
-            which = slice(int(pick[first]), int(pick[part.stop - 1]) + 1) if tiles is None \
+            which = slice(int(pick[first]), int(pick[part.stop - 1]) + 1) if contiguous \
                 else pick[part]
             rho[part], u[:, part] = tile_moments(solver.owned_readout(which), problem.lattice,
                                                  problem.force, problem.incompressible)
-        where = owned[pick]
-        got = self._gather_blocks([rho, *u], where, tiles, np.float64)
-        if self.is_root:
-            self._moments_out = (got[0], np.stack(got[1:]) if len(got) > 1 else
-                                 np.empty((0, *got[0].shape)))
+        return rho, u
 
     def _rows(self, payload: tuple[np.ndarray, str]) -> None:
         tiles, dtype = payload
@@ -757,6 +795,59 @@ class DistributedBackend:
         except Exception as exc:  # reported to rank 0 after every rank is done
             error = f"rank {self.rank}: {type(exc).__name__}: {exc}"
         self._collect(error, "Writing the checkpoint's per-rank parts", OSError)
+
+    def _vti_piece(self, payload: tuple) -> None:
+        path, voxel_size, origin, axis, bounds, names = payload
+        tiling = self._solver.problem.tiling
+        first, end = bounds[self.rank], bounds[self.rank + 1]
+        lo, hi = tiling.slab_cells(axis, first, end)
+        extra = self._extra_slabs(tiling, axis, bounds, names)
+        error = None
+        try:
+            if hi > lo:
+                self._write_piece(piece_path(path, self.rank), (axis, first, end, lo),
+                                  voxel_size, origin, extra)
+        except Exception as exc:  # reported to rank 0 after every rank is done
+            error = f"rank {self.rank}: {type(exc).__name__}: {exc}"
+        self._collect(error, "Writing the .vti pieces", OSError)
+
+    def _extra_slabs(self, tiling: Any, axis: int, bounds: tuple, names: list
+                     ) -> dict[str, np.ndarray]:
+        """Each rank's slab of rank 0's whole-grid ``extra`` arrays (sent point to point)."""
+        if not names:
+            return {}
+        if not self.is_root:
+            return self.comm.recv(source=0)
+        extra, self._pending_extra = self._pending_extra, None
+        mine = {}
+        for rank in range(self.size):
+            lo, hi = tiling.slab_cells(axis, bounds[rank], bounds[rank + 1])
+            cut = tuple(slice(lo, hi) if k == axis else slice(None) for k in range(tiling.ndim))
+            slabs = {name: np.ascontiguousarray(extra[name][cut]) for name, _ in names}
+            if rank == 0:
+                mine = slabs
+            else:
+                self.comm.send(slabs, dest=rank)
+        return mine
+
+    def _write_piece(self, path: Path, slab: tuple, voxel_size: float | None, origin: Any,
+                     extra: dict[str, np.ndarray]) -> None:
+        """This rank's owned tiles' fields over its slab's cells, written as a piece."""
+        axis, first, end, lo = slab
+        solver = self._solver
+        problem, n = solver.problem, solver.n_owned
+        tiling = problem.tiling
+        rho, u = self._owned_moments(np.arange(n))
+        solid, at = tiling.solid[:n], tiling.tiles[:n]
+        rho = tiling.scatter_slab(np.where(solid, np.nan, rho), at, axis, first, end)
+        u = np.where(solid, np.nan, u).transpose(1, 2, 0)
+        u = np.moveaxis(tiling.scatter_slab(u, at, axis, first, end), -1, 0)
+        mask = tiling.scatter_slab(solid, at, axis, first, end, fill=True)
+        start = [0] * tiling.ndim
+        start[axis] = lo
+        grid = cell_image(rho, u, {"solid": mask.astype(np.uint8), **extra}, voxel_size,
+                          origin, start)
+        save_image(grid, path)
 
     def _load_parts(self, parts: PartSet) -> None:
         error, rows = None, None

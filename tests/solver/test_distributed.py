@@ -430,9 +430,23 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
             assert np.array_equal(rows[0][column], rows[1][column]), (folder.name, column)
         probes = [(d / "probes.csv").read_text() for d in (one, folder)]
         assert probes[0] == probes[1], folder.name
-        for name in ("u", "rho"):
-            fields = [pv.read(d / "fields_00000040.vti").cell_data[name] for d in (one, folder)]
-            assert np.array_equal(fields[0], fields[1], equal_nan=True)
+        # Over ranks a .pvti of per-rank pieces (3 ranks: mpi, 2: old), one process a .vti:
+        # the same image, every array (names, dtypes, NaN in solid, the solid array) bit for bit.
+        parallel = folder.name != "plain"
+        grids = [pv.read(one / "fields_00000040.vti"),
+                 pv.read(folder / f"fields_00000040.{'pvti' if parallel else 'vti'}")]
+        assert not (folder / f"fields_00000040.{'vti' if parallel else 'pvti'}").exists()
+        assert grids[0].extent == grids[1].extent
+        assert list(grids[0].cell_data) == list(grids[1].cell_data) == ["rho", "u", "solid"]
+        for name in grids[0].cell_data:
+            a, b = grids[0].cell_data[name], grids[1].cell_data[name]
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
+        if parallel:
+            pieces = sorted(p.name for p in (folder / "fields_00000040").iterdir())
+            ranks = 3 if folder.name == "mpi" else 2
+            assert pieces == [f"rank_{r:04d}.vti" for r in range(ranks)], pieces
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["fields_format"] == ("pvti" if parallel else "vti")
     mpi = tmp_path / "mpi"
     # A part missing: every rank learns it before the halo exchange; a clear error, no hang.
     read_checkpoint(mpi / "checkpoint.npz").parts.paths(2)[1].unlink()
@@ -527,3 +541,116 @@ def test_rank0_run_keeps_the_tiling_not_the_voxel_mask(tmp_path, monkeypatch):
     resumed = HeadlessRun(case, out=tmp_path / "resumed", backend=NumpyBackend(threads=1))
     resumed.resume(lean / "checkpoint.npz")  # the hash made before the release is the mask's
     assert resumed.sim.time_step == 12
+
+
+def test_vessel_fields_over_ranks_are_a_pvti_equal_to_one_process_vti(tmp_path, monkeypatch,
+                                                                      caplog):
+    """The parallel-image path of ``solver run`` in process (one rank that writes pieces, as
+    two or more do): a vessel's .pvti (rho, u, solid from the rank's tiles; wall shear stress
+    in lattice units and Pa sent from rank 0 as slabs) reads back as one process's .vti, every
+    array bit for bit, NaN in solid; the log and the summary say the fields are a .pvti."""
+    pytest.importorskip("mpi4py")
+    pv = pytest.importorskip("pyvista")
+    import logging
+
+    from solver.distributed import DistributedBackend
+    from solver.run import HeadlessRun
+
+    from .test_iolets import tube
+    from .test_opening_specs import case_with
+
+    case = case_with([{"id": 1, "kind": "velocity", "flow_rate": 2e-9},
+                      {"id": 2, "kind": "pressure"}], vti=True, max_steps=20,
+                     output_interval=20)
+    plain = HeadlessRun(case, out=tmp_path / "plain", geometry=tube(),
+                        backend=NumpyBackend(threads=1))
+    assert plain.execute(progress=False).exit_code == 0
+    monkeypatch.setattr(DistributedBackend, "writes_parts", property(lambda self: True))
+    with DistributedBackend("numpy") as backend, caplog.at_level(logging.INFO, "solver.run"):
+        run = HeadlessRun(case, out=tmp_path / "ranks", geometry=tube(), backend=backend)
+        assert run.execute(progress=False).exit_code == 0
+    assert "fields go to fields_STEP.pvti" in caplog.text
+    assert json.loads((tmp_path / "ranks" / "summary.json").read_text())["fields_format"] == \
+        "pvti"
+    assert not (tmp_path / "ranks" / "fields_00000020.vti").exists()
+    one = pv.read(tmp_path / "plain" / "fields_00000020.vti")
+    ranks = pv.read(tmp_path / "ranks" / "fields_00000020.pvti")
+    assert list(one.cell_data) == list(ranks.cell_data) == \
+        ["rho", "u", "solid", "wall_shear_stress", "wall_shear_stress_Pa"]
+    assert one.extent == ranks.extent and np.allclose(one.origin, ranks.origin)
+    for name in one.cell_data:
+        a, b = one.cell_data[name], ranks.cell_data[name]
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
+    assert np.isnan(ranks.cell_data["rho"][ranks.cell_data["solid"] == 1]).all()
+    # A piece that cannot be written (its folder is a file): an OSError after every rank is
+    # done (the CLI's output error), no rank aborted.
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "fields_00000020").write_text("not a folder")
+    with DistributedBackend("numpy") as backend:
+        run = HeadlessRun(case, out=tmp_path / "broken", geometry=tube(), backend=backend)
+        with pytest.raises(OSError, match=r"Writing the .vti pieces failed: rank 0: "):
+            run.execute(progress=False)
+
+
+@needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
+def test_mpirun_vessel_fields_are_a_pvti_equal_to_one_process_vti(tmp_path):
+    """``mpirun -n 2 python -m solver run`` of the shipped vessel: each rank's piece (its
+    slab, wall shear stress sent from rank 0) and the .pvti read back as one process's .vti."""
+    pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
+    pv = pytest.importorskip("pyvista")
+    import yaml
+
+    case = yaml.safe_load((REPO / "examples" / "vessel_bifurcation.yaml").read_text())
+    case["config"]["backend"] = "numpy"
+    case["run"].update(max_steps=10, output_interval=10, vti=True)
+    path = tmp_path / "vessel.yaml"
+    path.write_text(yaml.safe_dump(case))
+    _mpirun(1, path, tmp_path / "one", cwd=tmp_path)
+    done = _mpirun(2, path, tmp_path / "two", cwd=tmp_path)
+    assert "fields go to fields_STEP.pvti" in done.stderr
+    one = pv.read(tmp_path / "one" / "fields_00000010.vti")
+    two = pv.read(tmp_path / "two" / "fields_00000010.pvti")
+    assert list(one.cell_data) == list(two.cell_data)
+    assert "wall_shear_stress_Pa" in two.cell_data and one.extent == two.extent
+    for name in one.cell_data:
+        a, b = one.cell_data[name], two.cell_data[name]
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
+    assert sorted(p.name for p in (tmp_path / "two" / "fields_00000010").iterdir()) == \
+        ["rank_0000.vti", "rank_0001.vti"]
+
+
+@needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
+def test_mpirun_fields_in_y_slabs_are_a_pvti_equal_to_one_process_vti(tmp_path):
+    """A box longest along y is cut into y slabs (3 ranks): the pieces' extents differ in y
+    alone, sharing their boundary points, and the .pvti reads back as one process's .vti."""
+    pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
+    pv = pytest.importorskip("pyvista")
+    import xml.etree.ElementTree as ET
+
+    import yaml
+
+    np.save(tmp_path / "pack.npy", porous((14, 30, 11), seed=2))
+    case = {"name": "pack", "geometry": {"file": "pack.npy"},
+            "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
+                       "backend": "numpy"},
+            "run": {"max_steps": 6, "output_interval": 6, "check_interval": 6,
+                    "checkpoint_interval": 0, "convergence": 0}}
+    path = tmp_path / "pack.yaml"
+    path.write_text(yaml.safe_dump(case))
+    _mpirun(1, path, tmp_path / "one", cwd=tmp_path)
+    _mpirun(3, path, tmp_path / "three", cwd=tmp_path)
+    pvti = tmp_path / "three" / "fields_00000006.pvti"
+    extents = [[int(v) for v in piece.get("Extent").split()]
+               for piece in ET.parse(pvti).getroot().iter("Piece")]
+    assert len(extents) == 3
+    for lower, upper in zip(extents[:-1], extents[1:], strict=True):
+        assert lower[3] == upper[2]  # one shared layer of points along y
+        assert lower[:2] == upper[:2] == [0, 14] and lower[4:] == upper[4:] == [0, 11]
+    assert extents[0][2] == 0 and extents[-1][3] == 30
+    one, three = pv.read(tmp_path / "one" / "fields_00000006.vti"), pv.read(pvti)
+    assert list(one.cell_data) == list(three.cell_data) and one.extent == three.extent
+    for name in one.cell_data:
+        a, b = one.cell_data[name], three.cell_data[name]
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
