@@ -302,13 +302,8 @@ def setup_series(args: argparse.Namespace) -> int:
             lines.append(f"| {p['size']}³ | {p['voxels']} | {p['setup_s']} | {p['peak_mib']} | "
                          f"{p['held_mib']} | {'–' if dropped is None else dropped} | "
                          + ", ".join(f"{v * MIB / p['voxels']:.2f}" for v in per) + " |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"rank0-setup-cpu-{'-'.join(map(str, args.sizes))}{args.tag}-{result['date']}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    return _write(args.out, f"rank0-setup-cpu-{'-'.join(map(str, args.sizes))}{args.tag}-"
+                  f"{result['date']}", result, "\n".join(lines) + "\n")
 
 
 def arrays_held(roots: dict) -> list[tuple[str, int, str, tuple]]:
@@ -406,14 +401,19 @@ def held_table(args: argparse.Namespace) -> int:
                          f"{a['bytes'] / MIB:.2f} | {a['bytes'] / found['voxels']:.3f} |")
     lines.append(f"| **whole-case total** | | | **{total / MIB:.1f}** | "
                  f"**{total / found['voxels']:.2f}** |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"rank0-held-cpu-{args.size}-{args.ranks}ranks{args.tag}-{result['date']}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    return _write(args.out, f"rank0-held-cpu-{args.size}-{args.ranks}ranks{args.tag}-"
+                  f"{result['date']}", result, "\n".join(lines) + "\n")
 
+
+
+def _write(folder: str, stem: str, result: dict, table: str) -> int:
+    """``result`` as ``stem``.json and ``table`` as ``stem``.md in ``folder``; prints the table."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}.md").write_text(table)
+    print(table)
+    return 0
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -452,13 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200)
     args = parser.parse_args(argv)
     result = measure(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"rank0-memory-cpu-{args.size}{args.tag}-{result['date']}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out / f"{stem}.md").write_text(markdown(result))
-    print(markdown(result))
-    return 0
+    return _write(args.out, f"rank0-memory-cpu-{args.size}{args.tag}-{result['date']}", result,
+                  markdown(result))
 
 
 if __name__ == "__main__":
