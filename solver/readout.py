@@ -23,7 +23,41 @@ from .fields import Cut, speed, tile_moments
 from .problem import Problem
 from .wall_shear import WallNodes, wall_shear_stress, wall_shear_vector
 
-__all__ = ["Readout"]
+__all__ = ["Readout", "health_partial", "end_layers"]
+
+
+def health_partial(problem: Problem, fluid, rho, u, xp: Any = np):
+    """Health partials (2 + 2d,) float64 of tiles' moments ``rho`` (t, N), ``u`` (d, t, N)
+    with fluid mask ``fluid`` (t, N): finite (1/0), max speed, sums of u and of the momentum
+    density j over the fluid nodes (lattice units); the one arithmetic of a chunk's health,
+    in one process and on each MPI rank (:mod:`solver.distributed.reductions`)."""
+    d = u.shape[0]
+    u_fluid = xp.where(fluid, u, 0.0)  # solid nodes hold no flow (may hold NaN)
+    finite = xp.isfinite(xp.where(fluid, rho, 1.0)).all() & xp.isfinite(u_fluid).all()
+    j = observables.momentum_density(problem, xp.where(fluid, rho, 0.0), u_fluid)
+    return xp.concatenate([
+        finite.astype(xp.float64).reshape(1), speed(u_fluid, xp).max().reshape(1),
+        u_fluid.reshape(d, -1).sum(axis=1), j.reshape(d, -1).sum(axis=1)])
+
+
+def end_layers(problem: Problem, axis: int) -> tuple[np.ndarray, ...]:
+    """Sorted flat fluid-node indices (tile * a**d + node) of the first and last layers of
+    the box along ``axis`` in ``problem``'s tiling (host), or () when ``axis`` is periodic
+    (a pressure drop is measured between them). On an MPI rank's tiling (global node
+    coordinates) they are its owned and halo tiles' nodes of the global end layers."""
+    t = problem.tiling
+    if problem.periodic[axis]:
+        return ()
+    # Only the tiles crossing an end layer: no (T, a**d, d) coordinate table of all tiles.
+    corner = t.tiles[:, axis].astype(np.int64) * t.a - t.offset[axis]
+    local = t.local_coordinates()[:, axis]
+    n = t.nodes_per_tile
+    found = []
+    for end in (0, t.shape[axis] - 1):
+        tiles = np.flatnonzero((corner <= end) & (end < corner + t.a))
+        on = (corner[tiles, None] + local[None, :] == end) & ~t.solid[tiles]
+        found.append((tiles[:, None] * n + np.arange(n)[None, :])[on])
+    return tuple(found)
 
 
 class Readout:
@@ -144,6 +178,11 @@ class Readout:
         they are the cut's nodes in order): taken from the pass when it was one chunk, else
         gathered at the cut's nodes alone (:meth:`node_moments`, remembered under ``key``)."""
         xp, t = self.xp, self.problem.tiling
+        reduced = getattr(self.backend, "health_numbers", None)
+        if reduced is not None:  # MPI ranks: each reduces its own tiles, only numbers travel
+            looked = None if cut is None else \
+                (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
+            return self._numbers(reduced(self.state, self.flow_axis)), looked
         if self.backend.readout_tiles(self.state) < t.n_tiles:  # chunked: read fluid nodes
             total, means = self._fluid_health()
             numbers = self.backend.to_host(xp.concatenate([total, *means]))
@@ -233,17 +272,9 @@ class Readout:
 
     def _partial(self, part: slice, rho, u):
         """Per chunk (2 + 2d,): finite (1/0), max speed, sum of u and of j over fluid nodes."""
-        xp = self.xp
         if self._fluid is None:
-            self._fluid = xp.asarray(~self.problem.tiling.solid)
-        fluid = self._fluid[part]
-        d = u.shape[0]
-        u_fluid = xp.where(fluid, u, 0.0)  # solid nodes hold no flow (may hold NaN)
-        finite = xp.isfinite(xp.where(fluid, rho, 1.0)).all() & xp.isfinite(u_fluid).all()
-        j = observables.momentum_density(self.problem, xp.where(fluid, rho, 0.0), u_fluid)
-        return xp.concatenate([
-            finite.astype(xp.float64).reshape(1), speed(u_fluid, xp).max().reshape(1),
-            u_fluid.reshape(d, -1).sum(axis=1), j.reshape(d, -1).sum(axis=1)])
+            self._fluid = self.xp.asarray(~self.problem.tiling.solid)
+        return health_partial(self.problem, self._fluid[part], rho, u, self.xp)
 
     def _combine(self, total, part):
         """Running partials of the chunks so far: finite of all, largest speed, sums added in
@@ -271,13 +302,8 @@ class Readout:
         """(host, backend) sorted flat fluid-node indices of the first and last layers along
         the flow axis when it is not periodic (what a pressure drop is measured between)."""
         if self._layers is None:
-            t, axis = self.problem.tiling, self.flow_axis
+            found = end_layers(self.problem, self.flow_axis)
             self._layers = ()
-            if not self.problem.periodic[axis]:
-                coords = t.node_coordinates()[..., axis].reshape(-1)
-                fluid = ~t.solid.reshape(-1)
-                ends = (0, t.shape[axis] - 1)
-                found = [np.flatnonzero(fluid & (coords == end)) for end in ends]
-                if all(index.size for index in found):
-                    self._layers = tuple((i, self.xp.asarray(i)) for i in found)
+            if found and all(index.size for index in found):
+                self._layers = tuple((i, self.xp.asarray(i)) for i in found)
         return self._layers

@@ -6,7 +6,8 @@ is a boolean ``.npy`` mask (True = solid, axes (x, y[, z])); configuration field
 --set body_force=[1e-5,0,0] --set y_min=wall --set y_max=wall``. Rank 0 logs the decomposition
 and MFLUPS and, with ``--save``, writes the gathered populations (float64, global tile order,
 the layout of ``Simulation.populations()``), the fields ``rho`` and ``u`` (NaN in solids), the
-step count and how many steps rank 0 ran as CUDA-graph replays to an ``.npz``.
+step count, the health numbers (``health_*``, reduced on the ranks) and how many steps rank 0
+ran as CUDA-graph replays to an ``.npz``.
 """
 
 from __future__ import annotations
@@ -85,8 +86,13 @@ def _run(args: argparse.Namespace, backend) -> int:
     m = sim.metrics
     log.info("%d steps, %d fluid nodes: %.2f MFLUPS", m.steps, m.fluid_nodes, m.mflups_mean)
     if args.save is not None:
-        fields = sim.fields()
+        fields, health = sim.fields(), sim.health()
         np.savez(args.save, populations=sim.populations(), rho=fields["rho"], u=fields["u"],
+                 health_finite=np.array(health["finite"]),
+                 health_max_speed=np.array(health["max_speed"]),
+                 health_mean_velocity=health["mean_velocity"],
+                 health_mean_momentum=health["mean_momentum"],
+                 health_layer_density=np.array(health["layer_density"] or (), np.float64),
                  step=np.array(sim.time_step), mflups=np.array(m.mflups_mean),
                  ranks=np.array(backend.size), tiles_per_rank=decomposition,
                  transport=np.array(backend.transport_used),

@@ -74,6 +74,7 @@ from ..windkessel import DENSITY, TRACE, windkessel_update
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
 from .rank import RankSolver
+from .reductions import combine_health, owned_health, owned_layers
 from .slab_parts import RankPart, rank_part
 from .transport import (
     TransportReport,
@@ -187,6 +188,7 @@ class DistributedBackend:
         self._counts_of: dict[int, np.ndarray] = {}  # rank 0: owned tiles per rank, by key
         #: Every rank: the global numbers of its owned tiles (its rows' order), by key.
         self._owned_of: dict[int, np.ndarray] = {}
+        self._layers_of: dict[tuple[int, int], tuple] = {}  # (key, axis) -> owned_layers
         self._error: Exception | None = None  # rank 0: what a file command's ranks reported
         self._pending_extra: dict | None = None  # rank 0: a .vti's whole-grid extra arrays
         self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
@@ -285,6 +287,15 @@ class DistributedBackend:
         self._command("moments", None if tiles is None else np.asarray(tiles, np.int64),
                       state.key)
         return self._moments_out
+
+    def health_numbers(self, state: DistributedState, axis: int) -> np.ndarray:
+        """The health check's numbers on rank 0 (:meth:`solver.readout.Readout.health`:
+        finite, max speed, sums of u and j over fluid nodes, the end layers' mean densities
+        along ``axis``), reduced on the ranks (:mod:`.reductions`): a few numbers a rank
+        travel, not the moments of every node. Equal to one process's to rounding (the sums
+        are added per rank, then in rank order)."""
+        self._command("health", int(axis), state.key)
+        return self._health_out
 
     def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
                    solid: np.ndarray) -> NodeIndex:
@@ -706,6 +717,14 @@ class DistributedBackend:
             self._moments_out = (got[0], np.stack(got[1:]) if len(got) > 1 else
                                  np.empty((0, *got[0].shape)))
 
+    def _health(self, axis: int) -> None:
+        layers = self._layers_of.get((self._key, axis))
+        if layers is None:  # the end layers' owned nodes, found once per allocation and axis
+            layers = self._layers_of[(self._key, axis)] = owned_layers(self._solver, axis)
+        got = self.comm.gather(owned_health(self._solver, layers), root=0)
+        if self.is_root:
+            self._health_out = combine_health(got, self._solver.problem.lattice.d)
+
     def _owned_moments(self, pick: np.ndarray, contiguous: bool = True
                        ) -> tuple[np.ndarray, np.ndarray]:
         """Density (n, N) and velocity (d, n, N) of the owned tiles ``pick`` (ascending rows;
@@ -912,4 +931,6 @@ class DistributedBackend:
                 solver.release()
                 del self._solvers[key]
                 self._owned_of.pop(key, None)
+                for held in [k for k in self._layers_of if k[0] == key]:
+                    del self._layers_of[held]
         self._solver = None

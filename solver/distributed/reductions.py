@@ -8,6 +8,12 @@ to: whether every owned fluid value is finite, the largest fluid speed, the sums
 of the momentum density along the flow axis (:func:`solver.observables.momentum_density`), and
 the flux through every layer normal to that axis; then the ranks combine their numbers (min,
 max, sums; a few kB) with one ``allgather``. Lattice units.
+
+The run monitor's health check over ranks (:meth:`DistributedBackend.health_numbers`) is
+reduced here too: each rank its owned tiles' partials (:func:`owned_health`, the arithmetic of
+:func:`solver.readout.health_partial`, float64, summed in its chunk order), rank 0 adds them in
+rank order (:func:`combine_health`): deterministic for a decomposition, equal to one process
+to rounding (the sums' order differs), 2 + 2d + 4 numbers a rank instead of 4 a node.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ import numpy as np
 
 from ..fields import speed, tile_moments
 from ..observables import momentum_density
+from ..readout import end_layers, health_partial
 from .rank import RankSolver
 
-__all__ = ["FlowNumbers", "owned_numbers", "combine", "READ_TILES"]
+__all__ = ["FlowNumbers", "owned_numbers", "combine", "owned_health", "combine_health",
+           "READ_TILES"]
 
 #: Tiles read per chunk at most (64 nodes each; at the readout's upper bound of 49 kB per tile
 #: with D3Q19 and float32, 3.2 GB a chunk: 200 chunks a check of a 1600³ mirrored rank).
@@ -103,3 +111,49 @@ def combine(mine: FlowNumbers, comm: Any) -> FlowNumbers:
                        sum(p.momentum for p in parts),
                        np.sum([p.plane_flux for p in parts], axis=0),
                        sum(p.fluid for p in parts))
+
+
+def owned_layers(solver: RankSolver, axis: int) -> tuple[np.ndarray, ...]:
+    """Flat indices (row * a**d + node, ascending) of the owned fluid nodes in the global box's
+    first and last layers along ``axis``; () when it is periodic."""
+    limit = solver.n_owned * solver.problem.tiling.nodes_per_tile
+    return tuple(index[index < limit] for index in end_layers(solver.problem, axis))
+
+
+def owned_health(solver: RankSolver, layers: tuple[np.ndarray, ...]) -> np.ndarray:
+    """This rank's health partials, float64 (2 + 2d + 2 len(layers),): finite (1/0), max
+    speed, sums of u and of j over its owned fluid nodes (:func:`solver.readout.health_partial`
+    per readout chunk, added in chunk order), then per end layer (:func:`owned_layers`) the sum
+    of its nodes' densities and their count. Lattice units."""
+    p = solver.problem
+    n_node, d = p.tiling.nodes_per_tile, p.lattice.d
+    total = np.concatenate([[1.0, 0.0], np.zeros(2 * d)])  # no owned tiles: neutral numbers
+    ends = np.zeros((len(layers), 2))
+    per = solver.readout_tiles()
+    for first in range(0, solver.n_owned, per):
+        part = slice(first, min(solver.n_owned, first + per))
+        rho, u = tile_moments(solver.owned_readout(part), p.lattice, p.force, p.incompressible)
+        numbers = health_partial(p, ~p.tiling.solid[part], rho, u)
+        total = np.concatenate([np.minimum(total[:1], numbers[:1]),
+                                np.maximum(total[1:2], numbers[1:2]), total[2:] + numbers[2:]])
+        flat, base = rho.reshape(-1), part.start * n_node
+        for k, index in enumerate(layers):
+            lo, hi = np.searchsorted(index, (base, part.stop * n_node))
+            ends[k] += (flat[index[lo:hi] - base].sum(), hi - lo)
+    return np.concatenate([total, ends.reshape(-1)])
+
+
+def combine_health(parts: list[np.ndarray], d: int) -> np.ndarray:
+    """Every rank's :func:`owned_health` (in rank order) as the health numbers of
+    :meth:`solver.readout.Readout.health`: partials (2 + 2d) combined (finite of all, largest
+    speed, sums added in rank order), then the end layers' mean densities (none when one end
+    layer holds no fluid node)."""
+    total = parts[0][:2 + 2 * d].copy()
+    ends = parts[0][2 + 2 * d:].reshape(-1, 2).copy()
+    for numbers in parts[1:]:
+        total[0] = min(total[0], numbers[0])
+        total[1] = np.maximum(total[1], numbers[1])  # NaN propagates (finite is 0 then)
+        total[2:] += numbers[2:2 + 2 * d]
+        ends += numbers[2 + 2 * d:].reshape(-1, 2)
+    means = ends[:, 0] / ends[:, 1] if ends.size and np.all(ends[:, 1] > 0) else np.zeros(0)
+    return np.concatenate([total, means])
