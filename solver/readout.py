@@ -23,7 +23,7 @@ from .fields import Cut, speed, tile_moments
 from .problem import Problem
 from .wall_shear import WallNodes, wall_shear_stress, wall_shear_vector
 
-__all__ = ["Readout", "health_partial", "end_layers"]
+__all__ = ["Readout", "health_partial", "k_check_partial", "end_layers"]
 
 
 def health_partial(problem: Problem, fluid, rho, u, xp: Any = np):
@@ -38,6 +38,23 @@ def health_partial(problem: Problem, fluid, rho, u, xp: Any = np):
     return xp.concatenate([
         finite.astype(xp.float64).reshape(1), speed(u_fluid, xp).max().reshape(1),
         u_fluid.reshape(d, -1).sum(axis=1), j.reshape(d, -1).sum(axis=1)])
+
+
+def k_check_partial(problem: Problem, window: observables.DarcyWindow, fluid, rho, u,
+                    xp: Any = np):
+    """A permeability check's partials (4 + len(window.ends),) float64 of tiles' moments
+    (solid nodes' density 1 and flow 0) cut with ``window`` (:meth:`DarcyWindow.part`):
+    finite (1/0), max speed, sums of |u| and of u along the axis over the window's fluid
+    nodes, then :func:`solver.observables.darcy_sums` (:class:`solver.rock.check.KCheck`, in
+    one process and on each MPI rank). Lattice units."""
+    finite = xp.isfinite(rho).all() & xp.isfinite(u).all()
+    sums = observables.darcy_sums(problem, window, fluid, rho, u, xp)
+    inside = fluid if window.inside is None else window.inside
+    magnitude = speed(u, xp)
+    flow = xp.stack([xp.where(inside, magnitude, 0.0).sum(),
+                     xp.where(inside, u[window.axis], 0.0).sum()])
+    return xp.concatenate([finite.astype(xp.float64).reshape(1), magnitude.max().reshape(1),
+                           flow, sums])
 
 
 def end_layers(problem: Problem, axis: int) -> tuple[np.ndarray, ...]:

@@ -25,8 +25,11 @@ others:
   captured CUDA graphs: off by default, as they measured slower on 2 x H200, see
   ``benchmarks/scaling/README.md``); the time is rank 0's wall time up to a closing barrier, so
   MFLUPS count the global fluid nodes over the slowest rank.
-- reads send only what an output needs: ``tile_moments`` (the run monitor's health check,
-  ``.vti`` fields, the coarse flow) has each rank compute its owned tiles' density and velocity
+- reads send only what an output needs: ``health_numbers`` (the run monitor's health check)
+  and ``k_check_numbers`` (a permeability run's check) have each rank reduce its owned tiles
+  to partial sums and maxima that rank 0 combines in rank order (:mod:`.reductions`: a few
+  numbers a rank; equal to one process's to rounding, not bit for bit); ``tile_moments``
+  (``.vti`` fields, the coarse flow) has each rank compute its owned tiles' density and velocity
   and gathers those (4 values a node instead of q populations; node by node the arithmetic of
   one process, so the same bits); ``node_populations`` (a slice's plane, probes) gathers the
   asked nodes' populations from the ranks owning them; ``device_populations(state, tiles)``
@@ -74,7 +77,13 @@ from ..windkessel import DENSITY, TRACE, windkessel_update
 from .comm import bind_local_gpu, world
 from .decomposition import decompose
 from .rank import RankSolver
-from .reductions import combine_health, owned_health, owned_layers
+from .reductions import (
+    combine_health,
+    combine_partials,
+    owned_health,
+    owned_k_check,
+    owned_layers,
+)
 from .slab_parts import RankPart, rank_part
 from .transport import (
     TransportReport,
@@ -296,6 +305,15 @@ class DistributedBackend:
         are added per rank, then in rank order)."""
         self._command("health", int(axis), state.key)
         return self._health_out
+
+    def k_check_numbers(self, state: DistributedState, axis: int, window: tuple[int, int]
+                        ) -> np.ndarray:
+        """A permeability check's numbers on rank 0 (:class:`solver.rock.check.KCheck`:
+        finite, max speed, sums of |u| and u along ``axis`` over the Darcy window of layers
+        ``window``, its Darcy sums), reduced on the ranks (:mod:`.reductions`); equal to one
+        process's to rounding."""
+        self._command("k_check", (int(axis), (int(window[0]), int(window[1]))), state.key)
+        return self._k_check_out
 
     def node_index(self, state: DistributedState, tile: np.ndarray, node: np.ndarray,
                    solid: np.ndarray) -> NodeIndex:
@@ -724,6 +742,11 @@ class DistributedBackend:
         got = self.comm.gather(owned_health(self._solver, layers), root=0)
         if self.is_root:
             self._health_out = combine_health(got, self._solver.problem.lattice.d)
+
+    def _k_check(self, payload: tuple[int, tuple[int, int]]) -> None:
+        got = self.comm.gather(owned_k_check(self._solver, *payload), root=0)
+        if self.is_root:
+            self._k_check_out = combine_partials(got)
 
     def _owned_moments(self, pick: np.ndarray, contiguous: bool = True
                        ) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,9 @@ The run monitor's health check over ranks (:meth:`DistributedBackend.health_numb
 reduced here too: each rank its owned tiles' partials (:func:`owned_health`, the arithmetic of
 :func:`solver.readout.health_partial`, float64, summed in its chunk order), rank 0 adds them in
 rank order (:func:`combine_health`): deterministic for a decomposition, equal to one process
-to rounding (the sums' order differs), 2 + 2d + 4 numbers a rank instead of 4 a node.
+to rounding (the sums' order differs), 2 + 2d + 4 numbers a rank instead of 4 a node; and so
+is a permeability run's check (:class:`solver.rock.check.KCheck`) on a
+:class:`DistributedBackend` (:func:`owned_k_check`, :meth:`DistributedBackend.k_check_numbers`).
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from typing import Any
 import numpy as np
 
 from ..fields import speed, tile_moments
-from ..observables import momentum_density
-from ..readout import end_layers, health_partial
+from ..observables import darcy_window, momentum_density
+from ..readout import end_layers, health_partial, k_check_partial
 from .rank import RankSolver
 
 __all__ = ["FlowNumbers", "owned_numbers", "combine", "owned_health", "combine_health",
-           "READ_TILES"]
+           "owned_k_check", "combine_partials", "READ_TILES"]
 
 #: Tiles read per chunk at most (64 nodes each; at the readout's upper bound of 49 kB per tile
 #: with D3Q19 and float32, 3.2 GB a chunk: 200 chunks a check of a 1600³ mirrored rank).
@@ -133,9 +135,7 @@ def owned_health(solver: RankSolver, layers: tuple[np.ndarray, ...]) -> np.ndarr
     for first in range(0, solver.n_owned, per):
         part = slice(first, min(solver.n_owned, first + per))
         rho, u = tile_moments(solver.owned_readout(part), p.lattice, p.force, p.incompressible)
-        numbers = health_partial(p, ~p.tiling.solid[part], rho, u)
-        total = np.concatenate([np.minimum(total[:1], numbers[:1]),
-                                np.maximum(total[1:2], numbers[1:2]), total[2:] + numbers[2:]])
+        total = combine_partials([total, health_partial(p, ~p.tiling.solid[part], rho, u)])
         flat, base = rho.reshape(-1), part.start * n_node
         for k, index in enumerate(layers):
             lo, hi = np.searchsorted(index, (base, part.stop * n_node))
@@ -143,17 +143,44 @@ def owned_health(solver: RankSolver, layers: tuple[np.ndarray, ...]) -> np.ndarr
     return np.concatenate([total, ends.reshape(-1)])
 
 
-def combine_health(parts: list[np.ndarray], d: int) -> np.ndarray:
-    """Every rank's :func:`owned_health` (in rank order) as the health numbers of
-    :meth:`solver.readout.Readout.health`: partials (2 + 2d) combined (finite of all, largest
-    speed, sums added in rank order), then the end layers' mean densities (none when one end
-    layer holds no fluid node)."""
-    total = parts[0][:2 + 2 * d].copy()
-    ends = parts[0][2 + 2 * d:].reshape(-1, 2).copy()
+def combine_partials(parts: list[np.ndarray]) -> np.ndarray:
+    """Partials ``[finite, max speed, sums...]`` combined in list order (chunks, then ranks):
+    finite of all (min), the largest speed (NaN propagates), the sums added one by one."""
+    total = np.array(parts[0], dtype=np.float64)
     for numbers in parts[1:]:
         total[0] = min(total[0], numbers[0])
-        total[1] = np.maximum(total[1], numbers[1])  # NaN propagates (finite is 0 then)
-        total[2:] += numbers[2:2 + 2 * d]
-        ends += numbers[2 + 2 * d:].reshape(-1, 2)
+        total[1] = np.maximum(total[1], numbers[1])
+        total[2:] += numbers[2:]
+    return total
+
+
+def combine_health(parts: list[np.ndarray], d: int) -> np.ndarray:
+    """Every rank's :func:`owned_health` (in rank order) as the health numbers of
+    :meth:`solver.readout.Readout.health`: partials (2 + 2d) combined
+    (:func:`combine_partials`), then the end layers' mean densities (none when one end layer
+    holds no fluid node)."""
+    total = combine_partials(parts)
+    ends = total[2 + 2 * d:].reshape(-1, 2)
     means = ends[:, 0] / ends[:, 1] if ends.size and np.all(ends[:, 1] > 0) else np.zeros(0)
-    return np.concatenate([total, means])
+    return np.concatenate([total[:2 + 2 * d], means])
+
+
+def owned_k_check(solver: RankSolver, axis: int, window: tuple[int, int]) -> np.ndarray:
+    """This rank's permeability-check partials over its owned tiles (4 + ends,):
+    :func:`solver.readout.k_check_partial` per readout chunk of the Darcy window of layers
+    ``window`` along ``axis`` (:func:`solver.observables.darcy_window` of the rank's tiling,
+    global coordinates), added in chunk order; combined over ranks by
+    :func:`combine_partials`. Lattice units."""
+    p = solver.problem
+    darcy = darcy_window(p, axis, window, np)
+    total = np.concatenate([[1.0, 0.0, 0.0, 0.0], np.zeros(1 + len(darcy.ends))])
+    per = solver.readout_tiles()
+    for first in range(0, solver.n_owned, per):
+        part = slice(first, min(solver.n_owned, first + per))
+        rho, u = tile_moments(solver.owned_readout(part), p.lattice, p.force, p.incompressible)
+        fluid = ~p.tiling.solid[part]
+        # Solid nodes: density 1, no flow (they may hold NaN), as the one-process check reads.
+        numbers = k_check_partial(p, darcy.part(part), fluid, np.where(fluid, rho, 1.0),
+                                  np.where(fluid, u, 0.0))
+        total = combine_partials([total, numbers])
+    return total

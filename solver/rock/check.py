@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 from .. import observables
-from ..fields import speed, tile_moments
+from ..fields import tile_moments
 from ..observables import DarcyWindow, Permeability
-from ..readout import Readout
+from ..readout import Readout, k_check_partial
 from ..simulation import Simulation
 
 __all__ = ["KCheck", "Phases"]
@@ -68,17 +68,14 @@ class KCheck:
             return self._fused()
         if self.nodes is not None and self.nodes.run is not sim.state:
             self.nodes = _CompactNodes.of(sim, self.window)
+        reduced = getattr(sim.backend, "k_check_numbers", None)
+        if reduced is not None:  # MPI ranks: each reduces its own tiles, only numbers travel
+            w = self.window
+            return self._result(reduced(sim.state, w.axis, (w.lo, w.hi)))
         total = None
         for fluid, window, rho, u in (self.nodes.chunks() if self.nodes is not None
                                       else self._tiled_chunks()):
-            finite = xp.isfinite(rho).all() & xp.isfinite(u).all()
-            sums = observables.darcy_sums(sim.problem, window, fluid, rho, u, xp)
-            inside = fluid if window.inside is None else window.inside
-            magnitude = speed(u, xp)
-            flow = xp.stack([xp.where(inside, magnitude, 0.0).sum(),
-                             xp.where(inside, u[window.axis], 0.0).sum()])
-            numbers = xp.concatenate([finite.astype(xp.float64).reshape(1),
-                                      magnitude.max().reshape(1), flow, sums])
+            numbers = k_check_partial(sim.problem, window, fluid, rho, u, xp)
             total = numbers if total is None else xp.concatenate([
                 xp.minimum(total[:1], numbers[:1]), xp.maximum(total[1:2], numbers[1:2]),
                 total[2:] + numbers[2:]])

@@ -290,6 +290,43 @@ def test_health_reduced_on_loopback_ranks_matches_one_process(n):
     assert all(part[-1] > 0 and part[-3] > 0 for part in parts)
 
 
+@pytest.mark.parametrize("walls,window", [(False, (0, SHAPE[0])), (False, (3, 20)),
+                                          (True, (2, 24))])
+def test_k_check_reduced_on_loopback_ranks_matches_one_process(walls, window):
+    """A permeability run's check (:class:`solver.rock.check.KCheck`) reduced on 3 ranks
+    (:func:`~solver.distributed.reductions.owned_k_check`, combined in rank order) equals one
+    process's to HEALTH_RTOL: health, flow tortuosity and k over a whole periodic axis, a
+    window of it, and a window of a walled axis (end-layer densities)."""
+    from solver.distributed.reductions import combine_partials, owned_k_check
+    from solver.rock.check import KCheck
+
+    solid = porous()
+    cfg = config(**({"x_min": "wall", "x_max": "wall"} if walls else {}))
+    problem = Problem.from_config(solid, cfg)
+    f0 = noisy_start(problem)
+    plain = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
+    plain.allocate()
+    plain.backend.set_populations(plain.state, f0)
+    plain.step(6)
+    check = KCheck(plain, 0, window, 1e-6)
+    health, k = check.read()
+    hub, n = LoopbackHub(), 3
+    dec = decompose(problem.tiling, n, 0)  # slabs along the window's axis: some outside it
+    ranks = [RankSolver(problem, dec, r, NumpyBackend(threads=1),
+                        lambda plan, s, r=r, hub=hub: hub.exchange(r, plan, s))
+             for r in range(n)]
+    for rank in ranks:
+        rank.backend.set_populations(rank.state, f0[rank.layout.global_tiles])
+    step_together(ranks, 6)
+    got, k_got = check._result(combine_partials([owned_k_check(r, 0, window) for r in ranks]))
+    assert got["finite"] and got.keys() == health.keys()
+    for key in ("max_speed", "flow_tortuosity"):
+        np.testing.assert_allclose(got[key], health[key], rtol=HEALTH_RTOL, atol=0)
+    for key in ("lattice", "gradient", "superficial_velocity", "m2"):
+        np.testing.assert_allclose(getattr(k_got, key), getattr(k, key), rtol=HEALTH_RTOL,
+                                   atol=0, err_msg=key)
+
+
 def _same(a, b) -> None:
     """``a`` equals ``b`` bit for bit (NaN equal to NaN), through dicts, lists, tuples and
     dataclasses."""
@@ -333,6 +370,9 @@ def test_outputs_read_over_ranks_never_gather_the_whole_state():
         # A health check reduces on the ranks: no moments travel, a live view's cut alone.
         sim.health()
         sim.view(1, 6, "pressure", health=True, probes=probes)
+        from solver.rock.check import KCheck  # a permeability run's check: numbers alone
+
+        _same(KCheck(sim, 0, (3, 20), None).read(), KCheck(plain, 0, (3, 20), None).read())
         assert asked == []
         reads = [lambda s: s.health(), lambda s: s.fields(), lambda s: s.slice(2, 11, "ux"),
                  lambda s: s.view(1, 6, "pressure", health=True, probes=probes),
