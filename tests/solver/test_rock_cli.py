@@ -84,8 +84,9 @@ def test_sphere_pack_example_summary_has_k_in_si(tmp_path):
 def test_tensor_under_mpirun_one_axis_per_rank_or_each_split_over_ranks(tmp_path, ranks,
                                                                         per_rank):
     """``mpirun -n 3 ... --axes all`` runs x, y, z one per rank; other counts split each run's
-    sample over all ranks (slabs); either way the tensor equals the one-process run bit for
-    bit."""
+    sample over all ranks (slabs); either way the tensor equals the one-process run: bit for
+    bit one run per rank, to rel 1e-12 split over ranks (its k checks are reduced on the ranks,
+    sums added in rank order: measured 7e-15 on the health and check numbers)."""
     import os
     import subprocess
     import sys
@@ -106,7 +107,13 @@ def test_tensor_under_mpirun_one_axis_per_rank_or_each_split_over_ranks(tmp_path
     one = json.loads((tmp_path / "one" / "summary.json").read_text())
     assert mpi["mpi"]["ranks"] == ranks and mpi["mpi"]["runs_per_rank"] == per_rank
     assert mpi["mpi"]["decomposition"].startswith("one run" if ranks == 3 else "each run")
-    assert mpi["tensor_mD"] == one["tensor_mD"] and mpi["converged"]
+    if ranks == 3:
+        assert mpi["tensor_mD"] == one["tensor_mD"]
+    else:
+        assert mpi["tensor_mD"].keys() == one["tensor_mD"].keys()
+        for protocol, k in one["tensor_mD"].items():
+            assert mpi["tensor_mD"][protocol] == pytest.approx(k, rel=1e-12, abs=0), protocol
+    assert mpi["converged"]
     assert [r["axis"] for r in mpi["runs"]] == ["x", "y", "z"]
 
 
