@@ -123,34 +123,39 @@ def owned_layers(solver: RankSolver, axis: int) -> tuple[np.ndarray, ...]:
 
 
 def owned_health(solver: RankSolver, layers: tuple[np.ndarray, ...]) -> np.ndarray:
-    """This rank's health partials, float64 (2 + 2d + 2 len(layers),): finite (1/0), max
+    """This rank's health partials, host float64 (2 + 2d + 2 len(layers),): finite (1/0), max
     speed, sums of u and of j over its owned fluid nodes (:func:`solver.readout.health_partial`
-    per readout chunk, added in chunk order), then per end layer (:func:`owned_layers`) the sum
-    of its nodes' densities and their count. Lattice units."""
-    p = solver.problem
+    per readout chunk, added in chunk order on its device), then per end layer
+    (:func:`owned_layers`) the sum of its nodes' densities and their count. Lattice units."""
+    p, backend, xp = solver.problem, solver.backend, solver.backend.xp
+    solver.stepper.idle()
     n_node, d = p.tiling.nodes_per_tile, p.lattice.d
-    total = np.concatenate([[1.0, 0.0], np.zeros(2 * d)])  # no owned tiles: neutral numbers
-    ends = np.zeros((len(layers), 2))
+    # No owned tiles: neutral numbers (0 + x and max(0, |u|) leave one chunk's bits as they are).
+    total = xp.asarray(np.concatenate([[1.0, 0.0], np.zeros(2 * d + 2 * len(layers))]))
     per = solver.readout_tiles()
     for first in range(0, solver.n_owned, per):
         part = slice(first, min(solver.n_owned, first + per))
-        rho, u = tile_moments(solver.owned_readout(part), p.lattice, p.force, p.incompressible)
-        total = combine_partials([total, health_partial(p, ~p.tiling.solid[part], rho, u)])
+        f = backend.device_populations(solver.state, part)  # on the device: no host copy
+        rho, u = tile_moments(f, p.lattice, p.force, p.incompressible, xp)
+        del f
+        numbers = [health_partial(p, xp.asarray(~p.tiling.solid[part]), rho, u, xp)]
         flat, base = rho.reshape(-1), part.start * n_node
-        for k, index in enumerate(layers):
+        for index in layers:
             lo, hi = np.searchsorted(index, (base, part.stop * n_node))
-            ends[k] += (flat[index[lo:hi] - base].sum(), hi - lo)
-    return np.concatenate([total, ends.reshape(-1)])
+            picked = flat[xp.asarray(index[lo:hi] - base)]
+            numbers.append(xp.stack([picked.sum(), xp.asarray(float(hi - lo))]))
+        total = combine_partials([total, xp.concatenate(numbers)], xp)
+    return np.asarray(backend.to_host(total), dtype=np.float64)
 
 
-def combine_partials(parts: list[np.ndarray]) -> np.ndarray:
-    """Partials ``[finite, max speed, sums...]`` combined in list order (chunks, then ranks):
-    finite of all (min), the largest speed (NaN propagates), the sums added one by one."""
-    total = np.array(parts[0], dtype=np.float64)
+def combine_partials(parts: list, xp: Any = np):
+    """Partials ``[finite, max speed, sums...]`` (arrays of ``xp``) combined in list order
+    (chunks, then ranks): finite of all (min), the largest speed (NaN propagates), the sums
+    added one by one."""
+    total = parts[0]
     for numbers in parts[1:]:
-        total[0] = min(total[0], numbers[0])
-        total[1] = np.maximum(total[1], numbers[1])
-        total[2:] += numbers[2:]
+        total = xp.concatenate([xp.minimum(total[:1], numbers[:1]),
+                                xp.maximum(total[1:2], numbers[1:2]), total[2:] + numbers[2:]])
     return total
 
 
@@ -166,21 +171,24 @@ def combine_health(parts: list[np.ndarray], d: int) -> np.ndarray:
 
 
 def owned_k_check(solver: RankSolver, axis: int, window: tuple[int, int]) -> np.ndarray:
-    """This rank's permeability-check partials over its owned tiles (4 + ends,):
+    """This rank's permeability-check partials over its owned tiles, host float64 (4 + ends,):
     :func:`solver.readout.k_check_partial` per readout chunk of the Darcy window of layers
     ``window`` along ``axis`` (:func:`solver.observables.darcy_window` of the rank's tiling,
-    global coordinates), added in chunk order; combined over ranks by
+    global coordinates), added in chunk order on its device; combined over ranks by
     :func:`combine_partials`. Lattice units."""
-    p = solver.problem
-    darcy = darcy_window(p, axis, window, np)
-    total = np.concatenate([[1.0, 0.0, 0.0, 0.0], np.zeros(1 + len(darcy.ends))])
+    p, backend, xp = solver.problem, solver.backend, solver.backend.xp
+    solver.stepper.idle()
+    darcy = darcy_window(p, axis, window, xp)
+    total = xp.asarray(np.concatenate([[1.0, 0.0, 0.0, 0.0], np.zeros(1 + len(darcy.ends))]))
     per = solver.readout_tiles()
     for first in range(0, solver.n_owned, per):
         part = slice(first, min(solver.n_owned, first + per))
-        rho, u = tile_moments(solver.owned_readout(part), p.lattice, p.force, p.incompressible)
-        fluid = ~p.tiling.solid[part]
+        f = backend.device_populations(solver.state, part)
+        rho, u = tile_moments(f, p.lattice, p.force, p.incompressible, xp)
+        del f
+        fluid = xp.asarray(~p.tiling.solid[part])
         # Solid nodes: density 1, no flow (they may hold NaN), as the one-process check reads.
-        numbers = k_check_partial(p, darcy.part(part), fluid, np.where(fluid, rho, 1.0),
-                                  np.where(fluid, u, 0.0))
-        total = combine_partials([total, numbers])
-    return total
+        numbers = k_check_partial(p, darcy.part(part), fluid, xp.where(fluid, rho, 1.0),
+                                  xp.where(fluid, u, 0.0), xp)
+        total = combine_partials([total, numbers], xp)
+    return np.asarray(backend.to_host(total), dtype=np.float64)
