@@ -471,6 +471,25 @@ def _mpirun(n: int, path: Path, out: Path, *extra: str, cwd: Path, ok: bool = Tr
     return done
 
 
+
+def _pack_case(tmp_path: Path, run: dict, probes: list | None = None, solid=None,
+               walls: bool = True) -> Path:
+    """``pack.npy`` (``solid``, default :func:`porous`) and the case ``pack.yaml`` running it
+    on NumPy in float64 (y walls unless ``walls`` is False) with ``run`` and ``probes``."""
+    import yaml
+
+    np.save(tmp_path / "pack.npy", porous() if solid is None else solid)
+    config = {"precision": "float64", "tau": 0.7, "body_force": list(FORCE), "backend": "numpy"}
+    if walls:
+        config.update(y_min="wall", y_max="wall")
+    case = {"name": "pack", "geometry": {"file": "pack.npy"}, "config": config,
+            "run": {"convergence": 0, **run}}
+    if probes:
+        case["probes"] = probes
+    path = tmp_path / "pack.yaml"
+    path.write_text(yaml.safe_dump(case))
+    return path
+
 def _populations(folder: Path) -> np.ndarray:
     """The populations of the checkpoint in ``folder``, either format."""
     from solver.io import read_checkpoint
@@ -490,20 +509,12 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
     pv = pytest.importorskip("pyvista")
     import shutil
 
-    import yaml
-
     from solver.__main__ import main
     from solver.io import read_checkpoint
 
-    np.save(tmp_path / "pack.npy", porous())
-    case = {"name": "pack", "geometry": {"file": "pack.npy"},
-            "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
-                       "y_min": "wall", "y_max": "wall", "backend": "numpy"},
-            "run": {"max_steps": 40, "output_interval": 20, "check_interval": 10,
-                    "checkpoint_interval": 20, "convergence": 0},
-            "probes": [{"name": "a", "at": [20, 7, 12]}, {"name": "b", "at": [3, 12, 20]}]}
-    path = tmp_path / "pack.yaml"
-    path.write_text(yaml.safe_dump(case))
+    path = _pack_case(tmp_path, {"max_steps": 40, "output_interval": 20, "check_interval": 10,
+                                 "checkpoint_interval": 20},
+                      [{"name": "a", "at": [20, 7, 12]}, {"name": "b", "at": [3, 12, 20]}])
     assert main(["run", str(path), "--output", str(tmp_path / "one"), "--quiet"]) == 0
 
     _mpirun(2, path, tmp_path / "mpi", "--max-steps", "20", cwd=tmp_path)
@@ -592,21 +603,13 @@ def test_rank0_run_keeps_the_tiling_not_the_voxel_mask(tmp_path, monkeypatch):
     import gc
     import weakref
 
-    import yaml
-
     from solver.case import load_case, load_geometry
     from solver.distributed import DistributedBackend
     from solver.io import read_checkpoint
     from solver.run import HeadlessRun
 
-    np.save(tmp_path / "pack.npy", porous())
-    spec = {"name": "pack", "geometry": {"file": "pack.npy"},
-            "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
-                       "y_min": "wall", "y_max": "wall", "backend": "numpy"},
-            "run": {"max_steps": 12, "output_interval": 6, "check_interval": 6,
-                    "checkpoint_interval": 12, "convergence": 0},
-            "probes": [{"name": "a", "at": [20, 7, 12]}]}
-    (tmp_path / "pack.yaml").write_text(yaml.safe_dump(spec))
+    _pack_case(tmp_path, {"max_steps": 12, "output_interval": 6, "check_interval": 6,
+                          "checkpoint_interval": 12}, [{"name": "a", "at": [20, 7, 12]}])
     case = load_case(tmp_path / "pack.yaml")
     plain = HeadlessRun(case, out=tmp_path / "plain", backend=NumpyBackend(threads=1))
     assert plain.execute(progress=False).exit_code == 0
@@ -738,16 +741,10 @@ def test_mpirun_fields_in_y_slabs_are_a_pvti_equal_to_one_process_vti(tmp_path):
     pv = pytest.importorskip("pyvista")
     import xml.etree.ElementTree as ET
 
-    import yaml
 
-    np.save(tmp_path / "pack.npy", porous((14, 30, 11), seed=2))
-    case = {"name": "pack", "geometry": {"file": "pack.npy"},
-            "config": {"precision": "float64", "tau": 0.7, "body_force": list(FORCE),
-                       "backend": "numpy"},
-            "run": {"max_steps": 6, "output_interval": 6, "check_interval": 6,
-                    "checkpoint_interval": 0, "convergence": 0}}
-    path = tmp_path / "pack.yaml"
-    path.write_text(yaml.safe_dump(case))
+    path = _pack_case(tmp_path, {"max_steps": 6, "output_interval": 6, "check_interval": 6,
+                                 "checkpoint_interval": 0},
+                      solid=porous((14, 30, 11), seed=2), walls=False)
     _mpirun(1, path, tmp_path / "one", cwd=tmp_path)
     _mpirun(3, path, tmp_path / "three", cwd=tmp_path)
     pvti = tmp_path / "three" / "fields_00000006.pvti"
