@@ -245,6 +245,26 @@ def test_loopback_ranks_match_one_process_bitwise(lattice, precision):
 HEALTH_RTOL = 1e-12
 
 
+
+def _plain_and_loopback_ranks(cfg, n: int, axis: int, steps: int = 6):
+    """One plain NumPy process and ``n`` loopback ranks (slabs along ``axis``) of the
+    :func:`porous` pack from the same noisy start, each stepped ``steps`` times."""
+    solid = porous()
+    problem = Problem.from_config(solid, cfg)
+    f0 = noisy_start(problem)
+    plain = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
+    plain.allocate()
+    plain.backend.set_populations(plain.state, f0)
+    plain.step(steps)
+    hub, dec = LoopbackHub(), decompose(problem.tiling, n, axis)
+    ranks = [RankSolver(problem, dec, r, NumpyBackend(threads=1),
+                        lambda plan, s, r=r, hub=hub: hub.exchange(r, plan, s))
+             for r in range(n)]
+    for rank in ranks:
+        rank.backend.set_populations(rank.state, f0[rank.layout.global_tiles])
+    step_together(ranks, steps)
+    return plain, ranks
+
 def _same_health(got: dict, want: dict, rtol: float = HEALTH_RTOL) -> None:
     """Health numbers equal to ``rtol`` (finite and the layer count exactly)."""
     assert got["finite"] == want["finite"]
@@ -264,25 +284,11 @@ def test_health_reduced_on_loopback_ranks_matches_one_process(n):
     from solver.distributed.reductions import combine_health, owned_health, owned_layers
     from solver.readout import Readout
 
-    solid = porous()
     cfg = config(x_min="wall", x_max="wall")  # flow along x, not periodic: end layers read
-    problem = Problem.from_config(solid, cfg)
-    f0 = noisy_start(problem)
-    plain = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
-    plain.allocate()
-    plain.backend.set_populations(plain.state, f0)
-    plain.step(6)
+    plain, ranks = _plain_and_loopback_ranks(cfg, n, axis=2)
     reader = Readout(plain.problem, plain.backend, plain.state, 0)
     want = reader.health()[0]
     assert want["layer_density"] is not None and want["finite"]
-    hub = LoopbackHub()
-    dec = decompose(problem.tiling, n, 2)
-    ranks = [RankSolver(problem, dec, r, NumpyBackend(threads=1),
-                        lambda plan, s, r=r, hub=hub: hub.exchange(r, plan, s))
-             for r in range(n)]
-    for rank in ranks:
-        rank.backend.set_populations(rank.state, f0[rank.layout.global_tiles])
-    step_together(ranks, 6)
     parts = [owned_health(rank, owned_layers(rank, 0)) for rank in ranks]
     got = reader._numbers(combine_health(parts, 3))
     _same_health(got, want)
@@ -300,24 +306,11 @@ def test_k_check_reduced_on_loopback_ranks_matches_one_process(walls, window):
     from solver.distributed.reductions import combine_partials, owned_k_check
     from solver.rock.check import KCheck
 
-    solid = porous()
     cfg = config(**({"x_min": "wall", "x_max": "wall"} if walls else {}))
-    problem = Problem.from_config(solid, cfg)
-    f0 = noisy_start(problem)
-    plain = Simulation(solid, cfg, backend=NumpyBackend(threads=1))
-    plain.allocate()
-    plain.backend.set_populations(plain.state, f0)
-    plain.step(6)
+    # slabs along the window's axis: some ranks outside it
+    plain, ranks = _plain_and_loopback_ranks(cfg, 3, axis=0)
     check = KCheck(plain, 0, window, 1e-6)
     health, k = check.read()
-    hub, n = LoopbackHub(), 3
-    dec = decompose(problem.tiling, n, 0)  # slabs along the window's axis: some outside it
-    ranks = [RankSolver(problem, dec, r, NumpyBackend(threads=1),
-                        lambda plan, s, r=r, hub=hub: hub.exchange(r, plan, s))
-             for r in range(n)]
-    for rank in ranks:
-        rank.backend.set_populations(rank.state, f0[rank.layout.global_tiles])
-    step_together(ranks, 6)
     got, k_got = check._result(combine_partials([owned_k_check(r, 0, window) for r in ranks]))
     assert got["finite"] and got.keys() == health.keys()
     for key in ("max_speed", "flow_tortuosity"):
