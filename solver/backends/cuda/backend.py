@@ -25,7 +25,7 @@ import cupy as cp
 import numpy as np
 
 from ...problem import Problem
-from ..base import DeviceInfo
+from ..base import LOCAL_REDUCTIONS, DeviceInfo
 from ..plan import ExecutionPlan, plan_for
 from .compact_run import CompactRun
 from .device import (
@@ -50,6 +50,7 @@ class CupyBackend(StateAccess):
 
     name = "cupy"
     xp = cp
+    reductions = LOCAL_REDUCTIONS
 
     def allocate(self, problem: Problem, plan: ExecutionPlan | None = None) -> DeviceRun:
         """The run of ``problem`` at the rest equilibrium as its execution plan (``plan``, by
