@@ -361,23 +361,7 @@ class CupyPhases:
     def _load_phase_kernels(self) -> None:
         """Compile and load both phases' kernels (in place) before a capture, which cannot
         load a module: the plain steps before it may have run one phase only."""
-        from .device import compile_kernel
-
-        variants = getattr(self.state, "variants", None)
-        if variants is not None:  # a CompactRun
-            for variant in variants:
-                compile_kernel(variant)
-                self.state.loaded.add(variant.name)
-            return
-        current, tpb = self.state.current, self.state.problem.tiles_per_block
-        try:
-            for phase in (0, 1):  # the tiled launches are resolved per range and phase
-                self.state.current = phase
-                for first, end in self._ranges:
-                    if end > first:  # resolves (compiles, loads, caches) the launch only
-                        self.state.entry("full", tpb, (first, end))
-        finally:
-            self.state.current = current
+        self.state.load_range_kernels(self._ranges)
 
     def _rearm(self) -> None:
         """Record the step events outside any capture: events last recorded inside one stand
