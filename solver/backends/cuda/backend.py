@@ -77,9 +77,8 @@ class CupyBackend(StateAccess):
         owning tiles ``[0, n_owned_tiles)``, the first ``n_boundary_tiles`` read by others, on
         the storage its execution plan chooses (either :class:`.device_run.DeviceRun`: both
         step tile ranges, ``launch_tiles``)."""
-        from .phases import CupyPhases, refuse_undistributable
+        from .phases import CupyPhases
 
-        refuse_undistributable(problem)
         n = problem.tiling.n_tiles
         owned = np.arange(n) < n_owned_tiles
         if not 0 <= n_boundary_tiles <= n_owned_tiles <= n or (

@@ -65,10 +65,9 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import distributed_refusal
 from .timeline import timeline_from_environment
 
-__all__ = ["CupyPhases", "refuse_undistributable", "COPY_PER_THREAD", "halo_copy_source"]
+__all__ = ["CupyPhases", "COPY_PER_THREAD", "halo_copy_source"]
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +76,6 @@ log = logging.getLogger(__name__)
 #: keeps several in flight, and the chain launches an eighth of the blocks (2 x H200, weak
 #: scaling: with one value per thread, gather and scatter cost 7 us of a 142 us step).
 COPY_PER_THREAD = 8
-
-
-def refuse_undistributable(problem) -> None:
-    """ValueError, saying what to use instead, for options a distributed rank cannot step
-    (:func:`~solver.backends.plan.distributed_refusal`)."""
-    why = distributed_refusal(problem)
-    if why:
-        raise ValueError(why)
 
 
 def halo_copy_source(real: str, index: str = "long long") -> str:
