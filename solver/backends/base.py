@@ -156,6 +156,16 @@ class Backend(Protocol):
     #: Where its readouts' sums are made (:class:`Reductions`; one device:
     #: :data:`LOCAL_REDUCTIONS`).
     reductions: Reductions
+    #: Whether checkpoints and fields are written as per-rank parts and pieces
+    #: (:mod:`solver.checkpoint_parts`, :mod:`solver.vtk_pieces`; ``write_parts``): over two
+    #: or more MPI ranks. One device: False.
+    writes_parts: bool
+    #: Whether a checkpoint of parts is read by the backend's ranks, each its own tiles'
+    #: rows (``load_parts``), rather than assembled once and set. One device: False.
+    reads_parts: bool
+    #: Whether ``solver run`` keeps the whole voxel mask beside the tiling (one device: True;
+    #: over two or more ranks rank 0 keeps the tiling alone).
+    keeps_voxel_mask: bool
 
     def allocate(self, problem: Problem) -> Any:
         """Allocate and initialise the state of ``problem`` (equilibrium at rest)."""

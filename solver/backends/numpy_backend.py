@@ -150,6 +150,8 @@ class NumpyBackend:
     name = "numpy"
     xp = np
     reductions = LOCAL_REDUCTIONS
+    writes_parts = reads_parts = False  # one device: one checkpoint file, one .vti
+    keeps_voxel_mask = True
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads or min(4, os.cpu_count() or 1)

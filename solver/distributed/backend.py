@@ -208,6 +208,8 @@ class DistributedBackend:
 
     #: Rank 0 sees gathered host arrays, whatever the ranks compute on.
     xp = np
+    #: A checkpoint of parts is read by the ranks, each its own rows (:meth:`load_parts`).
+    reads_parts = True
 
     @property
     def reductions(self) -> RankReductions:

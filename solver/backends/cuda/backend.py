@@ -51,6 +51,8 @@ class CupyBackend(StateAccess):
     name = "cupy"
     xp = cp
     reductions = LOCAL_REDUCTIONS
+    writes_parts = reads_parts = False  # one device: one checkpoint file, one .vti
+    keeps_voxel_mask = True
 
     def allocate(self, problem: Problem, plan: ExecutionPlan | None = None) -> DeviceRun:
         """The run of ``problem`` at the rest equilibrium as its execution plan (``plan``, by
