@@ -397,7 +397,7 @@ def restore(sim, checkpoint: Checkpoint) -> None:
     sim.allocate()
     if checkpoint.parts is None:
         sim.backend.set_populations(sim.state, checkpoint.populations)
-    elif hasattr(sim.backend, "load_parts"):  # ranks: each reads its own tiles' rows
+    elif sim.backend.reads_parts:  # ranks: each reads its own tiles' rows
         sim.backend.load_parts(sim.state, checkpoint.parts)
     else:  # one process: the parts gathered once
         sim.backend.set_populations(sim.state, checkpoint.parts.assemble())
@@ -423,7 +423,7 @@ def save_simulation(sim, path: str | Path, extra: dict[str, Any] | None = None,
     format), or, where the backend's ranks write their own parts (``writes_parts``), a
     manifest at ``path`` after the parts (:mod:`solver.checkpoint_parts`); then the files of
     earlier writes' parts are removed."""
-    if not getattr(sim.backend, "writes_parts", False):
+    if not sim.backend.writes_parts:
         written = write_checkpoint(path, checkpoint_of(sim, extra, arrays))
         remove_other_parts(parts_folder(path), None)
         return written

@@ -107,16 +107,14 @@ class Readout:
         p, backend = self.problem, self.backend
         n = p.tiling.n_tiles if tiles is None else len(tiles)
         per = backend.readout_tiles(self.state)
-        # A backend that reduces moments where the populations lie (MPI ranks) sends those.
-        remote = getattr(backend, "tile_moments", None)
         for first in range(0, n, per):
             part = slice(first, min(n, first + per))
             which = part if tiles is None else tiles[part]
-            if remote is not None:
-                yield (part, *remote(self.state, which))
-                continue
-            f = backend.device_populations(self.state, which)
-            yield (part, *tile_moments(f, p.lattice, p.force, p.incompressible, self.xp))
+            # Made where the populations lie (MPI ranks: each its own tiles'), or read here.
+            yield (part, *backend.reductions.tile_moments(
+                self.state, which, lambda which=which: tile_moments(
+                    backend.device_populations(self.state, which), p.lattice, p.force,
+                    p.incompressible, self.xp)))
 
     def node_moments(self, flat: np.ndarray, solid: np.ndarray, key: Any = None
                      ) -> tuple[Any, Any]:
@@ -194,21 +192,26 @@ class Readout:
         the chunks, and with a ``cut`` its moments ``(rho, u, index)`` (index into them; None:
         they are the cut's nodes in order): taken from the pass when it was one chunk, else
         gathered at the cut's nodes alone (:meth:`node_moments`, remembered under ``key``)."""
-        xp, t = self.xp, self.problem.tiling
-        reduced = getattr(self.backend, "health_numbers", None)
-        if reduced is not None:  # MPI ranks: each reduces its own tiles, only numbers travel
-            looked = None if cut is None else \
+        whole: list = []  # the pass's moments when it read the state in one chunk
+        # Summed where the populations lie (MPI ranks: each its own tiles'), or here.
+        numbers = self.backend.reductions.health_numbers(
+            self.state, self.flow_axis, lambda: self._local_health(whole))
+        looked = None
+        if cut is not None:
+            looked = (*whole[0], cut.nodes) if whole else \
                 (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
-            return self._numbers(reduced(self.state, self.flow_axis)), looked
+        return self._numbers(numbers), looked
+
+    def _local_health(self, whole: list) -> np.ndarray:
+        """The health numbers summed on the state's device, the chunks' moments appended to
+        ``whole`` when they were one chunk (a chunked state's readout: its fluid nodes)."""
+        xp, t = self.xp, self.problem.tiling
         if self.backend.readout_tiles(self.state) < t.n_tiles:  # chunked: read fluid nodes
             total, means = self._fluid_health()
-            numbers = self.backend.to_host(xp.concatenate([total, *means]))
-            looked = None if cut is None else \
-                (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
-            return self._numbers(numbers), looked
+            return self.backend.to_host(xp.concatenate([total, *means]))
         layers = self._flow_layers()
         values = [xp.empty(len(host), dtype=xp.float64) for host, _ in layers]
-        total, whole = None, None
+        total = None
         for part, rho, u in self.chunks():
             total = self._combine(total, self._partial(part, rho, u))
             nodes = slice(part.start * t.nodes_per_tile, part.stop * t.nodes_per_tile)
@@ -217,14 +220,9 @@ class Readout:
                 lo, hi = np.searchsorted(host, (nodes.start, nodes.stop))
                 out[lo:hi] = flat_rho[device[lo:hi] - nodes.start]
             if part.stop - part.start == t.n_tiles:
-                whole = (rho, u)
+                whole.append((rho, u))
         means = [v.mean().reshape(1) for v in values]
-        numbers = self.backend.to_host(xp.concatenate([total, *means]))
-        looked = None
-        if cut is not None:
-            looked = (*whole, cut.nodes) if whole is not None else \
-                (*self.node_moments(cut.nodes, cut.solid.reshape(-1), key), None)
-        return self._numbers(numbers), looked
+        return self.backend.to_host(xp.concatenate([total, *means]))
 
     def _fluid_health(self) -> tuple[Any, list]:
         """The combined partials and the layer means of a chunked state, read as stored: the

@@ -164,7 +164,7 @@ class HeadlessRun:
                                   flow_window=self.controls.flow_window,
                                   finer=(self.lattice_choice.finer
                                          if self.lattice_choice is not None else ""))
-        if not getattr(self.sim.backend, "keeps_voxel_mask", True):
+        if not self.sim.backend.keeps_voxel_mask:
             # Rank 0 over MPI ranks: the tiling holds the same mask, so the voxel image (1 byte
             # a voxel) is dropped once nothing above reads it; an output rebuilds it.
             self.geometry = self.sim.release_mask()
@@ -345,7 +345,7 @@ class HeadlessRun:
 
     def _pieces(self) -> bool:
         """Whether the fields are a parallel image of per-rank pieces (over MPI ranks)."""
-        return bool(getattr(self.sim.backend, "writes_parts", False))
+        return self.sim.backend.writes_parts
 
     def _write_fields(self, step: int) -> Path:
         """The fields now: ``fields_STEP.vti``, or over MPI ranks (a backend that

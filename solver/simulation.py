@@ -425,8 +425,7 @@ class Simulation:
 
     def _iolet_flux(self) -> Any:
         """The openings' per-link mass flux of the last step (host), None before the first."""
-        flux_of = getattr(self.backend, "iolet_flux", None)
-        return flux_of(self.state) if flux_of is not None and self.time_step else None
+        return self.backend.iolet_flux(self.state) if self.time_step else None
 
     def set_opening_densities(self, densities: dict[int, float]) -> None:
         """Hold each pressure opening id of ``densities`` at its density (lattice) from the next

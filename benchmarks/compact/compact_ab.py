@@ -37,6 +37,7 @@ from solver.backends.cuda.compact_run import CompactRun  # noqa: E402
 from solver.backends.cuda.compact_source import CompactCode  # noqa: E402
 from solver.benchmarking.compact_suite import CompactSuite, _median_seconds  # noqa: E402
 from solver.benchmarking.gpu_suite import _problem, pack_cases, rock_case  # noqa: E402
+from solver.benchmarking.results import write_json_md  # noqa: E402
 
 INNER = CompactCode(inner=True)
 #: Values per 32-byte sector per storage precision.
@@ -99,12 +100,10 @@ def main() -> None:
                                      of_limit=g * 1e9 / limit,
                                      slots=run.compact.n_slots / problem.n_fluid))
                     print(json.dumps(rows[-1]), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
     gpu = info["name"].lower().replace(" ", "-")
     stem = f"compact-{args.what}-ab-{gpu}-{date.today().isoformat()}"
-    (args.out / f"{stem}.json").write_text(json.dumps({"copy": copy, "rows": rows}, indent=1))
     table = summary(rows, info["name"], copy)
-    (args.out / f"{stem}.md").write_text(table)
+    write_json_md(args.out, stem, {"copy": copy, "rows": rows}, table)
     print(table)
 
 

@@ -22,7 +22,6 @@ float32 on fewer packs).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from solver.benchmarking.compact_suite import CompactSuite, run_compact_suite  # noqa: E402
 from solver.benchmarking.report import results_stem  # noqa: E402
+from solver.benchmarking.results import write_json_md  # noqa: E402
 
 TARGET = 0.85
 
@@ -141,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     def write(result: dict) -> None:
         meta = result["meta"]
         stem = results_stem(meta["device"], meta["date"]) + f"-{meta['commit']}-compact"
-        paths[:] = [args.out / f"{stem}.json", args.out / f"{stem}.md"]
-        paths[0].write_text(json.dumps(result, indent=1))
-        paths[1].write_text(markdown(result))
+        paths[:] = write_json_md(args.out, stem, result, markdown(result))
         logging.info("%d rows written to %s", len(result["results"]), paths[1])
 
     result = run_compact_suite(ProbeBackend(), suite, progress=write)

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from solver.backends.plan import compact_kernel  # noqa: E402
 from solver.benchmarking.compact_suite import CompactSuite, _median_seconds  # noqa: E402
 from solver.benchmarking.gpu_suite import _problem, rock_case  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 
 TEST = "tests/solver/test_cupy_compact_wide.py"
 
@@ -108,16 +109,13 @@ def main(argv: list[str] | None = None) -> None:
     from solver.backends.cuda.backend import CupyBackend  # CuPy: the GPU machine only
 
     info = CupyBackend().device_info()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip() or "unknown"
+    commit = git_commit()
     result = {"gpu": info["name"], "date": date.today().isoformat(), "commit": commit,
               "tests": tests, "rows": time_runs(args.size)}
-    args.out.mkdir(parents=True, exist_ok=True)
     gpu = info["name"].lower().replace(" ", "-")
     stem = f"compact-wide-{gpu}-{result['date']}-{commit}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     table = summary(result)
-    (args.out / f"{stem}.md").write_text(table)
+    write_json_md(args.out, stem, result, table)
     print(table)
     if tests is not None and tests["returncode"] != 0:
         sys.exit(1)

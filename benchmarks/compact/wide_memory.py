@@ -27,8 +27,6 @@ Usage: ``python benchmarks/compact/wide_memory.py`` (about 20 s on the CPU); wri
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 from contextlib import contextmanager
 from dataclasses import replace
@@ -49,6 +47,7 @@ from solver.backends.plan import (  # noqa: E402
     compact_state_estimate,
     plan_for,
 )
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.distributed.mirrored import device_estimate  # noqa: E402
 from solver.lattice import get_lattice  # noqa: E402
@@ -209,15 +208,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     sample = measure_sample(args.sample)
     rows = [estimate(n, sample, storage) for n in args.sizes for storage in ("auto", "float16")]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip() or "unknown"
+    commit = git_commit()
     result = {"date": date.today().isoformat(), "commit": commit, "sample": sample,
               "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = f"wide-memory-{result['date']}-{commit}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     table = markdown(result)
-    (args.out / f"{stem}.md").write_text(table)
+    write_json_md(args.out, stem, result, table)
     print(table)
 
 

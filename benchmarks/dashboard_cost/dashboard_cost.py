@@ -39,7 +39,6 @@ Usage, from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import platform
 import re
@@ -57,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from geometries.generators import random_sphere_pack  # noqa: E402
 from solver.backends import get_backend  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.last_good import REFRESH_S, LastGood  # noqa: E402
 from solver.pacing import HEALTH_SHARE  # noqa: E402
@@ -641,16 +640,14 @@ def main() -> int:
         found = meshes_only(args)
         slug = re.sub(r"[^a-z0-9]+", "-", f"{found['device']}-{found['host']}".lower()).strip("-")
         stem = f"flow3d-update-{slug}-{found['date']}"
-        (out / f"{stem}.json").write_text(json.dumps(found, indent=2, default=str))
-        (out / f"{stem}.md").write_text(meshes_markdown(found))
+        write_json_md(out, stem, found, meshes_markdown(found), indent=2, default=str)
         print(meshes_markdown(found))
         return 0
     result = run(args)
     slug = re.sub(r"[^a-z0-9]+", "-", result["meta"]["device"].lower()).strip("-")
     stem = f"dashboard-cost-{slug}-{result['meta']['date']}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))
     report = markdown(result)
-    (out / f"{stem}.md").write_text(report)
+    write_json_md(out, stem, result, report, indent=2, default=str)
     print(report)
     return 0
 

@@ -44,7 +44,6 @@ import re
 import sys
 import time
 from dataclasses import asdict, dataclass
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from geometries.generators import random_sphere_pack  # noqa: E402
 from solver.backends import get_backend  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import run_meta, write_json_md  # noqa: E402
 from solver.coarse_flow import CoarseFlow  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.probes import Probe, ProbeSet  # noqa: E402
@@ -303,9 +302,8 @@ def _yes(ok: bool) -> str:
 
 
 def _meta(device: str, case: Case | None, text: str) -> dict:
-    return {"device": device, "date": date.today().isoformat(), "commit": git_commit(),
-            "host": platform.node(), "python": platform.python_version(),
-            "case": None if case is None else asdict(case), "case_text": text}
+    return run_meta(device, host=platform.node(), python=platform.python_version(),
+                    case=None if case is None else asdict(case), case_text=text)
 
 
 def run(args: argparse.Namespace, out: Path) -> dict:
@@ -371,9 +369,8 @@ def main() -> int:
     stem = f"flow-views-{_slug(result['meta']['device'])}-{result['meta']['date']}"
     if args.host_from:
         stem += "-host"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str))
     report = markdown(result)
-    (out / f"{stem}.md").write_text(report)
+    write_json_md(out, stem, result, report, indent=2, default=str)
     print(report)
     return 0
 

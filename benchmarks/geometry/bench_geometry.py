@@ -10,7 +10,6 @@ figures go to ``benchmarks/geometry/results/geometry-cpu.md`` and ``geometry-cpu
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import geometries  # noqa: E402
 from geometries.generators import random_sphere_pack  # noqa: E402
+from solver.benchmarking.results import write_json_md  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPEATS = 3
@@ -120,10 +120,6 @@ def machine() -> dict:
 
 def write_report(rows: list[dict], info: dict) -> None:
     """Write the results as Markdown and JSON under benchmarks/geometry/results/."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "geometry-cpu.json").write_text(
-        json.dumps({"machine": info, "results": rows}, indent=2) + "\n"
-    )
     lines = [
         "# Geometry layer on the CPU",
         "",
@@ -143,7 +139,8 @@ def write_report(rows: list[dict], info: dict) -> None:
         )
         target = "—" if row["target_seconds"] is None else f"< {row['target_seconds']:g}"
         lines.append(f"| {row['case']} | {size} | {row['seconds']:.2f} | {target} | {note} |")
-    (RESULTS / "geometry-cpu.md").write_text("\n".join(lines) + "\n")
+    write_json_md(RESULTS, "geometry-cpu", {"machine": info, "results": rows},
+                  "\n".join(lines) + "\n", indent=2, newline=True)
 
 
 def main() -> None:

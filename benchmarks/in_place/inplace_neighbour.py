@@ -23,7 +23,6 @@ import argparse
 import json
 import re
 import sys
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -149,8 +148,9 @@ def main() -> None:
     import cupy as cp
 
     from solver.backends.cuda.backend import CupyBackend
-    from solver.benchmarking.cases import BenchCase, git_commit
+    from solver.benchmarking.cases import BenchCase
     from solver.benchmarking.gpu_suite import rock_case
+    from solver.benchmarking.results import run_meta, write_json_md
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
@@ -166,10 +166,8 @@ def main() -> None:
         if precision != "float16":
             rows += probe_rows(cp, 256, precision)
         print(json.dumps(rows[-3:]), flush=True)
-    meta = {"device": name, "date": date.today().isoformat(), "commit": git_commit()}
+    meta = run_meta(name)
     stem = f"inplace-neighbour-{name.lower().replace(' ', '-')}-{meta['date']}-{meta['commit']}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"# The in-place step's kernels alone: {name}", "",
              f"Date {meta['date']}, commit {meta['commit']}, D3Q19 BGK, fluid G node updates/s "
              "of each kernel launched alone "
@@ -178,7 +176,7 @@ def main() -> None:
              "| --- | --- | --- | ---: | ---: | ---: |"]
     lines += [f"| {r['case']} | {r['precision']} | {r['kernel']} | {r['tiles_per_block']} | "
               f"{r['g_per_s']:.2f} | {r['registers']} |" for r in rows]
-    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_json_md(args.out, stem, {"meta": meta, "rows": rows}, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -358,7 +357,7 @@ def solver_kernels(n: int, precision: str) -> dict:
 def main() -> None:
     import cupy as cp
 
-    from solver.benchmarking.cases import git_commit
+    from solver.benchmarking.results import run_meta, write_json_md
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
@@ -369,8 +368,7 @@ def main() -> None:
     from solver.backends.cuda.backend import CupyBackend
 
     copy = CupyBackend().device_info()["copy_bandwidth"]  # the solver's own measurement
-    meta = {"device": name, "date": date.today().isoformat(), "commit": git_commit(),
-            "size": args.size, "copy_bandwidth": copy}
+    meta = run_meta(name, size=args.size, copy_bandwidth=copy)
     rows, omega = [], 1 / 0.6
     for precision, real in (("float32", "float"), ("float64", "double")):
         module = cp.RawModule(code=source(real), options=("-std=c++17",))
@@ -397,8 +395,6 @@ def main() -> None:
                          "of_two_copy": two_copy / sec})
         print(json.dumps(rows[-5:], indent=1), flush=True)
     stem = f"inplace-patterns-{name.lower().replace(' ', '-')}-{meta['date']}-{meta['commit']}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"# In-place patterns on the tiled layout: {name}", "",
              f"Date {meta['date']}, commit {meta['commit']}, periodic {args.size}^3 box, D3Q19 "
              f"BGK; copy bandwidth {copy / 1e9:.0f} GB/s in the same run. `probe` rows: this "
@@ -409,7 +405,7 @@ def main() -> None:
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['precision']} | {r['kernel']} | {r['mflups']:.0f} | {r['of_copy']:.3f} | "
               f"{r['of_two_copy']:.3f} | {r.get('max_abs_diff_vs_pull', '-')} |" for r in rows]
-    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_json_md(args.out, stem, {"meta": meta, "rows": rows}, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

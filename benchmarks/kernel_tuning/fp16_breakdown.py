@@ -18,9 +18,7 @@ Usage on a GPU machine, from the repository root:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from datetime import date
 from pathlib import Path
 from unittest import mock
 
@@ -34,8 +32,9 @@ from solver.backends.cuda import kernels  # noqa: E402
 from solver.backends.cuda.backend import CupyBackend, copy_bandwidth  # noqa: E402
 from solver.backends.cuda.kernels import KernelVariant, kernel_source, real_args  # noqa: E402
 from solver.backends.cuda.tables import launch_shape  # noqa: E402
-from solver.benchmarking.cases import git_commit, precision_options  # noqa: E402
+from solver.benchmarking.cases import precision_options  # noqa: E402
 from solver.benchmarking.gpu_suite import dense_cases  # noqa: E402
+from solver.benchmarking.results import run_meta, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.problem import Problem  # noqa: E402
 
@@ -137,8 +136,7 @@ def main() -> int:
             print(rows[-1], flush=True)
         backend.release(state)
     device = backend.device_info()["name"]
-    meta = {"device": device, "date": date.today().isoformat(), "commit": git_commit(),
-            "case": case.label, "copy_bandwidth": copy}
+    meta = run_meta(device, case=case.label, copy_bandwidth=copy)
     lines = [f"# float16-storage kernel breakdown: {device}", "",
              f"Date {meta['date']}, commit {meta['commit']}, {case.label}, D3Q19 BGK, XYZ, "
              f"2 tiles per block; copy bandwidth {copy / 1e9:.0f} GB/s. Method: "
@@ -147,11 +145,8 @@ def main() -> int:
              "| --- | --- | ---: | ---: | ---: |"]
     lines += [f"| {r['storage']} | {r['variant']} | {r['mflups']:.0f} | "
               f"{r['fraction_copy']:.3f} | {r['registers']} |" for r in rows]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fp16-breakdown.json").write_text(json.dumps({"meta": meta, "results": rows},
-                                                        indent=1))
-    (out / "fp16-breakdown.md").write_text("\n".join(lines) + "\n")
+    write_json_md(Path(args.out), "fp16-breakdown", {"meta": meta, "results": rows},
+                  "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -26,7 +26,6 @@ bench``). Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -41,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.compact_source import CompactCode  # noqa: E402
 from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 
 #: The measured variants: D3Q19 incompressible, XYZ layout, two copies unless named.
 VARIANTS = {
@@ -146,12 +145,10 @@ def main() -> None:
               f"halo {rows[-1]['halo']:4d}  registers {registers}", flush=True)
     if args.out is None:
         return
-    args.out.mkdir(parents=True, exist_ok=True)
     commit = git_commit()
     record = {"arch": args.arch, "nvcc": version, "date": date.today().isoformat(),
               "commit": commit, "rows": rows}
     stem = args.out / f"kernel-instructions-{args.arch}-{record['date']}-{commit}"
-    stem.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     lines = [f"# Static SASS instructions per thread, {args.arch}", "",
              f"{version}; {record['date']}; commit {commit}; "
              "`python benchmarks/kernel_tuning/kernel_instructions.py` (counts, not timings).", "",
@@ -159,7 +156,7 @@ def main() -> None:
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['variant']} | `{r['kernel']}` | {r['node']} | {r['inner_halo']} | "
               f"{r['halo']} | {r['registers']} |" for r in rows]
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_json_md(stem.parent, stem.name, record, "\n".join(lines) + "\n", newline=True)
     print(f"wrote {stem}.json and .md")
 
 

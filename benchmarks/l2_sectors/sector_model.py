@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from solver.backends.cuda.compact import CompactTiling  # noqa: E402
 from solver.benchmarking.cases import sphere_pack  # noqa: E402
+from solver.benchmarking.results import write_json_md  # noqa: E402
 from solver.lattice import get_lattice  # noqa: E402
 from solver.tiling import Tiling  # noqa: E402
 
@@ -255,8 +256,6 @@ def moment_case(label: str, solid: np.ndarray,
 def write_moments(rows: list[dict], out: Path) -> None:
     """``sector-model-moments-<date>.json`` and its table."""
     stem = f"sector-model-moments-{date.today().isoformat()}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     keys = [k for k in rows[0] if k not in ("case", "precision")]
     lines = ["# L2 sectors of moment storage vs population storage (`python "
              "benchmarks/l2_sectors/sector_model.py --moments`)", "",
@@ -271,7 +270,7 @@ def write_moments(rows: list[dict], out: Path) -> None:
              "| --- | --- |" + " ---: |" * len(keys)]
     lines += [f"| {r['case']} | {r['precision']} | " + " | ".join(str(r[k]) for k in keys)
               + " |" for r in rows]
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_json_md(out, stem, rows, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -300,8 +299,6 @@ def main() -> None:
         rows += model_case(label, solid, tiled)
         print(json.dumps(rows[-3:]), flush=True)
     stem = f"sector-model-{date.today().isoformat()}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     lines = ["# L2 sectors per step, counted (`python benchmarks/l2_sectors/sector_model.py`)", "",
              "Loads/stores: sectors touched by the warps' instructions over the sectors the "
              "bytes would fill. L2 bytes: per fluid node and step, over a float32 step's 152 "
@@ -311,15 +308,13 @@ def main() -> None:
              "L2-bound speed / float32 |", "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['case']} | {r['eta_t']} | {r['precision']} | {r['loads']} | {r['stores']} "
               f"| {r['l2_per_float32_ideal']} | {r['l2_bound_speed_vs_float32']} |" for r in rows]
-    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_json_md(args.out, stem, rows, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 def write_staged(rows: list[dict], out: Path) -> None:
     """``sector-model-staged-<date>.json`` and its table."""
     stem = f"sector-model-staged-{date.today().isoformat()}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     keys = [k for k in rows[0] if k not in ("case", "precision")]
     lines = ["# L2 sectors of the loads, staged blocks "
              "(`python benchmarks/l2_sectors/sector_model.py --staged`)", "",
@@ -330,7 +325,7 @@ def write_staged(rows: list[dict], out: Path) -> None:
              "| --- | --- |" + " ---: |" * len(keys)]
     lines += [f"| {r['case']} | {r['precision']} | " + " | ".join(str(r[k]) for k in keys)
               + " |" for r in rows]
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_json_md(out, stem, rows, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -35,7 +35,6 @@ against the NumPy backend (lbmpy's CPU kernels).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -51,9 +50,10 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from lbmpy_box import VARIANTS, build_box, versions  # noqa: E402
 from lbmpy_report import FAIRNESS, markdown, summary_rows, table  # noqa: E402
 
-from solver.benchmarking.cases import BenchCase, git_commit, sphere_pack  # noqa: E402
+from solver.benchmarking.cases import BenchCase, sphere_pack  # noqa: E402
 from solver.benchmarking.gpu_suite import dense_cases, pack_cases  # noqa: E402
 from solver.benchmarking.report import results_stem  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.problem import Problem  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402
@@ -315,8 +315,7 @@ def main(argv=None) -> int:
         meta["seconds"] = round(time.perf_counter() - START, 1)
         report = {"meta": meta, "physics_check": check, "results": rows,
                   "summary": summary_rows(rows)}
-        (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))
-        (out / f"{stem}.md").write_text(markdown(report))
+        write_json_md(out, stem, report, markdown(report), default=str)
         return report
 
     rows = []

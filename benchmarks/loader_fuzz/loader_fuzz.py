@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import geometries  # noqa: E402
 from geometries import GeometryError, VoxelGeometry  # noqa: E402
+from solver.benchmarking.results import write_json_md  # noqa: E402
 
 _OPTIONS = {"max_voxels": 20_000}
 _HUGE = [2**31 - 1, 2**32, 2**40, 2**63, 10**20, -1, 0, 100_000_000, 4294967296]
@@ -390,9 +391,6 @@ def _upload(fmt: str, data: bytes, seconds: float) -> tuple[str, bool]:
 
 def write(result: dict, folder: Path) -> tuple[Path, Path]:
     """Write loader-fuzz.json and a short loader-fuzz.md to ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = folder / "loader-fuzz.json", folder / "loader-fuzz.md"
-    json_path.write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# Loader fuzz (benchmarks/loader_fuzz/loader_fuzz.py)",
         "",
@@ -416,8 +414,8 @@ def write(result: dict, folder: Path) -> tuple[Path, Path]:
     lines += ["", "Failures:", *[f"- {f}" for f in result["failure_examples"]]] * bool(
         result["failure_examples"]
     )
-    md_path.write_text("\n".join(lines) + "\n")
-    return json_path, md_path
+    return write_json_md(folder, "loader-fuzz", result, "\n".join(lines) + "\n", indent=2,
+                         newline=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,13 +24,11 @@ Usage, from the repository root on the GPU machine:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import sys
 import time
 from dataclasses import replace
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from solver.benchmarking.cases import PRECISION_LABELS, git_commit, precision_options  # noqa: E402
+from solver.benchmarking.cases import PRECISION_LABELS, precision_options  # noqa: E402
+from solver.benchmarking.results import run_meta, write_json_md  # noqa: E402
 from solver.config import SimulationConfig, population_copies  # noqa: E402
 from solver.problem import Problem  # noqa: E402
 from solver.storage import stored_dtype  # noqa: E402
@@ -296,19 +295,16 @@ def main() -> int:
     tiles_per_voxel = sample_tiling.n_tiles / args.sample**3
     sample = [{"precision": p, "streaming": s} | measure(backend, make_problem(sample_tiling, p, s))
               for p, s in storage_options()]
-    meta = {"device": info["name"], "date": date.today().isoformat(), "commit": git_commit(),
-            "memory": info["memory"], "free_at_start": int(cp.cuda.runtime.memGetInfo()[0]),
-            "porosity": args.porosity, "diameter": args.diameter, "sample_edge": args.sample,
-            "sample_porosity": round(porosity, 4), "sample_eta_t": sample_tiling.eta_t,
-            "reserve_mib": args.reserve, "tiles_per_voxel": tiles_per_voxel}
+    meta = run_meta(info["name"], memory=info["memory"],
+                    free_at_start=int(cp.cuda.runtime.memGetInfo()[0]),
+                    porosity=args.porosity, diameter=args.diameter, sample_edge=args.sample,
+                    sample_porosity=round(porosity, 4), sample_eta_t=sample_tiling.eta_t,
+                    reserve_mib=args.reserve, tiles_per_voxel=tiles_per_voxel)
     caps = [] if args.no_capacity else [capacity(backend, option, tiles_per_voxel, args)
                                         for option in storage_options()]
     report = {"meta": meta, "sample": sample, "capacity": caps}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = "memory-capacity-" + "-".join(info["name"].lower().split()) + f"-{meta['date']}"
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
-    (out / f"{stem}.md").write_text(markdown(report))
+    write_json_md(Path(args.out), stem, report, markdown(report))
     print(markdown(report))
     return 0
 

@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from solver.benchmarking.cases import git_commit, sphere_pack  # noqa: E402
+from solver.benchmarking.cases import sphere_pack  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.memory import device_bytes  # noqa: E402
 from solver.problem import Problem  # noqa: E402
@@ -132,10 +133,8 @@ def run(size: int, steps: int, out: Path | None, streaming: str = "two-copy") ->
 def write(rows: list[dict], size: int, out: Path, streaming: str = "two-copy") -> None:
     """``readout-peak.json`` (in place: ``readout-peak-in-place.json``) and a markdown table in
     ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
     stem = "readout-peak" + ("" if streaming == "two-copy" else f"-{streaming}")
-    (out / f"{stem}.json").write_text(json.dumps(
-        {"commit": git_commit(), "size": size, "streaming": streaming, "rows": rows}, indent=1))
+    record = {"commit": git_commit(), "size": size, "streaming": streaming, "rows": rows}
     names = [k for k in rows[0] if isinstance(rows[0][k], dict)]
     lines = [f"Rock-like {size}^3 (phi 0.2, d 22), {streaming}, commit {git_commit()}: bytes per "
              "fluid node at each readout's peak (extra MiB over the resident state, ms)", "",
@@ -147,7 +146,7 @@ def write(rows: list[dict], size: int, out: Path, streaming: str = "two-copy") -
         lines.append(f"| {r['storage']} {r['precision']} | {r['state_B_per_fluid']:.0f} | "
                      f"{r['resident_B_per_fluid']:.0f} | {r['estimate_B_per_fluid']:.0f} | "
                      + " | ".join(cells) + " |")
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_json_md(out, stem, record, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

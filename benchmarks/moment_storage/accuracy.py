@@ -39,6 +39,8 @@ for p in (str(ROOT), str(HERE)):
 
 from moment_reference import MomentGrid, rest_moments, velocity  # noqa: E402
 
+from solver.benchmarking.results import write_json_md  # noqa: E402
+
 FORCE = 1e-5
 TAUS = (0.8, 1.5, 3.0)
 #: k changes by less than this (relative) over CHECK_EVERY steps: steady.
@@ -152,11 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     rows = study(args.quick)
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = f"accuracy-cpu-{date.today().isoformat()}"
-    (args.out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     table = markdown(rows)
-    (args.out / f"{stem}.md").write_text(table)
+    write_json_md(args.out, stem, rows, table)
     print(table)
 
 

@@ -26,7 +26,6 @@ import json
 import sys
 import time
 from dataclasses import replace
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +40,8 @@ import moment_kernel as mk  # noqa: E402
 from moment_reference import MomentGrid  # noqa: E402
 
 from solver.backends.cuda.compact import CompactTiling  # noqa: E402
-from solver.benchmarking.cases import BenchCase, git_commit, sphere_pack  # noqa: E402
+from solver.benchmarking.cases import BenchCase, sphere_pack  # noqa: E402
+from solver.benchmarking.results import run_meta, write_json_md  # noqa: E402
 
 #: The issue's stop rule: moment probe / compact float32 step, fluid updates/s, rock-like pack.
 STOP_RULE = 1.3
@@ -297,19 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     info = device_info()
     copy = info["copy_bandwidth"]
-    result = {"meta": {"device": info["name"], "date": date.today().isoformat(),
-                       "commit": git_commit(), "copy_bandwidth": copy, "tau": TAU,
-                       "force": FORCE},
+    result = {"meta": run_meta(info["name"], copy_bandwidth=copy, tau=TAU, force=FORCE),
               "checks": [], "results": [], "errors": []}
-    args.out.mkdir(parents=True, exist_ok=True)
     gpu = "".join(ch if ch.isalnum() else "-" for ch in info["name"].lower()).strip("-")
-    stem = args.out / f"moment-probe-{gpu}-{result['meta']['date']}-{result['meta']['commit']}"
+    stem = f"moment-probe-{gpu}-{result['meta']['date']}-{result['meta']['commit']}"
 
     def write() -> str:  # after every stage: a run cut off still leaves its table
         result["meta"]["seconds"] = round(time.perf_counter() - started, 1)
-        stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
         table = summary(result)
-        stem.with_suffix(".md").write_text(table)
+        write_json_md(args.out, stem, result, table)
         return table
 
     for layout in mk.LAYOUTS:

@@ -40,7 +40,7 @@ from solver.backends.cuda.compact_source import (  # noqa: E402
     probe_shared_bytes,
 )
 from solver.backends.cuda.kernels import KernelVariant, kernel_source  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 
 #: H100 (sm_90) per-SM limits: registers, threads, blocks, shared memory (228 KB carveout,
 #: 1 KB reserved per block), register allocation granularity per warp.
@@ -167,11 +167,8 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     if args.out is None:
         return
-    args.out.mkdir(parents=True, exist_ok=True)
     commit = git_commit()
     stem = args.out / f"static-counts-sm_90-{date.today().isoformat()}-{commit}"
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"nvcc": version, "commit": commit, "sm": SM, "rows": rows}, indent=1) + "\n")
     lines = ["# Static SASS counts, moment probe vs compact population kernels (sm_90)", "",
              f"{version}; commit {commit}; `python benchmarks/moment_storage/static_counts.py`"
              " (counts per thread, static: a loop body counts once; not timings).", "",
@@ -186,7 +183,8 @@ def main() -> None:
               f"{' / '.join(map(str, r['inner_segments']))} | {r['fp32']} | {r['global load']} | "
               f"{r['global store']} | {r['shared load']} | {r['shared store']} | "
               f"{r['convert']} | {r['barrier']} | {r['doubles']} |" for r in rows]
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_json_md(stem.parent, stem.name, {"nvcc": version, "commit": commit, "sm": SM,
+                                           "rows": rows}, "\n".join(lines) + "\n", newline=True)
     print(f"wrote {stem}.json and .md")
 
 

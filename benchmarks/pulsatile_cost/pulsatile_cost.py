@@ -18,11 +18,9 @@ table.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vessel"))
 
 from vessel_throughput import config, driven, time_steps, vessel  # noqa: E402
 
-from solver.benchmarking.cases import git_commit  # noqa: E402
 from solver.benchmarking.report import results_stem  # noqa: E402
+from solver.benchmarking.results import run_meta, write_json_md  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402
 from solver.units import UnitSystem  # noqa: E402
 from solver.windkessel import Windkessel, WindkesselCoupling  # noqa: E402
@@ -122,13 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     cost = {key: {"events": 1.0 - base["event_s"] / r["event_s"],
                   "wall": 1.0 - base["wall_s"] / r["wall_s"]}
             for key, r in zip(("waveform", "windkessel", "both"), rows[1:], strict=True)}
-    meta = {"device": base["device"], "date": date.today().isoformat(),
-            "commit": git_commit(), "every": args.every, "harmonics": args.harmonics,
-            "cost": cost}
+    meta = run_meta(base["device"], every=args.every, harmonics=args.harmonics, cost=cost)
     stem = results_stem(meta["device"], meta["date"]) + f"-{meta['commit']}-pulsatile"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows},
-                                                     indent=1))
     text = "\n".join([
         f"# Pulsatile openings' cost: {meta['device']}", "",
         f"Date {meta['date']}, commit {meta['commit']}, D3Q19 BGK float32 two-copy, "
@@ -143,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         f"Waveform: {100 * cost['waveform']['events']:.2f} %, Windkessel coupling every "
         f"{args.every} steps: {100 * cost['windkessel']['events']:.2f} %, together: "
         f"{100 * cost['both']['events']:.2f} % of a step (CUDA events)."]) + "\n"
-    (RESULTS / f"{stem}.md").write_text(text)
+    write_json_md(RESULTS, stem, {"meta": meta, "results": rows}, text)
     print(text)
 
 

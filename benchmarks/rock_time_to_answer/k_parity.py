@@ -17,7 +17,6 @@ reports their means (solver.rock.uncertainty).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from datetime import date
@@ -30,7 +29,7 @@ from geometries import VoxelGeometry  # noqa: E402
 from geometries.preprocess import keep_connected  # noqa: E402
 from geometries.regions import GrainRegions  # noqa: E402
 from solver.backends import get_backend  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.lattice import get_lattice  # noqa: E402
 from solver.rock.check import KCheck  # noqa: E402
@@ -101,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"])).strip("-")
     suffix = "" if args.protocol == "mirrored" else f"-{args.protocol}"
     stem = args.out / f"k_parity{suffix}-{device}-{report['date']}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=float))
-    stem.with_suffix(".md").write_text(markdown(report))
+    write_json_md(stem.parent, stem.name, report, markdown(report), indent=2, default=float)
     print(markdown(report))
     return 0
 

@@ -38,7 +38,6 @@ and their history: ``benchmarks/rock_time_to_answer/README.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import sys
@@ -53,7 +52,7 @@ from geometries import VoxelGeometry  # noqa: E402
 from geometries.errors import GeometryError  # noqa: E402
 from geometries.generators import random_sphere_pack  # noqa: E402
 from solver.backends import get_backend  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.rock import PermeabilitySettings, run_study  # noqa: E402
 from solver.rock.protocol import choose_fast_tau  # noqa: E402
@@ -190,14 +189,12 @@ def markdown(report: dict) -> str:
 
 def write(report: dict, out: Path) -> tuple[Path, Path]:
     """Write the JSON and markdown files; return their paths."""
-    out.mkdir(parents=True, exist_ok=True)
     device = re.sub(r"[^a-z0-9.]+", "-", str(report["device"] or report["backend"]).lower())
     device = device.strip("-")
     stem = out / f"time_to_answer-{device}-{report['date']}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md_path.write_text(markdown(report))
-    return json_path, md_path
+    # with_suffix: as ever, a dot in the device name ends the file name there
+    return write_json_md(out, stem.with_suffix("").name, report, markdown(report), indent=2,
+                         newline=True)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

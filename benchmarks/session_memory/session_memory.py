@@ -33,6 +33,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
+
 CHROMIUM = os.environ.get("POROUS_LBM_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PROBE = "session_memory_probe"
@@ -192,10 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         server.wait(timeout=30)
     # From cycle 2 on: the first session imports the plotting stack and fills its caches.
     tail = records[2:] if len(records) > 3 else records[1:]
-    # LBM_COMMIT names the commit of a copy without .git (e.g. a `git archive` of an old one).
-    commit = os.environ.get("LBM_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-        text=True).stdout.strip()
+    commit = git_commit()  # LBM_COMMIT: a copy without .git (a `git archive` of an old one)
     tag = args.tag or f"{args.sessions}x{args.cycles}-{'noscene' if args.no_3d else '3d'}"
     result = {
         "tag": tag, "command": " ".join(["python", "benchmarks/session_memory/session_memory.py",
@@ -209,10 +210,9 @@ def main(argv: list[str] | None = None) -> dict:
         "growth_per_cycle_trimmed_mib": _slope([r["rss_trimmed_mib"] for r in tail]),
         "server_log_tail": (work / "server.log").read_text(errors="replace")[-4000:],
     }
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"session-memory-{tag}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    stem.with_suffix(".md").write_text(report_md(result))
+    # with_suffix("") as before: a dot in the tag ends the file name there
+    write_json_md(stem.parent, stem.with_suffix("").name, result, report_md(result))
     print(report_md(result))
     return result
 

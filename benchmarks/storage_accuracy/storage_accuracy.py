@@ -30,14 +30,12 @@ Usage, from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import platform
 import sys
 import time
 from dataclasses import replace
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from solver.analytic import l2_error, poiseuille_plates  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
 from solver.benchmarking.report import results_stem  # noqa: E402
+from solver.benchmarking.results import run_meta, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402
 from solver.validation.cavity import centrelines, ghia_reference  # noqa: E402
@@ -192,15 +190,11 @@ def main() -> int:
                                                                  backend=args.backend))
     device = probe.backend.device_info()["name"]
     probe.close()
-    meta = {"device": device, "date": date.today().isoformat(), "commit": git_commit(),
-            "host": platform.node(), "backend": args.backend, "size": args.size,
-            "window": args.window}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    meta = run_meta(device, host=platform.node(), backend=args.backend, size=args.size,
+                    window=args.window)
     stem = "storage-accuracy-" + results_stem(device, meta["date"]) + f"-{args.tag or args.size}"
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
     text = markdown(meta, rows)
-    (out / f"{stem}.md").write_text(text)
+    write_json_md(Path(args.out), stem, {"meta": meta, "results": rows}, text)
     print(text)
     return 0
 

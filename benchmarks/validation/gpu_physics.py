@@ -202,12 +202,12 @@ def main() -> int:
     commit = os.environ.get("LBM_COMMIT", "unknown")
     if not args.skip_timing:
         from solver.benchmarking.probe_backend import ProbeBackend
+        from solver.benchmarking.results import write_json_md
 
         rows = timing()
         device = ProbeBackend().device_info()["name"]
-        (out / "physics-timing.json").write_text(json.dumps(rows, indent=1))
         md = timing_markdown(rows, device, commit)
-        (out / "physics-timing.md").write_text(md)
+        write_json_md(out, "physics-timing", rows, md)
         summary.append(md)
     if args.suite:
         from solver.benchmarking.gpu_suite import GpuSuite, run_gpu_suite

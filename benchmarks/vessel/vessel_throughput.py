@@ -19,11 +19,9 @@ Usage (GPU): ``python benchmarks/vessel/vessel_throughput.py [--fluid-nodes 15e6
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from geometries import VoxelGeometry  # noqa: E402
 from geometries.samples import load_sample  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
 from solver.benchmarking.report import results_stem  # noqa: E402
+from solver.benchmarking.results import run_meta, write_json_md  # noqa: E402
 from solver.collisions import COLLISIONS, collision_model  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402
@@ -160,10 +158,9 @@ def main(argv: list[str] | None = None) -> None:
             row["collision"] = name
             row["case"] = f"{name}: {row['case']}" if len(args.collision) > 1 else row["case"]
         rows += mine
-    meta = {"device": rows[0]["device"], "date": date.today().isoformat(),
-            "commit": git_commit(), "precision": args.precision, "streaming": args.streaming,
-            "copy_bandwidth": rows[0]["copy_bandwidth"], "voxelise_s": voxelise_s,
-            "collisions": args.collision, "smagorinsky": args.smagorinsky}
+    meta = run_meta(rows[0]["device"], precision=args.precision, streaming=args.streaming,
+                    copy_bandwidth=rows[0]["copy_bandwidth"], voxelise_s=voxelise_s,
+                    collisions=args.collision, smagorinsky=args.smagorinsky)
     if cost:
         meta["openings_cost"] = cost
     if len(driven_rows) > 1:
@@ -171,11 +168,8 @@ def main(argv: list[str] | None = None) -> None:
         meta["of_first"] = {k: r["mflups"] / first for k, r in driven_rows.items()}
     suffix = "" if args.collision == ["BGK"] else "-" + "-".join(args.collision)
     stem = results_stem(meta["device"], meta["date"]) + f"-{meta['commit']}-vessel{suffix}"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows},
-                                                     indent=1))
     text = markdown(meta, rows)
-    (RESULTS / f"{stem}.md").write_text(text)
+    write_json_md(RESULTS, stem, {"meta": meta, "results": rows}, text)
     print(text)
 
 

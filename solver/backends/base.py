@@ -22,6 +22,7 @@ holds a fluid node (``templates/tiled_lbm.cu``). Observables read fluid nodes on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -29,7 +30,8 @@ import numpy as np
 from ..problem import Problem
 
 __all__ = ["Backend", "DeviceInfo", "with_rest_solids", "NodeIndex", "node_index",
-           "tiled_node_populations", "with_rest_nodes"]
+           "tiled_node_populations", "with_rest_nodes", "Reductions", "LocalReductions",
+           "LOCAL_REDUCTIONS"]
 
 
 class DeviceInfo(dict):
@@ -99,12 +101,71 @@ def tiled_node_populations(problem: Problem, stored, index: NodeIndex, slots=Non
     return with_rest_nodes(problem, values, index.solid, xp)
 
 
+class Reductions(Protocol):
+    """Where a readout's sums are made, declared once per backend (:attr:`Backend.reductions`):
+    each method is given ``local``, the caller's own computation on the device holding the
+    whole state, and returns the same values (host float64 numbers; moments as backend
+    arrays), made there or elsewhere (MPI ranks: each reduces its own tiles, only numbers
+    travel; :class:`solver.distributed.reductions.RankReductions`). Lattice units."""
+
+    def tile_moments(self, state: Any, tiles: Any, local: Callable[[], tuple[Any, Any]]
+                     ) -> tuple[Any, Any]:
+        """Density (t, N) and velocity (d, t, N), float64, of the tiles ``tiles`` (a slice or
+        an index array) of ``state``: :meth:`solver.readout.Readout.chunks`' moments."""
+
+    def health_numbers(self, state: Any, axis: int, local: Callable[[], np.ndarray]
+                       ) -> np.ndarray:
+        """The run monitor's health numbers of ``state`` along ``axis``
+        (:meth:`solver.readout.Readout.health`)."""
+
+    def k_check_numbers(self, state: Any, axis: int, window: tuple[int, int],
+                        local: Callable[[], np.ndarray]) -> np.ndarray:
+        """A permeability check's numbers of ``state`` over the layers ``window`` along
+        ``axis`` (:class:`solver.rock.check.KCheck`)."""
+
+
+class LocalReductions:
+    """The :class:`Reductions` of a backend on one device: every sum is the caller's own."""
+
+    def tile_moments(self, state: Any, tiles: Any, local: Callable[[], tuple[Any, Any]]
+                     ) -> tuple[Any, Any]:
+        """``local()``: the moments of the tiles read on the state's device."""
+        return local()
+
+    def health_numbers(self, state: Any, axis: int, local: Callable[[], np.ndarray]
+                       ) -> np.ndarray:
+        """``local()``: the health numbers summed on the state's device."""
+        return local()
+
+    def k_check_numbers(self, state: Any, axis: int, window: tuple[int, int],
+                        local: Callable[[], np.ndarray]) -> np.ndarray:
+        """``local()``: the check's numbers summed on the state's device."""
+        return local()
+
+
+#: The one :class:`LocalReductions` (it holds nothing), what single-device backends declare.
+LOCAL_REDUCTIONS = LocalReductions()
+
+
 class Backend(Protocol):
     """A compute backend: allocation, stepping and host read-back."""
 
     name: str
     #: Array module of the state (``numpy`` or ``cupy``).
     xp: Any
+    #: Where its readouts' sums are made (:class:`Reductions`; one device:
+    #: :data:`LOCAL_REDUCTIONS`).
+    reductions: Reductions
+    #: Whether checkpoints and fields are written as per-rank parts and pieces
+    #: (:mod:`solver.checkpoint_parts`, :mod:`solver.vtk_pieces`; ``write_parts``): over two
+    #: or more MPI ranks. One device: False.
+    writes_parts: bool
+    #: Whether a checkpoint of parts is read by the backend's ranks, each its own tiles'
+    #: rows (``load_parts``), rather than assembled once and set. One device: False.
+    reads_parts: bool
+    #: Whether ``solver run`` keeps the whole voxel mask beside the tiling (one device: True;
+    #: over two or more ranks rank 0 keeps the tiling alone).
+    keeps_voxel_mask: bool
 
     def allocate(self, problem: Problem) -> Any:
         """Allocate and initialise the state of ``problem`` (equilibrium at rest)."""

@@ -36,6 +36,7 @@ from ..storage import collides_deviations, dither
 from ..streaming import pull_table_bytes
 from ..windkessel import DENSITY, TRACE, windkessel_update
 from .base import (
+    LOCAL_REDUCTIONS,
     DeviceInfo,
     NodeIndex,
     node_index,
@@ -148,6 +149,9 @@ class NumpyBackend:
 
     name = "numpy"
     xp = np
+    reductions = LOCAL_REDUCTIONS
+    writes_parts = reads_parts = False  # one device: one checkpoint file, one .vti
+    keeps_voxel_mask = True
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads or min(4, os.cpu_count() or 1)

@@ -32,7 +32,7 @@ from .cuda.tables import check_tile_shape, effective_layout
 
 __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "plan_for",
            "STORAGE_CHOICES", "LAYOUT_CHOICES", "STREAMING_CHOICES", "compact_kernel",
-           "storage_label", "distributed_refusal", "compact_values", "compact_state_estimate",
+           "storage_label", "compact_values", "compact_state_estimate",
            "AUTO_COMPACT_BELOW", "AUTO_HEADROOM_PER_TILE_NODE", "WIDE_SLOWER", "fits_device",
            "device_headroom",
            "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
@@ -437,12 +437,3 @@ def plan_for(problem: Problem) -> ExecutionPlan:
     reasons.append(("launch", f"tiles_per_block={problem.tiles_per_block}"))
     return ExecutionPlan(problem.dtype.name, label, layout, problem.streaming, family,
                          problem.tiles_per_block, reasons=tuple(reasons))
-
-
-def distributed_refusal(problem: Problem) -> str | None:
-    """Why a distributed (MPI) rank cannot step ``problem``'s options, saying what to use
-    instead, or None: the one place such a refusal is decided. None for every option now:
-    in place, driven openings read either phase's layout and the exchange after each phase
-    carries their reads (:mod:`solver.distributed.openings`)."""
-    del problem  # every storage, streaming and opening kind runs over ranks
-    return None

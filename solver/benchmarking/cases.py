@@ -8,11 +8,8 @@ suite (paper Tables 3 and 6: cavities and sphere packs, probe and collision kern
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import platform
-import subprocess
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -23,6 +20,7 @@ from tqdm import tqdm
 from ..config import SimulationConfig
 from ..simulation import Simulation
 from ..storage import PRECISION_LABELS, label_options, precision_label
+from .results import checkout_commit, git_commit, write_json_md
 
 __all__ = ["BenchCase", "run_case", "cpu_cases", "write_results", "sphere_pack", "git_commit",
            "PRECISION_LABELS", "precision_options"]
@@ -94,27 +92,10 @@ def run_case(case: BenchCase, config: SimulationConfig, steps: int, warmup: int 
     return result
 
 
-def git_commit() -> str:
-    """Short hash of the checked-out commit (``LBM_COMMIT`` overrides, for copies without .git)."""
-    return os.environ.get("LBM_COMMIT") or _commit()
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True, timeout=5)
-        return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def write_results(results: list[dict], device: str, out_dir: Path, stem: str) -> Path:
     """Write ``<stem>.json`` and ``<stem>.md`` (device, date, commit, table); return the .md."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"device": device, "date": date.today().isoformat(), "commit": _commit(),
+    meta = {"device": device, "date": date.today().isoformat(), "commit": checkout_commit(),
             "host": platform.node()}
-    (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                     indent=2))
     lines = [f"# Benchmark: {device}", "",
              f"Date {meta['date']}, commit {meta['commit']}.", "",
              "| case | backend | lattice | collision | precision | fluid nodes | eta_t | MFLUPS |",
@@ -123,6 +104,5 @@ def write_results(results: list[dict], device: str, out_dir: Path, stem: str) ->
         lines.append(f"| {r['case']} | {r['backend']} | {r['lattice']} | {r['collision']} | "
                      f"{r['precision']} | {r['fluid_nodes']} | {r['eta_t']:.3f} | "
                      f"{r['mflups']:.2f} |")
-    md = out_dir / f"{stem}.md"
-    md.write_text("\n".join(lines) + "\n")
-    return md
+    return write_json_md(out_dir, stem, {"meta": meta, "results": results},
+                         "\n".join(lines) + "\n", indent=2)[1]

@@ -12,13 +12,13 @@ get a table of their own against the two-copy ones.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from ..backends.plan import FAMILIES, TILED
 from ..config import STREAMING, population_copies
 from ..storage import PRECISION_LABELS
+from .results import write_json_md
 
 __all__ = ["targets", "markdown", "summary", "write_report", "results_stem"]
 
@@ -261,9 +261,5 @@ def results_stem(device: str, day: str) -> str:
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
     """Write ``<gpu>-<date>.json`` and ``.md`` into ``out_dir``; return both paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     stem = results_stem(report["meta"]["device"], report["meta"]["date"])
-    js, md = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    js.write_text(json.dumps(report, indent=1))
-    md.write_text(markdown(report))
-    return js, md
+    return write_json_md(out_dir, stem, report, markdown(report))

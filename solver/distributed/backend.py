@@ -78,6 +78,7 @@ from .comm import bind_local_gpu, world
 from .decomposition import decompose
 from .rank import RankSolver
 from .reductions import (
+    RankReductions,
     combine_health,
     combine_partials,
     owned_health,
@@ -207,6 +208,13 @@ class DistributedBackend:
 
     #: Rank 0 sees gathered host arrays, whatever the ranks compute on.
     xp = np
+    #: A checkpoint of parts is read by the ranks, each its own rows (:meth:`load_parts`).
+    reads_parts = True
+
+    @property
+    def reductions(self) -> RankReductions:
+        """Readouts' sums made on the ranks (each its own tiles; only numbers travel)."""
+        return RankReductions(self)
 
     @property
     def name(self) -> str:

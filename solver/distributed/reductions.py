@@ -31,7 +31,7 @@ from ..readout import end_layers, health_partial, k_check_partial
 from .rank import RankSolver
 
 __all__ = ["FlowNumbers", "owned_numbers", "combine", "owned_health", "combine_health",
-           "owned_k_check", "combine_partials", "READ_TILES"]
+           "owned_k_check", "combine_partials", "READ_TILES", "RankReductions"]
 
 #: Tiles read per chunk at most (64 nodes each; at the readout's upper bound of 49 kB per tile
 #: with D3Q19 and float32, 3.2 GB a chunk: 200 chunks a check of a 1600³ mirrored rank).
@@ -192,3 +192,26 @@ def owned_k_check(solver: RankSolver, axis: int, window: tuple[int, int]) -> np.
                                   xp.where(fluid, u, 0.0), xp)
         total = combine_partials([total, numbers], xp)
     return np.asarray(backend.to_host(total), dtype=np.float64)
+
+
+class RankReductions:
+    """The :class:`~solver.backends.base.Reductions` of a :class:`DistributedBackend`
+    (``backend``): every readout's sums made on the ranks, each over its own tiles, and only
+    the numbers or moments sent to rank 0 (its ``tile_moments``, ``health_numbers`` and
+    ``k_check_numbers``); the caller's ``local`` computation is not used."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def tile_moments(self, state: Any, tiles: Any, local: Any) -> tuple[Any, Any]:
+        """The moments of ``tiles`` made on the ranks owning them."""
+        return self.backend.tile_moments(state, tiles)
+
+    def health_numbers(self, state: Any, axis: int, local: Any) -> np.ndarray:
+        """The health numbers reduced on the ranks."""
+        return self.backend.health_numbers(state, axis)
+
+    def k_check_numbers(self, state: Any, axis: int, window: tuple[int, int], local: Any
+                        ) -> np.ndarray:
+        """A permeability check's numbers reduced on the ranks."""
+        return self.backend.k_check_numbers(state, axis, window)

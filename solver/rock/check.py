@@ -61,17 +61,21 @@ class KCheck:
         """``({'finite', 'max_speed', 'flow_tortuosity'}, k)`` of the current state; k is None
         when not finite. ``flow_tortuosity``: sum of |u| over sum of u along the axis over the
         window's fluid nodes (:func:`solver.observables.tortuosity`)."""
-        sim, xp = self.sim, self.sim.backend.xp
+        sim = self.sim
         if self.reader.state is not sim.state:  # reallocated (e.g. a new start)
             self.reader = Readout(sim.problem, sim.backend, sim.state, self.window.axis)
         if self.flags is not None:
             return self._fused()
         if self.nodes is not None and self.nodes.run is not sim.state:
             self.nodes = _CompactNodes.of(sim, self.window)
-        reduced = getattr(sim.backend, "k_check_numbers", None)
-        if reduced is not None:  # MPI ranks: each reduces its own tiles, only numbers travel
-            w = self.window
-            return self._result(reduced(sim.state, w.axis, (w.lo, w.hi)))
+        w = self.window
+        # Summed where the populations lie (MPI ranks: each its own tiles'), or here.
+        return self._result(sim.backend.reductions.k_check_numbers(
+            sim.state, w.axis, (w.lo, w.hi), self._local_numbers))
+
+    def _local_numbers(self) -> np.ndarray:
+        """:meth:`read`'s numbers summed on the state's device, a readout chunk at a time."""
+        sim, xp = self.sim, self.sim.backend.xp
         total = None
         for fluid, window, rho, u in (self.nodes.chunks() if self.nodes is not None
                                       else self._tiled_chunks()):
@@ -79,7 +83,7 @@ class KCheck:
             total = numbers if total is None else xp.concatenate([
                 xp.minimum(total[:1], numbers[:1]), xp.maximum(total[1:2], numbers[1:2]),
                 total[2:] + numbers[2:]])
-        return self._result(np.asarray(sim.backend.to_host(total), dtype=np.float64))
+        return np.asarray(sim.backend.to_host(total), dtype=np.float64)
 
     def _fused(self) -> tuple[dict, Permeability | None]:
         """:meth:`read` in one launch (:func:`~solver.backends.cuda.compact_check.darcy_check`)."""

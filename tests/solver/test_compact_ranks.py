@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from solver.backends.cuda.compact_run import CompactRun
-from solver.backends.plan import distributed_refusal, plan_for
+from solver.backends.plan import plan_for
 from solver.distributed import build_rank, decompose
 
 from .compact_emulator import FakeCupy, compiler
@@ -35,7 +35,7 @@ def test_compact_ranks_step_tile_ranges_like_one_compact_run(precision, packed, 
                                                              wide) -> None:
     problem = replace(make_problem("D3Q19", precision, "TRT", offset=(1, 2, 0)),
                       tile_storage="compact")
-    assert distributed_refusal(problem) is None and plan_for(problem).compact
+    assert plan_for(problem).compact
     fake = FakeCupy()
     f0 = as_stored(problem, noisy_start(problem))
     one = _run(problem, fake, packed)

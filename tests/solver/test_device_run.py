@@ -74,7 +74,8 @@ def test_a_compact_run_is_a_device_run_at_run_time() -> None:
 
 def test_the_backend_reaches_runs_through_the_protocol_only() -> None:
     """The backend, its state access and a distributed rank's phases never ask which run they
-    hold: no isinstance of a run class, no private method of a run called from outside it."""
+    hold: no isinstance of a run class, no attribute of a run sniffed (``getattr``/``hasattr``
+    of ``self.state``), no private method of a run called from outside it."""
     for module in ("backend.py", "state_access.py", "phases.py", "compact_check.py",
                    "prolong.py"):
         tree = ast.parse((CUDA / module).read_text())
@@ -82,6 +83,8 @@ def test_the_backend_reaches_runs_through_the_protocol_only() -> None:
             if isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance":
                 assert not {"TiledRun", "CompactRun"} & {
                     n.id for n in ast.walk(node) if isinstance(n, ast.Name)}, module
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr"):
+                assert ast.unparse(node.args[0]) != "self.state", (module, ast.unparse(node))
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and \
                     not node.attr.startswith("__"):
                 assert ast.unparse(node.value) in ("self", "cp", "np"), (module,

@@ -33,7 +33,7 @@ import pytest
 
 from solver.backends.cuda.compact_run import CompactRun
 from solver.backends.cuda.tables import slot_table
-from solver.backends.plan import distributed_refusal, plan_for
+from solver.backends.plan import plan_for
 from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
 from solver.distributed.exchange import PhasedExchange
 from solver.distributed.halo import in_place_plans
@@ -151,7 +151,6 @@ class _Backend:
         return run
 
     def phase_stepper(self, problem, n_boundary, n_owned):
-        assert distributed_refusal(problem) is None
         return _Phases(self.run(problem), ((0, n_boundary), (n_boundary, n_owned)))
 
     def populations(self, state):
@@ -308,7 +307,7 @@ def test_in_place_ranks_with_openings_match_one_in_place_run_bitwise(case, n, ax
     sim = Simulation(channel(), channel_config(case), backend="numpy")
     problem = replace(sim.problem, streaming="in-place", tile_storage="tiled")
     sim.close()
-    assert distributed_refusal(problem) is None and plan_for(problem).in_place
+    assert plan_for(problem).in_place
     backend = _Backend()
     f0 = as_stored(problem, noisy_start(problem))
     one = backend.run(problem)

@@ -25,7 +25,7 @@ import cupy as cp
 import numpy as np
 
 from ...problem import Problem
-from ..base import DeviceInfo
+from ..base import LOCAL_REDUCTIONS, DeviceInfo
 from ..plan import ExecutionPlan, plan_for
 from .compact_run import CompactRun
 from .device import (
@@ -50,6 +50,9 @@ class CupyBackend(StateAccess):
 
     name = "cupy"
     xp = cp
+    reductions = LOCAL_REDUCTIONS
+    writes_parts = reads_parts = False  # one device: one checkpoint file, one .vti
+    keeps_voxel_mask = True
 
     def allocate(self, problem: Problem, plan: ExecutionPlan | None = None) -> DeviceRun:
         """The run of ``problem`` at the rest equilibrium as its execution plan (``plan``, by
@@ -76,9 +79,8 @@ class CupyBackend(StateAccess):
         owning tiles ``[0, n_owned_tiles)``, the first ``n_boundary_tiles`` read by others, on
         the storage its execution plan chooses (either :class:`.device_run.DeviceRun`: both
         step tile ranges, ``launch_tiles``)."""
-        from .phases import CupyPhases, refuse_undistributable
+        from .phases import CupyPhases
 
-        refuse_undistributable(problem)
         n = problem.tiling.n_tiles
         owned = np.arange(n) < n_owned_tiles
         if not 0 <= n_boundary_tiles <= n_owned_tiles <= n or (

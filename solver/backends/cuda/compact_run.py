@@ -277,6 +277,14 @@ class CompactRun:
                           (src, dst, *self.tables, *self.ints, *reals,
                            *(() if self.seeds is None else (self.seeds,))))
 
+    def load_range_kernels(self, ranges: tuple[tuple[int, int], ...]) -> None:
+        """Compile and load every phase's kernel (one kernel steps any tile range)."""
+        from .device import compile_kernel
+
+        for variant in self.variants:
+            compile_kernel(variant)
+            self.loaded.add(variant.name)
+
     def launch_tiles(self, first: int, end: int) -> None:
         """Enqueue one full step of tiles ``[first, end)`` on the current stream (the caller's,
         not the run's own), from the current copy into the other (in place: the phase's

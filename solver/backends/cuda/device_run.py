@@ -54,6 +54,10 @@ class DeviceRun(Protocol):
         """Enqueue one full step of tiles ``[first, end)`` on the current stream, from the
         current copy into the other, without swapping them (a distributed rank's phase)."""
 
+    def load_range_kernels(self, ranges: tuple[tuple[int, int], ...]) -> None:
+        """Compile and load every kernel :meth:`launch_tiles` launches over the tile ranges
+        ``ranges`` in either copy or phase, before a capture (which cannot load a module)."""
+
     def value_index(self, flat: np.ndarray) -> np.ndarray:
         """Indices (int64) into a flat stored copy of tiled XYZ flat indices
         ``(tile q + i) a^d + node`` (a halo plan's)."""

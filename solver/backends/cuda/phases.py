@@ -65,10 +65,9 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import distributed_refusal
 from .timeline import timeline_from_environment
 
-__all__ = ["CupyPhases", "refuse_undistributable", "COPY_PER_THREAD", "halo_copy_source"]
+__all__ = ["CupyPhases", "COPY_PER_THREAD", "halo_copy_source"]
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +76,6 @@ log = logging.getLogger(__name__)
 #: keeps several in flight, and the chain launches an eighth of the blocks (2 x H200, weak
 #: scaling: with one value per thread, gather and scatter cost 7 us of a 142 us step).
 COPY_PER_THREAD = 8
-
-
-def refuse_undistributable(problem) -> None:
-    """ValueError, saying what to use instead, for options a distributed rank cannot step
-    (:func:`~solver.backends.plan.distributed_refusal`)."""
-    why = distributed_refusal(problem)
-    if why:
-        raise ValueError(why)
 
 
 def halo_copy_source(real: str, index: str = "long long") -> str:
@@ -361,23 +352,7 @@ class CupyPhases:
     def _load_phase_kernels(self) -> None:
         """Compile and load both phases' kernels (in place) before a capture, which cannot
         load a module: the plain steps before it may have run one phase only."""
-        from .device import compile_kernel
-
-        variants = getattr(self.state, "variants", None)
-        if variants is not None:  # a CompactRun
-            for variant in variants:
-                compile_kernel(variant)
-                self.state.loaded.add(variant.name)
-            return
-        current, tpb = self.state.current, self.state.problem.tiles_per_block
-        try:
-            for phase in (0, 1):  # the tiled launches are resolved per range and phase
-                self.state.current = phase
-                for first, end in self._ranges:
-                    if end > first:  # resolves (compiles, loads, caches) the launch only
-                        self.state.entry("full", tpb, (first, end))
-        finally:
-            self.state.current = current
+        self.state.load_range_kernels(self._ranges)
 
     def _rearm(self) -> None:
         """Record the step events outside any capture: events last recorded inside one stand

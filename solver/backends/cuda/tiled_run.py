@@ -131,6 +131,19 @@ class TiledRun:
                 "full", self.problem.tiles_per_block, (first, end))
             kernel(grid, block, (*self.copies(), *tail), shared_mem=smem)
 
+    def load_range_kernels(self, ranges: tuple[tuple[int, int], ...]) -> None:
+        """Resolve (compile, load, cache) the launch of every range in both phases: the tiled
+        launches are resolved per range and phase."""
+        current, tpb = self.current, self.problem.tiles_per_block
+        try:
+            for phase in (0, 1):
+                self.current = phase
+                for first, end in ranges:
+                    if end > first:
+                        self.entry("full", tpb, (first, end))
+        finally:
+            self.current = current
+
     def launch(self, mode: str, tiles_per_block: int) -> None:
         """Enqueue one launch of kernel ``mode`` over all tiles (the openings' pass first for
         a step) and move ``current`` on."""
