@@ -42,7 +42,7 @@ from ..monitor import K_WINDOW, KConvergence, check_health
 from ..observables import Permeability
 from ..problem import Problem, tile_offset
 from ..simulation import Simulation
-from .check import KCheck, Phases
+from .check import CheckAhead, KCheck, Phases, check_ahead
 from .conduction import Conduction, ConductionSystem, conduction_system, solve_conduction
 from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
 from .protocol import ProtocolSetup, checked_sample, sample_labels, setup_protocol
@@ -110,6 +110,9 @@ class PreparedAxis:
     phases: Phases
     seconds: float
     coarse_seconds: float
+    #: Per simulation (``id``), the host part of its k check (:func:`check_ahead`), each
+    #: taken by its run (its host memory then goes with that check).
+    checks: dict[int, CheckAhead] = field(default_factory=dict)
 
     @property
     def coarse(self) -> ProtocolSetup | None:
@@ -142,11 +145,12 @@ def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
     device = backend if on_device else None
     tic = time.perf_counter()
     phases = Phases()
+    checks: dict[int, CheckAhead] = {}
     # The fine run's host set-up (tiling) comes first: a run from rest pays it too, so the
     # coarse start's seconds are its own (coarsening, its run, the prolongation).
     with phases.timed("tiling"):
         sim = _simulation(setup, backend, device)
-        _host_tables(sim)
+        _host_tables(sim, setup, checks)
     start = time.perf_counter()
     setups: list[ProtocolSetup] = []
     if settings.accelerate and settings.coarse_start:
@@ -159,10 +163,11 @@ def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
     for coarse in setups:
         with phases.timed("tiling"):
             coarse_sim = _simulation(coarse, backend, device)
-            _host_tables(coarse_sim)
+            _host_tables(coarse_sim, coarse, checks)
         levels.append((coarse, coarse_sim))
     end = time.perf_counter()
-    return PreparedAxis(sim, levels, phases, end - tic, end - start if levels else 0.0)
+    return PreparedAxis(sim, levels, phases, end - tic, end - start if levels else 0.0,
+                        checks)
 
 
 def _simulation(setup: ProtocolSetup, backend: Any, device: Any = None) -> Simulation:
@@ -184,13 +189,13 @@ def _simulation(setup: ProtocolSetup, backend: Any, device: Any = None) -> Simul
     return Simulation(geometry, config, backend, problem=problem)
 
 
-def _host_tables(sim: Simulation) -> None:
-    """Build the problem's cached host tables that its allocation reads (boundary kinds and
-    tables, the sector mix: 0.3-0.6 s for a 200³ pressure-driven box on the CPU), with the rest
-    of the set-up: beside the device's steps in a study (:func:`run_study`)."""
-    problem = sim.problem
-    for table in ("storage", "iolets", "sector_mix", "boundary"):
-        getattr(problem, table)
+def _host_tables(sim: Simulation, setup: ProtocolSetup, checks: dict[int, CheckAhead]) -> None:
+    """Build the host tables that the allocation of ``sim`` (:meth:`Simulation.prepare`) and
+    its k check (:func:`check_ahead`, into ``checks``) read, with the rest of the set-up:
+    beside the device's steps in a study (:func:`run_study`). At 1000³ these were 3.3-4.2 s
+    of host work in each run's allocation (H200 host, results/*-1000-setup.md)."""
+    sim.prepare()
+    checks[id(sim)] = check_ahead(sim, setup.axis, setup.window)
 
 
 def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
@@ -229,7 +234,8 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                     _prolong(coarse_sim, below, phases)
                 result = _run(coarse_sim, coarse, settings,
                               level_tolerance(settings, level, len(levels)), voxel_size,
-                              None, phases, "coarse")
+                              None, phases, "coarse",
+                              prepared.checks.pop(id(coarse_sim), None))
                 scale = (FACTOR ** (level + 1)) ** 2  # coarse voxel² in fine voxel²
                 steps.insert(0, result.steps)
                 log.info("%s: start level 1/%d after %d steps (k = %.4g voxel² fine)",
@@ -244,8 +250,9 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
         else:
             _ramp(sim, setup, settings, phases)
         result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check, phases,
-                      "fine")
+                      "fine", prepared.checks.pop(id(sim), None))
     finally:
+        prepared.checks.clear()  # a stopped run's checks made ahead go with it
         for _, coarse_sim in levels:
             coarse_sim.close()
         sim.close()
@@ -303,12 +310,14 @@ def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
 def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
          tolerance: float, voxel_size: float | None,
          on_check: Callable[[int, float, float], None] | None,
-         phases: Phases | None = None, stage: str = "fine") -> AxisResult:
+         phases: Phases | None = None, stage: str = "fine",
+         ahead: CheckAhead | None = None) -> AxisResult:
     """Step ``sim`` (of ``setup``) until the monitor's :class:`KConvergence` says k converged
     to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit. Checks at
     multiples of ``check_interval`` steps, each reading k there and one step later
     (:func:`_read_pair`): the history, the test and the run's k are the pair means; wall time
-    goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...; :data:`PHASES`)."""
+    goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...; :data:`PHASES`).
+    ``ahead``: the host part of its k check, made before (:func:`check_ahead`)."""
     phases = Phases() if phases is None else phases
     every = settings.check_interval
     history: list[tuple[int, float]] = []
@@ -316,7 +325,8 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
     change, converged = math.inf, False
     tic = time.perf_counter()
     with phases.timed("allocation"):
-        check = KCheck(sim, setup.axis, setup.window, voxel_size)
+        check = KCheck(sim, setup.axis, setup.window, voxel_size, ahead)
+    ahead = None  # the check holds what it needs of it
     first, pair, previous = True, None, None
     while sim.time_step < settings.max_steps:
         # The first chunk compiles the kernels (and captures a graph) on a GPU. Checks stay

@@ -25,7 +25,7 @@ import cupy as cp
 import numpy as np
 
 from ...problem import Problem
-from ..base import DeviceInfo
+from ..base import DeviceInfo, prepare_problem_tables
 from ..plan import ExecutionPlan, plan_for
 from .compact_run import CompactRun
 from .device import (
@@ -37,7 +37,9 @@ from .device import (
 )
 from .device_run import DeviceRun
 from .footprint import device_bytes
+from .kernels import KernelVariant
 from .state_access import StateAccess
+from .tables import TablesAhead
 from .tiled_run import TiledRun
 
 __all__ = ["CupyBackend", "probe_device", "compile_kernel", "copy_bandwidth"]
@@ -50,6 +52,22 @@ class CupyBackend(StateAccess):
 
     name = "cupy"
     xp = cp
+
+    @property
+    def tables_ahead(self) -> TablesAhead:
+        """The tiled runs' host tables made ahead by :meth:`prepare`, until allocated."""
+        if "_tables_ahead" not in self.__dict__:
+            self.__dict__["_tables_ahead"] = TablesAhead()
+        return self.__dict__["_tables_ahead"]
+
+    def prepare(self, problem: Problem) -> None:
+        """Build ``problem``'s host tables ahead of :meth:`allocate`
+        (:meth:`~solver.backends.base.Backend.prepare`): the problem's own and, where its plan
+        stores it tiled, the kernel's (:func:`~.tables.device_tables`, :class:`.TablesAhead`).
+        No device memory: a study makes them beside another run's steps."""
+        prepare_problem_tables(problem)
+        if not plan_for(problem).compact:
+            self.tables_ahead.put(problem, KernelVariant.for_problem(problem).boundary)
 
     def allocate(self, problem: Problem, plan: ExecutionPlan | None = None) -> DeviceRun:
         """The run of ``problem`` at the rest equilibrium as its execution plan (``plan``, by
@@ -69,7 +87,7 @@ class CupyBackend(StateAccess):
         if plan.compact:
             return CompactRun(problem, plan.pad, cp, tiles_per_block=plan.tiles_per_block,
                               packed=plan.packed, code=plan.code, wide=plan.wide)
-        return TiledRun.allocate(problem)
+        return TiledRun.allocate(problem, self.tables_ahead)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
         """A rank's two-phase stepper (:class:`.phases.CupyPhases`) for a rank-local ``problem``
