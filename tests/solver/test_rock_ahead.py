@@ -1,0 +1,153 @@
+"""A rock study builds each run's allocation tables and k-check flags ahead (issue 29, 1000³
+tensor): beside the previous run's steps instead of between two runs. What is made ahead must
+be what the allocation and the check would build themselves (the same k and steps as runs set
+up on the spot), and its host memory must go with the run or the sample it was made for."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from geometries.generators import random_sphere_pack
+from solver.backends.cuda.tables import TablesAhead, device_tables
+from solver.config import SimulationConfig
+from solver.observables import darcy_window
+from solver.rock import PermeabilitySettings, setup_protocol
+from solver.rock import measure as rock_measure
+from solver.rock.check import check_ahead, node_flags
+from solver.simulation import Simulation
+from solver.tiling import Tiling
+
+from .porous_cases import make_problem
+
+
+def _same_tables(a: dict, b: dict) -> None:
+    assert list(a) == list(b)  # kernel-argument order
+    for name in a:
+        assert a[name].dtype == b[name].dtype, name
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_tables_made_ahead_are_the_allocations_own_and_taken_once():
+    problem = make_problem("D3Q19", "float32", "TRT")
+    ahead = TablesAhead()
+    ahead.put(problem, "none")
+    assert len(ahead) == 1 and ahead.held_bytes() > 0
+    assert ahead.take(problem, "halfway") is None  # made for other kernels: built anew
+    ahead.put(problem, "none")
+    _same_tables(ahead.take(problem, "none"), device_tables(problem, "none"))
+    assert len(ahead) == 0 and ahead.held_bytes() == 0  # the allocation holds them now
+    assert ahead.take(problem, "none") is None
+
+
+def test_tables_made_ahead_go_with_their_problem():
+    """A run stopped before its allocation (or a sample changed) leaves nothing behind."""
+    ahead = TablesAhead()
+    kept = make_problem("D3Q19", "float32", "TRT", seed=1)
+    dropped = make_problem("D3Q19", "float32", "TRT", seed=2)
+    ahead.put(kept, "none")
+    ahead.put(dropped, "none")
+    assert len(ahead) == 2
+    del dropped
+    gc.collect()
+    assert len(ahead) == 1
+    _same_tables(ahead.take(kept, "none"), device_tables(kept, "none"))
+
+
+def test_fluid_count_is_made_once_per_solid_mask():
+    solid = np.zeros((8, 8, 8), dtype=bool)
+    solid[:3] = True
+    tiling = Tiling.build(solid, 4, (0, 0, 0))
+    assert tiling.n_fluid == 5 * 64
+    tiling.solid = np.ones_like(tiling.solid)  # a new mask is counted again
+    assert tiling.n_fluid == 0
+
+
+class _FusedChecks:
+    """A NumPy backend named as the one whose checks are fused (CuPy): check_ahead then makes
+    the fused check's node flags, which need no device."""
+
+    def __init__(self, backend) -> None:
+        self._backend = backend
+
+    name = "cupy"
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
+@pytest.mark.parametrize("protocol", ["mirrored", "pressure"])
+def test_check_flags_made_ahead_are_the_checks_own(protocol):
+    from solver.backends import get_backend
+    from solver.backends.plan import plan_for
+
+    pack = random_sphere_pack((16, 16, 16), 0.35, diameter=8, seed=3)
+    config = SimulationConfig(precision="float32", collision="TRT")
+    setup = setup_protocol(pack, config, 1, protocol, PermeabilitySettings())
+    sim = Simulation(setup.geometry, setup.config, _FusedChecks(get_backend("numpy")))
+    ahead = check_ahead(sim, setup.axis, setup.window)
+    fresh = darcy_window(sim.problem, setup.axis, setup.window, np)
+    assert ahead.compact == plan_for(sim.problem).compact
+    np.testing.assert_array_equal(ahead.flags, node_flags(sim.problem, fresh, ahead.compact))
+    assert ahead.flags.max() & 8  # fluid nodes flagged
+
+
+def _study_and_fresh_runs(backend_name: str, monkeypatch, size: int = 16):
+    """k and steps of a 3-axis mirrored study (set-ups made ahead) and of the same runs with
+    nothing made ahead (as before: tables and flags built at allocation)."""
+    from solver.backends import get_backend
+
+    pack = random_sphere_pack((size,) * 3, 0.35, diameter=8, seed=5)
+    config = SimulationConfig(precision="float32", collision="TRT")
+    settings = PermeabilitySettings(axes=["x", "y", "z"], formation_factor=False,
+                                    max_steps=1000, check_interval=100)
+    backend = get_backend(backend_name)
+    study = rock_measure.run_study(pack, config, settings, backend)
+    ahead = [(r.axis, r.k_lattice, r.steps, r.start_steps) for r in study.results]
+    with monkeypatch.context() as m:  # nothing made ahead
+        m.setattr(rock_measure, "_host_tables", lambda sim, setup, checks: None)
+        fresh = []
+        for axis in range(3):
+            setup = setup_protocol(pack, config, axis, "mirrored", settings)
+            r = rock_measure.measure_axis(setup, settings, backend)
+            fresh.append((r.axis, r.k_lattice, r.steps, r.start_steps))
+    return backend, ahead, fresh
+
+
+def test_a_study_with_set_ups_made_ahead_gives_fresh_runs_k_and_steps(monkeypatch):
+    """NumPy: the study's k and steps per axis, bit for bit, as runs set up on the spot."""
+    _, ahead, fresh = _study_and_fresh_runs("numpy", monkeypatch)
+    assert ahead == fresh
+
+
+@pytest.mark.gpu
+def test_a_cupy_study_with_tables_made_ahead_gives_fresh_runs_k_and_steps(monkeypatch):
+    """CuPy: the same steps and k per axis with the tables and flags made ahead, and nothing
+    left held on the host after the study. k to 1e-12, not bits: the fused check adds its
+    per-block sums atomically (in float64), in whatever order the blocks finish."""
+    backend, ahead, fresh = _study_and_fresh_runs("cupy", monkeypatch, size=32)
+    assert [(a, n, s) for a, _, n, s in ahead] == [(a, n, s) for a, _, n, s in fresh]
+    for (_, k, _, _), (_, k_fresh, _, _) in zip(ahead, fresh, strict=True):
+        assert k == pytest.approx(k_fresh, rel=1e-12)
+    assert len(backend.tables_ahead) == 0
+
+
+@pytest.mark.gpu
+def test_a_tiled_run_uploads_the_tables_made_ahead():
+    import cupy as cp
+
+    from solver.backends import get_backend
+    from solver.backends.cuda.kernels import KernelVariant
+
+    backend = get_backend("cupy")
+    problem = make_problem("D3Q19", "float32", "TRT")
+    backend.prepare(problem)
+    assert len(backend.tables_ahead) == 1
+    run = backend.allocate(problem)
+    assert len(backend.tables_ahead) == 0
+    host = device_tables(problem, KernelVariant.for_problem(problem).boundary)
+    for name, table in run.tables.items():
+        np.testing.assert_array_equal(cp.asnumpy(table), host[name], err_msg=name)
+    backend.release(run)
