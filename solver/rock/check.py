@@ -42,6 +42,13 @@ class CheckAhead:
     flags: np.ndarray | None
     compact: bool
 
+    def flags_for(self, sim: Simulation) -> np.ndarray | None:
+        """The flags, where they fit ``sim``'s allocated state (fused checks, the storage they
+        were made for); else None (the check makes its own)."""
+        if self.flags is None or not _fuses(sim) or _compacted(sim) != self.compact:
+            return None
+        return self.flags
+
 
 def check_ahead(sim: Simulation, axis: int, window: tuple[int, int]) -> CheckAhead:
     """What :class:`KCheck` of ``sim`` builds on the host, made now, without device memory
@@ -70,7 +77,8 @@ class KCheck:
             else ahead.window
         #: The fused check (:mod:`solver.backends.cuda.compact_check`): its node flags (None:
         #: the chunked readout) and, for a tiled state, its slot table.
-        self.flags = _fused_flags(sim, host, ahead)
+        ready = None if ahead is None else ahead.flags_for(sim)
+        self.flags = _fused_flags(sim, host) if ready is None else sim.backend.xp.asarray(ready)
         self.slots = None
         if self.flags is not None and not getattr(sim.state, "edge", None):
             from ..backends.cuda.compact_check import tiled_slots
@@ -151,18 +159,18 @@ def _fuses(sim: Simulation) -> bool:
             and sim.problem.lattice.d == 3)
 
 
-def _fused_flags(sim: Simulation, window: DarcyWindow, ahead: CheckAhead | None = None):
+def _fused_flags(sim: Simulation, window: DarcyWindow):
     """The device flags of :func:`node_flags` (``window`` with host masks) for the fused check
     of a CuPy run with plain 3D storage (compacted: per fluid node; tiled: per tile node);
-    None where it does not apply (the chunked readout reads the run). ``ahead``'s flags where
-    they were made for the storage the run has."""
+    None where it does not apply (the chunked readout reads the run)."""
     if not _fuses(sim):
         return None
-    compact = bool(getattr(sim.state, "edge", None))
-    flags = ahead.flags if ahead is not None and ahead.compact == compact else None
-    if flags is None:
-        flags = node_flags(sim.problem, window, compact)
-    return sim.backend.xp.asarray(flags)
+    return sim.backend.xp.asarray(node_flags(sim.problem, window, _compacted(sim)))
+
+
+def _compacted(sim: Simulation) -> bool:
+    """Whether ``sim``'s allocated state holds fluid nodes only (has edge tables)."""
+    return bool(getattr(sim.state, "edge", None))
 
 
 def node_flags(problem, window: DarcyWindow, compact: bool) -> np.ndarray:

@@ -151,3 +151,34 @@ def test_a_tiled_run_uploads_the_tables_made_ahead():
     for name, table in run.tables.items():
         np.testing.assert_array_equal(cp.asnumpy(table), host[name], err_msg=name)
     backend.release(run)
+
+
+def test_a_fused_check_reads_with_its_flags_made_ahead(monkeypatch):
+    """The fused check's kernel (g++ emulation, a compact run of host arrays) reads the same
+    health and k with the flags made ahead as with the ones it makes itself, and makes none."""
+    from solver.backends.cuda import compact_check
+    from solver.rock import check
+
+    from .grid_stride_emulator import compiler
+    from .test_compact_readout import EmulatedCompactBackend
+    from .test_rock_check_kernel import _launch, _run
+
+    if compiler() is None:
+        pytest.skip("g++ is not installed")
+    monkeypatch.setattr(compact_check, "_cupy_launch", _launch)
+    monkeypatch.setattr(compact_check, "_cupy_blocks", lambda: 2)
+    monkeypatch.setattr(check, "_fuses", lambda sim: True)  # the emulated run as CuPy's
+    sim, setup = _run("mirrored", "incompressible", EmulatedCompactBackend())
+    own = check.KCheck(sim, setup.axis, setup.window, 1e-6)
+    ahead = check.check_ahead(sim, setup.axis, setup.window)
+    assert ahead.compact  # what the plan stores, as the allocation did
+
+    def refused(*args):
+        raise AssertionError("node flags made again")
+
+    monkeypatch.setattr(check, "node_flags", refused)
+    made_ahead = check.KCheck(sim, setup.axis, setup.window, 1e-6, ahead)
+    np.testing.assert_array_equal(made_ahead.flags, own.flags)
+    (health, k), (health_a, k_a) = own.read(), made_ahead.read()
+    assert k_a.lattice == pytest.approx(k.lattice, rel=1e-12)  # block sums: any order
+    assert health_a["max_speed"] == health["max_speed"]
