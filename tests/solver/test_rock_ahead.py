@@ -94,15 +94,17 @@ def test_check_flags_made_ahead_are_the_checks_own(protocol):
     assert ahead.flags.max() & 8  # fluid nodes flagged
 
 
-def _study_and_fresh_runs(backend_name: str, monkeypatch, size: int = 16):
+def _study_and_fresh_runs(backend_name: str, monkeypatch, size: int = 16,
+                          max_steps: int = 1000, **options):
     """k and steps of a 3-axis mirrored study (set-ups made ahead) and of the same runs with
-    nothing made ahead (as before: tables and flags built at allocation)."""
+    nothing made ahead (as before: tables and flags built at allocation); ``options`` of the
+    configuration."""
     from solver.backends import get_backend
 
     pack = random_sphere_pack((size,) * 3, 0.35, diameter=8, seed=5)
-    config = SimulationConfig(precision="float32", collision="TRT")
+    config = SimulationConfig(precision="float32", collision="TRT", **options)
     settings = PermeabilitySettings(axes=["x", "y", "z"], formation_factor=False,
-                                    max_steps=1000, check_interval=100)
+                                    max_steps=max_steps, check_interval=100)
     backend = get_backend(backend_name)
     study = rock_measure.run_study(pack, config, settings, backend)
     ahead = [(r.axis, r.k_lattice, r.steps, r.start_steps) for r in study.results]
@@ -124,10 +126,12 @@ def test_a_study_with_set_ups_made_ahead_gives_fresh_runs_k_and_steps(monkeypatc
 
 @pytest.mark.gpu
 def test_a_cupy_study_with_tables_made_ahead_gives_fresh_runs_k_and_steps(monkeypatch):
-    """CuPy: the same steps and k per axis with the tables and flags made ahead, and nothing
-    left held on the host after the study. k to 1e-12, not bits: the fused check adds its
-    per-block sums atomically (in float64), in whatever order the blocks finish."""
-    backend, ahead, fresh = _study_and_fresh_runs("cupy", monkeypatch, size=32)
+    """CuPy, tiled in place as the 1000³ fine runs: the same steps and k per axis with the
+    tables and flags made ahead, and nothing left held on the host after the study. k to
+    1e-12, not bits: the fused check adds its per-block sums atomically (in float64), in
+    whatever order the blocks finish."""
+    backend, ahead, fresh = _study_and_fresh_runs("cupy", monkeypatch, 32, 6000,
+                                                  tile_storage="tiled", streaming="in-place")
     assert [(a, n, s) for a, _, n, s in ahead] == [(a, n, s) for a, _, n, s in fresh]
     for (_, k, _, _), (_, k_fresh, _, _) in zip(ahead, fresh, strict=True):
         assert k == pytest.approx(k_fresh, rel=1e-12)
