@@ -28,6 +28,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -102,8 +103,9 @@ class AxisResult:
 class PreparedAxis:
     """The host set-up of one protocol run (:func:`prepare_axis`): the fine simulation, the
     coarse start's levels (finest first: the sample coarsened by 2, by 4, ...; empty without
-    a coarse start), the phases it took and the seconds of that set-up (all of it;
-    ``coarse_seconds`` the coarse start's part)."""
+    a coarse start), the phases it took and the seconds of that set-up (all of it, wherever
+    it ran; ``coarse_seconds`` the coarse start's part). ``pending``: the fine run's host
+    tables while a worker makes them (:func:`prepare_axis`; :meth:`ready` waits)."""
 
     sim: Simulation
     levels: list[tuple[ProtocolSetup, Simulation]]
@@ -113,6 +115,13 @@ class PreparedAxis:
     #: Per simulation (``id``), the host part of its k check (:func:`check_ahead`), each
     #: taken by its run (its host memory then goes with that check).
     checks: dict[int, CheckAhead] = field(default_factory=dict)
+    pending: Future | None = None
+
+    def ready(self) -> None:
+        """Wait until the fine run's host tables are made (raising what making them raised)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
 
     @property
     def coarse(self) -> ProtocolSetup | None:
@@ -135,13 +144,15 @@ def start_levels(setup: ProtocolSetup, levels: int, backend: Any = None) -> list
 
 
 def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
-                 backend: Any, on_device: bool = False) -> PreparedAxis:
+                 backend: Any, on_device: bool = False, worker: Any = None) -> PreparedAxis:
     """Tile the run of ``setup`` and, with ``accelerate`` and ``coarse_start``, coarsen and tile
-    its coarse start (``settings.start_level_count`` levels). With ``on_device`` and a CuPy
+    its coarse start (``settings.start_level_count`` levels), and make the host tables their
+    allocations and k checks read (:func:`_host_tables`). With ``on_device`` and a CuPy
     backend the tilings and the levels' pore labels are made on the GPU (for a moment; the
     results on the host: :mod:`solver.backends.cuda.rock_setup`), else host work only (no
     device memory), so a study may do it for the next run while the device steps the
-    current one (:func:`run_study`)."""
+    current one (:func:`run_study`). ``worker`` (an executor): the fine run's host tables are
+    made there, beside the coarse start's steps (``PreparedAxis.pending``)."""
     device = backend if on_device else None
     tic = time.perf_counter()
     phases = Phases()
@@ -150,7 +161,6 @@ def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
     # coarse start's seconds are its own (coarsening, its run, the prolongation).
     with phases.timed("tiling"):
         sim = _simulation(setup, backend, device)
-        _host_tables(sim, setup, checks)
     start = time.perf_counter()
     setups: list[ProtocolSetup] = []
     if settings.accelerate and settings.coarse_start:
@@ -166,8 +176,21 @@ def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
             _host_tables(coarse_sim, coarse, checks)
         levels.append((coarse, coarse_sim))
     end = time.perf_counter()
-    return PreparedAxis(sim, levels, phases, end - tic, end - start if levels else 0.0,
-                        checks)
+    prepared = PreparedAxis(sim, levels, phases, end - tic, end - start if levels else 0.0,
+                            checks)
+
+    def fine_tables() -> None:
+        # The fine run's tables are needed only at its allocation, after the coarse start.
+        began = time.perf_counter()
+        with phases.timed("tiling"):
+            _host_tables(sim, setup, checks)
+        prepared.seconds += time.perf_counter() - began
+
+    if worker is None:
+        fine_tables()
+    else:
+        prepared.pending = worker.submit(fine_tables)
+    return prepared
 
 
 def _simulation(setup: ProtocolSetup, backend: Any, device: Any = None) -> Simulation:
@@ -244,14 +267,19 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 if level == 0:
                     coarse_k = scale * result.k_lattice
                 below = coarse_sim
+            prepared.ready()  # the fine run's tables, made beside the coarse start
             _prolong(sim, below, phases)
             levels = []
             start_seconds += time.perf_counter() - start
         else:
+            prepared.ready()
             _ramp(sim, setup, settings, phases)
         result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check, phases,
                       "fine", prepared.checks.pop(id(sim), None))
     finally:
+        pending = prepared.pending  # stopped before its fine run: its tables go unused
+        if pending is not None and not pending.cancel():
+            futures.wait([pending])  # it writes into ``checks``: let it finish first
         prepared.checks.clear()  # a stopped run's checks made ahead go with it
         for _, coarse_sim in levels:
             coarse_sim.close()
@@ -572,7 +600,7 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
                 labels.clear()  # every axis checked: free the labels (4 GB at 1000³)
         setup = setup_protocol(sample, config, axis, protocol, settings, checked[axis])
         connectivity = time.perf_counter() - tic
-        return setup, connectivity, prepare_axis(setup, settings, backend, idle)
+        return setup, connectivity, prepare_axis(setup, settings, backend, idle, worker)
 
     systems = {}
     with _host_worker(backend) as worker:

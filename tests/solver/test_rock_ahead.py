@@ -118,8 +118,16 @@ def _study_and_fresh_runs(backend_name: str, monkeypatch, size: int = 16,
     return backend, ahead, fresh
 
 
-def test_a_study_with_set_ups_made_ahead_gives_fresh_runs_k_and_steps(monkeypatch):
-    """NumPy: the study's k and steps per axis, bit for bit, as runs set up on the spot."""
+@pytest.mark.parametrize("worker", ["caller", "thread"])
+def test_a_study_with_set_ups_made_ahead_gives_fresh_runs_k_and_steps(monkeypatch, worker):
+    """NumPy: the study's k and steps per axis, bit for bit, as runs set up on the spot; with
+    the set-ups made in the caller (NumPy's way) or in a worker thread (a GPU's: the next
+    run's set-up and the fine run's tables beside the steps)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if worker == "thread":
+        monkeypatch.setattr(rock_measure, "_host_worker",
+                            lambda backend: ThreadPoolExecutor(max_workers=1))
     _, ahead, fresh = _study_and_fresh_runs("numpy", monkeypatch)
     assert ahead == fresh
 
