@@ -14,9 +14,11 @@ Axes and protocols run one after the other on one backend (one device, or a
 :class:`~solver.distributed.DistributedBackend` that splits each sample over MPI ranks); under
 MPI each rank runs its share of the runs when there is one per rank (:func:`study_runs`,
 :mod:`solver.rock.cli`). On a GPU the host set-up of the next run (:func:`prepare_axis`: pore
-check, coarsening, tiling) and the formation factor's conduction tables are made in a worker
-thread while the device steps the current run, so the phases of a study add up to more than its
-wall time.
+check, coarsening, tiling, and the host tables its allocations and k checks read:
+:meth:`~solver.backends.base.Backend.prepare`, :func:`~solver.rock.check.check_ahead`) and
+the formation factor's conduction tables are made in a worker thread while the device steps
+the current run (the fine run's tables beside its own coarse start, too), so the phases of a
+study add up to more than its wall time.
 Each run's wall time is split into :data:`PHASES` (``AxisResult.phases``, summed by
 :meth:`PermeabilityStudy.phases` into ``summary.json``'s ``phases_s``).
 Units: k in lattice units (voxels²), m² and mD (with a voxel size), steps are time steps.
