@@ -33,13 +33,14 @@ def _same_tables(a: dict, b: dict) -> None:
 def test_tables_made_ahead_are_the_allocations_own_and_taken_once():
     problem = make_problem("D3Q19", "float32", "TRT")
     ahead = TablesAhead()
-    ahead.put(problem, "none")
-    assert len(ahead) == 1 and ahead.held_bytes() > 0
-    assert ahead.take(problem, "halfway") is None  # made for other kernels: built anew
-    ahead.put(problem, "none")
-    _same_tables(ahead.take(problem, "none"), device_tables(problem, "none"))
-    assert len(ahead) == 0 and ahead.held_bytes() == 0  # the allocation holds them now
-    assert ahead.take(problem, "none") is None
+    ahead.put(problem, ("tiled", "none"), device_tables(problem, "none"))
+    assert len(ahead) == 1
+    assert ahead.take(problem, ("tiled", "halfway")) is None  # for other kernels: built anew
+    assert len(ahead) == 0
+    ahead.put(problem, ("tiled", "none"), device_tables(problem, "none"))
+    _same_tables(ahead.take(problem, ("tiled", "none")), device_tables(problem, "none"))
+    assert len(ahead) == 0  # the allocation holds them now
+    assert ahead.take(problem, ("tiled", "none")) is None
 
 
 def test_tables_made_ahead_go_with_their_problem():
@@ -47,13 +48,33 @@ def test_tables_made_ahead_go_with_their_problem():
     ahead = TablesAhead()
     kept = make_problem("D3Q19", "float32", "TRT", seed=1)
     dropped = make_problem("D3Q19", "float32", "TRT", seed=2)
-    ahead.put(kept, "none")
-    ahead.put(dropped, "none")
+    for problem in (kept, dropped):
+        ahead.put(problem, ("tiled", "none"), device_tables(problem, "none"))
     assert len(ahead) == 2
-    del dropped
+    del problem, dropped
     gc.collect()
     assert len(ahead) == 1
-    _same_tables(ahead.take(kept, "none"), device_tables(kept, "none"))
+    _same_tables(ahead.take(kept, ("tiled", "none")), device_tables(kept, "none"))
+
+
+def test_a_compact_run_takes_its_host_tables_made_ahead():
+    """A compact run (host arrays) built from its tables made ahead holds what it builds
+    itself; tables of another storage are not used."""
+    from solver.backends.cuda.compact_run import CompactRun, compact_host
+
+    problem = make_problem("D3Q19", "float32", "TRT", tile_storage="compact")
+    host = compact_host(problem, 1)
+    fresh, ahead = CompactRun(problem, 1, xp=np), CompactRun(problem, 1, xp=np, host=host)
+    assert ahead.compact is host.compact
+    for a, b in zip(ahead.edge, fresh.edge, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ahead.starts, fresh.starts)
+    for a, b in zip(ahead.tables, fresh.tables, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ahead.f[0], fresh.f[0])
+    assert not host.fits(problem, 2, False)  # another pad: the run builds its own
+    assert CompactRun(problem, 2, xp=np, host=host).compact is not host.compact
 
 
 def test_fluid_count_is_made_once_per_solid_mask():
@@ -133,13 +154,16 @@ def test_a_study_with_set_ups_made_ahead_gives_fresh_runs_k_and_steps(monkeypatc
 
 
 @pytest.mark.gpu
-def test_a_cupy_study_with_tables_made_ahead_gives_fresh_runs_k_and_steps(monkeypatch):
-    """CuPy, tiled in place as the 1000³ fine runs: the same steps and k per axis with the
-    tables and flags made ahead, and nothing left held on the host after the study. k to
-    1e-12, not bits: the fused check adds its per-block sums atomically (in float64), in
-    whatever order the blocks finish."""
-    backend, ahead, fresh = _study_and_fresh_runs("cupy", monkeypatch, 32, 6000,
-                                                  tile_storage="tiled", streaming="in-place")
+@pytest.mark.parametrize("size, storage", [(32, {"tile_storage": "tiled",
+                                                 "streaming": "in-place"}),
+                                           (24, {})])
+def test_a_cupy_study_with_tables_made_ahead_gives_fresh_runs_k_and_steps(monkeypatch, size,
+                                                                        storage):
+    """CuPy, tiled in place as the 1000³ fine runs, and as the plan stores a small pack
+    (compact): the same steps and k per axis with the tables and flags made ahead, and
+    nothing left held on the host after the study. k to 1e-12, not bits: the fused check
+    adds its per-block sums atomically (in float64), in whatever order the blocks finish."""
+    backend, ahead, fresh = _study_and_fresh_runs("cupy", monkeypatch, size, 6000, **storage)
     assert [(a, n, s) for a, _, n, s in ahead] == [(a, n, s) for a, _, n, s in fresh]
     for (_, k, _, _), (_, k_fresh, _, _) in zip(ahead, fresh, strict=True):
         assert k == pytest.approx(k_fresh, rel=1e-12)

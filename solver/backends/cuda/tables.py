@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -178,38 +179,34 @@ def device_tables(problem: Problem, boundary: str | None = None) -> dict[str, np
 
 
 class TablesAhead:
-    """:func:`device_tables` of problems made ahead of their allocation (host arrays, per
-    problem): :meth:`put` builds them (in a rock study, in the worker thread that prepares the
-    next run while the device steps the current one: 2.0 s of each 1000³ fine run's
-    allocation on an H200 host), :meth:`take` hands them to the allocation once, after which
-    only the device holds them. A problem dropped before its allocation takes its tables with
-    it (weak reference), so host memory never outlives the sample it was made for."""
+    """Host tables of problems made ahead of their allocation, per problem and kind (a tiled
+    run's :func:`device_tables` by boundary code, a compact run's
+    :func:`~.compact_run.compact_host`): :meth:`put` holds them (a rock study makes them in the
+    worker thread that prepares the next run while the device steps the current one: 2.0 s of
+    each 1000³ fine run's allocation on an H200 host), :meth:`take` hands them to the
+    allocation once, after which only the device holds them. A problem dropped before its
+    allocation takes its tables with it (weak reference), so host memory never outlives the
+    sample it was made for."""
 
     def __init__(self) -> None:
-        self._held: dict[int, tuple[weakref.ref, str, dict[str, np.ndarray]]] = {}
+        self._held: dict[int, tuple[weakref.ref, Any, Any]] = {}
         self._lock = threading.Lock()  # put in the worker thread, take in the stepping one
 
-    def put(self, problem: Problem, boundary: str) -> None:
-        """Build and hold ``device_tables(problem, boundary)``."""
-        tables = device_tables(problem, boundary)
+    def put(self, problem: Problem, kind: Any, tables: Any) -> None:
+        """Hold ``tables`` of ``problem`` for an allocation of ``kind`` (the last put)."""
         key = id(problem)
         ref = weakref.ref(problem, lambda _, key=key: self._drop(key))
         with self._lock:
-            self._held[key] = (ref, boundary, tables)
+            self._held[key] = (ref, kind, tables)
 
-    def take(self, problem: Problem, boundary: str) -> dict[str, np.ndarray] | None:
-        """The held tables of ``problem`` for kernels with ``boundary`` (no longer held here
-        after this call); None when none were made ahead (or for another boundary)."""
+    def take(self, problem: Problem, kind: Any) -> Any:
+        """The held tables of ``problem`` for an allocation of ``kind`` (no longer held here
+        after this call); None when none were made ahead (or for another kind)."""
         with self._lock:
             entry = self._held.pop(id(problem), None)
-        if entry is None or entry[0]() is not problem or entry[1] != boundary:
+        if entry is None or entry[0]() is not problem or entry[1] != kind:
             return None
         return entry[2]
-
-    def held_bytes(self) -> int:
-        """Host bytes of the tables held now."""
-        with self._lock:
-            return sum(a.nbytes for _, _, tables in self._held.values() for a in tables.values())
 
     def __len__(self) -> int:
         with self._lock:

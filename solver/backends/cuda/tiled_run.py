@@ -75,7 +75,7 @@ class TiledRun:
         variant = KernelVariant.for_problem(problem)
         kernel_source(variant)  # unsupported physics is refused here, before any allocation
         reals = physics_args(problem)
-        host = None if ahead is None else ahead.take(problem, variant.boundary)
+        host = None if ahead is None else ahead.take(problem, ("tiled", variant.boundary))
         if host is None:
             host = device_tables(problem, variant.boundary)
         tables = {k: cp.asarray(v) for k, v in host.items()}
