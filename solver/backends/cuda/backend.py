@@ -55,7 +55,7 @@ class CupyBackend(StateAccess):
 
     @property
     def tables_ahead(self) -> TablesAhead:
-        """The tiled runs' host tables made ahead by :meth:`prepare`, until allocated."""
+        """The runs' host tables made ahead by :meth:`prepare`, until allocated."""
         if "_tables_ahead" not in self.__dict__:
             self.__dict__["_tables_ahead"] = TablesAhead()
         return self.__dict__["_tables_ahead"]
