@@ -150,6 +150,12 @@ class Simulation:
             self._state_bytes = int(self.backend.state_bytes(self.problem))
         return self._state_bytes
 
+    def prepare(self) -> None:
+        """Build on the host what :meth:`allocate` reads (the backend's tables, no device
+        memory; :meth:`~solver.backends.base.Backend.prepare`), e.g. ahead in another thread."""
+        if self.state is None:
+            self.backend.prepare(self.problem)
+
     def allocate(self) -> None:
         """Allocate and initialise the backend state (equilibrium at rest)."""
         if self.state is None:

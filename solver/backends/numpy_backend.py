@@ -40,6 +40,7 @@ from .base import (
     DeviceInfo,
     NodeIndex,
     node_index,
+    prepare_problem_tables,
     tiled_node_populations,
     with_rest_solids,
 )
@@ -156,6 +157,11 @@ class NumpyBackend:
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads or min(4, os.cpu_count() or 1)
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+
+    def prepare(self, problem: Problem) -> None:
+        """Build ``problem``'s host tables ahead of :meth:`allocate` (:meth:`Backend.prepare`;
+        the pull table stays with the allocation: it is the state's own)."""
+        prepare_problem_tables(problem)
 
     def allocate(self, problem: Problem) -> NumpyState:
         """Initialise both copies at rest equilibrium and build the pull table.

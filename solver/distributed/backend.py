@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
-from ..backends.base import NodeIndex, node_index, with_rest_nodes
+from ..backends.base import NodeIndex, node_index, prepare_problem_tables, with_rest_nodes
 from ..checkpoint_parts import CheckpointError, PartSet, new_token
 from ..config import ConfigError
 from ..fields import tile_moments
@@ -227,6 +227,11 @@ class DistributedBackend:
         return self.rank == 0
 
     # -- rank 0: the Backend protocol -------------------------------------------------------
+    def prepare(self, problem: Problem) -> None:
+        """Build the whole problem's host tables ahead of :meth:`allocate`
+        (:meth:`~solver.backends.base.Backend.prepare`); the ranks' own shares are made there."""
+        prepare_problem_tables(problem)
+
     def allocate(self, problem: Problem) -> DistributedState:
         """Decompose ``problem`` over the ranks and allocate every rank's share."""
         # A fresh copy: a cached pull table of the global problem must not travel; the

@@ -14,9 +14,11 @@ Axes and protocols run one after the other on one backend (one device, or a
 :class:`~solver.distributed.DistributedBackend` that splits each sample over MPI ranks); under
 MPI each rank runs its share of the runs when there is one per rank (:func:`study_runs`,
 :mod:`solver.rock.cli`). On a GPU the host set-up of the next run (:func:`prepare_axis`: pore
-check, coarsening, tiling) and the formation factor's conduction tables are made in a worker
-thread while the device steps the current run, so the phases of a study add up to more than its
-wall time.
+check, coarsening, tiling, and the host tables its allocations and k checks read:
+:meth:`~solver.backends.base.Backend.prepare`, :func:`~solver.rock.check.check_ahead`) and
+the formation factor's conduction tables are made in a worker thread while the device steps
+the current run (the fine run's tables beside its own coarse start, too), so the phases of a
+study add up to more than its wall time.
 Each run's wall time is split into :data:`PHASES` (``AxisResult.phases``, summed by
 :meth:`PermeabilityStudy.phases` into ``summary.json``'s ``phases_s``).
 Units: k in lattice units (voxels²), m² and mD (with a voxel size), steps are time steps.
@@ -28,6 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -42,7 +45,7 @@ from ..monitor import K_WINDOW, KConvergence, check_health
 from ..observables import Permeability
 from ..problem import Problem, tile_offset
 from ..simulation import Simulation
-from .check import KCheck, Phases
+from .check import CheckAhead, KCheck, Phases, check_ahead
 from .conduction import Conduction, ConductionSystem, conduction_system, solve_conduction
 from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
 from .protocol import ProtocolSetup, checked_sample, sample_labels, setup_protocol
@@ -102,14 +105,25 @@ class AxisResult:
 class PreparedAxis:
     """The host set-up of one protocol run (:func:`prepare_axis`): the fine simulation, the
     coarse start's levels (finest first: the sample coarsened by 2, by 4, ...; empty without
-    a coarse start), the phases it took and the seconds of that set-up (all of it;
-    ``coarse_seconds`` the coarse start's part)."""
+    a coarse start), the phases it took and the seconds of that set-up (all of it, wherever
+    it ran; ``coarse_seconds`` the coarse start's part). ``pending``: the fine run's host
+    tables while a worker makes them (:func:`prepare_axis`; :meth:`ready` waits)."""
 
     sim: Simulation
     levels: list[tuple[ProtocolSetup, Simulation]]
     phases: Phases
     seconds: float
     coarse_seconds: float
+    #: Per simulation (``id``), the host part of its k check (:func:`check_ahead`), each
+    #: taken by its run (its host memory then goes with that check).
+    checks: dict[int, CheckAhead] = field(default_factory=dict)
+    pending: Future | None = None
+
+    def ready(self) -> None:
+        """Wait until the fine run's host tables are made (raising what making them raised)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
 
     @property
     def coarse(self) -> ProtocolSetup | None:
@@ -132,21 +146,23 @@ def start_levels(setup: ProtocolSetup, levels: int, backend: Any = None) -> list
 
 
 def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
-                 backend: Any, on_device: bool = False) -> PreparedAxis:
+                 backend: Any, on_device: bool = False, worker: Any = None) -> PreparedAxis:
     """Tile the run of ``setup`` and, with ``accelerate`` and ``coarse_start``, coarsen and tile
-    its coarse start (``settings.start_level_count`` levels). With ``on_device`` and a CuPy
+    its coarse start (``settings.start_level_count`` levels), and make the host tables their
+    allocations and k checks read (:func:`_host_tables`). With ``on_device`` and a CuPy
     backend the tilings and the levels' pore labels are made on the GPU (for a moment; the
     results on the host: :mod:`solver.backends.cuda.rock_setup`), else host work only (no
     device memory), so a study may do it for the next run while the device steps the
-    current one (:func:`run_study`)."""
+    current one (:func:`run_study`). ``worker`` (an executor): the fine run's host tables are
+    made there, beside the coarse start's steps (``PreparedAxis.pending``)."""
     device = backend if on_device else None
     tic = time.perf_counter()
     phases = Phases()
+    checks: dict[int, CheckAhead] = {}
     # The fine run's host set-up (tiling) comes first: a run from rest pays it too, so the
     # coarse start's seconds are its own (coarsening, its run, the prolongation).
     with phases.timed("tiling"):
         sim = _simulation(setup, backend, device)
-        _host_tables(sim)
     start = time.perf_counter()
     setups: list[ProtocolSetup] = []
     if settings.accelerate and settings.coarse_start:
@@ -159,10 +175,24 @@ def prepare_axis(setup: ProtocolSetup, settings: PermeabilitySettings,
     for coarse in setups:
         with phases.timed("tiling"):
             coarse_sim = _simulation(coarse, backend, device)
-            _host_tables(coarse_sim)
+            _host_tables(coarse_sim, coarse, checks)
         levels.append((coarse, coarse_sim))
     end = time.perf_counter()
-    return PreparedAxis(sim, levels, phases, end - tic, end - start if levels else 0.0)
+    prepared = PreparedAxis(sim, levels, phases, end - tic, end - start if levels else 0.0,
+                            checks)
+
+    def fine_tables() -> None:
+        # The fine run's tables are needed only at its allocation, after the coarse start.
+        began = time.perf_counter()
+        with phases.timed("tiling"):
+            _host_tables(sim, setup, checks)
+        prepared.seconds += time.perf_counter() - began
+
+    if worker is None:
+        fine_tables()
+    else:
+        prepared.pending = worker.submit(fine_tables)
+    return prepared
 
 
 def _simulation(setup: ProtocolSetup, backend: Any, device: Any = None) -> Simulation:
@@ -184,13 +214,14 @@ def _simulation(setup: ProtocolSetup, backend: Any, device: Any = None) -> Simul
     return Simulation(geometry, config, backend, problem=problem)
 
 
-def _host_tables(sim: Simulation) -> None:
-    """Build the problem's cached host tables that its allocation reads (boundary kinds and
-    tables, the sector mix: 0.3-0.6 s for a 200³ pressure-driven box on the CPU), with the rest
-    of the set-up: beside the device's steps in a study (:func:`run_study`)."""
-    problem = sim.problem
-    for table in ("storage", "iolets", "sector_mix", "boundary"):
-        getattr(problem, table)
+def _host_tables(sim: Simulation, setup: ProtocolSetup, checks: dict[int, CheckAhead]) -> None:
+    """Build the host tables that the allocation of ``sim`` (:meth:`Simulation.prepare`) and
+    its k check (:func:`check_ahead`, into ``checks``) read, with the rest of the set-up:
+    beside the device's steps in a study (:func:`run_study`). For a 1000³ image's fine run
+    they were 3.7 s of host work in its allocation (H200 host: the kernel's tables 2.0 s, the
+    check's flags 1.3 s, the plan's fluid counts 0.4 s; benchmarks/rock_time_to_answer)."""
+    sim.prepare()
+    checks[id(sim)] = check_ahead(sim, setup.axis, setup.window)
 
 
 def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: Any = None,
@@ -229,7 +260,8 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                     _prolong(coarse_sim, below, phases)
                 result = _run(coarse_sim, coarse, settings,
                               level_tolerance(settings, level, len(levels)), voxel_size,
-                              None, phases, "coarse")
+                              None, phases, "coarse",
+                              prepared.checks.pop(id(coarse_sim), None))
                 scale = (FACTOR ** (level + 1)) ** 2  # coarse voxel² in fine voxel²
                 steps.insert(0, result.steps)
                 log.info("%s: start level 1/%d after %d steps (k = %.4g voxel² fine)",
@@ -238,14 +270,20 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 if level == 0:
                     coarse_k = scale * result.k_lattice
                 below = coarse_sim
+            prepared.ready()  # the fine run's tables, made beside the coarse start
             _prolong(sim, below, phases)
             levels = []
             start_seconds += time.perf_counter() - start
         else:
+            prepared.ready()
             _ramp(sim, setup, settings, phases)
         result = _run(sim, setup, settings, settings.tolerance, voxel_size, on_check, phases,
-                      "fine")
+                      "fine", prepared.checks.pop(id(sim), None))
     finally:
+        pending = prepared.pending  # stopped before its fine run: its tables go unused
+        if pending is not None and not pending.cancel():
+            futures.wait([pending])  # it writes into ``checks``: let it finish first
+        prepared.checks.clear()  # a stopped run's checks made ahead go with it
         for _, coarse_sim in levels:
             coarse_sim.close()
         sim.close()
@@ -303,12 +341,14 @@ def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
 def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
          tolerance: float, voxel_size: float | None,
          on_check: Callable[[int, float, float], None] | None,
-         phases: Phases | None = None, stage: str = "fine") -> AxisResult:
+         phases: Phases | None = None, stage: str = "fine",
+         ahead: CheckAhead | None = None) -> AxisResult:
     """Step ``sim`` (of ``setup``) until the monitor's :class:`KConvergence` says k converged
     to ``tolerance`` per :data:`K_WINDOW` steps (and k > 0), or a step/time limit. Checks at
     multiples of ``check_interval`` steps, each reading k there and one step later
     (:func:`_read_pair`): the history, the test and the run's k are the pair means; wall time
-    goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...; :data:`PHASES`)."""
+    goes to ``phases`` (``{stage}_steps``, ``{stage}_checks``, ...; :data:`PHASES`).
+    ``ahead``: the host part of its k check, made before (:func:`check_ahead`)."""
     phases = Phases() if phases is None else phases
     every = settings.check_interval
     history: list[tuple[int, float]] = []
@@ -316,7 +356,8 @@ def _run(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
     change, converged = math.inf, False
     tic = time.perf_counter()
     with phases.timed("allocation"):
-        check = KCheck(sim, setup.axis, setup.window, voxel_size)
+        check = KCheck(sim, setup.axis, setup.window, voxel_size, ahead)
+    ahead = None  # the check holds what it needs of it
     first, pair, previous = True, None, None
     while sim.time_step < settings.max_steps:
         # The first chunk compiles the kernels (and captures a graph) on a GPU. Checks stay
@@ -562,7 +603,7 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
                 labels.clear()  # every axis checked: free the labels (4 GB at 1000³)
         setup = setup_protocol(sample, config, axis, protocol, settings, checked[axis])
         connectivity = time.perf_counter() - tic
-        return setup, connectivity, prepare_axis(setup, settings, backend, idle)
+        return setup, connectivity, prepare_axis(setup, settings, backend, idle, worker)
 
     systems = {}
     with _host_worker(backend) as worker:

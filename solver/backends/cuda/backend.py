@@ -25,9 +25,9 @@ import cupy as cp
 import numpy as np
 
 from ...problem import Problem
-from ..base import LOCAL_REDUCTIONS, DeviceInfo
+from ..base import LOCAL_REDUCTIONS, DeviceInfo, prepare_problem_tables
 from ..plan import ExecutionPlan, plan_for
-from .compact_run import CompactRun
+from .compact_run import CompactRun, compact_host
 from .device import (
     compile_kernel,
     copy_bandwidth,
@@ -37,7 +37,9 @@ from .device import (
 )
 from .device_run import DeviceRun
 from .footprint import device_bytes
+from .kernels import KernelVariant
 from .state_access import StateAccess
+from .tables import TablesAhead, device_tables
 from .tiled_run import TiledRun
 
 __all__ = ["CupyBackend", "probe_device", "compile_kernel", "copy_bandwidth"]
@@ -53,6 +55,27 @@ class CupyBackend(StateAccess):
     reductions = LOCAL_REDUCTIONS
     writes_parts = reads_parts = False  # one device: one checkpoint file, one .vti
     keeps_voxel_mask = True
+
+    @property
+    def tables_ahead(self) -> TablesAhead:
+        """The runs' host tables made ahead by :meth:`prepare`, until allocated."""
+        if "_tables_ahead" not in self.__dict__:
+            self.__dict__["_tables_ahead"] = TablesAhead()
+        return self.__dict__["_tables_ahead"]
+
+    def prepare(self, problem: Problem) -> None:
+        """Build ``problem``'s host tables ahead of :meth:`allocate`
+        (:meth:`~solver.backends.base.Backend.prepare`): the problem's own and those of the
+        run its plan stores (tiled: :func:`~.tables.device_tables`; compact:
+        :func:`~.compact_run.compact_host`), held in :class:`.TablesAhead` until allocated.
+        No device memory: a study makes them beside another run's steps."""
+        prepare_problem_tables(problem)
+        plan = plan_for(problem)
+        if plan.compact:
+            self.tables_ahead.put(problem, "compact", compact_host(problem, plan.pad, plan.wide))
+        else:
+            boundary = KernelVariant.for_problem(problem).boundary
+            self.tables_ahead.put(problem, ("tiled", boundary), device_tables(problem, boundary))
 
     def allocate(self, problem: Problem, plan: ExecutionPlan | None = None) -> DeviceRun:
         """The run of ``problem`` at the rest equilibrium as its execution plan (``plan``, by
@@ -71,8 +94,9 @@ class CupyBackend(StateAccess):
     def _allocate_planned(self, problem: Problem, plan: ExecutionPlan) -> DeviceRun:
         if plan.compact:
             return CompactRun(problem, plan.pad, cp, tiles_per_block=plan.tiles_per_block,
-                              packed=plan.packed, code=plan.code, wide=plan.wide)
-        return TiledRun.allocate(problem)
+                              packed=plan.packed, code=plan.code, wide=plan.wide,
+                              host=self.tables_ahead.take(problem, "compact"))
+        return TiledRun.allocate(problem, self.tables_ahead)
 
     def phase_stepper(self, problem: Problem, n_boundary_tiles: int, n_owned_tiles: int):
         """A rank's two-phase stepper (:class:`.phases.CupyPhases`) for a rank-local ``problem``

@@ -23,6 +23,7 @@ from .iolet_launch import device_iolets
 from .kernels import KernelVariant, kernel_source, real_args
 from .streaming import next_phase
 from .tables import (
+    TablesAhead,
     check_tile_shape,
     device_tables,
     geometry_args,
@@ -66,14 +67,19 @@ class TiledRun:
             self.graphs = RunGraphs(self.stream)
 
     @classmethod
-    def allocate(cls, problem: Problem) -> TiledRun:
-        """Upload the tiling tables and set the copies (one or two) to the rest equilibrium."""
+    def allocate(cls, problem: Problem, ahead: TablesAhead | None = None) -> TiledRun:
+        """Upload the tiling tables (those ``ahead`` holds for ``problem``, made before;
+        else built now) and set the copies (one or two) to the rest equilibrium."""
         lat, tiling = problem.lattice, problem.tiling
         check_tile_shape(lat.name, tiling.a, problem.tiles_per_block)
         variant = KernelVariant.for_problem(problem)
         kernel_source(variant)  # unsupported physics is refused here, before any allocation
         reals = physics_args(problem)
-        tables = {k: cp.asarray(v) for k, v in device_tables(problem, variant.boundary).items()}
+        host = None if ahead is None else ahead.take(problem, ("tiled", variant.boundary))
+        if host is None:
+            host = device_tables(problem, variant.boundary)
+        tables = {k: cp.asarray(v) for k, v in host.items()}
+        del host  # the host copies go once uploaded (the 1000³ box's: about 1.3 GB)
         # Rest equilibrium is uniform per direction, so it is layout-free: no host array.
         feq = problem.storage.encode(problem.rest_populations()[:, None])[:, 0]
         f = cp.empty((problem.population_copies, tiling.n_tiles, lat.q, tiling.nodes_per_tile),
