@@ -1,0 +1,318 @@
+"""The whole tiling of a voxel image built by the ranks, each from its own slab: no rank reads
+the whole image (``mpirun ... python -m solver run CASE`` of a region-readable image).
+
+Rank 0 of ``solver run`` drives an ordinary Simulation over the whole tiling, but it need not
+hold the voxel image (1 byte a voxel) to get it. From a region source
+(:mod:`geometries.regions`, e.g. :class:`~geometries.regions.ImageRegions`, a ``.npy`` or
+``.raw`` file memory-mapped) the ranks build exactly what :meth:`solver.tiling.Tiling.build`
+builds of the whole image, in two passes:
+
+1. :func:`survey` — the tile layers of the origin grid along the read axis (the flow axis: the
+   chord lengths of the stability check run across it) are split evenly; each rank reads its
+   share a few tile layers at a time and counts, for every tile-grid offset the search tries
+   (``a**d``, or the origin alone), the non-empty tiles per tile layer along every axis (a tile
+   layer is counted by the rank whose share holds its first voxel), the fluid nodes and the
+   chord counts of the stability check (:func:`solver.stability.chord_counts`, across the read
+   axis). The ranks add these integers (:func:`combine`: one ``allreduce``), so every rank
+   picks the same offset, with the same eta_t and tie rule as
+   :func:`solver.tiling.best_offset`, and the same decomposition axis and slab bounds as
+   :func:`~solver.distributed.decomposition.decompose` on the whole tiling (balanced by
+   non-empty tiles).
+2. :func:`slab_tiles` — each rank tiles the voxels of its own slab of tile layers at that
+   offset (tile coordinates global); :func:`assemble` places every rank's tiles in
+   Algorithm 1's order (x fastest) on rank 0: the same ``tiles``, ``solid``, ``tile_map``,
+   ``offset`` and ``searched`` as one process's tiling, bit for bit
+   (tests/solver/test_region_tiling.py).
+
+Rank 0 then holds the tiling (about 1 byte a node of the non-empty tiles) and, while it
+assembles, one rank's tiles more; a rank reads its slab a chunk of tile layers at a time.
+Lengths in voxels, counts in nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from geometries.regions import RegionSource
+
+from ..config import ConfigError
+from ..stability import chord_counts, chord_mean
+from ..tiling import Tiling, _occupancy_all_offsets, _tile_occupancy
+from .decomposition import cut_layers, grid_axis
+
+__all__ = ["Survey", "RegionTiling", "survey", "combine", "slab_tiles", "assemble",
+           "tile_regions", "CHUNK_TILE_LAYERS"]
+
+#: Tile layers read per chunk (a 1600² layer of voxels is 2.6 MB; 16 tile layers of 4 voxels).
+CHUNK_TILE_LAYERS = 16
+
+
+def _offsets(a: int, d: int, search: bool) -> list[tuple[int, ...]]:
+    """The offsets tried: all ``a**d`` in lexicographic order, or the origin."""
+    return list(itertools.product(range(a), repeat=d)) if search else [(0,) * d]
+
+
+def _grid(shape: tuple[int, ...], a: int, offset: tuple[int, ...]) -> tuple[int, ...]:
+    """Tile-grid shape of ``shape`` at ``offset`` (Tiling.build's ``tile_map``)."""
+    return tuple(-(-(n + o) // a) for n, o in zip(shape, offset, strict=True))
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What the ranks count of an image of ``shape`` (tile edge ``a``; ``read_axis`` the axis
+    it was read along): per tried offset (``offsets``, in order) and axis the non-empty tiles
+    per tile layer (``layers[i][b]``, int64), the fluid nodes, and the stability check's chord
+    counts (n_runs, in_runs) per axis (zeros along ``read_axis``, not counted)."""
+
+    shape: tuple[int, ...]
+    a: int
+    read_axis: int
+    offsets: list[tuple[int, ...]]
+    layers: list[list[np.ndarray]]
+    n_fluid: int
+    chords: np.ndarray
+
+    def flat(self) -> np.ndarray:
+        """Every count as one int64 vector (what the ranks add)."""
+        parts = [c for per in self.layers for c in per]
+        return np.concatenate(parts + [np.array([self.n_fluid]), self.chords.ravel()])
+
+    def with_flat(self, flat: np.ndarray) -> Survey:
+        """This survey's layout filled with ``flat`` (:meth:`flat` of the sum over ranks)."""
+        layers, at = [], 0
+        for per in self.layers:
+            row = []
+            for counts in per:
+                row.append(flat[at:at + counts.size].copy())
+                at += counts.size
+            layers.append(row)
+        n_fluid = int(flat[at])
+        chords = flat[at + 1:].reshape(self.chords.shape).copy()
+        return Survey(self.shape, self.a, self.read_axis, self.offsets, layers, n_fluid, chords)
+
+    def eta_t(self) -> dict[tuple[int, ...], float]:
+        """eta_t of every tried offset, as :func:`solver.tiling.best_offset` computes it."""
+        d = len(self.shape)
+        out = {}
+        for off, per in zip(self.offsets, self.layers, strict=True):
+            n_tiles = int(per[0].sum())
+            out[off] = self.n_fluid / (n_tiles * self.a**d) if n_tiles else 0.0
+        return out
+
+    def best(self) -> tuple[int, ...]:
+        """The offset Tiling.build picks: highest eta_t, ties the smallest offset."""
+        eta = self.eta_t()
+        return max(eta, key=lambda k: (eta[k], [-x for x in k]))
+
+    def counts(self, offset: tuple[int, ...], axis: int) -> np.ndarray:
+        """Non-empty tiles per tile layer along ``axis`` at ``offset`` (int64)."""
+        return self.layers[self.offsets.index(tuple(offset))][axis]
+
+    def pore_size(self, flow_axis: int) -> float:
+        """The stability check's pore size H (nodes): :func:`solver.stability.pore_size`."""
+        others = [b for b in range(len(self.shape)) if b != flow_axis]
+        return min(chord_mean(*self.chords[b]) for b in others)
+
+
+def _empty_survey(shape: tuple[int, ...], a: int, read_axis: int, search: bool) -> Survey:
+    d = len(shape)
+    offsets = _offsets(a, d, search)
+    layers = [[np.zeros(g, np.int64) for g in _grid(shape, a, off)] for off in offsets]
+    return Survey(tuple(shape), a, read_axis, offsets, layers, 0, np.zeros((d, 2), np.int64))
+
+
+def _share(shape: tuple[int, ...], a: int, axis: int, rank: int, size: int) -> tuple[int, int]:
+    """Voxels ``[lo, hi)`` along ``axis`` that ``rank`` of ``size`` surveys (whole tile
+    layers of the origin grid, split evenly)."""
+    n_layers = -(-shape[axis] // a)
+    cuts = np.linspace(0, n_layers, size + 1).round().astype(int)
+    return min(int(cuts[rank]) * a, shape[axis]), min(int(cuts[rank + 1]) * a, shape[axis])
+
+
+def survey(source: RegionSource, a: int, read_axis: int, periodic: tuple[bool, ...],
+           rank: int = 0, size: int = 1, search: bool = True,
+           chunk: int = CHUNK_TILE_LAYERS) -> Survey:
+    """The counts of ``rank``'s share of ``source`` (of ``size`` ranks); :func:`combine` adds
+    the ranks' (``search``: every offset, else the origin)."""
+    shape = tuple(int(n) for n in source.shape)
+    d, R = len(shape), read_axis
+    out = _empty_survey(shape, a, R, search)
+    lo, hi = _share(shape, a, R, rank, size)
+    fluid, chords = 0, np.zeros((d, 2), np.int64)
+    for s in range(lo, hi, chunk * a):
+        e = min(s + chunk * a, hi)
+        # The chunk and one tile layer past it: a tile layer that starts in the chunk at a
+        # positive offset ends in the next one.
+        sub = source.slab(R, s, min(e + a, shape[R]))
+        core = sub[(slice(None),) * R + (slice(0, e - s),)]  # a view: the chunk's own voxels
+        fluid += int(core.size - np.count_nonzero(core))
+        for b in range(d):
+            if b != R:  # lines along b lie whole in the chunk: their counts add up
+                chords[b] += chord_counts(core, b, periodic[b])
+        del core
+        for i, (off, occ) in enumerate(_occupancies(sub, a, out.offsets)):
+            k = s // a + np.arange(occ.shape[R])  # global tile layer of each local one
+            start = k * a - off[R]
+            owned = ((start >= s) | (s == 0)) & (start < e)
+            occ = np.compress(owned, occ, axis=R)
+            for b in range(d):
+                per = occ.sum(axis=tuple(x for x in range(d) if x != b), dtype=np.int64)
+                if b == R:
+                    out.layers[i][b][k[owned]] += per
+                else:
+                    out.layers[i][b] += per
+        del sub
+    return Survey(shape, a, R, out.offsets, out.layers, fluid, chords)
+
+
+def _occupancies(solid: np.ndarray, a: int, offsets: list[tuple[int, ...]]):
+    """(offset, tile occupancy) of ``solid`` at each of ``offsets`` (all, or the origin)."""
+    if len(offsets) == 1:
+        yield offsets[0], _tile_occupancy(solid, a, offsets[0], of_solid=True)
+        return
+    yield from _occupancy_all_offsets(solid, a, np, of_solid=True)
+
+
+def combine(surveys: Iterable[Survey]) -> Survey:
+    """The whole image's survey from the ranks' (added)."""
+    surveys = list(surveys)
+    total = np.sum([s.flat() for s in surveys], axis=0)
+    return surveys[0].with_flat(total)
+
+
+@dataclass(frozen=True)
+class RegionTiling:
+    """What the ranks agreed: the tile-grid ``offset`` (``searched``: eta_t of every offset
+    tried, empty for the origin), the decomposition ``axis`` and slab ``bounds`` (tile
+    layers, int64), and the ``survey`` they came from."""
+
+    survey: Survey
+    offset: tuple[int, ...]
+    searched: dict
+    axis: int
+    bounds: np.ndarray
+
+
+def agree(whole: Survey, n_ranks: int, axis: int | str, force: Any, search: bool
+          ) -> RegionTiling:
+    """Offset, axis and slab bounds of the whole ``survey`` over ``n_ranks`` ranks (every
+    rank computes the same): those of :func:`~solver.distributed.decomposition.decompose`
+    on one process's tiling. ConfigError without fluid or for a rank without fluid tiles."""
+    if whole.n_fluid == 0:
+        raise ConfigError("The geometry has no fluid node: nothing to simulate.")
+    offset = whole.best()
+    searched = whole.eta_t() if search else {}
+    ax = grid_axis(_grid(whole.shape, whole.a, offset), axis, force)
+    counts = whole.counts(offset, ax)
+    bounds = cut_layers(counts, n_ranks)
+    per_rank = np.add.reduceat(counts, bounds[:-1])
+    empty = np.flatnonzero(per_rank == 0)
+    if empty.size:
+        raise ConfigError(f"Rank(s) {empty.tolist()} would get no fluid tile: the fluid spans "
+                          f"too few tile layers along axis {ax} for {n_ranks} ranks; use fewer "
+                          "ranks or another decomposition axis.")
+    return RegionTiling(whole, offset, searched, ax, bounds)
+
+
+def slab_tiles(source: RegionSource, agreed: RegionTiling, rank: int,
+               chunk: int = CHUNK_TILE_LAYERS) -> tuple[np.ndarray, np.ndarray]:
+    """``rank``'s tiles: tile coordinates (int32, global, (n, d)) and solid masks (bool,
+    (n, a**d)) of its slab's tile layers, as :meth:`Tiling.build` of the whole image makes
+    them (outside the image solid)."""
+    shape, a, ax, off = agreed.survey.shape, agreed.survey.a, agreed.axis, agreed.offset
+    d = len(shape)
+    first, end = int(agreed.bounds[rank]), int(agreed.bounds[rank + 1])
+    tiles, solids = [np.zeros((0, d), np.int32)], [np.zeros((0, a**d), bool)]
+    for f in range(first, end, chunk):
+        g = min(f + chunk, end)
+        lo, hi = max(f * a - off[ax], 0), min(g * a - off[ax], shape[ax])
+        if hi <= lo:
+            continue
+        local = list(off)
+        local[ax] = off[ax] if f == 0 else 0  # the slab's first voxel starts tile layer f
+        part = Tiling.build(source.slab(ax, lo, hi), a, tuple(local))
+        at = part.tiles.copy()
+        at[:, ax] += f
+        tiles.append(at)
+        solids.append(part.solid)
+    return np.concatenate(tiles), np.concatenate(solids)
+
+
+def assemble(shape: tuple[int, ...], agreed: RegionTiling, tiles: list[np.ndarray],
+             solids: Iterable[np.ndarray]) -> Tiling:
+    """The whole tiling from every rank's :func:`slab_tiles` (``tiles`` in rank order;
+    ``solids`` yielded in rank order, each placed before the next is asked for)."""
+    a, offset = agreed.survey.a, agreed.offset
+    d = len(shape)
+    everything = np.concatenate(tiles) if tiles else np.zeros((0, d), np.int32)
+    order = np.lexsort(tuple(everything[:, k] for k in range(d)))  # Algorithm 1: x fastest
+    where = np.empty(order.size, np.int64)
+    where[order] = np.arange(order.size)
+    solid = np.empty((order.size, a**d), dtype=bool)
+    at = 0
+    for block in solids:
+        solid[where[at:at + len(block)]] = block
+        at += len(block)
+    everything = everything[order]
+    tile_map = np.full(_grid(shape, a, offset), -1, dtype=np.int32)
+    tile_map[tuple(everything.T)] = np.arange(len(everything), dtype=np.int32)
+    return Tiling(tuple(shape), a, tuple(offset), tile_map, everything.astype(np.int32), solid,
+                  dict(agreed.searched))
+
+
+def tile_regions(source: RegionSource, a: int, periodic: tuple[bool, ...], force: Any,
+                 axis: int | str = "longest", search: bool = True, comm: Any = None
+                 ) -> tuple[Tiling | None, RegionTiling]:
+    """The whole tiling of ``source`` built by the ranks of ``comm`` (None: this process
+    alone), on rank 0 (None elsewhere), and what they agreed (every rank). Collective; an
+    error on one rank is raised on every rank (RuntimeError naming it), so none is left
+    waiting."""
+    rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    shape = tuple(int(n) for n in source.shape)
+    force = np.asarray(force, dtype=float)[: len(shape)]
+    read_axis = int(np.argmax(np.abs(force))) if force.size else 0
+    mine = _together(comm, lambda: survey(source, a, read_axis, periodic, rank, size, search))
+    total = mine.flat()
+    if comm is not None and size > 1:
+        from mpi4py import MPI
+
+        comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+    agreed = agree(mine.with_flat(total), size, axis, force, search)  # the same on every rank
+    tiles, solid = _together(comm, lambda: slab_tiles(source, agreed, rank))
+    if comm is None or size == 1:
+        return assemble(shape, agreed, [tiles], [solid]), agreed
+    gathered = comm.gather(tiles, root=0)
+    if rank != 0:
+        comm.Send(solid.view(np.uint8), dest=0, tag=31)
+        return None, agreed
+
+    def received():
+        yield solid
+        for r in range(1, size):
+            block = np.empty((len(gathered[r]), a ** len(shape)), dtype=np.uint8)
+            comm.Recv(block, source=r, tag=31)
+            yield block.view(bool)
+
+    return assemble(shape, agreed, gathered, received()), agreed
+
+
+def _together(comm: Any, work):
+    """``work()`` on every rank; if it failed on any, RuntimeError on every rank (naming the
+    ranks and their errors), else its result."""
+    result, error = None, None
+    try:
+        result = work()
+    except Exception as exc:  # every rank learns of it before the next collective
+        error = f"{type(exc).__name__}: {exc}"
+        if comm is None:
+            raise
+    errors = [error] if comm is None else comm.allgather(error)
+    failed = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+    if failed:
+        raise RuntimeError("Tiling the image by slabs failed: " + "; ".join(failed))
+    return result

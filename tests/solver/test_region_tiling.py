@@ -1,0 +1,91 @@
+"""The whole tiling built by ranks from their own slabs (solver.distributed.region_tiling)
+equals one process's Tiling.build of the whole image, bit for bit; the ranks agree on the
+offset, axis and slab bounds that decompose() cuts from that tiling; the survey's pore size is
+the stability check's. Ranks are simulated in one process (the MPI run is
+tests/solver/test_distributed.py's)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from geometries.regions import ArrayRegions, ImageRegions
+from solver.config import ConfigError
+from solver.distributed.decomposition import decompose
+from solver.distributed.region_tiling import agree, assemble, combine, slab_tiles, survey
+from solver.stability import pore_size
+from solver.tiling import Tiling
+
+
+def _pack(shape, seed=0, porosity=0.55):
+    rng = np.random.default_rng(seed)
+    smooth = rng.random(shape)
+    for axis in range(len(shape)):  # a little correlation: tiles of mixed occupancy
+        smooth = (smooth + np.roll(smooth, 1, axis) + np.roll(smooth, -1, axis)) / 3
+    return smooth > np.quantile(smooth, porosity)
+
+
+def _by_ranks(source, a, n, periodic, force, axis="longest", search=True, chunk=2):
+    """Every simulated rank's survey and slab, combined as the MPI path combines them."""
+    flow = int(np.argmax(np.abs(force)))
+    parts = [survey(source, a, flow, periodic, r, n, search, chunk=chunk) for r in range(n)]
+    agreed = agree(combine(parts), n, axis, force, search)
+    slabs = [slab_tiles(source, agreed, r, chunk=chunk) for r in range(n)]
+    return assemble(tuple(source.shape), agreed, [t for t, _ in slabs],
+                    (s for _, s in slabs)), agreed
+
+
+@pytest.mark.parametrize("shape,a,n,force,search", [
+    ((30, 21, 17), 4, 3, (1e-6, 0, 0), True),   # edges not multiples of a; read along x
+    ((19, 26, 33), 4, 4, (0, 0, 1e-6), True),   # read along z, slabs along z
+    ((26, 19, 14), 4, 2, (0, 1e-6, 0), False),  # the origin grid alone
+    ((37, 29), 8, 3, (0, 1e-6), True),          # 2D, tile edge 8
+])
+def test_ranks_tile_their_slabs_into_one_process_tiling(shape, a, n, force, search):
+    solid = _pack(shape)
+    periodic = (True,) + (False,) * (len(shape) - 1)
+    got, agreed = _by_ranks(ArrayRegions(solid), a, n, periodic, force, search=search)
+    want = Tiling.build(solid, a, "best" if search else (0,) * len(shape))
+    assert got.offset == want.offset and got.shape == want.shape
+    assert got.searched == want.searched  # the same floats: eta_t of every offset
+    for name in ("tiles", "solid", "tile_map"):
+        a_, b_ = getattr(got, name), getattr(want, name)
+        assert a_.dtype == b_.dtype and np.array_equal(a_, b_), name
+    dec = decompose(want, n, "longest", np.asarray(force))
+    assert agreed.axis == dec.axis and tuple(agreed.bounds) == dec.bounds
+    assert agreed.survey.n_fluid == int((~solid).sum())
+    flow = int(np.argmax(np.abs(force)))
+    assert agreed.survey.pore_size(flow) == pore_size(solid, flow, periodic)
+
+
+def test_image_file_regions_read_and_travel_as_their_path(tmp_path):
+    """A .npy and a Fortran-ordered .raw label image, segmented slab by slab with the loader's
+    options, give the loader's mask; pickled, only the path travels."""
+    import pickle
+
+    import geometries
+
+    labels = np.where(_pack((12, 9, 7), 3), 2, 0).astype(np.uint8)
+    labels[0, 0, 0] = 5
+    np.save(tmp_path / "img.npy", labels)
+    (tmp_path / "img.raw").write_bytes(np.asfortranarray(labels).tobytes(order="F"))
+    sources = [ImageRegions(tmp_path / "img.npy", pore_value=0),
+               ImageRegions(tmp_path / "img.raw", shape=labels.shape, pore_value=0)]
+    want = geometries.load(tmp_path / "img.npy", pore_value=0).solid
+    for source in sources:
+        source = pickle.loads(pickle.dumps(source))
+        assert source.shape == labels.shape
+        slabs = [source.slab(1, lo, min(lo + 4, 9)) for lo in range(0, 9, 4)]
+        assert np.array_equal(np.concatenate(slabs, axis=1), want)
+    assert len(pickle.dumps(sources[0])) < 2000
+    with pytest.raises(Exception, match="needs"):
+        ImageRegions(tmp_path / "img.raw", shape=(12, 9, 8))
+
+
+def test_agreement_refuses_a_rank_without_fluid_tiles():
+    solid = np.ones((8, 8, 40), bool)
+    solid[:, :, 4:8] = False  # fluid in one tile layer of ten along z
+    source = ArrayRegions(solid)
+    parts = [survey(source, 4, 0, (False,) * 3, r, 2) for r in range(2)]
+    with pytest.raises(ConfigError, match="no fluid tile"):
+        agree(combine(parts), 2, 2, np.zeros(3), True)
