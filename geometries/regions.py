@@ -40,8 +40,8 @@ from .generators.checks import check_fraction, check_int, check_positive
 from .preprocess import majority_mask
 from .segment import segment
 
-__all__ = ["RegionSource", "ArrayRegions", "ImageRegions", "TiffRegions", "GrainRegions", "MirroredRegions",
-           "CoarsenedRegions", "CachedRegions", "check_slab"]
+__all__ = ["RegionSource", "ArrayRegions", "ImageRegions", "TiffRegions", "GrainRegions",
+           "MirroredRegions", "CoarsenedRegions", "CachedRegions", "check_slab"]
 
 #: Balls stamped per batch (temporaries ~ batch x ball voxels x 13 bytes: 16 MB at diameter
 #: 21): small temporaries are reused by the allocator, large ones are fresh pages every batch

@@ -24,7 +24,8 @@ from .streaming import pull_table_bytes  # re-exported: the NumPy backend's tabl
 
 __all__ = [
     "CS", "MAX_MACH", "WARN_MACH", "WARN_TAU", "DivergenceError", "MemoryRefused",
-    "StabilityReport", "chord_counts", "chord_mean", "mean_chord_length", "pore_size", "estimate_max_velocity", "assess",
+    "StabilityReport", "chord_counts", "chord_mean", "mean_chord_length", "pore_size",
+    "estimate_max_velocity", "assess",
     "check_stability", "pull_table_bytes", "check_memory",
 ]
 

@@ -201,6 +201,7 @@ class DistributedBackend:
         self._error: Exception | None = None  # rank 0: what a file command's ranks reported
         self._pending_extra: dict | None = None  # rank 0: a .vti's whole-grid extra arrays
         self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
+        self._tiled: tuple | None = None  # rank 0: what tile_regions assembled
         self._stopped = False
         if self.is_root:
             atexit.register(self.shutdown)  # never leave workers waiting for a command
@@ -327,6 +328,21 @@ class DistributedBackend:
         self._command("nodes", (np.asarray(index.first, np.int64),
                                 np.asarray(index.node, np.int64)), state.key)
         return with_rest_nodes(state.problem, self._nodes_out, index.solid)
+
+    def tile_regions(self, source: Any, config: Any) -> tuple[Any, Any]:
+        """The whole tiling of the region source ``source`` (``config``'s tile edge, offset
+        search and periodic axes) built by every rank from its own slab and assembled on rank
+        0 (:mod:`.region_tiling`): no rank reads the whole image. (Tiling, what the ranks
+        agreed: offset, axis, slab bounds and the survey's fluid nodes and pore size.)"""
+        from ..tiling import default_tile_edge
+
+        a = config.tile_edge or default_tile_edge(len(source.shape))
+        self._command("tile_regions", (source, int(a), tuple(config.periodic_axes()),
+                                       tuple(float(f) for f in config.body_force),
+                                       config.tile_offset == "best"))
+        self._raise_reported()
+        tiled, self._tiled = self._tiled, None
+        return tiled
 
     @property
     def keeps_voxel_mask(self) -> bool:
@@ -925,6 +941,19 @@ class DistributedBackend:
         self.comm.Scatterv(send, block, root=0)
         self._scatter_rows = None
         solver.set_owned_populations(block.astype(np.float64, copy=False))
+
+    def _tile_regions(self, payload: tuple) -> None:
+        from .region_tiling import tile_regions
+
+        source, a, periodic, force, search = payload
+        try:
+            tiled = tile_regions(source, a, periodic, force, self.axis, search, self.comm)
+        except (RuntimeError, ConfigError) as exc:  # raised on every rank alike: none waits
+            if self.is_root:
+                self._error = exc
+            return
+        if self.is_root:
+            self._tiled = tiled
 
     def _flux(self, _: Any) -> None:
         self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)

@@ -270,8 +270,7 @@ def tile_regions(source: RegionSource, a: int, periodic: tuple[bool, ...], force
                  ) -> tuple[Tiling | None, RegionTiling]:
     """The whole tiling of ``source`` built by the ranks of ``comm`` (None: this process
     alone), on rank 0 (None elsewhere), and what they agreed (every rank). Collective; an
-    error on one rank is raised on every rank (RuntimeError naming it), so none is left
-    waiting."""
+    error on one rank is raised on every rank (:func:`_together`), so none is left waiting."""
     rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
     shape = tuple(int(n) for n in source.shape)
     force = np.asarray(force, dtype=float)[: len(shape)]
@@ -302,17 +301,21 @@ def tile_regions(source: RegionSource, a: int, periodic: tuple[bool, ...], force
 
 
 def _together(comm: Any, work):
-    """``work()`` on every rank; if it failed on any, RuntimeError on every rank (naming the
-    ranks and their errors), else its result."""
+    """``work()`` on every rank; if it failed on any, an error on every rank naming the ranks
+    and their errors (ConfigError where each was the user's: a file that cannot be read or
+    segmented, memory; else RuntimeError), else its result."""
     result, error = None, None
     try:
         result = work()
     except Exception as exc:  # every rank learns of it before the next collective
-        error = f"{type(exc).__name__}: {exc}"
+        error = (f"{type(exc).__name__}: {exc}", isinstance(exc, ValueError | OSError |
+                                                             MemoryError))
         if comm is None:
             raise
     errors = [error] if comm is None else comm.allgather(error)
-    failed = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+    failed = [(r, e) for r, e in enumerate(errors) if e]
     if failed:
-        raise RuntimeError("Tiling the image by slabs failed: " + "; ".join(failed))
+        kind = ConfigError if all(user for _, (_, user) in failed) else RuntimeError
+        raise kind("Tiling the image by slabs failed: " +
+                   "; ".join(f"rank {r}: {text}" for r, (text, _) in failed))
     return result

@@ -648,6 +648,74 @@ def test_rank0_run_keeps_the_tiling_not_the_voxel_mask(tmp_path, monkeypatch):
     assert resumed.sim.time_step == 12
 
 
+def test_rank0_run_tiles_an_image_file_by_slabs_without_reading_it_whole(tmp_path,
+                                                                          monkeypatch, caplog):
+    """Over ranks (forced here on one in-process rank) ``solver run`` of a ``.npy`` image has
+    the ranks tile their own slabs (solver.distributed.region_tiling): the whole-image loader
+    is never called and no voxel mask is made on rank 0, yet the tiling (offset searched),
+    checkpoint and its mask hash, probes, .vti fields and summary equal one plain process's,
+    bit for bit. A generated geometry keeps the whole-image path and the log says why."""
+    pytest.importorskip("mpi4py")
+    pv = pytest.importorskip("pyvista")
+    import logging
+
+    import solver.run as run_module
+    from solver.case import load_case
+    from solver.distributed import DistributedBackend
+    from solver.io import read_checkpoint
+    from solver.problem import TiledGeometry
+    from solver.run import HeadlessRun
+    from solver.tiling import Tiling
+
+    path = _pack_case(tmp_path, {"max_steps": 12, "output_interval": 6, "check_interval": 6,
+                                 "checkpoint_interval": 12}, [{"name": "a", "at": [20, 7, 12]}])
+    plain = HeadlessRun(load_case(path), out=tmp_path / "plain",
+                        backend=NumpyBackend(threads=1))
+    assert plain.execute(progress=False).exit_code == 0
+    monkeypatch.setattr(DistributedBackend, "keeps_voxel_mask", property(lambda self: False))
+
+    def no_whole_read(spec):
+        raise AssertionError("the whole image was loaded")
+
+    monkeypatch.setattr(run_module, "load_geometry", no_whole_read)
+    mask = Tiling.mask
+    monkeypatch.setattr(Tiling, "mask", lambda self: (_ for _ in ()).throw(
+        AssertionError("the whole mask was made")))
+    with DistributedBackend("numpy") as backend:
+        run = HeadlessRun(load_case(path), out=tmp_path / "slabs", backend=backend)
+        monkeypatch.setattr(Tiling, "mask", mask)  # one rank writes a whole .vti: it may
+        assert isinstance(run.geometry, TiledGeometry) and run.sim._solid is None
+        want = plain.sim.tiling
+        assert run.sim.tiling.offset == want.offset and run.sim.tiling.searched == want.searched
+        for name in ("tiles", "solid", "tile_map"):
+            assert np.array_equal(getattr(run.sim.tiling, name), getattr(want, name)), name
+        assert run.execute(progress=False).exit_code == 0
+    monkeypatch.undo()
+    one, slabs = tmp_path / "plain", tmp_path / "slabs"
+    assert read_checkpoint(slabs / "checkpoint.npz").mask_sha256 == \
+        read_checkpoint(one / "checkpoint.npz").mask_sha256
+    assert np.array_equal(_populations(one), _populations(slabs))
+    assert (one / "probes.csv").read_text() == (slabs / "probes.csv").read_text()
+    assert (one / "history.csv").read_text().count("\n") == \
+        (slabs / "history.csv").read_text().count("\n")
+    grids = [pv.read(d / "fields_00000012.vti") for d in (one, slabs)]
+    for name in grids[0].cell_data:
+        assert np.array_equal(grids[0].cell_data[name], grids[1].cell_data[name],
+                              equal_nan=True), name
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (one, slabs)]
+    for key in ("shape", "porosity", "fluid_nodes", "n_tiles"):
+        assert summaries[0][key] == summaries[1][key], key
+    # A generator's geometry is made whole in memory: the whole-image path, said once.
+    case = load_case(path)
+    case.geometry = type(case.geometry)("generator", "channel", {"shape": [24, 12, 16]})
+    monkeypatch.setattr(DistributedBackend, "keeps_voxel_mask", property(lambda self: False))
+    caplog.set_level(logging.INFO, logger="solver.run")
+    with DistributedBackend("numpy") as backend:
+        HeadlessRun(case, out=tmp_path / "generated", backend=backend)
+    assert "reads the whole voxel image: a generator geometry is made whole in memory" in \
+        caplog.text
+
+
 def test_vessel_fields_over_ranks_are_a_pvti_equal_to_one_process_vti(tmp_path, monkeypatch,
                                                                       caplog):
     """The parallel-image path of ``solver run`` in process (one rank that writes pieces, as
