@@ -510,7 +510,9 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
                       [{"name": "a", "at": [20, 7, 12]}, {"name": "b", "at": [3, 12, 20]}])
     assert main(["run", str(path), "--output", str(tmp_path / "one"), "--quiet"]) == 0
 
-    _mpirun(2, path, tmp_path / "mpi", "--max-steps", "20", cwd=tmp_path)
+    done = _mpirun(2, path, tmp_path / "mpi", "--max-steps", "20", cwd=tmp_path)
+    # The .npy image is tiled by the ranks from their own slabs: rank 0 never reads it whole.
+    assert "The ranks tiled the image by slabs (pack.npy)" in done.stderr, done.stderr[-2000:]
     written = read_checkpoint(tmp_path / "mpi" / "checkpoint.npz")
     assert written.populations is None and written.parts.n_parts == 2 and written.step == 20
     # Two writes at step 20 (the interval, the end): only the last one's files are left.
