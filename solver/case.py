@@ -445,6 +445,8 @@ REGION_OPTIONS = {
     ".npy": {"pore_value", "threshold", "pore_below"},
     ".raw": {"pore_value", "threshold", "pore_below", "shape", "dtype", "byte_order",
              "header_bytes", "order"},
+    ".tif": {"pore_value", "threshold", "pore_below"},
+    ".tiff": {"pore_value", "threshold", "pore_below"},
 }
 #: Options of the geometry's frame and name (not the voxels), and the loader's size limit.
 _FRAME_OPTIONS = ("voxel_size", "flow_axis", "name", "max_voxels")
@@ -452,7 +454,8 @@ _FRAME_OPTIONS = ("voxel_size", "flow_axis", "name", "max_voxels")
 
 def region_source(spec: GeometrySpec) -> tuple[Any, dict[str, Any] | str]:
     """The geometry of ``spec`` as a region source read slab by slab
-    (:class:`geometries.regions.ImageRegions`: a ``.npy`` or ``.raw`` file) and the frame of
+    (:class:`geometries.regions.ImageRegions`: a ``.npy`` or ``.raw`` file;
+    :class:`~geometries.regions.TiffRegions`: a TIFF stack of 2D pages) and the frame of
     the geometry the whole-image loader would make of it (voxel_size, origin, flow_axis,
     name); or None and why it must be read whole (a generator, a sample, another format or
     a loader option only the whole image allows)."""
@@ -461,19 +464,27 @@ def region_source(spec: GeometrySpec) -> tuple[Any, dict[str, Any] | str]:
     path = Path(spec.target)
     suffix = path.suffix.lower()
     if suffix not in REGION_OPTIONS:
-        return None, f"{suffix or 'this'} files are read whole (slab reads: .npy, .raw)"
+        return None, f"{suffix or 'this'} files are read whole (slab reads: .npy, .raw, .tif)"
     options = dict(spec.options)
     frame = {k: options.pop(k) for k in _FRAME_OPTIONS if k in options}
     other = sorted(set(options) - REGION_OPTIONS[suffix])
     if other:
         return None, f"the loader option(s) {other} read the whole image"
+    from geometries.errors import GeometryError
     from geometries.loaders.source import DEFAULT_MAX_VOXELS, check_voxel_count
-    from geometries.regions import ImageRegions
+    from geometries.regions import ImageRegions, TiffRegions
 
-    source = ImageRegions(path, **options)
+    if suffix in (".tif", ".tiff"):
+        try:
+            source = TiffRegions(path, **options)
+        except GeometryError as exc:  # e.g. one 2D page: the loader reads it
+            return None, f"the TIFF is not a stack of 2D pages read by slabs ({exc})"
+    else:
+        source = ImageRegions(path, **options)
     check_voxel_count(source.shape, frame.get("max_voxels", DEFAULT_MAX_VOXELS))
+    origin = spec.origin if spec.origin is not None else (0.0,) * len(source.shape)
     return source, {"voxel_size": spec.voxel_size if spec.voxel_size is not None else
-                    frame.get("voxel_size"), "origin": tuple(spec.origin or ()),
+                    frame.get("voxel_size"), "origin": tuple(float(o) for o in origin),
                     "flow_axis": int(frame.get("flow_axis", 0)),
                     "name": frame.get("name") or path.name}
 

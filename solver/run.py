@@ -630,7 +630,7 @@ def _tiled_geometry(case: Case, source: Any, frame: dict, backend: Any
     they agreed (offset, axis, slab bounds, the survey's counts)."""
     tiling, agreed = backend.tile_regions(source, case.config)
     log.info("The ranks tiled the image by slabs (%s), rank 0 holds no voxel image.",
-             source.path.name)
+             Path(source.path).name)
     return TiledGeometry(tiling, frame["voxel_size"], frame["origin"], frame["flow_axis"],
                          None, frame["name"], ()), agreed
 

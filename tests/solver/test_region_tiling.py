@@ -89,3 +89,37 @@ def test_agreement_refuses_a_rank_without_fluid_tiles():
     parts = [survey(source, 4, 0, (False,) * 3, r, 2) for r in range(2)]
     with pytest.raises(ConfigError, match="no fluid tile"):
         agree(combine(parts), 2, 2, np.zeros(3), True)
+
+
+def test_case_geometry_read_by_slabs_or_whole_with_the_reason(tmp_path):
+    """solver.case.region_source: .npy, .raw and TIFF stacks are read by slabs (the loader's
+    mask and frame); a generator, another format, a loader option only the whole image
+    allows, or a single TIFF page keep the whole-image path, with the reason."""
+    import geometries
+    from solver.case import GeometrySpec, load_geometry, region_source
+
+    tifffile = pytest.importorskip("tifffile")
+    labels = np.where(_pack((10, 8, 6), 5), 3, 0).astype(np.uint8)
+    np.save(tmp_path / "img.npy", labels)
+    (tmp_path / "img.raw").write_bytes(labels.tobytes(order="F"))
+    tifffile.imwrite(tmp_path / "img.tif", labels.transpose(2, 1, 0))  # (z, y, x) pages
+    tifffile.imwrite(tmp_path / "page.tif", labels[:, :, 0].T)
+    specs = [GeometrySpec("file", str(tmp_path / "img.npy"), options={"name": "rock"},
+                          voxel_size=2e-6),
+             GeometrySpec("file", str(tmp_path / "img.raw"),
+                          options={"shape": [10, 8, 6], "flow_axis": 2}),
+             GeometrySpec("file", str(tmp_path / "img.tif"), origin=(1.0, 2.0, 3.0))]
+    for spec in specs:
+        source, frame = region_source(spec)
+        whole = load_geometry(spec)
+        assert np.array_equal(source.slab(2, 0, 6), whole.solid), spec.target
+        got = (frame["voxel_size"], frame["origin"], frame["flow_axis"], frame["name"])
+        assert got == (whole.voxel_size, tuple(whole.origin), whole.flow_axis, whole.name)
+    for spec, why in [
+            (GeometrySpec("generator", "channel", {"shape": [8, 8, 8]}), "made whole"),
+            (GeometrySpec("file", str(tmp_path / "page.tif")), "not a stack"),
+            (GeometrySpec("file", str(tmp_path / "img.npy"), options={"format": "npy"}),
+             "['format'] read the whole image")]:
+        source, reason = region_source(spec)
+        assert source is None and why in reason, reason
+    assert geometries.load(tmp_path / "page.tif").solid.ndim == 2
