@@ -93,7 +93,7 @@ def mask_hash(solid: np.ndarray) -> str:
 
 
 #: Voxels per slab of :func:`tiling_mask_hash` (its temporaries: a few bytes a slab's voxel).
-HASH_SLAB_VOXELS = 1 << 22
+HASH_SLAB_VOXELS = 1 << 20
 
 
 def tiling_mask_hash(tiling: Any) -> str:
@@ -108,7 +108,8 @@ def tiling_mask_hash(tiling: Any) -> str:
         rows = np.flatnonzero((tiling.tiles[:, 0] >= first) & (tiling.tiles[:, 0] < end))
         slab = tiling.scatter_slab(tiling.solid[rows], tiling.tiles[rows], 0, first, end,
                                    fill=True)
-        bits = np.concatenate([carry, slab.ravel()])  # x slowest: the whole ravel in order
+        bits = np.concatenate([carry, slab.ravel()]) if carry.size else slab.ravel()
+        del slab  # x slowest: the slabs' ravels in order are the whole mask's
         whole = bits.size - bits.size % 8
         digest.update(np.packbits(bits[:whole]).tobytes())
         carry = bits[whole:]

@@ -16,6 +16,10 @@ others:
   :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``). Several
   allocations may live at once (a permeability run's coarse start beside its fine run): each
   state carries a key that every later command names.
+- ``tile_regions(source, config)``: before any allocation, the whole tiling of an image the
+  ranks can read by slabs (a region source, :mod:`geometries.regions`) built by every rank from
+  its own slab and assembled on rank 0 (:mod:`.region_tiling`): ``solver run``'s rank 0 then
+  never holds the voxel image.
 - driven openings: each rank applies its links' pass; ``iolet_flux`` gathers the per-link
   flux to rank 0 in global link order (:mod:`~solver.distributed.openings`). Windkessel
   outlets are updated on rank 0 from that flux at each of their intervals (the arithmetic of

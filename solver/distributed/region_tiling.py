@@ -19,13 +19,14 @@ builds of the whole image, in two passes:
    :func:`~solver.distributed.decomposition.decompose` on the whole tiling (balanced by
    non-empty tiles).
 2. :func:`slab_tiles` — each rank tiles the voxels of its own slab of tile layers at that
-   offset (tile coordinates global); :func:`assemble` places every rank's tiles in
-   Algorithm 1's order (x fastest) on rank 0: the same ``tiles``, ``solid``, ``tile_map``,
-   ``offset`` and ``searched`` as one process's tiling, bit for bit
-   (tests/solver/test_region_tiling.py).
+   offset (tile coordinates global), a chunk of tile layers at a time; :func:`assemble` places
+   every rank's tiles in Algorithm 1's order (x fastest) on rank 0, the masks sent in pieces
+   of :data:`SEND_ROWS` rows: the same ``tiles``, ``solid``, ``tile_map``, ``offset`` and
+   ``searched`` as one process's tiling, bit for bit (tests/solver/test_region_tiling.py).
 
-Rank 0 then holds the tiling (about 1 byte a node of the non-empty tiles) and, while it
-assembles, one rank's tiles more; a rank reads its slab a chunk of tile layers at a time.
+Rank 0 then holds the tiling (1 byte a node of the non-empty tiles, with the tile list and
+map) and, while it assembles, its own share of the tiles' masks and one piece; a rank reads
+its image a chunk (:data:`CHUNK_VOXELS`) at a time.
 Lengths in voxels, counts in nodes.
 """
 
@@ -46,10 +47,21 @@ from ..tiling import Tiling, _occupancy_all_offsets, _tile_occupancy
 from .decomposition import cut_layers, grid_axis
 
 __all__ = ["Survey", "RegionTiling", "survey", "combine", "slab_tiles", "assemble",
-           "tile_regions", "CHUNK_TILE_LAYERS"]
+           "tile_regions", "CHUNK_VOXELS"]
 
-#: Tile layers read per chunk (a 1600² layer of voxels is 2.6 MB; 16 tile layers of 4 voxels).
-CHUNK_TILE_LAYERS = 16
+#: Voxels read per chunk, at least one tile layer (its temporaries are a few bytes a voxel of
+#: the chunk: rank 0's set-up peak is then the tiling and its own share of it).
+CHUNK_VOXELS = 1 << 21
+#: Tile rows per message of the tiles' masks sent to rank 0 (its receive buffer).
+SEND_ROWS = 1 << 15
+
+
+def _chunk(shape: tuple[int, ...], a: int, axis: int, chunk: int | None) -> int:
+    """Tile layers per chunk along ``axis`` (``chunk`` if given)."""
+    if chunk is not None:
+        return int(chunk)
+    per_layer = a * int(np.prod([n for b, n in enumerate(shape) if b != axis]))
+    return max(1, CHUNK_VOXELS // max(1, per_layer))
 
 
 def _offsets(a: int, d: int, search: bool) -> list[tuple[int, ...]]:
@@ -135,15 +147,17 @@ def _share(shape: tuple[int, ...], a: int, axis: int, rank: int, size: int) -> t
 
 
 def survey(source: RegionSource, a: int, read_axis: int, periodic: tuple[bool, ...],
-           rank: int = 0, size: int = 1, search: bool = True,
-           chunk: int = CHUNK_TILE_LAYERS) -> Survey:
+           rank: int = 0, size: int = 1, search: bool = True, chunk: int | None = None
+           ) -> Survey:
     """The counts of ``rank``'s share of ``source`` (of ``size`` ranks); :func:`combine` adds
-    the ranks' (``search``: every offset, else the origin)."""
+    the ranks' (``search``: every offset, else the origin; ``chunk``: tile layers read at a
+    time, default :data:`CHUNK_VOXELS`' worth)."""
     shape = tuple(int(n) for n in source.shape)
     d, R = len(shape), read_axis
     out = _empty_survey(shape, a, R, search)
     lo, hi = _share(shape, a, R, rank, size)
     fluid, chords = 0, np.zeros((d, 2), np.int64)
+    chunk = _chunk(shape, a, R, chunk)
     for s in range(lo, hi, chunk * a):
         e = min(s + chunk * a, hi)
         # The chunk and one tile layer past it: a tile layer that starts in the chunk at a
@@ -220,14 +234,14 @@ def agree(whole: Survey, n_ranks: int, axis: int | str, force: Any, search: bool
 
 
 def slab_tiles(source: RegionSource, agreed: RegionTiling, rank: int,
-               chunk: int = CHUNK_TILE_LAYERS) -> tuple[np.ndarray, np.ndarray]:
-    """``rank``'s tiles: tile coordinates (int32, global, (n, d)) and solid masks (bool,
-    (n, a**d)) of its slab's tile layers, as :meth:`Tiling.build` of the whole image makes
-    them (outside the image solid)."""
+               chunk: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``rank``'s tiles, a chunk of tile layers at a time: per chunk the tile coordinates
+    (int32, global, (n, d)) and solid masks (bool, (n, a**d)) of its slab's tiles, as
+    :meth:`Tiling.build` of the whole image makes them (outside the image solid)."""
     shape, a, ax, off = agreed.survey.shape, agreed.survey.a, agreed.axis, agreed.offset
-    d = len(shape)
     first, end = int(agreed.bounds[rank]), int(agreed.bounds[rank + 1])
-    tiles, solids = [np.zeros((0, d), np.int32)], [np.zeros((0, a**d), bool)]
+    chunk = _chunk(shape, a, ax, chunk)
+    out = []
     for f in range(first, end, chunk):
         g = min(f + chunk, end)
         lo, hi = max(f * a - off[ax], 0), min(g * a - off[ax], shape[ax])
@@ -238,15 +252,20 @@ def slab_tiles(source: RegionSource, agreed: RegionTiling, rank: int,
         part = Tiling.build(source.slab(ax, lo, hi), a, tuple(local))
         at = part.tiles.copy()
         at[:, ax] += f
-        tiles.append(at)
-        solids.append(part.solid)
-    return np.concatenate(tiles), np.concatenate(solids)
+        out.append((at, part.solid))
+    return out
+
+
+def _rows(chunks: list[tuple[np.ndarray, np.ndarray]], d: int) -> np.ndarray:
+    """The tile coordinates of ``chunks`` (int32, (n, d))."""
+    return np.concatenate([t for t, _ in chunks]) if chunks else np.zeros((0, d), np.int32)
 
 
 def assemble(shape: tuple[int, ...], agreed: RegionTiling, tiles: list[np.ndarray],
              solids: Iterable[np.ndarray]) -> Tiling:
-    """The whole tiling from every rank's :func:`slab_tiles` (``tiles`` in rank order;
-    ``solids`` yielded in rank order, each placed before the next is asked for)."""
+    """The whole tiling from every rank's tile coordinates ``tiles`` (in rank order) and their
+    masks, ``solids`` yielding blocks of rows in the same order, each placed before the next
+    is asked for (so only one block is held beside the tiling)."""
     a, offset = agreed.survey.a, agreed.offset
     d = len(shape)
     everything = np.concatenate(tiles) if tiles else np.zeros((0, d), np.int32)
@@ -258,11 +277,21 @@ def assemble(shape: tuple[int, ...], agreed: RegionTiling, tiles: list[np.ndarra
     for block in solids:
         solid[where[at:at + len(block)]] = block
         at += len(block)
+    del where
     everything = everything[order]
     tile_map = np.full(_grid(shape, a, offset), -1, dtype=np.int32)
     tile_map[tuple(everything.T)] = np.arange(len(everything), dtype=np.int32)
     return Tiling(tuple(shape), a, tuple(offset), tile_map, everything.astype(np.int32), solid,
                   dict(agreed.searched))
+
+
+def _blocks(chunks: list[tuple[np.ndarray, np.ndarray]]):
+    """The masks of ``chunks`` in pieces of at most :data:`SEND_ROWS` rows, each chunk
+    dropped once yielded (its list entry too)."""
+    while chunks:
+        _, solid = chunks.pop(0)
+        for lo in range(0, len(solid), SEND_ROWS):
+            yield solid[lo:lo + SEND_ROWS]
 
 
 def tile_regions(source: RegionSource, a: int, periodic: tuple[bool, ...], force: Any,
@@ -282,20 +311,24 @@ def tile_regions(source: RegionSource, a: int, periodic: tuple[bool, ...], force
 
         comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
     agreed = agree(mine.with_flat(total), size, axis, force, search)  # the same on every rank
-    tiles, solid = _together(comm, lambda: slab_tiles(source, agreed, rank))
+    chunks = _together(comm, lambda: slab_tiles(source, agreed, rank))
+    tiles = _rows(chunks, len(shape))
     if comm is None or size == 1:
-        return assemble(shape, agreed, [tiles], [solid]), agreed
+        return assemble(shape, agreed, [tiles], _blocks(chunks)), agreed
     gathered = comm.gather(tiles, root=0)
     if rank != 0:
-        comm.Send(solid.view(np.uint8), dest=0, tag=31)
+        for block in _blocks(chunks):
+            comm.Send(np.ascontiguousarray(block).view(np.uint8), dest=0, tag=31)
         return None, agreed
 
     def received():
-        yield solid
+        yield from _blocks(chunks)  # rank 0's own, then each rank's in pieces
         for r in range(1, size):
-            block = np.empty((len(gathered[r]), a ** len(shape)), dtype=np.uint8)
-            comm.Recv(block, source=r, tag=31)
-            yield block.view(bool)
+            for lo in range(0, len(gathered[r]), SEND_ROWS):
+                rows = min(SEND_ROWS, len(gathered[r]) - lo)
+                block = np.empty((rows, a ** len(shape)), dtype=np.uint8)
+                comm.Recv(block, source=r, tag=31)
+                yield block.view(bool)
 
     return assemble(shape, agreed, gathered, received()), agreed
 

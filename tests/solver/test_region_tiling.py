@@ -12,7 +12,14 @@ import pytest
 from geometries.regions import ArrayRegions, ImageRegions
 from solver.config import ConfigError
 from solver.distributed.decomposition import decompose
-from solver.distributed.region_tiling import agree, assemble, combine, slab_tiles, survey
+from solver.distributed.region_tiling import (
+    agree,
+    assemble,
+    combine,
+    slab_tiles,
+    survey,
+    tile_regions,
+)
 from solver.stability import pore_size
 from solver.tiling import Tiling
 
@@ -31,8 +38,9 @@ def _by_ranks(source, a, n, periodic, force, axis="longest", search=True, chunk=
     parts = [survey(source, a, flow, periodic, r, n, search, chunk=chunk) for r in range(n)]
     agreed = agree(combine(parts), n, axis, force, search)
     slabs = [slab_tiles(source, agreed, r, chunk=chunk) for r in range(n)]
-    return assemble(tuple(source.shape), agreed, [t for t, _ in slabs],
-                    (s for _, s in slabs)), agreed
+    tiles = [np.concatenate([t for t, _ in chunks]) for chunks in slabs]
+    blocks = (s[lo:lo + 3] for chunks in slabs for _, s in chunks for lo in range(0, len(s), 3))
+    return assemble(tuple(source.shape), agreed, tiles, blocks), agreed
 
 
 @pytest.mark.parametrize("shape,a,n,force,search", [
@@ -56,6 +64,20 @@ def test_ranks_tile_their_slabs_into_one_process_tiling(shape, a, n, force, sear
     assert agreed.survey.n_fluid == int((~solid).sum())
     flow = int(np.argmax(np.abs(force)))
     assert agreed.survey.pore_size(flow) == pore_size(solid, flow, periodic)
+
+
+def test_one_process_tile_regions_in_default_chunks_is_tiling_build(monkeypatch):
+    """tile_regions without ranks (comm None), chunks and message pieces of a few rows."""
+    import solver.distributed.region_tiling as rt
+
+    monkeypatch.setattr(rt, "CHUNK_VOXELS", 700)
+    monkeypatch.setattr(rt, "SEND_ROWS", 5)
+    solid = _pack((22, 17, 30), 7)
+    got, agreed = tile_regions(ArrayRegions(solid), 4, (False,) * 3, (0, 0, 0))
+    want = Tiling.build(solid, 4, "best")
+    assert got.offset == want.offset and agreed.axis == 2
+    for name in ("tiles", "solid", "tile_map"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
 
 
 def test_image_file_regions_read_and_travel_as_their_path(tmp_path):
