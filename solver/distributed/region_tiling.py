@@ -286,12 +286,23 @@ def assemble(shape: tuple[int, ...], agreed: RegionTiling, tiles: list[np.ndarra
 
 
 def _blocks(chunks: list[tuple[np.ndarray, np.ndarray]]):
-    """The masks of ``chunks`` in pieces of at most :data:`SEND_ROWS` rows, each chunk
-    dropped once yielded (its list entry too)."""
+    """The masks of ``chunks`` in pieces of exactly :data:`SEND_ROWS` rows (the last one
+    fewer), across chunk boundaries: what rank 0 receives; each chunk dropped (from the list
+    too) once its rows are yielded."""
+    pending: list[np.ndarray] = []
+    held = 0
     while chunks:
         _, solid = chunks.pop(0)
-        for lo in range(0, len(solid), SEND_ROWS):
-            yield solid[lo:lo + SEND_ROWS]
+        at = 0
+        while at < len(solid):
+            take = min(SEND_ROWS - held, len(solid) - at)
+            pending.append(solid[at:at + take])
+            held, at = held + take, at + take
+            if held == SEND_ROWS:
+                yield pending[0] if len(pending) == 1 else np.concatenate(pending)
+                pending, held = [], 0
+    if held:
+        yield pending[0] if len(pending) == 1 else np.concatenate(pending)
 
 
 def tile_regions(source: RegionSource, a: int, periodic: tuple[bool, ...], force: Any,

@@ -78,6 +78,13 @@ def test_one_process_tile_regions_in_default_chunks_is_tiling_build(monkeypatch)
     assert got.offset == want.offset and agreed.axis == 2
     for name in ("tiles", "solid", "tile_map"):
         assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    # What rank 0 receives: pieces of exactly SEND_ROWS rows across chunks, the last fewer.
+    chunks = rt.slab_tiles(ArrayRegions(solid), agreed, 0)
+    rows = np.concatenate([s for _, s in chunks])
+    assert len(chunks) > 2 and any(len(s) % 5 for _, s in chunks)
+    pieces = list(rt._blocks(chunks))
+    assert [len(p) for p in pieces[:-1]] == [5] * (len(pieces) - 1) and 0 < len(pieces[-1]) <= 5
+    assert np.array_equal(np.concatenate(pieces), rows) and chunks == []
 
 
 def test_image_file_regions_read_and_travel_as_their_path(tmp_path):
