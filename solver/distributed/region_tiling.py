@@ -238,10 +238,15 @@ def slab_tiles(source: RegionSource, agreed: RegionTiling, rank: int,
     """``rank``'s tiles, a chunk of tile layers at a time: per chunk the tile coordinates
     (int32, global, (n, d)) and solid masks (bool, (n, a**d)) of its slab's tiles, as
     :meth:`Tiling.build` of the whole image makes them (outside the image solid)."""
+    return list(_slab_chunks(source, agreed, rank, chunk))
+
+
+def _slab_chunks(source: RegionSource, agreed: RegionTiling, rank: int,
+                 chunk: int | None = None):
+    """:func:`slab_tiles`' chunks, made one at a time."""
     shape, a, ax, off = agreed.survey.shape, agreed.survey.a, agreed.axis, agreed.offset
     first, end = int(agreed.bounds[rank]), int(agreed.bounds[rank + 1])
     chunk = _chunk(shape, a, ax, chunk)
-    out = []
     for f in range(first, end, chunk):
         g = min(f + chunk, end)
         lo, hi = max(f * a - off[ax], 0), min(g * a - off[ax], shape[ax])
@@ -252,8 +257,20 @@ def slab_tiles(source: RegionSource, agreed: RegionTiling, rank: int,
         part = Tiling.build(source.slab(ax, lo, hi), a, tuple(local))
         at = part.tiles.copy()
         at[:, ax] += f
-        out.append((at, part.solid))
-    return out
+        yield at, part.solid
+
+
+def _in_order(source: RegionSource, agreed: RegionTiling, solid: np.ndarray
+              ) -> list[np.ndarray]:
+    """Rank 0's own tiles placed straight into the rows of the whole tiling's ``solid``
+    (slabs along the slowest axis: the ranks' tiles follow one another in Algorithm 1's
+    order, rank 0's first); their coordinates."""
+    tiles, at = [], 0
+    for coords, mask in _slab_chunks(source, agreed, 0):
+        solid[at:at + len(mask)] = mask
+        at += len(mask)
+        tiles.append(coords)
+    return tiles
 
 
 def _rows(chunks: list[tuple[np.ndarray, np.ndarray]], d: int) -> np.ndarray:
@@ -269,17 +286,25 @@ def assemble(shape: tuple[int, ...], agreed: RegionTiling, tiles: list[np.ndarra
     a, offset = agreed.survey.a, agreed.offset
     d = len(shape)
     everything = np.concatenate(tiles) if tiles else np.zeros((0, d), np.int32)
-    order = np.lexsort(tuple(everything[:, k] for k in range(d)))  # Algorithm 1: x fastest
-    where = np.empty(order.size, np.int64)
-    where[order] = np.arange(order.size)
-    solid = np.empty((order.size, a**d), dtype=bool)
+    grid = _grid(shape, a, offset)
+    key = np.ravel_multi_index(tuple(everything[:, k] for k in reversed(range(d))),
+                               grid[::-1])  # Algorithm 1's order: x fastest
+    where = None  # slabs along the slowest axis arrive in that order already
+    if key.size > 1 and not bool(np.all(key[1:] > key[:-1])):
+        order = np.argsort(key, kind="stable")
+        where = np.empty(order.size, np.int64)
+        where[order] = np.arange(order.size)
+        everything = everything[order]
+        del order
+    del key
+    solid = np.empty((len(everything), a**d), dtype=bool)
     at = 0
     for block in solids:
-        solid[where[at:at + len(block)]] = block
+        rows = slice(at, at + len(block)) if where is None else where[at:at + len(block)]
+        solid[rows] = block
         at += len(block)
     del where
-    everything = everything[order]
-    tile_map = np.full(_grid(shape, a, offset), -1, dtype=np.int32)
+    tile_map = np.full(grid, -1, dtype=np.int32)
     tile_map[tuple(everything.T)] = np.arange(len(everything), dtype=np.int32)
     return Tiling(tuple(shape), a, tuple(offset), tile_map, everything.astype(np.int32), solid,
                   dict(agreed.searched))
@@ -322,11 +347,14 @@ def tile_regions(source: RegionSource, a: int, periodic: tuple[bool, ...], force
 
         comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
     agreed = agree(mine.with_flat(total), size, axis, force, search)  # the same on every rank
-    chunks = _together(comm, lambda: slab_tiles(source, agreed, rank))
-    tiles = _rows(chunks, len(shape))
+    d = len(shape)
     if comm is None or size == 1:
-        return assemble(shape, agreed, [tiles], _blocks(chunks)), agreed
-    gathered = comm.gather(tiles, root=0)
+        chunks = _together(comm, lambda: slab_tiles(source, agreed, rank))
+        return assemble(shape, agreed, [_rows(chunks, d)], _blocks(chunks)), agreed
+    if agreed.axis == d - 1:  # the ranks' tiles in Algorithm 1's order: placed as they come
+        return _gather_in_order(source, agreed, comm), agreed
+    chunks = _together(comm, lambda: slab_tiles(source, agreed, rank))
+    gathered = comm.gather(_rows(chunks, d), root=0)
     if rank != 0:
         for block in _blocks(chunks):
             comm.Send(np.ascontiguousarray(block).view(np.uint8), dest=0, tag=31)
@@ -337,11 +365,43 @@ def tile_regions(source: RegionSource, a: int, periodic: tuple[bool, ...], force
         for r in range(1, size):
             for lo in range(0, len(gathered[r]), SEND_ROWS):
                 rows = min(SEND_ROWS, len(gathered[r]) - lo)
-                block = np.empty((rows, a ** len(shape)), dtype=np.uint8)
+                block = np.empty((rows, a**d), dtype=np.uint8)
                 comm.Recv(block, source=r, tag=31)
                 yield block.view(bool)
 
     return assemble(shape, agreed, gathered, received()), agreed
+
+
+def _gather_in_order(source: RegionSource, agreed: RegionTiling, comm: Any) -> Tiling | None:
+    """The whole tiling on rank 0 (None elsewhere) when the slabs cut the slowest axis: rank 0
+    sizes the tiles' masks from the survey's counts, writes its own tiles into them chunk by
+    chunk and receives every other rank's pieces straight into their rows (no copy of a
+    rank's share on rank 0)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    shape, a, d = agreed.survey.shape, agreed.survey.a, len(agreed.survey.shape)
+    if rank != 0:
+        chunks = _together(comm, lambda: slab_tiles(source, agreed, rank))
+        comm.gather(_rows(chunks, d), root=0)
+        for block in _blocks(chunks):
+            comm.Send(np.ascontiguousarray(block).view(np.uint8), dest=0, tag=31)
+        return None
+    counts = agreed.survey.counts(agreed.offset, agreed.axis)
+    solid = np.empty((int(counts.sum()), a**d), dtype=bool)
+    own = _together(comm, lambda: _in_order(source, agreed, solid))
+    gathered = comm.gather(np.concatenate(own) if own else np.zeros((0, d), np.int32), root=0)
+    at = 0
+    for r in range(size):
+        if r:
+            for lo in range(0, len(gathered[r]), SEND_ROWS):
+                rows = min(SEND_ROWS, len(gathered[r]) - lo)
+                comm.Recv(solid[at + lo:at + lo + rows].view(np.uint8), source=r, tag=31)
+        at += len(gathered[r])
+    tiles = np.concatenate(gathered)
+    del gathered
+    tile_map = np.full(_grid(shape, a, agreed.offset), -1, dtype=np.int32)
+    tile_map[tuple(tiles.T)] = np.arange(len(tiles), dtype=np.int32)
+    return Tiling(tuple(shape), a, tuple(agreed.offset), tile_map, tiles.astype(np.int32),
+                  solid, dict(agreed.searched))
 
 
 def _together(comm: Any, work):

@@ -797,6 +797,27 @@ def test_mpirun_vessel_fields_are_a_pvti_equal_to_one_process_vti(tmp_path):
 
 @needs_mpi
 @pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
+def test_mpirun_tiles_a_z_long_image_by_slabs_like_one_process(tmp_path):
+    """A .npy box longest along z on 3 ranks: the ranks tile their z slabs, rank 0 places
+    them in order as they arrive (no reordering); the checkpoint and probes equal one
+    process's bit for bit."""
+    pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
+    solid = porous((11, 10, 30), seed=4)
+    path = _pack_case(tmp_path, {"max_steps": 8, "output_interval": 8, "check_interval": 8,
+                                 "checkpoint_interval": 8, "vti": False},
+                      [{"name": "a", "at": [5, 5, 25]}], solid=solid)
+    _mpirun(1, path, tmp_path / "one", cwd=tmp_path)
+    done = _mpirun(3, path, tmp_path / "three", cwd=tmp_path)
+    assert "The ranks tiled the image by slabs (pack.npy)" in done.stderr, done.stderr[-2000:]
+    assert np.array_equal(_populations(tmp_path / "one"), _populations(tmp_path / "three"))
+    assert (tmp_path / "one" / "probes.csv").read_text() == \
+        (tmp_path / "three" / "probes.csv").read_text()
+    split = json.loads((tmp_path / "three" / "summary.json").read_text())["decomposition"]
+    assert split["axis"] == "z" and split["ranks"] == 3
+
+
+@needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_mpirun_fields_in_y_slabs_are_a_pvti_equal_to_one_process_vti(tmp_path):
     """A box longest along y is cut into y slabs (3 ranks): the pieces' extents differ in y
     alone, sharing their boundary points, and the .pvti reads back as one process's .vti."""
