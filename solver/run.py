@@ -377,13 +377,10 @@ class HeadlessRun:
             log.info("Over %d MPI ranks the fields go to fields_STEP.pvti (each rank's piece "
                      "in fields_STEP/), not .vti: ParaView and pyvista.read open it the same "
                      "way.", sim.backend.size)
-        extra = {} if pieces else {"solid": sim.solid.astype(np.uint8)}  # pieces: their own
-        if sim.config.openings:  # a vessel: its wall shear stress (lattice units, Pa)
-            wss = sim.wall_shear_stress()
-            extra["wall_shear_stress"] = wss
-            if self.units is not None:
-                extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
-        extra.update(self._shear_indices())
+        extra: dict[str, Any] = {} if pieces else {"solid": sim.solid.astype(np.uint8)}
+        for name, (voxels, values) in self._wall_arrays().items():
+            # Pieces: the ranks place their slab's wall values (no whole grid on rank 0).
+            extra[name] = (voxels, values) if pieces else _on_grid(sim.shape, voxels, values)
         origin = self.geometry.origin or None
         if pieces:
             return sim.backend.write_vti_pieces(sim.state, self.out / f"fields_{step:08d}.pvti",
@@ -498,21 +495,25 @@ class HeadlessRun:
             return None
         return c.indices(to_host=self.sim.backend.to_host)
 
-    def _shear_indices(self) -> dict[str, np.ndarray]:
-        """TAWSS, OSI and RRT as grid fields (NaN off the wall nodes; lattice and SI)."""
+    def _wall_arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The fields' arrays given at the wall nodes alone, (voxels (n, d), values (n,)) by
+        name: a vessel's wall shear stress and the shear indices TAWSS, OSI and RRT (lattice
+        units and SI); NaN elsewhere once on a grid."""
+        out = {}
+        if self.sim.config.openings:  # a vessel: its wall shear stress (lattice units, Pa)
+            voxels, wss = self.sim.wall_shear_values()
+            out["wall_shear_stress"] = (voxels, wss)
+            if self.units is not None:
+                out["wall_shear_stress_Pa"] = (voxels, self.units.stress_to_si(wss))
         result = self._indices()
         if result is None:
-            return {}
-        out = {}
-        at = tuple(self.cycles.walls.voxels.T)
+            return out
+        at = self.cycles.walls.voxels
         fields = {"tawss": result.tawss, "osi": result.osi, "rrt": result.rrt}
         if self.units is not None:
             unit = self.units.stress_to_si(1.0)
             fields.update(tawss_Pa=result.tawss * unit, rrt_1_Pa=result.rrt / unit)
-        for name, values in fields.items():
-            grid = np.full(self.sim.shape, np.nan)
-            grid[at] = values
-            out[name] = grid
+        out.update({name: (at, values) for name, values in fields.items()})
         return out
 
     def _cycle_summary(self) -> dict[str, Any]:
@@ -633,6 +634,13 @@ def _tiled_geometry(case: Case, source: Any, frame: dict, backend: Any
              Path(source.path).name)
     return TiledGeometry(tiling, frame["voxel_size"], frame["origin"], frame["flow_axis"],
                          None, frame["name"], ()), agreed
+
+
+def _on_grid(shape: tuple[int, ...], voxels: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` at ``voxels`` on a grid of ``shape``, NaN elsewhere (float64)."""
+    grid = np.full(shape, np.nan)
+    grid[tuple(np.asarray(voxels).T)] = values
+    return grid
 
 
 def _backend_name(case: Case, backend: Any) -> str:

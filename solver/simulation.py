@@ -491,11 +491,17 @@ class Simulation:
     def wall_shear_stress(self) -> np.ndarray:
         """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
-        reader = self._reader()
-        walls = self._wall_nodes()
+        voxels, values = self.wall_shear_values()
         out = np.full(self.shape, np.nan)
-        out[tuple(walls.voxels.T)] = reader.wall_shear(walls)
+        out[tuple(voxels.T)] = values
         return out
+
+    def wall_shear_values(self) -> tuple[np.ndarray, np.ndarray]:
+        """The wall nodes' voxel indices (n, d) and their wall shear stress magnitudes (n,),
+        lattice units: :meth:`wall_shear_stress` without the whole grid (over MPI ranks each
+        rank computes its own nodes', only the values reach rank 0)."""
+        walls = self._wall_nodes()
+        return walls.voxels, self._reader().wall_shear(walls)
 
     def wall_shear_vectors(self) -> tuple[Any, Any]:
         """(wall nodes (:class:`solver.wall_shear.WallNodes`), shear stress vectors (n, d) at

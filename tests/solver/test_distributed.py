@@ -340,9 +340,10 @@ def _same(a, b) -> None:
 
 
 def test_outputs_read_over_ranks_never_gather_the_whole_state():
-    """Health checks, fields, a cut, the live view and probes on a DistributedBackend equal one
-    plain process's bit for bit, and none gathers the whole state to rank 0 (moments are
-    computed on the ranks, a cut's and the probes' nodes travel alone): one rank, in process."""
+    """Health checks, fields, a cut, the live view, probes and wall shear stress on a
+    DistributedBackend equal one plain process's bit for bit, and none gathers the whole state
+    to rank 0 (moments and shear vectors are computed on the ranks, a cut's and the probes'
+    nodes travel alone): one rank, in process."""
     pytest.importorskip("mpi4py")
     from solver.distributed import DistributedBackend
     from solver.probes import Line, Probe, ProbeSet
@@ -369,12 +370,37 @@ def test_outputs_read_over_ranks_never_gather_the_whole_state():
         assert asked == []
         reads = [lambda s: s.health(), lambda s: s.fields(), lambda s: s.slice(2, 11, "ux"),
                  lambda s: s.view(1, 6, "pressure", health=True, probes=probes),
-                 lambda s: s.sample(probes), lambda s: vars(s.coarse_flow()) | {"read_at": 0}]
+                 lambda s: s.sample(probes), lambda s: vars(s.coarse_flow()) | {"read_at": 0},
+                 # Wall shear stress: each rank its own wall nodes, only the vectors travel.
+                 lambda s: s.wall_shear_stress(), lambda s: s.wall_shear_vectors()[1]]
         for read in reads:
             _same(read(sim), read(plain))
         assert whole == []
         assert len(asked) == 1 and asked[0] is None  # fields() alone reads every node
         sim.close()
+
+
+def test_pieces_place_values_given_at_voxels_without_a_whole_grid(tmp_path):
+    """``write_vti_pieces`` with an extra array given as (voxels, values), as ``solver run``
+    gives wall shear stress and the shear indices over ranks: the .pvti holds it on the grid,
+    NaN elsewhere, bit for bit the whole grid it replaces (one rank, in process)."""
+    pytest.importorskip("mpi4py")
+    pv = pytest.importorskip("pyvista")
+    from solver.distributed import DistributedBackend
+
+    solid = porous()
+    voxels, values = np.argwhere(~solid)[::7], np.linspace(0.5, 2.5, (~solid).sum())[::7]
+    grid = np.full(solid.shape, np.nan)
+    grid[tuple(voxels.T)] = values
+    with DistributedBackend("numpy") as backend:
+        sim = Simulation(solid, config(), backend=backend)
+        sim.allocate()
+        path = backend.write_vti_pieces(sim.state, tmp_path / "f.pvti", None, None,
+                                        {"whole": grid, "at": (voxels, values)})
+        sim.close()
+    image = pv.read(path)
+    assert np.array_equal(image.cell_data["at"], image.cell_data["whole"], equal_nan=True)
+    assert image.cell_data["at"].dtype == np.float64
 
 
 def test_float32_populations_are_scattered_in_their_dtype():
