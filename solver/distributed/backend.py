@@ -48,8 +48,12 @@ others:
   order; a scatter refreshes the halos (a single-process checkpoint and a permeability run's
   coarse start reach the ranks this way: the whole array is then on rank 0 once).
   ``device_populations`` of all tiles is the same gather in the arithmetic precision (``xp``
-  is NumPy on rank 0): what still reads the whole state on rank 0 are wall shear stress,
-  forces and ``Simulation.populations``.
+  is NumPy on rank 0): what still reads the whole state on rank 0 are forces,
+  ``Simulation.populations`` and wall shear stress in place (one population copy).
+- ``wall_shear_vectors``: each rank computes the shear vectors of the wall nodes in its own
+  tiles (rank 0 sends each its nodes once per allocation), from its tiles and halo; only the
+  vectors reach rank 0 (the shear indices of a pulsatile run accumulate them). A ``.pvti``'s
+  wall arrays are sent to each rank as its slab's voxels and values.
 
 Use :func:`solver.distributed.launch` (or ``with DistributedBackend() as b``) so that the
 workers are released when rank 0 finishes or fails.
