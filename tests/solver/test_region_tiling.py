@@ -152,3 +152,17 @@ def test_case_geometry_read_by_slabs_or_whole_with_the_reason(tmp_path):
         source, reason = region_source(spec)
         assert source is None and why in reason, reason
     assert geometries.load(tmp_path / "page.tif").solid.ndim == 2
+
+
+def test_a_rank_that_cannot_read_its_share_stops_every_rank_with_the_reason():
+    """A read failing on a rank (a file gone, a bad voxel) is raised on every rank after the
+    survey, as ConfigError naming the rank (a user's error), not left in a collective."""
+    mpi = pytest.importorskip("mpi4py.MPI")
+
+    class Broken(ArrayRegions):
+        def slab(self, axis, start, stop):
+            raise OSError("the file went away")
+
+    with pytest.raises(ConfigError, match="rank 0: OSError: the file went away"):
+        tile_regions(Broken(_pack((12, 12, 12))), 4, (False,) * 3, (0, 0, 0),
+                     comm=mpi.COMM_SELF)
