@@ -92,6 +92,7 @@ from .reductions import (
     owned_k_check,
     owned_layers,
 )
+from .region_tiling import own_part
 from .slab_parts import RankPart, rank_part
 from .transport import (
     TransportReport,
@@ -224,6 +225,10 @@ class DistributedBackend:
         self._pending_extra: dict | None = None  # rank 0: a .vti's whole-grid extra arrays
         self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
         self._tiled: tuple | None = None  # rank 0: what tile_regions assembled
+        #: Every rank: (region source, what the ranks agreed) of the last tile_regions; rank 0
+        #: the tiling it assembled (an allocation of it has each rank tile its own part).
+        self._region: tuple | None = None
+        self._region_tiling: Any = None
         #: Every rank: the global numbers of its part's tiles (None: the whole problem's), by key.
         self._part_tiles_of: dict[int, np.ndarray | None] = {}
         #: Every rank: its wall nodes (global numbers, local WallNodes), by key; rank 0 also
@@ -726,14 +731,27 @@ class DistributedBackend:
         """Rank 0 cuts every other rank's part and sends it; (the part this rank received,
         or None on rank 0, which keeps the whole problem; the error, if its part failed)."""
         if self.is_root:
+            # The tiling the ranks built by slabs (along the slowest axis, no opening links):
+            # each rank tiles its own part again, rank 0 sends only the run's constants.
+            own = self._region is not None and problem.tiling is self._region_tiling and \
+                problem.iolets is None and self._region[1].axis == problem.tiling.ndim - 1 \
+                and tuple(self._region[1].bounds) == tuple(decomposition.bounds)
+            if own:
+                log.info("Each rank tiles its own part from its slab of the image.")
             for rank in range(1, self.size):
                 try:
-                    message = (rank_part(problem, decomposition, rank), None)
+                    message = ((dataclasses.replace(problem, tiling=None), None) if own else
+                               (rank_part(problem, decomposition, rank), None))
                 except Exception as exc:  # the rank reports it; rank 0 raises it
                     message = (None, f"cutting rank {rank}'s part on rank 0: {exc}")
                 self.comm.send(message, dest=rank, tag=PART_TAG)
             return None, None
         part, why = self.comm.recv(source=0, tag=PART_TAG)
+        if why is None and isinstance(part, Problem):  # its own part, from its own slab
+            try:
+                part = own_part(*self._region, part, self.rank)
+            except Exception as exc:  # reported to rank 0 with the others' errors
+                part, why = None, f"tiling rank {self.rank}'s own part: {exc}"
         return part, None if why is None else RuntimeError(why)
 
     def _message(self, error: Exception | None) -> str | None:
@@ -1045,8 +1063,10 @@ class DistributedBackend:
             if self.is_root:
                 self._error = exc
             return
+        self._region = (source, tiled[1])  # every rank: its own part is tiled from it
         if self.is_root:
             self._tiled = tiled
+            self._region_tiling = tiled[0]
 
     def _flux(self, _: Any) -> None:
         self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)

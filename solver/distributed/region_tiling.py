@@ -32,6 +32,7 @@ Lengths in voxels, counts in nodes.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,10 +45,10 @@ from geometries.regions import RegionSource
 from ..config import ConfigError
 from ..stability import chord_counts, chord_mean
 from ..tiling import Tiling, _occupancy_all_offsets, _tile_occupancy
-from .decomposition import cut_layers, grid_axis
+from .decomposition import SlabDecomposition, cut_layers, grid_axis, rank_layers
 
 __all__ = ["Survey", "RegionTiling", "survey", "combine", "slab_tiles", "assemble",
-           "tile_regions", "CHUNK_VOXELS"]
+           "tile_regions", "own_part", "CHUNK_VOXELS"]
 
 #: Voxels read per chunk, at least one tile layer (its temporaries are a few bytes a voxel of
 #: the chunk: rank 0's set-up peak is then the tiling and its own share of it).
@@ -244,8 +245,14 @@ def slab_tiles(source: RegionSource, agreed: RegionTiling, rank: int,
 def _slab_chunks(source: RegionSource, agreed: RegionTiling, rank: int,
                  chunk: int | None = None):
     """:func:`slab_tiles`' chunks, made one at a time."""
+    yield from _layer_chunks(source, agreed, int(agreed.bounds[rank]),
+                             int(agreed.bounds[rank + 1]), chunk)
+
+
+def _layer_chunks(source: RegionSource, agreed: RegionTiling, first: int, end: int,
+                  chunk: int | None = None):
+    """(tile coordinates, masks) of the tile layers ``[first, end)``, a chunk at a time."""
     shape, a, ax, off = agreed.survey.shape, agreed.survey.a, agreed.axis, agreed.offset
-    first, end = int(agreed.bounds[rank]), int(agreed.bounds[rank + 1])
     chunk = _chunk(shape, a, ax, chunk)
     for f in range(first, end, chunk):
         g = min(f + chunk, end)
@@ -258,6 +265,37 @@ def _slab_chunks(source: RegionSource, agreed: RegionTiling, rank: int,
         at = part.tiles.copy()
         at[:, ax] += f
         yield at, part.solid
+
+
+def own_part(source: RegionSource, agreed: RegionTiling, problem: Any, rank: int) -> Any:
+    """``rank``'s part of the run (:class:`~solver.distributed.slab_parts.RankPart`: its slab
+    and halo layers tiled from ``source`` in global coordinates, their global tile numbers and
+    owners) without rank 0 cutting it from the whole tiling: what
+    :func:`~solver.distributed.slab_parts.rank_part` cuts, when the slabs cut the slowest axis
+    (global numbers from the survey's tiles per layer) and no opening links travel.
+    ``problem``: the run's constants (its tiling is replaced by the part's)."""
+    from .slab_parts import RankPart
+
+    shape, a, ax = agreed.survey.shape, agreed.survey.a, agreed.axis
+    d = len(shape)
+    if ax != d - 1:
+        raise ValueError("A rank numbers its own tiles only for slabs along the slowest axis.")
+    chunks = [c for first, end in rank_layers(agreed.bounds, rank, problem.periodic[ax])
+              for c in _layer_chunks(source, agreed, first, end)]
+    tiles = _rows(chunks, d)
+    solid = np.concatenate([m for _, m in chunks]) if chunks else np.zeros((0, a**d), bool)
+    del chunks
+    counts = agreed.survey.counts(agreed.offset, ax)
+    before = np.concatenate([[0], np.cumsum(counts)])  # tiles of the layers below each
+    layer = tiles[:, ax].astype(np.int64)
+    numbers = before[layer] + np.arange(len(tiles)) - np.searchsorted(layer, layer)
+    tile_map = np.full(_grid(shape, a, agreed.offset), -1, dtype=np.int32)
+    tile_map[tuple(tiles.T)] = np.arange(len(tiles), dtype=np.int32)
+    local = Tiling(tuple(shape), a, tuple(agreed.offset), tile_map, tiles, solid)
+    owner = (np.searchsorted(agreed.bounds, layer, side="right") - 1).astype(np.int32)
+    decomposition = SlabDecomposition(ax, tuple(int(b) for b in agreed.bounds), owner, counts)
+    part = dataclasses.replace(problem, tiling=local, owned=None).use_iolets(None)
+    return RankPart(part, decomposition, numbers.astype(np.int64), np.zeros(0, np.int64))
 
 
 def _in_order(source: RegionSource, agreed: RegionTiling, solid: np.ndarray

@@ -825,8 +825,10 @@ def test_mpirun_vessel_fields_are_a_pvti_equal_to_one_process_vti(tmp_path):
 @pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
 def test_mpirun_tiles_a_z_long_image_by_slabs_like_one_process(tmp_path):
     """A .npy box longest along z on 3 ranks: the ranks tile their z slabs, rank 0 places
-    them in order as they arrive (no reordering); the checkpoint and probes equal one
-    process's bit for bit."""
+    them in order as they arrive (no reordering), and at the allocation each serving rank
+    tiles its own part again (its slab and halo layers, numbered from the survey's counts)
+    instead of receiving it from rank 0; the checkpoint and probes equal one process's bit
+    for bit."""
     pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
     solid = porous((11, 10, 30), seed=4)
     path = _pack_case(tmp_path, {"max_steps": 8, "output_interval": 8, "check_interval": 8,
@@ -835,6 +837,7 @@ def test_mpirun_tiles_a_z_long_image_by_slabs_like_one_process(tmp_path):
     _mpirun(1, path, tmp_path / "one", cwd=tmp_path)
     done = _mpirun(3, path, tmp_path / "three", cwd=tmp_path)
     assert "The ranks tiled the image by slabs (pack.npy)" in done.stderr, done.stderr[-2000:]
+    assert "Each rank tiles its own part from its slab" in done.stderr  # none cut on rank 0
     assert np.array_equal(_populations(tmp_path / "one"), _populations(tmp_path / "three"))
     assert (tmp_path / "one" / "probes.csv").read_text() == \
         (tmp_path / "three" / "probes.csv").read_text()

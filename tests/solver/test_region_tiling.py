@@ -166,3 +166,32 @@ def test_a_rank_that_cannot_read_its_share_stops_every_rank_with_the_reason():
     with pytest.raises(ConfigError, match="rank 0: OSError: the file went away"):
         tile_regions(Broken(_pack((12, 12, 12))), 4, (False,) * 3, (0, 0, 0),
                      comm=mpi.COMM_SELF)
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+def test_a_rank_tiles_its_own_part_as_rank_0_cuts_it(periodic):
+    """own_part (slabs along z): the same tiles in the same order, global numbers, owners and
+    layer counts as rank_part cuts from the whole tiling, so the same rank solver."""
+    from solver.config import SimulationConfig
+    from solver.distributed.region_tiling import own_part
+    from solver.distributed.slab_parts import rank_part
+    from solver.problem import Problem
+
+    solid = _pack((13, 11, 34), 2)
+    config = SimulationConfig(precision="float64", tau=0.8, body_force=(0, 0, 1e-6),
+                              **({} if periodic else {"z_min": "wall", "z_max": "wall"}))
+    flags = config.periodic_axes()
+    source = ArrayRegions(solid)
+    got, agreed = _by_ranks(source, 4, 3, flags, (0, 0, 1e-6))
+    problem = Problem.from_tiling(got, config)
+    dec = decompose(problem.tiling, 3, "longest", problem.force)
+    assert dec.axis == agreed.axis == 2 and tuple(agreed.bounds) == dec.bounds
+    for r in range(3):
+        want, mine = rank_part(problem, dec, r), own_part(source, agreed, problem, r)
+        assert np.array_equal(mine.tiles, want.tiles) and mine.links.size == 0
+        for name in ("tiles", "solid", "tile_map"):
+            assert np.array_equal(getattr(mine.problem.tiling, name),
+                                  getattr(want.problem.tiling, name)), (r, name)
+        assert np.array_equal(mine.decomposition.owner, want.decomposition.owner)
+        assert np.array_equal(mine.decomposition.counts, want.decomposition.counts)
+        assert mine.decomposition.bounds == want.decomposition.bounds
