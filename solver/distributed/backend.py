@@ -19,7 +19,9 @@ others:
 - ``tile_regions(source, config)``: before any allocation, the whole tiling of an image the
   ranks can read by slabs (a region source, :mod:`geometries.regions`) built by every rank from
   its own slab and assembled on rank 0 (:mod:`.region_tiling`): ``solver run``'s rank 0 then
-  never holds the voxel image.
+  never holds the voxel image. An allocation of that tiling cut in slabs along the slowest
+  axis (z) without opening links has each serving rank tile its own part again
+  (:func:`~.region_tiling.own_part`); rank 0 sends only the run's constants.
 - driven openings: each rank applies its links' pass; ``iolet_flux`` gathers the per-link
   flux to rank 0 in global link order (:mod:`~solver.distributed.openings`). Windkessel
   outlets are updated on rank 0 from that flux at each of their intervals (the arithmetic of
