@@ -26,7 +26,9 @@ builds of the whole image, in two passes:
 
 Rank 0 then holds the tiling (1 byte a node of the non-empty tiles, with the tile list and
 map) and, while it assembles, its own share of the tiles' masks and one piece; a rank reads
-its image a chunk (:data:`CHUNK_VOXELS`) at a time.
+its image a chunk (:data:`CHUNK_VOXELS`) at a time. A slab across the file's slowest axis
+(z slabs of a ``.npy`` saved in (x, y, z) C order) touches every page of the file for each
+chunk: quick from the page cache, slow from a disk for a file larger than memory.
 Lengths in voxels, counts in nodes.
 """
 
