@@ -104,7 +104,8 @@ class ImageRegions:
     'F': x fastest, after ``header_bytes``); each slab segmented with
     :func:`~geometries.segment.segment`'s options, as the whole-image loader segments the
     whole (the same booleans). Pickled as its path and options: a process that receives it maps
-    the file itself (a distributed rank reads only its slab's bytes)."""
+    the file itself (a distributed rank reads only its slab's bytes). The file is mapped for
+    each slab and unmapped after it: the pages read do not stay in the process's resident set."""
 
     def __init__(self, path: str | Path, *, shape: Sequence[int] | None = None,
                  dtype: str = "uint8", byte_order: str = "little", header_bytes: int = 0,
@@ -116,7 +117,6 @@ class ImageRegions:
                        "header_bytes": int(header_bytes), "order": order}
         self.options = {"pore_value": pore_value, "threshold": threshold,
                         "pore_below": pore_below}
-        self._image: np.ndarray | None = None
         image = self.image()
         if image.ndim not in (2, 3) or image.dtype.kind not in "biuf":
             raise GeometryError(f"{self.path} holds a {image.ndim}D {image.dtype} array; a "
@@ -124,12 +124,7 @@ class ImageRegions:
         self.shape = tuple(int(n) for n in image.shape)
 
     def image(self) -> np.ndarray:
-        """The file's voxels as a read-only memory map (mapped once per process)."""
-        if self._image is None:
-            self._image = self._map()
-        return self._image
-
-    def _map(self) -> np.ndarray:
+        """The file's voxels as a read-only memory map (a new map at each call)."""
         if self.layout["shape"] is None:  # .npy: its header gives shape, dtype and order
             return np.load(self.path, mmap_mode="r", allow_pickle=False)
         dims = self.layout["shape"]
@@ -145,16 +140,16 @@ class ImageRegions:
         return np.memmap(self.path, dtype=dt, mode="r", offset=self.layout["header_bytes"],
                          shape=dims, order=self.layout["order"])
 
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_image": None}  # the path travels, not the mapped voxels
-
     def slab(self, axis: int, start: int, stop: int) -> np.ndarray:
         """Solid mask (bool) of layers ``[start, stop)`` along ``axis``: only their bytes read."""
         check_slab(self.shape, axis, start, stop)
         index = [slice(None)] * len(self.shape)
         index[axis] = slice(start, stop)
-        mask = segment(np.asarray(self.image()[tuple(index)]), **self.options)
-        return np.require(mask, dtype=bool, requirements=["W", "O"])  # never the map's view
+        image = self.image()
+        mask = segment(np.asarray(image[tuple(index)]), **self.options)
+        mask = np.require(mask, dtype=bool, requirements=["W", "O"])  # never the map's view
+        del image  # unmapped: its pages leave this process's resident set
+        return mask
 
 
 class TiffRegions:
