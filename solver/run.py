@@ -122,9 +122,9 @@ class HeadlessRun:
         # Over MPI ranks an image file read by slabs is tiled by the ranks, each its own slab:
         # rank 0 never holds the voxel image (solver.distributed.region_tiling).
         source, frame = (None, "") if geometry is not None else _region_source(case, backend)
-        survey = None
+        agreed = None  # what the ranks agreed of the image they tiled (its survey's counts)
         if source is not None:
-            self.geometry, survey = _tiled_geometry(case, source, frame, backend)
+            self.geometry, agreed = _tiled_geometry(case, source, frame, backend)
         else:
             if frame:
                 log.info("Rank 0 reads the whole voxel image: %s.", frame)
@@ -140,7 +140,7 @@ class HeadlessRun:
                 log.warning(warning)
         self.units = case_units(case, self.voxel_size)
         problem = None
-        if survey is None:
+        if agreed is None:
             solid = np.asarray(self.geometry.solid)
             # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
             precheck_memory(solid, case.config, backend or case.config.backend).check()
@@ -151,7 +151,7 @@ class HeadlessRun:
             flow = int(np.argmax(np.abs(case.config.body_force[:len(self.geometry.shape)])))
             warnings = check_stability(case.config, tuple(self.geometry.shape),
                                        steps=self.controls.max_steps,
-                                       pore=survey.survey.pore_size(flow))
+                                       pore=agreed.survey.pore_size(flow))
             problem = Problem.from_tiling(self.geometry.tiling, case.config)
         for warning in warnings:
             log.warning(warning)
