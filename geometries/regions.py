@@ -7,6 +7,9 @@ slab it is asked in:
 
 - :class:`ArrayRegions`: an array in memory, or a ``.npy`` file opened as a memory map
   (:meth:`ArrayRegions.from_npy`): only the slab's bytes are read;
+- :class:`ImageRegions`: a voxel image file (``.npy``, or a headerless ``.raw`` with its
+  layout) memory-mapped and segmented slab by slab as its loader segments the whole; it
+  travels between processes as its path and options (each process maps the file itself);
 - :class:`TiffRegions`: a (z, y, x) TIFF stack on a trusted path (a cluster's file system,
   not an upload: no worker process isolates tifffile here), segmented slab by slab as the
   TIFF loader segments the whole (:func:`geometries.segment.segment`);
@@ -37,8 +40,8 @@ from .generators.checks import check_fraction, check_int, check_positive
 from .preprocess import majority_mask
 from .segment import segment
 
-__all__ = ["RegionSource", "ArrayRegions", "TiffRegions", "GrainRegions", "MirroredRegions",
-           "CoarsenedRegions", "CachedRegions", "check_slab"]
+__all__ = ["RegionSource", "ArrayRegions", "ImageRegions", "TiffRegions", "GrainRegions",
+           "MirroredRegions", "CoarsenedRegions", "CachedRegions", "check_slab"]
 
 #: Balls stamped per batch (temporaries ~ batch x ball voxels x 13 bytes: 16 MB at diameter
 #: 21): small temporaries are reused by the allocator, large ones are fresh pages every batch
@@ -93,6 +96,60 @@ class ArrayRegions:
         index = [slice(None)] * len(self.shape)
         index[axis] = slice(start, stop)
         return np.asarray(self.solid[tuple(index)]).astype(bool)
+
+
+class ImageRegions:
+    """Slabs of a voxel image file memory-mapped: a ``.npy`` array in (x, y[, z]) order, or a
+    headerless ``.raw`` volume of ``shape`` (nx, ny[, nz]) voxels of ``dtype`` (``order``
+    'F': x fastest, after ``header_bytes``); each slab segmented with
+    :func:`~geometries.segment.segment`'s options, as the whole-image loader segments the
+    whole (the same booleans). Pickled as its path and options: a process that receives it maps
+    the file itself (a distributed rank reads only its slab's bytes). The file is mapped for
+    each slab and unmapped after it: the pages read do not stay in the process's resident set."""
+
+    def __init__(self, path: str | Path, *, shape: Sequence[int] | None = None,
+                 dtype: str = "uint8", byte_order: str = "little", header_bytes: int = 0,
+                 order: str = "F", pore_value: float | Sequence[float] | None = None,
+                 threshold: float | None = None, pore_below: bool = True) -> None:
+        self.path = Path(path)
+        self.layout = {"shape": None if shape is None else tuple(int(n) for n in shape),
+                       "dtype": dtype, "byte_order": byte_order,
+                       "header_bytes": int(header_bytes), "order": order}
+        self.options = {"pore_value": pore_value, "threshold": threshold,
+                        "pore_below": pore_below}
+        image = self.image()
+        if image.ndim not in (2, 3) or image.dtype.kind not in "biuf":
+            raise GeometryError(f"{self.path} holds a {image.ndim}D {image.dtype} array; a "
+                                "voxel image is a 2D or 3D bool, integer or float array.")
+        self.shape = tuple(int(n) for n in image.shape)
+
+    def image(self) -> np.ndarray:
+        """The file's voxels as a read-only memory map (a new map at each call)."""
+        if self.layout["shape"] is None:  # .npy: its header gives shape, dtype and order
+            return np.load(self.path, mmap_mode="r", allow_pickle=False)
+        dims = self.layout["shape"]
+        dt = np.dtype(self.layout["dtype"]).newbyteorder(
+            {"little": "<", "big": ">"}[self.layout["byte_order"]])
+        expected = self.layout["header_bytes"] + int(np.prod(dims)) * dt.itemsize
+        size = self.path.stat().st_size
+        if size != expected:
+            raise GeometryError(f"The raw file {self.path} has {size} bytes but shape {dims} "
+                                f"of {dt.name} after a {self.layout['header_bytes']}-byte "
+                                f"header needs {expected}. Check shape=, dtype= and "
+                                "header_bytes=.")
+        return np.memmap(self.path, dtype=dt, mode="r", offset=self.layout["header_bytes"],
+                         shape=dims, order=self.layout["order"])
+
+    def slab(self, axis: int, start: int, stop: int) -> np.ndarray:
+        """Solid mask (bool) of layers ``[start, stop)`` along ``axis``: only their bytes read."""
+        check_slab(self.shape, axis, start, stop)
+        index = [slice(None)] * len(self.shape)
+        index[axis] = slice(start, stop)
+        image = self.image()
+        mask = segment(np.asarray(image[tuple(index)]), **self.options)
+        mask = np.require(mask, dtype=bool, requirements=["W", "O"])  # never the map's view
+        del image  # unmapped: its pages leave this process's resident set
+        return mask
 
 
 class TiffRegions:

@@ -41,7 +41,7 @@ from .config import SimulationConfig
 from .monitor import DIVERGENCE_SPEED, FLOW_TOLERANCE, K_TOLERANCE
 
 __all__ = ["CaseError", "Case", "GeometrySpec", "RunControls", "check_output_folder", "load_case",
-           "parse_case", "load_geometry"]
+           "parse_case", "load_geometry", "region_source", "REGION_OPTIONS"]
 
 GEOMETRY_SOURCES = ("sample", "file", "generator")
 GEOMETRY_KEYS = (*GEOMETRY_SOURCES, "parameters", "options", "voxel_size", "origin")
@@ -437,6 +437,56 @@ def load_geometry(spec: GeometrySpec):
     if spec.voxel_size is not None or spec.origin is not None:
         geometry = geometry.in_frame(spec.voxel_size, spec.origin)
     return geometry
+
+
+#: Loader options an image file read by slabs honours, per suffix (segmentation, a raw
+#: file's layout); the geometry's frame and name are taken as the whole-image loader takes them.
+REGION_OPTIONS = {
+    ".npy": {"pore_value", "threshold", "pore_below"},
+    ".raw": {"pore_value", "threshold", "pore_below", "shape", "dtype", "byte_order",
+             "header_bytes", "order"},
+    ".tif": {"pore_value", "threshold", "pore_below"},
+    ".tiff": {"pore_value", "threshold", "pore_below"},
+}
+#: Options of the geometry's frame and name (not the voxels), and the loader's size limit.
+_FRAME_OPTIONS = ("voxel_size", "flow_axis", "name", "max_voxels")
+
+
+def region_source(spec: GeometrySpec) -> tuple[Any, dict[str, Any] | str]:
+    """The geometry of ``spec`` as a region source read slab by slab
+    (:class:`geometries.regions.ImageRegions`: a ``.npy`` or ``.raw`` file;
+    :class:`~geometries.regions.TiffRegions`: a TIFF stack of 2D pages) and the frame of
+    the geometry the whole-image loader would make of it (voxel_size, origin, flow_axis,
+    name); or None and why it must be read whole (a generator, a sample, another format or
+    a loader option only the whole image allows)."""
+    if spec.source != "file":
+        return None, f"a {spec.source} geometry is made whole in memory"
+    path = Path(spec.target)
+    suffix = path.suffix.lower()
+    if suffix not in REGION_OPTIONS:
+        return None, f"{suffix or 'this'} files are read whole (slab reads: .npy, .raw, .tif)"
+    options = dict(spec.options)
+    frame = {k: options.pop(k) for k in _FRAME_OPTIONS if k in options}
+    other = sorted(set(options) - REGION_OPTIONS[suffix])
+    if other:
+        return None, f"the loader option(s) {other} read the whole image"
+    from geometries.errors import GeometryError
+    from geometries.loaders.source import DEFAULT_MAX_VOXELS, check_voxel_count
+    from geometries.regions import ImageRegions, TiffRegions
+
+    if suffix in (".tif", ".tiff"):
+        try:
+            source = TiffRegions(path, **options)
+        except GeometryError as exc:  # e.g. one 2D page: the loader reads it
+            return None, f"the TIFF is not a stack of 2D pages read by slabs ({exc})"
+    else:
+        source = ImageRegions(path, **options)
+    check_voxel_count(source.shape, frame.get("max_voxels", DEFAULT_MAX_VOXELS))
+    origin = spec.origin if spec.origin is not None else (0.0,) * len(source.shape)
+    return source, {"voxel_size": spec.voxel_size if spec.voxel_size is not None else
+                    frame.get("voxel_size"), "origin": tuple(float(o) for o in origin),
+                    "flow_axis": int(frame.get("flow_axis", 0)),
+                    "name": frame.get("name") or path.name}
 
 
 def check_output_folder(path: str | Path) -> Path:

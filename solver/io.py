@@ -37,7 +37,8 @@ from .config import SimulationConfig
 from .vtk_pieces import cell_image, save_image
 
 __all__ = [
-    "CheckpointError", "Checkpoint", "mask_hash", "config_values", "config_from_values",
+    "CheckpointError", "Checkpoint", "mask_hash", "tiling_mask_hash", "config_values",
+    "config_from_values",
     "config_differences",
     "atomic_write", "remove_orphaned_temporaries", "write_checkpoint", "read_checkpoint",
     "checkpoint_of", "restore", "save_simulation", "PARTS_FORMAT", "write_vti", "write_json",
@@ -88,6 +89,32 @@ def mask_hash(solid: np.ndarray) -> str:
     solid = np.asarray(solid, dtype=bool)
     digest = hashlib.sha256(repr(tuple(solid.shape)).encode())
     digest.update(np.packbits(np.ascontiguousarray(solid).ravel()).tobytes())
+    return digest.hexdigest()
+
+
+#: Voxels per slab of :func:`tiling_mask_hash` (its temporaries: a few bytes a slab's voxel).
+HASH_SLAB_VOXELS = 1 << 20
+
+
+def tiling_mask_hash(tiling: Any) -> str:
+    """:func:`mask_hash` of the mask a tiling holds (:meth:`solver.tiling.Tiling.mask`), made
+    a slab of tile layers along x at a time: no whole mask (rank 0 of a run over MPI ranks)."""
+    digest = hashlib.sha256(repr(tuple(tiling.shape)).encode())
+    layers = tiling.tile_map.shape[0]
+    per = max(1, HASH_SLAB_VOXELS // (tiling.a * int(np.prod(tiling.shape[1:]))))
+    carry = np.zeros(0, dtype=bool)  # bits of a byte the previous slab left unfinished
+    for first in range(0, layers, per):
+        end = min(layers, first + per)
+        rows = np.flatnonzero((tiling.tiles[:, 0] >= first) & (tiling.tiles[:, 0] < end))
+        slab = tiling.scatter_slab(tiling.solid[rows], tiling.tiles[rows], 0, first, end,
+                                   fill=True)
+        bits = np.concatenate([carry, slab.ravel()]) if carry.size else slab.ravel()
+        del slab  # x slowest: the slabs' ravels in order are the whole mask's
+        whole = bits.size - bits.size % 8
+        digest.update(np.packbits(bits[:whole]).tobytes())
+        carry = bits[whole:]
+    if carry.size:
+        digest.update(np.packbits(carry).tobytes())
     return digest.hexdigest()
 
 

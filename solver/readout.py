@@ -254,11 +254,20 @@ class Readout:
         """Wall shear stress vectors (n, d), lattice units: a backend array when the state is
         read in one chunk (nothing leaves the device), else assembled on the host."""
         backend, n = self.backend, self.problem.tiling.n_tiles
+        by_ranks = self._by_ranks(walls)
+        if by_ranks is not None:
+            return by_ranks
         if backend.readout_tiles(self.state) >= n:
             f = backend.device_populations(self.state)
             return wall_shear_vector(self.problem, f, walls, self.xp)
         f = backend.populations(self.state)  # host, float64: a large run's slow path
         return wall_shear_vector(self.problem, f, walls, np)
+
+    def _by_ranks(self, walls: WallNodes) -> np.ndarray | None:
+        """The shear vectors computed where the state lives, as the backend's ``reductions``
+        say (MPI ranks: each rank its own wall nodes, only the vectors gathered); None where
+        this readout computes them (one device; ranks in place)."""
+        return self.backend.reductions.wall_shear_vectors(self.state, walls)
 
     def wall_shear(self, walls: WallNodes) -> np.ndarray:
         """Wall shear stress magnitude (n,) at ``walls``' nodes on the host, lattice units
@@ -266,6 +275,9 @@ class Readout:
         own tiles (direction 0 is the node's own tile) with the tiles their pulls read, at
         most a 3^3 neighbourhood each, so the range is 1/27 of a readout chunk."""
         backend, n = self.backend, self.problem.tiling.n_tiles
+        by_ranks = self._by_ranks(walls)
+        if by_ranks is not None:  # the magnitude as wall_shear_stress takes it
+            return np.sqrt((by_ranks * by_ranks).sum(axis=1))
         per = backend.readout_tiles(self.state)
         if per >= n:  # one chunk: all populations at once
             f = backend.device_populations(self.state)

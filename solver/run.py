@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from .case import Case, CaseError, load_geometry
+from .case import Case, CaseError, load_geometry, region_source
 from .flow_fields import FIELDS
 from .io import (
     CheckpointError,
@@ -43,7 +43,7 @@ from .memory import assess_memory, precheck_memory
 from .monitor import Reading, RunMonitor
 from .opening_specs import case_coupling, case_units
 from .probes import ProbeSet, line_columns, line_rows, probe_columns, probe_row
-from .problem import GeometryLike, as_geometry
+from .problem import GeometryLike, Problem, TiledGeometry, as_geometry
 from .pulsatile import PulsatileDriver, cycle_monitor
 from .simulation import Simulation
 from .slice_frames import plane_axes, save_slice_png
@@ -119,8 +119,17 @@ class HeadlessRun:
         self.case = case
         self.controls = case.run
         self.out = Path(out or case.run.output or Path("runs") / case.name)
-        self.geometry = as_geometry(geometry if geometry is not None
-                                    else load_geometry(case.geometry))
+        # Over MPI ranks an image file read by slabs is tiled by the ranks, each its own slab:
+        # rank 0 never holds the voxel image (solver.distributed.region_tiling).
+        source, frame = (None, "") if geometry is not None else _region_source(case, backend)
+        agreed = None  # what the ranks agreed of the image they tiled (its survey's counts)
+        if source is not None:
+            self.geometry, agreed = _tiled_geometry(case, source, frame, backend)
+        else:
+            if frame:
+                log.info("Rank 0 reads the whole voxel image: %s.", frame)
+            self.geometry = as_geometry(geometry if geometry is not None
+                                        else load_geometry(case.geometry))
         self.voxel_size = self.geometry.voxel_size
         # SI in, lattice parameters out: tau chosen (or the given one judged) before the units.
         # The SI entries become lattice units on this geometry's openings (solver.vessel_setup,
@@ -130,19 +139,29 @@ class HeadlessRun:
             for warning in self.lattice_choice.warnings:
                 log.warning(warning)
         self.units = case_units(case, self.voxel_size)
-        solid = np.asarray(self.geometry.solid)
-        # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
-        precheck_memory(solid, case.config, backend or case.config.backend).check()
-        for warning in check_stability(case.config, solid, steps=self.controls.max_steps,
-                                       openings=bool(case.openings)):
+        problem = None
+        if agreed is None:
+            solid = np.asarray(self.geometry.solid)
+            # A case that cannot fit even perfectly tiled is refused before tiling costs memory.
+            precheck_memory(solid, case.config, backend or case.config.backend).check()
+            warnings = check_stability(case.config, solid, steps=self.controls.max_steps,
+                                       openings=bool(case.openings))
+            del solid  # the Simulation holds it until rank 0 over ranks releases it
+        else:  # the ranks' counts: the same pore size, no whole mask
+            flow = int(np.argmax(np.abs(case.config.body_force[:len(self.geometry.shape)])))
+            warnings = check_stability(case.config, tuple(self.geometry.shape),
+                                       steps=self.controls.max_steps,
+                                       pore=agreed.survey.pore_size(flow))
+            problem = Problem.from_tiling(self.geometry.tiling, case.config)
+        for warning in warnings:
             log.warning(warning)
-        self.sim = Simulation(self.geometry, case.config, backend)
-        self.probes = (case.probes or ProbeSet()).check(np.asarray(self.geometry.solid).shape)
+        self.sim = Simulation(self.geometry, case.config, backend, problem=problem)
+        self.probes = (case.probes or ProbeSet()).check(tuple(self.sim.shape))
         # Headless slice frames (a case's `frames`): the layer is chosen once, on this geometry.
         self.frames = case.frames
         self._scene = None  # the 3D view's off-screen picture, made at the first 3D frame
         try:
-            self.frame_layer = None if self.frames is None else self.frames.layer(solid)
+            self.frame_layer = None if self.frames is None else self.frames.layer(self.sim.solid)
         except ValueError as exc:
             raise CaseError(f"{case.path or case.name}: {exc}") from exc
         # Windkessel outlets: updated by the backend every windkessel_every steps.
@@ -358,13 +377,10 @@ class HeadlessRun:
             log.info("Over %d MPI ranks the fields go to fields_STEP.pvti (each rank's piece "
                      "in fields_STEP/), not .vti: ParaView and pyvista.read open it the same "
                      "way.", sim.backend.size)
-        extra = {} if pieces else {"solid": sim.solid.astype(np.uint8)}  # pieces: their own
-        if sim.config.openings:  # a vessel: its wall shear stress (lattice units, Pa)
-            wss = sim.wall_shear_stress()
-            extra["wall_shear_stress"] = wss
-            if self.units is not None:
-                extra["wall_shear_stress_Pa"] = self.units.stress_to_si(wss)
-        extra.update(self._shear_indices())
+        extra: dict[str, Any] = {} if pieces else {"solid": sim.solid.astype(np.uint8)}
+        for name, (voxels, values) in self._wall_arrays().items():
+            # Pieces: the ranks place their slab's wall values (no whole grid on rank 0).
+            extra[name] = (voxels, values) if pieces else _on_grid(sim.shape, voxels, values)
         origin = self.geometry.origin or None
         if pieces:
             return sim.backend.write_vti_pieces(sim.state, self.out / f"fields_{step:08d}.pvti",
@@ -479,21 +495,25 @@ class HeadlessRun:
             return None
         return c.indices(to_host=self.sim.backend.to_host)
 
-    def _shear_indices(self) -> dict[str, np.ndarray]:
-        """TAWSS, OSI and RRT as grid fields (NaN off the wall nodes; lattice and SI)."""
+    def _wall_arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The fields' arrays given at the wall nodes alone, (voxels (n, d), values (n,)) by
+        name: a vessel's wall shear stress and the shear indices TAWSS, OSI and RRT (lattice
+        units and SI); NaN elsewhere once on a grid."""
+        out = {}
+        if self.sim.config.openings:  # a vessel: its wall shear stress (lattice units, Pa)
+            voxels, wss = self.sim.wall_shear_values()
+            out["wall_shear_stress"] = (voxels, wss)
+            if self.units is not None:
+                out["wall_shear_stress_Pa"] = (voxels, self.units.stress_to_si(wss))
         result = self._indices()
         if result is None:
-            return {}
-        out = {}
-        at = tuple(self.cycles.walls.voxels.T)
+            return out
+        at = self.cycles.walls.voxels
         fields = {"tawss": result.tawss, "osi": result.osi, "rrt": result.rrt}
         if self.units is not None:
             unit = self.units.stress_to_si(1.0)
             fields.update(tawss_Pa=result.tawss * unit, rrt_1_Pa=result.rrt / unit)
-        for name, values in fields.items():
-            grid = np.full(self.sim.shape, np.nan)
-            grid[at] = values
-            out[name] = grid
+        out.update({name: (at, values) for name, values in fields.items()})
         return out
 
     def _cycle_summary(self) -> dict[str, Any]:
@@ -589,6 +609,38 @@ class _PngPictures:
             raise IndexError(k)
         rgba = imread(self.paths[k], format="png")
         return np.round(np.asarray(rgba)[..., :3] * 255).astype(np.uint8), ""
+
+
+def _region_source(case: Case, backend: Any) -> tuple[Any, dict | str]:
+    """The case's image as a region source and its frame (:func:`solver.case.region_source`)
+    where ``backend`` tiles it over MPI ranks (``tile_regions``, and rank 0 keeps no voxel
+    image); else None and why not (empty where no ranks are involved)."""
+    if not callable(getattr(backend, "tile_regions", None)) or \
+            getattr(backend, "keeps_voxel_mask", True):
+        return None, ""
+    if case.openings:
+        return None, "its openings are found on the whole image"
+    if any(any(v) for v in case.config.check_objects().values()):
+        return None, "moving objects need the image's labels"
+    return region_source(case.geometry)
+
+
+def _tiled_geometry(case: Case, source: Any, frame: dict, backend: Any
+                    ) -> tuple[TiledGeometry, Any]:
+    """The geometry over the tiling the ranks built of ``source`` (no voxel image) and what
+    they agreed (offset, axis, slab bounds, the survey's counts)."""
+    tiling, agreed = backend.tile_regions(source, case.config)
+    log.info("The ranks tiled the image by slabs (%s), rank 0 holds no voxel image.",
+             Path(source.path).name)
+    return TiledGeometry(tiling, frame["voxel_size"], frame["origin"], frame["flow_axis"],
+                         None, frame["name"], ()), agreed
+
+
+def _on_grid(shape: tuple[int, ...], voxels: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` at ``voxels`` on a grid of ``shape``, NaN elsewhere (float64)."""
+    grid = np.full(shape, np.nan)
+    grid[tuple(np.asarray(voxels).T)] = values
+    return grid
 
 
 def _backend_name(case: Case, backend: Any) -> str:

@@ -34,6 +34,7 @@ from .io import (
     read_checkpoint,
     restore,
     save_simulation,
+    tiling_mask_hash,
 )
 from .metrics import Metrics
 from .probes import PROBE_FIELDS, node_flat, node_values, probe_nodes, readings
@@ -76,9 +77,14 @@ class Simulation:
         (e.g. by a preview), so the geometry is not tiled a second time."""
         self.geometry = as_geometry(geometry)
         self.config = config if config is not None else SimulationConfig()
-        self._solid: np.ndarray | None = solid_mask(self.geometry)
+        # A geometry whose mask is its problem's tiling (ranks that tiled an image by slabs,
+        # solver.distributed.region_tiling): no whole mask is made.
+        tiled = isinstance(self.geometry, TiledGeometry) and problem is not None and \
+            problem.tiling is self.geometry.tiling
+        self._solid: np.ndarray | None = None if tiled else solid_mask(self.geometry)
         self._mask_sha256: str | None = None  # mask_sha256, made on first use
-        if problem is not None and tuple(problem.tiling.shape) != self._solid.shape:
+        if problem is not None and not tiled and \
+                tuple(problem.tiling.shape) != self._solid.shape:
             raise ValueError(f"The given problem was built for shape {problem.tiling.shape}, "
                              f"not this geometry's {self._solid.shape}.")
         self.problem = problem if problem is not None else Problem.from_config(
@@ -125,7 +131,8 @@ class Simulation:
         """SHA-256 of the solid mask (:func:`solver.io.mask_hash`; a checkpoint's geometry
         check), made once."""
         if self._mask_sha256 is None:
-            self._mask_sha256 = mask_hash(self.solid)
+            self._mask_sha256 = mask_hash(self._solid) if self._solid is not None else \
+                tiling_mask_hash(self.tiling)  # slab by slab: no whole mask made
         return self._mask_sha256
 
     def release_mask(self) -> GeometryLike:
@@ -489,11 +496,17 @@ class Simulation:
     def wall_shear_stress(self) -> np.ndarray:
         """Wall shear stress magnitude on the fluid nodes next to a wall (grid shape, lattice
         units, NaN elsewhere; :mod:`solver.wall_shear`)."""
-        reader = self._reader()
-        walls = self._wall_nodes()
+        voxels, values = self.wall_shear_values()
         out = np.full(self.shape, np.nan)
-        out[tuple(walls.voxels.T)] = reader.wall_shear(walls)
+        out[tuple(voxels.T)] = values
         return out
+
+    def wall_shear_values(self) -> tuple[np.ndarray, np.ndarray]:
+        """The wall nodes' voxel indices (n, d) and their wall shear stress magnitudes (n,),
+        lattice units: :meth:`wall_shear_stress` without the whole grid (over MPI ranks each
+        rank computes its own nodes', only the values reach rank 0)."""
+        walls = self._wall_nodes()
+        return walls.voxels, self._reader().wall_shear(walls)
 
     def wall_shear_vectors(self) -> tuple[Any, Any]:
         """(wall nodes (:class:`solver.wall_shear.WallNodes`), shear stress vectors (n, d) at

@@ -24,7 +24,8 @@ from .streaming import pull_table_bytes  # re-exported: the NumPy backend's tabl
 
 __all__ = [
     "CS", "MAX_MACH", "WARN_MACH", "WARN_TAU", "DivergenceError", "MemoryRefused",
-    "StabilityReport", "mean_chord_length", "pore_size", "estimate_max_velocity", "assess",
+    "StabilityReport", "chord_counts", "chord_mean", "mean_chord_length", "pore_size",
+    "estimate_max_velocity", "assess",
     "check_stability", "pull_table_bytes", "check_memory",
 ]
 
@@ -56,11 +57,9 @@ class StabilityReport:
 CHORD_BLOCK_VOXELS = 1 << 20
 
 
-def mean_chord_length(solid: np.ndarray, axis: int, periodic: bool) -> float:
-    """Mean length in nodes of the fluid runs along ``axis``; inf if no run ends at a solid.
-
-    A run along a periodic axis that never meets a solid has no end and is left out of the mean.
-    """
+def chord_counts(solid: np.ndarray, axis: int, periodic: bool) -> tuple[int, int]:
+    """Fluid runs along ``axis`` and the fluid nodes of the lines holding one (integers, so
+    that the counts of slabs cut across ``axis`` add up to the whole image's)."""
     lines = np.moveaxis(np.asarray(solid, dtype=bool), axis, -1)
     per_row = max(1, int(np.prod(lines.shape[1:])))
     step = max(1, CHORD_BLOCK_VOXELS // per_row)
@@ -73,6 +72,19 @@ def mean_chord_length(solid: np.ndarray, axis: int, periodic: bool) -> float:
         starts = fluid & ~previous
         n_runs += int(starts.sum())
         in_runs += int(fluid[starts.any(axis=-1)].sum())
+    return n_runs, in_runs
+
+
+def mean_chord_length(solid: np.ndarray, axis: int, periodic: bool) -> float:
+    """Mean length in nodes of the fluid runs along ``axis``; inf if no run ends at a solid.
+
+    A run along a periodic axis that never meets a solid has no end and is left out of the mean.
+    """
+    return chord_mean(*chord_counts(solid, axis, periodic))
+
+
+def chord_mean(n_runs: int, in_runs: int) -> float:
+    """Mean chord length (nodes) from :func:`chord_counts`; inf without any run."""
     if n_runs == 0:
         return math.inf
     return float(in_runs) / n_runs
@@ -97,7 +109,7 @@ def estimate_max_velocity(
 
 def assess(
     config: SimulationConfig, solid: np.ndarray, steps: int | None = None,
-    openings: bool = False,
+    openings: bool = False, pore: float | None = None,
 ) -> StabilityReport:
     """Estimate the peak speed of ``config`` on ``solid`` (True = solid); list refusals/warnings.
 
@@ -105,12 +117,14 @@ def assess(
     ConfigError if the config does not fit the geometry's dimension. A run driven through
     ``openings`` has its tau from the Mach target (:mod:`solver.lattice_parameters`): near 1/2
     it is warned only when it collides with another model than the one 'auto' chooses there.
+    ``pore``: the pore size H (nodes) found already (ranks that read an image by slabs,
+    :mod:`solver.distributed.region_tiling`); ``solid`` may then be the image's shape alone.
     """
-    config.check(solid.ndim)  # lattice dimension and face pairs first: the rest relies on them
-    ndim = solid.ndim
+    ndim = len(solid) if isinstance(solid, tuple) else np.ndim(solid)
+    config.check(ndim)  # lattice dimension and face pairs first: the rest relies on them
     force = np.asarray(config.body_force[:ndim], dtype=float)
     flow_axis = int(np.argmax(np.abs(force)))
-    size = pore_size(solid, flow_axis, config.periodic_axes())
+    size = pore_size(solid, flow_axis, config.periodic_axes()) if pore is None else pore
     scale = float(np.max(np.abs(force)))  # |F| without overflow: 1e308 gave inf, then nan
     magnitude = scale * float(np.linalg.norm(force / scale)) if scale else 0.0
     u = estimate_max_velocity(magnitude, config.tau, size, steps) if magnitude else 0.0
@@ -147,11 +161,12 @@ def assess(
 
 def check_stability(
     config: SimulationConfig, solid: np.ndarray, steps: int | None = None,
-    openings: bool = False,
+    openings: bool = False, pore: float | None = None,
 ) -> list[str]:
     """Raise ConfigError if ``config`` cannot be stable on ``solid``; return warnings
-    (``openings``: driven through openings, :func:`assess`)."""
-    report = assess(config, solid, steps, openings)
+    (``openings``: driven through openings; ``pore``: the pore size known already,
+    :func:`assess`)."""
+    report = assess(config, solid, steps, openings, pore)
     if report.errors:
         raise ConfigError(" ".join(report.errors))
     return report.warnings

@@ -19,6 +19,8 @@ Usage::
     python benchmarks/scaling/rank0_memory.py --size 96 --ranks 2 --steps 10   # quick
     python benchmarks/scaling/rank0_memory.py setup --sizes 160 256   # rank 0's set-up alone
     python benchmarks/scaling/rank0_memory.py held --size 256 --ranks 2  # what rank 0 keeps
+    python benchmarks/scaling/rank0_memory.py setup-ranks --sizes 160 256 --ranks 2 4
+        # rank 0's set-up under mpirun (no allocation): tracemalloc peak and held, per voxel
 
 Needs mpi4py and an ``mpirun`` (``$MPIRUN``, else the one next to the Python, else PATH's).
 """
@@ -406,6 +408,89 @@ def held_table(args: argparse.Namespace) -> int:
 
 
 
+def setup_rank(case: str, out: str, report: str) -> int:
+    """Rank 0 of ``mpirun``: ``solver run``'s set-up (HeadlessRun on a DistributedBackend,
+    nothing allocated) under ``tracemalloc``: its peak and what it holds after, written to
+    ``report`` as JSON, with whether the ranks tiled the image by slabs."""
+    import tracemalloc
+
+    from solver import run as run_module
+    from solver.case import load_case
+    from solver.distributed.launch import launch
+    from solver.run import HeadlessRun
+
+    whole_reads = []
+    load_whole = run_module.load_geometry
+
+    def counted(spec):
+        whole_reads.append(spec)
+        return load_whole(spec)
+
+    run_module.load_geometry = counted  # the whole-image loader: not called by slabs
+
+    def on_root(backend) -> None:
+        case_ = load_case(case)
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        tic = time.perf_counter()
+        run = HeadlessRun(case_, out=out, backend=backend)
+        seconds = time.perf_counter() - tic
+        held, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        voxels = int(np.prod(run.sim.tiling.shape))
+        Path(report).write_text(json.dumps({
+            "voxels": voxels, "setup_s": round(seconds, 2), "peak_bytes": peak - base,
+            "held_bytes": held - base, "by_slabs": not whole_reads,
+            "n_tiles": run.sim.tiling.n_tiles}))
+        run.sim.close()
+
+    launch(on_root, inner="numpy")
+    return 0
+
+
+def setup_ranks_table(args: argparse.Namespace) -> int:
+    """``setup-ranks --sizes ... --ranks ...``: rank 0's set-up peak and held bytes under
+    ``mpirun`` per size and rank count; JSON + md to ``--out``."""
+    from solver.distributed.comm import find_mpirun
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    points = []
+    for size in args.sizes:
+        case = _case(work, size, 4, True)
+        for n in args.ranks:
+            report = work / f"setup-{size}-{n}.json"
+            report.unlink(missing_ok=True)
+            done = subprocess.run([find_mpirun(), "-n", str(n), sys.executable, __file__,
+                                   "setup-rank", str(case), str(work / "out-setup"),
+                                   str(report)], cwd=work, env=env, capture_output=True,
+                                  text=True, timeout=args.timeout)
+            if done.returncode != 0:
+                points.append({"size": size, "ranks": n, "error": done.stderr[-2000:]})
+                continue
+            points.append({"size": size, "ranks": n, **json.loads(report.read_text())})
+    result = {"commit": _commit(), "date": date.today().isoformat(), "points": points}
+    lines = [f"# Rank 0's set-up of `mpirun -n N python -m solver run` ({result['date']}, "
+             f"{result['commit']})", "", "NumPy arrays on rank 0 (tracemalloc) while "
+             "HeadlessRun is built on a DistributedBackend (geometry, checks, tiling, problem; "
+             "nothing allocated), and held after it.", "",
+             "| size | ranks | image tiled by slabs | set-up (s) | peak (MiB) | held (MiB) | "
+             "bytes a voxel: peak, held |", "|---:|---:|---|---:|---:|---:|---|"]
+    for p in points:
+        if "error" in p:
+            lines.append(f"| {p['size']}³ | {p['ranks']} | failed | | | | |")
+            continue
+        lines.append(f"| {p['size']}³ | {p['ranks']} | {'yes' if p['by_slabs'] else 'no'} | "
+                     f"{p['setup_s']} | {p['peak_bytes'] / MIB:.1f} | "
+                     f"{p['held_bytes'] / MIB:.1f} | {p['peak_bytes'] / p['voxels']:.2f}, "
+                     f"{p['held_bytes'] / p['voxels']:.2f} |")
+    return _write(args.out, f"rank0-setup-ranks-cpu-{'-'.join(map(str, args.sizes))}"
+                  f"{args.tag}-{result['date']}", result, "\n".join(lines) + "\n")
+
+
 def _write(folder: str, stem: str, result: dict, table: str) -> int:
     """``result`` as ``stem``.json and ``table`` as ``stem``.md in ``folder``; prints the table."""
     out = Path(folder)
@@ -421,6 +506,17 @@ def main(argv: list[str] | None = None) -> int:
         return rank_main(*argv[1:4])
     if argv and argv[0] == "held-rank":
         return held_rank(*argv[1:4])
+    if argv and argv[0] == "setup-rank":
+        return setup_rank(*argv[1:4])
+    if argv and argv[0] == "setup-ranks":
+        parser = argparse.ArgumentParser(description="rank 0's set-up under mpirun")
+        parser.add_argument("--sizes", type=int, nargs="+", default=[160, 256])
+        parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+        parser.add_argument("--tag", default="", help="added to the result files' names")
+        parser.add_argument("--work", default="/tmp/rank0-memory")
+        parser.add_argument("--out", default=str(REPO / "benchmarks/scaling/results"))
+        parser.add_argument("--timeout", type=float, default=1200)
+        return setup_ranks_table(parser.parse_args(argv[1:]))
     if argv and argv[0] == "held":
         parser = argparse.ArgumentParser(description="what rank 0 keeps after the set-up")
         parser.add_argument("--size", type=int, default=256)

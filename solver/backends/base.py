@@ -135,6 +135,11 @@ class Reductions(Protocol):
         """A permeability check's numbers of ``state`` over the layers ``window`` along
         ``axis`` (:class:`solver.rock.check.KCheck`)."""
 
+    def wall_shear_vectors(self, state: Any, walls: Any) -> np.ndarray | None:
+        """Wall shear stress vectors (n, d) at ``walls``' nodes, float64 on the host, made
+        where the state lives; None where the caller computes them itself
+        (:meth:`solver.readout.Readout.wall_shear_vectors`)."""
+
 
 class LocalReductions:
     """The :class:`Reductions` of a backend on one device: every sum is the caller's own."""
@@ -153,6 +158,10 @@ class LocalReductions:
                         local: Callable[[], np.ndarray]) -> np.ndarray:
         """``local()``: the check's numbers summed on the state's device."""
         return local()
+
+    def wall_shear_vectors(self, state: Any, walls: Any) -> np.ndarray | None:
+        """None: the readout computes them on the state's device."""
+        return None
 
 
 #: The one :class:`LocalReductions` (it holds nothing), what single-device backends declare.

@@ -16,6 +16,12 @@ others:
   :class:`~solver.distributed.rank.RankSolver` on its own backend (``inner``). Several
   allocations may live at once (a permeability run's coarse start beside its fine run): each
   state carries a key that every later command names.
+- ``tile_regions(source, config)``: before any allocation, the whole tiling of an image the
+  ranks can read by slabs (a region source, :mod:`geometries.regions`) built by every rank from
+  its own slab and assembled on rank 0 (:mod:`.region_tiling`): ``solver run``'s rank 0 then
+  never holds the voxel image. An allocation of that tiling cut in slabs along the slowest
+  axis (z) without opening links has each serving rank tile its own part again
+  (:func:`~.region_tiling.own_part`); rank 0 sends only the run's constants.
 - driven openings: each rank applies its links' pass; ``iolet_flux`` gathers the per-link
   flux to rank 0 in global link order (:mod:`~solver.distributed.openings`). Windkessel
   outlets are updated on rank 0 from that flux at each of their intervals (the arithmetic of
@@ -44,8 +50,12 @@ others:
   order; a scatter refreshes the halos (a single-process checkpoint and a permeability run's
   coarse start reach the ranks this way: the whole array is then on rank 0 once).
   ``device_populations`` of all tiles is the same gather in the arithmetic precision (``xp``
-  is NumPy on rank 0): what still reads the whole state on rank 0 are wall shear stress,
-  forces and ``Simulation.populations``.
+  is NumPy on rank 0): what still reads the whole state on rank 0 are forces,
+  ``Simulation.populations`` and wall shear stress in place (one population copy).
+- ``wall_shear_vectors``: each rank computes the shear vectors of the wall nodes in its own
+  tiles (rank 0 sends each its nodes once per allocation), from its tiles and halo; only the
+  vectors reach rank 0 (the shear indices of a pulsatile run accumulate them). A ``.pvti``'s
+  wall arrays are sent to each rank as its slab's voxels and values.
 
 Use :func:`solver.distributed.launch` (or ``with DistributedBackend() as b``) so that the
 workers are released when rank 0 finishes or fails.
@@ -85,6 +95,7 @@ from .reductions import (
     owned_k_check,
     owned_layers,
 )
+from .region_tiling import own_part
 from .slab_parts import RankPart, rank_part
 from .transport import (
     TransportReport,
@@ -164,6 +175,20 @@ def _save(path: Path, array: np.ndarray) -> None:
     atomic_write(path, lambda fh: np.save(fh, array, allow_pickle=False))
 
 
+def _slab(values: Any, cut: tuple, axis: int, lo: int, hi: int, shape: tuple) -> np.ndarray:
+    """The cells ``[lo, hi)`` along ``axis`` (grid ``cut``, slab ``shape``) of a whole grid,
+    or of ``(voxels, values)`` placed on a NaN grid (only the slab's voxels)."""
+    if not isinstance(values, tuple):
+        return np.ascontiguousarray(values[cut])
+    voxels, at = np.asarray(values[0]), np.asarray(values[1])
+    inside = (voxels[:, axis] >= lo) & (voxels[:, axis] < hi)
+    grid = np.full(shape, np.nan, dtype=np.result_type(at.dtype, np.float64))
+    local = voxels[inside].copy()
+    local[:, axis] -= lo
+    grid[tuple(local.T)] = at[inside]
+    return grid
+
+
 def _imbalance(load: np.ndarray) -> float:
     """Largest load over the mean load (1: perfect balance)."""
     load = np.asarray(load, dtype=np.float64)
@@ -202,6 +227,18 @@ class DistributedBackend:
         self._error: Exception | None = None  # rank 0: what a file command's ranks reported
         self._pending_extra: dict | None = None  # rank 0: a .vti's whole-grid extra arrays
         self._whole: Problem | None = None  # rank 0, while allocating: the whole problem
+        self._tiled: tuple | None = None  # rank 0: what tile_regions assembled
+        #: Every rank: (region source, what the ranks agreed) of the last tile_regions; rank 0
+        #: the tiling it assembled (an allocation of it has each rank tile its own part).
+        self._region: tuple | None = None
+        self._region_tiling: Any = None
+        #: Every rank: the global numbers of its part's tiles (None: the whole problem's), by key.
+        self._part_tiles_of: dict[int, np.ndarray | None] = {}
+        #: Every rank: its wall nodes (global numbers, local WallNodes), by key; rank 0 also
+        #: which WallNodes they were cut from.
+        self._walls_of: dict[int, tuple] = {}
+        self._walls_cut: dict[int, Any] = {}
+        self._pending_walls: tuple | None = None  # rank 0: (walls, each rank's nodes) to send
         self._stopped = False
         if self.is_root:
             atexit.register(self.shutdown)  # never leave workers waiting for a command
@@ -341,6 +378,40 @@ class DistributedBackend:
                                 np.asarray(index.node, np.int64)), state.key)
         return with_rest_nodes(state.problem, self._nodes_out, index.solid)
 
+    def wall_shear_vectors(self, state: DistributedState, walls: Any) -> np.ndarray | None:
+        """Wall shear stress vectors (n, d) at ``walls``' nodes on rank 0 (float64, lattice
+        units), computed by the rank owning each node from its own tiles and halo
+        (:func:`solver.wall_shear.wall_shear_vector`, node by node the arithmetic rank 0 applied
+        to the gathered state: the same bits); only the vectors travel, not the state. Each
+        rank is sent its wall nodes once per allocation. None with one population copy (in
+        place: a halo holds the other phase's values), where the readout gathers the state."""
+        if state.problem.population_copies == 1:
+            return None
+        if self._walls_cut.get(state.key) is not walls:
+            owner = np.empty(state.problem.tiling.n_tiles, dtype=np.int64)
+            owner[state.order] = np.repeat(np.arange(self.size), self._counts_of[state.key])
+            mine = owner[np.asarray(walls.tile[0])]  # direction 0: the node's own tile
+            self._pending_walls = (walls, [np.flatnonzero(mine == r) for r in range(self.size)])
+            self._command("walls", None, state.key)
+            self._walls_cut[state.key] = walls
+        self._command("wall_shear", None, state.key)
+        return self._wall_out
+
+    def tile_regions(self, source: Any, config: Any) -> tuple[Any, Any]:
+        """The whole tiling of the region source ``source`` (``config``'s tile edge, offset
+        search and periodic axes) built by every rank from its own slab and assembled on rank
+        0 (:mod:`.region_tiling`): no rank reads the whole image. (Tiling, what the ranks
+        agreed: offset, axis, slab bounds and the survey's fluid nodes and pore size.)"""
+        from ..tiling import default_tile_edge
+
+        a = config.tile_edge or default_tile_edge(len(source.shape))
+        self._command("tile_regions", (source, int(a), tuple(config.periodic_axes()),
+                                       tuple(float(f) for f in config.body_force),
+                                       config.tile_offset == "best"))
+        self._raise_reported()
+        tiled, self._tiled = self._tiled, None
+        return tiled
+
     @property
     def keeps_voxel_mask(self) -> bool:
         """Whether rank 0's ``solver run`` keeps the whole voxel mask (one rank only): over
@@ -374,11 +445,14 @@ class DistributedBackend:
                          extra: dict[str, np.ndarray] | None = None) -> Path:
         """Every rank writes its slab's cells as a ``.vti`` piece (:mod:`solver.vtk_pieces`):
         ``rho``, ``u`` and ``solid`` from its own tiles, then ``extra`` (whole-grid arrays on
-        rank 0, e.g. wall shear stress: each rank is sent its slab); rank 0 writes the
+        rank 0, each rank sent its slab; or ``(voxels (n, d), values (n,))``, values at some
+        voxels and NaN elsewhere, e.g. wall shear stress: each rank sent its slab's voxels
+        alone, no whole grid made); rank 0 writes the
         ``.pvti`` at ``path`` naming them. The arrays and values of :func:`solver.io.write_vti`
         of the gathered fields. OSError, after every rank finished, if one failed."""
         path, extra = Path(path), dict(extra or {})
-        names = [(name, np.asarray(values).dtype.name) for name, values in extra.items()]
+        names = [(name, np.asarray(values[1] if isinstance(values, tuple) else values).dtype.name)
+                 for name, values in extra.items()]
         self._pending_extra = extra
         self._command("vti_piece", (path, voxel_size, origin, state.axis,
                                     tuple(int(b) for b in state.bounds), names), state.key)
@@ -643,6 +717,7 @@ class DistributedBackend:
         owned = self._solver.layout.global_tiles[: self._solver.n_owned]
         owned = owned if part is None else part.global_tiles(owned)
         self._owned_of[key] = np.asarray(owned, dtype=np.int64)
+        self._part_tiles_of[key] = None if part is None else np.asarray(part.tiles, np.int64)
         rows = self.comm.gather((owned, self._solver.plan.values_sent(), self._solver.links,
                                  problem.tiling.n_tiles))
         if self.is_root:  # where each rank's owned rows go in the global tile order
@@ -671,14 +746,27 @@ class DistributedBackend:
         """Rank 0 cuts every other rank's part and sends it; (the part this rank received,
         or None on rank 0, which keeps the whole problem; the error, if its part failed)."""
         if self.is_root:
+            # The tiling the ranks built by slabs (along the slowest axis, no opening links):
+            # each rank tiles its own part again, rank 0 sends only the run's constants.
+            own = self._region is not None and problem.tiling is self._region_tiling and \
+                problem.iolets is None and self._region[1].axis == problem.tiling.ndim - 1 \
+                and tuple(self._region[1].bounds) == tuple(decomposition.bounds)
+            if own:
+                log.info("Each rank tiles its own part from its slab of the image.")
             for rank in range(1, self.size):
                 try:
-                    message = (rank_part(problem, decomposition, rank), None)
+                    message = ((dataclasses.replace(problem, tiling=None), None) if own else
+                               (rank_part(problem, decomposition, rank), None))
                 except Exception as exc:  # the rank reports it; rank 0 raises it
                     message = (None, f"cutting rank {rank}'s part on rank 0: {exc}")
                 self.comm.send(message, dest=rank, tag=PART_TAG)
             return None, None
         part, why = self.comm.recv(source=0, tag=PART_TAG)
+        if why is None and isinstance(part, Problem):  # its own part, from its own slab
+            try:
+                part = own_part(*self._region, part, self.rank)
+            except Exception as exc:  # reported to rank 0 with the others' errors
+                part, why = None, f"tiling rank {self.rank}'s own part: {exc}"
         return part, None if why is None else RuntimeError(why)
 
     def _message(self, error: Exception | None) -> str | None:
@@ -878,7 +966,8 @@ class DistributedBackend:
         for rank in range(self.size):
             lo, hi = tiling.slab_cells(axis, bounds[rank], bounds[rank + 1])
             cut = tuple(slice(lo, hi) if k == axis else slice(None) for k in range(tiling.ndim))
-            slabs = {name: np.ascontiguousarray(extra[name][cut]) for name, _ in names}
+            shape = tuple(hi - lo if k == axis else n for k, n in enumerate(tiling.shape))
+            slabs = {name: _slab(extra[name], cut, axis, lo, hi, shape) for name, _ in names}
             if rank == 0:
                 mine = slabs
             else:
@@ -939,6 +1028,61 @@ class DistributedBackend:
         self._scatter_rows = None
         solver.set_owned_populations(block.astype(np.float64, copy=False))
 
+    def _walls(self, _: Any) -> None:
+        from ..wall_shear import WallNodes
+
+        if self.is_root:  # each rank its own nodes' tables (global tile numbers), no others'
+            (walls, picks), self._pending_walls = self._pending_walls, None
+            for rank in range(self.size):
+                pick = picks[rank]
+                part = (pick, walls.normals[pick], walls.tile[:, pick],
+                        walls.direction[:, pick], walls.node[:, pick])
+                if rank == 0:
+                    mine = part
+                else:
+                    self.comm.send(part, dest=rank, tag=PART_TAG)
+        else:
+            mine = self.comm.recv(source=0, tag=PART_TAG)
+        pick, normals, tile, direction, node = mine
+        part_tiles = self._part_tiles_of[self._key]
+        numbered = tile if part_tiles is None else np.searchsorted(part_tiles, tile)
+        held = np.asarray(self._solver.layout.global_tiles, dtype=np.int64)
+        sorter = np.argsort(held, kind="stable")
+        local = sorter[np.searchsorted(held[sorter], numbered)]
+        tiles, where = np.unique(local, return_inverse=True)  # the tiles the nodes read
+        self._walls_of[self._key] = (pick, tiles, WallNodes(
+            np.zeros((len(pick), 0), np.int64), normals, where.reshape(local.shape), direction,
+            node))
+
+    def _wall_shear(self, _: Any) -> None:
+        from ..wall_shear import wall_shear_vector
+
+        pick, tiles, walls = self._walls_of[self._key]
+        f = self._solver.owned_readout(tiles) if len(pick) else None
+        vectors = wall_shear_vector(self._solver.problem, f, walls) if len(pick) else \
+            np.zeros((0, self._solver.problem.lattice.d))
+        got = self.comm.gather((pick, np.asarray(vectors, dtype=np.float64)), root=0)
+        if self.is_root:
+            out = np.empty((sum(len(p) for p, _ in got), self._solver.problem.lattice.d))
+            for where, values in got:
+                out[where] = values
+            self._wall_out = out
+
+    def _tile_regions(self, payload: tuple) -> None:
+        from .region_tiling import tile_regions
+
+        source, a, periodic, force, search = payload
+        try:
+            tiled = tile_regions(source, a, periodic, force, self.axis, search, self.comm)
+        except (RuntimeError, ConfigError) as exc:  # raised on every rank alike: none waits
+            if self.is_root:
+                self._error = exc
+            return
+        self._region = (source, tiled[1])  # every rank: its own part is tiled from it
+        if self.is_root:
+            self._tiled = tiled
+            self._region_tiling = tiled[0]
+
     def _flux(self, _: Any) -> None:
         self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)
 
@@ -967,6 +1111,9 @@ class DistributedBackend:
                 solver.release()
                 del self._solvers[key]
                 self._owned_of.pop(key, None)
+                self._part_tiles_of.pop(key, None)
+                self._walls_of.pop(key, None)
+                self._walls_cut.pop(key, None)
                 for held in [k for k in self._layers_of if k[0] == key]:
                     del self._layers_of[held]
         self._solver = None

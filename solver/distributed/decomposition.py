@@ -20,6 +20,7 @@ from ..config import ConfigError
 from ..tiling import Tiling
 
 __all__ = ["AXIS_CHOICES", "SlabDecomposition", "layer_counts", "cut_layers", "resolve_axis",
+           "grid_axis",
            "decompose", "rank_layers"]
 
 #: Named axis choices; an integer 0 <= axis < d is accepted as well.
@@ -88,14 +89,19 @@ def cut_layers(counts: np.ndarray, n_ranks: int) -> np.ndarray:
 
 def resolve_axis(tiling: Tiling, axis: int | str, force: np.ndarray | None = None) -> int:
     """Decomposition axis from a name in AXIS_CHOICES or an integer."""
-    d = tiling.ndim
+    return grid_axis(tiling.tile_map.shape, axis, force)
+
+
+def grid_axis(grid: tuple[int, ...], axis: int | str, force: np.ndarray | None = None) -> int:
+    """Decomposition axis of a tile grid of shape ``grid`` (tiles per axis), as
+    :func:`resolve_axis` picks it (ranks that never hold the whole tiling)."""
+    d = len(grid)
     if isinstance(axis, str):
         if axis not in AXIS_CHOICES:
             raise ConfigError(f"Unknown decomposition axis {axis!r}; use one of {AXIS_CHOICES} "
                               f"or an integer in [0, {d}).")
         if axis == "flow" and force is not None and np.any(np.asarray(force) != 0):
             return int(np.argmax(np.abs(np.asarray(force)[:d])))
-        grid = tiling.tile_map.shape
         return int(max(range(d), key=lambda ax: (grid[ax], ax)))  # ties: the slowest axis
     if not 0 <= int(axis) < d:
         raise ConfigError(f"Decomposition axis {axis} does not exist in {d}D; use 0..{d - 1}.")

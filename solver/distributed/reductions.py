@@ -197,8 +197,8 @@ def owned_k_check(solver: RankSolver, axis: int, window: tuple[int, int]) -> np.
 class RankReductions:
     """The :class:`~solver.backends.base.Reductions` of a :class:`DistributedBackend`
     (``backend``): every readout's sums made on the ranks, each over its own tiles, and only
-    the numbers or moments sent to rank 0 (its ``tile_moments``, ``health_numbers`` and
-    ``k_check_numbers``); the caller's ``local`` computation is not used."""
+    the numbers, moments or wall vectors sent to rank 0 (its ``tile_moments``,
+    ``health_numbers``, ``k_check_numbers`` and ``wall_shear_vectors``); the caller's ``local`` computation is not used."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
@@ -215,3 +215,8 @@ class RankReductions:
                         ) -> np.ndarray:
         """A permeability check's numbers reduced on the ranks."""
         return self.backend.k_check_numbers(state, axis, window)
+
+    def wall_shear_vectors(self, state: Any, walls: Any) -> np.ndarray | None:
+        """The vectors computed by the ranks owning the wall nodes (None in place, where the
+        readout gathers the state)."""
+        return self.backend.wall_shear_vectors(state, walls)

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DECLARED = ("reductions", "writes_parts", "reads_parts", "keeps_voxel_mask")
 #: What a caller once sniffed for (getattr/hasattr on a backend).
 SNIFFED = {"tile_moments", "health_numbers", "k_check_numbers", "writes_parts", "reads_parts",
-           "keeps_voxel_mask", "load_parts", "iolet_flux", "reductions"}
+           "keeps_voxel_mask", "load_parts", "iolet_flux", "reductions", "wall_shear_vectors"}
 
 
 def _class_names(path: Path, name: str) -> set[str]:

@@ -340,9 +340,10 @@ def _same(a, b) -> None:
 
 
 def test_outputs_read_over_ranks_never_gather_the_whole_state():
-    """Health checks, fields, a cut, the live view and probes on a DistributedBackend equal one
-    plain process's bit for bit, and none gathers the whole state to rank 0 (moments are
-    computed on the ranks, a cut's and the probes' nodes travel alone): one rank, in process."""
+    """Health checks, fields, a cut, the live view, probes and wall shear stress on a
+    DistributedBackend equal one plain process's bit for bit, and none gathers the whole state
+    to rank 0 (moments and shear vectors are computed on the ranks, a cut's and the probes'
+    nodes travel alone): one rank, in process."""
     pytest.importorskip("mpi4py")
     from solver.distributed import DistributedBackend
     from solver.probes import Line, Probe, ProbeSet
@@ -369,12 +370,37 @@ def test_outputs_read_over_ranks_never_gather_the_whole_state():
         assert asked == []
         reads = [lambda s: s.health(), lambda s: s.fields(), lambda s: s.slice(2, 11, "ux"),
                  lambda s: s.view(1, 6, "pressure", health=True, probes=probes),
-                 lambda s: s.sample(probes), lambda s: vars(s.coarse_flow()) | {"read_at": 0}]
+                 lambda s: s.sample(probes), lambda s: vars(s.coarse_flow()) | {"read_at": 0},
+                 # Wall shear stress: each rank its own wall nodes, only the vectors travel.
+                 lambda s: s.wall_shear_stress(), lambda s: s.wall_shear_vectors()[1]]
         for read in reads:
             _same(read(sim), read(plain))
         assert whole == []
         assert len(asked) == 1 and asked[0] is None  # fields() alone reads every node
         sim.close()
+
+
+def test_pieces_place_values_given_at_voxels_without_a_whole_grid(tmp_path):
+    """``write_vti_pieces`` with an extra array given as (voxels, values), as ``solver run``
+    gives wall shear stress and the shear indices over ranks: the .pvti holds it on the grid,
+    NaN elsewhere, bit for bit the whole grid it replaces (one rank, in process)."""
+    pytest.importorskip("mpi4py")
+    pv = pytest.importorskip("pyvista")
+    from solver.distributed import DistributedBackend
+
+    solid = porous()
+    voxels, values = np.argwhere(~solid)[::7], np.linspace(0.5, 2.5, (~solid).sum())[::7]
+    grid = np.full(solid.shape, np.nan)
+    grid[tuple(voxels.T)] = values
+    with DistributedBackend("numpy") as backend:
+        sim = Simulation(solid, config(), backend=backend)
+        sim.allocate()
+        path = backend.write_vti_pieces(sim.state, tmp_path / "f.pvti", None, None,
+                                        {"whole": grid, "at": (voxels, values)})
+        sim.close()
+    image = pv.read(path)
+    assert np.array_equal(image.cell_data["at"], image.cell_data["whole"], equal_nan=True)
+    assert image.cell_data["at"].dtype == np.float64
 
 
 def test_float32_populations_are_scattered_in_their_dtype():
@@ -510,7 +536,9 @@ def test_solver_run_under_mpirun_writes_and_resumes_like_one_process(tmp_path):
                       [{"name": "a", "at": [20, 7, 12]}, {"name": "b", "at": [3, 12, 20]}])
     assert main(["run", str(path), "--output", str(tmp_path / "one"), "--quiet"]) == 0
 
-    _mpirun(2, path, tmp_path / "mpi", "--max-steps", "20", cwd=tmp_path)
+    done = _mpirun(2, path, tmp_path / "mpi", "--max-steps", "20", cwd=tmp_path)
+    # The .npy image is tiled by the ranks from their own slabs: rank 0 never reads it whole.
+    assert "The ranks tiled the image by slabs (pack.npy)" in done.stderr, done.stderr[-2000:]
     written = read_checkpoint(tmp_path / "mpi" / "checkpoint.npz")
     assert written.populations is None and written.parts.n_parts == 2 and written.step == 20
     # Two writes at step 20 (the interval, the end): only the last one's files are left.
@@ -648,6 +676,74 @@ def test_rank0_run_keeps_the_tiling_not_the_voxel_mask(tmp_path, monkeypatch):
     assert resumed.sim.time_step == 12
 
 
+def test_rank0_run_tiles_an_image_file_by_slabs_without_reading_it_whole(tmp_path,
+                                                                          monkeypatch, caplog):
+    """Over ranks (forced here on one in-process rank) ``solver run`` of a ``.npy`` image has
+    the ranks tile their own slabs (solver.distributed.region_tiling): the whole-image loader
+    is never called and no voxel mask is made on rank 0, yet the tiling (offset searched),
+    checkpoint and its mask hash, probes, .vti fields and summary equal one plain process's,
+    bit for bit. A generated geometry keeps the whole-image path and the log says why."""
+    pytest.importorskip("mpi4py")
+    pv = pytest.importorskip("pyvista")
+    import logging
+
+    import solver.run as run_module
+    from solver.case import load_case
+    from solver.distributed import DistributedBackend
+    from solver.io import read_checkpoint
+    from solver.problem import TiledGeometry
+    from solver.run import HeadlessRun
+    from solver.tiling import Tiling
+
+    path = _pack_case(tmp_path, {"max_steps": 12, "output_interval": 6, "check_interval": 6,
+                                 "checkpoint_interval": 12}, [{"name": "a", "at": [20, 7, 12]}])
+    plain = HeadlessRun(load_case(path), out=tmp_path / "plain",
+                        backend=NumpyBackend(threads=1))
+    assert plain.execute(progress=False).exit_code == 0
+    monkeypatch.setattr(DistributedBackend, "keeps_voxel_mask", property(lambda self: False))
+
+    def no_whole_read(spec):
+        raise AssertionError("the whole image was loaded")
+
+    monkeypatch.setattr(run_module, "load_geometry", no_whole_read)
+    mask = Tiling.mask
+    monkeypatch.setattr(Tiling, "mask", lambda self: (_ for _ in ()).throw(
+        AssertionError("the whole mask was made")))
+    with DistributedBackend("numpy") as backend:
+        run = HeadlessRun(load_case(path), out=tmp_path / "slabs", backend=backend)
+        monkeypatch.setattr(Tiling, "mask", mask)  # one rank writes a whole .vti: it may
+        assert isinstance(run.geometry, TiledGeometry) and run.sim._solid is None
+        want = plain.sim.tiling
+        assert run.sim.tiling.offset == want.offset and run.sim.tiling.searched == want.searched
+        for name in ("tiles", "solid", "tile_map"):
+            assert np.array_equal(getattr(run.sim.tiling, name), getattr(want, name)), name
+        assert run.execute(progress=False).exit_code == 0
+    monkeypatch.undo()
+    one, slabs = tmp_path / "plain", tmp_path / "slabs"
+    assert read_checkpoint(slabs / "checkpoint.npz").mask_sha256 == \
+        read_checkpoint(one / "checkpoint.npz").mask_sha256
+    assert np.array_equal(_populations(one), _populations(slabs))
+    assert (one / "probes.csv").read_text() == (slabs / "probes.csv").read_text()
+    assert (one / "history.csv").read_text().count("\n") == \
+        (slabs / "history.csv").read_text().count("\n")
+    grids = [pv.read(d / "fields_00000012.vti") for d in (one, slabs)]
+    for name in grids[0].cell_data:
+        assert np.array_equal(grids[0].cell_data[name], grids[1].cell_data[name],
+                              equal_nan=True), name
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (one, slabs)]
+    for key in ("shape", "porosity", "fluid_nodes", "n_tiles"):
+        assert summaries[0][key] == summaries[1][key], key
+    # A generator's geometry is made whole in memory: the whole-image path, said once.
+    case = load_case(path)
+    case.geometry = type(case.geometry)("generator", "channel", {"shape": [24, 12, 16]})
+    monkeypatch.setattr(DistributedBackend, "keeps_voxel_mask", property(lambda self: False))
+    caplog.set_level(logging.INFO, logger="solver.run")
+    with DistributedBackend("numpy") as backend:
+        HeadlessRun(case, out=tmp_path / "generated", backend=backend)
+    assert "reads the whole voxel image: a generator geometry is made whole in memory" in \
+        caplog.text
+
+
 def test_vessel_fields_over_ranks_are_a_pvti_equal_to_one_process_vti(tmp_path, monkeypatch,
                                                                       caplog):
     """The parallel-image path of ``solver run`` in process (one rank that writes pieces, as
@@ -723,6 +819,30 @@ def test_mpirun_vessel_fields_are_a_pvti_equal_to_one_process_vti(tmp_path):
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
     assert sorted(p.name for p in (tmp_path / "two" / "fields_00000010").iterdir()) == \
         ["rank_0000.vti", "rank_0001.vti"]
+
+
+@needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
+def test_mpirun_tiles_a_z_long_image_by_slabs_like_one_process(tmp_path):
+    """A .npy box longest along z on 3 ranks: the ranks tile their z slabs, rank 0 places
+    them in order as they arrive (no reordering), and at the allocation each serving rank
+    tiles its own part again (its slab and halo layers, numbered from the survey's counts)
+    instead of receiving it from rank 0; the checkpoint and probes equal one process's bit
+    for bit."""
+    pytest.importorskip("geometries.loaders", reason="case files load geometries via geometries")
+    solid = porous((11, 10, 30), seed=4)
+    path = _pack_case(tmp_path, {"max_steps": 8, "output_interval": 8, "check_interval": 8,
+                                 "checkpoint_interval": 8, "vti": False},
+                      [{"name": "a", "at": [5, 5, 25]}], solid=solid)
+    _mpirun(1, path, tmp_path / "one", cwd=tmp_path)
+    done = _mpirun(3, path, tmp_path / "three", cwd=tmp_path)
+    assert "The ranks tiled the image by slabs (pack.npy)" in done.stderr, done.stderr[-2000:]
+    assert "Each rank tiles its own part from its slab" in done.stderr  # none cut on rank 0
+    assert np.array_equal(_populations(tmp_path / "one"), _populations(tmp_path / "three"))
+    assert (tmp_path / "one" / "probes.csv").read_text() == \
+        (tmp_path / "three" / "probes.csv").read_text()
+    split = json.loads((tmp_path / "three" / "summary.json").read_text())["decomposition"]
+    assert split["axis"] == "z" and split["ranks"] == 3
 
 
 @needs_mpi
