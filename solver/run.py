@@ -615,9 +615,8 @@ def _region_source(case: Case, backend: Any) -> tuple[Any, dict | str]:
     """The case's image as a region source and its frame (:func:`solver.case.region_source`)
     where ``backend`` tiles it over MPI ranks (``tile_regions``, and rank 0 keeps no voxel
     image); else None and why not (empty where no ranks are involved)."""
-    if not callable(getattr(backend, "tile_regions", None)) or \
-            getattr(backend, "keeps_voxel_mask", True):
-        return None, ""
+    if backend is None or isinstance(backend, str) or backend.keeps_voxel_mask:
+        return None, ""  # one process (or a backend by name): the image is read whole
     if case.openings:
         return None, "its openings are found on the whole image"
     if any(any(v) for v in case.config.check_objects().values()):

@@ -198,7 +198,8 @@ class RankReductions:
     """The :class:`~solver.backends.base.Reductions` of a :class:`DistributedBackend`
     (``backend``): every readout's sums made on the ranks, each over its own tiles, and only
     the numbers, moments or wall vectors sent to rank 0 (its ``tile_moments``,
-    ``health_numbers``, ``k_check_numbers`` and ``wall_shear_vectors``); the caller's ``local`` computation is not used."""
+    ``health_numbers``, ``k_check_numbers`` and ``wall_shear_vectors``); the caller's
+    ``local`` computation is not used."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
