@@ -1,0 +1,71 @@
+"""A rank's fused k check (:class:`solver.distributed.reductions.FusedNumbers`: the one-launch
+check of :mod:`solver.backends.cuda.compact_check` over the owned tiles, the layer flux summed
+in the kernel) against the chunked readout of the same rank (:func:`owned_numbers`): the same
+numbers to rounding, float16 storage decoded as the readout decodes it. On the CPU the kernel
+text runs under g++ (:mod:`.grid_stride_emulator`) on loopback NumPy ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solver.backends.numpy_backend import NumpyBackend
+from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
+from solver.distributed.reductions import FusedNumbers, combine, owned_numbers
+
+from .grid_stride_emulator import compiler
+from .porous_cases import make_problem, noisy_start
+from .test_rock_check_kernel import _launch
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+
+#: Relative difference allowed between the fused and the chunked sums (another order of the
+#: same float64 additions; measured: below 1e-14 on these systems).
+RTOL = 1e-12
+
+
+def _ranks(storage: str, precision: str, fluid_model: str, axis: int, n: int = 2):
+    problem = make_problem("D3Q19", precision, "TRT", fluid_model=fluid_model, storage=storage)
+    hub, dec = LoopbackHub(), decompose(problem.tiling, n, axis)
+    ranks = [RankSolver(problem, dec, r, NumpyBackend(threads=1),
+                        lambda plan, s, r=r: hub.exchange(r, plan, s)) for r in range(n)]
+    f0 = noisy_start(problem)
+    for rank in ranks:
+        rank.backend.set_populations(rank.state, f0[rank.layout.global_tiles])
+    step_together(ranks, 4)
+    return ranks
+
+
+@pytest.mark.parametrize("storage, precision, fluid_model, axis", [
+    ("float16", "float32", "incompressible", 0),
+    ("auto", "float64", "quasi-compressible", 2),
+])
+def test_fused_rank_check_reads_the_chunked_numbers(storage, precision, fluid_model, axis):
+    ranks = _ranks(storage, precision, fluid_model, axis)
+    fused, chunked = [], []
+    for rank in ranks:
+        got = FusedNumbers(rank, axis, launch=_launch, max_blocks=2)()
+        want = owned_numbers(rank, axis)
+        assert got.finite and want.finite and got.fluid == want.fluid
+        assert got.max_speed == pytest.approx(want.max_speed, rel=1e-14)
+        assert got.speed_sum == pytest.approx(want.speed_sum, rel=RTOL)
+        assert got.momentum == pytest.approx(want.momentum, rel=RTOL)
+        assert got.plane_flux.shape == want.plane_flux.shape
+        # Every layer: the flux of a layer outside the rank's slab is exactly 0 in both.
+        np.testing.assert_allclose(got.plane_flux, want.plane_flux, rtol=RTOL,
+                                   atol=RTOL * np.abs(want.plane_flux).max())
+        assert np.array_equal(got.plane_flux == 0, want.plane_flux == 0)
+        fused.append(got)
+        chunked.append(want)
+    a, b = combine(fused[0], None), combine(chunked[0], None)
+    assert a.flux_spread == pytest.approx(b.flux_spread, rel=1e-9)
+
+
+def test_fused_rank_check_sees_a_non_finite_node():
+    ranks = _ranks("float16", "float32", "incompressible", 0)
+    rank = ranks[1]
+    tile = int(np.flatnonzero((~rank.problem.tiling.solid[: rank.n_owned]).any(axis=1))[-1])
+    node = int(np.flatnonzero(~rank.problem.tiling.solid[tile])[0])
+    rank.state.f[rank.state.current][tile, 3, node] = np.inf
+    assert not FusedNumbers(rank, 0, launch=_launch, max_blocks=2)().finite
+    assert FusedNumbers(ranks[0], 0, launch=_launch, max_blocks=2)().finite
