@@ -69,3 +69,35 @@ def test_fused_rank_check_sees_a_non_finite_node():
     rank.state.f[rank.state.current][tile, 3, node] = np.inf
     assert not FusedNumbers(rank, 0, launch=_launch, max_blocks=2)().finite
     assert FusedNumbers(ranks[0], 0, launch=_launch, max_blocks=2)().finite
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("storage, precision, fluid_model, axis", [
+    ("float16", "float32", "incompressible", 0),
+    ("auto", "float32", "quasi-compressible", 1),
+])
+def test_fused_rank_check_on_the_gpu_reads_the_chunked_numbers(storage, precision, fluid_model,
+                                                               axis):
+    """CuPy loopback ranks (tiled): the fused check's numbers equal the chunked readout's."""
+    from solver.backends import get_backend
+
+    backend = get_backend("cupy")
+    problem = make_problem("D3Q19", precision, "TRT", fluid_model=fluid_model, storage=storage)
+    hub, dec = LoopbackHub(), decompose(problem.tiling, 2, axis)
+    ranks = [RankSolver(problem, dec, r, backend,
+                        lambda plan, s, r=r: hub.exchange(r, plan, s)) for r in range(2)]
+    f0 = noisy_start(problem)
+    for rank in ranks:
+        backend.set_populations(rank.state, f0[rank.layout.global_tiles])
+        rank.stepper.idle()
+    step_together(ranks, 20)
+    for rank in ranks:
+        assert FusedNumbers.applies(rank)
+        got, want = FusedNumbers(rank, axis)(), owned_numbers(rank, axis)
+        assert got.finite and want.finite and got.fluid == want.fluid
+        assert got.max_speed == pytest.approx(want.max_speed, rel=1e-12)
+        assert got.speed_sum == pytest.approx(want.speed_sum, rel=RTOL)
+        assert got.momentum == pytest.approx(want.momentum, rel=RTOL)
+        np.testing.assert_allclose(got.plane_flux, want.plane_flux, rtol=RTOL,
+                                   atol=RTOL * np.abs(want.plane_flux).max())
+        rank.release()
