@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "1 the sample coarsened by 2, 2-3 a chain from 1/4 or 1/8, 0 rest")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop before allocating (set-up and the estimates only)")
+    parser.add_argument("--chunked-check", action="store_true",
+                        help="k checks by the chunked readout (default: the fused one-launch "
+                             "check on tiled GPU ranks), to compare k and the check time")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--timeout", type=float, default=3000, help="seconds for the job")
     parser.add_argument("--max-seconds", type=float, default=None,
@@ -170,7 +173,8 @@ def work(args: argparse.Namespace) -> int:
     result = run_mirrored(sample, config, 0, comm, backend, args.steps, args.check,
                           settings=start_settings(args.coarse_levels), transport=args.transport,
                           memory=pool_memory if args.backend == "cupy" else None,
-                          estimate_only=args.estimate_only, max_seconds=args.max_seconds)
+                          estimate_only=args.estimate_only, max_seconds=args.max_seconds,
+                          fused_check=not args.chunked_check)
     if result is None:
         return 0
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(
@@ -182,7 +186,8 @@ def work(args: argparse.Namespace) -> int:
     stem = (f"mirrored-rock-{args.size}-{args.ranks}x-{_slug(gpu)}-{args.storage}"
             f"{'-in-place' if args.streaming == 'in-place' else ''}"
             f"{f'-coarse{args.coarse_levels}' if args.coarse_levels else ''}"
-            f"{'-estimate' if args.estimate_only else ''}-{result['date']}")
+            f"{'-estimate' if args.estimate_only else ''}"
+            f"{'-chunked-check' if args.chunked_check else ''}-{result['date']}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
     (args.out / f"{stem}.md").write_text(markdown(result))

@@ -168,10 +168,11 @@ def _slots(solver: RankSolver) -> Any:
     return np.tile(np.arange(p.tiling.nodes_per_tile), (p.lattice.q, 1))
 
 
-def rank_numbers(solver: RankSolver, axis: int) -> Callable[[], FlowNumbers]:
+def rank_numbers(solver: RankSolver, axis: int, fused: bool = True
+                 ) -> Callable[[], FlowNumbers]:
     """How a check reads ``solver``'s :class:`FlowNumbers`: the fused kernel where it applies
-    (:class:`FusedNumbers`), else the chunked readout (:func:`owned_numbers`)."""
-    if FusedNumbers.applies(solver):
+    and ``fused`` (:class:`FusedNumbers`), else the chunked readout (:func:`owned_numbers`)."""
+    if fused and FusedNumbers.applies(solver):
         return FusedNumbers(solver, axis)
     return lambda: owned_numbers(solver, axis)
 
