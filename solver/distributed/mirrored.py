@@ -62,7 +62,7 @@ from ..rock.protocol import fast_tau_for, kozeny_carman, pore_drive, protocol_va
 from ..rock.settings import PermeabilitySettings
 from ..rock.uncertainty import StepPair, alternation_residual
 from ..tiling import default_tile_edge
-from .coarse_start import coarse_levels, feasible_levels, prolong_ranks, run_levels
+from .coarse_start import coarse_levels, feasible_levels, prolong_ranks, release_levels, run_levels
 from .local_setup import SlabSummary, agreed_storage, local_part, local_rank, summarize
 from .reductions import READ_TILES, combine, rank_numbers
 
@@ -200,6 +200,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
 
     t3 = time.perf_counter()
     coarse_solver, coarse = run_levels(levels, settings, build, run_level, comm)
+    release_levels(levels)
     if isinstance(sample, CachedRegions):
         sample.clear()
     times["coarse_runs"] = time.perf_counter() - t3
