@@ -156,13 +156,24 @@ def _links(tiling: Tiling, dec: SlabDecomposition, rank: int, lattice: Lattice,
            periodic: tuple[bool, ...], sign: int):
     """Pull links between edge nodes ``y`` of ``rank`` and fluid nodes ``y + sign c_i`` of
     other ranks: (peer, flat global index of the pulled value, tile of the other node)."""
-    tile, node = _edge_nodes(tiling, dec, rank, lattice, periodic)
-    q, n_node = lattice.q, tiling.nodes_per_tile
-    corner = tiling.tiles[tile].astype(np.int64) * tiling.a - np.array(tiling.offset)
-    coords = corner + tiling.local_coordinates()[node]
+    all_tiles, all_nodes = _edge_nodes(tiling, dec, rank, lattice, periodic)
+    q, n_node, axis = lattice.q, tiling.nodes_per_tile, dec.axis
+    corner = tiling.tiles[all_tiles].astype(np.int64) * tiling.a - np.array(tiling.offset)
+    all_coords = corner + tiling.local_coordinates()[all_nodes]
     shape = np.array(tiling.shape)
+    lo, hi = dec.bounds[rank], dec.bounds[rank + 1] - 1
     peers, flats, others = [], [], []
     for i in range(q):
+        # Only the nodes whose neighbour along c_i lies in a tile layer outside the slab
+        # (another rank's: the slabs own whole tile layers); c_i across the axis never leaves.
+        step = sign * int(lattice.c[i, axis])
+        if step == 0:
+            continue
+        y = all_coords[:, axis] + step
+        inside = np.ones(len(y), dtype=bool) if periodic[axis] else (y >= 0) & (y < shape[axis])
+        layer = (y % shape[axis] + tiling.offset[axis]) // tiling.a
+        pick = np.flatnonzero(inside & ((layer < lo) | (layer > hi)))
+        tile, node, coords = all_tiles[pick], all_nodes[pick], all_coords[pick]
         other = coords + sign * lattice.c[i]
         outside = np.zeros(len(other), dtype=bool)
         for ax, is_periodic in enumerate(periodic):
@@ -179,7 +190,9 @@ def _links(tiling: Tiling, dec: SlabDecomposition, rank: int, lattice: Lattice,
         peers.append(dec.owner[o_tile[keep]])
         flats.append((src_tile[keep].astype(np.int64) * q + i) * n_node + src_node[keep])
         others.append(o_tile[keep])
-    return np.concatenate(peers), np.concatenate(flats), np.concatenate(others)
+    return (np.concatenate(peers + [np.empty(0, dec.owner.dtype)]),
+            np.concatenate(flats + [np.empty(0, np.int64)]),
+            np.concatenate(others + [np.empty(0, tiling.tile_map.dtype)]))
 
 
 def _local_flat(flat: np.ndarray, local_of: np.ndarray, block: int) -> np.ndarray:
