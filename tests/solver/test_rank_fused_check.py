@@ -101,3 +101,58 @@ def test_fused_rank_check_on_the_gpu_reads_the_chunked_numbers(storage, precisio
         np.testing.assert_allclose(got.plane_flux, want.plane_flux, rtol=RTOL,
                                    atol=RTOL * np.abs(want.plane_flux).max())
         rank.release()
+
+
+class _SoloComm:
+    """The collectives of one rank (what :func:`run_mirrored` calls), without MPI."""
+
+    def Get_rank(self) -> int:  # noqa: N802 (mpi4py's names)
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def allgather(self, value):
+        return [value]
+
+    def gather(self, value, root=0):
+        return [value]
+
+    def bcast(self, value, root=0):
+        return value
+
+    def Barrier(self) -> None:  # noqa: N802
+        pass
+
+
+def test_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(monkeypatch):
+    """The mirrored runner (coarse start included) with every check through the fused kernel
+    (emulated) reads the chunked checks' k at every check, to rounding, and runs the same
+    steps."""
+    from geometries.regions import GrainRegions
+    from solver.config import SimulationConfig
+    from solver.distributed import mirrored
+
+    def run():
+        config = SimulationConfig(backend="numpy", precision="float32", storage="float16")
+        return mirrored.run_mirrored(GrainRegions((16, 16, 16), 0.35, 6, seed=2), config, 0,
+                                     _SoloComm(), NumpyBackend(threads=1), 41, 20,
+                                     settings=mirrored.start_settings(1))
+
+    chunked = run()
+    used = []
+
+    def fused(solver, axis, fused=True):
+        used.append(solver)
+        return FusedNumbers(solver, axis, launch=_launch, max_blocks=2)
+
+    monkeypatch.setattr(mirrored, "rank_numbers", fused)
+    got = run()
+    assert len(used) == 2  # the coarse level's checks and the fine run's
+    assert got["steps"] == chunked["steps"] and len(got["history"]) == len(chunked["history"])
+    for a, b in zip(got["history"] + got["coarse"][0]["history"],
+                    chunked["history"] + chunked["coarse"][0]["history"], strict=True):
+        assert a["step"] == b["step"]
+        assert a["k"] == pytest.approx(b["k"], rel=RTOL)
+        assert a["flux_spread"] == pytest.approx(b["flux_spread"], rel=1e-9)
+    assert got["k"] == pytest.approx(chunked["k"], rel=RTOL)
