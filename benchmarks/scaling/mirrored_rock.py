@@ -68,8 +68,11 @@ PATH's); as root, Open MPI's ``OMPI_ALLOW_RUN_AS_ROOT`` variables are set for th
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import subprocess
 import sys
 from datetime import date
@@ -103,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "1 the sample coarsened by 2, 2-3 a chain from 1/4 or 1/8, 0 rest")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop before allocating (set-up and the estimates only)")
+    parser.add_argument("--chunked-check", action="store_true",
+                        help="k checks by the chunked readout (default: the fused one-launch "
+                             "check on tiled GPU ranks), to compare k and the check time")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile every rank (cProfile; the top functions by cumulative "
+                             "time written as mirrored-rock-...-profile-rank<r>-<date>.txt)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--timeout", type=float, default=3000, help="seconds for the job")
     parser.add_argument("--max-seconds", type=float, default=None,
@@ -167,10 +176,17 @@ def work(args: argparse.Namespace) -> int:
                               tile_storage=args.tile_storage, streaming=args.streaming)
     backend = get_backend(args.backend)
     sample = GrainRegions((args.size,) * 3, args.porosity, args.diameter, args.seed)
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        profiler.enable()
     result = run_mirrored(sample, config, 0, comm, backend, args.steps, args.check,
                           settings=start_settings(args.coarse_levels), transport=args.transport,
                           memory=pool_memory if args.backend == "cupy" else None,
-                          estimate_only=args.estimate_only, max_seconds=args.max_seconds)
+                          estimate_only=args.estimate_only, max_seconds=args.max_seconds,
+                          fused_check=not args.chunked_check)
+    if profiler is not None:
+        profiler.disable()
+        _write_profile(profiler, args, comm.Get_rank())
     if result is None:
         return 0
     commit = os.environ.get("LBM_COMMIT") or subprocess.run(
@@ -182,13 +198,24 @@ def work(args: argparse.Namespace) -> int:
     stem = (f"mirrored-rock-{args.size}-{args.ranks}x-{_slug(gpu)}-{args.storage}"
             f"{'-in-place' if args.streaming == 'in-place' else ''}"
             f"{f'-coarse{args.coarse_levels}' if args.coarse_levels else ''}"
-            f"{'-estimate' if args.estimate_only else ''}-{result['date']}")
+            f"{'-estimate' if args.estimate_only else ''}"
+            f"{'-chunked-check' if args.chunked_check else ''}-{result['date']}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
     (args.out / f"{stem}.md").write_text(markdown(result))
     print(markdown(result))
     print(f"wrote {args.out / stem}.json and .md")
     return 0
+
+
+def _write_profile(profiler: cProfile.Profile, args: argparse.Namespace, rank: int) -> None:
+    """This rank's profile of the run: the functions by cumulative time (top 80), as text."""
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(80)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = (args.out / f"mirrored-rock-{args.size}-{args.ranks}x-profile-rank{rank}-"
+            f"{date.today().isoformat()}.txt")
+    path.write_text(text.getvalue())
 
 
 def _slug(text: str) -> str:

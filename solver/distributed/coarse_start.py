@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from geometries.regions import CoarsenedRegions, MirroredRegions, RegionSource
+from geometries.regions import CachedRegions, CoarsenedRegions, MirroredRegions, RegionSource
 
 from ..config import SimulationConfig
 from ..fields import tile_moments
@@ -61,8 +61,8 @@ from .local_setup import SlabSummary, summarize
 from .rank import RankSolver
 from .reductions import READ_TILES
 
-__all__ = ["CoarseLevel", "feasible_levels", "coarse_levels", "coarse_table", "prolong_owned",
-           "prolong_ranks", "run_levels"]
+__all__ = ["CoarseLevel", "feasible_levels", "coarse_levels", "release_levels", "coarse_table",
+           "prolong_owned", "prolong_ranks", "run_levels"]
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,11 @@ def coarse_levels(sample: RegionSource, axis: int, config: SimulationConfig, lev
     current = sample
     values = {k: v for k, v in config.param.values().items() if k != "name"}
     for level in range(1, levels + 1):
-        current = CoarsenedRegions(current, FACTOR)
+        # Kept as coarsened (1/8 of the layers below, a few per cent of the fine slab): the
+        # level's summary and its slab read the same layers, and the next level reads them
+        # again; uncached, a level-3 slab coarsened the fine layers through all three levels
+        # once for its summary and once for its slab.
+        current = CachedRegions(CoarsenedRegions(current, FACTOR), axis)
         box = MirroredRegions(current, axis)
         summary = summarize(box, axis, a, comm)
         bounds = np.asarray(fine_bounds, dtype=np.int64) // FACTOR**level
@@ -122,6 +126,14 @@ def coarse_levels(sample: RegionSource, axis: int, config: SimulationConfig, lev
             FACTOR**level * f for f in config.body_force)})
         out.append(CoarseLevel(level, box, summary, cfg, bounds))
     return out
+
+
+def release_levels(levels: list[CoarseLevel]) -> None:
+    """Drop the coarsened layers the levels' boxes keep (:func:`coarse_levels`)."""
+    for level in levels:
+        cached = getattr(level.box, "source", None)
+        if isinstance(cached, CachedRegions):
+            cached.clear()
 
 
 def prolong_ranks(fine: RankSolver, coarse: RankSolver, comm: Any) -> None:

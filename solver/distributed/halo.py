@@ -129,26 +129,51 @@ def in_place_plans(plan: HaloPlan) -> tuple[HaloPlan, HaloPlan]:
     return after0, plan
 
 
-def _edge_nodes(tiling: Tiling, dec: SlabDecomposition, rank: int):
-    """Global tile and node of the fluid nodes in the first and last owned tile layer."""
-    layer = tiling.tiles[:, dec.axis]
+def _edge_nodes(tiling: Tiling, dec: SlabDecomposition, rank: int, lattice: Lattice,
+                periodic: tuple[bool, ...]):
+    """Global tile and node of the fluid nodes in the first and last owned tile layer that
+    have a neighbour within the lattice's reach along the axis (wrapped where periodic) in a
+    tile layer outside the slab: the only nodes a link to another rank can start from (a 4³
+    tile layer's inner node layers cannot; all of them were enumerated, 4 times the work)."""
+    axis, a = dec.axis, tiling.a
+    layer = tiling.tiles[:, axis]
     lo, hi = dec.bounds[rank], dec.bounds[rank + 1] - 1
     tiles = np.flatnonzero((dec.owner == rank) & ((layer == lo) | (layer == hi)))
     t, node = np.nonzero(~tiling.solid[tiles])
-    return tiles[t], node
+    x = (layer[tiles[t]].astype(np.int64) * a - tiling.offset[axis]
+         + tiling.local_coordinates()[node, axis])
+    n = tiling.shape[axis]
+    near = np.zeros(len(x), dtype=bool)
+    for step in range(1, int(np.abs(lattice.c[:, axis]).max()) + 1):
+        for other in (x - step, x + step):
+            inside = np.ones(len(x), dtype=bool) if periodic[axis] else (other >= 0) & (other < n)
+            other_layer = (other % n + tiling.offset[axis]) // a
+            near |= inside & ((other_layer < lo) | (other_layer > hi))
+    return tiles[t[near]], node[near]
 
 
 def _links(tiling: Tiling, dec: SlabDecomposition, rank: int, lattice: Lattice,
            periodic: tuple[bool, ...], sign: int):
     """Pull links between edge nodes ``y`` of ``rank`` and fluid nodes ``y + sign c_i`` of
     other ranks: (peer, flat global index of the pulled value, tile of the other node)."""
-    tile, node = _edge_nodes(tiling, dec, rank)
-    q, n_node = lattice.q, tiling.nodes_per_tile
-    corner = tiling.tiles[tile].astype(np.int64) * tiling.a - np.array(tiling.offset)
-    coords = corner + tiling.local_coordinates()[node]
+    all_tiles, all_nodes = _edge_nodes(tiling, dec, rank, lattice, periodic)
+    q, n_node, axis = lattice.q, tiling.nodes_per_tile, dec.axis
+    corner = tiling.tiles[all_tiles].astype(np.int64) * tiling.a - np.array(tiling.offset)
+    all_coords = corner + tiling.local_coordinates()[all_nodes]
     shape = np.array(tiling.shape)
+    lo, hi = dec.bounds[rank], dec.bounds[rank + 1] - 1
     peers, flats, others = [], [], []
     for i in range(q):
+        # Only the nodes whose neighbour along c_i lies in a tile layer outside the slab
+        # (another rank's: the slabs own whole tile layers); c_i across the axis never leaves.
+        step = sign * int(lattice.c[i, axis])
+        if step == 0:
+            continue
+        y = all_coords[:, axis] + step
+        inside = np.ones(len(y), dtype=bool) if periodic[axis] else (y >= 0) & (y < shape[axis])
+        layer = (y % shape[axis] + tiling.offset[axis]) // tiling.a
+        pick = np.flatnonzero(inside & ((layer < lo) | (layer > hi)))
+        tile, node, coords = all_tiles[pick], all_nodes[pick], all_coords[pick]
         other = coords + sign * lattice.c[i]
         outside = np.zeros(len(other), dtype=bool)
         for ax, is_periodic in enumerate(periodic):
@@ -165,7 +190,9 @@ def _links(tiling: Tiling, dec: SlabDecomposition, rank: int, lattice: Lattice,
         peers.append(dec.owner[o_tile[keep]])
         flats.append((src_tile[keep].astype(np.int64) * q + i) * n_node + src_node[keep])
         others.append(o_tile[keep])
-    return np.concatenate(peers), np.concatenate(flats), np.concatenate(others)
+    return (np.concatenate(peers + [np.empty(0, dec.owner.dtype)]),
+            np.concatenate(flats + [np.empty(0, np.int64)]),
+            np.concatenate(others + [np.empty(0, tiling.tile_map.dtype)]))
 
 
 def _local_flat(flat: np.ndarray, local_of: np.ndarray, block: int) -> np.ndarray:
@@ -196,8 +223,22 @@ def _per_peer(peer: np.ndarray, flat: np.ndarray, local_of: np.ndarray, block: i
               ) -> dict[int, np.ndarray]:
     """Local flat indices per peer, each peer's in ascending global order (both ends of a
     message enumerate the same values in the same order)."""
-    return {int(p): _local_flat(np.unique(flat[peer == p]), local_of, block)
-            for p in np.unique(peer)}
+    return {int(p): _local_flat(_sorted_unique(flat[peer == p]), local_of, block)
+            for p in _sorted_unique(peer)}
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` by one sort (np.unique's hash pass cost as much again)."""
+    out = np.sort(values)
+    return out[np.concatenate([[True], out[1:] != out[:-1]])] if out.size else out
+
+
+def _marked(n: int, *indices: np.ndarray) -> np.ndarray:
+    """Bool (n,): True at every index of ``indices``."""
+    mask = np.zeros(n, dtype=bool)
+    for index in indices:
+        mask[index] = True
+    return mask
 
 
 def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
@@ -213,7 +254,6 @@ def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
     rank's node writes travel with the halo, sent by that rank. ``streamed_reads``: in place,
     the same for the reads before a phase-1 step; the plan's ``after_neighbour`` then holds the
     exchange after a phase-0 step (:func:`in_place_plans`)."""
-    owned = dec.tiles_of(rank)
     block = lattice.q * tiling.nodes_per_tile
     empty = np.empty(0, np.int64)
     pull_in = pull_out = (empty, empty, empty)
@@ -238,9 +278,12 @@ def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
         reader = np.asarray(streamed_reads[0], np.int64)
         writer = np.asarray(streamed_reads[2], np.int64)
         sent_by.append(writer[(dec.owner[writer] == rank) & (reader != rank)])
-    boundary = np.intersect1d(np.concatenate(sent_by), owned)
-    interior = np.setdiff1d(owned, boundary, assume_unique=True)
-    halo = np.setdiff1d(np.unique(in_tile), owned)
+    # Sorted tile sets by masks over the tiles: one pass each, no sort of the owned tiles.
+    is_owned = dec.owner == rank
+    sends = _marked(tiling.n_tiles, *sent_by)
+    boundary = np.flatnonzero(sends & is_owned)
+    interior = np.flatnonzero(is_owned & ~sends)
+    halo = np.flatnonzero(_marked(tiling.n_tiles, in_tile) & ~is_owned)
     global_tiles = np.concatenate([boundary, interior, halo]).astype(np.int64)
     local_of = np.full(tiling.n_tiles, -1, dtype=np.int64)
     local_of[global_tiles] = np.arange(len(global_tiles))
@@ -248,7 +291,7 @@ def build_rank(tiling: Tiling, dec: SlabDecomposition, lattice: Lattice,
     tile_map[tuple(tiling.tiles[global_tiles].T)] = np.arange(len(global_tiles), dtype=np.int32)
     local = Tiling(tiling.shape, tiling.a, tiling.offset, tile_map,
                    tiling.tiles[global_tiles], tiling.solid[global_tiles])
-    layout = RankLayout(rank, global_tiles, len(boundary), len(owned), local)
+    layout = RankLayout(rank, global_tiles, len(boundary), len(boundary) + len(interior), local)
     after_neighbour = None
     if streamed is not None:
         # The pulls' reverse (halo slots back to their owners) with the phase-1 reads.

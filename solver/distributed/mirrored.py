@@ -62,9 +62,9 @@ from ..rock.protocol import fast_tau_for, kozeny_carman, pore_drive, protocol_va
 from ..rock.settings import PermeabilitySettings
 from ..rock.uncertainty import StepPair, alternation_residual
 from ..tiling import default_tile_edge
-from .coarse_start import coarse_levels, feasible_levels, prolong_ranks, run_levels
+from .coarse_start import coarse_levels, feasible_levels, prolong_ranks, release_levels, run_levels
 from .local_setup import SlabSummary, agreed_storage, local_part, local_rank, summarize
-from .reductions import READ_TILES, combine, owned_numbers
+from .reductions import READ_TILES, combine, rank_numbers
 
 __all__ = ["mirrored_config", "device_estimate", "run_mirrored", "start_settings", "main"]
 
@@ -138,15 +138,17 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
                  backend: Any, steps: int, check: int, tolerance: float = K_TOLERANCE,
                  settings: PermeabilitySettings | None = None, transport: str = "auto",
                  memory: Callable[[], dict] | None = None,
-                 estimate_only: bool = False, max_seconds: float | None = None
-                 ) -> dict | None:
+                 estimate_only: bool = False, max_seconds: float | None = None,
+                 fused_check: bool = True) -> dict | None:
     """Run the mirrored protocol of ``sample`` along ``axis`` on the ranks of ``comm``
     (collective); the result on rank 0 (module docstring), None on the others. ``memory``:
     extra per-rank numbers at the end (e.g. a device pool's peak); ``estimate_only``: stop
     before allocating, with the set-up times and each rank's estimate; ``max_seconds``: wall
     seconds from the start after which the stepping stops at its next check (rank 0's clock;
     the coarse levels stop at half the time left when they start), so that a job's limit
-    still gets a result."""
+    still gets a result; ``fused_check``: a tiled GPU rank checks k in one launch
+    (:class:`~solver.distributed.reductions.FusedNumbers`; False: the chunked readout, to
+    compare)."""
     settings = settings or PermeabilitySettings()
     rank, size = comm.Get_rank(), comm.Get_size()
     times: dict[str, float] = {}
@@ -190,7 +192,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     def run_level(level_solver, level, level_tolerance):
         now = time.perf_counter()
         out = _checked_steps(level_solver, comm, axis, np.prod(level.summary.shape), steps,
-                             check, level_tolerance, now + (deadline - now) / 2)
+                             check, level_tolerance, now + (deadline - now) / 2, fused_check)
         return {"steps": out["steps"], "converged": out["converged"],
                 **_pair_record(out["pair"], out["previous_pair"], level.scale),  # fine voxel²
                 "step_seconds": out["seconds"], "check_seconds": out["check_seconds"],
@@ -198,6 +200,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
 
     t3 = time.perf_counter()
     coarse_solver, coarse = run_levels(levels, settings, build, run_level, comm)
+    release_levels(levels)
     if isinstance(sample, CachedRegions):
         sample.clear()
     times["coarse_runs"] = time.perf_counter() - t3
@@ -211,7 +214,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
         coarse_solver.release()
         times["prolong"] = time.perf_counter() - t4
     run = _checked_steps(solver, comm, axis, np.prod(summary.shape), steps, check, tolerance,
-                         deadline)
+                         deadline, fused_check)
     step_seconds = comm.allgather(run["seconds"])
     mine = {"rank": rank, "tiles_owned": int(solver.n_owned),
             "fluid_nodes": int(solver.problem.n_fluid),
@@ -232,7 +235,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     measured, slowest = run["steps"] - 1, max(step_seconds)
     last = run["history"][-1] if run["history"] else {}
     return {**head, "transport": used, "backend": backend.name, "precision": cfg.precision,
-            "storage": cfg.storage, "streaming": cfg.streaming,
+            "storage": cfg.storage, "streaming": cfg.streaming, "fused_check": fused_check,
             "slab_bounds": [int(b) for b in bounds],
             "steps": run["steps"], "timed_steps": measured, "step_seconds": slowest,
             "mflups": summary.n_fluid * measured / slowest / 1e6 if slowest > 0 else None,
@@ -286,7 +289,7 @@ def _rank_part(box: RegionSource, cfg: SimulationConfig, summary: SlabSummary, b
 
 
 def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, check: int,
-                   tolerance: float, deadline: float = math.inf) -> dict:
+                   tolerance: float, deadline: float = math.inf, fused: bool = True) -> dict:
     """Step to ``steps`` (the first, compiling the kernels, untimed), k every ``check`` steps
     from the ranks' reduced numbers, stopping at the convergence test, a non-finite value or
     the first check after ``deadline`` (``time.perf_counter()`` of rank 0). Every check reads
@@ -300,6 +303,9 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
     done, seconds, reading, history, converged = 1, 0.0, 0.0, [], False
     monitor = KConvergence(tolerance)
     pair = previous = None
+    tic = time.perf_counter()
+    read = rank_numbers(solver, axis, fused)  # the fused check on a tiled GPU rank
+    reading += time.perf_counter() - tic
     while done < steps and not converged:
         # Checks at multiples of ``check`` (after the compiling step), the steps the
         # one-device protocol checks at, so the two histories compare check by check.
@@ -312,7 +318,7 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
                 seconds += _timed_steps(solver, comm, 1)
                 done += 1
             tic = time.perf_counter()
-            numbers = combine(owned_numbers(solver, axis), comm)
+            numbers = combine(read(), comm)
             reading += time.perf_counter() - tic
             if not numbers.finite:
                 break
@@ -411,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "from the start (the result is still written)")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop before allocating: set-up times and device bytes per rank")
+    parser.add_argument("--chunked-check", action="store_true",
+                        help="check k with the chunked readout on GPU ranks too (to compare "
+                             "with the fused one-launch check)")
     return parser
 
 
@@ -449,7 +458,8 @@ def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None
     result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
                           args.check, args.tolerance, settings=start_settings(args.coarse_levels),
                           transport=args.transport, memory=memory,
-                          estimate_only=args.estimate_only, max_seconds=args.max_seconds)
+                          estimate_only=args.estimate_only, max_seconds=args.max_seconds,
+                          fused_check=not args.chunked_check)
     if result is not None:
         text = json.dumps(result, indent=1, default=str)
         if args.json is not None:

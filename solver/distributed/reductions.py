@@ -20,6 +20,7 @@ is a permeability run's check (:class:`solver.rock.check.KCheck`) on a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +31,9 @@ from ..observables import darcy_window, momentum_density
 from ..readout import end_layers, health_partial, k_check_partial
 from .rank import RankSolver
 
-__all__ = ["FlowNumbers", "owned_numbers", "combine", "owned_health", "combine_health",
-           "owned_k_check", "combine_partials", "READ_TILES", "RankReductions"]
+__all__ = ["FlowNumbers", "owned_numbers", "FusedNumbers", "rank_numbers", "combine",
+           "owned_health", "combine_health", "owned_k_check", "combine_partials", "READ_TILES",
+           "RankReductions"]
 
 #: Tiles read per chunk at most (64 nodes each; at the readout's upper bound of 49 kB per tile
 #: with D3Q19 and float32, 3.2 GB a chunk: 200 chunks a check of a 1600³ mirrored rank).
@@ -103,6 +105,76 @@ def owned_numbers(solver: RankSolver, axis: int) -> FlowNumbers:
     return FlowNumbers(axis, bool(numbers[0] == 0.0), float(numbers[1]), float(numbers[2]),
                        float(numbers[3]),
                        np.asarray(backend.to_host(flux), dtype=np.float64), fluid_count)
+
+
+class FusedNumbers:
+    """:func:`owned_numbers` in one launch of the fused k check on the rank's device
+    (:func:`~solver.backends.cuda.compact_check.darcy_check` over its owned tiles: whole-box
+    flags, the per-layer flux summed in the kernel): a tiled CuPy rank of a 3D lattice
+    (float16 storage too). Made once per solver (the flags, 1 byte a tile node, and each tile's
+    first layer stay on the device); calling it reads the current state. The sums add the
+    nodes in another order than the chunked readout: equal to rounding. ``launch`` and
+    ``max_blocks``: :func:`darcy_check`'s (an emulated launch in the CPU tests)."""
+
+    def __init__(self, solver: RankSolver, axis: int, launch: Any = None,
+                 max_blocks: int | None = None) -> None:
+        p, xp, n = solver.problem, solver.backend.xp, solver.n_owned
+        tiling = p.tiling
+        solid = tiling.solid[:n].reshape(-1)
+        self.solver, self.axis, self.launch, self.max_blocks = solver, axis, launch, max_blocks
+        self.n_layers = int(tiling.shape[axis])
+        # 9 (window and fluid) where fluid, 0 where solid: a mirrored check's whole box.
+        self.flags = xp.asarray(np.logical_not(solid).view(np.uint8) * np.uint8(9))
+        self.corner = xp.asarray((tiling.tiles[:n, axis].astype(np.int64) * tiling.a
+                                  - tiling.offset[axis]).astype(np.int32))
+        self.fluid = int(solid.size - np.count_nonzero(solid))
+        self.slots = xp.asarray(np.asarray(solver.backend.to_host(_slots(solver)),
+                                           dtype=np.int32))
+
+    @classmethod
+    def applies(cls, solver: RankSolver) -> bool:
+        """Whether the rank's state is a tiled CuPy run of a 3D lattice."""
+        return (solver.backend.name == "cupy" and solver.problem.lattice.d == 3
+                and not getattr(solver.state, "edge", None))
+
+    def __call__(self) -> FlowNumbers:
+        """The :class:`FlowNumbers` of the owned tiles now."""
+        from ..backends.cuda.compact_check import darcy_check
+
+        solver = self.solver
+        solver.stepper.idle()
+        numbers, flux = darcy_check(solver.state, self.flags, self.axis,
+                                    latest=_latest(solver.state), slots=self.slots,
+                                    launch=self.launch, max_blocks=self.max_blocks,
+                                    tiles=solver.n_owned, corner=self.corner,
+                                    n_layers=self.n_layers)
+        # [bad, max speed, sum |u|, sum u_axis, sum j (the Darcy flux), end sums]
+        return FlowNumbers(self.axis, bool(numbers[0] == 0.0), float(numbers[1]),
+                           float(numbers[2]), float(numbers[4]), flux, self.fluid)
+
+
+def _latest(state: Any) -> Any:
+    """The copy (T, q, N) holding the latest populations: a device run's, or a NumPy state's
+    (XYZ order, two copies)."""
+    return state.latest() if hasattr(state, "latest") else state.f[state.current]
+
+
+def _slots(solver: RankSolver) -> Any:
+    """The slot table (q, N) of the rank's tiled state (NumPy: XYZ order, the identity)."""
+    slots = getattr(solver.state, "slots", None)
+    if slots is not None:
+        return slots
+    p = solver.problem
+    return np.tile(np.arange(p.tiling.nodes_per_tile), (p.lattice.q, 1))
+
+
+def rank_numbers(solver: RankSolver, axis: int, fused: bool = True
+                 ) -> Callable[[], FlowNumbers]:
+    """How a check reads ``solver``'s :class:`FlowNumbers`: the fused kernel where it applies
+    and ``fused`` (:class:`FusedNumbers`), else the chunked readout (:func:`owned_numbers`)."""
+    if fused and FusedNumbers.applies(solver):
+        return FusedNumbers(solver, axis)
+    return lambda: owned_numbers(solver, axis)
 
 
 def combine(mine: FlowNumbers, comm: Any) -> FlowNumbers:

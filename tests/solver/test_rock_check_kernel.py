@@ -26,13 +26,16 @@ pytestmark = pytest.mark.skipif(compiler() is None, reason="g++ is not installed
 _PARAMS = ("const store_t* f, const int* at, const int* block, const int* slots, "
            "const unsigned char* flags, long long n, int tiled, int wide, double hfx, "
            "double hfy, double hfz, int axis, int incompressible, double* sums, "
-           "unsigned long long* bits")
+           "unsigned long long* bits, const int* corner, double* layers, int n_layers")
 _ARGS = ("f, at, block, slots, flags, n, tiled, wide, hfx, hfy, hfz, axis, incompressible, "
-         "sums, bits")
+         "sums, bits, corner, layers, n_layers")
+#: The host's binary16 conversion for float16 storage (the kernel's LBM_HOST_HALF branch).
+_HOST_HALF = "#include <bit>\n#define LBM_HOST_HALF\n"
 
 
 def _launch(source: str, blocks: int, threads: int, args: tuple) -> None:
-    lib = load(source, run_template("darcy_check", _PARAMS, _ARGS), "darcy_check")
+    """The kernel under g++: at most 2 blocks of 64 threads (two warps: one tile each)."""
+    lib = load(_HOST_HALF + source, run_template("darcy_check", _PARAMS, _ARGS), "darcy_check")
     lib.run_darcy_check(min(blocks, 2), 64, *launch_args(args))
 
 

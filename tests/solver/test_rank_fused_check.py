@@ -1,0 +1,158 @@
+"""A rank's fused k check (:class:`solver.distributed.reductions.FusedNumbers`: the one-launch
+check of :mod:`solver.backends.cuda.compact_check` over the owned tiles, the layer flux summed
+in the kernel) against the chunked readout of the same rank (:func:`owned_numbers`): the same
+numbers to rounding, float16 storage decoded as the readout decodes it. On the CPU the kernel
+text runs under g++ (:mod:`.grid_stride_emulator`) on loopback NumPy ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solver.backends.numpy_backend import NumpyBackend
+from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
+from solver.distributed.reductions import FusedNumbers, combine, owned_numbers
+
+from .grid_stride_emulator import compiler
+from .porous_cases import make_problem, noisy_start
+from .test_rock_check_kernel import _launch
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+
+#: Relative difference allowed between the fused and the chunked sums (another order of the
+#: same float64 additions; measured: below 1e-14 on these systems).
+RTOL = 1e-12
+
+
+def _ranks(storage: str, precision: str, fluid_model: str, axis: int, n: int = 2):
+    problem = make_problem("D3Q19", precision, "TRT", fluid_model=fluid_model, storage=storage)
+    hub, dec = LoopbackHub(), decompose(problem.tiling, n, axis)
+    ranks = [RankSolver(problem, dec, r, NumpyBackend(threads=1),
+                        lambda plan, s, r=r: hub.exchange(r, plan, s)) for r in range(n)]
+    f0 = noisy_start(problem)
+    for rank in ranks:
+        rank.backend.set_populations(rank.state, f0[rank.layout.global_tiles])
+    step_together(ranks, 4)
+    return ranks
+
+
+@pytest.mark.parametrize("storage, precision, fluid_model, axis", [
+    ("float16", "float32", "incompressible", 0),
+    ("auto", "float64", "quasi-compressible", 2),
+])
+def test_fused_rank_check_reads_the_chunked_numbers(storage, precision, fluid_model, axis):
+    ranks = _ranks(storage, precision, fluid_model, axis)
+    fused, chunked = [], []
+    for rank in ranks:
+        got = FusedNumbers(rank, axis, launch=_launch, max_blocks=2)()
+        want = owned_numbers(rank, axis)
+        assert got.finite and want.finite and got.fluid == want.fluid
+        assert got.max_speed == pytest.approx(want.max_speed, rel=1e-14)
+        assert got.speed_sum == pytest.approx(want.speed_sum, rel=RTOL)
+        assert got.momentum == pytest.approx(want.momentum, rel=RTOL)
+        assert got.plane_flux.shape == want.plane_flux.shape
+        # Every layer: the flux of a layer outside the rank's slab is exactly 0 in both.
+        np.testing.assert_allclose(got.plane_flux, want.plane_flux, rtol=RTOL,
+                                   atol=RTOL * np.abs(want.plane_flux).max())
+        assert np.array_equal(got.plane_flux == 0, want.plane_flux == 0)
+        fused.append(got)
+        chunked.append(want)
+    a, b = combine(fused[0], None), combine(chunked[0], None)
+    assert a.flux_spread == pytest.approx(b.flux_spread, rel=1e-9)
+
+
+def test_fused_rank_check_sees_a_non_finite_node():
+    ranks = _ranks("float16", "float32", "incompressible", 0)
+    rank = ranks[1]
+    tile = int(np.flatnonzero((~rank.problem.tiling.solid[: rank.n_owned]).any(axis=1))[-1])
+    node = int(np.flatnonzero(~rank.problem.tiling.solid[tile])[0])
+    rank.state.f[rank.state.current][tile, 3, node] = np.inf
+    assert not FusedNumbers(rank, 0, launch=_launch, max_blocks=2)().finite
+    assert FusedNumbers(ranks[0], 0, launch=_launch, max_blocks=2)().finite
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("storage, precision, fluid_model, axis", [
+    ("float16", "float32", "incompressible", 0),
+    ("auto", "float32", "quasi-compressible", 1),
+])
+def test_fused_rank_check_on_the_gpu_reads_the_chunked_numbers(storage, precision, fluid_model,
+                                                               axis):
+    """CuPy loopback ranks (tiled): the fused check's numbers equal the chunked readout's."""
+    from solver.backends import get_backend
+
+    backend = get_backend("cupy")
+    problem = make_problem("D3Q19", precision, "TRT", fluid_model=fluid_model, storage=storage)
+    hub, dec = LoopbackHub(), decompose(problem.tiling, 2, axis)
+    ranks = [RankSolver(problem, dec, r, backend,
+                        lambda plan, s, r=r: hub.exchange(r, plan, s)) for r in range(2)]
+    f0 = noisy_start(problem)
+    for rank in ranks:
+        backend.set_populations(rank.state, f0[rank.layout.global_tiles])
+        rank.stepper.idle()
+    step_together(ranks, 20)
+    for rank in ranks:
+        assert FusedNumbers.applies(rank)
+        got, want = FusedNumbers(rank, axis)(), owned_numbers(rank, axis)
+        assert got.finite and want.finite and got.fluid == want.fluid
+        assert got.max_speed == pytest.approx(want.max_speed, rel=1e-12)
+        assert got.speed_sum == pytest.approx(want.speed_sum, rel=RTOL)
+        assert got.momentum == pytest.approx(want.momentum, rel=RTOL)
+        np.testing.assert_allclose(got.plane_flux, want.plane_flux, rtol=RTOL,
+                                   atol=RTOL * np.abs(want.plane_flux).max())
+        rank.release()
+
+
+class _SoloComm:
+    """The collectives of one rank (what :func:`run_mirrored` calls), without MPI."""
+
+    def Get_rank(self) -> int:  # noqa: N802 (mpi4py's names)
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def allgather(self, value):
+        return [value]
+
+    def gather(self, value, root=0):
+        return [value]
+
+    def bcast(self, value, root=0):
+        return value
+
+    def Barrier(self) -> None:  # noqa: N802
+        pass
+
+
+def test_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(monkeypatch):
+    """The mirrored runner (coarse start included) with every check through the fused kernel
+    (emulated) reads the chunked checks' k at every check, to rounding, and runs the same
+    steps."""
+    from geometries.regions import GrainRegions
+    from solver.config import SimulationConfig
+    from solver.distributed import mirrored
+
+    def run():
+        config = SimulationConfig(backend="numpy", precision="float32", storage="float16")
+        return mirrored.run_mirrored(GrainRegions((16, 16, 16), 0.35, 6, seed=2), config, 0,
+                                     _SoloComm(), NumpyBackend(threads=1), 41, 20,
+                                     settings=mirrored.start_settings(1))
+
+    chunked = run()
+    used = []
+
+    def fused(solver, axis, fused=True):
+        used.append(solver)
+        return FusedNumbers(solver, axis, launch=_launch, max_blocks=2)
+
+    monkeypatch.setattr(mirrored, "rank_numbers", fused)
+    got = run()
+    assert len(used) == 2  # the coarse level's checks and the fine run's
+    assert got["steps"] == chunked["steps"] and len(got["history"]) == len(chunked["history"])
+    for a, b in zip(got["history"] + got["coarse"][0]["history"],
+                    chunked["history"] + chunked["coarse"][0]["history"], strict=True):
+        assert a["step"] == b["step"]
+        assert a["k"] == pytest.approx(b["k"], rel=RTOL)
+        assert a["flux_spread"] == pytest.approx(b["flux_spread"], rel=1e-9)
+    assert got["k"] == pytest.approx(chunked["k"], rel=RTOL)
