@@ -251,6 +251,16 @@ def markdown(report: dict) -> str:
         out.append(f"| {c['case']} | {c['protocol']} | {c['tau']:g} | {c['coarse_levels']} | "
                    f"{c['precision']} | {c['fine_steps']} ({c['reference_remainder']:.1e}) | "
                    f"{ratio} | " + " | ".join(cells) + f" | {limit} |")
+    out += ["", "| rule | cases stopped | within the tolerance | interval covers | fine steps "
+            "vs window (sum; fewest, most) |", "|---|---|---|---|---|"]
+    for n in names:
+        stops = [(c["rules"][n], c["rules"]["window"]) for c in report["cases"]]
+        done = [(r, w) for r, w in stops if r["stop_step"] is not None]
+        saved = [r["stop_step"] - w["stop_step"] for r, w in done if w["stop_step"] is not None]
+        out.append(f"| {n} | {len(done)} of {len(stops)} | "
+                   f"{sum(r['within_tolerance'] for r, _ in done)} | "
+                   f"{sum(r['covers_reference'] for r, _ in done)} | "
+                   + (f"{sum(saved):+d}; {min(saved):+d}, {max(saved):+d} |" if saved else "- |"))
     out += ["", "ref steps: the deep run's fine steps (its own estimated remainder); ratio: "
             "of successive k changes (200 steps apart) at the window rule's stop, the largest "
             "of the last three (- where they do not decay geometrically); tail limit: k plus "
