@@ -15,13 +15,15 @@ of pair means (the k at each check and one step later, :class:`~solver.rock.unce
 StepPair`): where it stops, its k there against the deep run's last k (the reference), and
 whether the interval the run would state there (convergence remainder + period-2 residual;
 the grid and protocol terms left out, as they are not about stopping) covers the reference.
-Cases: both protocols, 24³-48³ sphere packs of several grain sizes and porosities, the
+Cases: both protocols, 24³-64³ sphere packs of several grain sizes and porosities, the
 default tau and others, coarse_levels 1 and 3 (and no coarse start), float64 and float32.
 
-CPU: ``python benchmarks/rock_time_to_answer/stop_rule.py --backend numpy`` (about 20 min on
-2 shared cores); a subset with ``--cases NAME ...``; GPU (200³ and 400³ mirrored, float32):
-``python benchmarks/rock_time_to_answer/stop_rule.py --gpu --max-seconds 40``.
-Writes ``stop_rule-<device>-<date>.json`` and ``.md`` to ``--out``.
+CPU: ``python benchmarks/rock_time_to_answer/stop_rule.py --backend numpy`` (about 30 min on
+2 shared cores; the slow cases' references are deeper with a larger ``--max-seconds``); a
+subset with ``--cases NAME ...``; GPU (200³ and 400³ mirrored, float32; about 80 s on an H200):
+``python benchmarks/rock_time_to_answer/stop_rule.py --gpu --max-seconds 25 --max-steps 20000``.
+Writes ``stop_rule-<device>-<date><tag>.json`` and ``.md`` to ``--out``. Findings:
+``benchmarks/rock_time_to_answer/README.md`` (the default stays the 1000-step window).
 """
 
 from __future__ import annotations
