@@ -1,0 +1,332 @@
+"""Stop rules for the k runs: the 1000-step window against the estimated remaining change.
+
+Question (issue 29): the fine runs stop when k changed by less than the tolerance (0.1 %) over
+the last 1000 steps (:class:`solver.monitor.KConvergence`, checked every 200 steps). The late
+changes of k fall about geometrically, and :func:`solver.rock.uncertainty.convergence_remainder`
+already extrapolates that tail. Would a rule "stop when the extrapolated remainder
+``|K_inf - k_n| / k_n`` is below the tolerance" (with guards: enough checks, a consistent
+ratio) stop sooner and still give k within the tolerance of a deeply converged run?
+
+Method: each case is one run of :func:`solver.rock.measure_axis` along x with the default
+settings (its coarse start as it is), except that the fine run goes on to a 100x tighter
+window tolerance (:data:`DEEP_TOLERANCE`, or a step/time cap). The stop rules only decide
+*when* a run stops, not its trajectory, so every rule is replayed on the one recorded history
+of pair means (the k at each check and one step later, :class:`~solver.rock.uncertainty.
+StepPair`): where it stops, its k there against the deep run's last k (the reference), and
+whether the interval the run would state there (convergence remainder + period-2 residual;
+the grid and protocol terms left out, as they are not about stopping) covers the reference.
+Cases: both protocols, 24³-64³ sphere packs of several grain sizes and porosities, the
+default tau and others, coarse_levels 1 and 3 (and no coarse start), float64 and float32.
+
+CPU: ``python benchmarks/rock_time_to_answer/stop_rule.py --backend numpy`` (about 30 min on
+2 shared cores; the slow cases' references are deeper with a larger ``--max-seconds``); a
+subset with ``--cases NAME ...``; GPU (200³ and 400³ mirrored, float32; about 80 s on an H200):
+``python benchmarks/rock_time_to_answer/stop_rule.py --gpu --max-seconds 25 --max-steps 20000``.
+Writes ``stop_rule-<device>-<date><tag>.json`` and ``.md`` to ``--out``. Findings:
+``benchmarks/rock_time_to_answer/README.md`` (the default stays the 1000-step window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rock_tensor import image  # noqa: E402
+
+from solver.backends import get_backend  # noqa: E402
+from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.config import SimulationConfig  # noqa: E402
+from solver.monitor import K_WINDOW, KConvergence  # noqa: E402
+from solver.rock import PermeabilitySettings  # noqa: E402
+from solver.rock import measure as rock_measure  # noqa: E402
+from solver.rock.protocol import setup_protocol  # noqa: E402
+from solver.rock.uncertainty import StepPair, alternation_residual, convergence_remainder  # noqa: E402
+
+log = logging.getLogger("stop_rule")
+
+#: The fine runs' window tolerance for the reference (100x the default 1e-3 per 1000 steps).
+DEEP_TOLERANCE = 1e-5
+#: Seed of the CPU cases' packs.
+SEED = 5
+#: Default tolerance the rules are judged at (relative).
+TOLERANCE = 1e-3
+
+#: (name, size, grain, porosity, protocol, tau or None (the default), coarse levels
+#: (0: no coarse start), precision); the packs' seed is :data:`SEED`, the GPU images' that of
+#: ``rock_tensor.py`` (3), so they are the images of its and ``start_levels.py``'s reports.
+CPU_CASES = [
+    ("m24-g8", 24, 8, 0.25, "mirrored", None, 1, "float64"),
+    ("m24-g8-tau0.6", 24, 8, 0.25, "mirrored", 0.6, 1, "float64"),
+    ("m24-g8-tau1", 24, 8, 0.25, "mirrored", 1.0, 1, "float64"),
+    ("m24-g8-L3", 24, 8, 0.25, "mirrored", None, 3, "float64"),
+    ("m24-g8-rest", 24, 8, 0.25, "mirrored", None, 0, "float64"),
+    ("m24-g8-f32", 24, 8, 0.25, "mirrored", None, 1, "float32"),
+    ("m24-g6-p35", 24, 6, 0.35, "mirrored", None, 1, "float64"),
+    ("m32-g8", 32, 8, 0.25, "mirrored", None, 1, "float64"),
+    ("m32-g8-L3", 32, 8, 0.25, "mirrored", None, 3, "float64"),
+    ("m32-g8-tau0.9-f32", 32, 8, 0.25, "mirrored", 0.9, 1, "float32"),
+    ("m32-g12-p20", 32, 12, 0.20, "mirrored", None, 1, "float64"),
+    ("m48-g12-p20", 48, 12, 0.20, "mirrored", None, 1, "float32"),
+    ("p24-g6-p35", 24, 6, 0.35, "pressure", None, 1, "float64"),
+    ("p24-g6-p35-tau1", 24, 6, 0.35, "pressure", 1.0, 1, "float64"),
+    ("p24-g6-p35-L3", 24, 6, 0.35, "pressure", None, 3, "float64"),
+    ("p24-g6-p35-rest", 24, 6, 0.35, "pressure", None, 0, "float64"),
+    ("p24-g8-f32", 24, 8, 0.25, "pressure", None, 1, "float32"),
+    ("p32-g8", 32, 8, 0.25, "pressure", None, 1, "float64"),
+    ("m32-g8-tau0.6", 32, 8, 0.25, "mirrored", 0.6, 1, "float64"),
+    ("m48-g8-L3", 48, 8, 0.25, "mirrored", None, 3, "float64"),
+    ("m64-g16-p20-f32", 64, 16, 0.20, "mirrored", None, 1, "float32"),
+    ("p32-g12-p20", 32, 12, 0.20, "pressure", None, 1, "float64"),
+    ("p32-g8-tau1-f32", 32, 8, 0.25, "pressure", 1.0, 1, "float32"),
+]
+GPU_CASES = [
+    ("m200-g20", 200, 20, 0.20, "mirrored", None, 1, "float32"),
+    ("m400-g20-L3", 400, 20, 0.20, "mirrored", None, 3, "float32"),
+]
+
+
+# --- the candidate rules, replayed on a history of pair means ((step, k) per check) ---------
+
+def tail_estimate(history: list[tuple[int, float]], ratios: int = 3,
+                  spread: float | None = None) -> tuple[float, float] | None:
+    """(relative remainder, ratio) of the geometric tail fitted to the last ``ratios`` + 1
+    changes of k, or None where they do not decay geometrically: every ratio of successive
+    changes in (0, 1) and, with ``spread``, the largest and smallest within ``spread`` of each
+    other; the ratio taken is the largest (the slowest decay seen, the cautious choice)."""
+    if len(history) < ratios + 2 or not history[-1][1]:
+        return None
+    ks = [k for _, k in history[-(ratios + 2):]]
+    changes = [b - a for a, b in zip(ks[:-1], ks[1:], strict=True)]
+    rs = [b / a if a else math.nan for a, b in zip(changes[:-1], changes[1:], strict=True)]
+    if not all(0.0 < r < 1.0 for r in rs):
+        return None
+    if spread is not None and max(rs) - min(rs) > spread:
+        return None
+    r = max(rs)
+    return abs(changes[-1]) * r / (1.0 - r) / abs(history[-1][1]), r
+
+
+def rules(tolerance: float) -> dict:
+    """name -> f(history) -> stop now? (the window rule as the runs use it, and candidates)."""
+    def window(history):
+        test = KConvergence(tolerance, K_WINDOW)
+        calm = False
+        for step, k in history:
+            _, calm, _ = test.update(step, k)
+        return calm and history[-1][1] > 0
+
+    def tail(ratios, spread, safety, with_window=False):
+        def stop(history):
+            if with_window and window(history):
+                return True
+            fit = tail_estimate(history, ratios, spread)
+            return fit is not None and fit[0] < safety * tolerance and history[-1][1] > 0
+        return stop
+
+    return {"window": window,
+            "tail3": tail(3, None, 1.0),
+            "tail3-spread0.1": tail(3, 0.1, 1.0),
+            "tail3-spread0.05-half": tail(3, 0.05, 0.5),
+            "tail4-spread0.05-half": tail(4, 0.05, 0.5),
+            "window-or-tail3-spread0.05-half": tail(3, 0.05, 0.5, with_window=True)}
+
+
+def replay(history: list[tuple[int, float]], pairs: list[StepPair], k_ref: float,
+           tolerance: float) -> dict:
+    """Per rule: where it stops on ``history`` (None: not within it), k there vs ``k_ref``,
+    the stated convergence interval there and whether it covers ``k_ref``."""
+    out = {}
+    for name, stop in rules(tolerance).items():
+        at = next((i for i in range(len(history)) if stop(history[: i + 1])), None)
+        if at is None:
+            out[name] = {"stop_step": None}
+            continue
+        k = history[at][1]
+        remainder = convergence_remainder(history[: at + 1])
+        residual = alternation_residual(pairs[at], pairs[at - 1] if at else None)
+        half = remainder + residual
+        fit = tail_estimate(history[: at + 1], 3, None)
+        # The tail's limit (k plus the extrapolated remainder, in the direction k moves):
+        # information only, the runs report k itself.
+        limit = None
+        if fit is not None and at:
+            limit = k + math.copysign(fit[0] * abs(k), k - history[at - 1][1])
+        out[name] = {"stop_step": history[at][0], "check": at, "k": k,
+                     "error": k / k_ref - 1.0, "within_tolerance": abs(k / k_ref - 1.0)
+                     < tolerance, "remainder": remainder, "residual": residual,
+                     "covers_reference": abs(k_ref - k) <= half * abs(k),
+                     "tail_ratio": None if fit is None else fit[1],
+                     "extrapolated_error": None if limit is None else limit / k_ref - 1.0}
+    return out
+
+
+# --- the runs -----------------------------------------------------------------------------
+
+def run_case(case: tuple, backend, max_seconds: float, max_steps: int) -> dict:
+    """One deep run of a case; its histories and the rules replayed on them."""
+    name, size, grain, porosity, protocol, tau, levels, precision = case
+    sample = image(size, 5.345e-6, porosity, float(grain), seed=SEED if size < 200 else 3)
+    config = SimulationConfig(precision=precision, collision="TRT",
+                              **({"tau": tau} if tau and protocol == "pressure" else {}))
+    settings = PermeabilitySettings(
+        protocol=protocol, axes=["x"], formation_factor=False, coarse_start=levels > 0,
+        coarse_levels=max(levels, 1), fast_tau=tau if protocol == "mirrored" else None,
+        max_seconds=max_seconds, max_steps=max_steps)
+    setup = setup_protocol(sample, config, 0, protocol, settings)
+    pairs: dict[str, list[StepPair]] = {}
+    original_run, original_pair = rock_measure._run, rock_measure._read_pair
+
+    def deep_run(sim, setup, settings, tolerance, voxel_size, on_check, phases=None,
+                 stage="fine"):
+        pairs[stage] = []  # the fine run's pairs (a coarse level's are overwritten)
+        if stage == "fine":
+            tolerance = DEEP_TOLERANCE
+        return original_run(sim, setup, settings, tolerance, voxel_size, on_check, phases,
+                            stage)
+
+    def recorded_pair(sim, check, setup, phases, stage):
+        out = original_pair(sim, check, setup, phases, stage)
+        pairs[stage].append(out[0])
+        return out
+
+    rock_measure._run, rock_measure._read_pair = deep_run, recorded_pair
+    tic = time.perf_counter()
+    try:
+        result = rock_measure.measure_axis(setup, settings, backend)
+    finally:
+        rock_measure._run, rock_measure._read_pair = original_run, original_pair
+    seconds = time.perf_counter() - tic
+    history = [(int(s), float(k)) for s, k in result.history]
+    k_ref = history[-1][1]
+    ref_remainder = convergence_remainder(history)
+    ks = [k for _, k in history]
+    changes = [b - a for a, b in zip(ks[:-1], ks[1:], strict=True)]
+    return {"case": name, "size": size, "grain": grain, "porosity": sample.porosity,
+            "protocol": protocol, "tau": setup.config.tau, "coarse_levels": levels,
+            "precision": precision, "start_steps": result.start_steps,
+            "fine_steps": result.steps, "deep_converged": result.converged,
+            "deep_change_per_1000": result.change_per_1000, "k_reference": k_ref,
+            "reference_remainder": ref_remainder, "seconds": seconds,
+            "history": history, "pairs": [[p.step, p.k_first, p.k_next] for p in pairs["fine"]],
+            "ratios": [b / a if a else None for a, b in
+                                           zip(changes[:-1], changes[1:], strict=True)],
+            "rules": replay(history, pairs["fine"], k_ref, TOLERANCE)}
+
+
+def markdown(report: dict) -> str:
+    """Per case and rule: fine steps to the stop, error vs the reference, coverage."""
+    names = list(rules(TOLERANCE))
+    out = [f"# Stop rules of the k runs ({report['device']}, {report['date']}, commit "
+           f"{report['commit']}; tolerance {TOLERANCE:g}, reference: the fine run continued "
+           f"to {DEEP_TOLERANCE:g} per 1000 steps)", "",
+           "Per rule: fine steps at the stop / k vs the reference (%) / 'c' where the "
+           "stated convergence interval (remainder + period-2 residual) covers it.", "",
+           "| case | protocol | tau | levels | precision | ref steps (remainder) | ratio | "
+           + " | ".join(names) + " | tail limit at the window's stop |",
+           "|" + "---|" * (8 + len(names))]
+    for c in report["cases"]:
+        window = c["rules"]["window"]
+        ratio = window.get("tail_ratio")
+        ratio = "-" if ratio is None else f"{ratio:.2f}"
+        limit = window.get("extrapolated_error")
+        limit = "-" if limit is None else f"{100 * limit:+.3f}"
+        cells = []
+        for n in names:
+            r = c["rules"][n]
+            if r["stop_step"] is None:
+                cells.append("no stop")
+                continue
+            flag = "" if r["within_tolerance"] else " **>tol**"
+            cells.append(f"{r['stop_step']} / {100 * r['error']:+.3f}{flag}"
+                         f"{' c' if r['covers_reference'] else ''}")
+        out.append(f"| {c['case']} | {c['protocol']} | {c['tau']:g} | {c['coarse_levels']} | "
+                   f"{c['precision']} | {c['fine_steps']} ({c['reference_remainder']:.1e}) | "
+                   f"{ratio} | " + " | ".join(cells) + f" | {limit} |")
+    out += ["", "| rule | cases stopped | within the tolerance | interval covers | fine steps "
+            "vs window (sum; fewest, most) |", "|---|---|---|---|---|"]
+    for n in names:
+        stops = [(c["rules"][n], c["rules"]["window"]) for c in report["cases"]]
+        done = [(r, w) for r, w in stops if r["stop_step"] is not None]
+        saved = [r["stop_step"] - w["stop_step"] for r, w in done if w["stop_step"] is not None]
+        out.append(f"| {n} | {len(done)} of {len(stops)} | "
+                   f"{sum(r['within_tolerance'] for r, _ in done)} | "
+                   f"{sum(r['covers_reference'] for r, _ in done)} | "
+                   + (f"{sum(saved):+d}; {min(saved):+d}, {max(saved):+d} |" if saved else "- |"))
+    out += ["", "ref steps: the deep run's fine steps (its own estimated remainder); ratio: "
+            "of successive k changes (200 steps apart) at the window rule's stop, the largest "
+            "of the last three (- where they do not decay geometrically); tail limit: k plus "
+            "the geometric tail's remainder at the window rule's stop, vs the reference (%; "
+            "information only: the runs report k). Rules: window, the runs' test (k changed "
+            "by < tolerance over 1000 steps); tailN: the tail fitted to the last N ratios of "
+            "successive changes (all in (0, 1), the largest taken) says the remainder is below "
+            "the tolerance; -spreadS: and those ratios are within S of each other; -half: "
+            "below half the tolerance; window-or-...: whichever stops first.", ""]
+    return "\n".join(out)
+
+
+def write(report: dict, out: Path, tag: str) -> tuple[Path, Path]:
+    """Write the JSON and Markdown reports; their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
+    stem = out / f"stop_rule-{device}-{report['date']}{tag}"
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(json.dumps(report, indent=1, default=float))
+    md_path.write_text(markdown(report))
+    return json_path, md_path
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", nargs="+", default=None, help="case names (default: all)")
+    p.add_argument("--gpu", action="store_true", help="the GPU cases (200³, 400³)")
+    p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
+    p.add_argument("--max-seconds", type=float, default=150.0,
+                   help="wall limit of each run (each start level and the fine run), s")
+    p.add_argument("--max-steps", type=int, default=12000)
+    p.add_argument("--tag", default="", help="suffix of the report's file names")
+    p.add_argument("--markdown", default=None,
+                   help="only rewrite the Markdown of this JSON report (no runs)")
+    p.add_argument("--out", default="benchmarks/rock_time_to_answer/results")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the cases, write and print the report."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parse(argv)
+    if args.markdown:
+        path = Path(args.markdown)
+        path.with_suffix(".md").write_text(markdown(json.loads(path.read_text())))
+        return 0
+    backend = get_backend(args.backend)
+    cases = GPU_CASES if args.gpu else CPU_CASES
+    if args.cases:
+        cases = [c for c in CPU_CASES + GPU_CASES if c[0] in args.cases]
+    report = {"device": backend.device_info().get("name"), "backend": backend.name,
+              "date": date.today().isoformat(), "commit": git_commit(), "cases": []}
+    for case in cases:
+        row = run_case(case, backend, args.max_seconds, args.max_steps)
+        log.info("%s: %d fine steps, %.1f s; %s", case[0], row["fine_steps"], row["seconds"],
+                 {n: r["stop_step"] for n, r in row["rules"].items()})
+        report["cases"].append(row)
+        write(report, Path(args.out), args.tag)  # after every case: partial results survive
+    json_path, md_path = write(report, Path(args.out), args.tag)
+    print(markdown(report))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""``benchmarks/rock_time_to_answer/stop_rule.py``: the stop rules it replays on a k history,
+and one small deep run on the CPU writing its report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "rock_time_to_answer"))
+
+import stop_rule  # noqa: E402
+
+
+def geometric(ratio: float, first: float = 1e-2, checks: int = 30, every: int = 200):
+    """(step, k) of k = 1 + first (1 - ratio^n) / (1 - ratio) at checks n = 1, 2, ...: changes
+    falling by ``ratio`` per check towards the limit 1 + first / (1 - ratio)."""
+    return [(every * n, 1.0 + first * (1.0 - ratio**n) / (1.0 - ratio))
+            for n in range(1, checks + 1)]
+
+
+def first_stop(history, rule):
+    return next((history[i][0] for i in range(len(history)) if rule(history[: i + 1])), None)
+
+
+def test_tail_rules_stop_sooner_on_a_fast_decay_and_later_on_a_slow_one():
+    """Against the 1000-step window: with changes falling by 0.3 per check the tail's remainder
+    passes the tolerance first; by 0.92 (a 400³ image's late checks) the window passes while
+    the remainder (0.92 / 0.08 of the last change) is still above it."""
+    rules = stop_rule.rules(1e-3)
+    fast, slow = geometric(0.3), geometric(0.92, first=2e-3, checks=80)
+    assert first_stop(fast, rules["tail3-spread0.05-half"]) < first_stop(fast, rules["window"])
+    window = first_stop(slow, rules["window"])
+    tail = first_stop(slow, rules["tail3-spread0.05-half"])
+    assert window is not None and tail is not None and tail > window
+    stop = next(i for i, p in enumerate(slow) if p[0] == window)
+    remainder, ratio = stop_rule.tail_estimate(slow[: stop + 1])
+    assert abs(ratio - 0.92) < 1e-9 and remainder > 1e-3
+    assert first_stop(slow, rules["window-or-tail3-spread0.05-half"]) == window
+
+
+def test_tail_rules_do_not_stop_on_an_inconsistent_ratio():
+    """Changes alternating in ratio (0.2, 0.8, 0.2, ...) or in sign have no single geometric
+    tail: the guarded rules wait; a change of sign stops every tail rule."""
+    history, k, change = [], 1.0, 1e-4
+    for n in range(1, 25):
+        history.append((200 * n, k))
+        change *= 0.2 if n % 2 else 0.8
+        k += change
+    rules = stop_rule.rules(1e-3)
+    assert first_stop(history, rules["tail3-spread0.1"]) is None
+    assert first_stop(history, rules["tail3-spread0.05-half"]) is None
+    signs = [(200 * n, 1.0 + 1e-5 * (-1) ** n) for n in range(1, 25)]
+    assert stop_rule.tail_estimate(signs) is None
+
+
+def test_a_small_deep_run_replays_every_rule(tmp_path):
+    """One 16³ mirrored pack on NumPy: the fine run goes on past the default stop, every rule
+    stops within its history, near the reference, and the report is written."""
+    case = ("tiny", 16, 6, 0.3, "mirrored", None, 1, "float64")
+    stop_rule.CPU_CASES.append(case)
+    try:
+        assert stop_rule.main(["--cases", "tiny", "--backend", "numpy", "--max-steps", "4000",
+                               "--out", str(tmp_path)]) == 0
+    finally:
+        stop_rule.CPU_CASES.remove(case)
+    (json_path,) = tmp_path.glob("stop_rule-*.json")
+    (row,) = json.loads(json_path.read_text())["cases"]
+    window = row["rules"]["window"]
+    assert window["stop_step"] < row["fine_steps"]
+    assert abs(window["error"]) < 1e-3
+    assert len(row["pairs"]) == len(row["history"])
+    assert "| tiny | mirrored |" in json_path.with_suffix(".md").read_text()
