@@ -188,12 +188,12 @@ def run_case(case: tuple, backend, max_seconds: float, max_steps: int) -> dict:
     original_run, original_pair = rock_measure._run, rock_measure._read_pair
 
     def deep_run(sim, setup, settings, tolerance, voxel_size, on_check, phases=None,
-                 stage="fine"):
+                 stage="fine", *rest):
         pairs[stage] = []  # the fine run's pairs (a coarse level's are overwritten)
         if stage == "fine":
             tolerance = DEEP_TOLERANCE
         return original_run(sim, setup, settings, tolerance, voxel_size, on_check, phases,
-                            stage)
+                            stage, *rest)
 
     def recorded_pair(sim, check, setup, phases, stage):
         out = original_pair(sim, check, setup, phases, stage)
