@@ -324,6 +324,7 @@ def replay_markdown(report: dict) -> str:
 
     tails = [r for r in rows if r["new_over_distance"] < 100]  # not converged to noise
     ratios = sorted(r["new_over_distance"] for r in rows)
+    wider = sorted(r["new"] / r["previous"] for r in rows)
     out += ["", "| estimator | covers (remainder) | covers (+ residual) | short by | mean "
             f"(all {n}) | mean ({len(tails)} not at noise) |", "|---|---|---|---|---|---|"]
     for key, name in (("previous", "previous (last ratio)"), ("new", "new (rising ratio)")):
@@ -334,7 +335,9 @@ def replay_markdown(report: dict) -> str:
     worst = two["worst"] or {}
     out += ["", f"new / distance: smallest {ratios[0]:.3g}, median {ratios[n // 2]:.3g}, "
             f"largest {ratios[-1]:.3g} (the largest on runs converged to noise, where the "
-            "fallback term holds). 'not at noise': new / distance < 100.", "",
+            "fallback term holds). 'not at noise': new / distance < 100. new / previous: "
+            f"smallest {wider[0]:.3g}, median {wider[n // 2]:.3g}, largest {wider[-1]:.3g}.",
+            "",
             f"Synthetic two-mode approaches (k = 1 - 1e-3 (r1^n + w r2^n), window rule): "
             f"{two['cases']} stopped; previous covers {two['previous_covers']}, new "
             f"{two['new_covers']}; smallest new / distance {two['new_smallest_ratio']:.3g} "

@@ -64,9 +64,9 @@ alternation itself, reported beside them):
     at successive checks then beats, and a sign change falls back to the half difference. The
     model is checked on the CPU: a pressure-driven 24³ pack from rest (NumPy, float64) stopped
     at 1601 steps with a half difference of 0.13 and a residual of 2.2e-5; its k was 2.6e-4
-    below a 13401-step run's, which remainder + residual (6.0e-4) held. One definition for
-    the one-device runs (:mod:`solver.rock.measure`) and the runs over MPI ranks
-    (:mod:`solver.distributed.mirrored`).
+    below a 13401-step run's, which remainder + residual (6.0e-4, the remainder as it was
+    then) held. One definition for the one-device runs (:mod:`solver.rock.measure`) and the
+    runs over MPI ranks (:mod:`solver.distributed.mirrored`).
 ``discretisation``
     Richardson-style, from the coarse start (the same protocol on the sample coarsened by 2,
     :mod:`solver.rock.initial`) and the fine run: with an assumed order of convergence
