@@ -16,9 +16,9 @@ alternation itself, reported beside them):
     still rose, or scattered, over those checks), capped: for a clean geometric decay the
     spread is 0 and this is the exact tail; while the ratio still rises it extrapolates the
     rise. Without such a decaying series (too few checks, a ratio outside (0, 1): a change of
-    sign, noise) the term is the sum of the absolute changes over the last
-    :data:`~solver.monitor.K_WINDOW` steps times :func:`window_factor` at the cap, the
-    largest remainder a geometric tail of a ratio up to the cap leaves after such changes.
+    sign, noise) the term is the sum of the absolute values of the same last changes
+    (:data:`DECAY_CHECKS` + 1) times :func:`window_factor` at the cap, the largest remainder
+    a geometric tail of a ratio up to the cap leaves after such changes.
     What it does not cover: a mode slower than the cap (the term is then computed at the cap
     and is short), or a slow mode whose share is still too small to raise the ratios when the
     run stops (on synthetic two-mode approaches, stopped by the window rule, it held the limit
@@ -26,9 +26,9 @@ alternation itself, reported beside them):
     ``benchmarks/rock_time_to_answer/stop_rule.py --replay-remainder`` measures it. At the
     window rule's stop of 23 runs of both protocols on 24³-64³ packs (NumPy, float64 and
     float32) it held the k of the same run continued to 1e-5 per 1000 steps in all 23 (the
-    previous fit, the last ratio, in 10; 1-54 % short elsewhere): at 1.01-3.4x the distance
-    (median 1.1x) in 18, 8.7-1.4e4x in five whose changes were at noise (four converged to
-    8e-6 or closer, a float32 64³ run at 12x). :data:`RATIO_RISE` and the cap were chosen on
+    previous fit, the last ratio, in 10; 1-54 % short elsewhere): at 1.01-3.2x the distance
+    (median 1.1x) in 18, 8.7-840x in five whose changes were at noise (four converged to
+    8e-6 or closer, a float32 64³ run at 10x). :data:`RATIO_RISE` and the cap were chosen on
     those histories; the 400³ H200 runs stopped at ratios 0.87-0.92, still rising.
 ``alternation``
     The period-2 part of k, reported as information, not in the interval. A converged run's
@@ -91,8 +91,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-
-from ..monitor import K_WINDOW
 
 __all__ = ["ASSUMED_ORDER", "KInterval", "RATIO_CAP", "RESIDUAL_FLOOR", "StepPair",
            "alternation_residual", "convergence_remainder", "discretisation_error", "interval",
@@ -204,12 +202,9 @@ def convergence_remainder(history: list[tuple[int, float]]) -> float:
         # RATIO_RISE times the spread of the last ones, never above the cap.
         r = min(max(ratios) + RATIO_RISE * (max(ratios) - min(ratios)), cap)
         return abs(changes[-1]) * r / (1.0 - r) / abs(k_last)
-    # No clean geometric decay: what the window's changes (their absolute sum, as signs may
+    # No clean geometric decay: what the last changes (their absolute sum, as signs may
     # differ) leave at most for a geometric tail of a ratio up to the cap.
-    last_step = history[-1][0]
-    window = [c for (step, _), c in zip(history[1:], changes, strict=True)
-              if step > last_step - K_WINDOW] or changes[-1:]
-    return window_factor(cap, len(window)) * sum(abs(c) for c in window) / abs(k_last)
+    return window_factor(cap, len(tail)) * sum(abs(c) for c in tail) / abs(k_last)
 
 
 def _ratio_cap(steps: int) -> float:

@@ -67,15 +67,16 @@ def test_remainder_at_a_ratio_near_1_is_taken_at_the_cap():
             change * cap / (1 - cap) / history[-1][1], rel=1e-9)
 
 
-def test_remainder_without_decay_is_the_window_variation_at_the_cap():
-    """A change of sign in the window (a pressure run from rest): no geometric tail, so the
-    absolute changes of the last 1000 steps times the largest remainder a tail of ratio up
-    to the cap leaves after them; the net change (the previous term) would hide the sign."""
+def test_remainder_without_decay_is_the_variation_at_the_cap():
+    """A change of sign (a pressure run from rest): no geometric tail, so the absolute last
+    changes times the largest remainder a tail of ratio up to the cap leaves after them; the
+    net change over the window (the previous term, 0.005) hides the sign change."""
     history = [(0, 1.0), (500, 1.02), (1000, 1.01), (1500, 1.015)]
     cap = RATIO_CAP**2.5  # per 500 steps
-    variation = abs(1.01 - 1.02) + abs(1.015 - 1.01)
+    variation = 0.02 + 0.01 + 0.005
     assert convergence_remainder(history) == pytest.approx(
-        window_factor(cap, 2) * variation / 1.015)
+        window_factor(cap, 3) * variation / 1.015)
+    assert convergence_remainder(history) > 0.02 / 1.015  # more than the largest change
     assert math.isinf(convergence_remainder([(100, 1.0)]))
     # The factor is the rest of a geometric series over its last n changes.
     r, n = 0.9, 5
