@@ -5,19 +5,31 @@ Four estimates, each a relative half-width, from what a study already computes (
 alternation itself, reported beside them):
 
 ``remainder``
-    How far k may still move after the run stopped. The changes of k between checks
-    (``history``) decay about geometrically once the transient is diffusive; with ``r`` the
-    ratio of the last successive changes (0 < r < 1; their mean, or the last one when the
-    decay is still slowing down) the rest of the series is ``|last change| r / (1 - r)``.
-    Without a decaying series (too few checks, a change of sign) the change of the last
-    :data:`~solver.monitor.K_WINDOW` steps is taken instead. A transient with several time
-    scales keeps slowing after the run stops, so this is an estimate, not a bound: on a 32³
-    pressure-driven sphere pack (NumPy, float64, tau 0.8) it said 0.12 % and 0.07 % where k
-    still had 0.30 % and 0.16 % to go (against the run converged to 2e-5 per 1000 steps). At
-    the stop of 23 runs of both protocols on 24³-64³ packs (NumPy, float64 and float32) it held
-    the k of the same run continued to 1e-5 per 1000 steps in 14; in the others it was 1-27 %
-    short where the ratio was still rising, 54 % on a pressure run from rest (no decaying
-    series: the window's change) (benchmarks/rock_time_to_answer/stop_rule.py, README).
+    How far k may still move after the run stopped. Model: the changes of k between checks
+    (``history``, equally spaced) are a sum of decaying modes of one sign,
+    ``c_n = sum_i a_i r_i^n`` with all ``a_i`` of one sign and ``0 < r_i < 1``, the slowest
+    ratio ``r_1`` at most :data:`RATIO_CAP` per :data:`RATIO_CAP_STEPS` steps (scaled to the
+    check spacing). Then the ratio of successive changes rises towards ``r_1`` as the slow
+    mode takes over, and for any ``rho >= r_1`` the rest of the series is at most
+    ``|last change| rho / (1 - rho)``. ``rho`` is the largest of the last
+    :data:`DECAY_CHECKS` ratios plus :data:`RATIO_RISE` times their spread (how far they
+    still rose, or scattered, over those checks), capped: for a clean geometric decay the
+    spread is 0 and this is the exact tail; while the ratio still rises it extrapolates the
+    rise. Without such a decaying series (too few checks, a ratio outside (0, 1): a change of
+    sign, noise) the term is the sum of the absolute values of the same last changes
+    (:data:`DECAY_CHECKS` + 1) times :func:`window_factor` at the cap, the largest remainder
+    a geometric tail of a ratio up to the cap leaves after such changes.
+    What it does not cover: a mode slower than the cap (the term is then computed at the cap
+    and is short), or a slow mode whose share is still too small to raise the ratios when the
+    run stops (on synthetic two-mode approaches, stopped by the window rule, it held the limit
+    in 157 of 210, the previous last-ratio fit in none); the replay in
+    ``benchmarks/rock_time_to_answer/stop_rule.py --replay-remainder`` measures it. At the
+    window rule's stop of 23 runs of both protocols on 24³-64³ packs (NumPy, float64 and
+    float32) it held the k of the same run continued to 1e-5 per 1000 steps in all 23 (the
+    previous fit, the last ratio, in 10; 1-54 % short elsewhere): at 1.01-3.2x the distance
+    (median 1.1x) in 18, 8.7-840x in five whose changes were at noise (four converged to
+    8e-6 or closer, a float32 64³ run at 10x). :data:`RATIO_RISE` and the cap were chosen on
+    those histories; the 400³ H200 runs stopped at ratios 0.87-0.92, still rising.
 ``alternation``
     The period-2 part of k, reported as information, not in the interval. A converged run's
     k alternates between even and odd steps, and so does the whole domain's mean velocity: the
@@ -52,9 +64,9 @@ alternation itself, reported beside them):
     at successive checks then beats, and a sign change falls back to the half difference. The
     model is checked on the CPU: a pressure-driven 24³ pack from rest (NumPy, float64) stopped
     at 1601 steps with a half difference of 0.13 and a residual of 2.2e-5; its k was 2.6e-4
-    below a 13401-step run's, which remainder + residual (6.0e-4) held. One definition for
-    the one-device runs (:mod:`solver.rock.measure`) and the runs over MPI ranks
-    (:mod:`solver.distributed.mirrored`).
+    below a 13401-step run's, which remainder + residual (6.0e-4, the remainder as it was
+    then) held. One definition for the one-device runs (:mod:`solver.rock.measure`) and the
+    runs over MPI ranks (:mod:`solver.distributed.mirrored`).
 ``discretisation``
     Richardson-style, from the coarse start (the same protocol on the sample coarsened by 2,
     :mod:`solver.rock.initial`) and the fine run: with an assumed order of convergence
@@ -80,15 +92,20 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..monitor import K_WINDOW
-
-__all__ = ["ASSUMED_ORDER", "KInterval", "RESIDUAL_FLOOR", "StepPair", "alternation_residual",
-           "convergence_remainder", "discretisation_error", "interval"]
+__all__ = ["ASSUMED_ORDER", "KInterval", "RATIO_CAP", "RESIDUAL_FLOOR", "StepPair",
+           "alternation_residual", "convergence_remainder", "discretisation_error", "interval",
+           "window_factor"]
 
 #: Assumed order of convergence of k with the voxel size (Richardson estimate).
 ASSUMED_ORDER = 2.0
-#: Successive changes of k used for the decay ratio of the remainder.
+#: Ratios of successive changes of k (between checks) the remainder's tail is fitted to.
 DECAY_CHECKS = 3
+#: The remainder's ratio: the largest of the last ratios plus this times their spread.
+RATIO_RISE = 3.0
+#: Largest ratio of successive changes the remainder assumes, per :data:`RATIO_CAP_STEPS`.
+RATIO_CAP = 0.95
+#: Steps between the checks :data:`RATIO_CAP` is stated for (the default check interval).
+RATIO_CAP_STEPS = 200
 #: Smallest relative residual of the period-2 part in a pair's mean (float32's 2^-23).
 RESIDUAL_FLOOR = 2.0**-23
 
@@ -171,21 +188,35 @@ def alternation_residual(last: StepPair, previous: StepPair | None = None) -> fl
 
 
 def convergence_remainder(history: list[tuple[int, float]]) -> float:
-    """Relative change still to come after the last (step, k) of ``history`` (see module)."""
+    """Relative change still to come after the last (step, k) of ``history``: the
+    geometric-tail bound of the slowest decay the last checks allow (see module)."""
     if len(history) < 2 or not history[-1][1]:
         return math.inf
     k_last = history[-1][1]
     changes = [b[1] - a[1] for a, b in zip(history[:-1], history[1:], strict=True)]
+    cap = _ratio_cap(history[-1][0] - history[-2][0])
     tail = changes[-(DECAY_CHECKS + 1):]
     ratios = [b / a for a, b in zip(tail[:-1], tail[1:], strict=True) if a]
     if len(ratios) == DECAY_CHECKS and all(0.0 < r < 1.0 for r in ratios):
-        slowing = all(b > a for a, b in zip(ratios[:-1], ratios[1:], strict=True))
-        r = ratios[-1] if slowing else sum(ratios) / len(ratios)
+        # The ratio still rises while a slower mode takes over: take the largest seen plus
+        # RATIO_RISE times the spread of the last ones, never above the cap.
+        r = min(max(ratios) + RATIO_RISE * (max(ratios) - min(ratios)), cap)
         return abs(changes[-1]) * r / (1.0 - r) / abs(k_last)
-    # No clean geometric decay: the change over the last window (at least one check).
-    last_step = history[-1][0]
-    ref = next((p for p in reversed(history) if p[0] <= last_step - K_WINDOW), history[0])
-    return abs(k_last - ref[1]) / abs(k_last)
+    # No clean geometric decay: what the last changes (their absolute sum, as signs may
+    # differ) leave at most for a geometric tail of a ratio up to the cap.
+    return window_factor(cap, len(tail)) * sum(abs(c) for c in tail) / abs(k_last)
+
+
+def _ratio_cap(steps: int) -> float:
+    """The cap on the ratio of successive changes ``steps`` apart (:data:`RATIO_CAP` per
+    :data:`RATIO_CAP_STEPS` steps)."""
+    return RATIO_CAP ** (max(steps, 1) / RATIO_CAP_STEPS)
+
+
+def window_factor(r: float, n: int) -> float:
+    """Remainder of a geometric tail of ratio ``r`` per check over the sum of its last ``n``
+    changes: ``r / (1 - r) / (1 + 1/r + ... + 1/r^(n-1))`` (grows with r)."""
+    return r / (1.0 - r) / sum(r ** -j for j in range(max(n, 1)))
 
 
 def discretisation_error(k_fine: float, k_coarse: float | None,
