@@ -189,7 +189,10 @@ def replay(history: list[tuple[int, float]], pairs: list[StepPair], k_ref: float
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The CPU reports replayed, in order (a later one's case replaces an earlier one's).
 REPLAY_REPORTS = [f"stop_rule-CPU-2-cores-NumPy-2026-11-28{t}.json"
-                  for t in ("", "-more", "-slow", "-64")]
+                  for t in ("", "-more", "-slow", "-64")] + [
+    # H200, 745cacf: 200³ and 400³ (3 start levels) mirrored x runs with deep references, run
+    # after the estimator's constants were chosen on the CPU cases: an independent check.
+    "stop_rule-NVIDIA-H200-2026-11-28.json"]
 #: H200 histories of the 400³ image that end at the window rule's stop (no deep reference).
 REPLAY_GPU_HISTORIES = "start_levels-NVIDIA-H200-2026-11-28-400.json"
 

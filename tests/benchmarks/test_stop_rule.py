@@ -74,16 +74,17 @@ def test_a_small_deep_run_replays_every_rule(tmp_path):
 
 
 def test_remainder_replay_covers_every_recorded_case():
-    """The committed CPU histories (23 cases, issue 29): at the window rule's stop the stated
-    remainder holds the deep reference in every case, the previous estimator in 10; on
+    """The committed histories (23 CPU cases and 2 H200 ones, issue 29): at the window rule's
+    stop the stated remainder holds the deep reference in every case, the previous estimator
+    in 10; on
     synthetic two-mode approaches the new one holds more than the previous one."""
     report = stop_rule.replay_remainder(
         [stop_rule.RESULTS / name for name in stop_rule.REPLAY_REPORTS])
     rows = report["cases"]
-    assert len(rows) == 23
+    assert len(rows) == 25
     assert all(r["new_covers"] for r in rows)
     assert sum(r["previous_covers"] for r in rows) == 10
     two = report["two_mode"]
     assert two["new_covers"] > two["previous_covers"]
     md = stop_rule.replay_markdown(report)
-    assert "23 of 23" in md and "10 of 23" in md
+    assert "25 of 25" in md and "10 of 25" in md
