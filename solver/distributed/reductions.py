@@ -109,12 +109,15 @@ def owned_numbers(solver: RankSolver, axis: int) -> FlowNumbers:
 
 class FusedNumbers:
     """:func:`owned_numbers` in one launch of the fused k check on the rank's device
-    (:func:`~solver.backends.cuda.compact_check.darcy_check` over its owned tiles: whole-box
-    flags, the per-layer flux summed in the kernel): a tiled CuPy rank of a 3D lattice
-    (float16 storage too). Made once per solver (the flags, 1 byte a tile node, and each tile's
-    first layer stay on the device); calling it reads the current state. The sums add the
-    nodes in another order than the chunked readout: equal to rounding. ``launch`` and
-    ``max_blocks``: :func:`darcy_check`'s (an emulated launch in the CPU tests)."""
+    (:func:`~solver.backends.cuda.compact_check.darcy_check` over its owned tiles, the
+    per-layer flux summed in the kernel): a CuPy rank of a 3D lattice, tiled (whole-box flags
+    per tile node, its slot table) or compact (its fluid nodes in the edge tables' order,
+    which lists the owned tiles' first: the first ``starts[n_owned]`` nodes), two copies or in
+    place, float16/32/64 storage, 32- or 64-bit offsets. Made once per solver (the flags, 1
+    byte a node, and each owned tile's first layer stay on the device); calling it reads the
+    current state. The sums add the nodes in another order than the chunked readout: equal to
+    rounding. ``launch`` and ``max_blocks``: :func:`darcy_check`'s (an emulated launch in the
+    CPU tests)."""
 
     def __init__(self, solver: RankSolver, axis: int, launch: Any = None,
                  max_blocks: int | None = None) -> None:
@@ -123,19 +126,21 @@ class FusedNumbers:
         solid = tiling.solid[:n].reshape(-1)
         self.solver, self.axis, self.launch, self.max_blocks = solver, axis, launch, max_blocks
         self.n_layers = int(tiling.shape[axis])
-        # 9 (window and fluid) where fluid, 0 where solid: a mirrored check's whole box.
-        self.flags = xp.asarray(np.logical_not(solid).view(np.uint8) * np.uint8(9))
+        self.fluid = int(solid.size - np.count_nonzero(solid))
+        self.compact = _compact(solver.state)
+        if self.compact:  # every listed node is fluid (a mirrored check's whole box)
+            self.flags, self.slots = xp.full(self.fluid, 9, dtype=np.uint8), None
+        else:  # 9 (window and fluid) where fluid, 0 where solid
+            self.flags = xp.asarray(np.logical_not(solid).view(np.uint8) * np.uint8(9))
+            self.slots = xp.asarray(np.asarray(solver.backend.to_host(_slots(solver)),
+                                               dtype=np.int32))
         self.corner = xp.asarray((tiling.tiles[:n, axis].astype(np.int64) * tiling.a
                                   - tiling.offset[axis]).astype(np.int32))
-        self.fluid = int(solid.size - np.count_nonzero(solid))
-        self.slots = xp.asarray(np.asarray(solver.backend.to_host(_slots(solver)),
-                                           dtype=np.int32))
 
     @classmethod
     def applies(cls, solver: RankSolver) -> bool:
-        """Whether the rank's state is a tiled CuPy run of a 3D lattice."""
-        return (solver.backend.name == "cupy" and solver.problem.lattice.d == 3
-                and not getattr(solver.state, "edge", None))
+        """Whether the rank's state is a CuPy run (tiled or compact) of a 3D lattice."""
+        return solver.backend.name == "cupy" and solver.problem.lattice.d == 3
 
     def __call__(self) -> FlowNumbers:
         """The :class:`FlowNumbers` of the owned tiles now."""
@@ -143,14 +148,19 @@ class FusedNumbers:
 
         solver = self.solver
         solver.stepper.idle()
-        numbers, flux = darcy_check(solver.state, self.flags, self.axis,
-                                    latest=_latest(solver.state), slots=self.slots,
-                                    launch=self.launch, max_blocks=self.max_blocks,
-                                    tiles=solver.n_owned, corner=self.corner,
-                                    n_layers=self.n_layers)
+        latest = None if self.compact else _latest(solver.state)
+        numbers, flux = darcy_check(solver.state, self.flags, self.axis, latest=latest,
+                                    slots=self.slots, launch=self.launch,
+                                    max_blocks=self.max_blocks, tiles=solver.n_owned,
+                                    corner=self.corner, n_layers=self.n_layers)
         # [bad, max speed, sum |u|, sum u_axis, sum j (the Darcy flux), end sums]
         return FlowNumbers(self.axis, bool(numbers[0] == 0.0), float(numbers[1]),
                            float(numbers[2]), float(numbers[4]), flux, self.fluid)
+
+
+def _compact(state: Any) -> bool:
+    """Whether ``state`` is a compact run (its edge conversion tables list its fluid nodes)."""
+    return bool(getattr(state, "edge", None))
 
 
 def _latest(state: Any) -> Any:

@@ -6,15 +6,19 @@ text runs under g++ (:mod:`.grid_stride_emulator`) on loopback NumPy ranks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from solver.backends.cuda.compact_run import CompactRun
 from solver.backends.numpy_backend import NumpyBackend
 from solver.distributed import LoopbackHub, RankSolver, decompose, step_together
 from solver.distributed.reductions import FusedNumbers, combine, owned_numbers
 
 from .grid_stride_emulator import compiler
-from .porous_cases import make_problem, noisy_start
+from .porous_cases import as_stored, make_problem, noisy_start
+from .test_inplace_ranks import _Backend
 from .test_rock_check_kernel import _launch
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -69,6 +73,123 @@ def test_fused_rank_check_sees_a_non_finite_node():
     rank.state.f[rank.state.current][tile, 3, node] = np.inf
     assert not FusedNumbers(rank, 0, launch=_launch, max_blocks=2)().finite
     assert FusedNumbers(ranks[0], 0, launch=_launch, max_blocks=2)().finite
+
+
+class _CompactBackend(_Backend):
+    """The emulated CuPy ranks of test_inplace_ranks (a CompactRun of NumPy arrays per rank,
+    stepped by tile ranges through the g++ emulator) with what a readout asks of a backend;
+    ``wide``: the kernels' 64-bit offsets."""
+
+    xp = np
+
+    def __init__(self, wide: bool = False) -> None:
+        super().__init__(packed=4)
+        self.wide = wide
+
+    def run(self, problem):
+        return CompactRun(problem, 1, xp=np, launcher=self.fake.launcher(), tiles_per_block=2,
+                          cuda=self.fake.cuda, packed=self.packed, wide=self.wide)
+
+    def device_populations(self, state, tiles=None):
+        return state.device_populations(tiles)
+
+    def readout_tiles(self, state) -> int:
+        return state.readout_tiles
+
+    def to_host(self, array):
+        return np.asarray(array)
+
+
+def _compact_ranks(storage: str, precision: str, streaming: str, fluid_model: str, axis: int,
+                   wide: bool = False, steps: int = 5):
+    problem = replace(make_problem("D3Q19", precision, "TRT", fluid_model=fluid_model,
+                                   storage=storage, offset=(1, 2, 0)),
+                      streaming=streaming, tile_storage="compact")
+    hub, dec = LoopbackHub(), decompose(problem.tiling, 2, axis)
+    ranks = [RankSolver(problem, dec, r, _CompactBackend(wide),
+                        lambda plan, s, r=r: hub.exchange(r, plan, s)) for r in range(2)]
+    f0 = as_stored(problem, noisy_start(problem))
+    for rank in ranks:
+        assert isinstance(rank.state, CompactRun) and rank.state.variant.wide == wide
+        assert rank.state.in_place == (streaming == "in-place")
+        rank.state.set_populations(f0[rank.layout.global_tiles])
+    step_together(ranks, steps)  # odd: in place, the check reads phase 1 where it lies
+    return ranks
+
+
+def _same_numbers(got, want) -> None:
+    assert got.finite and want.finite and got.fluid == want.fluid
+    assert got.max_speed == pytest.approx(want.max_speed, rel=1e-14)
+    assert got.speed_sum == pytest.approx(want.speed_sum, rel=RTOL)
+    assert got.momentum == pytest.approx(want.momentum, rel=RTOL)
+    assert got.plane_flux.shape == want.plane_flux.shape
+    np.testing.assert_allclose(got.plane_flux, want.plane_flux, rtol=RTOL,
+                               atol=RTOL * np.abs(want.plane_flux).max())
+    assert np.array_equal(got.plane_flux == 0, want.plane_flux == 0)
+
+
+@pytest.mark.parametrize("storage, precision, streaming, fluid_model, axis, wide", [
+    ("float16", "float32", "two-copy", "incompressible", 0, False),
+    ("float16", "float32", "in-place", "quasi-compressible", 2, False),
+    ("auto", "float32", "in-place", "incompressible", 1, True),
+    ("auto", "float64", "two-copy", "quasi-compressible", 0, True),
+])
+def test_fused_check_of_compact_ranks_reads_the_chunked_numbers(storage, precision, streaming,
+                                                                fluid_model, axis, wide):
+    """Compact ranks (owned tiles first, then the halo's: the owned fluid nodes are the edge
+    tables' first) read the chunked readout's numbers of their owned tiles only."""
+    ranks = _compact_ranks(storage, precision, streaming, fluid_model, axis, wide)
+    parts = []
+    for rank in ranks:
+        n_halo = rank.problem.tiling.n_tiles - rank.n_owned
+        assert n_halo > 0 and rank.state.starts[rank.n_owned] < rank.state.edge[0].size
+        got = FusedNumbers(rank, axis, launch=_launch, max_blocks=2)()
+        want = owned_numbers(rank, axis)
+        _same_numbers(got, want)
+        parts.append((got, want))
+    both = [combine(p, _Gather([q for q, _ in parts] if i == 0 else [w for _, w in parts]))
+            for i, p in enumerate(parts[0])]
+    assert both[0].fluid == int(np.count_nonzero(~ranks[0].problem.tiling.solid[
+        : ranks[0].n_owned])) + int(np.count_nonzero(~ranks[1].problem.tiling.solid[
+            : ranks[1].n_owned]))
+    assert both[0].momentum == pytest.approx(both[1].momentum, rel=RTOL)
+    assert both[0].flux_spread == pytest.approx(both[1].flux_spread, rel=1e-9)
+
+
+def test_fused_check_of_a_compact_rank_reads_64_bit_tiled_indices():
+    """The layer sums of a compact rank whose edge tables hold 64-bit tiled indices (a rank of
+    2^31 tile values or more): the same numbers as with 32-bit ones."""
+    (rank, _) = _compact_ranks("float16", "float32", "two-copy", "incompressible", 1)
+    narrow = FusedNumbers(rank, 1, launch=_launch, max_blocks=2)()
+    at, block, tiled = rank.state.edge
+    rank.state.edge = (at, block, tiled.astype(np.int64))
+    _same_numbers(FusedNumbers(rank, 1, launch=_launch, max_blocks=2)(), narrow)
+    _same_numbers(narrow, owned_numbers(rank, 1))
+
+
+def test_fused_check_of_a_compact_rank_sees_a_non_finite_owned_node_only():
+    ranks = _compact_ranks("float16", "float32", "two-copy", "incompressible", 0)
+    rank = ranks[1]
+    run = rank.state
+    owned_last, halo_first = int(run.starts[rank.n_owned]) - 1, int(run.starts[rank.n_owned])
+    at, block, _ = run.edge
+    run.f[run.current][at[halo_first] + 3 * block[halo_first]] = np.float16(np.inf).view(
+        np.uint16) if run.f[run.current].dtype == np.uint16 else np.inf
+    assert FusedNumbers(rank, 0, launch=_launch, max_blocks=2)().finite  # a halo node
+    run.f[run.current][at[owned_last] + 3 * block[owned_last]] = run.f[run.current][
+        at[halo_first] + 3 * block[halo_first]]
+    assert not FusedNumbers(rank, 0, launch=_launch, max_blocks=2)().finite
+    assert not owned_numbers(rank, 0).finite
+
+
+class _Gather:
+    """``allgather`` of the given parts (what :func:`combine` calls of a communicator)."""
+
+    def __init__(self, parts) -> None:
+        self.parts = parts
+
+    def allgather(self, value):
+        return self.parts
 
 
 @pytest.mark.gpu

@@ -26,9 +26,10 @@ pytestmark = pytest.mark.skipif(compiler() is None, reason="g++ is not installed
 _PARAMS = ("const store_t* f, const int* at, const int* block, const int* slots, "
            "const unsigned char* flags, long long n, int tiled, int wide, double hfx, "
            "double hfy, double hfz, int axis, int incompressible, double* sums, "
-           "unsigned long long* bits, const int* corner, double* layers, int n_layers")
+           "unsigned long long* bits, const int* corner, double* layers, int n_layers, "
+           "const int* where, int where_wide")
 _ARGS = ("f, at, block, slots, flags, n, tiled, wide, hfx, hfy, hfz, axis, incompressible, "
-         "sums, bits, corner, layers, n_layers")
+         "sums, bits, corner, layers, n_layers, where, where_wide")
 #: The host's binary16 conversion for float16 storage (the kernel's LBM_HOST_HALF branch).
 _HOST_HALF = "#include <bit>\n#define LBM_HOST_HALF\n"
 

@@ -20,8 +20,8 @@ nodes without flag bit 3 (solid tile nodes) are skipped.
 Float16 storage is decoded as :meth:`solver.storage.Storage.decode` does (in the arithmetic
 type, multiply then add, each rounded). A tiled run may also get the window's momentum density
 summed per layer along the axis (each tile's first layer given: a distributed rank's plane
-flux, :class:`solver.distributed.reductions.FusedNumbers`); ``tiles`` reads only the first
-tiles (a rank's owned ones).
+flux, :class:`solver.distributed.reductions.FusedNumbers`), tiled or compact; ``tiles`` reads
+only the first tiles (a rank's owned ones; compact: their fluid nodes, the edge tables' first).
 
 The sums add the nodes in another order than the chunked readout (the last bits of k may
 differ). Lattice units. The lattice's velocities are compiled into the kernel (one module per
@@ -59,28 +59,35 @@ __device__ __forceinline__ long long offset_at(const int* at, int wide, long lon
     return wide ? reinterpret_cast<const long long*>(at)[i] : (long long)at[i];
 }
 
-// Tiled runs: ``flux`` into the layer along ``axis`` of node i (the tile's first layer
-// ``corner[t]`` plus the node's in-tile layer), clipped to [0, n_layers). Where a warp's lanes
-// lie in one tile (nodes per tile a multiple of 32) the warp sums each in-tile layer first:
-// one atomic add per in-tile layer and warp instead of one per node. Every lane calls it.
+// ``flux`` into the layer along ``axis`` of node i (its tile's first layer ``corner[t]`` plus
+// the node's in-tile layer), clipped to [0, n_layers). Tiled: node i is tile i / N's node
+// i % N; compact: the node's tiled index of direction 0 (t Q N + node) is ``where[i]`` (int64
+// where ``where_wide``). Tiled, where a warp's lanes lie in one tile (nodes per tile a multiple
+// of 32), the warp sums each in-tile layer first: one atomic add per in-tile layer and warp
+// instead of one per node (a compact warp may span tiles: one add per node). Every lane calls
+// it.
 __device__ __forceinline__ void add_layers(long long i, long long n, double flux, int axis,
-                                           const int* corner, double* layers, int n_layers)
+                                           const int* corner, double* layers, int n_layers,
+                                           int tiled, const int* where, int where_wide)
 {
-    const int node = (int)(i % @N@), step = axis == 0 ? 1 : (axis == 1 ? @A@ : @A@ * @A@);
+    const long long x = tiled ? i : (i < n ? offset_at(where, where_wide, i) : 0LL);
+    const long long t = tiled ? i / @N@ : x / (@Q@LL * @N@);
+    const int node = (int)(x % @N@), step = axis == 0 ? 1 : (axis == 1 ? @A@ : @A@ * @A@);
     const int c = (node / step) % @A@;
 #if @WARP_TILE@
-    const long long t = i / @N@;
-    for (int k = 0; k < @A@; ++k) {
-        const double s = warp_sum(c == k ? flux : 0.0);
-        if ((threadIdx.x & 31) == 0 && i < n && s != 0.0) {
-            const int layer = min(max(corner[t] + k, 0), n_layers - 1);
-            atomicAdd(layers + layer, s);
+    if (tiled) {
+        for (int k = 0; k < @A@; ++k) {
+            const double s = warp_sum(c == k ? flux : 0.0);
+            if ((threadIdx.x & 31) == 0 && i < n && s != 0.0) {
+                const int layer = min(max(corner[t] + k, 0), n_layers - 1);
+                atomicAdd(layers + layer, s);
+            }
         }
+        return;
     }
-#else
-    if (i < n && flux != 0.0)
-        atomicAdd(layers + min(max(corner[i / @N@] + c, 0), n_layers - 1), flux);
 #endif
+    if (i < n && flux != 0.0)
+        atomicAdd(layers + min(max(corner[t] + c, 0), n_layers - 1), flux);
 }
 
 extern "C" __global__ void darcy_check(
@@ -88,7 +95,7 @@ extern "C" __global__ void darcy_check(
     const unsigned char* flags, long long n, int tiled, int wide, double hfx, double hfy,
     double hfz,
     int axis, int incompressible, double* sums, unsigned long long* bits,
-    const int* corner, double* layers, int n_layers)
+    const int* corner, double* layers, int n_layers, const int* where, int where_wide)
 {
     __shared__ double part[6][32];
     __shared__ unsigned int bad_block;
@@ -128,7 +135,8 @@ extern "C" __global__ void darcy_check(
         if (flag & 2) s_first += rho;
         if (flag & 4) s_last += rho;
         } while (0);
-        if (n_layers > 0) add_layers(i, n, flux, axis, corner, layers, n_layers);
+        if (n_layers > 0)
+            add_layers(i, n, flux, axis, corner, layers, n_layers, tiled, where, where_wide);
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     double values[6] = {warp_sum(s_speed), warp_sum(s_along), warp_sum(s_darcy),
@@ -253,15 +261,17 @@ def darcy_check(state, flags, axis: int, latest=None, slots=None, launch=None,
     """Host float64 array ``[bad, max_speed, *SUMS]`` of the latest populations of ``state``:
     a compact run (:class:`~.compact_run.CompactRun`: ``flags`` per fluid node in the edge
     tables' order) or a tiled one (``latest``: its natural copy (T, q, N) and ``slots`` its
-    slot table (q, N) int32, both device arrays; ``flags`` per tile node; ``tiles``: only the
-    first so many tiles, e.g. a rank's owned ones); float32/64 storage, or float16 decoded as
+    slot table (q, N) int32, both device arrays; ``flags`` per tile node); ``tiles``: only the
+    first so many tiles, e.g. a rank's owned ones (compact: the fluid nodes of those tiles, a
+    prefix of the edge tables, ``flags`` of those); float32/64 storage, or float16 decoded as
     :meth:`solver.storage.Storage.decode` does. ``flags`` (uint8): bit 0 window, bits 1 and 2
     its first and last layer, bit 3 fluid. A compact run's value offsets are read as its
     storage holds them (int64 where its offsets are wide, ``state.compact.wide``).
 
-    Tiled, with ``corner`` (int32 per tile read: the global layer along ``axis`` of its first
+    With ``corner`` (int32 per tile read: the global layer along ``axis`` of its first
     in-tile layer, on the device) and ``n_layers``: also the window nodes' momentum density
-    summed per layer (clipped to ``[0, n_layers)``), returned as a second host float64 array.
+    summed per layer (clipped to ``[0, n_layers)``), returned as a second host float64 array
+    (compact: each node's tile and in-tile layer from its tiled index in the edge tables).
 
     ``launch(source, blocks, threads, args)``: a CuPy launch by default (an emulated launcher,
     ``max_blocks`` of ``threads``, in the CPU tests, on NumPy arrays)."""
@@ -269,17 +279,17 @@ def darcy_check(state, flags, axis: int, latest=None, slots=None, launch=None,
     if p.lattice.d != 3:
         raise ValueError("darcy_check reads 3D runs; use the chunked readout (solver.rock.check).")
     tiled = latest is not None
-    if corner is not None and not tiled:
-        raise ValueError("darcy_check sums layers of tiled runs only.")
-    wide = False
+    wide, where = False, None
     if tiled:
         count = latest.shape[0] if tiles is None else int(tiles)
         f, n, at, block = latest, count * int(latest.shape[2]), slots, slots
         xp = _module_of(latest)
     else:
-        at, block, _ = state.edge
+        at, block, where = state.edge
         wide = state.compact.wide
-        n, xp, slots = int(at.shape[0]), state.xp, at  # slots unused: any int array
+        # The edge tables list the fluid nodes tile by tile: the first tiles' are a prefix.
+        n = int(at.shape[0]) if tiles is None else int(state.starts[int(tiles)])
+        xp, slots = state.xp, at  # slots unused: any int array
         f = state.latest()  # waits for the queued steps
     decode = Decode.of(p.storage)
     store = ("unsigned short" if decode is not None
@@ -290,14 +300,15 @@ def darcy_check(state, flags, axis: int, latest=None, slots=None, launch=None,
     sums, bits = xp.zeros(len(SUMS)), xp.zeros(2, dtype=np.uint64)
     layers = xp.zeros(max(1, n_layers))
     corner = xp.zeros(1, dtype=np.int32) if corner is None else corner
+    where = at if where is None else where  # unread where tiled: any int array
     half = 0.5 * np.asarray(p.force, dtype=np.float64)
     blocks = int(max(1, min(-(-n // threads), max_blocks or _cupy_blocks())))
     launch(source, blocks, threads,
            (f, at, block, slots, flags, np.int64(n), np.int32(tiled), np.int32(wide),
             np.float64(half[0]),
             np.float64(half[1]), np.float64(half[2]), np.int32(axis),
-            np.int32(bool(p.incompressible)), sums, bits, corner, layers,
-            np.int32(n_layers if tiled else 0)))
+            np.int32(bool(p.incompressible)), sums, bits, corner, layers, np.int32(n_layers),
+            where, np.int32(where.dtype == np.int64)))
     host_bits = bits.get() if hasattr(bits, "get") else np.asarray(bits)
     host_sums = sums.get() if hasattr(sums, "get") else np.asarray(sums)
     speed = np.frombuffer(np.uint64(host_bits[1]).tobytes(), dtype=np.float64)[0]
