@@ -18,7 +18,8 @@ from solver.distributed.reductions import FusedNumbers, combine, owned_numbers
 
 from .grid_stride_emulator import compiler
 from .porous_cases import as_stored, make_problem, noisy_start
-from .test_inplace_ranks import _Backend
+from .test_compact_readout import EmulatedCompactBackend
+from .test_inplace_ranks import _Backend, _Phases
 from .test_rock_check_kernel import _launch
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
@@ -95,6 +96,23 @@ class _CompactBackend(_Backend):
 
     def readout_tiles(self, state) -> int:
         return state.readout_tiles
+
+    def to_host(self, array):
+        return np.asarray(array)
+
+
+class _CompactRanksBackend(EmulatedCompactBackend):
+    """What the mirrored runner asks of a CuPy backend, on the CPU: each rank a CompactRun of
+    NumPy arrays behind the emulated tile-range stepper (:class:`_Phases`)."""
+
+    name = "emulated"
+
+    def phase_stepper(self, problem, n_boundary, n_owned):
+        run = CompactRun(problem, 1, xp=np, launcher=self.launcher)
+        return _Phases(run, ((0, n_boundary), (n_boundary, n_owned)))
+
+    def set_populations(self, state, f, tiles=None) -> None:
+        state.set_populations(f, tiles)
 
     def to_host(self, array):
         return np.asarray(array)
@@ -270,6 +288,45 @@ def test_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(monkeypa
     monkeypatch.setattr(mirrored, "rank_numbers", fused)
     got = run()
     assert len(used) == 2  # the coarse level's checks and the fine run's
+    assert got["steps"] == chunked["steps"] and len(got["history"]) == len(chunked["history"])
+    for a, b in zip(got["history"] + got["coarse"][0]["history"],
+                    chunked["history"] + chunked["coarse"][0]["history"], strict=True):
+        assert a["step"] == b["step"]
+        assert a["k"] == pytest.approx(b["k"], rel=RTOL)
+        assert a["flux_spread"] == pytest.approx(b["flux_spread"], rel=1e-9)
+    assert got["k"] == pytest.approx(chunked["k"], rel=RTOL)
+
+
+@pytest.mark.parametrize("storage, precision, streaming", [
+    ("float16", "float32", "two-copy"), ("auto", "float32", "in-place")])
+def test_compact_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(
+        monkeypatch, storage, precision, streaming):
+    """The mirrored runner on compact ranks (emulated CuPy ranks, coarse start included) with
+    every check through the fused kernel (emulated) reads the chunked checks' k at every
+    check, to rounding, and runs the same steps."""
+    from geometries.regions import GrainRegions
+    from solver.config import SimulationConfig
+    from solver.distributed import mirrored
+
+    def run():
+        config = SimulationConfig(backend="numpy", precision=precision, storage=storage,
+                                  streaming=streaming, tile_storage="compact")
+        return mirrored.run_mirrored(GrainRegions((16, 16, 16), 0.35, 6, seed=2), config, 0,
+                                     _SoloComm(), _CompactRanksBackend(), 41, 20,
+                                     settings=mirrored.start_settings(1))
+
+    chunked = run()
+    used = []
+
+    def fused(solver, axis, fused=True):
+        assert isinstance(solver.state, CompactRun)
+        assert solver.state.in_place == (streaming == "in-place")
+        used.append(solver)
+        return FusedNumbers(solver, axis, launch=_launch, max_blocks=2)
+
+    monkeypatch.setattr(mirrored, "rank_numbers", fused)
+    got = run()
+    assert len(used) == 2 and chunked["per_rank"][0]["tile_storage"] == "compact"
     assert got["steps"] == chunked["steps"] and len(got["history"]) == len(chunked["history"])
     for a, b in zip(got["history"] + got["coarse"][0]["history"],
                     chunked["history"] + chunked["coarse"][0]["history"], strict=True):
