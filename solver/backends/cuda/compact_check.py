@@ -64,8 +64,8 @@ __device__ __forceinline__ long long offset_at(const int* at, int wide, long lon
 // i % N; compact: the node's tiled index of direction 0 (t Q N + node) is ``where[i]`` (int64
 // where ``where_wide``). Tiled, where a warp's lanes lie in one tile (nodes per tile a multiple
 // of 32), the warp sums each in-tile layer first: one atomic add per in-tile layer and warp
-// instead of one per node (a compact warp may span tiles: one add per node). Every lane calls
-// it.
+// instead of one per node; compact (a warp may span tiles), the block sums per layer in shared
+// memory. Every thread of the block calls it (block barriers).
 __device__ __forceinline__ void add_layers(long long i, long long n, double flux, int axis,
                                            const int* corner, double* layers, int n_layers,
                                            int tiled, const int* where, int where_wide)
@@ -86,8 +86,27 @@ __device__ __forceinline__ void add_layers(long long i, long long n, double flux
         return;
     }
 #endif
-    if (i < n && flux != 0.0)
-        atomicAdd(layers + min(max(corner[t] + c, 0), n_layers - 1), flux);
+    const int layer = min(max((int)corner[t] + c, 0), n_layers - 1);
+    if (tiled) {
+        if (i < n && flux != 0.0) atomicAdd(layers + layer, flux);
+        return;
+    }
+    // Compact: a block's nodes (a few tiles, a few layers) summed per layer in shared memory
+    // first, the layers within 32 of its first node's (else straight to the device's).
+    __shared__ double hist[32];
+    __shared__ int first;
+    if (threadIdx.x == 0) first = layer - 16;  // thread 0's node exists (i0 < n)
+    for (int k = threadIdx.x; k < 32; k += blockDim.x) hist[k] = 0.0;
+    __syncthreads();
+    if (i < n && flux != 0.0) {
+        const int d = layer - first;
+        if (d >= 0 && d < 32) atomicAdd(hist + d, flux);
+        else atomicAdd(layers + layer, flux);
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < 32; k += blockDim.x)
+        if (hist[k] != 0.0) atomicAdd(layers + first + k, hist[k]);
+    __syncthreads();
 }
 
 extern "C" __global__ void darcy_check(
