@@ -146,7 +146,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     before allocating, with the set-up times and each rank's estimate; ``max_seconds``: wall
     seconds from the start after which the stepping stops at its next check (rank 0's clock;
     the coarse levels stop at half the time left when they start), so that a job's limit
-    still gets a result; ``fused_check``: a tiled GPU rank checks k in one launch
+    still gets a result; ``fused_check``: a GPU rank (tiled or compact) checks k in one launch
     (:class:`~solver.distributed.reductions.FusedNumbers`; False: the chunked readout, to
     compare)."""
     settings = settings or PermeabilitySettings()
@@ -304,7 +304,7 @@ def _checked_steps(solver: Any, comm: Any, axis: int, volume: int, steps: int, c
     monitor = KConvergence(tolerance)
     pair = previous = None
     tic = time.perf_counter()
-    read = rank_numbers(solver, axis, fused)  # the fused check on a tiled GPU rank
+    read = rank_numbers(solver, axis, fused)  # the fused check on a GPU rank
     reading += time.perf_counter() - tic
     while done < steps and not converged:
         # Checks at multiples of ``check`` (after the compiling step), the steps the

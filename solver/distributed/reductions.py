@@ -7,7 +7,8 @@ computes the moments as :func:`solver.fields.tile_moments` does and reduces them
 to: whether every owned fluid value is finite, the largest fluid speed, the sums of ``|u|`` and
 of the momentum density along the flow axis (:func:`solver.observables.momentum_density`), and
 the flux through every layer normal to that axis; then the ranks combine their numbers (min,
-max, sums; a few kB) with one ``allgather``. Lattice units.
+max, sums; a few kB) with one ``allgather``. Lattice units. On a CuPy rank (tiled or compact)
+the same numbers come from one launch of the fused check (:class:`FusedNumbers`).
 
 The run monitor's health check over ranks (:meth:`DistributedBackend.health_numbers`) is
 reduced here too: each rank its owned tiles' partials (:func:`owned_health`, the arithmetic of
@@ -181,7 +182,8 @@ def _slots(solver: RankSolver) -> Any:
 def rank_numbers(solver: RankSolver, axis: int, fused: bool = True
                  ) -> Callable[[], FlowNumbers]:
     """How a check reads ``solver``'s :class:`FlowNumbers`: the fused kernel where it applies
-    and ``fused`` (:class:`FusedNumbers`), else the chunked readout (:func:`owned_numbers`)."""
+    (a CuPy rank, tiled or compact) and ``fused`` (:class:`FusedNumbers`), else the chunked
+    readout (:func:`owned_numbers`)."""
     if fused and FusedNumbers.applies(solver):
         return FusedNumbers(solver, axis)
     return lambda: owned_numbers(solver, axis)

@@ -2,7 +2,10 @@
 check of :mod:`solver.backends.cuda.compact_check` over the owned tiles, the layer flux summed
 in the kernel) against the chunked readout of the same rank (:func:`owned_numbers`): the same
 numbers to rounding, float16 storage decoded as the readout decodes it. On the CPU the kernel
-text runs under g++ (:mod:`.grid_stride_emulator`) on loopback NumPy ranks."""
+text runs under g++ (:mod:`.grid_stride_emulator`) on loopback NumPy ranks (tiled) and on
+emulated CuPy ranks of compact storage (a CompactRun of NumPy arrays per rank, stepped by tile
+ranges as in test_inplace_ranks.py: two copies and in place, 32- and 64-bit offsets), and a
+whole mirrored run reads the same k and steps with it; ``-m gpu``: on CuPy loopback ranks."""
 
 from __future__ import annotations
 
