@@ -13,6 +13,13 @@ shear stress is the tangential part of the traction ``sigma n``. Values are at t
 voxel from the halfway wall (in a channel of width ``H`` they differ from the wall's by ``1/H``
 relative). Lattice units (``rho0 c^2``); :meth:`solver.units.UnitSystem.stress_to_si` gives Pa.
 Only the wall nodes' ``q`` populations leave the device.
+
+The wall nodes are found in slabs of voxel rows along axis 0 (:data:`SLAB_BYTES`), each slab's
+solid scattered from its own tiles with a halo of :data:`HALO` rows on cut faces (the Gaussian's
+radius 4 and the central difference's 1): the result equals the whole grid's bit for bit and in
+the same order, the grid's own faces keep ``mode="nearest"`` and the one-sided differences, and
+sources wrapped round a periodic axis read the rows across the seam. Host memory is a slab plus
+the wall shell, not float64 arrays of the whole box.
 """
 
 from __future__ import annotations
@@ -42,9 +49,10 @@ class WallNodes:
 
 
 #: Host bytes of float64 temporaries a slab of :func:`wall_nodes` may hold (its solid rows as
-#: float64 and their Gaussian along the slab axis, 16 bytes a voxel): the wall nodes of a
-#: 1000³ vessel image then need ~0.2 GB besides the wall shell, not the ~35 GB (35 bytes a voxel
-#: of the box) of whole-grid float64 arrays, on rank 0 under MPI and in the app alike.
+#: float64 and their Gaussian along the slab axis, 16 bytes a voxel): a 1000³ vessel image's
+#: wall nodes then need ~0.35 GB (20 rows with the halo) besides the wall shell, not the tens of
+#: GB of whole-grid arrays (measured 66 bytes a voxel of the box at 256³), on rank 0 under MPI
+#: and in the app alike.
 SLAB_BYTES = 64 * 2**20
 #: Halo rows on a slab's cut faces: the Gaussian's radius (sigma 1, scipy's truncate 4.0) plus
 #: the central difference's one row, so that every output equals the whole grid's bit for bit.
