@@ -158,3 +158,12 @@ def test_slab_peak_is_well_below_the_whole_grid_peak():
     slabs = peak_bytes(lambda: wall_nodes(problem, slab_rows=8))
     whole = peak_bytes(lambda: whole_grid_walls(problem))
     assert slabs < 0.4 * whole, (slabs, whole)
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_slabs_without_tiles_are_skipped_exactly(rows):
+    """Rows of solid alone (no tile in their layers) at both ends of the slab axis."""
+    solid = vessel_tube()
+    solid[:9] = solid[-5:] = True
+    problem = problem_of(solid, **WALLS)
+    assert_identical(wall_nodes(problem, slab_rows=rows), whole_grid_walls(problem))
