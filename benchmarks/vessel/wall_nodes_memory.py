@@ -1,0 +1,70 @@
+"""Host peak memory and time of the wall nodes (solver.wall_shear.wall_nodes) on a vessel-like
+tube: slabs along axis 0 against the whole-grid build it replaced (kept as the tests' reference).
+
+Run from the repository root: ``python benchmarks/vessel/wall_nodes_memory.py [--n 256]``;
+writes ``benchmarks/vessel/results/cpu-<date>-<commit>-wall-nodes-<n>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import subprocess
+import sys
+import time
+import tracemalloc
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from solver.wall_shear import wall_nodes  # noqa: E402
+from tests.solver.test_wall_nodes_slabs import (  # noqa: E402
+    WALLS,
+    problem_of,
+    vessel_tube,
+    whole_grid_walls,
+)
+
+
+def measure(fn) -> tuple[float, int, object]:
+    """(seconds without tracing, traced peak bytes, result) of ``fn()``."""
+    start = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - start
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return seconds, peak, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=256, help="box edge in voxels")
+    args = parser.parse_args()
+    problem = problem_of(vessel_tube(args.n), **WALLS)
+    rows = {}
+    for name, fn in (("whole grid (before)", lambda: whole_grid_walls(problem)),
+                     ("slabs (after)", lambda: wall_nodes(problem))):
+        seconds, peak, walls = measure(fn)
+        rows[name] = {"seconds": round(seconds, 3), "peak_MB": round(peak / 1e6, 1),
+                      "wall_nodes": len(walls.voxels)}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip()
+    date = datetime.date.today().isoformat()
+    record = {"date": date, "commit": commit, "box": [args.n] * 3,
+              "voxels": args.n**3, "rows": rows}
+    out = ROOT / "benchmarks/vessel/results" / f"cpu-{date}-{commit}-wall-nodes-{args.n}"
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    lines = [f"wall_nodes, {args.n}³ vessel tube, D3Q19, {date}, {commit}", "",
+             "| build | peak (tracemalloc) | time | wall nodes |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {k} | {v['peak_MB']} MB | {v['seconds']} s | {v['wall_nodes']} |"
+              for k, v in rows.items()]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
