@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import pathlib
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -19,6 +17,7 @@ import tracemalloc
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.wall_shear import wall_nodes  # noqa: E402
 from tests.solver.test_wall_nodes_slabs import (  # noqa: E402
     WALLS,
@@ -51,18 +50,16 @@ def main() -> None:
         seconds, peak, walls = measure(fn)
         rows[name] = {"seconds": round(seconds, 3), "peak_MB": round(peak / 1e6, 1),
                       "wall_nodes": len(walls.voxels)}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT).stdout.strip()
+    commit = git_commit()
     date = datetime.date.today().isoformat()
     record = {"date": date, "commit": commit, "box": [args.n] * 3,
               "voxels": args.n**3, "rows": rows}
-    out = ROOT / "benchmarks/vessel/results" / f"cpu-{date}-{commit}-wall-nodes-{args.n}"
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     lines = [f"wall_nodes, {args.n}³ vessel tube, D3Q19, {date}, {commit}", "",
              "| build | peak (tracemalloc) | time | wall nodes |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {k} | {v['peak_MB']} MB | {v['seconds']} s | {v['wall_nodes']} |"
               for k, v in rows.items()]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_json_md(ROOT / "benchmarks/vessel/results", f"cpu-{date}-{commit}-wall-nodes-{args.n}",
+                  record, "\n".join(lines) + "\n", indent=2, newline=True)
     print("\n".join(lines))
 
 
