@@ -153,6 +153,8 @@ class NumpyBackend:
     reductions = LOCAL_REDUCTIONS
     writes_parts = reads_parts = False  # one device: one checkpoint file, one .vti
     keeps_voxel_mask = True
+    #: None: :mod:`solver.distributed.stepper` steps a NumPy rank through this interface.
+    phase_stepper = None
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads or min(4, os.cpu_count() or 1)
@@ -347,6 +349,18 @@ class NumpyBackend:
         """
         known = [v for v in (_available_memory(), _cgroup_headroom()) if v is not None]
         return min(known) if known else None
+
+    def memory_capacity(self) -> None:
+        """None: host memory is no device capacity for the plan (the plan's NumPy default)."""
+        return None
+
+    def used_memory(self) -> None:
+        """None: NumPy arrays are not counted (host memory, no pool)."""
+        return None
+
+    def nccl_status(self) -> None:
+        """None: the populations live in host memory (halos travel through MPI)."""
+        return None
 
     def memory_required(self, problem: Problem) -> int:
         """Host bytes a run of ``problem`` adds at its peak (a health check or slice).

@@ -247,6 +247,8 @@ class DistributedBackend:
     xp = np
     #: A checkpoint of parts is read by the ranks, each its own rows (:meth:`load_parts`).
     reads_parts = True
+    #: It is no rank: the ranks' inner backends make their own steppers.
+    phase_stepper = None
 
     @property
     def reductions(self) -> RankReductions:
@@ -594,6 +596,27 @@ class DistributedBackend:
         self._command("memory", None)
         return self._used
 
+    def memory_required(self, problem: Problem) -> None:
+        """None: no estimate of the whole on one device; each rank checks its own part."""
+        return None
+
+    def free_memory(self) -> None:
+        """None: the ranks' devices each have their own (:meth:`device_bytes` says what they
+        hold)."""
+        return None
+
+    def memory_capacity(self) -> None:
+        """None: the ranks' devices each have their own; a rank's plan reads its own."""
+        return None
+
+    def used_memory(self) -> None:
+        """None: the ranks' arrays are counted per rank (:meth:`device_bytes`)."""
+        return None
+
+    def nccl_status(self) -> None:
+        """None: rank 0 holds gathered host arrays; the ranks choose their halo transport."""
+        return None
+
     def release(self, state: DistributedState) -> None:
         """Free every rank's state (the workers keep serving)."""
         self._command("release", None, state.key)
@@ -733,7 +756,7 @@ class DistributedBackend:
         """``problem`` with the tile storage every rank steps: 'auto' resolved once, on the
         whole problem as a rank sees it (a part's own tile utilisation differs; tiled and
         compact storage agree to rounding only)."""
-        if problem.tile_storage != "auto" or not hasattr(self.inner, "phase_stepper"):
+        if problem.tile_storage != "auto" or self.inner.phase_stepper is None:
             return problem
         from ..backends.plan import plan_for
 
@@ -1087,8 +1110,7 @@ class DistributedBackend:
         self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)
 
     def _memory(self, _: Any) -> None:
-        used = getattr(self.inner, "used_memory", None)
-        self._used = self.comm.gather(None if used is None else used(), root=0)
+        self._used = self.comm.gather(self.inner.used_memory(), root=0)
 
     def _set_flux(self, flux: np.ndarray) -> None:
         self._solver.set_iolet_flux(flux)
