@@ -31,7 +31,7 @@ from ..problem import Problem
 
 __all__ = ["Backend", "DeviceInfo", "with_rest_solids", "NodeIndex", "node_index",
            "tiled_node_populations", "with_rest_nodes", "Reductions", "LocalReductions",
-           "LOCAL_REDUCTIONS", "prepare_problem_tables"]
+           "LOCAL_REDUCTIONS", "prepare_problem_tables", "has_none"]
 
 #: The problem's cached host tables every backend's allocation reads (cached properties of
 #: :class:`~solver.problem.Problem`): boundary kinds and tables, the openings' links, the
@@ -44,6 +44,12 @@ def prepare_problem_tables(problem: Problem) -> None:
     host work only: the part of :meth:`Backend.prepare` every backend shares."""
     for table in PROBLEM_TABLES:
         getattr(problem, table)
+
+
+def has_none(_backend: Any, *_: Any) -> None:
+    """A backend's answer for a :class:`Backend` part it has none of (no device memory of its
+    own, no memory pool, no NCCL, no estimate): None, as the protocol's docstrings say."""
+    return None
 
 
 class DeviceInfo(dict):

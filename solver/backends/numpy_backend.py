@@ -39,6 +39,7 @@ from .base import (
     LOCAL_REDUCTIONS,
     DeviceInfo,
     NodeIndex,
+    has_none,
     node_index,
     prepare_problem_tables,
     tiled_node_populations,
@@ -350,17 +351,9 @@ class NumpyBackend:
         known = [v for v in (_available_memory(), _cgroup_headroom()) if v is not None]
         return min(known) if known else None
 
-    def memory_capacity(self) -> None:
-        """None: host memory is no device capacity for the plan (the plan's NumPy default)."""
-        return None
-
-    def used_memory(self) -> None:
-        """None: NumPy arrays are not counted (host memory, no pool)."""
-        return None
-
-    def nccl_status(self) -> None:
-        """None: the populations live in host memory (halos travel through MPI)."""
-        return None
+    # Host memory: no device capacity for the plan, no pool counting the arrays, and halos
+    # travel through MPI (no NCCL).
+    memory_capacity = used_memory = nccl_status = has_none
 
     def memory_required(self, problem: Problem) -> int:
         """Host bytes a run of ``problem`` adds at its peak (a health check or slice).

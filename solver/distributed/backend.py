@@ -76,7 +76,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
-from ..backends.base import NodeIndex, node_index, prepare_problem_tables, with_rest_nodes
+from ..backends.base import NodeIndex, has_none, node_index, prepare_problem_tables, with_rest_nodes
 from ..checkpoint_parts import CheckpointError, PartSet, new_token
 from ..config import ConfigError
 from ..fields import tile_moments
@@ -596,26 +596,10 @@ class DistributedBackend:
         self._command("memory", None)
         return self._used
 
-    def memory_required(self, problem: Problem) -> None:
-        """None: no estimate of the whole on one device; each rank checks its own part."""
-        return None
-
-    def free_memory(self) -> None:
-        """None: the ranks' devices each have their own (:meth:`device_bytes` says what they
-        hold)."""
-        return None
-
-    def memory_capacity(self) -> None:
-        """None: the ranks' devices each have their own; a rank's plan reads its own."""
-        return None
-
-    def used_memory(self) -> None:
-        """None: the ranks' arrays are counted per rank (:meth:`device_bytes`)."""
-        return None
-
-    def nccl_status(self) -> None:
-        """None: rank 0 holds gathered host arrays; the ranks choose their halo transport."""
-        return None
+    # None: no estimate of the whole on one device (each rank checks its own part), the
+    # ranks' devices each have their own memory (:meth:`device_bytes` says what they hold),
+    # and rank 0 holds gathered host arrays (the ranks choose their halo transport).
+    memory_required = free_memory = memory_capacity = used_memory = nccl_status = has_none
 
     def release(self, state: DistributedState) -> None:
         """Free every rank's state (the workers keep serving)."""
