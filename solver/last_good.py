@@ -102,6 +102,5 @@ class LastGood:
 def _device_has_room(backend: Any, nbytes: int) -> bool:
     """Whether a copy of ``nbytes`` leaves as much again free on the backend's device (room for
     the moment computation's temporaries), as far as the backend can tell."""
-    free_memory = getattr(backend, "free_memory", None)
-    free = free_memory() if free_memory is not None else None
+    free = backend.free_memory()
     return free is not None and free >= 2 * nbytes

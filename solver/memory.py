@@ -121,12 +121,12 @@ def assess_memory(problem: Problem, backend: Any, reclaimable: int = 0) -> Memor
     capacity = device_capacity(backend) if problem.device_capacity is None else None
     if capacity is not None:  # the plan the run will get (the Simulation fills it alike)
         problem = replace(problem, device_capacity=capacity).use_iolets(problem.iolets)
-    ask = getattr(backend, "memory_required", None)
-    if ask is None:  # a backend without an estimate (e.g. a distributed wrapper): the state
+    need = backend.memory_required(problem)
+    if need is None:  # a backend without an estimate (e.g. a distributed wrapper): the state
         return judge(problem.tiled_state_bytes(), None)
     free = backend.free_memory()
     device = "GPU" if backend.name == "cupy" else "host"
-    return judge(ask(problem), None if free is None else free + int(reclaimable), device)
+    return judge(need, None if free is None else free + int(reclaimable), device)
 
 
 @dataclass(frozen=True)

@@ -109,15 +109,14 @@ def main() -> int:
 
 def _write(args: argparse.Namespace, result: dict, table: str = "") -> int:
     """Write ``result`` (with the measured checkout's commit) to results/<label>.json/.md."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.code,
-                            capture_output=True, text=True).stdout.strip()
+    from solver.benchmarking.results import checkout_commit, write_json_md
+
+    commit = checkout_commit(args.code)
     result = {**result, "commit": commit}
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / f"{args.label}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / f"{args.label}.md").write_text(
-        f"# {args.label}: {args.ranks} ranks, {args.shape}^3 pack, porosity {args.porosity}, "
-        f"commit {commit}\n\n{table or json.dumps(result, indent=1)}\n")
+    write_json_md(HERE / "results", args.label, result,
+                  f"# {args.label}: {args.ranks} ranks, {args.shape}^3 pack, porosity "
+                  f"{args.porosity}, commit {commit}\n\n{table or json.dumps(result, indent=1)}\n",
+                  newline=True)
     print(json.dumps(result))
     return 0
 

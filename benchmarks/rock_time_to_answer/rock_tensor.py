@@ -144,7 +144,7 @@ sys.path.insert(0, str(ROOT))
 from geometries import VoxelGeometry  # noqa: E402
 from geometries.generators import random_sphere_pack  # noqa: E402
 from solver.backends import get_backend  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.rock import PermeabilitySettings, run_study  # noqa: E402
 from solver.rock.uncertainty import alternation_residual  # noqa: E402
@@ -669,16 +669,12 @@ def _compile_lines(report: dict) -> list[str]:
 
 def write(report: dict, out: Path) -> tuple[Path, Path]:
     """Write the JSON and Markdown reports; their paths."""
-    out.mkdir(parents=True, exist_ok=True)
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
     sizes = "-".join(str(row["size"]) for row in report["rows"]) + (
         "-ramp" if report.get("pressure_start") == "ramp" else "") + (
         "-setup" if report.get("setup_only") else "")
-    stem = out / f"rock_tensor-{device}-{report['date']}-{sizes}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=2, default=float))
-    md_path.write_text(markdown(report))
-    return json_path, md_path
+    return write_json_md(out, f"rock_tensor-{device}-{report['date']}-{sizes}", report,
+                         markdown(report), indent=2, default=float)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -28,7 +28,6 @@ Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import sys
@@ -45,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rock_tensor import DevicePeak, image  # noqa: E402
 
 from solver.backends import get_backend  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.rock import PermeabilitySettings, run_study  # noqa: E402
 
@@ -185,13 +184,9 @@ def markdown(report: dict) -> str:
 
 def write(report: dict, out: Path) -> tuple[Path, Path]:
     """Write the JSON and Markdown reports; their paths."""
-    out.mkdir(parents=True, exist_ok=True)
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
-    stem = out / f"start_levels-{device}-{report['date']}-{report['size']}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=2, default=float))
-    md_path.write_text(markdown(report))
-    return json_path, md_path
+    return write_json_md(out, f"start_levels-{device}-{report['date']}-{report['size']}",
+                         report, markdown(report), indent=2, default=float)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

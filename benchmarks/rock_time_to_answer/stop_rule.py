@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rock_tensor import image  # noqa: E402
 
 from solver.backends import get_backend  # noqa: E402
-from solver.benchmarking.cases import git_commit  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.monitor import K_WINDOW, KConvergence  # noqa: E402
 from solver.rock import PermeabilitySettings  # noqa: E402
@@ -358,12 +358,8 @@ def replay_markdown(report: dict) -> str:
 
 def write_replay(report: dict, out: Path) -> tuple[Path, Path]:
     """Write the replay's JSON and Markdown; their paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"remainder_replay-{report['date']}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=1, default=float))
-    md_path.write_text(replay_markdown(report))
-    return json_path, md_path
+    return write_json_md(out, f"remainder_replay-{report['date']}", report,
+                         replay_markdown(report), default=float)
 
 
 # --- the runs -----------------------------------------------------------------------------
@@ -472,13 +468,10 @@ def markdown(report: dict) -> str:
 
 def write(report: dict, out: Path, tag: str) -> tuple[Path, Path]:
     """Write the JSON and Markdown reports; their paths."""
-    out.mkdir(parents=True, exist_ok=True)
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
-    stem = out / f"stop_rule-{device}-{report['date']}{tag}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=1, default=float))
-    md_path.write_text(markdown(report))
-    return json_path, md_path
+    # with_suffix("") as ever: a dot in the tag ends the file name there
+    stem = Path(f"stop_rule-{device}-{report['date']}{tag}").with_suffix("").name
+    return write_json_md(out, stem, report, markdown(report), default=float)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

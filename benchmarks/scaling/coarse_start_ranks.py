@@ -44,6 +44,8 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "benchmarks" / "scaling" / "results"
 sys.path.insert(0, str(REPO))
 
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Arguments."""
@@ -174,9 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(ranks_run(path, ranks, 0, args))
                 print(runs[-1], flush=True)
     # LBM_COMMIT where the tree is a snapshot inside another checkout (its HEAD is not ours).
-    commit = os.environ.get("LBM_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
-    ).stdout.strip() or "unknown"
+    commit = git_commit()
     device = "cpu" if args.backend == "numpy" else _gpu_name()
     result = {"sample": f"grains d={args.diameter:g} porosity~{args.porosity:g} seed "
                         f"{args.seed} {args.size}³ (pores joining the faces only)",
@@ -186,10 +186,8 @@ def main(argv: list[str] | None = None) -> int:
               "date": date.today().isoformat(), "device": device,
               "command": "python benchmarks/scaling/coarse_start_ranks.py "
                          + " ".join(sys.argv[1:] if argv is None else argv)}
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = f"coarse-start-ranks-{args.size}-{device}-{args.precision}-{result['date']}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
-    (args.out / f"{stem}.md").write_text(markdown(result))
+    write_json_md(args.out, stem, result, markdown(result), default=str)
     print(markdown(result))
     print(f"wrote {args.out / stem}.json and .md")
     return 0

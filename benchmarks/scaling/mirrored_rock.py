@@ -70,7 +70,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import os
 import pstats
 import subprocess
@@ -189,20 +188,17 @@ def work(args: argparse.Namespace) -> int:
         _write_profile(profiler, args, comm.Get_rank())
     if result is None:
         return 0
-    commit = os.environ.get("LBM_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
-    ).stdout.strip() or "unknown"
+    from solver.benchmarking.results import git_commit, write_json_md
+
     gpu = result["per_rank"][0].get("gpu", args.backend)
-    result.update(image=sample.name, commit=commit, date=date.today().isoformat(),
+    result.update(image=sample.name, commit=git_commit(), date=date.today().isoformat(),
                   command=" ".join(sys.argv[1:]).replace("--worker ", ""), device=gpu)
     stem = (f"mirrored-rock-{args.size}-{args.ranks}x-{_slug(gpu)}-{args.storage}"
             f"{'-in-place' if args.streaming == 'in-place' else ''}"
             f"{f'-coarse{args.coarse_levels}' if args.coarse_levels else ''}"
             f"{'-estimate' if args.estimate_only else ''}"
             f"{'-chunked-check' if args.chunked_check else ''}-{result['date']}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
-    (args.out / f"{stem}.md").write_text(markdown(result))
+    write_json_md(args.out, stem, result, markdown(result), default=str)
     print(markdown(result))
     print(f"wrote {args.out / stem}.json and .md")
     return 0

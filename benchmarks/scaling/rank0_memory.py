@@ -42,6 +42,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from solver.benchmarking.results import checkout_commit, write_json_md  # noqa: E402
+
 MIB = 2.0**20
 
 
@@ -215,12 +217,8 @@ def measure(args: argparse.Namespace) -> dict:
 
 def _commit() -> str:
     """The checkout's commit; ``LBM_COMMIT`` where it has no ``.git``."""
-    try:
-        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                               capture_output=True, text=True).stdout.strip()
-    except OSError:
-        found = ""
-    return found or os.environ.get("LBM_COMMIT", "unknown")
+    found = checkout_commit(REPO)
+    return os.environ.get("LBM_COMMIT", "unknown") if found == "unknown" else found
 
 
 def markdown(result: dict) -> str:
@@ -493,10 +491,7 @@ def setup_ranks_table(args: argparse.Namespace) -> int:
 
 def _write(folder: str, stem: str, result: dict, table: str) -> int:
     """``result`` as ``stem``.json and ``table`` as ``stem``.md in ``folder``; prints the table."""
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out / f"{stem}.md").write_text(table)
+    write_json_md(Path(folder), stem, result, table)
     print(table)
     return 0
 

@@ -72,6 +72,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from solver.backends.cuda.nccl import P2P_DEFAULTS  # noqa: E402
+from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
 from solver.config import HALO_TRANSPORTS  # noqa: E402 (after the sys.path entry)
 
 log = logging.getLogger("scaling")
@@ -312,9 +313,7 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
                                                  (args.streaming, "two-copy")) if v != default)
     stem = (f"scaling-{slug}-{'-'.join(cases)}-{args.pack}-{args.backend}-{label}{options}-"
             f"{date.today().isoformat()}")
-    commit = os.environ.get("LBM_COMMIT") or subprocess.run(  # copies without .git set it
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True, capture_output=True,
-    ).stdout.strip() or "unknown"
+    commit = git_commit()  # LBM_COMMIT: copies without .git set it
     # NCCL's settings change the timings: recorded with them (the library's own defaults,
     # solver.backends.cuda.nccl.P2P_DEFAULTS, where the environment sets none).
     settings = {**P2P_DEFAULTS, **{k: v for k, v in sorted(os.environ.items())
@@ -322,7 +321,6 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
     meta = {"device": device, "gpus_visible": _gpus_visible(), "date": date.today().isoformat(),
             "commit": commit, "transports": args.transport, "settings": settings,
             "ablate": args.ablate}
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     ablated = (f" Diagnosis only, results wrong: NCCL halo chain without its {args.ablate}."
                if args.ablate != "none" else "")
     lines = [f"# Scaling ({', '.join(cases)}): {device}", "",
@@ -352,7 +350,8 @@ def _write(results: list[dict], out: Path, args, cases: list[str]) -> None:
                                for k, v in r["host_ms_per_step_rank0_graphs"].items())
             lines.append(f"- {r['case']}, {r['ranks']} rank(s), {r['transport']}, graphs: "
                          f"{phases}")
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_json_md(out, stem, {"meta": meta, "results": results}, "\n".join(lines) + "\n",
+                  indent=2)
     print("\n".join(lines), flush=True)
 
 

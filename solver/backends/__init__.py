@@ -46,9 +46,9 @@ def get_backend(name: str = "auto") -> Backend:
     return NumpyBackend()
 
 
-def device_capacity(backend: object) -> int | None:
-    """Bytes of memory of ``backend``'s device (the CuPy backend's ``memory_capacity``), None
-    where it has none to give (NumPy; a distributed wrapper): what ``Problem.device_capacity``
-    holds for the plan (:func:`solver.backends.plan.plan_for`)."""
-    ask = getattr(backend, "memory_capacity", None)
-    return None if ask is None else int(ask())
+def device_capacity(backend: Backend) -> int | None:
+    """Bytes of memory of ``backend``'s device (its ``memory_capacity``), None where it has
+    none to give (NumPy; a distributed wrapper): what ``Problem.device_capacity`` holds for
+    the plan (:func:`solver.backends.plan.plan_for`)."""
+    capacity = backend.memory_capacity()
+    return None if capacity is None else int(capacity)

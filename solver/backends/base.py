@@ -31,7 +31,7 @@ from ..problem import Problem
 
 __all__ = ["Backend", "DeviceInfo", "with_rest_solids", "NodeIndex", "node_index",
            "tiled_node_populations", "with_rest_nodes", "Reductions", "LocalReductions",
-           "LOCAL_REDUCTIONS", "prepare_problem_tables"]
+           "LOCAL_REDUCTIONS", "prepare_problem_tables", "has_none"]
 
 #: The problem's cached host tables every backend's allocation reads (cached properties of
 #: :class:`~solver.problem.Problem`): boundary kinds and tables, the openings' links, the
@@ -44,6 +44,12 @@ def prepare_problem_tables(problem: Problem) -> None:
     host work only: the part of :meth:`Backend.prepare` every backend shares."""
     for table in PROBLEM_TABLES:
         getattr(problem, table)
+
+
+def has_none(_backend: Any, *_: Any) -> None:
+    """A backend's answer for a :class:`Backend` part it has none of (no device memory of its
+    own, no memory pool, no NCCL, no estimate): None, as the protocol's docstrings say."""
+    return None
 
 
 class DeviceInfo(dict):
@@ -187,6 +193,11 @@ class Backend(Protocol):
     #: Whether ``solver run`` keeps the whole voxel mask beside the tiling (one device: True;
     #: over two or more ranks rank 0 keeps the tiling alone).
     keeps_voxel_mask: bool
+    #: A rank's two-phase stepper of its own, called ``(problem, n_boundary_tiles,
+    #: n_owned_tiles)`` (:mod:`solver.distributed.stepper`; CuPy: tile-range launches), None
+    #: where the backend has none (NumPy: the distributed package steps it through this
+    #: interface; a distributed wrapper is no rank).
+    phase_stepper: Callable[[Problem, int, int], Any] | None
 
     def prepare(self, problem: Problem) -> None:
         """Build, on the host, the tables :meth:`allocate` of ``problem`` reads, without device
@@ -283,12 +294,29 @@ class Backend(Protocol):
     def device_info(self) -> DeviceInfo:
         """What the backend runs on."""
 
-    def memory_required(self, problem: Problem) -> int:
+    def memory_required(self, problem: Problem) -> int | None:
         """Bytes a run of ``problem`` needs on this backend's device at its peak (state,
-        tables and the temporaries of a health check), known before anything is allocated."""
+        tables and the temporaries of a health check), known before anything is allocated;
+        None where the backend has no estimate of its own (a distributed wrapper: its ranks
+        check their own parts; :func:`solver.memory.assess_memory` judges the state's bytes)."""
 
     def free_memory(self) -> int | None:
-        """Bytes a new allocation can use on this backend's device (None if unknown)."""
+        """Bytes a new allocation can use on this backend's device (None if unknown: a
+        distributed wrapper, whose ranks each have their own)."""
+
+    def memory_capacity(self) -> int | None:
+        """Bytes of memory of this backend's device, all of it, not what is free now (what
+        ``Problem.device_capacity`` holds for the plan, :func:`solver.backends.plan.plan_for`);
+        None where it has none to give (NumPy: host memory; a distributed wrapper)."""
+
+    def used_memory(self) -> int | None:
+        """Device bytes this process's arrays hold now (CuPy: its memory pool in use); None
+        where the backend does not count them (NumPy; a distributed wrapper)."""
+
+    def nccl_status(self) -> tuple[bool, str] | None:
+        """Whether NCCL can carry halos between this backend's device arrays, and its version
+        or what is missing (:mod:`solver.distributed.transport`); None where the populations
+        live in host memory (NumPy; a distributed wrapper)."""
 
     def release(self, state: Any) -> None:
         """Free the state's memory."""

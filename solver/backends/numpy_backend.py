@@ -39,6 +39,7 @@ from .base import (
     LOCAL_REDUCTIONS,
     DeviceInfo,
     NodeIndex,
+    has_none,
     node_index,
     prepare_problem_tables,
     tiled_node_populations,
@@ -153,6 +154,8 @@ class NumpyBackend:
     reductions = LOCAL_REDUCTIONS
     writes_parts = reads_parts = False  # one device: one checkpoint file, one .vti
     keeps_voxel_mask = True
+    #: None: :mod:`solver.distributed.stepper` steps a NumPy rank through this interface.
+    phase_stepper = None
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads or min(4, os.cpu_count() or 1)
@@ -347,6 +350,10 @@ class NumpyBackend:
         """
         known = [v for v in (_available_memory(), _cgroup_headroom()) if v is not None]
         return min(known) if known else None
+
+    # Host memory: no device capacity for the plan, no pool counting the arrays, and halos
+    # travel through MPI (no NCCL).
+    memory_capacity = used_memory = nccl_status = has_none
 
     def memory_required(self, problem: Problem) -> int:
         """Host bytes a run of ``problem`` adds at its peak (a health check or slice).

@@ -76,7 +76,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, DeviceInfo, get_backend, may_use_gpu
-from ..backends.base import NodeIndex, node_index, prepare_problem_tables, with_rest_nodes
+from ..backends.base import NodeIndex, has_none, node_index, prepare_problem_tables, with_rest_nodes
 from ..checkpoint_parts import CheckpointError, PartSet, new_token
 from ..config import ConfigError
 from ..fields import tile_moments
@@ -247,6 +247,8 @@ class DistributedBackend:
     xp = np
     #: A checkpoint of parts is read by the ranks, each its own rows (:meth:`load_parts`).
     reads_parts = True
+    #: It is no rank: the ranks' inner backends make their own steppers.
+    phase_stepper = None
 
     @property
     def reductions(self) -> RankReductions:
@@ -594,6 +596,11 @@ class DistributedBackend:
         self._command("memory", None)
         return self._used
 
+    # None: no estimate of the whole on one device (each rank checks its own part), the
+    # ranks' devices each have their own memory (:meth:`device_bytes` says what they hold),
+    # and rank 0 holds gathered host arrays (the ranks choose their halo transport).
+    memory_required = free_memory = memory_capacity = used_memory = nccl_status = has_none
+
     def release(self, state: DistributedState) -> None:
         """Free every rank's state (the workers keep serving)."""
         self._command("release", None, state.key)
@@ -733,7 +740,7 @@ class DistributedBackend:
         """``problem`` with the tile storage every rank steps: 'auto' resolved once, on the
         whole problem as a rank sees it (a part's own tile utilisation differs; tiled and
         compact storage agree to rounding only)."""
-        if problem.tile_storage != "auto" or not hasattr(self.inner, "phase_stepper"):
+        if problem.tile_storage != "auto" or self.inner.phase_stepper is None:
             return problem
         from ..backends.plan import plan_for
 
@@ -1087,8 +1094,7 @@ class DistributedBackend:
         self._fluxes = self.comm.gather(self._solver.iolet_flux(), root=0)
 
     def _memory(self, _: Any) -> None:
-        used = getattr(self.inner, "used_memory", None)
-        self._used = self.comm.gather(None if used is None else used(), root=0)
+        self._used = self.comm.gather(self.inner.used_memory(), root=0)
 
     def _set_flux(self, flux: np.ndarray) -> None:
         self._solver.set_iolet_flux(flux)

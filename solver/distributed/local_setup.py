@@ -196,7 +196,7 @@ def agreed_storage(problem: Problem, backend: Backend, comm: Any) -> Problem:
     every rank where any rank's part fits its device only so (the plan's compact storage with
     64-bit offsets under 'auto': :func:`~solver.backends.plan.plan_for` on the rank's part
     and its device's memory, ``Problem.device_capacity``; collective over ``comm``)."""
-    if problem.tile_storage != "auto" or not hasattr(backend, "phase_stepper"):
+    if problem.tile_storage != "auto" or backend.phase_stepper is None:
         return problem
     from ..backends.plan import plan_for
 

@@ -118,11 +118,17 @@ def device_estimate(problem: Problem) -> int:
 
 def _fits(estimate: int, backend: Any) -> None:
     """Raise MemoryError before allocating when ``estimate`` exceeds the device's free bytes."""
-    free = getattr(backend, "free_memory", None)
-    if free is not None and estimate > free():
+    free = backend.free_memory()
+    if free is not None and estimate > free:
         raise MemoryError(f"this rank needs about {estimate / 2**30:.1f} GiB on its device, "
-                          f"{free() / 2**30:.1f} GiB are free: store float16 "
+                          f"{free / 2**30:.1f} GiB are free: store float16 "
                           "(--set storage=float16), run on more ranks or on larger GPUs.")
+
+
+def _used_memory(backend: Any) -> int | None:
+    """Device bytes ``backend``'s arrays hold now (None where it does not count them)."""
+    used = backend.used_memory()
+    return None if used is None else int(used)
 
 
 def _collect(comm: Any, error: Exception | None) -> None:
@@ -221,8 +227,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "halo_values_per_step": int(solver.plan.values_sent()),
             "tile_storage": solver.problem.tile_storage,
             "device_bytes_estimate": estimate,
-            "device_bytes_used": (None if not hasattr(backend, "used_memory")
-                                  else int(backend.used_memory())),
+            "device_bytes_used": _used_memory(backend),
             "host_peak_bytes": _host_peak(), "seconds": dict(times),
             "step_seconds": run["seconds"], "check_seconds": run["check_seconds"],
             **(memory() if memory is not None else {})}

@@ -63,7 +63,7 @@ class RankSolver:
         q, npt = problem.lattice.q, problem.tiling.nodes_per_tile
         # One copy (AA pattern) on a GPU backend's stepper: the pass reads either phase's
         # layout, and the exchange after a phase-0 step carries the phase-1 reads.
-        in_place = problem.population_copies == 1 and hasattr(backend, "phase_stepper")
+        in_place = problem.population_copies == 1 and backend.phase_stepper is not None
         self.layout, self.plan = build_rank(
             problem.tiling, decomposition, problem.lattice, problem.periodic, rank,
             pass_reads(tables, decomposition, q, npt),
@@ -78,7 +78,7 @@ class RankSolver:
         # it: the ranks' own tile utilisations differ, and tiled and compact storage agree to
         # rounding only.
         storage = problem.tile_storage
-        if hasattr(backend, "phase_stepper"):
+        if backend.phase_stepper is not None:
             as_rank = dataclasses.replace(problem, owned=np.ones(problem.tiling.n_tiles, bool))
             storage = plan_for(as_rank.use_iolets(tables)).tile_storage
         self.problem = dataclasses.replace(problem, tiling=self.layout.tiling,

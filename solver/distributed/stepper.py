@@ -208,7 +208,7 @@ def stepper_for(backend: Backend, problem: Problem, layout: RankLayout) -> RankS
     """Allocate ``problem`` (rank-local) on ``backend`` behind its two-phase stepper."""
     if backend.name == "numpy":
         return NumpyPhases(backend, problem, layout)
-    factory = getattr(backend, "phase_stepper", None)
+    factory = backend.phase_stepper
     if factory is None:
         raise ConfigError(f"The {backend.name} backend cannot run distributed yet (it has no "
                           "phase_stepper; see solver/distributed/stepper.py); use "

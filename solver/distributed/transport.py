@@ -59,11 +59,11 @@ def check_transport(name: str) -> str:
 
 def local_report(backend: Backend) -> TransportReport:
     """This rank's :class:`TransportReport` (no communication)."""
-    status = getattr(backend, "nccl_status", None)
+    status = backend.nccl_status()
     if status is None:
         return TransportReport(False, f"the {backend.name} backend keeps its populations in "
                                       "host memory")
-    ok, why = status()
+    ok, why = status
     return TransportReport(ok, why, f"{socket.gethostname()}/{backend.gpu_id()}")
 
 

@@ -77,6 +77,7 @@ def test_huge_streaming_takes_two_copies_where_the_plan_keeps_them_tiled():
     """``--huge-streaming auto``: two copies where the device holds their tiled state with the
     plan's headroom (an H200's 141 GB at 1000³), else in place (an 80 GB H100, the default);
     an explicit choice is kept; no device memory (NumPy): in place."""
+    from solver.backends.numpy_backend import NumpyBackend
     from solver.backends.plan import AUTO_HEADROOM_PER_TILE_NODE
 
     class Device:
@@ -90,7 +91,7 @@ def test_huge_streaming_takes_two_copies_where_the_plan_keeps_them_tiled():
     assert rock_tensor.huge_streaming(1000, h200) == "two-copy"
     assert rock_tensor.huge_streaming(1000, h100) == "in-place"
     assert rock_tensor.huge_streaming(1000, h100, "two-copy") == "two-copy"
-    assert rock_tensor.huge_streaming(1000, object()) == "in-place"
+    assert rock_tensor.huge_streaming(1000, NumpyBackend(threads=1)) == "in-place"
     assert rock_tensor.huge_streaming(1600, h200) == "in-place"
     # in place, the tiled state and its headroom fit the H100 (66.5 GB held at the checks)
     in_place = rock_tensor.TILED_STATE_1000["in-place"] \

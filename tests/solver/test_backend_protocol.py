@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DECLARED = ("reductions", "writes_parts", "reads_parts", "keeps_voxel_mask")
+DECLARED = ("reductions", "writes_parts", "reads_parts", "keeps_voxel_mask", "phase_stepper",
+            "memory_required", "free_memory", "memory_capacity", "used_memory", "nccl_status")
 #: What a caller once sniffed for (getattr/hasattr on a backend).
 SNIFFED = {"tile_moments", "health_numbers", "k_check_numbers", "writes_parts", "reads_parts",
-           "keeps_voxel_mask", "load_parts", "iolet_flux", "reductions", "wall_shear_vectors"}
+           "keeps_voxel_mask", "load_parts", "iolet_flux", "reductions", "wall_shear_vectors",
+           "free_memory", "memory_required", "memory_capacity", "phase_stepper", "nccl_status",
+           "used_memory"}
 
 
 def _class_names(path: Path, name: str) -> set[str]:
@@ -62,6 +65,8 @@ def test_one_device_sums_its_readouts_itself() -> None:
     backend = NumpyBackend(threads=1)
     assert backend.reductions is LOCAL_REDUCTIONS
     assert not backend.writes_parts and not backend.reads_parts and backend.keeps_voxel_mask
+    assert backend.phase_stepper is None and backend.nccl_status() is None
+    assert backend.memory_capacity() is None and backend.used_memory() is None
     numbers = np.arange(3.0)
     assert LOCAL_REDUCTIONS.health_numbers(None, 0, lambda: numbers) is numbers
     assert LOCAL_REDUCTIONS.k_check_numbers(None, 0, (1, 2), lambda: numbers) is numbers
@@ -80,6 +85,9 @@ def test_ranks_sum_their_readouts_on_the_ranks() -> None:
 
     with DistributedBackend("numpy") as backend:
         assert isinstance(backend.reductions, RankReductions) and backend.reads_parts
+        assert backend.phase_stepper is None and backend.nccl_status() is None
+        assert backend.memory_required(None) is None and backend.free_memory() is None
+        assert backend.memory_capacity() is None and backend.used_memory() is None
         asked = []
         backend.health_numbers = lambda state, axis: asked.append(("health", axis)) or 1.0
         backend.k_check_numbers = lambda state, axis, w: asked.append(("k", axis, w)) or 2.0

@@ -251,7 +251,8 @@ def test_auto_keeps_runs_past_the_32_bit_offsets_tiled_unless_a_rank_fits_only_c
     compact = plan.compact_state_estimate(problem, plan.COMPACT_PAD)
 
     class Device:  # what agreed_storage asks of a CuPy backend
-        phase_stepper = None
+        def phase_stepper(self, problem, n_boundary, n_owned):
+            raise AssertionError("agreed_storage plans the storage; it steps nothing")
 
         def __init__(self, capacity):
             self.capacity = capacity

@@ -224,6 +224,9 @@ def test_the_gpu_precheck_plans_the_packed_bound(tile_storage):
         def free_memory(self) -> int:
             return 80 * 2**30
 
+        def memory_capacity(self) -> None:  # the plan without a capacity, as sized here
+            return None
+
     solid = np.zeros((32, 32, 32), dtype=bool)
     solid[:8] = True
     config = SimulationConfig(backend="numpy", precision="float32", tile_storage=tile_storage)
