@@ -130,6 +130,18 @@ def _compact_ranks(storage: str, precision: str, streaming: str, fluid_model: st
     return ranks
 
 
+def _same_run(got: dict, chunked: dict) -> None:
+    """Two mirrored runs' results agree: the same steps and checks, k and the flux spread at
+    every check (the fine run's and the coarse level's) to rounding."""
+    assert got["steps"] == chunked["steps"] and len(got["history"]) == len(chunked["history"])
+    for a, b in zip(got["history"] + got["coarse"][0]["history"],
+                    chunked["history"] + chunked["coarse"][0]["history"], strict=True):
+        assert a["step"] == b["step"]
+        assert a["k"] == pytest.approx(b["k"], rel=RTOL)
+        assert a["flux_spread"] == pytest.approx(b["flux_spread"], rel=1e-9)
+    assert got["k"] == pytest.approx(chunked["k"], rel=RTOL)
+
+
 def _same_numbers(got, want, speed_rtol: float = 1e-14) -> None:
     """``got`` equals ``want`` to rounding (the largest speed: to ``speed_rtol``; on the GPU
     the kernel and CuPy's operations may contract other multiply-adds)."""
@@ -323,13 +335,7 @@ def test_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(monkeypa
     monkeypatch.setattr(mirrored, "rank_numbers", fused)
     got = run()
     assert len(used) == 2  # the coarse level's checks and the fine run's
-    assert got["steps"] == chunked["steps"] and len(got["history"]) == len(chunked["history"])
-    for a, b in zip(got["history"] + got["coarse"][0]["history"],
-                    chunked["history"] + chunked["coarse"][0]["history"], strict=True):
-        assert a["step"] == b["step"]
-        assert a["k"] == pytest.approx(b["k"], rel=RTOL)
-        assert a["flux_spread"] == pytest.approx(b["flux_spread"], rel=1e-9)
-    assert got["k"] == pytest.approx(chunked["k"], rel=RTOL)
+    _same_run(got, chunked)
 
 
 @pytest.mark.parametrize("storage, precision, streaming", [
@@ -362,10 +368,4 @@ def test_compact_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(
     monkeypatch.setattr(mirrored, "rank_numbers", fused)
     got = run()
     assert len(used) == 2 and chunked["per_rank"][0]["tile_storage"] == "compact"
-    assert got["steps"] == chunked["steps"] and len(got["history"]) == len(chunked["history"])
-    for a, b in zip(got["history"] + got["coarse"][0]["history"],
-                    chunked["history"] + chunked["coarse"][0]["history"], strict=True):
-        assert a["step"] == b["step"]
-        assert a["k"] == pytest.approx(b["k"], rel=RTOL)
-        assert a["flux_spread"] == pytest.approx(b["flux_spread"], rel=1e-9)
-    assert got["k"] == pytest.approx(chunked["k"], rel=RTOL)
+    _same_run(got, chunked)
