@@ -166,7 +166,8 @@ def image(n: int, voxel_size: float, porosity: float = 0.2, grain: float = 20.0,
 def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             huge: bool = False, pressure_start: str = "rest", axes: list[str] | None = None,
             max_seconds: float = 0.0, coarse_levels: int = 1,
-            coarse_factor: float = 10.0, streaming: str = "in-place") -> dict:
+            coarse_factor: float = 10.0, streaming: str = "in-place",
+            tile_storage: str = "auto") -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
     formation factor, one population copy (the issue's 1000³ target is the mirrored k
     tensor); ``coarse_levels``, ``coarse_factor``: the coarse start's levels and tolerance
@@ -180,7 +181,7 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     # room (139 GB: an H200); :func:`huge_streaming`.
     config = SimulationConfig(precision=precision, collision="TRT",
                               streaming=huge_streaming(n, backend, streaming) if huge
-                              else "two-copy")
+                              else "two-copy", tile_storage=tile_storage if huge else "auto")
     settings = PermeabilitySettings(protocol=protocol, axes=axes or ["x", "y", "z"],
                                     formation_factor=not huge, pressure_start=pressure_start,
                                     max_seconds=max_seconds, coarse_levels=coarse_levels,
@@ -209,7 +210,8 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
                       alternation_residual(r.pair, r.previous_pair)}
                      for r in study.results],
             "coarse_levels": coarse_levels, "coarse_tolerance_factor": coarse_factor,
-            "streaming": config.streaming,
+            "streaming": config.streaming, "tile_storage": config.tile_storage,
+            "device_memory_GB": _capacity_gb(backend),
             "device_pool_peak_GB": peak.gigabytes(),
             "device_pool_polled_peak_GB": peak.polled_gigabytes(), "study": summary}
 
@@ -221,6 +223,20 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
 TILED_STATE_1000 = {"two-copy": 128.65e9, "in-place": 65.01e9}
 #: Tile nodes of the 1000³ mirrored box (eta_t 0.478).
 TILE_NODES_1000 = 8.37e8
+
+
+def limit_device_memory(nbytes: float) -> None:
+    """Cap CuPy's pool at ``nbytes`` (a smaller GPU's memory): allocations beyond it fail, and
+    the backend's ``memory_capacity`` (the plan's storage choice) reports the cap."""
+    import cupy
+
+    cupy.get_default_memory_pool().set_limit(size=int(nbytes))
+
+
+def _capacity_gb(backend) -> float | None:
+    """The device memory the plan chose for, GB (None: NumPy)."""
+    capacity = backend.memory_capacity()
+    return None if capacity is None else capacity / 1e9
 
 
 def huge_streaming(n: int, backend, choice: str = "auto") -> str:
@@ -514,6 +530,8 @@ def run(args: argparse.Namespace) -> dict:
     """Measure every chosen image; the report."""
     compiles = CompileLog()
     backend = get_backend(args.backend)
+    if args.device_memory:
+        limit_device_memory(args.device_memory * 1e9)
     sizes = [16] if args.quick else [*args.sizes, *([args.huge_size] if args.huge else [])]
     rows = []
     if args.setup_only:
@@ -530,7 +548,8 @@ def run(args: argparse.Namespace) -> dict:
             row = measure(n, protocol, voxel, args.precision, backend, huge, args.pressure_start,
                           args.axes if huge else None, args.max_seconds if huge else 0.0,
                           args.coarse_levels if huge else 1,
-                          args.coarse_factor if huge else 10.0, args.huge_streaming)
+                          args.coarse_factor if huge else 10.0, args.huge_streaming,
+                          args.huge_storage)
         except Exception as exc:  # e.g. out of device memory: report it with the rest
             if not huge:
                 raise
@@ -591,7 +610,10 @@ def markdown(report: dict) -> str:
                 f"{r.get('work_steps', 0):.0f} | {r['seconds']:.1f} |" for r in row["runs"]]
         if row.get("device_pool_peak_GB") is not None:
             used = max((len(r.get("start_steps") or []) for r in row["runs"]), default=0)
-            out += ["", f"Streaming {row.get('streaming', 'in-place')}; coarse start levels "
+            memory = row.get("device_memory_GB")
+            out += ["", f"Streaming {row.get('streaming', 'in-place')}, tile storage "
+                    f"{row.get('tile_storage', 'auto')} (planned for {memory or float('nan'):.1f} "
+                    "GB of device memory); coarse start levels "
                     f"{row.get('coarse_levels', 1)} (0: by size), {used} run (tolerance x "
                     f"{row.get('coarse_tolerance_factor', 10.0):g}); CuPy pool at most "
                     f"{row['device_pool_peak_GB']:.2f} GB at a fine check, "
@@ -701,6 +723,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "one, 66.5 GB at 1000³, within the issue's 80 GB H100; auto: two where "
                         "the device holds their tiled state with the plan's headroom, 139 GB at "
                         "1000³, an H200; huge_streaming)")
+    p.add_argument("--huge-storage", default="auto", choices=["auto", "tiled", "compact"],
+                   help="tile storage of the --huge image's runs (auto: the plan's choice on "
+                        "the device's memory, or on --device-memory)")
+    p.add_argument("--device-memory", type=float, default=0.0,
+                   help="cap CuPy's memory pool at this many GB (e.g. 85.5: an 80 GB H100's "
+                        "memory on a larger GPU); the plan chooses for the cap")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="wall limit of each --huge run, s (0: none; a stopped run is reported "
                         "not converged)")

@@ -153,12 +153,19 @@ class CupyBackend(StateAccess):
 
     def memory_capacity(self) -> int:
         """Bytes of memory of the current device: all of it, not what is free now (the plan's
-        storage choice must not depend on a run beside it, ``Problem.device_capacity``)."""
-        return int(cp.cuda.runtime.memGetInfo()[1])
+        storage choice must not depend on a run beside it, ``Problem.device_capacity``), or
+        CuPy's pool limit where one is set below it (a GPU shared on purpose)."""
+        total = int(cp.cuda.runtime.memGetInfo()[1])
+        limit = int(cp.get_default_memory_pool().get_limit())
+        return min(total, limit) if limit else total
 
     def free_memory(self) -> int:
-        """Device memory a new allocation can use, bytes: free on the device plus CuPy's pool."""
-        return int(cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes())
+        """Device memory a new allocation can use, bytes: free on the device plus CuPy's pool,
+        within the pool's limit where one is set."""
+        pool = cp.get_default_memory_pool()
+        free = int(cp.cuda.runtime.memGetInfo()[0] + pool.free_bytes())
+        limit = int(pool.get_limit())
+        return min(free, limit - int(pool.used_bytes())) if limit else free
 
     def release(self, state: DeviceRun) -> None:
         """Free the device arrays."""
