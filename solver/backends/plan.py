@@ -33,8 +33,8 @@ from .cuda.tables import check_tile_shape, effective_layout
 __all__ = ["KernelFamily", "TILED", "COMPACT", "FAMILIES", "ExecutionPlan", "plan_for",
            "STORAGE_CHOICES", "LAYOUT_CHOICES", "STREAMING_CHOICES", "compact_kernel",
            "storage_label", "compact_values", "compact_state_estimate",
-           "AUTO_COMPACT_BELOW", "AUTO_HEADROOM_PER_TILE_NODE", "WIDE_SLOWER", "fits_device",
-           "device_headroom",
+           "AUTO_COMPACT_BELOW", "AUTO_HEADROOM_PER_TILE_NODE", "WIDE_SLOWER",
+           "WIDE_TWO_COPIES_FASTER", "fits_device", "device_headroom",
            "AUTO_COMPACT_BELOW_FLOAT16", "AUTO_COMPACT_IN_PLACE_BELOW", "COMPACT_PAD",
            "COMPACT_PACKED", "COMPACT_PACKED_FLOAT16", "COMPACT_CODE", "COMPACT_CODE_FLOAT16"]
 
@@ -186,6 +186,16 @@ AUTO_COMPACT_IN_PLACE_BELOW = {"float32": 0.85, "float64": 1.01, "float16": 0.6}
 #: (benchmarks/compact/results/compact-wide-nvidia-h200-2026-11-28-bd19b10.md).
 WIDE_SLOWER = "measured slower than tiled: 1000³ mirrored rock in place on an H200, " \
               "10.3 against 12.5 G fluid updates/s (f052a62)"
+#: Why 'auto' takes the wide kernels for two population copies wherever their state fits:
+#: the 1000³ mirrored rock along x (H200, commit acb1c4a, 2026-11-28, float32 TRT, 4.0e8 fluid
+#: nodes, the same 3001 fine steps and k) stepped its fine run in 74.0 s compact with two copies
+#: and 64-bit offsets against 97.3 s tiled in place (1.31x); tiled with two copies it ran out of
+#: memory on the H200's 150 GB (127.6 GB asked beside 25.6 GB held), where the compact two
+#: copies held 69.6 GB at the checks (81.5 GB at the polled peak, under an 85.5 GB pool cap: an
+#: 80 GB H100's memory). Compact is also the smaller state, so it fits wherever tiled does.
+WIDE_TWO_COPIES_FASTER = "measured faster than tiled: 1000³ mirrored rock on an H200, fine " \
+                         "steps 74.0 s compact with two copies against 97.3 s tiled in place " \
+                         "(acb1c4a), and tiled with two copies did not fit its 150 GB"
 #: Device bytes per tile node a run holds beyond its resident state at its peak, for 'auto''s
 #: fit (``Problem.device_capacity``): the fused check's flags, the checks' chunks, and at the
 #: prolongation the coarser level's state and moments. The 1000³ mirrored tiled in-place run
@@ -360,6 +370,8 @@ def _wide_or_tiled(problem: Problem, pad: int, why_compact: str) -> tuple[Kernel
     slower = f"the compact storage would need 64-bit value offsets " \
              f"({compact_values(problem, pad):.3g} values per copy), {WIDE_SLOWER}"
     capacity = problem.device_capacity
+    if population_copies(problem.streaming) == 2:
+        return _wide_two_copies(problem, pad, why_compact)
     if capacity is None:
         return TILED, f"auto: {slower}; device memory not given"
     tiled, compact = problem.tiled_state_bytes(), compact_state_estimate(problem, pad)
@@ -371,6 +383,25 @@ def _wide_or_tiled(problem: Problem, pad: int, why_compact: str) -> tuple[Kernel
     if not fits_device(problem, compact, capacity):
         return TILED, f"auto: {slower}; neither state fits ({sizes})"
     return COMPACT, f"auto: {why_compact}, and only the compact state fits the device ({sizes})"
+
+
+def _wide_two_copies(problem: Problem, pad: int, why_compact: str) -> tuple[KernelFamily, str]:
+    """'auto''s family for a two-copy run past the 32-bit offsets: compact with the wide
+    kernels (:data:`WIDE_TWO_COPIES_FASTER`, and the smaller state) unless, on a given
+    ``problem.device_capacity``, it does not fit; then tiled, whose state is larger still, so
+    the memory check says to stream in place."""
+    capacity = problem.device_capacity
+    faster = f"{why_compact}, with 64-bit value offsets ({compact_values(problem, pad):.3g} " \
+             f"values per copy), {WIDE_TWO_COPIES_FASTER}"
+    if capacity is None:
+        return COMPACT, f"auto: {faster}; device memory not given"
+    compact, headroom = compact_state_estimate(problem, pad), device_headroom(problem)
+    if fits_device(problem, compact, capacity):
+        return COMPACT, f"auto: {faster}; the compact state fits (compact {compact / 1e9:.1f} " \
+                        f"GB +{headroom / 1e9:.1f} GB of headroom, device {capacity / 1e9:.1f} GB)"
+    return TILED, f"auto: the compact state with two copies does not fit ({compact / 1e9:.1f} " \
+                  f"GB +{headroom / 1e9:.1f} GB of headroom, device {capacity / 1e9:.1f} GB), " \
+                  "nor the tiled one: stream in place (streaming='in-place')"
 
 
 def device_headroom(problem: Problem) -> int:
