@@ -73,8 +73,9 @@ class Problem:
     ramp_steps: int | None = None
     #: Bytes of memory of the device the run is for (None: unknown), filled by who knows the
     #: device (:class:`~solver.simulation.Simulation`, a distributed rank's set-up): with
-    #: tile_storage 'auto' the plan keeps a run needing the compact kernels' 64-bit offsets
-    #: tiled (faster) unless only the compact state fits (:func:`solver.backends.plan.plan_for`).
+    #: tile_storage 'auto' the plan keeps an in-place run needing the compact kernels' 64-bit
+    #: offsets tiled (faster) unless only the compact state fits, and a two-copy one compact
+    #: wherever that fits (:func:`solver.backends.plan.plan_for`).
     device_capacity: int | None = None
 
     def __post_init__(self) -> None:

@@ -27,15 +27,14 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   measured on the 320³ and 400³ images of this generator): 1.31e7 tiles, 8.4e8 tile nodes.
 - **Storage.** 19 x 4.0e8 = 7.6e9 values per copy: beyond the compact kernels' 32-bit offsets
   (2^31, :data:`solver.backends.plan.COMPACT`, ``value_limit``). Compact with 64-bit offsets
-  (``ExecutionPlan.wide``) would take 96 B per fluid node in place (76 B of populations, 20 B of
-  edge tables): CuPy's pool held 39.4 GB, but it stepped 21 % slower than tiled (H200, f052a62:
-  39.0 against 32.1 ms per fine step), so tile_storage 'auto' keeps these fine runs tiled, with
-  the 64-bit halo sources of copies of 2^31 values or more, wherever the tiled state fits the
-  device (:data:`solver.backends.plan.WIDE_SLOWER`, ``fits_device``; the Simulation gives the
-  plan the device's memory). Bytes per tile node: 19 x 4 per copy + 1 node type: one copy (in
-  place, the AA pattern: ``--huge`` runs in place) 77 B = 64.4 GB; two copies 153 B = 128 GB
-  (does not fit). Compact would need 92 B per fluid node in place (36.8 GB, with 16 B of edge
-  tables, 32-bit offsets) or 168 B with two copies (67 GB). Besides the fine state: the fused
+  (``ExecutionPlan.wide``) take 96 B per fluid node in place (76 B of populations, 20 B of
+  edge tables) and 172 B with two copies. In place they stepped 21 % slower than tiled (H200,
+  f052a62: 39.0 against 32.1 ms per fine step), so in place 'auto' keeps these fine runs tiled
+  wherever the tiled state fits (:data:`solver.backends.plan.WIDE_SLOWER`); with two copies they
+  are the fastest arrangement that fits (:data:`~solver.backends.plan.WIDE_TWO_COPIES_FASTER`,
+  below), and the default here. Bytes per tile node: 19 x 4 per copy + 1 node type: one copy
+  77 B = 64.4 GB tiled; two copies 153 B = 128 GB tiled (did not fit an H200's 150 GB beside
+  the start levels), 68.8 GB compact. Besides the fine state: the fused
   check's flags (1 B per tile node, 0.84 GB), the tile map and masks (0.4 GB) and, at the
   prolongation only, the 1/2 level's compact state (5.2e7 fluid nodes, 4.6 GB) and its float32
   moments (0.8 GB): **about 71 GB at the peak** (an estimate: the benchmark reports the pool at
@@ -95,6 +94,12 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   67 GB: the tensor in about 470 or 380 s), a start that leaves the fine run less (past the
   1000-step window its steps are the coarse pressure field relaxing to the fine geometry; the
   velocity settles within 200 steps: README), or several GPUs.
+- **Measured at 1000³, one axis, four arrangements side by side** (4 H200s of one host,
+  acb1c4a, ``--axes x``; ``results/rock_tensor-NVIDIA-H200-2026-11-28-1000-x-*-acb1c4a.md``):
+  the same 3001 fine steps and k (2093.9 mD) in 97.3 s tiled in place, **74.0-74.2 s compact
+  with two copies (wide kernels)**, also under ``--device-memory 85.5`` (CuPy's pool capped at
+  an 80 GB H100's memory: the plan chose the same, the pool peaked at 81.5 GB); tiled with two
+  copies ran out of the H200's memory.
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
   two minutes (k against today's start, fine steps, the 1000³ arrangement's rate:
   fine run tiled with 64-bit halo sources, start levels compact).
@@ -175,10 +180,9 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     tic = time.perf_counter()
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
-    # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds one copy of its populations by
-    # default (in place, the AA pattern: the same steps, bit for bit; tiled, 66.5 GB, within
-    # the issue's 80 GB H100), two with ``streaming`` 'two-copy' or 'auto' where the device has
-    # room (139 GB: an H200); :func:`huge_streaming`.
+    # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds two copies of its populations by
+    # default where the compact state fits (69.6 GB: the issue's 80 GB H100 too), else one (in
+    # place, the AA pattern: the same steps, bit for bit); :func:`huge_streaming`.
     config = SimulationConfig(precision=precision, collision="TRT",
                               streaming=huge_streaming(n, backend, streaming) if huge
                               else "two-copy", tile_storage=tile_storage if huge else "auto")
@@ -216,11 +220,11 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             "device_pool_polled_peak_GB": peak.polled_gigabytes(), "study": summary}
 
 
-#: Resident device bytes of the 1000³ mirrored box's fine run on the tiled storage, float32,
-#: by streaming (``Problem.tiled_state_bytes`` on its counts: 1.31e7 tiles, 8.37e8 tile nodes;
-#: ``benchmarks/compact/wide_memory.py``, commit 8195efe): 153 B per tile node with two copies,
-#: 77 B in place (the in-place run's pool held 66.5 GB at its checks). Scaled by (n / 1000)³.
-TILED_STATE_1000 = {"two-copy": 128.65e9, "in-place": 65.01e9}
+#: Resident device bytes of the 1000³ mirrored box's fine run with two copies on the compact
+#: storage with 64-bit offsets, float32 (the plan's ``compact_state_estimate`` on its counts:
+#: 172 B per fluid node, 4.0e8 fluid nodes; the run's pool held 69.6 GB at its checks, H200,
+#: acb1c4a). Scaled by (n / 1000)³.
+COMPACT_TWO_COPIES_1000 = 68.8e9
 #: Tile nodes of the 1000³ mirrored box (eta_t 0.478).
 TILE_NODES_1000 = 8.37e8
 
@@ -241,20 +245,18 @@ def _capacity_gb(backend) -> float | None:
 
 def huge_streaming(n: int, backend, choice: str = "auto") -> str:
     """The streaming of the huge image's runs: ``choice``, or with 'auto' two copies where the
-    plan keeps their tiled state on the device (:func:`solver.backends.plan.fits_device`'s
-    rule on the device's memory, the state :data:`TILED_STATE_1000` scaled to n³: an H200;
-    on the H100 at 192³, rock-like, tiled two copies ran 1.29x the rate in place: 11.18 against
-    8.69 G fluid updates/s, benchmarks/throughput), else in place (one copy, the same results
-    bit for bit). The tile storage is the plan's: the Simulation gives it the device's memory
-    (``Problem.device_capacity``), so 'auto' stays tiled where its state fits (faster than
-    the compact kernels' 64-bit offsets these runs need)."""
+    plan's compact state with two copies fits the device with its headroom
+    (:func:`solver.backends.plan.fits_device`'s rule, the state
+    :data:`COMPACT_TWO_COPIES_1000` scaled to n³: an 80 GB H100 or an H200 at 1000³; the plan
+    then takes the wide compact kernels, ``WIDE_TWO_COPIES_FASTER``: 1.31x the tiled in-place
+    fine steps), else in place (one copy, the same results bit for bit)."""
     from solver.backends import device_capacity
     from solver.backends.plan import AUTO_HEADROOM_PER_TILE_NODE
 
     if choice != "auto":
         return choice
     scale = (n / 1000) ** 3
-    need = (TILED_STATE_1000["two-copy"] + AUTO_HEADROOM_PER_TILE_NODE * TILE_NODES_1000) * scale
+    need = (COMPACT_TWO_COPIES_1000 + AUTO_HEADROOM_PER_TILE_NODE * TILE_NODES_1000) * scale
     return "two-copy" if (device_capacity(backend) or 0) >= need else "in-place"
 
 
@@ -717,12 +719,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--coarse-factor", type=float, default=10.0,
                    help="the --huge image's coarse runs (but the coarsest of a chain, which "
                         "converges to the tolerance) stop at this times the tolerance")
-    p.add_argument("--huge-streaming", default="in-place",
+    p.add_argument("--huge-streaming", default="auto",
                    choices=["auto", "in-place", "two-copy"],
-                   help="population copies of the --huge image's runs (in-place, the default: "
-                        "one, 66.5 GB at 1000³, within the issue's 80 GB H100; auto: two where "
-                        "the device holds their tiled state with the plan's headroom, 139 GB at "
-                        "1000³, an H200; huge_streaming)")
+                   help="population copies of the --huge image's runs (auto, the default: two "
+                        "where the compact state with two copies fits the device, 69.6 GB at "
+                        "1000³, an 80 GB H100 too, else one; huge_streaming)")
     p.add_argument("--huge-storage", default="auto", choices=["auto", "tiled", "compact"],
                    help="tile storage of the --huge image's runs (auto: the plan's choice on "
                         "the device's memory, or on --device-memory)")

@@ -201,7 +201,8 @@ def _simulation(setup: ProtocolSetup, backend: Any, device: Any = None) -> Simul
     same tiles; the 64-offset search over a 1000³ sample's mirrored box was about 40 s of host
     time), else on the host. The Simulation gives the problem its device's memory
     (``Problem.device_capacity``): the plan stores a run past the compact kernels' 32-bit
-    offsets (the 1000³ image's fine runs) tiled where the tiled state fits, as decided there."""
+    offsets (the 1000³ image's fine runs) compact with the wide kernels when it has two copies
+    and they fit, tiled in place where the tiled state fits, as decided there."""
     geometry, config = setup.geometry, setup.config
     problem = None
     if getattr(device, "name", None) == "cupy" and geometry.ndim == 3:

@@ -73,10 +73,11 @@ def test_setup_only_reports_each_part_of_the_huge_set_up(tmp_path):
     assert "host set-up only" in json_path.with_suffix(".md").read_text()
 
 
-def test_huge_streaming_takes_two_copies_where_the_plan_keeps_them_tiled():
-    """``--huge-streaming auto``: two copies where the device holds their tiled state with the
-    plan's headroom (an H200's 141 GB at 1000³), else in place (an 80 GB H100, the default);
-    an explicit choice is kept; no device memory (NumPy): in place."""
+def test_huge_streaming_takes_two_copies_where_the_compact_state_fits():
+    """``--huge-streaming auto`` (the default): two copies where the device holds the compact
+    state with two copies and the plan's headroom (an 80 GB H100, 85.0e9 bytes, and an H200
+    at 1000³; its pool held 69.6 GB at the checks), else in place (a 1600³ image, a 70 GB
+    device); an explicit choice is kept; no device memory (NumPy): in place."""
     from solver.backends.numpy_backend import NumpyBackend
     from solver.backends.plan import AUTO_HEADROOM_PER_TILE_NODE
 
@@ -87,13 +88,13 @@ def test_huge_streaming_takes_two_copies_where_the_plan_keeps_them_tiled():
         def memory_capacity(self):
             return self.capacity
 
-    h100, h200 = Device(80 * 10**9), Device(141 * 10**9)
+    h100, h200, small = Device(85_017_493_504), Device(150_109_880_320), Device(70 * 10**9)
     assert rock_tensor.huge_streaming(1000, h200) == "two-copy"
-    assert rock_tensor.huge_streaming(1000, h100) == "in-place"
-    assert rock_tensor.huge_streaming(1000, h100, "two-copy") == "two-copy"
+    assert rock_tensor.huge_streaming(1000, h100) == "two-copy"
+    assert rock_tensor.huge_streaming(1000, small) == "in-place"
+    assert rock_tensor.huge_streaming(1000, small, "two-copy") == "two-copy"
     assert rock_tensor.huge_streaming(1000, NumpyBackend(threads=1)) == "in-place"
     assert rock_tensor.huge_streaming(1600, h200) == "in-place"
-    # in place, the tiled state and its headroom fit the H100 (66.5 GB held at the checks)
-    in_place = rock_tensor.TILED_STATE_1000["in-place"] \
+    two_copies = rock_tensor.COMPACT_TWO_COPIES_1000 \
         + AUTO_HEADROOM_PER_TILE_NODE * rock_tensor.TILE_NODES_1000
-    assert 66.5e9 < in_place < h100.capacity
+    assert 69.6e9 < two_copies < h100.capacity

@@ -233,48 +233,81 @@ HUGE_MIRRORED = CountedTiling((2000, 1000, 1000), 400_000_000, int(400_000_000 /
 GB = 10**9
 
 
+def _huge(storage: str, streaming: str) -> Problem:
+    """The plan's view of the mirrored 1000³ rock (:data:`HUGE_MIRRORED`), TRT, 'auto'."""
+    config = SimulationConfig(precision="float32", storage=storage, streaming=streaming,
+                              collision="TRT")
+    return Problem(lattice=get_lattice("D3Q19"), tiling=HUGE_MIRRORED, rates=None,
+                   force=np.zeros(3), incompressible=True, rho0=1.0, periodic=(True,) * 3,
+                   dtype=np.dtype("float32"), collision=config.collision_model(),
+                   storage_kind=storage, streaming=streaming, tile_storage="auto",
+                   layout="xyz", tiles_per_block=2)
+
+
+def _wide_compact(plan) -> None:
+    """``plan`` is the compact family with the wide kernels, as the offsets explain."""
+    assert plan.compact and plan.wide, plan.describe()
+    assert plan.why("tile_storage").startswith("auto: eta_t 0.478 below")
+    assert plan.why("offsets") == ("64-bit value offsets (wide kernels): 7.6e+09 values per "
+                                   f"copy, not below the 32-bit offsets' {OFFSET_LIMIT:.3g}")
+
+
 @pytest.mark.parametrize("storage, streaming, per_tile_node, per_fluid_node",
                          [("auto", "in-place", 77, 96), ("float16", "in-place", 39, 58),
                           ("auto", "two-copy", 153, 172)])
-def test_a_run_above_the_32_bit_offsets_is_tiled_unless_only_compact_fits(
-        storage, streaming, per_tile_node, per_fluid_node) -> None:
-    """A mirrored 1000³ rock (7.6e9 values per copy, beyond 2^31): 'auto' keeps it tiled
-    (the wide compact kernels ran 21 % slower there on an H200) where the device's memory is
-    unknown or holds the tiled state (an H100's 80 GB in place: the --huge run), and takes
-    the compact family with the wide kernels only where the tiled state does not fit and the
-    compact one does; 'compact' asked for gets the wide kernels whatever the memory."""
-    lattice = get_lattice("D3Q19")
-    config = SimulationConfig(precision="float32", storage=storage, streaming=streaming,
-                              collision="TRT")
-    problem = Problem(lattice=lattice, tiling=HUGE_MIRRORED, rates=None,
-                      force=np.zeros(3), incompressible=True, rho0=1.0,
-                      periodic=(True,) * 3, dtype=np.dtype("float32"),
-                      collision=config.collision_model(), storage_kind=storage,
-                      streaming=streaming, tile_storage="auto", layout="xyz",
-                      tiles_per_block=2)
+def test_the_huge_run_state_counts_its_bytes(storage, streaming, per_tile_node,
+                                             per_fluid_node) -> None:
+    """Bytes per node of the mirrored 1000³ rock's resident state: populations (+ node type;
+    + 20 B of wide edge tables), the tables under 3 %."""
+    problem = _huge(storage, streaming)
     tiled = problem.tiled_state_bytes()
     compact = plan_module.compact_state_estimate(problem, plan_module.COMPACT_PAD)
-    # bytes per node: populations (+ node type; + 20 B of wide edge tables); the tables < 3 %
     t = problem.tiling
     assert 1 < tiled / (per_tile_node * t.n_tiles * t.nodes_per_tile) < 1.03
     assert 1 < compact / (per_fluid_node * t.n_fluid) < 1.03
+
+
+@pytest.mark.parametrize("storage", ["auto", "float16"])
+def test_in_place_above_the_32_bit_offsets_is_tiled_unless_only_compact_fits(storage) -> None:
+    """A mirrored 1000³ rock in place (7.6e9 values per copy, beyond 2^31): 'auto' keeps it
+    tiled (the wide compact kernels ran 21 % slower there in place on an H200) where the
+    device's memory is unknown or holds the tiled state (an H100's 80 GB: the in-place --huge
+    run), and takes the wide kernels only where the tiled state does not fit and the compact
+    one does; 'compact' asked for gets the wide kernels whatever the memory."""
+    problem = _huge(storage, "in-place")
+    compact = plan_module.compact_state_estimate(problem, plan_module.COMPACT_PAD)
     assert plan_for(problem).family is TILED
     room = plan_module.device_headroom(problem)
-    if streaming == "in-place":
-        # an 80 GB H100 (80 GiB of HBM3, a little of it the driver's): the --huge run held
-        # 66.5 GB in CuPy's pool at its checks there, tiled in place
-        h100 = plan_for(replace(problem, device_capacity=78 * 2**30))
-        assert h100.family is TILED and "the tiled state fits" in h100.reason, h100.describe()
+    # an 80 GB H100 (80 GiB of HBM3, a little of it the driver's): the --huge run held
+    # 66.5 GB in CuPy's pool at its checks there, tiled in place
+    h100 = plan_for(replace(problem, device_capacity=78 * 2**30))
+    assert h100.family is TILED and "the tiled state fits" in h100.reason, h100.describe()
     plan = plan_for(replace(problem, device_capacity=compact + room))
-    assert plan.compact and plan.wide, plan.describe()
-    assert plan.why("tile_storage").startswith("auto: eta_t 0.478 below")
+    _wide_compact(plan)
     assert "only the compact state fits" in plan.why("tile_storage")
-    assert plan.why("offsets") == ("64-bit value offsets (wide kernels): 7.6e+09 values per "
-                                   f"copy, not below the 32-bit offsets' {OFFSET_LIMIT:.3g}")
     assert COMPACT.value_limit == OFFSET_LIMIT == 2**31
     assert KernelVariant.for_problem(problem, plan=plan).name.endswith("_o64")
     asked = plan_for(replace(problem, tile_storage="compact"))
     assert asked.compact and asked.wide
+
+
+def test_two_copies_above_the_32_bit_offsets_are_compact_wherever_they_fit() -> None:
+    """The same rock with two copies (the default streaming): the wide compact kernels stepped
+    its fine run 1.31x as fast as tiled in place on an H200, and tiled two copies ran out of
+    the H200's memory where the plan had them fit (the bug: 'auto' chose them there). So
+    'auto' takes the wide kernels wherever their state fits: memory unknown, an H200's 150 GB,
+    an H100's 80 GB (85.5e9 bytes); below that, tiled (larger still), saying to stream in
+    place."""
+    problem = _huge("auto", "two-copy")
+    compact = plan_module.compact_state_estimate(problem, plan_module.COMPACT_PAD)
+    room = plan_module.device_headroom(problem)
+    for capacity in (None, 150.1e9, 85.5e9, compact + room):
+        plan = plan_for(replace(problem, device_capacity=None if capacity is None
+                                else int(capacity)))
+        _wide_compact(plan)
+        assert plan_module.WIDE_TWO_COPIES_FASTER in plan.why("tile_storage")
+    small = plan_for(replace(problem, device_capacity=int(compact + room - 1)))
+    assert small.family is TILED and "streaming='in-place'" in small.reason, small.describe()
 
 
 @needs_gxx

@@ -82,8 +82,8 @@ def test_wide_compact_run_stores_the_32_bit_bits_on_the_gpu(backend, monkeypatch
 
 def test_a_simulation_gives_the_plan_the_gpu_memory(backend, monkeypatch):
     """On the GPU a Simulation's problem carries the device's whole memory (memGetInfo's
-    total, at least what is free), and 'auto' past the 32-bit offsets keeps the run tiled
-    there: a small case's tiled state fits any GPU."""
+    total, at least what is free), and 'auto' past the 32-bit offsets keeps an in-place run
+    tiled there (a small case's tiled state fits any GPU), a two-copy one compact and wide."""
     import cupy as cp
 
     from solver.backends.plan import TILED, plan_for
@@ -92,10 +92,33 @@ def test_a_simulation_gives_the_plan_the_gpu_memory(backend, monkeypatch):
 
     from .porous_cases import porous_solid
 
-    sim = Simulation(porous_solid((16, 12, 12)), SimulationConfig(precision="float32"), backend)
+    def problem(streaming: str):
+        config = SimulationConfig(precision="float32", streaming=streaming)
+        return Simulation(porous_solid((16, 12, 12)), config, backend).problem
+
+    in_place, two_copies = problem("in-place"), problem("two-copy")
     total = int(cp.cuda.runtime.memGetInfo()[1])
-    assert sim.problem.device_capacity == total >= backend.free_memory()
-    assert plan_for(sim.problem).compact
+    assert in_place.device_capacity == total >= backend.free_memory()
+    assert plan_for(in_place).compact
     _limit(monkeypatch, 1)
-    chosen = plan_for(sim.problem)
+    chosen = plan_for(in_place)
     assert chosen.family is TILED and "the tiled state fits" in chosen.reason
+    wide = plan_for(two_copies)
+    assert wide.compact and wide.wide, wide.describe()
+
+
+def test_a_pool_limit_is_the_memory_the_plan_chooses_for(backend):
+    """CuPy's pool limit (a GPU shared on purpose; rock_tensor.py --device-memory: an 80 GB
+    H100 on a larger GPU) is the capacity the plan sees and bounds the free memory."""
+    import cupy as cp
+
+    pool = cp.get_default_memory_pool()
+    total = int(cp.cuda.runtime.memGetInfo()[1])
+    before = pool.get_limit()
+    try:
+        pool.set_limit(size=2 * 10**9)
+        assert backend.memory_capacity() == 2 * 10**9 < total
+        assert backend.free_memory() <= 2 * 10**9 - pool.used_bytes()
+    finally:
+        pool.set_limit(size=before)
+    assert backend.memory_capacity() == total
