@@ -2,8 +2,8 @@
 
 A copy of 2^31 values or more (a 1000³ rock image mirrored: 7.6e9 D3Q19 values) cannot be
 addressed by the compact kernels' 32-bit offsets; a compact plan then has the wide kernels
-(``ExecutionPlan.wide``), the same templates with ``offset_t`` long long ('auto' takes them only
-where the tiled state does not fit the device: they are slower). Here the
+(``ExecutionPlan.wide``), the same templates with ``offset_t`` long long ('auto' takes them with
+two copies wherever they fit, in place only where the tiled state does not fit). Here the
 choice is forced on small cases (the plan's limit lowered, or ``CompactRun(wide=True)``) and
 the wide kernels, run through the g++ emulator, must give the 32-bit kernels' bits: full
 steps (two copies and in place, float32 and float16, per-node and packed kernels), tile-range

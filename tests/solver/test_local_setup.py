@@ -231,7 +231,7 @@ def test_ranks_report_the_mean_of_k_at_two_consecutive_steps(tmp_path, ranks):
 def test_auto_keeps_runs_past_the_32_bit_offsets_tiled_unless_a_rank_fits_only_compact(
         monkeypatch):
     """'auto' picks the compact storage for a rock-like pack; past the compact kernels' 32-bit
-    offsets (a 1600³ rock over 2 ranks: 8e8 fluid nodes a rank) it keeps the tiled storage
+    offsets (a 1600³ rock over 2 ranks: 8e8 fluid nodes a rank) in place it keeps the tiled storage
     (faster than the 64-bit offsets), unless the tiled part does not fit the rank's device and
     the compact one does (the device's memory, which the ranks' agreed storage fills in):
     then every rank takes compact, also where another rank's part is the one that needs it."""
@@ -240,13 +240,16 @@ def test_auto_keeps_runs_past_the_32_bit_offsets_tiled_unless_a_rank_fits_only_c
 
     source = grains(shape=(32, 32, 32))
     problem = Problem.from_config(source.slab(0, 0, 32),
-                                  config(precision="float32", tile_storage="auto"))
+                                  config(precision="float32", tile_storage="auto",
+                                         streaming="in-place"))
     assert plan.plan_for(problem).tile_storage == "compact"
     assert not plan.plan_for(problem).wide
     monkeypatch.setattr(plan, "COMPACT",
                         replace(plan.COMPACT, value_limit=problem.lattice.q * problem.n_fluid))
     chosen = plan.plan_for(problem)
     assert chosen.tile_storage == "tiled" and "64-bit value offsets" in chosen.reason
+    # with two copies the wide kernels are the faster arrangement (plan.WIDE_TWO_COPIES_FASTER)
+    assert plan.plan_for(replace(problem, streaming="two-copy")).wide
     tiled = problem.tiled_state_bytes()
     compact = plan.compact_state_estimate(problem, plan.COMPACT_PAD)
 
