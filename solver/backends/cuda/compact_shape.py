@@ -43,11 +43,12 @@ DEFAULT_CODE = CompactCode()
 def probe_shared_bytes(tiles_per_block: int, halo: bool = False, packed: int = 0,
                        wide: bool = False) -> int:
     """Dynamic shared memory of one block: 27 masks (8 B) and bases (an offset: 4 B, ``wide``
-    8 B) per tile, and with ``halo`` the located source (two offsets) of each of the 6^3 halo
-    nodes; ``packed`` K: those of its K tiles and the node of each fluid rank (one byte)."""
+    8 B) per tile, and with ``halo`` the located source (an offset and a 4 B padded count) of
+    each of the 6^3 halo nodes; ``packed`` K: those of its K tiles and the node of each fluid
+    rank (one byte)."""
     pad = 4  # slack once kept for paired (8-byte) halo entries; launches keep their bytes
     offset = 8 if wide else 4
-    tile = 27 * (8 + offset) + (2 * offset * 6**3 if halo or packed else 0)
+    tile = 27 * (8 + offset) + ((offset + 4) * 6**3 if halo or packed else 0)
     if packed:
         return packed * (tile + 64) + pad
     return tiles_per_block * tile + (pad if halo else 0)

@@ -240,6 +240,17 @@ def _storer(s: CompactSpec):
     return store
 
 
+#: The halo's located sources by offset width: the fields of ``Found``, a tile's halo in offsets
+#: (HN at0, then HN pc) and entry h's pc. The 32-bit kernels' text, unchanged; the wide ones keep
+#: only at0 64-bit (the padded count pc, at most 64, is an int: 12 B a halo node, not 16).
+_HALO_TEXT = {
+    False: {"found_fields": "int at0, pc", "halo_offsets": "2 * HN",
+            "halo_pc_put": "s_halo[HN + h]", "halo_pc_get": "s_halo[HN + h]"},
+    True: {"found_fields": "long long at0;\n    int pc", "halo_offsets": "(HN + HN / 2)",
+           "halo_pc_put": "reinterpret_cast<int*>(s_halo + HN)[h]",
+           "halo_pc_get": "reinterpret_cast<const int*>(s_halo + HN)[h]"}}
+
+
 def _render(s: CompactSpec) -> str:
     lat, real = s.lattice, s.storage.real
     collide = "" if s.streaming.swaps else s.collision.code(
@@ -261,7 +272,8 @@ def _render(s: CompactSpec) -> str:
         collide=_indent(collide.split("\n"), indent), real_params=params, packed=s.packed,
         restrict=s.streaming.restrict(),
         inner="true" if s.code.inner else "false",
-        corners="true" if (np.count_nonzero(lat.c, axis=1) == 3).any() else "false")
+        corners="true" if (np.count_nonzero(lat.c, axis=1) == 3).any() else "false",
+        **_HALO_TEXT[s.wide])
 
 
 def _indent(lines: list[str], indent: str) -> str:

@@ -16,8 +16,8 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
     extern __shared__ int lbm_smem[];
     mask_t* s_mask = reinterpret_cast<mask_t*>(lbm_smem);
     ${offset}* s_base = reinterpret_cast<${offset}*>(s_mask + K * NB);
-    ${offset}* s_halo_all = s_base + K * NB;  // 2 HN offsets per tile (put_src)
-    unsigned char* s_node = reinterpret_cast<unsigned char*>(s_halo_all + K * 2 * HN);
+    ${offset}* s_halo_all = s_base + K * NB;  // ${halo_offsets} offsets per tile (put_src)
+    unsigned char* s_node = reinterpret_cast<unsigned char*>(s_halo_all + K * ${halo_offsets});
     const int first_tile = blockIdx.x * K;
     const int nk = n_tiles - first_tile < K ? n_tiles - first_tile : K;
     for (int e = threadIdx.x; e < nk * NB; e += blockDim.x) {
@@ -35,9 +35,9 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
             const int k = e / (HE * HE), c = e % (HE * HE), tile = first_tile + k;
             const int tx = tiles[3 * tile], ty = tiles[3 * tile + 1], tz = tiles[3 * tile + 2];
             if (halo_inside(tx, ty, tz, sizex, sizey, sizez, offx, offy, offz))
-                fill_column(c, s_mask + k * NB, s_base + k * NB, s_halo_all + k * 2 * HN);
+                fill_column(c, s_mask + k * NB, s_base + k * NB, s_halo_all + k * ${halo_offsets});
             else
-                fill_general(c, HE * HE, tx, ty, tz, s_halo_all + k * 2 * HN, s_mask + k * NB,
+                fill_general(c, HE * HE, tx, ty, tz, s_halo_all + k * ${halo_offsets}, s_mask + k * NB,
                              s_base + k * NB, masks, base, tile_map, gx, gy, sizex, sizey,
                              sizez, offx, offy, offz, periodic);
         }
@@ -45,7 +45,7 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
         for (int e = threadIdx.x; e < nk * HN; e += blockDim.x) {
             const int k = e / HN, tile = first_tile + k;
             fill_general(e % HN, HN, tiles[3 * tile], tiles[3 * tile + 1], tiles[3 * tile + 2],
-                         s_halo_all + k * 2 * HN, s_mask + k * NB, s_base + k * NB, masks, base,
+                         s_halo_all + k * ${halo_offsets}, s_mask + k * NB, s_base + k * NB, masks, base,
                          tile_map, gx, gy, sizex, sizey, sizez, offx, offy, offz, periodic);
         }
     }
@@ -74,7 +74,7 @@ ${storage_prologue}    constexpr int K = ${packed};  // tiles per block
         const mask_t mine = s_mask[k * NB + 13];
         const int stride = padded(mine);
         const ${offset} own = Q * s_base[k * NB + 13] + (j - before);
-        const ${offset}* s_halo = s_halo_all + k * 2 * HN;
+        const ${offset}* s_halo = s_halo_all + k * ${halo_offsets};
         const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
         const int hn = (x + 1) + HE * (y + 1) + HE * HE * (z + 1);
 ${pulls}

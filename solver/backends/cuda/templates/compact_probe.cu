@@ -71,11 +71,11 @@ __device__ __forceinline__ AxisSrc axis_src(int t, int x, int d, int size, int o
     return {tt, s - tt * A, tt - t, ok};
 }
 
-// The source node (axis sources sx, sy, sz) of a pull: Q * base + rank (its value of direction
-// 0; direction i adds i * pc) and its tile's padded count pc, or at0 = -1 where the source is
-// not fluid (solid, empty tile, outside a non-periodic face).
+// A pull's source (axis sources sx, sy, sz): at0 = Q * base + rank, its value of direction 0
+// (direction i adds i * pc, an int product), and pc its tile's padded count (<= 64), or at0 = -1
+// where it is not fluid (solid, empty tile, outside a non-periodic face).
 struct Found {
-    ${offset} at0, pc;
+    ${found_fields};
 };
 
 __device__ __forceinline__ Found locate(
@@ -109,16 +109,16 @@ __device__ __forceinline__ ${offset} source_slot(int i, const Found& s, ${offset
     return s.at0 >= 0 ? s.at0 + i * s.pc : own;
 }
 
-// The located sources of a tile's halo: 2 HN offsets of shared memory, HN at0 followed by HN pc.
-__device__ __forceinline__ void put_src(${offset}* s_halo, int h, ${offset} at0, ${offset} pc)
+// The located sources of a tile's halo in shared memory: HN at0 (offsets), then HN pc (ints).
+__device__ __forceinline__ void put_src(${offset}* s_halo, int h, ${offset} at0, int pc)
 {
     s_halo[h] = at0;
-    s_halo[HN + h] = pc;
+    ${halo_pc_put} = pc;
 }
 
 __device__ __forceinline__ Found halo_src(const ${offset}* s_halo, int h)
 {
-    return {s_halo[h], s_halo[HN + h]};
+    return {s_halo[h], ${halo_pc_get}};
 }
 
 // Whether the whole halo of the tile at tile-grid coordinate t lies inside the domain (no wrap,
@@ -247,7 +247,7 @@ ${storage_prologue}    extern __shared__ int lbm_smem[];
     const int x = n & 3, y = (n >> 2) & 3, z = n >> 4;
     ${offset}* s_halo = reinterpret_cast<${offset}*>(reinterpret_cast<mask_t*>(lbm_smem)
                                          + (blockDim.x / NPT) * NB)
-                  + (blockDim.x / NPT) * NB + local_tile * 2 * HN;
+                  + (blockDim.x / NPT) * NB + local_tile * ${halo_offsets};
     if (HALO) {  // the tile's threads locate its halo (tile nodes included) once
         if (active) {
             if (INNER && halo_inside(t[0], t[1], t[2], sizex, sizey, sizez, offx, offy, offz)) {
