@@ -319,7 +319,7 @@ def compact_values(problem: Problem, pad: int) -> int:
 
 def _offsets(problem: Problem, pad: int) -> tuple[bool, str]:
     """Whether the compact kernels of ``problem`` need 64-bit value offsets, and why. The
-    32-bit ones are faster (32-bit address arithmetic; 2052 instead of 3888 bytes of shared
+    32-bit ones are faster (32-bit address arithmetic; 2052 instead of 3024 bytes of shared
     memory a tile for the neighbourhood and the located halo sources) and address below
     ``COMPACT.value_limit`` values per copy."""
     values, limit = compact_values(problem, pad), COMPACT.value_limit

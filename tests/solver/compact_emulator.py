@@ -106,7 +106,8 @@ def compile_compact(code: str, name: str, real: str, n_reals: int, half: bool = 
     """The emulated launch of compact kernel ``name`` in ``code``: (blocks, threads, fin, fout,
     masks, base, tiles, tile_map, ints, reals, seeds) with the 11 ints and ``n_reals`` reals
     packed; ``half``: float16 storage (binary16 bits; the kernel also takes ``seeds``, its
-    step-counter pair); ``wide``: 64-bit value offsets (``base`` int64)."""
+    step-counter pair); ``wide``: 64-bit value offsets (``base`` int64). Its ``smem``: the
+    emulated shared memory (bytes), for :func:`emulator_launcher`'s bounds check."""
     rargs = "".join(f", ra[{k}]" for k in range(n_reals)) + (", seeds" if half else "")
     store = "unsigned short" if half else real
     offset = "long long" if wide else "int"
@@ -120,7 +121,10 @@ def compile_compact(code: str, name: str, real: str, n_reals: int, half: bool = 
     # address": x86 loads 8-byte pairs from 4-byte boundaries without complaint.
     compile_once(src, lib, ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-w",
                             "-fsanitize=alignment"], compiler())
-    return ctypes.CDLL(str(lib)).emu_compact
+    handle = ctypes.CDLL(str(lib))
+    run = handle.emu_compact
+    run.smem = np.ctypeslib.as_array((ctypes.c_uint8 * (4 << 16)).in_dll(handle, "lbm_smem"))
+    return run
 
 
 def emulated(precision: str, pad: int, halo: bool, collision: str | None = None,
@@ -144,7 +148,8 @@ def _ptr(a: np.ndarray):
 
 
 def emulator_launcher(variant, blocks, threads, shared, args) -> None:
-    """CompactRun's launcher on the g++ emulator (host arrays)."""
+    """CompactRun's launcher on the g++ emulator (host arrays); the kernel may write no shared
+    memory past the ``shared`` bytes the launch gives it (a canary after them stays)."""
     k = variant.packed
     assert shared == probe_shared_bytes(threads // 64, True, k, variant.wide)
     fin, fout, masks, base, tiles, tile_map, *rest = args
@@ -156,8 +161,10 @@ def emulator_launcher(variant, blocks, threads, shared, args) -> None:
                    None if variant.mode != "full" else variant.collision,
                    variant.incompressible, k, "swap" if variant.mode == "swap" else
                    variant.streaming, variant.code, variant.storage, variant.wide)
+    run.smem[shared:] = 0xA5
     run(ctypes.c_int(blocks), ctypes.c_int(threads), _ptr(fin), _ptr(fout), _ptr(masks),
         _ptr(base), _ptr(tiles), _ptr(tile_map), _ptr(ints), _ptr(reals), _ptr(seeds))
+    assert (run.smem[shared:] == 0xA5).all(), f"{variant.name} wrote past {shared} B of shared"
 
 
 class FakeCupy:
