@@ -82,7 +82,8 @@ def _registers(run, kernels: dict | None) -> tuple[int, int]:
     from solver.backends.cuda.device import compile_kernel
 
     k = kernels[run.variant.name] if kernels else compile_kernel(run.variant)
-    return int(k.num_regs), int(k.local_size_bytes)
+    attributes = k.attributes  # CUDA's function attributes
+    return int(attributes["num_regs"]), int(attributes["local_size_bytes"])
 
 
 def time_runs(size: int, streaming: str = "in-place", cap: bool = False,
@@ -108,6 +109,13 @@ def time_runs(size: int, streaming: str = "in-place", cap: bool = False,
                 try:
                     steps, sec = _median_seconds(run.step, suite)
                     regs, spill = _registers(run, kernels)
+                except Exception as exc:  # the cap is a question: its failure ends no timing
+                    if launch is None:
+                        raise
+                    rows.append({"storage": precision, "config": config,
+                                 "error": f"{exc.__class__.__name__}: {exc}"})
+                    print(json.dumps(rows[-1]), flush=True)
+                    continue
                 finally:
                     run.release()
                 rows.append({"case": case.label, "storage": precision, "streaming": streaming,
@@ -128,6 +136,8 @@ def summary(result: dict) -> str:
     if t is not None:
         lines += [f"GPU tests (`{t['command']}`): return code {t['returncode']}, "
                   f"{t['seconds']:.0f} s; last line: `{t['tail'][-1] if t['tail'] else ''}`", ""]
+    failed = [r for r in result["rows"] if "error" in r]
+    result = {**result, "rows": [r for r in result["rows"] if "error" not in r]}
     streaming = result["rows"][0].get("streaming", "in-place") if result["rows"] else ""
     lines += [f"{streaming}, TRT, the plan's compact kernel per storage; G fluid updates/s "
               "(CUDA events, graphs), mean of the repeats; registers (local bytes) per thread.",
@@ -147,6 +157,7 @@ def summary(result: dict) -> str:
             lines.append(f"| {rows[0]['case']} | {storage} | {rows[0]['eta_t']:.3f} | {config} "
                          f"| {mean[config]:.2f} | {mean[config] / mean[configs[0]]:.3f} "
                          f"| {regs} |")
+    lines += [f"\n{r['storage']} {r['config']} failed: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
 
 
