@@ -14,7 +14,10 @@ uploads. The wide kernels are forced below the 1000³ size by lowering ``COMPACT
 (as tests/solver/test_plan.py does). Seconds are the least of ``--repeat`` runs.
 
 ``--save FILE.npz`` keeps the tables made, ``--compare FILE.npz`` checks them bit for bit
-(before/after a change). Writes ``compact_setup-<n>-<commit>.json`` and ``.md`` to ``--out``.
+(before/after a change). ``--device`` (CuPy): also the allocation of the compact run on the
+GPU, from host tables made with the edge tables (uploaded: the way before) and without them
+(made on the device, :mod:`solver.backends.cuda.compact_edges`), and whether both give the same
+tables. Writes ``compact_setup-<n>-<commit>.json`` and ``.md`` to ``--out``.
 
     python benchmarks/rock_time_to_answer/compact_setup.py --size 300
 """
@@ -22,6 +25,7 @@ uploads. The wide kernels are forced below the 1000³ size by lowering ``COMPACT
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 from dataclasses import replace
@@ -78,6 +82,9 @@ def parts(setup, problem) -> dict:
         "edge_nodes": lambda: edge_nodes(compact, q),
         "fluid_starts": lambda: fluid_starts(compact),
         "compact_host": lambda: compact_host(problem, plan.pad, plan.wide),
+        # What CupyBackend.prepare makes (before the edge tables moved to the device: all).
+        "compact_host_cupy": lambda: compact_host(problem, plan.pad, plan.wide,
+                                                  **_device_edges()),
         "node_flags": lambda: node_flags(problem, window, True),
         "state_bytes": lambda: state_bytes(problem),
         "device_bytes": lambda: device_bytes(problem),
@@ -88,12 +95,55 @@ def parts(setup, problem) -> dict:
     }
 
 
+def _device_edges() -> dict:
+    """compact_host's keyword for a run that makes its edge tables on the device (none
+    before that option existed: the host made them)."""
+    return {"edges": False} if "edges" in inspect.signature(compact_host).parameters else {}
+
+
+def device_allocation(problem, repeat: int) -> dict:
+    """On CuPy: seconds of the compact run's allocation (:class:`CompactRun`, synchronized)
+    from host tables made ahead with the edge tables (uploaded) and without them (made on the
+    device), the least of ``repeat``; and whether both runs' edge tables are the same."""
+    import cupy as cp
+
+    from solver.backends.cuda.compact_run import CompactRun
+
+    plan = plan_module.plan_for(problem)
+    out, edges = {}, {}
+    for name, kw in (("allocate_host_edges", {}), ("allocate_device_edges", _device_edges())):
+        best = np.inf
+        for _ in range(repeat):
+            host = compact_host(problem, plan.pad, plan.wide, **kw)
+            cp.cuda.Device().synchronize()
+            tic = time.perf_counter()
+            run = CompactRun(problem, plan.pad, cp, wide=plan.wide, host=host,
+                             tiles_per_block=plan.tiles_per_block, packed=plan.packed,
+                             code=plan.code)
+            cp.cuda.Device().synchronize()
+            best = min(best, time.perf_counter() - tic)
+            edges[name] = [cp.asnumpy(a) for a in run.edge]
+            run.release()
+            del run, host
+            cp.get_default_memory_pool().free_all_blocks()
+        out[name] = best
+        print(f"{name:22s} {best:8.3f} s", flush=True)
+    a, b = edges.values()
+    out["device_edges_identical"] = all(x.dtype == y.dtype and np.array_equal(x, y)
+                                        for x, y in zip(a, b, strict=True))
+    print("device edge tables bit-identical:", out["device_edges_identical"])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=300, help="edge of the image (its box: 2n x n x n)")
     p.add_argument("--repeat", type=int, default=3, help="runs per part (the least is kept)")
     p.add_argument("--save", help="write the tables made to this .npz")
     p.add_argument("--compare", help="check the tables made against this .npz, bit for bit")
+    p.add_argument("--device", action="store_true",
+                   help="also time the compact run's allocation on CuPy (host-made edge tables "
+                        "uploaded, and made on the device) and compare their tables")
     p.add_argument("--out", default=str(ROOT / "benchmarks/rock_time_to_answer/results"))
     args = p.parse_args(argv)
     setup, problem = mirrored_problem(args.size)
@@ -124,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         same = {k: bool(old[k].dtype == v.dtype and np.array_equal(old[k], v))
                 for k, v in tables.items()}
         print("bit-identical:", same)
+    if args.device:
+        seconds.update(device_allocation(problem, args.repeat))
     commit = git_commit()
     record = {"size": args.size, "box": list(t.shape), "tiles": int(t.n_tiles),
               "fluid_nodes": int(t.n_fluid), "eta_t": float(t.eta_t), "commit": commit,
@@ -131,10 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     md = [f"# Compact wide two-copy host set-up, {args.size}³ mirrored along x ({commit})", "",
           f"box {t.shape}, {t.n_tiles} tiles, {t.n_fluid} fluid nodes, eta_t {t.eta_t:.3f}; "
           f"least of {args.repeat} runs, CPU", "", "| part | seconds |", "|---|---|"]
-    md += [f"| {k} | {v:.3f} |" for k, v in seconds.items()]
+    md += [f"| {k} | {v:.3f} |" if isinstance(v, float) else f"| {k} | {v} |"
+           for k, v in seconds.items()]
     write_json_md(Path(args.out), f"compact_setup-{args.size}-{commit}", record,
                   "\n".join(md) + "\n")
-    return 0 if same is None or all(same.values()) else 1
+    ok = seconds.get("device_edges_identical", True)
+    return 0 if ok and (same is None or all(same.values())) else 1
 
 
 if __name__ == "__main__":
