@@ -74,11 +74,19 @@ def test_a_cupy_compact_run_makes_the_hosts_edge_tables():
 
     problem = Problem.from_config(porous_solid((20, 16, 12), seed=4),
                                   SimulationConfig(precision="float32", tile_storage="compact"))
+    from solver.backends import get_backend
+
+    backend = get_backend("cupy")
+    backend.prepare(problem)  # as a study prepares the run ahead: no host edge tables
+    runs = [backend.allocate(problem)]
     for wide in (False, True):
         host = compact_host(problem, 1, wide, edges=False)
         assert host.edge is None
-        run = CompactRun(problem, 1, cp, wide=wide, host=host)
+        runs.append(CompactRun(problem, 1, cp, wide=wide, host=host))
+    assert runs[0].edge[0].dtype == np.int32 and runs[2].edge[0].dtype == np.int64
+    for run in runs:
         for got, want in zip(run.edge, edge_nodes(run.compact, problem.lattice.q),
                              strict=True):
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(cp.asnumpy(got), want)
+        backend.release(run)
