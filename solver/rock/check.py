@@ -205,7 +205,8 @@ def node_flags(problem, window: DarcyWindow, compact: bool) -> np.ndarray:
             return np.full(int(problem.tiling.n_fluid), WHOLE_BOX_FLAG, np.uint8)
         # 9 where fluid, 0 where solid, in one pass over the mask's bytes (a bool is 0 or 1):
         # the general path below made five passes over 8.4e8 tile nodes at 1000³, per run.
-        return np.logical_not(problem.tiling.solid.reshape(-1)).view(np.uint8) * np.uint8(WHOLE_BOX_FLAG)
+        fluid = np.logical_not(problem.tiling.solid.reshape(-1)).view(np.uint8)
+        return fluid * np.uint8(WHOLE_BOX_FLAG)
     fluid = ~problem.tiling.solid.reshape(-1)
     inside = fluid if window.inside is None else window.inside.reshape(-1)
     flags = inside.astype(np.uint8) | (fluid.astype(np.uint8) << np.uint8(3))
