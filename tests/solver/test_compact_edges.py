@@ -20,8 +20,8 @@ from .porous_cases import porous_solid
 
 _PARAMS = ("const unsigned long long* masks, const at_t* base, const int* padded, "
            "const long long* starts, long long n_tiles, int q, at_t* at, int* block, "
-           "tiled_t* tiled")
-_ARGS = "masks, base, padded, starts, n_tiles, q, at, block, tiled"
+           "tiled_t* tiled, value_t* f, const value_t* rest, int fill")
+_ARGS = "masks, base, padded, starts, n_tiles, q, at, block, tiled, f, rest, fill"
 
 
 def _launch(source: str, blocks: int, threads: int, args: tuple) -> None:
@@ -51,6 +51,29 @@ def test_device_edge_tables_are_the_hosts(pad, wide, wide_tiled, monkeypatch):
     assert host[0].size == compact.tiling.n_fluid
     for got, want in zip(device, host, strict=True):
         assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(compiler() is None, reason="g++ is not installed")
+@pytest.mark.parametrize("precision, storage, copies", [("float32", "auto", "two-copy"),
+                                                        ("float64", "auto", "in-place"),
+                                                        ("float32", "float16", "two-copy")])
+def test_the_edge_kernels_fill_stores_fill_rests_bits(precision, storage, copies):
+    """The launch that makes the edge tables also stores the rest equilibrium at every fluid
+    node of a copy (pad 1: every slot; a copy of other bits at first): the bits
+    CompactRun.fill_rest stores into its zeroed copy (float16: encoded, binary16 zero)."""
+    from solver.backends.cuda.compact_run import CompactRun
+
+    problem = Problem.from_config(porous_solid((20, 16, 12), seed=4), SimulationConfig(
+        precision=precision, storage=storage, streaming=copies, tile_storage="compact"))
+    run = CompactRun(problem, 1, xp=np)  # host arrays: filled by fill_rest
+    filled = np.full(run.f[0].nbytes, 0xAB, np.uint8).view(run.f[0].dtype)
+    edges = compact_edges.device_edges(run.compact, problem.lattice.q, run.starts,
+                                       *run.tables[:2], np, launch=_launch,
+                                       fill=(filled, run.rest_stored()))
+    assert filled.dtype == run.f[0].dtype
+    np.testing.assert_array_equal(filled.view(np.uint8), run.f[0].view(np.uint8))
+    for got, want in zip(edges, run.edge, strict=True):
         np.testing.assert_array_equal(got, want)
 
 

@@ -33,13 +33,16 @@ EDGE_BLOCKS = 4096
 _SOURCE = r"""
 typedef @AT@ at_t;
 typedef @TILED@ tiled_t;
+typedef @VALUE@ value_t;  // the bits of one stored value
 
 // Tile t's fluid nodes (bit n of masks[t]: XYZ node n) are entries starts[t] ... of the
 // tables; the one of rank r: compact index q base[t] + r, block length padded[t], tiled
-// index (t q + 0) 64 + n.
+// index (t q + 0) 64 + n. With ``fill``: its value of direction i in the copy f (at
+// q base[t] + r + i padded[t]) set to rest[i].
 extern "C" __global__ void compact_edges(
     const unsigned long long* masks, const at_t* base, const int* padded,
-    const long long* starts, long long n_tiles, int q, at_t* at, int* block, tiled_t* tiled)
+    const long long* starts, long long n_tiles, int q, at_t* at, int* block, tiled_t* tiled,
+    value_t* f, const value_t* rest, int fill)
 {
     const long long grid = (long long)gridDim.x * blockDim.x;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n_tiles;
@@ -54,6 +57,8 @@ extern "C" __global__ void compact_edges(
             at[first + r] = (at_t)(b + r);
             block[first + r] = p;
             tiled[first + r] = (tiled_t)(tile + n);
+            if (fill)
+                for (int i = 0; i < q; ++i) f[b + r + (long long)i * p] = rest[i];
             ++r;
         }
     }
@@ -62,14 +67,21 @@ extern "C" __global__ void compact_edges(
 
 
 @cache
-def edge_source(at_type: str, tiled_type: str) -> str:
+def edge_source(at_type: str, tiled_type: str, value_type: str = "unsigned int") -> str:
     """The kernel's source for C types ``at_type`` (the compact index: 'int' or 'long long',
-    the storage's offsets) and ``tiled_type`` (the tiled index)."""
-    return _SOURCE.replace("@AT@", at_type).replace("@TILED@", tiled_type)
+    the storage's offsets), ``tiled_type`` (the tiled index) and ``value_type`` (an unsigned
+    integer of a stored value's size: the fill copies its bits)."""
+    return (_SOURCE.replace("@AT@", at_type).replace("@TILED@", tiled_type)
+            .replace("@VALUE@", value_type))
 
 
 def _c_type(dtype: np.dtype) -> str:
     return {4: "int", 8: "long long"}[np.dtype(dtype).itemsize]
+
+
+def _bits_type(dtype: np.dtype) -> str:
+    return {2: "unsigned short", 4: "unsigned int",
+            8: "unsigned long long"}[np.dtype(dtype).itemsize]
 
 
 @cache
@@ -86,11 +98,15 @@ def _cupy_launch(source: str, blocks: int, threads: int, args: tuple) -> None:
 
 
 def device_edges(compact: CompactTiling, q: int, starts: np.ndarray, masks, base, xp,
-                 launch=None, max_blocks: int = EDGE_BLOCKS) -> tuple:
+                 launch=None, max_blocks: int = EDGE_BLOCKS, fill: tuple | None = None
+                 ) -> tuple:
     """The edge tables of ``compact`` (``q`` directions) as ``xp`` arrays, the values and
     dtypes of :func:`~.compact_run.edge_nodes`, written by one kernel launch from the run's
     device tables ``masks`` (uint64 a tile) and ``base`` (the storage's offset type) and the
-    host ``starts`` (:func:`~.compact_readout.fluid_starts`). ``launch(source, blocks,
+    host ``starts`` (:func:`~.compact_readout.fluid_starts`). ``fill`` (``f``, ``rest``): the
+    same launch also stores ``rest`` (q stored values) at every fluid node of the compact
+    copy ``f``, the values :meth:`~.compact_run.CompactRun.fill_rest` stores (its thousand
+    chunks of index arithmetic and scatters at 1000³ in one pass). ``launch(source, blocks,
     threads, args)``: CuPy by default (an emulated launcher on NumPy arrays in the CPU
     tests)."""
     n_tiles, n = compact.tiling.n_tiles, int(starts[-1])
@@ -99,10 +115,12 @@ def device_edges(compact: CompactTiling, q: int, starts: np.ndarray, masks, base
     block = xp.empty(n, dtype=np.int32)
     tiled = xp.empty(n, dtype=tiled_dtype)
     if n:
-        source = edge_source(_c_type(compact.offset_dtype), _c_type(tiled_dtype))
+        f, rest = (at, at) if fill is None else fill  # unread without a fill
+        source = edge_source(_c_type(compact.offset_dtype), _c_type(tiled_dtype),
+                             _bits_type(f.dtype))
         blocks = int(max(1, min(-(-n_tiles // EDGE_THREADS), max_blocks)))
         (launch or _cupy_launch)(source, blocks, EDGE_THREADS, (
             masks, base, xp.asarray(compact.padded.astype(np.int32)),
             xp.asarray(np.asarray(starts, dtype=np.int64)), np.int64(n_tiles), np.int32(q),
-            at, block, tiled))
+            at, block, tiled, f, rest, np.int32(fill is not None)))
     return at, block, tiled

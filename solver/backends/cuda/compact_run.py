@@ -167,19 +167,22 @@ class CompactRun:
         self.ints = tuple(np.int32(v) for v in self.compact.int_args(problem.periodic))
         self.physics = list(physics_args(problem))
         self.reals = tuple(real_args(self.variant, self.physics))
-        if host.edge is not None:
-            self.edge = tuple(xp.asarray(a) for a in host.edge)
-        elif xp is np:  # host arrays (the CPU tests): the host's tables
-            self.edge = edge_nodes(self.compact, q)
-        else:  # made on the device from its tile tables: no host tables, no upload
-            self.edge = device_edges(self.compact, q, host.starts, *self.tables[:2], xp)
-        self.starts = host.starts  # host: each tile's first edge-table entry
-        del host  # the host edge tables go once uploaded
         # One array, copy 0 first: the float16 step counter's slot is the copy a launch reads
         # (fin < fout), so slot = current, as in the tiled state.
         copies = xp.zeros((problem.population_copies, q * self.compact.n_slots),
                           dtype=problem.storage_dtype)
         self.f = [copies[c] for c in range(problem.population_copies)]
+        filled = False
+        if host.edge is not None:
+            self.edge = tuple(xp.asarray(a) for a in host.edge)
+        elif xp is np:  # host arrays (the CPU tests): the host's tables
+            self.edge = edge_nodes(self.compact, q)
+        else:  # made on the device from its tile tables, copy 0 filled at rest on the way
+            self.edge = device_edges(self.compact, q, host.starts, *self.tables[:2], xp,
+                                     fill=(self.f[0], self.rest_stored()))
+            filled = True
+        self.starts = host.starts  # host: each tile's first edge-table entry
+        del host  # the host edge tables go once uploaded
         #: float16 storage: the kernels' two-slot step counter (uint32), None otherwise.
         self.seeds = xp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         #: float16 storage on a distributed rank: the step-counter pair of each tile range
@@ -189,7 +192,17 @@ class CompactRun:
         self.tiles_per_block = tiles_per_block
         #: Tiles per chunk of a readout (:mod:`.compact_readout`: bounded temporaries).
         self.readout_tiles = readout_tiles(problem, compact_state_bytes(problem, self.compact))
-        self.fill_rest()
+        if not filled:
+            self.fill_rest()
+        elif self.cuda is not None:  # written on the default stream, before the next step
+            self.cuda.Device().synchronize()
+
+    def rest_stored(self):
+        """The rest equilibrium as stored, (q,) of the storage dtype on the device (float16
+        storage: encoded as a tiled chunk is)."""
+        p, xp = self.problem, self.xp
+        rest = p.rest_populations()[None, :, None]  # (1, q, 1)
+        return xp.ascontiguousarray(p.storage.encode(xp.asarray(rest), xp).reshape(-1))
 
     def fill_rest(self) -> None:
         """Every fluid node at the rest equilibrium, on the device: the bits of
@@ -197,8 +210,7 @@ class CompactRun:
         node (1 GB of float64 for a 200³ rock run, built and uploaded at each allocation)."""
         p, xp = self.problem, self.xp
         self._natural()
-        rest = p.rest_populations()[None, :, None]  # (1, q, 1): encoded as a tiled chunk is
-        encoded = p.storage.encode(xp.asarray(rest), xp).reshape(1, -1)
+        encoded = self.rest_stored().reshape(1, -1)
         at, block, _ = self.edge
         i = xp.arange(p.lattice.q, dtype=at.dtype)
         per = self.readout_tiles * p.tiling.nodes_per_tile  # bounded index temporaries
