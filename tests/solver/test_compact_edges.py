@@ -113,3 +113,19 @@ def test_a_cupy_compact_run_makes_the_hosts_edge_tables():
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(cp.asnumpy(got), want)
         backend.release(run)
+
+
+def test_host_arrays_make_the_edge_tables_a_gpu_run_leaves_out():
+    """Host tables made for a GPU run (no edge tables) still serve a run of host arrays: it
+    makes the edge tables and the rest fill on the host, as with none made ahead."""
+    from solver.backends.cuda.compact_run import CompactRun, compact_host
+
+    problem = Problem.from_config(porous_solid((20, 16, 12), seed=4),
+                                  SimulationConfig(precision="float32", tile_storage="compact"))
+    host = compact_host(problem, 1, edges=False)
+    assert host.edge is None
+    run, fresh = CompactRun(problem, 1, xp=np, host=host), CompactRun(problem, 1, xp=np)
+    assert run.compact is host.compact
+    for got, want in zip((*run.edge, *run.f), (*fresh.edge, *fresh.f), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
