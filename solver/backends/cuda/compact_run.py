@@ -199,10 +199,11 @@ class CompactRun:
 
     def rest_stored(self):
         """The rest equilibrium as stored, (q,) of the storage dtype on the device (float16
-        storage: encoded as a tiled chunk is)."""
+        storage: encoded as a tiled chunk is; cast as storing it into a copy casts)."""
         p, xp = self.problem, self.xp
         rest = p.rest_populations()[None, :, None]  # (1, q, 1)
-        return xp.ascontiguousarray(p.storage.encode(xp.asarray(rest), xp).reshape(-1))
+        encoded = p.storage.encode(xp.asarray(rest), xp).reshape(-1)
+        return xp.ascontiguousarray(encoded.astype(p.storage_dtype, copy=False))
 
     def fill_rest(self) -> None:
         """Every fluid node at the rest equilibrium, on the device: the bits of
