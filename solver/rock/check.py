@@ -32,11 +32,17 @@ from ..simulation import Simulation
 __all__ = ["CheckAhead", "KCheck", "Phases", "check_ahead"]
 
 
+#: The flags of a fluid node in a whole-box window (:func:`node_flags`: bit 0 window, bit 3
+#: fluid).
+WHOLE_BOX_FLAG = 9
+
+
 @dataclass
 class CheckAhead:
     """The host part of a :class:`KCheck` made before its run is allocated
     (:func:`check_ahead`): the window with host masks and the fused check's node flags for
-    the storage the run's plan chooses (``compact``), None where no fused check applies."""
+    the storage the run's plan chooses (``compact``), None where no fused check applies or
+    where the check makes them on its device (:func:`_fused_flags`: one value)."""
 
     window: DarcyWindow
     flags: np.ndarray | None
@@ -60,6 +66,8 @@ def check_ahead(sim: Simulation, axis: int, window: tuple[int, int]) -> CheckAhe
     if not _fuses(sim):
         return CheckAhead(host, None, False)
     compact = plan_for(sim.problem).compact  # what the allocation will store
+    if compact and _whole_box(host):  # one value a fluid node: made on the device instead
+        return CheckAhead(host, None, compact)
     return CheckAhead(host, node_flags(sim.problem, host, compact), compact)
 
 
@@ -169,7 +177,17 @@ def _fused_flags(sim: Simulation, window: DarcyWindow):
     None where it does not apply (the chunked readout reads the run)."""
     if not _fuses(sim):
         return None
-    return sim.backend.xp.asarray(node_flags(sim.problem, window, _compacted(sim)))
+    xp, compact = sim.backend.xp, _compacted(sim)
+    if compact and _whole_box(window):
+        # Every fluid node in the window: a fill on the device, no host array of one value
+        # a fluid node to make and upload (0.4 GB for a 1000³ image's mirrored box).
+        return xp.full(int(sim.problem.tiling.n_fluid), WHOLE_BOX_FLAG, dtype=np.uint8)
+    return xp.asarray(node_flags(sim.problem, window, compact))
+
+
+def _whole_box(window: DarcyWindow) -> bool:
+    """Whether ``window`` is the whole box without end layers (every fluid node in it)."""
+    return window.inside is None and not window.ends
 
 
 def _compacted(sim: Simulation) -> bool:
@@ -182,12 +200,13 @@ def node_flags(problem, window: DarcyWindow, compact: bool) -> np.ndarray:
     on a non-periodic axis; bit 3: fluid) of every tile node (T x N, tiled), or of every fluid
     node in the order of ``np.flatnonzero(~tiling.solid)`` (``compact``: the edge tables'
     order); ``window``: :func:`solver.observables.darcy_window` with host masks."""
-    if window.inside is None and not window.ends:  # the whole box: every fluid node is in it
+    if _whole_box(window):  # every fluid node is in it
         if compact:
-            return np.full(int(problem.tiling.n_fluid), 9, np.uint8)
+            return np.full(int(problem.tiling.n_fluid), WHOLE_BOX_FLAG, np.uint8)
         # 9 where fluid, 0 where solid, in one pass over the mask's bytes (a bool is 0 or 1):
         # the general path below made five passes over 8.4e8 tile nodes at 1000³, per run.
-        return np.logical_not(problem.tiling.solid.reshape(-1)).view(np.uint8) * np.uint8(9)
+        fluid = np.logical_not(problem.tiling.solid.reshape(-1)).view(np.uint8)
+        return fluid * np.uint8(WHOLE_BOX_FLAG)
     fluid = ~problem.tiling.solid.reshape(-1)
     inside = fluid if window.inside is None else window.inside.reshape(-1)
     flags = inside.astype(np.uint8) | (fluid.astype(np.uint8) << np.uint8(3))

@@ -111,6 +111,9 @@ def test_check_flags_made_ahead_are_the_checks_own(protocol):
     ahead = check_ahead(sim, setup.axis, setup.window)
     fresh = darcy_window(sim.problem, setup.axis, setup.window, np)
     assert ahead.compact == plan_for(sim.problem).compact
+    if ahead.compact and protocol == "mirrored":  # the whole box: filled on the device
+        assert ahead.flags is None  # (test_whole_box_flags_of_a_compact_run_...)
+        return
     np.testing.assert_array_equal(ahead.flags, node_flags(sim.problem, fresh, ahead.compact))
     assert ahead.flags.max() & 8  # fluid nodes flagged
 
@@ -218,3 +221,28 @@ def test_a_fused_check_reads_with_its_flags_made_ahead(monkeypatch):
     (health, k), (health_a, k_a) = own.read(), made_ahead.read()
     assert k_a.lattice == pytest.approx(k.lattice, rel=1e-12)  # block sums: any order
     assert health_a["max_speed"] == health["max_speed"]
+
+
+def test_whole_box_flags_of_a_compact_run_are_made_where_the_check_runs(monkeypatch):
+    """A mirrored (whole-box) compact run's flags, one value per fluid node, are not made
+    ahead on the host: its check fills them on its device, the values node_flags makes."""
+    from solver.observables import darcy_window
+    from solver.rock import check
+
+    from .test_compact_readout import EmulatedCompactBackend
+    from .test_rock_check_kernel import _run
+
+    monkeypatch.setattr(check, "_fuses", lambda sim: True)  # the emulated run as CuPy's
+    sim, setup = _run("mirrored", "incompressible", EmulatedCompactBackend())
+    window = darcy_window(sim.problem, setup.axis, setup.window, np)
+    expected = check.node_flags(sim.problem, window, True)
+    ahead = check.check_ahead(sim, setup.axis, setup.window)
+    assert ahead.compact and ahead.flags is None
+
+    def refused(*args):
+        raise AssertionError("whole-box flags made on the host")
+
+    monkeypatch.setattr(check, "node_flags", refused)
+    flags = check.KCheck(sim, setup.axis, setup.window, 1e-6, ahead).flags
+    assert flags.dtype == np.uint8
+    np.testing.assert_array_equal(flags, expected)

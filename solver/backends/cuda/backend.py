@@ -72,7 +72,9 @@ class CupyBackend(StateAccess):
         prepare_problem_tables(problem)
         plan = plan_for(problem)
         if plan.compact:
-            self.tables_ahead.put(problem, "compact", compact_host(problem, plan.pad, plan.wide))
+            # The edge tables are made on the device at the allocation (compact_edges).
+            self.tables_ahead.put(problem, "compact",
+                                  compact_host(problem, plan.pad, plan.wide, edges=False))
         else:
             boundary = KernelVariant.for_problem(problem).boundary
             self.tables_ahead.put(problem, ("tiled", boundary), device_tables(problem, boundary))

@@ -99,8 +99,9 @@ def compact_peak_bytes(problem: Problem, pad: int, wide: bool = False) -> int:
 def fluid_starts(compact: CompactTiling) -> np.ndarray:
     """Host int64 (n_tiles + 1): index of each tile's first fluid node in the edge tables
     (which list fluid nodes tile by tile), and the fluid count at the end."""
-    counts = np.count_nonzero(~compact.tiling.solid, axis=1)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    out = np.zeros(compact.tiling.n_tiles + 1, dtype=np.int64)
+    np.cumsum(compact.counts, out=out[1:])  # the storage's counts: no pass over tile nodes
+    return out
 
 
 def tiled_chunk(run, tiles, stored: bool = False):

@@ -27,6 +27,7 @@ from ...problem import Problem
 from ...storage import key_shift
 from .capture import GRAPH_STEPS, RunGraphs, replay_timed
 from .compact import CompactTiling, popcount, sector_pad
+from .compact_edges import device_edges
 from .compact_readout import (
     compact_node_index,
     compact_node_populations,
@@ -82,11 +83,12 @@ def edge_nodes(compact: CompactTiling, q: int) -> tuple[np.ndarray, np.ndarray, 
 @dataclass(frozen=True)
 class CompactHost:
     """The host tables of a :class:`CompactRun` (:func:`compact_host`): its
-    :class:`~.compact.CompactTiling`, the conversion tables :func:`edge_nodes` and each
-    tile's first entry in them (``starts``, :func:`~.compact_readout.fluid_starts`)."""
+    :class:`~.compact.CompactTiling`, the conversion tables :func:`edge_nodes` (None: the run
+    makes them on its device, :func:`~.compact_edges.device_edges`) and each tile's first
+    entry in them (``starts``, :func:`~.compact_readout.fluid_starts`)."""
 
     compact: CompactTiling
-    edge: tuple[np.ndarray, np.ndarray, np.ndarray]
+    edge: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     starts: np.ndarray
 
     def fits(self, problem: Problem, pad: int, wide: bool) -> bool:
@@ -95,15 +97,20 @@ class CompactHost:
         return c.tiling is problem.tiling and c.pad == pad and c.wide == wide
 
 
-def compact_host(problem: Problem, pad: int | None = None, wide: bool = False) -> CompactHost:
+def compact_host(problem: Problem, pad: int | None = None, wide: bool = False,
+                 edges: bool = True) -> CompactHost:
     """The host tables a :class:`CompactRun` of ``problem`` reads (``pad`` None: one 32-byte
     sector, as the run's default), host work only: made ahead of the allocation where a study
     prepares the next run (on the CPU the edge tables were 0.23 s for the 400x200x200 mirrored
-    box of a 200³ sample; a 1000³ image's 1/2 start level has 16 times its fluid nodes)."""
+    box of a 200³ sample; a 1000³ image's 1/2 start level has 16 times its fluid nodes).
+    ``edges`` False: without the edge tables, which a run on a GPU makes on its device
+    (:func:`~.compact_edges.device_edges`: 8 GB for the 1000³ image's mirrored box, most of
+    its compact fine run's host set-up and allocation when made here and uploaded)."""
     pad = pad or sector_pad(problem.storage_dtype.itemsize)
     compact = CompactTiling(problem.tiling, pad, wide)
     compact.check_offsets(problem.lattice.q)
-    return CompactHost(compact, edge_nodes(compact, problem.lattice.q), fluid_starts(compact))
+    edge = edge_nodes(compact, problem.lattice.q) if edges else None
+    return CompactHost(compact, edge, fluid_starts(compact))
 
 
 class CompactRun:
@@ -148,7 +155,7 @@ class CompactRun:
         self.in_place = problem.population_copies == 1
         kernel_source(self.variant)  # ValueError: boundary code, 2D
         if host is None or not host.fits(problem, pad, wide):
-            host = compact_host(problem, pad, wide)
+            host = compact_host(problem, pad, wide, edges=xp is np)
         self.compact = host.compact
         q = problem.lattice.q
         t = problem.tiling
@@ -160,14 +167,22 @@ class CompactRun:
         self.ints = tuple(np.int32(v) for v in self.compact.int_args(problem.periodic))
         self.physics = list(physics_args(problem))
         self.reals = tuple(real_args(self.variant, self.physics))
-        self.edge = tuple(xp.asarray(a) for a in host.edge)
-        self.starts = host.starts  # host: each tile's first edge-table entry
-        del host  # the host edge tables go once uploaded
         # One array, copy 0 first: the float16 step counter's slot is the copy a launch reads
         # (fin < fout), so slot = current, as in the tiled state.
         copies = xp.zeros((problem.population_copies, q * self.compact.n_slots),
                           dtype=problem.storage_dtype)
         self.f = [copies[c] for c in range(problem.population_copies)]
+        filled = False
+        if host.edge is not None:
+            self.edge = tuple(xp.asarray(a) for a in host.edge)
+        elif xp is np:  # host arrays (the CPU tests): the host's tables
+            self.edge = edge_nodes(self.compact, q)
+        else:  # made on the device from its tile tables, copy 0 filled at rest on the way
+            self.edge = device_edges(self.compact, q, host.starts, *self.tables[:2], xp,
+                                     fill=(self.f[0], self.rest_stored()))
+            filled = True
+        self.starts = host.starts  # host: each tile's first edge-table entry
+        del host  # the host edge tables go once uploaded
         #: float16 storage: the kernels' two-slot step counter (uint32), None otherwise.
         self.seeds = xp.zeros(2, dtype=np.uint32) if problem.storage.encoded else None
         #: float16 storage on a distributed rank: the step-counter pair of each tile range
@@ -177,7 +192,18 @@ class CompactRun:
         self.tiles_per_block = tiles_per_block
         #: Tiles per chunk of a readout (:mod:`.compact_readout`: bounded temporaries).
         self.readout_tiles = readout_tiles(problem, compact_state_bytes(problem, self.compact))
-        self.fill_rest()
+        if not filled:
+            self.fill_rest()
+        elif self.cuda is not None:  # written on the default stream, before the next step
+            self.cuda.Device().synchronize()
+
+    def rest_stored(self):
+        """The rest equilibrium as stored, (q,) of the storage dtype on the device (float16
+        storage: encoded as a tiled chunk is; cast as storing it into a copy casts)."""
+        p, xp = self.problem, self.xp
+        rest = p.rest_populations()[None, :, None]  # (1, q, 1)
+        encoded = p.storage.encode(xp.asarray(rest), xp).reshape(-1)
+        return xp.ascontiguousarray(encoded.astype(p.storage_dtype, copy=False))
 
     def fill_rest(self) -> None:
         """Every fluid node at the rest equilibrium, on the device: the bits of
@@ -185,8 +211,7 @@ class CompactRun:
         node (1 GB of float64 for a 200³ rock run, built and uploaded at each allocation)."""
         p, xp = self.problem, self.xp
         self._natural()
-        rest = p.rest_populations()[None, :, None]  # (1, q, 1): encoded as a tiled chunk is
-        encoded = p.storage.encode(xp.asarray(rest), xp).reshape(1, -1)
+        encoded = self.rest_stored().reshape(1, -1)
         at, block, _ = self.edge
         i = xp.arange(p.lattice.q, dtype=at.dtype)
         per = self.readout_tiles * p.tiling.nodes_per_tile  # bounded index temporaries
