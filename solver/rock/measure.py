@@ -47,7 +47,15 @@ from ..problem import Problem, tile_offset
 from ..simulation import Simulation
 from .check import CheckAhead, KCheck, Phases, check_ahead
 from .conduction import Conduction, ConductionSystem, conduction_system, solve_conduction
-from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
+from .initial import (
+    FACTOR,
+    PLAIN,
+    StartScale,
+    coarse_setup,
+    pressure_ramp,
+    start_from,
+    start_on_device,
+)
 from .protocol import ProtocolSetup, checked_sample, sample_labels, setup_protocol
 from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
@@ -96,6 +104,10 @@ class AxisResult:
     phases: dict = field(default_factory=dict)  # wall seconds per phase (:data:`PHASES`)
     coarse_k_lattice: float | None = None  # k of the coarse start (by 2), fine voxel²
     start_steps: list[int] = field(default_factory=list)  # per start level, 1/2 first
+    start_k_lattice: list[float] = field(default_factory=list)  # per level, fine voxel², 1/2 first
+    # velocity factor s of each prolongation (settings.start_rescale; 1: plain), into the
+    # fine run first, then into 1/2, ... (as start_steps); the density's factor is s or 1
+    start_scales: list[float] = field(default_factory=list)
     flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
     pair: StepPair | None = None  # k at the last check's step and the next; k_lattice: mean
     previous_pair: StepPair | None = None  # the same at the check before (the decay)
@@ -248,6 +260,8 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     levels = list(prepared.levels)
     start_seconds, coarse_k = prepared.coarse_seconds, None
     steps: list[int] = []  # per level, coarsest first
+    chain_k: list[float] = []  # per level run so far, fine voxel², coarsest first
+    scales: list[float] = []  # velocity factor per prolongation, the finest first
     try:
         start = time.perf_counter()
         if levels:
@@ -258,13 +272,15 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 if below is None:
                     _ramp(coarse_sim, coarse, settings, phases)
                 else:
-                    _prolong(coarse_sim, below, phases)
+                    scales.insert(0, _prolong(coarse_sim, below, phases,
+                                              _start_scale(settings, chain_k, setup.name)))
                 result = _run(coarse_sim, coarse, settings,
                               level_tolerance(settings, level, len(levels)), voxel_size,
                               None, phases, "coarse",
                               prepared.checks.pop(id(coarse_sim), None))
                 scale = (FACTOR ** (level + 1)) ** 2  # coarse voxel² in fine voxel²
                 steps.insert(0, result.steps)
+                chain_k.append(scale * result.k_lattice)
                 log.info("%s: start level 1/%d after %d steps (k = %.4g voxel² fine)",
                          setup.name, FACTOR ** (level + 1), result.steps,
                          scale * result.k_lattice)
@@ -272,7 +288,8 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                     coarse_k = scale * result.k_lattice
                 below = coarse_sim
             prepared.ready()  # the fine run's tables, made beside the coarse start
-            _prolong(sim, below, phases)
+            scales.insert(0, _prolong(sim, below, phases,
+                                      _start_scale(settings, chain_k, setup.name)))
             levels = []
             start_seconds += time.perf_counter() - start
         else:
@@ -290,6 +307,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
         sim.close()
     result.coarse_steps, result.start_seconds = (steps[0] if steps else 0), start_seconds
     result.start_steps = steps
+    result.start_k_lattice, result.start_scales = chain_k[::-1], scales
     result.coarse_k_lattice = coarse_k
     result.work_steps = result.steps + sum(
         n * (coarse.geometry.n_fluid / setup.geometry.n_fluid)
@@ -316,14 +334,27 @@ def level_tolerance(settings: PermeabilitySettings, level: int, levels: int) -> 
     return min(1.0, factor * settings.tolerance)
 
 
-def _prolong(sim: Simulation, coarse_sim: Simulation, phases: Phases) -> None:
-    """Start ``sim`` from the flow of ``coarse_sim`` (its level coarsened by 2), on the device,
-    and free the coarse run's device memory."""
+def _start_scale(settings: PermeabilitySettings, chain_k: list[float], name: str) -> StartScale:
+    """The factors of the next prolongation from the chain's k so far (fine voxel², coarsest
+    first; :meth:`StartScale.from_chain` with ``settings.start_rescale``), logged."""
+    scale = StartScale.from_chain(settings.start_rescale, chain_k)
+    if scale != PLAIN:
+        log.info("%s: start rescaled by %.4g (velocity), %.4g (density deviation)", name,
+                 scale.velocity, scale.density)
+    return scale
+
+
+def _prolong(sim: Simulation, coarse_sim: Simulation, phases: Phases,
+             scale: StartScale = PLAIN) -> float:
+    """Start ``sim`` from the flow of ``coarse_sim`` (its level coarsened by 2; ``scale``: the
+    start's rescale), on the device, and free the coarse run's device memory; the velocity
+    factor."""
     with phases.timed("allocation"):
         sim.allocate()
     with phases.timed("prolongation"):
-        start_on_device(sim, coarse_sim)
+        start_on_device(sim, coarse_sim, scale=scale)
         coarse_sim.close()
+    return scale.velocity
 
 
 def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
