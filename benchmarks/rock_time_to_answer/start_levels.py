@@ -15,7 +15,8 @@ tiled where the tiled state fits the device, the start levels compact,
 the fine run takes the compact kernels with 64-bit offsets), ``RESCALE`` the start's rescale
 (:data:`RESCALES`, ``PermeabilitySettings.start_rescale``: each prolongation's velocity, and
 with ``velocity+density`` the density's deviation from its mean, times s = k_last / k_previous
-of the chain's levels, clamped to [0.5, 1]; the factors per level are reported). The first
+of the chain's levels, clamped to [0.5, 1], or with ``-richardson`` s = 1 - (k_previous /
+k_last - 1) / 4 (order-2 Richardson); the factors per level are reported). The first
 variant
 is the reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps
 and their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
@@ -32,7 +33,8 @@ GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:1 3:10:a
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40``
 The start's rescale (issue 29; one H200, about 2 minutes):
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40
---variants 3:10 3:10:velocity 3:10:velocity+density --deep 1e-5 --deep-max-steps 12000``
+--variants 3:10 3:10:velocity 3:10:velocity+density 3:10:velocity-richardson --deep 1e-5
+--deep-max-steps 16000``
 CPU smoke test: ``--size 24 --backend numpy --precision float64 --variants 1:10 2:10``.
 Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
 """
@@ -75,8 +77,10 @@ STORAGES = ("auto", "tiled", "compact", "tiled-wide", "auto-wide", "compact-wide
 #: The compact family's value limit of the ``auto-wide`` and ``compact-wide`` variants (2^31 in
 #: the plan): a 400³ image's fine run has 4.9e8 values per copy, its 1/2 level 6.4e7.
 SMALL_VALUE_LIMIT = 2**27
-#: The start's rescale a variant may ask for (``PermeabilitySettings.start_rescale``).
-RESCALES = ("none", "velocity", "velocity+density")
+#: The start's rescale a variant may ask for (``PermeabilitySettings.start_rescale``; with
+#: ``-richardson`` its ``start_estimate`` 'richardson', else 'geometric').
+RESCALES = ("none", "velocity", "velocity+density", "velocity-richardson",
+            "velocity+density-richardson")
 
 
 class Variant(NamedTuple):
@@ -148,10 +152,12 @@ def _study(sample, axes: list[str], variant: Variant, config, backend,
     """:func:`run_variant`'s study and numbers."""
     levels, factor, storage, rescale = variant
     limits = {"max_steps": max_steps} if max_steps else {}
+    mode, _, estimate = rescale.partition("-")
     settings = PermeabilitySettings(protocol="mirrored", axes=axes, formation_factor=False,
                                     coarse_levels=levels, coarse_tolerance_factor=factor,
                                     max_seconds=max_seconds, fast_tau=fast_tau,
-                                    start_rescale=rescale, **limits)
+                                    start_rescale=mode, start_estimate=estimate or "geometric",
+                                    **limits)
     if tolerance is not None:
         # The coarse levels keep the default tolerance's stops (the start as in the variant).
         settings.coarse_tolerance_factor = factor * settings.tolerance / tolerance

@@ -234,4 +234,4 @@ def chain_scale(settings: PermeabilitySettings, records: list[dict]) -> StartSca
     (:meth:`~solver.rock.initial.StartScale.from_chain`)."""
     return StartScale.from_chain(settings.start_rescale,
                                  [float("nan") if r.get("k") is None else r["k"]
-                                  for r in reversed(records)])
+                                  for r in reversed(records)], settings.start_estimate)

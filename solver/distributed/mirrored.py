@@ -429,6 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["none", "velocity", "velocity+density"],
                         help="scale each prolongation of a chain by the next level's k "
                              "estimate over the coarse k (PermeabilitySettings.start_rescale)")
+    parser.add_argument("--start-estimate", default="geometric",
+                        choices=["geometric", "richardson"],
+                        help="the next level's k estimate of --start-rescale "
+                             "(PermeabilitySettings.start_estimate)")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="SimulationConfig field (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
@@ -443,13 +447,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def start_settings(levels: int, rescale: str = "none") -> PermeabilitySettings:
+def start_settings(levels: int, rescale: str = "none",
+                   estimate: str = "geometric") -> PermeabilitySettings:
     """The protocol's settings with ``levels`` coarse-start levels (0: from rest) and the
-    start's ``rescale`` (``PermeabilitySettings.start_rescale``)."""
+    start's ``rescale`` and ``estimate`` (``PermeabilitySettings.start_rescale``,
+    ``start_estimate``)."""
     if levels < 0:
         raise SystemExit(f"error: --coarse-levels must be 0 (from rest) or more, got {levels}")
     return PermeabilitySettings(coarse_start=levels > 0, coarse_levels=min(max(levels, 1), 4),
-                                start_rescale=rescale)
+                                start_rescale=rescale, start_estimate=estimate)
 
 
 def source_of(args: argparse.Namespace) -> RegionSource:
@@ -479,7 +485,8 @@ def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None
     backend = get_backend(args.backend)
     result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
                           args.check, args.tolerance, settings=start_settings(args.coarse_levels,
-                                                                 args.start_rescale),
+                                                                 args.start_rescale,
+                                                                 args.start_estimate),
                           transport=args.transport, memory=memory,
                           estimate_only=args.estimate_only, max_seconds=args.max_seconds,
                           fused_check=not args.chunked_check)

@@ -32,8 +32,9 @@ Rescaled start (``PermeabilitySettings.start_rescale``, issue 29): a coarse leve
 the fine one (a 1000³ image, x: 1/2 resolution 30 % high), so the prolongated start carries
 that much too much flow. With ``velocity`` each prolongation multiplies the velocity by
 ``s = k_est / k_coarse`` (:class:`StartScale`), ``k_est`` the next level's k extrapolated
-geometrically from the chain's last two levels (``k_next ~ k_last² / k_previous``, so ``s =
-k_last / k_previous``; 1 with one level), clamped to :data:`RESCALE_BOUNDS`;
+from the chain's last two levels (``start_estimate``: geometrically, ``k_next ~ k_last² /
+k_previous``, so ``s = k_last / k_previous``; or Richardson, order 2; 1 with one level),
+clamped to :data:`RESCALE_BOUNDS`;
 ``velocity+density`` also multiplies the density's deviation from the mean coarse density.
 
 Scaling (Stokes flow, same tau): the coarse run keeps the fine densities at the faces and
@@ -60,9 +61,9 @@ from ..lattice import get_lattice
 from ..simulation import Simulation
 from .protocol import ProtocolSetup, sample_labels
 
-__all__ = ["FACTOR", "PLAIN", "RESCALE_BOUNDS", "RESCALE_CHOICES", "CoarseTable", "StartScale",
-           "coarse_setup", "prolongate", "pressure_ramp", "prolonged_populations", "start_from",
-           "start_on_device"]
+__all__ = ["ESTIMATE_CHOICES", "FACTOR", "PLAIN", "RESCALE_BOUNDS", "RESCALE_CHOICES",
+           "CoarseTable", "StartScale", "coarse_setup", "prolongate", "pressure_ramp",
+           "prolonged_populations", "start_from", "start_on_device"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 FACTOR = 2
 #: ``PermeabilitySettings.start_rescale`` choices (:class:`StartScale`).
 RESCALE_CHOICES = ("none", "velocity", "velocity+density")
+#: ``PermeabilitySettings.start_estimate`` choices: how the next level's k is estimated.
+ESTIMATE_CHOICES = ("geometric", "richardson")
 #: The range the start's rescale factor s is clamped to (a coarse level's k above the fine
 #: one: s <= 1; a far-off chain estimate must not stop the start's flow).
 RESCALE_BOUNDS = (0.5, 1.0)
@@ -85,20 +88,29 @@ class StartScale:
     density: float = 1.0
 
     @classmethod
-    def from_chain(cls, mode: str, k_levels: list[float]) -> StartScale:
+    def from_chain(cls, mode: str, k_levels: list[float],
+                   estimate: str = "geometric") -> StartScale:
         """The factors for prolongating the last of the chain's levels ``k_levels`` (their k
         in fine voxel², coarsest first) into the next finer one, as ``mode`` asks
-        (:data:`RESCALE_CHOICES`): s = k_est / k_last with the geometric estimate k_est =
-        k_last² / k_previous, i.e. s = k_last / k_previous, clamped to
-        :data:`RESCALE_BOUNDS`; s = 1 with fewer than two positive finite levels."""
+        (:data:`RESCALE_CHOICES`): s = k_est / k_last, clamped to :data:`RESCALE_BOUNDS`;
+        s = 1 with fewer than two positive finite levels. ``estimate``
+        (:data:`ESTIMATE_CHOICES`): 'geometric', k_est = k_last² / k_previous (the ratio of the
+        last two levels again: s = k_last / k_previous); 'richardson', k converging with
+        the grid spacing squared (Richardson, order 2: k_est = k_last - (k_previous -
+        k_last) / 4, s = 1 - (k_previous / k_last - 1) / 4)."""
         if mode not in RESCALE_CHOICES:
             raise ValueError(f"start_rescale {mode!r}: use one of {', '.join(RESCALE_CHOICES)}.")
+        if estimate not in ESTIMATE_CHOICES:
+            raise ValueError(f"start_estimate {estimate!r}: use one of "
+                             f"{', '.join(ESTIMATE_CHOICES)}.")
         s = 1.0
         if mode != "none" and len(k_levels) >= 2:
             previous, last = float(k_levels[-2]), float(k_levels[-1])
             if all(np.isfinite(k) and k > 0 for k in (previous, last)):
                 lo, hi = RESCALE_BOUNDS
-                s = min(hi, max(lo, last / previous))
+                ratio = (last / previous if estimate == "geometric"
+                         else 1.0 - (previous / last - 1.0) / 4.0)
+                s = min(hi, max(lo, ratio))
         return cls(s, s if mode == "velocity+density" else 1.0)
 
     def density_of(self, rho: Any, mean_rho: Any) -> Any:

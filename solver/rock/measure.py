@@ -337,7 +337,7 @@ def level_tolerance(settings: PermeabilitySettings, level: int, levels: int) -> 
 def _start_scale(settings: PermeabilitySettings, chain_k: list[float], name: str) -> StartScale:
     """The factors of the next prolongation from the chain's k so far (fine voxel², coarsest
     first; :meth:`StartScale.from_chain` with ``settings.start_rescale``), logged."""
-    scale = StartScale.from_chain(settings.start_rescale, chain_k)
+    scale = StartScale.from_chain(settings.start_rescale, chain_k, settings.start_estimate)
     if scale != PLAIN:
         log.info("%s: start rescaled by %.4g (velocity), %.4g (density deviation)", name,
                  scale.velocity, scale.density)

@@ -66,6 +66,11 @@ class PermeabilitySettings(param.Parameterized):
             "velocity+density also scales the density's deviation from its mean "
             "(solver.rock.initial.StartScale). none: the plain prolongation (issue 29: "
             "measured before it becomes a default).")
+    start_estimate = param.Selector(
+        objects=["geometric", "richardson"], default="geometric",
+        doc="With start_rescale: the next level's k from the chain's last two, k_last and "
+            "k_previous: geometric, k_last² / k_previous; richardson, k converging with the "
+            "grid spacing squared, k_last - (k_previous - k_last) / 4.")
     coarse_tolerance_factor = param.Number(default=10.0, bounds=(1.0, None),
                                            doc="A coarse start stops when k changes by less "
                                                "than this times the tolerance per 1000 steps "

@@ -46,7 +46,7 @@ def test_start_levels_compares_variants_with_the_first(tmp_path):
             start_levels.parse_variant(bad)
     argv = ["--size", "16", "--grain", "6", "--porosity", "0.3", "--backend", "numpy",
             "--precision", "float64", "--variants", "1:10", "2:10:tiled-wide",
-            "2:10:velocity", "--deep", "1e-4", "--deep-max-steps", "3000",
+            "2:10:velocity-richardson", "--deep", "1e-4", "--deep-max-steps", "3000",
             "--out", str(tmp_path)]
     assert start_levels.main(argv) == 0
     (json_path,) = tmp_path.glob("start_levels-*-16.json")
@@ -54,10 +54,10 @@ def test_start_levels_compares_variants_with_the_first(tmp_path):
     first, second, rescaled = (row["runs"][0] for row in report["rows"])
     assert first["k_vs_first"] == 0.0 and abs(second["k_vs_first"]) < 1e-3
     # the rescaled start: its factor into the fine run from the two levels' k, recorded
-    assert report["rows"][2]["start_rescale"] == "velocity"
+    assert report["rows"][2]["start_rescale"] == "velocity-richardson"
     k_half, k_quarter = rescaled["start_k_voxel2"]
-    assert rescaled["start_scales"] == [pytest.approx(min(1.0, max(0.5, k_half / k_quarter))),
-                                        1.0]
+    richardson = 1.0 - (k_quarter / k_half - 1.0) / 4.0
+    assert rescaled["start_scales"] == [pytest.approx(min(1.0, max(0.5, richardson))), 1.0]
     assert abs(rescaled["k_vs_first"]) < 1e-3
     # the deep run: the first variant to 1e-4 per 1000 steps, every k against it
     deep = report["deep"]
@@ -72,7 +72,8 @@ def test_start_levels_compares_variants_with_the_first(tmp_path):
         pair["step"], pytest.approx((pair["k_first"] + pair["k_next"]) / 2, rel=1e-15)]
     assert first["k_voxel2"] == pytest.approx((pair["k_first"] + pair["k_next"]) / 2)
     text = json_path.with_suffix(".md").read_text()
-    assert "| 2 | 10 | tiled-wide | none |" in text and "| 2 | 10 | auto | velocity |" in text
+    assert "| 2 | 10 | tiled-wide | none |" in text
+    assert "| 2 | 10 | auto | velocity-richardson |" in text
     assert "Against a deep run" in text
 
 

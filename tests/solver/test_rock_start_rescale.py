@@ -11,6 +11,7 @@ from geometries.generators import random_sphere_pack
 from solver.config import SimulationConfig
 from solver.rock import PermeabilitySettings, run_study, setup_protocol
 from solver.rock.initial import (
+    ESTIMATE_CHOICES,
     RESCALE_BOUNDS,
     RESCALE_CHOICES,
     StartScale,
@@ -33,10 +34,16 @@ def test_the_factor_is_the_chains_geometric_estimate_over_its_last_k():
     assert StartScale.from_chain("velocity", [0.1, 0.2]).velocity == RESCALE_BOUNDS[1]
     assert StartScale.from_chain("velocity", [float("nan"), 0.2]) == StartScale()
     assert StartScale.from_chain("velocity", [-0.1, 0.2]) == StartScale()
+    # Richardson (order 2): k_est = k_last - (k_previous - k_last) / 4
+    assert StartScale.from_chain("velocity", [0.5, 0.25], "richardson") == StartScale(0.75, 1.0)
+    assert StartScale.from_chain("velocity", [0.9, 0.2], "richardson").velocity == 0.5
+    with pytest.raises(ValueError, match="start_estimate 'linear'"):
+        StartScale.from_chain("velocity", [0.2, 0.1], "linear")
     with pytest.raises(ValueError, match="start_rescale 'fast'"):
         StartScale.from_chain("fast", [0.2, 0.1])
     assert list(PermeabilitySettings.param["start_rescale"].objects) == list(RESCALE_CHOICES)
     assert PermeabilitySettings().start_rescale == "none"
+    assert list(PermeabilitySettings.param["start_estimate"].objects) == list(ESTIMATE_CHOICES)
 
 
 def _moments(sim: Simulation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
