@@ -26,7 +26,7 @@ from solver.distributed.comm import find_mpirun
 from solver.distributed.local_setup import local_part, summarize
 from solver.lattice import get_lattice
 from solver.problem import Problem
-from solver.rock.initial import coarse_setup, start_on_device
+from solver.rock.initial import PLAIN, StartScale, coarse_setup, start_on_device
 from solver.rock.protocol import setup_protocol
 from solver.rock.settings import PermeabilitySettings
 from solver.simulation import Simulation
@@ -90,24 +90,29 @@ def ranks_of(source, cfg, summary, bounds, hub, backend) -> list[RankSolver]:
 
 
 CASES = [
-    pytest.param(1, "numpy", {}, 1e-14, id="numpy-1"),
-    pytest.param(3, "numpy", {}, 1e-14, id="numpy-3"),
+    pytest.param(1, "numpy", {}, 1e-14, PLAIN, id="numpy-1"),
+    pytest.param(3, "numpy", {}, 1e-14, PLAIN, id="numpy-3"),
     # float32 arithmetic: one GPU prolongates in its fused kernels, the ranks in CuPy
     # operations (the same map, rounding apart); float16 storage rounds by node numbers.
-    pytest.param(2, "cupy", {"precision": "float32"}, 1e-6, marks=pytest.mark.gpu,
+    pytest.param(2, "cupy", {"precision": "float32"}, 1e-6, PLAIN, marks=pytest.mark.gpu,
                  id="cupy-float32-tiled"),
-    pytest.param(2, "cupy", {"precision": "float32", "tile_storage": "compact"}, 1e-6,
+    pytest.param(2, "cupy", {"precision": "float32", "tile_storage": "compact"}, 1e-6, PLAIN,
                  marks=pytest.mark.gpu, id="cupy-float32-compact"),
-    pytest.param(2, "cupy", {"precision": "float32", "storage": "float16"}, 2e-3,
+    pytest.param(2, "cupy", {"precision": "float32", "storage": "float16"}, 2e-3, PLAIN,
                  marks=pytest.mark.gpu, id="cupy-float16-tiled"),
+    # the rescaled start (issue 29): velocity and density deviation times s over ranks too
+    pytest.param(3, "numpy", {}, 1e-14, StartScale(0.7, 0.7), id="numpy-3-rescaled"),
+    pytest.param(2, "cupy", {"precision": "float32"}, 1e-6, StartScale(0.7, 0.7),
+                 marks=pytest.mark.gpu, id="cupy-float32-tiled-rescaled"),
 ]
 
 
-@pytest.mark.parametrize("n_ranks,backend_name,extra,rtol", CASES)
-def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
+@pytest.mark.parametrize("n_ranks,backend_name,extra,rtol,scale", CASES)
+def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol, scale):
     """Coarse ranks stepped from a noisy start, prolongated rank by rank into fine ranks
     whose slabs are twice theirs: every owned fine tile is the one-device start's
-    (start_on_device; NumPy: bit for bit but the mean density, summed over the ranks)."""
+    (start_on_device; NumPy: bit for bit but the mean density, summed over the ranks), with
+    the start's rescale ``scale`` alike."""
     from solver.backends import get_backend
 
     backend = NumpyBackend(threads=1) if backend_name == "numpy" else get_backend(backend_name)
@@ -124,7 +129,7 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
     coarse_sim.backend.set_populations(coarse_sim.state, f0)
     coarse_sim.step(5)
     fine_sim = Simulation(fine_box.slab(0, 0, 64), fine_cfg, backend=backend)
-    start_on_device(fine_sim, coarse_sim)
+    start_on_device(fine_sim, coarse_sim, scale=scale)
     expected = fine_sim.populations()
 
     fine_summary = summarize(fine_box, 0, 4)
@@ -136,10 +141,10 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
         rank.backend.set_populations(rank.state, f0[index])
     step_together(coarse, 5)
     fine = ranks_of(fine_box, fine_cfg, fine_summary, bounds, LoopbackHub(), backend)
-    tables = [coarse_table(rank) for rank in coarse]
+    tables = [coarse_table(rank, scale.velocity) for rank in coarse]
     total = sum(s for _, (s, _) in tables) / sum(c for _, (_, c) in tables)
     for rank, (table, _) in zip(fine, tables, strict=True):
-        prolong_owned(rank, table, total)
+        prolong_owned(rank, table, total, scale=scale)
         owned = rank.layout.tiling.tiles[: rank.n_owned]
         index = fine_sim.tiling.tile_map[tuple(owned.T)]
         np.testing.assert_allclose(rank.owned_populations(), expected[index], rtol=rtol,
