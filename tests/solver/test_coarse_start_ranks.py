@@ -153,18 +153,21 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol, scal
 
 @needs_mpi
 @pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
-@pytest.mark.parametrize("n,seed,levels", [(24, 5, 1), (32, 4, 2)])
-def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, seed, levels):
+@pytest.mark.parametrize("n,seed,levels,rescale", [(24, 5, 1, "none"), (32, 4, 2, "none"),
+                                                   (32, 4, 2, "velocity+density")])
+def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, seed, levels,
+                                                                  rescale):
     """``mpirun -n 2 python -m solver.distributed.mirrored --coarse-levels L`` with 41 steps at
     every level (checks at 20 and 40, each read one step later too: k is the mean of steps 40
     and 41): each level's k and the fine k equal those of the one-device pieces
-    (coarse_setup's runs, start_on_device, the fine run) in one process, to rounding."""
+    (coarse_setup's runs, start_on_device, the fine run) in one process, to rounding; with
+    ``--start-rescale`` each prolongation scaled by the chain's factor alike."""
     lattice = get_lattice("D3Q19")
     sample = GrainRegions((n, 16, 16), 0.35, 6, seed=seed).slab(0, 0, n)
     kept, _ = keep_connected(VoxelGeometry(sample), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
     out = mirrored_over_two_ranks(tmp_path, "--steps", "41", "--check", "20",
-                                  "--coarse-levels", str(levels))
+                                  "--coarse-levels", str(levels), "--start-rescale", rescale)
     assert out["coarse_levels"] == levels and [c["steps"] for c in out["coarse"]] == [41] * levels
     assert all(b % 2**levels == 0 for b in out["slab_bounds"])
 
@@ -177,19 +180,25 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, s
         # The ranks keep every pore of a coarse box; these samples' have none to drop.
         box = MirroredRegions(source, 0)
         assert np.array_equal(setups[-1].geometry.solid, box.slab(0, 0, box.shape[0]))
-    below = None
+    below, chain, scales = None, [], []  # chain: each level's k, fine voxel², coarsest first
     for level in range(levels, -1, -1):  # coarsest first, as both run them
         sim = Simulation(setups[level].geometry, setups[level].config,
                          backend=NumpyBackend(threads=1))
         if below is not None:
-            start_on_device(sim, below)
+            scale = StartScale.from_chain(rescale, chain)
+            scales.insert(0, scale.velocity)
+            start_on_device(sim, below, scale=scale)
         sim.step(40)
         k_first = observables.permeability(sim.problem, sim.fields(), 0).lattice
         sim.step(1)
         k = (k_first + observables.permeability(sim.problem, sim.fields(), 0).lattice) / 2
         if level:
             assert out["coarse"][level - 1]["k"] == pytest.approx(4**level * k, rel=1e-10)
+        chain.append(4**level * k)
         below = sim
+    assert out["start_scale"] == pytest.approx(scales[0], rel=1e-9)
+    assert [c["start_scale"] for c in out["coarse"]] == pytest.approx(scales[1:] + [None])
+    assert (scales[0] < 1.0) == (rescale != "none")
     assert out["k"] == pytest.approx(k, rel=1e-10)
     assert out["work_steps"] > out["steps"]
 
