@@ -16,13 +16,13 @@ the fine run takes the compact kernels with 64-bit offsets), ``RESCALE`` the sta
 (:data:`RESCALES`, ``PermeabilitySettings.start_rescale``: each prolongation's velocity, and
 with ``velocity+density`` the density's deviation from its mean, times s = k_last / k_previous
 of the chain's levels, clamped to [0.5, 1], or with ``-richardson`` s = 1 - (k_previous /
-k_last - 1) / 4 (order-2 Richardson); the factors per level are reported). The first
-variant
-is the reference: every other's k is compared with it (target 0.1 %). Per run: the fine steps
-and their rate (fluid G updates/s over the fine steps' wall time), the start's steps per level,
-the work in fine-step equivalents, the phases, the most CuPy's pool held at a check, and in the
-JSON the fine run's k at every check (how it approaches: the steps a 1000³ run needs are
-extrapolated from it).
+k_last - 1) / 4 (order-2 Richardson); ``@GAIN``, e.g. ``none@1.15``: the density's deviation
+times GAIN at every prolongation, ``start_density_gain``; the factors per level are reported).
+The first variant is the reference: every other's k is compared with it (target 0.1 %). Per
+run: the fine steps and their rate (fluid G updates/s over the fine steps' wall time), the
+start's steps per level, the work in fine-step equivalents, the phases, the most CuPy's pool
+held at a check, and in the JSON the fine run's k at every check (how it approaches: the steps
+a 1000³ run needs are extrapolated from it).
 
 ``--deep TOL``: one more run, of the first variant with the fine run continued to TOL per
 1000 steps (e.g. 1e-5, as ``stop_rule.py``'s references; capped by ``--deep-max-steps`` and
@@ -98,14 +98,34 @@ def parse_variant(text: str) -> Variant:
     parts = text.split(":")
     extra = parts[2:]
     storages = [p for p in extra if p in STORAGES]
-    rescales = [p for p in extra if p in RESCALES]
+    rescales = [p for p in extra if _rescale_token(p)]
     if (len(parts) < 2 or len(extra) > 2 or len(storages) > 1 or len(rescales) > 1
             or len(storages) + len(rescales) != len(extra)):
         raise argparse.ArgumentTypeError(
-            f"variant {text!r}: use LEVELS:FACTOR[:STORAGE][:RESCALE], STORAGE one of "
-            f"{', '.join(STORAGES)}, RESCALE one of {', '.join(RESCALES)}")
+            f"variant {text!r}: use LEVELS:FACTOR[:STORAGE][:RESCALE[@GAIN]], STORAGE one of "
+            f"{', '.join(STORAGES)}, RESCALE one of {', '.join(RESCALES)}, GAIN in [0.5, 2]")
     return Variant(int(parts[0]), float(parts[1]), storages[0] if storages else "auto",
                    rescales[0] if rescales else "none")
+
+
+def _rescale_token(text: str) -> bool:
+    """Whether ``text`` is a RESCALE part: one of :data:`RESCALES`, optionally ``@GAIN`` (the
+    density deviation's gain, ``PermeabilitySettings.start_density_gain``)."""
+    mode, _, gain = text.partition("@")
+    if mode not in RESCALES:
+        return False
+    try:
+        return not gain or 0.5 <= float(gain) <= 2.0
+    except ValueError:
+        return False
+
+
+def rescale_settings(token: str) -> dict:
+    """The ``PermeabilitySettings`` of a RESCALE part (:func:`_rescale_token`)."""
+    mode, _, gain = token.partition("@")
+    mode, _, estimate = mode.partition("-")
+    return {"start_rescale": mode, "start_estimate": estimate or "geometric",
+            "start_density_gain": float(gain) if gain else 1.0}
 
 
 def run_variant(sample, axes: list[str], variant: Variant, precision: str,
@@ -152,12 +172,10 @@ def _study(sample, axes: list[str], variant: Variant, config, backend,
     """:func:`run_variant`'s study and numbers."""
     levels, factor, storage, rescale = variant
     limits = {"max_steps": max_steps} if max_steps else {}
-    mode, _, estimate = rescale.partition("-")
     settings = PermeabilitySettings(protocol="mirrored", axes=axes, formation_factor=False,
                                     coarse_levels=levels, coarse_tolerance_factor=factor,
                                     max_seconds=max_seconds, fast_tau=fast_tau,
-                                    start_rescale=mode, start_estimate=estimate or "geometric",
-                                    **limits)
+                                    **rescale_settings(rescale), **limits)
     if tolerance is not None:
         # The coarse levels keep the default tolerance's stops (the start as in the variant).
         settings.coarse_tolerance_factor = factor * settings.tolerance / tolerance
@@ -175,6 +193,7 @@ def _study(sample, axes: list[str], variant: Variant, config, backend,
                      "work_steps": r.work_steps, "seconds": r.seconds, "phases_s": r.phases,
                      "coarse_k_voxel2": r.coarse_k_lattice, "history": r.history,
                      "start_k_voxel2": r.start_k_lattice, "start_scales": r.start_scales,
+                     "start_density_scales": r.start_density_scales,
                      "k_pair": None if r.pair is None else asdict(r.pair),
                      "fine_G_updates_per_s": fluid * r.steps / stepping / 1e9
                      if stepping else None})

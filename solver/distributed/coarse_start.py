@@ -220,6 +220,7 @@ def run_levels(levels: list[CoarseLevel], settings: PermeabilitySettings,
         tolerance = level_tolerance(settings, level.level - 1, len(levels))
         record = run(solver, level, tolerance)
         record.update(start_scale=scale.velocity if below is not None else None,
+                      start_density_scale=scale.density if below is not None else None,
                       level=level.level, scale=level.scale, shape=list(level.summary.shape),
                       fluid_nodes=level.summary.n_fluid, tolerance=tolerance,
                       setup_seconds=built)
@@ -234,4 +235,5 @@ def chain_scale(settings: PermeabilitySettings, records: list[dict]) -> StartSca
     (:meth:`~solver.rock.initial.StartScale.from_chain`)."""
     return StartScale.from_chain(settings.start_rescale,
                                  [float("nan") if r.get("k") is None else r["k"]
-                                  for r in reversed(records)], settings.start_estimate)
+                                  for r in reversed(records)], settings.start_estimate,
+                                 settings.start_density_gain)

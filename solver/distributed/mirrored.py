@@ -22,11 +22,12 @@ sample coarsened by 2 (``--coarse-levels``, default 1; 0: from rest), run over t
 (:mod:`solver.distributed.coarse_start`: the one-device start of :mod:`solver.rock.initial`,
 slab by slab), as ``PermeabilitySettings.coarse_levels`` does on one device; the result lists
 each level's steps, k and times under ``coarse`` (``--start-rescale``: each level's
-``start_scale``, the fine run's as ``start_scale``) and the fine-step equivalents of the whole
-run as ``work_steps``. Rank 0 prints one JSON object (``--json`` writes it):
-k, its history, the plane-flux spread, the set-up and step times and, per rank, the tiles,
-fluid nodes, halo values per step, the estimated device bytes (:func:`device_estimate`) and
-what the backend reports (``used_memory``; a benchmark adds the CuPy pool's peak).
+``start_scale`` and ``start_density_scale``, the fine run's alike) and the fine-step
+equivalents of the whole run as ``work_steps``. Rank 0 prints one JSON object (``--json``
+writes it): k, its history, the plane-flux spread, the set-up and step times and, per rank,
+the tiles, fluid nodes, halo values per step, the estimated device bytes
+(:func:`device_estimate`) and what the backend reports (``used_memory``; a benchmark adds the
+CuPy pool's peak).
 Lattice units; k also in voxels² (it is the same number).
 """
 
@@ -222,11 +223,11 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     solver, link, used = local_rank(problem, decomposition, backend, comm, transport, link)
     del problem  # the rank keeps its layout's tiling only
     times["allocate"] = time.perf_counter() - t2
-    start_scale = None
+    start_scale = start_density_scale = None
     if coarse_solver is not None:
         t4 = time.perf_counter()
         scale = chain_scale(settings, coarse)
-        start_scale = scale.velocity
+        start_scale, start_density_scale = scale.velocity, scale.density
         prolong_ranks(solver, coarse_solver, comm, scale)
         coarse_solver.release()
         times["prolong"] = time.perf_counter() - t4
@@ -257,6 +258,7 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "mflups": summary.n_fluid * measured / slowest / 1e6 if slowest > 0 else None,
             **_pair_record(run["pair"], run["previous_pair"]), "converged": run["converged"],
             "coarse_levels": len(coarse), "coarse": coarse, "start_scale": start_scale,
+            "start_density_scale": start_density_scale,
             "work_steps": run["steps"] + sum(c["steps"] * c["fluid_nodes"] / summary.n_fluid
                                              for c in coarse),
             "flux_spread": last.get("flux_spread"), "history": run["history"],
@@ -433,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["geometric", "richardson"],
                         help="the next level's k estimate of --start-rescale "
                              "(PermeabilitySettings.start_estimate)")
+    parser.add_argument("--start-density-gain", type=float, default=1.0,
+                        help="multiply each prolongation's density deviation by this "
+                             "(PermeabilitySettings.start_density_gain)")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="SimulationConfig field (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
@@ -447,15 +452,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def start_settings(levels: int, rescale: str = "none",
-                   estimate: str = "geometric") -> PermeabilitySettings:
+def start_settings(levels: int, rescale: str = "none", estimate: str = "geometric",
+                   density_gain: float = 1.0) -> PermeabilitySettings:
     """The protocol's settings with ``levels`` coarse-start levels (0: from rest) and the
-    start's ``rescale`` and ``estimate`` (``PermeabilitySettings.start_rescale``,
-    ``start_estimate``)."""
+    start's ``rescale``, ``estimate`` and ``density_gain`` (``PermeabilitySettings.
+    start_rescale``, ``start_estimate``, ``start_density_gain``)."""
     if levels < 0:
         raise SystemExit(f"error: --coarse-levels must be 0 (from rest) or more, got {levels}")
     return PermeabilitySettings(coarse_start=levels > 0, coarse_levels=min(max(levels, 1), 4),
-                                start_rescale=rescale, start_estimate=estimate)
+                                start_rescale=rescale, start_estimate=estimate,
+                                start_density_gain=density_gain)
 
 
 def source_of(args: argparse.Namespace) -> RegionSource:
@@ -486,7 +492,8 @@ def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None
     result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
                           args.check, args.tolerance, settings=start_settings(args.coarse_levels,
                                                                  args.start_rescale,
-                                                                 args.start_estimate),
+                                                                 args.start_estimate,
+                                                                 args.start_density_gain),
                           transport=args.transport, memory=memory,
                           estimate_only=args.estimate_only, max_seconds=args.max_seconds,
                           fused_check=not args.chunked_check)

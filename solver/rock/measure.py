@@ -106,8 +106,9 @@ class AxisResult:
     start_steps: list[int] = field(default_factory=list)  # per start level, 1/2 first
     start_k_lattice: list[float] = field(default_factory=list)  # per level, fine voxel², 1/2 first
     # velocity factor s of each prolongation (settings.start_rescale; 1: plain), into the
-    # fine run first, then into 1/2, ... (as start_steps); the density's factor is s or 1
+    # fine run first, then into 1/2, ... (as start_steps); and its density deviation's factor
     start_scales: list[float] = field(default_factory=list)
+    start_density_scales: list[float] = field(default_factory=list)
     flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
     pair: StepPair | None = None  # k at the last check's step and the next; k_lattice: mean
     previous_pair: StepPair | None = None  # the same at the check before (the decay)
@@ -261,7 +262,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     start_seconds, coarse_k = prepared.coarse_seconds, None
     steps: list[int] = []  # per level, coarsest first
     chain_k: list[float] = []  # per level run so far, fine voxel², coarsest first
-    scales: list[float] = []  # velocity factor per prolongation, the finest first
+    scales: list[StartScale] = []  # the factors per prolongation, the finest first
     try:
         start = time.perf_counter()
         if levels:
@@ -307,7 +308,9 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
         sim.close()
     result.coarse_steps, result.start_seconds = (steps[0] if steps else 0), start_seconds
     result.start_steps = steps
-    result.start_k_lattice, result.start_scales = chain_k[::-1], scales
+    result.start_k_lattice = chain_k[::-1]
+    result.start_scales = [x.velocity for x in scales]
+    result.start_density_scales = [x.density for x in scales]
     result.coarse_k_lattice = coarse_k
     result.work_steps = result.steps + sum(
         n * (coarse.geometry.n_fluid / setup.geometry.n_fluid)
@@ -337,7 +340,8 @@ def level_tolerance(settings: PermeabilitySettings, level: int, levels: int) -> 
 def _start_scale(settings: PermeabilitySettings, chain_k: list[float], name: str) -> StartScale:
     """The factors of the next prolongation from the chain's k so far (fine voxel², coarsest
     first; :meth:`StartScale.from_chain` with ``settings.start_rescale``), logged."""
-    scale = StartScale.from_chain(settings.start_rescale, chain_k, settings.start_estimate)
+    scale = StartScale.from_chain(settings.start_rescale, chain_k, settings.start_estimate,
+                                  settings.start_density_gain)
     if scale != PLAIN:
         log.info("%s: start rescaled by %.4g (velocity), %.4g (density deviation)", name,
                  scale.velocity, scale.density)
@@ -345,16 +349,15 @@ def _start_scale(settings: PermeabilitySettings, chain_k: list[float], name: str
 
 
 def _prolong(sim: Simulation, coarse_sim: Simulation, phases: Phases,
-             scale: StartScale = PLAIN) -> float:
+             scale: StartScale = PLAIN) -> StartScale:
     """Start ``sim`` from the flow of ``coarse_sim`` (its level coarsened by 2; ``scale``: the
-    start's rescale), on the device, and free the coarse run's device memory; the velocity
-    factor."""
+    start's rescale), on the device, and free the coarse run's device memory; ``scale``."""
     with phases.timed("allocation"):
         sim.allocate()
     with phases.timed("prolongation"):
         start_on_device(sim, coarse_sim, scale=scale)
         coarse_sim.close()
-    return scale.velocity
+    return scale
 
 
 def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,

@@ -71,6 +71,12 @@ class PermeabilitySettings(param.Parameterized):
         doc="With start_rescale: the next level's k from the chain's last two, k_last and "
             "k_previous: geometric, k_last² / k_previous; richardson, k converging with the "
             "grid spacing squared, k_last - (k_previous - k_last) / 4.")
+    start_density_gain = param.Number(
+        default=1.0, bounds=(0.5, 2.0),
+        doc="With a coarse start: multiply the prolongated density's deviation from its mean "
+            "by this factor at every prolongation (on top of start_rescale's), as the finer "
+            "geometry holds a stronger pressure field than the coarse one "
+            "(solver.rock.initial; 1: the plain prolongation).")
     coarse_tolerance_factor = param.Number(default=10.0, bounds=(1.0, None),
                                            doc="A coarse start stops when k changes by less "
                                                "than this times the tolerance per 1000 steps "

@@ -167,7 +167,8 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, s
     kept, _ = keep_connected(VoxelGeometry(sample), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
     out = mirrored_over_two_ranks(tmp_path, "--steps", "41", "--check", "20",
-                                  "--coarse-levels", str(levels), "--start-rescale", rescale)
+                                  "--coarse-levels", str(levels), "--start-rescale", rescale,
+                                  "--start-density-gain", "1.1")
     assert out["coarse_levels"] == levels and [c["steps"] for c in out["coarse"]] == [41] * levels
     assert all(b % 2**levels == 0 for b in out["slab_bounds"])
 
@@ -185,7 +186,7 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, s
         sim = Simulation(setups[level].geometry, setups[level].config,
                          backend=NumpyBackend(threads=1))
         if below is not None:
-            scale = StartScale.from_chain(rescale, chain)
+            scale = StartScale.from_chain(rescale, chain, density_gain=1.1)
             scales.insert(0, scale.velocity)
             start_on_device(sim, below, scale=scale)
         sim.step(40)
@@ -197,6 +198,8 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, s
         chain.append(4**level * k)
         below = sim
     assert out["start_scale"] == pytest.approx(scales[0], rel=1e-9)
+    assert out["start_density_scale"] == pytest.approx(
+        1.1 * (scales[0] if rescale == "velocity+density" else 1.0), rel=1e-9)
     assert [c["start_scale"] for c in out["coarse"]] == pytest.approx(scales[1:] + [None])
     assert (scales[0] < 1.0) == (rescale != "none")
     assert out["k"] == pytest.approx(k, rel=1e-10)
