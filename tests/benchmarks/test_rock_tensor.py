@@ -41,7 +41,10 @@ def test_start_levels_compares_variants_with_the_first(tmp_path):
     assert start_levels.parse_variant("3:10:velocity") == (3, 10.0, "auto", "velocity")
     assert start_levels.parse_variant("3:1:tiled:velocity+density") == (
         3, 1.0, "tiled", "velocity+density")
-    for bad in ("3:10:dense", "3:10:velocity:velocity", "3"):
+    assert start_levels.parse_variant("3:10:none@1.15") == (3, 10.0, "auto", "none@1.15")
+    assert start_levels.rescale_settings("velocity-richardson@1.2") == {
+        "start_rescale": "velocity", "start_estimate": "richardson", "start_density_gain": 1.2}
+    for bad in ("3:10:dense", "3:10:velocity:velocity", "3", "3:10:none@3", "3:10:none@x"):
         with pytest.raises(Exception, match="LEVELS:FACTOR"):
             start_levels.parse_variant(bad)
     argv = ["--size", "16", "--grain", "6", "--porosity", "0.3", "--backend", "numpy",

@@ -34,6 +34,12 @@ def test_the_factor_is_the_chains_geometric_estimate_over_its_last_k():
     assert StartScale.from_chain("velocity", [0.1, 0.2]).velocity == RESCALE_BOUNDS[1]
     assert StartScale.from_chain("velocity", [float("nan"), 0.2]) == StartScale()
     assert StartScale.from_chain("velocity", [-0.1, 0.2]) == StartScale()
+    # the density gain: on the density deviation at every prolongation, whatever the mode
+    assert StartScale.from_chain("none", [0.5], density_gain=1.15) == StartScale(1.0, 1.15)
+    assert StartScale.from_chain("velocity", [0.5, 0.375], density_gain=1.2) == StartScale(
+        0.75, 1.2)
+    assert StartScale.from_chain("velocity+density", [0.5, 0.375],
+                                 density_gain=1.2) == StartScale(0.75, 0.75 * 1.2)
     # Richardson (order 2): k_est = k_last - (k_previous - k_last) / 4
     assert StartScale.from_chain("velocity", [0.5, 0.25], "richardson") == StartScale(0.75, 1.0)
     assert StartScale.from_chain("velocity", [0.9, 0.2], "richardson").velocity == 0.5
@@ -122,23 +128,27 @@ def test_the_host_prolongation_rescales_alike(coarse_flow):
 
 def test_every_rescale_option_converges_to_the_same_k():
     """A 24³ mirrored pack (float64) from a two-level chain: the rescaled starts (s recorded
-    per prolongation, from the chain's k as defined) reach the plain start's k within the
-    tolerance (measured: k equal to 6 digits, 1201 fine steps with each option)."""
+    per prolongation, from the chain's k as defined) and the density gain reach the plain
+    start's k within the tolerance."""
     pack = random_sphere_pack((24, 24, 24), 0.35, diameter=6, seed=1)
     config = SimulationConfig(precision="float64", tau=1.0)
     runs = {}
-    for mode in RESCALE_CHOICES:
+    for mode in (*RESCALE_CHOICES, "none@1.15"):
+        mode, _, gain = mode.partition("@")
         settings = PermeabilitySettings(coarse_levels=2, formation_factor=False,
-                                        start_rescale=mode)
+                                        start_rescale=mode, start_density_gain=float(gain or 1))
         study = run_study(pack, config, settings)
-        runs[mode] = r = study.results[0]
+        runs[mode + (f"@{gain}" if gain else "")] = r = study.results[0]
         assert study.as_dict()["runs"][0]["start_scales"] == r.start_scales  # in the JSON
         assert r.converged and len(r.start_k_lattice) == 2 and len(r.start_scales) == 2
         # s into the 1/2 level: one level known (1); into the fine run: k_1/2 / k_1/4
-        expected = StartScale.from_chain(mode, r.start_k_lattice[::-1]).velocity
-        assert r.start_scales == [pytest.approx(expected), 1.0]
+        expected = StartScale.from_chain(mode, r.start_k_lattice[::-1], "geometric",
+                                         float(gain or 1))
+        assert r.start_scales == [pytest.approx(expected.velocity), 1.0]
+        assert r.start_density_scales == [pytest.approx(expected.density),
+                                          float(gain or 1)]
     plain = runs["none"]
     assert plain.start_scales == [1.0, 1.0]
     assert runs["velocity"].start_scales[0] < 1.0  # the coarse k is above the fine one
-    for mode in RESCALE_CHOICES[1:]:
+    for mode in (*RESCALE_CHOICES[1:], "none@1.15"):
         assert runs[mode].k_lattice == pytest.approx(plain.k_lattice, rel=1e-3), mode
