@@ -34,8 +34,8 @@ that much too much flow. With ``velocity`` each prolongation multiplies the velo
 ``s = k_est / k_coarse`` (:class:`StartScale`), ``k_est`` the next level's k extrapolated
 from the chain's last two levels (``start_estimate``: geometrically, ``k_next ~ k_last² /
 k_previous``, so ``s = k_last / k_previous``; or Richardson, order 2; 1 with one level),
-clamped to :data:`RESCALE_BOUNDS`;
-``velocity+density`` also multiplies the density's deviation from the mean coarse density.
+clamped to :data:`RESCALE_BOUNDS`; ``velocity+density`` also multiplies the density's deviation
+from the mean coarse density (mirrored runs only: :func:`solver.rock.measure.measure_axis`).
 ``start_density_gain`` multiplies that deviation at every prolongation by a fixed factor: on a
 48³ pack of 16-voxel grains (porosity 0.2, tau 0.7, NumPy float64, two levels) whose fine k
 fell slowly (+7.1 % at its first check, halving every 200 steps, 2601 fine steps), the

@@ -274,7 +274,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                     _ramp(coarse_sim, coarse, settings, phases)
                 else:
                     scales.insert(0, _prolong(coarse_sim, below, phases,
-                                              _start_scale(settings, chain_k, setup.name)))
+                                              _start_scale(settings, chain_k, setup)))
                 result = _run(coarse_sim, coarse, settings,
                               level_tolerance(settings, level, len(levels)), voxel_size,
                               None, phases, "coarse",
@@ -290,7 +290,7 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 below = coarse_sim
             prepared.ready()  # the fine run's tables, made beside the coarse start
             scales.insert(0, _prolong(sim, below, phases,
-                                      _start_scale(settings, chain_k, setup.name)))
+                                      _start_scale(settings, chain_k, setup)))
             levels = []
             start_seconds += time.perf_counter() - start
         else:
@@ -337,14 +337,19 @@ def level_tolerance(settings: PermeabilitySettings, level: int, levels: int) -> 
     return min(1.0, factor * settings.tolerance)
 
 
-def _start_scale(settings: PermeabilitySettings, chain_k: list[float], name: str) -> StartScale:
+def _start_scale(settings: PermeabilitySettings, chain_k: list[float],
+                 setup: ProtocolSetup) -> StartScale:
     """The factors of the next prolongation from the chain's k so far (fine voxel², coarsest
-    first; :meth:`StartScale.from_chain` with ``settings.start_rescale``), logged."""
+    first; :meth:`StartScale.from_chain` with ``settings.start_rescale``), logged; the plain
+    one for pressure-driven runs (their density field carries the imposed drop; the rescale
+    was measured on mirrored runs only)."""
+    if setup.protocol != "mirrored":
+        return PLAIN
     scale = StartScale.from_chain(settings.start_rescale, chain_k, settings.start_estimate,
                                   settings.start_density_gain)
     if scale != PLAIN:
-        log.info("%s: start rescaled by %.4g (velocity), %.4g (density deviation)", name,
-                 scale.velocity, scale.density)
+        log.info("%s: start rescaled by %.4g (velocity), %.4g (density deviation)",
+                 setup.name, scale.velocity, scale.density)
     return scale
 
 

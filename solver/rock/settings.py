@@ -65,7 +65,8 @@ class PermeabilitySettings(param.Parameterized):
             "clamped to [0.5, 1]), so the finer run starts near its own flow rate; "
             "velocity+density also scales the density's deviation from its mean "
             "(solver.rock.initial.StartScale). none: the plain prolongation (issue 29: "
-            "measured before it becomes a default).")
+            "measured before it becomes a default). Mirrored runs only (pressure-driven "
+            "runs keep the plain start).")
     start_estimate = param.Selector(
         objects=["geometric", "richardson"], default="geometric",
         doc="With start_rescale: the next level's k from the chain's last two, k_last and "
@@ -76,7 +77,7 @@ class PermeabilitySettings(param.Parameterized):
         doc="With a coarse start: multiply the prolongated density's deviation from its mean "
             "by this factor at every prolongation (on top of start_rescale's), as the finer "
             "geometry holds a stronger pressure field than the coarse one "
-            "(solver.rock.initial; 1: the plain prolongation).")
+            "(solver.rock.initial; 1: the plain prolongation). Mirrored runs only.")
     coarse_tolerance_factor = param.Number(default=10.0, bounds=(1.0, None),
                                            doc="A coarse start stops when k changes by less "
                                                "than this times the tolerance per 1000 steps "

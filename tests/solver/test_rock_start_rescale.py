@@ -152,3 +152,16 @@ def test_every_rescale_option_converges_to_the_same_k():
     assert runs["velocity"].start_scales[0] < 1.0  # the coarse k is above the fine one
     for mode in (*RESCALE_CHOICES[1:], "none@1.15"):
         assert runs[mode].k_lattice == pytest.approx(plain.k_lattice, rel=1e-3), mode
+
+
+def test_pressure_driven_runs_keep_the_plain_start():
+    """The rescale and the density gain apply to mirrored runs only: a pressure-driven run's
+    density field carries the imposed drop (its start's factors are recorded as 1)."""
+    from solver.rock import measure_axis
+
+    pack = random_sphere_pack((16, 16, 16), 0.35, diameter=8, seed=3)
+    settings = PermeabilitySettings(protocol="pressure", start_rescale="velocity+density",
+                                    start_density_gain=1.2, tolerance=1e-2, check_interval=100)
+    config = SimulationConfig(precision="float64", tau=1.0)
+    result = measure_axis(setup_protocol(pack, config, 0, "pressure", settings), settings)
+    assert result.start_scales == [1.0] and result.start_density_scales == [1.0]
