@@ -560,6 +560,10 @@ class PermeabilityStudy:
             if len(r.start_steps) > 1:  # a chain: the steps of each level, 1/2 first
                 start = " + " + " + ".join(f"{n} at 1/{FACTOR ** (i + 1)}"
                                            for i, n in enumerate(r.start_steps))
+            if any(v != 1.0 for v in r.start_scales + r.start_density_scales):
+                start += " (start rescaled, fine first: velocity x " + ", ".join(
+                    f"{v:.3g}" for v in r.start_scales) + "; density deviation x " + ", ".join(
+                    f"{v:.3g}" for v in r.start_density_scales) + ")"
             out.append(f"{r.protocol:<8} {r.axis}: k = {r.k_lattice:.5g} voxel²{si}; {flag} "
                        f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps}"
                        f"{start} steps, {r.seconds:.1f} s)")

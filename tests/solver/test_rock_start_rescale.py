@@ -140,6 +140,7 @@ def test_every_rescale_option_converges_to_the_same_k():
         study = run_study(pack, config, settings)
         runs[mode + (f"@{gain}" if gain else "")] = r = study.results[0]
         assert study.as_dict()["runs"][0]["start_scales"] == r.start_scales  # in the JSON
+        assert ("start rescaled" in study.lines()[0]) == (mode != "none" or bool(gain))
         assert r.converged and len(r.start_k_lattice) == 2 and len(r.start_scales) == 2
         # s into the 1/2 level: one level known (1); into the fine run: k_1/2 / k_1/4
         expected = StartScale.from_chain(mode, r.start_k_lattice[::-1], "geometric",
