@@ -54,15 +54,15 @@ from geometries.regions import CachedRegions, CoarsenedRegions, MirroredRegions,
 
 from ..config import SimulationConfig
 from ..fields import tile_moments
-from ..rock.initial import FACTOR, CoarseTable, prolonged_populations
+from ..rock.initial import FACTOR, PLAIN, CoarseTable, StartScale, prolonged_populations
 from ..rock.measure import level_tolerance
 from ..rock.settings import PermeabilitySettings
 from .local_setup import SlabSummary, summarize
 from .rank import RankSolver
 from .reductions import READ_TILES
 
-__all__ = ["CoarseLevel", "feasible_levels", "coarse_levels", "release_levels", "coarse_table",
-           "prolong_owned", "prolong_ranks", "run_levels"]
+__all__ = ["CoarseLevel", "chain_scale", "feasible_levels", "coarse_levels", "release_levels",
+           "coarse_table", "prolong_owned", "prolong_ranks", "run_levels"]
 
 log = logging.getLogger(__name__)
 
@@ -136,19 +136,24 @@ def release_levels(levels: list[CoarseLevel]) -> None:
             cached.clear()
 
 
-def prolong_ranks(fine: RankSolver, coarse: RankSolver, comm: Any) -> None:
+def prolong_ranks(fine: RankSolver, coarse: RankSolver, comm: Any,
+                  scale: StartScale = PLAIN) -> None:
     """Start ``fine``'s owned tiles from the equilibrium of ``coarse``'s flow (the level
-    coarsened by 2 of the same ranks, slabs aligned: :func:`coarse_levels`) and exchange the
-    fine halo (collective: the mean coarse density over all ranks, then the halo)."""
-    table, mine = coarse_table(coarse)
+    coarsened by 2 of the same ranks, slabs aligned: :func:`coarse_levels`; ``scale``: the
+    start's rescale, :class:`~solver.rock.initial.StartScale`) and exchange the fine halo
+    (collective: the mean coarse density over all ranks, then the halo)."""
+    table, mine = coarse_table(coarse, scale.velocity)
     parts = comm.allgather(mine)
     count = sum(c for _, c in parts)
-    prolong_owned(fine, table, sum(s for s, _ in parts) / count if count else 1.0)
+    prolong_owned(fine, table, sum(s for s, _ in parts) / count if count else 1.0,
+                  scale=scale)
     fine.refresh_halo()
 
 
-def coarse_table(coarse: RankSolver) -> tuple[CoarseTable, tuple[float, int]]:
-    """The :class:`~solver.rock.initial.CoarseTable` of ``coarse``'s owned tiles (moments read a
+def coarse_table(coarse: RankSolver, velocity: float = 1.0
+                 ) -> tuple[CoarseTable, tuple[float, int]]:
+    """The :class:`~solver.rock.initial.CoarseTable` of ``coarse``'s owned tiles (velocity
+    times 2 and ``velocity``; moments read a
     readout chunk at a time; solid nodes and the last slot still to be given the mean density,
     :func:`prolong_owned`) and this rank's (sum of the fluid densities, fluid nodes)."""
     cb, xp = coarse.backend, coarse.backend.xp
@@ -166,18 +171,20 @@ def coarse_table(coarse: RankSolver) -> tuple[CoarseTable, tuple[float, int]]:
     fluid_c = xp.asarray(~ct.solid[:n])
     mine = (float(cb.to_host(rho_c[fluid_c].sum())), int(np.count_nonzero(~ct.solid[:n])))
     # NaN marks the nodes that take the mean, known only once every rank has summed.
-    table = CoarseTable.build(ct, rho_c, u_c, fluid_c, xp.asarray(np.nan), xp)
+    table = CoarseTable.build(ct, rho_c, u_c, fluid_c, xp.asarray(np.nan), xp, velocity)
     return table, mine
 
 
 def prolong_owned(fine: RankSolver, table: CoarseTable, mean_rho: float,
-                  chunk: int = 1 << 16) -> None:
+                  chunk: int = 1 << 16, scale: StartScale = PLAIN) -> None:
     """Write ``fine``'s owned tiles from ``table`` (:func:`coarse_table`), ``mean_rho`` where
-    it has no fluid coarse node, ``chunk`` tiles at a time (no collective; the halo is stale
-    until :meth:`RankSolver.refresh_halo`)."""
+    it has no fluid coarse node, the density's deviation from it times ``scale.density``,
+    ``chunk`` tiles at a time (no collective; the halo is stale until
+    :meth:`RankSolver.refresh_halo`)."""
     xp = fine.backend.xp
     rho = table.rho
     rho[xp.isnan(rho)] = mean_rho
+    table.scale_density(mean_rho, scale)
     p = fine.problem
     dtype = xp.float64 if p.dtype == np.float64 else xp.float32
     fine.stepper.idle()
@@ -194,24 +201,39 @@ def run_levels(levels: list[CoarseLevel], settings: PermeabilitySettings,
                ) -> tuple[RankSolver | None, list[dict]]:
     """Run the levels coarsest first, each started from the one below it (the coarsest from
     rest): ``build`` makes a level's solver, ``run(solver, level, tolerance)`` steps it and
-    returns its record. Returns the finest level's solver (still allocated: the fine run is
-    prolongated from it, then releases it) and one record per level, finest first."""
+    returns its record (its k in fine voxel² as ``k``). Returns the finest level's solver
+    (still allocated: the fine run is prolongated from it, :func:`chain_scale`, then releases
+    it) and one record per level, finest first (``start_scale``: the velocity factor of the
+    prolongation into it, ``settings.start_rescale``)."""
     records: list[dict] = []
     below: RankSolver | None = None
     for level in reversed(levels):
         tic = time.perf_counter()
         solver = build(level)
         built = time.perf_counter() - tic
+        scale = chain_scale(settings, records)
         if below is not None:
             tic = time.perf_counter()
-            prolong_ranks(solver, below, comm)
+            prolong_ranks(solver, below, comm, scale)
             below.release()
             built += time.perf_counter() - tic
         tolerance = level_tolerance(settings, level.level - 1, len(levels))
         record = run(solver, level, tolerance)
-        record.update(level=level.level, scale=level.scale, shape=list(level.summary.shape),
+        record.update(start_scale=scale.velocity if below is not None else None,
+                      start_density_scale=scale.density if below is not None else None,
+                      level=level.level, scale=level.scale, shape=list(level.summary.shape),
                       fluid_nodes=level.summary.n_fluid, tolerance=tolerance,
                       setup_seconds=built)
         records.insert(0, record)
         below = solver
     return below, records
+
+
+def chain_scale(settings: PermeabilitySettings, records: list[dict]) -> StartScale:
+    """The rescale of the prolongation from the finest of the levels run so far (``records``,
+    finest first, :func:`run_levels`) into the next finer one
+    (:meth:`~solver.rock.initial.StartScale.from_chain`)."""
+    return StartScale.from_chain(settings.start_rescale,
+                                 [float("nan") if r.get("k") is None else r["k"]
+                                  for r in reversed(records)], settings.start_estimate,
+                                 settings.start_density_gain)

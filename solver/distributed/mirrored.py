@@ -21,11 +21,13 @@ its ``alternation`` and what is left of it in the mean its ``alternation_residua
 sample coarsened by 2 (``--coarse-levels``, default 1; 0: from rest), run over the same ranks
 (:mod:`solver.distributed.coarse_start`: the one-device start of :mod:`solver.rock.initial`,
 slab by slab), as ``PermeabilitySettings.coarse_levels`` does on one device; the result lists
-each level's steps, k and times under ``coarse`` and the fine-step equivalents of the whole
-run as ``work_steps``. Rank 0 prints one JSON object (``--json`` writes it):
-k, its history, the plane-flux spread, the set-up and step times and, per rank, the tiles,
-fluid nodes, halo values per step, the estimated device bytes (:func:`device_estimate`) and
-what the backend reports (``used_memory``; a benchmark adds the CuPy pool's peak).
+each level's steps, k and times under ``coarse`` (``--start-rescale``: each level's
+``start_scale`` and ``start_density_scale``, the fine run's alike) and the fine-step
+equivalents of the whole run as ``work_steps``. Rank 0 prints one JSON object (``--json``
+writes it): k, its history, the plane-flux spread, the set-up and step times and, per rank,
+the tiles, fluid nodes, halo values per step, the estimated device bytes
+(:func:`device_estimate`) and what the backend reports (``used_memory``; a benchmark adds the
+CuPy pool's peak).
 Lattice units; k also in voxels² (it is the same number).
 """
 
@@ -62,7 +64,14 @@ from ..rock.protocol import fast_tau_for, kozeny_carman, pore_drive, protocol_va
 from ..rock.settings import PermeabilitySettings
 from ..rock.uncertainty import StepPair, alternation_residual
 from ..tiling import default_tile_edge
-from .coarse_start import coarse_levels, feasible_levels, prolong_ranks, release_levels, run_levels
+from .coarse_start import (
+    chain_scale,
+    coarse_levels,
+    feasible_levels,
+    prolong_ranks,
+    release_levels,
+    run_levels,
+)
 from .local_setup import SlabSummary, agreed_storage, local_part, local_rank, summarize
 from .reductions import READ_TILES, combine, rank_numbers
 
@@ -214,9 +223,12 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     solver, link, used = local_rank(problem, decomposition, backend, comm, transport, link)
     del problem  # the rank keeps its layout's tiling only
     times["allocate"] = time.perf_counter() - t2
+    start_scale = start_density_scale = None
     if coarse_solver is not None:
         t4 = time.perf_counter()
-        prolong_ranks(solver, coarse_solver, comm)
+        scale = chain_scale(settings, coarse)
+        start_scale, start_density_scale = scale.velocity, scale.density
+        prolong_ranks(solver, coarse_solver, comm, scale)
         coarse_solver.release()
         times["prolong"] = time.perf_counter() - t4
     run = _checked_steps(solver, comm, axis, np.prod(summary.shape), steps, check, tolerance,
@@ -245,7 +257,8 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
             "steps": run["steps"], "timed_steps": measured, "step_seconds": slowest,
             "mflups": summary.n_fluid * measured / slowest / 1e6 if slowest > 0 else None,
             **_pair_record(run["pair"], run["previous_pair"]), "converged": run["converged"],
-            "coarse_levels": len(coarse), "coarse": coarse,
+            "coarse_levels": len(coarse), "coarse": coarse, "start_scale": start_scale,
+            "start_density_scale": start_density_scale,
             "work_steps": run["steps"] + sum(c["steps"] * c["fluid_nodes"] / summary.n_fluid
                                              for c in coarse),
             "flux_spread": last.get("flux_spread"), "history": run["history"],
@@ -414,6 +427,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--coarse-levels", type=int, default=1,
                         help="start from the sample coarsened by 2 (1), a chain from 1/4 or "
                              "1/8 (2, 3), or from rest (0); fewer where the shape does not halve")
+    parser.add_argument("--start-rescale", default="none",
+                        choices=["none", "velocity", "velocity+density"],
+                        help="scale each prolongation of a chain by the next level's k "
+                             "estimate over the coarse k (PermeabilitySettings.start_rescale)")
+    parser.add_argument("--start-estimate", default="geometric",
+                        choices=["geometric", "richardson"],
+                        help="the next level's k estimate of --start-rescale "
+                             "(PermeabilitySettings.start_estimate)")
+    parser.add_argument("--start-density-gain", type=float, default=1.0,
+                        help="multiply each prolongation's density deviation by this "
+                             "(PermeabilitySettings.start_density_gain)")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="SimulationConfig field (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
@@ -428,11 +452,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def start_settings(levels: int) -> PermeabilitySettings:
-    """The protocol's settings with ``levels`` coarse-start levels (0: from rest)."""
+def start_settings(levels: int, rescale: str = "none", estimate: str = "geometric",
+                   density_gain: float = 1.0) -> PermeabilitySettings:
+    """The protocol's settings with ``levels`` coarse-start levels (0: from rest) and the
+    start's ``rescale``, ``estimate`` and ``density_gain`` (``PermeabilitySettings.
+    start_rescale``, ``start_estimate``, ``start_density_gain``)."""
     if levels < 0:
         raise SystemExit(f"error: --coarse-levels must be 0 (from rest) or more, got {levels}")
-    return PermeabilitySettings(coarse_start=levels > 0, coarse_levels=min(max(levels, 1), 4))
+    return PermeabilitySettings(coarse_start=levels > 0, coarse_levels=min(max(levels, 1), 4),
+                                start_rescale=rescale, start_estimate=estimate,
+                                start_density_gain=density_gain)
 
 
 def source_of(args: argparse.Namespace) -> RegionSource:
@@ -461,7 +490,10 @@ def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None
     config = SimulationConfig(**{"backend": args.backend, **parse_settings(args.settings)})
     backend = get_backend(args.backend)
     result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
-                          args.check, args.tolerance, settings=start_settings(args.coarse_levels),
+                          args.check, args.tolerance, settings=start_settings(args.coarse_levels,
+                                                                 args.start_rescale,
+                                                                 args.start_estimate,
+                                                                 args.start_density_gain),
                           transport=args.transport, memory=memory,
                           estimate_only=args.estimate_only, max_seconds=args.max_seconds,
                           fused_check=not args.chunked_check)

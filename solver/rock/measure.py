@@ -47,7 +47,15 @@ from ..problem import Problem, tile_offset
 from ..simulation import Simulation
 from .check import CheckAhead, KCheck, Phases, check_ahead
 from .conduction import Conduction, ConductionSystem, conduction_system, solve_conduction
-from .initial import FACTOR, coarse_setup, pressure_ramp, start_from, start_on_device
+from .initial import (
+    FACTOR,
+    PLAIN,
+    StartScale,
+    coarse_setup,
+    pressure_ramp,
+    start_from,
+    start_on_device,
+)
 from .protocol import ProtocolSetup, checked_sample, sample_labels, setup_protocol
 from .rev import rev_curve, rev_lines
 from .settings import AXIS_NAMES, PermeabilitySettings
@@ -96,6 +104,11 @@ class AxisResult:
     phases: dict = field(default_factory=dict)  # wall seconds per phase (:data:`PHASES`)
     coarse_k_lattice: float | None = None  # k of the coarse start (by 2), fine voxel²
     start_steps: list[int] = field(default_factory=list)  # per start level, 1/2 first
+    start_k_lattice: list[float] = field(default_factory=list)  # per level, fine voxel², 1/2 first
+    # velocity factor s of each prolongation (settings.start_rescale; 1: plain), into the
+    # fine run first, then into 1/2, ... (as start_steps); and its density deviation's factor
+    start_scales: list[float] = field(default_factory=list)
+    start_density_scales: list[float] = field(default_factory=list)
     flow_tortuosity: float | None = None  # <|u|> / <u_axis> over the window's fluid nodes
     pair: StepPair | None = None  # k at the last check's step and the next; k_lattice: mean
     previous_pair: StepPair | None = None  # the same at the check before (the decay)
@@ -248,6 +261,8 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
     levels = list(prepared.levels)
     start_seconds, coarse_k = prepared.coarse_seconds, None
     steps: list[int] = []  # per level, coarsest first
+    chain_k: list[float] = []  # per level run so far, fine voxel², coarsest first
+    scales: list[StartScale] = []  # the factors per prolongation, the finest first
     try:
         start = time.perf_counter()
         if levels:
@@ -258,13 +273,15 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                 if below is None:
                     _ramp(coarse_sim, coarse, settings, phases)
                 else:
-                    _prolong(coarse_sim, below, phases)
+                    scales.insert(0, _prolong(coarse_sim, below, phases,
+                                              _start_scale(settings, chain_k, setup)))
                 result = _run(coarse_sim, coarse, settings,
                               level_tolerance(settings, level, len(levels)), voxel_size,
                               None, phases, "coarse",
                               prepared.checks.pop(id(coarse_sim), None))
                 scale = (FACTOR ** (level + 1)) ** 2  # coarse voxel² in fine voxel²
                 steps.insert(0, result.steps)
+                chain_k.append(scale * result.k_lattice)
                 log.info("%s: start level 1/%d after %d steps (k = %.4g voxel² fine)",
                          setup.name, FACTOR ** (level + 1), result.steps,
                          scale * result.k_lattice)
@@ -272,7 +289,8 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
                     coarse_k = scale * result.k_lattice
                 below = coarse_sim
             prepared.ready()  # the fine run's tables, made beside the coarse start
-            _prolong(sim, below, phases)
+            scales.insert(0, _prolong(sim, below, phases,
+                                      _start_scale(settings, chain_k, setup)))
             levels = []
             start_seconds += time.perf_counter() - start
         else:
@@ -290,6 +308,9 @@ def measure_axis(setup: ProtocolSetup, settings: PermeabilitySettings, backend: 
         sim.close()
     result.coarse_steps, result.start_seconds = (steps[0] if steps else 0), start_seconds
     result.start_steps = steps
+    result.start_k_lattice = chain_k[::-1]
+    result.start_scales = [x.velocity for x in scales]
+    result.start_density_scales = [x.density for x in scales]
     result.coarse_k_lattice = coarse_k
     result.work_steps = result.steps + sum(
         n * (coarse.geometry.n_fluid / setup.geometry.n_fluid)
@@ -316,14 +337,32 @@ def level_tolerance(settings: PermeabilitySettings, level: int, levels: int) -> 
     return min(1.0, factor * settings.tolerance)
 
 
-def _prolong(sim: Simulation, coarse_sim: Simulation, phases: Phases) -> None:
-    """Start ``sim`` from the flow of ``coarse_sim`` (its level coarsened by 2), on the device,
-    and free the coarse run's device memory."""
+def _start_scale(settings: PermeabilitySettings, chain_k: list[float],
+                 setup: ProtocolSetup) -> StartScale:
+    """The factors of the next prolongation from the chain's k so far (fine voxel², coarsest
+    first; :meth:`StartScale.from_chain` with ``settings.start_rescale``), logged; the plain
+    one for pressure-driven runs (their density field carries the imposed drop; the rescale
+    was measured on mirrored runs only)."""
+    if setup.protocol != "mirrored":
+        return PLAIN
+    scale = StartScale.from_chain(settings.start_rescale, chain_k, settings.start_estimate,
+                                  settings.start_density_gain)
+    if scale != PLAIN:
+        log.info("%s: start rescaled by %.4g (velocity), %.4g (density deviation)",
+                 setup.name, scale.velocity, scale.density)
+    return scale
+
+
+def _prolong(sim: Simulation, coarse_sim: Simulation, phases: Phases,
+             scale: StartScale = PLAIN) -> StartScale:
+    """Start ``sim`` from the flow of ``coarse_sim`` (its level coarsened by 2; ``scale``: the
+    start's rescale), on the device, and free the coarse run's device memory; ``scale``."""
     with phases.timed("allocation"):
         sim.allocate()
     with phases.timed("prolongation"):
-        start_on_device(sim, coarse_sim)
+        start_on_device(sim, coarse_sim, scale=scale)
         coarse_sim.close()
+    return scale
 
 
 def _ramp(sim: Simulation, setup: ProtocolSetup, settings: PermeabilitySettings,
@@ -521,6 +560,10 @@ class PermeabilityStudy:
             if len(r.start_steps) > 1:  # a chain: the steps of each level, 1/2 first
                 start = " + " + " + ".join(f"{n} at 1/{FACTOR ** (i + 1)}"
                                            for i, n in enumerate(r.start_steps))
+            if any(v != 1.0 for v in r.start_scales + r.start_density_scales):
+                start += " (start rescaled, fine first: velocity x " + ", ".join(
+                    f"{v:.3g}" for v in r.start_scales) + "; density deviation x " + ", ".join(
+                    f"{v:.3g}" for v in r.start_density_scales) + ")"
             out.append(f"{r.protocol:<8} {r.axis}: k = {r.k_lattice:.5g} voxel²{si}; {flag} "
                        f"({100 * r.change_per_1000:.3g} % per 1000 steps after {r.steps}"
                        f"{start} steps, {r.seconds:.1f} s)")

@@ -57,6 +57,27 @@ class PermeabilitySettings(param.Parameterized):
                                       "(solver.rock.measure.start_levels). 0 (default): by "
                                       "the sample's size, 3 for mirrored runs of samples of "
                                       "400³ voxels or more, else 1.")
+    start_rescale = param.Selector(
+        objects=["none", "velocity", "velocity+density"], default="none",
+        doc="With a chain of coarse start levels: at each prolongation multiply the start's "
+            "velocity by s = k_last / k_previous of the chain's levels so far (the next "
+            "level's k extrapolated geometrically over its coarse k; 1 with one level; "
+            "clamped to [0.5, 1]), so the finer run starts near its own flow rate; "
+            "velocity+density also scales the density's deviation from its mean "
+            "(solver.rock.initial.StartScale). none: the plain prolongation (issue 29: "
+            "measured before it becomes a default). Mirrored runs only (pressure-driven "
+            "runs keep the plain start).")
+    start_estimate = param.Selector(
+        objects=["geometric", "richardson"], default="geometric",
+        doc="With start_rescale: the next level's k from the chain's last two, k_last and "
+            "k_previous: geometric, k_last² / k_previous; richardson, k converging with the "
+            "grid spacing squared, k_last - (k_previous - k_last) / 4.")
+    start_density_gain = param.Number(
+        default=1.0, bounds=(0.5, 2.0),
+        doc="With a coarse start: multiply the prolongated density's deviation from its mean "
+            "by this factor at every prolongation (on top of start_rescale's), as the finer "
+            "geometry holds a stronger pressure field than the coarse one "
+            "(solver.rock.initial; 1: the plain prolongation). Mirrored runs only.")
     coarse_tolerance_factor = param.Number(default=10.0, bounds=(1.0, None),
                                            doc="A coarse start stops when k changes by less "
                                                "than this times the tolerance per 1000 steps "

@@ -35,26 +35,49 @@ def test_huge_path_runs_one_axis_in_place_with_a_start_chain(tmp_path):
 
 
 def test_start_levels_compares_variants_with_the_first(tmp_path):
-    assert start_levels.parse_variant("3:10:tiled-wide") == (3, 10.0, "tiled-wide")
-    assert start_levels.parse_variant("3:10:auto-wide") == (3, 10.0, "auto-wide")
-    assert start_levels.parse_variant("3:10:compact-wide") == (3, 10.0, "compact-wide")
-    with pytest.raises(Exception, match="LEVELS:FACTOR"):
-        start_levels.parse_variant("3:10:dense")
+    assert start_levels.parse_variant("3:10:tiled-wide") == (3, 10.0, "tiled-wide", "none")
+    assert start_levels.parse_variant("3:10:auto-wide") == (3, 10.0, "auto-wide", "none")
+    assert start_levels.parse_variant("3:10:compact-wide") == (3, 10.0, "compact-wide", "none")
+    assert start_levels.parse_variant("3:10:velocity") == (3, 10.0, "auto", "velocity")
+    assert start_levels.parse_variant("3:1:tiled:velocity+density") == (
+        3, 1.0, "tiled", "velocity+density")
+    assert start_levels.parse_variant("3:10:none@1.15") == (3, 10.0, "auto", "none@1.15")
+    assert start_levels.rescale_settings("velocity-richardson@1.2") == {
+        "start_rescale": "velocity", "start_estimate": "richardson", "start_density_gain": 1.2}
+    for bad in ("3:10:dense", "3:10:velocity:velocity", "3", "3:10:none@3", "3:10:none@x"):
+        with pytest.raises(Exception, match="LEVELS:FACTOR"):
+            start_levels.parse_variant(bad)
     argv = ["--size", "16", "--grain", "6", "--porosity", "0.3", "--backend", "numpy",
             "--precision", "float64", "--variants", "1:10", "2:10:tiled-wide",
+            "2:10:velocity-richardson", "--deep", "1e-4", "--deep-max-steps", "3000",
             "--out", str(tmp_path)]
     assert start_levels.main(argv) == 0
     (json_path,) = tmp_path.glob("start_levels-*-16.json")
     report = json.loads(json_path.read_text())
-    first, second = (row["runs"][0] for row in report["rows"])
+    first, second, rescaled = (row["runs"][0] for row in report["rows"])
     assert first["k_vs_first"] == 0.0 and abs(second["k_vs_first"]) < 1e-3
+    # the rescaled start: its factor into the fine run from the two levels' k, recorded
+    assert report["rows"][2]["start_rescale"] == "velocity-richardson"
+    k_half, k_quarter = rescaled["start_k_voxel2"]
+    richardson = 1.0 - (k_quarter / k_half - 1.0) / 4.0
+    assert rescaled["start_scales"] == [pytest.approx(min(1.0, max(0.5, richardson))), 1.0]
+    assert abs(rescaled["k_vs_first"]) < 1e-3
+    # the deep run: the first variant to 1e-4 per 1000 steps, every k against it
+    deep = report["deep"]
+    assert deep["tolerance"] == 1e-4 and deep["runs"][0]["k_vs_deep"] == 0.0
+    assert deep["runs"][0]["steps"] >= first["steps"]
+    assert abs(first["k_vs_deep"]) < 2e-3 and first["history_vs_deep"][-1][1] == pytest.approx(
+        first["k_vs_deep"])
     # k: the mean of the last check's k and the next step's, as is every check's history
     # entry (solver.rock.uncertainty)
     pair = first["k_pair"]
     assert first["history"] and first["history"][-1] == [
         pair["step"], pytest.approx((pair["k_first"] + pair["k_next"]) / 2, rel=1e-15)]
     assert first["k_voxel2"] == pytest.approx((pair["k_first"] + pair["k_next"]) / 2)
-    assert "| 2 | 10 | tiled-wide |" in json_path.with_suffix(".md").read_text()
+    text = json_path.with_suffix(".md").read_text()
+    assert "| 2 | 10 | tiled-wide | none |" in text
+    assert "| 2 | 10 | auto | velocity-richardson |" in text
+    assert "Against a deep run" in text
 
 
 def test_setup_only_reports_each_part_of_the_huge_set_up(tmp_path):

@@ -26,7 +26,7 @@ from solver.distributed.comm import find_mpirun
 from solver.distributed.local_setup import local_part, summarize
 from solver.lattice import get_lattice
 from solver.problem import Problem
-from solver.rock.initial import coarse_setup, start_on_device
+from solver.rock.initial import PLAIN, StartScale, coarse_setup, start_on_device
 from solver.rock.protocol import setup_protocol
 from solver.rock.settings import PermeabilitySettings
 from solver.simulation import Simulation
@@ -90,24 +90,29 @@ def ranks_of(source, cfg, summary, bounds, hub, backend) -> list[RankSolver]:
 
 
 CASES = [
-    pytest.param(1, "numpy", {}, 1e-14, id="numpy-1"),
-    pytest.param(3, "numpy", {}, 1e-14, id="numpy-3"),
+    pytest.param(1, "numpy", {}, 1e-14, PLAIN, id="numpy-1"),
+    pytest.param(3, "numpy", {}, 1e-14, PLAIN, id="numpy-3"),
     # float32 arithmetic: one GPU prolongates in its fused kernels, the ranks in CuPy
     # operations (the same map, rounding apart); float16 storage rounds by node numbers.
-    pytest.param(2, "cupy", {"precision": "float32"}, 1e-6, marks=pytest.mark.gpu,
+    pytest.param(2, "cupy", {"precision": "float32"}, 1e-6, PLAIN, marks=pytest.mark.gpu,
                  id="cupy-float32-tiled"),
-    pytest.param(2, "cupy", {"precision": "float32", "tile_storage": "compact"}, 1e-6,
+    pytest.param(2, "cupy", {"precision": "float32", "tile_storage": "compact"}, 1e-6, PLAIN,
                  marks=pytest.mark.gpu, id="cupy-float32-compact"),
-    pytest.param(2, "cupy", {"precision": "float32", "storage": "float16"}, 2e-3,
+    pytest.param(2, "cupy", {"precision": "float32", "storage": "float16"}, 2e-3, PLAIN,
                  marks=pytest.mark.gpu, id="cupy-float16-tiled"),
+    # the rescaled start (issue 29): velocity and density deviation times s over ranks too
+    pytest.param(3, "numpy", {}, 1e-14, StartScale(0.7, 0.7), id="numpy-3-rescaled"),
+    pytest.param(2, "cupy", {"precision": "float32"}, 1e-6, StartScale(0.7, 0.7),
+                 marks=pytest.mark.gpu, id="cupy-float32-tiled-rescaled"),
 ]
 
 
-@pytest.mark.parametrize("n_ranks,backend_name,extra,rtol", CASES)
-def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
+@pytest.mark.parametrize("n_ranks,backend_name,extra,rtol,scale", CASES)
+def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol, scale):
     """Coarse ranks stepped from a noisy start, prolongated rank by rank into fine ranks
     whose slabs are twice theirs: every owned fine tile is the one-device start's
-    (start_on_device; NumPy: bit for bit but the mean density, summed over the ranks)."""
+    (start_on_device; NumPy: bit for bit but the mean density, summed over the ranks), with
+    the start's rescale ``scale`` alike."""
     from solver.backends import get_backend
 
     backend = NumpyBackend(threads=1) if backend_name == "numpy" else get_backend(backend_name)
@@ -124,7 +129,7 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
     coarse_sim.backend.set_populations(coarse_sim.state, f0)
     coarse_sim.step(5)
     fine_sim = Simulation(fine_box.slab(0, 0, 64), fine_cfg, backend=backend)
-    start_on_device(fine_sim, coarse_sim)
+    start_on_device(fine_sim, coarse_sim, scale=scale)
     expected = fine_sim.populations()
 
     fine_summary = summarize(fine_box, 0, 4)
@@ -136,10 +141,10 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
         rank.backend.set_populations(rank.state, f0[index])
     step_together(coarse, 5)
     fine = ranks_of(fine_box, fine_cfg, fine_summary, bounds, LoopbackHub(), backend)
-    tables = [coarse_table(rank) for rank in coarse]
+    tables = [coarse_table(rank, scale.velocity) for rank in coarse]
     total = sum(s for _, (s, _) in tables) / sum(c for _, (_, c) in tables)
     for rank, (table, _) in zip(fine, tables, strict=True):
-        prolong_owned(rank, table, total)
+        prolong_owned(rank, table, total, scale=scale)
         owned = rank.layout.tiling.tiles[: rank.n_owned]
         index = fine_sim.tiling.tile_map[tuple(owned.T)]
         np.testing.assert_allclose(rank.owned_populations(), expected[index], rtol=rtol,
@@ -148,18 +153,22 @@ def test_ranks_prolongate_as_one_device(n_ranks, backend_name, extra, rtol):
 
 @needs_mpi
 @pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
-@pytest.mark.parametrize("n,seed,levels", [(24, 5, 1), (32, 4, 2)])
-def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, seed, levels):
+@pytest.mark.parametrize("n,seed,levels,rescale", [(24, 5, 1, "none"), (32, 4, 2, "none"),
+                                                   (32, 4, 2, "velocity+density")])
+def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, seed, levels,
+                                                                  rescale):
     """``mpirun -n 2 python -m solver.distributed.mirrored --coarse-levels L`` with 41 steps at
     every level (checks at 20 and 40, each read one step later too: k is the mean of steps 40
     and 41): each level's k and the fine k equal those of the one-device pieces
-    (coarse_setup's runs, start_on_device, the fine run) in one process, to rounding."""
+    (coarse_setup's runs, start_on_device, the fine run) in one process, to rounding; with
+    ``--start-rescale`` each prolongation scaled by the chain's factor alike."""
     lattice = get_lattice("D3Q19")
     sample = GrainRegions((n, 16, 16), 0.35, 6, seed=seed).slab(0, 0, n)
     kept, _ = keep_connected(VoxelGeometry(sample), 0, lattice.c)
     np.save(tmp_path / "sample.npy", kept.solid)
     out = mirrored_over_two_ranks(tmp_path, "--steps", "41", "--check", "20",
-                                  "--coarse-levels", str(levels))
+                                  "--coarse-levels", str(levels), "--start-rescale", rescale,
+                                  "--start-density-gain", "1.1")
     assert out["coarse_levels"] == levels and [c["steps"] for c in out["coarse"]] == [41] * levels
     assert all(b % 2**levels == 0 for b in out["slab_bounds"])
 
@@ -172,19 +181,27 @@ def test_coarse_start_over_mpi_ranks_matches_the_one_device_start(tmp_path, n, s
         # The ranks keep every pore of a coarse box; these samples' have none to drop.
         box = MirroredRegions(source, 0)
         assert np.array_equal(setups[-1].geometry.solid, box.slab(0, 0, box.shape[0]))
-    below = None
+    below, chain, scales = None, [], []  # chain: each level's k, fine voxel², coarsest first
     for level in range(levels, -1, -1):  # coarsest first, as both run them
         sim = Simulation(setups[level].geometry, setups[level].config,
                          backend=NumpyBackend(threads=1))
         if below is not None:
-            start_on_device(sim, below)
+            scale = StartScale.from_chain(rescale, chain, density_gain=1.1)
+            scales.insert(0, scale.velocity)
+            start_on_device(sim, below, scale=scale)
         sim.step(40)
         k_first = observables.permeability(sim.problem, sim.fields(), 0).lattice
         sim.step(1)
         k = (k_first + observables.permeability(sim.problem, sim.fields(), 0).lattice) / 2
         if level:
             assert out["coarse"][level - 1]["k"] == pytest.approx(4**level * k, rel=1e-10)
+        chain.append(4**level * k)
         below = sim
+    assert out["start_scale"] == pytest.approx(scales[0], rel=1e-9)
+    assert out["start_density_scale"] == pytest.approx(
+        1.1 * (scales[0] if rescale == "velocity+density" else 1.0), rel=1e-9)
+    assert [c["start_scale"] for c in out["coarse"]] == pytest.approx(scales[1:] + [None])
+    assert (scales[0] < 1.0) == (rescale != "none")
     assert out["k"] == pytest.approx(k, rel=1e-10)
     assert out["work_steps"] > out["steps"]
 

@@ -7,7 +7,8 @@ kernels in a fresh process: 8.9 s of a cold 200³ tensor on an H100, for 0.1 s o
 :func:`solver.fields.tile_moments`, in float64, stored in the run's value type) into dense
 tile-node arrays and sums the density,
 and ``prolong`` gives every fine fluid node the equilibrium (:func:`solver.collision.equilibrium`)
-of the coarse node containing it (coordinates // 2; velocity times :data:`FACTOR`; the mean
+of the coarse node containing it (coordinates // 2; velocity times :data:`FACTOR` and the
+start's rescale, :class:`solver.rock.initial.StartScale`; the mean
 coarse density at rest where that node is solid or in an empty coarse tile), written straight
 into the fine run's latest copy as stored (compact: the edge tables' addresses; tiled: the slot
 table). Solid fine nodes keep the rest state of the fresh allocation, which is what
@@ -97,7 +98,7 @@ extern "C" __global__ void prolong(
     long long n, int tiled, const int* geo, const int* tiles_f, const int* local,
     const int* tile_map, const unsigned char* fluid_c, const moment_t* rho_c,
     const moment_t* u_c, long long m,
-    double mean_rho, const double* w, int incompressible)
+    double mean_rho, const double* w, int incompressible, double u_scale, double rho_scale)
 {
     const int a = geo[0];
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
@@ -121,9 +122,11 @@ extern "C" __global__ void prolong(
             const long long c = (long long)tile_c * N + (cell[0] % a)
                 + (long long)a * (cell[1] % a) + (long long)a * a * (cell[2] % a);
             if (fluid_c[c]) {
-                rho = rho_c[c];
-                ux = @FACTOR@.0 * u_c[c]; uy = @FACTOR@.0 * u_c[m + c];
-                uz = @FACTOR@.0 * u_c[2 * m + c];
+                // the start's rescale (solver.rock.initial.StartScale); x 1.0 is exact
+                rho = rho_scale == 1.0 ? (double)rho_c[c]
+                                       : mean_rho + rho_scale * ((double)rho_c[c] - mean_rho);
+                ux = @FACTOR@.0 * u_c[c] * u_scale; uy = @FACTOR@.0 * u_c[m + c] * u_scale;
+                uz = @FACTOR@.0 * u_c[2 * m + c] * u_scale;
             }
         }
         const double usq = ux * ux + uy * uy + uz * uz;
@@ -227,10 +230,13 @@ def _cupy_blocks() -> int:
 
 
 def prolong(fine_problem, fine: NodeAccess, coarse_problem, coarse: NodeAccess, xp,
-            launch=None, max_blocks: int | None = None, threads: int = THREADS) -> None:
+            launch=None, max_blocks: int | None = None, threads: int = THREADS,
+            scale: Any = None) -> None:
     """Write the equilibrium of ``coarse``'s flow, prolongated, into ``fine``'s fluid nodes
     (see the module doc); ``xp`` the runs' array module. ``launch(code, name, blocks,
-    threads, args)``: a CuPy launch by default (an emulated one in the CPU tests)."""
+    threads, args)``: a CuPy launch by default (an emulated one in the CPU tests).
+    ``scale``: a :class:`solver.rock.initial.StartScale` (velocity and density-deviation
+    factors; None: the plain prolongation)."""
     for p in (fine_problem, coarse_problem):
         _check_storage(p)
     launch = launch or _cupy_launch
@@ -262,7 +268,9 @@ def prolong(fine_problem, fine: NodeAccess, coarse_problem, coarse: NodeAccess, 
             xp.asarray(np.ascontiguousarray(ct.tile_map, dtype=np.int32).ravel()),
             xp.asarray(fluid_c.astype(np.uint8)), rho_c, u_c, np.int64(m),
             np.float64(mean_rho), xp.asarray(np.asarray(fine_problem.lattice.w, np.float64)),
-            np.int32(bool(fine_problem.incompressible)))
+            np.int32(bool(fine_problem.incompressible)),
+            np.float64(1.0 if scale is None else scale.velocity),
+            np.float64(1.0 if scale is None else scale.density))
     launch(code, "prolong", _grid(fine.n, blocks, threads), threads, args)
 
 
