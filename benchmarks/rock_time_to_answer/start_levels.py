@@ -277,9 +277,10 @@ def markdown(report: dict) -> str:
     if deep:
         out += [f"## Against a deep run (first variant, fine run to {deep['tolerance']:g} per "
                 f"1000 steps, {deep['seconds']:.1f} s)", "",
-                "| levels | factor | storage | rescale | axis | s per prolongation (fine "
-                "first) | level k (1/2, 1/4, ...) voxel² | fine steps | k vs deep | "
-                "at 200 | at 600 | at 1000 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "| levels | factor | storage | rescale | axis | velocity x per prolongation "
+                "(fine first) | density deviation x | level k (1/2, 1/4, ...) voxel² | fine "
+                "steps | k vs deep | at 200 | at 600 | at 1000 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in report["rows"] + [deep]:
             for r in row["runs"]:
                 h = r.get("history_vs_deep", [])
@@ -287,6 +288,7 @@ def markdown(report: dict) -> str:
                 out.append(
                     f"| {row['levels']} | {row['factor']:g} | {row['tile_storage']} | {name} | "
                     f"{r['axis']} | {', '.join(f'{x:.4f}' for x in r.get('start_scales', []))}"
+                    f" | {', '.join(f'{x:.4f}' for x in r.get('start_density_scales', []))}"
                     f" | {', '.join(f'{x:.5g}' for x in r.get('start_k_voxel2', []))} | "
                     f"{r['steps']} | {100 * r['k_vs_deep']:+.3f} % | {_at(h, 200)} | "
                     f"{_at(h, 600)} | {_at(h, 1000)} |")
