@@ -33,10 +33,10 @@ GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:1 3:10:a
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40``
 The start's rescale (issue 29; one H200, about 2 minutes):
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40
---variants 3:10 3:10:velocity 3:10:velocity+density 3:10:velocity-richardson --deep 1e-5
---deep-max-steps 16000``
+--variants 3:10 3:10:velocity 3:10:velocity+density 3:10:none@1.1 3:10:none@1.15 --deep 1e-5
+--deep-max-steps 16000 --tag=-rescale``
 CPU smoke test: ``--size 24 --backend numpy --precision float64 --variants 1:10 2:10``.
-Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
+Writes ``start_levels-<device>-<date>-<size><tag>.json`` and ``.md`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> dict:
             "date": date.today().isoformat(), "commit": git_commit(), "size": args.size,
             "grain": args.grain, "fast_tau": args.fast_tau,
             "porosity": sample.porosity, "precision": args.precision,
-            "image_seconds": made, "rows": rows, "deep": deep}
+            "image_seconds": made, "rows": rows, "deep": deep, "tag": args.tag}
 
 
 def compare_with_deep(rows: list[dict], deep: dict) -> None:
@@ -299,7 +299,8 @@ def markdown(report: dict) -> str:
 def write(report: dict, out: Path) -> tuple[Path, Path]:
     """Write the JSON and Markdown reports; their paths."""
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
-    return write_json_md(out, f"start_levels-{device}-{report['date']}-{report['size']}",
+    name = f"start_levels-{device}-{report['date']}-{report['size']}{report.get('tag', '')}"
+    return write_json_md(out, name,
                          report, markdown(report), indent=2, default=float)
 
 
@@ -325,6 +326,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     p.add_argument("--max-seconds", type=float, default=60.0,
                    help="wall limit of each run (each level and the fine run), s")
+    p.add_argument("--tag", default="",
+                   help="suffix of the reports' names (e.g. -rescale: not to replace a report)")
     p.add_argument("--out", default="benchmarks/rock_time_to_answer/results")
     return p.parse_args(argv)
 
