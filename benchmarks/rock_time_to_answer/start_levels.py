@@ -33,10 +33,10 @@ GPU check (about 2 minutes on an H100; the default variants 1:10 3:10 3:1 3:10:a
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40``
 The start's rescale (issue 29; one H200, about 2 minutes):
 ``python benchmarks/rock_time_to_answer/start_levels.py --size 400 --max-seconds 40
---variants 3:10 3:10:velocity 3:10:velocity+density 3:10:velocity-richardson --deep 1e-5
---deep-max-steps 16000``
+--variants 3:10 3:10:velocity 3:10:velocity+density 3:10:none@1.1 3:10:none@1.15 --deep 1e-5
+--deep-max-steps 16000 --tag=-rescale``
 CPU smoke test: ``--size 24 --backend numpy --precision float64 --variants 1:10 2:10``.
-Writes ``start_levels-<device>-<date>-<size>.json`` and ``.md`` to ``--out``.
+Writes ``start_levels-<device>-<date>-<size><tag>.json`` and ``.md`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> dict:
             "date": date.today().isoformat(), "commit": git_commit(), "size": args.size,
             "grain": args.grain, "fast_tau": args.fast_tau,
             "porosity": sample.porosity, "precision": args.precision,
-            "image_seconds": made, "rows": rows, "deep": deep}
+            "image_seconds": made, "rows": rows, "deep": deep, "tag": args.tag}
 
 
 def compare_with_deep(rows: list[dict], deep: dict) -> None:
@@ -277,9 +277,10 @@ def markdown(report: dict) -> str:
     if deep:
         out += [f"## Against a deep run (first variant, fine run to {deep['tolerance']:g} per "
                 f"1000 steps, {deep['seconds']:.1f} s)", "",
-                "| levels | factor | storage | rescale | axis | s per prolongation (fine "
-                "first) | level k (1/2, 1/4, ...) voxel² | fine steps | k vs deep | "
-                "at 200 | at 600 | at 1000 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "| levels | factor | storage | rescale | axis | velocity x per prolongation "
+                "(fine first) | density deviation x | level k (1/2, 1/4, ...) voxel² | fine "
+                "steps | k vs deep | at 200 | at 600 | at 1000 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in report["rows"] + [deep]:
             for r in row["runs"]:
                 h = r.get("history_vs_deep", [])
@@ -287,6 +288,7 @@ def markdown(report: dict) -> str:
                 out.append(
                     f"| {row['levels']} | {row['factor']:g} | {row['tile_storage']} | {name} | "
                     f"{r['axis']} | {', '.join(f'{x:.4f}' for x in r.get('start_scales', []))}"
+                    f" | {', '.join(f'{x:.4f}' for x in r.get('start_density_scales', []))}"
                     f" | {', '.join(f'{x:.5g}' for x in r.get('start_k_voxel2', []))} | "
                     f"{r['steps']} | {100 * r['k_vs_deep']:+.3f} % | {_at(h, 200)} | "
                     f"{_at(h, 600)} | {_at(h, 1000)} |")
@@ -297,7 +299,8 @@ def markdown(report: dict) -> str:
 def write(report: dict, out: Path) -> tuple[Path, Path]:
     """Write the JSON and Markdown reports; their paths."""
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
-    return write_json_md(out, f"start_levels-{device}-{report['date']}-{report['size']}",
+    name = f"start_levels-{device}-{report['date']}-{report['size']}{report.get('tag', '')}"
+    return write_json_md(out, name,
                          report, markdown(report), indent=2, default=float)
 
 
@@ -323,6 +326,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     p.add_argument("--max-seconds", type=float, default=60.0,
                    help="wall limit of each run (each level and the fine run), s")
+    p.add_argument("--tag", default="",
+                   help="suffix of the reports' names (e.g. -rescale: not to replace a report)")
     p.add_argument("--out", default="benchmarks/rock_time_to_answer/results")
     return p.parse_args(argv)
 

@@ -42,7 +42,9 @@ fell slowly (+7.1 % at its first check, halving every 200 steps, 2601 fine steps
 velocity rescale did not help (s = 0.5: +7.9 %, 2601 steps; velocity+density: +30 %, 3001
 steps), while the density deviation times 1.15 at the fine run's prolongation left +0.58 % at
 the first check and 1601 fine steps (k +0.017 %; times 1.3: -5.9 %, 2401 steps): the slow tail
-is the coarse pressure field being weaker than the fine geometry's, not the flow rate.
+is the coarse pressure field being weaker than the fine geometry's, not the flow rate. A
+second 48³ pack (12-voxel grains) also did best near 1.15 (1601 -> 1401 fine steps at 1.1;
+1.2 overshot: 2201). benchmarks/rock_time_to_answer/README.md has the numbers.
 
 Scaling (Stokes flow, same tau): the coarse run keeps the fine densities at the faces and
 doubles the body force, so the pressure drop over the sample is the same and the density field

@@ -50,9 +50,9 @@ def test_start_levels_compares_variants_with_the_first(tmp_path):
     argv = ["--size", "16", "--grain", "6", "--porosity", "0.3", "--backend", "numpy",
             "--precision", "float64", "--variants", "1:10", "2:10:tiled-wide",
             "2:10:velocity-richardson", "--deep", "1e-4", "--deep-max-steps", "3000",
-            "--out", str(tmp_path)]
+            "--tag=-rescale", "--out", str(tmp_path)]
     assert start_levels.main(argv) == 0
-    (json_path,) = tmp_path.glob("start_levels-*-16.json")
+    (json_path,) = tmp_path.glob("start_levels-*-16-rescale.json")
     report = json.loads(json_path.read_text())
     first, second, rescaled = (row["runs"][0] for row in report["rows"])
     assert first["k_vs_first"] == 0.0 and abs(second["k_vs_first"]) < 1e-3
