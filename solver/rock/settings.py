@@ -58,7 +58,7 @@ class PermeabilitySettings(param.Parameterized):
                                       "the sample's size, 3 for mirrored runs of samples of "
                                       "400³ voxels or more, else 1.")
     start_rescale = param.Selector(
-        objects=["none", "velocity", "velocity+density"], default="none",
+        objects=["none", "velocity", "velocity+density"], default="velocity",
         doc="With a chain of coarse start levels: at each prolongation multiply the start's "
             "velocity by s = k_last / k_previous of the chain's levels so far (the next "
             "level's k extrapolated geometrically over its coarse k; 1 with one level; "
@@ -73,7 +73,7 @@ class PermeabilitySettings(param.Parameterized):
             "k_previous: geometric, k_last² / k_previous; richardson, k converging with the "
             "grid spacing squared, k_last - (k_previous - k_last) / 4.")
     start_density_gain = param.Number(
-        default=1.0, bounds=(0.5, 2.0),
+        default=1.1, bounds=(0.5, 2.0),
         doc="With a coarse start: multiply the prolongated density's deviation from its mean "
             "by this factor at every prolongation (on top of start_rescale's), as the finer "
             "geometry holds a stronger pressure field than the coarse one "
