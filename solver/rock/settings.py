@@ -64,9 +64,10 @@ class PermeabilitySettings(param.Parameterized):
             "level's k extrapolated geometrically over its coarse k; 1 with one level; "
             "clamped to [0.5, 1]), so the finer run starts near its own flow rate; "
             "velocity+density also scales the density's deviation from its mean "
-            "(solver.rock.initial.StartScale). none: the plain prolongation (issue 29: "
-            "measured before it becomes a default). Mirrored runs only (pressure-driven "
-            "runs keep the plain start).")
+            "(solver.rock.initial.StartScale). none: the plain prolongation. The default, "
+            "velocity: beside the density gain it cut the 1000³ image's fine steps from 1801 "
+            "to 1401 (H200, gain 1.15, k within 0.01 %); alone it changed nothing at 400³. "
+            "Mirrored runs only (pressure-driven runs keep the plain start).")
     start_estimate = param.Selector(
         objects=["geometric", "richardson"], default="geometric",
         doc="With start_rescale: the next level's k from the chain's last two, k_last and "
@@ -77,9 +78,12 @@ class PermeabilitySettings(param.Parameterized):
         doc="With a coarse start: multiply the prolongated density's deviation from its mean "
             "by this factor at every prolongation (on top of start_rescale's), as the finer "
             "geometry holds a stronger pressure field than the coarse one "
-            "(solver.rock.initial; 1: the plain prolongation; about 1.15 cut the fine steps "
-            "of two 48³ CPU packs from 2601 to 1601 and 1601 to 1401, k within 0.05 %; "
-            "not yet measured on a GPU image). Mirrored runs only.")
+            "(solver.rock.initial; 1: the plain prolongation). The default 1.1: on a 400³ "
+            "image (H200) the fine steps fell from 3201 to 1801 and k's distance from the "
+            "run continued to 1e-5 from +0.144 to +0.050 % (1.2 overshot: 2601 steps, "
+            "-0.159 %); the 1000³ tensor's fine runs took 2001 steps instead of 3001; on two "
+            "48³ CPU packs about 1.15 cut 2601 to 1601 and 1601 to 1401 fine steps. "
+            "Mirrored runs only.")
     coarse_tolerance_factor = param.Number(default=10.0, bounds=(1.0, None),
                                            doc="A coarse start stops when k changes by less "
                                                "than this times the tolerance per 1000 steps "

@@ -48,7 +48,9 @@ def test_the_factor_is_the_chains_geometric_estimate_over_its_last_k():
     with pytest.raises(ValueError, match="start_rescale 'fast'"):
         StartScale.from_chain("fast", [0.2, 0.1])
     assert list(PermeabilitySettings.param["start_rescale"].objects) == list(RESCALE_CHOICES)
-    assert PermeabilitySettings().start_rescale == "none"
+    # the defaults, as measured (400³ and 1000³ on an H200: solver.rock.settings)
+    assert PermeabilitySettings().start_rescale == "velocity"
+    assert PermeabilitySettings().start_density_gain == 1.1
     assert list(PermeabilitySettings.param["start_estimate"].objects) == list(ESTIMATE_CHOICES)
 
 
