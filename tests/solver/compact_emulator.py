@@ -151,7 +151,8 @@ def emulator_launcher(variant, blocks, threads, shared, args) -> None:
     """CompactRun's launcher on the g++ emulator (host arrays); the kernel may write no shared
     memory past the ``shared`` bytes the launch gives it (a canary after them stays)."""
     k = variant.packed
-    assert shared == probe_shared_bytes(threads // 64, True, k, variant.wide)
+    assert shared == probe_shared_bytes(threads // 64, True, k, variant.wide,
+                                        variant.spec().count_bytes)
     fin, fout, masks, base, tiles, tile_map, *rest = args
     assert base.dtype == (np.int64 if variant.wide else np.int32)  # the kernel's offset_t
     seeds = rest.pop() if variant.half else np.zeros(2, np.uint32)  # the last argument

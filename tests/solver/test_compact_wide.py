@@ -69,19 +69,26 @@ def _limit(monkeypatch, values: int) -> None:
 
 def test_wide_kernels_are_the_same_template_with_64_bit_offsets() -> None:
     """The wide kernel of every compact variant has its own name and 64-bit offsets, bases and
-    located halo sources, but 32-bit padded counts (a halo node: 8 + 4 B of shared memory);
-    the variant space holds both (the 32-bit kernels' text is pinned by
-    test_kernel_hashes.py; the emulated launches check the shared memory's bounds)."""
+    located halo sources; their padded counts are 32-bit (a halo node: 8 + 4 B of shared
+    memory) but in the kernels of two copies with float32/float64 storage (8 + 8 B: the int
+    count ran slower there); the variant space holds both (the 32-bit kernels' text is pinned
+    by test_kernel_hashes.py; the emulated launches check the shared memory's bounds)."""
     narrow = KernelVariant("D3Q19", "float32", "BGK", True, "xyz", compact=1,
                            code=plan_module.COMPACT_CODE)
     wide = replace(narrow, wide=True)
     a, b = kernel_source(narrow), kernel_source(wide)
     assert wide.name == narrow.name + "_o64" and a != b
     assert "const long long* __restrict__ base" in b and "long long* s_halo" in b
-    assert "long long at0;\n    int pc;" in b and "int at0, pc;" in a
+    assert "long long at0, pc;" in b and "int at0, pc;" in a  # two copies, float32
+    assert wide.spec().count_bytes == 8 and narrow.spec().count_bytes == 4
+    for other in (replace(wide, streaming="aa_neighbour"), replace(wide, storage="float16")):
+        assert "long long at0;\n    int pc;" in kernel_source(other)
+        assert other.spec().count_bytes == 4
     for packed, tiles in ((0, 2), (4, 4)):  # per tile: 27 bases and 6^3 at0 4 B wider
         assert (probe_shared_bytes(2, True, packed, wide=True)
                 - probe_shared_bytes(2, True, packed)) == tiles * (27 * 4 + 6**3 * 4)
+        assert (probe_shared_bytes(2, True, packed, True, 8)
+                - probe_shared_bytes(2, True, packed)) == tiles * (27 * 4 + 6**3 * 8)
     assert "long long" not in a.split('extern "C"')[1]  # the 32-bit kernel's body: int only
     assert b == probe_source("D3Q19", "float32", 1, True, "BGK", True,
                              code=plan_module.COMPACT_CODE, wide=True)

@@ -323,12 +323,13 @@ class CompactRun:
     def _launch_variant(self, variant: KernelVariant, reals: tuple) -> None:
         tpb, k = self.tiles_per_block, variant.packed
         blocks = -(-self.problem.tiling.n_tiles // (k or tpb))
+        shared = probe_shared_bytes(tpb, True, k, variant.wide, variant.spec().count_bytes)
         src, dst = (self.f[0], self.f[0]) if self.in_place else \
             (self.f[self.current], self.f[1 - self.current])
         self.loaded.add(variant.name)
         with self.stream if self.stream is not None else nullcontext():
             self.launcher(variant, blocks, packed_threads(k) if k else 64 * tpb,
-                          probe_shared_bytes(tpb, True, k, variant.wide),
+                          shared,
                           (src, dst, *self.tables, *self.ints, *reals,
                            *(() if self.seeds is None else (self.seeds,))))
 
@@ -363,7 +364,8 @@ class CompactRun:
         self.loaded.add(variant.name)
         self.launcher(variant, -(-n // (k or self.tiles_per_block)),
                       packed_threads(k) if k else 64 * self.tiles_per_block,
-                      probe_shared_bytes(self.tiles_per_block, True, k, variant.wide),
+                      probe_shared_bytes(self.tiles_per_block, True, k, variant.wide,
+                                         variant.spec().count_bytes),
                       (src, dst, masks, base, tiles[3 * first:], tile_map, np.int32(n),
                        *self.ints[1:], *self.reals, *self._range_seeds(first)))
 

@@ -40,15 +40,25 @@ class CompactCode:
 DEFAULT_CODE = CompactCode()
 
 
+def halo_count_bytes(wide: bool, in_place: bool, encoded: bool) -> int:
+    """Bytes of a located halo source's padded count in a compact kernel: 4 (an int), but 8 in
+    the wide kernels of two copies with float32/float64 storage. There the int count ran
+    slower on one H200 (256³ rock-like pack, float32: 15.13 against 16.39 G fluid updates/s,
+    compact-wide-nvidia-h200-2026-11-28-{da1f85c,193deac}-two-copy.md); in place (0.940
+    against 0.806 of the 32-bit kernels) and with float16 storage (18.55 against 17.33 G/s
+    with two copies) it ran faster. float64 was not timed."""
+    return 8 if wide and not in_place and not encoded else 4
+
+
 def probe_shared_bytes(tiles_per_block: int, halo: bool = False, packed: int = 0,
-                       wide: bool = False) -> int:
+                       wide: bool = False, count: int = 4) -> int:
     """Dynamic shared memory of one block: 27 masks (8 B) and bases (an offset: 4 B, ``wide``
-    8 B) per tile, and with ``halo`` the located source (an offset and a 4 B padded count) of
-    each of the 6^3 halo nodes; ``packed`` K: those of its K tiles and the node of each fluid
-    rank (one byte)."""
+    8 B) per tile, and with ``halo`` the located source (an offset and a padded count of
+    ``count`` bytes, :func:`halo_count_bytes`) of each of the 6^3 halo nodes; ``packed`` K:
+    those of its K tiles and the node of each fluid rank (one byte)."""
     pad = 4  # slack once kept for paired (8-byte) halo entries; launches keep their bytes
     offset = 8 if wide else 4
-    tile = 27 * (8 + offset) + ((offset + 4) * 6**3 if halo or packed else 0)
+    tile = 27 * (8 + offset) + ((offset + count) * 6**3 if halo or packed else 0)
     if packed:
         return packed * (tile + 64) + pad
     return tiles_per_block * tile + (pad if halo else 0)

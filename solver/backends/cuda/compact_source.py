@@ -23,7 +23,13 @@ import numpy as np
 
 from ...lattice import Lattice, get_lattice
 from .collisions import PROBE_COLLISION, cuda_collision
-from .compact_shape import DEFAULT_CODE, CompactCode, packed_threads, probe_shared_bytes
+from .compact_shape import (
+    DEFAULT_CODE,
+    CompactCode,
+    halo_count_bytes,
+    packed_threads,
+    probe_shared_bytes,
+)
 from .kernel_parts import CollisionPart, Mode, StoragePart, collision_part, mode, storage_part
 from .streaming import phase_code
 from .tables import c_literal
@@ -89,6 +95,13 @@ class CompactSpec:
     def offset(self) -> str:
         """The C type of a value offset (``offset_t``): 'long long' wide, else 'int'."""
         return "long long" if self.wide else "int"
+
+    @property
+    def count_bytes(self) -> int:
+        """Bytes of a located halo source's padded count ``pc`` in shared memory (and its C
+        type's size): an int, but 64-bit like the offsets in the wide kernels of two copies
+        with float32/float64 storage (:func:`.compact_shape.halo_count_bytes`)."""
+        return halo_count_bytes(self.wide, self.streaming.in_place, self.storage.half)
 
     @property
     def name(self) -> str:
@@ -240,15 +253,21 @@ def _storer(s: CompactSpec):
     return store
 
 
-#: The halo's located sources by offset width: the fields of ``Found``, a tile's halo in offsets
-#: (HN at0, then HN pc) and entry h's pc. The 32-bit kernels' text, unchanged; the wide ones keep
-#: only at0 64-bit (the padded count pc, at most 64, is an int: 12 B a halo node, not 16).
+#: The halo's located sources by (offset, padded count) bytes: the fields of ``Found``, a tile's
+#: halo in offsets (HN at0, then HN pc), entry h's pc and its C type. The 32-bit kernels' text,
+#: unchanged; the wide ones keep only at0 64-bit (the padded count pc, at most 64, is an int: 12
+#: B a halo node, not 16), but those of two copies with float32/float64 storage keep pc 64-bit
+#: too: their text as before pc became an int (:func:`.compact_shape.halo_count_bytes`).
 _HALO_TEXT = {
-    False: {"found_fields": "int at0, pc", "halo_offsets": "2 * HN",
-            "halo_pc_put": "s_halo[HN + h]", "halo_pc_get": "s_halo[HN + h]"},
-    True: {"found_fields": "long long at0;\n    int pc", "halo_offsets": "(HN + HN / 2)",
-           "halo_pc_put": "reinterpret_cast<int*>(s_halo + HN)[h]",
-           "halo_pc_get": "reinterpret_cast<const int*>(s_halo + HN)[h]"}}
+    (4, 4): {"found_fields": "int at0, pc", "halo_offsets": "2 * HN",
+             "halo_pc_put": "s_halo[HN + h]", "halo_pc_get": "s_halo[HN + h]",
+             "pc_type": "int"},
+    (8, 4): {"found_fields": "long long at0;\n    int pc", "halo_offsets": "(HN + HN / 2)",
+             "halo_pc_put": "reinterpret_cast<int*>(s_halo + HN)[h]",
+             "halo_pc_get": "reinterpret_cast<const int*>(s_halo + HN)[h]", "pc_type": "int"},
+    (8, 8): {"found_fields": "long long at0, pc", "halo_offsets": "2 * HN",
+             "halo_pc_put": "s_halo[HN + h]", "halo_pc_get": "s_halo[HN + h]",
+             "pc_type": "long long"}}
 
 
 def _render(s: CompactSpec) -> str:
@@ -273,7 +292,7 @@ def _render(s: CompactSpec) -> str:
         restrict=s.streaming.restrict(),
         inner="true" if s.code.inner else "false",
         corners="true" if (np.count_nonzero(lat.c, axis=1) == 3).any() else "false",
-        **_HALO_TEXT[s.wide])
+        **_HALO_TEXT[8 if s.wide else 4, s.count_bytes])
 
 
 def _indent(lines: list[str], indent: str) -> str:

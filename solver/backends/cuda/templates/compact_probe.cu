@@ -110,7 +110,7 @@ __device__ __forceinline__ ${offset} source_slot(int i, const Found& s, ${offset
 }
 
 // The located sources of a tile's halo in shared memory: HN at0 (offsets), then HN pc (ints).
-__device__ __forceinline__ void put_src(${offset}* s_halo, int h, ${offset} at0, int pc)
+__device__ __forceinline__ void put_src(${offset}* s_halo, int h, ${offset} at0, ${pc_type} pc)
 {
     s_halo[h] = at0;
     ${halo_pc_put} = pc;
