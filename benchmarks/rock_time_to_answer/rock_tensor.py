@@ -100,6 +100,11 @@ The 1000³ mirrored tensor in numbers (H100 80 GB, float32, D3Q19; ``--huge``):
   with two copies (wide kernels)**, also under ``--device-memory 85.5`` (CuPy's pool capped at
   an 80 GB H100's memory: the plan chose the same, the pool peaked at 81.5 GB); tiled with two
   copies ran out of the H200's memory.
+- **Measured, the tensor with the defaults** (H200, ``--sizes --huge --device-memory 85.0``:
+  CuPy's pool capped at an 80 GB H100's memory): 308.0 s at 193deac (compact two copies), 296.3 s
+  at 61879bb (edge tables made on the device: first axis 142.5 -> 112.4 s), **207.4 s** at
+  b3b8bbc (the rescaled start, ``start_rescale`` velocity and ``start_density_gain`` 1.1: 2001
+  fine steps per axis instead of 3001, k 0.07-0.11 % lower; ``results/*-1000-h100mem-*.md``).
 - **Check.** ``start_levels.py --size 400`` times the start variants on a 400³ image in about
   two minutes (k against today's start, fine steps, the 1000³ arrangement's rate:
   fine run tiled with 64-bit halo sources, start levels compact).
