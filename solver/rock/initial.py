@@ -44,7 +44,12 @@ steps), while the density deviation times 1.15 at the fine run's prolongation le
 the first check and 1601 fine steps (k +0.017 %; times 1.3: -5.9 %, 2401 steps): the slow tail
 is the coarse pressure field being weaker than the fine geometry's, not the flow rate. A
 second 48³ pack (12-voxel grains) also did best near 1.15 (1601 -> 1401 fine steps at 1.1;
-1.2 overshot: 2201). benchmarks/rock_time_to_answer/README.md has the numbers.
+1.2 overshot: 2201). On the GPU (H200, 400³ image along x, against its run continued to 1e-5
+per 1000 steps) the gain 1.1 cut the fine steps from 3201 to 1801 and k's distance from +0.144 to
++0.050 % (1.2: 2601 steps, -0.159 %; the velocity rescale alone: no change), and beside the gain
+the velocity rescale cut the 1000³ image's fine steps from 1801 to 1401; so the defaults are
+``velocity`` and 1.1 (the 1000³ tensor: 2001 fine steps per axis instead of 3001).
+benchmarks/rock_time_to_answer/README.md has the numbers.
 
 Scaling (Stokes flow, same tau): the coarse run keeps the fine densities at the faces and
 doubles the body force, so the pressure drop over the sample is the same and the density field
