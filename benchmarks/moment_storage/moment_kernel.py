@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from solver.backends.cuda.compact_source import halo_text  # noqa: E402
 from solver.backends.cuda.storage import storage_code  # noqa: E402
 from solver.lattice import get_lattice  # noqa: E402
 
@@ -95,7 +96,7 @@ def _helpers(storage: str, pad: int, inner: bool, layout: str) -> str:
         storage_code=storage_code("float16" if storage == "float16" else "auto"),
         q=N_MOMENTS if layout == "soa" else 1, pad=pad, halo="true", offset="int",
         inner="true" if inner else "false",
-        corners="false")
+        corners="false", **halo_text())
 
 
 def _pull(i: int) -> list[str]:

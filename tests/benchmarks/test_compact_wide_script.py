@@ -33,6 +33,8 @@ def test_timing_loop_steps_both_offsets_of_each_storage(monkeypatch) -> None:
         return 1, time.perf_counter() - start
 
     monkeypatch.setattr(compact_wide, "_median_seconds", once)
+    # CUDA's function attributes (registers, spills) exist on the GPU only
+    monkeypatch.setattr(compact_wide, "_registers", lambda run, kernels: (0, 0))
     rows = compact_wide.time_runs(24, repeats=2)
     assert [(r["storage"], r["wide"]) for r in rows] == [
         ("float32", False), ("float32", True), ("float32", True), ("float32", False),
@@ -50,8 +52,9 @@ def test_summary_gives_the_mean_per_storage_and_the_ratio() -> None:
     table = compact_wide.summary({"gpu": "GPU", "date": "d", "commit": "c", "tests": tests,
                                   "rows": rows})
     assert "return code 0" in table and "`3 passed`" in table
-    assert "| rock | float32 | 0.500 | 11.00 | 9.90 | 0.900 |" in table
-    assert "| rock | float16 | 0.500 | 16.00 | 14.00 | 0.875 |" in table
+    assert "| rock | float32 | 0.500 | 32-bit | 11.00 | 1.000 |  |" in table
+    assert "| rock | float32 | 0.500 | wide | 9.90 | 0.900 |  |" in table
+    assert "| rock | float16 | 0.500 | wide | 14.00 | 0.875 |  |" in table
 
 
 

@@ -36,7 +36,7 @@ from .tables import c_literal
 
 __all__ = ["CompactCode", "DEFAULT_CODE", "CompactSpec", "CompactStreaming", "compact_spec",
            "probe_name", "probe_source", "probe_shared_bytes", "packed_threads",
-           "real_param_names"]
+           "real_param_names", "halo_text"]
 
 _TEMPLATE = Path(__file__).with_name("templates") / "compact_probe.cu"
 _PACKED = _TEMPLATE.with_name("compact_packed.cu")
@@ -270,6 +270,12 @@ _HALO_TEXT = {
              "pc_type": "long long"}}
 
 
+def halo_text(offset_bytes: int = 4, count_bytes: int = 4) -> dict[str, str]:
+    """The template's halo pieces (:data:`_HALO_TEXT`) for offsets and padded counts of these
+    sizes: what another kernel built on the compact template's helpers renders them with."""
+    return dict(_HALO_TEXT[offset_bytes, count_bytes])
+
+
 def _render(s: CompactSpec) -> str:
     lat, real = s.lattice, s.storage.real
     collide = "" if s.streaming.swaps else s.collision.code(
@@ -292,7 +298,7 @@ def _render(s: CompactSpec) -> str:
         restrict=s.streaming.restrict(),
         inner="true" if s.code.inner else "false",
         corners="true" if (np.count_nonzero(lat.c, axis=1) == 3).any() else "false",
-        **_HALO_TEXT[8 if s.wide else 4, s.count_bytes])
+        **halo_text(8 if s.wide else 4, s.count_bytes))
 
 
 def _indent(lines: list[str], indent: str) -> str:
