@@ -7,8 +7,8 @@ mirrored box (4.0e8 fluid nodes, 64-bit offsets) they are 8 GB, made on the host
 at the allocation (its compact two-copy fine run on an H200, acb1c4a: ``tiling`` 29.1 s and
 ``allocation`` 5.3 s against 11.7 s and 0.9 s tiled in place; issue 29); on the CPU they were
 0.20 of the 0.24 s of a 300³ image's compact host tables
-(benchmarks/rock_time_to_answer/compact_setup.py). Here one kernel writes them on the device
-from what the run uploads anyway (each tile's fluid mask word and base) and two small per-tile
+(benchmarks/rock_time_to_answer/compact_setup.py). Here one kernel writes them on the device,
+reading what the run uploads anyway (each tile's fluid mask word and base) and two small per-tile
 arrays (block length, first entry): one thread a tile writes its fluid nodes' entries in XYZ
 order, the values :func:`~.compact_run.edge_nodes` makes (tests/solver/test_compact_edges.py
 compares them bit for bit under g++).
