@@ -5,7 +5,9 @@ Reads ``rock_tensor.py`` reports: the default runs (``--default``) and the deep 
 same images (``--deep``: ``rock_tensor.py`` with ``PermeabilitySettings.tolerance`` 1e-5 per 1000
 steps, ``--tolerance 1e-5``). Runs are matched by image edge, protocol and axis. A deep run's own
 remainder is its change per 1000 steps times its decay, well below the errors compared here
-(recorded per run, ``deep_change_per_1000``).
+(recorded per run, ``deep_change_per_1000``). Where a default report holds each run's history
+(``rock_tensor.py`` since 2026-11-28), the remainder this checkout's estimator gives on it is
+compared too (``replayed``): an estimator change checked on GPU runs without running them again.
 
     python benchmarks/rock_time_to_answer/deep_compare.py \\
         --default results/rock_tensor-...-200-300-b3b8bbc.json \\
@@ -23,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from solver.benchmarking.results import run_meta, write_json_md  # noqa: E402
+from solver.rock.uncertainty import convergence_remainder  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
 
@@ -48,6 +51,8 @@ def compare(default: dict, deep: dict) -> list[dict]:
         run, ref = default[key], deep[key]
         error = run["k_mD"] / ref["k_mD"] - 1.0
         remainder = run["interval"]["remainder"] if run["interval"] else None
+        replayed = (convergence_remainder([tuple(h) for h in run["history"]])
+                    if run.get("history") else None)
         rows.append({
             "size": key[0], "protocol": key[1], "axis": key[2],
             "k_mD": run["k_mD"], "steps": run["steps"],
@@ -56,6 +61,8 @@ def compare(default: dict, deep: dict) -> list[dict]:
             "error": error, "remainder": remainder,
             "covered": None if remainder is None else abs(error) <= remainder,
             "error_over_remainder": None if not remainder else error / remainder,
+            "replayed": replayed,
+            "replayed_covered": None if replayed is None else abs(error) <= replayed,
         })
     return rows
 
@@ -68,18 +75,32 @@ def markdown(rows: list[dict], meta: dict, sources: dict) -> str:
              f"Default runs: {', '.join(sources['default'])}; deep runs (1e-5 per 1000 steps): "
              f"{', '.join(sources['deep'])}.", "",
              f"The stated convergence remainder covers the error in "
-             f"**{sum(r['covered'] for r in covered)} of {len(covered)}** runs.", "",
+             f"**{sum(r['covered'] for r in covered)} of {len(covered)}** runs"
+             + _replayed_count(rows) + ".", "",
              "| edge | protocol | axis | k (mD) | steps | deep k (mD) | deep steps | error | "
-             "stated remainder | error / remainder |",
-             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "stated remainder | error / remainder | replayed remainder |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = "" if r["error_over_remainder"] is None else f"{r['error_over_remainder']:.2f}"
-        rem = "" if r["remainder"] is None else f"{100 * r['remainder']:.3f} %"
+        rem = _percent(r["remainder"])
         deep_steps = f"{r['deep_steps']}" + ("" if r["deep_converged"] else " (stopped)")
         lines.append(f"| {r['size']} | {r['protocol']} | {r['axis']} | {r['k_mD']:.1f} | "
                      f"{r['steps']} | {r['deep_k_mD']:.1f} | {deep_steps} | "
-                     f"{100 * r['error']:+.3f} % | {rem} | {ratio} |")
+                     f"{100 * r['error']:+.3f} % | {rem} | {ratio} | {_percent(r['replayed'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.3f} %"
+
+
+def _replayed_count(rows: list[dict]) -> str:
+    """', this checkout's estimator replayed on the histories: N of M' where any was."""
+    replayed = [r for r in rows if r["replayed"] is not None]
+    if not replayed:
+        return ""
+    return (f"; this checkout's estimator, replayed on the runs' histories, in "
+            f"**{sum(r['replayed_covered'] for r in replayed)} of {len(replayed)}**")
 
 
 def main(argv: list[str] | None = None) -> int:

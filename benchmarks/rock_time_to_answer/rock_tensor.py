@@ -177,11 +177,12 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             huge: bool = False, pressure_start: str = "rest", axes: list[str] | None = None,
             max_seconds: float = 0.0, coarse_levels: int = 1,
             coarse_factor: float = 10.0, streaming: str = "in-place",
-            tile_storage: str = "auto") -> dict:
+            tile_storage: str = "auto", overrides: dict | None = None) -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
     formation factor, one population copy (the issue's 1000³ target is the mirrored k
     tensor); ``coarse_levels``, ``coarse_factor``: the coarse start's levels and tolerance
-    factor (:class:`~solver.rock.PermeabilitySettings`)."""
+    factor; ``overrides``: other :class:`~solver.rock.PermeabilitySettings` (a deep
+    reference's ``tolerance`` and ``max_steps``)."""
     tic = time.perf_counter()
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
@@ -194,7 +195,7 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     settings = PermeabilitySettings(protocol=protocol, axes=axes or ["x", "y", "z"],
                                     formation_factor=not huge, pressure_start=pressure_start,
                                     max_seconds=max_seconds, coarse_levels=coarse_levels,
-                                    coarse_tolerance_factor=coarse_factor)
+                                    coarse_tolerance_factor=coarse_factor, **(overrides or {}))
     peak = DevicePeak(backend)
     tic = time.perf_counter()
     try:
@@ -216,7 +217,10 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
                       # what the decay leaves of it in that mean (solver.rock.uncertainty)
                       "alternation": None if r.pair is None else r.pair.alternation,
                       "alternation_residual": None if r.pair is None else
-                      alternation_residual(r.pair, r.previous_pair)}
+                      alternation_residual(r.pair, r.previous_pair),
+                      # (step, k in voxel²) at every check: a remainder estimate can be
+                      # replayed on it against a deep run (deep_compare.py)
+                      "history": [list(h) for h in r.history]}
                      for r in study.results],
             "coarse_levels": coarse_levels, "coarse_tolerance_factor": coarse_factor,
             "streaming": config.streaming, "tile_storage": config.tile_storage,
@@ -556,7 +560,7 @@ def run(args: argparse.Namespace) -> dict:
                           args.axes if huge else None, args.max_seconds if huge else 0.0,
                           args.coarse_levels if huge else 1,
                           args.coarse_factor if huge else 10.0, args.huge_streaming,
-                          args.huge_storage)
+                          args.huge_storage, overrides(args))
         except Exception as exc:  # e.g. out of device memory: report it with the rest
             if not huge:
                 raise
@@ -578,8 +582,15 @@ def run(args: argparse.Namespace) -> dict:
     info = backend.device_info()
     return {"device": info.get("name"), "backend": backend.name, "setup_only": args.setup_only,
             "date": date.today().isoformat(), "commit": git_commit(),
-            "precision": args.precision, "pressure_start": args.pressure_start, "rows": rows,
-            "compiles": compiles.summary()}
+            "precision": args.precision, "pressure_start": args.pressure_start,
+            "settings_overrides": overrides(args), "rows": rows, "compiles": compiles.summary()}
+
+
+def overrides(args: argparse.Namespace) -> dict:
+    """The PermeabilitySettings the command line changes from their defaults (a deep
+    reference: ``--tolerance 1e-5``)."""
+    chosen = {"tolerance": args.tolerance, "max_steps": args.max_steps}
+    return {name: value for name, value in chosen.items() if value is not None}
 
 
 def _alternation(value: float | None) -> str:
@@ -592,6 +603,10 @@ def markdown(report: dict) -> str:
     out = [f"# Rock tensor time to answer ({report['device']}, {report['date']}, "
            f"commit {report['commit']}, {report['precision']}, pressure start "
            f"{report.get('pressure_start', 'rest')})", ""]
+    if report.get("settings_overrides"):
+        changed = ", ".join(f"{k} {v}" for k, v in report["settings_overrides"].items())
+        out += [f"**Settings changed from the defaults: {changed}** (a deep reference when the "
+                "tolerance is: its seconds are not a time to answer).", ""]
     for row in report["rows"]:
         if report.get("setup_only"):
             out += _setup_lines(row)
@@ -701,7 +716,9 @@ def write(report: dict, out: Path) -> tuple[Path, Path]:
     device = re.sub(r"[^A-Za-z0-9]+", "-", str(report["device"] or report["backend"])).strip("-")
     sizes = "-".join(str(row["size"]) for row in report["rows"]) + (
         "-ramp" if report.get("pressure_start") == "ramp" else "") + (
-        "-setup" if report.get("setup_only") else "")
+        "-setup" if report.get("setup_only") else "") + "".join(
+        f"-{name.replace('_', '')}{value:g}"
+        for name, value in report.get("settings_overrides", {}).items())
     return write_json_md(out, f"rock_tensor-{device}-{report['date']}-{sizes}", report,
                          markdown(report), indent=2, default=float)
 
@@ -738,6 +755,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="wall limit of each --huge run, s (0: none; a stopped run is reported "
                         "not converged)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="k tolerance per 1000 steps (default: PermeabilitySettings', 1e-3); "
+                        "1e-5 for a deep reference of the same image (deep_compare.py)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="step limit of each run (default: PermeabilitySettings')")
     p.add_argument("--precision", default="float32", choices=["float32", "float64"])
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     p.add_argument("--pressure-start", default="rest", choices=["rest", "ramp"],

@@ -48,6 +48,22 @@ def test_a_remainder_below_the_error_is_not_covered(tmp_path):
     assert rows[0]["covered"] is False and rows[0]["error_over_remainder"] == pytest.approx(1.5)
 
 
+def test_the_estimator_is_replayed_on_a_recorded_history(tmp_path):
+    """A geometric approach (changes 8, 4, 2, 1, 0.5 per check) to k = 1000: this checkout's
+    remainder is that series' tail, 0.5 x 0.5 / (1 - 0.5) = 0.5, and covers the error of the
+    last k, 999.5, where the stated 0 did not."""
+    path = report(tmp_path / "d.json", [("x", 999.5, 0.0)])
+    data = json.loads(path.read_text())
+    data["rows"][0]["study"]["runs"][0]["history"] = [
+        [200 * i, 1000.0 - 16.0 * 0.5**i] for i in range(6)]
+    path.write_text(json.dumps(data))
+    deep = report(tmp_path / "deep.json", [("x", 1000.0, None)])
+    (row,) = deep_compare.compare(deep_compare.runs_of(path)[1], deep_compare.runs_of(deep)[1])
+    assert row["error"] == pytest.approx(-5e-4) and row["covered"] is False
+    assert row["replayed"] == pytest.approx(0.5 / 999.5, rel=1e-9)
+    assert row["replayed_covered"] is True
+
+
 def test_no_common_run_is_an_error(tmp_path):
     default = report(tmp_path / "d.json", [("x", 1.0, 0.1)], size=200)
     deep = report(tmp_path / "deep.json", [("x", 1.0, None)], size=300)

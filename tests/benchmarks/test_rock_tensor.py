@@ -32,6 +32,26 @@ def test_huge_path_runs_one_axis_in_place_with_a_start_chain(tmp_path):
     assert run["axis"] == "z" and run["steps"] > 0 and len(run["start_steps"]) == 2
     assert run["work_steps"] > run["steps"]
     assert "coarse steps (1/2, 1/4, ...)" in json_path.with_suffix(".md").read_text()
+    # every check's (step, k): what deep_compare.py replays a remainder estimate on
+    assert [s for s, _ in run["history"]][-1] == run["steps"] - 1 and run["history"][-1][1] > 0
+
+
+def test_a_deep_reference_runs_to_the_tolerance_asked_and_says_so(tmp_path):
+    """``--tolerance``: the settings changed are in the report, its name and its head."""
+    common = ["--sizes", "--huge", "--huge-size", "16", "--axes", "x", "--coarse-levels", "1",
+              "--backend", "numpy", "--precision", "float64"]
+    assert rock_tensor.main([*common, "--out", str(tmp_path / "default")]) == 0
+    assert rock_tensor.main([*common, "--tolerance", "1e-5", "--max-steps", "6000",
+                             "--out", str(tmp_path / "deep")]) == 0
+    (default,) = (tmp_path / "default").glob("rock_tensor-*-16.json")
+    (deep,) = (tmp_path / "deep").glob("rock_tensor-*-16-tolerance1e-05-maxsteps6000.json")
+    report = json.loads(deep.read_text())
+    assert report["settings_overrides"] == {"tolerance": 1e-5, "max_steps": 6000}
+    assert "Settings changed from the defaults: tolerance 1e-05" in deep.with_suffix(
+        ".md").read_text()
+    (run,) = report["rows"][0]["runs"]
+    (first,) = json.loads(default.read_text())["rows"][0]["runs"]
+    assert run["steps"] > first["steps"]  # it ran on to the tighter tolerance
 
 
 def test_start_levels_compares_variants_with_the_first(tmp_path):
