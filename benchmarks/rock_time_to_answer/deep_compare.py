@@ -37,9 +37,12 @@ def runs_of(path: Path) -> tuple[str, dict[tuple[int, str, str], dict]]:
     for row in report["rows"]:
         study = row["study"]
         intervals = {(i["protocol"], i["axis"]): i for i in study.get("intervals", [])}
+        # the benchmark's own rows hold each run's check history (the study's summary not)
+        histories = {(r["protocol"], r["axis"]): r.get("history") for r in row.get("runs", [])}
         for run in study["runs"]:
             key = (row["size"], run["protocol"], run["axis"])
-            found[key] = {**run, "interval": intervals.get((run["protocol"], run["axis"]))}
+            found[key] = {**run, "interval": intervals.get((run["protocol"], run["axis"])),
+                          "history": histories.get((run["protocol"], run["axis"]))}
     return report.get("device", "unknown"), found
 
 

@@ -20,7 +20,9 @@ def report(path: Path, runs: list[tuple[str, float, float | None]], size: int = 
                        "converged": True, "change_per_1000": 1e-3} for a, k, _ in runs],
              "intervals": [{"protocol": "mirrored", "axis": a, "remainder": r}
                            for a, _, r in runs if r is not None]}
-    path.write_text(json.dumps({"device": "TEST", "rows": [{"size": size, "study": study}]}))
+    rows = [{"size": size, "study": study,
+             "runs": [{"protocol": r["protocol"], "axis": r["axis"]} for r in study["runs"]]}]
+    path.write_text(json.dumps({"device": "TEST", "rows": rows}))
     return path
 
 
@@ -54,7 +56,7 @@ def test_the_estimator_is_replayed_on_a_recorded_history(tmp_path):
     last k, 999.5, where the stated 0 did not."""
     path = report(tmp_path / "d.json", [("x", 999.5, 0.0)])
     data = json.loads(path.read_text())
-    data["rows"][0]["study"]["runs"][0]["history"] = [
+    data["rows"][0]["runs"][0]["history"] = [
         [200 * i, 1000.0 - 16.0 * 0.5**i] for i in range(6)]
     path.write_text(json.dumps(data))
     deep = report(tmp_path / "deep.json", [("x", 1000.0, None)])
