@@ -187,10 +187,12 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
     sample = image(n, voxel_size)
     generated = time.perf_counter() - tic
     # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds two copies of its populations by
-    # default where the compact state fits (69.6 GB: the issue's 80 GB H100 too), else one (in
-    # place, the AA pattern: the same steps, bit for bit); :func:`huge_streaming`.
+    # default where they fit in the tile storage asked for (compact 69.6 GB: the issue's 80
+    # GB H100 too; tiled not even an H200), else one (in place, the AA pattern: the same
+    # steps, bit for bit); :func:`huge_streaming`.
     config = SimulationConfig(precision=precision, collision="TRT",
-                              streaming=huge_streaming(n, backend, streaming) if huge
+                              streaming=huge_streaming(n, backend, streaming, tile_storage,
+                                                       precision) if huge
                               else "two-copy", tile_storage=tile_storage if huge else "auto")
     settings = PermeabilitySettings(protocol=protocol, axes=axes or ["x", "y", "z"],
                                     formation_factor=not huge, pressure_start=pressure_start,
@@ -229,13 +231,12 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             "device_pool_polled_peak_GB": peak.polled_gigabytes(), "study": summary}
 
 
-#: Resident device bytes of the 1000³ mirrored box's fine run with two copies on the compact
-#: storage with 64-bit offsets, float32 (the plan's ``compact_state_estimate`` on its counts:
-#: 172 B per fluid node, 4.0e8 fluid nodes; the run's pool held 69.6 GB at its checks, H200,
-#: acb1c4a). Scaled by (n / 1000)³.
-COMPACT_TWO_COPIES_1000 = 68.8e9
-#: Tile nodes of the 1000³ mirrored box (eta_t 0.478).
-TILE_NODES_1000 = 8.37e8
+#: The generator's mirrored rock image (:func:`image`: porosity 0.2, 20-voxel grains) as the
+#: plan reads it, tiled from the origin: (porosity, tile utilisation eta_t) of the mirrored box
+#: and of that box coarsened by 2, the start's finest level, which the prolongation holds
+#: beside the fine run's fresh allocation. Measured on a 160³ sample (CPU; the fine eta_t also
+#: on the 1000³ run's tiling, rock_tensor-*-1000-*.json): 0.200 / 0.478 and 0.210 / 0.335.
+MIRRORED_BOX, HALF_BOX = (0.200, 0.478), (0.210, 0.335)
 
 
 def limit_device_memory(nbytes: float) -> None:
@@ -252,21 +253,72 @@ def _capacity_gb(backend) -> float | None:
     return None if capacity is None else capacity / 1e9
 
 
-def huge_streaming(n: int, backend, choice: str = "auto") -> str:
-    """The streaming of the huge image's runs: ``choice``, or with 'auto' two copies where the
-    plan's compact state with two copies fits the device with its headroom
-    (:func:`solver.backends.plan.fits_device`'s rule, the state
-    :data:`COMPACT_TWO_COPIES_1000` scaled to n³: an 80 GB H100 or an H200 at 1000³; the plan
-    then takes the wide compact kernels, ``WIDE_TWO_COPIES_FASTER``: 1.31x the tiled in-place
-    fine steps), else in place (one copy, the same results bit for bit)."""
+def huge_streaming(n: int, backend, choice: str = "auto", tile_storage: str = "auto",
+                   precision: str = "float32") -> str:
+    """The streaming of the huge image's runs: ``choice``, or with 'auto' two copies where
+    the run with two copies fits the device in the tile storage asked for
+    (:func:`two_copy_bytes`: the plan's storage and state estimate), else in place (one copy,
+    the same results bit for bit). At 1000³: compact (what 'auto' storage takes there) fits an
+    80 GB H100 and an H200; tiled fits neither (it ran out of an H200's memory, acb1c4a)."""
     from solver.backends import device_capacity
-    from solver.backends.plan import AUTO_HEADROOM_PER_TILE_NODE
 
     if choice != "auto":
         return choice
-    scale = (n / 1000) ** 3
-    need = (COMPACT_TWO_COPIES_1000 + AUTO_HEADROOM_PER_TILE_NODE * TILE_NODES_1000) * scale
-    return "two-copy" if (device_capacity(backend) or 0) >= need else "in-place"
+    capacity = device_capacity(backend)
+    if capacity is None:
+        return "in-place"
+    need = two_copy_bytes(n, capacity, tile_storage, precision)
+    return "two-copy" if need <= capacity else "in-place"
+
+
+def counted_box(shape: tuple[int, int, int], box: tuple[float, float], tile_storage: str,
+                precision: str, capacity: int | None, streaming: str = "two-copy"):
+    """The run of a mirrored rock box of ``shape`` as the plan sees it, from counts
+    (:class:`~solver.tiling.CountedTiling`: ``box`` = (porosity, eta_t)), TRT, D3Q19."""
+    import numpy as np
+
+    from solver.lattice import get_lattice
+    from solver.problem import Problem
+    from solver.tiling import CountedTiling
+
+    porosity, eta = box
+    n_fluid = int(round(porosity * np.prod(shape, dtype=np.float64)))
+    tiling = CountedTiling(shape, n_fluid, int(np.ceil(n_fluid / (64 * eta))))
+    config = SimulationConfig(precision=precision, collision="TRT", streaming=streaming)
+    return Problem(lattice=get_lattice("D3Q19"), tiling=tiling, rates=None, force=np.zeros(3),
+                   incompressible=True, rho0=1.0, periodic=(True, False, False),
+                   dtype=np.dtype(precision), collision=config.collision_model(),
+                   storage_kind="auto", streaming=streaming, tile_storage=tile_storage,
+                   layout="xyz", tiles_per_block=2, device_capacity=capacity)
+
+
+def state_bytes(problem) -> int:
+    """Device bytes of ``problem``'s resident state in the storage its plan takes (tiled:
+    ``Problem.tiled_state_bytes``; compact: ``compact_state_estimate``, 64-bit offsets)."""
+    from solver.backends.plan import compact_state_estimate, plan_for
+
+    plan = plan_for(problem)
+    return compact_state_estimate(problem, plan.pad) if plan.compact \
+        else problem.tiled_state_bytes()
+
+
+def two_copy_bytes(n: int, capacity: int | None, tile_storage: str = "auto",
+                   precision: str = "float32") -> int:
+    """Device bytes the n³ image's fine mirrored run with two copies needs at its peak in
+    ``tile_storage`` (the plan's choice for 'auto' on ``capacity``): its state and the larger
+    of the plan's headroom (:func:`~solver.backends.plan.device_headroom`: checks) and what
+    the prolongation holds beside it, the start's finest level (the box coarsened by 2,
+    :data:`HALF_BOX`, two copies in the storage the plan gives it) with its density and
+    velocity per tile node in the run's value type. At 1000³ on an H200 (150.1e9 B) this is
+    compact 80 GB (the run's pool peaked at 81.5 GB, acb1c4a) and tiled 155 GB (it ran out
+    of memory asking 127.6 GB beside 25.6 GB held)."""
+    from solver.backends.plan import device_headroom
+
+    fine = counted_box((2 * n, n, n), MIRRORED_BOX, tile_storage, precision, capacity)
+    level = counted_box((n, n // 2, n // 2), HALF_BOX, tile_storage, precision, capacity)
+    t = level.tiling
+    moments = (1 + 3) * level.dtype.itemsize * t.n_tiles * t.nodes_per_tile
+    return state_bytes(fine) + max(device_headroom(fine), state_bytes(level) + moments)
 
 
 def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list[str],
@@ -288,7 +340,8 @@ def measure_setup(n: int, voxel_size: float, precision: str, backend, axes: list
     sample = image(n, voxel_size)
     out: dict = {"size": n, "image_seconds": time.perf_counter() - tic, "axes": {}}
     config = SimulationConfig(precision=precision, collision="TRT",
-                              streaming=huge_streaming(n, backend, streaming))
+                              streaming=huge_streaming(n, backend, streaming,
+                                                       precision=precision))
     settings = PermeabilitySettings(protocol="mirrored", axes=axes, formation_factor=False,
                                     coarse_levels=coarse_levels)
     out["streaming"] = config.streaming
@@ -744,8 +797,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--huge-streaming", default="auto",
                    choices=["auto", "in-place", "two-copy"],
                    help="population copies of the --huge image's runs (auto, the default: two "
-                        "where the compact state with two copies fits the device, 69.6 GB at "
-                        "1000³, an 80 GB H100 too, else one; huge_streaming)")
+                        "where the run with two copies fits the device in the --huge-storage "
+                        "asked for, by the plan's estimate: at 1000³ compact fits an 80 GB "
+                        "H100, tiled not even an H200; else one; huge_streaming)")
     p.add_argument("--huge-storage", default="auto", choices=["auto", "tiled", "compact"],
                    help="tile storage of the --huge image's runs (auto: the plan's choice on "
                         "the device's memory, or on --device-memory)")

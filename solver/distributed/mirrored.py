@@ -18,16 +18,19 @@ convergence test (:class:`solver.monitor.KConvergence`), each check reading k at
 one step later: the test and k are the means of these pairs, half the last pair's difference
 its ``alternation`` and what is left of it in the mean its ``alternation_residual``
 (:class:`solver.rock.uncertainty.StepPair`, as on one device). The run starts from the flow of the
-sample coarsened by 2 (``--coarse-levels``, default 1; 0: from rest), run over the same ranks
-(:mod:`solver.distributed.coarse_start`: the one-device start of :mod:`solver.rock.initial`,
-slab by slab), as ``PermeabilitySettings.coarse_levels`` does on one device; the result lists
-each level's steps, k and times under ``coarse`` (``--start-rescale``: each level's
+sample coarsened by 2 or a chain from 1/2^N (``--coarse-levels N``; 0: from rest), run over the
+same ranks (:mod:`solver.distributed.coarse_start`: the one-device start of
+:mod:`solver.rock.initial`, slab by slab), as ``PermeabilitySettings.coarse_levels`` does on one
+device; the result lists each level's steps, k and times under ``coarse`` (each level's
 ``start_scale`` and ``start_density_scale``, the fine run's alike) and the fine-step
-equivalents of the whole run as ``work_steps``. Rank 0 prints one JSON object (``--json``
-writes it): k, its history, the plane-flux spread, the set-up and step times and, per rank,
-the tiles, fluid nodes, halo values per step, the estimated device bytes
-(:func:`device_estimate`) and what the backend reports (``used_memory``; a benchmark adds the
-CuPy pool's peak).
+equivalents of the whole run as ``work_steps``. Every protocol choice the command line has
+(steps, check interval, tolerance, coarse levels, the start's rescale, estimate and density
+gain) defaults to :class:`~solver.rock.settings.PermeabilitySettings`' (coarse levels by the
+sample's size, the start rescaled by the velocity with density gain 1.1), as on one device.
+Rank 0 prints one JSON object (``--json`` writes it): k, its history, the plane-flux spread,
+the set-up and step times and, per rank, the tiles, fluid nodes, halo values per step, the
+estimated device bytes (:func:`device_estimate`) and what the backend reports
+(``used_memory``; a benchmark adds the CuPy pool's peak).
 Lattice units; k also in voxels² (it is the same number).
 """
 
@@ -56,12 +59,12 @@ from geometries.regions import (
 )
 
 from ..config import BACKENDS, HALO_TRANSPORTS, ConfigError, SimulationConfig
-from ..monitor import K_TOLERANCE, KConvergence
+from ..monitor import KConvergence
 from ..observables import darcy_permeability
 from ..problem import Problem
 from ..rock.initial import FACTOR
 from ..rock.protocol import fast_tau_for, kozeny_carman, pore_drive, protocol_values, steps_for
-from ..rock.settings import PermeabilitySettings
+from ..rock.settings import LARGE_SAMPLE_LEVELS, LARGE_SAMPLE_VOXELS, PermeabilitySettings
 from ..rock.uncertainty import StepPair, alternation_residual
 from ..tiling import default_tile_edge
 from .coarse_start import (
@@ -75,7 +78,8 @@ from .coarse_start import (
 from .local_setup import SlabSummary, agreed_storage, local_part, local_rank, summarize
 from .reductions import READ_TILES, combine, rank_numbers
 
-__all__ = ["mirrored_config", "device_estimate", "run_mirrored", "start_settings", "main"]
+__all__ = ["mirrored_config", "device_estimate", "run_mirrored", "start_settings",
+           "settings_from", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +154,7 @@ def _collect(comm: Any, error: Exception | None) -> None:
 
 
 def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm: Any,
-                 backend: Any, steps: int, check: int, tolerance: float = K_TOLERANCE,
+                 backend: Any, steps: int, check: int, tolerance: float | None = None,
                  settings: PermeabilitySettings | None = None, transport: str = "auto",
                  memory: Callable[[], dict] | None = None,
                  estimate_only: bool = False, max_seconds: float | None = None,
@@ -163,13 +167,17 @@ def run_mirrored(sample: RegionSource, config: SimulationConfig, axis: int, comm
     the coarse levels stop at half the time left when they start), so that a job's limit
     still gets a result; ``fused_check``: a GPU rank (tiled or compact) checks k in one launch
     (:class:`~solver.distributed.reductions.FusedNumbers`; False: the chunked readout, to
-    compare)."""
+    compare). ``tolerance`` None: ``settings.tolerance`` (the coarse levels' is from the
+    settings either way); ``settings`` None: :class:`PermeabilitySettings`' defaults, the
+    coarse levels by the sample's size (``start_level_count``) as on one device."""
     settings = settings or PermeabilitySettings()
+    tolerance = settings.tolerance if tolerance is None else tolerance
     rank, size = comm.Get_rank(), comm.Get_size()
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     deadline = math.inf if max_seconds is None else t0 + max_seconds
-    wanted = settings.coarse_levels if settings.accelerate and settings.coarse_start else 0
+    wanted = (settings.start_level_count("mirrored", math.prod(sample.shape))
+              if settings.accelerate and settings.coarse_start else 0)
     if wanted:  # the coarse levels read the fine layers this rank has read already
         sample = CachedRegions(sample, axis)
     box = MirroredRegions(sample, axis)
@@ -400,7 +408,9 @@ def _imbalance(load: list[int]) -> float:
 
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
-    """Arguments of ``python -m solver.distributed.mirrored``."""
+    """Arguments of ``python -m solver.distributed.mirrored``; the protocol's choices default to
+    :class:`~solver.rock.settings.PermeabilitySettings`' (decided there once)."""
+    defaults = PermeabilitySettings()
     parser = argparse.ArgumentParser(prog="python -m solver.distributed.mirrored",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -419,25 +429,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--axis", type=int, default=0, help="flow axis (0, 1, 2)")
     parser.add_argument("--backend", default="numpy", choices=list(BACKENDS))
     parser.add_argument("--transport", default="auto", choices=list(HALO_TRANSPORTS))
-    parser.add_argument("--steps", type=int, default=1000,
+    parser.add_argument("--steps", type=int, default=defaults.max_steps,
                         help="most steps before the last check (one more step follows: k is "
-                             "the mean of the last two steps' k)")
-    parser.add_argument("--check", type=int, default=500, help="steps between k checks")
-    parser.add_argument("--tolerance", type=float, default=K_TOLERANCE)
-    parser.add_argument("--coarse-levels", type=int, default=1,
+                             "the mean of the last two steps' k); default: "
+                             "PermeabilitySettings.max_steps, %(default)s")
+    parser.add_argument("--check", type=int, default=defaults.check_interval,
+                        help="steps between k checks; default: "
+                             "PermeabilitySettings.check_interval, %(default)s")
+    parser.add_argument("--tolerance", type=float, default=defaults.tolerance,
+                        help="converged when k changes by less than this fraction per 1000 "
+                             "steps; default: PermeabilitySettings.tolerance, %(default)s")
+    parser.add_argument("--coarse-levels", type=int, default=None,
                         help="start from the sample coarsened by 2 (1), a chain from 1/4 or "
-                             "1/8 (2, 3), or from rest (0); fewer where the shape does not halve")
-    parser.add_argument("--start-rescale", default="none",
-                        choices=["none", "velocity", "velocity+density"],
+                             "1/8 (2, 3), or from rest (0); fewer where the shape does not "
+                             "halve; default: PermeabilitySettings.coarse_levels, by the "
+                             f"sample's size ({LARGE_SAMPLE_LEVELS} from "
+                             f"{round(LARGE_SAMPLE_VOXELS ** (1 / 3))}³ voxels on, else 1)")
+    parser.add_argument("--start-rescale", default=defaults.start_rescale,
+                        choices=list(PermeabilitySettings.param.start_rescale.objects),
                         help="scale each prolongation of a chain by the next level's k "
-                             "estimate over the coarse k (PermeabilitySettings.start_rescale)")
-    parser.add_argument("--start-estimate", default="geometric",
-                        choices=["geometric", "richardson"],
-                        help="the next level's k estimate of --start-rescale "
-                             "(PermeabilitySettings.start_estimate)")
-    parser.add_argument("--start-density-gain", type=float, default=1.0,
-                        help="multiply each prolongation's density deviation by this "
-                             "(PermeabilitySettings.start_density_gain)")
+                             "estimate over the coarse k; default: "
+                             "PermeabilitySettings.start_rescale, %(default)s")
+    parser.add_argument("--start-estimate", default=defaults.start_estimate,
+                        choices=list(PermeabilitySettings.param.start_estimate.objects),
+                        help="the next level's k estimate of --start-rescale; default: "
+                             "PermeabilitySettings.start_estimate, %(default)s")
+    parser.add_argument("--start-density-gain", type=float, default=defaults.start_density_gain,
+                        help="multiply each prolongation's density deviation by this; default: "
+                             "PermeabilitySettings.start_density_gain, %(default)s")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="SimulationConfig field (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
@@ -452,16 +471,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def start_settings(levels: int, rescale: str = "none", estimate: str = "geometric",
-                   density_gain: float = 1.0) -> PermeabilitySettings:
-    """The protocol's settings with ``levels`` coarse-start levels (0: from rest) and the
-    start's ``rescale``, ``estimate`` and ``density_gain`` (``PermeabilitySettings.
-    start_rescale``, ``start_estimate``, ``start_density_gain``)."""
-    if levels < 0:
+def start_settings(levels: int | None = None, rescale: str | None = None,
+                   estimate: str | None = None, density_gain: float | None = None,
+                   tolerance: float | None = None) -> PermeabilitySettings:
+    """The protocol's settings with ``levels`` coarse-start levels (0: from rest; None:
+    ``PermeabilitySettings.coarse_levels``, by the sample's size) and the start's ``rescale``,
+    ``estimate`` and ``density_gain`` (``PermeabilitySettings.start_rescale``,
+    ``start_estimate``, ``start_density_gain``; None: their defaults), converged at
+    ``tolerance`` (``PermeabilitySettings.tolerance``; the coarse levels' follows it)."""
+    if levels is not None and levels < 0:
         raise SystemExit(f"error: --coarse-levels must be 0 (from rest) or more, got {levels}")
-    return PermeabilitySettings(coarse_start=levels > 0, coarse_levels=min(max(levels, 1), 4),
-                                start_rescale=rescale, start_estimate=estimate,
-                                start_density_gain=density_gain)
+    given = {"start_rescale": rescale, "start_estimate": estimate,
+             "start_density_gain": density_gain, "tolerance": tolerance}
+    values = {k: v for k, v in given.items() if v is not None}
+    if levels is not None:
+        values.update(coarse_start=levels > 0, coarse_levels=min(max(levels, 1), 4))
+    return PermeabilitySettings(**values)
+
+
+def settings_from(args: argparse.Namespace) -> PermeabilitySettings:
+    """The protocol's settings the command line ``args`` ask for (:func:`start_settings`)."""
+    return start_settings(args.coarse_levels, args.start_rescale, args.start_estimate,
+                          args.start_density_gain, args.tolerance)
 
 
 def source_of(args: argparse.Namespace) -> RegionSource:
@@ -489,14 +520,11 @@ def main(argv: list[str] | None = None, memory: Callable[[], dict] | None = None
         bind_local_gpu(comm)  # before CUDA starts in this process
     config = SimulationConfig(**{"backend": args.backend, **parse_settings(args.settings)})
     backend = get_backend(args.backend)
+    settings = settings_from(args)
     result = run_mirrored(source_of(args), config, args.axis, comm, backend, args.steps,
-                          args.check, args.tolerance, settings=start_settings(args.coarse_levels,
-                                                                 args.start_rescale,
-                                                                 args.start_estimate,
-                                                                 args.start_density_gain),
-                          transport=args.transport, memory=memory,
-                          estimate_only=args.estimate_only, max_seconds=args.max_seconds,
-                          fused_check=not args.chunked_check)
+                          args.check, settings=settings, transport=args.transport,
+                          memory=memory, estimate_only=args.estimate_only,
+                          max_seconds=args.max_seconds, fused_check=not args.chunked_check)
     if result is not None:
         text = json.dumps(result, indent=1, default=str)
         if args.json is not None:

@@ -226,3 +226,92 @@ def test_cached_slabs_are_the_source_slabs_read_once():
     assert np.array_equal(cached.slab(1, 2, 5), whole[:, 2:5])
     small = CachedRegions(source, 0, budget=0)
     assert np.array_equal(small.slab(0, 3, 9), whole[3:9]) and not small.blocks
+
+
+#: The protocol choices ``python -m solver.distributed.mirrored`` shares with one device.
+SHARED_CHOICES = ("coarse_start", "coarse_levels", "start_rescale", "start_estimate",
+                  "start_density_gain", "tolerance", "coarse_tolerance_factor", "accelerate")
+
+
+def test_command_line_defaults_are_the_permeability_settings():
+    """The multi-rank command line without flags asks for PermeabilitySettings' choices
+    (decided there once: coarse levels by size, the start rescaled by the velocity with
+    density gain 1.1, the tolerance, the steps and check interval), and its help names
+    where each default comes from."""
+    from solver.distributed.mirrored import build_parser, settings_from
+
+    defaults = PermeabilitySettings()
+    assert defaults.start_rescale != "none" and defaults.start_density_gain != 1.0
+    args = build_parser().parse_args(["sample.npy"])
+    settings = settings_from(args)
+    for name in SHARED_CHOICES:
+        assert getattr(settings, name) == getattr(defaults, name), name
+    assert (args.steps, args.check) == (defaults.max_steps, defaults.check_interval)
+    text = " ".join(build_parser().format_help().split())
+    for name in ("max_steps", "check_interval", "tolerance", "coarse_levels", "start_rescale",
+                 "start_estimate", "start_density_gain"):
+        assert f"default: PermeabilitySettings.{name}" in text, name
+    # flags still choose: 0 levels is from rest, as before
+    rest = settings_from(build_parser().parse_args(["s.npy", "--coarse-levels", "0",
+                                                    "--start-rescale", "none"]))
+    assert not rest.coarse_start and rest.start_rescale == "none"
+
+
+class _OneRank:
+    """The collectives of one rank (what run_mirrored calls), without MPI."""
+
+    def Get_rank(self) -> int:  # noqa: N802 (mpi4py's names)
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def allgather(self, value):
+        return [value]
+
+    def gather(self, value, root=0):
+        return [value]
+
+    def bcast(self, value, root=0):
+        return value
+
+    def Barrier(self) -> None:  # noqa: N802
+        pass
+
+
+def test_runner_without_settings_starts_as_one_device():
+    """``run_mirrored`` without settings: the coarse levels by the sample's size (1 below
+    400³; it started from rest before), the prolongation's density times the default gain."""
+    from solver.distributed.mirrored import run_mirrored
+
+    out = run_mirrored(GrainRegions((16, 16, 16), 0.35, 6, seed=2),
+                       config(force=(0.0, 0.0, 0.0)), 0, _OneRank(), NumpyBackend(threads=1),
+                       21, 10)
+    assert out["coarse_levels_asked"] == 1 and out["coarse_levels"] == 1
+    assert out["start_scale"] == 1.0  # one level: no k ratio to rescale by
+    assert out["start_density_scale"] == pytest.approx(PermeabilitySettings().start_density_gain)
+
+
+@needs_mpi
+@pytest.mark.serial  # MPI ranks poll: a second busy worker would starve them
+def test_mpi_ranks_with_the_default_flags_take_the_rescaled_start(tmp_path):
+    """``mpirun -n 2 python -m solver.distributed.mirrored --coarse-levels 2`` with no start
+    flags: the fine run starts from the chain's prolongation rescaled by the velocity (s = the
+    ratio of the two levels' k, below 1) with the density gain 1.1, each level's records
+    alike (the 1/4 -> 1/2 prolongation: gain only, one k so far)."""
+    lattice = get_lattice("D3Q19")
+    sample = GrainRegions((32, 16, 16), 0.35, 6, seed=4).slab(0, 0, 32)
+    kept, _ = keep_connected(VoxelGeometry(sample), 0, lattice.c)
+    np.save(tmp_path / "sample.npy", kept.solid)
+    out = mirrored_over_two_ranks(tmp_path, "--steps", "41", "--check", "20",
+                                  "--coarse-levels", "2")
+    defaults = PermeabilitySettings()
+    assert defaults.start_rescale == "velocity"
+    half, quarter = out["coarse"]
+    expected = StartScale.from_chain("velocity", [quarter["k"], half["k"]],
+                                     defaults.start_estimate, defaults.start_density_gain)
+    assert out["start_scale"] == pytest.approx(expected.velocity, rel=1e-12)
+    assert out["start_scale"] < 1.0
+    assert out["start_density_scale"] == pytest.approx(defaults.start_density_gain)
+    assert half["start_scale"] == 1.0
+    assert half["start_density_scale"] == pytest.approx(defaults.start_density_gain)
