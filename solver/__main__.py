@@ -179,6 +179,19 @@ def _resume(run: HeadlessRun, path: str, error: type[Exception]) -> None:
                     "from an intact checkpoint or start again without --resume.") from exc
 
 
+def _cycles_line(s: dict) -> str:
+    """A pulsatile run's verdict: periodic or not and how much its last two cycles differ (a
+    steady-state change and an instantaneous mass balance say nothing of a heartbeat)."""
+    state = "periodic" if s.get("periodic") else "not periodic yet"
+    change = s.get("cycle_change")
+    line = (f"pulsatile, {state}: the last two of {s['cycles']} cycles differ by "
+            f"{100 * change:.3g} % of each opening's range" if change is not None else
+            f"pulsatile, {state}: {s['cycles']} cycles sampled (two needed to compare)")
+    if s.get("tawss_mean_Pa") is not None:
+        line += f"; mean TAWSS {s['tawss_mean_Pa']:.4g} Pa, largest OSI {s['osi_max']:.3g}"
+    return line
+
+
 def _report(run: HeadlessRun, outcome: RunOutcome) -> int:
     """Print the summary of a finished run and return its exit code."""
     from .run import EXIT_OK
@@ -194,7 +207,9 @@ def _report(run: HeadlessRun, outcome: RunOutcome) -> int:
         name = "permeability k" if s.get("k_answer") else "k so far (NOT the answer)"
         print(f"{name} = {s['permeability']:.6g} (lattice units){extra}, residual "
               f"{residual}/step; {s.get('k_label', '')}")
-    if s.get("steady_label"):  # a flow through openings: its own steady state
+    if s.get("cycles") is not None:  # pulsatile: never steady, periodic once cycles agree
+        print(f"openings: {_cycles_line(s)}")
+    elif s.get("steady_label"):  # a flow through openings: its own steady state
         balance = s.get("mass_balance")
         drop = s.get("pressure_drop_Pa")
         extra = "".join([f", mass balance {100 * balance:.3g} %" if balance is not None else "",

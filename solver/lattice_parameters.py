@@ -159,7 +159,8 @@ class FlowDemand:
     inlet's mean speed (m/s, 0 without one) and its ``profile``; ``pressure_difference`` the
     largest minus the smallest pressure over the pressure openings (Pa); ``area_ratio``
     A_inlet / A_min (:func:`narrowing`); ``length`` the geometry's longest side (m) and
-    ``n_fluid`` its fluid nodes, for the cost.
+    ``n_fluid`` its fluid nodes, for the cost; ``period`` the shortest inflow waveform's
+    period (s, 0 = steady inflow).
     """
 
     voxel_size: float
@@ -171,6 +172,7 @@ class FlowDemand:
     area_ratio: float = 1.0
     length: float = 0.0
     n_fluid: int = 0
+    period: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("voxel_size", "viscosity", "density"):
@@ -250,11 +252,77 @@ def _resolution(demand: FlowDemand, peak: float, target: float) -> str:
     return f"a voxel size of {dx:.3g} m or less{along}"
 
 
+def _round_down(length: float) -> float:
+    """``length`` to three significant digits, rounded down (advice says "or less")."""
+    step = 10.0 ** (math.floor(math.log10(length)) - 2)
+    return math.floor(length / step * (1 + 1e-12)) * step
+
+
+#: Largest share of the inflow's period that pressure waves may take to cross the geometry
+#: without a warning. The lattice's sound speed is the flow's peak over its Mach number, far
+#: below blood's: a Womersley tube (alpha 4, NumPy, the SI case-file path) was off its analytic
+#: profile by 35 % of the peak where the crossing took 15 % of the period, by 7 % (at the wall
+#: nodes; 1.8 % inside) where it took 3 %.
+SOUND_CROSSING = 0.05
+
+
+def _sound_warning(demand: FlowDemand, tau: float, dt: float) -> list[str]:
+    """Where sound crosses the geometry in more than SOUND_CROSSING of a pulsatile inflow's
+    period, say so and what gives a faster lattice sound (a smaller tau, else finer voxels)."""
+    if demand.period <= 0 or demand.length <= 0:
+        return []
+    sound = demand.voxel_size / dt * SOUND_SPEED  # m/s
+    share = demand.length / sound / demand.period
+    if share <= SOUND_CROSSING:
+        return []
+    # The sound speed over the flow's scales as 1 / ((tau - 1/2) dx) at a given viscosity.
+    ratio = SOUND_CROSSING / share
+    smaller = math.floor((0.5 + (tau - 0.5) * ratio) * 1e4) / 1e4  # rounded down: "or less"
+    advice = f"tau {smaller:.4f} (given as config.tau)"
+    if smaller < TAU_MIN:
+        dx = _round_down(demand.voxel_size * ratio * (tau - 0.5) / (TAU_MIN - 0.5))
+        advice = (f"a voxel size of {dx:.3g} m or less "
+                  f"({math.ceil(demand.length / dx):,} voxels along the geometry) at tau {TAU_MIN}")
+    limit = f"{100 * SOUND_CROSSING:g} %"
+    return [f"Pressure waves cross the geometry's {demand.length * 1e3:.3g} mm in "
+            f"{100 * share:.2g} % of the inflow's period ({demand.period:.3g} s): the lattice's "
+            f"sound speed is {sound:.3g} m/s. Above {limit} the pulsatile profiles lag and "
+            f"overshoot (a Womersley tube: 35 % of the peak at 15 %); {advice} brings it to "
+            f"{limit}."]
+
+
+def _rr_warning(demand: FlowDemand, tau: float, collision: str, peak: float,
+                u_target: float) -> list[str]:
+    """Where 'auto' collides with RR (tau < AUTO_TAU), say that its walls at an angle to the grid
+    are less accurate and which voxel size gives AUTO_TAU (TRT) at the same Mach number.
+
+    Measured (NumPy float64, a tube at 45 degrees to the grid, 4 voxels radius, Re 10, the
+    pressure gradient away from its ends against Hagen-Poiseuille): RR +51 % at tau 0.515, +34 %
+    at 0.53 (+15 % at 8 voxels radius), +16 % at 0.6; TRT +4 % at 0.53; RR within 0.1 % along
+    a grid axis at 0.53. RR resets the odd ghost moments every step, so its bounce-back wall
+    does not sit where TRT's magic parameter puts it."""
+    from .collisions import AUTO, AUTO_TAU
+
+    if collision != AUTO or tau >= AUTO_TAU:
+        return []
+    # The voxel size whose chosen tau (peak at the target Mach) is AUTO_TAU.
+    dx = _round_down(3.0 * demand.viscosity * u_target / (peak * (AUTO_TAU - 0.5)))
+    along = (f" ({math.ceil(demand.length / dx):,} voxels along the geometry's "
+             f"{demand.length * 1e3:.3g} mm)" if demand.length > 0 else "")
+    return [f"At tau {tau:.4g} the run collides with RR (stable near tau 1/2), whose walls at "
+            "an angle to the grid are less accurate than TRT's: a tube at 45 degrees gave a "
+            "pressure drop 34 % high at 4 voxels radius and 15 % at 8 (tau 0.53; TRT: 4 % at 4). "
+            "A voxel size of "
+            f"{dx:.3g} m or less{along} gives tau {AUTO_TAU} and TRT at the same Mach number."]
+
+
 def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
                    mach_target: float = MACH_TARGET, backend: str = "numpy",
-                   precision: str = "float32") -> LatticeChoice:
+                   precision: str = "float32", collision: str = "auto") -> LatticeChoice:
     """tau and the time step of ``demand`` (SI) under ``mach_target`` (module text); a given
-    ``tau`` is kept and warned about. ConfigError where even TAU_MIN exceeds MAX_MACH."""
+    ``tau`` is kept and warned about; ``collision`` (the config's) says whether 'auto' will
+    collide with RR there (:func:`_rr_warning`). ConfigError where even TAU_MIN exceeds
+    MAX_MACH."""
     peak = peak_speed(demand)
     dx, nu = demand.voxel_size, demand.viscosity
     warnings: list[str] = []
@@ -286,6 +354,9 @@ def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
                 else f"it needs {_resolution(demand, peak, mach_target)}")
         warnings.append(f"The given tau {chosen:g} puts the expected peak at Mach {mach:.3g}, "
                         f"above the target {mach_target:g}: {hint}.")
+    if peak > 0:
+        warnings += _rr_warning(demand, chosen, collision, peak, u_target)
+        warnings += _sound_warning(demand, chosen, units.dt)
     mean = abs(demand.inlet_speed) or peak
     steps = (math.ceil(demand.length / (mean * units.dt)) if demand.length > 0 and mean > 0
              else None)
@@ -317,7 +388,7 @@ def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,
                           "(metres); give one, or set tau.")
     by_id = {o.id: o for o in geometry.openings}
     solid = np.asarray(geometry.solid)
-    inlets, pressures, driven = [], [], []
+    inlets, pressures, driven, periods = [], [], [], []
     for spec in specs:
         opening = by_id[spec["id"]]
         kind = opening_kind(spec["kind"])
@@ -325,9 +396,10 @@ def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,
             # m^2; a geometry without a voxel size has its openings in voxels
             area = opening.area * (1.0 if geometry.voxel_size else h ** (solid.ndim - 1))
             if "waveform" in spec:  # pulsatile: the cycle's peak mean speed sets the Mach
-                from .waveform import si_peak_speed
+                from .waveform import si_peak_speed, si_period
 
                 speed = si_peak_speed(spec["waveform"], area)
+                periods.append(si_period(spec["waveform"], area))
             else:
                 speed = (spec["mean_speed"] if "mean_speed" in spec
                          else spec["flow_rate"] / area)
@@ -353,5 +425,5 @@ def demand_of_specs(specs: Sequence[dict], geometry: Any, viscosity: float,
                       profile=profile,
                       pressure_difference=(max(pressures) - min(pressures)) if pressures else 0.0,
                       area_ratio=max(ratio, 1.0), length=max(solid.shape) * h,
-                      n_fluid=int(np.count_nonzero(~solid)))
+                      n_fluid=int(np.count_nonzero(~solid)), period=min(periods, default=0.0))
 

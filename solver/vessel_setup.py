@@ -48,12 +48,12 @@ def backend_name(config: SimulationConfig, backend: str | None = None) -> str:
 
 def _choice(specs: list[dict], geometry: Any, viscosity: float, density: float,
             tau: float | None, mach_target: float, backend: str,
-            precision: str) -> LatticeChoice:
+            precision: str, collision: str = "auto") -> LatticeChoice:
     """The lattice choice of entries already resolved to opening ids (the one place both the
     case files and the API choose)."""
     demand = demand_of_specs(specs, geometry, viscosity, density)
     return choose_lattice(demand, tau=tau, mach_target=mach_target, backend=backend,
-                          precision=precision)
+                          precision=precision, collision=collision)
 
 
 def vessel_setup(geometry: Any, openings: list[dict], *, viscosity: float,
@@ -86,7 +86,7 @@ def vessel_setup(geometry: Any, openings: list[dict], *, viscosity: float,
     config = SimulationConfig() if config is None else config
     specs = specs_by_id(parse_opening_specs(list(openings), source), geometry, source)
     choice = _choice(specs, geometry, viscosity, density, tau, mach_target,
-                     backend_name(config, backend), config.precision)
+                     backend_name(config, backend), config.precision, config.collision)
     if choice.peak <= 0 and not any(config.body_force):
         raise ConfigError(f"{source}: nothing drives the flow: give a velocity opening a "
                           "flow_rate (m^3/s) or mean_speed (m/s), or two pressure openings "
@@ -122,4 +122,4 @@ def case_lattice(case: Any, geometry: Any, backend: str = "numpy") -> LatticeCho
     specs = specs_by_id(case.openings, geometry, str(case.path or case.name))
     return _choice(specs, geometry, case.run.viscosity, case.run.density,
                    case.config.tau if case.tau_given else None, MACH_TARGET, backend,
-                   case.config.precision)
+                   case.config.precision, case.config.collision)

@@ -35,7 +35,7 @@ import numpy as np
 from .values import ConfigError, is_number
 
 __all__ = ["Waveform", "MAX_HARMONICS", "womersley_shape", "harmonic_phases",
-           "parse_waveform", "si_waveform", "si_peak_speed", "read_waveform_csv",
+           "parse_waveform", "si_waveform", "si_peak_speed", "si_period", "read_waveform_csv",
            "fourier_of_table", "table_fourier", "parse_waveform_text", "BUILTIN_WAVEFORMS",
            "BUILTIN_TABLES", "builtin_waveform", "MAX_CSV_BYTES"]
 
@@ -289,6 +289,11 @@ class _Unit:
     @staticmethod
     def velocity_to_lattice(u: float) -> float:
         return u
+
+
+def si_period(entry: Any, area: float) -> float:
+    """The period (s) of a case file's ``waveform`` entry."""
+    return float(si_waveform(entry, area, _Unit())["period"])
 
 
 def si_peak_speed(entry: Any, area: float) -> float:

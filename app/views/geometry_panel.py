@@ -146,7 +146,8 @@ class GeometryPanel(pn.viewable.Viewer):
                                  cache=cache)
         device = str((self.controller.snapshot.device or {}).get("name", "CPU"))
         return choose_lattice(demand, tau=tau, precision=config.precision,
-                              backend="numpy" if device.startswith("CPU") else "cupy")
+                              backend="numpy" if device.startswith("CPU") else "cupy",
+                              collision=config.collision)
 
     def _opening_units(self, config, group: OpeningGroup) -> OpeningUnits:
         """SI <-> lattice units of an opening of the previewed (or used) geometry."""

@@ -456,8 +456,9 @@ class Scene3D(pn.viewable.Viewer):
         clipped = clip_solid(self._surface, self._vessel, view.axis, index)
         self._meshes["solid"].copy_from(_servable(clipped))
         fluid, grains = slice_plane(plane, view.axis, index)
-        self._meshes["fluid"].copy_from(fluid)
-        self._meshes["grains"].copy_from(grains if not self._vessel else pv.UnstructuredGrid())
+        self._meshes["fluid"].copy_from(_servable_cells(fluid))
+        self._meshes["grains"].copy_from(
+            _servable_cells(grains if not self._vessel else pv.UnstructuredGrid()))
         if not self._actors:
             self._add_actors()
             new_geometry = True
@@ -564,6 +565,18 @@ def camera_state(camera: pv.Camera) -> dict:
     return {"position": list(camera.position), "focalPoint": list(camera.focal_point),
             "viewUp": list(camera.up), "viewAngle": float(camera.view_angle),
             "parallelScale": float(camera.parallel_scale)}
+
+
+def _servable_cells(grid: pv.UnstructuredGrid) -> pv.UnstructuredGrid:
+    """``grid``, or one zero-area triangle if it has no cells: Panel's serialiser drops a cut's
+    empty cells (a vessel's grains, a layer without fluid), so the browser kept drawing the
+    previous geometry's cut (a sphere pack's grains floating beside a vessel)."""
+    if grid.n_cells:
+        return grid
+    empty = pv.UnstructuredGrid(np.array([3, 0, 0, 0]), np.array([pv.CellType.TRIANGLE]),
+                                np.zeros((1, 3), dtype=np.float32))
+    empty.cell_data["q"] = np.zeros(1)
+    return empty
 
 
 def _servable(mesh: pv.PolyData) -> pv.PolyData:

@@ -27,7 +27,7 @@ def test_a_pore_one_voxel_wide_off_the_cut_is_drawn_without_error(pore):
         assert controller.position == 1  # the slice opens where the fluid is (issue 30)
         scene._update(controller.geometry, np.where(solid[:, :, 5], np.nan, 0.5),
                       type(controller.snapshot.view)("umag", 2, 5))
-        assert scene._meshes["fluid"].n_cells == 0  # a cut holding no fluid
+        assert scene._meshes["fluid"].area == 0  # a cut holding no fluid
         assert scene._meshes["solid"].n_points > 0
         controller.position = 1  # a cut through the pore: its cells appear
         scene._update(controller.geometry, np.where(solid[:, :, 1], np.nan, 0.5),
@@ -67,6 +67,40 @@ def test_the_openings_of_a_vessel_are_discs_with_labels_at_their_centres():
         assert sum(scene._meshes[k].n_cells for k in by_kind) == discs.n_cells
         assert scene._meshes["outflow"].n_cells == 0
         scene.pane.get_root(Document())
+    finally:
+        scene.close()
+        controller.close()
+
+
+def mapped_actors(scene) -> list[int]:
+    """Per actor the browser is sent, how many mappers (with their data) come with it: an
+    actor sent without one keeps drawing what vtk.js had before."""
+    root = scene.pane.get_root(Document())
+    sent: list[int] = []
+
+    def walk(node: dict) -> None:
+        if node.get("type", "").endswith("Actor"):
+            sent.append(sum("Mapper" in d.get("type", "") for d in node.get("dependencies", [])))
+        for child in node.get("dependencies", []) or []:
+            walk(child)
+    walk(scene.pane._models[root.ref["id"]][0].scene)
+    return sent
+
+
+def test_a_vessel_after_a_porous_sample_drops_the_samples_grains_in_the_browser():
+    """A vessel uploaded after the default pack showed the pack's cut grains floating beside
+    the tube: its empty grains cut was sent without data, and vtk.js kept the old one."""
+    solid = np.zeros((16, 16, 16), dtype=bool)
+    solid[4:8, 4:8, :] = True
+    controller = Controller(VoxelGeometry(solid), autostart=None)
+    scene = Scene3D(controller)
+    try:
+        assert scene._meshes["grains"].n_cells > 0
+        vessel = samples.load_sample("vessel_bifurcation.stl", resolution=32)
+        scene._update(vessel, np.where(vessel.solid[:, :, 5], np.nan, 0.5),
+                      type(controller.snapshot.view)("umag", 2, 5))
+        assert scene._meshes["grains"].area == 0  # nothing of the pack is drawn
+        assert mapped_actors(scene) == [1] * len(scene.plotter.renderer.actors)
     finally:
         scene.close()
         controller.close()

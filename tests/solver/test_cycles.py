@@ -64,11 +64,13 @@ def test_a_pulsatile_tube_becomes_periodic_and_its_osi_tells_reversal(c0, c1, os
     assert np.all(result.tawss[interior] > 0)
 
 
-def test_the_cli_samples_heart_cycles_stops_when_periodic_and_exports_the_indices(tmp_path):
+def test_the_cli_samples_heart_cycles_stops_when_periodic_and_exports_the_indices(tmp_path,
+                                                                                  capsys):
     import json
 
     import pyvista as pv
 
+    from solver.__main__ import _report
     from solver.case import parse_case
     from solver.run import HeadlessRun
 
@@ -89,6 +91,11 @@ def test_the_cli_samples_heart_cycles_stops_when_periodic_and_exports_the_indice
     assert outcome.exit_code == 0 and summary["status"] == "converged", summary["message"]
     assert summary["periodic"] and summary["steps"] < 4000 and summary["cycles"] >= 3
     assert summary["tawss_mean_Pa"] > 0 and summary["osi_max"] < 1e-3  # forward flow
+    # The verdict printed is the cycles', not a steady state a heartbeat never reaches.
+    _report(run, outcome)
+    printed = capsys.readouterr().out
+    assert "openings: pulsatile, periodic: the last two of" in printed, printed
+    assert "not steady" not in printed and "mean TAWSS" in printed
     last = sorted(tmp_path.glob("fields_*.vti"))[-1]
     grid = pv.read(last)
     tawss = np.asarray(grid.point_data["tawss_Pa"] if "tawss_Pa" in grid.point_data
