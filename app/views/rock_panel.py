@@ -133,9 +133,17 @@ class RockPanel(pn.viewable.Viewer):
         self.progress = progress
 
     def export_json(self) -> io.StringIO:
-        """The measured results as JSON (:meth:`PermeabilityStudy.as_dict`, SI units)."""
+        """The measured results as JSON (:meth:`PermeabilityStudy.as_dict`, SI units), with
+        each axis's state ('axes'); 'converged' is false while an axis is unmeasured because
+        the measurement was stopped (or has not ended)."""
         study = self.job.study() if self.job is not None else None
         data = study.as_dict() if study is not None else {}
+        if self.job is not None:
+            axes = self.job.progress().axes
+            data["axes"] = {a.axis: {"state": a.state, "message": a.message} for a in axes}
+            unfinished = {"waiting", "running", "cancelled", "not converged"}
+            data["converged"] = data["converged"] and not any(a.state in unfinished
+                                                              for a in axes)
         return io.StringIO(json.dumps(data, indent=2, default=_json_default))
 
     def export_csv(self) -> io.StringIO:

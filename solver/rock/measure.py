@@ -505,8 +505,8 @@ class PermeabilityStudy:
 
     @property
     def converged(self) -> bool:
-        """Whether every run reached the tolerance."""
-        return all(r.converged for r in self.results)
+        """Whether every run reached the tolerance (False with no run: nothing converged)."""
+        return bool(self.results) and all(r.converged for r in self.results)
 
     def as_dict(self) -> dict:
         """JSON-ready: per-run results (history left out), tensor, anisotropy, differences."""

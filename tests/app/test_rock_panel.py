@@ -144,3 +144,15 @@ def test_a_geometry_without_voxel_size_is_measured_with_the_physics_tab_voxel(tm
         assert k_m2 == pytest.approx(k_voxel2 * 4e-12) and float(rows[1][2]) > 0
     finally:
         dash.close()
+
+
+def test_a_stopped_measurement_exports_as_not_converged(board):
+    """Stop before any axis converged: the JSON said "converged": true with no run at all."""
+    board.rock.measure()
+    board.rock.stop()
+    assert board.rock.job.join(60)
+    board.rock.refresh()
+    data = json.loads(board.rock.export_json().read())
+    assert data["converged"] is False and data["runs"] == []
+    assert {a["state"] for a in data["axes"].values()} == {"cancelled"}
+    assert "Done." in board.rock.tensor.object and not board.rock.measure_button.disabled
