@@ -137,7 +137,16 @@ def write_study(case: Any, settings: PermeabilitySettings, study: PermeabilitySt
         print(line)
     print(f"outputs in {out}")
     if not study.converged:
-        print("error: k did not converge within permeability.max_steps; raise it or use "
-              "accelerate: true. The numbers above are not final.", file=sys.stderr)
+        print(f"error: k did not converge within {_limits(settings)}; raise the limit"
+              f"{'' if settings.accelerate else ' or use accelerate: true'}. The numbers "
+              "above are not final.", file=sys.stderr)
         return EXIT_NOT_CONVERGED
     return EXIT_OK
+
+
+def _limits(settings: PermeabilitySettings) -> str:
+    """The limits a run stops at, as the case file names them."""
+    limits = f"permeability.max_steps ({settings.max_steps})"
+    if settings.max_seconds:
+        limits += f" or permeability.max_seconds ({settings.max_seconds:g} s)"
+    return limits
