@@ -501,8 +501,9 @@ def region_source(spec: GeometrySpec) -> tuple[Any, dict[str, Any] | str]:
         source = ImageRegions(path, **options)
     check_voxel_count(source.shape, frame.get("max_voxels", DEFAULT_MAX_VOXELS))
     origin = spec.origin if spec.origin is not None else (0.0,) * len(source.shape)
-    return source, {"voxel_size": spec.voxel_size if spec.voxel_size is not None else
-                    frame.get("voxel_size"), "origin": tuple(float(o) for o in origin),
+    voxel_size = next((v for v in (spec.voxel_size, frame.get("voxel_size"),
+                                   getattr(source, "voxel_size", None)) if v is not None), None)
+    return source, {"voxel_size": voxel_size, "origin": tuple(float(o) for o in origin),
                     "flow_axis": int(frame.get("flow_axis", 0)),
                     "name": frame.get("name") or path.name}
 
