@@ -135,6 +135,9 @@ def write_study(case: Any, settings: PermeabilitySettings, study: PermeabilitySt
     atomic_write(out / "k_history.csv", lambda fh: fh.write(text.getvalue().encode()))
     for line in study.lines():
         print(line)
+    if study.voxel_size is None:
+        print("no voxel size (the case gives none, nor does the file): k in voxel² only; "
+              "add geometry.voxel_size (metres, e.g. 5.345e-6) for m² and mD")
     print(f"outputs in {out}")
     if not study.converged:
         print(f"error: k did not converge within {_limits(settings)}; raise the limit"

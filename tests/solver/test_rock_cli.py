@@ -55,6 +55,14 @@ def test_cli_refuses_bad_axes_and_unconverged_runs_exit_6(tmp_path, capsys):
     assert "accelerate: true" not in err and "max_steps (100)" in err
 
 
+def test_cli_without_voxel_size_says_how_to_get_si_units(tmp_path, capsys):
+    path = tmp_path / "novox.yaml"
+    path.write_text(CASE.replace("  voxel_size: 1.0e-5\n", ""))
+    main(["run", str(path), "--max-steps", "20", "--output", str(tmp_path / "o"), "--quiet"])
+    printed = capsys.readouterr().out
+    assert "voxel²" in printed and "add geometry.voxel_size (metres" in printed
+
+
 def test_case_permeability_section_is_validated(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(CASE.replace("protocol: mirrored", "protocol: darcy"))
