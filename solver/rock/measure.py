@@ -627,6 +627,7 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
               runs: list[tuple[int, str]] | None = None) -> PermeabilityStudy:
     """Measure k for every chosen axis and protocol (or only ``runs``, a part of
     :func:`study_runs`, e.g. one MPI rank's share), one run after the other, on one backend."""
+    config.check(sample.ndim)  # a 2D image with the 3D default lattice: said before any work
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or config.backend)
     results = []
