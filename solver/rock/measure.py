@@ -513,7 +513,10 @@ class PermeabilityStudy:
         protocols = sorted({r.protocol for r in self.results})
         return {
             "units": {"k_lattice": "voxel^2", "k_m2": "m^2", "k_mD": "millidarcy",
-                      "voxel_size": "m", "gradient": "lattice force per volume"},
+                      "voxel_size": "m", "gradient": "lattice force per volume",
+                      "formation_factor": "1 (sigma_fluid / sigma_eff)",
+                      "conductivity": "1 (sigma_eff / sigma_fluid)", "tortuosity": "1",
+                      "seconds": "s", "rev fraction": "1 (of the sample's volume)"},
             "voxel_size_m": self.voxel_size,
             "converged": self.converged,
             "runs": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
