@@ -133,7 +133,8 @@ def test_a_geometry_without_voxel_size_is_measured_with_the_physics_tab_voxel(tm
         dash.rock.check()
         assert "m³" in dash.rock.pores.object
         dash.rock.measure()
-        assert "Physics tab" in dash.rock.voxel_note.object and "2 µm" in dash.rock.voxel_note.object
+        note = dash.rock.voxel_note.object
+        assert "Physics tab" in note and "2 µm" in note
         assert dash.rock.job.join(120)
         dash.rock.refresh()
         x_row = dash.rock.tensor.object.split("<tr>")[2]
