@@ -129,7 +129,7 @@ class Dashboard(pn.viewable.Viewer):
                       if self.settings.scene_3d
                       else None)
         self.geometry_panel = GeometryPanel(self.controller, self.settings, self.physics.setup)
-        self.rock = RockPanel(self.controller)
+        self.rock = RockPanel(self.controller, self.physics.setup)
         self.flows = OpeningFlowsView(self.controller, self.physics.setup)
         self.status = pn.pane.Alert(html.escape(self.controller.status), alert_type="info",
                                     sizing_mode="stretch_width", css_classes=["run-status"])

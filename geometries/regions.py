@@ -164,9 +164,13 @@ class TiffRegions:
         self.path = Path(path)
         self.options = {"pore_value": pore_value, "threshold": threshold,
                         "pore_below": pore_below}
+        from .loaders.tiff import tiff_voxel_size
+
         with tifffile.TiffFile(self.path) as tif:
             zyx = tuple(int(n) for n in tif.series[0].shape)
             pages = len(tif.pages)
+            #: Voxel edge (m) of the file's ImageJ calibration, as the TIFF loader reads it.
+            self.voxel_size = tiff_voxel_size(tif)
         if len(zyx) != 3 or pages != zyx[0]:
             raise GeometryError(f"{self.path} is not a single-channel stack of 2D pages (shape "
                                 f"{zyx}); save one page per z slice.")

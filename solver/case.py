@@ -390,10 +390,28 @@ def _geometry_spec(data: Any, base: Path, source: str) -> GeometrySpec:
         voxel_size = None if voxel_size is None else float(voxel_size)
         origin = None if origin is None else tuple(float(v) for v in origin)
     except (TypeError, ValueError) as exc:
-        raise CaseError(f"{source}: `geometry.voxel_size` must be a number (metres) and "
+        raise CaseError(f"{source}: `geometry.voxel_size` must be a number, one edge in metres: "
+                        "cubic voxels (resample an anisotropic image first), and "
                         f"`geometry.origin` a list of numbers (metres): {exc}") from exc
+    _check_voxel_size(source, voxel_size)
     return GeometrySpec(kind, target, _tuples(data.get("parameters") or {}),
                         data.get("options") or {}, voxel_size, origin)
+
+
+#: Voxel edges a case may state, metres (the app's upload accepts the same range).
+VOXEL_RANGE_M = (1e-9, 1.0)
+
+
+def _check_voxel_size(source: str, voxel_size: float | None) -> None:
+    """Refuse a voxel edge outside :data:`VOXEL_RANGE_M`: most likely micrometres or
+    millimetres written where metres are meant."""
+    low, high = VOXEL_RANGE_M
+    if voxel_size is None or low <= voxel_size <= high:
+        return
+    hint = (f"a voxel of {voxel_size:g} µm is {voxel_size * 1e-6:g}, of {voxel_size:g} mm "
+            f"{voxel_size * 1e-3:g}" if voxel_size > high else "a voxel of 1 µm is 1e-6")
+    raise CaseError(f"{source}: `geometry.voxel_size: {voxel_size:g}` is {voxel_size:g} m per "
+                    f"voxel, outside 1 nm to 1 m. It is in metres: {hint}.")
 
 
 def _tuples(values: dict) -> dict:
@@ -483,8 +501,9 @@ def region_source(spec: GeometrySpec) -> tuple[Any, dict[str, Any] | str]:
         source = ImageRegions(path, **options)
     check_voxel_count(source.shape, frame.get("max_voxels", DEFAULT_MAX_VOXELS))
     origin = spec.origin if spec.origin is not None else (0.0,) * len(source.shape)
-    return source, {"voxel_size": spec.voxel_size if spec.voxel_size is not None else
-                    frame.get("voxel_size"), "origin": tuple(float(o) for o in origin),
+    voxel_size = next((v for v in (spec.voxel_size, frame.get("voxel_size"),
+                                   getattr(source, "voxel_size", None)) if v is not None), None)
+    return source, {"voxel_size": voxel_size, "origin": tuple(float(o) for o in origin),
                     "flow_axis": int(frame.get("flow_axis", 0)),
                     "name": frame.get("name") or path.name}
 

@@ -12,7 +12,9 @@ its own, shows each axis's progress and, once converged, k in mD with its interv
 (:mod:`solver.rock.uncertainty`), the flow tortuosity, then the formation factor F and the
 electrical tortuosity F·φ per axis and, with "REV curve" ticked, k, φ and F on nested
 sub-volumes (:mod:`solver.rock.rev`), with the wall time of each part; "Stop measuring"
-cancels it. "JSON" and "CSV" download what has been measured (SI units: m², mD, m). The
+cancels it. "JSON" and "CSV" download what has been measured (SI units: m², mD, m). A
+geometry whose file gave no voxel size is measured with the Physics tab's "Voxel size (µm)",
+as the Physics tab's k is, and the tab says so. The
 session's run pauses while the job measures and starts again when it ends, said under the
 table. The pressure protocol and the CLI's choices are ``python -m solver run CASE --protocol
 both --axes all``.
@@ -28,6 +30,7 @@ import json
 import panel as pn
 import param
 
+from geometries import VoxelGeometry
 from geometries.pores import pore_reports
 from solver.lattice import get_lattice
 from solver.rock import PermeabilitySettings, preview_choices
@@ -50,9 +53,13 @@ class RockPanel(pn.viewable.Viewer):
                                    doc="The measurement's last progress (the tables show it).")
     failure = param.String("", precedence=-1, doc="Why the measurement could not start.")
 
-    def __init__(self, controller: Controller, **params) -> None:
+    def __init__(self, controller: Controller, setup: param.Parameterized | None = None,
+                 **params) -> None:
+        """``setup``: the Physics tab's :class:`~app.views.physics_panel.PhysicalSetup`, whose
+        ``voxel_size_um`` stands in for a voxel size the geometry lacks."""
         super().__init__(**params)
         self.controller = controller
+        self.setup = setup
         self.check_button = pn.widgets.Button(name="Check sample", button_type="primary")
         self.price_button = pn.widgets.Button(name="Price choices")
         self.check_button.on_click(lambda _: self.check())
@@ -68,6 +75,7 @@ class RockPanel(pn.viewable.Viewer):
                                                 "volume; about 2x the time of k_x)", value=False)
         self.tensor = pn.pane.HTML(pn.bind(_tensor_text, self.param.progress, self.param.failure),
                                    sizing_mode="stretch_width")
+        self.voxel_note = pn.pane.HTML("", sizing_mode="stretch_width")
         self.extras = pn.pane.HTML(pn.bind(_extras_html, self.param.progress),
                                    sizing_mode="stretch_width")
         self.json_download = pn.widgets.FileDownload(
@@ -86,17 +94,27 @@ class RockPanel(pn.viewable.Viewer):
             return
         try:
             settings = PermeabilitySettings(protocol="mirrored", rev=self.rev_box.value)
-            self.job = TensorJob(self.controller.geometry, self.controller.applied_config,
+            self.job = TensorJob(self.sample(), self.controller.applied_config,
                                  settings, runner=self.controller.runner)
             self.job.start()
         except Exception as exc:  # said in the panel, never raised into the server
             self.failure = f"Cannot measure k: {exc}"
             return
         self.failure = ""
+        self.voxel_note.object = _voxel_note(self.controller.geometry.voxel_size,
+                                             self.job.geometry.voxel_size)
         self.measure_button.disabled, self.stop_button.disabled = True, False
         self.refresh()
         if pn.state.curdoc is not None and self._callback is None:
             self._callback = pn.state.add_periodic_callback(self.refresh, PROGRESS_PERIOD_MS)
+
+    def sample(self) -> VoxelGeometry:
+        """The geometry to measure: the controller's, with the Physics tab's voxel size when
+        its file gave none (else k would have no m² or mD)."""
+        geometry = self.controller.geometry
+        if geometry.voxel_size is None and self.setup is not None:
+            geometry = geometry.in_frame(voxel_size=self.setup.voxel_size_um * 1e-6)
+        return geometry
 
     def stop(self) -> None:
         """Cancel the measurement at its next k check."""
@@ -115,14 +133,23 @@ class RockPanel(pn.viewable.Viewer):
         self.progress = progress
 
     def export_json(self) -> io.StringIO:
-        """The measured results as JSON (:meth:`PermeabilityStudy.as_dict`, SI units)."""
+        """The measured results as JSON (:meth:`PermeabilityStudy.as_dict`, SI units), with
+        each axis's state ('axes'); 'converged' is false while an axis is unmeasured because
+        the measurement was stopped (or has not ended)."""
         study = self.job.study() if self.job is not None else None
         data = study.as_dict() if study is not None else {}
+        if self.job is not None:
+            axes = self.job.progress().axes
+            data["axes"] = {a.axis: {"state": a.state, "message": a.message} for a in axes}
+            unfinished = {"waiting", "running", "cancelled", "not converged"}
+            data["converged"] = data["converged"] and not any(a.state in unfinished
+                                                              for a in axes)
         return io.StringIO(json.dumps(data, indent=2, default=_json_default))
 
     def export_csv(self) -> io.StringIO:
         """The measured results as CSV: one row per axis (k in m² and mD with its interval,
-        F, electrical and flow tortuosity, seconds), then the REV points."""
+        F, electrical and flow tortuosity, seconds, k in voxel² and the voxel size in m), then
+        the REV points."""
         out = io.StringIO()
         writer = csv.writer(out)
         if self.job is None:
@@ -131,7 +158,7 @@ class RockPanel(pn.viewable.Viewer):
         study = self.job.study()
         writer.writerow(["axis", "k_m2", "k_mD", "k_low_mD", "k_high_mD", "interval_relative",
                          "formation_factor", "electrical_tortuosity", "flow_tortuosity",
-                         "porosity", "seconds"])
+                         "porosity", "seconds", "k_voxel2", "voxel_size_m"])
         for r in study.results:
             i = progress.intervals.get(r.axis)
             c = study.conduction.get(r.axis)
@@ -141,7 +168,8 @@ class RockPanel(pn.viewable.Viewer):
                              i.high * scale if i and scale else "",
                              i.relative if i else "",
                              c.formation_factor if c else "", c.tortuosity if c else "",
-                             r.flow_tortuosity, c.porosity if c else "", r.seconds])
+                             r.flow_tortuosity, c.porosity if c else "", r.seconds,
+                             r.k_lattice, study.voxel_size or ""])
         if progress.rev:
             writer.writerow([])
             writer.writerow(["rev_volume_fraction", "shape", "porosity", "k_mD",
@@ -169,7 +197,7 @@ class RockPanel(pn.viewable.Viewer):
 
     def check(self) -> None:
         """Fill the pore table (fractions of the pore volume and m³, per flow axis)."""
-        geom = self.controller.geometry
+        geom = self.sample()
         try:
             links = get_lattice(self.controller.config.lattice).c
             reports = pore_reports(geom, None, links)
@@ -222,7 +250,7 @@ class RockPanel(pn.viewable.Viewer):
                              "run CASE --protocol both --axes all`."),
             pn.Row(self.check_button, self.price_button), self.pores, self.choices,
             pn.Row(self.measure_button, self.stop_button, self.rev_box), self.tensor,
-            self.extras, pn.Row(self.json_download, self.csv_download),
+            self.voxel_note, self.extras, pn.Row(self.json_download, self.csv_download),
             sizing_mode="stretch_width")
 
 
@@ -315,6 +343,16 @@ def _extras_html(progress: TensorProgress | None) -> str:
         text += "<p class='timing'>Time: " + ", ".join(
             f"{html.escape(name)} {s:.1f} s" for name, s in progress.seconds.items()) + "</p>"
     return text
+
+
+def _voxel_note(given: float | None, used: float | None) -> str:
+    """Where the voxel size behind k in m² and mD came from (µm), or why there is none."""
+    if used is None:
+        return "<p class='voxel-size'>No voxel size: k in voxel² only (JSON export).</p>"
+    source = ("from the geometry" if given is not None else
+              "the file gave none: the Physics tab's Voxel size (µm); set it there, or at "
+              "upload, and measure again if it is not the image's")
+    return f"<p class='voxel-size'>Voxel size {used * 1e6:.4g} µm ({source}).</p>"
 
 
 def _duration(seconds: float) -> str:

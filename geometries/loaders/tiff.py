@@ -3,6 +3,10 @@
 A TIFF stack stores pages in (z, y, x) order: page k is the slice z = k, and within a page rows
 are y and columns are x. The loader transposes to the package's (x, y, z) order (a view, no
 copy); a single page becomes a 2D (x, y) geometry. Colour (RGB) images are refused.
+
+The voxel size comes from an ImageJ/Fiji calibration when the file has one (the pages' X and
+Y resolution, the stack's ``spacing`` along z, in the metadata's ``unit``): cubic voxels only,
+as for NRRD and VTI; a TIFF without it (or in pixels, or inches) has no voxel size.
 """
 
 from __future__ import annotations
@@ -18,9 +22,21 @@ from ..errors import GeometryError
 from ..segment import segment
 from ..voxel import VoxelGeometry
 from .headers import check_tiff_chain
-from .source import DEFAULT_MAX_VOXELS, Payload, build_geometry, check_voxel_count, parse_errors
+from .source import (
+    DEFAULT_MAX_VOXELS,
+    Payload,
+    build_geometry,
+    check_voxel_count,
+    cubic_voxel_size,
+    parse_errors,
+)
 
-__all__ = ["load_tiff"]
+__all__ = ["load_tiff", "tiff_voxel_size"]
+
+#: ImageJ calibration units, metres each (Fiji writes 'micron' or 'µm').
+IMAGEJ_UNITS = {"nm": 1e-9, "nanometer": 1e-9, "micron": 1e-6, "microns": 1e-6, "um": 1e-6,
+                "µm": 1e-6, "μm": 1e-6, "\\u00b5m": 1e-6, "micrometer": 1e-6, "mm": 1e-3,
+                "millimeter": 1e-3, "cm": 1e-2, "m": 1.0, "meter": 1.0, "metre": 1.0}
 
 
 def load_tiff(
@@ -47,6 +63,8 @@ def load_tiff(
             check_voxel_count(dims, max_voxels)
             _check_complete(series.pages, len(payload.data))
             image = np.asarray(series.asarray()).reshape(dims)
+            if voxel_size is None:
+                voxel_size = tiff_voxel_size(tif)
     if errors:
         raise GeometryError(
             f"The TIFF file is corrupted or truncated ({errors[0]}). Upload the complete file."
@@ -56,6 +74,28 @@ def load_tiff(
     return build_geometry(
         solid, max_voxels=max_voxels, voxel_size=voxel_size, flow_axis=flow_axis, name=name
     )
+
+
+def tiff_voxel_size(tif) -> float | None:
+    """The voxel edge in metres of an open ``tifffile.TiffFile`` from its ImageJ calibration;
+    None without one; GeometryError when the calibrated voxels are not cubic."""
+    metadata = tif.imagej_metadata if tif.is_imagej else None
+    scale = IMAGEJ_UNITS.get(str((metadata or {}).get("unit", "")).strip().lower())
+    if scale is None:
+        return None
+    page = tif.pages[0]
+    spacing = []
+    for name in ("XResolution", "YResolution"):
+        tag = page.tags.get(name)
+        pixels, per = tag.value if tag is not None else (1, 1)  # pixels per `per` units
+        spacing.append(per / pixels * scale if pixels else np.nan)
+    if len(tif.pages) > 1:
+        spacing.append(float(metadata.get("spacing", 1.0)) * scale)
+    try:
+        return cubic_voxel_size(np.asarray(spacing, dtype=float))
+    except GeometryError as exc:
+        raise GeometryError(f"The TIFF's ImageJ calibration ({metadata.get('unit')}): {exc} "
+                            "(a case file: geometry.options.voxel_size).") from exc
 
 
 def _zyx_shape(shape: tuple[int, ...], axes: str) -> tuple[int, ...]:

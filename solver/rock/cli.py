@@ -135,9 +135,21 @@ def write_study(case: Any, settings: PermeabilitySettings, study: PermeabilitySt
     atomic_write(out / "k_history.csv", lambda fh: fh.write(text.getvalue().encode()))
     for line in study.lines():
         print(line)
+    if study.voxel_size is None:
+        print("no voxel size (the case gives none, nor does the file): k in voxel² only; "
+              "add geometry.voxel_size (metres, e.g. 5.345e-6) for m² and mD")
     print(f"outputs in {out}")
     if not study.converged:
-        print("error: k did not converge within permeability.max_steps; raise it or use "
-              "accelerate: true. The numbers above are not final.", file=sys.stderr)
+        print(f"error: k did not converge within {_limits(settings)}; raise the limit"
+              f"{'' if settings.accelerate else ' or use accelerate: true'}. The numbers "
+              "above are not final.", file=sys.stderr)
         return EXIT_NOT_CONVERGED
     return EXIT_OK
+
+
+def _limits(settings: PermeabilitySettings) -> str:
+    """The limits a run stops at, as the case file names them."""
+    limits = f"permeability.max_steps ({settings.max_steps})"
+    if settings.max_seconds:
+        limits += f" or permeability.max_seconds ({settings.max_seconds:g} s)"
+    return limits

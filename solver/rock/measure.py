@@ -505,15 +505,18 @@ class PermeabilityStudy:
 
     @property
     def converged(self) -> bool:
-        """Whether every run reached the tolerance."""
-        return all(r.converged for r in self.results)
+        """Whether every run reached the tolerance (False with no run: nothing converged)."""
+        return bool(self.results) and all(r.converged for r in self.results)
 
     def as_dict(self) -> dict:
         """JSON-ready: per-run results (history left out), tensor, anisotropy, differences."""
         protocols = sorted({r.protocol for r in self.results})
         return {
             "units": {"k_lattice": "voxel^2", "k_m2": "m^2", "k_mD": "millidarcy",
-                      "voxel_size": "m", "gradient": "lattice force per volume"},
+                      "voxel_size": "m", "gradient": "lattice force per volume",
+                      "formation_factor": "1 (sigma_fluid / sigma_eff)",
+                      "conductivity": "1 (sigma_eff / sigma_fluid)", "tortuosity": "1",
+                      "seconds": "s", "rev fraction": "1 (of the sample's volume)"},
             "voxel_size_m": self.voxel_size,
             "converged": self.converged,
             "runs": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -627,6 +630,7 @@ def run_study(sample: VoxelGeometry, config: SimulationConfig, settings: Permeab
               runs: list[tuple[int, str]] | None = None) -> PermeabilityStudy:
     """Measure k for every chosen axis and protocol (or only ``runs``, a part of
     :func:`study_runs`, e.g. one MPI rank's share), one run after the other, on one backend."""
+    config.check(sample.ndim)  # a 2D image with the 3D default lattice: said before any work
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend or config.backend)
     results = []

@@ -140,8 +140,11 @@ class PermeabilitySettings(param.Parameterized):
         return values
 
     def axis_indices(self, ndim: int) -> list[int]:
-        """The chosen axes as indices, checked against a geometry of ``ndim`` dimensions."""
+        """The chosen axes as indices, checked against a geometry of ``ndim`` dimensions
+        (``all``, stored as x, y, z, is every axis the geometry has: x, y of a 2D one)."""
         out = [AXIS_NAMES.index(a) for a in self.axes]
+        if sorted(out) == list(range(len(AXIS_NAMES))):
+            out = [a for a in out if a < ndim]
         bad = [AXIS_NAMES[a] for a in out if a >= ndim]
         if bad or not out:
             raise ValueError(f"permeability.axes {list(self.axes)} must name axes of a "

@@ -4,7 +4,11 @@ commands on the session's runner; the session's own simulation goes on stepping 
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,3 +88,79 @@ def test_measure_k_button_gives_the_tensor_and_keeps_the_run(chromium, served_ap
         wait_until(lambda: steps(page) > before, 60, "the running simulation to go on")
     finally:
         context.close()
+
+
+def _tiff(solid: np.ndarray) -> bytes:
+    """A uint8 0/255 TIFF stack (pages z, rows y) as a micro-CT export: 255 = grain."""
+    import io
+
+    import tifffile
+
+    out = io.BytesIO()
+    tifffile.imwrite(out, np.where(solid, 255, 0).astype(np.uint8).transpose(2, 1, 0))
+    return out.getvalue()
+
+
+def test_a_tiff_without_voxel_size_gives_k_in_md_stop_and_exports(chromium, served_app):
+    """A user's TIFF stack (no voxel size in the file), measured with the defaults: k in mD
+    with its interval at the Physics tab's voxel size (the tab said nothing in mD before);
+    Stop ends the measurement, the app stays usable and the JSON export says it is not
+    converged; measured again, the CSV has k in m² and voxel²."""
+    from geometries.generators import random_sphere_pack
+
+    solid = random_sphere_pack((20, 20, 20), 0.35, diameter=8, seed=3).solid  # ~10 s an axis
+    context = chromium.new_context(viewport={"width": 1500, "height": 1000},
+                                   accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(served_app.url, timeout=180_000)
+        wait_until(lambda: steps(page) > 0, 180, "the default case to start stepping")
+        page.get_by_text("Geometry", exact=True).click()
+        page.get_by_role("button", name="Upload").click()
+        page.locator("input[type=file]").first.set_input_files(files=[
+            {"name": "duct.tif", "mimeType": "image/tiff", "buffer": _tiff(solid)}])
+        page.get_by_text(re.compile("Ready: press")).first.wait_for(timeout=120_000)
+        page.get_by_role("button", name="Use this geometry").click()
+        page.get_by_text(re.compile("Simulating")).first.wait_for(timeout=60_000)
+        page.get_by_text("Rock", exact=True).click()
+        measure = page.get_by_role("button", name="Measure k (x, y, z)")
+        measure.click()
+        page.get_by_role("button", name="Stop measuring").click()
+        text = wait_until(lambda: (t := _tensor_text(page)) and "Done." in t and t, 120,
+                          "the stopped measurement to end")
+        assert "cancelled" in text, text
+        wait_until(measure.is_enabled, 30, "Measure to be enabled again")
+        with page.expect_download() as download:
+            page.get_by_text("JSON", exact=True).first.click()
+        data = json.loads(Path(download.value.path()).read_text())
+        assert data["converged"] is False and "cancelled" in str(data["axes"])
+        measure.click()
+        wait_until(lambda: "Measuring" in _tensor_text(page), 60, "the second measurement")
+        text = wait_until(lambda: (t := _tensor_text(page)) and "Done." in t and t, 400,
+                          "k along x, y and z to converge")
+        x_row = text.split("Done.")[0]
+        assert re.search(r"x\s*converged\s*\d+\s*[0-9.e+]+\s*\[", x_row), text  # k (mD), interval
+        note = wait_until(lambda: _voxel_note(page), 30, "the voxel size note")
+        assert "10 µm" in note and "Physics tab" in note, note
+        with page.expect_download() as download:
+            page.get_by_text("CSV", exact=True).first.click()
+        table = Path(download.value.path()).read_text()
+        rows = list(csv.reader(io.StringIO(table)))
+        assert len(rows) > 1, (table, _tensor_text(page))
+        header, x = rows[0], rows[1]
+        k_voxel2 = float(x[header.index("k_voxel2")])
+        assert float(x[header.index("k_m2")]) == pytest.approx(k_voxel2 * 1e-10)
+        assert float(x[header.index("voxel_size_m")]) == pytest.approx(1e-5)
+    finally:
+        context.close()
+
+
+def _voxel_note(page) -> str:
+    """Text of the Rock tab's voxel-size note ('' before it is shown)."""
+    return page.evaluate("""() => {
+        let found = '';
+        const walk = root => root.querySelectorAll('*').forEach(e => {
+            if (e.tagName === 'P' && (e.className || '') === 'voxel-size') found = e.textContent;
+            if (e.shadowRoot) walk(e.shadowRoot); });
+        walk(document); return found; }""")

@@ -117,3 +117,43 @@ def test_tensor_table_says_when_the_run_is_paused_for_the_measurement(board):
     assert board.rock.job.runner is board.controller.runner
     board.rock.stop()
     assert board.rock.job.join(60)
+
+
+def test_a_geometry_without_voxel_size_is_measured_with_the_physics_tab_voxel(tmp_path):
+    """A TIFF carries no voxel size: the Rock tab showed no k at all (mD, m², interval and
+    the CSV's k columns empty) while the Physics tab gave k in mD. It measures with the
+    Physics tab's voxel size now and says so."""
+    solid = np.ones((8, 8, 8), bool)
+    solid[:, 3:5, 3:5] = False  # a straight 2x2 duct along x; y and z are refused at once
+    dash = Dashboard(VoxelGeometry(solid), SimulationConfig(backend="numpy"), refresh=False,
+                     autostart=False, app_settings=Settings(scene_3d=False))
+    try:
+        dash.physics.setup.voxel_size_um = 2.0
+        assert dash.rock.sample().voxel_size == pytest.approx(2e-6)
+        dash.rock.check()
+        assert "m³" in dash.rock.pores.object
+        dash.rock.measure()
+        note = dash.rock.voxel_note.object
+        assert "Physics tab" in note and "2 µm" in note
+        assert dash.rock.job.join(120)
+        dash.rock.refresh()
+        x_row = dash.rock.tensor.object.split("<tr>")[2]
+        assert "converged" in x_row and "±" in x_row
+        rows = list(csv.reader(dash.rock.export_csv()))
+        k_voxel2, k_m2 = float(rows[1][11]), float(rows[1][1])
+        assert rows[0][11:] == ["k_voxel2", "voxel_size_m"] and float(rows[1][12]) == 2e-6
+        assert k_m2 == pytest.approx(k_voxel2 * 4e-12) and float(rows[1][2]) > 0
+    finally:
+        dash.close()
+
+
+def test_a_stopped_measurement_exports_as_not_converged(board):
+    """Stop before any axis converged: the JSON said "converged": true with no run at all."""
+    board.rock.measure()
+    board.rock.stop()
+    assert board.rock.job.join(60)
+    board.rock.refresh()
+    data = json.loads(board.rock.export_json().read())
+    assert data["converged"] is False and data["runs"] == []
+    assert {a["state"] for a in data["axes"].values()} == {"cancelled"}
+    assert "Done." in board.rock.tensor.object and not board.rock.measure_button.disabled

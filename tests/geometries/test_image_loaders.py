@@ -35,6 +35,36 @@ def test_single_tiff_page_is_a_2d_xy_geometry():
     np.testing.assert_array_equal(geom.solid, xy != 0)
 
 
+def _imagej(zyx: np.ndarray, xy_um: float, z_um: float, unit: str = "um") -> bytes:
+    """A Fiji-style calibrated TIFF stack: pixels per unit in the resolution tags, the slice
+    spacing and the unit in the ImageJ description."""
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, zyx, imagej=True, resolution=(1 / xy_um, 1 / xy_um),
+                     metadata={"spacing": z_um, "unit": unit, "axes": "ZYX"})
+    return buffer.getvalue()
+
+
+def test_imagej_calibrated_tiff_gives_the_voxel_size_in_metres():
+    """A Fiji TIFF at 5.345 µm loaded without a voxel size: it had none (k in voxel² only)."""
+    zyx = (asymmetric_volume((5, 6, 7)).transpose(2, 1, 0) != 0).astype(np.uint8)
+    geom = geometries.load(_imagej(zyx, 5.345, 5.345), filename="berea.tif")
+    assert geom.voxel_size == pytest.approx(5.345e-6, rel=1e-6)
+    assert geometries.load(_imagej(zyx, 2.0, 2.0, "mm"), format="tif").voxel_size == \
+        pytest.approx(2e-3)
+    assert geometries.load(_imagej(zyx, 5.0, 5.0, "pixel"), format="tif").voxel_size is None
+    assert geometries.load(tiff_bytes(zyx), format="tif").voxel_size is None
+    given = geometries.load(_imagej(zyx, 5.345, 5.345), format="tif", voxel_size=1e-6)
+    assert given.voxel_size == 1e-6  # the user's voxel size wins
+
+
+def test_anisotropic_imagej_calibration_is_refused_with_the_way_out():
+    zyx = np.zeros((4, 5, 6), np.uint8)
+    with pytest.raises(GeometryError, match="not the same along every axis.*voxel_size"):
+        geometries.load(_imagej(zyx, 5.0, 10.0), format="tif")
+    assert geometries.load(_imagej(zyx, 5.0, 10.0), format="tif",
+                           voxel_size=5e-6).voxel_size == 5e-6
+
+
 def test_rgb_tiff_is_refused():
     buffer = io.BytesIO()
     tifffile.imwrite(buffer, np.zeros((6, 7, 3), np.uint8), photometric="rgb")

@@ -50,6 +50,10 @@ def test_tiff_source_reads_slabs_segmented_like_the_whole(tmp_path):
     for axis, n in enumerate(solid.shape):
         parts = [source.slab(axis, s, min(s + 3, n)) for s in range(0, n, 3)]
         assert np.array_equal(np.concatenate(parts, axis=axis), solid)
+    assert source.voxel_size is None  # no ImageJ calibration
+    tifffile.imwrite(tmp_path / "c.tif", labels.transpose(2, 1, 0), imagej=True,
+                     resolution=(0.5, 0.5), metadata={"spacing": 2.0, "unit": "micron"})
+    assert TiffRegions(tmp_path / "c.tif").voxel_size == pytest.approx(2e-6)
 
 
 def test_grain_pack_is_the_balls_around_its_centres():

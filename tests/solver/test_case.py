@@ -116,6 +116,10 @@ def test_cross_field_config_errors_are_reported():
     ({"generator": "channel", "options": {"x": 1}}, "a generator takes `geometry.parameters`"),
     ({"file": "a.npy", "parameters": {"x": 1}}, "use `geometry.options`"),
     ({"sample": "a", "voxel_size": "big"}, "voxel_size` must be a number"),
+    # a micro-CT voxel of 5.345 µm typed in micrometres ran as 5.345 m per voxel, unsaid
+    ({"sample": "a", "voxel_size": 5.345}, r"5\.345 m per voxel.*5\.345 µm is 5\.345e-06"),
+    ({"sample": "a", "voxel_size": 2e-12}, "outside 1 nm to 1 m"),
+    ({"sample": "a", "voxel_size": [5e-6, 5e-6, 1e-5]}, "one edge in metres: cubic voxels"),
 ])
 def test_bad_geometry_sections(geometry, match):
     with pytest.raises(CaseError, match=match):

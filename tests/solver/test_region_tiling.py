@@ -133,7 +133,10 @@ def test_case_geometry_read_by_slabs_or_whole_with_the_reason(tmp_path):
     (tmp_path / "img.raw").write_bytes(labels.tobytes(order="F"))
     tifffile.imwrite(tmp_path / "img.tif", labels.transpose(2, 1, 0))  # (z, y, x) pages
     tifffile.imwrite(tmp_path / "page.tif", labels[:, :, 0].T)
-    specs = [GeometrySpec("file", str(tmp_path / "img.npy"), options={"name": "rock"},
+    tifffile.imwrite(tmp_path / "fiji.tif", labels.transpose(2, 1, 0), imagej=True,
+                     resolution=(0.25, 0.25), metadata={"spacing": 4.0, "unit": "micron"})
+    specs = [GeometrySpec("file", str(tmp_path / "fiji.tif")),  # 4 µm from the calibration
+             GeometrySpec("file", str(tmp_path / "img.npy"), options={"name": "rock"},
                           voxel_size=2e-6),
              GeometrySpec("file", str(tmp_path / "img.raw"),
                           options={"shape": [10, 8, 6], "flow_axis": 2}),
@@ -144,6 +147,7 @@ def test_case_geometry_read_by_slabs_or_whole_with_the_reason(tmp_path):
         assert np.array_equal(source.slab(2, 0, 6), whole.solid), spec.target
         got = (frame["voxel_size"], frame["origin"], frame["flow_axis"], frame["name"])
         assert got == (whole.voxel_size, tuple(whole.origin), whole.flow_axis, whole.name)
+    assert region_source(specs[0])[1]["voxel_size"] == pytest.approx(4e-6)
     for spec, why in [
             (GeometrySpec("generator", "channel", {"shape": [8, 8, 8]}), "made whole"),
             (GeometrySpec("file", str(tmp_path / "page.tif")), "not a stack"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from solver.__main__ import EXIT_OUTPUT, main
@@ -49,7 +50,40 @@ def test_cli_refuses_bad_axes_and_unconverged_runs_exit_6(tmp_path, capsys):
     assert "axes" in capsys.readouterr().err
     code = main(["run", str(path), "--max-steps", "100", "--output", str(tmp_path / "b")])
     assert code == 6 != EXIT_OUTPUT
-    assert "did not converge" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "did not converge" in err
+    # accelerate is already on (the default): the advice is the limit that stopped the run
+    assert "accelerate: true" not in err and "max_steps (100)" in err
+
+
+def test_cli_without_voxel_size_says_how_to_get_si_units(tmp_path, capsys):
+    path = tmp_path / "novox.yaml"
+    path.write_text(CASE.replace("  voxel_size: 1.0e-5\n", ""))
+    main(["run", str(path), "--max-steps", "20", "--output", str(tmp_path / "o"), "--quiet"])
+    printed = capsys.readouterr().out
+    assert "voxel²" in printed and "add geometry.voxel_size (metres" in printed
+
+
+def test_axes_all_of_a_2d_image_are_its_two_axes():
+    """`axes: all` on a 2D image was refused: "['x', 'y', 'z'] must name axes of a 2D"."""
+    from solver.rock import PermeabilitySettings
+
+    settings = PermeabilitySettings(**PermeabilitySettings.from_mapping({"axes": "all"}))
+    assert settings.axis_indices(2) == [0, 1] and settings.axis_indices(3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="must name axes of a 2D sample"):
+        PermeabilitySettings(axes=["z"]).axis_indices(2)
+
+
+
+def test_a_2d_image_with_the_default_3d_lattice_is_refused_with_the_fix(tmp_path, capsys):
+    """It failed inside the pore check: "connectivity needs a velocity set of shape (q, 2)"."""
+    solid = np.zeros((12, 8), np.uint8)
+    solid[:, 0] = solid[:, -1] = 1
+    np.save(tmp_path / "slit.npy", solid)
+    path = tmp_path / "slit.yaml"
+    path.write_text("geometry: {file: slit.npy, voxel_size: 1.0e-6}\npermeability: {axes: all}\n")
+    assert main(["run", str(path), "--output", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "D3Q19 is 3D but the geometry is 2D; choose D2Q9" in capsys.readouterr().err
 
 
 def test_case_permeability_section_is_validated(tmp_path):

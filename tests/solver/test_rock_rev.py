@@ -20,6 +20,16 @@ def test_sub_volumes_are_centred_nested_and_hold_the_fraction():
     assert shapes == [(20, 20, 20), (26, 26, 26), (32, 32, 32), (40, 40, 40)]
 
 
+def test_rev_points_state_the_volume_fraction_each_sub_volume_holds():
+    """A 20³ sample's "1/4" sub-volume is 12³, 0.216 of it: the curve said 0.25."""
+    from solver.rock.rev import rev_curve
+
+    sample = VoxelGeometry(np.zeros((20, 20, 20), bool))
+    points = rev_curve(sample, 0, "wall", np, lambda sub: (1.0, None, 0.0, True))
+    assert [p.shape for p in points] == [(10,) * 3, (12,) * 3, (16,) * 3, (20,) * 3]
+    assert [p.fraction for p in points] == pytest.approx([0.125, 0.216, 0.512, 1.0])
+
+
 def test_rev_curve_of_a_duct_follows_the_duct_formula():
     duct = VoxelGeometry(np.zeros((16, 16, 16), bool), voxel_size=1e-5)  # sealed sides
     settings = PermeabilitySettings(axes=["x"], check_interval=100, rev=True,
