@@ -205,8 +205,11 @@ def convergence_remainder(history: list[tuple[int, float]]) -> float:
         r = min(max(ratios) + RATIO_RISE * (max(ratios) - min(ratios)), cap)
         return abs(changes[-1]) * r / (1.0 - r) / abs(k_last)
     # No clean geometric decay: what the last changes (their absolute sum, as signs may
-    # differ) leave at most for a geometric tail of a ratio up to the cap.
-    return window_factor(cap, len(tail)) * sum(abs(c) for c in tail) / abs(k_last)
+    # differ) leave at most for a geometric tail of a ratio up to the cap; and at least the
+    # tail of the last change at the cap, as changes that grew (a slow mode of the other
+    # sign taking over) come from no decaying tail and the sum then understates it.
+    variation = window_factor(cap, len(tail)) * sum(abs(c) for c in tail)
+    return max(variation, abs(changes[-1]) * cap / (1.0 - cap)) / abs(k_last)
 
 
 def _ratio_cap(steps: int) -> float:
