@@ -32,6 +32,19 @@ Replay of the interval's convergence remainder (no runs, seconds):
 reports (:data:`REPLAY_REPORTS`, a later report's case replacing an earlier one of the same
 name), on synthetic two-mode approaches and at the end of the 400³ H200 histories (no
 reference there); writes ``remainder_replay-<date>.json`` and ``.md``.
+
+Coverage of the remainder with the default start (issue 29, item 2): ``--coverage`` runs
+every image of :data:`COVER_CPU` (with ``--gpu`` :data:`COVER_GPU`, the 200³ image, float32)
+with both protocols along every axis and the default settings (the mirrored runs' coarse
+start with ``start_rescale`` and ``start_density_gain`` as they are), each fine run continued
+to :data:`COVER_TOLERANCE` per 1000 steps, and states per run, at the window rule's stop,
+the distance of k from the continued run's k against the stated remainder; writes
+``remainder_cover-<device>-<date><tag>.json`` and ``.md``. CPU: ``python
+benchmarks/rock_time_to_answer/stop_rule.py --coverage --backend numpy`` (an hour or more on
+2 shared cores; ``--cases`` for a subset); GPU (about 2 min on an H200): ``python
+benchmarks/rock_time_to_answer/stop_rule.py --coverage --gpu --backend cupy --max-seconds 8
+--max-steps 20000``. ``--coverage --markdown A.json,B.json`` judges recorded coverage runs
+again with the estimator as it is now and writes them as one report (no runs).
 """
 
 from __future__ import annotations
@@ -446,6 +459,8 @@ COVER_CPU = [
     ("c32-g8-p20-s1-f32", 32, 8, 0.20, 1, 0, "float32"),
     ("c48-g8-p20-s5-L3", 48, 8, 0.20, 5, 3, "float64"),
 ]
+#: The committed CPU coverage report (the runs of :data:`COVER_CPU` that finished).
+COVER_REPORT = "remainder_cover-CPU-2-cores-NumPy-2026-11-28.json"
 #: The GPU check: the issue's 200³ image (the seed of ``rock_tensor.py``), float32.
 COVER_GPU = [("c200-g20-p20", 200, 20, 0.20, 3, 0, "float32")]
 

@@ -18,11 +18,21 @@ alternation itself, reported beside them):
     rise. Without such a decaying series (too few checks, a ratio outside (0, 1): a change of
     sign, noise) the term is the sum of the absolute values of the same last changes
     (:data:`DECAY_CHECKS` + 1) times :func:`window_factor` at the cap, the largest remainder
-    a geometric tail of a ratio up to the cap leaves after such changes.
+    a geometric tail of a ratio up to the cap leaves after such changes, and at least
+    ``|last change| cap / (1 - cap)``, the tail of the last change alone at the cap. Why the
+    floor: changes that grew between the last checks come from no decaying tail (modes of one
+    sign only shrink), and the window factor, which assumes they shrank, then states less
+    than the last change's own tail. The default mirrored start (the coarse flow's density
+    deviation x 1.1) does this: the fast modes die out early, a slow mode of the other sign
+    takes over and the window rule stops in the lull; on a 32³ pack along y the changes went
+    7e-6, 4.8e-5, 9.0e-5 of k per 200 steps at the stop (1600 steps), 1.15e-3 from the k of
+    the same run continued to 1e-6 per 1000 steps, stated 8.2e-4 before the floor, 1.7e-3
+    with it (``stop_rule.py --coverage``).
     What it does not cover: a mode slower than the cap (the term is then computed at the cap
-    and is short), or a slow mode whose share is still too small to raise the ratios when the
-    run stops (on synthetic two-mode approaches, stopped by the window rule, it held the limit
-    in 157 of 210, the previous last-ratio fit in none); the replay in
+    and is short), a change still growing after the stop beyond the last one, or a slow mode
+    whose share is still too small to raise the ratios when the run stops (on synthetic
+    two-mode approaches, stopped by the window rule, it held the limit in 157 of 210, the
+    previous last-ratio fit in none); the replay in
     ``benchmarks/rock_time_to_answer/stop_rule.py --replay-remainder`` measures it. At the
     window rule's stop of 23 runs of both protocols on 24³-64³ packs (NumPy, float64 and
     float32) it held the k of the same run continued to 1e-5 per 1000 steps in all 23 (the

@@ -88,3 +88,34 @@ def test_remainder_replay_covers_every_recorded_case():
     assert two["new_covers"] > two["previous_covers"]
     md = stop_rule.replay_markdown(report)
     assert "25 of 25" in md and "10 of 25" in md
+
+
+def test_remainder_covers_a_small_default_mirrored_run():
+    """The default start (coarse start, its density deviation x 1.1) of a mirrored run on a
+    12³ pack, continued to 1e-6 per 1000 steps: at the window rule's stop (1600 steps) the
+    stated remainder holds the distance to the continued k (1.39e-6; a clean geometric
+    approach, stated 1.40e-6), and with the period-2 residual it would even if the
+    reference were off by its own remainder (1e-8); not an infinity."""
+    sample = stop_rule.image(12, 5.345e-6, 0.3, 4.0, seed=2)
+    row = stop_rule.cover_run(sample, "float64", "mirrored", 0, 0,
+                              stop_rule.get_backend("numpy"), 60.0, 6000)
+    assert row["start_density_scales"] == [1.1]
+    assert row["stop_step"] is not None and row["stop_step"] < row["deep_steps"]
+    assert row["deep_converged"]
+    assert row["covers"], (row["distance"], row["remainder"])
+    assert (row["remainder"] + row["residual"]
+            >= row["distance"] + row["reference_remainder"])
+    assert row["remainder"] < 1e-4
+
+
+def test_coverage_replay_of_the_recorded_runs():
+    """The committed CPU coverage report (default start, 32³-48³ packs, both protocols, every
+    axis): judged again, the remainder holds every run's continued k; before its fallback's
+    floor (the last change's tail at the cap) it did not on the run whose changes grew."""
+    path = stop_rule.RESULTS / stop_rule.COVER_REPORT
+    report = stop_rule.cover_replay([path])
+    runs = [r for r in report["runs"] if r["stop_step"] is not None]
+    assert len(runs) >= 10 and report["start_density_gain"] == 1.1
+    assert all(r["covers"] for r in runs)
+    assert not all(r["unfloored_covers"] for r in runs)
+    assert "| all |" in stop_rule.cover_markdown(report)
