@@ -584,7 +584,7 @@ def cover_summary(runs: list[dict]) -> list[str]:
             continue
         ratios = sorted(r["stated_over_distance"] for r in done)
         gaps = [1.0 - r["remainder"] / r["distance"] for r in done if not r["covers"]]
-        short = f"{100 * min(gaps):.0f}-{100 * max(gaps):.0f} %" if gaps else "-"
+        short = ", ".join(f"{100 * g:.2g} %" for g in sorted(gaps)) if gaps else "-"
         out.append(f"| {label} | {len(done)} of {len(group)} | "
                    f"{sum(r['within_tolerance'] for r in done)} | "
                    f"{sum(r['covers'] for r in done)} | "
@@ -603,24 +603,27 @@ def cover_markdown(report: dict) -> str:
            "Each run with the default settings (start_rescale "
            f"{report['start_rescale']}, start_density_gain {report['start_density_gain']}), "
            "stopped by the window rule (tolerance 1e-3 per 1000 steps); distance: |k - k_ref| "
-           "/ k there; remainder: the interval's convergence remainder there; residual: the "
-           "period-2 residual ('c': the remainder alone covers the distance; '?': the "
-           "difference is within the reference's own remainder).", "",
+           "/ k there; remainder: the interval's convergence remainder there (before the "
+           "floor: without its fallback's floor at the last change's tail at the cap); "
+           "residual: the period-2 residual ('c': the remainder alone covers the distance; "
+           "'?': the difference is within the reference's own remainder).", "",
            "| image | φ | precision | protocol | axis | start steps (velocity, density "
-           "scales) | stop | distance | remainder | residual | remainder / distance | ref "
-           "steps (remainder) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "scales) | stop | distance | remainder | before the floor | residual | remainder / "
+           "distance | ref steps (remainder) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         start = f"{r['start_steps']} ({r['start_scales']}, {r['start_density_scales']})"
         ref = f"{r['deep_steps']} ({r['reference_remainder']:.1e})"
         if r.get("stop_step") is None:
             out.append(f"| {r['case']} | {r['porosity']:.3f} | {r['precision']} | "
                        f"{r['protocol']} | {r['axis']} | {start} | no stop | - | - | - | - | "
-                       f"{ref} |")
+                       f"- | {ref} |")
             continue
         flag = (" c" if r["covers"] else "") + ("" if r["decided"] else " ?")
         out.append(f"| {r['case']} | {r['porosity']:.3f} | {r['precision']} | "
                    f"{r['protocol']} | {r['axis']} | {start} | {r['stop_step']} | "
-                   f"{r['distance']:.2e} | {r['remainder']:.2e}{flag} | {r['residual']:.1e} "
+                   f"{r['distance']:.2e} | {r['remainder']:.2e}{flag} | "
+                   f"{r['unfloored_remainder']:.2e} | {r['residual']:.1e} "
                    f"| {r['stated_over_distance']:.3g} | {ref} |")
     return "\n".join(out + [""] + cover_summary(report["runs"]) + [""])
 
