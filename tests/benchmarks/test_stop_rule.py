@@ -88,3 +88,37 @@ def test_remainder_replay_covers_every_recorded_case():
     assert two["new_covers"] > two["previous_covers"]
     md = stop_rule.replay_markdown(report)
     assert "25 of 25" in md and "10 of 25" in md
+
+
+def test_remainder_covers_a_small_default_mirrored_run():
+    """The default start (coarse start, its density deviation x 1.1) of a mirrored run on a
+    12³ pack, continued to 1e-6 per 1000 steps: at the window rule's stop (1600 steps) the
+    stated remainder holds the distance to the continued k (1.39e-6; a clean geometric
+    approach, stated 1.40e-6), and with the period-2 residual it would even if the
+    reference were off by its own remainder (1e-8); not an infinity."""
+    sample = stop_rule.image(12, 5.345e-6, 0.3, 4.0, seed=2)
+    row = stop_rule.cover_run(sample, "float64", "mirrored", 0, 0,
+                              stop_rule.get_backend("numpy"), 60.0, 6000)
+    assert row["start_density_scales"] == [1.1]
+    assert row["stop_step"] is not None and row["stop_step"] < row["deep_steps"]
+    assert row["deep_converged"]
+    assert row["covers"], (row["distance"], row["remainder"])
+    assert (row["remainder"] + row["residual"]
+            >= row["distance"] + row["reference_remainder"])
+    assert row["remainder"] < 1e-4
+
+
+def test_coverage_replay_of_the_recorded_runs():
+    """The committed CPU coverage report (default start, 32³-48³ packs, both protocols, every
+    axis, 26 runs), judged again: the remainder holds the continued k in 22, one more than
+    before its fallback's floor (the last change's tail at the cap): the 32³ run along y whose
+    changes grew before the window rule stopped it."""
+    report = stop_rule.cover_replay([stop_rule.RESULTS / stop_rule.COVER_REPORT])
+    runs = report["runs"]
+    assert len(runs) == 26 and report["start_density_gain"] == 1.1
+    assert all(r["stop_step"] is not None for r in runs)
+    assert sum(r["covers"] for r in runs) == 22
+    assert sum(r["unfloored_covers"] for r in runs) == 21
+    (grew,) = [r for r in runs if r["covers"] and not r["unfloored_covers"]]
+    assert (grew["case"], grew["protocol"], grew["axis"]) == ("c32-g8-p20-s1", "mirrored", "y")
+    assert "| all | 26 of 26 |" in stop_rule.cover_markdown(report)
