@@ -177,14 +177,16 @@ def measure(n: int, protocol: str, voxel_size: float, precision: str, backend,
             huge: bool = False, pressure_start: str = "rest", axes: list[str] | None = None,
             max_seconds: float = 0.0, coarse_levels: int = 1,
             coarse_factor: float = 10.0, streaming: str = "in-place",
-            tile_storage: str = "auto", overrides: dict | None = None) -> dict:
+            tile_storage: str = "auto", overrides: dict | None = None,
+            shape: dict | None = None) -> dict:
     """One study (all axes) of the n³ image; wall seconds, phases and k per run. ``huge``: no
     formation factor, one population copy (the issue's 1000³ target is the mirrored k
     tensor); ``coarse_levels``, ``coarse_factor``: the coarse start's levels and tolerance
     factor; ``overrides``: other :class:`~solver.rock.PermeabilitySettings` (a deep
-    reference's ``tolerance`` and ``max_steps``)."""
+    reference's ``tolerance`` and ``max_steps``); ``shape``: :func:`image`'s porosity, grain
+    and seed where not the issue's."""
     tic = time.perf_counter()
-    sample = image(n, voxel_size)
+    sample = image(n, voxel_size, **(shape or {}))
     generated = time.perf_counter() - tic
     # The 1000³ mirrored box (2e9 voxels, 4e8 fluid) holds two copies of its populations by
     # default where they fit in the tile storage asked for (compact 69.6 GB: the issue's 80
@@ -613,7 +615,7 @@ def run(args: argparse.Namespace) -> dict:
                           args.axes if huge else None, args.max_seconds if huge else 0.0,
                           args.coarse_levels if huge else 1,
                           args.coarse_factor if huge else 10.0, args.huge_streaming,
-                          args.huge_storage, overrides(args))
+                          args.huge_storage, overrides(args), image_shape(args))
         except Exception as exc:  # e.g. out of device memory: report it with the rest
             if not huge:
                 raise
@@ -636,7 +638,16 @@ def run(args: argparse.Namespace) -> dict:
     return {"device": info.get("name"), "backend": backend.name, "setup_only": args.setup_only,
             "date": date.today().isoformat(), "commit": git_commit(),
             "precision": args.precision, "pressure_start": args.pressure_start,
-            "settings_overrides": overrides(args), "rows": rows, "compiles": compiles.summary()}
+            "settings_overrides": overrides(args), "image": image_shape(args), "rows": rows,
+            "compiles": compiles.summary()}
+
+
+def image_shape(args: argparse.Namespace) -> dict:
+    """The generated image's porosity, grain diameter (voxels) and seed where the command line
+    changes them from the issue's (0.2, 20, 3): other images of the same kind, e.g. to check
+    the k interval on images it was not chosen on."""
+    chosen = {"porosity": args.porosity, "grain": args.grain, "seed": args.seed}
+    return {name: value for name, value in chosen.items() if value is not None}
 
 
 def overrides(args: argparse.Namespace) -> dict:
@@ -656,6 +667,10 @@ def markdown(report: dict) -> str:
     out = [f"# Rock tensor time to answer ({report['device']}, {report['date']}, "
            f"commit {report['commit']}, {report['precision']}, pressure start "
            f"{report.get('pressure_start', 'rest')})", ""]
+    if report.get("image"):
+        shape = ", ".join(f"{k} {v}" for k, v in report["image"].items())
+        out += [f"Generated images with {shape} (the issue's: porosity 0.2, grain 20, seed 3).",
+                ""]
     if report.get("settings_overrides"):
         changed = ", ".join(f"{k} {v}" for k, v in report["settings_overrides"].items())
         out += [f"**Settings changed from the defaults: {changed}** (a deep reference when the "
@@ -771,7 +786,8 @@ def write(report: dict, out: Path) -> tuple[Path, Path]:
         "-ramp" if report.get("pressure_start") == "ramp" else "") + (
         "-setup" if report.get("setup_only") else "") + "".join(
         f"-{name.replace('_', '')}{value:g}"
-        for name, value in report.get("settings_overrides", {}).items())
+        for name, value in {**report.get("image", {}),
+                            **report.get("settings_overrides", {})}.items())
     return write_json_md(out, f"rock_tensor-{device}-{report['date']}-{sizes}", report,
                          markdown(report), indent=2, default=float)
 
@@ -814,6 +830,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "1e-5 for a deep reference of the same image (deep_compare.py)")
     p.add_argument("--max-steps", type=int, default=None,
                    help="step limit of each run (default: PermeabilitySettings')")
+    p.add_argument("--porosity", type=float, default=None,
+                   help="of the generated images (default 0.2)")
+    p.add_argument("--grain", type=float, default=None,
+                   help="grain diameter of the generated images, voxels (default 20)")
+    p.add_argument("--seed", type=int, default=None, help="of the generated images (default 3)")
     p.add_argument("--precision", default="float32", choices=["float32", "float64"])
     p.add_argument("--backend", default="auto", choices=["auto", "numpy", "cupy"])
     p.add_argument("--pressure-start", default="rest", choices=["rest", "ramp"],

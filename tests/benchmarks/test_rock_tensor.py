@@ -45,6 +45,7 @@ def test_a_deep_reference_runs_to_the_tolerance_asked_and_says_so(tmp_path):
                              "--out", str(tmp_path / "deep")]) == 0
     (default,) = (tmp_path / "default").glob("rock_tensor-*-16.json")
     (deep,) = (tmp_path / "deep").glob("rock_tensor-*-16-tolerance1e-05-maxsteps6000.json")
+    assert json.loads(default.read_text())["image"] == {}  # the issue's image
     report = json.loads(deep.read_text())
     assert report["settings_overrides"] == {"tolerance": 1e-5, "max_steps": 6000}
     assert "Settings changed from the defaults: tolerance 1e-05" in deep.with_suffix(
@@ -52,6 +53,20 @@ def test_a_deep_reference_runs_to_the_tolerance_asked_and_says_so(tmp_path):
     (run,) = report["rows"][0]["runs"]
     (first,) = json.loads(default.read_text())["rows"][0]["runs"]
     assert run["steps"] > first["steps"]  # it ran on to the tighter tolerance
+
+
+def test_another_image_of_the_same_kind_is_named_and_generated_as_asked(tmp_path):
+    """``--porosity``, ``--grain``, ``--seed``: another generated image, in the report's name,
+    head and porosity."""
+    argv = ["--sizes", "--huge", "--huge-size", "16", "--axes", "x", "--coarse-levels", "1",
+            "--backend", "numpy", "--precision", "float64", "--porosity", "0.3", "--grain",
+            "6", "--seed", "7", "--out", str(tmp_path)]
+    assert rock_tensor.main(argv) == 0
+    (found,) = tmp_path.glob("rock_tensor-*-16-porosity0.3-grain6-seed7.json")
+    report = json.loads(found.read_text())
+    assert report["image"] == {"porosity": 0.3, "grain": 6.0, "seed": 7}
+    assert report["rows"][0]["porosity"] == pytest.approx(0.3, abs=0.05)
+    assert "porosity 0.3, grain 6.0, seed 7" in found.with_suffix(".md").read_text()
 
 
 def test_start_levels_compares_variants_with_the_first(tmp_path):

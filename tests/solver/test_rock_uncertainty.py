@@ -45,7 +45,9 @@ def test_remainder_covers_a_two_mode_approach_whose_ratio_still_rises():
     """The study's failure (issue 29): where the 1000-step window rule stops (1600 steps) the
     ratios of the last changes are 0.684, 0.704, 0.726, still rising towards 0.85. The
     previous fit (the tail at the last ratio) stated 67 % of what k still had to go; the
-    remainder now extrapolates the rise and holds it (1.45x)."""
+    remainder extrapolates the rise and holds it: 8x here, where the rise is fast and the
+    extrapolation (RATIO_RISE 6) reaches the cap, a ratio of 0.97 for a mode of 0.85 (the GPU
+    runs it was chosen on rose slowly, 1.1-4x; module text)."""
     history = two_modes(8)
     k = history[-1][1]
     true = (1.0 - k) / k
@@ -54,12 +56,12 @@ def test_remainder_covers_a_two_mode_approach_whose_ratio_still_rises():
     assert ratios == sorted(ratios) and ratios[-1] < 0.85  # still rising
     previous = abs(changes[-1]) * ratios[-1] / (1 - ratios[-1]) / k
     assert previous < 0.7 * true
-    assert true <= convergence_remainder(history) <= 2.0 * true
+    assert true <= convergence_remainder(history) <= 10.0 * true
 
 
 def test_remainder_at_a_ratio_near_1_is_taken_at_the_cap():
-    """Changes falling by 0.99 per 200 steps (slower than the stated cap, 0.95): the tail is
-    computed at the cap; per 100 steps the cap is 0.95^(1/2)."""
+    """Changes falling by 0.99 per 200 steps (slower than the stated cap, 0.97): the tail is
+    computed at the cap; per 100 steps the cap is 0.97^(1/2)."""
     for every, cap in ((200, RATIO_CAP), (100, RATIO_CAP**0.5)):
         history = [(every * i, 1.0 - 1e-3 * 0.99**i) for i in range(10)]
         change = history[-1][1] - history[-2][1]
@@ -97,9 +99,10 @@ def test_remainder_after_changes_that_grew_is_at_least_the_last_change_s_tail():
     """The density gain's start: the fast modes die out by 1200 steps, then a slow one of the
     other sign takes over and the changes grow (7e-6, 4.8e-5, 9.0e-5 of k per 200 steps), so
     the window rule stops in the lull. Such changes come from no decaying tail: the fallback's
-    sum of the last changes times the cap's window factor (8.2e-4 here) understates even the
-    tail of the last change alone at the cap (1.7e-3). The remainder is now at least that and
-    holds the run's distance from its continuation (1.15e-3); before, it stated 71 % of it."""
+    sum of the last changes times the cap's window factor understates even the tail of the
+    last change alone at the cap (2.9e-3 at 0.97). The remainder is now at least that and
+    holds the run's distance from its continuation (1.15e-3); at the cap of 0.95 the window
+    factor's sum stated 71 % of it."""
     k = GROWING_CHANGES[-1][1]
     true = (k - 1.0) / k
     changes = [b[1] - a[1] for a, b in zip(GROWING_CHANGES[:-1], GROWING_CHANGES[1:],
@@ -108,7 +111,7 @@ def test_remainder_after_changes_that_grew_is_at_least_the_last_change_s_tail():
     last_tail = abs(changes[-1]) * RATIO_CAP / (1 - RATIO_CAP) / k
     stated = convergence_remainder(GROWING_CHANGES)
     assert stated == pytest.approx(last_tail, rel=1e-12)
-    assert true <= stated <= 2.0 * true
+    assert true <= stated <= 3.0 * true
     # Changes that fall keep the sum of the last ones (it is the larger there).
     falling = [(200 * i, 1.0 + 1e-3 * (0.5 ** i) * (-1) ** i) for i in range(8)]
     assert convergence_remainder(falling) > abs(falling[-1][1] - falling[-2][1]) * (
