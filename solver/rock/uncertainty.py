@@ -25,13 +25,16 @@ alternation itself, reported beside them):
     steps (``benchmarks/rock_time_to_answer``: ``deep_compare.py``, ``stop_rule.py
     --coverage``; the history of the constants is in its README): with the default start it
     holds that k in all 21 H200 runs of the generated sandstone-like images (200³, 300³, 400³
-    both protocols, every axis; 1000³ mirrored), at 1.10-4x the distance (median 1.5x), and in
-    25 of 26 CPU runs (32³-48³ packs, φ 0.15-0.30). :data:`RATIO_RISE` 6 and :data:`RATIO_CAP`
-    0.97 were chosen on those runs (3 and 0.95 held 13 of 21 and 22 of 26: at 400³ the ratios
-    still rose slowly at the stop, 0.91-0.92 per check where the tail needed 0.94-0.96). What
-    it does not cover: a mode slower than the cap, a change still growing after the stop (the
-    CPU miss: 16 % short), or a slow mode whose share is still too small to raise the ratios
-    when the run stops.
+    both protocols, every axis; 1000³ mirrored), at 1.1-4.2x the distance where that was above
+    1e-4 of k (median 1.4x), and in 25 of 26 CPU runs (32³-48³ packs, φ 0.15-0.30; the miss at
+    6e-6 of k). :data:`RATIO_RISE` 6 and :data:`RATIO_CAP` 0.97 were chosen on those runs (3
+    and 0.95 held 13 of 21 and 22 of 26: at 400³ the ratios still rose slowly at the stop,
+    0.91-0.92 per check where the tail needed 0.94-0.96). On 12 H200 runs of two images they
+    were not chosen on (256³ at φ 0.15, 352³ at φ 0.28) it held 9; the other three were 3-10 %
+    short of the distance (at most 6e-4 of k). So it is an estimate of the distance, not a
+    bound. What it does not cover: a mode slower than the cap, a change still growing after
+    the stop, or a slow mode whose share is still too small to raise the ratios when the run
+    stops.
 ``alternation``
     The period-2 part of k, reported as information, not in the interval. A converged run's
     k alternates between even and odd steps, and so does the whole domain's mean velocity: the
