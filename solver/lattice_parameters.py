@@ -63,12 +63,12 @@ TAU_MIN = 0.505
 #: Largest Mach number of the expected peak at which 'auto' is given tau AUTO_TAU (TRT) instead
 #: of a smaller tau under the target (RR): the one place where the collision's accuracy and the
 #: Mach target are traded. RR's halfway bounce-back walls at an angle to the grid are far off
-#: (benchmarks/oblique_walls, NumPy float64, a tube at 45 degrees, 4 voxels radius, the
-#: pressure gradient against Hagen-Poiseuille: RR +40 % at tau 0.525 and +33 % at 0.533, Mach
-#: 0.1; TRT at tau 0.55 +4.1 % at Mach 0.2 and +4.3 % at 0.15), while the compressibility error
-#: this costs is small (the same tube along a grid axis: TRT at 0.55 -4.3 % at Mach 0.1, -7.3 %
-#: at 0.2; RR at 0.525 -2.5 %). 0.2 leaves a factor 1.5 to MAX_MACH for jets faster than the
-#: estimate.
+#: (benchmarks/oblique_walls, NumPy float64, a tube at 45 degrees, pressure gradient against
+#: Hagen-Poiseuille, the same Re: RR at tau 0.525, Mach 0.1, +40 % at 4 voxels radius and +21 %
+#: at 8; TRT at 0.55, Mach 0.2, +4.1 % and +1.6 %). Along a grid axis (4 voxels, Re 28) TRT
+#: gave -7.3 % at Mach 0.1 (tau 0.525) and at 0.2 (0.55), RR -2.5 %: the Mach number did not
+#: move it. 0.2 leaves a factor 1.5 to MAX_MACH for jets faster than the estimate; stenoses
+#: run at it with TRT converged (throat Re 20, d = 6 and Re 30, d = 10, NumPy).
 AUTO_MACH = 0.2
 #: Largest relaxation time chosen (the former default 0.8 and 1.0 are the well-tested range).
 TAU_MAX = 1.0

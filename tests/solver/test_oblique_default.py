@@ -1,8 +1,8 @@
 """The default lattice choice on walls at an angle to the grid (issue 28's follow-up): a tube at
 45 degrees, typed in SI through :func:`solver.vessel_setup.vessel_setup` with nothing but the
 voxel size, blood's viscosity and density and a mean inflow, meets Hagen-Poiseuille's pressure
-gradient. Where the target Mach would need tau 0.531 (RR: +X % on this tube), the choice takes
-AUTO_TAU and TRT (Mach 0.17, within AUTO_MACH): measured +4 %."""
+gradient within 8 %. Where the target Mach would need tau 0.531 (RR: +33.7 % on this tube,
+measured), the choice takes AUTO_TAU and TRT (Mach 0.16, within AUTO_MACH): measured +4.2 %."""
 
 from __future__ import annotations
 
