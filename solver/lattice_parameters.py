@@ -19,8 +19,9 @@ keeps the peak at ``Ma = MACH_TARGET`` is ``1/2 + 3 nu Ma c_s / (u_peak dx)``; l
 fewer, longer steps (cheaper), so that one is taken, capped at :data:`TAU_MAX` (beyond it
 bounce-back walls and the TRT/MRT accuracy gain nothing). Where that tau lies below
 :data:`solver.collisions.AUTO_TAU` (the default collision would be RR, whose walls at an angle
-to the grid are far off) but AUTO_TAU keeps the peak at or below :data:`AUTO_MACH`, AUTO_TAU is
-taken instead (TRT): a little more compressibility error for a much better wall. Below
+to the grid are far off) but AUTO_TAU keeps the peak at or below :data:`AUTO_MACH` (and a
+pulsatile inflow's sound crossing within :data:`SOUND_CROSSING`), AUTO_TAU is taken instead
+(TRT): a little more compressibility error for a much better wall. Below
 :data:`TAU_MIN` no collision is trusted to stay stable; the run is then given TAU_MIN with a
 warning while its peak stays under the hard limit :data:`solver.values.MAX_MACH`, and refused
 above it, the message saying which voxel size (and how many voxels along the geometry) would
@@ -335,13 +336,20 @@ def _rr_warning(demand: FlowDemand, tau: float, collision: str, peak: float,
             f"{dx:.3g} m or less{along} gives tau {AUTO_TAU} and TRT at the same Mach number."]
 
 
-def _trt_instead(best: float, collision: str, mach_target: float) -> bool:
+def _trt_instead(demand: FlowDemand, best: float, collision: str, mach_target: float) -> bool:
     """Whether 'auto' is given AUTO_TAU (TRT) instead of ``best`` < AUTO_TAU (RR): where the
-    expected peak's Mach number at AUTO_TAU stays at most AUTO_MACH (:data:`AUTO_MACH`)."""
+    expected peak's Mach number at AUTO_TAU stays at most AUTO_MACH (:data:`AUTO_MACH`) and,
+    for a pulsatile inflow, sound still crosses the geometry within SOUND_CROSSING of its
+    period there (a larger tau is a slower lattice sound: the raise must not cause that
+    warning)."""
     from .collisions import AUTO, AUTO_TAU
 
-    return (collision == AUTO and best < AUTO_TAU
-            and mach_target * (AUTO_TAU - 0.5) / (best - 0.5) <= AUTO_MACH * (1 + 1e-9))
+    if collision != AUTO or best >= AUTO_TAU:
+        return False
+    if mach_target * (AUTO_TAU - 0.5) / (best - 0.5) > AUTO_MACH * (1 + 1e-9):
+        return False
+    dt = (AUTO_TAU - 0.5) * demand.voxel_size**2 / (3.0 * demand.viscosity)
+    return not _sound_warning(demand, AUTO_TAU, dt)
 
 
 def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
@@ -362,7 +370,7 @@ def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
     else:
         best = 0.5 + 3.0 * nu * u_target / (peak * dx)
         chosen = min(best, TAU_MAX)
-        if _trt_instead(best, collision, mach_target):
+        if _trt_instead(demand, best, collision, mach_target):
             from .collisions import AUTO_TAU
 
             chosen = AUTO_TAU

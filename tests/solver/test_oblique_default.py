@@ -6,6 +6,7 @@ measured), the choice takes AUTO_TAU and TRT (Mach 0.16, within AUTO_MACH): meas
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -52,7 +53,8 @@ def test_an_oblique_tube_in_si_meets_hagen_poiseuille_at_the_default_choice():
 
 def test_auto_takes_auto_tau_while_its_mach_stays_within_auto_mach():
     """tau_best 0.529 (RR) -> AUTO_TAU at Mach 0.175; the carotid's 0.514 (Mach 0.35 at
-    AUTO_TAU) stays RR with its warning; a chosen collision keeps the target's tau."""
+    AUTO_TAU) stays RR with its warning; a chosen collision keeps the target's tau; so does a
+    pulsatile inflow whose sound crossing AUTO_TAU would put above SOUND_CROSSING."""
     from solver.lattice_parameters import FlowDemand, choose_lattice
 
     demand = FlowDemand(voxel_size=2e-4, viscosity=NU, density=RHO, inlet_speed=0.02,
@@ -68,3 +70,12 @@ def test_auto_takes_auto_tau_while_its_mach_stays_within_auto_mach():
     low = choose_lattice(carotid)
     assert low.tau < AUTO_TAU and low.mach == pytest.approx(MACH_TARGET)
     assert any("collides with RR" in w and "Mach 0.35, above 0.2" in w for w in low.warnings)
+    # A pulsatile inflow whose pressure waves would cross the geometry in more than 5 % of its
+    # period at AUTO_TAU (4 % at the target's tau): the larger tau is not taken.
+    from solver.units import SOUND_SPEED
+
+    dt = (best.tau - 0.5) * demand.voxel_size**2 / (3 * NU)
+    period = demand.length / (demand.voxel_size / dt * SOUND_SPEED * 0.04)
+    pulsatile = choose_lattice(dataclasses.replace(demand, period=period))
+    assert pulsatile.tau == pytest.approx(best.tau)
+    assert [w for w in pulsatile.warnings if "collides with RR" not in w] == []
