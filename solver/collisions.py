@@ -115,7 +115,9 @@ COLLISION_OPTIONS: tuple[str, ...] = (AUTO, *COLLISIONS)
 #: (odd rate -> 0 as tau -> 1/2) diverged there on the vessels of issue 28 (tau 0.5186 at
 #: step 1500; tau 0.55 at step 700 through a coarctation), RR keeps every ghost moment reset.
 #: Body-force (porous) runs stay on TRT at any tau: their permeability relies on TRT's
-#: tau-independent wall position (magic parameter 3/16).
+#: tau-independent wall position (magic parameter 3/16). The lattice choice for SI runs takes
+#: AUTO_TAU itself rather than a smaller tau where the Mach number allows
+#: (:data:`solver.lattice_parameters.AUTO_MACH`): RR's walls at an angle to the grid are far off.
 AUTO_TAU = 0.55
 
 

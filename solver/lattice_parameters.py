@@ -14,14 +14,19 @@ The expected peak speed (m/s, :func:`peak_speed`) is the larger of
 - for a pressure difference ``dp`` between openings, Bernoulli's ``sqrt(2 dp / rho)``, the
   speed an inviscid jet would reach; viscous losses only lower it.
 
-Because the lattice speed is ``u dt / dx = u (tau - 1/2) dx / (3 nu)``, the largest ``tau``
-that keeps the peak at ``Ma = MACH_TARGET`` is ``1/2 + 3 nu Ma c_s / (u_peak dx)``; larger tau
-means fewer, longer steps (cheaper), so that one is taken, capped at :data:`TAU_MAX` (beyond
-it bounce-back walls and the TRT/MRT accuracy gain nothing). Below :data:`TAU_MIN` no collision
-is trusted to stay stable; the run is then given TAU_MIN with a warning while its peak stays
-under the hard limit :data:`solver.values.MAX_MACH`, and refused above it, the message saying
-which voxel size (and how many voxels along the geometry) would meet the target. A ``tau``
-given by the user is honoured, with a warning when it breaks the target.
+Because the lattice speed is ``u dt / dx = u (tau - 1/2) dx / (3 nu)``, the largest ``tau`` that
+keeps the peak at ``Ma = MACH_TARGET`` is ``1/2 + 3 nu Ma c_s / (u_peak dx)``; larger tau means
+fewer, longer steps (cheaper), so that one is taken, capped at :data:`TAU_MAX` (beyond it
+bounce-back walls and the TRT/MRT accuracy gain nothing). Where that tau lies below
+:data:`solver.collisions.AUTO_TAU` (the default collision would be RR, whose walls at an angle
+to the grid are far off) but AUTO_TAU keeps the peak at or below :data:`AUTO_MACH` (and a
+pulsatile inflow's sound crossing within :data:`SOUND_CROSSING`), AUTO_TAU is taken instead
+(TRT): a little more compressibility error for a much better wall. Below
+:data:`TAU_MIN` no collision is trusted to stay stable; the run is then given TAU_MIN with a
+warning while its peak stays under the hard limit :data:`solver.values.MAX_MACH`, and refused
+above it, the message saying which voxel size (and how many voxels along the geometry) would
+meet the target. A ``tau`` given by the user is honoured, with a warning when it breaks the
+target.
 
 The cost is stated before the run (:meth:`LatticeChoice.text`): tau, dt, the steps of one
 flow-through (the geometry's longest side at the inlet's mean speed) and the wall time they
@@ -41,8 +46,9 @@ from .opening_kinds import DENSITY, SPEED, opening_kind
 from .units import SOUND_SPEED, UnitSystem
 from .values import MAX_MACH, PROFILE_PEAK, ConfigError
 
-__all__ = ["MACH_TARGET", "TAU_MIN", "TAU_MAX", "THROUGHPUT_MFLUPS", "Narrowing", "narrowing",
-           "FlowDemand", "peak_speed", "LatticeChoice", "choose_lattice", "demand_of_specs"]
+__all__ = ["MACH_TARGET", "AUTO_MACH", "TAU_MIN", "TAU_MAX", "THROUGHPUT_MFLUPS", "Narrowing",
+           "narrowing", "FlowDemand", "peak_speed", "LatticeChoice", "choose_lattice",
+           "demand_of_specs"]
 
 #: Target Mach number |u|/c_s of the expected peak speed. 0.1 keeps the compressibility error
 #: (~Ma^2) near 1 % and leaves a factor 3 to the refusal at MAX_MACH for jets faster than the
@@ -55,6 +61,16 @@ MACH_TARGET = 0.1
 #: issue 28 at Mach 0.15-0.26 where 0.505 halves it at the same grid: the compressibility
 #: error (~Ma^2) then no longer changes with the resolution as much as the grid error does.
 TAU_MIN = 0.505
+#: Largest Mach number of the expected peak at which 'auto' is given tau AUTO_TAU (TRT) instead
+#: of a smaller tau under the target (RR): the one place where the collision's accuracy and the
+#: Mach target are traded. RR's halfway bounce-back walls at an angle to the grid are far off
+#: (benchmarks/oblique_walls, NumPy float64, a tube at 45 degrees, pressure gradient against
+#: Hagen-Poiseuille, the same Re: RR at tau 0.525, Mach 0.1, +40 % at 4 voxels radius and +21 %
+#: at 8; TRT at 0.55, Mach 0.2, +4.1 % and +1.6 %). Along a grid axis (4 voxels, Re 28) TRT
+#: gave -7.3 % at Mach 0.1 (tau 0.525) and at 0.2 (0.55), RR -2.5 %: the Mach number did not
+#: move it. 0.2 leaves a factor 1.5 to MAX_MACH for jets faster than the estimate; stenoses
+#: run at it with TRT converged (throat Re 20, d = 6 and Re 30, d = 10, NumPy).
+AUTO_MACH = 0.2
 #: Largest relaxation time chosen (the former default 0.8 and 1.0 are the well-tested range).
 TAU_MAX = 1.0
 #: Fluid-node updates per second assumed before a run has measured its own, millions, per
@@ -293,8 +309,9 @@ def _sound_warning(demand: FlowDemand, tau: float, dt: float) -> list[str]:
 
 def _rr_warning(demand: FlowDemand, tau: float, collision: str, peak: float,
                 u_target: float) -> list[str]:
-    """Where 'auto' collides with RR (tau < AUTO_TAU), say that its walls at an angle to the grid
-    are less accurate and which voxel size gives AUTO_TAU (TRT) at the same Mach number.
+    """Where 'auto' collides with RR (tau < AUTO_TAU: AUTO_TAU would exceed AUTO_MACH, or the
+    tau was given), say that its walls at an angle to the grid are less accurate and which
+    voxel size gives AUTO_TAU (TRT) at the same Mach number.
 
     Measured (NumPy float64, a tube at 45 degrees to the grid, 4 voxels radius, Re 10, the
     pressure gradient away from its ends against Hagen-Poiseuille): RR +51 % at tau 0.515, +34 %
@@ -305,6 +322,10 @@ def _rr_warning(demand: FlowDemand, tau: float, collision: str, peak: float,
 
     if collision != AUTO or tau >= AUTO_TAU:
         return []
+    mach_at_auto = peak * (AUTO_TAU - 0.5) * demand.voxel_size / (3.0 * demand.viscosity
+                                                                   * SOUND_SPEED)
+    why = (f"Tau {AUTO_TAU} (TRT) would put the expected peak at Mach {mach_at_auto:.2g}, "
+           f"above {AUTO_MACH:g}. " if mach_at_auto > AUTO_MACH else "")
     # The voxel size whose chosen tau (peak at the target Mach) is AUTO_TAU.
     dx = _round_down(3.0 * demand.viscosity * u_target / (peak * (AUTO_TAU - 0.5)))
     along = (f" ({math.ceil(demand.length / dx):,} voxels along the geometry's "
@@ -312,8 +333,24 @@ def _rr_warning(demand: FlowDemand, tau: float, collision: str, peak: float,
     return [f"At tau {tau:.4g} the run collides with RR (stable near tau 1/2), whose walls at "
             "an angle to the grid are less accurate than TRT's: a tube at 45 degrees gave a "
             "pressure drop 34 % high at 4 voxels radius and 15 % at 8 (tau 0.53; TRT: 4 % at 4). "
-            "A voxel size of "
+            f"{why}A voxel size of "
             f"{dx:.3g} m or less{along} gives tau {AUTO_TAU} and TRT at the same Mach number."]
+
+
+def _trt_instead(demand: FlowDemand, best: float, collision: str, mach_target: float) -> bool:
+    """Whether 'auto' is given AUTO_TAU (TRT) instead of ``best`` < AUTO_TAU (RR): where the
+    expected peak's Mach number at AUTO_TAU stays at most AUTO_MACH (:data:`AUTO_MACH`) and,
+    for a pulsatile inflow, sound still crosses the geometry within SOUND_CROSSING of its
+    period there (a larger tau is a slower lattice sound: the raise must not cause that
+    warning)."""
+    from .collisions import AUTO, AUTO_TAU
+
+    if collision != AUTO or best >= AUTO_TAU:
+        return False
+    if mach_target * (AUTO_TAU - 0.5) / (best - 0.5) > AUTO_MACH * (1 + 1e-9):
+        return False
+    dt = (AUTO_TAU - 0.5) * demand.voxel_size**2 / (3.0 * demand.viscosity)
+    return not _sound_warning(demand, AUTO_TAU, dt)
 
 
 def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
@@ -334,7 +371,11 @@ def choose_lattice(demand: FlowDemand, *, tau: float | None = None,
     else:
         best = 0.5 + 3.0 * nu * u_target / (peak * dx)
         chosen = min(best, TAU_MAX)
-        if best < TAU_MIN:
+        if _trt_instead(demand, best, collision, mach_target):
+            from .collisions import AUTO_TAU
+
+            chosen = AUTO_TAU
+        elif best < TAU_MIN:
             chosen = TAU_MIN
             mach = peak * (TAU_MIN - 0.5) * dx / (3.0 * nu) / SOUND_SPEED
             needed = _resolution(demand, peak, mach_target)
