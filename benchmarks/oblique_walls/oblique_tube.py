@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from geometries import VoxelGeometry  # noqa: E402
-from geometries.openings import Opening  # noqa: E402
+from geometries.generators import tilted_pipe  # noqa: E402
 from solver.config import SimulationConfig  # noqa: E402
 from solver.simulation import Simulation  # noqa: E402
 from solver.validation.vessels import section_density, steady  # noqa: E402
@@ -36,29 +36,12 @@ RESULTS = Path(__file__).parent / "results"
 
 def tube(radius: float, angle_deg: float, length: float) -> tuple[VoxelGeometry, np.ndarray,
                                                                   np.ndarray]:
-    """The tube (``length`` voxels), its middle and unit axis (voxel index coordinates)."""
+    """The tube (``length`` voxels, :func:`~geometries.generators.tilted_pipe` at ``angle_deg``
+    in the xz-plane), its middle and unit axis (voxel index coordinates)."""
     a = math.radians(angle_deg)
     axis = np.array([math.sin(a), 0.0, math.cos(a)])
-    half = 0.5 * length
-    extent = np.abs(axis) * half + radius + 3
-    shape = tuple(int(math.ceil(2 * e)) for e in extent)
-    centre = np.array(shape) / 2.0
-    grids = np.stack(np.meshgrid(*(np.arange(n) + 0.5 for n in shape), indexing="ij"), -1)
-    rel = grids - centre
-    s = rel @ axis
-    r = np.linalg.norm(rel - s[..., None] * axis, axis=-1)
-    fluid = (r <= radius) & (np.abs(s) <= half + 0.5)
-    openings = []
-    for oid, sign in ((1, -1.0), (2, 1.0)):
-        normal = sign * axis
-        c = centre + normal * half
-        d = (grids - c) @ normal
-        fluid &= ~(d > 0.5)
-        nodes = np.argwhere(fluid & (d > -0.5) & (d <= 0.5))
-        openings.append(Opening(oid, tuple(c), tuple(normal), math.pi * radius**2, 2 * radius,
-                                nodes, "face-patch"))
-    geom = VoxelGeometry(~fluid, openings=tuple(openings), name="tube")
-    return geom, centre - 0.5, axis
+    geom = tilted_pipe(radius, length, tuple(axis), name="tube")
+    return geom, np.array(geom.solid.shape) / 2.0 - 0.5, axis
 
 
 def gradient_error(collision: str, tau: float, radius: float, angle: float = 45.0,

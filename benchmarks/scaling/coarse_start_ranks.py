@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "benchmarks" / "scaling" / "results"
 sys.path.insert(0, str(REPO))
 
-from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
+from solver.benchmarking.results import git_commit, gpu_slug, write_json_md  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(runs[-1], flush=True)
     # LBM_COMMIT where the tree is a snapshot inside another checkout (its HEAD is not ours).
     commit = git_commit()
-    device = "cpu" if args.backend == "numpy" else _gpu_name()
+    device = "cpu" if args.backend == "numpy" else gpu_slug()
     result = {"sample": f"grains d={args.diameter:g} porosity~{args.porosity:g} seed "
                         f"{args.seed} {args.size}³ (pores joining the faces only)",
               "porosity": float(1 - solid.mean()), "backend": args.backend,
@@ -191,14 +191,6 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(result))
     print(f"wrote {args.out / stem}.json and .md")
     return 0
-
-
-def _gpu_name() -> str:
-    import cupy as cp
-
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "benchmarks" / "scaling" / "results"
 sys.path.insert(0, str(REPO))
 
-from solver.benchmarking.results import git_commit, write_json_md  # noqa: E402
+from solver.benchmarking.results import git_commit, gpu_slug, write_json_md  # noqa: E402
 
 #: The two starts compared: (name, the command line's start flags).
 STARTS = (("plain", ["--start-rescale", "none", "--start-density-gain", "1.0"]),
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         runs = [run(args, name, flags, Path(tmp)) for name, flags in STARTS]
-    device = "cpu" if args.backend == "numpy" else _gpu_name()
+    device = "cpu" if args.backend == "numpy" else gpu_slug()
     result = {"sample": f"generated grains {args.size}³, porosity~{args.porosity:g}, "
                         f"d={args.diameter:g}, seed {args.seed}",
               "axis": args.axis, "ranks": args.ranks, "backend": args.backend,
@@ -184,14 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(result))
     print(f"wrote {args.out / stem}.json and .md")
     return 1 if any("error" in r for r in runs) else 0
-
-
-def _gpu_name() -> str:
-    import cupy as cp
-
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
 
 
 if __name__ == "__main__":

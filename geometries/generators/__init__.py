@@ -19,7 +19,7 @@ from .shapes import (
     sphere_in_pipe,
     square_duct,
 )
-from .tubes import expanded_pipe, stenosed_pipe
+from .tubes import expanded_pipe, stenosed_pipe, tilted_pipe
 
 __all__ = [
     "MAX_SOLID_FRACTION",
@@ -34,4 +34,5 @@ __all__ = [
     "sphere_radius",
     "square_duct",
     "stenosed_pipe",
+    "tilted_pipe",
 ]

@@ -4,6 +4,8 @@
   Varghese, Frankel & Fischer 2007, J. Fluid Mech. 582: 253-280, stenosis length 2 D).
 - :func:`expanded_pipe`: a pipe of diameter d that widens suddenly to ``ratio`` d (diameter),
   the expansion of the FDA benchmark nozzle (throat 4 mm to 12 mm: diameter 1:3).
+- :func:`tilted_pipe`: a straight pipe along any direction, its two end planes cut across the
+  axis and carrying its openings (walls at an angle to the grid: a staircase).
 
 The tube's axis is x (``flow_axis`` 0), centred in a square cross-section with one solid layer
 around the widest part; a voxel is fluid when its centre lies within the local radius. Sizes are
@@ -19,11 +21,11 @@ import math
 import numpy as np
 
 from ..errors import GeometryError
-from ..openings import face_openings
+from ..openings import Opening, face_openings
 from ..voxel import VoxelGeometry
 from .checks import check_positive, check_size
 
-__all__ = ["stenosed_pipe", "expanded_pipe"]
+__all__ = ["stenosed_pipe", "expanded_pipe", "tilted_pipe"]
 
 
 def _revolve(radius: np.ndarray, outer: float, name: str) -> VoxelGeometry:
@@ -75,3 +77,34 @@ def expanded_pipe(throat_diameter: float, ratio: float = 3.0, upstream: float = 
     n = step + int(round(down * d))
     radius = np.where(np.arange(n) < step, 0.5 * d, 0.5 * big)
     return _revolve(radius, 0.5 * big, f"expanded pipe d={d:g}, 1:{ratio:g} diameter")
+
+
+def tilted_pipe(radius: float, length: float, axis: tuple[float, float, float],
+                name: str = "tilted pipe") -> VoxelGeometry:
+    """A pipe of ``radius`` and ``length`` voxels along ``axis`` (any direction), centred in its
+    box with 3 voxels around it, closed beyond its two end planes: opening 1 at the start
+    (normal -axis), 2 at the end, each the fluid voxels within half a voxel of its plane. The
+    pipe's middle is at ``shape / 2`` (voxel i's centre at i + 0.5)."""
+    radius, length = check_positive(radius, "radius"), check_positive(length, "length")
+    unit = np.asarray(axis, float)
+    if not np.isfinite(unit).all() or not np.linalg.norm(unit):
+        raise GeometryError(f"tilted_pipe needs a non-zero axis direction, got {axis}.")
+    unit = unit / np.linalg.norm(unit)
+    half = 0.5 * length
+    shape = tuple(int(math.ceil(2 * e)) for e in np.abs(unit) * half + radius + 3)
+    check_size(shape)
+    centre = np.array(shape) / 2.0
+    grids = np.stack(np.meshgrid(*(np.arange(n) + 0.5 for n in shape), indexing="ij"), -1)
+    along = (grids - centre) @ unit
+    across = np.linalg.norm(grids - centre - along[..., None] * unit, axis=-1)
+    fluid = (across <= radius) & (np.abs(along) <= half + 0.5)
+    openings = []
+    for oid, sign in ((1, -1.0), (2, 1.0)):
+        normal = sign * unit
+        plane = centre + normal * half
+        beyond = (grids - plane) @ normal
+        fluid &= ~(beyond > 0.5)  # closed beyond the opening's plane
+        nodes = np.argwhere(fluid & (beyond > -0.5) & (beyond <= 0.5))
+        openings.append(Opening(oid, tuple(plane), tuple(normal), math.pi * radius**2,
+                                2 * radius, nodes, "face-patch"))
+    return VoxelGeometry(~fluid, openings=tuple(openings), name=name)

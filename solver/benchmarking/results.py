@@ -1,6 +1,6 @@
 """The one writer of a benchmark's results: who measured (device), when (date) and on which code
 (commit), and the ``STEM.json`` + ``STEM.md`` pair every script under ``benchmarks/`` leaves in
-its ``results/`` folder. Light on purpose (no solver import): a script imports it before it
+its ``results/`` folder. Light on purpose (no solver import at load): a script imports it before it
 knows whether it runs on a GPU."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-__all__ = ["git_commit", "checkout_commit", "run_meta", "write_json_md"]
+__all__ = ["git_commit", "checkout_commit", "run_meta", "write_json_md", "gpu_slug"]
 
 #: The checkout this package lies in (what a result's commit names).
 REPO = Path(__file__).resolve().parents[2]
@@ -53,3 +53,11 @@ def write_json_md(out: Path, stem: str, record: Any, markdown: str, indent: int 
                          + ("\n" if newline else ""))
     md_path.write_text(markdown)
     return json_path, md_path
+
+
+def gpu_slug() -> str:
+    """The CUDA device's name as a file-name part ('nvidia-h200'), from the CuPy backend."""
+    from ..backends import get_backend
+
+    name = str(get_backend("cupy").device_info().get("name") or "gpu")
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")

@@ -32,6 +32,7 @@ from solver.rock.settings import PermeabilitySettings
 from solver.simulation import Simulation
 
 from .porous_cases import noisy_start
+from .solo_comm import SoloComm
 from .test_local_setup import mirrored_over_two_ranks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,35 +258,13 @@ def test_command_line_defaults_are_the_permeability_settings():
     assert not rest.coarse_start and rest.start_rescale == "none"
 
 
-class _OneRank:
-    """The collectives of one rank (what run_mirrored calls), without MPI."""
-
-    def Get_rank(self) -> int:  # noqa: N802 (mpi4py's names)
-        return 0
-
-    def Get_size(self) -> int:  # noqa: N802
-        return 1
-
-    def allgather(self, value):
-        return [value]
-
-    def gather(self, value, root=0):
-        return [value]
-
-    def bcast(self, value, root=0):
-        return value
-
-    def Barrier(self) -> None:  # noqa: N802
-        pass
-
-
 def test_runner_without_settings_starts_as_one_device():
     """``run_mirrored`` without settings: the coarse levels by the sample's size (1 below
     400³; it started from rest before), the prolongation's density times the default gain."""
     from solver.distributed.mirrored import run_mirrored
 
     out = run_mirrored(GrainRegions((16, 16, 16), 0.35, 6, seed=2),
-                       config(force=(0.0, 0.0, 0.0)), 0, _OneRank(), NumpyBackend(threads=1),
+                       config(force=(0.0, 0.0, 0.0)), 0, SoloComm(), NumpyBackend(threads=1),
                        21, 10)
     assert out["coarse_levels_asked"] == 1 and out["coarse_levels"] == 1
     assert out["start_scale"] == 1.0  # one level: no k ratio to rescale by

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from geometries import VoxelGeometry
-from geometries.openings import Opening
+from geometries.generators import tilted_pipe
 from solver.config import SimulationConfig
 from solver.simulation import Simulation
 
@@ -22,29 +22,10 @@ pytestmark = pytest.mark.gpu
 
 def voxel_tube(radius: float = 4.0, length: float = 22.0, angle_deg: float = 35.0
                ) -> VoxelGeometry:
-    """A tube of ``radius`` voxels tilted in the xz-plane, closed beyond its two end planes."""
+    """A tube of ``radius`` voxels tilted in the xz-plane (and a little towards y), closed
+    beyond its two end planes (:func:`geometries.generators.tilted_pipe`)."""
     a = np.radians(angle_deg)
-    axis = np.array([np.sin(a), 0.2, np.cos(a)])
-    axis /= np.linalg.norm(axis)
-    half = 0.5 * length
-    extent = np.abs(axis) * half + radius + 3
-    shape = tuple(int(np.ceil(2 * e)) for e in extent)
-    centre = np.array(shape) / 2.0  # voxel i has its centre at i + 0.5
-    grids = np.stack(np.meshgrid(*(np.arange(n) + 0.5 for n in shape), indexing="ij"), -1)
-    rel = grids - centre
-    s = rel @ axis
-    r = np.linalg.norm(rel - s[..., None] * axis, axis=-1)
-    fluid = (r <= radius) & (np.abs(s) <= half + 0.5)
-    openings = []
-    for oid, sign in ((1, -1.0), (2, 1.0)):
-        normal = sign * axis
-        c = centre + normal * half
-        d = (grids - c) @ normal
-        fluid &= ~(d > 0.5)  # closed beyond the opening plane
-        nodes = np.argwhere(fluid & (d > -0.5) & (d <= 0.5))
-        openings.append(Opening(oid, tuple(c), tuple(normal), np.pi * radius**2, 2 * radius,
-                                nodes, "face-patch"))
-    return VoxelGeometry(~fluid, openings=tuple(openings), name="oblique tube")
+    return tilted_pipe(radius, length, (np.sin(a), 0.2, np.cos(a)), name="oblique tube")
 
 
 KINDS = {

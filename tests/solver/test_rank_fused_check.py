@@ -21,6 +21,7 @@ from solver.distributed.reductions import FusedNumbers, combine, owned_numbers
 
 from .grid_stride_emulator import compiler
 from .porous_cases import as_stored, make_problem, noisy_start
+from .solo_comm import SoloComm
 from .test_compact_readout import EmulatedCompactBackend
 from .test_inplace_ranks import _Backend, _Phases
 from .test_rock_check_kernel import _launch
@@ -289,28 +290,6 @@ def test_fused_check_of_compact_gpu_ranks_reads_the_chunked_numbers(storage, pre
         rank.release()
 
 
-class _SoloComm:
-    """The collectives of one rank (what :func:`run_mirrored` calls), without MPI."""
-
-    def Get_rank(self) -> int:  # noqa: N802 (mpi4py's names)
-        return 0
-
-    def Get_size(self) -> int:  # noqa: N802
-        return 1
-
-    def allgather(self, value):
-        return [value]
-
-    def gather(self, value, root=0):
-        return [value]
-
-    def bcast(self, value, root=0):
-        return value
-
-    def Barrier(self) -> None:  # noqa: N802
-        pass
-
-
 def test_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(monkeypatch):
     """The mirrored runner (coarse start included) with every check through the fused kernel
     (emulated) reads the chunked checks' k at every check, to rounding, and runs the same
@@ -322,7 +301,7 @@ def test_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(monkeypa
     def run():
         config = SimulationConfig(backend="numpy", precision="float32", storage="float16")
         return mirrored.run_mirrored(GrainRegions((16, 16, 16), 0.35, 6, seed=2), config, 0,
-                                     _SoloComm(), NumpyBackend(threads=1), 41, 20,
+                                     SoloComm(), NumpyBackend(threads=1), 41, 20,
                                      settings=mirrored.start_settings(1))
 
     chunked = run()
@@ -353,7 +332,7 @@ def test_compact_mirrored_run_checks_with_the_fused_kernel_and_reads_the_same_k(
         config = SimulationConfig(backend="numpy", precision=precision, storage=storage,
                                   streaming=streaming, tile_storage="compact")
         return mirrored.run_mirrored(GrainRegions((16, 16, 16), 0.35, 6, seed=2), config, 0,
-                                     _SoloComm(), _CompactRanksBackend(), 41, 20,
+                                     SoloComm(), _CompactRanksBackend(), 41, 20,
                                      settings=mirrored.start_settings(1))
 
     chunked = run()
