@@ -138,7 +138,7 @@ def _mutation_test(fmt: str, examples: int):
     return test
 
 
-# 3 260 mutated files; cheap formats get more of them (vti, vtk, mha and tiff uploads each
+# 3 560 mutated files; cheap formats get more of them (vti, vtk, mha and tiff uploads each
 # start a worker process, ~30 ms, see geometries.loaders.isolation).
 test_mutated_npy = _mutation_test("npy", 1000)
 test_mutated_npz = _mutation_test("npz", 800)
